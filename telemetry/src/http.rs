@@ -1,0 +1,124 @@
+//! A small HTTP/1.1 server on hyper, with the limits an internet-facing port needs.
+//!
+//! Used for the ops endpoints of every binary and for the router's key/value API. Connections are
+//! kept alive and may pipeline; request headers must arrive within [`HEADER_READ_TIMEOUT`] and fit
+//! in [`MAX_HEADER_BYTES`] (slow or huge headers get the connection closed, other clients are
+//! unaffected); on shutdown the listener closes and open connections finish their current request.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::metrics;
+
+/// Full request headers must arrive within this long.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head (request line + headers) accepted.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Concurrent connections per HTTP listener; further clients wait in the accept queue.
+pub const MAX_CONNECTIONS: usize = 10_000;
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// Serves `handler` on `listener` until `shutdown` resolves, then waits (at most `drain`) for
+/// open connections to finish their in-flight request.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = HttpResponse> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = service_fn(move |req| {
+            let fut = handler(req, peer);
+            async move { Ok::<_, Infallible>(fut.await) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .max_buf_size(MAX_HEADER_BYTES.max(8192))
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "http connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!("http connections still open after {drain:?}; closing them");
+    }
+}
+
+/// A response with a status, content type and body.
+pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> HttpResponse {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()))
+        .expect("static response parts are valid")
+}
+
+/// A `text/plain` response.
+pub fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
+    response(status, "text/plain; charset=utf-8", body)
+}
+
+/// The standard ops endpoints: `/metrics` (from `metrics_text`), `/healthz` (the process is up)
+/// and `/readyz` (200 when `ready`). `None` for any other path.
+pub fn ops_endpoint(
+    path: &str,
+    ready: impl FnOnce() -> bool,
+    metrics_text: impl FnOnce() -> String,
+) -> Option<HttpResponse> {
+    match path {
+        "/metrics" => Some(response(StatusCode::OK, metrics::CONTENT_TYPE, metrics_text())),
+        "/healthz" | "/livez" => Some(text(StatusCode::OK, "ok\n")),
+        "/readyz" => Some(if ready() {
+            text(StatusCode::OK, "ready\n")
+        } else {
+            text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,15 @@
+//! Generates the gRPC code from `proto/shoal.proto`.
+//!
+//! The `.proto` is compiled to a descriptor set by `protox` (pure Rust) so that building Shoal never
+//! needs a system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/shoal.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        // Keys and values travel as `bytes::Bytes`: slices of the received buffer, no copies.
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

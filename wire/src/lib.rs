@@ -1,0 +1,24 @@
+//! Shoal's wire contracts, shared by the router, the node and the operator so that none of them
+//! depends on another's internals.
+//!
+//! - [`proto`]: the node gRPC API generated from `proto/shoal.proto` (tonic + prost, built without a
+//!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
+//! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
+//! - [`num`]: Redis's integer syntax (`string2ll`), so router and node agree on what a number is.
+//! - [`topology`]: the versioned document that maps slot ranges to nodes.
+//!
+//! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
+//! built from the current [`topology::Topology`], and sends a [`proto::Op`] to that node's stream.
+
+pub mod num;
+pub mod slot;
+pub mod topology;
+
+/// Generated gRPC types and stubs for `shoal.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("shoal.v1");
+}
+
+pub use slot::{SLOT_COUNT, key_slot};
+pub use topology::{NodeInfo, SlotRange, SlotTable, Topology, TopologyError};

@@ -1,0 +1,78 @@
+//! Redis's number syntax, shared by the router (command arguments) and the node (stored values) so
+//! both accept and reject exactly the same strings.
+
+/// Redis's `string2ll`: a strict base-10 `i64`. No sign but `-`, no leading zeros, no spaces, at
+/// most 20 bytes. `"-0"` and `"+1"` are rejected, as in Redis.
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() >= 21 {
+        return None;
+    }
+    if s == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, s),
+    };
+    let (&first, rest) = digits.split_first()?;
+    if !(b'1'..=b'9').contains(&first) {
+        return None;
+    }
+    let mut v = u64::from(first - b'0');
+    for &d in rest {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if negative {
+        if v > i64::MAX as u64 + 1 {
+            return None;
+        }
+        Some((v as i64).wrapping_neg())
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// Formats an `i64` the way Redis replies with it.
+pub fn format_i64(v: i64) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_i64;
+
+    #[test]
+    fn accepts_what_redis_accepts() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"10"), Some(10));
+        assert_eq!(parse_i64(b"-10"), Some(-10));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+    }
+
+    #[test]
+    fn rejects_what_redis_rejects() {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"00",
+            b"1.0",
+            b"1e3",
+            b"abc",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"18446744073709551616",
+            b"000000000000000000001",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}

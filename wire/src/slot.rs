@@ -1,0 +1,90 @@
+//! Key -> slot mapping, bit-for-bit the one Redis Cluster uses (`CLUSTER KEYSLOT`).
+//!
+//! slot = CRC16-XMODEM(hashtag(key)) mod 16384, where hashtag(key) is the part between the first
+//! `{` and the next `}` when that part is non-empty, else the whole key. The function is fixed by
+//! this code (not a std/ahash hasher whose output may change between builds), so routers of any
+//! version agree on where a key lives.
+
+/// Number of hash slots, as in Redis Cluster.
+pub const SLOT_COUNT: usize = 16384;
+
+/// CRC16-XMODEM lookup table (polynomial 0x1021, initial value 0), computed at compile time.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+};
+
+/// CRC16-XMODEM of `data`.
+pub fn crc16(data: &[u8]) -> u16 {
+    data.iter().fold(0u16, |crc, &b| (crc << 8) ^ CRC16_TABLE[(((crc >> 8) as u8) ^ b) as usize])
+}
+
+/// The bytes of `key` that are hashed: the first non-empty `{...}` section, or the whole key.
+pub fn hashtag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// The cluster slot of `key`, in `0..16384`.
+pub fn key_slot(key: &[u8]) -> u16 {
+    crc16(hashtag(key)) & (SLOT_COUNT as u16 - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_reference_vector() {
+        // The check value of CRC-16/XMODEM, and the one from the Redis Cluster spec.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn matches_redis_cluster_keyslot() {
+        // Answers of `CLUSTER KEYSLOT` on Redis 7 (and the examples in the Redis Cluster spec).
+        let cases: &[(&[u8], u16)] = &[
+            (b"foo", 12182),
+            (b"bar", 5061),
+            (b"hello", 866),
+            (b"key", 12539),
+            (b"somekey", 11058),
+            (b"user1000", 3443),
+            (b"{user1000}.following", 3443),
+            (b"{user1000}.followers", 3443),
+            (b"foo{}{bar}", 8363),
+            (b"foo{{bar}}zap", 4015),
+            (b"foo{bar}{zap}", 5061),
+            (b"", 0),
+        ];
+        for (key, slot) in cases {
+            assert_eq!(key_slot(key), *slot, "key {:?}", String::from_utf8_lossy(key));
+        }
+    }
+
+    #[test]
+    fn hashtag_rules() {
+        assert_eq!(hashtag(b"{user1}.a"), b"user1");
+        assert_eq!(hashtag(b"a{}b"), b"a{}b", "empty tag hashes the whole key");
+        assert_eq!(hashtag(b"a{b"), b"a{b", "unclosed tag hashes the whole key");
+        assert_eq!(hashtag(b"}a{b}"), b"b");
+        assert_eq!(hashtag(b"{a}{b}"), b"a", "only the first tag counts");
+    }
+}
