@@ -1,0 +1,130 @@
+//! `shoal-node` command line: flags, environment overrides and their defaults.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use shoal_telemetry::logging::LogFormat;
+
+use crate::store::{EvictionPolicy, StoreConfig, default_shards};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7001";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal-node",
+    version,
+    about = "Shoal storage node: a sharded in-memory store served over gRPC."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "SHOAL_NODE_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Memory limit: bytes, or with a unit like Redis (100mb, 2gb; k/m/g are powers of 1000,
+    /// kb/mb/gb powers of 1024). 0 means no limit.
+    #[arg(long, env = "SHOAL_NODE_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
+    pub maxmemory: u64,
+
+    /// What to do at the memory limit.
+    #[arg(long, env = "SHOAL_NODE_MAXMEMORY_POLICY", default_value = "noeviction",
+          value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
+    pub maxmemory_policy: String,
+
+    /// Internal shards (rounded up to a power of two); default: 4 per core, at least 8.
+    #[arg(long, env = "SHOAL_NODE_SHARDS")]
+    pub shards: Option<usize>,
+
+    /// Serve /metrics, /healthz and /readyz over HTTP on this address (off by default; the
+    /// router's /metrics already reports every node).
+    #[arg(long, env = "SHOAL_NODE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Active expiry period in milliseconds.
+    #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
+    pub expire_interval_ms: u64,
+
+    /// Log format: text or json (level from RUST_LOG, default info).
+    #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            shards: self.shards.unwrap_or_else(default_shards),
+            maxmemory: self.maxmemory as usize,
+            policy: self.maxmemory_policy.parse().expect("clap checked the policy name"),
+            ..StoreConfig::default()
+        }
+    }
+
+    pub fn expire_interval(&self) -> Duration {
+        Duration::from_millis(self.expire_interval_ms.max(1))
+    }
+}
+
+/// Parses a memory size the way Redis's config does (`memtoll`).
+pub fn parse_memory(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("invalid memory size '{s}'"))?;
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return Err(format!("invalid memory unit in '{s}' (use b, k, kb, m, mb, g, gb)")),
+    };
+    n.checked_mul(mul).ok_or_else(|| format!("memory size '{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes_like_redis() {
+        assert_eq!(parse_memory("0"), Ok(0));
+        assert_eq!(parse_memory("100"), Ok(100));
+        assert_eq!(parse_memory("1k"), Ok(1000));
+        assert_eq!(parse_memory("1kb"), Ok(1024));
+        assert_eq!(parse_memory("2GB"), Ok(2 << 30));
+        assert_eq!(parse_memory("64mb"), Ok(64 << 20));
+        assert!(parse_memory("12xb").is_err());
+        assert!(parse_memory("mb").is_err());
+    }
+
+    #[test]
+    fn cli_parses_and_validates() {
+        let cli = Cli::try_parse_from([
+            "shoal-node",
+            "--listen",
+            "127.0.0.1:7005",
+            "--maxmemory",
+            "1mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ])
+        .unwrap();
+        let config = cli.serve.store_config();
+        assert_eq!(config.maxmemory, 1 << 20);
+        assert_eq!(config.policy, EvictionPolicy::AllKeysLru);
+        assert!(Cli::try_parse_from(["shoal-node", "--maxmemory-policy", "lfu"]).is_err());
+    }
+}

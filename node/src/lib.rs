@@ -1,0 +1,20 @@
+//! Shoal storage node.
+//!
+//! Data flow: a router's `Execute` stream delivers batches of ops ([`service`]) → each op is
+//! applied to the sharded [`store`] in order ([`ops`]) → replies go back in the same order.
+//!
+//! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). No protocol
+//!   types: it could back any front end.
+//! - [`ops`]: wire op → store call → wire reply; store errors become Redis error text here.
+//! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
+//! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
+//!   runs a node in-process (embedded mode, tests).
+//! - [`metrics`]: counters and the `/metrics` text.
+//! - [`config`]: the `shoal-node` command line.
+
+pub mod config;
+pub mod metrics;
+pub mod ops;
+pub mod server;
+pub mod service;
+pub mod store;

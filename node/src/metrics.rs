@@ -1,0 +1,66 @@
+//! The node's metrics, and its `/metrics` text.
+
+use shoal_telemetry::metrics::{Counter, Exposition, Gauge, Histogram, SIZE_BUCKETS};
+
+use crate::service::NodeState;
+
+#[derive(Debug)]
+pub struct NodeMetrics {
+    pub ops: Counter,
+    pub batches: Counter,
+    pub batch_size: Histogram,
+    /// Open `Execute` streams (one per connected router).
+    pub streams: Gauge,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        NodeMetrics {
+            ops: Counter::default(),
+            batches: Counter::default(),
+            batch_size: Histogram::new(SIZE_BUCKETS),
+            streams: Gauge::default(),
+        }
+    }
+}
+
+impl NodeMetrics {
+    pub fn record_batch(&self, ops: usize) {
+        self.ops.add(ops as u64);
+        self.batches.inc();
+        self.batch_size.observe(ops as f64);
+    }
+}
+
+/// Resident set size of this process, from `/proc/self/statm` (0 where unavailable).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Renders the node's metrics in Prometheus text format.
+pub fn render(state: &NodeState) -> String {
+    let s = state.stats();
+    let mut e = Exposition::new();
+    e.gauge("shoal_node_keys", "Keys stored (including expired keys not yet reclaimed).", s.keys as f64)
+        .gauge("shoal_node_volatile_keys", "Keys with a TTL.", s.volatile_keys as f64)
+        .gauge("shoal_node_used_memory_bytes", "Bytes accounted against maxmemory.", s.used_memory as f64)
+        .gauge("shoal_node_maxmemory_bytes", "The memory limit (0: none).", s.maxmemory as f64)
+        .gauge("shoal_node_rss_bytes", "Resident set size of the node process.", s.rss_bytes as f64)
+        .counter("shoal_node_expired_keys_total", "Keys removed because their TTL passed.", s.expired_keys)
+        .counter("shoal_node_evicted_keys_total", "Keys evicted to stay under maxmemory.", s.evicted_keys)
+        .counter("shoal_node_keyspace_hits_total", "Reads that found their key.", s.keyspace_hits)
+        .counter("shoal_node_keyspace_misses_total", "Reads that did not find their key.", s.keyspace_misses)
+        .counter("shoal_node_ops_total", "Operations applied.", s.ops)
+        .counter("shoal_node_batches_total", "Batches applied.", s.batches)
+        .histogram("shoal_node_batch_ops", "Operations per batch received.", &state.metrics.batch_size)
+        .gauge(
+            "shoal_node_streams",
+            "Open Execute streams (connected routers).",
+            state.metrics.streams.get() as f64,
+        )
+        .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0);
+    e.finish()
+}

@@ -1,0 +1,204 @@
+//! Applies wire ops to the store: the one place where `proto` types meet `store` types, and where
+//! store errors become wire errors (their `Display` is already Redis's text).
+
+use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
+
+use crate::store::{SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
+
+/// Applies every op of a batch in order, returning one reply per op.
+pub fn apply_batch(store: &Store, ops: Vec<Op>) -> Vec<Reply> {
+    ops.into_iter().map(|op| apply(store, op)).collect()
+}
+
+pub fn apply(store: &Store, op: Op) -> Reply {
+    let Some(kind) = op.kind else { return error("ERR empty operation") };
+    match kind {
+        Kind::Get(o) => value_or_nil(store.get(&o.key)),
+        Kind::Set(o) => {
+            let expiry = match o.expiry {
+                Some(e) => SetExpiry::At(absolute_ms(store, e)),
+                None if o.keep_ttl => SetExpiry::Keep,
+                None => SetExpiry::Clear,
+            };
+            let condition = match o.condition() {
+                proto::SetCondition::SetAlways => SetCondition::Always,
+                proto::SetCondition::SetIfAbsent => SetCondition::IfAbsent,
+                proto::SetCondition::SetIfPresent => SetCondition::IfPresent,
+            };
+            match store.set(&o.key, &o.value, SetOptions { condition, expiry, get: o.get }) {
+                Ok(out) if o.get => value_or_nil(out.old),
+                Ok(out) if out.stored => ok(),
+                Ok(_) => nil(),
+                Err(e) => store_error(e),
+            }
+        }
+        Kind::Del(o) => int(store.del(&o.key)),
+        Kind::Exists(o) => int(store.exists(&o.key)),
+        Kind::Touch(o) => int(store.touch(&o.key)),
+        Kind::TypeOf(o) => value(store.type_of(&o.key).as_bytes().to_vec().into()),
+        Kind::Append(o) => result_int(store.append(&o.key, &o.value)),
+        Kind::Strlen(o) => int(store.strlen(&o.key)),
+        Kind::GetRange(o) => value(store.getrange(&o.key, o.start, o.end)),
+        Kind::SetRange(o) => result_int(store.setrange(&o.key, o.offset, &o.value)),
+        Kind::IncrBy(o) => match store.incr_by(&o.key, o.delta) {
+            Ok(n) => int(n),
+            Err(e) => store_error(e),
+        },
+        Kind::IncrByFloat(o) => match store.incr_by_float(&o.key, &o.increment) {
+            Ok(v) => value(v),
+            Err(e) => store_error(e),
+        },
+        Kind::GetDel(o) => value_or_nil(store.getdel(&o.key)),
+        Kind::GetEx(o) => {
+            let expiry = match (o.expiry, o.persist) {
+                (Some(e), _) => SetExpiry::At(absolute_ms(store, e)),
+                (None, true) => SetExpiry::Clear,
+                (None, false) => SetExpiry::Keep,
+            };
+            value_or_nil(store.getex(&o.key, expiry))
+        }
+        Kind::Expire(o) => {
+            let condition = o.condition();
+            let at = o.at.map_or(0, |e| absolute_ms_signed(store, e));
+            int(store.expire(&o.key, at, condition))
+        }
+        Kind::Persist(o) => int(store.persist(&o.key)),
+        Kind::Ttl(o) => int(match store.ttl(&o.key) {
+            TtlState::Missing => -2,
+            TtlState::Persistent => -1,
+            TtlState::ExpiresAt(at) if o.absolute => at as i64,
+            TtlState::ExpiresAt(at) => at.saturating_sub(store.now_ms()) as i64,
+        }),
+        Kind::Scan(o) => {
+            let pattern = o.has_pattern.then_some(&o.pattern[..]);
+            let page = store.scan(o.cursor, o.count as usize, pattern, &o.type_filter);
+            Reply { kind: Some(reply::Kind::Scan(proto::ScanPage { cursor: page.cursor, keys: page.keys })) }
+        }
+        Kind::Keys(o) => {
+            Reply { kind: Some(reply::Kind::Keys(proto::KeyList { keys: store.keys(&o.pattern) })) }
+        }
+        Kind::RandomKey(_) => value_or_nil(store.random_key()),
+        Kind::DbSize(_) => int(store.len()),
+        Kind::Flush(_) => {
+            store.flush();
+            ok()
+        }
+        Kind::MsetNx(o) => {
+            if o.keys.len() != o.values.len() {
+                return error("ERR wrong number of arguments for 'msetnx' command");
+            }
+            let pairs: Vec<(&[u8], &[u8])> =
+                o.keys.iter().zip(o.values.iter()).map(|(k, v)| (&k[..], &v[..])).collect();
+            result_int(store.mset_nx(&pairs))
+        }
+    }
+}
+
+/// A wire expiry as absolute Unix ms; relative times are taken from the node's clock. Negative
+/// results clamp to 0, which every caller treats as "already past".
+fn absolute_ms(store: &Store, e: proto::Expiry) -> u64 {
+    absolute_ms_signed(store, e).max(0) as u64
+}
+
+fn absolute_ms_signed(store: &Store, e: proto::Expiry) -> i64 {
+    if e.relative { (store.now_ms() as i64).saturating_add(e.ms) } else { e.ms }
+}
+
+fn ok() -> Reply {
+    Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+}
+
+fn nil() -> Reply {
+    Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) }
+}
+
+fn value(v: bytes::Bytes) -> Reply {
+    Reply { kind: Some(reply::Kind::Value(v)) }
+}
+
+fn value_or_nil(v: Option<bytes::Bytes>) -> Reply {
+    v.map_or_else(nil, value)
+}
+
+fn int(v: impl IntoI64) -> Reply {
+    Reply { kind: Some(reply::Kind::Int(v.into_i64())) }
+}
+
+fn result_int<T: IntoI64>(r: Result<T, StoreError>) -> Reply {
+    match r {
+        Ok(v) => int(v),
+        Err(e) => store_error(e),
+    }
+}
+
+fn error(text: &str) -> Reply {
+    Reply { kind: Some(reply::Kind::Error(text.to_string())) }
+}
+
+fn store_error(e: StoreError) -> Reply {
+    error(&e.to_string())
+}
+
+trait IntoI64 {
+    fn into_i64(self) -> i64;
+}
+
+impl IntoI64 for bool {
+    fn into_i64(self) -> i64 {
+        i64::from(self)
+    }
+}
+
+impl IntoI64 for i64 {
+    fn into_i64(self) -> i64 {
+        self
+    }
+}
+
+impl IntoI64 for usize {
+    fn into_i64(self) -> i64 {
+        self as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use shoal_wire::proto::{Expiry, Get, IncrBy, Set, Ttl};
+
+    use super::*;
+    use crate::store::{ManualClock, StoreConfig};
+
+    fn op(kind: Kind) -> Op {
+        Op { kind: Some(kind) }
+    }
+
+    #[test]
+    fn batch_replies_line_up_with_ops() {
+        let clock = ManualClock::new(5_000);
+        let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
+        let replies = apply_batch(
+            &store,
+            vec![
+                op(Kind::Set(Set {
+                    key: Bytes::from("k"),
+                    value: Bytes::from("v"),
+                    expiry: Some(Expiry { ms: 1_500, relative: true }),
+                    ..Default::default()
+                })),
+                op(Kind::Get(Get { key: Bytes::from("k") })),
+                op(Kind::Ttl(Ttl { key: Bytes::from("k"), absolute: true })),
+                op(Kind::IncrBy(IncrBy { key: Bytes::from("k"), delta: 1 })),
+                Op { kind: None },
+            ],
+        );
+        let kinds: Vec<_> = replies.into_iter().map(|r| r.kind.unwrap()).collect();
+        assert_eq!(kinds[0], reply::Kind::Ok(proto::Empty {}));
+        assert_eq!(kinds[1], reply::Kind::Value(Bytes::from("v")));
+        assert_eq!(kinds[2], reply::Kind::Int(6_500), "relative TTLs use the node's clock");
+        assert_eq!(kinds[3], reply::Kind::Error("ERR value is not an integer or out of range".into()));
+        assert!(matches!(kinds[4], reply::Kind::Error(_)));
+    }
+}

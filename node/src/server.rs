@@ -1,0 +1,154 @@
+//! Runs a node: the gRPC server (data API + standard health service), the active expiry task and
+//! the optional ops HTTP endpoint, until a shutdown signal.
+//!
+//! Shutdown order: health flips to NOT_SERVING, the listener stops accepting, every `Execute`
+//! stream answers the batch in hand and ends, hyper drains the connections, the expiry task stops.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_wire::proto::node_server::NodeServer;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use crate::service::{NodeService, NodeState};
+use crate::store::Store;
+
+/// Largest gRPC message either way: a 512 MiB value plus its batch framing.
+pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
+/// Keys each shard may expire per active-expiry pass.
+const EXPIRE_BUDGET_PER_SHARD: usize = 64;
+/// How long graceful shutdown waits for connections to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How often the active expiry task runs.
+    pub expire_interval: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions { expire_interval: Duration::from_millis(100) }
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves; returns once drained.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<NodeState>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
+    let addr = listener.local_addr()?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<NodeServer<NodeService>>().await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let service = NodeServer::new(NodeService::new(state.clone(), stop_rx.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx));
+    let signal = async move {
+        shutdown.await;
+        tracing::info!(%addr, "node shutting down: finishing in-flight batches");
+        health.set_not_serving::<NodeServer<NodeService>>().await;
+        let _ = stop_tx.send(true);
+    };
+    tracing::info!(%addr, shards = state.store.shard_count(), "node serving gRPC");
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let served = Server::builder()
+        // Large windows so one router stream can carry big batches without stalling on
+        // flow-control round trips.
+        .initial_stream_window_size(8 * 1024 * 1024)
+        .initial_connection_window_size(16 * 1024 * 1024)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .add_service(health_service)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, signal);
+    let result = match tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_secs(1), served).await {
+        Ok(r) => r.map_err(NodeError::from),
+        Err(_) => {
+            tracing::warn!("connections did not drain in time; exiting anyway");
+            Ok(())
+        }
+    };
+    expiry.abort();
+    tracing::info!(%addr, "node stopped");
+    result
+}
+
+/// Active expiry: every `interval`, each shard drops up to a budget of expired keys; passes repeat
+/// while they keep finding a lot (over a quarter of the budget), for at most a quarter of the
+/// interval, so a mass expiry is reclaimed quickly without starving requests.
+async fn active_expiry(store: Arc<Store>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let full_pass = EXPIRE_BUDGET_PER_SHARD * store.shard_count();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let deadline = Instant::now() + interval / 4;
+        loop {
+            let removed = store.purge_expired(EXPIRE_BUDGET_PER_SHARD);
+            if removed * 4 < full_pass || Instant::now() >= deadline {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A node running in this process (the router's embedded mode, and tests).
+pub struct NodeHandle {
+    pub addr: SocketAddr,
+    pub state: Arc<NodeState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), NodeError>>,
+}
+
+impl std::fmt::Debug for NodeHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeHandle").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl NodeHandle {
+    /// Binds `addr` (port 0 picks a free port) and starts serving `store`.
+    pub async fn start(
+        addr: SocketAddr,
+        store: Arc<Store>,
+        options: ServeOptions,
+    ) -> Result<NodeHandle, NodeError> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(NodeState::new(store));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(listener, state.clone(), options, async move {
+            let _ = stopped.await;
+        }));
+        Ok(NodeHandle { addr, state, stop: Some(stop), task })
+    }
+
+    /// Graceful shutdown, as on SIGTERM.
+    pub async fn shutdown(mut self) -> Result<(), NodeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.unwrap_or(Ok(()))
+    }
+}

@@ -1,0 +1,364 @@
+//! Key commands: existence, deletion, TTLs, iteration and whole-store operations.
+
+use bytes::Bytes;
+
+use super::entry::{Entry, lru_now};
+use super::glob::glob_match;
+use super::{Store, StoreError};
+
+/// A key's TTL as TTL/PTTL/EXPIRETIME need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlState {
+    Missing,
+    Persistent,
+    ExpiresAt(u64),
+}
+
+/// EXPIRE's NX / XX / GT / LT.
+pub use shoal_wire::proto::ExpireCondition;
+
+/// One step of a SCAN over this store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPage {
+    /// 0 when the scan is complete.
+    pub cursor: u64,
+    pub keys: Vec<Bytes>,
+}
+
+/// Cursor layout: shard index above bit 40, slab position below. Cursor 0 is the start.
+const CURSOR_SHARD_SHIFT: u32 = 40;
+
+impl Store {
+    pub fn del(&self, key: &[u8]) -> bool {
+        self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
+            Some(p) => {
+                s.remove(h, p);
+                true
+            }
+            None => false,
+        })
+    }
+
+    pub fn exists(&self, key: &[u8]) -> bool {
+        self.with_shard(key, |s, h, now| s.lookup(h, key, now).is_some())
+    }
+
+    /// TOUCH: exists, and counts as an access for LRU.
+    pub fn touch(&self, key: &[u8]) -> bool {
+        self.with_shard(key, |s, h, now| match s.lookup(h, key, now) {
+            Some(p) => {
+                s.entry_mut(p).lru = lru_now(now);
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// TYPE: every stored value is a string.
+    pub fn type_of(&self, key: &[u8]) -> &'static str {
+        if self.exists(key) { "string" } else { "none" }
+    }
+
+    /// EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT at absolute time `at` (ms; may be in the past or
+    /// negative, which deletes the key). Returns whether the TTL was set (or the key deleted).
+    pub fn expire(&self, key: &[u8], at: i64, condition: ExpireCondition) -> bool {
+        self.with_shard(key, |s, h, now| {
+            let Some(p) = s.find_live(h, key, now) else { return false };
+            let current = s.entry(p).expire_at;
+            let at_clamped = at.max(0) as u64;
+            let ok = match condition {
+                ExpireCondition::ExpireAlways => true,
+                ExpireCondition::ExpireNx => current == 0,
+                ExpireCondition::ExpireXx => current != 0,
+                // No TTL counts as infinite: GT never beats it, LT always does.
+                ExpireCondition::ExpireGt => current != 0 && at > current as i64,
+                ExpireCondition::ExpireLt => current == 0 || at < current as i64,
+            };
+            if !ok {
+                return false;
+            }
+            if at <= now as i64 {
+                s.remove(h, p);
+            } else {
+                s.set_expire(h, p, at_clamped);
+            }
+            true
+        })
+    }
+
+    pub fn persist(&self, key: &[u8]) -> bool {
+        self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
+            Some(p) if s.entry(p).expire_at != 0 => {
+                s.set_expire(h, p, 0);
+                true
+            }
+            _ => false,
+        })
+    }
+
+    pub fn ttl(&self, key: &[u8]) -> TtlState {
+        self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
+            None => TtlState::Missing,
+            Some(p) => match s.entry(p).expire_at {
+                0 => TtlState::Persistent,
+                at => TtlState::ExpiresAt(at),
+            },
+        })
+    }
+
+    /// One SCAN step visiting about `count` slab positions. `type_filter` is a Redis type name
+    /// (empty for any); only `string` values exist here.
+    pub fn scan(&self, cursor: u64, count: usize, pattern: Option<&[u8]>, type_filter: &str) -> ScanPage {
+        let now = self.now_ms();
+        let mut shard = (cursor >> CURSOR_SHARD_SHIFT) as usize;
+        let mut pos = (cursor & ((1 << CURSOR_SHARD_SHIFT) - 1)) as usize;
+        // A lone `*` means "no filter" (Redis special-cases it, so even the empty key matches).
+        let pattern = pattern.filter(|p| *p != b"*");
+        let type_ok = type_filter.is_empty() || type_filter.eq_ignore_ascii_case("string");
+        let mut budget = count.max(1);
+        let mut keys = Vec::new();
+        while shard < self.shards.len() {
+            let s = self.shards[shard].lock();
+            let (next, visited) = s.scan(pos, budget, |e| {
+                if type_ok && !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, e.key())) {
+                    keys.push(Bytes::copy_from_slice(e.key()));
+                }
+            });
+            drop(s);
+            budget = budget.saturating_sub(visited);
+            if let Some(p) = next {
+                return ScanPage { cursor: ((shard as u64) << CURSOR_SHARD_SHIFT) | p as u64, keys };
+            }
+            shard += 1;
+            pos = 0;
+            if budget == 0 && shard < self.shards.len() {
+                // Resume at the start of the next shard (never cursor 0: shard >= 1 here).
+                return ScanPage { cursor: (shard as u64) << CURSOR_SHARD_SHIFT, keys };
+            }
+        }
+        ScanPage { cursor: 0, keys }
+    }
+
+    /// KEYS: every live key matching `pattern`.
+    pub fn keys(&self, pattern: &[u8]) -> Vec<Bytes> {
+        let now = self.now_ms();
+        let all = pattern == b"*";
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let s = shard.lock();
+            out.extend(
+                s.iter()
+                    .filter(|e| !e.is_expired(now) && (all || glob_match(pattern, e.key())))
+                    .map(|e| Bytes::copy_from_slice(e.key())),
+            );
+        }
+        out
+    }
+
+    /// RANDOMKEY: a random live key, or `None` when the store is empty.
+    pub fn random_key(&self) -> Option<Bytes> {
+        let mut rng = fastrand::Rng::new();
+        let n = self.shards.len();
+        for _ in 0..4 * n + 64 {
+            let i = rng.usize(..n);
+            let found = self.with_shard_at(i, |s| {
+                let now = self.now_ms();
+                let p = s.random_pos(&mut rng)?;
+                let e = s.entry(p);
+                if e.is_expired(now) {
+                    let h = s.hash(e.key());
+                    s.remove(h, p);
+                    s.expired += 1;
+                    return None;
+                }
+                Some(Bytes::copy_from_slice(e.key()))
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        // Mostly empty shards: fall back to the first live key in shard order.
+        let now = self.now_ms();
+        self.shards.iter().find_map(|shard| {
+            let s = shard.lock();
+            s.iter().find(|e| !e.is_expired(now)).map(|e| Bytes::copy_from_slice(e.key()))
+        })
+    }
+
+    /// DBSIZE (keys past their TTL but not yet reclaimed are counted, as in Redis).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// FLUSHALL / FLUSHDB.
+    pub fn flush(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.with_shard_at(i, |s| s.clear())).sum()
+    }
+
+    /// MSETNX on this node: sets every pair only if none of the keys exists, atomically (all the
+    /// shards involved are locked, in index order so concurrent calls cannot deadlock).
+    pub fn mset_nx(&self, pairs: &[(&[u8], &[u8])]) -> Result<bool, StoreError> {
+        for (k, v) in pairs {
+            self.check_len(k.len())?;
+            self.check_len(v.len())?;
+        }
+        self.make_room()?;
+        let now = self.now_ms();
+        let mut indices: Vec<usize> = pairs.iter().map(|(k, _)| self.shard_of(k)).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let mut guards: Vec<_> = indices.iter().map(|&i| self.shards[i].lock()).collect();
+        let before: usize = guards.iter().map(|g| g.mem()).sum();
+        let guard_of = |key: &[u8]| indices.binary_search(&self.shard_of(key)).expect("locked");
+        let any_exists = pairs.iter().any(|(k, _)| {
+            let g = &mut guards[guard_of(k)];
+            let h = g.hash(k);
+            g.find_live(h, k, now).is_some()
+        });
+        if !any_exists {
+            for (k, v) in pairs {
+                let g = &mut guards[guard_of(k)];
+                let h = g.hash(k);
+                match g.find(h, k) {
+                    Some(p) => {
+                        g.update(p, |e| e.set_value(v));
+                        g.set_expire(h, p, 0);
+                    }
+                    None => {
+                        g.insert(h, Entry::new(k, v, 0, lru_now(now)));
+                    }
+                }
+            }
+        }
+        let after: usize = guards.iter().map(|g| g.mem()).sum();
+        drop(guards);
+        self.settle(before, after);
+        Ok(!any_exists)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::{Clock, ManualClock, SetExpiry, SetOptions, StoreConfig};
+
+    fn store() -> (Store, ManualClock) {
+        let clock = ManualClock::new(1_000_000);
+        (Store::new(StoreConfig { shards: 4, ..Default::default() }, Arc::new(clock.clone())), clock)
+    }
+
+    fn put(s: &Store, k: &str) {
+        s.set(k.as_bytes(), b"v", SetOptions::default()).unwrap();
+    }
+
+    #[test]
+    fn expire_conditions_follow_redis() {
+        let (s, clock) = store();
+        let now = clock.now_ms() as i64;
+        put(&s, "k");
+        assert!(!s.expire(b"k", now + 100, ExpireCondition::ExpireXx), "XX needs a TTL");
+        assert!(!s.expire(b"k", now + 100, ExpireCondition::ExpireGt), "GT never beats no TTL");
+        assert!(s.expire(b"k", now + 100, ExpireCondition::ExpireLt), "LT beats no TTL");
+        assert!(!s.expire(b"k", now + 200, ExpireCondition::ExpireNx));
+        assert!(s.expire(b"k", now + 200, ExpireCondition::ExpireGt));
+        assert!(!s.expire(b"k", now + 300, ExpireCondition::ExpireLt));
+        assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt((now + 200) as u64));
+        assert!(s.persist(b"k"));
+        assert!(!s.persist(b"k"));
+        assert!(s.expire(b"k", -5, ExpireCondition::ExpireAlways), "a past time deletes");
+        assert_eq!(s.ttl(b"k"), TtlState::Missing);
+        assert!(!s.expire(b"missing", now + 1, ExpireCondition::ExpireAlways));
+    }
+
+    #[test]
+    fn scan_returns_every_stable_key_exactly_once_despite_churn() {
+        let (s, _) = store();
+        for i in 0..500 {
+            put(&s, &format!("stable{i}"));
+        }
+        for i in 0..500 {
+            put(&s, &format!("churn{i}"));
+        }
+        let mut seen = Vec::new();
+        let mut cursor = 0;
+        let mut round = 0;
+        loop {
+            let page = s.scan(cursor, 37, None, "");
+            seen.extend(page.keys);
+            // Delete and add keys between steps, as concurrent clients would.
+            for j in 0..10 {
+                s.del(format!("churn{}", round * 10 + j).as_bytes());
+                put(&s, &format!("new{round}-{j}"));
+            }
+            round += 1;
+            cursor = page.cursor;
+            if cursor == 0 {
+                break;
+            }
+        }
+        let stable: Vec<_> = seen.iter().filter(|k| k.starts_with(b"stable")).collect();
+        let unique: HashSet<_> = stable.iter().collect();
+        assert_eq!(stable.len(), 500, "each stable key exactly once");
+        assert_eq!(unique.len(), 500);
+    }
+
+    #[test]
+    fn scan_match_type_and_keys() {
+        let (s, clock) = store();
+        for i in 0..50 {
+            put(&s, &format!("user:{i}"));
+            put(&s, &format!("item:{i}"));
+        }
+        let at = clock.now_ms() + 10;
+        s.set(b"user:gone", b"v", SetOptions { expiry: SetExpiry::At(at), ..Default::default() }).unwrap();
+        clock.advance(10);
+        let mut found = 0;
+        let mut cursor = 0;
+        loop {
+            let page = s.scan(cursor, 10, Some(b"user:*"), "");
+            assert!(page.keys.iter().all(|k| k.starts_with(b"user:")));
+            assert!(!page.keys.iter().any(|k| &k[..] == b"user:gone"), "expired keys are hidden");
+            found += page.keys.len();
+            cursor = page.cursor;
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(found, 50);
+        assert!(s.scan(0, 1000, None, "hash").keys.is_empty());
+        assert_eq!(s.scan(0, 10_000, None, "STRING").keys.len(), 100, "type names are case-insensitive");
+        assert_eq!(s.keys(b"item:1*").len(), 11);
+        assert_eq!(s.keys(b"*").len(), 100);
+    }
+
+    #[test]
+    fn random_key_and_flush() {
+        let (s, _) = store();
+        assert_eq!(s.random_key(), None);
+        put(&s, "only");
+        assert_eq!(s.random_key().unwrap(), "only");
+        for i in 0..100 {
+            put(&s, &format!("k{i}"));
+        }
+        assert_eq!(s.len(), 101);
+        assert_eq!(s.flush(), 101);
+        assert!(s.is_empty());
+        assert_eq!(s.used_memory(), 0, "flush returns every accounted byte");
+    }
+
+    #[test]
+    fn mset_nx_is_all_or_nothing() {
+        let (s, _) = store();
+        assert!(s.mset_nx(&[(b"a", b"1"), (b"b", b"2"), (b"{x}c", b"3")]).unwrap());
+        assert!(!s.mset_nx(&[(b"new", b"1"), (b"b", b"9")]).unwrap());
+        assert_eq!(s.get(b"new"), None);
+        assert_eq!(s.get(b"b").unwrap(), "2");
+    }
+}

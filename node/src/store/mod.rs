@@ -1,0 +1,276 @@
+//! The node's sharded in-memory store. A plain synchronous API with no protocol types in it: the
+//! gRPC layer (`ops.rs`) translates ops into these calls and results into replies.
+//!
+//! - [`shard`]: one shard: slab of entries + hash index + expiry min-heap, behind its own mutex.
+//! - [`entry`]: the 40-byte entry; key and value share one allocation.
+//! - [`strings`]: string commands (GET, SET and its options, APPEND, INCR, SETRANGE, ...).
+//! - [`keyspace`]: key commands (DEL, EXISTS, EXPIRE, TTL, SCAN, KEYS, RANDOMKEY, FLUSH, ...).
+//! - [`evict`]: `maxmemory` enforcement and the eviction policies.
+//! - [`clock`], [`glob`], [`float`]: time, Redis glob patterns, x87 INCRBYFLOAT arithmetic.
+//!
+//! A key's shard is its cluster slot masked to the shard count, so every key of a slot lives in one
+//! shard. Memory is accounted per shard (entries at their allocation size plus the slab, index and
+//! heap at capacity) and summed in one atomic that `maxmemory` is checked against.
+
+pub mod clock;
+pub mod entry;
+mod evict;
+pub mod float;
+pub mod glob;
+mod keyspace;
+mod shard;
+mod strings;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use float::FloatError;
+pub use keyspace::{ScanPage, TtlState};
+pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
+
+use shard::Shard;
+
+/// Largest value (and key) a node stores, as Redis's default `proto-max-bulk-len`.
+pub const DEFAULT_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
+
+/// Why a store call was refused. `Display` is the exact Redis error line (without the `-`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    #[error(transparent)]
+    Float(#[from] FloatError),
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    OutOfMemory,
+    #[error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")]
+    TooLarge,
+    #[error("ERR offset is out of range")]
+    OffsetOutOfRange,
+}
+
+/// What to drop when `maxmemory` is reached (Redis's `maxmemory-policy`; the LFU policies are not
+/// offered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvictionPolicy {
+    /// Refuse writes that may grow memory with `-OOM`.
+    #[default]
+    NoEviction,
+    AllKeysLru,
+    AllKeysRandom,
+    VolatileLru,
+    VolatileRandom,
+    VolatileTtl,
+}
+
+impl EvictionPolicy {
+    pub const ALL: [EvictionPolicy; 6] = [
+        EvictionPolicy::NoEviction,
+        EvictionPolicy::AllKeysLru,
+        EvictionPolicy::AllKeysRandom,
+        EvictionPolicy::VolatileLru,
+        EvictionPolicy::VolatileRandom,
+        EvictionPolicy::VolatileTtl,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::NoEviction => "noeviction",
+            EvictionPolicy::AllKeysLru => "allkeys-lru",
+            EvictionPolicy::AllKeysRandom => "allkeys-random",
+            EvictionPolicy::VolatileLru => "volatile-lru",
+            EvictionPolicy::VolatileRandom => "volatile-random",
+            EvictionPolicy::VolatileTtl => "volatile-ttl",
+        }
+    }
+}
+
+impl fmt::Display for EvictionPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EvictionPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EvictionPolicy::ALL.into_iter().find(|p| p.as_str().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            let names: Vec<&str> = EvictionPolicy::ALL.iter().map(|p| p.as_str()).collect();
+            format!("unknown policy '{s}' (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Number of shards; rounded up to a power of two.
+    pub shards: usize,
+    /// Memory limit in bytes; 0 means none.
+    pub maxmemory: usize,
+    pub policy: EvictionPolicy,
+    pub max_value_len: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            shards: default_shards(),
+            maxmemory: 0,
+            policy: EvictionPolicy::NoEviction,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+        }
+    }
+}
+
+/// Four shards per core, at least 8: enough that two writers rarely share a lock.
+pub fn default_shards() -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (cores * 4).max(8).next_power_of_two()
+}
+
+/// Counters for INFO, `SHOAL NODES` and /metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub keys: u64,
+    pub volatile_keys: u64,
+    pub used_memory: u64,
+    pub expired_keys: u64,
+    pub evicted_keys: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+}
+
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    mask: usize,
+    clock: Arc<dyn Clock>,
+    config: StoreConfig,
+    used: AtomicUsize,
+    /// Where the next eviction starts looking, so evictions spread over the shards.
+    evict_cursor: AtomicUsize,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    pub fn new(config: StoreConfig, clock: Arc<dyn Clock>) -> Store {
+        let n = config.shards.max(1).next_power_of_two();
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let shards = (0..n).map(|_| Mutex::new(Shard::new(hasher.clone()))).collect();
+        Store {
+            shards,
+            mask: n - 1,
+            clock,
+            config: StoreConfig { shards: n, ..config },
+            used: AtomicUsize::new(0),
+            evict_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Bytes accounted against `maxmemory`.
+    pub fn used_memory(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn shard_of(&self, key: &[u8]) -> usize {
+        usize::from(shoal_wire::key_slot(key)) & self.mask
+    }
+
+    /// Runs `f` on the shard owning `key` with the key's hash and the current time, then settles
+    /// the memory account. The one entry point for single-key commands.
+    fn with_shard<R>(&self, key: &[u8], f: impl FnOnce(&mut Shard, u64, u64) -> R) -> R {
+        let now = self.clock.now_ms();
+        self.with_shard_at(self.shard_of(key), |shard| {
+            let hash = shard.hash(key);
+            f(shard, hash, now)
+        })
+    }
+
+    fn with_shard_at<R>(&self, index: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut shard = self.shards[index].lock();
+        let before = shard.mem();
+        let r = f(&mut shard);
+        let after = shard.mem();
+        drop(shard);
+        self.settle(before, after);
+        r
+    }
+
+    fn settle(&self, before: usize, after: usize) {
+        if after > before {
+            self.used.fetch_add(after - before, Ordering::Relaxed);
+        } else if before > after {
+            self.used.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), StoreError> {
+        if len > self.config.max_value_len { Err(StoreError::TooLarge) } else { Ok(()) }
+    }
+
+    /// Active expiry: removes up to `budget_per_shard` expired keys from each shard, taking each
+    /// shard's lock only for that bounded amount of work. Returns how many keys it removed.
+    pub fn purge_expired(&self, budget_per_shard: usize) -> usize {
+        let now = self.clock.now_ms();
+        (0..self.shards.len())
+            .map(|i| self.with_shard_at(i, |s| s.purge_expired(now, budget_per_shard)))
+            .sum()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let mut st = StoreStats { used_memory: self.used_memory() as u64, ..Default::default() };
+        for shard in self.shards.iter() {
+            let s = shard.lock();
+            st.keys += s.len() as u64;
+            st.volatile_keys += s.volatile() as u64;
+            st.expired_keys += s.expired;
+            st.evicted_keys += s.evicted;
+            st.keyspace_hits += s.hits;
+            st.keyspace_misses += s.misses;
+        }
+        st
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip() {
+        for p in EvictionPolicy::ALL {
+            assert_eq!(p.as_str().parse::<EvictionPolicy>(), Ok(p));
+        }
+        assert!("allkeys-lfu".parse::<EvictionPolicy>().is_err());
+    }
+
+    #[test]
+    fn shard_count_is_a_power_of_two() {
+        let s = Store::new(StoreConfig { shards: 6, ..Default::default() }, Arc::new(SystemClock));
+        assert_eq!(s.shard_count(), 8);
+        assert!(default_shards().is_power_of_two());
+    }
+}

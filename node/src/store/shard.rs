@@ -1,0 +1,397 @@
+//! One shard of the store: a slab of entries, a hash index over it and an expiry min-heap.
+//!
+//! Entries live in a slab (`Vec<Option<Entry>>`) and never move once placed, which is what makes
+//! SCAN cursors (slab positions) keep Redis's guarantee: a key present for a whole scan is returned.
+//! Freed positions are reused by later inserts. The index is a `HashTable<u32>` of slab positions:
+//! 4 bytes + 1 control byte per bucket instead of a full entry per bucket.
+//!
+//! The expiry heap holds `(expire_at, key hash)` pairs. It is never updated in place: an entry whose
+//! TTL changes or that is deleted leaves a stale pair behind, which is recognised and dropped when it
+//! reaches the top (the entry is gone or has another `expire_at`). The heap is rebuilt when stale
+//! pairs outnumber live ones.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use hashbrown::DefaultHashBuilder;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+use super::entry::{ENTRY_SIZE, Entry};
+
+/// Bytes of index per bucket: the `u32` position plus hashbrown's control byte.
+const INDEX_BUCKET_SIZE: usize = std::mem::size_of::<u32>() + 1;
+const HEAP_ITEM_SIZE: usize = std::mem::size_of::<Reverse<(u64, u64)>>();
+
+pub struct Shard {
+    hasher: DefaultHashBuilder,
+    index: HashTable<u32>,
+    slab: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    expiry: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Entries with a TTL.
+    volatile: usize,
+    /// Sum of `Entry::heap_size` over live entries.
+    heap_bytes: usize,
+    pub expired: u64,
+    pub evicted: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl Shard {
+    pub fn new(hasher: DefaultHashBuilder) -> Shard {
+        Shard {
+            hasher,
+            index: HashTable::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            expiry: BinaryHeap::new(),
+            volatile: 0,
+            heap_bytes: 0,
+            expired: 0,
+            evicted: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn volatile(&self) -> usize {
+        self.volatile
+    }
+
+    /// Bytes this shard accounts for: entry allocations plus the slab, index, free list and heap
+    /// at their current capacities. This is what `maxmemory` is compared against.
+    pub fn mem(&self) -> usize {
+        self.heap_bytes
+            + self.slab.capacity() * ENTRY_SIZE
+            + self.index.num_buckets() * INDEX_BUCKET_SIZE
+            + self.free.capacity() * std::mem::size_of::<u32>()
+            + self.expiry.capacity() * HEAP_ITEM_SIZE
+    }
+
+    #[inline]
+    pub fn entry(&self, pos: u32) -> &Entry {
+        self.slab[pos as usize].as_ref().expect("index points at a live entry")
+    }
+
+    #[inline]
+    pub fn entry_mut(&mut self, pos: u32) -> &mut Entry {
+        self.slab[pos as usize].as_mut().expect("index points at a live entry")
+    }
+
+    /// Position of `key`, expired or not.
+    pub fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        let slab = &self.slab;
+        self.index.find(hash, |&pos| slab[pos as usize].as_ref().is_some_and(|e| e.key() == key)).copied()
+    }
+
+    /// Position of `key` if it is live at `now`; an expired entry is removed on the spot (lazy
+    /// expiry) and counted.
+    pub fn find_live(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
+        let pos = self.find(hash, key)?;
+        if self.entry(pos).is_expired(now) {
+            self.remove(hash, pos);
+            self.expired += 1;
+            return None;
+        }
+        Some(pos)
+    }
+
+    /// Like [`find_live`](Self::find_live), counting a keyspace hit or miss.
+    pub fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
+        let found = self.find_live(hash, key, now);
+        if found.is_some() {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+        found
+    }
+
+    /// Inserts an entry for a key that is not present. Returns its position.
+    pub fn insert(&mut self, hash: u64, entry: Entry) -> u32 {
+        let expire_at = entry.expire_at;
+        self.heap_bytes += entry.heap_size();
+        let pos = match self.free.pop() {
+            Some(pos) => {
+                self.slab[pos as usize] = Some(entry);
+                pos
+            }
+            None => {
+                if self.slab.len() == self.slab.capacity() {
+                    // Grow by a quarter rather than doubling: at millions of keys per shard a
+                    // doubling would strand up to half the slab (40 bytes a key) as slack.
+                    self.slab.reserve_exact((self.slab.capacity() / 4).max(16));
+                }
+                self.slab.push(Some(entry));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        let (hasher, slab) = (&self.hasher, &self.slab);
+        self.index
+            .insert_unique(hash, pos, |&p| hasher.hash_one(slab[p as usize].as_ref().expect("live").key()));
+        if expire_at != 0 {
+            self.volatile += 1;
+            self.push_expiry(expire_at, hash);
+        }
+        pos
+    }
+
+    /// Removes the entry at `pos` (whose key hashes to `hash`) and returns it.
+    pub fn remove(&mut self, hash: u64, pos: u32) -> Entry {
+        if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
+            found.remove();
+        }
+        let entry = self.slab[pos as usize].take().expect("removing a live entry");
+        if pos as usize + 1 == self.slab.len() {
+            self.slab.pop();
+        } else {
+            self.free.push(pos);
+        }
+        self.heap_bytes -= entry.heap_size();
+        if entry.expire_at != 0 {
+            self.volatile -= 1;
+        }
+        entry
+    }
+
+    /// Runs `f` on the entry at `pos`, keeping the byte count right if `f` resizes the value.
+    pub fn update<R>(&mut self, pos: u32, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let entry = self.slab[pos as usize].as_mut().expect("live");
+        let before = entry.heap_size();
+        let r = f(entry);
+        let after = entry.heap_size();
+        self.heap_bytes = self.heap_bytes + after - before;
+        r
+    }
+
+    /// Sets or clears (`at == 0`) the TTL of the entry at `pos`.
+    pub fn set_expire(&mut self, hash: u64, pos: u32, at: u64) {
+        let entry = self.entry_mut(pos);
+        let old = std::mem::replace(&mut entry.expire_at, at);
+        match (old != 0, at != 0) {
+            (false, true) => self.volatile += 1,
+            (true, false) => self.volatile -= 1,
+            _ => {}
+        }
+        if at != 0 && at != old {
+            self.push_expiry(at, hash);
+        }
+    }
+
+    fn push_expiry(&mut self, at: u64, hash: u64) {
+        self.expiry.push(Reverse((at, hash)));
+        // Stale pairs (TTL changed, key deleted) only leave the heap when they reach the top;
+        // rebuild once they dominate so the heap stays proportional to the volatile keys.
+        if self.expiry.len() > 1024 && self.expiry.len() > 2 * self.volatile {
+            self.rebuild_expiry();
+        }
+    }
+
+    fn rebuild_expiry(&mut self) {
+        let hasher = &self.hasher;
+        let live: Vec<Reverse<(u64, u64)>> = self
+            .slab
+            .iter()
+            .flatten()
+            .filter(|e| e.expire_at != 0)
+            .map(|e| Reverse((e.expire_at, hasher.hash_one(e.key()))))
+            .collect();
+        self.expiry = BinaryHeap::from(live);
+    }
+
+    /// The live entry whose key hashes to `hash` and whose TTL is exactly `at`, if any.
+    fn find_by_expiry(&self, hash: u64, at: u64) -> Option<u32> {
+        let (hasher, slab) = (&self.hasher, &self.slab);
+        self.index
+            .find(hash, |&p| {
+                slab[p as usize]
+                    .as_ref()
+                    .is_some_and(|e| e.expire_at == at && hasher.hash_one(e.key()) == hash)
+            })
+            .copied()
+    }
+
+    /// Active expiry: removes up to `budget` entries whose TTL is at or before `now`, soonest
+    /// first. Returns how many it removed. Bounded so a mass expiry never stalls the shard.
+    pub fn purge_expired(&mut self, now: u64, budget: usize) -> usize {
+        let mut removed = 0;
+        let mut work = 0;
+        while removed < budget && work < budget * 4 {
+            let Some(&Reverse((at, hash))) = self.expiry.peek() else { break };
+            if at > now {
+                break;
+            }
+            self.expiry.pop();
+            work += 1;
+            if let Some(pos) = self.find_by_expiry(hash, at) {
+                self.remove(hash, pos);
+                self.expired += 1;
+                removed += 1;
+            }
+        }
+        if self.expiry.is_empty() {
+            self.expiry.shrink_to(64);
+        }
+        removed
+    }
+
+    /// The volatile entry that expires soonest (for `volatile-ttl` eviction), dropping stale pairs.
+    pub fn soonest_expiring(&mut self) -> Option<(u64, u32)> {
+        while let Some(&Reverse((at, hash))) = self.expiry.peek() {
+            if let Some(pos) = self.find_by_expiry(hash, at) {
+                return Some((hash, pos));
+            }
+            self.expiry.pop();
+        }
+        None
+    }
+
+    /// A uniformly random live position, if the shard has entries. Tries random slab positions
+    /// first (the slab is dense unless many keys were deleted), then falls back to the index.
+    pub fn random_pos(&self, rng: &mut fastrand::Rng) -> Option<u32> {
+        if self.index.is_empty() {
+            return None;
+        }
+        for _ in 0..16 {
+            let pos = rng.usize(..self.slab.len());
+            if self.slab[pos].is_some() {
+                return Some(pos as u32);
+            }
+        }
+        let skip = rng.usize(..self.index.len().min(64));
+        self.index.iter().nth(skip).copied()
+    }
+
+    /// A random entry with a TTL (from the expiry heap), for `volatile-*` eviction.
+    pub fn random_volatile_pos(&self, rng: &mut fastrand::Rng) -> Option<(u64, u32)> {
+        let heap = self.expiry.as_slice();
+        if heap.is_empty() || self.volatile == 0 {
+            return None;
+        }
+        for _ in 0..16 {
+            let Reverse((at, hash)) = heap[rng.usize(..heap.len())];
+            if let Some(pos) = self.find_by_expiry(hash, at) {
+                return Some((hash, pos));
+            }
+        }
+        None
+    }
+
+    /// Calls `visit` on live entries from slab position `from`, visiting at most `limit`
+    /// positions. Returns where to continue (`None` at the end of the slab) and how many positions
+    /// were visited.
+    pub fn scan(&self, from: usize, limit: usize, mut visit: impl FnMut(&Entry)) -> (Option<usize>, usize) {
+        let start = from.min(self.slab.len());
+        let end = start.saturating_add(limit).min(self.slab.len());
+        for entry in self.slab[start..end].iter().flatten() {
+            visit(entry);
+        }
+        ((end < self.slab.len()).then_some(end), end - start)
+    }
+
+    /// Every live entry, in slab order.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.slab.iter().flatten()
+    }
+
+    /// Drops everything, returning the number of keys dropped.
+    pub fn clear(&mut self) -> usize {
+        let n = self.index.len();
+        self.index = HashTable::new();
+        self.slab = Vec::new();
+        self.free = Vec::new();
+        self.expiry = BinaryHeap::new();
+        self.volatile = 0;
+        self.heap_bytes = 0;
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard() -> Shard {
+        Shard::new(DefaultHashBuilder::default())
+    }
+
+    fn put(s: &mut Shard, key: &str, expire_at: u64) -> u32 {
+        let h = s.hash(key.as_bytes());
+        s.insert(h, Entry::new(key.as_bytes(), b"v", expire_at, 0))
+    }
+
+    #[test]
+    fn positions_are_stable_and_reused() {
+        let mut s = shard();
+        let a = put(&mut s, "a", 0);
+        let b = put(&mut s, "b", 0);
+        let c = put(&mut s, "c", 0);
+        let hb = s.hash(b"b");
+        s.remove(hb, b);
+        assert_eq!(s.find(s.hash(b"a"), b"a"), Some(a));
+        assert_eq!(s.find(s.hash(b"c"), b"c"), Some(c), "removing b did not move c");
+        let d = put(&mut s, "d", 0);
+        assert_eq!(d, b, "freed position reused");
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn purge_respects_budget_and_stale_pairs() {
+        let mut s = shard();
+        for i in 0..10 {
+            put(&mut s, &format!("k{i}"), 100 + i);
+        }
+        // Change one TTL (leaves a stale pair) and delete another.
+        let h = s.hash(b"k0");
+        let p = s.find(h, b"k0").unwrap();
+        s.set_expire(h, p, 10_000);
+        let h1 = s.hash(b"k1");
+        let p1 = s.find(h1, b"k1").unwrap();
+        s.remove(h1, p1);
+        assert_eq!(s.purge_expired(105, 3), 3);
+        assert_eq!(s.purge_expired(105, 100), 1, "k2..k5 expire at 102..105; k2..k4 already gone");
+        assert!(s.find(h, b"k0").is_some(), "k0's stale pair did not expire it");
+        assert_eq!(s.purge_expired(1_000, 100), 4);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.volatile(), 1);
+        assert_eq!(s.expired, 8);
+    }
+
+    #[test]
+    fn lazy_expiry_on_lookup() {
+        let mut s = shard();
+        put(&mut s, "x", 50);
+        let h = s.hash(b"x");
+        assert!(s.lookup(h, b"x", 49).is_some());
+        assert!(s.lookup(h, b"x", 50).is_none());
+        assert_eq!(s.len(), 0);
+        assert_eq!((s.hits, s.misses, s.expired), (1, 1, 1));
+    }
+
+    #[test]
+    fn mem_tracks_entries() {
+        let mut s = shard();
+        let empty = s.mem();
+        for i in 0..100 {
+            put(&mut s, &format!("key{i}"), 0);
+        }
+        assert!(s.mem() > empty + 100 * (ENTRY_SIZE + 5));
+        for i in 0..100 {
+            let k = format!("key{i}");
+            let h = s.hash(k.as_bytes());
+            let p = s.find(h, k.as_bytes()).unwrap();
+            s.remove(h, p);
+        }
+        assert_eq!(s.heap_bytes, 0);
+    }
+}

@@ -1,0 +1,404 @@
+//! String commands. Each method is one Redis command's data semantics, applied atomically under
+//! the key's shard lock; argument syntax was checked by the router.
+
+use bytes::Bytes;
+
+use super::entry::{Entry, lru_now};
+use super::float;
+use super::{Store, StoreError};
+
+/// SET's NX / XX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetCondition {
+    #[default]
+    Always,
+    IfAbsent,
+    IfPresent,
+}
+
+/// What a SET does to the key's TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetExpiry {
+    /// Plain SET: any TTL is removed.
+    #[default]
+    Clear,
+    /// KEEPTTL.
+    Keep,
+    /// Expire at this Unix ms. A time already past stores nothing and removes the key, as Redis
+    /// does for `SET ... EXAT <past>`.
+    At(u64),
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetOptions {
+    pub condition: SetCondition,
+    pub expiry: SetExpiry,
+    /// SET ... GET: return the old value.
+    pub get: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetOutcome {
+    /// Whether the condition held (the reply is OK rather than nil).
+    pub stored: bool,
+    /// The previous value, when `get` was asked for.
+    pub old: Option<Bytes>,
+}
+
+impl Store {
+    pub fn get(&self, key: &[u8]) -> Option<Bytes> {
+        self.with_shard(key, |s, h, now| {
+            let pos = s.lookup(h, key, now)?;
+            let e = s.entry_mut(pos);
+            e.lru = lru_now(now);
+            Some(Bytes::copy_from_slice(e.value()))
+        })
+    }
+
+    pub fn set(&self, key: &[u8], value: &[u8], opts: SetOptions) -> Result<SetOutcome, StoreError> {
+        self.check_len(key.len())?;
+        self.check_len(value.len())?;
+        self.make_room()?;
+        Ok(self.with_shard(key, |s, h, now| {
+            let pos = s.find_live(h, key, now);
+            let old = if opts.get { pos.map(|p| Bytes::copy_from_slice(s.entry(p).value())) } else { None };
+            let allowed = match opts.condition {
+                SetCondition::Always => true,
+                SetCondition::IfAbsent => pos.is_none(),
+                SetCondition::IfPresent => pos.is_some(),
+            };
+            if !allowed {
+                return SetOutcome { stored: false, old };
+            }
+            let expire_at = match opts.expiry {
+                SetExpiry::Clear => 0,
+                SetExpiry::Keep => pos.map_or(0, |p| s.entry(p).expire_at),
+                SetExpiry::At(at) if at <= now => {
+                    if let Some(p) = pos {
+                        s.remove(h, p);
+                    }
+                    return SetOutcome { stored: true, old };
+                }
+                SetExpiry::At(at) => at,
+            };
+            match pos {
+                Some(p) => {
+                    s.update(p, |e| {
+                        e.set_value(value);
+                        e.lru = lru_now(now);
+                    });
+                    s.set_expire(h, p, expire_at);
+                }
+                None => {
+                    s.insert(h, Entry::new(key, value, expire_at, lru_now(now)));
+                }
+            }
+            SetOutcome { stored: true, old }
+        }))
+    }
+
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize, StoreError> {
+        self.check_len(key.len())?;
+        self.make_room()?;
+        self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
+            None => {
+                self.check_len(value.len())?;
+                s.insert(h, Entry::new(key, value, 0, lru_now(now)));
+                Ok(value.len())
+            }
+            Some(p) => {
+                let old_len = s.entry(p).value().len();
+                let new_len = old_len.checked_add(value.len()).ok_or(StoreError::TooLarge)?;
+                self.check_len(new_len)?;
+                s.update(p, |e| {
+                    e.value_resize(new_len)[old_len..].copy_from_slice(value);
+                    e.lru = lru_now(now);
+                });
+                Ok(new_len)
+            }
+        })
+    }
+
+    pub fn strlen(&self, key: &[u8]) -> usize {
+        self.with_shard(key, |s, h, now| s.lookup(h, key, now).map_or(0, |p| s.entry(p).value().len()))
+    }
+
+    /// GETRANGE with Redis's index rules (negative from the end, clamped, empty when inverted).
+    pub fn getrange(&self, key: &[u8], start: i64, end: i64) -> Bytes {
+        self.with_shard(key, |s, h, now| {
+            let Some(p) = s.lookup(h, key, now) else { return Bytes::new() };
+            let v = s.entry(p).value();
+            let len = v.len() as i64;
+            if start < 0 && end < 0 && start > end {
+                return Bytes::new();
+            }
+            let start = if start < 0 { (len + start).max(0) } else { start };
+            let end = if end < 0 { (len + end).max(0) } else { end }.min(len - 1);
+            if start > end || len == 0 {
+                return Bytes::new();
+            }
+            Bytes::copy_from_slice(&v[start as usize..=end as usize])
+        })
+    }
+
+    /// SETRANGE: overwrite from `offset`, zero-padding, creating the key unless `value` is empty.
+    pub fn setrange(&self, key: &[u8], offset: i64, value: &[u8]) -> Result<usize, StoreError> {
+        if offset < 0 {
+            return Err(StoreError::OffsetOutOfRange);
+        }
+        let offset = offset as usize;
+        self.check_len(key.len())?;
+        self.make_room()?;
+        self.with_shard(key, |s, h, now| {
+            let pos = s.find_live(h, key, now);
+            let old_len = pos.map_or(0, |p| s.entry(p).value().len());
+            if value.is_empty() {
+                return Ok(old_len);
+            }
+            let end = offset.checked_add(value.len()).ok_or(StoreError::TooLarge)?;
+            self.check_len(end)?;
+            let new_len = end.max(old_len);
+            let p = match pos {
+                Some(p) => p,
+                None => s.insert(h, Entry::new(key, b"", 0, lru_now(now))),
+            };
+            s.update(p, |e| {
+                e.value_resize(new_len)[offset..end].copy_from_slice(value);
+                e.lru = lru_now(now);
+            });
+            Ok(new_len)
+        })
+    }
+
+    /// INCRBY/DECRBY/INCR/DECR. The TTL is kept.
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64, StoreError> {
+        self.make_room()?;
+        self.with_shard(key, |s, h, now| {
+            let pos = s.find_live(h, key, now);
+            let current = match pos {
+                Some(p) => shoal_wire::num::parse_i64(s.entry(p).value()).ok_or(StoreError::NotInteger)?,
+                None => 0,
+            };
+            let next = current.checked_add(delta).ok_or(StoreError::Overflow)?;
+            let text = next.to_string();
+            match pos {
+                Some(p) => s.update(p, |e| {
+                    e.set_value(text.as_bytes());
+                    e.lru = lru_now(now);
+                }),
+                None => {
+                    s.insert(h, Entry::new(key, text.as_bytes(), 0, lru_now(now)));
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    /// INCRBYFLOAT in 80-bit extended precision, like Redis. The TTL is kept.
+    pub fn incr_by_float(&self, key: &[u8], increment: &[u8]) -> Result<Bytes, StoreError> {
+        self.make_room()?;
+        self.with_shard(key, |s, h, now| {
+            let pos = s.find_live(h, key, now);
+            let current: &[u8] = match pos {
+                Some(p) => s.entry(p).value(),
+                None => b"0",
+            };
+            let next = float::incr_by_float(current, increment)?;
+            match pos {
+                Some(p) => s.update(p, |e| {
+                    e.set_value(&next);
+                    e.lru = lru_now(now);
+                }),
+                None => {
+                    s.insert(h, Entry::new(key, &next, 0, lru_now(now)));
+                }
+            }
+            Ok(Bytes::from(next))
+        })
+    }
+
+    pub fn getdel(&self, key: &[u8]) -> Option<Bytes> {
+        self.with_shard(key, |s, h, now| {
+            let p = s.lookup(h, key, now)?;
+            let e = s.remove(h, p);
+            Some(Bytes::copy_from_slice(e.value()))
+        })
+    }
+
+    /// GETEX: returns the value, then applies `expiry` (`Clear` = PERSIST, `Keep` = plain GET,
+    /// `At(past)` deletes the key).
+    pub fn getex(&self, key: &[u8], expiry: SetExpiry) -> Option<Bytes> {
+        self.with_shard(key, |s, h, now| {
+            let p = s.lookup(h, key, now)?;
+            let value = Bytes::copy_from_slice(s.entry(p).value());
+            s.entry_mut(p).lru = lru_now(now);
+            match expiry {
+                SetExpiry::Keep => {}
+                SetExpiry::Clear => s.set_expire(h, p, 0),
+                SetExpiry::At(at) if at <= now => {
+                    s.remove(h, p);
+                }
+                SetExpiry::At(at) => s.set_expire(h, p, at),
+            }
+            Some(value)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::{Clock, ManualClock, StoreConfig, TtlState};
+
+    fn store() -> (Store, ManualClock) {
+        let clock = ManualClock::new(1_000_000);
+        (Store::new(StoreConfig::default(), Arc::new(clock.clone())), clock)
+    }
+
+    fn set(s: &Store, k: &str, v: &str, opts: SetOptions) -> SetOutcome {
+        s.set(k.as_bytes(), v.as_bytes(), opts).unwrap()
+    }
+
+    #[test]
+    fn set_conditions_and_get() {
+        let (s, _) = store();
+        let nx = SetOptions { condition: SetCondition::IfAbsent, ..Default::default() };
+        let xx = SetOptions { condition: SetCondition::IfPresent, get: true, ..Default::default() };
+        assert!(!set(&s, "k", "1", xx).stored, "XX on a missing key");
+        assert!(set(&s, "k", "1", nx).stored);
+        assert!(!set(&s, "k", "2", nx).stored, "NX on a present key");
+        let out = set(&s, "k", "3", xx);
+        assert_eq!(out, SetOutcome { stored: true, old: Some(Bytes::from("1")) });
+        assert_eq!(s.get(b"k").unwrap(), "3");
+    }
+
+    #[test]
+    fn ttl_is_cleared_kept_or_set() {
+        let (s, clock) = store();
+        let now = clock.now_ms();
+        set(&s, "k", "v", SetOptions { expiry: SetExpiry::At(now + 5000), ..Default::default() });
+        assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt(now + 5000));
+        set(&s, "k", "v2", SetOptions { expiry: SetExpiry::Keep, ..Default::default() });
+        assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt(now + 5000), "KEEPTTL");
+        set(&s, "k", "v3", SetOptions::default());
+        assert_eq!(s.ttl(b"k"), TtlState::Persistent, "plain SET clears the TTL");
+        set(&s, "k", "v4", SetOptions { expiry: SetExpiry::At(now - 1), ..Default::default() });
+        assert_eq!(s.get(b"k"), None, "an expiry in the past removes the key");
+    }
+
+    #[test]
+    fn keys_expire_by_the_clock() {
+        let (s, clock) = store();
+        let now = clock.now_ms();
+        set(&s, "k", "v", SetOptions { expiry: SetExpiry::At(now + 100), ..Default::default() });
+        clock.advance(99);
+        assert_eq!(s.get(b"k").unwrap(), "v");
+        clock.advance(1);
+        assert_eq!(s.get(b"k"), None, "lazy expiry at exactly the deadline");
+        assert_eq!(s.stats().expired_keys, 1);
+    }
+
+    #[test]
+    fn active_expiry_is_bounded_per_tick() {
+        let (s, clock) = store();
+        let at = clock.now_ms() + 10;
+        for i in 0..1000 {
+            set(&s, &format!("k{i}"), "v", SetOptions { expiry: SetExpiry::At(at), ..Default::default() });
+        }
+        set(&s, "keep", "v", SetOptions::default());
+        clock.advance(10);
+        let shards = s.shard_count();
+        let first = s.purge_expired(2);
+        assert!(first <= 2 * shards, "budget respected: {first}");
+        let mut total = first;
+        while total < 1000 {
+            let n = s.purge_expired(50);
+            assert!(n > 0);
+            total += n;
+        }
+        assert_eq!(s.stats().keys, 1);
+        assert_eq!(s.stats().expired_keys, 1000);
+    }
+
+    #[test]
+    fn append_strlen_getrange_setrange() {
+        let (s, _) = store();
+        assert_eq!(s.append(b"k", b"Hello").unwrap(), 5);
+        assert_eq!(s.append(b"k", b" World").unwrap(), 11);
+        assert_eq!(s.strlen(b"k"), 11);
+        assert_eq!(s.getrange(b"k", 0, 4), "Hello");
+        assert_eq!(s.getrange(b"k", -5, -1), "World");
+        assert_eq!(s.getrange(b"k", 5, 1), "");
+        assert_eq!(s.getrange(b"k", -1, -5), "");
+        assert_eq!(s.getrange(b"k", 0, 1000), "Hello World");
+        assert_eq!(s.setrange(b"k", 6, b"Redis").unwrap(), 11);
+        assert_eq!(s.get(b"k").unwrap(), "Hello Redis");
+        assert_eq!(s.setrange(b"pad", 3, b"x").unwrap(), 4);
+        assert_eq!(s.get(b"pad").unwrap(), &b"\0\0\0x"[..]);
+        assert_eq!(s.setrange(b"none", 5, b"").unwrap(), 0);
+        assert_eq!(s.get(b"none"), None, "empty SETRANGE does not create the key");
+        assert_eq!(s.setrange(b"k", -1, b"x"), Err(StoreError::OffsetOutOfRange));
+        assert_eq!(s.setrange(b"k", 512 * 1024 * 1024, b"x"), Err(StoreError::TooLarge));
+    }
+
+    #[test]
+    fn append_in_a_loop_stays_linear() {
+        let (s, _) = store();
+        let chunk = vec![b'x'; 4096];
+        for _ in 0..2048 {
+            s.append(b"big", &chunk).unwrap();
+        }
+        assert_eq!(s.strlen(b"big"), 8 * 1024 * 1024);
+    }
+
+    #[test]
+    fn incr_rules() {
+        let (s, clock) = store();
+        assert_eq!(s.incr_by(b"n", 5).unwrap(), 5);
+        assert_eq!(s.incr_by(b"n", -7).unwrap(), -2);
+        set(&s, "t", "10", SetOptions { expiry: SetExpiry::At(clock.now_ms() + 1000), ..Default::default() });
+        assert_eq!(s.incr_by(b"t", 1).unwrap(), 11);
+        assert!(matches!(s.ttl(b"t"), TtlState::ExpiresAt(_)), "INCR keeps the TTL");
+        set(&s, "max", &i64::MAX.to_string(), SetOptions::default());
+        assert_eq!(s.incr_by(b"max", 1), Err(StoreError::Overflow));
+        for bad in ["abc", " 1", "01", "1.5", ""] {
+            set(&s, "bad", bad, SetOptions::default());
+            assert_eq!(s.incr_by(b"bad", 1), Err(StoreError::NotInteger), "{bad:?}");
+        }
+        assert_eq!(s.incr_by_float(b"f", b"10.5").unwrap(), "10.5");
+        assert_eq!(s.incr_by_float(b"f", b"0.1").unwrap(), "10.6");
+        assert_eq!(s.incr_by_float(b"bad", b"1"), Err(StoreError::Float(FloatErrorAlias::NotFloat)));
+    }
+
+    use crate::store::FloatError as FloatErrorAlias;
+
+    #[test]
+    fn getdel_and_getex() {
+        let (s, clock) = store();
+        set(&s, "k", "v", SetOptions::default());
+        let now = clock.now_ms();
+        assert_eq!(s.getex(b"k", SetExpiry::At(now + 100)).unwrap(), "v");
+        assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt(now + 100));
+        assert_eq!(s.getex(b"k", SetExpiry::Clear).unwrap(), "v");
+        assert_eq!(s.ttl(b"k"), TtlState::Persistent, "GETEX PERSIST");
+        assert_eq!(s.getex(b"k", SetExpiry::At(now - 1)).unwrap(), "v");
+        assert_eq!(s.get(b"k"), None, "GETEX with a past time deletes after answering");
+        set(&s, "d", "v", SetOptions::default());
+        assert_eq!(s.getdel(b"d").unwrap(), "v");
+        assert_eq!(s.getdel(b"d"), None);
+    }
+
+    #[test]
+    fn binary_safe_keys_and_values() {
+        let (s, _) = store();
+        let key = b"\0\r\n\xff{tag}".to_vec();
+        let value: Vec<u8> = (0..=255).collect();
+        s.set(&key, &value, SetOptions::default()).unwrap();
+        assert_eq!(s.get(&key).unwrap(), &value[..]);
+        let big = vec![7u8; 1 << 20];
+        s.set(b"big", &big, SetOptions::default()).unwrap();
+        assert_eq!(s.get(b"big").unwrap().len(), 1 << 20);
+    }
+}
