@@ -3,7 +3,7 @@
 
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
-use crate::store::{SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
+use crate::store::{ExpireFlags, SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
 
 /// Applies every op of a batch in order, returning one reply per op.
 pub fn apply_batch(store: &Store, ops: Vec<Op>) -> Vec<Reply> {
@@ -49,18 +49,10 @@ pub fn apply(store: &Store, op: Op) -> Reply {
             Err(e) => store_error(e),
         },
         Kind::GetDel(o) => value_or_nil(store.getdel(&o.key)),
-        Kind::GetEx(o) => {
-            let expiry = match (o.expiry, o.persist) {
-                (Some(e), _) => SetExpiry::At(absolute_ms(store, e)),
-                (None, true) => SetExpiry::Clear,
-                (None, false) => SetExpiry::Keep,
-            };
-            value_or_nil(store.getex(&o.key, expiry))
-        }
+        Kind::GetEx(o) => getex(store, o),
         Kind::Expire(o) => {
-            let condition = o.condition();
             let at = o.at.map_or(0, |e| absolute_ms_signed(store, e));
-            int(store.expire(&o.key, at, condition))
+            int(store.expire(&o.key, at, ExpireFlags { nx: o.nx, xx: o.xx, gt: o.gt, lt: o.lt }))
         }
         Kind::Persist(o) => int(store.persist(&o.key)),
         Kind::Ttl(o) => int(match store.ttl(&o.key) {
@@ -92,6 +84,40 @@ pub fn apply(store: &Store, op: Op) -> Reply {
             result_int(store.mset_nx(&pairs))
         }
     }
+}
+
+/// GETEX: nil for a missing key whatever the arguments; otherwise the expiry argument is
+/// validated with Redis's rules and texts before the value is returned and the TTL changed.
+fn getex(store: &Store, o: proto::GetEx) -> Reply {
+    use proto::GetExMode::*;
+    let mode = o.mode();
+    let expiry = match mode {
+        GetexGet => SetExpiry::Keep,
+        GetexPersist => SetExpiry::Clear,
+        GetexEx | GetexPx | GetexExat | GetexPxat => {
+            if !store.exists(&o.key) {
+                return nil();
+            }
+            let Some(n) = shoal_wire::num::parse_i64(&o.expire_arg) else {
+                return error("ERR value is not an integer or out of range");
+            };
+            let seconds = matches!(mode, GetexEx | GetexExat);
+            if n <= 0 || (seconds && n > i64::MAX / 1000) {
+                return error("ERR invalid expire time in 'getex' command");
+            }
+            let ms = if seconds { n * 1000 } else { n };
+            let at = if matches!(mode, GetexEx | GetexPx) {
+                match (store.now_ms() as i64).checked_add(ms) {
+                    Some(at) => at,
+                    None => return error("ERR invalid expire time in 'getex' command"),
+                }
+            } else {
+                ms
+            };
+            SetExpiry::At(at as u64)
+        }
+    };
+    value_or_nil(store.getex(&o.key, expiry))
 }
 
 /// A wire expiry as absolute Unix ms; relative times are taken from the node's clock. Negative

@@ -14,8 +14,14 @@ pub enum TtlState {
     ExpiresAt(u64),
 }
 
-/// EXPIRE's NX / XX / GT / LT.
-pub use shoal_wire::proto::ExpireCondition;
+/// EXPIRE's NX / XX / GT / LT, combinable as in Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpireFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+}
 
 /// One step of a SCAN over this store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,19 +67,16 @@ impl Store {
 
     /// EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT at absolute time `at` (ms; may be in the past or
     /// negative, which deletes the key). Returns whether the TTL was set (or the key deleted).
-    pub fn expire(&self, key: &[u8], at: i64, condition: ExpireCondition) -> bool {
+    pub fn expire(&self, key: &[u8], at: i64, flags: ExpireFlags) -> bool {
         self.with_shard(key, |s, h, now| {
             let Some(p) = s.find_live(h, key, now) else { return false };
             let current = s.entry(p).expire_at;
             let at_clamped = at.max(0) as u64;
-            let ok = match condition {
-                ExpireCondition::ExpireAlways => true,
-                ExpireCondition::ExpireNx => current == 0,
-                ExpireCondition::ExpireXx => current != 0,
-                // No TTL counts as infinite: GT never beats it, LT always does.
-                ExpireCondition::ExpireGt => current != 0 && at > current as i64,
-                ExpireCondition::ExpireLt => current == 0 || at < current as i64,
-            };
+            // No TTL counts as infinite: GT never beats it, LT always does.
+            let ok = !(flags.nx && current != 0)
+                && !(flags.xx && current == 0)
+                && !(flags.gt && (current == 0 || at <= current as i64))
+                && !(flags.lt && current != 0 && at >= current as i64);
             if !ok {
                 return false;
             }
@@ -263,18 +266,25 @@ mod tests {
         let (s, clock) = store();
         let now = clock.now_ms() as i64;
         put(&s, "k");
-        assert!(!s.expire(b"k", now + 100, ExpireCondition::ExpireXx), "XX needs a TTL");
-        assert!(!s.expire(b"k", now + 100, ExpireCondition::ExpireGt), "GT never beats no TTL");
-        assert!(s.expire(b"k", now + 100, ExpireCondition::ExpireLt), "LT beats no TTL");
-        assert!(!s.expire(b"k", now + 200, ExpireCondition::ExpireNx));
-        assert!(s.expire(b"k", now + 200, ExpireCondition::ExpireGt));
-        assert!(!s.expire(b"k", now + 300, ExpireCondition::ExpireLt));
+        let nx = ExpireFlags { nx: true, ..Default::default() };
+        let xx = ExpireFlags { xx: true, ..Default::default() };
+        let gt = ExpireFlags { gt: true, ..Default::default() };
+        let lt = ExpireFlags { lt: true, ..Default::default() };
+        let xx_lt = ExpireFlags { xx: true, lt: true, ..Default::default() };
+        assert!(!s.expire(b"k", now + 100, xx), "XX needs a TTL");
+        assert!(!s.expire(b"k", now + 100, gt), "GT never beats no TTL");
+        assert!(!s.expire(b"k", now + 100, xx_lt), "XX LT needs a TTL too");
+        assert!(s.expire(b"k", now + 100, lt), "LT beats no TTL");
+        assert!(!s.expire(b"k", now + 200, nx));
+        assert!(s.expire(b"k", now + 200, gt));
+        assert!(!s.expire(b"k", now + 300, lt));
+        assert!(!s.expire(b"k", now + 300, xx_lt));
         assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt((now + 200) as u64));
         assert!(s.persist(b"k"));
         assert!(!s.persist(b"k"));
-        assert!(s.expire(b"k", -5, ExpireCondition::ExpireAlways), "a past time deletes");
+        assert!(s.expire(b"k", -5, ExpireFlags::default()), "a past time deletes");
         assert_eq!(s.ttl(b"k"), TtlState::Missing);
-        assert!(!s.expire(b"missing", now + 1, ExpireCondition::ExpireAlways));
+        assert!(!s.expire(b"missing", now + 1, ExpireFlags::default()));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use float::FloatError;
-pub use keyspace::{ScanPage, TtlState};
+pub use keyspace::{ExpireFlags, ScanPage, TtlState};
 pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
 
 use shard::Shard;

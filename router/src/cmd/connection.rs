@@ -1,0 +1,140 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, and TIME.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{Args, Ctx, Pending, int_arg, syntax_error, wrong_arity};
+use crate::resp::{Protocol, Reply};
+
+/// The Redis version Shoal presents itself as (HELLO, INFO): the one its replies are checked
+/// against.
+pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
+
+pub fn ping(args: &Args, _ctx: &mut Ctx) -> Pending {
+    match args.len() {
+        1 => Reply::simple("PONG").into(),
+        2 => Reply::Bulk(args[1].clone()).into(),
+        _ => wrong_arity("ping").into(),
+    }
+}
+
+pub fn echo(args: &Args, _ctx: &mut Ctx) -> Pending {
+    Reply::Bulk(args[1].clone()).into()
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+pub fn hello(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mut version = None;
+    let mut i = 1;
+    if let Some(v) = args.get(1) {
+        match shoal_wire::num::parse_i64(v) {
+            None => return Reply::error("ERR Protocol version is not an integer or out of range").into(),
+            Some(2) => version = Some(Protocol::Resp2),
+            Some(3) => version = Some(Protocol::Resp3),
+            Some(_) => return Reply::error("NOPROTO unsupported protocol version").into(),
+        }
+        i = 2;
+    }
+    let mut credentials = None;
+    let mut name = None;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+            credentials = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if args[i].eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+            if let Err(e) = super::client::validate_name(&args[i + 1]) {
+                return e.into();
+            }
+            name = Some(args[i + 1].clone());
+            i += 2;
+        } else {
+            let opt = String::from_utf8_lossy(&args[i]).into_owned();
+            return Reply::error_fmt(format!("ERR Syntax error in HELLO option '{opt}'")).into();
+        }
+    }
+    if let Some((user, pass)) = credentials {
+        if !ctx.state.settings.check_password(user, pass) {
+            return wrongpass().into();
+        }
+        ctx.session.authenticated = true;
+    }
+    if !ctx.session.authenticated {
+        return Reply::error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> \
+             AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol \
+             version at the same time",
+        )
+        .into();
+    }
+    if let Some(name) = name {
+        ctx.session.name = (!name.is_empty()).then_some(name);
+    }
+    if let Some(v) = version {
+        ctx.session.protocol = v;
+    }
+    Reply::Map(vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (Reply::bulk("version"), Reply::bulk(REDIS_COMPAT_VERSION)),
+        (Reply::bulk("proto"), Reply::Int(ctx.session.protocol.version())),
+        (Reply::bulk("id"), Reply::Int(ctx.session.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::Array(vec![])),
+    ])
+    .into()
+}
+
+fn wrongpass() -> Reply {
+    Reply::error("WRONGPASS invalid username-password pair or user is disabled.")
+}
+
+/// `AUTH [username] password`.
+pub fn auth(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 3 {
+        return syntax_error().into();
+    }
+    let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
+        if ctx.state.settings.requirepass.is_none() {
+            return Reply::error(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure \
+                 your configuration is correct?",
+            )
+            .into();
+        }
+        (b"default", &args[1])
+    } else {
+        (&args[1], &args[2])
+    };
+    if ctx.state.settings.check_password(user, pass) {
+        ctx.session.authenticated = true;
+        Reply::OK.into()
+    } else {
+        ctx.state.metrics.auth_failures.inc();
+        wrongpass().into()
+    }
+}
+
+/// SELECT: Shoal has one database, 0.
+pub fn select(args: &Args, _ctx: &mut Ctx) -> Pending {
+    match int_arg(&args[1]) {
+        Ok(n) if i32::try_from(n).is_err() => super::not_integer().into(),
+        Ok(0) => Reply::OK.into(),
+        Ok(_) => Reply::error("ERR DB index is out of range").into(),
+        Err(e) => e.into(),
+    }
+}
+
+pub fn quit(_args: &Args, _ctx: &mut Ctx) -> Pending {
+    Pending::Close(Reply::OK)
+}
+
+pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.session.reset(ctx.state.settings.requirepass.is_some());
+    Reply::simple("RESET").into()
+}
+
+pub fn time(_args: &Args, _ctx: &mut Ctx) -> Pending {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Reply::Array(vec![Reply::bulk(now.as_secs().to_string()), Reply::bulk(now.subsec_micros().to_string())])
+        .into()
+}

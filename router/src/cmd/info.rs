@@ -1,0 +1,110 @@
+//! INFO: Redis's sections, with values summed over the nodes, plus a `shoal` section.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use shoal_wire::proto::NodeStats;
+
+use super::connection::REDIS_COMPAT_VERSION;
+use super::{Args, Ctx, Pending};
+use crate::resp::Reply;
+
+const DEFAULT_SECTIONS: &[&str] =
+    &["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];
+
+pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mut wanted: Vec<String> =
+        args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
+    if wanted.is_empty() || wanted.iter().any(|w| matches!(w.as_str(), "all" | "everything" | "default")) {
+        wanted = DEFAULT_SECTIONS.iter().map(|s| s.to_string()).collect();
+    }
+    let state = Arc::clone(ctx.state);
+    let routing = Arc::clone(ctx.routing);
+    let clients = state.connected_clients();
+    Pending::later(async move {
+        let stats = routing.stats_all().await;
+        let reachable = stats.iter().filter(|s| s.is_ok()).count();
+        let nodes: Vec<NodeStats> = stats.into_iter().flatten().collect();
+        let sum = |f: fn(&NodeStats) -> u64| nodes.iter().map(f).sum::<u64>();
+        let mut out = String::new();
+        for section in DEFAULT_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            let title = format!("{}{}", section[..1].to_ascii_uppercase(), &section[1..]);
+            let _ = write!(out, "# {title}\r\n");
+            let mut field = |k: &str, v: String| {
+                let _ = write!(out, "{k}:{v}\r\n");
+            };
+            match *section {
+                "server" => {
+                    field("redis_version", REDIS_COMPAT_VERSION.into());
+                    field("shoal_version", env!("CARGO_PKG_VERSION").into());
+                    field("redis_mode", "standalone".into());
+                    field("os", format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
+                    field("arch_bits", (usize::BITS).to_string());
+                    field("process_id", std::process::id().to_string());
+                    field("tcp_port", state.settings.tcp_port.to_string());
+                    let up = state.started.elapsed().as_secs();
+                    field("uptime_in_seconds", up.to_string());
+                    field("uptime_in_days", (up / 86_400).to_string());
+                }
+                "clients" => {
+                    field("connected_clients", clients.to_string());
+                    field("maxclients", state.settings.maxclients.to_string());
+                }
+                "memory" => {
+                    let used = sum(|n| n.used_memory);
+                    let max = sum(|n| n.maxmemory);
+                    field("used_memory", used.to_string());
+                    field("used_memory_human", human(used));
+                    field("used_memory_rss", sum(|n| n.rss_bytes).to_string());
+                    field("maxmemory", max.to_string());
+                    field("maxmemory_human", human(max));
+                    let policy = nodes.first().map_or("noeviction", |n| n.maxmemory_policy.as_str());
+                    field("maxmemory_policy", policy.into());
+                }
+                "persistence" => {
+                    field("loading", "0".into());
+                }
+                "stats" => {
+                    field("total_connections_received", state.metrics.connections.get().to_string());
+                    field("total_commands_processed", state.metrics.commands.get().to_string());
+                    field("rejected_connections", state.metrics.rejected_connections.get().to_string());
+                    field("expired_keys", sum(|n| n.expired_keys).to_string());
+                    field("evicted_keys", sum(|n| n.evicted_keys).to_string());
+                    field("keyspace_hits", sum(|n| n.keyspace_hits).to_string());
+                    field("keyspace_misses", sum(|n| n.keyspace_misses).to_string());
+                }
+                "replication" => {
+                    field("role", "master".into());
+                    field("connected_slaves", "0".into());
+                }
+                "keyspace" => {
+                    let keys = sum(|n| n.keys);
+                    if keys > 0 {
+                        field("db0", format!("keys={keys},expires={},avg_ttl=0", sum(|n| n.volatile_keys)));
+                    }
+                }
+                "shoal" => {
+                    field("topology_version", routing.topology.version.to_string());
+                    field("nodes", routing.len().to_string());
+                    field("nodes_reachable", reachable.to_string());
+                }
+                _ => {}
+            }
+        }
+        Reply::Verbatim(out.into())
+    })
+}
+
+/// Bytes as Redis prints them in `*_human` fields (`1.50M`).
+fn human(n: u64) -> String {
+    let units = [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (suffix, size) in units {
+        if n >= size {
+            return format!("{:.2}{suffix}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}

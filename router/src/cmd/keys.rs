@@ -1,0 +1,88 @@
+//! Whole-keyspace commands, fanned out to every node: DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY.
+
+use std::sync::Arc;
+
+use shoal_wire::proto::{self, op::Kind, reply};
+
+use super::{Args, Ctx, Pending, backend_error, gather_all, op, plain, reply_int, syntax_error};
+use crate::resp::Reply;
+
+pub fn dbsize(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let calls = ctx.call_all(|| op(Kind::DbSize(proto::DbSize {})));
+    Pending::later(async move {
+        match gather_all(calls).await {
+            Ok(replies) => {
+                let mut total = 0;
+                for r in replies {
+                    match reply_int(r) {
+                        Ok(n) => total += n,
+                        Err(e) => return e,
+                    }
+                }
+                Reply::Int(total)
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// `FLUSHALL [ASYNC|SYNC]`; both modes empty every node before replying.
+pub fn flushall(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mode_ok = match args.get(1) {
+        None => true,
+        Some(m) => args.len() == 2 && (m.eq_ignore_ascii_case(b"sync") || m.eq_ignore_ascii_case(b"async")),
+    };
+    if !mode_ok {
+        return syntax_error().into();
+    }
+    let calls = ctx.call_all(|| op(Kind::Flush(proto::Flush {})));
+    Pending::later(async move {
+        match gather_all(calls).await {
+            Ok(_) => Reply::OK,
+            Err(e) => e,
+        }
+    })
+}
+
+/// FLUSHDB: there is one database, so it is FLUSHALL.
+pub fn flushdb(args: &Args, ctx: &mut Ctx) -> Pending {
+    flushall(args, ctx)
+}
+
+pub fn keys(args: &Args, ctx: &mut Ctx) -> Pending {
+    let pattern = args[1].clone();
+    let calls = ctx.call_all(|| op(Kind::Keys(proto::Keys { pattern: pattern.clone() })));
+    Pending::later(async move {
+        match gather_all(calls).await {
+            Ok(replies) => Reply::Array(
+                replies
+                    .into_iter()
+                    .flat_map(|r| match r.kind {
+                        Some(reply::Kind::Keys(k)) => k.keys,
+                        _ => Vec::new(),
+                    })
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
+            Err(e) => e,
+        }
+    })
+}
+
+/// RANDOMKEY: asks the nodes in a random order until one has a key.
+pub fn randomkey(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let routing = Arc::clone(ctx.routing);
+    let deadline = ctx.deadline;
+    Pending::later(async move {
+        let mut order: Vec<usize> = (0..routing.len()).collect();
+        fastrand::shuffle(&mut order);
+        for pos in order {
+            match routing.links[pos].call(op(Kind::RandomKey(proto::RandomKey {})), deadline).wait().await {
+                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => continue,
+                Ok(r) => return plain(r),
+                Err(e) => return backend_error(e),
+            }
+        }
+        Reply::Nil
+    })
+}

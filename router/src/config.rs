@@ -1,0 +1,165 @@
+//! `shoal-router` command line: flags, environment overrides and their defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use shoal_node::config::parse_memory;
+use shoal_node::store::EvictionPolicy;
+use shoal_telemetry::logging::LogFormat;
+
+pub const DEFAULT_RESP: &str = "127.0.0.1:6379";
+pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal-router",
+    version,
+    about = "Shoal router: speaks RESP (TCP and Unix socket) and HTTP to clients, routes each key to its node over gRPC.",
+    after_help = "Start a whole local cluster with 3 in-process nodes:\n  shoal-router --embedded-nodes 3\n\
+                  Front a running cluster:\n  shoal-router --nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: RouterArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+#[derive(Debug, Clone, Args)]
+pub struct RouterArgs {
+    /// Node gRPC addresses, comma separated; slots are split evenly over them in this order.
+    #[arg(long, env = "SHOAL_NODES", value_delimiter = ',', conflicts_with = "embedded_nodes")]
+    pub nodes: Vec<String>,
+
+    /// Run this many nodes inside the router process (real gRPC on loopback ports), for a local
+    /// cluster without Kubernetes. Used when --nodes is not given (default 3).
+    #[arg(long, env = "SHOAL_EMBEDDED_NODES")]
+    pub embedded_nodes: Option<usize>,
+
+    /// RESP (Redis protocol) listen address.
+    #[arg(long, env = "SHOAL_RESP", default_value = DEFAULT_RESP)]
+    pub resp: SocketAddr,
+
+    /// HTTP listen address (key/value API, /metrics, /healthz, /readyz).
+    #[arg(long, env = "SHOAL_HTTP", default_value = DEFAULT_HTTP)]
+    pub http: SocketAddr,
+
+    /// Also serve RESP on this Unix socket (the sidecar transport).
+    #[arg(long, env = "SHOAL_UNIX_SOCKET")]
+    pub unix_socket: Option<PathBuf>,
+
+    /// Permissions of the Unix socket, in octal (set before it accepts connections).
+    #[arg(long, env = "SHOAL_UNIX_SOCKET_PERM", default_value = "770", value_parser = parse_octal)]
+    pub unix_socket_perm: u32,
+
+    /// Require clients to AUTH with this password (user "default").
+    #[arg(long, env = "SHOAL_REQUIREPASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
+
+    /// Without a password, refuse TCP clients that are not on the loopback interface (like Redis).
+    #[arg(long, env = "SHOAL_PROTECTED_MODE", default_value = "yes", value_parser = parse_yes_no)]
+    pub protected_mode: bool,
+
+    /// How long a request may wait for its node before the client gets an error (ms).
+    #[arg(long, env = "SHOAL_DEADLINE_MS", default_value_t = 1000)]
+    pub deadline_ms: u64,
+
+    /// Most simultaneous client connections (RESP over TCP and Unix socket together).
+    #[arg(long, env = "SHOAL_MAXCLIENTS", default_value_t = 10_000)]
+    pub maxclients: usize,
+
+    /// Largest bulk argument an authenticated client may send (Redis's proto-max-bulk-len).
+    #[arg(long, env = "SHOAL_PROTO_MAX_BULK_LEN", default_value = "512mb", value_parser = parse_memory)]
+    pub proto_max_bulk_len: u64,
+
+    /// Most arguments in one command.
+    #[arg(long, env = "SHOAL_MAX_ARGS", default_value_t = 1 << 20)]
+    pub max_args: usize,
+
+    /// Largest unparsed input buffered for one authenticated client (Redis's
+    /// client-query-buffer-limit); before AUTH the limit is 1 MiB.
+    #[arg(long, env = "SHOAL_CLIENT_QUERY_BUFFER_LIMIT", default_value = "1gb", value_parser = parse_memory)]
+    pub client_query_buffer_limit: u64,
+
+    /// Largest reply data buffered for one client; a client over it is disconnected.
+    #[arg(long, env = "SHOAL_CLIENT_OUTPUT_BUFFER_LIMIT", default_value = "1gb", value_parser = parse_memory)]
+    pub client_output_buffer_limit: u64,
+
+    /// Largest HTTP request body.
+    #[arg(long, env = "SHOAL_HTTP_MAX_BODY", default_value = "64mb", value_parser = parse_memory)]
+    pub http_max_body: u64,
+
+    /// Memory limit of each embedded node (see shoal-node --maxmemory).
+    #[arg(long, env = "SHOAL_EMBEDDED_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
+    pub embedded_maxmemory: u64,
+
+    /// Eviction policy of each embedded node.
+    #[arg(long, env = "SHOAL_EMBEDDED_MAXMEMORY_POLICY", default_value = "noeviction",
+          value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
+    pub embedded_maxmemory_policy: String,
+
+    /// Log format: text or json (level from RUST_LOG, default info).
+    #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl RouterArgs {
+    pub fn deadline(&self) -> Duration {
+        Duration::from_millis(self.deadline_ms.max(1))
+    }
+
+    /// The number of in-process nodes to run: `--embedded-nodes`, or 3 when no `--nodes`.
+    pub fn embedded(&self) -> Option<usize> {
+        match (self.embedded_nodes, self.nodes.is_empty()) {
+            (Some(n), _) => Some(n.max(1)),
+            (None, true) => Some(3),
+            (None, false) => None,
+        }
+    }
+}
+
+fn parse_octal(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8).map_err(|_| format!("'{s}' is not an octal mode"))
+}
+
+fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("expected yes or no, got '{s}'")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let cli = Cli::try_parse_from(["shoal-router"]).unwrap();
+        assert_eq!(cli.serve.resp.to_string(), DEFAULT_RESP);
+        assert_eq!(cli.serve.embedded(), Some(3), "no --nodes: an embedded cluster");
+        assert_eq!(cli.serve.unix_socket_perm, 0o770);
+        assert!(cli.serve.protected_mode);
+        let cli = Cli::try_parse_from([
+            "shoal-router",
+            "--nodes",
+            "127.0.0.1:7001,127.0.0.1:7002",
+            "--protected-mode",
+            "no",
+            "--unix-socket-perm",
+            "777",
+        ])
+        .unwrap();
+        assert_eq!(cli.serve.nodes.len(), 2);
+        assert_eq!(cli.serve.embedded(), None);
+        assert!(!cli.serve.protected_mode);
+        assert_eq!(cli.serve.unix_socket_perm, 0o777);
+        assert!(Cli::try_parse_from(["shoal-router", "--nodes", "a:1", "--embedded-nodes", "2"]).is_err());
+    }
+}

@@ -1,0 +1,325 @@
+//! The HTTP/1.1 front end: the key/value API of the mkvss seed, plus the ops endpoints.
+//!
+//! | Route | Does | Answers |
+//! |---|---|---|
+//! | `GET /keys/{key}` | GET | 200 raw value, 404 |
+//! | `POST /keys` `{"key","value"}` `[?ttl=s]` | SET NX [EX] | 201, 409 if the key exists |
+//! | `PUT /keys/{key}` raw body `[?ttl=s]` | SET [EX] | 200 |
+//! | `DELETE /keys/{key}` | DEL | 200, 404 |
+//! | `GET /keys/{key}/ttl` | TTL | 200 `{"key","ttl"}` (-1: none), 404 |
+//! | `POST /keys/_mget` `{"keys":[...]}` | MGET | 200 `{"values":[{"key","value"}...]}` |
+//! | `GET /healthz`, `/readyz`, `/metrics` | ops | readyz is 200 only when every node is up |
+//!
+//! Keys are percent-decoded path segments (so any byte string can be a key: `/keys/a%2Fb`).
+//! Requests run through the same command layer as RESP, so semantics and errors are the same.
+//! With `--requirepass`, API routes need `Authorization: Bearer <password>` (or Basic with user
+//! `default`); without one, protected mode refuses non-loopback clients as on the RESP port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, AUTHORIZATION, WWW_AUTHENTICATE};
+use hyper::{Method, Request, StatusCode};
+use serde::Deserialize;
+use serde_json::json;
+use shoal_telemetry::http::{HttpResponse, ops_endpoint, response};
+
+use crate::cmd::{self, Ctx};
+use crate::resp::Reply;
+use crate::server::protected_mode_allows;
+use crate::session::Session;
+use crate::state::RouterState;
+
+#[derive(Deserialize)]
+struct NewKey {
+    key: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct KeyList {
+    keys: Vec<String>,
+}
+
+/// Handles one HTTP request.
+pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterState>) -> HttpResponse {
+    let path = req.uri().path().to_string();
+    if req.method() == Method::GET {
+        let ready = || state.cluster.all_up();
+        if path == "/metrics" {
+            return response(
+                StatusCode::OK,
+                shoal_telemetry::metrics::CONTENT_TYPE,
+                crate::metrics::render(&state).await,
+            );
+        }
+        if let Some(r) = ops_endpoint(&path, ready, String::new) {
+            return r;
+        }
+    }
+    state.metrics.http_requests.inc();
+    let open = state.settings.requirepass.is_none();
+    if open && state.settings.protected_mode && !protected_mode_allows(peer.ip()) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "protected mode: only loopback clients are accepted without a password",
+        );
+    }
+    if !open && !authorized(&req, &state) {
+        let mut r = error(StatusCode::UNAUTHORIZED, "authentication required");
+        r.headers_mut().insert(WWW_AUTHENTICATE, "Basic realm=\"shoal\"".parse().expect("static header"));
+        return r;
+    }
+    let ttl = match ttl_param(req.uri().query()) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let method = req.method().clone();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let session = Session::new(state.next_client_id(), peer.to_string(), "http".into(), true);
+    let mut api = Api { state: &state, session };
+    match (segments.as_slice(), &method) {
+        (["keys"], &Method::POST) => match body(req, &state).await {
+            Ok(b) => api.create(&b, ttl).await,
+            Err(r) => r,
+        },
+        (["keys", "_mget"], &Method::POST) => match body(req, &state).await {
+            Ok(b) => api.mget(&b).await,
+            Err(r) => r,
+        },
+        (["keys", key, "ttl"], &Method::GET) => match decode(key) {
+            Some(k) => api.ttl(k).await,
+            None => bad_key(),
+        },
+        (["keys", key], m) if !key.is_empty() => {
+            let Some(key) = decode(key) else { return bad_key() };
+            match *m {
+                Method::GET => api.get(key).await,
+                Method::PUT => match body(req, &state).await {
+                    Ok(b) => api.put(key, b, ttl).await,
+                    Err(r) => r,
+                },
+                Method::DELETE => api.delete(key).await,
+                _ => not_allowed("GET, PUT, DELETE"),
+            }
+        }
+        (["keys"], _) | (["keys", "_mget"], _) => not_allowed("POST"),
+        _ => error(StatusCode::NOT_FOUND, "no such route"),
+    }
+}
+
+/// A request's view of the command layer.
+struct Api<'a> {
+    state: &'a Arc<RouterState>,
+    session: Session,
+}
+
+impl Api<'_> {
+    async fn run(&mut self, args: Vec<Bytes>) -> Reply {
+        let routing = self.state.cluster.routing();
+        let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
+        let mut ctx = Ctx { state: self.state, session: &mut self.session, routing: &routing, deadline };
+        cmd::dispatch(&args, &mut ctx).resolve().await
+    }
+
+    async fn get(&mut self, key: Bytes) -> HttpResponse {
+        match self.run(vec!["GET".into(), key]).await {
+            Reply::Bulk(v) => response(StatusCode::OK, "application/octet-stream", v),
+            Reply::Nil => error(StatusCode::NOT_FOUND, "no such key"),
+            other => failure(other),
+        }
+    }
+
+    async fn create(&mut self, body: &Bytes, ttl: Option<i64>) -> HttpResponse {
+        let new: NewKey = match serde_json::from_slice(body) {
+            Ok(n) => n,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &format!("expected {{\"key\",\"value\"}}: {e}")),
+        };
+        let mut args = vec!["SET".into(), Bytes::from(new.key), Bytes::from(new.value), "NX".into()];
+        with_ttl(&mut args, ttl);
+        match self.run(args).await {
+            Reply::Simple(_) => {
+                response(StatusCode::CREATED, "application/json", json!({"created": true}).to_string())
+            }
+            Reply::Nil => error(StatusCode::CONFLICT, "key already exists"),
+            other => failure(other),
+        }
+    }
+
+    async fn put(&mut self, key: Bytes, value: Bytes, ttl: Option<i64>) -> HttpResponse {
+        let mut args = vec!["SET".into(), key, value];
+        with_ttl(&mut args, ttl);
+        match self.run(args).await {
+            Reply::Simple(_) => {
+                response(StatusCode::OK, "application/json", json!({"stored": true}).to_string())
+            }
+            other => failure(other),
+        }
+    }
+
+    async fn delete(&mut self, key: Bytes) -> HttpResponse {
+        match self.run(vec!["DEL".into(), key]).await {
+            Reply::Int(1) => {
+                response(StatusCode::OK, "application/json", json!({"deleted": true}).to_string())
+            }
+            Reply::Int(_) => error(StatusCode::NOT_FOUND, "no such key"),
+            other => failure(other),
+        }
+    }
+
+    async fn ttl(&mut self, key: Bytes) -> HttpResponse {
+        let name = String::from_utf8_lossy(&key).into_owned();
+        match self.run(vec!["TTL".into(), key]).await {
+            Reply::Int(-2) => error(StatusCode::NOT_FOUND, "no such key"),
+            Reply::Int(t) => {
+                response(StatusCode::OK, "application/json", json!({"key": name, "ttl": t}).to_string())
+            }
+            other => failure(other),
+        }
+    }
+
+    async fn mget(&mut self, body: &Bytes) -> HttpResponse {
+        let list: KeyList = match serde_json::from_slice(body) {
+            Ok(l) => l,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &format!("expected {{\"keys\":[...]}}: {e}")),
+        };
+        if list.keys.is_empty() {
+            return response(StatusCode::OK, "application/json", json!({"values": []}).to_string());
+        }
+        let mut args = vec![Bytes::from("MGET")];
+        args.extend(list.keys.iter().map(|k| Bytes::from(k.clone())));
+        match self.run(args).await {
+            Reply::Array(values) => {
+                let items: Vec<serde_json::Value> = list
+                    .keys
+                    .iter()
+                    .zip(values)
+                    .map(|(k, v)| match v {
+                        Reply::Bulk(b) => match std::str::from_utf8(&b) {
+                            Ok(s) => json!({"key": k, "value": s}),
+                            Err(_) => json!({"key": k, "value_base64": base64::engine::general_purpose::STANDARD.encode(&b)}),
+                        },
+                        _ => json!({"key": k, "value": null}),
+                    })
+                    .collect();
+                response(StatusCode::OK, "application/json", json!({"values": items}).to_string())
+            }
+            other => failure(other),
+        }
+    }
+}
+
+fn with_ttl(args: &mut Vec<Bytes>, ttl: Option<i64>) {
+    if let Some(t) = ttl {
+        args.push("EX".into());
+        args.push(Bytes::from(t.to_string()));
+    }
+}
+
+fn authorized(req: &Request<Incoming>, state: &RouterState) -> bool {
+    let Some(value) = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        return state.settings.check_password(b"default", token.trim().as_bytes());
+    }
+    if let Some(b64) = value.strip_prefix("Basic ") {
+        if let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) {
+            if let Some(colon) = raw.iter().position(|&c| c == b':') {
+                return state.settings.check_password(&raw[..colon], &raw[colon + 1..]);
+            }
+        }
+    }
+    false
+}
+
+/// `?ttl=SECONDS`: a positive integer, or absent.
+fn ttl_param(query: Option<&str>) -> Result<Option<i64>, HttpResponse> {
+    let Some(q) = query else { return Ok(None) };
+    for pair in q.split('&') {
+        if let Some(v) = pair.strip_prefix("ttl=") {
+            return match v.parse::<i64>() {
+                Ok(t) if t > 0 => Ok(Some(t)),
+                _ => Err(error(StatusCode::BAD_REQUEST, "ttl must be a positive integer (seconds)")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+async fn body(req: Request<Incoming>, state: &RouterState) -> Result<Bytes, HttpResponse> {
+    match Limited::new(req.into_body(), state.settings.http_max_body).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(error(StatusCode::PAYLOAD_TOO_LARGE, "request body exceeds the limit"))
+        }
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, &format!("could not read the body: {e}"))),
+    }
+}
+
+/// Percent-decodes a path segment into raw key bytes.
+fn decode(segment: &str) -> Option<Bytes> {
+    let b = segment.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out.into())
+}
+
+fn error(status: StatusCode, message: &str) -> HttpResponse {
+    response(status, "application/json", json!({"error": message}).to_string())
+}
+
+fn bad_key() -> HttpResponse {
+    error(StatusCode::BAD_REQUEST, "malformed percent-encoding in key")
+}
+
+fn not_allowed(allow: &'static str) -> HttpResponse {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    r.headers_mut().insert(ALLOW, allow.parse().expect("static header"));
+    r
+}
+
+/// A command error as an HTTP status: out of memory is 507, an unreachable or slow node 503.
+fn failure(reply: Reply) -> HttpResponse {
+    match reply {
+        Reply::Error(text) if text.starts_with("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
+        Reply::Error(text) if text.starts_with("ERR node ") => error(StatusCode::SERVICE_UNAVAILABLE, &text),
+        Reply::Error(text) => error(StatusCode::BAD_REQUEST, &text),
+        other => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("unexpected reply {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(decode("a%2Fb").unwrap(), "a/b");
+        assert_eq!(decode("%00%ff").unwrap(), &b"\0\xff"[..]);
+        assert_eq!(decode("plain").unwrap(), "plain");
+        assert!(decode("%zz").is_none());
+        assert!(decode("%4").is_none());
+    }
+
+    #[test]
+    fn ttl_query() {
+        assert_eq!(ttl_param(None).ok().unwrap(), None);
+        assert_eq!(ttl_param(Some("ttl=30")).ok().unwrap(), Some(30));
+        assert_eq!(ttl_param(Some("x=1&ttl=5")).ok().unwrap(), Some(5));
+        assert!(ttl_param(Some("ttl=0")).is_err());
+        assert!(ttl_param(Some("ttl=abc")).is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! Shoal router: clients speak RESP (TCP, Unix socket) or HTTP; each key is routed by its slot to
+//! the node that owns it, over one batched gRPC stream per node.
+//!
+//! Data flow for a RESP request:
+//! [`server`] accepts (protected mode, maxclients) → [`connection`] reads and parses with
+//! [`resp::parse`] → [`cmd::dispatch`] checks name, arity, auth and runs the command from
+//! `cmd/<name>.rs`, which routes keys through [`backend::Routing`] and queues ops on the node's
+//! [`backend::link::NodeLink`] → the link batches ops from all connections onto the node's stream →
+//! replies come back in order and are encoded by [`resp::reply`].
+//! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
+//!
+//! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
+//! - [`embedded`]: in-process nodes for the one-command local cluster.
+//! - [`metrics`]: the `/metrics` text.
+
+pub mod backend;
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod embedded;
+pub mod http;
+pub mod metrics;
+pub mod resp;
+pub mod server;
+pub mod session;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use shoal_node::store::StoreConfig;
+use shoal_wire::Topology;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::backend::{Cluster, LinkOptions};
+use crate::config::RouterArgs;
+use crate::embedded::EmbeddedNodes;
+use crate::state::{RouterState, Settings};
+
+/// A running router (and its embedded nodes, if any).
+pub struct Router {
+    pub resp_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub unix_socket: Option<PathBuf>,
+    pub state: Arc<RouterState>,
+    pub embedded: Option<EmbeddedNodes>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("resp_addr", &self.resp_addr)
+            .field("http_addr", &self.http_addr)
+            .finish()
+    }
+}
+
+impl Router {
+    /// Binds every listener and starts serving; returns once clients can connect.
+    pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
+        let embedded = match args.embedded() {
+            Some(n) => {
+                let config = StoreConfig {
+                    maxmemory: args.embedded_maxmemory as usize,
+                    policy: args.embedded_maxmemory_policy.parse().map_err(anyhow::Error::msg)?,
+                    ..StoreConfig::default()
+                };
+                let nodes = EmbeddedNodes::start(n, config).await.context("starting embedded nodes")?;
+                tracing::info!(nodes = ?nodes.addrs(), "embedded nodes running");
+                Some(nodes)
+            }
+            None => None,
+        };
+        let addrs = embedded.as_ref().map_or_else(|| args.nodes.clone(), EmbeddedNodes::addrs);
+        let topology = Topology::even(&addrs);
+        topology.validate().context("invalid node list")?;
+
+        let resp =
+            TcpListener::bind(args.resp).await.with_context(|| format!("cannot listen on {}", args.resp))?;
+        let http =
+            TcpListener::bind(args.http).await.with_context(|| format!("cannot listen on {}", args.http))?;
+        let unix = match &args.unix_socket {
+            Some(path) => Some(
+                server::bind_unix(path, args.unix_socket_perm)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let resp_addr = server::bound(&resp);
+        let http_addr = server::bound(&http);
+
+        let settings = Settings {
+            requirepass: args.requirepass.clone().filter(|p| !p.is_empty()),
+            protected_mode: args.protected_mode,
+            deadline: args.deadline(),
+            maxclients: args.maxclients,
+            proto_max_bulk_len: args.proto_max_bulk_len as usize,
+            max_args: args.max_args,
+            query_buffer_limit: args.client_query_buffer_limit as usize,
+            output_buffer_limit: args.client_output_buffer_limit as usize,
+            http_max_body: args.http_max_body as usize,
+            tcp_port: resp_addr.port(),
+        };
+        let links = LinkOptions { deadline: settings.deadline, ..LinkOptions::default() };
+        let state = RouterState::new(settings, Cluster::new(topology, links));
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = vec![tokio::spawn(server::serve_tcp(resp, state.clone(), stopped.clone()))];
+        if let Some(unix) = unix {
+            tasks.push(tokio::spawn(server::serve_unix(unix, state.clone(), stopped.clone())));
+        }
+        let http_state = state.clone();
+        let mut http_stop = stopped.clone();
+        tasks.push(tokio::spawn(shoal_telemetry::http::serve(
+            http,
+            move |req, peer| http::handle(req, peer, http_state.clone()),
+            async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            },
+            Duration::from_secs(5),
+        )));
+        tracing::info!(%resp_addr, %http_addr, unix = ?args.unix_socket, nodes = addrs.len(), "router serving");
+        Ok(Router {
+            resp_addr,
+            http_addr,
+            unix_socket: args.unix_socket.clone(),
+            state,
+            embedded,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Graceful shutdown: stop accepting, let connections finish the request in hand, then stop
+    /// the embedded nodes.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        // Connections mid-request get a moment to write their replies.
+        let deadline =
+            tokio::time::Instant::now() + self.state.settings.deadline + Duration::from_millis(200);
+        while self.state.connected_clients() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(nodes) = self.embedded {
+            nodes.shutdown().await;
+        }
+        if let Some(path) = self.unix_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        tracing::info!("router stopped");
+    }
+}

@@ -1,0 +1,129 @@
+//! The router's counters and its `/metrics` text (router, per-node link, and node-reported
+//! series).
+
+use shoal_telemetry::metrics::{Counter, Exposition, Histogram, LATENCY_BUCKETS};
+
+use crate::state::RouterState;
+
+#[derive(Debug)]
+pub struct RouterMetrics {
+    pub connections: Counter,
+    pub rejected_connections: Counter,
+    pub commands: Counter,
+    pub protocol_errors: Counter,
+    pub auth_failures: Counter,
+    pub http_requests: Counter,
+    /// Seconds from a command's dispatch to its reply being ready.
+    pub command_seconds: Histogram,
+}
+
+impl Default for RouterMetrics {
+    fn default() -> Self {
+        RouterMetrics {
+            connections: Counter::default(),
+            rejected_connections: Counter::default(),
+            commands: Counter::default(),
+            protocol_errors: Counter::default(),
+            auth_failures: Counter::default(),
+            http_requests: Counter::default(),
+            command_seconds: Histogram::new(LATENCY_BUCKETS),
+        }
+    }
+}
+
+/// Renders everything; asks each node for its stats (bounded by the call deadline).
+pub async fn render(state: &RouterState) -> String {
+    let m = &state.metrics;
+    let routing = state.cluster.routing();
+    let stats = routing.stats_all().await;
+    let mut e = Exposition::new();
+    e.counter("shoal_router_connections_total", "Client connections accepted.", m.connections.get())
+        .counter(
+            "shoal_router_rejected_connections_total",
+            "Connections refused (maxclients).",
+            m.rejected_connections.get(),
+        )
+        .gauge("shoal_router_connected_clients", "Clients connected now.", state.connected_clients() as f64)
+        .counter("shoal_router_commands_total", "Commands dispatched.", m.commands.get())
+        .counter(
+            "shoal_router_protocol_errors_total",
+            "Connections closed for protocol errors.",
+            m.protocol_errors.get(),
+        )
+        .counter("shoal_router_auth_failures_total", "Failed AUTH/HELLO attempts.", m.auth_failures.get())
+        .counter("shoal_router_http_requests_total", "HTTP API requests.", m.http_requests.get())
+        .histogram(
+            "shoal_router_command_duration_seconds",
+            "Time from dispatch to reply.",
+            &m.command_seconds,
+        )
+        .gauge(
+            "shoal_router_topology_version",
+            "Topology version routed by.",
+            routing.topology.version as f64,
+        );
+
+    let ids: Vec<String> = routing.links.iter().map(|l| l.ident.id.to_string()).collect();
+    let per_link = |e: &mut Exposition, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> f64| {
+        e.family(name, kind, help);
+        for (i, link) in routing.links.iter().enumerate() {
+            e.sample(name, &[("node", &ids[i]), ("addr", &link.ident.addr)], value(i));
+        }
+    };
+    let links = &routing.links;
+    per_link(&mut e, "shoal_router_node_up", "gauge", "1 when the node's stream is connected.", &|i| {
+        f64::from(u8::from(links[i].is_up()))
+    });
+    per_link(&mut e, "shoal_router_node_batches_total", "counter", "Batches sent to the node.", &|i| {
+        links[i].metrics.batches.get() as f64
+    });
+    per_link(&mut e, "shoal_router_node_ops_total", "counter", "Ops sent to the node.", &|i| {
+        links[i].metrics.ops.get() as f64
+    });
+    per_link(
+        &mut e,
+        "shoal_router_node_failed_calls_total",
+        "counter",
+        "Calls failed (down, timeout, overload).",
+        &|i| links[i].metrics.failed_calls.get() as f64,
+    );
+    per_link(&mut e, "shoal_router_node_connects_total", "counter", "Successful (re)connections.", &|i| {
+        links[i].metrics.connects.get() as f64
+    });
+    e.family("shoal_router_node_batch_ops", "histogram", "Ops per batch sent to a node.");
+    for (i, link) in links.iter().enumerate() {
+        e.histogram_samples("shoal_router_node_batch_ops", &[("node", &ids[i])], &link.metrics.batch_ops);
+    }
+    let node_stat = |e: &mut Exposition,
+                     name: &str,
+                     kind: &str,
+                     help: &str,
+                     f: fn(&shoal_wire::proto::NodeStats) -> u64| {
+        e.family(name, kind, help);
+        for (i, s) in stats.iter().enumerate() {
+            if let Ok(s) = s {
+                e.sample(name, &[("node", &ids[i])], f(s) as f64);
+            }
+        }
+    };
+    node_stat(&mut e, "shoal_node_keys", "gauge", "Keys stored on the node.", |s| s.keys);
+    node_stat(&mut e, "shoal_node_used_memory_bytes", "gauge", "Bytes accounted against maxmemory.", |s| {
+        s.used_memory
+    });
+    node_stat(&mut e, "shoal_node_maxmemory_bytes", "gauge", "The node's memory limit (0: none).", |s| {
+        s.maxmemory
+    });
+    node_stat(&mut e, "shoal_node_expired_keys_total", "counter", "Keys expired on the node.", |s| {
+        s.expired_keys
+    });
+    node_stat(&mut e, "shoal_node_evicted_keys_total", "counter", "Keys evicted on the node.", |s| {
+        s.evicted_keys
+    });
+    node_stat(&mut e, "shoal_node_keyspace_hits_total", "counter", "Reads that found their key.", |s| {
+        s.keyspace_hits
+    });
+    node_stat(&mut e, "shoal_node_keyspace_misses_total", "counter", "Reads that missed.", |s| {
+        s.keyspace_misses
+    });
+    e.finish()
+}

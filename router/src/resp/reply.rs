@@ -1,0 +1,219 @@
+//! Reply values and their RESP2/RESP3 encodings.
+//!
+//! Every front end produces a [`Reply`]; the RESP connection encodes it for the protocol version
+//! the client chose with HELLO (RESP2 by default), the HTTP front end maps it to status codes.
+
+use std::borrow::Cow;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The protocol version a RESP connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    Resp2,
+    Resp3,
+}
+
+impl Protocol {
+    pub fn version(self) -> i64 {
+        match self {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`
+    Simple(Cow<'static, str>),
+    /// `-ERR ...`: the whole line without the leading `-` (it starts with the error code).
+    Error(Cow<'static, str>),
+    Int(i64),
+    Bulk(Bytes),
+    /// The null reply: `$-1` in RESP2, `_` in RESP3.
+    Nil,
+    Array(Vec<Reply>),
+    /// RESP3 map; a flat array of alternating keys and values in RESP2.
+    Map(Vec<(Reply, Reply)>),
+    /// RESP3 set; an array in RESP2.
+    Set(Vec<Reply>),
+    /// RESP3 verbatim string (`=len\r\ntxt:...`); a bulk string in RESP2. Used by INFO.
+    Verbatim(Bytes),
+}
+
+impl Reply {
+    pub const OK: Reply = Reply::Simple(Cow::Borrowed("OK"));
+
+    pub fn simple(s: &'static str) -> Reply {
+        Reply::Simple(Cow::Borrowed(s))
+    }
+
+    /// An error reply; `text` includes the code, e.g. `"ERR syntax error"`.
+    pub fn error(text: impl Into<Cow<'static, str>>) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    /// An error built at runtime, with CR/LF replaced by spaces so the reply stays one line (as
+    /// Redis's `addReplyErrorFormat` does).
+    pub fn error_fmt(text: String) -> Reply {
+        if text.contains(['\r', '\n']) {
+            Reply::Error(Cow::Owned(text.replace(['\r', '\n'], " ")))
+        } else {
+            Reply::Error(Cow::Owned(text))
+        }
+    }
+
+    pub fn bulk(b: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(b.into())
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Appends the encoding of `self` for `proto` to `out`.
+    pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        match self {
+            Reply::Simple(s) => line(out, b'+', s.as_bytes()),
+            Reply::Error(s) => line(out, b'-', s.as_bytes()),
+            Reply::Int(n) => {
+                out.put_u8(b':');
+                put_int(out, *n);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Bulk(b) => bulk(out, b'$', b),
+            Reply::Nil => match proto {
+                Protocol::Resp2 => out.put_slice(b"$-1\r\n"),
+                Protocol::Resp3 => out.put_slice(b"_\r\n"),
+            },
+            Reply::Array(items) => {
+                header(out, b'*', items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Set(items) => {
+                header(out, if proto == Protocol::Resp3 { b'~' } else { b'*' }, items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Map(pairs) => {
+                match proto {
+                    Protocol::Resp2 => header(out, b'*', pairs.len() * 2),
+                    Protocol::Resp3 => header(out, b'%', pairs.len()),
+                }
+                for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Verbatim(b) => match proto {
+                Protocol::Resp2 => bulk(out, b'$', b),
+                Protocol::Resp3 => {
+                    header(out, b'=', b.len() + 4);
+                    out.put_slice(b"txt:");
+                    out.put_slice(b);
+                    out.put_slice(b"\r\n");
+                }
+            },
+        }
+    }
+
+    /// The encoding as a fresh buffer (tests, one-off replies).
+    pub fn to_bytes(&self, proto: Protocol) -> Bytes {
+        let mut out = BytesMut::new();
+        self.encode(proto, &mut out);
+        out.freeze()
+    }
+}
+
+fn line(out: &mut BytesMut, prefix: u8, body: &[u8]) {
+    out.reserve(body.len() + 3);
+    out.put_u8(prefix);
+    out.put_slice(body);
+    out.put_slice(b"\r\n");
+}
+
+fn header(out: &mut BytesMut, prefix: u8, len: usize) {
+    out.put_u8(prefix);
+    put_int(out, len as i64);
+    out.put_slice(b"\r\n");
+}
+
+fn bulk(out: &mut BytesMut, prefix: u8, b: &[u8]) {
+    out.reserve(b.len() + 16);
+    header(out, prefix, b.len());
+    out.put_slice(b);
+    out.put_slice(b"\r\n");
+}
+
+fn put_int(out: &mut BytesMut, n: i64) {
+    let mut buf = itoa_buf(n);
+    out.put_slice(buf.as_bytes_mut());
+}
+
+/// Formats an integer without allocating.
+struct IntText {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl IntText {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+fn itoa_buf(n: i64) -> IntText {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let negative = n < 0;
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if negative {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    IntText { buf, start: i }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(r: &Reply, p: Protocol) -> String {
+        String::from_utf8(r.to_bytes(p).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn resp2_and_resp3_encodings() {
+        use Protocol::*;
+        assert_eq!(enc(&Reply::OK, Resp2), "+OK\r\n");
+        assert_eq!(enc(&Reply::error("ERR x"), Resp3), "-ERR x\r\n");
+        assert_eq!(enc(&Reply::Int(i64::MIN), Resp2), ":-9223372036854775808\r\n");
+        assert_eq!(enc(&Reply::Int(0), Resp2), ":0\r\n");
+        assert_eq!(enc(&Reply::bulk("ab"), Resp2), "$2\r\nab\r\n");
+        assert_eq!(enc(&Reply::Nil, Resp2), "$-1\r\n");
+        assert_eq!(enc(&Reply::Nil, Resp3), "_\r\n");
+        let map = Reply::Map(vec![(Reply::bulk("k"), Reply::Int(1))]);
+        assert_eq!(enc(&map, Resp2), "*2\r\n$1\r\nk\r\n:1\r\n");
+        assert_eq!(enc(&map, Resp3), "%1\r\n$1\r\nk\r\n:1\r\n");
+        let set = Reply::Set(vec![Reply::simple("a")]);
+        assert_eq!(enc(&set, Resp2), "*1\r\n+a\r\n");
+        assert_eq!(enc(&set, Resp3), "~1\r\n+a\r\n");
+        assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp3), "=7\r\ntxt:x:1\r\n");
+        assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp2), "$3\r\nx:1\r\n");
+        assert_eq!(enc(&Reply::Array(vec![]), Resp2), "*0\r\n");
+    }
+
+    #[test]
+    fn runtime_errors_stay_on_one_line() {
+        assert_eq!(Reply::error_fmt("ERR a\r\nb".into()), Reply::error("ERR a  b"));
+    }
+}
