@@ -62,7 +62,7 @@ pub struct RouterArgs {
     pub requirepass: Option<String>,
 
     /// Without a password, refuse TCP clients that are not on the loopback interface (like Redis).
-    #[arg(long, env = "SHOAL_PROTECTED_MODE", default_value = "yes", value_parser = parse_yes_no)]
+    #[arg(long, env = "SHOAL_PROTECTED_MODE", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,
 
     /// How long a request may wait for its node before the client gets an error (ms).

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use crate::backend::Cluster;
 use crate::metrics::RouterMetrics;
 use crate::resp::Limits;
-use crate::resp::parse::{UNAUTH_MAX_ARGS, UNAUTH_MAX_BULK};
 
 /// Before AUTH, a client may buffer at most this much unparsed input.
 pub const UNAUTH_QUERY_BUFFER_LIMIT: usize = 1024 * 1024;
@@ -46,17 +45,10 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Parser limits for a connection in the given authentication state.
+    /// Parser limits for a connection in the given authentication state. (The parser applies
+    /// the tighter pre-AUTH caps itself, so that it can answer with Redis's specific texts.)
     pub fn limits(&self, authenticated: bool) -> Limits {
-        if authenticated {
-            Limits { authenticated, max_bulk: self.proto_max_bulk_len, max_args: self.max_args }
-        } else {
-            Limits {
-                authenticated,
-                max_bulk: UNAUTH_MAX_BULK.min(self.proto_max_bulk_len),
-                max_args: UNAUTH_MAX_ARGS.min(self.max_args),
-            }
-        }
+        Limits { authenticated, max_bulk: self.proto_max_bulk_len, max_args: self.max_args }
     }
 
     pub fn query_buffer_limit(&self, authenticated: bool) -> usize {
@@ -157,8 +149,7 @@ mod tests {
     #[test]
     fn limits_tighten_before_auth() {
         let s = Settings::default();
-        assert_eq!(s.limits(false).max_args, 10);
-        assert_eq!(s.limits(false).max_bulk, 16 * 1024);
+        assert!(!s.limits(false).authenticated, "the parser's pre-AUTH caps apply");
         assert_eq!(s.limits(true).max_bulk, 512 * 1024 * 1024);
         assert_eq!(s.query_buffer_limit(false), 1024 * 1024);
     }

@@ -117,7 +117,9 @@ pub fn auth(args: &Args, ctx: &mut Ctx) -> Pending {
 /// SELECT: Shoal has one database, 0.
 pub fn select(args: &Args, _ctx: &mut Ctx) -> Pending {
     match int_arg(&args[1]) {
-        Ok(n) if i32::try_from(n).is_err() => super::not_integer().into(),
+        Ok(n) if i32::try_from(n).is_err() => {
+            Reply::error("ERR value is out of range, value must between -2147483648 and 2147483647").into()
+        }
         Ok(0) => Reply::OK.into(),
         Ok(_) => Reply::error("ERR DB index is out of range").into(),
         Err(e) => e.into(),

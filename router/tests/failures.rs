@@ -1,0 +1,140 @@
+//! A node that is down or slow: its keys get a clear error within the deadline, other nodes'
+//! keys are unaffected, and the router reconnects when the node comes back.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_node::server::{NodeHandle, ServeOptions};
+use shoal_node::store::{Store, StoreConfig, SystemClock};
+use support::{Proc, Raw};
+
+async fn node_at(addr: SocketAddr) -> NodeHandle {
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+    NodeHandle::start(addr, store, ServeOptions::default()).await.unwrap()
+}
+
+/// A key owned by node position `pos`.
+fn key_on(router: &shoal_router::Router, pos: usize) -> String {
+    let routing = router.state.cluster.routing();
+    (0..).map(|i| format!("k{i}")).find(|k| routing.link_for_key(k.as_bytes()).0 == pos).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_fails_fast_and_recovers() {
+    let addrs: Vec<SocketAddr> =
+        (0..3).map(|_| format!("127.0.0.1:{}", support::free_port()).parse().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for a in &addrs {
+        nodes.push(Some(node_at(*a).await));
+    }
+    let list = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    let router = support::router(&["--nodes", &list, "--deadline-ms", "500"]).await;
+    let (k0, k1, k2) = (key_on(&router, 0), key_on(&router, 1), key_on(&router, 2));
+    let mut c = Raw::connect(router.resp_addr).await;
+    for k in [&k0, &k1, &k2] {
+        assert_eq!(c.cmd(&["SET", k, "v"]).await, b"+OK\r\n");
+    }
+
+    nodes[1].take().unwrap().shutdown().await.unwrap();
+    support::wait_until(Duration::from_secs(5), || !router.state.cluster.routing().links[1].is_up()).await;
+    let started = Instant::now();
+    let err = String::from_utf8(c.cmd(&["GET", &k1]).await).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(500), "answered before the deadline");
+    assert!(err.starts_with(&format!("-ERR node 1 ({}) is unavailable", addrs[1])), "{err}");
+    assert_eq!(c.cmd(&["GET", &k0]).await, b"$1\r\nv\r\n", "other nodes unaffected");
+    assert_eq!(c.cmd(&["GET", &k2]).await, b"$1\r\nv\r\n");
+    let mget = String::from_utf8(c.cmd(&["MGET", &k0, &k1]).await).unwrap();
+    assert!(
+        mget.starts_with("-ERR node 1"),
+        "a multi-key command touching the node fails as a whole: {mget}"
+    );
+    let ready = support::http_get(router.http_addr, "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+
+    // The node comes back (empty: it was stopped without persistence) and the router reconnects.
+    nodes[1] = Some(node_at(addrs[1]).await);
+    support::wait_until(Duration::from_secs(10), || router.state.cluster.all_up()).await;
+    assert_eq!(c.cmd(&["SET", &k1, "again"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", &k1]).await, b"$5\r\nagain\r\n");
+    router.shutdown().await;
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_times_out_within_the_deadline() {
+    // A real node process, frozen with SIGSTOP: its TCP connection stays open but nothing answers.
+    let port = support::free_port();
+    let frozen_addr = format!("127.0.0.1:{port}");
+    let child = Command::new(support::workspace_bin("shoal-node"))
+        .args(["--listen", &frozen_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let proc = Proc(child);
+    let healthy = node_at("127.0.0.1:0".parse().unwrap()).await;
+    let list = format!("{},{}", healthy.addr, frozen_addr);
+    let router = support::router(&["--nodes", &list, "--deadline-ms", "300"]).await;
+    let (k0, k1) = (key_on(&router, 0), key_on(&router, 1));
+    let mut c = Raw::connect(router.resp_addr).await;
+    assert_eq!(c.cmd(&["SET", &k1, "v"]).await, b"+OK\r\n");
+
+    let pid = proc.0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let started = Instant::now();
+    let err = String::from_utf8(c.cmd(&["GET", &k1]).await).unwrap();
+    let took = started.elapsed();
+    assert_eq!(err, format!("-ERR node 1 ({frozen_addr}) did not answer within 300 ms\r\n"));
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1000), "{took:?}");
+    let mut other = Raw::connect(router.resp_addr).await;
+    let started = Instant::now();
+    assert_eq!(other.cmd(&["SET", &k0, "fine"]).await, b"+OK\r\n");
+    assert!(started.elapsed() < Duration::from_millis(200), "the healthy node is not held up");
+
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert_eq!(c.cmd(&["GET", &k1]).await, b"$1\r\nv\r\n", "answers again once thawed");
+    router.shutdown().await;
+    healthy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_sigterm_exits_zero_after_in_flight_work() {
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(support::workspace_bin("shoal-node"))
+        .args(["--listen", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let router = support::router(&["--nodes", &addr]).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    // Keep a pipeline in flight while the node is told to stop.
+    let mut pipeline = Vec::new();
+    for i in 0..2000 {
+        pipeline.extend(support::encode(&[b"SET", format!("t{i}").as_bytes(), b"v"]));
+    }
+    c.send(&pipeline).await;
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let mut ok = 0;
+    let mut failed = 0;
+    for _ in 0..2000 {
+        match c.reply().await.unwrap().as_slice() {
+            b"+OK\r\n" => ok += 1,
+            other => {
+                assert!(other.starts_with(b"-ERR node 0"), "{}", String::from_utf8_lossy(other));
+                failed += 1;
+            }
+        }
+    }
+    assert_eq!(ok + failed, 2000, "every request got an answer");
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "node exits 0 on SIGTERM: {status:?}");
+    router.shutdown().await;
+}

@@ -1,0 +1,211 @@
+//! Helpers shared by the router's black-box tests: start a router (embedded nodes or given nodes)
+//! on ephemeral loopback ports, speak raw RESP, frame replies, find workspace binaries, run
+//! redis-server as an oracle.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use shoal_router::Router;
+use shoal_router::config::Cli;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Starts a router with `extra` flags, RESP and HTTP on free loopback ports, and waits until all
+/// its nodes are connected.
+pub async fn router(extra: &[&str]) -> Router {
+    let mut argv = vec!["shoal-router", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    argv.extend_from_slice(extra);
+    let cli = Cli::try_parse_from(argv).expect("valid flags");
+    let router = Router::start(&cli.serve).await.expect("router starts");
+    wait_until(Duration::from_secs(10), || router.state.cluster.all_up()).await;
+    router
+}
+
+/// A 3-node embedded cluster.
+pub async fn cluster() -> Router {
+    router(&["--embedded-nodes", "3"]).await
+}
+
+/// Polls `cond` every 10 ms until it holds; panics after `limit`.
+pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "condition not met within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn redis_url(addr: SocketAddr) -> String {
+    format!("redis://{addr}/")
+}
+
+pub async fn redis_conn(addr: SocketAddr) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url(addr)).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Encodes a command as a RESP multibulk request.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A raw RESP connection that returns replies as the exact bytes received.
+pub struct Raw {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    pub async fn connect(addr: SocketAddr) -> Raw {
+        Raw::from_stream(TcpStream::connect(addr).await.unwrap())
+    }
+
+    pub fn from_stream(stream: TcpStream) -> Raw {
+        Raw { stream, buf: Vec::new() }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Sends one command and returns its reply's bytes.
+    pub async fn cmd(&mut self, args: &[&str]) -> Vec<u8> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.send(&encode(&args)).await;
+        self.reply().await.expect("a reply")
+    }
+
+    /// The next complete reply, or `None` if the server closed first. Waits at most 5 s.
+    pub async fn reply(&mut self) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(n) = frame_len(&self.buf) {
+                return Some(self.buf.drain(..n).collect());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.buf.reserve(64 * 1024);
+            match tokio::time::timeout(left, self.stream.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return None,
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("no reply within 5 s; have {:?}", String::from_utf8_lossy(&self.buf)),
+            }
+        }
+    }
+
+    /// Everything until the server closes the connection (for protocol-error cases).
+    pub async fn until_close(&mut self) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.buf);
+        loop {
+            out.reserve(64 * 1024);
+            match tokio::time::timeout(Duration::from_secs(5), self.stream.read_buf(&mut out)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return out,
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("connection still open after 5 s; got {:?}", String::from_utf8_lossy(&out)),
+            }
+        }
+    }
+}
+
+/// Length of the first complete RESP2/RESP3 reply in `b`, if there is one.
+pub fn frame_len(b: &[u8]) -> Option<usize> {
+    let line_end = |from: usize| b[from..].windows(2).position(|w| w == b"\r\n").map(|p| from + p);
+    let first = *b.first()?;
+    let le = line_end(0)?;
+    let num = || std::str::from_utf8(&b[1..le]).ok()?.parse::<i64>().ok();
+    match first {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(le + 2),
+        b'$' | b'=' | b'!' => {
+            let n = num()?;
+            if n < 0 {
+                return Some(le + 2);
+            }
+            let end = le + 2 + n as usize + 2;
+            (b.len() >= end).then_some(end)
+        }
+        b'*' | b'~' | b'>' | b'%' => {
+            let n = num()?;
+            let items = if first == b'%' { n * 2 } else { n };
+            let mut pos = le + 2;
+            for _ in 0..items.max(0) {
+                pos += frame_len(&b[pos..])?;
+            }
+            Some(pos)
+        }
+        _ => panic!("not a RESP reply: {:?}", String::from_utf8_lossy(b)),
+    }
+}
+
+/// A free loopback TCP port (bound and released; fine for tests on one machine).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Path of a workspace binary (`shoal-node`, `shoal-router`), built by `cargo build`.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps/.. -> target/<profile>
+    let path = dir.join(name);
+    assert!(path.exists(), "{} not found: run `cargo build --bins` first", path.display());
+    path
+}
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts Debian's redis-server on a free port (no persistence) and waits until it answers.
+pub async fn redis_server() -> (Proc, SocketAddr) {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (.ci/tools/install apt)");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok(mut s) = TcpStream::connect(addr).await {
+            let _ = s.write_all(b"PING\r\n").await;
+            let mut b = [0u8; 7];
+            if s.read_exact(&mut b).await.is_ok() && &b == b"+PONG\r\n" {
+                break;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (Proc(child), addr)
+}
+
+/// A minimal HTTP/1.1 exchange: sends `request` (with `Connection: close` added by the caller)
+/// and returns the whole response as text.
+pub async fn http_raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .expect("response in 5 s")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    http_raw(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes()).await
+}
