@@ -51,7 +51,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         ));
         tracing::info!(%addr, "node metrics on http://{addr}/metrics");
     }
-    let options = server::ServeOptions { expire_interval: args.expire_interval() };
+    let options = server::ServeOptions { expire_interval: args.expire_interval(), ..Default::default() };
     server::run(listener, state, options, async move {
         shutdown::signal().await;
         let _ = stop_tx.send(true);

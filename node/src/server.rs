@@ -23,8 +23,6 @@ use crate::store::Store;
 pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 /// Keys each shard may expire per active-expiry pass.
 const EXPIRE_BUDGET_PER_SHARD: usize = 64;
-/// How long graceful shutdown waits for connections to drain.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -38,11 +36,13 @@ pub enum NodeError {
 pub struct ServeOptions {
     /// How often the active expiry task runs.
     pub expire_interval: Duration,
+    /// After a shutdown signal, how long to wait for connections to drain.
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { expire_interval: Duration::from_millis(100) }
+        ServeOptions { expire_interval: Duration::from_millis(100), drain_timeout: Duration::from_secs(10) }
     }
 }
 
@@ -60,7 +60,7 @@ pub async fn run(
     let service = NodeServer::new(NodeService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx));
+    let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
     let signal = async move {
         shutdown.await;
         tracing::info!(%addr, "node shutting down: finishing in-flight batches");
@@ -78,9 +78,15 @@ pub async fn run(
         .add_service(health_service)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, signal);
-    let result = match tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_secs(1), served).await {
-        Ok(r) => r.map_err(NodeError::from),
-        Err(_) => {
+    // The drain deadline starts with the shutdown signal, not with the server.
+    let mut stopping = stop_rx;
+    let drain_deadline = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(options.drain_timeout).await;
+    };
+    let result = tokio::select! {
+        r = served => r.map_err(NodeError::from),
+        _ = drain_deadline => {
             tracing::warn!("connections did not drain in time; exiting anyway");
             Ok(())
         }
