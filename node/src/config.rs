@@ -55,6 +55,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,
 
+    /// Worker threads; default: the CPUs this process may use (cgroup limits included).
+    #[arg(long, env = "SHOAL_THREADS")]
+    pub threads: Option<usize>,
+
     /// Log format: text or json (level from RUST_LOG, default info).
     #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,

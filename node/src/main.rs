@@ -15,7 +15,11 @@ use shoal_telemetry::{http, logging, shutdown};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(cli))
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cli.serve.threads {
+        builder.worker_threads(n.max(1));
+    }
+    builder.enable_all().build()?.block_on(serve(cli))
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {

@@ -1,27 +1,25 @@
 //! The `shoal.v1.Node` gRPC service.
 //!
-//! Each router holds one `Execute` stream per node. A task per stream reads batches, applies each
-//! batch to the store in order and sends the replies back. On shutdown the task stops taking new
-//! batches once the one in hand is answered, then ends the stream so the router fails over
-//! promptly instead of waiting for a deadline.
+//! Each router holds one `Execute` stream per node. The reply stream pulls the next batch from the
+//! request stream, applies it to the store in order and yields the replies, so a batch costs no
+//! task hop or channel, and a router that stops reading replies stops being read from. On shutdown
+//! the stream ends after the batch in hand, so the router fails over promptly instead of waiting
+//! for a deadline.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use shoal_wire::proto::{self, Batch, BatchReply, NodeStats, StatsRequest, node_server::Node};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::metrics::NodeMetrics;
 use crate::ops;
 use crate::store::Store;
-
-/// Batches answered but not yet written to the network, per stream. Small: it only needs to
-/// cover the time the HTTP/2 writer takes to pick a reply up.
-const REPLY_QUEUE: usize = 16;
 
 /// What the service needs: the store, counters, and when it started.
 #[derive(Debug)]
@@ -83,40 +81,58 @@ impl Node for NodeService {
     type ExecuteStream = ReplyStream;
 
     async fn execute(&self, request: Request<Streaming<Batch>>) -> Result<Response<ReplyStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(REPLY_QUEUE);
-        let state = self.state.clone();
         let mut stopping = self.stopping.clone();
-        state.metrics.streams.add(1);
-        tokio::spawn(async move {
-            loop {
-                if *stopping.borrow_and_update() {
-                    break;
-                }
-                let batch = tokio::select! {
-                    biased;
-                    _ = stopping.changed() => break,
-                    msg = inbound.message() => msg,
-                };
-                match batch {
-                    Ok(Some(batch)) => {
-                        if tx.send(Ok(state.execute(batch))).await.is_err() {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(status) => {
-                        tracing::debug!(%status, "execute stream ended by the client");
-                        break;
-                    }
-                }
-            }
-            state.metrics.streams.add(-1);
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        self.state.metrics.streams.add(1);
+        Ok(Response::new(Box::pin(Replies {
+            inbound: request.into_inner(),
+            state: self.state.clone(),
+            stop: Box::pin(async move {
+                let _ = stopping.wait_for(|s| *s).await;
+            }),
+            done: false,
+        })))
     }
 
     async fn stats(&self, _request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
         Ok(Response::new(self.state.stats()))
+    }
+}
+
+/// The reply side of an `Execute` stream: each poll applies the next received batch.
+struct Replies {
+    inbound: Streaming<Batch>,
+    state: Arc<NodeState>,
+    /// Resolves when the node starts shutting down.
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    done: bool,
+}
+
+impl Stream for Replies {
+    type Item = Result<BatchReply, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done || self.stop.as_mut().poll(cx).is_ready() {
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inbound).poll_next(cx) {
+            Poll::Ready(Some(Ok(batch))) => Poll::Ready(Some(Ok(self.state.execute(batch)))),
+            Poll::Ready(Some(Err(status))) => {
+                tracing::debug!(%status, "execute stream ended by the client");
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        self.state.metrics.streams.add(-1);
     }
 }

@@ -103,6 +103,11 @@ pub struct RouterArgs {
           value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
     pub embedded_maxmemory_policy: String,
 
+    /// Worker threads; default: the CPUs this process may use (cgroup limits included). One
+    /// thread is fastest when the router shares a small machine with its clients.
+    #[arg(long, env = "SHOAL_THREADS")]
+    pub threads: Option<usize>,
+
     /// Log format: text or json (level from RUST_LOG, default info).
     #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,

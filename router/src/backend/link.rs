@@ -2,15 +2,18 @@
 //! by every client connection of this router.
 //!
 //! ```text
-//!  client conns ──try_send(op, reply tx)──► queue ──► writer: wait for one op and a free slot on
-//!                                                    the stream, then drain whatever is queued
-//!                                                    *right now* into one Batch (no timer)
+//!  client conns ──try_send(op, reply tx)──► queue ──► writer: wait for one op and for one of
+//!                                                    the MAX_UNANSWERED batch slots, then drain
+//!                                                    whatever is queued *right now* into one
+//!                                                    Batch (no timer)
 //!                                                         │ inflight (FIFO of reply senders)
-//!  client conns ◄──reply via oneshot── reader ◄──BatchReply (in order)──┘
+//!  client conns ◄──reply via oneshot── reader ◄──BatchReply (in order)──┘  (frees the slot)
 //! ```
-//! Under light load a batch holds one op (no added latency); under load batches grow by themselves
-//! while the stream is busy. Replies come back in batch order, so the reader matches them to the
-//! FIFO of senders.
+//! This is group commit: under light load a batch holds one op and leaves at once (no added
+//! latency); under load, ops that arrive while earlier batches are being answered wait for the
+//! next free slot and go out together, so batches grow with the load and the per-batch cost
+//! (HTTP/2 frames, syscalls, wake-ups on both sides) is shared. Replies come back in batch order,
+//! so the reader matches them to the FIFO of senders.
 //!
 //! Failure handling: each call has a deadline (the client gets an error, never a hang). When the
 //! stream breaks, every in-flight call fails at once, the link is marked down (new calls fail
@@ -26,7 +29,7 @@ use parking_lot::Mutex;
 use prost::Message;
 use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
 use shoal_wire::proto::{self, Batch, BatchReply, NodeStats, Op, StatsRequest, node_client::NodeClient};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -40,9 +43,11 @@ pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 const MAX_BATCH_OPS: usize = 4096;
 /// ... or this many payload bytes (a single larger op travels alone).
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
-/// Batches handed to the HTTP/2 stream but not yet written; beyond this the writer waits and
-/// the queue grows instead, which makes the next batch bigger.
+/// Batches handed to the HTTP/2 stream but not yet written.
 const BATCHES_AHEAD: usize = 4;
+/// Batches sent but not yet answered, per node. Small on purpose: while they are out, new ops
+/// collect in the queue and leave together in the next batch.
+const MAX_UNANSWERED: usize = 1;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -286,7 +291,8 @@ struct Manager {
 /// Reply senders of batches written but not yet answered, oldest first.
 #[derive(Default)]
 struct Inflight {
-    batches: VecDeque<(u64, Vec<Waiter>)>,
+    /// Each unanswered batch with its waiters and the slot it holds (freed when answered).
+    batches: VecDeque<(u64, Vec<Waiter>, Option<OwnedSemaphorePermit>)>,
     /// Set by whichever side notices the stream is gone; no batch may be added after.
     closed: bool,
 }
@@ -375,6 +381,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Streaming<BatchReply>) -> String {
     let inflight = Arc::new(Mutex::new(Inflight::default()));
     let broken = Arc::new(Notify::new());
+    let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
     let reader = tokio::spawn(read_replies(replies, inflight.clone(), broken.clone(), m.ident.clone()));
     let reason = loop {
         let first = tokio::select! {
@@ -383,6 +390,10 @@ async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Stre
                 None => break "router shutting down".to_string(),
             },
             _ = broken.notified() => break "stream closed".to_string(),
+        };
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.expect("never closed"),
+            _ = broken.notified() => { fail(first.waiter, m); break "stream closed".to_string() }
         };
         let permit = tokio::select! {
             p = batches.reserve() => match p {
@@ -413,7 +424,7 @@ async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Stre
                 waiters.into_iter().for_each(|w| fail(w, m));
                 break "stream closed".to_string();
             }
-            inf.batches.push_back((id, waiters));
+            inf.batches.push_back((id, waiters, Some(slot)));
         }
         m.metrics.batches.inc();
         m.metrics.ops.add(n as u64);
@@ -427,7 +438,7 @@ async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Stre
         inf.closed = true;
         std::mem::take(&mut inf.batches)
     };
-    for (_, waiters) in orphans {
+    for (_, waiters, _) in orphans {
         waiters.into_iter().for_each(|w| fail(w, m));
     }
     reason
@@ -450,7 +461,7 @@ async fn read_replies(
                 break;
             }
         };
-        let Some((id, waiters)) = inflight.lock().batches.pop_front() else {
+        let Some((id, waiters, _slot)) = inflight.lock().batches.pop_front() else {
             tracing::error!(node = ident.id, "reply for a batch that was never sent");
             break;
         };
@@ -472,7 +483,7 @@ async fn read_replies(
         inf.closed = true;
         std::mem::take(&mut inf.batches)
     };
-    for (_, waiters) in orphans {
+    for (_, waiters, _) in orphans {
         for waiter in waiters {
             waiter.fail(BackendError::Unavailable {
                 node: ident.id,

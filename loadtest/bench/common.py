@@ -1,0 +1,135 @@
+"""Process and measurement helpers shared by the benchmark scripts (standard library only).
+
+Everything listens on 127.0.0.1 ports picked at run time; every process started here is stopped
+when the script exits, even on Ctrl-C.
+"""
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WORK = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+_procs = []
+
+
+def say(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def need(tool, hint):
+    if shutil.which(tool) is None:
+        sys.exit(f"[bench] {tool} not found: {hint}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=15.0, ping=True):
+    """Waits until a RESP server on `port` answers PING (or just accepts, with ping=False)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if not ping:
+                    return
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")  # multibulk: twemproxy has no inline commands
+                if s.recv(64).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    sys.exit(f"[bench] nothing answered on 127.0.0.1:{port} within {timeout}s (logs in {WORK})")
+
+
+def start(name, argv, env=None):
+    log = open(WORK / f"{name}.log", "wb")
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    _procs.append(p)
+    return p
+
+
+def stop_all():
+    for p in reversed(_procs):
+        if p.poll() is None:
+            p.terminate()
+    for p in _procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    _procs.clear()
+
+
+atexit.register(stop_all)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+def binaries():
+    """Release builds of shoal-node and shoal-router (built here unless SHOAL_BIN_DIR is set)."""
+    if os.environ.get("SHOAL_BIN_DIR"):
+        d = Path(os.environ["SHOAL_BIN_DIR"])
+    else:
+        say("building release binaries (cargo build --release)")
+        subprocess.run(["cargo", "build", "--release", "--bins", "-q"], cwd=REPO, check=True)
+        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        d = target / "release"
+    return d / "shoal-node", d / "shoal-router"
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def redis_server(port, extra=()):
+    need("redis-server", "run .ci/tools/install apt")
+    p = start(f"redis-{port}", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", *extra])
+    wait_port(port)
+    return p
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Linux {os.uname().release}"
+
+
+def replace_section(path, name, body):
+    """Replaces the text between `<!-- BEGIN name -->` and `<!-- END name -->` in `path`."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    text = path.read_text() if path.exists() else ""
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
