@@ -225,12 +225,11 @@ fn authorized(req: &Request<Incoming>, state: &RouterState) -> bool {
     if let Some(token) = value.strip_prefix("Bearer ") {
         return state.settings.check_password(b"default", token.trim().as_bytes());
     }
-    if let Some(b64) = value.strip_prefix("Basic ") {
-        if let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) {
-            if let Some(colon) = raw.iter().position(|&c| c == b':') {
-                return state.settings.check_password(&raw[..colon], &raw[colon + 1..]);
-            }
-        }
+    if let Some(b64) = value.strip_prefix("Basic ")
+        && let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim())
+        && let Some(colon) = raw.iter().position(|&c| c == b':')
+    {
+        return state.settings.check_password(&raw[..colon], &raw[colon + 1..]);
     }
     false
 }

@@ -32,12 +32,11 @@ pub fn crc16(data: &[u8]) -> u16 {
 
 /// The bytes of `key` that are hashed: the first non-empty `{...}` section, or the whole key.
 pub fn hashtag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
     }
     key
 }

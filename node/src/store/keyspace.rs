@@ -72,7 +72,9 @@ impl Store {
             let Some(p) = s.find_live(h, key, now) else { return false };
             let current = s.entry(p).expire_at;
             let at_clamped = at.max(0) as u64;
-            // No TTL counts as infinite: GT never beats it, LT always does.
+            // No TTL counts as infinite: GT never beats it, LT always does. One clause per flag,
+            // as Redis checks them, reads better than the minimal form.
+            #[allow(clippy::nonminimal_bool)]
             let ok = !(flags.nx && current != 0)
                 && !(flags.xx && current == 0)
                 && !(flags.gt && (current == 0 || at <= current as i64))

@@ -17,7 +17,7 @@ fn expire_generic(args: &Args, ctx: &mut Ctx, seconds: bool, relative: bool, nam
     };
     let invalid = || Reply::error_fmt(format!("ERR invalid expire time in '{name}' command")).into();
     let ms = if seconds {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             return invalid();
         }
         when * 1000

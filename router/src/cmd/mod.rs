@@ -252,10 +252,10 @@ impl FanOut {
             match call.wait().await {
                 Ok(replies) => {
                     for (i, r) in idx.into_iter().zip(replies) {
-                        if failure.is_none() {
-                            if let Some(reply::Kind::Error(e)) = &r.kind {
-                                failure = Some(Reply::error_fmt(e.clone()));
-                            }
+                        if failure.is_none()
+                            && let Some(reply::Kind::Error(e)) = &r.kind
+                        {
+                            failure = Some(Reply::error_fmt(e.clone()));
                         }
                         out[i] = Some(r);
                     }

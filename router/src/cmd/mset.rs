@@ -21,7 +21,7 @@ fn pairs(args: &Args) -> impl Iterator<Item = (&Bytes, &Bytes)> {
 }
 
 pub fn mset(args: &Args, ctx: &mut Ctx) -> Pending {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("mset").into();
     }
     let no_options = super::set::ExtendedOptions::default();
@@ -38,7 +38,7 @@ pub fn mset(args: &Args, ctx: &mut Ctx) -> Pending {
 }
 
 pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("msetnx").into();
     }
     // Pairs grouped by owning node, in argument order within each group.

@@ -109,12 +109,8 @@ impl RequestParser {
                         Some(args) => return Ok(Some(args)),
                     }
                 }
-                let Some(cr) = memchr(b'\r', buf) else {
-                    return if buf.len() > MAX_INLINE {
-                        Err(ProtocolError::TooBigMultibulkCount)
-                    } else {
-                        Ok(None)
-                    };
+                let Some(cr) = line_end(b'\r', buf).map_err(|_| ProtocolError::TooBigMultibulkCount)? else {
+                    return Ok(None);
                 };
                 if cr + 1 >= buf.len() {
                     return Ok(None);
@@ -141,12 +137,9 @@ impl RequestParser {
                 let len = match self.bulk_len {
                     Some(len) => len,
                     None => {
-                        let Some(cr) = memchr(b'\r', buf) else {
-                            return if buf.len() > MAX_INLINE {
-                                Err(ProtocolError::TooBigBulkCount)
-                            } else {
-                                Ok(None)
-                            };
+                        let Some(cr) = line_end(b'\r', buf).map_err(|_| ProtocolError::TooBigBulkCount)?
+                        else {
+                            return Ok(None);
                         };
                         if cr + 1 >= buf.len() {
                             return Ok(None);
@@ -192,10 +185,22 @@ fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == needle)
 }
 
+/// Finds the end of a header or inline line, looking no further than the line limit, so that
+/// whether a long line is refused never depends on how its bytes were split into reads (Redis
+/// only checks the limit while the line is incomplete).
+fn line_end(needle: u8, buf: &[u8]) -> Result<Option<usize>, ()> {
+    let window = &buf[..buf.len().min(MAX_INLINE + 2)];
+    match memchr(needle, window) {
+        Some(i) if i <= MAX_INLINE + 1 => Ok(Some(i)),
+        _ if buf.len() > MAX_INLINE => Err(()),
+        _ => Ok(None),
+    }
+}
+
 /// An inline request: one line, split into arguments like Redis's `sdssplitargs`.
 fn parse_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let Some(nl) = memchr(b'\n', buf) else {
-        return if buf.len() > MAX_INLINE { Err(ProtocolError::TooBigInline) } else { Ok(None) };
+    let Some(nl) = line_end(b'\n', buf).map_err(|_| ProtocolError::TooBigInline)? else {
+        return Ok(None);
     };
     let end = if nl > 0 && buf[nl - 1] == b'\r' { nl - 1 } else { nl };
     let args = split_args(&buf[..end]).ok_or(ProtocolError::UnbalancedQuotes)?;
@@ -293,6 +298,40 @@ fn is_c_space(b: u8) -> bool {
 
 fn hex(b: u8) -> u8 {
     (b as char).to_digit(16).unwrap_or(0) as u8
+}
+
+/// The fuzzing property (used by `fuzz/fuzz_targets/resp_parser.rs` and the regression test that
+/// replays saved inputs): on any bytes, the parser never panics, and feeding them whole or in
+/// chunks of any size yields the same requests and the same error. The first input byte picks the
+/// chunk size and the authentication state.
+#[doc(hidden)]
+pub fn fuzz_check(data: &[u8]) {
+    let Some((&control, input)) = data.split_first() else { return };
+    let limits = Limits { authenticated: control & 0x80 != 0, max_bulk: 1 << 20, max_args: 4096 };
+    let whole = parse_in_chunks(input, input.len().max(1), &limits);
+    let chunked = parse_in_chunks(input, usize::from(control & 0x3f) + 1, &limits);
+    assert_eq!(whole, chunked, "chunking changed the result");
+}
+
+fn parse_in_chunks(input: &[u8], chunk: usize, limits: &Limits) -> (Vec<Vec<Bytes>>, Option<ProtocolError>) {
+    let mut parser = RequestParser::new();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for piece in input.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        loop {
+            match parser.next(&mut buf, limits) {
+                Ok(Some(args)) => {
+                    assert!(!args.is_empty(), "a request has a command name");
+                    assert!(args.len() <= limits.max_args);
+                    out.push(args);
+                }
+                Ok(None) => break,
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+    (out, None)
 }
 
 #[cfg(test)]
@@ -426,6 +465,15 @@ mod tests {
         assert!(p.args.capacity() <= 16);
         assert!(buf.capacity() < 1024);
         assert_eq!(p.wanted(), Some(536870914));
+    }
+
+    #[test]
+    fn line_limit_does_not_depend_on_read_sizes() {
+        let mut long = vec![b'a'; MAX_INLINE + 10];
+        long.extend_from_slice(b"\r\n");
+        let whole = parse_all(&long, &AUTHED);
+        assert_eq!(whole.1, Some(ProtocolError::TooBigInline), "refused even when it arrives in one read");
+        fuzz_check(&[0x85, b'P', b'I', b'N', b'G', b'\r', b'\n']);
     }
 
     #[test]

@@ -1,0 +1,53 @@
+"""redis-py against a running Shoal router: exits non-zero (with a message) on any mismatch.
+
+    python3 redis_py_client.py PORT [PASSWORD]
+"""
+import sys
+
+import redis
+
+
+def main():
+    port = int(sys.argv[1])
+    password = sys.argv[2] if len(sys.argv) > 2 else None
+    r = redis.Redis(host="127.0.0.1", port=port, password=password, decode_responses=True)
+    assert r.ping() is True
+    assert r.set("py:greeting", "hello") is True
+    assert r.get("py:greeting") == "hello"
+    assert r.set("py:greeting", "x", nx=True) is None
+    assert r.set("py:ttl", "v", ex=100) and 99 <= r.ttl("py:ttl") <= 100
+    keys = [f"py:k{i}" for i in range(50)]
+    assert r.mset({k: k.upper() for k in keys}) is True
+    assert r.mget(keys + ["py:missing"]) == [k.upper() for k in keys] + [None]
+    assert r.incr("py:n") == 1 and r.incrby("py:n", 41) == 42
+    assert r.incrbyfloat("py:f", 10.5) == 10.5 and r.incrbyfloat("py:f", 0.1) == 10.6
+    assert r.append("py:greeting", "!") == 6
+    assert r.getrange("py:greeting", 0, 0) == "h"
+    assert r.exists("py:k1", "py:k2", "py:missing") == 2
+    assert r.delete(*keys) == 50
+    # Pipelines (transaction=False: MULTI/EXEC are not offered).
+    pipe = r.pipeline(transaction=False)
+    for i in range(100):
+        pipe.set(f"py:p{i}", i).incr(f"py:p{i}")
+    results = pipe.execute()
+    assert results[1::2] == [i + 1 for i in range(100)], results[:6]
+    # SCAN iteration finds every key exactly once.
+    found = list(r.scan_iter(match="py:p*", count=25))
+    assert sorted(found) == sorted(f"py:p{i}" for i in range(100)), len(found)
+    # Errors surface as redis-py exceptions with Redis's text.
+    try:
+        r.incr("py:greeting")
+        raise AssertionError("INCR on text must fail")
+    except redis.ResponseError as e:
+        assert str(e) == "value is not an integer or out of range", str(e)
+    # RESP3 through HELLO 3.
+    r3 = redis.Redis(host="127.0.0.1", port=port, password=password, protocol=3, decode_responses=True)
+    assert r3.get("py:greeting") == "hello!"
+    assert r3.get("py:missing") is None
+    info = r3.info("server")
+    assert "redis_version" in info, info
+    print("redis-py: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
