@@ -10,16 +10,12 @@ use shoal_node::config::Cli;
 use shoal_node::service::NodeState;
 use shoal_node::store::{Store, SystemClock};
 use shoal_node::{metrics, server};
-use shoal_telemetry::{http, logging, shutdown};
+use shoal_telemetry::{http, logging, runtime, shutdown};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.serve.threads {
-        builder.worker_threads(n.max(1));
-    }
-    builder.enable_all().build()?.block_on(serve(cli))
+    runtime::build(cli.serve.threads)?.block_on(serve(cli))
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {

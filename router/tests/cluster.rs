@@ -341,3 +341,20 @@ async fn redis_cli_is_a_happy_client() {
     assert_eq!(scanned.lines().count(), 2000);
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_binary_values_round_trip() {
+    let router = cluster().await;
+    let mut con = redis_conn(router.resp_addr).await;
+    // 128 MiB of every byte value, through RESP, the batched gRPC stream and the store, and back.
+    let value: Vec<u8> = (0..128 * 1024 * 1024).map(|i: usize| (i % 251) as u8).collect();
+    let _: () = con.set("big", &value).await.unwrap();
+    let back: Vec<u8> = con.get("big").await.unwrap();
+    assert!(back == value, "value came back intact");
+    let len: usize = con.strlen("big").await.unwrap();
+    assert_eq!(len, value.len());
+    let tail: Vec<u8> =
+        redis::cmd("GETRANGE").arg("big").arg(-3).arg(-1).query_async(&mut con).await.unwrap();
+    assert_eq!(tail, value[value.len() - 3..]);
+    router.shutdown().await;
+}

@@ -7,8 +7,10 @@
 //! - [`http`]: a small HTTP/1.1 server (hyper) for `/metrics`, `/healthz`, `/readyz` and, in the
 //!   router, the key/value API.
 //! - [`shutdown`]: a future that resolves on SIGTERM or Ctrl-C, for graceful shutdown.
+//! - [`runtime`]: the Tokio runtime, sized by `--threads`.
 
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod runtime;
 pub mod shutdown;

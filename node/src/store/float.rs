@@ -55,21 +55,7 @@ pub fn parse(s: &[u8]) -> Option<F80> {
 }
 
 fn parse_decimal(body: &str) -> Option<F80> {
-    let bytes = body.as_bytes();
-    let mantissa_end = bytes.iter().position(|&c| c == b'e' || c == b'E').unwrap_or(bytes.len());
-    let (mantissa, exponent) = bytes.split_at(mantissa_end);
-    let digits = mantissa.iter().filter(|c| c.is_ascii_digit()).count();
-    let dots = mantissa.iter().filter(|&&c| c == b'.').count();
-    if digits == 0 || dots > 1 || digits + dots != mantissa.len() {
-        return None;
-    }
-    if !exponent.is_empty() {
-        let e = &exponent[1..];
-        let e = e.strip_prefix(b"+").or_else(|| e.strip_prefix(b"-")).unwrap_or(e);
-        if e.is_empty() || !e.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-    }
+    let mantissa = split_number(body.as_bytes(), |c| c == b'e' || c == b'E', |c| c.is_ascii_digit())?;
     let nonzero = mantissa.iter().any(|&c| (b'1'..=b'9').contains(&c));
     let text = body.strip_prefix('+').unwrap_or(body);
     let parsed = F80::from_str_r(text, Round::NearestTiesToEven).ok()?;
@@ -77,26 +63,35 @@ fn parse_decimal(body: &str) -> Option<F80> {
 }
 
 fn parse_hex(hex: &str) -> Option<F80> {
-    let bytes = hex.as_bytes();
-    let p = bytes.iter().position(|&c| c == b'p').unwrap_or(bytes.len());
-    let (mantissa, exponent) = bytes.split_at(p);
-    let digits = mantissa.iter().filter(|c| c.is_ascii_hexdigit()).count();
+    let mantissa = split_number(hex.as_bytes(), |c| c == b'p', |c| c.is_ascii_hexdigit())?;
+    let nonzero = mantissa.iter().any(|&c| c.is_ascii_hexdigit() && c != b'0');
+    // The parser wants an explicit binary exponent, which `strtold` treats as optional.
+    let text = if hex.contains('p') { format!("0x{hex}") } else { format!("0x{hex}p0") };
+    let parsed = F80::from_str_r(&text, Round::NearestTiesToEven).ok()?;
+    reject_range_errors(parsed.status, parsed.value, nonzero)
+}
+
+/// Checks `mantissa [marker [+-] decimal-digits]`, where the mantissa has at least one `digit`
+/// and at most one `.`; returns the mantissa.
+fn split_number(
+    bytes: &[u8],
+    is_marker: impl Fn(u8) -> bool,
+    is_digit: impl Fn(u8) -> bool,
+) -> Option<&[u8]> {
+    let end = bytes.iter().position(|&c| is_marker(c)).unwrap_or(bytes.len());
+    let (mantissa, exponent) = bytes.split_at(end);
+    let digits = mantissa.iter().filter(|&&c| is_digit(c)).count();
     let dots = mantissa.iter().filter(|&&c| c == b'.').count();
     if digits == 0 || dots > 1 || digits + dots != mantissa.len() {
         return None;
     }
-    if !exponent.is_empty() {
-        let e = &exponent[1..];
+    if let Some((_, e)) = exponent.split_first() {
         let e = e.strip_prefix(b"+").or_else(|| e.strip_prefix(b"-")).unwrap_or(e);
         if e.is_empty() || !e.iter().all(u8::is_ascii_digit) {
             return None;
         }
     }
-    let nonzero = mantissa.iter().any(|&c| c.is_ascii_hexdigit() && c != b'0');
-    // The parser wants an explicit binary exponent, which `strtold` treats as optional.
-    let text = if exponent.is_empty() { format!("0x{hex}p0") } else { format!("0x{hex}") };
-    let parsed = F80::from_str_r(&text, Round::NearestTiesToEven).ok()?;
-    reject_range_errors(parsed.status, parsed.value, nonzero)
+    Some(mantissa)
 }
 
 /// `strtold` sets ERANGE on overflow (to infinity) and on underflow; Redis refuses the first and

@@ -4,26 +4,12 @@ use std::sync::Arc;
 
 use shoal_wire::proto::{self, op::Kind, reply};
 
-use super::{Args, Ctx, Pending, backend_error, gather_all, op, plain, reply_int, syntax_error};
+use super::{Args, Ctx, Pending, backend_error, gather_all, op, plain, sum_ints, syntax_error};
 use crate::resp::Reply;
 
 pub fn dbsize(_args: &Args, ctx: &mut Ctx) -> Pending {
     let calls = ctx.call_all(|| op(Kind::DbSize(proto::DbSize {})));
-    Pending::later(async move {
-        match gather_all(calls).await {
-            Ok(replies) => {
-                let mut total = 0;
-                for r in replies {
-                    match reply_int(r) {
-                        Ok(n) => total += n,
-                        Err(e) => return e,
-                    }
-                }
-                Reply::Int(total)
-            }
-            Err(e) => e,
-        }
-    })
+    Pending::later(async move { gather_all(calls).await.map_or_else(|e| e, sum_ints) })
 }
 
 /// `FLUSHALL [ASYNC|SYNC]`; both modes empty every node before replying.

@@ -273,20 +273,20 @@ impl FanOut {
 
     /// The sum of the integer replies (DEL, EXISTS, TOUCH, UNLINK).
     pub async fn sum(self) -> Reply {
-        match self.gather().await {
-            Ok(replies) => {
-                let mut total = 0;
-                for r in replies {
-                    match reply_int(r) {
-                        Ok(n) => total += n,
-                        Err(e) => return e,
-                    }
-                }
-                Reply::Int(total)
-            }
-            Err(e) => e,
+        self.gather().await.map_or_else(|e| e, sum_ints)
+    }
+}
+
+/// Adds up integer replies; the first non-integer reply becomes the command's reply.
+pub fn sum_ints(replies: Vec<proto::Reply>) -> Reply {
+    let mut total = 0;
+    for r in replies {
+        match reply_int(r) {
+            Ok(n) => total += n,
+            Err(e) => return e,
         }
     }
+    Reply::Int(total)
 }
 
 /// Awaits one call per node (an op sent to all nodes) and folds the replies.
