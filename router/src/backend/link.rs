@@ -199,6 +199,9 @@ impl NodeLink {
         rx: oneshot::Receiver<Result<T, BackendError>>,
         deadline: Instant,
     ) -> NodeCall<T> {
+        // Big requests take longer to move: allow 10 ns per byte (100 MB/s) on top of the deadline.
+        let bytes: usize = req.ops.iter().map(Message::encoded_len).sum();
+        let deadline = deadline + Duration::from_nanos(bytes as u64 * 10);
         let fail = |e: BackendError| {
             self.metrics.failed_calls.inc();
             NodeCall { state: CallState::Failed(e), deadline, ident: self.ident.clone() }
