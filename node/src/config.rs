@@ -1,11 +1,13 @@
 //! `shoal-node` command line: flags, environment overrides and their defaults.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use shoal_telemetry::logging::LogFormat;
 
+use crate::snapshot::bake::InputFormat;
 use crate::store::{EvictionPolicy, StoreConfig, default_shards};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7001";
@@ -24,7 +26,23 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Build a snapshot offline from CSV (key,value[,ttl_seconds]) or JSONL; a node started with
+    /// --data-dir on the output directory serves it at once.
+    Bake(BakeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BakeArgs {
+    /// The input file.
+    pub input: PathBuf,
+    /// A data directory (the snapshot gets the next snapshot-<seq>.shoal name there) or a file.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Input format: csv or jsonl (default: .jsonl/.ndjson files are JSONL, others CSV).
+    #[arg(long)]
+    pub format: Option<InputFormat>,
+}
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -51,6 +69,20 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Directory for snapshots. At start the newest valid one is mapped and served at once; a
+    /// snapshot is written on SIGTERM, every --snapshot-interval, and on request (SHOAL SNAPSHOT).
+    /// Without it the node keeps nothing across restarts.
+    #[arg(long, env = "SHOAL_NODE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Seconds between periodic snapshots (0: only on request and at shutdown).
+    #[arg(long, env = "SHOAL_NODE_SNAPSHOT_INTERVAL", default_value_t = 0)]
+    pub snapshot_interval: u64,
+
+    /// Snapshots to keep in the data directory.
+    #[arg(long, env = "SHOAL_NODE_SNAPSHOT_KEEP", default_value_t = 2)]
+    pub snapshot_keep: usize,
+
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,
@@ -76,6 +108,10 @@ impl ServeArgs {
 
     pub fn expire_interval(&self) -> Duration {
         Duration::from_millis(self.expire_interval_ms.max(1))
+    }
+
+    pub fn snapshot_interval(&self) -> Option<Duration> {
+        (self.snapshot_interval > 0).then(|| Duration::from_secs(self.snapshot_interval))
     }
 }
 

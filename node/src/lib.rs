@@ -9,12 +9,16 @@
 //! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
 //!   runs a node in-process (embedded mode, tests).
+//! - [`snapshot`]: mmap read snapshots: format, writer, reader, data directory, offline bake.
+//! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
 //! - [`metrics`]: counters and the `/metrics` text.
 //! - [`config`]: the `shoal-node` command line.
 
 pub mod config;
 pub mod metrics;
 pub mod ops;
+pub mod persistence;
 pub mod server;
 pub mod service;
+pub mod snapshot;
 pub mod store;

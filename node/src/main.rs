@@ -6,8 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use hyper::Method;
-use shoal_node::config::Cli;
+use shoal_node::config::{BakeArgs, Cli, Command};
+use shoal_node::persistence::Persistence;
 use shoal_node::service::NodeState;
+use shoal_node::snapshot::bake::{self, InputFormat};
 use shoal_node::store::{Store, SystemClock};
 use shoal_node::{metrics, server};
 use shoal_telemetry::{http, logging, runtime, shutdown};
@@ -15,13 +17,39 @@ use shoal_telemetry::{http, logging, runtime, shutdown};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
-    runtime::build(cli.serve.threads)?.block_on(serve(cli))
+    match &cli.command {
+        Some(Command::Bake(args)) => run_bake(args),
+        None => runtime::build(cli.serve.threads)?.block_on(serve(cli)),
+    }
+}
+
+fn run_bake(args: &BakeArgs) -> anyhow::Result<()> {
+    let format = args.format.unwrap_or_else(|| InputFormat::for_path(&args.input));
+    let started = std::time::Instant::now();
+    let baked = bake::bake(&args.input, &args.output, format, |n| {
+        let secs = started.elapsed().as_secs_f64().max(0.001);
+        eprintln!("bake: {n} records read ({:.0} records/s)", n as f64 / secs);
+    })?;
+    eprintln!(
+        "bake: wrote {} ({} entries from {} records, {} bytes) in {:.2}s",
+        baked.path.display(),
+        baked.entries,
+        baked.records,
+        baked.bytes,
+        baked.duration.as_secs_f64()
+    );
+    if !baked.path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("snapshot-")) {
+        eprintln!("bake: note: a node loads only snapshot-<sequence>.shoal files from its --data-dir");
+    }
+    Ok(())
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let args = cli.serve;
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
-    let state = Arc::new(NodeState::new(store));
+    let persistence = Persistence::open(store.clone(), args.data_dir.clone(), args.snapshot_keep)
+        .context("opening the data directory")?;
+    let state = Arc::new(NodeState::new(store, persistence));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -51,7 +79,12 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         ));
         tracing::info!(%addr, "node metrics on http://{addr}/metrics");
     }
-    let options = server::ServeOptions { expire_interval: args.expire_interval(), ..Default::default() };
+    let options = server::ServeOptions {
+        expire_interval: args.expire_interval(),
+        snapshot_interval: args.snapshot_interval(),
+        snapshot_keep: args.snapshot_keep,
+        ..Default::default()
+    };
     server::run(listener, state, options, async move {
         shutdown::signal().await;
         let _ = stop_tx.send(true);

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::persistence::Persistence;
 use crate::service::{NodeService, NodeState};
 use crate::store::Store;
 
@@ -38,11 +40,23 @@ pub struct ServeOptions {
     pub expire_interval: Duration,
     /// After a shutdown signal, how long to wait for connections to drain.
     pub drain_timeout: Duration,
+    /// Where snapshots live; `None` turns persistence off.
+    pub data_dir: Option<PathBuf>,
+    /// Write a snapshot this often (`None`: only on demand and at shutdown).
+    pub snapshot_interval: Option<Duration>,
+    /// Snapshots kept in the data directory.
+    pub snapshot_keep: usize,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { expire_interval: Duration::from_millis(100), drain_timeout: Duration::from_secs(10) }
+        ServeOptions {
+            expire_interval: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(10),
+            data_dir: None,
+            snapshot_interval: None,
+            snapshot_keep: 2,
+        }
     }
 }
 
@@ -61,6 +75,12 @@ pub async fn run(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
+    if let (Some(every), true) = (options.snapshot_interval, state.persistence.enabled()) {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(state.persistence.clone().run_periodic(every, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    }
     let signal = async move {
         shutdown.await;
         tracing::info!(%addr, "node shutting down: finishing in-flight batches");
@@ -92,6 +112,13 @@ pub async fn run(
         }
     };
     expiry.abort();
+    // Every batch has been answered and no stream is open: the store is quiet, so this snapshot
+    // holds every acknowledged write.
+    if state.persistence.enabled()
+        && let Err(e) = state.persistence.snapshot().await
+    {
+        tracing::error!(error = %e, "final snapshot failed");
+    }
     tracing::info!(%addr, "node stopped");
     result
 }
@@ -134,15 +161,17 @@ impl std::fmt::Debug for NodeHandle {
 }
 
 impl NodeHandle {
-    /// Binds `addr` (port 0 picks a free port) and starts serving `store`.
+    /// Loads the newest snapshot from `options.data_dir` (if any) under the empty `store`, binds
+    /// `addr` (port 0 picks a free port) and starts serving.
     pub async fn start(
         addr: SocketAddr,
         store: Arc<Store>,
         options: ServeOptions,
     ) -> Result<NodeHandle, NodeError> {
+        let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(NodeState::new(store));
+        let state = Arc::new(NodeState::new(store, persistence));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, state.clone(), options, async move {
             let _ = stopped.await;

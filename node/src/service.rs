@@ -12,26 +12,34 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use shoal_wire::proto::{self, Batch, BatchReply, NodeStats, StatsRequest, node_server::Node};
+use shoal_wire::proto::{
+    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, NodeStats, SnapshotInfo,
+    SnapshotRequest, StatsRequest, node_server::Node,
+};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::metrics::NodeMetrics;
 use crate::ops;
+use crate::persistence::{PersistError, Persistence};
 use crate::store::Store;
 
-/// What the service needs: the store, counters, and when it started.
+/// Export chunks are cut at about this many bytes unless the caller asks otherwise.
+const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
+
+/// What the service needs: the store, its persistence, counters, and when it started.
 #[derive(Debug)]
 pub struct NodeState {
     pub store: Arc<Store>,
+    pub persistence: Arc<Persistence>,
     pub metrics: NodeMetrics,
     pub started: Instant,
 }
 
 impl NodeState {
-    pub fn new(store: Arc<Store>) -> NodeState {
-        NodeState { store, metrics: NodeMetrics::default(), started: Instant::now() }
+    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>) -> NodeState {
+        NodeState { store, persistence, metrics: NodeMetrics::default(), started: Instant::now() }
     }
 
     /// Applies one batch and records it.
@@ -59,6 +67,7 @@ impl NodeState {
             shards: self.store.shard_count() as u32,
             uptime_ms: self.started.elapsed().as_millis() as u64,
             rss_bytes: crate::metrics::rss_bytes(),
+            snapshot: Some(self.persistence.info()),
         }
     }
 }
@@ -76,9 +85,12 @@ impl NodeService {
 
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<BatchReply, Status>> + Send>>;
 
+type ExportStream = Pin<Box<dyn Stream<Item = Result<ExportChunk, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Node for NodeService {
     type ExecuteStream = ReplyStream;
+    type ExportSlotsStream = ExportStream;
 
     async fn execute(&self, request: Request<Streaming<Batch>>) -> Result<Response<ReplyStream>, Status> {
         let mut stopping = self.stopping.clone();
@@ -96,6 +108,62 @@ impl Node for NodeService {
     async fn stats(&self, _request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
         Ok(Response::new(self.state.stats()))
     }
+
+    async fn snapshot(&self, _request: Request<SnapshotRequest>) -> Result<Response<SnapshotInfo>, Status> {
+        match self.state.persistence.snapshot().await {
+            Ok(_) => Ok(Response::new(self.state.persistence.info())),
+            Err(PersistError::Disabled) => Err(Status::failed_precondition("this node has no --data-dir")),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
+    async fn export_slots(&self, request: Request<ExportRequest>) -> Result<Response<ExportStream>, Status> {
+        let req = request.into_inner();
+        let (first, last) = (req.first_slot, req.last_slot);
+        if first > last || last as usize >= shoal_wire::SLOT_COUNT {
+            return Err(Status::invalid_argument(format!("bad slot range {first}-{last}")));
+        }
+        let chunk_bytes =
+            if req.max_chunk_bytes == 0 { DEFAULT_CHUNK_BYTES } else { req.max_chunk_bytes as usize };
+        // A small channel: the export runs as fast as the receiver takes chunks, no faster.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let store = self.state.store.clone();
+        tokio::task::spawn_blocking(move || export(&store, first as u16, last as u16, chunk_bytes, tx));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+}
+
+/// Streams slots `first..=last` into `tx` in chunks of about `chunk_bytes` (blocking thread).
+fn export(
+    store: &Store,
+    first: u16,
+    last: u16,
+    chunk_bytes: usize,
+    tx: tokio::sync::mpsc::Sender<Result<ExportChunk, Status>>,
+) {
+    let plan = store.plan(first..=last);
+    let mut chunk = ExportChunk::default();
+    let mut size = 0;
+    for slot in first..=last {
+        for e in store.slot_entries(slot, &plan) {
+            size += e.key.len() + e.value.len() + 16;
+            chunk.entries.push(ExportEntry {
+                slot: u32::from(slot),
+                key: e.key,
+                value: e.value,
+                expire_at_ms: e.expire_at,
+            });
+            if size >= chunk_bytes {
+                chunk.complete_below = u32::from(slot);
+                if tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_err() {
+                    return;
+                }
+                size = 0;
+            }
+        }
+    }
+    chunk.complete_below = u32::from(last) + 1;
+    let _ = tx.blocking_send(Ok(chunk));
 }
 
 /// The reply side of an `Execute` stream: each poll applies the next received batch.

@@ -21,9 +21,16 @@ pub struct Entry {
     val_len: u32,
     /// Last access on the LRU clock (centiseconds, wrapping); see [`lru_now`].
     pub lru: u32,
-    /// Reserved for per-entry flags; keeps the layout at 40 bytes either way.
+    /// [`TOMBSTONE`] and [`IN_BASE`] bits.
     pub flags: u32,
 }
+
+/// The entry records a deletion: it hides the key's entry in the snapshot underneath, and has no
+/// value of its own.
+pub const TOMBSTONE: u32 = 1;
+/// The snapshot underneath has an entry for this key (so removing this entry must leave a
+/// tombstone while that entry could still be served).
+pub const IN_BASE: u32 = 2;
 
 /// The LRU clock: store time in centiseconds, truncated to 32 bits (wraps every ~497 days; idle
 /// times are compared with wrapping arithmetic).
@@ -44,6 +51,21 @@ impl Entry {
             lru,
             flags: 0,
         }
+    }
+
+    /// A deletion marker for `key`.
+    pub fn tombstone(key: &[u8]) -> Entry {
+        let mut e = Entry::new(key, b"", 0, 0);
+        e.flags = TOMBSTONE | IN_BASE;
+        e
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        self.flags & TOMBSTONE != 0
+    }
+
+    pub fn in_base(&self) -> bool {
+        self.flags & IN_BASE != 0
     }
 
     #[inline]

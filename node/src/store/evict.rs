@@ -61,7 +61,7 @@ fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastran
     };
     match victim {
         Some((hash, pos)) => {
-            s.remove(hash, pos);
+            s.delete(hash, pos, now);
             s.evicted += 1;
             true
         }

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::entry::{Entry, lru_now};
+use super::entry::lru_now;
 use super::glob::glob_match;
 use super::{Store, StoreError};
 
@@ -38,26 +38,21 @@ impl Store {
     pub fn del(&self, key: &[u8]) -> bool {
         self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
             Some(p) => {
-                s.remove(h, p);
+                s.delete(h, p, now);
                 true
             }
             None => false,
         })
     }
 
+    /// EXISTS (does not count as an access for LRU, as in Redis).
     pub fn exists(&self, key: &[u8]) -> bool {
-        self.with_shard(key, |s, h, now| s.lookup(h, key, now).is_some())
+        self.with_shard(key, |s, h, now| s.peek(h, key, now, false, |_| ()).is_some())
     }
 
     /// TOUCH: exists, and counts as an access for LRU.
     pub fn touch(&self, key: &[u8]) -> bool {
-        self.with_shard(key, |s, h, now| match s.lookup(h, key, now) {
-            Some(p) => {
-                s.entry_mut(p).lru = lru_now(now);
-                true
-            }
-            None => false,
-        })
+        self.with_shard(key, |s, h, now| s.read(h, key, now, |_| ()).is_some())
     }
 
     /// TYPE: every stored value is a string.
@@ -83,7 +78,7 @@ impl Store {
                 return false;
             }
             if at <= now as i64 {
-                s.remove(h, p);
+                s.delete(h, p, now);
             } else {
                 s.set_expire(h, p, at_clamped);
             }
@@ -102,106 +97,173 @@ impl Store {
     }
 
     pub fn ttl(&self, key: &[u8]) -> TtlState {
-        self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
+        self.with_shard(key, |s, h, now| match s.peek(h, key, now, false, |v| v.expire_at) {
             None => TtlState::Missing,
-            Some(p) => match s.entry(p).expire_at {
-                0 => TtlState::Persistent,
-                at => TtlState::ExpiresAt(at),
-            },
+            Some(0) => TtlState::Persistent,
+            Some(at) => TtlState::ExpiresAt(at),
         })
     }
 
-    /// One SCAN step visiting about `count` slab positions. `type_filter` is a Redis type name
-    /// (empty for any); only `string` values exist here.
+    /// One SCAN step visiting about `count` positions. `type_filter` is a Redis type name (empty
+    /// for any); only `string` values exist here. Memory shards are walked first, then the base
+    /// snapshot (skipping keys that memory holds or hides).
     pub fn scan(&self, cursor: u64, count: usize, pattern: Option<&[u8]>, type_filter: &str) -> ScanPage {
         let now = self.now_ms();
         let mut shard = (cursor >> CURSOR_SHARD_SHIFT) as usize;
         let mut pos = (cursor & ((1 << CURSOR_SHARD_SHIFT) - 1)) as usize;
         // A lone `*` means "no filter" (Redis special-cases it, so even the empty key matches).
         let pattern = pattern.filter(|p| *p != b"*");
+        let wanted = |key: &[u8]| pattern.is_none_or(|p| glob_match(p, key));
         let type_ok = type_filter.is_empty() || type_filter.eq_ignore_ascii_case("string");
         let mut budget = count.max(1);
         let mut keys = Vec::new();
+        let cursor_at = |shard: usize, pos: usize| ((shard as u64) << CURSOR_SHARD_SHIFT) | pos as u64;
         while shard < self.shards.len() {
             let s = self.shards[shard].lock();
             let (next, visited) = s.scan(pos, budget, |e| {
-                if type_ok && !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, e.key())) {
+                if type_ok && !e.is_expired(now) && wanted(e.key()) {
                     keys.push(Bytes::copy_from_slice(e.key()));
                 }
             });
             drop(s);
             budget = budget.saturating_sub(visited);
             if let Some(p) = next {
-                return ScanPage { cursor: ((shard as u64) << CURSOR_SHARD_SHIFT) | p as u64, keys };
+                return ScanPage { cursor: cursor_at(shard, p), keys };
             }
             shard += 1;
             pos = 0;
-            if budget == 0 && shard < self.shards.len() {
-                // Resume at the start of the next shard (never cursor 0: shard >= 1 here).
-                return ScanPage { cursor: (shard as u64) << CURSOR_SHARD_SHIFT, keys };
+            if budget == 0 {
+                // Resume at the start of the next shard, or of the base (never cursor 0).
+                return ScanPage { cursor: cursor_at(shard, 0), keys };
+            }
+        }
+        if shard == self.shards.len()
+            && let Some(base) = self.base()
+        {
+            let end = pos.saturating_add(budget).min(base.len());
+            for i in pos..end {
+                if let Some(e) = base.checked_entry(i)
+                    && type_ok
+                    && !e.is_expired(now)
+                    && wanted(e.key)
+                    && !self.in_memory(e.key)
+                {
+                    keys.push(Bytes::copy_from_slice(e.key));
+                }
+            }
+            if end < base.len() {
+                return ScanPage { cursor: cursor_at(shard, end), keys };
             }
         }
         ScanPage { cursor: 0, keys }
     }
 
+    /// Whether memory holds `key` at all (a value, expired or not, or a tombstone): the base's
+    /// entry for it is then not the current one.
+    fn in_memory(&self, key: &[u8]) -> bool {
+        let s = self.shards[self.shard_of(key)].lock();
+        s.find(s.hash(key), key).is_some()
+    }
+
     /// KEYS: every live key matching `pattern`.
     pub fn keys(&self, pattern: &[u8]) -> Vec<Bytes> {
         let now = self.now_ms();
-        let all = pattern == b"*";
+        let wanted = |key: &[u8]| pattern == b"*" || glob_match(pattern, key);
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let s = shard.lock();
             out.extend(
                 s.iter()
-                    .filter(|e| !e.is_expired(now) && (all || glob_match(pattern, e.key())))
+                    .filter(|e| !e.is_expired(now) && wanted(e.key()))
                     .map(|e| Bytes::copy_from_slice(e.key())),
             );
+        }
+        if let Some(base) = self.base() {
+            for i in 0..base.len() {
+                if let Some(e) = base.checked_entry(i)
+                    && !e.is_expired(now)
+                    && wanted(e.key)
+                    && !self.in_memory(e.key)
+                {
+                    out.push(Bytes::copy_from_slice(e.key));
+                }
+            }
         }
         out
     }
 
-    /// RANDOMKEY: a random live key, or `None` when the store is empty.
+    /// RANDOMKEY: a random live key, or `None` when the store is empty. Memory and the base are
+    /// picked in proportion to the keys each holds.
     pub fn random_key(&self) -> Option<Bytes> {
         let mut rng = fastrand::Rng::new();
         let n = self.shards.len();
+        let mem_values: usize = self.shards.iter().map(|s| s.lock().values()).sum();
+        let base_visible = self.len().saturating_sub(mem_values);
         for _ in 0..4 * n + 64 {
-            let i = rng.usize(..n);
-            let found = self.with_shard_at(i, |s| {
-                let now = self.now_ms();
-                let p = s.random_pos(&mut rng)?;
-                let e = s.entry(p);
-                if e.is_expired(now) {
-                    let h = s.hash(e.key());
-                    s.remove(h, p);
-                    s.expired += 1;
-                    return None;
-                }
-                Some(Bytes::copy_from_slice(e.key()))
-            });
+            let total = mem_values + base_visible;
+            if total == 0 {
+                break;
+            }
+            let found = if rng.usize(..total) < mem_values {
+                self.with_shard_at(rng.usize(..n), |s| {
+                    let now = self.now_ms();
+                    let p = s.random_pos(&mut rng)?;
+                    let e = s.entry(p);
+                    if e.is_expired(now) {
+                        let h = s.hash(e.key());
+                        s.delete(h, p, now);
+                        s.expired += 1;
+                        return None;
+                    }
+                    Some(Bytes::copy_from_slice(e.key()))
+                })
+            } else {
+                let base = self.base()?;
+                let e = base.checked_entry(rng.usize(..base.len()))?;
+                (!e.is_expired(self.now_ms()) && !self.in_memory(e.key))
+                    .then(|| Bytes::copy_from_slice(e.key))
+            };
             if found.is_some() {
                 return found;
             }
         }
-        // Mostly empty shards: fall back to the first live key in shard order.
+        // Sparse: fall back to the first live key in order.
         let now = self.now_ms();
-        self.shards.iter().find_map(|shard| {
+        let in_mem = self.shards.iter().find_map(|shard| {
             let s = shard.lock();
             s.iter().find(|e| !e.is_expired(now)).map(|e| Bytes::copy_from_slice(e.key()))
+        });
+        in_mem.or_else(|| {
+            let base = self.base()?;
+            (0..base.len())
+                .filter_map(|i| base.checked_entry(i))
+                .find(|e| !e.is_expired(now) && !self.in_memory(e.key))
+                .map(|e| Bytes::copy_from_slice(e.key))
         })
     }
 
-    /// DBSIZE (keys past their TTL but not yet reclaimed are counted, as in Redis).
+    /// DBSIZE: memory values plus the base entries they do not replace or hide (keys past their
+    /// TTL but not yet reclaimed are counted, as in Redis).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        let (values, shadowed) = self.shards.iter().fold((0, 0), |(v, sh), s| {
+            let s = s.lock();
+            (v + s.values(), sh + s.shadowed())
+        });
+        values + self.base().map_or(0, |b| b.len()).saturating_sub(shadowed)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// FLUSHALL / FLUSHDB.
+    /// FLUSHALL / FLUSHDB: memory and the base snapshot alike.
     pub fn flush(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.with_shard_at(i, |s| s.clear())).sum()
+        let n = self.len();
+        self.base.write().take();
+        for i in 0..self.shards.len() {
+            self.with_shard_at(i, |s| s.clear());
+        }
+        n
     }
 
     /// MSETNX on this node: sets every pair only if none of the keys exists, atomically (all the
@@ -222,19 +284,19 @@ impl Store {
         let any_exists = pairs.iter().any(|(k, _)| {
             let g = &mut guards[guard_of(k)];
             let h = g.hash(k);
-            g.find_live(h, k, now).is_some()
+            g.peek(h, k, now, false, |_| ()).is_some()
         });
         if !any_exists {
             for (k, v) in pairs {
                 let g = &mut guards[guard_of(k)];
                 let h = g.hash(k);
-                match g.find(h, k) {
+                match g.find_live(h, k, now) {
                     Some(p) => {
                         g.update(p, |e| e.set_value(v));
                         g.set_expire(h, p, 0);
                     }
                     None => {
-                        g.insert(h, Entry::new(k, v, 0, lru_now(now)));
+                        g.insert_new(h, k, v, 0, lru_now(now));
                     }
                 }
             }

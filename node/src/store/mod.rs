@@ -6,10 +6,14 @@
 //! - [`strings`]: string commands (GET, SET and its options, APPEND, INCR, SETRANGE, ...).
 //! - [`keyspace`]: key commands (DEL, EXISTS, EXPIRE, TTL, SCAN, KEYS, RANDOMKEY, FLUSH, ...).
 //! - [`evict`]: `maxmemory` enforcement and the eviction policies.
+//! - [`persist`]: the two-layer view per slot (memory over the base snapshot) that snapshot
+//!   writing and slot export read from.
 //! - [`clock`], [`glob`], [`float`]: time, Redis glob patterns, x87 INCRBYFLOAT arithmetic.
 //!
 //! A key's shard is its cluster slot masked to the shard count, so every key of a slot lives in one
-//! shard. Memory is accounted per shard (entries at their allocation size plus the slab, index and
+//! shard. Underneath memory may sit a read-only *base* snapshot (the one the node started from):
+//! reads fall through to it, changes copy a key into memory first, and deletions of keys it holds
+//! leave tombstones (see `shard.rs`). Memory is accounted per shard (entries at their allocation size plus the slab, index and
 //! heap at capacity) and summed in one atomic that `maxmemory` is checked against.
 
 pub mod clock;
@@ -18,6 +22,7 @@ mod evict;
 pub mod float;
 pub mod glob;
 mod keyspace;
+pub mod persist;
 mod shard;
 mod strings;
 
@@ -26,7 +31,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+
+use crate::snapshot::Snapshot;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use float::FloatError;
@@ -155,6 +162,8 @@ pub struct Store {
     used: AtomicUsize,
     /// Where the next eviction starts looking, so evictions spread over the shards.
     evict_cursor: AtomicUsize,
+    /// The base snapshot (also held by each shard, which is where reads use it).
+    base: RwLock<Option<Arc<Snapshot>>>,
 }
 
 impl fmt::Debug for Store {
@@ -175,7 +184,21 @@ impl Store {
             config: StoreConfig { shards: n, ..config },
             used: AtomicUsize::new(0),
             evict_cursor: AtomicUsize::new(0),
+            base: RwLock::new(None),
         }
+    }
+
+    /// Puts `snapshot` underneath an empty store: its keys are served at once, from the mapping.
+    pub fn set_base(&self, snapshot: Arc<Snapshot>) {
+        for shard in self.shards.iter() {
+            shard.lock().set_base(Some(snapshot.clone()));
+        }
+        *self.base.write() = Some(snapshot);
+    }
+
+    /// The base snapshot, if the store has one.
+    pub fn base(&self) -> Option<Arc<Snapshot>> {
+        self.base.read().clone()
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -242,9 +265,9 @@ impl Store {
 
     pub fn stats(&self) -> StoreStats {
         let mut st = StoreStats { used_memory: self.used_memory() as u64, ..Default::default() };
+        st.keys = self.len() as u64;
         for shard in self.shards.iter() {
             let s = shard.lock();
-            st.keys += s.len() as u64;
             st.volatile_keys += s.volatile() as u64;
             st.expired_keys += s.expired;
             st.evicted_keys += s.evicted;

@@ -1,4 +1,5 @@
-//! One shard of the store: a slab of entries, a hash index over it and an expiry min-heap.
+//! One shard of the store: a slab of entries, a hash index over it, an expiry min-heap, and the
+//! read-only snapshot underneath.
 //!
 //! Entries live in a slab (`Vec<Option<Entry>>`) and never move once placed, which is what makes
 //! SCAN cursors (slab positions) keep Redis's guarantee: a key present for a whole scan is returned.
@@ -9,19 +10,33 @@
 //! TTL changes or that is deleted leaves a stale pair behind, which is recognised and dropped when it
 //! reaches the top (the entry is gone or has another `expire_at`). The heap is rebuilt when stale
 //! pairs outnumber live ones.
+//!
+//! Two layers: memory (this slab) over the base snapshot the node started from. Reads look in
+//! memory, then in the base. Writes first copy a base-only key into memory ("promote"), so every
+//! change happens in memory. Removing a key the base still holds leaves a *tombstone* in memory,
+//! so the base's copy never comes back (after a DEL, an expiry or an eviction alike).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
-use std::hash::BuildHasher;
 
-use super::entry::{ENTRY_SIZE, Entry};
+use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
+use crate::snapshot::{EntryRef, Lookup, Snapshot};
 
 /// Bytes of index per bucket: the `u32` position plus hashbrown's control byte.
 const INDEX_BUCKET_SIZE: usize = std::mem::size_of::<u32>() + 1;
 const HEAP_ITEM_SIZE: usize = std::mem::size_of::<Reverse<(u64, u64)>>();
+
+/// A key's current value, wherever it lives.
+#[derive(Debug, Clone, Copy)]
+pub struct Value<'a> {
+    pub value: &'a [u8],
+    pub expire_at: u64,
+}
 
 pub struct Shard {
     hasher: DefaultHashBuilder,
@@ -33,6 +48,11 @@ pub struct Shard {
     volatile: usize,
     /// Sum of `Entry::heap_size` over live entries.
     heap_bytes: usize,
+    base: Option<Arc<Snapshot>>,
+    /// Memory entries that are tombstones.
+    tombstones: usize,
+    /// Memory entries (values or tombstones) whose key the base also holds.
+    shadowed: usize,
     pub expired: u64,
     pub evicted: u64,
     pub hits: u64,
@@ -49,6 +69,9 @@ impl Shard {
             expiry: BinaryHeap::new(),
             volatile: 0,
             heap_bytes: 0,
+            base: None,
+            tombstones: 0,
+            shadowed: 0,
             expired: 0,
             evicted: 0,
             hits: 0,
@@ -60,8 +83,24 @@ impl Shard {
         self.hasher.hash_one(key)
     }
 
-    pub fn len(&self) -> usize {
-        self.index.len()
+    /// Installs the base snapshot. Only on an empty shard (at start) or to drop it (`None`).
+    pub fn set_base(&mut self, base: Option<Arc<Snapshot>>) {
+        debug_assert!(base.is_none() || self.index.is_empty());
+        self.base = base;
+    }
+
+    pub fn base(&self) -> Option<&Arc<Snapshot>> {
+        self.base.as_ref()
+    }
+
+    /// Memory entries holding a value (not tombstones).
+    pub fn values(&self) -> usize {
+        self.index.len() - self.tombstones
+    }
+
+    /// Memory entries that hide or replace a base entry.
+    pub fn shadowed(&self) -> usize {
+        self.shadowed
     }
 
     pub fn volatile(&self) -> usize {
@@ -69,7 +108,8 @@ impl Shard {
     }
 
     /// Bytes this shard accounts for: entry allocations plus the slab, index, free list and heap
-    /// at their current capacities. This is what `maxmemory` is compared against.
+    /// at their current capacities. This is what `maxmemory` is compared against. (The base is a
+    /// file mapping, paged in and out by the kernel, and is not counted.)
     pub fn mem(&self) -> usize {
         self.heap_bytes
             + self.slab.capacity() * ENTRY_SIZE
@@ -88,22 +128,86 @@ impl Shard {
         self.slab[pos as usize].as_mut().expect("index points at a live entry")
     }
 
-    /// Position of `key`, expired or not.
+    /// Position of `key` in memory (a value or a tombstone, expired or not).
     pub fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
         let slab = &self.slab;
         self.index.find(hash, |&pos| slab[pos as usize].as_ref().is_some_and(|e| e.key() == key)).copied()
     }
 
-    /// Position of `key` if it is live at `now`; an expired entry is removed on the spot (lazy
-    /// expiry) and counted.
-    pub fn find_live(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
-        let pos = self.find(hash, key)?;
-        if self.entry(pos).is_expired(now) {
-            self.remove(hash, pos);
-            self.expired += 1;
-            return None;
+    /// The base's entry for `key` if it may be served at `now`.
+    fn base_live(&self, key: &[u8], now: u64) -> Option<EntryRef<'_>> {
+        match self.base.as_ref()?.get(shoal_wire::key_slot(key), key) {
+            Lookup::Found(e) if !e.is_expired(now) => Some(e),
+            _ => None,
         }
-        Some(pos)
+    }
+
+    fn base_has(&self, key: &[u8]) -> bool {
+        self.base.as_ref().is_some_and(|b| b.contains(shoal_wire::key_slot(key), key))
+    }
+
+    /// Reads `key` at `now` from memory, else from the base, counting a hit or miss; `f` sees the
+    /// value. A read refreshes the LRU clock of a memory entry.
+    pub fn read<R>(&mut self, hash: u64, key: &[u8], now: u64, f: impl FnOnce(Value<'_>) -> R) -> Option<R> {
+        let r = self.peek(hash, key, now, true, f);
+        if r.is_some() {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+        r
+    }
+
+    /// Like [`read`](Self::read) without counting, and touching the LRU clock only if asked.
+    pub fn peek<R>(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u64,
+        touch: bool,
+        f: impl FnOnce(Value<'_>) -> R,
+    ) -> Option<R> {
+        if let Some(pos) = self.find(hash, key) {
+            let e = self.entry(pos);
+            if e.is_tombstone() {
+                return None;
+            }
+            if e.is_expired(now) {
+                self.delete(hash, pos, now);
+                self.expired += 1;
+                return None;
+            }
+            if touch {
+                self.entry_mut(pos).lru = super::entry::lru_now(now);
+            }
+            let e = self.entry(pos);
+            return Some(f(Value { value: e.value(), expire_at: e.expire_at }));
+        }
+        self.base_live(key, now).map(|e| f(Value { value: e.value, expire_at: e.expire_at }))
+    }
+
+    /// The memory position of `key` if it is live at `now`, for a change: a key that only the
+    /// base holds is first copied into memory. Expired memory entries are removed on the spot
+    /// (lazy expiry).
+    pub fn find_live(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
+        if let Some(pos) = self.find(hash, key) {
+            let e = self.entry(pos);
+            if e.is_tombstone() {
+                return None;
+            }
+            if e.is_expired(now) {
+                self.delete(hash, pos, now);
+                self.expired += 1;
+                return None;
+            }
+            return Some(pos);
+        }
+        let promoted = self.base_live(key, now).map(|b| {
+            let mut e = Entry::new(b.key, b.value, b.expire_at, super::entry::lru_now(now));
+            e.flags = IN_BASE;
+            e
+        })?;
+        Some(self.insert_raw(hash, promoted))
     }
 
     /// Like [`find_live`](Self::find_live), counting a keyspace hit or miss.
@@ -117,10 +221,37 @@ impl Shard {
         found
     }
 
-    /// Inserts an entry for a key that is not present. Returns its position.
-    pub fn insert(&mut self, hash: u64, entry: Entry) -> u32 {
+    /// Stores a value for a key that is not live (reusing its tombstone, if it has one).
+    /// Returns its position.
+    pub fn insert_new(&mut self, hash: u64, key: &[u8], value: &[u8], expire_at: u64, lru: u32) -> u32 {
+        if let Some(pos) = self.find(hash, key) {
+            // A tombstone (find_live already removed anything else): becomes the value.
+            debug_assert!(self.entry(pos).is_tombstone());
+            self.tombstones -= 1;
+            self.update(pos, |e| {
+                e.set_value(value);
+                e.flags &= !TOMBSTONE;
+                e.lru = lru;
+            });
+            self.set_expire(hash, pos, expire_at);
+            return pos;
+        }
+        let mut entry = Entry::new(key, value, expire_at, lru);
+        if self.base_has(key) {
+            entry.flags |= IN_BASE;
+        }
+        self.insert_raw(hash, entry)
+    }
+
+    fn insert_raw(&mut self, hash: u64, entry: Entry) -> u32 {
         let expire_at = entry.expire_at;
         self.heap_bytes += entry.heap_size();
+        if entry.in_base() {
+            self.shadowed += 1;
+        }
+        if entry.is_tombstone() {
+            self.tombstones += 1;
+        }
         let pos = match self.free.pop() {
             Some(pos) => {
                 self.slab[pos as usize] = Some(entry);
@@ -146,8 +277,22 @@ impl Shard {
         pos
     }
 
-    /// Removes the entry at `pos` (whose key hashes to `hash`) and returns it.
-    pub fn remove(&mut self, hash: u64, pos: u32) -> Entry {
+    /// Removes the key at `pos` (whose key hashes to `hash`): the entry goes, or becomes a
+    /// tombstone if the base would otherwise serve its own copy of the key.
+    pub fn delete(&mut self, hash: u64, pos: u32, now: u64) {
+        let e = self.entry(pos);
+        if e.in_base() && !e.is_tombstone() && self.base_live(e.key(), now).is_some() {
+            let tomb = Entry::tombstone(e.key());
+            self.set_expire(hash, pos, 0);
+            self.update(pos, |e| *e = tomb);
+            self.tombstones += 1;
+            return;
+        }
+        self.remove(hash, pos);
+    }
+
+    /// Takes the entry at `pos` out of memory entirely.
+    fn remove(&mut self, hash: u64, pos: u32) -> Entry {
         if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
             found.remove();
         }
@@ -160,6 +305,12 @@ impl Shard {
         self.heap_bytes -= entry.heap_size();
         if entry.expire_at != 0 {
             self.volatile -= 1;
+        }
+        if entry.in_base() {
+            self.shadowed -= 1;
+        }
+        if entry.is_tombstone() {
+            self.tombstones -= 1;
         }
         entry
     }
@@ -234,7 +385,7 @@ impl Shard {
             self.expiry.pop();
             work += 1;
             if let Some(pos) = self.find_by_expiry(hash, at) {
-                self.remove(hash, pos);
+                self.delete(hash, pos, now);
                 self.expired += 1;
                 removed += 1;
             }
@@ -256,20 +407,25 @@ impl Shard {
         None
     }
 
-    /// A uniformly random live position, if the shard has entries. Tries random slab positions
-    /// first (the slab is dense unless many keys were deleted), then falls back to the index.
+    /// A uniformly random memory value's position, if the shard has any. Tries random slab
+    /// positions first (the slab is dense unless many keys were deleted), then the index.
     pub fn random_pos(&self, rng: &mut fastrand::Rng) -> Option<u32> {
-        if self.index.is_empty() {
+        if self.values() == 0 {
             return None;
         }
         for _ in 0..16 {
             let pos = rng.usize(..self.slab.len());
-            if self.slab[pos].is_some() {
+            if self.slab[pos].as_ref().is_some_and(|e| !e.is_tombstone()) {
                 return Some(pos as u32);
             }
         }
-        let skip = rng.usize(..self.index.len().min(64));
-        self.index.iter().nth(skip).copied()
+        let skip = rng.usize(..self.values().min(64));
+        let slab = &self.slab;
+        self.index
+            .iter()
+            .copied()
+            .filter(|&p| !slab[p as usize].as_ref().is_some_and(Entry::is_tombstone))
+            .nth(skip)
     }
 
     /// A random entry with a TTL (from the expiry heap), for `volatile-*` eviction.
@@ -287,32 +443,38 @@ impl Shard {
         None
     }
 
-    /// Calls `visit` on live entries from slab position `from`, visiting at most `limit`
+    /// Calls `visit` on memory values from slab position `from`, visiting at most `limit`
     /// positions. Returns where to continue (`None` at the end of the slab) and how many positions
     /// were visited.
     pub fn scan(&self, from: usize, limit: usize, mut visit: impl FnMut(&Entry)) -> (Option<usize>, usize) {
         let start = from.min(self.slab.len());
         let end = start.saturating_add(limit).min(self.slab.len());
-        for entry in self.slab[start..end].iter().flatten() {
+        for entry in self.slab[start..end].iter().flatten().filter(|e| !e.is_tombstone()) {
             visit(entry);
         }
         ((end < self.slab.len()).then_some(end), end - start)
     }
 
-    /// Every live entry, in slab order.
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.slab.iter().flatten()
+    /// Every memory entry (tombstones included), in slab order, with its position.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, &Entry)> {
+        self.slab.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e)))
     }
 
-    /// Drops everything, returning the number of keys dropped.
+    /// Every memory value (no tombstones), in slab order.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.slab.iter().flatten().filter(|e| !e.is_tombstone())
+    }
+
+    /// The entry at `pos` if there is one (positions from an earlier walk may have been freed).
+    pub fn entry_at(&self, pos: u32) -> Option<&Entry> {
+        self.slab.get(pos as usize).and_then(Option::as_ref)
+    }
+
+    /// Drops everything, the base included, returning the number of memory values dropped.
     pub fn clear(&mut self) -> usize {
-        let n = self.index.len();
-        self.index = HashTable::new();
-        self.slab = Vec::new();
-        self.free = Vec::new();
-        self.expiry = BinaryHeap::new();
-        self.volatile = 0;
-        self.heap_bytes = 0;
+        let n = self.values();
+        let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
+        *self = Shard { expired, evicted, hits, misses, ..Shard::new(self.hasher.clone()) };
         n
     }
 }
@@ -327,7 +489,13 @@ mod tests {
 
     fn put(s: &mut Shard, key: &str, expire_at: u64) -> u32 {
         let h = s.hash(key.as_bytes());
-        s.insert(h, Entry::new(key.as_bytes(), b"v", expire_at, 0))
+        s.insert_new(h, key.as_bytes(), b"v", expire_at, 0)
+    }
+
+    fn del(s: &mut Shard, key: &str) {
+        let h = s.hash(key.as_bytes());
+        let p = s.find(h, key.as_bytes()).unwrap();
+        s.delete(h, p, 0);
     }
 
     #[test]
@@ -336,13 +504,12 @@ mod tests {
         let a = put(&mut s, "a", 0);
         let b = put(&mut s, "b", 0);
         let c = put(&mut s, "c", 0);
-        let hb = s.hash(b"b");
-        s.remove(hb, b);
+        del(&mut s, "b");
         assert_eq!(s.find(s.hash(b"a"), b"a"), Some(a));
         assert_eq!(s.find(s.hash(b"c"), b"c"), Some(c), "removing b did not move c");
         let d = put(&mut s, "d", 0);
         assert_eq!(d, b, "freed position reused");
-        assert_eq!(s.len(), 3);
+        assert_eq!(s.values(), 3);
     }
 
     #[test]
@@ -355,14 +522,12 @@ mod tests {
         let h = s.hash(b"k0");
         let p = s.find(h, b"k0").unwrap();
         s.set_expire(h, p, 10_000);
-        let h1 = s.hash(b"k1");
-        let p1 = s.find(h1, b"k1").unwrap();
-        s.remove(h1, p1);
+        del(&mut s, "k1");
         assert_eq!(s.purge_expired(105, 3), 3);
         assert_eq!(s.purge_expired(105, 100), 1, "k2..k5 expire at 102..105; k2..k4 already gone");
         assert!(s.find(h, b"k0").is_some(), "k0's stale pair did not expire it");
         assert_eq!(s.purge_expired(1_000, 100), 4);
-        assert_eq!(s.len(), 1);
+        assert_eq!(s.values(), 1);
         assert_eq!(s.volatile(), 1);
         assert_eq!(s.expired, 8);
     }
@@ -374,7 +539,7 @@ mod tests {
         let h = s.hash(b"x");
         assert!(s.lookup(h, b"x", 49).is_some());
         assert!(s.lookup(h, b"x", 50).is_none());
-        assert_eq!(s.len(), 0);
+        assert_eq!(s.values(), 0);
         assert_eq!((s.hits, s.misses, s.expired), (1, 1, 1));
     }
 
@@ -387,10 +552,7 @@ mod tests {
         }
         assert!(s.mem() > empty + 100 * (ENTRY_SIZE + 5));
         for i in 0..100 {
-            let k = format!("key{i}");
-            let h = s.hash(k.as_bytes());
-            let p = s.find(h, k.as_bytes()).unwrap();
-            s.remove(h, p);
+            del(&mut s, &format!("key{i}"));
         }
         assert_eq!(s.heap_bytes, 0);
     }

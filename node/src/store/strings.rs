@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::entry::{Entry, lru_now};
+use super::entry::lru_now;
 use super::float;
 use super::{Store, StoreError};
 
@@ -47,12 +47,7 @@ pub struct SetOutcome {
 
 impl Store {
     pub fn get(&self, key: &[u8]) -> Option<Bytes> {
-        self.with_shard(key, |s, h, now| {
-            let pos = s.lookup(h, key, now)?;
-            let e = s.entry_mut(pos);
-            e.lru = lru_now(now);
-            Some(Bytes::copy_from_slice(e.value()))
-        })
+        self.with_shard(key, |s, h, now| s.read(h, key, now, |v| Bytes::copy_from_slice(v.value)))
     }
 
     pub fn set(&self, key: &[u8], value: &[u8], opts: SetOptions) -> Result<SetOutcome, StoreError> {
@@ -75,7 +70,7 @@ impl Store {
                 SetExpiry::Keep => pos.map_or(0, |p| s.entry(p).expire_at),
                 SetExpiry::At(at) if at <= now => {
                     if let Some(p) = pos {
-                        s.remove(h, p);
+                        s.delete(h, p, now);
                     }
                     return SetOutcome { stored: true, old };
                 }
@@ -90,7 +85,7 @@ impl Store {
                     s.set_expire(h, p, expire_at);
                 }
                 None => {
-                    s.insert(h, Entry::new(key, value, expire_at, lru_now(now)));
+                    s.insert_new(h, key, value, expire_at, lru_now(now));
                 }
             }
             SetOutcome { stored: true, old }
@@ -103,7 +98,7 @@ impl Store {
         self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
             None => {
                 self.check_len(value.len())?;
-                s.insert(h, Entry::new(key, value, 0, lru_now(now)));
+                s.insert_new(h, key, value, 0, lru_now(now));
                 Ok(value.len())
             }
             Some(p) => {
@@ -120,24 +115,13 @@ impl Store {
     }
 
     pub fn strlen(&self, key: &[u8]) -> usize {
-        self.with_shard(key, |s, h, now| s.lookup(h, key, now).map_or(0, |p| s.entry(p).value().len()))
+        self.with_shard(key, |s, h, now| s.read(h, key, now, |v| v.value.len()).unwrap_or(0))
     }
 
     /// GETRANGE with Redis's index rules (negative from the end, clamped, empty when inverted).
     pub fn getrange(&self, key: &[u8], start: i64, end: i64) -> Bytes {
         self.with_shard(key, |s, h, now| {
-            let Some(p) = s.lookup(h, key, now) else { return Bytes::new() };
-            let v = s.entry(p).value();
-            let len = v.len() as i64;
-            if start < 0 && end < 0 && start > end {
-                return Bytes::new();
-            }
-            let start = if start < 0 { (len + start).max(0) } else { start };
-            let end = if end < 0 { (len + end).max(0) } else { end }.min(len - 1);
-            if start > end || len == 0 {
-                return Bytes::new();
-            }
-            Bytes::copy_from_slice(&v[start as usize..=end as usize])
+            s.read(h, key, now, |v| range(v.value, start, end)).unwrap_or_default()
         })
     }
 
@@ -160,7 +144,7 @@ impl Store {
             let new_len = end.max(old_len);
             let p = match pos {
                 Some(p) => p,
-                None => s.insert(h, Entry::new(key, b"", 0, lru_now(now))),
+                None => s.insert_new(h, key, b"", 0, lru_now(now)),
             };
             s.update(p, |e| {
                 e.value_resize(new_len)[offset..end].copy_from_slice(value);
@@ -187,7 +171,7 @@ impl Store {
                     e.lru = lru_now(now);
                 }),
                 None => {
-                    s.insert(h, Entry::new(key, text.as_bytes(), 0, lru_now(now)));
+                    s.insert_new(h, key, text.as_bytes(), 0, lru_now(now));
                 }
             }
             Ok(next)
@@ -210,7 +194,7 @@ impl Store {
                     e.lru = lru_now(now);
                 }),
                 None => {
-                    s.insert(h, Entry::new(key, &next, 0, lru_now(now)));
+                    s.insert_new(h, key, &next, 0, lru_now(now));
                 }
             }
             Ok(Bytes::from(next))
@@ -220,8 +204,9 @@ impl Store {
     pub fn getdel(&self, key: &[u8]) -> Option<Bytes> {
         self.with_shard(key, |s, h, now| {
             let p = s.lookup(h, key, now)?;
-            let e = s.remove(h, p);
-            Some(Bytes::copy_from_slice(e.value()))
+            let value = Bytes::copy_from_slice(s.entry(p).value());
+            s.delete(h, p, now);
+            Some(value)
         })
     }
 
@@ -235,14 +220,27 @@ impl Store {
             match expiry {
                 SetExpiry::Keep => {}
                 SetExpiry::Clear => s.set_expire(h, p, 0),
-                SetExpiry::At(at) if at <= now => {
-                    s.remove(h, p);
-                }
+                SetExpiry::At(at) if at <= now => s.delete(h, p, now),
                 SetExpiry::At(at) => s.set_expire(h, p, at),
             }
             Some(value)
         })
     }
+}
+
+/// GETRANGE's slice of `v`: negative indexes count from the end, both ends are clamped, and an
+/// inverted or empty range is empty (Redis's rules).
+fn range(v: &[u8], start: i64, end: i64) -> Bytes {
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return Bytes::new();
+    }
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let end = if end < 0 { (len + end).max(0) } else { end }.min(len - 1);
+    if start > end || len == 0 {
+        return Bytes::new();
+    }
+    Bytes::copy_from_slice(&v[start as usize..=end as usize])
 }
 
 #[cfg(test)]
