@@ -236,7 +236,8 @@ fn truncation_at_every_section_boundary_is_rejected() {
 
 #[test]
 fn damaged_header_magic_or_version_is_rejected() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>, &format::Header)>)> = vec![
+    type Damage = Box<dyn Fn(&mut Vec<u8>, &format::Header)>;
+    let cases: Vec<(&str, Damage)> = vec![
         ("magic", Box::new(|b, _| b[0] = b'X')),
         ("version", Box::new(|b, _| b[8] = 9)),
         ("byte order", Box::new(|b, _| b[12..16].copy_from_slice(&format::BOM.to_be_bytes()))),
