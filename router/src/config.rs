@@ -94,6 +94,15 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_HTTP_MAX_BODY", default_value = "64mb", value_parser = parse_memory)]
     pub http_max_body: u64,
 
+    /// Embedded nodes keep snapshots in DIR/node-<i> and start from them (see shoal-node
+    /// --data-dir), so the local cluster restarts warm. Restart with the same node count.
+    #[arg(long, env = "SHOAL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Seconds between periodic snapshots of embedded nodes (0: only on request and at shutdown).
+    #[arg(long, env = "SHOAL_SNAPSHOT_INTERVAL", default_value_t = 0)]
+    pub snapshot_interval: u64,
+
     /// Memory limit of each embedded node (see shoal-node --maxmemory).
     #[arg(long, env = "SHOAL_EMBEDDED_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
     pub embedded_maxmemory: u64,

@@ -2,7 +2,9 @@
 //! its own loopback port, so one command starts a working cluster without Kubernetes.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
 use shoal_node::store::{Store, StoreConfig, SystemClock};
@@ -13,13 +15,24 @@ pub struct EmbeddedNodes {
 }
 
 impl EmbeddedNodes {
-    /// Starts `n` nodes on free loopback ports.
-    pub async fn start(n: usize, config: StoreConfig) -> Result<EmbeddedNodes, NodeError> {
+    /// Starts `n` nodes on free loopback ports; with a data directory, node `i` keeps its
+    /// snapshots in `data_dir/node-<i>` and starts from the newest one there.
+    pub async fn start(
+        n: usize,
+        config: StoreConfig,
+        data_dir: Option<PathBuf>,
+        snapshot_interval: Option<Duration>,
+    ) -> Result<EmbeddedNodes, NodeError> {
         let mut nodes = Vec::with_capacity(n);
         let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
-        for _ in 0..n {
+        for i in 0..n {
             let store = Arc::new(Store::new(config.clone(), Arc::new(SystemClock)));
-            nodes.push(NodeHandle::start(localhost, store, ServeOptions::default()).await?);
+            let options = ServeOptions {
+                data_dir: data_dir.as_ref().map(|d| d.join(format!("node-{i}"))),
+                snapshot_interval,
+                ..ServeOptions::default()
+            };
+            nodes.push(NodeHandle::start(localhost, store, options).await?);
         }
         Ok(EmbeddedNodes { nodes })
     }

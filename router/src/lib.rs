@@ -72,7 +72,11 @@ impl Router {
                     policy: args.embedded_maxmemory_policy.parse().map_err(anyhow::Error::msg)?,
                     ..StoreConfig::default()
                 };
-                let nodes = EmbeddedNodes::start(n, config).await.context("starting embedded nodes")?;
+                let interval =
+                    (args.snapshot_interval > 0).then(|| Duration::from_secs(args.snapshot_interval));
+                let nodes = EmbeddedNodes::start(n, config, args.data_dir.clone(), interval)
+                    .await
+                    .context("starting embedded nodes")?;
                 tracing::info!(nodes = ?nodes.addrs(), "embedded nodes running");
                 Some(nodes)
             }

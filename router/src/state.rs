@@ -85,6 +85,8 @@ pub struct RouterState {
     pub started: Instant,
     next_client_id: AtomicU64,
     connected: AtomicUsize,
+    /// A BGSAVE is running (Redis refuses a second one).
+    pub bgsave_running: std::sync::atomic::AtomicBool,
 }
 
 impl RouterState {
@@ -96,6 +98,7 @@ impl RouterState {
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
             connected: AtomicUsize::new(0),
+            bgsave_running: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -28,7 +28,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use prost::Message;
 use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
-use shoal_wire::proto::{self, Batch, BatchReply, NodeStats, Op, StatsRequest, node_client::NodeClient};
+use shoal_wire::proto::{
+    self, Batch, BatchReply, NodeStats, Op, SnapshotInfo, SnapshotRequest, StatsRequest,
+    node_client::NodeClient,
+};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -242,6 +245,27 @@ impl NodeLink {
                 addr: self.ident.addr.clone(),
                 ms: self.options.deadline.as_millis() as u64,
             }),
+        }
+    }
+}
+
+/// Snapshots of large nodes take a while; a SAVE waits this long at most.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl NodeLink {
+    /// Asks the node to write a snapshot now and waits for it.
+    pub async fn snapshot(&self) -> Result<SnapshotInfo, BackendError> {
+        let client = self.client.lock().clone();
+        let Some(mut client) = client else { return Err(self.unavailable()) };
+        let unavailable = |reason: String| BackendError::Unavailable {
+            node: self.ident.id,
+            addr: self.ident.addr.clone(),
+            reason,
+        };
+        match tokio::time::timeout(SNAPSHOT_TIMEOUT, client.snapshot(SnapshotRequest {})).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(unavailable(status.message().to_string())),
+            Err(_) => Err(unavailable("snapshot did not finish in time".into())),
         }
     }
 }

@@ -65,7 +65,34 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                     field("maxmemory_policy", policy.into());
                 }
                 "persistence" => {
+                    let snaps: Vec<_> = nodes.iter().filter_map(|n| n.snapshot.as_ref()).collect();
+                    let max = |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| {
+                        snaps.iter().map(|s| f(s)).max().unwrap_or(0)
+                    };
+                    let total = |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| {
+                        snaps.iter().map(|s| f(s)).sum::<u64>()
+                    };
+                    let last_save = snaps.iter().map(|s| s.last_created_ms).min().unwrap_or(0) / 1000;
+                    let all_ok = snaps.iter().all(|s| s.last_ok);
                     field("loading", "0".into());
+                    field(
+                        "rdb_bgsave_in_progress",
+                        u8::from(snaps.iter().any(|s| s.in_progress)).to_string(),
+                    );
+                    field("rdb_last_save_time", last_save.to_string());
+                    field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
+                    field("rdb_last_bgsave_time_sec", (max(|s| s.last_duration_ms) / 1000).to_string());
+                    field("rdb_saves", total(|s| s.snapshots_written).to_string());
+                    field(
+                        "shoal_snapshot_nodes_enabled",
+                        snaps.iter().filter(|s| s.enabled).count().to_string(),
+                    );
+                    field("shoal_snapshot_last_entries", total(|s| s.last_entries).to_string());
+                    field("shoal_snapshot_last_bytes", total(|s| s.last_bytes).to_string());
+                    field("shoal_snapshot_last_duration_ms", max(|s| s.last_duration_ms).to_string());
+                    field("shoal_snapshot_loaded_entries", total(|s| s.loaded_entries).to_string());
+                    field("shoal_snapshot_load_us", max(|s| s.load_us).to_string());
+                    field("shoal_snapshot_corrupt_entries", total(|s| s.corrupt_entries).to_string());
                 }
                 "stats" => {
                     field("total_connections_received", state.metrics.connections.get().to_string());

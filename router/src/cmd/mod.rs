@@ -21,6 +21,7 @@ mod info;
 mod keys;
 mod mget;
 mod mset;
+mod persistence;
 mod scan;
 mod set;
 mod shoal;

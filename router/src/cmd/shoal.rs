@@ -58,6 +58,8 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    One line per node: id, address, slot count, key count, reachable=yes|no.",
         "KEYSLOT <key>",
         "    The hash slot of <key> (CRC16 with {hashtag}, as Redis Cluster).",
+        "SNAPSHOT",
+        "    Write a snapshot on every node and wait; one line per node.",
         "HELP",
         "    Print this help.",
     ];

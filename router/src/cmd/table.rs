@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::{Args, Ctx, Pending};
 use super::{client, command, connection, del, expire, get, getex, incr, info, keys, mget, mset, scan, set};
-use super::{shoal, strings, ttl};
+use super::{persistence, shoal, strings, ttl};
 
 pub struct CommandSpec {
     /// Lowercase full name; subcommands are `parent|sub`, as Redis names them in errors.
@@ -275,6 +275,18 @@ const SHOAL_SUBCOMMANDS: &[CommandSpec] = &[
         shoal::keyslot
     ),
     spec!(
+        "shoal|snapshot",
+        2,
+        &["loading", "stale"],
+        NO_KEYS,
+        &["@admin", "@slow"],
+        "shoal",
+        "0.1.0",
+        "Write a snapshot on every node and wait; one line per node",
+        "O(N) where N is the number of keys",
+        persistence::shoal_snapshot
+    ),
+    spec!(
         "shoal|help",
         2,
         &["loading", "stale"],
@@ -449,6 +461,42 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Remove all keys from the current database",
         "O(N) where N is the number of keys in the selected database",
         keys::flushdb
+    ),
+    spec!(
+        "save",
+        1,
+        &["admin", "noscript", "no_async_loading", "no_multi"],
+        NO_KEYS,
+        &["@admin", "@slow", "@dangerous"],
+        "server",
+        "1.0.0",
+        "Synchronously save the dataset to disk",
+        "O(N) where N is the total number of keys in all databases",
+        persistence::save
+    ),
+    spec!(
+        "bgsave",
+        -1,
+        &["admin", "noscript", "no_async_loading"],
+        NO_KEYS,
+        &["@admin", "@slow", "@dangerous"],
+        "server",
+        "1.0.0",
+        "Asynchronously save the dataset to disk",
+        "O(1)",
+        persistence::bgsave
+    ),
+    spec!(
+        "lastsave",
+        1,
+        &["loading", "stale", "fast"],
+        NO_KEYS,
+        &["@admin", "@fast", "@dangerous"],
+        "server",
+        "1.0.0",
+        "Get the UNIX time stamp of the last successful save to disk",
+        "O(1)",
+        persistence::lastsave
     ),
     spec!(
         "time",
