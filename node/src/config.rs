@@ -30,6 +30,24 @@ pub enum Command {
     /// Build a snapshot offline from CSV (key,value[,ttl_seconds]) or JSONL; a node started with
     /// --data-dir on the output directory serves it at once.
     Bake(BakeArgs),
+    /// Read one key straight from a node over gRPC (bypassing routers), e.g. to check a node or to
+    /// time how soon a restarted node answers.
+    Get(GetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// The node's gRPC address.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    pub node: String,
+    /// The key.
+    pub key: String,
+    /// Keep retrying (connection refused, key not there yet) for up to this many seconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub wait: f64,
+    /// With --wait: retry until the value equals this.
+    #[arg(long)]
+    pub expect: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use hyper::Method;
-use shoal_node::config::{BakeArgs, Cli, Command};
+use shoal_node::config::{BakeArgs, Cli, Command, GetArgs};
 use shoal_node::persistence::Persistence;
 use shoal_node::service::NodeState;
 use shoal_node::snapshot::bake::{self, InputFormat};
@@ -19,6 +19,7 @@ fn main() -> anyhow::Result<()> {
     logging::init(cli.serve.log_format, "info");
     match &cli.command {
         Some(Command::Bake(args)) => run_bake(args),
+        Some(Command::Get(args)) => runtime::build(Some(1))?.block_on(run_get(args)),
         None => runtime::build(cli.serve.threads)?.block_on(serve(cli)),
     }
 }
@@ -42,6 +43,43 @@ fn run_bake(args: &BakeArgs) -> anyhow::Result<()> {
         eprintln!("bake: note: a node loads only snapshot-<sequence>.shoal files from its --data-dir");
     }
     Ok(())
+}
+
+/// `shoal-node get`: one GET over the node's Execute stream, retried while `--wait` allows.
+async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
+    use shoal_wire::proto::{Batch, Get, Op, node_client::NodeClient, op::Kind, reply};
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.wait.max(0.0));
+    let key = bytes::Bytes::from(args.key.clone());
+    loop {
+        let attempt = async {
+            let mut client = NodeClient::connect(format!("http://{}", args.node)).await?;
+            let batch = Batch { id: 1, ops: vec![Op { kind: Some(Kind::Get(Get { key: key.clone() })) }] };
+            let mut replies = client.execute(tokio_stream::iter([batch])).await?.into_inner();
+            let reply = replies.message().await?.ok_or_else(|| anyhow::anyhow!("stream ended"))?;
+            anyhow::Ok(reply.replies.into_iter().next().and_then(|r| r.kind))
+        };
+        let outcome = attempt.await;
+        let value = match &outcome {
+            Ok(Some(reply::Kind::Value(v))) => Some(v.clone()),
+            _ => None,
+        };
+        let done = match (&value, &args.expect) {
+            (Some(v), Some(want)) => v.as_ref() == want.as_bytes(),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if done || std::time::Instant::now() >= deadline {
+            return match (value, outcome) {
+                (Some(v), _) if done => {
+                    println!("{}", String::from_utf8_lossy(&v));
+                    Ok(())
+                }
+                (_, Err(e)) => Err(e.context(format!("GET {} from {}", args.key, args.node))),
+                _ => anyhow::bail!("{} not found on {}", args.key, args.node),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {

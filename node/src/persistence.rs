@@ -34,6 +34,8 @@ struct Status {
     loaded: Option<(PathBuf, u64, Duration)>,
 }
 
+static PROCESS_WRITER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[derive(Debug)]
 pub struct Persistence {
     store: Arc<Store>,
@@ -79,16 +81,30 @@ impl Persistence {
         self.dir.is_some()
     }
 
-    /// Writes a snapshot now, waiting for any write already running first.
+    /// Writes a snapshot now, in the background (paced, see [`BACKGROUND_DUTY`]), waiting for any
+    /// write already running first.
     pub async fn snapshot(self: &Arc<Self>) -> Result<Written, PersistError> {
+        self.snapshot_at(BACKGROUND_DUTY).await
+    }
+
+    /// The snapshot taken at shutdown, when no traffic is left: full speed.
+    pub async fn final_snapshot(self: &Arc<Self>) -> Result<Written, PersistError> {
+        self.snapshot_at(1.0).await
+    }
+
+    async fn snapshot_at(self: &Arc<Self>, duty: f64) -> Result<Written, PersistError> {
         let dir = self.dir.clone().ok_or(PersistError::Disabled)?;
         let _turn = self.writing.lock().await;
+        // One writer per process: nodes embedded in one process (the local cluster) take turns
+        // rather than all competing with traffic at once; separate node processes are unaffected.
+        let _process_turn = PROCESS_WRITER.lock().await;
         self.status.lock().in_progress = true;
         let this = self.clone();
-        let result = tokio::task::spawn_blocking(move || write_snapshot(&this.store, &dir, this.keep))
-            .await
-            .map_err(|e| PersistError::Task(e.to_string()))
-            .and_then(|r| r.map_err(PersistError::from));
+        let result =
+            tokio::task::spawn_blocking(move || write_snapshot_paced(&this.store, &dir, this.keep, duty))
+                .await
+                .map_err(|e| PersistError::Task(e.to_string()))
+                .and_then(|r| r.map_err(PersistError::from));
         let mut st = self.status.lock();
         st.in_progress = false;
         match &result {
@@ -156,15 +172,27 @@ impl Persistence {
     }
 }
 
-/// Folds the store into a new snapshot file in `dir` and prunes old ones (blocking).
+/// Share of one core a background snapshot may use: after each stretch of work it sleeps long
+/// enough to stay at this duty cycle, so requests keep their latency while it runs. (The snapshot
+/// taken at shutdown, with traffic stopped, runs at full speed.)
+pub const BACKGROUND_DUTY: f64 = 0.1;
+
+/// Folds the store into a new snapshot file in `dir` at full speed and prunes old ones (blocking).
 pub fn write_snapshot(store: &Store, dir: &Path, keep: usize) -> std::io::Result<Written> {
+    write_snapshot_paced(store, dir, keep, 1.0)
+}
+
+/// Like [`write_snapshot`], using at most `duty` (0..=1) of a core.
+pub fn write_snapshot_paced(store: &Store, dir: &Path, keep: usize, duty: f64) -> std::io::Result<Written> {
     std::fs::create_dir_all(dir)?;
     let target = dir::next_path(dir)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let plan = store.plan(0..=(SLOT_COUNT as u16 - 1));
     let mut writer = SnapshotWriter::create(&target, now)?;
     let mut last_report = Instant::now();
+    let mut pacer = Pacer::new(duty);
     for slot in 0..SLOT_COUNT as u16 {
+        pacer.tick();
         for e in store.slot_entries(slot, &plan) {
             if let Err(err) = writer.push(slot, &e.key, &e.value, e.expire_at) {
                 writer.abort();
@@ -179,6 +207,30 @@ pub fn write_snapshot(store: &Store, dir: &Path, keep: usize) -> std::io::Result
     let written = writer.finish()?;
     dir::prune(dir, keep)?;
     Ok(written)
+}
+
+/// Keeps a loop at a duty cycle: work in short bursts (so a burst never holds a core long enough to
+/// delay requests noticeably), then sleep in proportion.
+struct Pacer {
+    duty: f64,
+    since: Instant,
+}
+
+impl Pacer {
+    fn new(duty: f64) -> Pacer {
+        Pacer { duty: duty.clamp(0.01, 1.0), since: Instant::now() }
+    }
+
+    fn tick(&mut self) {
+        if self.duty >= 1.0 {
+            return;
+        }
+        let worked = self.since.elapsed();
+        if worked >= Duration::from_micros(200) {
+            std::thread::sleep(worked.mul_f64((1.0 - self.duty) / self.duty));
+            self.since = Instant::now();
+        }
+    }
 }
 
 fn spawn_verifier(snap: Arc<Snapshot>) {

@@ -115,7 +115,7 @@ pub async fn run(
     // Every batch has been answered and no stream is open: the store is quiet, so this snapshot
     // holds every acknowledged write.
     if state.persistence.enabled()
-        && let Err(e) = state.persistence.snapshot().await
+        && let Err(e) = state.persistence.final_snapshot().await
     {
         tracing::error!(error = %e, "final snapshot failed");
     }

@@ -125,5 +125,38 @@ pub async fn render(state: &RouterState) -> String {
     node_stat(&mut e, "shoal_node_keyspace_misses_total", "counter", "Reads that missed.", |s| {
         s.keyspace_misses
     });
+    type Series = (&'static str, &'static str, &'static str, fn(&shoal_wire::proto::SnapshotInfo) -> u64);
+    let snapshot_series: [Series; 9] = [
+        ("shoal_node_snapshots_written_total", "counter", "Snapshots written.", |s| s.snapshots_written),
+        (
+            "shoal_node_snapshot_last_timestamp_seconds",
+            "gauge",
+            "When the last snapshot started (Unix).",
+            |s| s.last_created_ms / 1000,
+        ),
+        ("shoal_node_snapshot_last_duration_ms", "gauge", "Duration of the last snapshot.", |s| {
+            s.last_duration_ms
+        }),
+        ("shoal_node_snapshot_last_bytes", "gauge", "Size of the last snapshot.", |s| s.last_bytes),
+        ("shoal_node_snapshot_last_entries", "gauge", "Entries in the last snapshot.", |s| s.last_entries),
+        ("shoal_node_snapshot_last_ok", "gauge", "1 if the last snapshot attempt succeeded.", |s| {
+            u64::from(s.last_ok)
+        }),
+        ("shoal_node_snapshot_load_us", "gauge", "Time to open the snapshot loaded at start.", |s| s.load_us),
+        ("shoal_node_snapshot_loaded_entries", "gauge", "Entries in the snapshot loaded at start.", |s| {
+            s.loaded_entries
+        }),
+        ("shoal_node_snapshot_corrupt_entries_total", "counter", "Damaged snapshot entries refused.", |s| {
+            s.corrupt_entries
+        }),
+    ];
+    for (name, kind, help, f) in snapshot_series {
+        e.family(name, kind, help);
+        for (i, s) in stats.iter().enumerate() {
+            if let Ok(Some(info)) = s.as_ref().map(|s| s.snapshot.as_ref()) {
+                e.sample(name, &[("node", &ids[i])], f(info) as f64);
+            }
+        }
+    }
     e.finish()
 }

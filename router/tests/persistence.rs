@@ -51,6 +51,12 @@ async fn embedded_cluster_restarts_warm() {
     let info = c.cmd(&["INFO", "persistence"]).await;
     assert_eq!(info_field(&info, "rdb_last_bgsave_status"), "ok");
     assert!(info_field(&info, "rdb_saves").parse::<u64>().unwrap() >= 9);
+    let metrics = support::http_get(router.http_addr, "/metrics").await;
+    for series in
+        ["shoal_node_snapshots_written_total{node=\"2\"}", "shoal_node_snapshot_last_bytes{node=\"0\"}"]
+    {
+        assert!(metrics.contains(series), "missing {series} in {metrics}");
+    }
     c.cmd(&["SET", "after-save", "kept by the shutdown snapshot"]).await;
     drop(c);
     router.shutdown().await;
