@@ -101,6 +101,17 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_SNAPSHOT_KEEP", default_value_t = 2)]
     pub snapshot_keep: usize,
 
+    /// This node's id in the cluster topology (a StatefulSet pod's ordinal, say). Without it, the
+    /// node finds itself in a topology by its --listen address.
+    #[arg(long, env = "SHOAL_NODE_ID")]
+    pub node_id: Option<u32>,
+
+    /// A topology file (JSON) to follow: the node serves only its slots at the newest version, and
+    /// pulls the slots moving to it. Without one it serves every key it is sent (routers with a
+    /// static --nodes list) until a coordinator or router offers it a topology.
+    #[arg(long, env = "SHOAL_NODE_TOPOLOGY_FILE")]
+    pub topology_file: Option<PathBuf>,
+
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,

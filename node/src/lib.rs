@@ -11,11 +11,15 @@
 //!   runs a node in-process (embedded mode, tests).
 //! - [`snapshot`]: mmap read snapshots: format, writer, reader, data directory, offline bake.
 //! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
+//! - [`cluster`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
+//!   and what adopting a new topology sets off; [`migrate`]: pulling incoming slots.
 //! - [`metrics`]: counters and the `/metrics` text.
 //! - [`config`]: the `shoal-node` command line.
 
+pub mod cluster;
 pub mod config;
 pub mod metrics;
+pub mod migrate;
 pub mod ops;
 pub mod persistence;
 pub mod server;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use hyper::Method;
+use shoal_node::cluster::{NodeCluster, read_topology};
 use shoal_node::config::{BakeArgs, Cli, Command, GetArgs};
 use shoal_node::persistence::Persistence;
 use shoal_node::service::NodeState;
@@ -53,7 +54,9 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
     loop {
         let attempt = async {
             let mut client = NodeClient::connect(format!("http://{}", args.node)).await?;
-            let batch = Batch { id: 1, ops: vec![Op { kind: Some(Kind::Get(Get { key: key.clone() })) }] };
+            // Newest possible version: a direct read is allowed wherever the node holds the slot.
+            let op = Op { kind: Some(Kind::Get(Get { key: key.clone() })), ..Default::default() };
+            let batch = Batch { id: 1, ops: vec![op], topology_version: u64::MAX };
             let mut replies = client.execute(tokio_stream::iter([batch])).await?.into_inner();
             let reply = replies.message().await?.ok_or_else(|| anyhow::anyhow!("stream ended"))?;
             anyhow::Ok(reply.replies.into_iter().next().and_then(|r| r.kind))
@@ -87,7 +90,19 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
     let persistence = Persistence::open(store.clone(), args.data_dir.clone(), args.snapshot_keep)
         .context("opening the data directory")?;
-    let state = Arc::new(NodeState::new(store, persistence));
+    let cluster =
+        NodeCluster::new(args.node_id, Some(args.listen.to_string()), store.clone(), args.data_dir.clone());
+    if let Some(path) = &args.topology_file {
+        match read_topology(path) {
+            Ok(t) => {
+                cluster.adopt(t);
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "no usable topology yet; watching the file")
+            }
+        }
+    }
+    let state = Arc::new(NodeState::new(store, persistence, cluster));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -121,6 +136,8 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         expire_interval: args.expire_interval(),
         snapshot_interval: args.snapshot_interval(),
         snapshot_keep: args.snapshot_keep,
+        node_id: args.node_id,
+        topology_file: args.topology_file.clone(),
         ..Default::default()
     };
     server::run(listener, state, options, async move {

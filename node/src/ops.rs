@@ -3,14 +3,80 @@
 
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
-use crate::store::{ExpireFlags, SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
+use crate::cluster::NodeView;
+use crate::store::{ExpireFlags, Presence, SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
 
-/// Applies every op of a batch in order, returning one reply per op.
-pub fn apply_batch(store: &Store, ops: Vec<Op>) -> Vec<Reply> {
-    ops.into_iter().map(|op| apply(store, op)).collect()
+/// Applies every op of a batch in order, returning one reply per op. Ops for slots this node does
+/// not serve at the router's topology version get a `moved` reply instead (see `cluster.rs`).
+pub fn apply_batch(store: &Store, view: &NodeView, batch_version: u64, ops: Vec<Op>) -> Vec<Reply> {
+    ops.into_iter()
+        .map(|op| match check(view, batch_version, &op) {
+            Ok(()) => apply(store, view, op),
+            Err(version) => Reply { kind: Some(reply::Kind::Moved(version)) },
+        })
+        .collect()
 }
 
-pub fn apply(store: &Store, op: Op) -> Reply {
+/// The key an op is about, if it is about one.
+pub fn op_key(op: &Op) -> Option<&[u8]> {
+    Some(match op.kind.as_ref()? {
+        Kind::Get(o) => &o.key,
+        Kind::Set(o) => &o.key,
+        Kind::Del(o) => &o.key,
+        Kind::Exists(o) => &o.key,
+        Kind::Touch(o) => &o.key,
+        Kind::TypeOf(o) => &o.key,
+        Kind::Append(o) => &o.key,
+        Kind::Strlen(o) => &o.key,
+        Kind::GetRange(o) => &o.key,
+        Kind::SetRange(o) => &o.key,
+        Kind::IncrBy(o) => &o.key,
+        Kind::IncrByFloat(o) => &o.key,
+        Kind::GetDel(o) => &o.key,
+        Kind::GetEx(o) => &o.key,
+        Kind::Expire(o) => &o.key,
+        Kind::Persist(o) => &o.key,
+        Kind::Ttl(o) => &o.key,
+        Kind::Fetch(o) => &o.key,
+        Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
+        Kind::MsetNx(_) | Kind::Import(_) => return None,
+    })
+}
+
+fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
+    if let Some(key) = op_key(op) {
+        return view.check(shoal_wire::key_slot(key), batch_version);
+    }
+    if let Some(Kind::MsetNx(o)) = &op.kind {
+        for k in &o.keys {
+            view.check(shoal_wire::key_slot(k), batch_version)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads that a router may ask with `fallback` set.
+fn is_read(kind: &Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Get(_)
+            | Kind::Exists(_)
+            | Kind::Touch(_)
+            | Kind::TypeOf(_)
+            | Kind::Strlen(_)
+            | Kind::GetRange(_)
+            | Kind::Ttl(_)
+    )
+}
+
+pub fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
+    if op.fallback
+        && let (Some(key), Some(kind)) = (op_key(&op), op.kind.as_ref())
+        && is_read(kind)
+        && store.presence(key) == Presence::Absent
+    {
+        return Reply { kind: Some(reply::Kind::Absent(proto::Empty {})) };
+    }
     let Some(kind) = op.kind else { return error("ERR empty operation") };
     match kind {
         Kind::Get(o) => value_or_nil(store.get(&o.key)),
@@ -83,6 +149,23 @@ pub fn apply(store: &Store, op: Op) -> Reply {
                 o.keys.iter().zip(o.values.iter()).map(|(k, v)| (&k[..], &v[..])).collect();
             result_int(store.mset_nx(&pairs))
         }
+        Kind::Fetch(o) => match store.fetch(&o.key) {
+            Some((value, expire_at_ms)) => Reply {
+                kind: Some(reply::Kind::Entry(proto::ExportEntry {
+                    slot: shoal_wire::key_slot(&o.key).into(),
+                    key: o.key,
+                    value,
+                    expire_at_ms,
+                })),
+            },
+            None => nil(),
+        },
+        Kind::Import(o) => int(store.import(
+            o.entries
+                .iter()
+                .filter(|e| view.accepts_import(shoal_wire::key_slot(&e.key)))
+                .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms)),
+        )),
     }
 }
 
@@ -198,7 +281,7 @@ mod tests {
     use crate::store::{ManualClock, StoreConfig};
 
     fn op(kind: Kind) -> Op {
-        Op { kind: Some(kind) }
+        Op { kind: Some(kind), ..Default::default() }
     }
 
     #[test]
@@ -207,6 +290,8 @@ mod tests {
         let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
         let replies = apply_batch(
             &store,
+            &NodeView::unmanaged(),
+            0,
             vec![
                 op(Kind::Set(Set {
                     key: Bytes::from("k"),
@@ -217,7 +302,7 @@ mod tests {
                 op(Kind::Get(Get { key: Bytes::from("k") })),
                 op(Kind::Ttl(Ttl { key: Bytes::from("k"), absolute: true })),
                 op(Kind::IncrBy(IncrBy { key: Bytes::from("k"), delta: 1 })),
-                Op { kind: None },
+                Op::default(),
             ],
         );
         let kinds: Vec<_> = replies.into_iter().map(|r| r.kind.unwrap()).collect();

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::cluster::NodeCluster;
 use crate::persistence::Persistence;
 use crate::service::{NodeService, NodeState};
 use crate::store::Store;
@@ -46,6 +47,10 @@ pub struct ServeOptions {
     pub snapshot_interval: Option<Duration>,
     /// Snapshots kept in the data directory.
     pub snapshot_keep: usize,
+    /// This node's id in topologies.
+    pub node_id: Option<u32>,
+    /// A topology file to watch.
+    pub topology_file: Option<PathBuf>,
 }
 
 impl Default for ServeOptions {
@@ -56,6 +61,8 @@ impl Default for ServeOptions {
             data_dir: None,
             snapshot_interval: None,
             snapshot_keep: 2,
+            node_id: None,
+            topology_file: None,
         }
     }
 }
@@ -75,6 +82,18 @@ pub async fn run(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
+    {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(state.cluster.clone().run_purger(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    }
+    if let Some(path) = options.topology_file.clone() {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(state.cluster.clone().watch_file(path, Duration::from_millis(200), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    }
     if let (Some(every), true) = (options.snapshot_interval, state.persistence.enabled()) {
         let mut stop = stop_rx.clone();
         tokio::spawn(state.persistence.clone().run_periodic(every, async move {
@@ -171,7 +190,17 @@ impl NodeHandle {
         let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(NodeState::new(store, persistence));
+        let cluster = NodeCluster::new(
+            options.node_id,
+            Some(addr.to_string()),
+            store.clone(),
+            options.data_dir.clone(),
+        );
+        if let Some(t) = options.topology_file.as_deref().and_then(|p| crate::cluster::read_topology(p).ok())
+        {
+            cluster.adopt(t);
+        }
+        let state = Arc::new(NodeState::new(store, persistence, cluster));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, state.clone(), options, async move {
             let _ = stopped.await;

@@ -13,13 +13,14 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use shoal_wire::proto::{
-    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, NodeStats, SnapshotInfo,
-    SnapshotRequest, StatsRequest, node_server::Node,
+    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeStats,
+    SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
 };
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::cluster::NodeCluster;
 use crate::metrics::NodeMetrics;
 use crate::ops;
 use crate::persistence::{PersistError, Persistence};
@@ -28,24 +29,27 @@ use crate::store::Store;
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 
-/// What the service needs: the store, its persistence, counters, and when it started.
+/// What the service needs: the store, its persistence, its place in the cluster, counters, and
+/// when it started.
 #[derive(Debug)]
 pub struct NodeState {
     pub store: Arc<Store>,
     pub persistence: Arc<Persistence>,
+    pub cluster: Arc<NodeCluster>,
     pub metrics: NodeMetrics,
     pub started: Instant,
 }
 
 impl NodeState {
-    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>) -> NodeState {
-        NodeState { store, persistence, metrics: NodeMetrics::default(), started: Instant::now() }
+    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, cluster: Arc<NodeCluster>) -> NodeState {
+        NodeState { store, persistence, cluster, metrics: NodeMetrics::default(), started: Instant::now() }
     }
 
     /// Applies one batch and records it.
     pub fn execute(&self, batch: Batch) -> BatchReply {
         let n = batch.ops.len();
-        let replies = ops::apply_batch(&self.store, batch.ops);
+        let view = self.cluster.view();
+        let replies = ops::apply_batch(&self.store, &view, batch.topology_version, batch.ops);
         self.metrics.record_batch(n);
         BatchReply { id: batch.id, replies }
     }
@@ -68,6 +72,11 @@ impl NodeState {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             rss_bytes: crate::metrics::rss_bytes(),
             snapshot: Some(self.persistence.info()),
+            topology_version: self.cluster.version(),
+            migrations: self.cluster.progress(),
+            keys_migrated_in: self.cluster.keys_in.load(std::sync::atomic::Ordering::Relaxed),
+            bytes_migrated_in: self.cluster.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+            slots_dropped: self.cluster.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -115,6 +124,23 @@ impl Node for NodeService {
             Err(PersistError::Disabled) => Err(Status::failed_precondition("this node has no --data-dir")),
             Err(e) => Err(Status::internal(e.to_string())),
         }
+    }
+
+    async fn get_topology(
+        &self,
+        _request: Request<GetTopologyRequest>,
+    ) -> Result<Response<TopologyDoc>, Status> {
+        match &self.state.cluster.view().topology {
+            Some(t) => Ok(Response::new(TopologyDoc { json: t.to_json() })),
+            None => Err(Status::not_found("this node has no topology")),
+        }
+    }
+
+    async fn update_topology(&self, request: Request<TopologyDoc>) -> Result<Response<TopologyAck>, Status> {
+        let t = shoal_wire::Topology::from_json(&request.into_inner().json)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let version = self.state.cluster.adopt(t);
+        Ok(Response::new(TopologyAck { version }))
     }
 
     async fn export_slots(&self, request: Request<ExportRequest>) -> Result<Response<ExportStream>, Status> {

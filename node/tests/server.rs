@@ -23,11 +23,12 @@ fn set(k: &str, v: &str) -> Op {
             value: Bytes::from(v.to_string()),
             ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
 fn get(k: &str) -> Op {
-    Op { kind: Some(Kind::Get(Get { key: Bytes::from(k.to_string()) })) }
+    Op { kind: Some(Kind::Get(Get { key: Bytes::from(k.to_string()) })), ..Default::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,8 +38,10 @@ async fn batches_are_answered_in_order_on_one_stream() {
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let mut replies =
         client.execute(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-    tx.send(Batch { id: 1, ops: vec![set("a", "1"), set("b", "2"), get("a")] }).await.unwrap();
-    tx.send(Batch { id: 2, ops: vec![get("b"), get("missing")] }).await.unwrap();
+    tx.send(Batch { id: 1, ops: vec![set("a", "1"), set("b", "2"), get("a")], topology_version: 0 })
+        .await
+        .unwrap();
+    tx.send(Batch { id: 2, ops: vec![get("b"), get("missing")], topology_version: 0 }).await.unwrap();
     let first = replies.message().await.unwrap().unwrap();
     let second = replies.message().await.unwrap().unwrap();
     assert_eq!((first.id, first.replies.len()), (1, 3));
@@ -78,7 +81,7 @@ async fn shutdown_ends_open_streams_after_the_batch_in_hand() {
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let mut replies =
         client.execute(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-    tx.send(Batch { id: 1, ops: vec![set("k", "v")] }).await.unwrap();
+    tx.send(Batch { id: 1, ops: vec![set("k", "v")], topology_version: 0 }).await.unwrap();
     assert_eq!(replies.message().await.unwrap().unwrap().id, 1);
     let stopping = tokio::spawn(node.shutdown());
     // The stream ends (the client is told promptly), and shutdown completes even though this

@@ -28,13 +28,41 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Move a cluster of separately started nodes onto a new set of nodes, online: writes the
+    /// topology file routers and nodes follow, offers each version to the nodes, shows progress.
+    /// Safe to interrupt and run again (it resumes).
+    Reshard(ReshardArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReshardArgs {
+    /// The topology file (created, with an even split over --nodes, if it does not exist).
+    #[arg(long, env = "SHOAL_TOPOLOGY_FILE")]
+    pub topology_file: PathBuf,
+    /// The nodes the cluster should have: ADDR or ID=ADDR, comma separated. Nodes already in the
+    /// topology keep their id; new addresses get the next ids.
+    #[arg(long, value_delimiter = ',', required_unless_present = "resume")]
+    pub nodes: Vec<String>,
+    /// Only finish a resharding step that was interrupted.
+    #[arg(long)]
+    pub resume: bool,
+    /// Give up a step after this many seconds (it can be resumed later).
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_secs: u64,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct RouterArgs {
-    /// Node gRPC addresses, comma separated; slots are split evenly over them in this order.
-    #[arg(long, env = "SHOAL_NODES", value_delimiter = ',', conflicts_with = "embedded_nodes")]
+    /// Node gRPC addresses, comma separated; slots are split evenly over them in this order (a
+    /// static cluster: for one that can be resharded, use --topology-file).
+    #[arg(long, env = "SHOAL_NODES", value_delimiter = ',', conflicts_with_all = ["embedded_nodes", "topology_file"])]
     pub nodes: Vec<String>,
+
+    /// Route by this topology file and follow its changes (the file `shoal-router reshard` and the
+    /// operator write; nodes follow it too).
+    #[arg(long, env = "SHOAL_TOPOLOGY_FILE", conflicts_with = "embedded_nodes")]
+    pub topology_file: Option<PathBuf>,
 
     /// Run this many nodes inside the router process (real gRPC on loopback ports), for a local
     /// cluster without Kubernetes. Used when --nodes is not given (default 3).
@@ -127,9 +155,10 @@ impl RouterArgs {
         Duration::from_millis(self.deadline_ms.max(1))
     }
 
-    /// The number of in-process nodes to run: `--embedded-nodes`, or 3 when no `--nodes`.
+    /// The number of in-process nodes to run: `--embedded-nodes`, or 3 when neither `--nodes`
+    /// nor `--topology-file` is given.
     pub fn embedded(&self) -> Option<usize> {
-        match (self.embedded_nodes, self.nodes.is_empty()) {
+        match (self.embedded_nodes, self.nodes.is_empty() && self.topology_file.is_none()) {
             (Some(n), _) => Some(n.max(1)),
             (None, true) => Some(3),
             (None, false) => None,

@@ -91,7 +91,7 @@ pub async fn serve<S>(
             more_input = true;
         }
         for (reply, protocol, started) in pending.drain(..) {
-            let reply = reply.resolve().await;
+            let reply = reply.resolve(&state).await;
             state.metrics.command_seconds.observe(started.elapsed().as_secs_f64());
             reply.encode(protocol, &mut output);
             if output.len() > state.settings.output_buffer_limit {

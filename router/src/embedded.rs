@@ -1,49 +1,211 @@
-//! The embedded cluster: N nodes running inside the router process, each a real gRPC server on
-//! its own loopback port, so one command starts a working cluster without Kubernetes.
+//! The embedded cluster: nodes running inside the router process, each a real gRPC server on its
+//! own loopback port, with the resharding coordinator running in-process too. One command starts a
+//! working cluster without Kubernetes, and `SHOAL SCALE n` grows or shrinks it online.
+//!
+//! Node ids are 0..n-1 at start; growing adds the next ids, shrinking removes the highest (as a
+//! StatefulSet does). The coordinator publishes into a [`MemoryStore`] that this router routes by;
+//! with `--data-dir` every published topology is also kept in `DIR/topology.json` and each node
+//! keeps its snapshots in `DIR/node-<id>`, so a restart comes back with the same nodes and data.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+use shoal_coordinator::{Coordinator, MemoryStore, Progress, StoreError, TopologyStore};
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
+use shoal_node::service::NodeState;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
+use shoal_wire::{NodeInfo, Topology};
 
+/// The topology store of an embedded cluster: memory, mirrored to a file with `--data-dir`.
 #[derive(Debug)]
-pub struct EmbeddedNodes {
-    pub nodes: Vec<NodeHandle>,
+pub struct EmbeddedStore {
+    memory: MemoryStore,
+    file: Option<PathBuf>,
 }
 
-impl EmbeddedNodes {
-    /// Starts `n` nodes on free loopback ports; with a data directory, node `i` keeps its
-    /// snapshots in `data_dir/node-<i>` and starts from the newest one there.
+impl TopologyStore for EmbeddedStore {
+    async fn load(&self) -> Result<Option<Topology>, StoreError> {
+        self.memory.load().await
+    }
+
+    async fn publish(&self, t: &Topology) -> Result<(), StoreError> {
+        self.memory.publish(t).await?;
+        if let Some(path) = &self.file {
+            shoal_coordinator::FileStore::write(path, t)?;
+        }
+        Ok(())
+    }
+}
+
+impl EmbeddedStore {
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Topology>> {
+        self.memory.subscribe()
+    }
+}
+
+/// State of the last or current `SHOAL SCALE`.
+#[derive(Debug, Clone, Default)]
+pub struct ScaleStatus {
+    pub running: bool,
+    pub target: usize,
+    pub progress: Progress,
+    pub error: Option<String>,
+}
+
+pub struct EmbeddedCluster {
+    nodes: tokio::sync::Mutex<BTreeMap<u32, NodeHandle>>,
+    coordinator: Coordinator<Arc<EmbeddedStore>>,
+    store: Arc<EmbeddedStore>,
+    config: StoreConfig,
+    data_dir: Option<PathBuf>,
+    snapshot_interval: Option<Duration>,
+    status: Arc<Mutex<ScaleStatus>>,
+    scale_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for EmbeddedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedCluster").finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedCluster {
+    /// Starts `n` nodes (or, with a data directory holding a topology from an earlier run, the
+    /// nodes it names) and publishes a topology they all serve.
     pub async fn start(
         n: usize,
         config: StoreConfig,
         data_dir: Option<PathBuf>,
         snapshot_interval: Option<Duration>,
-    ) -> Result<EmbeddedNodes, NodeError> {
-        let mut nodes = Vec::with_capacity(n);
-        let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
-        for i in 0..n {
-            let store = Arc::new(Store::new(config.clone(), Arc::new(SystemClock)));
-            let options = ServeOptions {
-                data_dir: data_dir.as_ref().map(|d| d.join(format!("node-{i}"))),
-                snapshot_interval,
-                ..ServeOptions::default()
-            };
-            nodes.push(NodeHandle::start(localhost, store, options).await?);
+    ) -> Result<Arc<EmbeddedCluster>, NodeError> {
+        let saved = data_dir
+            .as_ref()
+            .and_then(|d| shoal_coordinator::FileStore::read(&d.join("topology.json")).ok().flatten());
+        let ids: Vec<u32> = match &saved {
+            Some(t) => t.nodes.iter().map(|n| n.id).collect(),
+            None => (0..n.max(1) as u32).collect(),
+        };
+        let file = data_dir.as_ref().map(|d| d.join("topology.json"));
+        let store = Arc::new(EmbeddedStore { memory: MemoryStore::new(None), file });
+        let cluster = Arc::new(EmbeddedCluster {
+            nodes: tokio::sync::Mutex::new(BTreeMap::new()),
+            coordinator: Coordinator::new(store.clone()),
+            store,
+            config,
+            data_dir,
+            snapshot_interval,
+            status: Arc::default(),
+            scale_lock: tokio::sync::Mutex::new(()),
+        });
+        let mut infos = Vec::new();
+        for id in ids {
+            infos.push(cluster.start_node(id).await?);
         }
-        Ok(EmbeddedNodes { nodes })
+        let topology = match saved {
+            // Same nodes and slots as last time, at their new ports, as a newer version.
+            Some(mut t) => {
+                t.version += 1;
+                t.nodes = infos;
+                t.migrations.clear();
+                t
+            }
+            None => {
+                let mut t = Topology::even(&infos.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
+                t.nodes = infos;
+                t
+            }
+        };
+        cluster
+            .store
+            .publish(&topology)
+            .await
+            .map_err(|e| NodeError::Io(std::io::Error::other(e.to_string())))?;
+        // Make sure every node serves it before clients arrive.
+        if let Err(e) = cluster.coordinator.resume().await {
+            return Err(NodeError::Io(std::io::Error::other(e.to_string())));
+        }
+        Ok(cluster)
     }
 
-    pub fn addrs(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.addr.to_string()).collect()
+    async fn start_node(&self, id: u32) -> Result<NodeInfo, NodeError> {
+        let store = Arc::new(Store::new(self.config.clone(), Arc::new(SystemClock)));
+        let options = ServeOptions {
+            data_dir: self.data_dir.as_ref().map(|d| d.join(format!("node-{id}"))),
+            snapshot_interval: self.snapshot_interval,
+            node_id: Some(id),
+            ..ServeOptions::default()
+        };
+        let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
+        let handle = NodeHandle::start(localhost, store, options).await?;
+        let info = NodeInfo { id, addr: handle.addr.to_string() };
+        self.nodes.lock().await.insert(id, handle);
+        Ok(info)
+    }
+
+    pub fn store(&self) -> &Arc<EmbeddedStore> {
+        &self.store
+    }
+
+    pub fn status(&self) -> ScaleStatus {
+        self.status.lock().clone()
+    }
+
+    /// The running nodes' state (for tests and introspection).
+    pub async fn node_states(&self) -> Vec<Arc<NodeState>> {
+        self.nodes.lock().await.values().map(|h| h.state.clone()).collect()
+    }
+
+    /// Moves the cluster to `n` nodes: starts the new ones, runs the coordinator (data moves while
+    /// traffic continues), then stops the nodes that left. Refuses while another scale runs.
+    pub async fn scale(self: Arc<Self>, n: usize) -> Result<(), String> {
+        let Ok(_turn) = self.scale_lock.try_lock() else {
+            return Err("a scaling operation is already running".into());
+        };
+        *self.status.lock() = ScaleStatus { running: true, target: n, ..Default::default() };
+        let result = self.scale_inner(n.max(1)).await;
+        let mut st = self.status.lock();
+        st.running = false;
+        st.error = result.as_ref().err().cloned();
+        result
+    }
+
+    async fn scale_inner(&self, n: usize) -> Result<(), String> {
+        let current = self.store.load().await.map_err(|e| e.to_string())?.ok_or("no topology")?;
+        let mut ids: Vec<u32> = current.nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        // Keep the `n` lowest ids (a StatefulSet removes its highest ordinals first).
+        let keep: Vec<u32> = ids.iter().copied().take(n).collect();
+        let mut target: Vec<NodeInfo> =
+            current.nodes.iter().filter(|node| keep.contains(&node.id)).cloned().collect();
+        let mut next_id = ids.last().map_or(0, |m| m + 1);
+        while target.len() < n {
+            target.push(self.start_node(next_id).await.map_err(|e| e.to_string())?);
+            next_id += 1;
+        }
+        target.sort_by_key(|n| n.id);
+        let status = self.status.clone();
+        let coordinator = &self.coordinator;
+        let report = move |p: &Progress| status.lock().progress = p.clone();
+        let done = coordinator.reshard_with(&target, &report).await.map_err(|e| e.to_string())?;
+        // Nodes that left have handed everything over: stop them.
+        let gone: Vec<u32> =
+            self.nodes.lock().await.keys().copied().filter(|id| done.node(*id).is_none()).collect();
+        for id in gone {
+            if let Some(h) = self.nodes.lock().await.remove(&id) {
+                let _ = h.shutdown().await;
+            }
+        }
+        Ok(())
     }
 
     /// Graceful shutdown of every node.
-    pub async fn shutdown(self) {
-        for node in self.nodes {
+    pub async fn shutdown(&self) {
+        let nodes = std::mem::take(&mut *self.nodes.lock().await);
+        for (_, node) in nodes {
             if let Err(e) = node.shutdown().await {
                 tracing::warn!(error = %e, "embedded node did not stop cleanly");
             }

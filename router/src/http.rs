@@ -123,7 +123,7 @@ impl Api<'_> {
         let routing = self.state.cluster.routing();
         let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
         let mut ctx = Ctx { state: self.state, session: &mut self.session, routing: &routing, deadline };
-        cmd::dispatch(&args, &mut ctx).resolve().await
+        cmd::dispatch(&args, &mut ctx).resolve(self.state).await
     }
 
     async fn get(&mut self, key: Bytes) -> HttpResponse {

@@ -10,7 +10,8 @@
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
-//! - [`embedded`]: in-process nodes for the one-command local cluster.
+//! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster.
+//! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`metrics`]: the `/metrics` text.
 
 pub mod backend;
@@ -20,6 +21,7 @@ pub mod connection;
 pub mod embedded;
 pub mod http;
 pub mod metrics;
+pub mod reshard;
 pub mod resp;
 pub mod server;
 pub mod session;
@@ -39,7 +41,7 @@ use tokio::task::JoinHandle;
 
 use crate::backend::{Cluster, LinkOptions};
 use crate::config::RouterArgs;
-use crate::embedded::EmbeddedNodes;
+use crate::embedded::EmbeddedCluster;
 use crate::state::{RouterState, Settings};
 
 /// A running router (and its embedded nodes, if any).
@@ -48,7 +50,7 @@ pub struct Router {
     pub http_addr: SocketAddr,
     pub unix_socket: Option<PathBuf>,
     pub state: Arc<RouterState>,
-    pub embedded: Option<EmbeddedNodes>,
+    pub embedded: Option<Arc<EmbeddedCluster>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -65,8 +67,10 @@ impl std::fmt::Debug for Router {
 impl Router {
     /// Binds every listener and starts serving; returns once clients can connect.
     pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
-        let embedded = match args.embedded() {
-            Some(n) => {
+        let (stop, stopped) = watch::channel(false);
+        let mut watchers = Vec::new();
+        let (embedded, topology, managed) = match (args.embedded(), &args.topology_file) {
+            (Some(n), _) => {
                 let config = StoreConfig {
                     maxmemory: args.embedded_maxmemory as usize,
                     policy: args.embedded_maxmemory_policy.parse().map_err(anyhow::Error::msg)?,
@@ -74,17 +78,28 @@ impl Router {
                 };
                 let interval =
                     (args.snapshot_interval > 0).then(|| Duration::from_secs(args.snapshot_interval));
-                let nodes = EmbeddedNodes::start(n, config, args.data_dir.clone(), interval)
+                let cluster = EmbeddedCluster::start(n, config, args.data_dir.clone(), interval)
                     .await
                     .context("starting embedded nodes")?;
-                tracing::info!(nodes = ?nodes.addrs(), "embedded nodes running");
-                Some(nodes)
+                let topology = cluster.store().subscribe().borrow().clone().context("no topology")?;
+                tracing::info!(nodes = ?topology.nodes, "embedded nodes running");
+                (Some(cluster), topology, true)
             }
-            None => None,
+            (None, Some(path)) => {
+                let topology = shoal_coordinator::FileStore::read(path)?.with_context(|| {
+                    format!(
+                        "{} does not exist yet: create it with `shoal-router reshard --topology-file ...`",
+                        path.display()
+                    )
+                })?;
+                (None, topology, true)
+            }
+            (None, None) => {
+                let topology = Topology::even(&args.nodes);
+                topology.validate().context("invalid node list")?;
+                (None, topology, false)
+            }
         };
-        let addrs = embedded.as_ref().map_or_else(|| args.nodes.clone(), EmbeddedNodes::addrs);
-        let topology = Topology::even(&addrs);
-        topology.validate().context("invalid node list")?;
 
         let resp =
             TcpListener::bind(args.resp).await.with_context(|| format!("cannot listen on {}", args.resp))?;
@@ -113,9 +128,49 @@ impl Router {
             tcp_port: resp_addr.port(),
         };
         let links = LinkOptions { deadline: settings.deadline, ..LinkOptions::default() };
-        let state = RouterState::new(settings, Cluster::new(topology, links));
-        let (stop, stopped) = watch::channel(false);
+        let nodes = topology.nodes.len();
+        let state = RouterState::new(settings, Cluster::new(topology, links, managed), embedded.clone());
+        // Follow the topology source: the embedded coordinator's store, or the file.
+        if let Some(cluster) = &embedded {
+            let mut rx = cluster.store().subscribe();
+            let (state, mut stop) = (state.clone(), stopped.clone());
+            watchers.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() { return },
+                        _ = stop.changed() => return,
+                    }
+                    let t = rx.borrow_and_update().clone();
+                    if let Some(t) = t {
+                        state.cluster.adopt(t);
+                    }
+                }
+            }));
+        } else if let Some(path) = args.topology_file.clone() {
+            let (state, mut stop) = (state.clone(), stopped.clone());
+            watchers.push(tokio::spawn(async move {
+                let mut last = None;
+                loop {
+                    let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+                    if mtime.is_some() && mtime != last {
+                        last = mtime;
+                        match shoal_coordinator::FileStore::read(&path) {
+                            Ok(Some(t)) => {
+                                state.cluster.adopt(t);
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!(error = %e, "cannot read the topology file"),
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            }));
+        }
         let mut tasks = vec![tokio::spawn(server::serve_tcp(resp, state.clone(), stopped.clone()))];
+        tasks.extend(watchers);
         if let Some(unix) = unix {
             tasks.push(tokio::spawn(server::serve_unix(unix, state.clone(), stopped.clone())));
         }
@@ -129,7 +184,7 @@ impl Router {
             },
             Duration::from_secs(5),
         )));
-        tracing::info!(%resp_addr, %http_addr, unix = ?args.unix_socket, nodes = addrs.len(), "router serving");
+        tracing::info!(%resp_addr, %http_addr, unix = ?args.unix_socket, nodes, "router serving");
         Ok(Router {
             resp_addr,
             http_addr,
@@ -139,6 +194,14 @@ impl Router {
             stop,
             tasks,
         })
+    }
+
+    /// The state of every embedded node (tests, introspection).
+    pub async fn node_states(&self) -> Vec<Arc<shoal_node::service::NodeState>> {
+        match &self.embedded {
+            Some(e) => e.node_states().await,
+            None => Vec::new(),
+        }
     }
 
     /// Graceful shutdown: stop accepting, let connections finish the request in hand, then stop

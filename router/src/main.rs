@@ -2,12 +2,15 @@
 
 use clap::Parser;
 use shoal_router::Router;
-use shoal_router::config::Cli;
+use shoal_router::config::{Cli, Command};
 use shoal_telemetry::{logging, runtime, shutdown};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
+    if let Some(Command::Reshard(args)) = &cli.command {
+        return runtime::build(Some(2))?.block_on(shoal_router::reshard::run(args));
+    }
     runtime::build(cli.serve.threads)?.block_on(async {
         let router = Router::start(&cli.serve).await?;
         shutdown::signal().await;

@@ -87,10 +87,16 @@ pub struct RouterState {
     connected: AtomicUsize,
     /// A BGSAVE is running (Redis refuses a second one).
     pub bgsave_running: std::sync::atomic::AtomicBool,
+    /// The in-process nodes and coordinator, in embedded mode (SHOAL SCALE).
+    pub embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
 }
 
 impl RouterState {
-    pub fn new(settings: Settings, cluster: Cluster) -> Arc<RouterState> {
+    pub fn new(
+        settings: Settings,
+        cluster: Cluster,
+        embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
+    ) -> Arc<RouterState> {
         Arc::new(RouterState {
             settings,
             cluster,
@@ -99,6 +105,7 @@ impl RouterState {
             next_client_id: AtomicU64::new(1),
             connected: AtomicUsize::new(0),
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
+            embedded,
         })
     }
 

@@ -26,8 +26,7 @@ async fn keys_land_on_all_three_nodes() {
     for i in 0..300 {
         let _: () = con.set(format!("user:{i}"), i).await.unwrap();
     }
-    let per_node: Vec<usize> =
-        router.embedded.as_ref().unwrap().nodes.iter().map(|n| n.state.store.len()).collect();
+    let per_node: Vec<usize> = router.node_states().await.iter().map(|n| n.store.len()).collect();
     assert_eq!(per_node.iter().sum::<usize>(), 300);
     assert!(per_node.iter().all(|&n| n > 50), "every node holds a fair share: {per_node:?}");
 

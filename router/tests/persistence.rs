@@ -32,14 +32,9 @@ async fn embedded_cluster_restarts_warm() {
     c.cmd(&["SET", "ttl", "x", "EX", "1000"]).await;
     c.cmd(&["DEL", "k7"]).await;
     assert_eq!(c.cmd(&["BGSAVE"]).await, b"+Background saving started\r\n");
+    let states = router.node_states().await;
     support::wait_until(Duration::from_secs(10), || {
-        router
-            .embedded
-            .as_ref()
-            .unwrap()
-            .nodes
-            .iter()
-            .all(|n| n.state.persistence.info().snapshots_written >= 1)
+        states.iter().all(|n| n.persistence.info().snapshots_written >= 1)
     })
     .await;
     assert_eq!(c.cmd(&["SAVE"]).await, b"+OK\r\n");

@@ -21,4 +21,4 @@ pub mod proto {
 }
 
 pub use slot::{SLOT_COUNT, key_slot};
-pub use topology::{NodeInfo, SlotRange, SlotTable, Topology, TopologyError};
+pub use topology::{Migration, NodeInfo, SlotRange, SlotRole, SlotTable, Topology, TopologyError};

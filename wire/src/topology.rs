@@ -1,8 +1,13 @@
-//! The topology document: which node owns which slots.
+//! The topology document: which node owns which slots, and which slots are moving.
 //!
-//! A topology has a `version` that only ever grows, the node list (stable `id` + address) and the
-//! slot-range table. Routers and nodes never guess ownership: they route by the newest topology they
-//! were given. The document is plain JSON so it can live in a file or a Kubernetes ConfigMap.
+//! A topology has a `version` that only ever grows, the node list (stable `id` + address), the
+//! slot-range table and the migrations in flight. Routers and nodes never guess ownership: they route
+//! by the newest topology they were given. The document is plain JSON so it can live in a file or a
+//! Kubernetes ConfigMap.
+//!
+//! During a migration `slots` already names the *new* owner of a range (writes go there) and the
+//! migration names the old owner (`from`), which still holds the data not yet moved: reads that
+//! miss on the new owner fall back to it, and deletes go to both.
 
 use std::fmt;
 
@@ -37,12 +42,46 @@ impl SlotRange {
     }
 }
 
+/// Slots `start..=end` moving from node `from` to node `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Migration {
+    pub start: u16,
+    pub end: u16,
+    pub from: u32,
+    pub to: u32,
+}
+
+impl Migration {
+    pub fn len(&self) -> usize {
+        usize::from(self.end) - usize::from(self.start) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 /// A versioned slot -> node assignment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
     pub version: u64,
     pub nodes: Vec<NodeInfo>,
     pub slots: Vec<SlotRange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub migrations: Vec<Migration>,
+}
+
+/// What a node is for one slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRole {
+    /// It owns the slot and has all its data.
+    Owner,
+    /// It owns the slot; the data is still arriving from node `from`.
+    Incoming { from: u32 },
+    /// It gave the slot to node `to` and still holds the data not yet moved.
+    Outgoing { to: u32 },
+    /// Nothing to do with this slot.
+    None,
 }
 
 /// Why a topology document was refused.
@@ -62,6 +101,8 @@ pub enum TopologyError {
     SlotUnowned(u16),
     #[error("topology is not valid JSON: {0}")]
     Parse(String),
+    #[error("migration of {start}-{end}: {reason}")]
+    BadMigration { start: u16, end: u16, reason: String },
 }
 
 impl Topology {
@@ -78,7 +119,7 @@ impl Topology {
             slots.push(SlotRange { start: start as u16, end: (start + len - 1) as u16, node: i as u32 });
             start += len;
         }
-        Topology { version: 1, nodes, slots }
+        Topology { version: 1, nodes, slots, migrations: Vec::new() }
     }
 
     pub fn from_json(text: &str) -> Result<Topology, TopologyError> {
@@ -117,10 +158,65 @@ impl Topology {
                 }
             }
         }
-        match owned.iter().position(|o| !o) {
-            Some(slot) => Err(TopologyError::SlotUnowned(slot as u16)),
-            None => Ok(()),
+        if let Some(slot) = owned.iter().position(|o| !o) {
+            return Err(TopologyError::SlotUnowned(slot as u16));
         }
+        let mut moving = vec![false; SLOT_COUNT];
+        for m in &self.migrations {
+            let bad = |reason: &str| TopologyError::BadMigration {
+                start: m.start,
+                end: m.end,
+                reason: reason.into(),
+            };
+            if m.start > m.end || usize::from(m.end) >= SLOT_COUNT {
+                return Err(bad("invalid range"));
+            }
+            if m.from == m.to {
+                return Err(bad("from and to are the same node"));
+            }
+            if !self.nodes.iter().any(|n| n.id == m.from) || !self.nodes.iter().any(|n| n.id == m.to) {
+                return Err(bad("names an unknown node"));
+            }
+            for slot in m.start..=m.end {
+                if self.owner_of(slot) != Some(m.to) {
+                    return Err(bad(&format!("slot {slot} is not owned by the destination")));
+                }
+                if std::mem::replace(&mut moving[usize::from(slot)], true) {
+                    return Err(bad(&format!("slot {slot} is in two migrations")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The node id that owns `slot` (the new owner, during a migration).
+    pub fn owner_of(&self, slot: u16) -> Option<u32> {
+        self.slots.iter().find(|r| (r.start..=r.end).contains(&slot)).map(|r| r.node)
+    }
+
+    /// The migration `slot` is part of, if any.
+    pub fn migration_of(&self, slot: u16) -> Option<&Migration> {
+        self.migrations.iter().find(|m| (m.start..=m.end).contains(&slot))
+    }
+
+    /// What node `id` is for `slot`.
+    pub fn role(&self, slot: u16, id: u32) -> SlotRole {
+        match (self.owner_of(slot), self.migration_of(slot)) {
+            (Some(owner), Some(m)) if owner == id => SlotRole::Incoming { from: m.from },
+            (Some(owner), None) if owner == id => SlotRole::Owner,
+            (_, Some(m)) if m.from == id => SlotRole::Outgoing { to: m.to },
+            _ => SlotRole::None,
+        }
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: u32) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// Slots in migrations, in total.
+    pub fn migrating_slots(&self) -> usize {
+        self.migrations.iter().map(Migration::len).sum()
     }
 
     /// Number of slots each node (by position in `nodes`) owns.
@@ -147,25 +243,44 @@ impl Topology {
 #[derive(Clone)]
 pub struct SlotTable {
     owner: Box<[u16]>,
+    /// For a migrating slot, the old owner's position; [`NO_NODE`] otherwise.
+    from: Box<[u16]>,
 }
+
+const NO_NODE: u16 = u16::MAX;
 
 impl SlotTable {
     /// Builds the table. The topology must have passed [`Topology::validate`].
     pub fn new(topology: &Topology) -> SlotTable {
+        let pos_of = |id: u32| topology.nodes.iter().position(|n| n.id == id).unwrap_or(0) as u16;
         let mut owner = vec![0u16; SLOT_COUNT].into_boxed_slice();
         for r in &topology.slots {
-            let pos = topology.nodes.iter().position(|n| n.id == r.node).unwrap_or(0) as u16;
+            let pos = pos_of(r.node);
             for slot in r.start..=r.end {
                 owner[usize::from(slot)] = pos;
             }
         }
-        SlotTable { owner }
+        let mut from = vec![NO_NODE; SLOT_COUNT].into_boxed_slice();
+        for m in &topology.migrations {
+            let pos = pos_of(m.from);
+            for slot in m.start..=m.end {
+                from[usize::from(slot)] = pos;
+            }
+        }
+        SlotTable { owner, from }
     }
 
     /// Position in `Topology::nodes` of the node that owns `slot`.
     #[inline]
     pub fn node_of(&self, slot: u16) -> usize {
         usize::from(self.owner[usize::from(slot) & (SLOT_COUNT - 1)])
+    }
+
+    /// For a slot being moved, the position of the node it is moving from.
+    #[inline]
+    pub fn moving_from(&self, slot: u16) -> Option<usize> {
+        let from = self.from[usize::from(slot) & (SLOT_COUNT - 1)];
+        (from != NO_NODE).then_some(usize::from(from))
     }
 }
 
@@ -222,6 +337,32 @@ mod tests {
         t.nodes[1].id = 0;
         assert_eq!(t.validate(), Err(TopologyError::DuplicateNode(0)));
         assert!(matches!(Topology::from_json("{"), Err(TopologyError::Parse(_))));
+    }
+
+    #[test]
+    fn migrations_and_roles() {
+        let mut t = Topology::even(&addrs(2));
+        // Slots 0-99 move from node 0 to node 1: the table names the new owner.
+        t.slots[0].start = 100;
+        t.slots.push(SlotRange { start: 0, end: 99, node: 1 });
+        t.migrations.push(Migration { start: 0, end: 99, from: 0, to: 1 });
+        t.version = 2;
+        t.validate().unwrap();
+        assert_eq!(t.role(5, 1), SlotRole::Incoming { from: 0 });
+        assert_eq!(t.role(5, 0), SlotRole::Outgoing { to: 1 });
+        assert_eq!(t.role(500, 0), SlotRole::Owner);
+        assert_eq!(t.role(500, 1), SlotRole::None);
+        let table = SlotTable::new(&t);
+        assert_eq!((table.node_of(5), table.moving_from(5)), (1, Some(0)));
+        assert_eq!(table.moving_from(500), None);
+        assert_eq!(Topology::from_json(&t.to_json()).unwrap(), t);
+        let mut bad = t.clone();
+        bad.migrations[0].to = 0;
+        assert!(matches!(bad.validate(), Err(TopologyError::BadMigration { .. })));
+        let mut bad = t.clone();
+        bad.migrations.push(Migration { start: 50, end: 60, from: 0, to: 1 });
+        assert!(matches!(bad.validate(), Err(TopologyError::BadMigration { .. })));
+        assert!(!Topology::even(&addrs(2)).to_json().contains("migrations"), "omitted when empty");
     }
 
     #[test]

@@ -53,10 +53,10 @@ impl Entry {
         }
     }
 
-    /// A deletion marker for `key`.
-    pub fn tombstone(key: &[u8]) -> Entry {
+    /// A deletion marker for `key` (`in_base`: the base snapshot holds the key).
+    pub fn tombstone(key: &[u8], in_base: bool) -> Entry {
         let mut e = Entry::new(key, b"", 0, 0);
-        e.flags = TOMBSTONE | IN_BASE;
+        e.flags = TOMBSTONE | if in_base { IN_BASE } else { 0 };
         e
     }
 

@@ -4,6 +4,8 @@ use bytes::Bytes;
 
 use super::entry::lru_now;
 use super::glob::glob_match;
+use super::shard::Presence;
+use super::slots::BASE_MASKED;
 use super::{Store, StoreError};
 
 /// A key's TTL as TTL/PTTL/EXPIRETIME need it.
@@ -41,8 +43,35 @@ impl Store {
                 s.delete(h, p, now);
                 true
             }
-            None => false,
+            None => {
+                s.record_delete(h, key);
+                false
+            }
         })
+    }
+
+    /// Whether `key` has a value, a recorded delete, or nothing here.
+    pub fn presence(&self, key: &[u8]) -> Presence {
+        self.with_shard(key, |s, h, now| s.presence(h, key, now))
+    }
+
+    /// A key's value and TTL, to move it elsewhere.
+    pub fn fetch(&self, key: &[u8]) -> Option<(Bytes, u64)> {
+        self.with_shard(key, |s, h, now| {
+            s.peek(h, key, now, false, |v| (Bytes::copy_from_slice(v.value), v.expire_at))
+        })
+    }
+
+    /// Stores entries moved from another node where nothing is known about their key here yet
+    /// (receiver wins). Returns how many were stored.
+    pub fn import<'a>(&self, entries: impl IntoIterator<Item = (&'a [u8], &'a [u8], u64)>) -> usize {
+        let mut stored = 0;
+        for (key, value, expire_at) in entries {
+            if self.with_shard(key, |s, h, now| s.import(h, key, value, expire_at, now)) {
+                stored += 1;
+            }
+        }
+        stored
     }
 
     /// EXISTS (does not count as an access for LRU, as in Redis).
@@ -158,6 +187,11 @@ impl Store {
         ScanPage { cursor: 0, keys }
     }
 
+    /// Whether a base entry is the current, live value of its key.
+    fn base_visible(&self, e: &crate::snapshot::EntryRef<'_>, now: u64) -> bool {
+        !e.is_expired(now) && !self.slots.has(e.slot, BASE_MASKED) && !self.in_memory(e.key)
+    }
+
     /// Whether memory holds `key` at all (a value, expired or not, or a tombstone): the base's
     /// entry for it is then not the current one.
     fn in_memory(&self, key: &[u8]) -> bool {
@@ -237,7 +271,7 @@ impl Store {
             let base = self.base()?;
             (0..base.len())
                 .filter_map(|i| base.checked_entry(i))
-                .find(|e| !e.is_expired(now) && !self.in_memory(e.key))
+                .find(|e| self.base_visible(e, now))
                 .map(|e| Bytes::copy_from_slice(e.key))
         })
     }
@@ -249,7 +283,8 @@ impl Store {
             let s = s.lock();
             (v + s.values(), sh + s.shadowed())
         });
-        values + self.base().map_or(0, |b| b.len()).saturating_sub(shadowed)
+        let base = self.base().map_or(0, |b| b.len());
+        values + base.saturating_sub(shadowed + self.base_masked.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     pub fn is_empty(&self) -> bool {

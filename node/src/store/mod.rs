@@ -24,6 +24,7 @@ pub mod glob;
 mod keyspace;
 pub mod persist;
 mod shard;
+pub mod slots;
 mod strings;
 
 use std::fmt;
@@ -40,7 +41,9 @@ pub use float::FloatError;
 pub use keyspace::{ExpireFlags, ScanPage, TtlState};
 pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
 
+pub use shard::Presence;
 use shard::Shard;
+use slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
 
 /// Largest value (and key) a node stores, as Redis's default `proto-max-bulk-len`.
 pub const DEFAULT_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
@@ -164,6 +167,10 @@ pub struct Store {
     evict_cursor: AtomicUsize,
     /// The base snapshot (also held by each shard, which is where reads use it).
     base: RwLock<Option<Arc<Snapshot>>>,
+    /// Resharding state per slot (shared with the shards).
+    slots: Arc<SlotFlags>,
+    /// Base entries in slots given away (masked), for DBSIZE.
+    base_masked: AtomicUsize,
 }
 
 impl fmt::Debug for Store {
@@ -176,7 +183,8 @@ impl Store {
     pub fn new(config: StoreConfig, clock: Arc<dyn Clock>) -> Store {
         let n = config.shards.max(1).next_power_of_two();
         let hasher = hashbrown::DefaultHashBuilder::default();
-        let shards = (0..n).map(|_| Mutex::new(Shard::new(hasher.clone()))).collect();
+        let slots = Arc::new(SlotFlags::default());
+        let shards = (0..n).map(|_| Mutex::new(Shard::new(hasher.clone(), slots.clone()))).collect();
         Store {
             shards,
             mask: n - 1,
@@ -185,7 +193,60 @@ impl Store {
             used: AtomicUsize::new(0),
             evict_cursor: AtomicUsize::new(0),
             base: RwLock::new(None),
+            slots,
+            base_masked: AtomicUsize::new(0),
         }
+    }
+
+    /// Marks `slot` as moving in (deletes leave tombstones) or not.
+    pub fn set_incoming(&self, slot: u16, incoming: bool) {
+        if incoming {
+            self.slots.set(slot, INCOMING);
+            self.slots.clear(slot, DROPPING);
+        } else {
+            self.slots.clear(slot, INCOMING);
+        }
+    }
+
+    /// Gives `slot` away: its base entries are dead from now on and its memory entries are
+    /// reclaimed by [`purge`](Self::purge).
+    pub fn drop_slot(&self, slot: u16) {
+        self.slots.clear(slot, INCOMING);
+        self.slots.set(slot, DROPPING);
+        if self.slots.set(slot, BASE_MASKED)
+            && let Some(base) = self.base()
+        {
+            self.base_masked.fetch_add(base.slot_range(slot, slot).len(), Ordering::Relaxed);
+        }
+    }
+
+    /// The slot is served here again (it came back): stop reclaiming it. Its old base entries
+    /// stay dead.
+    pub fn keep_slot(&self, slot: u16) {
+        self.slots.clear(slot, DROPPING);
+    }
+
+    pub fn slot_flags(&self) -> &SlotFlags {
+        &self.slots
+    }
+
+    /// Reclaims memory of dropped slots and tombstones that hide nothing any more, one bounded
+    /// chunk per shard lock. Returns the number of memory entries it removed.
+    pub fn purge(&self) -> usize {
+        const CHUNK: usize = 4096;
+        let before: usize = self.shards.iter().map(|s| s.lock().values()).sum();
+        for i in 0..self.shards.len() {
+            let mut pos = Some(0);
+            while let Some(p) = pos {
+                pos = self.with_shard_at(i, |s| s.purge_dropping(p, CHUNK));
+            }
+            let mut pos = Some(0);
+            while let Some(p) = pos {
+                pos = self.with_shard_at(i, |s| s.purge_tombstones(p, CHUNK));
+            }
+        }
+        let after: usize = self.shards.iter().map(|s| s.lock().values()).sum();
+        before.saturating_sub(after)
     }
 
     /// Puts `snapshot` underneath an empty store: its keys are served at once, from the mapping.

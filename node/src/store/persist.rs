@@ -72,6 +72,10 @@ impl Store {
 
     /// The live entries of `slot`, memory over base, sorted by key.
     pub fn slot_entries(&self, slot: u16, plan: &SlotPlan) -> Vec<SlotEntry> {
+        use super::slots::{BASE_MASKED, DROPPING};
+        if self.slots.has(slot, DROPPING) {
+            return Vec::new(); // given away: not ours to write or export
+        }
         let now = self.now_ms();
         let index = usize::from(slot) & self.mask;
         let s = self.shards[index].lock();
@@ -87,7 +91,7 @@ impl Store {
                 expire_at: e.expire_at,
             })
             .collect();
-        if let Some(base) = s.base() {
+        if let Some(base) = s.base().filter(|_| !self.slots.has(slot, BASE_MASKED)) {
             for i in base.slot_range(slot, slot) {
                 let Some(e) = base.checked_entry(i) else { continue };
                 if e.is_expired(now) || s.find(s.hash(e.key), e.key).is_some() {

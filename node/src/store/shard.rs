@@ -25,7 +25,18 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
 use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
+use super::slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
 use crate::snapshot::{EntryRef, Lookup, Snapshot};
+
+/// Whether a key has anything here, for reads that may fall back to a slot's old owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Value,
+    /// A delete (or expiry) is recorded: the key is definitely gone.
+    Tombstone,
+    /// Nothing is known about the key here.
+    Absent,
+}
 
 /// Bytes of index per bucket: the `u32` position plus hashbrown's control byte.
 const INDEX_BUCKET_SIZE: usize = std::mem::size_of::<u32>() + 1;
@@ -49,6 +60,7 @@ pub struct Shard {
     /// Sum of `Entry::heap_size` over live entries.
     heap_bytes: usize,
     base: Option<Arc<Snapshot>>,
+    slots: Arc<SlotFlags>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -60,8 +72,9 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(hasher: DefaultHashBuilder) -> Shard {
+    pub fn new(hasher: DefaultHashBuilder, slots: Arc<SlotFlags>) -> Shard {
         Shard {
+            slots,
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -134,16 +147,93 @@ impl Shard {
         self.index.find(hash, |&pos| slab[pos as usize].as_ref().is_some_and(|e| e.key() == key)).copied()
     }
 
-    /// The base's entry for `key` if it may be served at `now`.
+    /// The base's entry for `key` if it may be served at `now` (never for a slot given away).
     fn base_live(&self, key: &[u8], now: u64) -> Option<EntryRef<'_>> {
-        match self.base.as_ref()?.get(shoal_wire::key_slot(key), key) {
+        let slot = shoal_wire::key_slot(key);
+        if self.slots.has(slot, BASE_MASKED) {
+            return None;
+        }
+        match self.base.as_ref()?.get(slot, key) {
             Lookup::Found(e) if !e.is_expired(now) => Some(e),
             _ => None,
         }
     }
 
     fn base_has(&self, key: &[u8]) -> bool {
-        self.base.as_ref().is_some_and(|b| b.contains(shoal_wire::key_slot(key), key))
+        let slot = shoal_wire::key_slot(key);
+        !self.slots.has(slot, BASE_MASKED) && self.base.as_ref().is_some_and(|b| b.contains(slot, key))
+    }
+
+    /// Whether the key has a value, a recorded delete, or nothing here (lazy expiry applies).
+    pub fn presence(&mut self, hash: u64, key: &[u8], now: u64) -> Presence {
+        if let Some(pos) = self.find(hash, key) {
+            let e = self.entry(pos);
+            if e.is_tombstone() {
+                return Presence::Tombstone;
+            }
+            if e.is_expired(now) {
+                self.delete(hash, pos, now);
+                self.expired += 1;
+                return if self.find(hash, key).is_some() { Presence::Tombstone } else { Presence::Absent };
+            }
+            return Presence::Value;
+        }
+        if self.base_live(key, now).is_some() { Presence::Value } else { Presence::Absent }
+    }
+
+    /// Records the delete of a key that has nothing here, in a slot moving in: the tombstone keeps
+    /// the old owner's copy, still on its way, from arriving later.
+    pub fn record_delete(&mut self, hash: u64, key: &[u8]) {
+        if self.find(hash, key).is_none() && self.slots.has(shoal_wire::key_slot(key), INCOMING) {
+            let tomb = Entry::tombstone(key, self.base_has(key));
+            self.insert_raw(hash, tomb);
+        }
+    }
+
+    /// Stores an entry moved from a slot's old owner, unless the key already has anything here (a
+    /// value written since, a recorded delete, or the base's own copy): the receiver wins.
+    pub fn import(&mut self, hash: u64, key: &[u8], value: &[u8], expire_at: u64, now: u64) -> bool {
+        if (expire_at != 0 && expire_at <= now)
+            || self.find(hash, key).is_some()
+            || self.base_live(key, now).is_some()
+        {
+            return false;
+        }
+        self.insert_new(hash, key, value, expire_at, super::entry::lru_now(now));
+        true
+    }
+
+    /// Reclaims memory entries of slots being dropped, from slab position `from`, visiting at most
+    /// `limit` positions. Returns where to continue (`None`: done with this shard).
+    pub fn purge_dropping(&mut self, from: usize, limit: usize) -> Option<usize> {
+        let end = from.saturating_add(limit).min(self.slab.len());
+        for pos in from..end {
+            let Some(e) = self.slab[pos].as_ref() else { continue };
+            if self.slots.has(shoal_wire::key_slot(e.key()), DROPPING) {
+                let hash = self.hash(e.key());
+                self.remove(hash, pos as u32);
+            }
+        }
+        (end < self.slab.len()).then_some(end)
+    }
+
+    /// Removes tombstones that no longer hide anything: not in the base, in a slot that is not
+    /// moving in. Same walking contract as [`purge_dropping`](Self::purge_dropping).
+    pub fn purge_tombstones(&mut self, from: usize, limit: usize) -> Option<usize> {
+        let end = from.saturating_add(limit).min(self.slab.len());
+        for pos in from..end {
+            let Some(e) = self.slab[pos].as_ref() else { continue };
+            if e.is_tombstone() && !e.in_base() && !self.slots.has(shoal_wire::key_slot(e.key()), INCOMING) {
+                let hash = self.hash(e.key());
+                self.remove(hash, pos as u32);
+            }
+        }
+        (end < self.slab.len()).then_some(end)
+    }
+
+    /// Whether memory entry `e` belongs to a slot being dropped (hidden from listings).
+    pub fn is_dropping(&self, e: &Entry) -> bool {
+        self.slots.has(shoal_wire::key_slot(e.key()), DROPPING)
     }
 
     /// Reads `key` at `now` from memory, else from the base, counting a hit or miss; `f` sees the
@@ -278,11 +368,16 @@ impl Shard {
     }
 
     /// Removes the key at `pos` (whose key hashes to `hash`): the entry goes, or becomes a
-    /// tombstone if the base would otherwise serve its own copy of the key.
+    /// tombstone if a copy could otherwise come back (the base still holds one, or the slot is
+    /// moving in and the old owner's copy may still arrive).
     pub fn delete(&mut self, hash: u64, pos: u32, now: u64) {
         let e = self.entry(pos);
-        if e.in_base() && !e.is_tombstone() && self.base_live(e.key(), now).is_some() {
-            let tomb = Entry::tombstone(e.key());
+        if e.is_tombstone() {
+            return;
+        }
+        let incoming = self.slots.has(shoal_wire::key_slot(e.key()), INCOMING);
+        if incoming || (e.in_base() && self.base_live(e.key(), now).is_some()) {
+            let tomb = Entry::tombstone(e.key(), e.in_base());
             self.set_expire(hash, pos, 0);
             self.update(pos, |e| *e = tomb);
             self.tombstones += 1;
@@ -449,7 +544,9 @@ impl Shard {
     pub fn scan(&self, from: usize, limit: usize, mut visit: impl FnMut(&Entry)) -> (Option<usize>, usize) {
         let start = from.min(self.slab.len());
         let end = start.saturating_add(limit).min(self.slab.len());
-        for entry in self.slab[start..end].iter().flatten().filter(|e| !e.is_tombstone()) {
+        for entry in
+            self.slab[start..end].iter().flatten().filter(|e| !e.is_tombstone() && !self.is_dropping(e))
+        {
             visit(entry);
         }
         ((end < self.slab.len()).then_some(end), end - start)
@@ -460,9 +557,9 @@ impl Shard {
         self.slab.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e)))
     }
 
-    /// Every memory value (no tombstones), in slab order.
+    /// Every memory value (no tombstones, nothing in a slot being dropped), in slab order.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.slab.iter().flatten().filter(|e| !e.is_tombstone())
+        self.slab.iter().flatten().filter(|e| !e.is_tombstone() && !self.is_dropping(e))
     }
 
     /// The entry at `pos` if there is one (positions from an earlier walk may have been freed).
@@ -474,7 +571,8 @@ impl Shard {
     pub fn clear(&mut self) -> usize {
         let n = self.values();
         let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
-        *self = Shard { expired, evicted, hits, misses, ..Shard::new(self.hasher.clone()) };
+        *self =
+            Shard { expired, evicted, hits, misses, ..Shard::new(self.hasher.clone(), self.slots.clone()) };
         n
     }
 }
@@ -484,7 +582,7 @@ mod tests {
     use super::*;
 
     fn shard() -> Shard {
-        Shard::new(DefaultHashBuilder::default())
+        Shard::new(DefaultHashBuilder::default(), Arc::default())
     }
 
     fn put(s: &mut Shard, key: &str, expire_at: u64) -> u32 {

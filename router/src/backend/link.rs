@@ -95,6 +95,8 @@ impl Waiter {
 struct Request {
     ops: Vec<Op>,
     waiter: Waiter,
+    /// The topology version these ops were routed by.
+    version: u64,
 }
 
 /// Per-link counters, exported on the router's /metrics.
@@ -183,17 +185,23 @@ impl NodeLink {
         self.options.deadline
     }
 
-    /// Queues `op` for this node. Never blocks: a down or saturated node fails the call at once.
-    pub fn call(&self, op: Op, deadline: Instant) -> NodeCall<proto::Reply> {
+    /// Queues `op`, routed by topology `version`, for this node. Never blocks: a down or
+    /// saturated node fails the call at once.
+    pub fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<proto::Reply> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue(Request { ops: vec![op], waiter: Waiter::One(tx) }, rx, deadline)
+        self.enqueue(Request { ops: vec![op], waiter: Waiter::One(tx), version }, rx, deadline)
     }
 
     /// Queues `ops` as one group: they go out in the same batch and are answered together.
-    pub fn call_group(&self, ops: Vec<Op>, deadline: Instant) -> NodeCall<Vec<proto::Reply>> {
+    pub fn call_group(&self, ops: Vec<Op>, version: u64, deadline: Instant) -> NodeCall<Vec<proto::Reply>> {
         let (tx, rx) = oneshot::channel();
         let n = ops.len();
-        self.enqueue(Request { ops, waiter: Waiter::Group(n, tx) }, rx, deadline)
+        self.enqueue(Request { ops, waiter: Waiter::Group(n, tx), version }, rx, deadline)
+    }
+
+    /// The client for the node's other RPCs (topology, stats), if connected.
+    pub fn client(&self) -> Option<NodeClient<Channel>> {
+        self.client.lock().clone()
     }
 
     fn enqueue<T>(
@@ -432,12 +440,16 @@ async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Stre
         let mut bytes: usize = first.ops.iter().map(Message::encoded_len).sum();
         let mut ops = first.ops;
         let mut waiters = vec![first.waiter];
+        // A batch says the oldest version its ops were routed by: a node then refuses whatever
+        // that version would have routed wrongly, and the router retries those ops alone.
+        let mut version = first.version;
         while ops.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
             match m.queue.try_recv() {
                 Ok(req) => {
                     bytes += req.ops.iter().map(Message::encoded_len).sum::<usize>();
                     ops.extend(req.ops);
                     waiters.push(req.waiter);
+                    version = version.min(req.version);
                 }
                 Err(_) => break,
             }
@@ -456,7 +468,7 @@ async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Stre
         m.metrics.batches.inc();
         m.metrics.ops.add(n as u64);
         m.metrics.batch_ops.observe(n as f64);
-        permit.send(Batch { id, ops });
+        permit.send(Batch { id, ops, topology_version: version });
     };
     drop(batches);
     reader.abort();

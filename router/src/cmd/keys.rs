@@ -63,7 +63,11 @@ pub fn randomkey(_args: &Args, ctx: &mut Ctx) -> Pending {
         let mut order: Vec<usize> = (0..routing.len()).collect();
         fastrand::shuffle(&mut order);
         for pos in order {
-            match routing.links[pos].call(op(Kind::RandomKey(proto::RandomKey {})), deadline).wait().await {
+            match routing.links[pos]
+                .call(op(Kind::RandomKey(proto::RandomKey {})), routing.version(), deadline)
+                .wait()
+                .await
+            {
                 Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => continue,
                 Ok(r) => return plain(r),
                 Err(e) => return backend_error(e),

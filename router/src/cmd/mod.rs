@@ -37,7 +37,7 @@ use bytes::Bytes;
 use shoal_wire::proto::{self, Op, op::Kind, reply};
 use tokio::time::Instant;
 
-use crate::backend::{BackendError, NodeCall, Routing};
+use crate::backend::{self, BackendError, NodeCall, Routing};
 use crate::resp::Reply;
 use crate::session::Session;
 use crate::state::RouterState;
@@ -57,14 +57,26 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Sends `op` to the node that owns `key`.
-    pub fn call(&self, key: &[u8], op: Op) -> NodeCall<proto::Reply> {
-        self.routing.link_for_key(key).1.call(op, self.deadline)
+    /// Sends `op` to the node that owns `key`. A key in a moving slot takes the migration-aware
+    /// path; otherwise the op is queued at once, keeping a copy to retry if the node answers
+    /// `moved` (only possible when nodes follow a topology).
+    pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
+        let key = key.clone();
+        if self.routing.moving_from(&key).is_some() {
+            let state = Arc::clone(self.state);
+            let deadline = self.deadline;
+            return KeyCall::Routed(Box::pin(async move {
+                backend::route(&state.cluster, key, op, deadline).await
+            }));
+        }
+        let retry = self.routing.managed.then(|| (key.clone(), op.clone()));
+        let call = self.routing.link_for_key(&key).1.call(op, self.routing.version(), self.deadline);
+        KeyCall::Direct { call, retry, deadline: self.deadline }
     }
 
-    /// Sends `op` to the node at position `pos` of the topology.
+    /// Sends `op` to the node at position `pos` of the topology (ops about no key in particular).
     pub fn call_node(&self, pos: usize, op: Op) -> NodeCall<proto::Reply> {
-        self.routing.links[pos].call(op, self.deadline)
+        self.routing.links[pos].call(op, self.routing.version(), self.deadline)
     }
 
     /// Sends the same op to every node.
@@ -73,11 +85,37 @@ impl Ctx<'_> {
     }
 }
 
+/// One key's op in flight.
+pub enum KeyCall {
+    /// Queued on the owner; `retry` (the key and op) is kept in case the node answers `moved`.
+    Direct { call: NodeCall<proto::Reply>, retry: Option<(Bytes, Op)>, deadline: Instant },
+    /// Going through the migration-aware path.
+    Routed(Pin<Box<dyn Future<Output = Result<proto::Reply, BackendError>> + Send>>),
+}
+
+impl KeyCall {
+    pub async fn wait(self, state: &RouterState) -> Result<proto::Reply, BackendError> {
+        match self {
+            KeyCall::Direct { call, retry, deadline } => {
+                let r = call.wait().await?;
+                match (&r.kind, retry) {
+                    (Some(reply::Kind::Moved(_)), Some((key, op))) => {
+                        state.cluster.metrics.moved_retries.inc();
+                        backend::route(&state.cluster, key, op, deadline).await
+                    }
+                    _ => Ok(r),
+                }
+            }
+            KeyCall::Routed(f) => f.await,
+        }
+    }
+}
+
 /// A command's reply, possibly still on its way from the nodes.
 pub enum Pending {
     Ready(Reply),
     /// One op on one node, its reply converted by the function.
-    Call(NodeCall<proto::Reply>, fn(proto::Reply) -> Reply),
+    Call(KeyCall, fn(proto::Reply) -> Reply),
     /// Anything else (several nodes, several steps).
     Later(BoxReply),
     /// Like `Later`, but later commands of the same pipeline must wait until it completes (it
@@ -94,10 +132,10 @@ impl Pending {
         Pending::Later(Box::pin(f))
     }
 
-    pub async fn resolve(self) -> Reply {
+    pub async fn resolve(self, state: &RouterState) -> Reply {
         match self {
             Pending::Ready(r) | Pending::Close(r) => r,
-            Pending::Call(call, convert) => match call.wait().await {
+            Pending::Call(call, convert) => match call.wait(state).await {
                 Ok(r) => convert(r),
                 Err(e) => backend_error(e),
             },
@@ -191,7 +229,7 @@ pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
 
 /// Builds an op from its kind.
 pub fn op(kind: Kind) -> Op {
-    Op { kind: Some(kind) }
+    Op { kind: Some(kind), ..Default::default() }
 }
 
 /// The straightforward mapping of a node reply to a client reply.
@@ -203,7 +241,9 @@ pub fn plain(r: proto::Reply) -> Reply {
         Some(reply::Kind::Int(n)) => Reply::Int(n),
         Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
         Some(reply::Kind::Keys(k)) => Reply::Array(k.keys.into_iter().map(Reply::Bulk).collect()),
-        Some(reply::Kind::Scan(_)) => Reply::error("ERR unexpected scan page"),
+        Some(reply::Kind::Absent(_)) => Reply::Nil,
+        Some(reply::Kind::Entry(e)) => Reply::Bulk(e.value),
+        Some(reply::Kind::Scan(_) | reply::Kind::Moved(_)) => backend_error(BackendError::Unsettled),
     }
 }
 
@@ -218,46 +258,77 @@ pub fn reply_int(r: proto::Reply) -> Result<i64, Reply> {
 
 /// Queues one group of ops per node for a multi-key command. `items` yields `(key, op)` in
 /// argument order; the result remembers each op's position so replies can be put back in order.
+/// Keys in moving slots go through the migration-aware path one by one.
 pub fn fan_out(ctx: &Ctx, items: impl Iterator<Item = (Bytes, Op)>) -> FanOut {
-    let mut per_node: Vec<(Vec<usize>, Vec<Op>)> =
-        (0..ctx.routing.len()).map(|_| Default::default()).collect();
+    type Group = (Vec<usize>, Vec<Op>, Vec<(Bytes, Op)>);
+    let mut per_node: Vec<Group> = (0..ctx.routing.len()).map(|_| Default::default()).collect();
+    let mut routed = Vec::new();
     let mut total = 0;
     for (i, (key, op)) in items.enumerate() {
-        let (pos, _) = ctx.routing.link_for_key(&key);
-        per_node[pos].0.push(i);
-        per_node[pos].1.push(op);
         total = i + 1;
+        if ctx.routing.moving_from(&key).is_some() {
+            routed.push((i, ctx.call(&key, op)));
+            continue;
+        }
+        let (pos, _) = ctx.routing.link_for_key(&key);
+        let group = &mut per_node[pos];
+        group.0.push(i);
+        if ctx.routing.managed {
+            group.2.push((key, op.clone()));
+        }
+        group.1.push(op);
     }
+    let version = ctx.routing.version();
     let calls = per_node
         .into_iter()
         .enumerate()
-        .filter(|(_, (idx, _))| !idx.is_empty())
-        .map(|(pos, (idx, ops))| (idx, ctx.routing.links[pos].call_group(ops, ctx.deadline)))
+        .filter(|(_, (idx, _, _))| !idx.is_empty())
+        .map(|(pos, (idx, ops, retry))| {
+            (idx, retry, ctx.routing.links[pos].call_group(ops, version, ctx.deadline))
+        })
         .collect();
-    FanOut { calls, total }
+    FanOut { calls, routed, total, state: Arc::clone(ctx.state), deadline: ctx.deadline }
 }
 
-/// The calls of a multi-key command, one per node involved.
+/// The calls of a multi-key command, one per node involved (plus one per key in a moving slot).
 pub struct FanOut {
-    calls: Vec<(Vec<usize>, NodeCall<Vec<proto::Reply>>)>,
+    calls: Vec<(Vec<usize>, Vec<(Bytes, Op)>, NodeCall<Vec<proto::Reply>>)>,
+    routed: Vec<(usize, KeyCall)>,
     total: usize,
+    state: Arc<RouterState>,
+    deadline: Instant,
 }
 
 impl FanOut {
     /// Every op's reply, in argument order; the first failure (a node error reply included)
-    /// becomes the command's error.
+    /// becomes the command's error. Ops a node refused as `moved` are retried.
     pub async fn gather(self) -> Result<Vec<proto::Reply>, Reply> {
         let mut out: Vec<Option<proto::Reply>> = (0..self.total).map(|_| None).collect();
         let mut failure = None;
-        for (idx, call) in self.calls {
+        for (idx, retry, call) in self.calls {
             match call.wait().await {
                 Ok(replies) => {
-                    for (i, r) in idx.into_iter().zip(replies) {
-                        if failure.is_none()
-                            && let Some(reply::Kind::Error(e)) = &r.kind
-                        {
-                            failure = Some(Reply::error_fmt(e.clone()));
-                        }
+                    for (n, (i, r)) in idx.into_iter().zip(replies).enumerate() {
+                        let r = match (&r.kind, retry.get(n)) {
+                            (Some(reply::Kind::Moved(_)), Some((key, op))) => {
+                                self.state.cluster.metrics.moved_retries.inc();
+                                match backend::route(
+                                    &self.state.cluster,
+                                    key.clone(),
+                                    op.clone(),
+                                    self.deadline,
+                                )
+                                .await
+                                {
+                                    Ok(r) => r,
+                                    Err(e) => {
+                                        failure.get_or_insert(backend_error(e));
+                                        continue;
+                                    }
+                                }
+                            }
+                            _ => r,
+                        };
                         out[i] = Some(r);
                     }
                 }
@@ -266,9 +337,23 @@ impl FanOut {
                 }
             }
         }
+        for (i, call) in self.routed {
+            match call.wait(&self.state).await {
+                Ok(r) => out[i] = Some(r),
+                Err(e) => {
+                    failure.get_or_insert(backend_error(e));
+                }
+            }
+        }
+        if failure.is_none() {
+            failure = out.iter().flatten().find_map(|r| match &r.kind {
+                Some(reply::Kind::Error(e)) => Some(Reply::error_fmt(e.clone())),
+                _ => None,
+            });
+        }
         match failure {
             Some(f) => Err(f),
-            None => Ok(out.into_iter().map(|r| r.expect("every op answered")).collect()),
+            None => Ok(out.into_iter().map(|r| r.unwrap_or_default()).collect()),
         }
     }
 

@@ -52,8 +52,10 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
     let msetnx_op = |g: &(Vec<Bytes>, Vec<Bytes>)| {
         op(Kind::MsetNx(proto::MSetNx { keys: g.0.clone(), values: g.1.clone() }))
     };
-    if let [only] = involved[..] {
-        return Pending::Call(ctx.call_node(only, msetnx_op(&groups[only])), plain);
+    let moving = pairs(args).any(|(k, _)| ctx.routing.moving_from(k).is_some());
+    if let ([only], false) = (&involved[..], moving) {
+        let first = groups[*only].0[0].clone();
+        return Pending::Call(ctx.call(&first, msetnx_op(&groups[*only])), plain);
     }
     let exists = fan_out(
         ctx,
@@ -67,8 +69,10 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
             Reply::Int(_) => return Reply::Int(0),
             err => return err,
         }
-        let calls: Vec<_> =
-            involved.iter().map(|&p| routing.links[p].call(msetnx_op(&groups[p]), deadline)).collect();
+        let calls: Vec<_> = involved
+            .iter()
+            .map(|&p| routing.links[p].call(msetnx_op(&groups[p]), routing.version(), deadline))
+            .collect();
         let mut all_set = true;
         for call in calls {
             match call.wait().await.map_err(backend_error).and_then(reply_int) {

@@ -7,20 +7,92 @@ use std::sync::Arc;
 use shoal_wire::key_slot;
 
 use super::{Args, Ctx, Pending};
+use crate::embedded::ScaleStatus;
 use crate::resp::Reply;
 
 pub fn container(args: &Args, ctx: &mut Ctx) -> Pending {
     help(args, ctx)
 }
 
-/// `SHOAL TOPOLOGY`: version and node count, then each node's slot ranges.
+/// `SHOAL TOPOLOGY`: a summary line (version, nodes, migrations with progress), then one line per
+/// node with its slot ranges, then one line per migration in flight.
 pub fn topology(_args: &Args, ctx: &mut Ctx) -> Pending {
-    let t = &ctx.routing.topology;
-    let mut out = format!("version={} nodes={} migrations=0\n", t.version, t.nodes.len());
-    for n in &t.nodes {
-        let _ = writeln!(out, "id={} addr={} slots={}", n.id, n.addr, t.ranges_of(n.id));
+    let routing = Arc::clone(ctx.routing);
+    let scaling = ctx.state.embedded.as_ref().map(|e| e.status());
+    Pending::later(async move {
+        let t = &routing.topology;
+        // Progress as the receiving nodes report it.
+        let mut progress = std::collections::HashMap::new();
+        if !t.migrations.is_empty() {
+            for s in routing.stats_all().await.into_iter().flatten() {
+                for p in s.migrations.into_iter().filter(|p| p.version == t.version) {
+                    progress.insert((p.start, p.end, p.from, p.to), p);
+                }
+            }
+        }
+        let get =
+            |m: &shoal_wire::Migration| progress.get(&(u32::from(m.start), u32::from(m.end), m.from, m.to));
+        let slots_done: u64 =
+            t.migrations.iter().filter_map(|m| get(m).map(|p| u64::from(p.slots_done))).sum();
+        let keys_moved: u64 = t.migrations.iter().filter_map(|m| get(m).map(|p| p.keys)).sum();
+        let mut out = format!(
+            "version={} nodes={} migrations={} slots_moving={} slots_done={} keys_moved={} scaling={}\n",
+            t.version,
+            t.nodes.len(),
+            t.migrations.len(),
+            t.migrating_slots(),
+            slots_done,
+            keys_moved,
+            match &scaling {
+                Some(s) if s.running => format!("to-{}", s.target),
+                Some(ScaleStatus { error: Some(e), .. }) => format!("failed:{}", e.replace(' ', "_")),
+                _ => "no".into(),
+            }
+        );
+        for n in &t.nodes {
+            let _ = writeln!(out, "id={} addr={} slots={}", n.id, n.addr, t.ranges_of(n.id));
+        }
+        for m in &t.migrations {
+            let p = get(m);
+            let _ = writeln!(
+                out,
+                "migration={}-{} from={} to={} slots_done={} keys={} done={}",
+                m.start,
+                m.end,
+                m.from,
+                m.to,
+                p.map_or(0, |p| p.slots_done),
+                p.map_or(0, |p| p.keys),
+                if p.is_some_and(|p| p.done) { "yes" } else { "no" }
+            );
+        }
+        Reply::bulk(out)
+    })
+}
+
+/// `SHOAL SCALE n`: grow or shrink the embedded cluster to `n` nodes, online. Answers at once;
+/// `SHOAL TOPOLOGY` shows the progress.
+pub fn scale(args: &Args, ctx: &mut Ctx) -> Pending {
+    let Some(embedded) = ctx.state.embedded.clone() else {
+        return Reply::error(
+            "ERR SHOAL SCALE drives the embedded cluster; for separate nodes use `shoal-router reshard` or the operator",
+        )
+        .into();
+    };
+    let n = match super::int_arg(&args[2]) {
+        Ok(n) if (1..=256).contains(&n) => n as usize,
+        Ok(_) => return Reply::error("ERR the node count must be between 1 and 256").into(),
+        Err(e) => return e.into(),
+    };
+    if embedded.status().running {
+        return Reply::error("ERR a scaling operation is already running").into();
     }
-    Reply::bulk(out).into()
+    tokio::spawn(async move {
+        if let Err(e) = embedded.scale(n).await {
+            tracing::error!(error = %e, "scaling failed");
+        }
+    });
+    Reply::OK.into()
 }
 
 /// `SHOAL NODES`: one line per node with its slot count, key count and reachability.
@@ -60,6 +132,8 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    The hash slot of <key> (CRC16 with {hashtag}, as Redis Cluster).",
         "SNAPSHOT",
         "    Write a snapshot on every node and wait; one line per node.",
+        "SCALE <n>",
+        "    Grow or shrink the embedded cluster to <n> nodes, moving data online.",
         "HELP",
         "    Print this help.",
     ];

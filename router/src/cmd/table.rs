@@ -287,6 +287,18 @@ const SHOAL_SUBCOMMANDS: &[CommandSpec] = &[
         persistence::shoal_snapshot
     ),
     spec!(
+        "shoal|scale",
+        3,
+        &["admin"],
+        NO_KEYS,
+        &["@admin", "@slow"],
+        "shoal",
+        "0.1.0",
+        "Grow or shrink the embedded cluster to n nodes, moving data online",
+        "O(N) where N is the number of keys that move",
+        shoal::scale
+    ),
+    spec!(
         "shoal|help",
         2,
         &["loading", "stale"],

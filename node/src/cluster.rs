@@ -1,0 +1,354 @@
+//! The node's place in the cluster: which topology it serves by, what it is for each slot, and
+//! what it must do when a new topology arrives.
+//!
+//! Topologies arrive from a watched file (`--topology-file`), from the coordinator or routers
+//! (`UpdateTopology`), and from the copy kept in the data directory; the highest version wins and
+//! nothing older is ever adopted. Adopting a version:
+//! - slots now moving in are flagged (deletes leave tombstones) and a puller starts per migration
+//!   (`migrate.rs`);
+//! - slots this node no longer has anything to do with are dropped: their base snapshot entries are
+//!   masked and their memory entries reclaimed in the background;
+//! - slots whose migration finished stop being flagged, and tombstones that hide nothing are
+//!   reclaimed.
+//!
+//! Every op is checked against the view with the topology version the router routed it by (see
+//! [`NodeView::check`]); an op for a slot this node does not serve gets a `moved` reply carrying
+//! the node's version, and the router catches up and retries.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use shoal_wire::proto::MigrationProgress;
+use shoal_wire::{Migration, SLOT_COUNT, SlotRole, Topology};
+use tokio::sync::Notify;
+
+use crate::store::Store;
+
+const NONE: u8 = 0;
+const OWNER: u8 = 1;
+const INCOMING: u8 = 2;
+const OUTGOING: u8 = 3;
+
+/// The topology as this node sees it, with its role for every slot.
+#[derive(Debug)]
+pub struct NodeView {
+    pub topology: Option<Arc<Topology>>,
+    roles: Box<[u8]>,
+}
+
+impl NodeView {
+    /// No topology: the node serves whatever it is sent (routers with a static `--nodes` list).
+    pub fn unmanaged() -> NodeView {
+        NodeView { topology: None, roles: vec![OWNER; SLOT_COUNT].into_boxed_slice() }
+    }
+
+    pub fn new(id: u32, topology: Arc<Topology>) -> NodeView {
+        let roles = (0..SLOT_COUNT as u16)
+            .map(|slot| match topology.role(slot, id) {
+                SlotRole::Owner => OWNER,
+                SlotRole::Incoming { .. } => INCOMING,
+                SlotRole::Outgoing { .. } => OUTGOING,
+                SlotRole::None => NONE,
+            })
+            .collect();
+        NodeView { topology: Some(topology), roles }
+    }
+
+    pub fn version(&self) -> u64 {
+        self.topology.as_ref().map_or(0, |t| t.version)
+    }
+
+    /// Whether this node serves `slot` for a router that routed by `batch_version`; `Err` carries
+    /// this node's version for the `moved` reply. Owners (moving in or not) serve everyone. An old
+    /// owner whose slot is moving out serves only routers that know about the move (they send it
+    /// fallback reads and deletes, never writes); a router from before the move must learn it
+    /// first, or its writes would land where they are about to be left behind.
+    #[inline]
+    pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
+        let Some(t) = &self.topology else { return Ok(()) };
+        match self.roles[usize::from(slot) & (SLOT_COUNT - 1)] {
+            OWNER | INCOMING => Ok(()),
+            OUTGOING if batch_version >= t.version => Ok(()),
+            _ => Err(t.version),
+        }
+    }
+
+    /// Whether imported entries for `slot` are welcome here.
+    pub fn accepts_import(&self, slot: u16) -> bool {
+        self.topology.is_none()
+            || matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], INCOMING | OWNER)
+    }
+
+    fn role(&self, slot: u16) -> u8 {
+        self.roles[usize::from(slot)]
+    }
+}
+
+/// Progress of pulling one migration's slots, keyed by migration and topology version.
+type Board = HashMap<(Migration, u64), MigrationProgress>;
+
+#[derive(Debug)]
+pub struct NodeCluster {
+    id: Option<u32>,
+    listen: Option<String>,
+    pub store: Arc<Store>,
+    view: RwLock<Arc<NodeView>>,
+    data_dir: Option<PathBuf>,
+    board: Mutex<Board>,
+    pub keys_in: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub slots_dropped: AtomicU64,
+    purge: Notify,
+}
+
+/// Name of the topology copy kept in the data directory.
+const TOPOLOGY_COPY: &str = "topology.json";
+
+impl NodeCluster {
+    /// `id` names this node in topologies (else it is found by its `listen` address). The copy of
+    /// the topology in `data_dir`, if any, is adopted at once.
+    pub fn new(
+        id: Option<u32>,
+        listen: Option<String>,
+        store: Arc<Store>,
+        data_dir: Option<PathBuf>,
+    ) -> Arc<NodeCluster> {
+        let cluster = Arc::new(NodeCluster {
+            id,
+            listen,
+            store,
+            view: RwLock::new(Arc::new(NodeView::unmanaged())),
+            data_dir,
+            board: Mutex::default(),
+            keys_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            slots_dropped: AtomicU64::new(0),
+            purge: Notify::new(),
+        });
+        if let Some(copy) = cluster.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
+            match std::fs::read_to_string(&copy).map(|t| Topology::from_json(&t)) {
+                Ok(Ok(t)) => {
+                    cluster.adopt(t);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(file = %copy.display(), error = %e, "ignoring a bad topology copy")
+                }
+                Err(_) => {}
+            }
+        }
+        cluster
+    }
+
+    pub fn view(&self) -> Arc<NodeView> {
+        self.view.read().clone()
+    }
+
+    pub fn version(&self) -> u64 {
+        self.view.read().version()
+    }
+
+    fn my_id(&self, t: &Topology) -> Option<u32> {
+        self.id.or_else(|| {
+            let listen = self.listen.as_deref()?;
+            t.nodes.iter().find(|n| n.addr == listen).map(|n| n.id)
+        })
+    }
+
+    /// Adopts `t` if it is newer than the topology in use; returns the version in use afterwards.
+    pub fn adopt(self: &Arc<Self>, t: Topology) -> u64 {
+        if let Err(e) = t.validate() {
+            tracing::warn!(version = t.version, error = %e, "refusing an invalid topology");
+            return self.version();
+        }
+        let Some(id) = self.my_id(&t) else {
+            tracing::error!(version = t.version, "this node is not in the topology (set --node-id)");
+            return self.version();
+        };
+        let t = Arc::new(t);
+        let new = Arc::new(NodeView::new(id, t.clone()));
+        let old = {
+            let mut view = self.view.write();
+            if view.version() >= t.version {
+                return view.version();
+            }
+            std::mem::replace(&mut *view, new.clone())
+        };
+        let mut dropped = 0;
+        let mut settled = false;
+        for slot in 0..SLOT_COUNT as u16 {
+            let (was, now) = (if old.topology.is_some() { old.role(slot) } else { NONE }, new.role(slot));
+            match now {
+                INCOMING => self.store.set_incoming(slot, true),
+                OWNER => {
+                    self.store.keep_slot(slot);
+                    if was == INCOMING {
+                        self.store.set_incoming(slot, false);
+                        settled = true;
+                    }
+                }
+                OUTGOING => {}
+                _ => {
+                    if was != NONE || old.topology.is_none() {
+                        self.store.drop_slot(slot);
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        if old.topology.is_some() {
+            self.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        tracing::info!(
+            version = t.version,
+            node = id,
+            migrations_in = t.migrations.iter().filter(|m| m.to == id).count(),
+            migrations_out = t.migrations.iter().filter(|m| m.from == id).count(),
+            dropped,
+            "serving a new topology"
+        );
+        self.save_copy(&t);
+        self.start_pulls(id, &t);
+        if dropped > 0 || settled {
+            self.purge.notify_one();
+        }
+        t.version
+    }
+
+    fn save_copy(&self, t: &Topology) {
+        if let Some(dir) = &self.data_dir {
+            let path = dir.join(TOPOLOGY_COPY);
+            let tmp = dir.join(format!("{TOPOLOGY_COPY}.tmp"));
+            let result = std::fs::create_dir_all(dir)
+                .and_then(|_| std::fs::write(&tmp, t.to_json()))
+                .and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "could not keep a copy of the topology");
+            }
+        }
+    }
+
+    fn start_pulls(self: &Arc<Self>, id: u32, t: &Arc<Topology>) {
+        let mut board = self.board.lock();
+        board.retain(|(_, v), _| *v == t.version);
+        for m in t.migrations.iter().filter(|m| m.to == id) {
+            let key = (*m, t.version);
+            if board.contains_key(&key) {
+                continue;
+            }
+            board.insert(
+                key,
+                MigrationProgress {
+                    start: m.start.into(),
+                    end: m.end.into(),
+                    from: m.from,
+                    to: m.to,
+                    version: t.version,
+                    ..Default::default()
+                },
+            );
+            let Some(from) = t.node(m.from).map(|n| n.addr.clone()) else { continue };
+            tokio::spawn(crate::migrate::pull(self.clone(), *m, t.version, from));
+        }
+    }
+
+    /// Updates one migration's progress (called by the puller).
+    pub fn report(&self, m: Migration, version: u64, f: impl FnOnce(&mut MigrationProgress)) {
+        if let Some(p) = self.board.lock().get_mut(&(m, version)) {
+            f(p);
+        }
+    }
+
+    /// Progress of the migrations into this node at the version in use.
+    pub fn progress(&self) -> Vec<MigrationProgress> {
+        let version = self.version();
+        let mut out: Vec<MigrationProgress> =
+            self.board.lock().iter().filter(|((_, v), _)| *v == version).map(|(_, p)| p.clone()).collect();
+        out.sort_by_key(|p| p.start);
+        out
+    }
+
+    /// Re-reads `path` every `every` and adopts newer topologies, until `stop` resolves.
+    pub async fn watch_file(
+        self: Arc<Self>,
+        path: PathBuf,
+        every: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        let mut last_mtime = None;
+        loop {
+            let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+            if mtime.is_some() && mtime != last_mtime {
+                last_mtime = mtime;
+                match read_topology(&path) {
+                    Ok(t) => {
+                        self.adopt(t);
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "cannot read the topology file")
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut stop => return,
+            }
+        }
+    }
+
+    /// Reclaims memory of dropped slots (and stale tombstones) whenever adoption asks for it.
+    pub async fn run_purger(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = self.purge.notified() => {}
+                _ = &mut stop => return,
+            }
+            let store = self.store.clone();
+            let removed = tokio::task::spawn_blocking(move || store.purge()).await.unwrap_or(0);
+            if removed > 0 {
+                tracing::info!(removed, "reclaimed the memory of slots given away");
+            }
+        }
+    }
+}
+
+/// Reads and validates a topology file.
+pub fn read_topology(path: &Path) -> Result<Topology, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    Topology::from_json(&text).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_wire::SlotRange;
+
+    fn moving() -> Topology {
+        // Node 1 takes slots 0-99 from node 0.
+        let mut t = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]);
+        t.slots[0].start = 100;
+        t.slots.push(SlotRange { start: 0, end: 99, node: 1 });
+        t.migrations.push(Migration { start: 0, end: 99, from: 0, to: 1 });
+        t.version = 5;
+        t
+    }
+
+    #[test]
+    fn checks_follow_roles_and_router_versions() {
+        let t = Arc::new(moving());
+        let old_owner = NodeView::new(0, t.clone());
+        let new_owner = NodeView::new(1, t.clone());
+        assert_eq!(old_owner.check(50, 5), Ok(()), "a router that knows the move may read the old owner");
+        assert_eq!(old_owner.check(50, 4), Err(5), "a router from before the move must catch up first");
+        assert_eq!(old_owner.check(500, 1), Ok(()), "owned slots serve any router");
+        assert_eq!(new_owner.check(50, 4), Ok(()));
+        assert_eq!(new_owner.check(500, 5), Err(5), "not its slot");
+        assert!(new_owner.accepts_import(50) && !old_owner.accepts_import(50));
+        assert_eq!(NodeView::unmanaged().check(1, 0), Ok(()));
+    }
+}

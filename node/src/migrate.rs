@@ -1,0 +1,116 @@
+//! Pulling a migration's slots from their old owner.
+//!
+//! The new owner asks the old one for the range with `ExportSlots` and stores each chunk with
+//! receiver-wins semantics (an arriving entry never replaces a value written here since, nor a
+//! delete recorded here). The stream is bounded on both sides (the exporter produces a few chunks
+//! ahead, the importer stores one at a time), so a fast sender cannot swamp a slow receiver.
+//! Progress (slots complete, keys, bytes) is reported for the coordinator. If the old owner is
+//! unreachable or the stream breaks, the pull resumes from the first slot not yet complete, with
+//! backoff; entries received twice are simply skipped the second time.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use shoal_wire::Migration;
+use shoal_wire::proto::ExportRequest;
+use shoal_wire::proto::node_client::NodeClient;
+
+use crate::cluster::NodeCluster;
+
+const CHUNK_BYTES: u32 = 1 << 20;
+const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
+
+/// Pulls `m` (started by topology `version`) from the node at `from` until done, or until the
+/// node moves on to another version.
+pub async fn pull(cluster: Arc<NodeCluster>, m: Migration, version: u64, from: String) {
+    let started = Instant::now();
+    let mut resume = m.start;
+    let mut backoff = Duration::from_millis(50);
+    tracing::info!(start = m.start, end = m.end, from = m.from, version, "pulling slots");
+    loop {
+        if cluster.version() != version {
+            return; // superseded: the coordinator moved on (it only does once we are done)
+        }
+        match pull_once(&cluster, m, version, &from, &mut resume).await {
+            Ok(()) => {
+                cluster.report(m, version, |p| {
+                    p.done = true;
+                    p.slots_done = m.len() as u32;
+                    p.error.clear();
+                });
+                tracing::info!(
+                    start = m.start,
+                    end = m.end,
+                    ms = started.elapsed().as_millis() as u64,
+                    "slots pulled"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(start = m.start, end = m.end, from = %from, error = %e, "pull interrupted; retrying");
+                cluster.report(m, version, |p| p.error = e.clone());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn pull_once(
+    cluster: &NodeCluster,
+    m: Migration,
+    version: u64,
+    from: &str,
+    resume: &mut u16,
+) -> Result<(), String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{from}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let mut client = NodeClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let req =
+        ExportRequest { first_slot: (*resume).into(), last_slot: m.end.into(), max_chunk_bytes: CHUNK_BYTES };
+    let mut stream = client.export_slots(req).await.map_err(|s| s.message().to_string())?.into_inner();
+    loop {
+        let chunk = match stream.message().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(s) => return Err(s.message().to_string()),
+        };
+        if cluster.version() != version {
+            return Ok(()); // superseded mid-stream
+        }
+        let view = cluster.view();
+        let complete_below = chunk.complete_below;
+        let bytes: usize = chunk.entries.iter().map(|e| e.key.len() + e.value.len()).sum();
+        let keys = chunk.entries.len();
+        let store = cluster.store.clone();
+        // Storing a chunk takes shard locks entry by entry; off the async threads.
+        tokio::task::spawn_blocking(move || {
+            store.import(
+                chunk
+                    .entries
+                    .iter()
+                    .filter(|e| view.accepts_import(e.slot as u16))
+                    .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms)),
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        cluster.keys_in.fetch_add(keys as u64, Ordering::Relaxed);
+        cluster.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+        *resume = (complete_below.min(u32::from(m.end) + 1) as u16).max(*resume);
+        let slots_done = (complete_below.saturating_sub(u32::from(m.start))).min(m.len() as u32);
+        cluster.report(m, version, |p| {
+            p.keys += keys as u64;
+            p.bytes += bytes as u64;
+            p.slots_done = slots_done;
+        });
+        if complete_below > u32::from(m.end) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
