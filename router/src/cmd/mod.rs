@@ -290,9 +290,13 @@ pub fn fan_out(ctx: &Ctx, items: impl Iterator<Item = (Bytes, Op)>) -> FanOut {
     FanOut { calls, routed, total, state: Arc::clone(ctx.state), deadline: ctx.deadline }
 }
 
+/// One node's part of a multi-key command: argument positions, (key, op) copies to retry after
+/// `moved`, and the call.
+type GroupCall = (Vec<usize>, Vec<(Bytes, Op)>, NodeCall<Vec<proto::Reply>>);
+
 /// The calls of a multi-key command, one per node involved (plus one per key in a moving slot).
 pub struct FanOut {
-    calls: Vec<(Vec<usize>, Vec<(Bytes, Op)>, NodeCall<Vec<proto::Reply>>)>,
+    calls: Vec<GroupCall>,
     routed: Vec<(usize, KeyCall)>,
     total: usize,
     state: Arc<RouterState>,
