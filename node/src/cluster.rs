@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -67,9 +67,17 @@ impl NodeView {
     /// owner whose slot is moving out serves only routers that know about the move (they send it
     /// fallback reads and deletes, never writes); a router from before the move must learn it
     /// first, or its writes would land where they are about to be left behind.
+    ///
+    /// A router *ahead* of this node is refused too, whatever the slot: the node may still be
+    /// serving writes (from routers that have not caught up either) for a slot the router already
+    /// treats as moving. The `moved` reply then carries the lower version and the router offers
+    /// its topology to the node before retrying.
     #[inline]
     pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
         let Some(t) = &self.topology else { return Ok(()) };
+        if batch_version > t.version {
+            return Err(t.version);
+        }
         match self.roles[usize::from(slot) & (SLOT_COUNT - 1)] {
             OWNER | INCOMING => Ok(()),
             OUTGOING if batch_version >= t.version => Ok(()),
@@ -77,10 +85,34 @@ impl NodeView {
         }
     }
 
-    /// Whether imported entries for `slot` are welcome here.
+    /// Whether a router (at `batch_version`) may copy an entry for `slot` here: only while the
+    /// slot is moving in. Once a move has settled, a copy from the old owner could only be stale
+    /// (or bring back a key deleted here since, as settled slots keep no tombstones).
+    pub fn check_import(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
+        let Some(t) = &self.topology else { return Ok(()) };
+        if batch_version > t.version || !self.accepts_import(slot) {
+            return Err(t.version);
+        }
+        Ok(())
+    }
+
+    /// Whether entries for `slot` pulled from an old owner are welcome here (it is moving in).
     pub fn accepts_import(&self, slot: u16) -> bool {
-        self.topology.is_none()
-            || matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], INCOMING | OWNER)
+        self.topology.is_none() || self.roles[usize::from(slot) & (SLOT_COUNT - 1)] == INCOMING
+    }
+
+    /// Whether this node may export `slots` for a migration started by topology `version`: it must
+    /// serve by that very topology (so it refuses writes to them from routers that do not know
+    /// the move) and be their old owner.
+    pub fn check_export(&self, first: u16, last: u16, version: u64) -> Result<(), String> {
+        let mine = self.version();
+        if mine != version {
+            return Err(format!("exporter serves topology version {mine}, the migration is at {version}"));
+        }
+        match (first..=last).find(|&s| self.roles[usize::from(s) & (SLOT_COUNT - 1)] != OUTGOING) {
+            Some(slot) => Err(format!("slot {slot} is not moving out of this node at version {version}")),
+            None => Ok(()),
+        }
     }
 
     fn role(&self, slot: u16) -> u8 {
@@ -103,6 +135,10 @@ pub struct NodeCluster {
     pub bytes_in: AtomicU64,
     pub slots_dropped: AtomicU64,
     purge: Notify,
+    /// Serializes adoptions.
+    adopting: Mutex<()>,
+    /// Views replaced by newer ones; a batch checked against one may still be applying.
+    retired: Mutex<Vec<Weak<NodeView>>>,
 }
 
 /// Name of the topology copy kept in the data directory.
@@ -128,6 +164,8 @@ impl NodeCluster {
             bytes_in: AtomicU64::new(0),
             slots_dropped: AtomicU64::new(0),
             purge: Notify::new(),
+            adopting: Mutex::new(()),
+            retired: Mutex::default(),
         });
         if let Some(copy) = cluster.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match std::fs::read_to_string(&copy).map(|t| Topology::from_json(&t)) {
@@ -168,29 +206,49 @@ impl NodeCluster {
             tracing::error!(version = t.version, "this node is not in the topology (set --node-id)");
             return self.version();
         };
+        // One adoption at a time: each prepares the store for its view before installing it.
+        let _serial = self.adopting.lock();
+        let old = self.view();
+        if old.version() >= t.version {
+            return old.version();
+        }
         let t = Arc::new(t);
         let new = Arc::new(NodeView::new(id, t.clone()));
-        let old = {
-            let mut view = self.view.write();
-            if view.version() >= t.version {
-                return view.version();
-            }
-            std::mem::replace(&mut *view, new.clone())
-        };
-        let mut dropped = 0;
+        // Before the new view lets any op in: a slot coming back to this node must not show what
+        // it held on an earlier stay (entries given away but not reclaimed yet are stale), and a
+        // slot moving in must record deletes as tombstones from its first op on.
+        let flags = self.store.slot_flags();
+        let returning: Vec<u16> = (0..SLOT_COUNT as u16)
+            .filter(|&s| {
+                matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
+            })
+            .collect();
+        if !returning.is_empty() {
+            let removed = self.store.purge_slots(&returning);
+            tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
+        }
         let mut settled = false;
+        for slot in 0..SLOT_COUNT as u16 {
+            match new.role(slot) {
+                INCOMING => self.store.set_incoming(slot, true),
+                OWNER => self.store.keep_slot(slot),
+                _ => {}
+            }
+        }
+        *self.view.write() = new.clone();
+        if old.topology.is_some() {
+            self.retired.lock().push(Arc::downgrade(&old));
+        }
+        // After the swap: slots given away or settled (no op by the new view reaches them).
+        let mut dropped = 0;
         for slot in 0..SLOT_COUNT as u16 {
             let (was, now) = (if old.topology.is_some() { old.role(slot) } else { NONE }, new.role(slot));
             match now {
-                INCOMING => self.store.set_incoming(slot, true),
-                OWNER => {
-                    self.store.keep_slot(slot);
-                    if was == INCOMING {
-                        self.store.set_incoming(slot, false);
-                        settled = true;
-                    }
+                OWNER if was == INCOMING => {
+                    self.store.set_incoming(slot, false);
+                    settled = true;
                 }
-                OUTGOING => {}
+                INCOMING | OWNER | OUTGOING => {}
                 _ => {
                     if was != NONE || old.topology.is_none() {
                         self.store.drop_slot(slot);
@@ -252,6 +310,27 @@ impl NodeCluster {
             );
             let Some(from) = t.node(m.from).map(|n| n.addr.clone()) else { continue };
             tokio::spawn(crate::migrate::pull(self.clone(), *m, t.version, from));
+        }
+    }
+
+    /// Waits until no batch checked against a view older than the current one is still applying,
+    /// so that nothing those views let in can land after this returns; false on `timeout`.
+    /// Exports call this first: from then on, the slots moving out take no more writes.
+    pub async fn wait_for_retired_views(&self, timeout: Duration) -> bool {
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let busy = {
+                let mut retired = self.retired.lock();
+                retired.retain(|v| v.strong_count() > 0);
+                !retired.is_empty()
+            };
+            if !busy {
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -350,5 +429,41 @@ mod tests {
         assert_eq!(new_owner.check(500, 5), Err(5), "not its slot");
         assert!(new_owner.accepts_import(50) && !old_owner.accepts_import(50));
         assert_eq!(NodeView::unmanaged().check(1, 0), Ok(()));
+        assert_eq!(old_owner.check(500, 6), Err(5), "a router ahead of the node makes it catch up first");
+        assert_eq!(new_owner.check_import(50, 5), Ok(()));
+        assert_eq!(new_owner.check_import(50, 6), Err(5), "router ahead");
+        assert_eq!(new_owner.check_import(8000, 5), Err(5), "settled slots take no copies");
+        assert!(old_owner.check_export(0, 99, 5).is_ok());
+        assert!(old_owner.check_export(0, 100, 5).is_err(), "slot 100 is not moving");
+        assert!(old_owner.check_export(0, 99, 6).is_err(), "the exporter must serve the move's version");
+        assert!(new_owner.check_export(0, 99, 5).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_slot_coming_back_shows_nothing_from_its_earlier_stay() {
+        use crate::store::{StoreConfig, SystemClock};
+        let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+        let node = NodeCluster::new(Some(0), None, store.clone(), None);
+        let mut t = moving();
+        let (moving_out, mut back) = (t.clone(), t.clone());
+        t.slots = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]).slots;
+        t.migrations.clear();
+        t.version = 4;
+        assert_eq!(node.adopt(t), 4);
+        let key = (0..).map(|i| format!("k{i}")).find(|k| shoal_wire::key_slot(k.as_bytes()) < 100).unwrap();
+        store.set(key.as_bytes(), b"old", Default::default()).unwrap();
+        assert_eq!(node.adopt(moving_out.clone()), 5);
+        let mut settled = moving_out;
+        settled.migrations.clear();
+        settled.version = 6;
+        assert_eq!(node.adopt(settled), 6);
+        // No purger runs here: the entry is still in memory, hidden. Now the slot moves back.
+        back.slots.last_mut().unwrap().node = 0;
+        back.migrations = vec![Migration { start: 0, end: 99, from: 1, to: 0 }];
+        back.version = 7;
+        assert_eq!(node.adopt(back), 7);
+        assert_eq!(store.get(key.as_bytes()), None, "the stale value must not come back");
+        assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0)]), 1, "the pulled copy is taken");
+        assert_eq!(store.get(key.as_bytes()).as_deref(), Some(&b"new"[..]));
     }
 }

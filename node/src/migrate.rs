@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_wire::Migration;
-use shoal_wire::proto::ExportRequest;
 use shoal_wire::proto::node_client::NodeClient;
+use shoal_wire::proto::{ExportRequest, TopologyDoc};
 
 use crate::cluster::NodeCluster;
 
@@ -70,8 +70,18 @@ async fn pull_once(
         .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
     let mut client = NodeClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let req =
-        ExportRequest { first_slot: (*resume).into(), last_slot: m.end.into(), max_chunk_bytes: CHUNK_BYTES };
+    // The old owner may not have heard of the move yet (the coordinator offers topologies to
+    // nodes one by one); it only exports once it has, so tell it.
+    if let Some(t) = cluster.view().topology.as_ref().filter(|t| t.version == version) {
+        let doc = TopologyDoc { json: t.to_json() };
+        client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
+    }
+    let req = ExportRequest {
+        first_slot: (*resume).into(),
+        last_slot: m.end.into(),
+        max_chunk_bytes: CHUNK_BYTES,
+        topology_version: version,
+    };
     let mut stream = client.export_slots(req).await.map_err(|s| s.message().to_string())?.into_inner();
     loop {
         let chunk = match stream.message().await {

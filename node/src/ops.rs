@@ -47,10 +47,18 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
     if let Some(key) = op_key(op) {
         return view.check(shoal_wire::key_slot(key), batch_version);
     }
-    if let Some(Kind::MsetNx(o)) = &op.kind {
-        for k in &o.keys {
-            view.check(shoal_wire::key_slot(k), batch_version)?;
+    match &op.kind {
+        Some(Kind::MsetNx(o)) => {
+            for k in &o.keys {
+                view.check(shoal_wire::key_slot(k), batch_version)?;
+            }
         }
+        Some(Kind::Import(o)) => {
+            for e in &o.entries {
+                view.check_import(shoal_wire::key_slot(&e.key), batch_version)?;
+            }
+        }
+        _ => {}
     }
     Ok(())
 }

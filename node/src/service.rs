@@ -28,6 +28,8 @@ use crate::store::Store;
 
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
+/// How long an export waits for batches from before a move to finish.
+const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the service needs: the store, its persistence, its place in the cluster, counters, and
 /// when it started.
@@ -148,6 +150,18 @@ impl Node for NodeService {
         let (first, last) = (req.first_slot, req.last_slot);
         if first > last || last as usize >= shoal_wire::SLOT_COUNT {
             return Err(Status::invalid_argument(format!("bad slot range {first}-{last}")));
+        }
+        if req.topology_version != 0 {
+            let cluster = &self.state.cluster;
+            cluster
+                .view()
+                .check_export(first as u16, last as u16, req.topology_version)
+                .map_err(Status::failed_precondition)?;
+            // Batches checked against the view from before the move may still be writing to
+            // these slots; the export must see their writes.
+            if !cluster.wait_for_retired_views(EXPORT_QUIESCE).await {
+                return Err(Status::unavailable("batches from before the move are still running"));
+            }
         }
         let chunk_bytes =
             if req.max_chunk_bytes == 0 { DEFAULT_CHUNK_BYTES } else { req.max_chunk_bytes as usize };

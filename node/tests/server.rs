@@ -118,7 +118,12 @@ async fn export_streams_a_slot_range_from_memory_and_snapshot_in_order() {
 
     let (lo, hi) = (4000u16, 9000u16);
     let mut client = NodeClient::connect(format!("http://{}", node.addr)).await.unwrap();
-    let req = ExportRequest { first_slot: lo.into(), last_slot: hi.into(), max_chunk_bytes: 4096 };
+    let req = ExportRequest {
+        first_slot: lo.into(),
+        last_slot: hi.into(),
+        max_chunk_bytes: 4096,
+        topology_version: 0,
+    };
     let mut stream = client.export_slots(req).await.unwrap().into_inner();
     let mut got = Vec::new();
     let mut chunks = 0;
@@ -147,7 +152,9 @@ async fn export_streams_a_slot_range_from_memory_and_snapshot_in_order() {
         };
         assert_eq!(&e.value[..], want);
     }
-    let bad = client.export_slots(ExportRequest { first_slot: 10, last_slot: 5, max_chunk_bytes: 0 }).await;
+    let bad = client
+        .export_slots(ExportRequest { first_slot: 10, last_slot: 5, max_chunk_bytes: 0, topology_version: 0 })
+        .await;
     assert_eq!(bad.unwrap_err().code(), tonic::Code::InvalidArgument);
     node.shutdown().await.unwrap();
 }

@@ -249,6 +249,25 @@ impl Store {
         before.saturating_sub(after)
     }
 
+    /// Reclaims, now, the memory entries left over in dropped slots of the shards holding `slots`
+    /// (a slot is coming back before the background purge got to it). Returns how many it removed.
+    pub fn purge_slots(&self, slots: &[u16]) -> usize {
+        const CHUNK: usize = 4096;
+        let mut shards: Vec<usize> = slots.iter().map(|&s| usize::from(s) & self.mask).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut removed = 0;
+        for i in shards {
+            let before = self.shards[i].lock().values();
+            let mut pos = Some(0);
+            while let Some(p) = pos {
+                pos = self.with_shard_at(i, |s| s.purge_dropping(p, CHUNK));
+            }
+            removed += before.saturating_sub(self.shards[i].lock().values());
+        }
+        removed
+    }
+
     /// Puts `snapshot` underneath an empty store: its keys are served at once, from the mapping.
     pub fn set_base(&self, snapshot: Arc<Snapshot>) {
         for shard in self.shards.iter() {

@@ -135,6 +135,10 @@ pub struct NodeLink {
     pub metrics: Arc<LinkMetrics>,
     queue: mpsc::Sender<Request>,
     up: Arc<AtomicBool>,
+    /// Whether the link ever connected. Until it has (a node just added to the topology, or a
+    /// router just started), calls wait in the queue for the connection, within their deadline,
+    /// instead of failing at once.
+    connected_once: Arc<AtomicBool>,
     last_error: Arc<Mutex<String>>,
     client: Arc<Mutex<Option<NodeClient<Channel>>>>,
     options: LinkOptions,
@@ -156,6 +160,7 @@ impl NodeLink {
             metrics: Arc::new(LinkMetrics::default()),
             queue,
             up: Arc::new(AtomicBool::new(false)),
+            connected_once: Arc::new(AtomicBool::new(false)),
             last_error: Arc::new(Mutex::new("not connected yet".into())),
             client: Arc::new(Mutex::new(None)),
             options,
@@ -165,6 +170,7 @@ impl NodeLink {
             ident: link.ident.clone(),
             metrics: link.metrics.clone(),
             up: link.up.clone(),
+            connected_once: link.connected_once.clone(),
             last_error: link.last_error.clone(),
             client: link.client.clone(),
             next_batch: link.next_batch.clone(),
@@ -217,7 +223,7 @@ impl NodeLink {
             self.metrics.failed_calls.inc();
             NodeCall { state: CallState::Failed(e), deadline, ident: self.ident.clone() }
         };
-        if !self.is_up() {
+        if !self.is_up() && self.connected_once.load(Ordering::Acquire) {
             return fail(self.unavailable());
         }
         match self.queue.try_send(req) {
@@ -317,6 +323,7 @@ struct Manager {
     ident: Arc<NodeIdent>,
     metrics: Arc<LinkMetrics>,
     up: Arc<AtomicBool>,
+    connected_once: Arc<AtomicBool>,
     last_error: Arc<Mutex<String>>,
     client: Arc<Mutex<Option<NodeClient<Channel>>>>,
     next_batch: Arc<AtomicU64>,
@@ -341,6 +348,7 @@ async fn manage(mut m: Manager) {
                 m.metrics.connects.inc();
                 *m.client.lock() = Some(client);
                 m.up.store(true, Ordering::Release);
+                m.connected_once.store(true, Ordering::Release);
                 tracing::info!(node = m.ident.id, addr = %m.ident.addr, "connected to node");
                 let reason = run_stream(&mut m, batches, replies).await;
                 m.up.store(false, Ordering::Release);
@@ -354,8 +362,14 @@ async fn manage(mut m: Manager) {
             }
         }
         // While down, calls fail fast at `call()`; anything that was queued before the link went
-        // down is failed here rather than left to time out.
+        // down is failed here rather than left to time out. Before the first connection, queued
+        // calls wait for it instead (each until its own deadline).
         let retry_at = Instant::now() + backoff;
+        if !m.connected_once.load(Ordering::Acquire) {
+            tokio::time::sleep_until(retry_at).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF / 4);
+            continue;
+        }
         loop {
             tokio::select! {
                 req = m.queue.recv() => match req {

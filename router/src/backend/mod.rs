@@ -281,7 +281,10 @@ pub async fn route(
     op: Op,
     deadline: Instant,
 ) -> Result<proto::Reply, BackendError> {
-    loop {
+    for attempt in 0u32.. {
+        if attempt > 0 && Instant::now() >= deadline {
+            return Err(BackendError::Unsettled);
+        }
         let routing = cluster.routing();
         let v = routing.version();
         let (_, owner) = routing.link_for_key(&key);
@@ -320,7 +323,9 @@ pub async fn route(
                     }
                 }
                 Class::ReadModifyWrite => {
-                    copy_key(cluster, &key, owner, old, v, deadline).await?;
+                    if !copy_key(cluster, &key, owner, old, v, deadline).await? {
+                        continue;
+                    }
                     owner.call(op.clone(), v, deadline).wait().await?
                 }
             },
@@ -328,18 +333,18 @@ pub async fn route(
         match moved_version(&result) {
             Some(node_version) => {
                 cluster.metrics.moved_retries.inc();
-                if Instant::now() >= deadline {
-                    return Err(BackendError::Unsettled);
-                }
                 cluster.reconcile(owner, node_version).await;
             }
             None => return Ok(result),
         }
     }
+    unreachable!("the attempt counter does not run out before the deadline")
 }
 
 /// Copies `key` from the slot's old owner to its new owner unless the new owner already has
-/// anything for it (Import never replaces).
+/// anything for it (Import never replaces). Returns false when a node's `moved` reply showed the
+/// routing is stale and the op must be routed again (after catching up, or after the lagging node
+/// caught up with us).
 async fn copy_key(
     cluster: &Cluster,
     key: &Bytes,
@@ -347,17 +352,30 @@ async fn copy_key(
     old: &NodeLink,
     version: u64,
     deadline: Instant,
-) -> Result<(), BackendError> {
+) -> Result<bool, BackendError> {
     let fetch = Op { kind: Some(Kind::Fetch(proto::Fetch { key: key.clone() })), ..Default::default() };
     let fetched = old.call(fetch, version, deadline).wait().await?;
-    if let Some(reply::Kind::Entry(entry)) = fetched.kind {
-        let import =
-            Op { kind: Some(Kind::Import(proto::Import { entries: vec![entry] })), ..Default::default() };
-        let stored = owner.call(import, version, deadline).wait().await?;
-        if matches!(stored.kind, Some(reply::Kind::Int(1))) {
-            cluster.metrics.keys_copied.inc();
+    let entry = match fetched.kind {
+        Some(reply::Kind::Entry(entry)) => entry,
+        Some(reply::Kind::Moved(node_version)) => {
+            cluster.metrics.moved_retries.inc();
+            cluster.reconcile(old, node_version).await;
+            return Ok(false);
         }
+        // Nil: the old owner has nothing; the new owner's state stands.
+        _ => return Ok(true),
+    };
+    let import =
+        Op { kind: Some(Kind::Import(proto::Import { entries: vec![entry] })), ..Default::default() };
+    let stored = owner.call(import, version, deadline).wait().await?;
+    match stored.kind {
+        Some(reply::Kind::Int(1)) => cluster.metrics.keys_copied.inc(),
+        Some(reply::Kind::Moved(node_version)) => {
+            cluster.metrics.moved_retries.inc();
+            cluster.reconcile(owner, node_version).await;
+            return Ok(false);
+        }
+        _ => {}
     }
-    // Nil: the old owner has nothing (or has moved on); the new owner's state stands.
-    Ok(())
+    Ok(true)
 }

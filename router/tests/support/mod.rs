@@ -48,6 +48,11 @@ pub async fn redis_conn(addr: SocketAddr) -> redis::aio::MultiplexedConnection {
 }
 
 /// Encodes a command as a RESP multibulk request.
+/// `s` as a RESP bulk string reply.
+pub fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
 pub fn encode(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
