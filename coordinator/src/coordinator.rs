@@ -47,6 +47,10 @@ pub struct Progress {
     pub slots_done: u64,
     pub keys_moved: u64,
     pub bytes_moved: u64,
+    /// About how many keys the step moves in all (as the old owners counted them).
+    pub keys_estimate: u64,
+    /// How long the longest pull of this step has been running (or took).
+    pub elapsed_ms: u64,
 }
 
 type ProgressFn = Box<dyn Fn(&Progress) + Send + Sync>;
@@ -227,7 +231,10 @@ impl<S: TopologyStore> Coordinator<S> {
                 }
             }
             let progress = summarize(t, &reported);
-            if progress != last {
+            // Time alone passing is not news.
+            let news =
+                Progress { elapsed_ms: 0, ..progress.clone() } != Progress { elapsed_ms: 0, ..last.clone() };
+            if news {
                 report(&progress);
                 last = progress.clone();
             }
@@ -253,6 +260,8 @@ fn summarize(t: &Topology, reported: &HashMap<(u32, u32, u32, u32), MigrationPro
             p.slots_done += u64::from(r.slots_done);
             p.keys_moved += r.keys;
             p.bytes_moved += r.bytes;
+            p.elapsed_ms = p.elapsed_ms.max(r.elapsed_ms);
+            p.keys_estimate += r.keys_estimate;
             if r.done {
                 p.migrations_done += 1;
             }

@@ -120,8 +120,9 @@ impl NodeView {
     }
 }
 
-/// Progress of pulling one migration's slots, keyed by migration and topology version.
-type Board = HashMap<(Migration, u64), MigrationProgress>;
+/// Progress of pulling one migration's slots (and when it started), keyed by migration and
+/// topology version.
+type Board = HashMap<(Migration, u64), (MigrationProgress, std::time::Instant)>;
 
 #[derive(Debug)]
 pub struct NodeCluster {
@@ -134,6 +135,13 @@ pub struct NodeCluster {
     pub keys_in: AtomicU64,
     pub bytes_in: AtomicU64,
     pub slots_dropped: AtomicU64,
+    /// Slots whose pull into this node finished.
+    pub slots_in: AtomicU64,
+    /// How long pulls into this node took.
+    pub pull_seconds: shoal_telemetry::metrics::Histogram,
+    /// Pull rate limit in bytes per second (0: none), and when the bucket is next free.
+    migrate_rate: AtomicU64,
+    pace_next: Mutex<tokio::time::Instant>,
     purge: Notify,
     /// Serializes adoptions.
     adopting: Mutex<()>,
@@ -163,6 +171,10 @@ impl NodeCluster {
             keys_in: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             slots_dropped: AtomicU64::new(0),
+            slots_in: AtomicU64::new(0),
+            pull_seconds: shoal_telemetry::metrics::Histogram::new(shoal_telemetry::metrics::LONG_BUCKETS),
+            migrate_rate: AtomicU64::new(0),
+            pace_next: Mutex::new(tokio::time::Instant::now()),
             purge: Notify::new(),
             adopting: Mutex::new(()),
             retired: Mutex::default(),
@@ -179,6 +191,31 @@ impl NodeCluster {
             }
         }
         cluster
+    }
+
+    /// Limits how fast migrations pull into this node (bytes per second, 0: no limit).
+    pub fn set_migrate_rate(&self, bytes_per_sec: u64) {
+        self.migrate_rate.store(bytes_per_sec, Ordering::Relaxed);
+    }
+
+    pub fn migrate_rate(&self) -> u64 {
+        self.migrate_rate.load(Ordering::Relaxed)
+    }
+
+    /// Waits as long as pulling `bytes` more takes at the rate limit, shared by all the pulls
+    /// into this node (a token bucket without burst: each chunk books the next free interval).
+    pub async fn pace(&self, bytes: u64) {
+        let rate = self.migrate_rate();
+        if rate == 0 {
+            return;
+        }
+        let due = {
+            let mut next = self.pace_next.lock();
+            let start = (*next).max(tokio::time::Instant::now());
+            *next = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+            *next
+        };
+        tokio::time::sleep_until(due).await;
     }
 
     pub fn view(&self) -> Arc<NodeView> {
@@ -297,17 +334,15 @@ impl NodeCluster {
             if board.contains_key(&key) {
                 continue;
             }
-            board.insert(
-                key,
-                MigrationProgress {
-                    start: m.start.into(),
-                    end: m.end.into(),
-                    from: m.from,
-                    to: m.to,
-                    version: t.version,
-                    ..Default::default()
-                },
-            );
+            let progress = MigrationProgress {
+                start: m.start.into(),
+                end: m.end.into(),
+                from: m.from,
+                to: m.to,
+                version: t.version,
+                ..Default::default()
+            };
+            board.insert(key, (progress, std::time::Instant::now()));
             let Some(from) = t.node(m.from).map(|n| n.addr.clone()) else { continue };
             tokio::spawn(crate::migrate::pull(self.clone(), *m, t.version, from));
         }
@@ -336,16 +371,35 @@ impl NodeCluster {
 
     /// Updates one migration's progress (called by the puller).
     pub fn report(&self, m: Migration, version: u64, f: impl FnOnce(&mut MigrationProgress)) {
-        if let Some(p) = self.board.lock().get_mut(&(m, version)) {
+        if let Some((p, started)) = self.board.lock().get_mut(&(m, version)) {
+            let was_done = p.done;
             f(p);
+            if !was_done {
+                p.elapsed_ms = started.elapsed().as_millis() as u64;
+            }
+            if p.done && !was_done {
+                self.slots_in.fetch_add(m.len() as u64, Ordering::Relaxed);
+                self.pull_seconds.observe(started.elapsed().as_secs_f64());
+            }
         }
     }
 
     /// Progress of the migrations into this node at the version in use.
     pub fn progress(&self) -> Vec<MigrationProgress> {
         let version = self.version();
-        let mut out: Vec<MigrationProgress> =
-            self.board.lock().iter().filter(|((_, v), _)| *v == version).map(|(_, p)| p.clone()).collect();
+        let mut out: Vec<MigrationProgress> = self
+            .board
+            .lock()
+            .iter()
+            .filter(|((_, v), _)| *v == version)
+            .map(|(_, (p, started))| {
+                let mut p = p.clone();
+                if !p.done {
+                    p.elapsed_ms = started.elapsed().as_millis() as u64;
+                }
+                p
+            })
+            .collect();
         out.sort_by_key(|p| p.start);
         out
     }

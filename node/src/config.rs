@@ -112,6 +112,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_TOPOLOGY_FILE")]
     pub topology_file: Option<PathBuf>,
 
+    /// Most bytes per second this node pulls when slots move to it, so a migration leaves room
+    /// for client traffic (e.g. 50mb; 0: as fast as the old owner sends).
+    #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "0", value_parser = parse_memory)]
+    pub migrate_rate: u64,
+
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,

@@ -92,6 +92,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         .context("opening the data directory")?;
     let cluster =
         NodeCluster::new(args.node_id, Some(args.listen.to_string()), store.clone(), args.data_dir.clone());
+    cluster.set_migrate_rate(args.migrate_rate);
     if let Some(path) = &args.topology_file {
         match read_topology(path) {
             Ok(t) => {

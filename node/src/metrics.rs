@@ -61,6 +61,25 @@ pub fn render(state: &NodeState) -> String {
             "Open Execute streams (connected routers).",
             state.metrics.streams.get() as f64,
         )
-        .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0);
+        .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0)
+        .gauge(
+            "shoal_node_topology_version",
+            "Topology version the node serves by.",
+            s.topology_version as f64,
+        )
+        .gauge(
+            "shoal_node_migrations_in_progress",
+            "Slot ranges being pulled into this node now.",
+            s.migrations.iter().filter(|m| !m.done).count() as f64,
+        )
+        .counter("shoal_node_migrated_slots_total", "Slots pulled into this node.", s.slots_migrated_in)
+        .counter("shoal_node_migrated_keys_total", "Entries pulled into this node.", s.keys_migrated_in)
+        .counter("shoal_node_migrated_bytes_total", "Key and value bytes pulled in.", s.bytes_migrated_in)
+        .counter("shoal_node_slots_dropped_total", "Slots given away to other nodes.", s.slots_dropped)
+        .histogram(
+            "shoal_node_migration_duration_seconds",
+            "How long pulling one migration's slots took.",
+            &state.cluster.pull_seconds,
+        );
     e.finish()
 }

@@ -76,12 +76,16 @@ async fn pull_once(
         let doc = TopologyDoc { json: t.to_json() };
         client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
     }
+    // With a rate limit, chunks are small enough to pace smoothly (about 8 a second).
+    let rate = cluster.migrate_rate();
+    let chunk_bytes = if rate == 0 { CHUNK_BYTES } else { (rate / 8).clamp(4096, CHUNK_BYTES.into()) as u32 };
     let req = ExportRequest {
         first_slot: (*resume).into(),
         last_slot: m.end.into(),
-        max_chunk_bytes: CHUNK_BYTES,
+        max_chunk_bytes: chunk_bytes,
         topology_version: version,
     };
+    let mut first = true;
     let mut stream = client.export_slots(req).await.map_err(|s| s.message().to_string())?.into_inner();
     loop {
         let chunk = match stream.message().await {
@@ -94,6 +98,7 @@ async fn pull_once(
         }
         let view = cluster.view();
         let complete_below = chunk.complete_below;
+        let chunk_estimate = chunk.keys_estimate;
         let bytes: usize = chunk.entries.iter().map(|e| e.key.len() + e.value.len()).sum();
         let keys = chunk.entries.len();
         let store = cluster.store.clone();
@@ -113,7 +118,12 @@ async fn pull_once(
         cluster.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
         *resume = (complete_below.min(u32::from(m.end) + 1) as u16).max(*resume);
         let slots_done = (complete_below.saturating_sub(u32::from(m.start))).min(m.len() as u32);
+        let estimate = std::mem::take(&mut first).then_some(chunk_estimate);
         cluster.report(m, version, |p| {
+            if let Some(e) = estimate {
+                // What this (possibly resumed) pull has left to move, on top of what it moved.
+                p.keys_estimate = p.keys + e;
+            }
             p.keys += keys as u64;
             p.bytes += bytes as u64;
             p.slots_done = slots_done;
@@ -121,6 +131,7 @@ async fn pull_once(
         if complete_below > u32::from(m.end) {
             return Ok(());
         }
+        cluster.pace(bytes as u64).await;
     }
     Ok(())
 }

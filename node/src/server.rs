@@ -51,6 +51,8 @@ pub struct ServeOptions {
     pub node_id: Option<u32>,
     /// A topology file to watch.
     pub topology_file: Option<PathBuf>,
+    /// Most bytes per second pulled for migrations (0: unlimited).
+    pub migrate_rate: u64,
 }
 
 impl Default for ServeOptions {
@@ -63,6 +65,7 @@ impl Default for ServeOptions {
             snapshot_keep: 2,
             node_id: None,
             topology_file: None,
+            migrate_rate: 0,
         }
     }
 }
@@ -146,6 +149,11 @@ pub async fn run(
 /// while they keep finding a lot (over a quarter of the budget), for at most a quarter of the
 /// interval, so a mass expiry is reclaimed quickly without starving requests.
 async fn active_expiry(store: Arc<Store>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    if store.base().is_some() {
+        let s = store.clone();
+        let scheduled = tokio::task::spawn_blocking(move || s.index_base_expiry()).await.unwrap_or(0);
+        tracing::debug!(scheduled, "snapshot keys with a TTL scheduled for active expiry");
+    }
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let full_pass = EXPIRE_BUDGET_PER_SHARD * store.shard_count();
@@ -196,6 +204,7 @@ impl NodeHandle {
             store.clone(),
             options.data_dir.clone(),
         );
+        cluster.set_migrate_rate(options.migrate_rate);
         if let Some(t) = options.topology_file.as_deref().and_then(|p| crate::cluster::read_topology(p).ok())
         {
             cluster.adopt(t);

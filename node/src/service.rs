@@ -79,6 +79,7 @@ impl NodeState {
             keys_migrated_in: self.cluster.keys_in.load(std::sync::atomic::Ordering::Relaxed),
             bytes_migrated_in: self.cluster.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
             slots_dropped: self.cluster.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
+            slots_migrated_in: self.cluster.slots_in.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -182,7 +183,8 @@ fn export(
     tx: tokio::sync::mpsc::Sender<Result<ExportChunk, Status>>,
 ) {
     let plan = store.plan(first..=last);
-    let mut chunk = ExportChunk::default();
+    let keys_estimate = (plan.memory_entries() + store.base_entries_in(first..=last)) as u64;
+    let mut chunk = ExportChunk { keys_estimate, ..Default::default() };
     let mut size = 0;
     for slot in first..=last {
         for e in store.slot_entries(slot, &plan) {
@@ -195,7 +197,8 @@ fn export(
             });
             if size >= chunk_bytes {
                 chunk.complete_below = u32::from(slot);
-                if tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_err() {
+                let full = std::mem::replace(&mut chunk, ExportChunk { keys_estimate, ..Default::default() });
+                if tx.blocking_send(Ok(full)).is_err() {
                     return;
                 }
                 size = 0;

@@ -85,6 +85,31 @@ fn expiry_is_honoured_across_restart() {
 }
 
 #[test]
+fn active_expiry_reclaims_snapshot_keys_so_dbsize_drops() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let s = store(&clock);
+    for i in 0..100 {
+        set_ttl(&s, format!("t{i}").as_bytes(), b"v", T0 + 1_000 + i);
+    }
+    set(&s, b"kept", b"v");
+    set_ttl(&s, b"rewritten", b"old", T0 + 1_000);
+    snapshot(&s, d.path());
+    let r = restart(d.path(), &clock);
+    assert_eq!(r.index_base_expiry(), 101);
+    r.set(b"rewritten", b"new", Default::default()).unwrap();
+    assert_eq!(r.len(), 102);
+    assert_eq!(r.purge_expired(1000), 0, "nothing is due yet");
+    clock.advance(10_000);
+    assert_eq!(r.len(), 102, "expired, not yet reclaimed: counted, as in Redis");
+    assert_eq!(r.purge_expired(1000), 100, "the 100 snapshot keys; the rewritten one lives in memory");
+    assert_eq!(r.len(), 2);
+    assert_eq!(r.stats().expired_keys, 100);
+    assert_eq!(r.get(b"rewritten").unwrap(), "new");
+    assert_eq!(r.get(b"kept").unwrap(), "v");
+}
+
+#[test]
 fn deletes_and_overwrites_shadow_the_snapshot_and_survive_the_next_one() {
     let d = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
@@ -188,7 +213,18 @@ fn scan_keys_dbsize_randomkey_see_both_layers_once() {
         let k = r.random_key().unwrap();
         assert!(r.exists(&k), "RANDOMKEY returns live keys");
     }
-    assert_eq!(r.flush(), 350);
+    // A slot given away (resharding) takes its snapshot keys out of every listing and count.
+    let slot = shoal_wire::key_slot(b"base:200");
+    let in_slot = (150..300).filter(|i| shoal_wire::key_slot(format!("base:{i}").as_bytes()) == slot).count();
+    r.drop_slot(slot);
+    assert_eq!(r.len(), 350 - in_slot);
+    assert_eq!(r.keys(b"*").len(), 350 - in_slot);
+    assert!(!r.keys(b"base:*").iter().any(|k| shoal_wire::key_slot(k) == slot));
+    for _ in 0..50 {
+        assert_ne!(shoal_wire::key_slot(&r.random_key().unwrap()), slot);
+    }
+    r.keep_slot(slot);
+    assert_eq!(r.flush(), 350 - in_slot);
     assert_eq!(r.len(), 0, "FLUSHALL drops the snapshot layer too");
     assert_eq!(r.get(b"base:200"), None);
 }

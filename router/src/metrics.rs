@@ -61,6 +61,28 @@ pub async fn render(state: &RouterState) -> String {
             "shoal_router_topology_version",
             "Topology version routed by.",
             routing.topology.version as f64,
+        )
+        .gauge(
+            "shoal_router_migrations",
+            "Slot ranges moving in the topology routed by.",
+            routing.topology.migrations.len() as f64,
+        );
+    let c = &state.cluster.metrics;
+    e.counter("shoal_router_topology_changes_total", "Topologies adopted.", c.topology_changes.get())
+        .counter(
+            "shoal_router_fallback_reads_total",
+            "Reads of a moving slot that missed on the new owner and asked the old one.",
+            c.fallback_reads.get(),
+        )
+        .counter(
+            "shoal_router_moved_retries_total",
+            "Ops routed again after a node answered `moved`.",
+            c.moved_retries.get(),
+        )
+        .counter(
+            "shoal_router_keys_copied_total",
+            "Keys copied to their new owner ahead of a read-modify-write.",
+            c.keys_copied.get(),
         );
 
     let ids: Vec<String> = routing.links.iter().map(|l| l.ident.id.to_string()).collect();
@@ -124,6 +146,21 @@ pub async fn render(state: &RouterState) -> String {
     });
     node_stat(&mut e, "shoal_node_keyspace_misses_total", "counter", "Reads that missed.", |s| {
         s.keyspace_misses
+    });
+    node_stat(&mut e, "shoal_node_topology_version", "gauge", "Topology version the node serves by.", |s| {
+        s.topology_version
+    });
+    node_stat(&mut e, "shoal_node_migrated_slots_total", "counter", "Slots pulled into the node.", |s| {
+        s.slots_migrated_in
+    });
+    node_stat(&mut e, "shoal_node_migrated_keys_total", "counter", "Entries pulled into the node.", |s| {
+        s.keys_migrated_in
+    });
+    node_stat(&mut e, "shoal_node_migrated_bytes_total", "counter", "Bytes pulled into the node.", |s| {
+        s.bytes_migrated_in
+    });
+    node_stat(&mut e, "shoal_node_slots_dropped_total", "counter", "Slots the node gave away.", |s| {
+        s.slots_dropped
     });
     type Series = (&'static str, &'static str, &'static str, fn(&shoal_wire::proto::SnapshotInfo) -> u64);
     let snapshot_series: [Series; 9] = [

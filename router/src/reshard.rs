@@ -46,15 +46,21 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
 pub async fn run(args: &ReshardArgs) -> anyhow::Result<()> {
     let store = FileStore::new(&args.topology_file);
     let report = |p: &Progress| {
+        let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
         eprintln!(
-            "reshard: version {}: {}/{} migrations done, {}/{} slots, {} keys ({:.1} MB) moved",
+            "reshard: version {}: {}/{} migrations done, {}/{} slots, {} of ~{} keys ({:.1} MB) moved in {:.1}s \
+             ({:.0} keys/s, {:.1} MB/s)",
             p.version,
             p.migrations_done,
             p.migrations,
             p.slots_done,
             p.slots_total,
             p.keys_moved,
-            p.bytes_moved as f64 / 1e6
+            p.keys_estimate.max(p.keys_moved),
+            p.bytes_moved as f64 / 1e6,
+            secs,
+            p.keys_moved as f64 / secs,
+            p.bytes_moved as f64 / 1e6 / secs,
         )
     };
     let coordinator = Coordinator::new(store.clone())

@@ -108,6 +108,12 @@ impl Snapshot {
         IndexEntry::decode(&self.map.bytes()[at..at + ENTRY_LEN])
     }
 
+    /// Slot and expiry time of entry `i`, from the index alone (for scheduling active expiry).
+    pub fn slot_and_expiry(&self, i: usize) -> (u16, u64) {
+        let e = self.raw(i);
+        (e.slot, e.expire_at)
+    }
+
     /// The key bytes of an entry for comparisons while searching (bounds-checked, no checksum;
     /// nothing found this way is served before [`entry`](Self::entry) checks it in full).
     fn key_of(&self, e: &IndexEntry) -> Option<&[u8]> {

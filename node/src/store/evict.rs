@@ -61,7 +61,7 @@ fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastran
     };
     match victim {
         Some((hash, pos)) => {
-            s.delete(hash, pos, now);
+            s.delete(hash, pos);
             s.evicted += 1;
             true
         }

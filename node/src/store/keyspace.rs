@@ -40,7 +40,7 @@ impl Store {
     pub fn del(&self, key: &[u8]) -> bool {
         self.with_shard(key, |s, h, now| match s.find_live(h, key, now) {
             Some(p) => {
-                s.delete(h, p, now);
+                s.delete(h, p);
                 true
             }
             None => {
@@ -107,7 +107,7 @@ impl Store {
                 return false;
             }
             if at <= now as i64 {
-                s.delete(h, p, now);
+                s.delete(h, p);
             } else {
                 s.set_expire(h, p, at_clamped);
             }
@@ -215,9 +215,8 @@ impl Store {
         if let Some(base) = self.base() {
             for i in 0..base.len() {
                 if let Some(e) = base.checked_entry(i)
-                    && !e.is_expired(now)
                     && wanted(e.key)
-                    && !self.in_memory(e.key)
+                    && self.base_visible(&e, now)
                 {
                     out.push(Bytes::copy_from_slice(e.key));
                 }
@@ -245,7 +244,7 @@ impl Store {
                     let e = s.entry(p);
                     if e.is_expired(now) {
                         let h = s.hash(e.key());
-                        s.delete(h, p, now);
+                        s.delete(h, p);
                         s.expired += 1;
                         return None;
                     }
@@ -254,8 +253,7 @@ impl Store {
             } else {
                 let base = self.base()?;
                 let e = base.checked_entry(rng.usize(..base.len()))?;
-                (!e.is_expired(self.now_ms()) && !self.in_memory(e.key))
-                    .then(|| Bytes::copy_from_slice(e.key))
+                self.base_visible(&e, self.now_ms()).then(|| Bytes::copy_from_slice(e.key))
             };
             if found.is_some() {
                 return found;

@@ -276,6 +276,33 @@ impl Store {
         *self.base.write() = Some(snapshot);
     }
 
+    /// Puts the base snapshot's keys that have a TTL on their shards' expiry schedules, so active
+    /// expiry reclaims them as it does memory keys. One pass over the snapshot's index, run in the
+    /// background after a warm start (it would delay the first read otherwise). Returns how many
+    /// keys it scheduled.
+    pub fn index_base_expiry(&self) -> usize {
+        let Some(base) = self.base() else { return 0 };
+        let mut per_shard: Vec<Vec<std::cmp::Reverse<(u64, u32)>>> = vec![Vec::new(); self.shards.len()];
+        for i in 0..base.len() {
+            let (slot, at) = base.slot_and_expiry(i);
+            if at != 0 {
+                per_shard[usize::from(slot) & self.mask].push(std::cmp::Reverse((at, i as u32)));
+            }
+        }
+        let mut scheduled = 0;
+        for (shard, items) in self.shards.iter().zip(per_shard) {
+            scheduled += items.len();
+            shard.lock().add_base_expiry(items);
+        }
+        scheduled
+    }
+
+    /// Base snapshot entries in `slots` that are still live there (not given away).
+    pub fn base_entries_in(&self, slots: std::ops::RangeInclusive<u16>) -> usize {
+        let Some(base) = self.base() else { return 0 };
+        slots.filter(|&s| !self.slots.has(s, BASE_MASKED)).map(|s| base.slot_range(s, s).len()).sum()
+    }
+
     /// The base snapshot, if the store has one.
     pub fn base(&self) -> Option<Arc<Snapshot>> {
         self.base.read().clone()

@@ -47,6 +47,11 @@ impl SlotPlan {
     pub fn slots(&self) -> RangeInclusive<u16> {
         self.slots.clone()
     }
+
+    /// Memory entries the plan covers (tombstones and expired entries included).
+    pub fn memory_entries(&self) -> usize {
+        self.per_shard.iter().map(Vec::len).sum()
+    }
 }
 
 impl Store {

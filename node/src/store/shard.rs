@@ -55,6 +55,8 @@ pub struct Shard {
     slab: Vec<Option<Entry>>,
     free: Vec<u32>,
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
+    /// `(expire_at, base index)` of the base's keys with a TTL (see `add_base_expiry`).
+    base_expiry: BinaryHeap<Reverse<(u64, u32)>>,
     /// Entries with a TTL.
     volatile: usize,
     /// Sum of `Entry::heap_size` over live entries.
@@ -80,6 +82,7 @@ impl Shard {
             slab: Vec::new(),
             free: Vec::new(),
             expiry: BinaryHeap::new(),
+            base_expiry: BinaryHeap::new(),
             volatile: 0,
             heap_bytes: 0,
             base: None,
@@ -99,7 +102,16 @@ impl Shard {
     /// Installs the base snapshot. Only on an empty shard (at start) or to drop it (`None`).
     pub fn set_base(&mut self, base: Option<Arc<Snapshot>>) {
         debug_assert!(base.is_none() || self.index.is_empty());
+        if base.is_none() {
+            self.base_expiry = BinaryHeap::new();
+        }
         self.base = base;
+    }
+
+    /// Schedules base keys with a TTL for active expiry, like memory keys: an expired base key is
+    /// never served, but until something records its removal it is still counted (DBSIZE).
+    pub fn add_base_expiry(&mut self, items: Vec<Reverse<(u64, u32)>>) {
+        self.base_expiry.extend(items);
     }
 
     pub fn base(&self) -> Option<&Arc<Snapshot>> {
@@ -172,7 +184,7 @@ impl Shard {
                 return Presence::Tombstone;
             }
             if e.is_expired(now) {
-                self.delete(hash, pos, now);
+                self.delete(hash, pos);
                 self.expired += 1;
                 return if self.find(hash, key).is_some() { Presence::Tombstone } else { Presence::Absent };
             }
@@ -263,7 +275,7 @@ impl Shard {
                 return None;
             }
             if e.is_expired(now) {
-                self.delete(hash, pos, now);
+                self.delete(hash, pos);
                 self.expired += 1;
                 return None;
             }
@@ -286,7 +298,7 @@ impl Shard {
                 return None;
             }
             if e.is_expired(now) {
-                self.delete(hash, pos, now);
+                self.delete(hash, pos);
                 self.expired += 1;
                 return None;
             }
@@ -369,14 +381,16 @@ impl Shard {
 
     /// Removes the key at `pos` (whose key hashes to `hash`): the entry goes, or becomes a
     /// tombstone if a copy could otherwise come back (the base still holds one, or the slot is
-    /// moving in and the old owner's copy may still arrive).
-    pub fn delete(&mut self, hash: u64, pos: u32, now: u64) {
+    /// moving in and the old owner's copy may still arrive). A base copy that has expired by now
+    /// gets a tombstone too: it is never served, but only a tombstone takes it out of the count
+    /// (its own turn in active expiry was skipped while this entry replaced it).
+    pub fn delete(&mut self, hash: u64, pos: u32) {
         let e = self.entry(pos);
         if e.is_tombstone() {
             return;
         }
         let incoming = self.slots.has(shoal_wire::key_slot(e.key()), INCOMING);
-        if incoming || (e.in_base() && self.base_live(e.key(), now).is_some()) {
+        if incoming || (e.in_base() && self.base_has(e.key())) {
             let tomb = Entry::tombstone(e.key(), e.in_base());
             self.set_expire(hash, pos, 0);
             self.update(pos, |e| *e = tomb);
@@ -480,13 +494,33 @@ impl Shard {
             self.expiry.pop();
             work += 1;
             if let Some(pos) = self.find_by_expiry(hash, at) {
-                self.delete(hash, pos, now);
+                self.delete(hash, pos);
                 self.expired += 1;
                 removed += 1;
             }
         }
         if self.expiry.is_empty() {
             self.expiry.shrink_to(64);
+        }
+        // Base keys: removal is recorded as a tombstone that hides the base's copy, unless
+        // memory already has something for the key (a newer value or delete governs).
+        if let Some(base) = self.base.clone() {
+            while removed < budget && work < budget * 4 {
+                let Some(&Reverse((at, i))) = self.base_expiry.peek() else { break };
+                if at > now {
+                    break;
+                }
+                self.base_expiry.pop();
+                work += 1;
+                let Some(e) = base.entry(i as usize) else { continue };
+                let hash = self.hash(e.key);
+                if self.slots.has(e.slot, BASE_MASKED) || self.find(hash, e.key).is_some() {
+                    continue;
+                }
+                self.insert_raw(hash, Entry::tombstone(e.key, true));
+                self.expired += 1;
+                removed += 1;
+            }
         }
         removed
     }
@@ -593,7 +627,7 @@ mod tests {
     fn del(s: &mut Shard, key: &str) {
         let h = s.hash(key.as_bytes());
         let p = s.find(h, key.as_bytes()).unwrap();
-        s.delete(h, p, 0);
+        s.delete(h, p);
     }
 
     #[test]

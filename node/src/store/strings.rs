@@ -70,7 +70,7 @@ impl Store {
                 SetExpiry::Keep => pos.map_or(0, |p| s.entry(p).expire_at),
                 SetExpiry::At(at) if at <= now => {
                     if let Some(p) = pos {
-                        s.delete(h, p, now);
+                        s.delete(h, p);
                     }
                     return SetOutcome { stored: true, old };
                 }
@@ -205,7 +205,7 @@ impl Store {
         self.with_shard(key, |s, h, now| {
             let p = s.lookup(h, key, now)?;
             let value = Bytes::copy_from_slice(s.entry(p).value());
-            s.delete(h, p, now);
+            s.delete(h, p);
             Some(value)
         })
     }
@@ -220,7 +220,7 @@ impl Store {
             match expiry {
                 SetExpiry::Keep => {}
                 SetExpiry::Clear => s.set_expire(h, p, 0),
-                SetExpiry::At(at) if at <= now => s.delete(h, p, now),
+                SetExpiry::At(at) if at <= now => s.delete(h, p),
                 SetExpiry::At(at) => s.set_expire(h, p, at),
             }
             Some(value)

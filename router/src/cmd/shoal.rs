@@ -35,14 +35,17 @@ pub fn topology(_args: &Args, ctx: &mut Ctx) -> Pending {
         let slots_done: u64 =
             t.migrations.iter().filter_map(|m| get(m).map(|p| u64::from(p.slots_done))).sum();
         let keys_moved: u64 = t.migrations.iter().filter_map(|m| get(m).map(|p| p.keys)).sum();
+        let keys_estimate: u64 = t.migrations.iter().filter_map(|m| get(m).map(|p| p.keys_estimate)).sum();
         let mut out = format!(
-            "version={} nodes={} migrations={} slots_moving={} slots_done={} keys_moved={} scaling={}\n",
+            "version={} nodes={} migrations={} slots_moving={} slots_done={} keys_moved={} keys_estimate={} \
+             scaling={}\n",
             t.version,
             t.nodes.len(),
             t.migrations.len(),
             t.migrating_slots(),
             slots_done,
             keys_moved,
+            keys_estimate,
             match &scaling {
                 Some(s) if s.running => format!("to-{}", s.target),
                 Some(ScaleStatus { error: Some(e), .. }) => format!("failed:{}", e.replace(' ', "_")),
@@ -56,13 +59,15 @@ pub fn topology(_args: &Args, ctx: &mut Ctx) -> Pending {
             let p = get(m);
             let _ = writeln!(
                 out,
-                "migration={}-{} from={} to={} slots_done={} keys={} done={}",
+                "migration={}-{} from={} to={} slots_done={} keys={} keys_estimate={} elapsed_ms={} done={}",
                 m.start,
                 m.end,
                 m.from,
                 m.to,
                 p.map_or(0, |p| p.slots_done),
                 p.map_or(0, |p| p.keys),
+                p.map_or(0, |p| p.keys_estimate),
+                p.map_or(0, |p| p.elapsed_ms),
                 if p.is_some_and(|p| p.done) { "yes" } else { "no" }
             );
         }

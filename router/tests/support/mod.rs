@@ -3,6 +3,8 @@
 //! redis-server as an oracle.
 #![allow(dead_code)]
 
+pub mod workload;
+
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -47,12 +49,12 @@ pub async fn redis_conn(addr: SocketAddr) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis_url(addr)).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
-/// Encodes a command as a RESP multibulk request.
 /// `s` as a RESP bulk string reply.
 pub fn bulk(s: &str) -> Vec<u8> {
     format!("${}\r\n{s}\r\n", s.len()).into_bytes()
 }
 
+/// Encodes a command as a RESP multibulk request.
 pub fn encode(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
@@ -213,4 +215,12 @@ pub async fn http_raw(addr: SocketAddr, request: &[u8]) -> String {
 
 pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     http_raw(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes()).await
+}
+
+/// Sum of the samples of Prometheus series `name` (any labels) in a /metrics page.
+pub fn metric_sum(page: &str, name: &str) -> f64 {
+    page.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
