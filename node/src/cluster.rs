@@ -85,6 +85,14 @@ impl NodeView {
         }
     }
 
+    /// For ops about the whole keyspace: the router must route by exactly this node's version.
+    pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
+        match &self.topology {
+            Some(t) if t.version != batch_version => Err(t.version),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a router (at `batch_version`) may copy an entry for `slot` here: only while the
     /// slot is moving in. Once a move has settled, a copy from the old owner could only be stale
     /// (or bring back a key deleted here since, as settled slots keep no tombstones).
@@ -491,6 +499,10 @@ mod tests {
         assert!(old_owner.check_export(0, 100, 5).is_err(), "slot 100 is not moving");
         assert!(old_owner.check_export(0, 99, 6).is_err(), "the exporter must serve the move's version");
         assert!(new_owner.check_export(0, 99, 5).is_err());
+        assert_eq!(old_owner.check_version(5), Ok(()), "whole-keyspace ops need the same version");
+        assert_eq!(old_owner.check_version(4), Err(5));
+        assert_eq!(old_owner.check_version(6), Err(5));
+        assert_eq!(NodeView::unmanaged().check_version(9), Ok(()));
     }
 
     #[tokio::test]

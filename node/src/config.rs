@@ -112,9 +112,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_TOPOLOGY_FILE")]
     pub topology_file: Option<PathBuf>,
 
-    /// Most bytes per second this node pulls when slots move to it, so a migration leaves room
-    /// for client traffic (e.g. 50mb; 0: as fast as the old owner sends).
-    #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "0", value_parser = parse_memory)]
+    /// Most bytes per second this node pulls when slots move to it, so a migration leaves CPU for
+    /// client traffic (0: as fast as the old owners send). See docs/benchmarks.md for what each
+    /// rate costs clients; raise it on nodes with cores to spare.
+    #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "8mb", value_parser = parse_memory)]
     pub migrate_rate: u64,
 
     /// Active expiry period in milliseconds.
@@ -196,6 +197,7 @@ mod tests {
             "allkeys-lru",
         ])
         .unwrap();
+        assert_eq!(cli.serve.migrate_rate, crate::server::DEFAULT_MIGRATE_RATE, "flag and library agree");
         let config = cli.serve.store_config();
         assert_eq!(config.maxmemory, 1 << 20);
         assert_eq!(config.policy, EvictionPolicy::AllKeysLru);

@@ -18,7 +18,7 @@ use shoal_wire::proto::{ExportRequest, TopologyDoc};
 
 use crate::cluster::NodeCluster;
 
-const CHUNK_BYTES: u32 = 1 << 20;
+const CHUNK_BYTES: u32 = 256 << 10;
 const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 
 /// Pulls `m` (started by topology `version`) from the node at `from` until done, or until the
@@ -70,15 +70,22 @@ async fn pull_once(
         .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
     let mut client = NodeClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    // A batch checked against the view from before the move (a FLUSHALL, say) must not run over
+    // entries this pull stores.
+    if !cluster.wait_for_retired_views(Duration::from_secs(5)).await {
+        return Err("batches from before the move are still running".into());
+    }
     // The old owner may not have heard of the move yet (the coordinator offers topologies to
     // nodes one by one); it only exports once it has, so tell it.
     if let Some(t) = cluster.view().topology.as_ref().filter(|t| t.version == version) {
         let doc = TopologyDoc { json: t.to_json() };
         client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
     }
-    // With a rate limit, chunks are small enough to pace smoothly (about 8 a second).
+    // With a rate limit, chunks are small enough to pace smoothly (about 256 a second): storing a
+    // big chunk is a burst of CPU that client requests queue behind.
     let rate = cluster.migrate_rate();
-    let chunk_bytes = if rate == 0 { CHUNK_BYTES } else { (rate / 8).clamp(4096, CHUNK_BYTES.into()) as u32 };
+    let chunk_bytes =
+        if rate == 0 { CHUNK_BYTES } else { (rate / 256).clamp(4096, CHUNK_BYTES.into()) as u32 };
     let req = ExportRequest {
         first_slot: (*resume).into(),
         last_slot: m.end.into(),

@@ -58,6 +58,11 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
                 view.check_import(shoal_wire::key_slot(&e.key), batch_version)?;
             }
         }
+        // Whole-keyspace ops must see every node at one version (a router that missed a new node
+        // would leave its keys out of DBSIZE, KEYS or FLUSHALL).
+        Some(Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_)) => {
+            view.check_version(batch_version)?;
+        }
         _ => {}
     }
     Ok(())
@@ -146,6 +151,13 @@ pub fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::RandomKey(_) => value_or_nil(store.random_key()),
         Kind::DbSize(_) => int(store.len()),
         Kind::Flush(_) => {
+            // A flush racing a move could let copies still in flight bring flushed keys back.
+            if view.topology.as_ref().is_some_and(|t| !t.migrations.is_empty()) {
+                return error(
+                    "ERR FLUSHALL cannot run while slots are moving between nodes; try again once SHOAL \
+                     TOPOLOGY shows migrations=0",
+                );
+            }
             store.flush();
             ok()
         }

@@ -24,6 +24,9 @@ use crate::store::Store;
 
 /// Largest gRPC message either way: a 512 MiB value plus its batch framing.
 pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
+/// Default pull rate for migrations into a node: 8 MiB/s keeps client p99 within 3x of steady
+/// state on a small machine (docs/benchmarks.md).
+pub const DEFAULT_MIGRATE_RATE: u64 = 8 << 20;
 /// Keys each shard may expire per active-expiry pass.
 const EXPIRE_BUDGET_PER_SHARD: usize = 64;
 
@@ -65,7 +68,7 @@ impl Default for ServeOptions {
             snapshot_keep: 2,
             node_id: None,
             topology_file: None,
-            migrate_rate: 0,
+            migrate_rate: DEFAULT_MIGRATE_RATE,
         }
     }
 }

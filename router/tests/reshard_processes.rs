@@ -53,6 +53,12 @@ impl Bed {
     /// Starts `n` nodes, publishes an even topology over them with the coordinator, and starts a
     /// router following it.
     async fn start(n: u32, migrate_rate: &str) -> Bed {
+        Bed::start_with(n, migrate_rate, false).await
+    }
+
+    /// With `frozen_router`, the router follows a copy of the first topology that never changes:
+    /// it learns newer versions only from the nodes (their `moved` replies).
+    async fn start_with(n: u32, migrate_rate: &str, frozen_router: bool) -> Bed {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let topology = root.join("topology.json");
@@ -71,10 +77,17 @@ impl Bed {
         let ids: Vec<u32> = bed.nodes.iter().map(|n| n.id).collect();
         assert!(bed.reshard(&ids).wait_ok(Duration::from_secs(30)), "creating the topology");
 
+        let router_topology = if frozen_router {
+            let copy = root.join("router-topology.json");
+            std::fs::copy(&topology, &copy).unwrap();
+            copy
+        } else {
+            topology.clone()
+        };
         let (resp, http) = (support::free_port(), support::free_port());
         let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
         let child = Command::new(support::workspace_bin("shoal-router"))
-            .args(["--topology-file", topology.to_str().unwrap(), "--resp", &resp.to_string()])
+            .args(["--topology-file", router_topology.to_str().unwrap(), "--resp", &resp.to_string()])
             .args(["--http", &format!("127.0.0.1:{http}"), "--deadline-ms", "2000"])
             .stdout(Stdio::null())
             .stderr(log_file(&root, "router"))
@@ -180,6 +193,8 @@ impl Bed {
         let mut c = Raw::connect(self.resp).await;
         let start = Instant::now();
         loop {
+            // (A router that does not watch the file learns the new version from this.)
+            assert!(c.cmd(&["DBSIZE"]).await.starts_with(b":"));
             let out = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
             let head = out.lines().nth(1).unwrap_or_default().to_string();
             let field = |name: &str| -> u64 {
@@ -469,4 +484,61 @@ async fn a_coordinator_killed_mid_migration_is_resumed_without_loss() {
     check_bulk(addr).await;
     let report = load.verify(addr, BULK_KEYS, &|_, _| false).await;
     assert!(report.lost_writes.is_empty() && report.lost_incrs == 0, "{report:?}");
+}
+
+/// `BULK_KEYS` … as a set, for comparing listings.
+fn bulk_keys() -> std::collections::BTreeSet<String> {
+    (0..BULK_KEYS).map(bulk_key).collect()
+}
+
+/// Array elements of a RESP reply (one level), as strings.
+fn elements(reply: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(reply);
+    text.split("\r\n").filter(|l| !l.is_empty() && !l.starts_with(['*', '$'])).map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_keyspace_commands_during_and_right_after_a_move() {
+    // The router's own topology file never changes: it learns of the move only from the nodes.
+    let mut bed = Bed::start_with(2, "300kb", true).await;
+    let addr = bed.resp;
+    fill_bulk(addr).await;
+    let mut c = Raw::connect(addr).await;
+
+    let new = bed.add_node().await;
+    let mut coordinator = bed.reshard(&[0, 1, new]);
+    bed.wait_mid_migration().await;
+    // During the move: listings cover every key (KEYS once each), nothing fails, FLUSHALL refuses.
+    let keys: Vec<String> = elements(&c.cmd(&["KEYS", "*"]).await);
+    assert_eq!(keys.len(), BULK_KEYS, "KEYS lists a key held by both sides once");
+    assert_eq!(keys.into_iter().collect::<std::collections::BTreeSet<_>>(), bulk_keys());
+    let mut scanned = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let page = elements(&c.cmd(&["SCAN", &cursor, "COUNT", "500"]).await);
+        cursor = page[0].clone();
+        scanned.extend(page.into_iter().skip(1));
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(scanned, bulk_keys(), "SCAN returns every key (duplicates allowed)");
+    let dbsize = String::from_utf8(c.cmd(&["DBSIZE"]).await).unwrap();
+    assert!(dbsize.starts_with(':'), "{dbsize}");
+    let flush = String::from_utf8(c.cmd(&["FLUSHALL"]).await).unwrap();
+    assert!(flush.starts_with("-ERR FLUSHALL cannot run while slots are moving"), "{flush}");
+
+    // After the move, a router that still has the first topology (two nodes): the nodes' version
+    // checks make every whole-keyspace command catch up and include the new node.
+    assert!(coordinator.wait_ok(Duration::from_secs(120)), "{}", bed.logs());
+    assert_eq!(elements(&c.cmd(&["KEYS", "*"]).await).len(), BULK_KEYS);
+    let start = Instant::now();
+    while c.cmd(&["DBSIZE"]).await != format!(":{BULK_KEYS}\r\n").into_bytes() {
+        assert!(start.elapsed() < Duration::from_secs(5), "DBSIZE settles once old owners reclaim");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check_bulk(addr).await;
+    assert_eq!(c.cmd(&["FLUSHALL"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["DBSIZE"]).await, b":0\r\n");
+    assert_eq!(c.cmd(&["GET", &bulk_key(7)]).await, b"$-1\r\n", "flushed on every node, the new one too");
 }

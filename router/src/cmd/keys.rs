@@ -1,15 +1,13 @@
 //! Whole-keyspace commands, fanned out to every node: DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY.
 
-use std::sync::Arc;
-
 use shoal_wire::proto::{self, op::Kind, reply};
 
-use super::{Args, Ctx, Pending, backend_error, gather_all, op, plain, sum_ints, syntax_error};
+use super::{Args, Ctx, Pending, backend_error, op, plain, sum_ints, syntax_error};
 use crate::resp::Reply;
 
 pub fn dbsize(_args: &Args, ctx: &mut Ctx) -> Pending {
     let calls = ctx.call_all(|| op(Kind::DbSize(proto::DbSize {})));
-    Pending::later(async move { gather_all(calls).await.map_or_else(|e| e, sum_ints) })
+    Pending::later(async move { calls.gather().await.map_or_else(|e| e, sum_ints) })
 }
 
 /// `FLUSHALL [ASYNC|SYNC]`; both modes empty every node before replying.
@@ -23,7 +21,7 @@ pub fn flushall(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let calls = ctx.call_all(|| op(Kind::Flush(proto::Flush {})));
     Pending::later(async move {
-        match gather_all(calls).await {
+        match calls.gather().await {
             Ok(_) => Reply::OK,
             Err(e) => e,
         }
@@ -37,19 +35,24 @@ pub fn flushdb(args: &Args, ctx: &mut Ctx) -> Pending {
 
 pub fn keys(args: &Args, ctx: &mut Ctx) -> Pending {
     let pattern = args[1].clone();
-    let calls = ctx.call_all(|| op(Kind::Keys(proto::Keys { pattern: pattern.clone() })));
+    let calls = ctx.call_all(move || op(Kind::Keys(proto::Keys { pattern: pattern.clone() })));
     Pending::later(async move {
-        match gather_all(calls).await {
-            Ok(replies) => Reply::Array(
-                replies
-                    .into_iter()
-                    .flat_map(|r| match r.kind {
-                        Some(reply::Kind::Keys(k)) => k.keys,
-                        _ => Vec::new(),
-                    })
-                    .map(Reply::Bulk)
-                    .collect(),
-            ),
+        match calls.gather().await {
+            Ok(replies) => {
+                // While slots move, a key can be on its old and its new owner: list it once.
+                let mut seen = std::collections::HashSet::new();
+                Reply::Array(
+                    replies
+                        .into_iter()
+                        .flat_map(|r| match r.kind {
+                            Some(reply::Kind::Keys(k)) => k.keys,
+                            _ => Vec::new(),
+                        })
+                        .filter(|k| seen.insert(k.clone()))
+                        .map(Reply::Bulk)
+                        .collect(),
+                )
+            }
             Err(e) => e,
         }
     })
@@ -57,17 +60,15 @@ pub fn keys(args: &Args, ctx: &mut Ctx) -> Pending {
 
 /// RANDOMKEY: asks the nodes in a random order until one has a key.
 pub fn randomkey(_args: &Args, ctx: &mut Ctx) -> Pending {
-    let routing = Arc::clone(ctx.routing);
-    let deadline = ctx.deadline;
+    let mut order: Vec<usize> = (0..ctx.routing.len()).collect();
+    fastrand::shuffle(&mut order);
+    let calls: Vec<_> = order
+        .into_iter()
+        .map(|pos| ctx.call_node_settled(pos, op(Kind::RandomKey(proto::RandomKey {}))))
+        .collect();
     Pending::later(async move {
-        let mut order: Vec<usize> = (0..routing.len()).collect();
-        fastrand::shuffle(&mut order);
-        for pos in order {
-            match routing.links[pos]
-                .call(op(Kind::RandomKey(proto::RandomKey {})), routing.version(), deadline)
-                .wait()
-                .await
-            {
+        for call in calls {
+            match call.await {
                 Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => continue,
                 Ok(r) => return plain(r),
                 Err(e) => return backend_error(e),

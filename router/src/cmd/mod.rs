@@ -79,9 +79,95 @@ impl Ctx<'_> {
         self.routing.links[pos].call(op, self.routing.version(), self.deadline)
     }
 
-    /// Sends the same op to every node.
-    pub fn call_all(&self, op: impl Fn() -> Op) -> Vec<NodeCall<proto::Reply>> {
-        (0..self.routing.len()).map(|pos| self.call_node(pos, op())).collect()
+    /// Sends the same op to every node (queued now, in pipeline order); see [`AllCalls::gather`].
+    pub fn call_all(&self, op: impl Fn() -> Op + Send + Sync + 'static) -> AllCalls {
+        let calls = (0..self.routing.len()).map(|pos| self.call_node(pos, op())).collect();
+        AllCalls {
+            calls,
+            routing: Arc::clone(self.routing),
+            op: Box::new(op),
+            state: Arc::clone(self.state),
+            deadline: self.deadline,
+        }
+    }
+
+    /// Sends `op` to the node at position `pos`, and again (by the then-current topology) if the
+    /// node serves another topology version; for single-node ops about no key (SCAN, RANDOMKEY).
+    pub fn call_node_settled(
+        &self,
+        pos: usize,
+        op: Op,
+    ) -> Pin<Box<dyn Future<Output = Result<proto::Reply, BackendError>> + Send>> {
+        let first = self.call_node(pos, op.clone());
+        let (routing, state, deadline) = (Arc::clone(self.routing), Arc::clone(self.state), self.deadline);
+        Box::pin(async move {
+            let (mut call, mut routing) = (first, routing);
+            loop {
+                let r = call.wait().await?;
+                let Some(reply::Kind::Moved(node_version)) = r.kind else { return Ok(r) };
+                if Instant::now() >= deadline {
+                    return Err(BackendError::Unsettled);
+                }
+                state.cluster.metrics.moved_retries.inc();
+                state.cluster.reconcile(&routing.links[pos % routing.len()], node_version).await;
+                routing = state.cluster.routing();
+                call = routing.links[pos % routing.len()].call(op.clone(), routing.version(), deadline);
+            }
+        })
+    }
+}
+
+/// One op on every node, all at one topology version.
+pub struct AllCalls {
+    calls: Vec<NodeCall<proto::Reply>>,
+    routing: Arc<Routing>,
+    op: Box<dyn Fn() -> Op + Send + Sync>,
+    state: Arc<RouterState>,
+    deadline: Instant,
+}
+
+impl AllCalls {
+    /// Every node's reply, in topology order, or the first error. If a node serves another
+    /// topology version (`moved`), the router and that node catch up and the whole round runs
+    /// again on the current topology, until the deadline: a fan-out never mixes versions, so
+    /// DBSIZE, KEYS and FLUSHALL always cover a node that just joined.
+    pub async fn gather(self) -> Result<Vec<proto::Reply>, Reply> {
+        let AllCalls { mut calls, mut routing, op, state, deadline } = self;
+        loop {
+            let mut out = Vec::with_capacity(calls.len());
+            let mut failure = None;
+            let mut moved = None;
+            for (pos, call) in calls.into_iter().enumerate() {
+                match call.wait().await {
+                    Ok(r) => {
+                        match &r.kind {
+                            Some(reply::Kind::Error(e)) => {
+                                failure.get_or_insert_with(|| Reply::error_fmt(e.clone()));
+                            }
+                            Some(reply::Kind::Moved(v)) => moved = moved.or(Some((pos, *v))),
+                            _ => {}
+                        }
+                        out.push(r);
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(backend_error(e));
+                    }
+                }
+            }
+            let Some((pos, node_version)) = moved else {
+                return match failure {
+                    Some(f) => Err(f),
+                    None => Ok(out),
+                };
+            };
+            if Instant::now() >= deadline {
+                return Err(backend_error(BackendError::Unsettled));
+            }
+            state.cluster.metrics.moved_retries.inc();
+            state.cluster.reconcile(&routing.links[pos], node_version).await;
+            routing = state.cluster.routing();
+            calls = routing.links.iter().map(|l| l.call(op(), routing.version(), deadline)).collect();
+        }
     }
 }
 
@@ -380,28 +466,6 @@ pub fn sum_ints(replies: Vec<proto::Reply>) -> Reply {
 }
 
 /// Awaits one call per node (an op sent to all nodes) and folds the replies.
-pub async fn gather_all(calls: Vec<NodeCall<proto::Reply>>) -> Result<Vec<proto::Reply>, Reply> {
-    let mut out = Vec::with_capacity(calls.len());
-    let mut failure = None;
-    for call in calls {
-        match call.wait().await {
-            Ok(r) => {
-                if let Some(reply::Kind::Error(e)) = &r.kind {
-                    failure.get_or_insert_with(|| Reply::error_fmt(e.clone()));
-                }
-                out.push(r);
-            }
-            Err(e) => {
-                failure.get_or_insert(backend_error(e));
-            }
-        }
-    }
-    match failure {
-        Some(f) => Err(f),
-        None => Ok(out),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,9 +51,9 @@ pub fn scan(args: &Args, ctx: &mut Ctx) -> Pending {
         pattern: pattern.unwrap_or_default(),
         type_filter,
     }));
-    let call = ctx.call_node(pos as usize, o);
+    let call = ctx.call_node_settled(pos as usize, o);
     Pending::later(async move {
-        match call.wait().await {
+        match call.await {
             Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)) }) => {
                 let next = if page.cursor != 0 {
                     (page.cursor << NODE_BITS) | pos
