@@ -128,40 +128,32 @@ pub async fn render(state: &RouterState) -> String {
             }
         }
     };
-    node_stat(&mut e, "shoal_node_keys", "gauge", "Keys stored on the node.", |s| s.keys);
-    node_stat(&mut e, "shoal_node_used_memory_bytes", "gauge", "Bytes accounted against maxmemory.", |s| {
-        s.used_memory
-    });
-    node_stat(&mut e, "shoal_node_maxmemory_bytes", "gauge", "The node's memory limit (0: none).", |s| {
-        s.maxmemory
-    });
-    node_stat(&mut e, "shoal_node_expired_keys_total", "counter", "Keys expired on the node.", |s| {
-        s.expired_keys
-    });
-    node_stat(&mut e, "shoal_node_evicted_keys_total", "counter", "Keys evicted on the node.", |s| {
-        s.evicted_keys
-    });
-    node_stat(&mut e, "shoal_node_keyspace_hits_total", "counter", "Reads that found their key.", |s| {
-        s.keyspace_hits
-    });
-    node_stat(&mut e, "shoal_node_keyspace_misses_total", "counter", "Reads that missed.", |s| {
-        s.keyspace_misses
-    });
-    node_stat(&mut e, "shoal_node_topology_version", "gauge", "Topology version the node serves by.", |s| {
-        s.topology_version
-    });
-    node_stat(&mut e, "shoal_node_migrated_slots_total", "counter", "Slots pulled into the node.", |s| {
-        s.slots_migrated_in
-    });
-    node_stat(&mut e, "shoal_node_migrated_keys_total", "counter", "Entries pulled into the node.", |s| {
-        s.keys_migrated_in
-    });
-    node_stat(&mut e, "shoal_node_migrated_bytes_total", "counter", "Bytes pulled into the node.", |s| {
-        s.bytes_migrated_in
-    });
-    node_stat(&mut e, "shoal_node_slots_dropped_total", "counter", "Slots the node gave away.", |s| {
-        s.slots_dropped
-    });
+    type StatSeries = (&'static str, &'static str, &'static str, fn(&shoal_wire::proto::NodeStats) -> u64);
+    let node_series: [StatSeries; 12] = [
+        ("shoal_node_keys", "gauge", "Keys stored on the node.", |s| s.keys),
+        ("shoal_node_used_memory_bytes", "gauge", "Bytes accounted against maxmemory.", |s| s.used_memory),
+        ("shoal_node_maxmemory_bytes", "gauge", "The node's memory limit (0: none).", |s| s.maxmemory),
+        ("shoal_node_expired_keys_total", "counter", "Keys expired on the node.", |s| s.expired_keys),
+        ("shoal_node_evicted_keys_total", "counter", "Keys evicted on the node.", |s| s.evicted_keys),
+        ("shoal_node_keyspace_hits_total", "counter", "Reads that found their key.", |s| s.keyspace_hits),
+        ("shoal_node_keyspace_misses_total", "counter", "Reads that missed.", |s| s.keyspace_misses),
+        ("shoal_node_topology_version", "gauge", "Topology version the node serves by.", |s| {
+            s.topology_version
+        }),
+        ("shoal_node_migrated_slots_total", "counter", "Slots pulled into the node.", |s| {
+            s.slots_migrated_in
+        }),
+        ("shoal_node_migrated_keys_total", "counter", "Entries pulled into the node.", |s| {
+            s.keys_migrated_in
+        }),
+        ("shoal_node_migrated_bytes_total", "counter", "Bytes pulled into the node.", |s| {
+            s.bytes_migrated_in
+        }),
+        ("shoal_node_slots_dropped_total", "counter", "Slots the node gave away.", |s| s.slots_dropped),
+    ];
+    for (name, kind, help, f) in node_series {
+        node_stat(&mut e, name, kind, help, f);
+    }
     type Series = (&'static str, &'static str, &'static str, fn(&shoal_wire::proto::SnapshotInfo) -> u64);
     let snapshot_series: [Series; 9] = [
         ("shoal_node_snapshots_written_total", "counter", "Snapshots written.", |s| s.snapshots_written),
