@@ -64,6 +64,25 @@ impl std::fmt::Debug for Router {
     }
 }
 
+/// Reads the topology file, waiting for it to appear: in Kubernetes the operator publishes the
+/// first topology only once the nodes are up, and a router may start before that.
+async fn wait_for_topology(path: &std::path::Path) -> anyhow::Result<shoal_wire::Topology> {
+    let mut waited = Duration::ZERO;
+    loop {
+        if let Some(t) = shoal_coordinator::FileStore::read(path)? {
+            return Ok(t);
+        }
+        if waited.as_secs().is_multiple_of(30) && waited.subsec_millis() == 0 {
+            tracing::info!(
+                file = %path.display(),
+                "waiting for the topology (create it with `shoal-router reshard --topology-file ...`, or let the operator publish it)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        waited += Duration::from_millis(200);
+    }
+}
+
 impl Router {
     /// Binds every listener and starts serving; returns once clients can connect.
     pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
@@ -85,15 +104,7 @@ impl Router {
                 tracing::info!(nodes = ?topology.nodes, "embedded nodes running");
                 (Some(cluster), topology, true)
             }
-            (None, Some(path)) => {
-                let topology = shoal_coordinator::FileStore::read(path)?.with_context(|| {
-                    format!(
-                        "{} does not exist yet: create it with `shoal-router reshard --topology-file ...`",
-                        path.display()
-                    )
-                })?;
-                (None, topology, true)
-            }
+            (None, Some(path)) => (None, wait_for_topology(path).await?, true),
             (None, None) => {
                 let topology = Topology::even(&args.nodes);
                 topology.validate().context("invalid node list")?;

@@ -1,0 +1,30 @@
+//! Shoal's Kubernetes operator: a `CacheCluster` in, a running cache cluster out, resharded online
+//! whenever `spec.shards` changes.
+//!
+//! Data flow of one reconcile ([`controller::reconcile`]):
+//!
+//! ```text
+//! CacheCluster ──► apply owned objects (resources::*, server-side apply, owner references)
+//!              ──► observe: node StatefulSet, node pods (ready + address), topology ConfigMap
+//!              ──► scaling::next_step ──► act: scale the StatefulSet | publish the first topology
+//!                                          | start/resume a move (shoal-coordinator in a task,
+//!                                            store::ConfigMapStore as its topology store)
+//!              ──► status::compute ──► status subresource + Events
+//! ```
+//!
+//! - [`crd`]: the `CacheCluster` resource (`shoal.dev/v1alpha1`), with status and scale
+//!   subresources; `crdgen` writes its YAML into the chart.
+//! - [`resources`]: pure builders for everything a CacheCluster owns.
+//! - [`scaling`]: the pure decision of what to do next (grow, move, shrink, resume).
+//! - [`status`]: the pure status and conditions.
+//! - [`store`]: the topology in a ConfigMap, as the coordinator's store.
+//! - [`controller`]: the reconciler, background moves, Events, metrics.
+//!
+//! `main.rs` adds the CLI, leader election on a Lease, the ops HTTP endpoint and shutdown.
+
+pub mod controller;
+pub mod crd;
+pub mod resources;
+pub mod scaling;
+pub mod status;
+pub mod store;

@@ -1,0 +1,217 @@
+//! `shoal-operator`: reconciles CacheCluster resources. See the crate docs for the design.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use futures::StreamExt;
+use hyper::Method;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::runtime::controller::Controller;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+use shoal_operator::controller::{self, AddressMode, Context, Settings};
+use shoal_operator::crd::CacheCluster;
+use shoal_telemetry::logging::LogFormat;
+use shoal_telemetry::{http, logging, shutdown};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal-operator",
+    version,
+    about = "Shoal's Kubernetes operator: reconciles CacheCluster resources (shoal.dev/v1alpha1) into nodes, \
+             routers and a topology, and reshards online when spec.shards changes (kubectl scale)."
+)]
+struct Cli {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "SHOAL_OPERATOR_NAMESPACE")]
+    namespace: Option<String>,
+    /// Serve /metrics, /healthz and /readyz here.
+    #[arg(long, env = "SHOAL_OPERATOR_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    metrics_listen: SocketAddr,
+    /// How topologies address nodes: stable DNS names, or pod IPs (for an operator outside the
+    /// cluster's DNS).
+    #[arg(long, env = "SHOAL_OPERATOR_NODE_ADDRESSES", value_enum, default_value = "dns")]
+    node_addresses: AddressMode,
+    /// The Lease that elects one active replica.
+    #[arg(long, env = "SHOAL_OPERATOR_LEASE_NAME", default_value = "shoal-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (default: the pod's namespace, else --namespace, else "default").
+    #[arg(long, env = "SHOAL_OPERATOR_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Seconds a leader's lease lasts without renewal.
+    #[arg(long, env = "SHOAL_OPERATOR_LEASE_SECONDS", default_value_t = 15)]
+    lease_seconds: u64,
+    /// This replica's identity in the Lease (default: the pod name, else a random one).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Give up on a resharding step after this many seconds (it is retried from the topology).
+    #[arg(long, env = "SHOAL_OPERATOR_STEP_TIMEOUT_SECS", default_value_t = 3600)]
+    step_timeout_secs: u64,
+    /// Log format: text or json (level from RUST_LOG, default info).
+    #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, "info");
+    shoal_telemetry::runtime::build(None)?.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let client = Client::try_default().await.context("no Kubernetes API (set KUBECONFIG or run in a pod)")?;
+    let identity = cli.identity.clone().unwrap_or_else(|| format!("shoal-operator-{:08x}", fastrand_id()));
+    let settings = Settings {
+        node_addresses: cli.node_addresses,
+        step_timeout: Duration::from_secs(cli.step_timeout_secs),
+        busy_requeue: Duration::from_secs(2),
+    };
+    let reporter = Reporter { controller: "shoal-operator".into(), instance: Some(identity.clone()) };
+    let ctx = Arc::new(Context::new(client.clone(), settings, reporter));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind(cli.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cli.metrics_listen))?;
+    let ops_ctx = ctx.clone();
+    let mut ops_stop = stop_rx.clone();
+    let ops = tokio::spawn(http::serve(
+        listener,
+        move |req: hyper::Request<hyper::body::Incoming>, _| {
+            let ctx = ops_ctx.clone();
+            async move {
+                if req.method() != Method::GET {
+                    return http::text(hyper::StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+                }
+                // Ready as soon as it runs: a standby replica is healthy too.
+                http::ops_endpoint(req.uri().path(), || true, || controller::render_metrics(&ctx))
+                    .unwrap_or_else(|| http::text(hyper::StatusCode::NOT_FOUND, "not found\n"))
+            }
+        },
+        async move {
+            let _ = ops_stop.wait_for(|s| *s).await;
+        },
+        Duration::from_secs(2),
+    ));
+    tracing::info!(addr = %cli.metrics_listen, "operator metrics on /metrics");
+
+    // Leader election: only the holder of the Lease reconciles.
+    let lease_ns = cli
+        .lease_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .or_else(|| cli.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let manager = LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&identity)
+        .with_duration(cli.lease_seconds)
+        .with_grace((cli.lease_seconds / 3).max(1))
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut leader, lease_task) = manager.watch().await;
+    tracing::info!(%identity, lease = %cli.lease_name, namespace = %lease_ns, "waiting to lead");
+    let mut signal = Box::pin(shutdown::signal());
+    loop {
+        if *leader.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = leader.changed() => changed.context("leader election stopped")?,
+            _ = &mut signal => {
+                tracing::info!("stopping before leading");
+                drop(leader);
+                let _ = lease_task.await;
+                let _ = stop_tx.send(true);
+                let _ = ops.await;
+                return Ok(());
+            }
+        }
+    }
+    ctx.metrics.leader.set(1);
+    tracing::info!(%identity, "leading: reconciling CacheClusters");
+
+    // Stop reconciling on SIGTERM, or as soon as the lease is lost (another replica leads then).
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut watch_leader = leader.clone();
+    tokio::spawn(async move {
+        while watch_leader.changed().await.is_ok() {
+            if !*watch_leader.borrow() {
+                let _ = lost_tx.send(());
+                return;
+            }
+        }
+    });
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_flag = lost.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = signal => tracing::info!("shutting down"),
+            _ = lost_rx => {
+                lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::error!("lost the leader lease; stopping");
+            }
+        }
+    };
+
+    let (cc_api, sts_api, dep_api, cm_api, pod_api) = match &cli.namespace {
+        Some(ns) => (
+            Api::<CacheCluster>::namespaced(client.clone(), ns),
+            Api::<StatefulSet>::namespaced(client.clone(), ns),
+            Api::<Deployment>::namespaced(client.clone(), ns),
+            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            Api::<Pod>::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let managed = watcher::Config::default().labels("app.kubernetes.io/managed-by=shoal-operator");
+    Controller::new(cc_api, watcher::Config::default())
+        .owns(sts_api, managed.clone())
+        .owns(dep_api, managed.clone())
+        .owns(cm_api, managed.clone())
+        // Node pods becoming ready (or not) matter to scaling; they belong to the StatefulSet,
+        // so map them to their CacheCluster by the instance label.
+        .watches(pod_api, managed, |pod: Pod| {
+            let ns = pod.namespace()?;
+            let instance = pod.labels().get("app.kubernetes.io/instance")?.clone();
+            Some(ObjectRef::<CacheCluster>::new(&instance).within(&ns))
+        })
+        .graceful_shutdown_on(stop)
+        .run(controller::reconcile, controller::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+
+    ctx.abort_moves();
+    ctx.metrics.leader.set(0);
+    drop(leader);
+    let _ = lease_task.await; // releases the lease for the next leader
+    let _ = stop_tx.send(true);
+    let _ = ops.await;
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        anyhow::bail!("lost the leader lease");
+    }
+    Ok(())
+}
+
+fn fastrand_id() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    t.subsec_nanos() ^ std::process::id()
+}

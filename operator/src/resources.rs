@@ -1,0 +1,708 @@
+//! Pure builders for everything a `CacheCluster` owns. Each takes the resource and returns the
+//! object the operator applies (server-side apply, owned through a controller reference so that
+//! deleting the CacheCluster garbage-collects it all).
+//!
+//! | Object | Name | Why |
+//! |---|---|---|
+//! | StatefulSet | `<name>-node` | nodes with stable ordinals = topology node ids |
+//! | Service (headless) | `<name>-node` | stable DNS per node (`<name>-node-<i>.<name>-node`) |
+//! | Deployment | `<name>-router` | stateless routers |
+//! | Service | `<name>` | what clients connect to: RESP 6379, HTTP 8080 |
+//! | ConfigMap | `<name>-topology` | the published topology, mounted into nodes and routers |
+//! | PodDisruptionBudget | `<name>-node`, `<name>-router` | never two shards down at once |
+//! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers, nodes and the operator |
+//! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) |
+//!
+//! Nodes and routers read the topology from the mounted ConfigMap and learn newer versions from
+//! each other over gRPC (`moved` replies), so they need no Kubernetes API access at all: their
+//! ServiceAccounts get no Role and no token, which is stricter than a Role to read one ConfigMap.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, GRPCAction, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    SecretKeySelector, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{CacheCluster, StorageKind};
+
+pub const NODE_GRPC_PORT: i32 = 7001;
+pub const NODE_METRICS_PORT: i32 = 9090;
+pub const ROUTER_RESP_PORT: i32 = 6379;
+pub const ROUTER_HTTP_PORT: i32 = 8080;
+/// The key of the topology document in its ConfigMap, and where the ConfigMap is mounted.
+pub const TOPOLOGY_KEY: &str = "topology.json";
+pub const TOPOLOGY_DIR: &str = "/etc/shoal/topology";
+/// The image's non-root user (distroless "nonroot").
+pub const RUN_AS: i64 = 65532;
+/// Label the operator's own pods carry (the NetworkPolicy lets them reach nodes).
+pub const OPERATOR_NAME_LABEL: &str = "shoal-operator";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    Node,
+    Router,
+}
+
+impl Component {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Node => "node",
+            Component::Router => "router",
+        }
+    }
+}
+
+pub fn node_name(cc: &CacheCluster) -> String {
+    format!("{}-node", cc.name_any())
+}
+
+pub fn router_name(cc: &CacheCluster) -> String {
+    format!("{}-router", cc.name_any())
+}
+
+pub fn topology_name(cc: &CacheCluster) -> String {
+    format!("{}-topology", cc.name_any())
+}
+
+/// The labels that select a component's pods: name, instance and component only, so they never
+/// change across upgrades (selectors are immutable).
+pub fn selector_labels(cc: &CacheCluster, c: Component) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "shoal".into()),
+        ("app.kubernetes.io/instance".into(), cc.name_any()),
+        ("app.kubernetes.io/component".into(), c.as_str().into()),
+    ])
+}
+
+/// The node pods' selector as a string (`status.selector`, for the scale subresource and HPAs).
+pub fn node_selector_string(cc: &CacheCluster) -> String {
+    selector_labels(cc, Component::Node).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+pub fn labels(cc: &CacheCluster, c: Option<Component>) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "shoal".into()),
+        ("app.kubernetes.io/instance".into(), cc.name_any()),
+        ("app.kubernetes.io/managed-by".into(), OPERATOR_NAME_LABEL.into()),
+        ("app.kubernetes.io/part-of".into(), "shoal".into()),
+    ]);
+    if let Some(c) = c {
+        l.insert("app.kubernetes.io/component".into(), c.as_str().into());
+    }
+    l
+}
+
+pub fn owner(cc: &CacheCluster) -> OwnerReference {
+    cc.controller_owner_ref(&()).expect("a CacheCluster read from the API has a name and uid")
+}
+
+pub fn meta(cc: &CacheCluster, name: String, c: Option<Component>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: cc.namespace(),
+        labels: Some(labels(cc, c)),
+        owner_references: Some(vec![owner(cc)]),
+        ..Default::default()
+    }
+}
+
+fn selector(cc: &CacheCluster, c: Component) -> LabelSelector {
+    LabelSelector { match_labels: Some(selector_labels(cc, c)), ..Default::default() }
+}
+
+/// Pod-level settings of the restricted Pod Security profile.
+fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// Container-level settings of the restricted profile, with a read-only root filesystem.
+pub fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// Spread a component's pods over nodes and zones when the cluster allows (never blocks
+/// scheduling: a small cluster still gets all its pods).
+fn spread(cc: &CacheCluster, c: Component) -> Vec<TopologySpreadConstraint> {
+    ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+        .into_iter()
+        .map(|key| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(selector(cc, c)),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, port: i32, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(port),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        ..Default::default()
+    }
+}
+
+fn topology_volume(cc: &CacheCluster) -> Volume {
+    Volume {
+        name: "topology".into(),
+        // Optional: the operator publishes the first topology only once the nodes are up.
+        config_map: Some(ConfigMapVolumeSource {
+            name: topology_name(cc),
+            optional: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn topology_mount() -> VolumeMount {
+    VolumeMount {
+        name: "topology".into(),
+        mount_path: TOPOLOGY_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+pub fn topology_file() -> String {
+    format!("{TOPOLOGY_DIR}/{TOPOLOGY_KEY}")
+}
+
+/// The node container's arguments.
+pub fn node_args(cc: &CacheCluster) -> Vec<String> {
+    let s = &cc.spec;
+    let mut args: Vec<String> = [
+        "--listen",
+        &format!("0.0.0.0:{NODE_GRPC_PORT}"),
+        "--metrics-listen",
+        &format!("0.0.0.0:{NODE_METRICS_PORT}"),
+        "--data-dir",
+        "/data",
+        "--snapshot-interval",
+        "300",
+        "--topology-file",
+        &topology_file(),
+        "--maxmemory",
+        &s.maxmemory,
+        "--maxmemory-policy",
+        s.maxmemory_policy.as_str(),
+        "--log-format",
+        "json",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    if let Some(rate) = &s.migrate_rate {
+        args.extend(["--migrate-rate".to_string(), rate.clone()]);
+    }
+    args
+}
+
+pub fn node_statefulset(cc: &CacheCluster, replicas: i32) -> StatefulSet {
+    let s = &cc.spec;
+    let persistent = s.storage.kind == StorageKind::PersistentVolumeClaim;
+    let mut volumes = vec![topology_volume(cc)];
+    if !persistent {
+        volumes.push(Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+    }
+    let container = Container {
+        name: "node".into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: s.image_pull_policy.clone(),
+        command: Some(vec!["shoal-node".into()]),
+        args: Some(node_args(cc)),
+        env: Some(vec![EnvVar {
+            // The pod's ordinal is its id in the topology.
+            name: "SHOAL_NODE_ID".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.labels['apps.kubernetes.io/pod-index']".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(vec![port("grpc", NODE_GRPC_PORT), port("metrics", NODE_METRICS_PORT)]),
+        readiness_probe: Some(Probe {
+            grpc: Some(GRPCAction { port: NODE_GRPC_PORT, service: None }),
+            period_seconds: Some(5),
+            ..Default::default()
+        }),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(10),
+            ..http_probe("/healthz", NODE_METRICS_PORT, 10)
+        }),
+        resources: s.node_resources.clone(),
+        security_context: Some(container_security()),
+        volume_mounts: Some(vec![
+            VolumeMount { name: "data".into(), mount_path: "/data".into(), ..Default::default() },
+            topology_mount(),
+        ]),
+        ..Default::default()
+    };
+    let claims = persistent.then(|| {
+        vec![PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                labels: Some(selector_labels(cc, Component::Node)),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: s.storage.storage_class_name.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".into(),
+                        Quantity(s.storage.size.clone().unwrap_or_else(|| "1Gi".into())),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]
+    });
+    StatefulSet {
+        metadata: meta(cc, node_name(cc), Some(Component::Node)),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(node_name(cc)),
+            // Ordinals still give stable ids; pods need not wait for each other.
+            pod_management_policy: Some("Parallel".into()),
+            selector: selector(cc, Component::Node),
+            // A shard that leaves has had its slots moved away first: its claim holds nothing
+            // anyone needs, and a stale copy must never come back with a later scale-up.
+            persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_scaled: Some("Delete".into()),
+                when_deleted: Some("Delete".into()),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(cc, Some(Component::Node))),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(node_name(cc)),
+                    automount_service_account_token: Some(false),
+                    security_context: Some(pod_security()),
+                    // Time for the final snapshot of every acknowledged write.
+                    termination_grace_period_seconds: Some(60),
+                    topology_spread_constraints: Some(spread(cc, Component::Node)),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..Default::default()
+                }),
+            },
+            volume_claim_templates: claims,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn node_service(cc: &CacheCluster) -> Service {
+    Service {
+        metadata: meta(cc, node_name(cc), Some(Component::Node)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Nodes find each other (migrations) before they report ready.
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(cc, Component::Node)),
+            ports: Some(vec![
+                service_port("grpc", NODE_GRPC_PORT),
+                service_port("metrics", NODE_METRICS_PORT),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn service_port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+pub fn router_deployment(cc: &CacheCluster) -> Deployment {
+    let s = &cc.spec;
+    let mut env = Vec::new();
+    match &s.password_secret_ref {
+        Some(secret) => env.push(EnvVar {
+            name: "SHOAL_REQUIREPASS".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.name.clone(),
+                    key: secret.key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        // Without a password, protected mode would refuse every client outside the pod.
+        None => env.push(EnvVar {
+            name: "SHOAL_PROTECTED_MODE".into(),
+            value: Some("no".into()),
+            ..Default::default()
+        }),
+    }
+    let container = Container {
+        name: "router".into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: s.image_pull_policy.clone(),
+        command: Some(vec!["shoal-router".into()]),
+        args: Some(
+            [
+                "--topology-file",
+                &topology_file(),
+                "--resp",
+                &format!("0.0.0.0:{ROUTER_RESP_PORT}"),
+                "--http",
+                &format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
+                "--log-format",
+                "json",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        ),
+        env: Some(env),
+        ports: Some(vec![port("resp", ROUTER_RESP_PORT), port("http", ROUTER_HTTP_PORT)]),
+        readiness_probe: Some(http_probe("/readyz", ROUTER_HTTP_PORT, 5)),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(10),
+            ..http_probe("/healthz", ROUTER_HTTP_PORT, 10)
+        }),
+        resources: s.router_resources.clone(),
+        security_context: Some(container_security()),
+        volume_mounts: Some(vec![topology_mount()]),
+        ..Default::default()
+    };
+    Deployment {
+        metadata: meta(cc, router_name(cc), Some(Component::Router)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(s.routers),
+            selector: selector(cc, Component::Router),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(cc, Some(Component::Router))),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(router_name(cc)),
+                    automount_service_account_token: Some(false),
+                    security_context: Some(pod_security()),
+                    termination_grace_period_seconds: Some(30),
+                    topology_spread_constraints: Some(spread(cc, Component::Router)),
+                    containers: vec![container],
+                    volumes: Some(vec![topology_volume(cc)]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Service clients use: RESP on 6379, HTTP on 8080.
+pub fn router_service(cc: &CacheCluster) -> Service {
+    Service {
+        metadata: meta(cc, cc.name_any(), Some(Component::Router)),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(cc, Component::Router)),
+            ports: Some(vec![service_port("resp", ROUTER_RESP_PORT), service_port("http", ROUTER_HTTP_PORT)]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn pdb(cc: &CacheCluster, c: Component) -> PodDisruptionBudget {
+    let name = match c {
+        Component::Node => node_name(cc),
+        Component::Router => router_name(cc),
+    };
+    PodDisruptionBudget {
+        metadata: meta(cc, name, Some(c)),
+        spec: Some(PodDisruptionBudgetSpec {
+            // Never two shards (or two routers) voluntarily down at once.
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(selector(cc, c)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Node gRPC only from this cluster's routers and nodes (migrations pull node to node) and from
+/// the operator's pods in any namespace; metrics from anywhere (Prometheus).
+pub fn node_network_policy(cc: &CacheCluster) -> NetworkPolicy {
+    let peer = |c: Component| NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(selector_labels(cc, c)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let operator = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector::default()),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/name".into(),
+                OPERATOR_NAME_LABEL.into(),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let tcp = |p: i32| NetworkPolicyPort {
+        port: Some(IntOrString::Int(p)),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    NetworkPolicy {
+        metadata: meta(cc, node_name(cc), Some(Component::Node)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(selector(cc, Component::Node)),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![
+                NetworkPolicyIngressRule {
+                    from: Some(vec![peer(Component::Router), peer(Component::Node), operator]),
+                    ports: Some(vec![tcp(NODE_GRPC_PORT)]),
+                },
+                NetworkPolicyIngressRule { from: None, ports: Some(vec![tcp(NODE_METRICS_PORT)]) },
+            ]),
+            ..Default::default()
+        }),
+    }
+}
+
+pub fn service_account(cc: &CacheCluster, c: Component) -> ServiceAccount {
+    let name = match c {
+        Component::Node => node_name(cc),
+        Component::Router => router_name(cc),
+    };
+    ServiceAccount {
+        metadata: meta(cc, name, Some(c)),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{CacheClusterSpec, SecretKeyRef, Storage};
+
+    pub fn cluster(spec: serde_json::Value) -> CacheCluster {
+        let mut cc = CacheCluster::new("demo", serde_json::from_value::<CacheClusterSpec>(spec).unwrap());
+        cc.metadata.namespace = Some("shop".into());
+        cc.metadata.uid = Some("0000-1111".into());
+        cc
+    }
+
+    fn pod_spec(t: &PodTemplateSpec) -> &PodSpec {
+        t.spec.as_ref().unwrap()
+    }
+
+    #[test]
+    fn every_pod_meets_the_restricted_profile_and_has_no_api_token() {
+        let cc = cluster(serde_json::json!({"shards": 3}));
+        let sts = node_statefulset(&cc, 3);
+        let dep = router_deployment(&cc);
+        for spec in
+            [pod_spec(&sts.spec.as_ref().unwrap().template), pod_spec(&dep.spec.as_ref().unwrap().template)]
+        {
+            let p = spec.security_context.as_ref().unwrap();
+            assert_eq!((p.run_as_non_root, p.run_as_user), (Some(true), Some(RUN_AS)));
+            assert_eq!(p.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+            assert_eq!(spec.automount_service_account_token, Some(false));
+            for c in &spec.containers {
+                let s = c.security_context.as_ref().unwrap();
+                assert_eq!(s.allow_privilege_escalation, Some(false));
+                assert_eq!(s.read_only_root_filesystem, Some(true));
+                assert_eq!(s.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_string()][..]));
+                assert!(c.security_context.as_ref().unwrap().privileged.is_none());
+            }
+        }
+        for sa in [service_account(&cc, Component::Node), service_account(&cc, Component::Router)] {
+            assert_eq!(sa.automount_service_account_token, Some(false));
+        }
+    }
+
+    #[test]
+    fn selectors_use_name_instance_component_only_and_owner_is_the_cluster() {
+        let cc = cluster(serde_json::json!({"shards": 3}));
+        let sts = node_statefulset(&cc, 3);
+        let sel = sts.spec.as_ref().unwrap().selector.match_labels.clone().unwrap();
+        assert_eq!(
+            sel.keys().collect::<Vec<_>>(),
+            ["app.kubernetes.io/component", "app.kubernetes.io/instance", "app.kubernetes.io/name"]
+        );
+        let pod_labels =
+            sts.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+        assert!(sel.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "the template matches its selector");
+        let owner = &sts.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("CacheCluster", "demo", Some(true))
+        );
+        assert_eq!(
+            node_selector_string(&cc),
+            "app.kubernetes.io/component=node,app.kubernetes.io/instance=demo,app.kubernetes.io/name=shoal"
+        );
+        let svc = router_service(&cc);
+        assert_eq!(svc.metadata.name.as_deref(), Some("demo"));
+        assert_eq!(svc.spec.unwrap().selector.unwrap().get("app.kubernetes.io/component").unwrap(), "router");
+    }
+
+    #[test]
+    fn nodes_get_their_settings_ids_and_storage() {
+        let mut cc = cluster(serde_json::json!({
+            "shards": 3, "maxmemory": "2gb", "maxmemoryPolicy": "allkeys-lru", "migrateRate": "32mb",
+            "storage": {"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "fast"}
+        }));
+        let sts = node_statefulset(&cc, 4);
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(4));
+        let c = &pod_spec(&spec.template).containers[0];
+        let args = c.args.clone().unwrap().join(" ");
+        assert!(args.contains("--maxmemory 2gb --maxmemory-policy allkeys-lru"), "{args}");
+        assert!(
+            args.contains("--migrate-rate 32mb")
+                && args.contains("--topology-file /etc/shoal/topology/topology.json")
+        );
+        let env = &c.env.as_ref().unwrap()[0];
+        assert_eq!(env.name, "SHOAL_NODE_ID");
+        assert!(
+            env.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path.contains("pod-index")
+        );
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        let claim_spec = claim.spec.as_ref().unwrap();
+        assert_eq!(claim_spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(claim_spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0, "5Gi");
+        assert_eq!(
+            spec.persistent_volume_claim_retention_policy.as_ref().unwrap().when_scaled.as_deref(),
+            Some("Delete")
+        );
+        assert!(!pod_spec(&spec.template).volumes.as_ref().unwrap().iter().any(|v| v.name == "data"));
+
+        cc.spec.storage = Storage::default();
+        let sts = node_statefulset(&cc, 3);
+        let spec = sts.spec.as_ref().unwrap();
+        assert!(spec.volume_claim_templates.is_none());
+        assert!(
+            pod_spec(&spec.template)
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|v| v.name == "data" && v.empty_dir.is_some())
+        );
+    }
+
+    #[test]
+    fn routers_take_the_password_from_the_secret_or_open_protected_mode() {
+        let mut cc = cluster(serde_json::json!({"shards": 1, "routers": 3}));
+        let env = |cc: &CacheCluster| {
+            let d = router_deployment(cc);
+            assert_eq!(d.spec.as_ref().unwrap().replicas, Some(cc.spec.routers));
+            pod_spec(&d.spec.unwrap().template).containers[0].env.clone().unwrap()
+        };
+        assert_eq!(env(&cc)[0].name, "SHOAL_PROTECTED_MODE");
+        cc.spec.password_secret_ref = Some(SecretKeyRef { name: "pw".into(), key: "password".into() });
+        let e = &env(&cc)[0];
+        assert_eq!(e.name, "SHOAL_REQUIREPASS");
+        assert_eq!(e.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "pw");
+        assert!(e.value.is_none(), "never the password itself");
+    }
+
+    #[test]
+    fn disruption_budgets_and_network_policy() {
+        let cc = cluster(serde_json::json!({"shards": 3}));
+        let p = pdb(&cc, Component::Node);
+        assert_eq!(p.spec.as_ref().unwrap().max_unavailable, Some(IntOrString::Int(1)));
+        let np = node_network_policy(&cc);
+        let rules = np.spec.as_ref().unwrap().ingress.clone().unwrap();
+        let grpc = &rules[0];
+        assert_eq!(grpc.ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(NODE_GRPC_PORT)));
+        let from = grpc.from.as_ref().unwrap();
+        let components: Vec<Option<String>> = from
+            .iter()
+            .map(|p| {
+                p.pod_selector
+                    .as_ref()
+                    .unwrap()
+                    .match_labels
+                    .as_ref()
+                    .unwrap()
+                    .get("app.kubernetes.io/component")
+                    .cloned()
+            })
+            .collect();
+        assert_eq!(
+            components,
+            [Some("router".into()), Some("node".into()), None],
+            "routers, nodes, operator"
+        );
+        assert!(from[2].namespace_selector.is_some(), "the operator may run in another namespace");
+        assert!(
+            rules[1].from.is_none()
+                && rules[1].ports.as_ref().unwrap()[0].port == Some(IntOrString::Int(NODE_METRICS_PORT))
+        );
+    }
+}

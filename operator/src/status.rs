@@ -1,0 +1,251 @@
+//! The CacheCluster's status from what the reconciler observed and decided (pure).
+//!
+//! Phases: `Pending` (nothing running yet), `Creating` (first nodes starting), `Resharding` (slots
+//! moving, or about to: the wanted shard count differs from the topology), `Degraded` (a node of
+//! the topology is not ready), `Ready`. Conditions `Ready`, `Resharding` and `Degraded` tell the
+//! same story with reasons and messages; a condition keeps its `lastTransitionTime` until its
+//! status changes.
+
+use shoal_coordinator::Progress;
+
+use crate::crd::{CacheClusterStatus, Condition};
+use crate::scaling::{Observed, Step};
+
+/// Everything that goes into one status.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    pub generation: Option<i64>,
+    pub previous: Option<&'a CacheClusterStatus>,
+    pub observed: &'a Observed,
+    pub step: &'a Step,
+    /// Progress of the running move, if any.
+    pub progress: Option<&'a Progress>,
+    /// Why the last move failed, if it did (it is retried).
+    pub last_error: Option<&'a str>,
+    /// Whether the running background task moves slots (not just offering a topology).
+    pub resharding_task: bool,
+    pub selector: String,
+    /// RFC 3339 "now".
+    pub now: String,
+}
+
+pub fn compute(i: &Inputs) -> CacheClusterStatus {
+    let o = i.observed;
+    let t = o.topology.as_ref();
+    let topology_nodes: Vec<u32> = t.map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
+    let not_ready: Vec<u32> = topology_nodes.iter().copied().filter(|id| !o.ready.contains_key(id)).collect();
+    let resharding = i.resharding_task
+        || t.is_some_and(|t| !t.migrations.is_empty() || t.nodes.len() as u32 != o.desired.max(1))
+        || matches!(i.step, Step::Reshard(_) | Step::Resume);
+    let phase = match (t, o.statefulset) {
+        (None, None) => "Pending",
+        (None, Some(_)) => "Creating",
+        (Some(_), _) if resharding => "Resharding",
+        (Some(_), _) if !not_ready.is_empty() => "Degraded",
+        (Some(_), _) if matches!(i.step, Step::Settled) => "Ready",
+        // Shrinking the StatefulSet after a scale-down's move.
+        (Some(_), _) if matches!(i.step, Step::ScaleNodes(_)) => "Resharding",
+        // The first topology is being offered to the nodes.
+        (Some(_), _) => "Creating",
+    };
+
+    let ready_msg = match phase {
+        "Ready" => {
+            format!("{} shards serving topology version {}", topology_nodes.len(), t.map_or(0, |t| t.version))
+        }
+        _ => match i.step {
+            Step::Wait(why) => why.clone(),
+            other => format!("{other:?}").split('(').next().unwrap_or_default().to_string(),
+        },
+    };
+    let reshard_msg = match (i.progress, t) {
+        (Some(p), _) if p.migrations > 0 => format!(
+            "topology version {}: {}/{} slots moved ({} keys, {:.1} MB), {}/{} migrations done",
+            p.version,
+            p.slots_done,
+            p.slots_total,
+            p.keys_moved,
+            p.bytes_moved as f64 / 1e6,
+            p.migrations_done,
+            p.migrations
+        ),
+        _ if resharding => format!("from {} to {} shards", t.map_or(0, |t| t.nodes.len()), o.desired.max(1)),
+        _ => "no slots are moving".into(),
+    };
+    let reshard_msg = match i.last_error {
+        Some(e) => format!("{reshard_msg}; last attempt failed (retrying): {e}"),
+        None => reshard_msg,
+    };
+    let conditions = vec![
+        condition(i, "Ready", phase == "Ready", if phase == "Ready" { "Serving" } else { phase }, ready_msg),
+        condition(
+            i,
+            "Resharding",
+            resharding,
+            if i.last_error.is_some() {
+                "MoveFailed"
+            } else if resharding {
+                "SlotsMoving"
+            } else {
+                "Settled"
+            },
+            reshard_msg,
+        ),
+        condition(
+            i,
+            "Degraded",
+            !not_ready.is_empty(),
+            if not_ready.is_empty() { "AllNodesReady" } else { "NodesNotReady" },
+            if not_ready.is_empty() {
+                "every node of the topology is ready".into()
+            } else {
+                format!("node pods {not_ready:?} of the topology are not ready")
+            },
+        ),
+    ];
+    CacheClusterStatus {
+        shards: topology_nodes.len() as i32,
+        ready_shards: o.ready.len() as i32,
+        selector: i.selector.clone(),
+        topology_version: t.map_or(0, |t| t.version as i64),
+        phase: phase.into(),
+        observed_generation: i.generation,
+        conditions,
+    }
+}
+
+fn condition(i: &Inputs, type_: &str, on: bool, reason: &str, message: String) -> Condition {
+    let status = if on { "True" } else { "False" };
+    let since = i
+        .previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
+        .map_or_else(|| i.now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: since,
+        observed_generation: i.generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shoal_wire::Topology;
+
+    use super::*;
+
+    fn observed(desired: u32, ready: u32, topo: Option<u32>) -> Observed {
+        Observed {
+            desired,
+            statefulset: Some(desired.max(topo.unwrap_or(0))),
+            ready: (0..ready).map(|i| (i, format!("a{i}"))).collect::<BTreeMap<_, _>>(),
+            topology: topo.map(|n| Topology::even(&(0..n).map(|i| format!("a{i}")).collect::<Vec<_>>())),
+            moving: false,
+        }
+    }
+
+    fn inputs<'a>(o: &'a Observed, step: &'a Step, previous: Option<&'a CacheClusterStatus>) -> Inputs<'a> {
+        Inputs {
+            generation: Some(4),
+            previous,
+            observed: o,
+            step,
+            progress: None,
+            last_error: None,
+            resharding_task: false,
+            selector: "s".into(),
+            now: "2026-11-21T10:00:00Z".into(),
+        }
+    }
+
+    fn cond<'a>(s: &'a CacheClusterStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn ready_when_settled_and_every_node_is_up() {
+        let o = observed(3, 3, Some(3));
+        let s = compute(&inputs(&o, &Step::Settled, None));
+        assert_eq!((s.phase.as_str(), s.shards, s.ready_shards, s.topology_version), ("Ready", 3, 3, 1));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "Resharding").status, "False");
+        assert_eq!(cond(&s, "Degraded").status, "False");
+        assert_eq!(cond(&s, "Ready").observed_generation, Some(4));
+    }
+
+    #[test]
+    fn scaling_shows_resharding_with_progress_then_ready() {
+        let mut o = observed(5, 5, Some(3));
+        o.moving = true;
+        let resharding_task = true;
+        let p = Progress {
+            version: 2,
+            migrations: 3,
+            migrations_done: 1,
+            slots_total: 6554,
+            slots_done: 2000,
+            keys_moved: 12345,
+            bytes_moved: 2_000_000,
+            ..Default::default()
+        };
+        let step = Step::Wait("resharding".into());
+        let mut i = inputs(&o, &step, None);
+        i.progress = Some(&p);
+        i.resharding_task = resharding_task;
+        let s = compute(&i);
+        assert_eq!(s.phase, "Resharding");
+        assert_eq!(cond(&s, "Ready").status, "False");
+        let r = cond(&s, "Resharding");
+        assert_eq!((r.status.as_str(), r.reason.as_str()), ("True", "SlotsMoving"));
+        assert!(r.message.contains("2000/6554 slots moved (12345 keys"), "{}", r.message);
+
+        // Later: done; the Resharding condition flips and records when.
+        let done = observed(5, 5, Some(5));
+        let mut later = inputs(&done, &Step::Settled, Some(&s));
+        later.now = "2026-11-21T10:05:00Z".into();
+        let s2 = compute(&later);
+        assert_eq!(s2.phase, "Ready");
+        assert_eq!(cond(&s2, "Resharding").last_transition_time, "2026-11-21T10:05:00Z");
+        assert_eq!(cond(&s2, "Degraded").last_transition_time, "2026-11-21T10:00:00Z", "unchanged: kept");
+    }
+
+    #[test]
+    fn a_node_down_is_degraded_and_a_failure_is_reported() {
+        let o = observed(3, 2, Some(3));
+        let step = Step::Wait("waiting for node pods [2] to be ready".into());
+        let mut i = inputs(&o, &step, None);
+        i.last_error = Some("node 2 unreachable");
+        let s = compute(&i);
+        assert_eq!(s.phase, "Degraded");
+        let d = cond(&s, "Degraded");
+        assert_eq!(
+            (d.status.as_str(), d.message.as_str()),
+            ("True", "node pods [2] of the topology are not ready")
+        );
+        assert_eq!(cond(&s, "Resharding").reason, "MoveFailed");
+        assert!(cond(&s, "Ready").message.contains("waiting for node pods [2]"));
+    }
+
+    #[test]
+    fn offering_the_first_topology_is_still_creating() {
+        let mut o = observed(3, 3, Some(3));
+        o.moving = true;
+        let s = compute(&inputs(&o, &Step::Wait("resharding".into()), None));
+        assert_eq!(s.phase, "Creating");
+        assert_eq!(cond(&s, "Resharding").status, "False");
+    }
+
+    #[test]
+    fn before_a_topology_exists() {
+        let mut o = observed(3, 0, None);
+        o.statefulset = None;
+        assert_eq!(compute(&inputs(&o, &Step::ScaleNodes(3), None)).phase, "Pending");
+        o.statefulset = Some(3);
+        let s = compute(&inputs(&o, &Step::Wait("waiting".into()), None));
+        assert_eq!((s.phase.as_str(), s.shards), ("Creating", 0));
+    }
+}
