@@ -3,6 +3,9 @@
 // k6's built-in `k6/experimental/redis` (the one that works offline; `k6/x/redis` would try to
 // download a k6 build) emits no metrics of its own, so every command goes through call(), which
 // records `resp_cmd_duration` and `resp_failed`, both tagged with the command name.
+// k6 prints a deprecation warning for this module at start; expected (see above).
+// Its dialer is TCP only (a unix:// SHOAL_ADDR fails with "missing port"): loadtest/compare
+// measures the Unix socket with redis-benchmark instead.
 // Caveat: the k6 JS runtime has no sub-millisecond clock (no performance.now()), so these
 // durations have 1 ms resolution; the thresholds built on them are in whole milliseconds.
 import redis from 'k6/experimental/redis';
