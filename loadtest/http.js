@@ -73,10 +73,11 @@ const thresholds = {
   // with the wrong value is broken.
   checks: ['rate>0.999'],
 };
-for (const name of chosen) {
-  // p99 per scenario: single-key routes and _mget are one or a few gRPC round trips on
-  // loopback; SLO_P99_MS (default 20 ms) leaves room for a noisy 2-core machine while still
-  // catching a stalled node link or a lock convoy.
+for (const name of chosen.filter((n) => n === 'crud' || n === 'mget')) {
+  // p99 per open-model scenario: single-key routes and _mget are one or a few gRPC round trips
+  // on loopback; SLO_P99_MS (default 20 ms) leaves room for a noisy 2-core machine while still
+  // catching a stalled node link or a lock convoy. (put and get saturate the cluster on purpose,
+  // a closed model whose latency is just VUs / throughput: they are held to zero errors only.)
   thresholds[`http_req_duration{scenario:${name}}`] = [`p(99)<${name === 'mget' ? 2 * SLO_P99_MS : SLO_P99_MS}`];
 }
 if (chosen.includes('crud') || chosen.includes('mget')) {
@@ -94,8 +95,8 @@ export const options = {
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 const RAW_HEADERS = { 'Content-Type': 'application/octet-stream' };
 
-// Per request: which statuses count as success for http_req_failed, and a `route` tag (the
-// name tag keeps one metric series per route instead of one per key).
+// Per request: which statuses count as success for http_req_failed, and a `name` tag holding
+// the route (one metric series per route instead of one per key).
 function params(route, ...ok) {
   return {
     tags: { name: route },
