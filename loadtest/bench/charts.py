@@ -92,8 +92,7 @@ def main():
         body = (f"From the redis-benchmark run in the throughput section ({data['machine']}).\n\n"
                 f"![Throughput by pipeline depth]({rel}/throughput.png)\n\n"
                 f"![p99 latency by pipeline depth]({rel}/p99.png)\n")
-        common.replace_section(common.DOCS, "charts", body)
-        common.say(f"updated {common.DOCS}")
+        common.write_docs("charts", body)
 
 
 if __name__ == "__main__":

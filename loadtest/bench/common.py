@@ -171,3 +171,9 @@ def replace_section(path, name, body):
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def write_docs(name, body):
+    """Replaces section `name` of the report (DOCS) with `body` and says so."""
+    replace_section(DOCS, name, body)
+    say(f"updated {DOCS}")

@@ -90,8 +90,7 @@ def main():
                 f"-e ITERATIONS={args.requests} -e VALUE_SIZE=SIZE loadtest/http.js; median of {args.rounds} "
                 f"interleaved rounds; CPU-s per 1M: the router process, nodes included, per million requests).\n\n"
                 f"{table}\n")
-        common.replace_section(common.DOCS, "http", body)
-        common.say(f"updated {common.DOCS}")
+        common.write_docs("http", body)
 
 
 if __name__ == "__main__":

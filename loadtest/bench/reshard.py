@@ -125,8 +125,7 @@ def main():
                 f"receiving node measured it. Client columns: median of the bursts run entirely during the migration "
                 f"vs median of {args.steady_bursts} bursts before it (floor: >= 0.5x throughput, <= 3x p99).\n\n"
                 f"{table}\n")
-        common.replace_section(common.DOCS, "resharding", body)
-        common.say(f"updated {common.DOCS}")
+        common.write_docs("resharding", body)
 
 
 if __name__ == "__main__":

@@ -218,8 +218,7 @@ def main():
         body = (f"Machine: {common.machine()}. Command: `{cmd}` (median of {args.rounds} restarts; "
                 f"redis-benchmark -c 50 -r {args.load_keys} -n {args.requests} through a router with 3 nodes).\n\n"
                 f"Restart to first read:\n\n{restart}\n\nGET/SET while snapshots are written:\n\n{load}\n\n{rss}\n")
-        common.replace_section(common.DOCS, "snapshots", body)
-        common.say(f"updated {common.DOCS}")
+        common.write_docs("snapshots", body)
 
 
 if __name__ == "__main__":

@@ -180,8 +180,7 @@ def main():
                 f"rounds). CPU-s per 1M: user + system CPU seconds of the target's server processes (all of "
                 f"them: for twemproxy the proxy and its three redis-servers, proxy share in parentheses) per "
                 f"million requests.\n\n{table}\n")
-        common.replace_section(common.DOCS, "throughput", body)
-        common.say(f"updated {common.DOCS}")
+        common.write_docs("throughput", body)
 
 
 if __name__ == "__main__":
