@@ -16,6 +16,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+# The report the scripts' --write-docs updates. loadtest/compare --quick points this at a scratch
+# copy, so a quick run never puts its (meaningless) numbers into docs/benchmarks.md.
+DOCS = Path(os.environ.get("SHOAL_BENCH_DOCS") or REPO / "docs/benchmarks.md")
 _procs = []
 
 
@@ -56,6 +59,17 @@ def start(name, argv, env=None):
     p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     _procs.append(p)
     return p
+
+
+def start_shoal(router_bin, name, extra=(), unix_socket=None):
+    """A router with 3 embedded nodes on free loopback ports; returns (process, resp_port, http_port)."""
+    resp, http = free_port(), free_port()
+    argv = [str(router_bin), "--embedded-nodes", "3", "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}"]
+    if unix_socket:
+        argv += ["--unix-socket", str(unix_socket)]
+    p = start(name, argv + list(extra))
+    wait_port(resp)
+    return p, resp, http
 
 
 def stop_all():
@@ -102,6 +116,30 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / tick
 
 
+def cpu_total(pids):
+    """CPU seconds used so far by all of `pids` together."""
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+class Progress:
+    """A progress line per step of a long run: `[7/96, 1m05s elapsed, ~14m left] label`."""
+
+    def __init__(self, total):
+        self.total, self.done, self.t0 = total, 0, time.time()
+
+    def step(self, label):
+        self.done += 1
+        elapsed = time.time() - self.t0
+        left = elapsed / (self.done - 1) * (self.total - self.done + 1) if self.done > 1 else None
+        eta = f", ~{_mmss(left)} left" if left is not None else ""
+        say(f"[{self.done}/{self.total}, {_mmss(elapsed)} elapsed{eta}] {label}")
+
+
+def _mmss(secs):
+    m, s = divmod(int(secs), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
 def redis_server(port, extra=()):
     need("redis-server", "run .ci/tools/install apt")
     p = start(f"redis-{port}", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
@@ -133,3 +171,9 @@ def replace_section(path, name, body):
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def write_docs(name, body):
+    """Replaces section `name` of the report (DOCS) with `body` and says so."""
+    replace_section(DOCS, name, body)
+    say(f"updated {DOCS}")

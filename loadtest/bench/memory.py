@@ -79,8 +79,7 @@ def main():
     if args.write_docs:
         body = (f"Machine: {common.machine()}. Command: `python3 loadtest/bench/memory.py --keys {n} --write-docs` "
                 f"({n:,} keys, 16-byte keys, 32-byte values).\n\n{table}\n")
-        common.replace_section(common.REPO / "docs/benchmarks.md", "memory", body)
-        common.say("updated docs/benchmarks.md")
+        common.write_docs("memory", body)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,8 @@ def main():
     table = "\n".join(rows + ([""] if notes else []) + notes)
     print(table)
     if args.write_docs:
-        cmd = f"python3 loadtest/bench/reshard.py --keys {args.keys} --rates {args.rates} --write-docs"
+        cmd = (f"python3 loadtest/bench/reshard.py --keys {args.keys} --rates {args.rates} --burst {args.burst} "
+               f"--steady-bursts {args.steady_bursts} --write-docs")
         body = (f"Machine: {common.machine()}. Command: `{cmd}`. Per run: three shoal-node processes (1 thread "
                 f"each) holding {args.keys:,} keys (16-byte keys, 100-byte values) grow to four with `shoal-router "
                 f"reshard`, which moves a quarter of them; one router (1 thread); redis-benchmark -c 50 -r {args.keys} "
@@ -124,8 +125,7 @@ def main():
                 f"receiving node measured it. Client columns: median of the bursts run entirely during the migration "
                 f"vs median of {args.steady_bursts} bursts before it (floor: >= 0.5x throughput, <= 3x p99).\n\n"
                 f"{table}\n")
-        common.replace_section(common.REPO / "docs/benchmarks.md", "resharding", body)
-        common.say("updated docs/benchmarks.md")
+        common.write_docs("resharding", body)
 
 
 if __name__ == "__main__":

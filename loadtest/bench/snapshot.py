@@ -213,12 +213,12 @@ def main():
 
     print(restart, load, rss, sep="\n\n")
     if args.write_docs:
-        cmd = f"python3 loadtest/bench/snapshot.py --sizes {args.sizes} --rounds {args.rounds} --write-docs"
+        cmd = (f"python3 loadtest/bench/snapshot.py --sizes {args.sizes} --rounds {args.rounds} "
+               f"--load-keys {args.load_keys} --requests {args.requests} --write-docs")
         body = (f"Machine: {common.machine()}. Command: `{cmd}` (median of {args.rounds} restarts; "
                 f"redis-benchmark -c 50 -r {args.load_keys} -n {args.requests} through a router with 3 nodes).\n\n"
                 f"Restart to first read:\n\n{restart}\n\nGET/SET while snapshots are written:\n\n{load}\n\n{rss}\n")
-        common.replace_section(common.REPO / "docs/benchmarks.md", "snapshots", body)
-        common.say("updated docs/benchmarks.md")
+        common.write_docs("snapshots", body)
 
 
 if __name__ == "__main__":

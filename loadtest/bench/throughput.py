@@ -1,16 +1,20 @@
 """redis-benchmark SET/GET, side by side in one run: Shoal (router + 3 nodes), one redis-server,
-and twemproxy in front of 3 redis-servers.
+and twemproxy in front of 3 redis-servers; over TCP and a Unix socket, at several pipeline depths
+and value sizes, with the CPU time each server's processes spent per million operations.
 
-    python3 loadtest/bench/throughput.py [--rounds 3] [--requests 200000] [--write-docs]
+    python3 loadtest/bench/throughput.py [--rounds 3] [--requests 200000] [--pipelines 1,16,64]
+        [--sizes 32,4096] [--transports tcp,unix] [--json FILE] [--write-docs]
 
-Each (target, pipeline depth) pair is measured `rounds` times, interleaved across targets so
-machine noise hits them alike; the median run is reported. Ratios compare targets within this
-run only.
+Each (target, transport, value size, pipeline depth, command) cell is measured `rounds` times,
+interleaved across targets so machine noise hits them alike; the median run is reported. Deeper
+pipelines get proportionally more requests (requests x ceil(sqrt(P))) so every run lasts long
+enough for its CPU time to be measured (values over 1 KiB get a quarter). Ratios compare targets within this run only.
 """
 import argparse
 import csv
 import io
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -18,100 +22,165 @@ import sys
 import common
 
 CLIENTS = 50
-KEYSPACE = 100_000
+TESTS = ("SET", "GET")
 
 
-def bench(port, pipeline, requests):
+def keyspace(size):
+    """Random keys per run: 100k small values, 10k of 4 KiB (so the data set stays ~40 MB per target)."""
+    return 100_000 if size <= 1024 else 10_000
+
+
+def requests_at(base, pipeline, size):
+    """Requests per run: deeper pipelines get more (ceil(sqrt(P)) x) so each run lasts long enough
+    to measure its CPU time; 4 KiB values a quarter (they are byte-bound and slower per request)."""
+    n = base * math.ceil(math.sqrt(pipeline))
+    return n if size <= 1024 else n // 4
+
+
+def bench(addr, test, pipeline, size, requests):
+    """One redis-benchmark run of `test` against addr (("tcp", port) or ("unix", path))."""
+    where = ["-h", "127.0.0.1", "-p", str(addr[1])] if addr[0] == "tcp" else ["-s", str(addr[1])]
     out = subprocess.run(
-        ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", "set,get", "-c", str(CLIENTS),
-         "-r", str(KEYSPACE), "-n", str(requests), "-P", str(pipeline), "--csv"],
+        ["redis-benchmark", *where, "-t", test.lower(), "-c", str(CLIENTS), "-r", str(keyspace(size)),
+         "-n", str(requests), "-P", str(pipeline), "-d", str(size), "--csv"],
         capture_output=True, text=True, timeout=600, check=True).stdout
-    rows = {}
     for row in csv.DictReader(io.StringIO(out)):
-        rows[row["test"]] = {"rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]),
-                             "p99": float(row["p99_latency_ms"])}
-    return rows
+        if row["test"] == test:
+            return {"rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]),
+                    "p99": float(row["p99_latency_ms"])}
+    sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
+
+
+def start_targets(router_bin):
+    """Starts every target; returns {name: {"tcp": port, "unix": path, "procs": {group: [pid]}}}."""
+    targets = {}
+    port, sock = common.free_port(), common.WORK / "redis.sock"
+    p = common.redis_server(port, ["--unixsocket", str(sock), "--unixsocketperm", "700"])
+    targets["redis-server"] = {"tcp": port, "unix": sock, "procs": {"redis-server": [p.pid]}}
+
+    backends = [common.free_port() for _ in range(3)]
+    pids = [common.redis_server(b).pid for b in backends]
+    tw, tw_sock = common.free_port(), common.WORK / "nutcracker.sock"
+    servers = "".join(f"   - 127.0.0.1:{b}:1\n" for b in backends)
+    pool = ("  hash: fnv1a_64\n  distribution: ketama\n  redis: true\n  auto_eject_hosts: false\n"
+            f"  servers:\n{servers}")
+    # Two pools over the same three backends: one listens on TCP, one on a Unix socket.
+    conf = common.WORK / "nutcracker.yml"
+    conf.write_text(f"bench_tcp:\n  listen: 127.0.0.1:{tw}\n{pool}bench_unix:\n  listen: {tw_sock} 0600\n{pool}")
+    nc = common.start("nutcracker", ["nutcracker", "-c", str(conf), "-s", str(common.free_port())])
+    common.wait_port(tw)
+    targets["twemproxy (3 redis)"] = {"tcp": tw, "unix": tw_sock,
+                                      "procs": {"nutcracker": [nc.pid], "3 redis-servers": pids}}
+
+    # Shoal: the router with one worker thread (like redis-server's single thread, leaving the
+    # other cores to redis-benchmark), and with its default thread count. Nodes are embedded, so
+    # the one process is the whole cluster.
+    for label, extra in [("shoal (3 nodes, 1 thread)", ["--threads", "1"]), ("shoal (3 nodes, default threads)", [])]:
+        sock = common.WORK / f"shoal-{len(targets)}.sock"
+        p, resp, _ = common.start_shoal(router_bin, f"shoal-{len(targets)}", extra, unix_socket=sock)
+        targets[label] = {"tcp": resp, "unix": sock, "procs": {"shoal-router (+3 embedded nodes)": [p.pid]}}
+    return targets
+
+
+def fmt_cpu(cell):
+    """CPU-seconds per 1M ops; for a proxy, the proxy's own share in parentheses."""
+    text = f"{cell['cpu']:.2f}"
+    if "nutcracker" in cell["cpu_groups"]:
+        text += f" (proxy {cell['cpu_groups']['nutcracker']:.2f})"
+    return text
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=200_000)
-    ap.add_argument("--pipelines", default="1,16")
-    ap.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    ap.add_argument("--json", help="also write raw results here")
+    ap.add_argument("--requests", type=int, default=200_000, help="requests per run at P=1")
+    ap.add_argument("--pipelines", default="1,16,64")
+    ap.add_argument("--sizes", default="32,4096", help="value sizes in bytes (redis-benchmark -d)")
+    ap.add_argument("--transports", default="tcp,unix")
+    ap.add_argument("--write-docs", action="store_true", help=f"update {common.DOCS}")
+    ap.add_argument("--json", help="also write raw results here (loadtest/bench/charts.py reads them)")
     args = ap.parse_args()
     common.need("redis-benchmark", "run .ci/tools/install apt")
     common.need("nutcracker", "run .ci/tools/install apt")
-    node_bin, router_bin = common.binaries()
-
-    targets = {}
-    port = common.free_port()
-    common.redis_server(port)
-    targets["redis-server"] = port
-
-    backends = [common.free_port() for _ in range(3)]
-    for b in backends:
-        common.redis_server(b)
-    tw = common.free_port()
-    conf = common.WORK / "nutcracker.yml"
-    conf.write_text(
-        "bench:\n  listen: 127.0.0.1:%d\n  hash: fnv1a_64\n  distribution: ketama\n  redis: true\n"
-        "  auto_eject_hosts: false\n  servers:\n%s" % (tw, "".join(f"   - 127.0.0.1:{b}:1\n" for b in backends)))
-    common.start("nutcracker", ["nutcracker", "-c", str(conf), "-s", str(common.free_port())])
-    common.wait_port(tw)
-    targets["twemproxy (3 redis)"] = tw
-
-    # Shoal: the router with one worker thread (like redis-server's single thread, leaving the
-    # other cores to redis-benchmark), and with its default thread count.
-    for label, extra in [("shoal (3 nodes, 1 thread)", ["--threads", "1"]), ("shoal (3 nodes, default threads)", [])]:
-        p = common.free_port()
-        common.start(label.split()[0] + str(p), [str(router_bin), "--embedded-nodes", "3", "--resp", f"127.0.0.1:{p}",
-                                                 "--http", f"127.0.0.1:{common.free_port()}", *extra])
-        common.wait_port(p)
-        targets[label] = p
-
+    _, router_bin = common.binaries()
     pipelines = [int(x) for x in args.pipelines.split(",")]
-    runs = {(t, pl): [] for t in targets for pl in pipelines}
-    total = len(runs) * args.rounds
-    done = 0
+    sizes = [int(x) for x in args.sizes.split(",")]
+    transports = args.transports.split(",")
+    if not set(transports) <= {"tcp", "unix"}:
+        sys.exit("[bench] --transports: tcp and/or unix")
+
+    targets = start_targets(router_bin)
+    cells = [(t, tr, sz, pl) for tr in transports for sz in sizes for pl in pipelines for t in targets]
+    runs = {(c, test): [] for c in cells for test in TESTS}
+    progress = common.Progress(len(cells) * args.rounds)
     for r in range(args.rounds):
-        for pl in pipelines:
-            for name, p in targets.items():
-                done += 1
-                common.say(f"[{done}/{total}] round {r + 1}: {name} P={pl}")
-                runs[(name, pl)].append(bench(p, pl, args.requests))
+        for cell in cells:
+            name, tr, size, pl = cell
+            progress.step(f"round {r + 1}: {name} {tr} {size} B P={pl}")
+            target, n = targets[name], requests_at(args.requests, pl, size)
+            for test in TESTS:  # SET first: GET then reads the values just written
+                before = {g: common.cpu_total(ps) for g, ps in target["procs"].items()}
+                result = bench((tr, target[tr]), test, pl, size, n)
+                per_m = {g: (common.cpu_total(ps) - before[g]) / n * 1e6 for g, ps in target["procs"].items()}
+                result["cpu_groups"] = per_m
+                result["cpu"] = sum(per_m.values())
+                runs[(cell, test)].append(result)
 
-    def median(name, pl, test, field):
-        return statistics.median(run[test][field] for run in runs[(name, pl)])
+    # Medians per cell and command.
+    results = []
+    for cell in cells:
+        for test in TESTS:
+            rs = runs[(cell, test)]
+            med = {f: statistics.median(x[f] for x in rs) for f in ("rps", "p50", "p99", "cpu")}
+            med["cpu_groups"] = {g: statistics.median(x["cpu_groups"][g] for x in rs) for g in rs[0]["cpu_groups"]}
+            name, tr, size, pl = cell
+            results.append({"target": name, "transport": tr, "size": size, "pipeline": pl, "test": test, **med})
+    at = {(x["target"], x["transport"], x["size"], x["pipeline"], x["test"]): x for x in results}
 
-    lines = ["| target | P | SET req/s | SET p99 ms | GET req/s | GET p99 ms |", "|---|---|---|---|---|---|"]
-    results = {}
-    for pl in pipelines:
-        for name in targets:
-            row = {t: {f: median(name, pl, t, f) for f in ("rps", "p50", "p99")} for t in ("SET", "GET")}
-            results[f"{name} P={pl}"] = row
-            lines.append(f"| {name} | {pl} | {row['SET']['rps']:,.0f} | {row['SET']['p99']:.3f} | "
-                         f"{row['GET']['rps']:,.0f} | {row['GET']['p99']:.3f} |")
-    lines += ["", "| ratio (throughput, same run) | P | SET | GET |", "|---|---|---|---|"]
-    ratios = {}
-    for pl in pipelines:
-        for shoal in [t for t in targets if t.startswith("shoal")]:
-            for base in ("redis-server", "twemproxy (3 redis)"):
-                s, g = (results[f"{shoal} P={pl}"][t]["rps"] / results[f"{base} P={pl}"][t]["rps"] for t in ("SET", "GET"))
-                ratios[f"{shoal} / {base} P={pl}"] = (s, g)
-                lines.append(f"| {shoal} / {base} | {pl} | {s:.2f}x | {g:.2f}x |")
-    table = "\n".join(lines)
+    blocks = []
+    for tr in transports:
+        for size in sizes:
+            lines = [f"#### {'TCP' if tr == 'tcp' else 'Unix socket'}, {size:,}-byte values (-r {keyspace(size):,})", "",
+                     "| target | P | SET req/s | SET p99 ms | GET req/s | GET p99 ms | CPU-s per 1M SET | CPU-s per 1M GET |",
+                     "|---|---|---|---|---|---|---|---|"]
+            for pl in pipelines:
+                for name in targets:
+                    s, g = at[(name, tr, size, pl, "SET")], at[(name, tr, size, pl, "GET")]
+                    lines.append(f"| {name} | {pl} | {s['rps']:,.0f} | {s['p99']:.3f} | {g['rps']:,.0f} | {g['p99']:.3f} | "
+                                 f"{fmt_cpu(s)} | {fmt_cpu(g)} |")
+            blocks.append("\n".join(lines))
+
+    shoals = [t for t in targets if t.startswith("shoal")]
+    bases = ("redis-server", "twemproxy (3 redis)")
+    head = " | ".join(f"shoal {s.split(', ')[1].rstrip(')')} / {b.split(' ')[0]}" for s in shoals for b in bases)
+    lines = ["#### Shoal's throughput relative to the others (SET / GET, same run)", "",
+             f"| transport | value | P | {head} |", "|---|---|---|" + "---|" * (len(shoals) * len(bases))]
+    for tr in transports:
+        for size in sizes:
+            for pl in pipelines:
+                row = []
+                for s in shoals:
+                    for b in bases:
+                        row.append(" / ".join(f"{at[(s, tr, size, pl, t)]['rps'] / at[(b, tr, size, pl, t)]['rps']:.2f}x"
+                                              for t in TESTS))
+                lines.append(f"| {tr} | {size:,} B | {pl} | " + " | ".join(row) + " |")
+    blocks.append("\n".join(lines))
+    table = "\n\n".join(blocks)
     print(table)
+
+    cmd = (f"python3 loadtest/bench/throughput.py --rounds {args.rounds} --requests {args.requests} "
+           f"--pipelines {args.pipelines} --sizes {args.sizes} --transports {args.transports} --write-docs")
+    machine = common.machine()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "ratios": {k: list(v) for k, v in ratios.items()}}, f, indent=2)
+            json.dump({"machine": machine, "command": cmd, "targets": list(targets), "results": results}, f, indent=2)
     if args.write_docs:
-        cmd = f"python3 loadtest/bench/throughput.py --rounds {args.rounds} --requests {args.requests} --write-docs"
-        body = (f"Machine: {common.machine()}. Command: `{cmd}` (redis-benchmark -c {CLIENTS} -r {KEYSPACE} "
-                f"-n {args.requests}, median of {args.rounds} interleaved rounds).\n\n{table}\n")
-        common.replace_section(common.REPO / "docs/benchmarks.md", "throughput", body)
-        common.say("updated docs/benchmarks.md")
+        body = (f"Machine: {machine}. Command: `{cmd}` (redis-benchmark -c {CLIENTS} -t set|get -d SIZE -r KEYS "
+                f"-n {args.requests} x ceil(sqrt(P)) (a quarter of that for 4 KiB) -P P, over -h/-p or -s; median of {args.rounds} interleaved "
+                f"rounds). CPU-s per 1M: user + system CPU seconds of the target's server processes (all of "
+                f"them: for twemproxy the proxy and its three redis-servers, proxy share in parentheses) per "
+                f"million requests.\n\n{table}\n")
+        common.write_docs("throughput", body)
 
 
 if __name__ == "__main__":
