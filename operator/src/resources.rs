@@ -10,7 +10,7 @@
 //! | Service | `<name>` | what clients connect to: RESP 6379, HTTP 8080 |
 //! | ConfigMap | `<name>-topology` | the published topology, mounted into nodes and routers |
 //! | PodDisruptionBudget | `<name>-node`, `<name>-router` | never two shards down at once |
-//! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers, nodes and the operator |
+//! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers (sidecars too), nodes and the operator |
 //! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) |
 //!
 //! Nodes and routers read the topology from the mounted ConfigMap and learn newer versions from
@@ -51,6 +51,9 @@ pub const TOPOLOGY_DIR: &str = "/etc/shoal/topology";
 pub const RUN_AS: i64 = 65532;
 /// Label the operator's own pods carry (the NetworkPolicy lets them reach nodes).
 pub const OPERATOR_NAME_LABEL: &str = "shoal-operator";
+/// Label (value: the CacheCluster's name) of application pods that run a router as a sidecar;
+/// the NetworkPolicy lets them reach the nodes.
+pub const SIDECAR_LABEL: &str = "shoal.dev/router-of";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Component {
@@ -509,6 +512,14 @@ pub fn node_network_policy(cc: &CacheCluster) -> NetworkPolicy {
         }),
         ..Default::default()
     };
+    // Application pods running a router as a sidecar (see charts/shoal/examples/sidecar.yaml).
+    let sidecars = NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(SIDECAR_LABEL.into(), cc.name_any())])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let tcp = |p: i32| NetworkPolicyPort {
         port: Some(IntOrString::Int(p)),
         protocol: Some("TCP".into()),
@@ -521,7 +532,7 @@ pub fn node_network_policy(cc: &CacheCluster) -> NetworkPolicy {
             policy_types: Some(vec!["Ingress".into()]),
             ingress: Some(vec![
                 NetworkPolicyIngressRule {
-                    from: Some(vec![peer(Component::Router), peer(Component::Node), operator]),
+                    from: Some(vec![peer(Component::Router), peer(Component::Node), operator, sidecars]),
                     ports: Some(vec![tcp(NODE_GRPC_PORT)]),
                 },
                 NetworkPolicyIngressRule { from: None, ports: Some(vec![tcp(NODE_METRICS_PORT)]) },
@@ -696,9 +707,11 @@ mod tests {
             .collect();
         assert_eq!(
             components,
-            [Some("router".into()), Some("node".into()), None],
-            "routers, nodes, operator"
+            [Some("router".into()), Some("node".into()), None, None],
+            "routers, nodes, operator, sidecars"
         );
+        let sidecars = from[3].pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        assert_eq!(sidecars.get(SIDECAR_LABEL).map(String::as_str), Some("demo"));
         assert!(from[2].namespace_selector.is_some(), "the operator may run in another namespace");
         assert!(
             rules[1].from.is_none()

@@ -33,6 +33,23 @@ pub enum Command {
     /// topology file routers and nodes follow, offers each version to the nodes, shows progress.
     /// Safe to interrupt and run again (it resumes).
     Reshard(ReshardArgs),
+    /// Check a running router end to end, as a client would (the Helm chart's `helm test`): PING,
+    /// SET with a TTL, GET, TTL, and an MSET/MGET spread over every shard. Exits non-zero on the
+    /// first wrong answer.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The router's RESP address (host:port).
+    #[arg(long, env = "SHOAL_CHECK_ADDR", default_value = "127.0.0.1:6379")]
+    pub addr: String,
+    /// Password, if the router requires one.
+    #[arg(long, env = "SHOAL_REQUIREPASS", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Keep trying to connect for this long (the Service may not have endpoints yet).
+    #[arg(long, default_value_t = 60)]
+    pub timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -12,9 +12,11 @@
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
 //! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster.
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
+//! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
 
 pub mod backend;
+pub mod check;
 pub mod cmd;
 pub mod config;
 pub mod connection;

@@ -8,8 +8,14 @@ use shoal_telemetry::{logging, runtime, shutdown};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
-    if let Some(Command::Reshard(args)) = &cli.command {
-        return runtime::build(Some(2))?.block_on(shoal_router::reshard::run(args));
+    match &cli.command {
+        Some(Command::Reshard(args)) => {
+            return runtime::build(Some(2))?.block_on(shoal_router::reshard::run(args));
+        }
+        Some(Command::Check(args)) => {
+            return runtime::build(Some(1))?.block_on(shoal_router::check::run(args));
+        }
+        None => {}
     }
     runtime::build(cli.serve.threads)?.block_on(async {
         let router = Router::start(&cli.serve).await?;
