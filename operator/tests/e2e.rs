@@ -11,312 +11,24 @@
 //! Needs the tools from `.ci/tools/install etcd kube kwok kubectl` and `cargo build --bins`.
 //! Without the tools it fails under CI and is skipped (with a message) elsewhere.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
+use kube::api::Api;
 use shoal_coordinator::{StoreError, TopologyStore};
 use shoal_operator::crd::CacheCluster;
 use shoal_operator::store::ConfigMapStore;
 use shoal_wire::Topology;
+use support::{Kubelet, Plane, leader_gauge, repo, wait_for};
 
 const NS: &str = "shoal-e2e";
 const KEYS: usize = 3000;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("SHOAL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/shoal"))
-}
-
-/// PATH with the tool cache first.
-fn path_env() -> String {
-    format!("{}:{}", cache().join("bin").display(), std::env::var("PATH").unwrap_or_default())
-}
-
-/// A workspace binary from the same target directory as this test.
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(path.exists(), "{} not found: run `cargo build --bins` first", path.display());
-    path
-}
-
-/// The control plane, started by this test (and stopped when dropped) unless `SHOAL_KUBECONFIG`
-/// names a running one.
-struct Plane {
-    kubeconfig: PathBuf,
-    dir: Option<PathBuf>,
-}
-
-impl Plane {
-    fn up() -> Option<Plane> {
-        if let Some(k) = std::env::var_os("SHOAL_KUBECONFIG") {
-            return Some(Plane { kubeconfig: k.into(), dir: None });
-        }
-        let missing: Vec<&str> =
-            ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-                .into_iter()
-                .filter(|b| !cache().join("bin").join(b).exists())
-                .collect();
-        if !missing.is_empty() {
-            let msg = format!("tools {missing:?} missing: run .ci/tools/install etcd kube kwok kubectl");
-            assert!(std::env::var_os("CI").is_none(), "{msg}");
-            eprintln!("SKIPPED: {msg}");
-            return None;
-        }
-        let dir = cache().join("kube-e2e");
-        let out = Command::new(repo().join(".ci/kube/up"))
-            .env("SHOAL_KUBE_DIR", &dir)
-            .env("PATH", path_env())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), ".ci/kube/up failed");
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let kubeconfig = stdout.lines().rev().find_map(|l| l.strip_prefix("export KUBECONFIG=")).unwrap();
-        Some(Plane { kubeconfig: kubeconfig.trim().into(), dir: Some(dir) })
-    }
-
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, out) = self.try_kubectl(args, stdin);
-        assert!(ok, "kubectl {args:?}: {out}");
-        out
-    }
-
-    /// Runs kubectl; whether it succeeded, and its stdout and stderr.
-    fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-        let mut child = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("PATH", path_env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl on PATH");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        if out.status.success() {
-            (true, String::from_utf8(out.stdout).unwrap())
-        } else {
-            (
-                false,
-                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-            )
-        }
-    }
-
-    async fn client(&self) -> Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
-        Client::try_from(config).unwrap()
-    }
-}
-
-impl Drop for Plane {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = Command::new(repo().join(".ci/kube/down")).env("SHOAL_KUBE_DIR", dir).status();
-        }
-    }
-}
-
-/// A child process stopped with SIGTERM (then SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Proc {
-    fn terminate(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).stderr(Stdio::null()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.terminate();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn log(dir: &Path, name: &str) -> Stdio {
-    Stdio::from(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
-}
-
-/// A container's args with the pod-side addresses and paths swapped for this machine's.
-fn rewrite(c: &Container, subst: &[(&str, String)]) -> Vec<String> {
-    let mut args = c.args.clone().unwrap_or_default();
-    for i in 1..args.len() {
-        if let Some((_, v)) = subst.iter().find(|(flag, _)| args[i - 1] == *flag) {
-            args[i] = v.clone();
-        }
-    }
-    args
-}
-
-/// The container's environment, resolving the downward-API label references it uses.
-fn resolve_env(c: &Container, pod: &Pod) -> Vec<(String, String)> {
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    c.env
-        .iter()
-        .flatten()
-        .map(|e| {
-            let value = match (&e.value, e.value_from.as_ref().and_then(|v| v.field_ref.as_ref())) {
-                (Some(v), _) => v.clone(),
-                (None, Some(f)) => {
-                    let label = f.field_path.trim_start_matches("metadata.labels['").trim_end_matches("']");
-                    labels.get(label).unwrap_or_else(|| panic!("pod has no label {label}")).clone()
-                }
-                _ => panic!("unsupported env source in {e:?}"),
-            };
-            (e.name.clone(), value)
-        })
-        .collect()
-}
-
-/// Plays the kubelet for node pods and the ConfigMap volume (see the module docs).
-struct Kubelet {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Kubelet {
-    fn start(client: Client, root: PathBuf, topology_file: PathBuf) -> Kubelet {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-            let maps: Api<ConfigMap> = Api::namespaced(client, NS);
-            let mut running: HashMap<String, Proc> = HashMap::new();
-            let mut projected = String::new();
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok(Some(cm)) = maps.get_opt("demo-topology").await
-                    && let Some(doc) = cm.data.and_then(|d| d.get("topology.json").cloned())
-                    && doc != projected
-                {
-                    let tmp = topology_file.with_extension("tmp");
-                    std::fs::write(&tmp, &doc).unwrap();
-                    std::fs::rename(&tmp, &topology_file).unwrap();
-                    projected = doc;
-                }
-                let selector = "app.kubernetes.io/instance=demo,app.kubernetes.io/component=node";
-                let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else { continue };
-                let mut alive = Vec::new();
-                for pod in &list.items {
-                    let uid = pod.metadata.uid.clone().unwrap();
-                    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-                    let running_phase =
-                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                    if pod.metadata.deletion_timestamp.is_some() || !running_phase {
-                        continue;
-                    }
-                    let Some(ip) = ip else { continue };
-                    assert!(ip.starts_with("127."), "pod IPs must be loopback, got {ip}");
-                    alive.push(uid.clone());
-                    if running.contains_key(&uid) {
-                        continue;
-                    }
-                    let container = &pod.spec.as_ref().unwrap().containers[0];
-                    let data = root.join(format!("data-{uid}"));
-                    let args = rewrite(
-                        container,
-                        &[
-                            ("--listen", format!("{ip}:7001")),
-                            ("--metrics-listen", format!("{ip}:9090")),
-                            ("--data-dir", data.display().to_string()),
-                            ("--topology-file", topology_file.display().to_string()),
-                        ],
-                    );
-                    let name = pod.metadata.name.clone().unwrap();
-                    let child = Command::new(bin("shoal-node"))
-                        .args(&args)
-                        .envs(resolve_env(container, pod))
-                        .stdout(Stdio::null())
-                        .stderr(log(&root, &name))
-                        .spawn()
-                        .unwrap();
-                    running.insert(uid, Proc(child));
-                }
-                running.retain(|uid, _| alive.contains(uid));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
-        Kubelet { stop, task }
-    }
-
-    async fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-    }
-}
-
-/// An operator process; `identity` names it in the Lease.
-fn operator(plane: &Plane, root: &Path, identity: &str) -> (Proc, u16) {
-    let port = free_port();
-    let child = Command::new(bin("shoal-operator"))
-        .args(["--node-addresses", "pod-ip", "--lease-seconds", "6", "--lease-namespace", "default"])
-        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", &plane.kubeconfig)
-        .env("POD_NAME", identity)
-        .env("RUST_LOG", "info,kube=warn")
-        .stdout(Stdio::null())
-        .stderr(log(root, identity))
-        .spawn()
-        .unwrap();
-    (Proc(child), port)
-}
-
-/// `shoal_operator_leader` from an operator's /metrics (None while it is not answering).
-async fn leader_gauge(port: u16) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
-    body.lines().find_map(|l| l.strip_prefix("shoal_operator_leader ")?.trim().parse().ok())
-}
-
-async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// The published topology (from the ConfigMap), if any.
 async fn published(client: &Client) -> Option<Topology> {
@@ -414,9 +126,9 @@ async fn store_scenarios(client: &Client, cc: &CacheCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_creates_scales_and_deletes_a_cache_cluster() {
-    let Some(plane) = Plane::up() else { return };
-    let root = tempfile::tempdir().unwrap();
-    let root = root.path().to_path_buf();
+    let Some(plane) = Plane::up("e2e") else { return };
+    let dir = support::TestDir::new();
+    let root = dir.path();
     let client = plane.client().await;
 
     plane.kubectl(
@@ -455,17 +167,21 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
     ccs.delete("scratch", &Default::default()).await.unwrap();
 
     // Two operators: one leads, the other stands by.
-    let (mut op_a, port_a) = operator(&plane, &root, "operator-a");
+    let args: Vec<String> =
+        ["--node-addresses", "pod-ip", "--lease-seconds", "6", "--lease-namespace", "default"]
+            .map(String::from)
+            .into();
+    let (mut op_a, port_a) = support::operator(&plane.kubeconfig, &root, "operator-a", &args, &[]);
     wait_for("operator-a to lead", Duration::from_secs(30), async || {
         (leader_gauge(port_a).await == Some(1.0)).then_some(())
     })
     .await;
-    let (_op_b, port_b) = operator(&plane, &root, "operator-b");
+    let (_op_b, port_b) = support::operator(&plane.kubeconfig, &root, "operator-b", &args, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(leader_gauge(port_b).await, Some(0.0), "one active replica");
 
     let topology_file = root.join("topology.json");
-    let kubelet = Kubelet::start(client.clone(), root.clone(), topology_file.clone());
+    let kubelet = Kubelet::start(client.clone(), NS, "demo", root.clone(), topology_file.clone());
     plane.kubectl(
         &["apply", "-f", "-"],
         Some(&format!(
@@ -502,40 +218,13 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
     assert!(
         Api::<NetworkPolicy>::namespaced(client.clone(), NS).get_opt("demo-node").await.unwrap().is_some()
     );
-    let dep = Api::<Deployment>::namespaced(client.clone(), NS).get("demo-router").await.unwrap();
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), NS).get_opt("demo-router").await.unwrap().is_some()
+    );
     assert_eq!(published(&client).await.unwrap().nodes.len(), 3);
 
     // A router process, from the router pod's own spec.
-    let router_pod = wait_for("a router pod", Duration::from_secs(30), async || {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-        let l = pods.list(&ListParams::default().labels("app.kubernetes.io/component=router")).await.ok()?;
-        l.items.into_iter().next()
-    })
-    .await;
-    let container = dep.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let (resp, http) = (free_port(), free_port());
-    let router_args = rewrite(
-        &container,
-        &[
-            ("--resp", format!("127.0.0.1:{resp}")),
-            ("--http", format!("127.0.0.1:{http}")),
-            ("--topology-file", topology_file.display().to_string()),
-        ],
-    );
-    let _router = Proc(
-        Command::new(bin("shoal-router"))
-            .args(&router_args)
-            .envs(resolve_env(&container, &router_pod))
-            .stdout(Stdio::null())
-            .stderr(log(&root, "router"))
-            .spawn()
-            .unwrap(),
-    );
-    let addr = format!("127.0.0.1:{resp}");
-    wait_for("the router", Duration::from_secs(20), async || {
-        std::net::TcpStream::connect(&addr).ok().map(|_| ())
-    })
-    .await;
+    let (_router, addr) = support::router(&client, NS, "demo", &root, &topology_file).await;
     write_keys(&addr).await;
 
     // kubectl scale up: the StatefulSet grows first, slots move, the version advances.

@@ -1,0 +1,29 @@
+# syntax=docker/dockerfile:1
+# One image for every Shoal process: shoal-operator, shoal-node and shoal-router (the Helm chart
+# and the operator's pods pick the binary with `command:`).
+#
+#   docker build -t ghcr.io/shoal-dev/shoal:0.1.0 .
+#
+# The build stage needs no protoc (the .proto files compile in-process with protox) and no
+# OpenSSL (kube uses rustls with ring), so the runtime stage is distroless: glibc, CA
+# certificates, no shell, running as the unprivileged user 65532 that the chart's pods expect.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+# Cache the registry and the target directory between builds; copy the binaries out of the
+# cache mount because it is not part of the image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin shoal-node --bin shoal-router --bin shoal-operator \
+ && mkdir -p /out \
+ && cp target/release/shoal-node target/release/shoal-router target/release/shoal-operator /out/
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.source="https://github.com/shoal-dev/shoal" \
+      org.opencontainers.image.description="Shoal: a Kubernetes-native sharded cache cluster" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/ /usr/local/bin/
+USER 65532:65532
+# The node's default data directory lives on a volume the chart mounts at /data.
+ENTRYPOINT ["shoal-router"]

@@ -1,0 +1,289 @@
+//! Chart unit tests: render `charts/shoal` with `helm template` (the real helm) under several
+//! values and assert on the manifests: the restricted Pod Security settings, least-privilege
+//! RBAC, labels and selectors, the password Secret, the ServiceMonitor guard, and the values
+//! schema refusing bad values. (`operator/tests/helm_install.rs` installs it for real.)
+
+mod support;
+
+use serde_json::Value;
+
+/// The helm binary from the tool cache, or None (skipping, outside CI) when it is missing.
+fn helm() -> Option<std::path::PathBuf> {
+    let path = support::cache().join("bin/helm");
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("CI").is_none(), "helm missing: run .ci/tools/install helm");
+    eprintln!("SKIPPED: helm missing (run .ci/tools/install helm)");
+    None
+}
+
+/// `helm template` with `args`; the manifests as JSON values, or helm's error text.
+fn render(args: &[&str]) -> Option<Result<Vec<Value>, String>> {
+    let helm = helm()?;
+    let chart = support::repo().join("charts/shoal");
+    let out = std::process::Command::new(helm)
+        .args(["template", "rel", chart.to_str().unwrap(), "--namespace", "shoal-system"])
+        .args(args)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Some(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = text
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
+        .filter(|v| v.is_object())
+        .collect();
+    Some(Ok(docs))
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found = find(docs, kind);
+    assert_eq!(found.len(), 1, "exactly one {kind}");
+    found[0]
+}
+
+/// Pod specs in the manifests (Deployment templates and bare Pods).
+fn pod_specs(docs: &[Value]) -> Vec<(&str, &Value)> {
+    docs.iter()
+        .filter_map(|d| match d["kind"].as_str()? {
+            "Deployment" | "StatefulSet" => {
+                Some((d["metadata"]["name"].as_str()?, &d["spec"]["template"]["spec"]))
+            }
+            "Pod" => Some((d["metadata"]["name"].as_str()?, &d["spec"])),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_pod_meets_the_restricted_pod_security_profile() {
+    let Some(docs) = render(&[]) else { return };
+    let docs = docs.unwrap();
+    let pods = pod_specs(&docs);
+    assert_eq!(pods.len(), 2, "the operator Deployment and the helm test Pod");
+    for (name, spec) in pods {
+        let sc = &spec["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{name}");
+        assert_eq!(sc["runAsUser"], 65532, "{name}");
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        for c in spec["containers"].as_array().unwrap() {
+            let s = &c["securityContext"];
+            assert_eq!(s["allowPrivilegeEscalation"], false, "{name}");
+            assert_eq!(s["readOnlyRootFilesystem"], true, "{name}");
+            assert_eq!(s["capabilities"]["drop"], serde_json::json!(["ALL"]), "{name}");
+            assert!(s.get("privileged").is_none() && c.get("ports").is_none_or(|p| p.is_array()));
+            assert!(c["resources"]["limits"]["memory"].is_string(), "{name} has a memory limit");
+        }
+    }
+    let test_pod = one(&docs, "Pod");
+    assert_eq!(test_pod["spec"]["automountServiceAccountToken"], false, "the test needs no API token");
+    assert_eq!(test_pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let args = test_pod["spec"]["containers"][0]["args"].as_array().unwrap();
+    assert_eq!(args[0], "check");
+    assert_eq!(args[2], "rel.shoal-system.svc:6379", "through the router Service");
+    let op = one(&docs, "Deployment");
+    assert_eq!(
+        op["spec"]["template"]["spec"]["automountServiceAccountToken"], true,
+        "the operator needs the API"
+    );
+}
+
+#[test]
+fn rbac_is_least_privilege_and_follows_the_watch_scope() {
+    let Some(docs) = render(&[]) else { return };
+    let docs = docs.unwrap();
+    let role = one(&docs, "ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    let mut grants = Vec::new();
+    for r in rules {
+        for group in r["apiGroups"].as_array().unwrap() {
+            for res in r["resources"].as_array().unwrap() {
+                let verbs: Vec<&str> =
+                    r["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                assert!(!verbs.contains(&"*") && res != "*" && group != "*", "no wildcards: {r}");
+                grants.push((group.as_str().unwrap().to_string(), res.as_str().unwrap().to_string(), verbs));
+            }
+        }
+    }
+    let verbs =
+        |g: &str, r: &str| grants.iter().find(|(gg, rr, _)| gg == g && rr == r).map(|(_, _, v)| v.clone());
+    assert_eq!(verbs("", "pods"), Some(vec!["get", "list", "watch"]), "pods are only read");
+    assert_eq!(verbs("shoal.dev", "cacheclusters"), Some(vec!["get", "list", "watch"]));
+    assert!(verbs("shoal.dev", "cacheclusters/status").unwrap().contains(&"patch"));
+    assert!(verbs("apps", "statefulsets").unwrap().contains(&"create"));
+    assert_eq!(verbs("", "secrets"), None, "never Secrets");
+    assert_eq!(verbs("coordination.k8s.io", "leases"), None, "the Lease is namespaced");
+    let lease = find(&docs, "Role");
+    assert_eq!(lease.len(), 1);
+    assert_eq!(lease[0]["metadata"]["namespace"], "shoal-system");
+    assert_eq!(lease[0]["rules"][0]["resources"], serde_json::json!(["leases"]));
+    let binding = one(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], "rel-shoal-operator");
+
+    // Limited to one namespace: Roles there, nothing cluster-wide, and the operator told so.
+    let docs = render(&["--set", "operator.watchNamespace=apps"]).unwrap().unwrap();
+    assert!(find(&docs, "ClusterRole").is_empty() && find(&docs, "ClusterRoleBinding").is_empty());
+    let roles = find(&docs, "Role");
+    assert!(
+        roles
+            .iter()
+            .any(|r| r["metadata"]["namespace"] == "apps" && r["rules"].as_array().unwrap().len() > 5)
+    );
+    let args = one(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--namespace=apps"), "{args}");
+}
+
+#[test]
+fn labels_and_selectors() {
+    let Some(docs) = render(&[]) else { return };
+    let docs = docs.unwrap();
+    for d in &docs {
+        let labels = &d["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/part-of"], "shoal", "{}", d["kind"]);
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{}", d["kind"]);
+        assert!(labels["helm.sh/chart"].as_str().unwrap().starts_with("shoal-"));
+    }
+    let dep = one(&docs, "Deployment");
+    let selector = dep["spec"]["selector"]["matchLabels"].as_object().unwrap();
+    let keys: Vec<&str> = selector.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["app.kubernetes.io/component", "app.kubernetes.io/instance", "app.kubernetes.io/name"]);
+    let pod_labels = &dep["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in selector {
+        assert_eq!(&pod_labels[k], v, "the template carries its selector");
+    }
+    assert_eq!(selector["app.kubernetes.io/name"], "shoal-operator", "what the nodes' NetworkPolicy admits");
+    let svc = one(&docs, "Service");
+    assert_eq!(svc["spec"]["selector"], dep["spec"]["selector"]["matchLabels"]);
+}
+
+#[test]
+fn the_cluster_and_its_password() {
+    let Some(docs) = render(&[]) else { return };
+    let docs = docs.unwrap();
+    let cc = one(&docs, "CacheCluster");
+    assert_eq!(cc["spec"]["shards"], 3);
+    assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
+    let secret = one(&docs, "Secret");
+    assert_eq!(cc["spec"]["passwordSecretRef"]["name"], secret["metadata"]["name"]);
+    let generated = secret["data"]["password"].as_str().unwrap();
+    assert_eq!(generated.len(), 44, "32 random characters, base64");
+    let again = render(&[]).unwrap().unwrap();
+    assert_ne!(one(&again, "Secret")["data"]["password"].as_str().unwrap(), generated, "random per install");
+
+    let docs =
+        render(&["-f", support::repo().join("charts/shoal/ci/persistent-values.yaml").to_str().unwrap()])
+            .unwrap()
+            .unwrap();
+    assert!(find(&docs, "Secret").is_empty(), "an existing Secret is used, not generated");
+    let cc = one(&docs, "CacheCluster");
+    assert_eq!(
+        cc["spec"]["passwordSecretRef"],
+        serde_json::json!({"name": "shoal-credentials", "key": "redis-password"})
+    );
+    assert_eq!(
+        cc["spec"]["storage"],
+        serde_json::json!({"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "standard"})
+    );
+    assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0-test");
+    let test_env = &one(&docs, "Pod")["spec"]["containers"][0]["env"][0];
+    assert_eq!(test_env["valueFrom"]["secretKeyRef"]["key"], "redis-password");
+
+    let docs =
+        render(&["--set", "cluster.auth.enabled=false", "--set", "cluster.enabled=true"]).unwrap().unwrap();
+    assert!(find(&docs, "Secret").is_empty());
+    assert!(one(&docs, "CacheCluster")["spec"].get("passwordSecretRef").is_none());
+    let docs = render(&["--set", "cluster.enabled=false"]).unwrap().unwrap();
+    assert!(find(&docs, "CacheCluster").is_empty() && find(&docs, "Pod").is_empty());
+}
+
+#[test]
+fn service_monitors_only_where_the_api_exists() {
+    let Some(docs) = render(&["--set", "serviceMonitor.enabled=true"]) else { return };
+    assert!(find(&docs.unwrap(), "ServiceMonitor").is_empty(), "no Prometheus Operator, no ServiceMonitor");
+    let docs = render(&[
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+    ])
+    .unwrap()
+    .unwrap();
+    let monitors = find(&docs, "ServiceMonitor");
+    let names: Vec<&str> = monitors.iter().map(|m| m["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["rel-shoal-operator", "rel-node", "rel-router"]);
+    let node = monitors[1];
+    assert_eq!(node["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(node["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"], "node");
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values() {
+    for (args, complaint) in [
+        (vec!["--set", "cluster.shards=0"], "/cluster/shards"),
+        (vec!["--set", "cluster.maxmemoryPolicy=lru"], "/cluster/maxmemoryPolicy"),
+        (vec!["--set", "cluster.maxmemory=lots"], "/cluster/maxmemory"),
+        (vec!["--set", "operator.nodeAddresses=ip"], "/operator/nodeAddresses"),
+        (vec!["--set", "clutser.shards=3"], "additional properties 'clutser'"),
+    ] {
+        let Some(result) = render(&args) else { return };
+        let err = result.expect_err(&format!("{args:?} must be refused"));
+        assert!(err.contains(complaint), "{args:?}: {err}");
+    }
+}
+
+/// No Docker engine runs here, so the Dockerfile is checked against what runs from it: it must
+/// build and ship every binary that the chart's pods and the operator's pods start, build only
+/// binaries that exist, and run as the user the pods' securityContext names.
+#[test]
+fn the_image_ships_every_binary_the_pods_run() {
+    use shoal_operator::crd::{CacheCluster, CacheClusterSpec};
+    use shoal_operator::resources;
+
+    let dockerfile = std::fs::read_to_string(support::repo().join("Dockerfile")).unwrap();
+    let built: std::collections::BTreeSet<String> = dockerfile
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "--bin")
+        .map(|w| w[1].to_string())
+        .collect();
+    for b in &built {
+        support::bin(b); // a binary cargo really builds
+        assert!(dockerfile.contains(&format!("target/release/{b}")), "{b} is built but not copied");
+    }
+    assert!(dockerfile.contains("COPY --from=build /out/ /usr/local/bin/"));
+
+    let mut cc = CacheCluster::new(
+        "demo",
+        serde_json::from_value::<CacheClusterSpec>(serde_json::json!({"shards": 1})).unwrap(),
+    );
+    cc.metadata.namespace = Some("shop".into());
+    cc.metadata.uid = Some("0000-1111".into());
+    let mut commands: Vec<String> = Vec::new();
+    let sts = resources::node_statefulset(&cc, 1).spec.unwrap().template.spec.unwrap();
+    let dep = resources::router_deployment(&cc).spec.unwrap().template.spec.unwrap();
+    for c in sts.containers.iter().chain(&dep.containers) {
+        commands.extend(c.command.clone().unwrap().into_iter().take(1));
+    }
+    if let Some(Ok(docs)) = render(&[]) {
+        for (_, spec) in pod_specs(&docs) {
+            for c in spec["containers"].as_array().unwrap() {
+                commands.push(c["command"][0].as_str().unwrap().to_string());
+            }
+        }
+        assert!(commands.contains(&"shoal-operator".to_string()));
+    }
+    assert!(commands.len() >= 2);
+    for c in &commands {
+        assert!(built.contains(c), "pods run {c} but the Dockerfile does not build it ({built:?})");
+    }
+    let user = format!("USER {0}:{0}", resources::RUN_AS);
+    assert!(dockerfile.lines().any(|l| l.trim() == user), "the image must run as {user}");
+}

@@ -1,0 +1,188 @@
+//! The Helm chart against a real API server (`.ci/kube/up`): `helm lint --strict`; every values
+//! variant in `charts/shoal/ci/` rendered and applied with `--dry-run=server`; the sidecar
+//! example validated the same way; then a real `helm install`, the operator running with the
+//! chart's own ServiceAccount and RBAC (a token for that account), the CacheCluster reaching
+//! Ready with real node and router processes (see `support`), the `helm test` hook's command
+//! passing against it, and `helm uninstall` removing everything.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, ListParams};
+use shoal_operator::crd::CacheCluster;
+use support::{Kubelet, Plane, cache, repo, wait_for};
+
+const NS: &str = "shoal-system";
+
+fn helm(plane: &Plane, args: &[&str]) -> String {
+    let out = std::process::Command::new(cache().join("bin/helm"))
+        .args(args)
+        .env("KUBECONFIG", &plane.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A kubeconfig like `plane`'s but authenticating as `token`.
+fn kubeconfig_with_token(plane: &Plane, token: &str, dir: &Path) -> std::path::PathBuf {
+    let mut doc: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&plane.kubeconfig).unwrap()).unwrap();
+    doc["users"] = serde_json::json!([{"name": "operator", "user": {"token": token}}]);
+    doc["contexts"][0]["context"]["user"] = "operator".into();
+    let path = dir.join("operator.kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_lints_renders_installs_tests_and_uninstalls() {
+    if !cache().join("bin/helm").exists() {
+        assert!(std::env::var_os("CI").is_none(), "helm missing: run .ci/tools/install helm");
+        eprintln!("SKIPPED: helm missing");
+        return;
+    }
+    let Some(plane) = Plane::up("helm") else { return };
+    let dir = support::TestDir::new();
+    let root = dir.path();
+    let chart = repo().join("charts/shoal");
+    let chart = chart.to_str().unwrap();
+    let client = plane.client().await;
+
+    // Lint and server-side dry runs of every variant.
+    let variants: Vec<String> = std::fs::read_dir(repo().join("charts/shoal/ci"))
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    assert!(variants.len() >= 3);
+    helm(&plane, &["lint", "--strict", chart]);
+    plane.kubectl(&["apply", "--server-side", "-f", &format!("{chart}/crds")], None);
+    plane.kubectl(
+        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
+        None,
+    );
+    plane.kubectl(&["create", "namespace", "shoal-apps"], None);
+    let mut renders = vec![helm(&plane, &["template", "t", chart, "-n", "shoal-apps"])];
+    for v in &variants {
+        helm(&plane, &["lint", "--strict", chart, "-f", v]);
+        renders.push(helm(&plane, &["template", "t", chart, "-n", "shoal-apps", "-f", v]));
+    }
+    for manifests in renders {
+        let out =
+            plane.kubectl(&["apply", "--dry-run=server", "-n", "shoal-apps", "-f", "-"], Some(&manifests));
+        assert!(out.contains("(server dry run)"), "{out}");
+    }
+    let example = repo().join("charts/shoal/examples/sidecar.yaml");
+    plane.kubectl(&["apply", "--dry-run=server", "-n", "shoal-apps", "-f", example.to_str().unwrap()], None);
+
+    // A real install. The operator Deployment's pods are kwok's (nothing runs in them), so the
+    // operator runs here, with the arguments and the ServiceAccount the chart gives it.
+    helm(
+        &plane,
+        &[
+            "install",
+            "rel",
+            chart,
+            "-n",
+            NS,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "90s",
+            "--set",
+            "operator.nodeAddresses=pod-ip",
+            "--set",
+            "operator.replicas=1",
+            "--set",
+            "cluster.shards=2",
+            "--set",
+            "cluster.routers=1",
+        ],
+    );
+    let token = plane.kubectl(&["create", "token", "rel-shoal-operator", "-n", NS, "--duration=1h"], None);
+    let kubeconfig = kubeconfig_with_token(&plane, token.trim(), &root);
+    let dep = Api::<Deployment>::namespaced(client.clone(), NS).get("rel-shoal-operator").await.unwrap();
+    let container = dep.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let args: Vec<String> =
+        container.args.clone().unwrap().into_iter().filter(|a| !a.starts_with("--metrics-listen")).collect();
+    // The Deployment's own pod supplies the environment (POD_NAMESPACE picks the Lease's home).
+    let pod = wait_for("the operator pod", Duration::from_secs(60), async || {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let lp = ListParams::default().labels("app.kubernetes.io/component=operator");
+        pods.list(&lp).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    let env = support::resolve_env(&client, &container, &pod).await;
+    let (_operator, _) = support::operator(&kubeconfig, &root, "rel-operator", &args, &env);
+
+    let topology_file = root.join("topology.json");
+    let kubelet = Kubelet::start(client.clone(), NS, "rel", root.clone(), topology_file.clone());
+    let ccs: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
+    wait_for("the chart's CacheCluster to be Ready", Duration::from_secs(120), async || {
+        let s = ccs.get("rel").await.ok()?.status?;
+        (s.phase == "Ready" && s.shards == 2).then_some(())
+    })
+    .await;
+    let (_router, addr) = support::router(&client, NS, "rel", &root, &topology_file).await;
+
+    // `helm test`: run the hook's own command against the router.
+    let hooks = helm(&plane, &["get", "hooks", "rel", "-n", NS]);
+    let pod: Pod = hooks
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<Pod>(d).ok())
+        .find(|p| p.metadata.name.as_deref() == Some("rel-check"))
+        .expect("the test hook");
+    let mut pod = pod;
+    pod.metadata.namespace = Some(NS.into());
+    let c = pod.spec.as_ref().unwrap().containers[0].clone();
+    let check_args = support::rewrite(&c, &[("--addr", addr.clone()), ("--timeout-secs", "30".into())]);
+    let env = support::resolve_env(&client, &c, &pod).await;
+    assert!(env.iter().any(|(k, _)| k == "SHOAL_REQUIREPASS"), "the generated password is used");
+    let out = std::process::Command::new(support::bin("shoal-router"))
+        .args(&check_args)
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("check passed"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without the password, the router refuses: the Secret really is in force.
+    let anonymous = std::process::Command::new(support::bin("shoal-router"))
+        .args(&check_args)
+        .env_remove("SHOAL_REQUIREPASS")
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
+
+    // Uninstall: the chart's objects go, and the CacheCluster's go with it (owner references).
+    helm(&plane, &["uninstall", "rel", "-n", NS, "--wait", "--timeout", "60s"]);
+    wait_for("everything removed", Duration::from_secs(60), async || {
+        let gone = ccs.get_opt("rel").await.ok()?.is_none()
+            && Api::<StatefulSet>::namespaced(client.clone(), NS).get_opt("rel-node").await.ok()?.is_none()
+            && Api::<Deployment>::namespaced(client.clone(), NS).get_opt("rel-router").await.ok()?.is_none()
+            && Api::<Deployment>::namespaced(client.clone(), NS)
+                .get_opt("rel-shoal-operator")
+                .await
+                .ok()?
+                .is_none()
+            && Api::<ConfigMap>::namespaced(client.clone(), NS).get_opt("rel-topology").await.ok()?.is_none()
+            && Api::<Secret>::namespaced(client.clone(), NS).get_opt("rel-password").await.ok()?.is_none()
+            && Api::<ServiceAccount>::namespaced(client.clone(), NS)
+                .get_opt("rel-shoal-operator")
+                .await
+                .ok()?
+                .is_none()
+            && Api::<ClusterRole>::all(client.clone()).get_opt("rel-shoal-operator").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    kubelet.stop().await;
+}

@@ -1,0 +1,399 @@
+//! Shared by the operator's end-to-end tests: the control plane, a stand-in kubelet that runs
+//! real `shoal-node` processes for node pods, operator and router processes.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn cache() -> PathBuf {
+    std::env::var_os("SHOAL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/shoal"))
+}
+
+/// PATH with the tool cache first.
+pub fn path_env() -> String {
+    format!("{}:{}", cache().join("bin").display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// A workspace binary from the same target directory as this test.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(path.exists(), "{} not found: run `cargo build --bins` first", path.display());
+    path
+}
+
+/// The control plane, started by this test (and stopped when dropped) unless `SHOAL_KUBECONFIG`
+/// names a running one.
+pub struct Plane {
+    pub kubeconfig: PathBuf,
+    dir: Option<PathBuf>,
+}
+
+impl Plane {
+    pub fn up(name: &str) -> Option<Plane> {
+        if let Some(k) = std::env::var_os("SHOAL_KUBECONFIG") {
+            return Some(Plane { kubeconfig: k.into(), dir: None });
+        }
+        let missing: Vec<&str> =
+            ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+                .into_iter()
+                .filter(|b| !cache().join("bin").join(b).exists())
+                .collect();
+        if !missing.is_empty() {
+            let msg = format!("tools {missing:?} missing: run .ci/tools/install etcd kube kwok kubectl");
+            assert!(std::env::var_os("CI").is_none(), "{msg}");
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        }
+        let dir = cache().join(format!("kube-{name}"));
+        let out = Command::new(repo().join(".ci/kube/up"))
+            .env("SHOAL_KUBE_DIR", &dir)
+            .env("PATH", path_env())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), ".ci/kube/up failed");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let kubeconfig = stdout.lines().rev().find_map(|l| l.strip_prefix("export KUBECONFIG=")).unwrap();
+        Some(Plane { kubeconfig: kubeconfig.trim().into(), dir: Some(dir) })
+    }
+
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out) = self.try_kubectl(args, stdin);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    }
+
+    /// Runs kubectl; whether it succeeded, and its stdout and stderr.
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", path_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl on PATH");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            (true, String::from_utf8(out.stdout).unwrap())
+        } else {
+            (
+                false,
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            )
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+        Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = Command::new(repo().join(".ci/kube/down")).env("SHOAL_KUBE_DIR", dir).status();
+        }
+    }
+}
+
+/// A child process stopped with SIGTERM (then SIGKILL) when dropped.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn terminate(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).stderr(Stdio::null()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn log(dir: &Path, name: &str) -> Stdio {
+    Stdio::from(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
+}
+
+/// A container's args with the pod-side addresses and paths swapped for this machine's.
+pub fn rewrite(c: &Container, subst: &[(&str, String)]) -> Vec<String> {
+    let mut args = c.args.clone().unwrap_or_default();
+    for i in 1..args.len() {
+        if let Some((_, v)) = subst.iter().find(|(flag, _)| args[i - 1] == *flag) {
+            args[i] = v.clone();
+        }
+    }
+    args
+}
+
+/// The container's environment, resolving the downward-API label references and Secret keys it
+/// uses.
+pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(String, String)> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap();
+    let mut out = Vec::new();
+    for e in c.env.iter().flatten() {
+        let from = e.value_from.as_ref();
+        let value = match (
+            &e.value,
+            from.and_then(|v| v.field_ref.as_ref()),
+            from.and_then(|v| v.secret_key_ref.as_ref()),
+        ) {
+            (Some(v), _, _) => v.clone(),
+            (None, Some(f), _) if f.field_path.starts_with("metadata.labels[") => {
+                let label = f.field_path.trim_start_matches("metadata.labels['").trim_end_matches("']");
+                labels.get(label).unwrap_or_else(|| panic!("pod has no label {label}")).clone()
+            }
+            (None, Some(f), _) if f.field_path == "metadata.name" => pod.metadata.name.clone().unwrap(),
+            (None, Some(f), _) if f.field_path == "metadata.namespace" => ns.clone(),
+            (None, None, Some(s)) => {
+                let secret = Api::<Secret>::namespaced(client.clone(), &ns).get(&s.name).await.unwrap();
+                let bytes = secret
+                    .data
+                    .unwrap_or_default()
+                    .remove(&s.key)
+                    .unwrap_or_else(|| panic!("no key {} in secret {}", s.key, s.name));
+                String::from_utf8(bytes.0).unwrap()
+            }
+            _ => panic!("unsupported env source in {e:?}"),
+        };
+        out.push((e.name.clone(), value));
+    }
+    out
+}
+
+/// Plays the kubelet for node pods and the ConfigMap volume (see the module docs).
+pub struct Kubelet {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelet {
+    /// Runs node processes for the node pods of CacheCluster `instance` in `ns`.
+    pub fn start(client: Client, ns: &str, instance: &str, root: PathBuf, topology_file: PathBuf) -> Kubelet {
+        let (ns, instance) = (ns.to_string(), instance.to_string());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+            let mut running: HashMap<String, Proc> = HashMap::new();
+            let mut projected = String::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(Some(cm)) = maps.get_opt(&format!("{instance}-topology")).await
+                    && let Some(doc) = cm.data.and_then(|d| d.get("topology.json").cloned())
+                    && doc != projected
+                {
+                    let tmp = topology_file.with_extension("tmp");
+                    std::fs::write(&tmp, &doc).unwrap();
+                    std::fs::rename(&tmp, &topology_file).unwrap();
+                    projected = doc;
+                }
+                let selector =
+                    format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=node");
+                let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else { continue };
+                let mut alive = Vec::new();
+                for pod in &list.items {
+                    let uid = pod.metadata.uid.clone().unwrap();
+                    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+                    let running_phase =
+                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                    if pod.metadata.deletion_timestamp.is_some() || !running_phase {
+                        continue;
+                    }
+                    let Some(ip) = ip else { continue };
+                    assert!(ip.starts_with("127."), "pod IPs must be loopback, got {ip}");
+                    alive.push(uid.clone());
+                    if running.contains_key(&uid) {
+                        continue;
+                    }
+                    let container = &pod.spec.as_ref().unwrap().containers[0];
+                    let data = root.join(format!("data-{uid}"));
+                    let args = rewrite(
+                        container,
+                        &[
+                            ("--listen", format!("{ip}:7001")),
+                            ("--metrics-listen", format!("{ip}:9090")),
+                            ("--data-dir", data.display().to_string()),
+                            ("--topology-file", topology_file.display().to_string()),
+                        ],
+                    );
+                    let name = pod.metadata.name.clone().unwrap();
+                    let child = Command::new(bin("shoal-node"))
+                        .args(&args)
+                        .envs(resolve_env(&client, container, pod).await)
+                        .stdout(Stdio::null())
+                        .stderr(log(&root, &name))
+                        .spawn()
+                        .unwrap();
+                    running.insert(uid, Proc(child));
+                }
+                running.retain(|uid, _| alive.contains(uid));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Kubelet { stop, task }
+    }
+
+    pub async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+    }
+}
+
+/// An operator process with `kubeconfig`'s credentials; `identity` names it in the Lease.
+pub fn operator(
+    kubeconfig: &Path,
+    root: &Path,
+    identity: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(bin("shoal-operator"))
+        .args(args)
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", kubeconfig)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("POD_NAME", identity)
+        .env("RUST_LOG", "info,kube=warn")
+        .stdout(Stdio::null())
+        .stderr(log(root, identity))
+        .spawn()
+        .unwrap();
+    (Proc(child), port)
+}
+
+/// A router process from a router pod's own container spec, serving RESP on a free port and
+/// routing by `topology_file`; returns it and its RESP address.
+pub async fn router(
+    client: &Client,
+    ns: &str,
+    instance: &str,
+    root: &Path,
+    topology_file: &Path,
+) -> (Proc, String) {
+    let selector = format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=router");
+    let pod = wait_for("a router pod", Duration::from_secs(60), async || {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        pods.list(&ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let (resp, http) = (free_port(), free_port());
+    let args = rewrite(
+        &container,
+        &[
+            ("--resp", format!("127.0.0.1:{resp}")),
+            ("--http", format!("127.0.0.1:{http}")),
+            ("--topology-file", topology_file.display().to_string()),
+        ],
+    );
+    let child = Command::new(bin("shoal-router"))
+        .args(&args)
+        .envs(resolve_env(client, &container, &pod).await)
+        .stdout(Stdio::null())
+        .stderr(log(root, "router"))
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{resp}");
+    wait_for("the router", Duration::from_secs(30), async || {
+        std::net::TcpStream::connect(&addr).ok().map(|_| ())
+    })
+    .await;
+    (Proc(child), addr)
+}
+
+/// `shoal_operator_leader` from an operator's /metrics (None while it is not answering).
+pub async fn leader_gauge(port: u16) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    body.lines().find_map(|l| l.strip_prefix("shoal_operator_leader ")?.trim().parse().ok())
+}
+
+pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A scratch directory for process logs and data; if the test fails, the tails of its logs are
+/// printed and the directory is kept for inspection.
+pub struct TestDir(pub tempfile::TempDir);
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        TestDir(tempfile::tempdir().unwrap())
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.0.path().to_path_buf()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        self.0.disable_cleanup(true);
+        eprintln!("--- logs kept in {}", self.0.path().display());
+        let Ok(entries) = std::fs::read_dir(self.0.path()) else { return };
+        for e in entries.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")) {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("--- {} (last 25 lines)", e.file_name().to_string_lossy());
+            for l in &lines[lines.len().saturating_sub(25)..] {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
