@@ -555,7 +555,7 @@ pub fn service_account(cc: &CacheCluster, c: Component) -> ServiceAccount {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::crd::{CacheClusterSpec, SecretKeyRef, Storage};
 
