@@ -230,6 +230,7 @@ impl Router {
         while self.state.connected_clients() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        self.state.cluster.close();
         if let Some(nodes) = self.embedded {
             nodes.shutdown().await;
         }

@@ -138,3 +138,44 @@ async fn node_sigterm_exits_zero_after_in_flight_work() {
     assert!(status.success(), "node exits 0 on SIGTERM: {status:?}");
     router.shutdown().await;
 }
+
+/// SIGTERM to a router with an embedded cluster: it serves the request in hand, stops its nodes
+/// after its links, exits 0, and says nothing alarming on the way out (a stream that ends at
+/// shutdown is not a lost node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_sigterm_with_embedded_nodes_exits_zero_quietly() {
+    let (resp, http) = (support::free_port(), support::free_port());
+    let mut child = Command::new(support::workspace_bin("shoal-router"))
+        .args(["--resp", &format!("127.0.0.1:{resp}"), "--http", &format!("127.0.0.1:{http}")])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
+    let started = Instant::now();
+    let mut c = loop {
+        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+            drop(s);
+            break Raw::connect(addr).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "router did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = tokio::task::spawn_blocking(move || {
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        (status, err)
+    })
+    .await
+    .unwrap();
+    let (status, stderr) = out;
+    assert!(status.success(), "router exits 0 on SIGTERM: {status:?}\n{stderr}");
+    assert!(stderr.contains("router stopped"), "{stderr}");
+    let alarming: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    assert!(alarming.is_empty(), "warnings at shutdown: {alarming:#?}");
+}

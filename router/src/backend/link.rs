@@ -135,6 +135,8 @@ pub struct NodeLink {
     pub metrics: Arc<LinkMetrics>,
     queue: mpsc::Sender<Request>,
     up: Arc<AtomicBool>,
+    /// Set by [`NodeLink::close`] at shutdown: a stream that ends then is expected, not lost.
+    closing: Arc<AtomicBool>,
     /// Whether the link ever connected. Until it has (a node just added to the topology, or a
     /// router just started), calls wait in the queue for the connection, within their deadline,
     /// instead of failing at once.
@@ -160,6 +162,7 @@ impl NodeLink {
             metrics: Arc::new(LinkMetrics::default()),
             queue,
             up: Arc::new(AtomicBool::new(false)),
+            closing: Arc::new(AtomicBool::new(false)),
             connected_once: Arc::new(AtomicBool::new(false)),
             last_error: Arc::new(Mutex::new("not connected yet".into())),
             client: Arc::new(Mutex::new(None)),
@@ -170,6 +173,7 @@ impl NodeLink {
             ident: link.ident.clone(),
             metrics: link.metrics.clone(),
             up: link.up.clone(),
+            closing: link.closing.clone(),
             connected_once: link.connected_once.clone(),
             last_error: link.last_error.clone(),
             client: link.client.clone(),
@@ -177,6 +181,12 @@ impl NodeLink {
             queue: queue_rx,
         }));
         link
+    }
+
+    /// Marks the link as shutting down (the router is stopping, its embedded nodes next): when
+    /// the node's stream ends now, the link stops instead of reporting it lost and reconnecting.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
     }
 
     pub fn is_up(&self) -> bool {
@@ -323,6 +333,7 @@ struct Manager {
     ident: Arc<NodeIdent>,
     metrics: Arc<LinkMetrics>,
     up: Arc<AtomicBool>,
+    closing: Arc<AtomicBool>,
     connected_once: Arc<AtomicBool>,
     last_error: Arc<Mutex<String>>,
     client: Arc<Mutex<Option<NodeClient<Channel>>>>,
@@ -353,6 +364,11 @@ async fn manage(mut m: Manager) {
                 let reason = run_stream(&mut m, batches, replies).await;
                 m.up.store(false, Ordering::Release);
                 *m.client.lock() = None;
+                if m.closing.load(Ordering::Acquire) {
+                    tracing::debug!(node = m.ident.id, addr = %m.ident.addr, %reason, "node stream closed");
+                    *m.last_error.lock() = "the router is shutting down".into();
+                    return;
+                }
                 tracing::warn!(node = m.ident.id, addr = %m.ident.addr, %reason, "lost node stream");
                 *m.last_error.lock() = reason;
             }

@@ -168,6 +168,13 @@ impl Cluster {
         &self.options
     }
 
+    /// Shutdown: every link stops when its node's stream ends, without reconnecting.
+    pub fn close(&self) {
+        for link in self.links.lock().values() {
+            link.close();
+        }
+    }
+
     /// Whether every node's stream is up (`/readyz`).
     pub fn all_up(&self) -> bool {
         self.routing().links.iter().all(|l| l.is_up())
