@@ -374,3 +374,126 @@ pub fn render_metrics(ctx: &Context) -> String {
         );
     e.finish()
 }
+
+/// API-call scenarios: one reconcile against a scripted fake API server, call by call.
+#[cfg(test)]
+mod tests {
+    use http::Method;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::fake_api::{Call, Fake, call, echo, status};
+    use crate::resources::tests::cluster;
+
+    const NS: &str = "/api/v1/namespaces/shop";
+
+    fn context(client: Client) -> Arc<Context> {
+        let settings = Settings {
+            node_addresses: AddressMode::Dns,
+            step_timeout: Duration::from_secs(60),
+            busy_requeue: Duration::from_secs(2),
+        };
+        Arc::new(Context::new(client, settings, Reporter { controller: "test".into(), instance: None }))
+    }
+
+    /// The objects applied before observing, in order (server-side apply PATCHes).
+    fn applies() -> Vec<Call> {
+        [
+            format!("{NS}/serviceaccounts/demo-node"),
+            format!("{NS}/serviceaccounts/demo-router"),
+            format!("{NS}/services/demo-node"),
+            format!("{NS}/services/demo"),
+            "/apis/policy/v1/namespaces/shop/poddisruptionbudgets/demo-node".into(),
+            "/apis/policy/v1/namespaces/shop/poddisruptionbudgets/demo-router".into(),
+            "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-node".into(),
+        ]
+        .into_iter()
+        .map(|p| echo(Method::PATCH, p))
+        .collect()
+    }
+
+    fn status_patch(cc: &CacheCluster, check: impl Fn(&Value) + Send + Sync + 'static) -> Call {
+        let path = "/apis/shoal.dev/v1alpha1/namespaces/shop/cacheclusters/demo/status";
+        call(Method::PATCH, path, 200, serde_json::to_value(cc).unwrap()).checking(check)
+    }
+
+    fn ready_pod(i: u32) -> Value {
+        json!({"metadata": {"name": format!("demo-node-{i}"), "namespace": "shop"},
+               "status": {"podIP": format!("127.0.0.{}", i + 10),
+                          "conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    #[tokio::test]
+    async fn a_new_cluster_gets_its_statefulset_first_and_no_routers_before_a_topology() {
+        let cc = cluster(json!({"shards": 3}));
+        let mut calls = applies();
+        calls.extend([
+            call(Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node", 404, status(404, "NotFound")),
+            call(Method::GET, format!("{NS}/pods"), 200, json!({"kind": "PodList", "apiVersion": "v1",
+                                                               "metadata": {}, "items": []})),
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 404, status(404, "NotFound")),
+            echo(Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events").checking(|ev| {
+                assert_eq!(ev["reason"], "ScalingNodes");
+                assert_eq!(ev["note"], "node StatefulSet: 0 -> 3 pods");
+            }),
+            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node").checking(|sts| {
+                assert_eq!(sts["spec"]["replicas"], 3);
+            }),
+            // Still no topology: the router Deployment is not applied (no call for it).
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 404, status(404, "NotFound")),
+            status_patch(&cc, |patch| {
+                let s = &patch["status"];
+                assert_eq!(s["phase"], "Pending", "{s}");
+                assert_eq!(s["selector"], "app.kubernetes.io/component=node,app.kubernetes.io/instance=demo,app.kubernetes.io/name=shoal");
+                let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+                assert_eq!(ready["status"], "False");
+            }),
+        ]);
+        let (client, fake) = Fake::start(calls);
+        let action = reconcile(Arc::new(cc), context(client)).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(2)), "busy: look again soon");
+        fake.done();
+    }
+
+    #[tokio::test]
+    async fn a_settled_cluster_applies_its_routers_reports_ready_and_rests() {
+        let cc = cluster(json!({"shards": 3}));
+        let addrs: Vec<String> = (0..3).map(|i| format!("demo-node-{i}.demo-node.shop.svc:7001")).collect();
+        let topology = Topology::even(&addrs).to_json();
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "demo-topology", "namespace": "shop", "resourceVersion": "5"},
+                        "data": {"topology.json": topology}});
+        let sts = serde_json::to_value(resources::node_statefulset(&cc, 3)).unwrap();
+        let mut calls = applies();
+        calls.extend([
+            call(Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node", 200, sts),
+            call(
+                Method::GET,
+                format!("{NS}/pods"),
+                200,
+                json!({"kind": "PodList", "apiVersion": "v1",
+                "metadata": {}, "items": [ready_pod(0), ready_pod(1), ready_pod(2)]}),
+            ),
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, cm.clone()),
+            // Settled: the StatefulSet keeps its size, no event, no move.
+            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node").checking(|sts| {
+                assert_eq!(sts["spec"]["replicas"], 3);
+            }),
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, cm),
+            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/deployments/demo-router"),
+            status_patch(&cc, |patch| {
+                let s = &patch["status"];
+                assert_eq!(
+                    (s["phase"].as_str(), s["shards"].as_i64(), s["readyShards"].as_i64()),
+                    (Some("Ready"), Some(3), Some(3)),
+                    "{s}"
+                );
+                assert_eq!(s["topologyVersion"], 1);
+            }),
+        ]);
+        let (client, fake) = Fake::start(calls);
+        let action = reconcile(Arc::new(cc), context(client)).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(300)), "settled: rest");
+        fake.done();
+    }
+}

@@ -19,11 +19,14 @@
 //! - [`status`]: the pure status and conditions.
 //! - [`store`]: the topology in a ConfigMap, as the coordinator's store.
 //! - [`controller`]: the reconciler, background moves, Events, metrics.
+//! - `fake_api` (tests only): a scripted fake API server for the API-call scenario tests.
 //!
 //! `main.rs` adds the CLI, leader election on a Lease, the ops HTTP endpoint and shutdown.
 
 pub mod controller;
 pub mod crd;
+#[cfg(test)]
+mod fake_api;
 pub mod resources;
 pub mod scaling;
 pub mod status;

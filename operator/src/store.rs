@@ -81,43 +81,18 @@ impl TopologyStore for ConfigMapStore {
     }
 }
 
-/// API-call scenarios: the store against a scripted fake API server that checks each request
-/// (method, path, body) in order and answers it, so the compare-and-swap is tested call by call.
+/// API-call scenarios: the store against a scripted fake API server ([`crate::fake_api`]) that
+/// checks each request in order, so the compare-and-swap is tested call by call.
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::sync::Arc;
-
-    use http::{Method, Request, Response};
-    use http_body_util::BodyExt;
-    use kube::client::Body;
-    use parking_lot::Mutex;
+    use http::Method;
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::fake_api::{Fake, call, status};
     use crate::resources::tests::cluster;
 
-    type Check = Box<dyn Fn(&Value) + Send + Sync>;
-
-    /// One expected request and the answer to it.
-    struct Call {
-        method: Method,
-        path: &'static str,
-        status: u16,
-        answer: Value,
-        check: Option<Check>,
-    }
-
-    fn call(method: Method, path: &'static str, status: u16, answer: Value) -> Call {
-        Call { method, path, status, answer, check: None }
-    }
-
     const CM: &str = "/api/v1/namespaces/shop/configmaps/demo-topology";
-
-    fn status(code: u16, reason: &str) -> Value {
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-               "code": code, "message": format!("{reason} (fake API)")})
-    }
 
     fn configmap(resource_version: &str, topology: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -131,53 +106,9 @@ mod tests {
         t
     }
 
-    /// The fake API server. Returns the store and the script, whose leftover calls and recorded
-    /// mismatches the test checks at the end (a request nobody expected gets a 500).
-    struct Fake {
-        script: Arc<Mutex<VecDeque<Call>>>,
-        errors: Arc<Mutex<Vec<String>>>,
-    }
-
-    impl Fake {
-        fn store(calls: Vec<Call>) -> (ConfigMapStore, Fake) {
-            let script = Arc::new(Mutex::new(VecDeque::from(calls)));
-            let errors = Arc::new(Mutex::new(Vec::new()));
-            let (s, e) = (script.clone(), errors.clone());
-            let svc = tower::service_fn(move |req: Request<Body>| {
-                let (s, e) = (s.clone(), e.clone());
-                async move {
-                    let (parts, body) = req.into_parts();
-                    let bytes = body.collect().await.unwrap().to_bytes();
-                    let next = s.lock().pop_front();
-                    let (status, answer) = match next {
-                        Some(c) if c.method == parts.method && c.path == parts.uri.path() => {
-                            if let Some(check) = &c.check {
-                                check(&serde_json::from_slice(&bytes).unwrap());
-                            }
-                            (c.status, c.answer)
-                        }
-                        other => {
-                            let expected = other.map(|c| format!("{} {}", c.method, c.path));
-                            e.lock()
-                                .push(format!("got {} {}, expected {expected:?}", parts.method, parts.uri));
-                            (500, status(500, "InternalError"))
-                        }
-                    };
-                    let body = Body::from(serde_json::to_vec(&answer).unwrap());
-                    Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(body).unwrap())
-                }
-            });
-            let client = kube::Client::new(svc, "shop");
-            let store = ConfigMapStore::new(Api::namespaced(client, "shop"), &cluster(json!({"shards": 2})));
-            (store, Fake { script, errors })
-        }
-
-        fn done(&self) {
-            assert!(self.errors.lock().is_empty(), "unexpected requests: {:?}", self.errors.lock());
-            let left: Vec<String> =
-                self.script.lock().iter().map(|c| format!("{} {}", c.method, c.path)).collect();
-            assert!(left.is_empty(), "expected requests never made: {left:?}");
-        }
+    fn fake_store(calls: Vec<crate::fake_api::Call>) -> (ConfigMapStore, Fake) {
+        let (client, fake) = Fake::start(calls);
+        (ConfigMapStore::new(Api::namespaced(client, "shop"), &cluster(json!({"shards": 2}))), fake)
     }
 
     #[tokio::test]
@@ -193,7 +124,7 @@ mod tests {
             let t = Topology::from_json(body["data"]["topology.json"].as_str().unwrap()).unwrap();
             assert_eq!((t.version, t.nodes.len()), (1, 2));
         }));
-        let (store, fake) = Fake::store(vec![call(Method::GET, CM, 404, status(404, "NotFound")), create]);
+        let (store, fake) = fake_store(vec![call(Method::GET, CM, 404, status(404, "NotFound")), create]);
         store.publish(&topology(1)).await.unwrap();
         fake.done();
     }
@@ -201,12 +132,12 @@ mod tests {
     #[tokio::test]
     async fn a_version_that_is_not_newer_is_refused_without_a_write() {
         let stored = configmap("7", &topology(3).to_json());
-        let (store, fake) = Fake::store(vec![call(Method::GET, CM, 200, stored.clone())]);
+        let (store, fake) = fake_store(vec![call(Method::GET, CM, 200, stored.clone())]);
         let err = store.publish(&topology(3)).await.unwrap_err();
         assert!(matches!(err, StoreError::Stale { current: 3, new: 3 }), "{err}");
         fake.done();
 
-        let (store, fake) = Fake::store(vec![call(Method::GET, CM, 200, stored)]);
+        let (store, fake) = fake_store(vec![call(Method::GET, CM, 200, stored)]);
         assert!(matches!(store.publish(&topology(2)).await, Err(StoreError::Stale { current: 3, new: 2 })));
         fake.done();
     }
@@ -220,7 +151,7 @@ mod tests {
             assert_eq!(t.version, 4);
         }));
         let (store, fake) =
-            Fake::store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), replace]);
+            fake_store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), replace]);
         let err = store.publish(&topology(4)).await.unwrap_err();
         assert!(matches!(&err, StoreError::Other(m) if m.contains("Conflict")), "{err}");
         fake.done();
@@ -228,14 +159,14 @@ mod tests {
         // Without a conflict the same replace succeeds.
         let ok = call(Method::PUT, CM, 200, configmap("43", &topology(4).to_json()));
         let (store, fake) =
-            Fake::store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), ok]);
+            fake_store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), ok]);
         store.publish(&topology(4)).await.unwrap();
         fake.done();
     }
 
     #[tokio::test]
     async fn load_reads_absent_valid_and_invalid_documents() {
-        let (store, fake) = Fake::store(vec![
+        let (store, fake) = fake_store(vec![
             call(Method::GET, CM, 404, status(404, "NotFound")),
             call(Method::GET, CM, 200, configmap("1", &topology(5).to_json())),
             call(Method::GET, CM, 200, configmap("2", "{not json")),
