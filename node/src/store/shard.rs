@@ -38,6 +38,18 @@ pub enum Presence {
     Absent,
 }
 
+/// What memory holds for a key (see `Shard::in_memory`).
+enum InMemory {
+    /// A live entry at this position.
+    Live(u32),
+    /// A recorded delete.
+    Tombstone,
+    /// An entry that had expired and was just removed.
+    Expired,
+    /// Nothing: the base may still hold the key.
+    Missing,
+}
+
 /// Bytes of index per bucket: the `u32` position plus hashbrown's control byte.
 const INDEX_BUCKET_SIZE: usize = std::mem::size_of::<u32>() + 1;
 const HEAP_ITEM_SIZE: usize = std::mem::size_of::<Reverse<(u64, u64)>>();
@@ -178,19 +190,31 @@ impl Shard {
 
     /// Whether the key has a value, a recorded delete, or nothing here (lazy expiry applies).
     pub fn presence(&mut self, hash: u64, key: &[u8], now: u64) -> Presence {
-        if let Some(pos) = self.find(hash, key) {
-            let e = self.entry(pos);
-            if e.is_tombstone() {
-                return Presence::Tombstone;
-            }
-            if e.is_expired(now) {
-                self.delete(hash, pos);
-                self.expired += 1;
-                return if self.find(hash, key).is_some() { Presence::Tombstone } else { Presence::Absent };
-            }
-            return Presence::Value;
+        match self.in_memory(hash, key, now) {
+            InMemory::Live(_) => Presence::Value,
+            InMemory::Tombstone => Presence::Tombstone,
+            // Expiring a key may leave a tombstone (one in the base, or in a slot moving in).
+            InMemory::Expired if self.find(hash, key).is_some() => Presence::Tombstone,
+            InMemory::Expired => Presence::Absent,
+            InMemory::Missing if self.base_live(key, now).is_some() => Presence::Value,
+            InMemory::Missing => Presence::Absent,
         }
-        if self.base_live(key, now).is_some() { Presence::Value } else { Presence::Absent }
+    }
+
+    /// Where `key` stands in memory at `now`. An expired entry is deleted on the spot (lazy
+    /// expiry), which the caller learns as [`InMemory::Expired`].
+    fn in_memory(&mut self, hash: u64, key: &[u8], now: u64) -> InMemory {
+        let Some(pos) = self.find(hash, key) else { return InMemory::Missing };
+        let e = self.entry(pos);
+        if e.is_tombstone() {
+            return InMemory::Tombstone;
+        }
+        if e.is_expired(now) {
+            self.delete(hash, pos);
+            self.expired += 1;
+            return InMemory::Expired;
+        }
+        InMemory::Live(pos)
     }
 
     /// Records the delete of a key that has nothing here, in a slot moving in: the tombstone keeps
@@ -269,40 +293,29 @@ impl Shard {
         touch: bool,
         f: impl FnOnce(Value<'_>) -> R,
     ) -> Option<R> {
-        if let Some(pos) = self.find(hash, key) {
-            let e = self.entry(pos);
-            if e.is_tombstone() {
-                return None;
+        match self.in_memory(hash, key, now) {
+            InMemory::Live(pos) => {
+                if touch {
+                    self.entry_mut(pos).lru = super::entry::lru_now(now);
+                }
+                let e = self.entry(pos);
+                Some(f(Value { value: e.value(), expire_at: e.expire_at }))
             }
-            if e.is_expired(now) {
-                self.delete(hash, pos);
-                self.expired += 1;
-                return None;
+            InMemory::Tombstone | InMemory::Expired => None,
+            InMemory::Missing => {
+                self.base_live(key, now).map(|e| f(Value { value: e.value, expire_at: e.expire_at }))
             }
-            if touch {
-                self.entry_mut(pos).lru = super::entry::lru_now(now);
-            }
-            let e = self.entry(pos);
-            return Some(f(Value { value: e.value(), expire_at: e.expire_at }));
         }
-        self.base_live(key, now).map(|e| f(Value { value: e.value, expire_at: e.expire_at }))
     }
 
     /// The memory position of `key` if it is live at `now`, for a change: a key that only the
     /// base holds is first copied into memory. Expired memory entries are removed on the spot
     /// (lazy expiry).
     pub fn find_live(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
-        if let Some(pos) = self.find(hash, key) {
-            let e = self.entry(pos);
-            if e.is_tombstone() {
-                return None;
-            }
-            if e.is_expired(now) {
-                self.delete(hash, pos);
-                self.expired += 1;
-                return None;
-            }
-            return Some(pos);
+        match self.in_memory(hash, key, now) {
+            InMemory::Live(pos) => return Some(pos),
+            InMemory::Tombstone | InMemory::Expired => return None,
+            InMemory::Missing => {}
         }
         let promoted = self.base_live(key, now).map(|b| {
             let mut e = Entry::new(b.key, b.value, b.expire_at, super::entry::lru_now(now));
