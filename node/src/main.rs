@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use hyper::Method;
 use shoal_node::cluster::{NodeCluster, read_topology};
 use shoal_node::config::{BakeArgs, Cli, Command, GetArgs};
 use shoal_node::persistence::Persistence;
@@ -114,23 +113,9 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {addr} for metrics"))?;
         let st = state.clone();
         let mut stop = stop_rx.clone();
-        tokio::spawn(http::serve(
-            ops_listener,
-            move |req: hyper::Request<hyper::body::Incoming>, _peer| {
-                let st = st.clone();
-                async move {
-                    if req.method() != Method::GET {
-                        return http::text(hyper::StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
-                    }
-                    http::ops_endpoint(req.uri().path(), || true, || metrics::render(&st))
-                        .unwrap_or_else(|| http::text(hyper::StatusCode::NOT_FOUND, "not found\n"))
-                }
-            },
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-            Duration::from_secs(2),
-        ));
+        tokio::spawn(http::serve_ops(ops_listener, || true, move || metrics::render(&st), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
         tracing::info!(%addr, "node metrics on http://{addr}/metrics");
     }
     let options = server::ServeOptions {

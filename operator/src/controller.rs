@@ -243,9 +243,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     apply(client, &ns, &resources::node_statefulset(&cc, replicas as i32)).await?;
     match &step {
         Step::Bootstrap(nodes) => {
-            let mut t = Topology::even(&nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
-            t.nodes = nodes.clone();
-            t.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+            // `nodes` are ids 0..n in order, which is how `even` numbers them.
+            let t = Topology::even(&nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
             store.publish(&t).await?;
             let note = format!("first topology: {} shards, version {}", t.nodes.len(), t.version);
             event(&ctx, &cc, EventType::Normal, "TopologyPublished", note).await;
@@ -276,10 +275,12 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }
 
     // Report.
-    let observed = Observed { topology: published, moving: ctx.moves.lock().contains_key(&key), ..observed };
-    let progress = ctx.moves.lock().get(&key).and_then(|m| m.progress.lock().clone());
+    let (moving, progress, resharding_task) = match ctx.moves.lock().get(&key) {
+        Some(m) => (true, m.progress.lock().clone(), m.resharding),
+        None => (false, None, false),
+    };
+    let observed = Observed { topology: published, moving, ..observed };
     let last_error = ctx.last_errors.lock().get(&key).cloned();
-    let resharding_task = ctx.moves.lock().get(&key).is_some_and(|m| m.resharding);
     let new_status = status::compute(&status::Inputs {
         generation: cc.metadata.generation,
         previous: cc.status.as_ref(),

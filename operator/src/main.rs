@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use futures::StreamExt;
-use hyper::Method;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::runtime::controller::Controller;
@@ -18,6 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use shoal_operator::controller::{self, AddressMode, Context, Settings};
 use shoal_operator::crd::CacheCluster;
+use shoal_operator::resources;
 use shoal_telemetry::logging::LogFormat;
 use shoal_telemetry::{http, logging, shutdown};
 
@@ -67,7 +67,8 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let client = Client::try_default().await.context("no Kubernetes API (set KUBECONFIG or run in a pod)")?;
-    let identity = cli.identity.clone().unwrap_or_else(|| format!("shoal-operator-{:08x}", fastrand_id()));
+    let identity =
+        cli.identity.clone().unwrap_or_else(|| format!("shoal-operator-{:08x}", fastrand::u32(..)));
     let settings = Settings {
         node_addresses: cli.node_addresses,
         step_timeout: Duration::from_secs(cli.step_timeout_secs),
@@ -82,23 +83,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", cli.metrics_listen))?;
     let ops_ctx = ctx.clone();
     let mut ops_stop = stop_rx.clone();
-    let ops = tokio::spawn(http::serve(
+    // Ready as soon as it runs: a standby replica is healthy too.
+    let ops = tokio::spawn(http::serve_ops(
         listener,
-        move |req: hyper::Request<hyper::body::Incoming>, _| {
-            let ctx = ops_ctx.clone();
-            async move {
-                if req.method() != Method::GET {
-                    return http::text(hyper::StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
-                }
-                // Ready as soon as it runs: a standby replica is healthy too.
-                http::ops_endpoint(req.uri().path(), || true, || controller::render_metrics(&ctx))
-                    .unwrap_or_else(|| http::text(hyper::StatusCode::NOT_FOUND, "not found\n"))
-            }
-        },
+        || true,
+        move || controller::render_metrics(&ops_ctx),
         async move {
             let _ = ops_stop.wait_for(|s| *s).await;
         },
-        Duration::from_secs(2),
     ));
     tracing::info!(addr = %cli.metrics_listen, "operator metrics on /metrics");
 
@@ -140,22 +132,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing::info!(%identity, "leading: reconciling CacheClusters");
 
     // Stop reconciling on SIGTERM, or as soon as the lease is lost (another replica leads then).
-    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
     let mut watch_leader = leader.clone();
-    tokio::spawn(async move {
-        while watch_leader.changed().await.is_ok() {
-            if !*watch_leader.borrow() {
-                let _ = lost_tx.send(());
-                return;
-            }
-        }
-    });
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lost_flag = lost.clone();
     let stop = async move {
         tokio::select! {
             _ = signal => tracing::info!("shutting down"),
-            _ = lost_rx => {
+            // Also when the lease task is gone: then nobody renews the lease either.
+            _ = watch_leader.wait_for(|held| !*held) => {
                 lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::error!("lost the leader lease; stopping");
             }
@@ -178,7 +162,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Api::all(client.clone()),
         ),
     };
-    let managed = watcher::Config::default().labels("app.kubernetes.io/managed-by=shoal-operator");
+    let managed_by = format!("app.kubernetes.io/managed-by={}", resources::OPERATOR_NAME_LABEL);
+    let managed = watcher::Config::default().labels(&managed_by);
     Controller::new(cc_api, watcher::Config::default())
         .owns(sts_api, managed.clone())
         .owns(dep_api, managed.clone())
@@ -209,9 +194,4 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         anyhow::bail!("lost the leader lease");
     }
     Ok(())
-}
-
-fn fastrand_id() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    t.subsec_nanos() ^ std::process::id()
 }

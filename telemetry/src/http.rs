@@ -90,6 +90,30 @@ pub async fn serve<H, F>(
     }
 }
 
+/// Serves only the ops endpoints ([`ops_endpoint`], GET only) until `shutdown`: the whole HTTP
+/// surface of a process without an HTTP API of its own (nodes, the operator).
+pub async fn serve_ops<R, M>(
+    listener: TcpListener,
+    ready: R,
+    metrics_text: M,
+    shutdown: impl Future<Output = ()>,
+) where
+    R: Fn() -> bool + Clone + Send + Sync + 'static,
+    M: Fn() -> String + Clone + Send + Sync + 'static,
+{
+    let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
+        let (ready, metrics_text) = (ready.clone(), metrics_text.clone());
+        async move {
+            if req.method() != hyper::Method::GET {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+            }
+            ops_endpoint(req.uri().path(), ready, metrics_text)
+                .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n"))
+        }
+    };
+    serve(listener, handler, shutdown, Duration::from_secs(2)).await
+}
+
 /// A response with a status, content type and body.
 pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> HttpResponse {
     Response::builder()
