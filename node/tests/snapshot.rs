@@ -193,16 +193,18 @@ fn scan_keys_dbsize_randomkey_see_both_layers_once() {
         r.del(format!("base:{i}").as_bytes());
     }
     assert_eq!(r.len(), 100 + 250);
-    let mut seen = Vec::new();
-    let mut cursor = 0;
-    loop {
-        let page = r.scan(cursor, 17, None, "");
-        seen.extend(page.keys);
-        cursor = page.cursor;
-        if cursor == 0 {
-            break;
+    let scan_all = || {
+        let (mut seen, mut cursor) = (Vec::new(), 0);
+        loop {
+            let page = r.scan(cursor, 17, None, "");
+            seen.extend(page.keys);
+            cursor = page.cursor;
+            if cursor == 0 {
+                return seen;
+            }
         }
-    }
+    };
+    let mut seen = scan_all();
     seen.sort();
     let n = seen.len();
     seen.dedup();
@@ -220,6 +222,9 @@ fn scan_keys_dbsize_randomkey_see_both_layers_once() {
     assert_eq!(r.len(), 350 - in_slot);
     assert_eq!(r.keys(b"*").len(), 350 - in_slot);
     assert!(!r.keys(b"base:*").iter().any(|k| shoal_wire::key_slot(k) == slot));
+    let scanned = scan_all();
+    assert_eq!(scanned.len(), 350 - in_slot, "SCAN skips the given-away slot's snapshot keys");
+    assert!(!scanned.iter().any(|k| shoal_wire::key_slot(k) == slot));
     for _ in 0..50 {
         assert_ne!(shoal_wire::key_slot(&r.random_key().unwrap()), slot);
     }

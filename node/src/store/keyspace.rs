@@ -173,9 +173,8 @@ impl Store {
             for i in pos..end {
                 if let Some(e) = base.checked_entry(i)
                     && type_ok
-                    && !e.is_expired(now)
                     && wanted(e.key)
-                    && !self.in_memory(e.key)
+                    && self.base_visible(&e, now)
                 {
                     keys.push(Bytes::copy_from_slice(e.key));
                 }
