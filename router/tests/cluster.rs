@@ -164,6 +164,12 @@ async fn auth_gates_everything_but_auth_hello_quit_reset() {
         raw.cmd(&["AUTH", "bob", "s3cret"]).await,
         b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
     );
+    assert_eq!(
+        raw.cmd(&["HELLO", "3", "AUTH", "default", "wrong"]).await,
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    let page = support::http_get(router.http_addr, "/metrics").await;
+    assert_eq!(support::metric_sum(&page, "shoal_router_auth_failures_total"), 3.0, "AUTH and HELLO AUTH");
     assert!(raw.cmd(&["HELLO", "3", "AUTH", "default", "s3cret"]).await.starts_with(b"%7\r\n"));
     assert_eq!(raw.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
     assert_eq!(raw.cmd(&["RESET"]).await, b"+RESET\r\n");

@@ -52,11 +52,10 @@ pub fn hello(args: &Args, ctx: &mut Ctx) -> Pending {
             return Reply::error_fmt(format!("ERR Syntax error in HELLO option '{opt}'")).into();
         }
     }
-    if let Some((user, pass)) = credentials {
-        if !ctx.state.settings.check_password(user, pass) {
-            return wrongpass().into();
-        }
-        ctx.session.authenticated = true;
+    if let Some((user, pass)) = credentials
+        && !authenticate(ctx, user, pass)
+    {
+        return wrongpass().into();
     }
     if !ctx.session.authenticated {
         return Reply::error(
@@ -105,13 +104,19 @@ pub fn auth(args: &Args, ctx: &mut Ctx) -> Pending {
     } else {
         (&args[1], &args[2])
     };
-    if ctx.state.settings.check_password(user, pass) {
+    if authenticate(ctx, user, pass) { Reply::OK.into() } else { wrongpass().into() }
+}
+
+/// Checks a password for AUTH or HELLO AUTH: a match authenticates the session, a mismatch is
+/// counted in `shoal_router_auth_failures_total`.
+fn authenticate(ctx: &mut Ctx, user: &[u8], pass: &[u8]) -> bool {
+    let ok = ctx.state.settings.check_password(user, pass);
+    if ok {
         ctx.session.authenticated = true;
-        Reply::OK.into()
     } else {
         ctx.state.metrics.auth_failures.inc();
-        wrongpass().into()
     }
+    ok
 }
 
 /// SELECT: Shoal has one database, 0.
