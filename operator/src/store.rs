@@ -113,17 +113,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_publish_creates_a_configmap_owned_by_the_cluster() {
-        let mut create = call(Method::POST, "/api/v1/namespaces/shop/configmaps", 201, configmap("1", "{}"));
-        create.check = Some(Box::new(|body| {
-            assert_eq!(body["metadata"]["name"], "demo-topology");
-            let owner = &body["metadata"]["ownerReferences"][0];
-            assert_eq!(
-                (owner["kind"].as_str(), owner["controller"].as_bool()),
-                (Some("CacheCluster"), Some(true))
-            );
-            let t = Topology::from_json(body["data"]["topology.json"].as_str().unwrap()).unwrap();
-            assert_eq!((t.version, t.nodes.len()), (1, 2));
-        }));
+        let create = call(Method::POST, "/api/v1/namespaces/shop/configmaps", 201, configmap("1", "{}"))
+            .checking(|body| {
+                assert_eq!(body["metadata"]["name"], "demo-topology");
+                let owner = &body["metadata"]["ownerReferences"][0];
+                assert_eq!(
+                    (owner["kind"].as_str(), owner["controller"].as_bool()),
+                    (Some("CacheCluster"), Some(true))
+                );
+                let t = Topology::from_json(body["data"]["topology.json"].as_str().unwrap()).unwrap();
+                assert_eq!((t.version, t.nodes.len()), (1, 2));
+            });
         let (store, fake) = fake_store(vec![call(Method::GET, CM, 404, status(404, "NotFound")), create]);
         store.publish(&topology(1)).await.unwrap();
         fake.done();
@@ -144,12 +144,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_replace_carries_the_resource_version_it_read_and_a_conflict_fails_it() {
-        let mut replace = call(Method::PUT, CM, 409, status(409, "Conflict"));
-        replace.check = Some(Box::new(|body| {
+        let replace = call(Method::PUT, CM, 409, status(409, "Conflict")).checking(|body| {
             assert_eq!(body["metadata"]["resourceVersion"], "42");
             let t = Topology::from_json(body["data"]["topology.json"].as_str().unwrap()).unwrap();
             assert_eq!(t.version, 4);
-        }));
+        });
         let (store, fake) =
             fake_store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), replace]);
         let err = store.publish(&topology(4)).await.unwrap_err();

@@ -78,7 +78,7 @@ fn every_pod_meets_the_restricted_pod_security_profile() {
             assert_eq!(s["allowPrivilegeEscalation"], false, "{name}");
             assert_eq!(s["readOnlyRootFilesystem"], true, "{name}");
             assert_eq!(s["capabilities"]["drop"], serde_json::json!(["ALL"]), "{name}");
-            assert!(s.get("privileged").is_none() && c.get("ports").is_none_or(|p| p.is_array()));
+            assert!(s.get("privileged").is_none(), "{name}");
             assert!(c["resources"]["limits"]["memory"].is_string(), "{name} has a memory limit");
         }
     }
@@ -272,7 +272,8 @@ fn the_image_ships_every_binary_the_pods_run() {
     for c in sts.containers.iter().chain(&dep.containers) {
         commands.extend(c.command.clone().unwrap().into_iter().take(1));
     }
-    if let Some(Ok(docs)) = render(&[]) {
+    if let Some(docs) = render(&[]) {
+        let docs = docs.unwrap();
         for (_, spec) in pod_specs(&docs) {
             for c in spec["containers"].as_array().unwrap() {
                 commands.push(c["command"][0].as_str().unwrap().to_string());
@@ -280,7 +281,6 @@ fn the_image_ships_every_binary_the_pods_run() {
         }
         assert!(commands.contains(&"shoal-operator".to_string()));
     }
-    assert!(commands.len() >= 2);
     for c in &commands {
         assert!(built.contains(c), "pods run {c} but the Dockerfile does not build it ({built:?})");
     }

@@ -160,7 +160,8 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
         .env_remove("SHOAL_REQUIREPASS")
         .output()
         .unwrap();
-    assert!(!anonymous.status.success());
+    let refusal = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(!anonymous.status.success() && refusal.contains("NOAUTH"), "{refusal}");
 
     // Uninstall: the chart's objects go, and the CacheCluster's go with it (owner references).
     helm(&plane, &["uninstall", "rel", "-n", NS, "--wait", "--timeout", "60s"]);

@@ -122,18 +122,15 @@ async fn node_sigterm_exits_zero_after_in_flight_work() {
     }
     c.send(&pipeline).await;
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    let mut ok = 0;
-    let mut failed = 0;
+    // Every request gets an answer: OK, or the node-down error once the node has gone.
     for _ in 0..2000 {
-        match c.reply().await.unwrap().as_slice() {
-            b"+OK\r\n" => ok += 1,
-            other => {
-                assert!(other.starts_with(b"-ERR node 0"), "{}", String::from_utf8_lossy(other));
-                failed += 1;
-            }
-        }
+        let reply = c.reply().await.expect("an answer to every pipelined request");
+        assert!(
+            reply == b"+OK\r\n" || reply.starts_with(b"-ERR node 0"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
     }
-    assert_eq!(ok + failed, 2000, "every request got an answer");
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "node exits 0 on SIGTERM: {status:?}");
     router.shutdown().await;
