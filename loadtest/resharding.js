@@ -17,7 +17,7 @@
 //          as long as SCALE_TAIL_S of the load remain, so data keeps moving under the load and
 //          the load still runs on the settled cluster at the end. With SCALE_STEPS=none it only
 //          watches SHOAL TOPOLOGY and logs every version change: scale the cluster yourself
-//          (e.g. `kubectl scale shoalcluster/...`).
+//          (e.g. `kubectl scale cachecluster/NAME --replicas=N`).
 // teardown() waits for the cluster to settle, then re-reads every seeded key.
 //
 // Settings (-e NAME=value): SHOAL_ADDR, DURATION (60s), RATE (200), VALUE_SIZE (32), SEED_KEYS
