@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 WORK = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
 # The report the scripts' --write-docs updates. loadtest/compare --quick points this at a scratch
 # copy, so a quick run never puts its (meaningless) numbers into docs/benchmarks.md.
+# Longest any single step (a load, a benchmark burst, a snapshot) may take before the run is
+# abandoned: every wait in these scripts is bounded.
+CALL_LIMIT_S = 600
 DOCS = Path(os.environ.get("SHOAL_BENCH_DOCS") or REPO / "docs/benchmarks.md")
 _procs = []
 
@@ -89,13 +92,16 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
 
 def binaries():
-    """Release builds of shoal-node and shoal-router (built here unless SHOAL_BIN_DIR is set)."""
+    """Release builds of shoal-node and shoal-router (built here unless SHOAL_BIN_DIR is set), in the
+    same target directory loadtest/compare and .ci use, so a script run on its own reuses their build."""
     if os.environ.get("SHOAL_BIN_DIR"):
         d = Path(os.environ["SHOAL_BIN_DIR"])
     else:
-        say("building release binaries (cargo build --release)")
-        subprocess.run(["cargo", "build", "--release", "--bins", "-q"], cwd=REPO, check=True)
-        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        cache = Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache/shoal")
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or cache / "target")
+        say(f"building release binaries (cargo build --release, in {target})")
+        subprocess.run(["cargo", "build", "--release", "--bins", "-q"], cwd=REPO, check=True,
+                       env={**os.environ, "CARGO_TARGET_DIR": str(target)})
         d = target / "release"
     return d / "shoal-node", d / "shoal-router"
 

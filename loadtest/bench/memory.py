@@ -24,13 +24,14 @@ def load(port, keys):
                 f.write(b"*3\r\n$3\r\nSET\r\n$16\r\n" + k + b"\r\n$32\r\n" + v + b"\r\n")
     with open(proto, "rb") as f:
         out = subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=f, capture_output=True, text=True,
-                             timeout=600, check=True).stdout
+                             timeout=common.CALL_LIMIT_S, check=True).stdout
     if f"errors: 0, replies: {keys}" not in out:
         sys.exit(f"[bench] load failed: {out}")
 
 
 def info_field(port, section, field):
-    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", section], capture_output=True, text=True).stdout
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", section], capture_output=True, text=True,
+                         timeout=common.CALL_LIMIT_S).stdout
     for line in out.splitlines():
         if line.startswith(field + ":"):
             return int(line.split(":", 1)[1])

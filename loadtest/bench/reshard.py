@@ -21,13 +21,11 @@ import sys
 import time
 
 import common
-from snapshot import redis_load
+from snapshot import bench, redis_load
 
 
-def burst(port, keys, n):
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get", "-c", "50", "-r", str(keys),
-                          "-n", str(n), "--csv"], capture_output=True, text=True, check=True).stdout
-    return {r["test"]: (float(r["rps"]), float(r["p99_latency_ms"])) for r in csv.DictReader(io.StringIO(out))}
+# A move that takes longer than this has gone wrong (1M keys move in seconds to a minute).
+MOVE_LIMIT_S = 900
 
 
 def summarize(bursts):
@@ -47,7 +45,7 @@ def scenario(node_bin, router_bin, keys, burst_n, steady_n, rate):
                                          "--topology-file", str(topology), "--migrate-rate", rate, "--threads", "1"])
         common.wait_port(port, ping=False)
     subprocess.run([str(router_bin), "reshard", "--topology-file", str(topology), "--nodes", ",".join(addrs[:3])],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, timeout=common.CALL_LIMIT_S)
     port = common.free_port()
     common.start(f"router-{rate}", [str(router_bin), "--topology-file", str(topology), "--threads", "1",
                                     "--resp", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{common.free_port()}"])
@@ -55,7 +53,7 @@ def scenario(node_bin, router_bin, keys, burst_n, steady_n, rate):
     common.say(f"[rate {rate}] loading {keys:,} keys into 3 nodes")
     redis_load(port, keys)
     common.say(f"[rate {rate}] steady state: {steady_n} bursts of {burst_n:,} requests")
-    steady = [burst(port, keys, burst_n) for _ in range(steady_n)]
+    steady = [bench(port, keys, burst_n) for _ in range(steady_n)]
 
     common.say(f"[rate {rate}] growing 3 -> 4 nodes under the same load")
     log = open(common.WORK / f"reshard-{rate}.log", "w+")
@@ -63,12 +61,15 @@ def scenario(node_bin, router_bin, keys, burst_n, steady_n, rate):
     coordinator = subprocess.Popen([str(router_bin), "reshard", "--topology-file", str(topology),
                                     "--nodes", ",".join(addrs)], stderr=log, stdout=subprocess.DEVNULL)
     during, overlapping = [], []
+    deadline = t0 + MOVE_LIMIT_S
     while coordinator.poll() is None:
-        result = burst(port, keys, burst_n)
+        if time.time() > deadline:
+            coordinator.kill()
+            sys.exit(f"[bench] the move took over {MOVE_LIMIT_S} s; see {log.name}")
+        result = bench(port, keys, burst_n)
         # Bursts that ran entirely inside the migration window count; if the migration is
         # shorter than a burst, the ones that overlapped it are reported instead (marked).
         (during if coordinator.poll() is None else overlapping).append(result)
-    step = time.time() - t0
     if coordinator.returncode != 0:
         sys.exit(f"[bench] reshard failed; see {log.name}")
     log.seek(0)
@@ -80,7 +81,7 @@ def scenario(node_bin, router_bin, keys, burst_n, steady_n, rate):
     if t.get("migrations") or len(t["nodes"]) != 4:
         sys.exit("[bench] the topology did not settle on 4 nodes")
     common.stop_all()
-    return {"moved": int(m.group(1)), "mb": float(m.group(2)), "secs": float(m.group(3)), "step": step,
+    return {"moved": int(m.group(1)), "mb": float(m.group(2)), "secs": float(m.group(3)),
             "steady": summarize(steady), "during": summarize(during or overlapping), "inside": bool(during)}
 
 
@@ -97,23 +98,28 @@ def main():
 
     rows = ["| pull rate | keys moved | time | keys/s | MB/s | SET req/s | SET p99 | GET req/s | GET p99 |",
             "|---|---|---|---|---|---|---|---|---|"]
-    notes = []
+    overlapped = False
     for rate in args.rates.split(","):
         r = scenario(node_bin, router_bin, args.keys, args.burst, args.steady_bursts, rate)
         s, d = r["steady"], r["during"]
         name = "unlimited" if rate == "0" else rate + "/s" + (" (default)" if rate == "8mb" else "")
         if not r["inside"]:
             name += " ¹"
-            notes.append("¹ The migration was shorter than one burst: the client columns are of the burst that "
-                         "overlapped it, partly after it ended.")
+            overlapped = True
+        # The coordinator reports the time to 0.1 s; a tiny move (--quick) can report 0.0.
+        if r["secs"] > 0:
+            timing = f"{r['secs']:.1f} s | {r['moved'] / r['secs']:,.0f} | {r['mb'] / r['secs']:.1f}"
+        else:
+            timing = "< 0.1 s | n/a | n/a"
         rows.append(
-            f"| {name} | {r['moved']:,} ({r['mb']:.0f} MB) | {r['secs']:.1f} s | {r['moved'] / r['secs']:,.0f} | "
-            f"{r['mb'] / r['secs']:.1f} | {d['SET'][0]:,.0f} vs {s['SET'][0]:,.0f}: **{d['SET'][0] / s['SET'][0]:.2f}x** | "
+            f"| {name} | {r['moved']:,} ({r['mb']:.0f} MB) | {timing} | {d['SET'][0]:,.0f} vs {s['SET'][0]:,.0f}: **{d['SET'][0] / s['SET'][0]:.2f}x** | "
             f"{d['SET'][1]:.2f} vs {s['SET'][1]:.2f} ms: **{d['SET'][1] / s['SET'][1]:.2f}x** | "
             f"{d['GET'][0]:,.0f} vs {s['GET'][0]:,.0f}: **{d['GET'][0] / s['GET'][0]:.2f}x** | "
             f"{d['GET'][1]:.2f} vs {s['GET'][1]:.2f} ms: **{d['GET'][1] / s['GET'][1]:.2f}x** |")
         common.say(rows[-1])
-    table = "\n".join(rows + ([""] if notes else []) + notes)
+    notes = ["", "¹ The migration was shorter than one burst: the client columns are of the burst that "
+             "overlapped it, partly after it ended."] if overlapped else []
+    table = "\n".join(rows + notes)
     print(table)
     if args.write_docs:
         cmd = (f"python3 loadtest/bench/reshard.py --keys {args.keys} --rates {args.rates} --burst {args.burst} "

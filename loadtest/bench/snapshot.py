@@ -3,7 +3,8 @@
 1. Restart to first read, 1M and 5M keys (16-byte keys, 100-byte values): a shoal-node started on
    a snapshot of the data vs redis-server started on an RDB of the same data. Measured from
    spawning the server process to the first GET that returns the right value.
-2. GET/SET throughput and p99 through a router while snapshots are written back to back, vs idle.
+2. GET/SET throughput and p99 through a router while snapshots are written back to back (each paced to a
+   tenth of a core, so one may span the whole measurement), vs idle; a failed snapshot fails the run.
 3. Peak RSS of a node while it writes a snapshot vs its steady RSS.
 
     python3 loadtest/bench/snapshot.py [--sizes 1000000,5000000] [--write-docs]
@@ -48,10 +49,8 @@ def redis_load(port, n):
         if len(chunk) == 10000:
             p.stdin.write(b"".join(chunk))
             chunk = []
-    p.stdin.write(b"".join(chunk))
-    p.stdin.close()
-    out = p.stdout.read().decode()
-    p.wait()
+    # The last chunk, then end of input; wait (bounded) for redis-cli's summary.
+    out = p.communicate(b"".join(chunk), timeout=common.CALL_LIMIT_S)[0].decode()
     if f"errors: 0, replies: {n}" not in out:
         sys.exit(f"[bench] redis load failed: {out}")
 
@@ -81,7 +80,8 @@ def restart_times(node_bin, n, rounds):
     write_csv(csv_path, n)
     data = common.WORK / f"shoal-{n}"
     t = time.time()
-    subprocess.run([str(node_bin), "bake", str(csv_path), "-o", f"{data}/"], check=True, capture_output=True)
+    subprocess.run([str(node_bin), "bake", str(csv_path), "-o", f"{data}/"], check=True, capture_output=True,
+                   timeout=common.CALL_LIMIT_S)
     bake_s = time.time() - t
     csv_path.unlink()
     shoal = []
@@ -91,7 +91,7 @@ def restart_times(node_bin, n, rounds):
         node = subprocess.Popen([str(node_bin), "--listen", f"127.0.0.1:{port}", "--data-dir", str(data)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         got = subprocess.run([str(node_bin), "get", "--node", f"127.0.0.1:{port}", "--wait", "60", "--expect",
-                              want.decode(), probe_key.decode()], capture_output=True)
+                              want.decode(), probe_key.decode()], capture_output=True, timeout=common.CALL_LIMIT_S)
         shoal.append(time.time() - t0)
         node.kill()  # SIGKILL: no shutdown snapshot, the data directory stays as baked
         node.wait()
@@ -103,7 +103,7 @@ def restart_times(node_bin, n, rounds):
     port = common.free_port()
     loader = common.redis_server(port, ["--dir", str(rdir), "--dbfilename", "dump.rdb"])
     redis_load(port, n)
-    subprocess.run(["redis-cli", "-p", str(port), "SAVE"], check=True, capture_output=True)
+    subprocess.run(["redis-cli", "-p", str(port), "SAVE"], check=True, capture_output=True, timeout=common.CALL_LIMIT_S)
     loader.terminate()
     loader.wait()
     redis = []
@@ -126,7 +126,7 @@ def restart_times(node_bin, n, rounds):
 def bench(port, keys, requests, pipeline=1):
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get", "-c", "50", "-r", str(keys),
                           "-n", str(requests), "-P", str(pipeline), "--csv"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, timeout=common.CALL_LIMIT_S).stdout
     return {r["test"]: (float(r["rps"]), float(r["p99_latency_ms"])) for r in csv.DictReader(io.StringIO(out))}
 
 
@@ -142,16 +142,24 @@ def under_snapshot(router_bin, keys, requests):
     done = threading.Event()
     count = [0]
 
+    failures = []
+
     def snapshot_loop():
         while not done.is_set():
-            subprocess.run(["redis-cli", "-p", str(port), "SHOAL", "SNAPSHOT"], capture_output=True)
+            r = subprocess.run(["redis-cli", "-p", str(port), "SHOAL", "SNAPSHOT"], capture_output=True, text=True,
+                               timeout=common.CALL_LIMIT_S)
+            if r.returncode or "ok=no" in r.stdout or r.stdout.startswith("ERR"):
+                failures.append(r.stdout + r.stderr)
+                return
             count[0] += 1
 
     t = threading.Thread(target=snapshot_loop)
     t.start()
     busy = bench(port, keys, requests)
     done.set()
-    t.join()
+    t.join(common.CALL_LIMIT_S)
+    if failures:
+        sys.exit(f"[bench] SHOAL SNAPSHOT failed: {failures[0]}")
     return idle, busy, count[0]
 
 
@@ -167,7 +175,11 @@ def rss_during_snapshot(node_bin, router_bin, keys):
     steady = common.rss(node.pid)
     peak = steady
     snap = subprocess.Popen(["redis-cli", "-p", str(port), "SHOAL", "SNAPSHOT"], stdout=subprocess.PIPE)
+    deadline = time.time() + common.CALL_LIMIT_S
     while snap.poll() is None:
+        if time.time() > deadline:
+            snap.kill()
+            sys.exit(f"[bench] a snapshot took over {common.CALL_LIMIT_S} s")
         peak = max(peak, common.rss(node.pid))
         time.sleep(0.005)
     report = snap.stdout.read().decode()
