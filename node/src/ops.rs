@@ -82,7 +82,8 @@ fn is_read(kind: &Kind) -> bool {
     )
 }
 
-pub fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
+/// Runs one op that [`check`] admitted.
+fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     if op.fallback
         && let (Some(key), Some(kind)) = (op_key(&op), op.kind.as_ref())
         && is_read(kind)
@@ -180,12 +181,10 @@ pub fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
             },
             None => nil(),
         },
-        Kind::Import(o) => int(store.import(
-            o.entries
-                .iter()
-                .filter(|e| view.accepts_import(shoal_wire::key_slot(&e.key)))
-                .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms)),
-        )),
+        // `check` has already refused the whole op unless every entry's slot is moving in.
+        Kind::Import(o) => {
+            int(store.import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms))))
+        }
     }
 }
 

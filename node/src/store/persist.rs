@@ -33,7 +33,6 @@ pub struct SlotEntry {
 pub struct SlotPlan {
     /// Per shard: `(slot, slab position)`, sorted by slot.
     per_shard: Vec<Vec<(u16, u32)>>,
-    slots: RangeInclusive<u16>,
 }
 
 impl SlotPlan {
@@ -42,10 +41,6 @@ impl SlotPlan {
         let start = list.partition_point(|&(s, _)| s < slot);
         let end = list.partition_point(|&(s, _)| s <= slot);
         &list[start..end]
-    }
-
-    pub fn slots(&self) -> RangeInclusive<u16> {
-        self.slots.clone()
     }
 
     /// Memory entries the plan covers (tombstones and expired entries included).
@@ -72,7 +67,7 @@ impl Store {
                 list
             })
             .collect();
-        SlotPlan { per_shard, slots }
+        SlotPlan { per_shard }
     }
 
     /// The live entries of `slot`, memory over base, sorted by key.

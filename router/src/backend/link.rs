@@ -197,10 +197,6 @@ impl NodeLink {
         self.last_error.lock().clone()
     }
 
-    pub fn deadline(&self) -> Duration {
-        self.options.deadline
-    }
-
     /// Queues `op`, routed by topology `version`, for this node. Never blocks: a down or
     /// saturated node fails the call at once.
     pub fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<proto::Reply> {

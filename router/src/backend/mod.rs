@@ -164,10 +164,6 @@ impl Cluster {
         self.version.load(Ordering::Acquire)
     }
 
-    pub fn options(&self) -> &LinkOptions {
-        &self.options
-    }
-
     /// Shutdown: every link stops when its node's stream ends, without reconnecting.
     pub fn close(&self) {
         for link in self.links.lock().values() {

@@ -256,12 +256,12 @@ pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
         _ => spec,
     };
     if !spec.arity_ok(args.len()) {
-        return wrong_arity(spec.full_name()).into();
+        return wrong_arity(spec.name).into();
     }
     if !ctx.session.authenticated && !spec.no_auth() {
         return Reply::error("NOAUTH Authentication required.").into();
     }
-    ctx.session.last_command_name = spec.full_name();
+    ctx.session.last_command_name = spec.name;
     ctx.state.metrics.commands.inc();
     (spec.run)(args, ctx)
 }

@@ -26,10 +26,6 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    pub fn full_name(&self) -> &'static str {
-        self.name
-    }
-
     /// The name without its parent (`setname` for `client|setname`).
     pub fn short_name(&self) -> &'static str {
         self.name.rsplit('|').next().unwrap_or(self.name)

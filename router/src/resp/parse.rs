@@ -84,11 +84,6 @@ impl RequestParser {
         RequestParser::default()
     }
 
-    /// Whether the parser is in the middle of a request.
-    pub fn in_request(&self) -> bool {
-        self.remaining > 0
-    }
-
     /// Bytes the buffer must hold before the current bulk string is complete (a read hint).
     pub fn wanted(&self) -> Option<usize> {
         self.bulk_len.map(|len| len + 2)

@@ -69,10 +69,6 @@ impl Reply {
         Reply::Bulk(b.into())
     }
 
-    pub fn is_error(&self) -> bool {
-        matches!(self, Reply::Error(_))
-    }
-
     /// Appends the encoding of `self` for `proto` to `out`.
     pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
         match self {
