@@ -67,10 +67,12 @@ impl Routing {
         (pos, &self.links[pos])
     }
 
-    /// For a key whose slot is moving, the old owner's position.
+    /// The position of the node that owns `key` and, if its slot is moving, of the old owner:
+    /// one CRC16 for both.
     #[inline]
-    pub fn moving_from(&self, key: &[u8]) -> Option<usize> {
-        self.table.moving_from(key_slot(key))
+    pub fn locate(&self, key: &[u8]) -> (usize, Option<usize>) {
+        let slot = key_slot(key);
+        (self.table.node_of(slot), self.table.moving_from(slot))
     }
 
     pub fn version(&self) -> u64 {
@@ -290,8 +292,9 @@ pub async fn route(
         }
         let routing = cluster.routing();
         let v = routing.version();
-        let (_, owner) = routing.link_for_key(&key);
-        let old = routing.moving_from(&key).map(|p| &routing.links[p]);
+        let (pos, from) = routing.locate(&key);
+        let owner = &routing.links[pos];
+        let old = from.map(|p| &routing.links[p]);
         let result = match old {
             None => owner.call(op.clone(), v, deadline).wait().await?,
             Some(old) => match class(&op) {

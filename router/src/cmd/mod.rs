@@ -62,7 +62,8 @@ impl Ctx<'_> {
     /// `moved` (only possible when nodes follow a topology).
     pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
         let key = key.clone();
-        if self.routing.moving_from(&key).is_some() {
+        let (owner, from) = self.routing.locate(&key);
+        if from.is_some() {
             let state = Arc::clone(self.state);
             let deadline = self.deadline;
             return KeyCall::Routed(Box::pin(async move {
@@ -70,7 +71,7 @@ impl Ctx<'_> {
             }));
         }
         let retry = self.routing.managed.then(|| (key.clone(), op.clone()));
-        let call = self.routing.link_for_key(&key).1.call(op, self.routing.version(), self.deadline);
+        let call = self.routing.links[owner].call(op, self.routing.version(), self.deadline);
         KeyCall::Direct { call, retry, deadline: self.deadline }
     }
 
@@ -352,11 +353,11 @@ pub fn fan_out(ctx: &Ctx, items: impl Iterator<Item = (Bytes, Op)>) -> FanOut {
     let mut total = 0;
     for (i, (key, op)) in items.enumerate() {
         total = i + 1;
-        if ctx.routing.moving_from(&key).is_some() {
+        let (pos, from) = ctx.routing.locate(&key);
+        if from.is_some() {
             routed.push((i, ctx.call(&key, op)));
             continue;
         }
-        let (pos, _) = ctx.routing.link_for_key(&key);
         let group = &mut per_node[pos];
         group.0.push(i);
         if ctx.routing.managed {

@@ -43,8 +43,10 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     // Pairs grouped by owning node, in argument order within each group.
     let mut groups: Vec<(Vec<Bytes>, Vec<Bytes>)> = vec![Default::default(); ctx.routing.len()];
+    let mut moving = false;
     for (k, v) in pairs(args) {
-        let (pos, _) = ctx.routing.link_for_key(k);
+        let (pos, from) = ctx.routing.locate(k);
+        moving |= from.is_some();
         groups[pos].0.push(k.clone());
         groups[pos].1.push(v.clone());
     }
@@ -52,7 +54,6 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
     let msetnx_op = |g: &(Vec<Bytes>, Vec<Bytes>)| {
         op(Kind::MsetNx(proto::MSetNx { keys: g.0.clone(), values: g.1.clone() }))
     };
-    let moving = pairs(args).any(|(k, _)| ctx.routing.moving_from(k).is_some());
     if let ([only], false) = (&involved[..], moving) {
         let first = groups[*only].0[0].clone();
         return Pending::Call(ctx.call(&first, msetnx_op(&groups[*only])), plain);
