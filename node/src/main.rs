@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use shoal_node::cluster::{NodeCluster, read_topology};
 use shoal_node::config::{BakeArgs, Cli, Command, GetArgs};
-use shoal_node::persistence::Persistence;
-use shoal_node::service::NodeState;
 use shoal_node::snapshot::bake::{self, InputFormat};
 use shoal_node::store::{Store, SystemClock};
 use shoal_node::{metrics, server};
@@ -87,22 +84,18 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let args = cli.serve;
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
-    let persistence = Persistence::open(store.clone(), args.data_dir.clone(), args.snapshot_keep)
-        .context("opening the data directory")?;
-    let cluster =
-        NodeCluster::new(args.node_id, Some(args.listen.to_string()), store.clone(), args.data_dir.clone());
-    cluster.set_migrate_rate(args.migrate_rate);
-    if let Some(path) = &args.topology_file {
-        match read_topology(path) {
-            Ok(t) => {
-                cluster.adopt(t);
-            }
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "no usable topology yet; watching the file")
-            }
-        }
-    }
-    let state = Arc::new(NodeState::new(store, persistence, cluster));
+    let options = server::ServeOptions {
+        expire_interval: args.expire_interval(),
+        snapshot_interval: args.snapshot_interval(),
+        data_dir: args.data_dir.clone(),
+        snapshot_keep: args.snapshot_keep,
+        node_id: args.node_id,
+        topology_file: args.topology_file.clone(),
+        migrate_rate: args.migrate_rate,
+        ..Default::default()
+    };
+    let state =
+        server::open_state(store, args.listen.to_string(), &options).context("opening the data directory")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -118,14 +111,6 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         }));
         tracing::info!(%addr, "node metrics on http://{addr}/metrics");
     }
-    let options = server::ServeOptions {
-        expire_interval: args.expire_interval(),
-        snapshot_interval: args.snapshot_interval(),
-        snapshot_keep: args.snapshot_keep,
-        node_id: args.node_id,
-        topology_file: args.topology_file.clone(),
-        ..Default::default()
-    };
     server::run(listener, state, options, async move {
         shutdown::signal().await;
         let _ = stop_tx.send(true);

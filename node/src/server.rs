@@ -190,6 +190,31 @@ impl std::fmt::Debug for NodeHandle {
     }
 }
 
+/// The state of a node over the empty `store`: the newest snapshot in `options.data_dir` loaded
+/// under it, and the topology in `options.topology_file` if it already holds a usable one (else
+/// the node waits for the file). `advertised` is the address topologies know this node by.
+pub fn open_state(
+    store: Arc<Store>,
+    advertised: String,
+    options: &ServeOptions,
+) -> Result<Arc<NodeState>, NodeError> {
+    let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
+    let cluster =
+        NodeCluster::new(options.node_id, Some(advertised), store.clone(), options.data_dir.clone());
+    cluster.set_migrate_rate(options.migrate_rate);
+    if let Some(path) = &options.topology_file {
+        match crate::cluster::read_topology(path) {
+            Ok(t) => {
+                cluster.adopt(t);
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "no usable topology yet; watching the file")
+            }
+        }
+    }
+    Ok(Arc::new(NodeState::new(store, persistence, cluster)))
+}
+
 impl NodeHandle {
     /// Loads the newest snapshot from `options.data_dir` (if any) under the empty `store`, binds
     /// `addr` (port 0 picks a free port) and starts serving.
@@ -198,21 +223,9 @@ impl NodeHandle {
         store: Arc<Store>,
         options: ServeOptions,
     ) -> Result<NodeHandle, NodeError> {
-        let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let cluster = NodeCluster::new(
-            options.node_id,
-            Some(addr.to_string()),
-            store.clone(),
-            options.data_dir.clone(),
-        );
-        cluster.set_migrate_rate(options.migrate_rate);
-        if let Some(t) = options.topology_file.as_deref().and_then(|p| crate::cluster::read_topology(p).ok())
-        {
-            cluster.adopt(t);
-        }
-        let state = Arc::new(NodeState::new(store, persistence, cluster));
+        let state = open_state(store, addr.to_string(), &options)?;
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run(listener, state.clone(), options, async move {
             let _ = stopped.await;
