@@ -202,6 +202,14 @@ fn format_value(v: f64) -> String {
     }
 }
 
+/// Resident set size of this process, from `/proc/self/statm` (0 where unavailable).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

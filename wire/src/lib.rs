@@ -4,15 +4,25 @@
 //! - [`proto`]: the node gRPC API generated from `proto/shoal.proto` (tonic + prost, built without a
 //!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
 //! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
-//! - [`num`]: Redis's integer syntax (`string2ll`), so router and node agree on what a number is.
-//! - [`topology`]: the versioned document that maps slot ranges to nodes.
+//! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
+//! - [`ops`]: the key an op is about and how it behaves while its slot moves.
+//! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
+//!   document in a file (read, atomic replace, watch).
+//! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts).
+//! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
+//! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
 //!
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
 //! built from the current [`topology::Topology`], and sends a [`proto::Op`] to that node's stream.
 
+pub mod client;
+pub mod clock;
 pub mod num;
+pub mod ops;
+pub mod pieces;
 pub mod slot;
 pub mod topology;
+pub mod topology_file;
 
 /// Generated gRPC types and stubs for `shoal.v1`.
 #[allow(clippy::all, missing_docs)]

@@ -1,4 +1,4 @@
-//! Redis's number syntax, shared by the router (command arguments) and the node (stored values) so
+//! Redis's number syntaxes, shared by the router (command arguments) and the node (stored values) so
 //! both accept and reject exactly the same strings.
 
 /// Redis's `string2ll`: a strict base-10 `i64`. No sign but `-`, no leading zeros, no spaces, at
@@ -40,9 +40,28 @@ pub fn format_i64(v: i64) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
+/// Parses a memory size the way Redis's config does (`memtoll`).
+pub fn parse_memory(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("invalid memory size '{s}'"))?;
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return Err(format!("invalid memory unit in '{s}' (use b, k, kb, m, mb, g, gb)")),
+    };
+    n.checked_mul(mul).ok_or_else(|| format!("memory size '{s}' is too large"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_i64;
+    use super::{parse_i64, parse_memory};
 
     #[test]
     fn accepts_what_redis_accepts() {
@@ -74,5 +93,17 @@ mod tests {
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn memory_sizes_like_redis() {
+        assert_eq!(parse_memory("0"), Ok(0));
+        assert_eq!(parse_memory("100"), Ok(100));
+        assert_eq!(parse_memory("1k"), Ok(1000));
+        assert_eq!(parse_memory("1kb"), Ok(1024));
+        assert_eq!(parse_memory("2GB"), Ok(2 << 30));
+        assert_eq!(parse_memory("64mb"), Ok(64 << 20));
+        assert!(parse_memory("12xb").is_err());
+        assert!(parse_memory("mb").is_err());
     }
 }

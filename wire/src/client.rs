@@ -1,0 +1,86 @@
+//! The one way to open a gRPC client to a node, used by routers, nodes pulling migrations, the
+//! coordinator and the command-line tools, so that all of them agree on message limits, timeouts
+//! and keep-alives.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::node_client::NodeClient;
+
+/// Largest gRPC message either way. Large items travel in pieces of [`crate::pieces::PIECE_BYTES`]
+/// (a batch is at most a few MiB), so this is a safety net, not a working size.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// HTTP/2 flow-control windows: large enough that a stream carrying batches of a few MiB does not
+/// wait for window updates on every message.
+pub const STREAM_WINDOW_BYTES: u32 = 8 << 20;
+pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
+
+/// How a client connects.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub connect_timeout: Duration,
+    /// A deadline for each unary call (`None`: none, for long-lived streams).
+    pub request_timeout: Option<Duration>,
+    /// HTTP/2 pings on idle connections, so a dead peer is noticed within about 10 s.
+    pub keep_alive: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { connect_timeout: Duration::from_secs(2), request_timeout: None, keep_alive: true }
+    }
+}
+
+impl ClientOptions {
+    /// For short administrative calls (topology offers, stats polls).
+    pub fn admin() -> ClientOptions {
+        ClientOptions {
+            request_timeout: Some(Duration::from_secs(10)),
+            keep_alive: false,
+            ..Default::default()
+        }
+    }
+}
+
+/// Why a node could not be reached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    #[error("bad node address {addr:?}: {reason}")]
+    BadAddress { addr: String, reason: String },
+    /// The innermost cause ("connection refused" rather than "transport error").
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// Connects to the node at `addr` (`host:port`).
+pub async fn connect(addr: &str, options: &ClientOptions) -> Result<NodeClient<Channel>, ConnectError> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| ConnectError::BadAddress { addr: addr.to_string(), reason: e.to_string() })?
+        .connect_timeout(options.connect_timeout)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+    if let Some(t) = options.request_timeout {
+        endpoint = endpoint.timeout(t);
+    }
+    if options.keep_alive {
+        endpoint = endpoint
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
+    }
+    let channel = endpoint.connect().await.map_err(|e| ConnectError::Transport(innermost(&e)))?;
+    Ok(NodeClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// The innermost cause of an error chain.
+pub fn innermost(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}

@@ -1,0 +1,91 @@
+//! What an op is, as both sides of the wire must agree: the key it is about, and how it behaves
+//! while its slot moves between nodes (the router picks a path by it, the node answers a
+//! `fallback` read by it).
+
+use crate::proto::{Op, op::Kind};
+
+/// How an op behaves while its key's slot moves (docs/architecture.md, "Rules that make it
+/// lossless").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpClass {
+    /// Reads the key only: asked of the new owner first, of the old one if the new has nothing
+    /// (not even a recorded delete).
+    Read,
+    /// Replaces the key whatever it held: goes to the new owner only.
+    Write,
+    /// Removes the key: goes to both owners.
+    Delete,
+    /// Depends on the key's current value: the key is copied to the new owner first.
+    ReadModifyWrite,
+    /// About no single key (whole-keyspace ops, multi-key ops, migration plumbing).
+    NoKey,
+}
+
+/// The key `op` is about, if it is about exactly one.
+pub fn key_of(op: &Op) -> Option<&[u8]> {
+    Some(match op.kind.as_ref()? {
+        Kind::Get(o) => &o.key,
+        Kind::Set(o) => &o.key,
+        Kind::Del(o) => &o.key,
+        Kind::Exists(o) => &o.key,
+        Kind::Touch(o) => &o.key,
+        Kind::TypeOf(o) => &o.key,
+        Kind::Append(o) => &o.key,
+        Kind::Strlen(o) => &o.key,
+        Kind::GetRange(o) => &o.key,
+        Kind::SetRange(o) => &o.key,
+        Kind::IncrBy(o) => &o.key,
+        Kind::IncrByFloat(o) => &o.key,
+        Kind::GetDel(o) => &o.key,
+        Kind::GetEx(o) => &o.key,
+        Kind::Expire(o) => &o.key,
+        Kind::Persist(o) => &o.key,
+        Kind::Ttl(o) => &o.key,
+        Kind::Fetch(o) => &o.key,
+        Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
+        Kind::MsetNx(_) | Kind::Import(_) | Kind::Piece(_) | Kind::Assembled(_) => return None,
+    })
+}
+
+pub fn class_of(op: &Op) -> OpClass {
+    let Some(kind) = &op.kind else { return OpClass::NoKey };
+    match kind {
+        Kind::Get(_)
+        | Kind::Exists(_)
+        | Kind::Touch(_)
+        | Kind::TypeOf(_)
+        | Kind::Strlen(_)
+        | Kind::GetRange(_)
+        | Kind::Ttl(_) => OpClass::Read,
+        Kind::Set(s) if s.condition == 0 && !s.get && !s.keep_ttl => OpClass::Write,
+        Kind::Del(_) => OpClass::Delete,
+        _ if key_of(op).is_none() => OpClass::NoKey,
+        _ => OpClass::ReadModifyWrite,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Get, Set, SetCondition};
+
+    fn op(kind: Kind) -> Op {
+        Op { kind: Some(kind), ..Default::default() }
+    }
+
+    #[test]
+    fn only_unconditional_sets_are_plain_writes() {
+        assert_eq!(class_of(&op(Kind::Get(Get { key: "k".into() }))), OpClass::Read);
+        let set = |f: fn(&mut Set)| {
+            let mut s = Set { key: "k".into(), ..Default::default() };
+            f(&mut s);
+            class_of(&op(Kind::Set(s)))
+        };
+        assert_eq!(set(|_| {}), OpClass::Write);
+        assert_eq!(set(|s| s.condition = SetCondition::SetIfAbsent as i32), OpClass::ReadModifyWrite);
+        assert_eq!(set(|s| s.get = true), OpClass::ReadModifyWrite);
+        assert_eq!(set(|s| s.keep_ttl = true), OpClass::ReadModifyWrite);
+        assert_eq!(class_of(&op(Kind::DbSize(Default::default()))), OpClass::NoKey);
+        assert_eq!(class_of(&Op::default()), OpClass::NoKey);
+    }
+}
