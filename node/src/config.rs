@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use shoal_telemetry::logging::LogFormat;
+use shoal_wire::num::parse_memory;
 
 use crate::snapshot::bake::InputFormat;
 use crate::store::{EvictionPolicy, StoreConfig, default_shards};
@@ -31,7 +32,9 @@ pub enum Command {
     /// --data-dir on the output directory serves it at once.
     Bake(BakeArgs),
     /// Read one key straight from a node over gRPC (bypassing routers), e.g. to check a node or to
-    /// time how soon a restarted node answers.
+    /// time how soon a restarted node answers. The read is routed by the topology the node serves
+    /// by. Exit status: 0 found, 1 not found (or any error), 3 the node does not serve the key's
+    /// slot.
     Get(GetArgs),
 }
 
@@ -150,40 +153,9 @@ impl ServeArgs {
     }
 }
 
-/// Parses a memory size the way Redis's config does (`memtoll`).
-pub fn parse_memory(s: &str) -> Result<u64, String> {
-    let lower = s.trim().to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("invalid memory size '{s}'"))?;
-    let mul: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1_000,
-        "kb" => 1 << 10,
-        "m" => 1_000_000,
-        "mb" => 1 << 20,
-        "g" => 1_000_000_000,
-        "gb" => 1 << 30,
-        _ => return Err(format!("invalid memory unit in '{s}' (use b, k, kb, m, mb, g, gb)")),
-    };
-    n.checked_mul(mul).ok_or_else(|| format!("memory size '{s}' is too large"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_sizes_like_redis() {
-        assert_eq!(parse_memory("0"), Ok(0));
-        assert_eq!(parse_memory("100"), Ok(100));
-        assert_eq!(parse_memory("1k"), Ok(1000));
-        assert_eq!(parse_memory("1kb"), Ok(1024));
-        assert_eq!(parse_memory("2GB"), Ok(2 << 30));
-        assert_eq!(parse_memory("64mb"), Ok(64 << 20));
-        assert!(parse_memory("12xb").is_err());
-        assert!(parse_memory("mb").is_err());
-    }
 
     #[test]
     fn cli_parses_and_validates() {

@@ -1,7 +1,10 @@
 //! Shoal storage node.
 //!
-//! Data flow: a router's `Execute` stream delivers batches of ops ([`service`]) → each op is
-//! applied to the sharded [`store`] in order ([`ops`]) → replies go back in the same order.
+//! Data flow: a router's `Execute` stream delivers batches of ops ([`service`]; an op larger than
+//! a piece arrives in pieces and is assembled first) → each op is checked against the topology
+//! ([`membership`]) and applied to the sharded [`store`] in order ([`ops`]) → replies go back in
+//! the same order, in messages of about 1 MiB (large replies in pieces), produced only as fast as
+//! the router takes them.
 //!
 //! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). No protocol
 //!   types: it could back any front end.
@@ -11,13 +14,13 @@
 //!   runs a node in-process (embedded mode, tests).
 //! - [`snapshot`]: mmap read snapshots: format, writer, reader, data directory, offline bake.
 //! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
-//! - [`cluster`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
+//! - [`membership`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
 //!   and what adopting a new topology sets off; [`migrate`]: pulling incoming slots.
 //! - [`metrics`]: counters and the `/metrics` text.
 //! - [`config`]: the `shoal-node` command line.
 
-pub mod cluster;
 pub mod config;
+pub mod membership;
 pub mod metrics;
 pub mod migrate;
 pub mod ops;

@@ -16,7 +16,16 @@ fn main() -> anyhow::Result<()> {
     logging::init(cli.serve.log_format, "info");
     match &cli.command {
         Some(Command::Bake(args)) => run_bake(args),
-        Some(Command::Get(args)) => runtime::build(Some(1))?.block_on(run_get(args)),
+        Some(Command::Get(args)) => {
+            let result = runtime::build(Some(1))?.block_on(run_get(args));
+            if let Err(e) = &result
+                && let Some(not_served) = e.downcast_ref::<NotServed>()
+            {
+                eprintln!("Error: {not_served}");
+                std::process::exit(NOT_SERVED_EXIT);
+            }
+            result
+        }
         None => runtime::build(cli.serve.threads)?.block_on(serve(cli)),
     }
 }
@@ -42,39 +51,106 @@ fn run_bake(args: &BakeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `shoal-node get`'s exit status when the node does not serve the key's slot (1 is "not found"
+/// or any other error).
+const NOT_SERVED_EXIT: i32 = 3;
+
+/// The node follows a topology in which the key's slot is not its own.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: slot {slot} is not served by node {node} (topology version {version}{owner})")]
+struct NotServed {
+    key: String,
+    slot: u16,
+    node: String,
+    version: u64,
+    /// ", owned by node N at ADDR" when the topology says.
+    owner: String,
+}
+
+/// What one attempt of `shoal-node get` found.
+enum Found {
+    Value(bytes::Bytes),
+    Missing,
+    NotServed(NotServed),
+}
+
+/// The topology the node at `client` serves by (`None`: it follows none and serves every key).
+async fn node_topology(
+    client: &mut shoal_wire::proto::node_client::NodeClient<tonic::transport::Channel>,
+) -> anyhow::Result<Option<shoal_wire::Topology>> {
+    match client.get_topology(shoal_wire::proto::GetTopologyRequest {}).await {
+        Ok(doc) => Ok(Some(shoal_wire::Topology::from_json(&doc.into_inner().json)?)),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+        Err(status) => Err(anyhow::anyhow!("GetTopology: {status}")),
+    }
+}
+
+/// One GET, routed by the topology the node serves by, as a router at its version would send it.
+async fn get_once(args: &GetArgs) -> anyhow::Result<Found> {
+    use shoal_wire::proto::{Batch, Get, Op, op::Kind, reply};
+    let mut client = shoal_wire::client::connect(&args.node, &Default::default()).await?;
+    let key = bytes::Bytes::from(args.key.clone());
+    let slot = shoal_wire::key_slot(&key);
+    let mut topology = node_topology(&mut client).await?;
+    // The node may adopt a newer topology between the two calls: catch up a few times.
+    for _ in 0..5 {
+        let version = topology.as_ref().map_or(0, |t| t.version);
+        let op = Op { kind: Some(Kind::Get(Get { key: key.clone() })), ..Default::default() };
+        let batch = Batch { id: 1, ops: vec![op], topology_version: version };
+        let mut replies = client.execute(tokio_stream::iter([batch])).await?.into_inner();
+        // A large value arrives in pieces, possibly over several messages.
+        let mut assembler = shoal_wire::pieces::ReplyAssembler::default();
+        let mut whole = None;
+        while whole.is_none() {
+            let message = replies.message().await?.ok_or_else(|| anyhow::anyhow!("stream ended"))?;
+            for r in message.replies {
+                whole = whole.or(assembler.feed(r)?);
+            }
+        }
+        match whole.and_then(|r| r.kind) {
+            Some(reply::Kind::Value(v)) => return Ok(Found::Value(v)),
+            Some(reply::Kind::Nil(_)) => return Ok(Found::Missing),
+            Some(reply::Kind::Moved(at)) if at == version => {
+                let owner = topology
+                    .as_ref()
+                    .and_then(|t| t.owner_of(slot).and_then(|id| t.node(id)))
+                    .map(|n| format!(", owned by node {} at {}", n.id, n.addr))
+                    .unwrap_or_default();
+                return Ok(Found::NotServed(NotServed {
+                    key: args.key.clone(),
+                    slot,
+                    node: args.node.clone(),
+                    version,
+                    owner,
+                }));
+            }
+            Some(reply::Kind::Moved(_)) => topology = node_topology(&mut client).await?,
+            Some(reply::Kind::Error(e)) => anyhow::bail!("the node answered: {e}"),
+            other => anyhow::bail!("unexpected reply {other:?}"),
+        }
+    }
+    anyhow::bail!("the node's topology kept changing")
+}
+
 /// `shoal-node get`: one GET over the node's Execute stream, retried while `--wait` allows.
 async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
-    use shoal_wire::proto::{Batch, Get, Op, node_client::NodeClient, op::Kind, reply};
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.wait.max(0.0));
-    let key = bytes::Bytes::from(args.key.clone());
     loop {
-        let attempt = async {
-            let mut client = NodeClient::connect(format!("http://{}", args.node)).await?;
-            // Newest possible version: a direct read is allowed wherever the node holds the slot.
-            let op = Op { kind: Some(Kind::Get(Get { key: key.clone() })), ..Default::default() };
-            let batch = Batch { id: 1, ops: vec![op], topology_version: u64::MAX };
-            let mut replies = client.execute(tokio_stream::iter([batch])).await?.into_inner();
-            let reply = replies.message().await?.ok_or_else(|| anyhow::anyhow!("stream ended"))?;
-            anyhow::Ok(reply.replies.into_iter().next().and_then(|r| r.kind))
-        };
-        let outcome = attempt.await;
-        let value = match &outcome {
-            Ok(Some(reply::Kind::Value(v))) => Some(v.clone()),
-            _ => None,
-        };
-        let done = match (&value, &args.expect) {
-            (Some(v), Some(want)) => v.as_ref() == want.as_bytes(),
-            (Some(_), None) => true,
-            (None, _) => false,
+        let outcome = get_once(args).await;
+        let done = match (&outcome, &args.expect) {
+            (Ok(Found::Value(v)), Some(want)) => v.as_ref() == want.as_bytes(),
+            (Ok(Found::Value(_)), None) => true,
+            _ => false,
         };
         if done || std::time::Instant::now() >= deadline {
-            return match (value, outcome) {
-                (Some(v), _) if done => {
+            return match outcome {
+                Ok(Found::Value(v)) if done => {
                     println!("{}", String::from_utf8_lossy(&v));
                     Ok(())
                 }
-                (_, Err(e)) => Err(e.context(format!("GET {} from {}", args.key, args.node))),
-                _ => anyhow::bail!("{} not found on {}", args.key, args.node),
+                Ok(Found::NotServed(e)) => Err(e.into()),
+                Err(e) => Err(e.context(format!("GET {} from {}", args.key, args.node))),
+                Ok(_) => anyhow::bail!("{} not found on {}", args.key, args.node),
             };
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

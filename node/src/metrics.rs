@@ -32,17 +32,10 @@ impl NodeMetrics {
     }
 }
 
-/// Resident set size of this process, from `/proc/self/statm` (0 where unavailable).
-pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .map_or(0, |pages| pages * 4096)
-}
-
 /// Renders the node's metrics in Prometheus text format.
 pub fn render(state: &NodeState) -> String {
     let s = state.stats();
+    let files = state.persistence.counters();
     let mut e = Exposition::new();
     e.gauge("shoal_node_keys", "Keys stored (including expired keys not yet reclaimed).", s.keys as f64)
         .gauge("shoal_node_volatile_keys", "Keys with a TTL.", s.volatile_keys as f64)
@@ -79,7 +72,22 @@ pub fn render(state: &NodeState) -> String {
         .histogram(
             "shoal_node_migration_duration_seconds",
             "How long pulling one migration's slots took.",
-            &state.cluster.pull_seconds,
+            &state.membership.pull_seconds,
+        )
+        .counter(
+            "shoal_node_snapshot_load_fallbacks_total",
+            "Snapshot files passed over at start because they failed their checks (an older one was loaded, or none).",
+            files.load_fallbacks,
+        )
+        .counter(
+            "shoal_node_snapshot_quarantined_total",
+            "Snapshot files that failed their checks and were renamed to <name>.quarantined-<unix-ms>.",
+            files.quarantined,
+        )
+        .counter(
+            "shoal_node_snapshot_salvaged_total",
+            "Snapshots loaded after repairing a damaged header (every entry verified first).",
+            files.salvaged,
         );
     e.finish()
 }

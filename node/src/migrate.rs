@@ -13,28 +13,28 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_wire::Migration;
-use shoal_wire::proto::node_client::NodeClient;
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ExportRequest, TopologyDoc};
 
-use crate::cluster::NodeCluster;
+use crate::membership::Membership;
 
 const CHUNK_BYTES: u32 = 256 << 10;
-const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 
 /// Pulls `m` (started by topology `version`) from the node at `from` until done, or until the
 /// node moves on to another version.
-pub async fn pull(cluster: Arc<NodeCluster>, m: Migration, version: u64, from: String) {
+pub async fn pull(membership: Arc<Membership>, m: Migration, version: u64, from: String) {
     let started = Instant::now();
     let mut resume = m.start;
     let mut backoff = Duration::from_millis(50);
     tracing::info!(start = m.start, end = m.end, from = m.from, version, "pulling slots");
     loop {
-        if cluster.version() != version {
+        if membership.version() != version {
             return; // superseded: the coordinator moved on (it only does once we are done)
         }
-        match pull_once(&cluster, m, version, &from, &mut resume).await {
+        match pull_once(&membership, m, version, &from, &mut resume).await {
             Ok(()) => {
-                cluster.report(m, version, |p| {
+                membership.report(m, version, |p| {
                     p.done = true;
                     p.slots_done = m.len() as u32;
                     p.error.clear();
@@ -49,7 +49,7 @@ pub async fn pull(cluster: Arc<NodeCluster>, m: Migration, version: u64, from: S
             }
             Err(e) => {
                 tracing::warn!(start = m.start, end = m.end, from = %from, error = %e, "pull interrupted; retrying");
-                cluster.report(m, version, |p| p.error = e.clone());
+                membership.report(m, version, |p| p.error = e.clone());
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -58,32 +58,27 @@ pub async fn pull(cluster: Arc<NodeCluster>, m: Migration, version: u64, from: S
 }
 
 async fn pull_once(
-    cluster: &NodeCluster,
+    membership: &Membership,
     m: Migration,
     version: u64,
     from: &str,
     resume: &mut u16,
 ) -> Result<(), String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{from}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true);
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-    let mut client = NodeClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut client = client::connect(from, &ClientOptions::default()).await.map_err(|e| e.to_string())?;
     // A batch checked against the view from before the move (a FLUSHALL, say) must not run over
     // entries this pull stores.
-    if !cluster.wait_for_retired_views(Duration::from_secs(5)).await {
+    if !membership.wait_for_retired_views(Duration::from_secs(5)).await {
         return Err("batches from before the move are still running".into());
     }
     // The old owner may not have heard of the move yet (the coordinator offers topologies to
     // nodes one by one); it only exports once it has, so tell it.
-    if let Some(t) = cluster.view().topology.as_ref().filter(|t| t.version == version) {
+    if let Some(t) = membership.view().topology.as_ref().filter(|t| t.version == version) {
         let doc = TopologyDoc { json: t.to_json() };
         client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
     }
     // With a rate limit, chunks are small enough to pace smoothly (about 256 a second): storing a
     // big chunk is a burst of CPU that client requests queue behind.
-    let rate = cluster.migrate_rate();
+    let rate = membership.migrate_rate();
     let chunk_bytes =
         if rate == 0 { CHUNK_BYTES } else { (rate / 256).clamp(4096, CHUNK_BYTES.into()) as u32 };
     let req = ExportRequest {
@@ -94,26 +89,33 @@ async fn pull_once(
     };
     let mut first = true;
     let mut stream = client.export_slots(req).await.map_err(|s| s.message().to_string())?.into_inner();
+    // Large values arrive as partial entries, possibly over several chunks.
+    let mut assembler = EntryAssembler::default();
     loop {
         let chunk = match stream.message().await {
             Ok(Some(c)) => c,
             Ok(None) => break,
             Err(s) => return Err(s.message().to_string()),
         };
-        if cluster.version() != version {
+        if membership.version() != version {
             return Ok(()); // superseded mid-stream
         }
-        let view = cluster.view();
+        let view = membership.view();
         let complete_below = chunk.complete_below;
         let chunk_estimate = chunk.keys_estimate;
         let bytes: usize = chunk.entries.iter().map(|e| e.key.len() + e.value.len()).sum();
-        let keys = chunk.entries.len();
-        let store = cluster.store.clone();
+        let mut whole = Vec::with_capacity(chunk.entries.len());
+        for e in chunk.entries {
+            if let Some(e) = assembler.feed(e).map_err(|e| e.to_string())? {
+                whole.push(e);
+            }
+        }
+        let keys = whole.len();
+        let store = membership.store.clone();
         // Storing a chunk takes shard locks entry by entry; off the async threads.
         tokio::task::spawn_blocking(move || {
             store.import(
-                chunk
-                    .entries
+                whole
                     .iter()
                     .filter(|e| view.accepts_import(e.slot as u16))
                     .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms)),
@@ -121,12 +123,12 @@ async fn pull_once(
         })
         .await
         .map_err(|e| e.to_string())?;
-        cluster.keys_in.fetch_add(keys as u64, Ordering::Relaxed);
-        cluster.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+        membership.keys_in.fetch_add(keys as u64, Ordering::Relaxed);
+        membership.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
         *resume = (complete_below.min(u32::from(m.end) + 1) as u16).max(*resume);
         let slots_done = (complete_below.saturating_sub(u32::from(m.start))).min(m.len() as u32);
         let estimate = std::mem::take(&mut first).then_some(chunk_estimate);
-        cluster.report(m, version, |p| {
+        membership.report(m, version, |p| {
             if let Some(e) = estimate {
                 // What this (possibly resumed) pull has left to move, on top of what it moved.
                 p.keys_estimate = p.keys + e;
@@ -138,7 +140,7 @@ async fn pull_once(
         if complete_below > u32::from(m.end) {
             return Ok(());
         }
-        cluster.pace(bytes as u64).await;
+        membership.pace(bytes as u64).await;
     }
     Ok(())
 }

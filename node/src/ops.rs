@@ -1,50 +1,30 @@
 //! Applies wire ops to the store: the one place where `proto` types meet `store` types, and where
 //! store errors become wire errors (their `Display` is already Redis's text).
 
+use shoal_wire::ops::{OpClass, class_of, key_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
-use crate::cluster::NodeView;
+use crate::membership::NodeView;
 use crate::store::{ExpireFlags, Presence, SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
 
-/// Applies every op of a batch in order, returning one reply per op. Ops for slots this node does
-/// not serve at the router's topology version get a `moved` reply instead (see `cluster.rs`).
+/// Applies every op of a batch in order, returning one reply per op (tests and tools; the
+/// service applies ops one at a time with [`apply_checked`] so that large replies can leave in
+/// pieces before later ops run).
 pub fn apply_batch(store: &Store, view: &NodeView, batch_version: u64, ops: Vec<Op>) -> Vec<Reply> {
-    ops.into_iter()
-        .map(|op| match check(view, batch_version, &op) {
-            Ok(()) => apply(store, view, op),
-            Err(version) => Reply { kind: Some(reply::Kind::Moved(version)) },
-        })
-        .collect()
+    ops.into_iter().map(|op| apply_checked(store, view, batch_version, op)).collect()
 }
 
-/// The key an op is about, if it is about one.
-pub fn op_key(op: &Op) -> Option<&[u8]> {
-    Some(match op.kind.as_ref()? {
-        Kind::Get(o) => &o.key,
-        Kind::Set(o) => &o.key,
-        Kind::Del(o) => &o.key,
-        Kind::Exists(o) => &o.key,
-        Kind::Touch(o) => &o.key,
-        Kind::TypeOf(o) => &o.key,
-        Kind::Append(o) => &o.key,
-        Kind::Strlen(o) => &o.key,
-        Kind::GetRange(o) => &o.key,
-        Kind::SetRange(o) => &o.key,
-        Kind::IncrBy(o) => &o.key,
-        Kind::IncrByFloat(o) => &o.key,
-        Kind::GetDel(o) => &o.key,
-        Kind::GetEx(o) => &o.key,
-        Kind::Expire(o) => &o.key,
-        Kind::Persist(o) => &o.key,
-        Kind::Ttl(o) => &o.key,
-        Kind::Fetch(o) => &o.key,
-        Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
-        Kind::MsetNx(_) | Kind::Import(_) => return None,
-    })
+/// Applies one op routed by `batch_version`: ops for slots this node does not serve at that
+/// version get a `moved` reply instead (see `membership.rs`).
+pub fn apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op) -> Reply {
+    match check(view, batch_version, &op) {
+        Ok(()) => apply(store, view, op),
+        Err(version) => Reply { kind: Some(reply::Kind::Moved(version)) },
+    }
 }
 
 fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
-    if let Some(key) = op_key(op) {
+    if let Some(key) = key_of(op) {
         return view.check(shoal_wire::key_slot(key), batch_version);
     }
     match &op.kind {
@@ -68,25 +48,11 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
     Ok(())
 }
 
-/// Reads that a router may ask with `fallback` set.
-fn is_read(kind: &Kind) -> bool {
-    matches!(
-        kind,
-        Kind::Get(_)
-            | Kind::Exists(_)
-            | Kind::Touch(_)
-            | Kind::TypeOf(_)
-            | Kind::Strlen(_)
-            | Kind::GetRange(_)
-            | Kind::Ttl(_)
-    )
-}
-
 /// Runs one op that [`check`] admitted.
 fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     if op.fallback
-        && let (Some(key), Some(kind)) = (op_key(&op), op.kind.as_ref())
-        && is_read(kind)
+        && class_of(&op) == OpClass::Read
+        && let Some(key) = key_of(&op)
         && store.presence(key) == Presence::Absent
     {
         return Reply { kind: Some(reply::Kind::Absent(proto::Empty {})) };
@@ -177,6 +143,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
                     key: o.key,
                     value,
                     expire_at_ms,
+                    partial: false,
                 })),
             },
             None => nil(),
@@ -185,6 +152,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Import(o) => {
             int(store.import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms))))
         }
+        Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
     }
 }
 
@@ -259,7 +227,7 @@ fn result_int<T: IntoI64>(r: Result<T, StoreError>) -> Reply {
     }
 }
 
-fn error(text: &str) -> Reply {
+pub fn error(text: &str) -> Reply {
     Reply { kind: Some(reply::Kind::Error(text.to_string())) }
 }
 

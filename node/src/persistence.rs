@@ -3,10 +3,14 @@
 //!
 //! Writing folds memory over the base snapshot slot by slot (`store::persist`) on a blocking
 //! thread, so traffic continues; only one write runs at a time.
+//!
+//! Files that fail their checks are never deleted: they are quarantined (see `snapshot::dir`),
+//! logged as errors, counted ([`PersistCounters`]) and reported in `SnapshotInfo.last_error`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_wire::SLOT_COUNT;
@@ -31,7 +35,22 @@ struct Status {
     written: u64,
     last: Option<Written>,
     last_error: Option<String>,
+    /// The latest problem with the files in the data directory (a snapshot skipped at start,
+    /// repaired or quarantined), for `SnapshotInfo.last_error` while the last write succeeded.
+    problem: Option<String>,
     loaded: Option<(PathBuf, u64, Duration)>,
+}
+
+/// Counts of damaged snapshot files, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PersistCounters {
+    /// Files passed over at start because they failed their checks (the node loaded an older one
+    /// or started empty).
+    pub load_fallbacks: u64,
+    /// Files renamed to `*.quarantined-<unix-ms>`.
+    pub quarantined: u64,
+    /// Snapshots loaded after repairing a damaged header.
+    pub salvaged: u64,
 }
 
 static PROCESS_WRITER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -43,11 +62,19 @@ pub struct Persistence {
     keep: usize,
     writing: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
+    /// Files this process wrote or fully verified: the only ones it may delete.
+    verified: Arc<dir::Verified>,
+    load_fallbacks: AtomicU64,
+    quarantined: AtomicU64,
+    salvaged: AtomicU64,
 }
 
 impl Persistence {
     /// Loads the newest valid snapshot in `dir` (if any) under the empty `store`, and starts a
     /// background check of every entry in it. Without a directory, persistence is off.
+    ///
+    /// Newer files that fail their checks are quarantined and reported; a file whose header is
+    /// damaged but whose entries all verify is loaded (see `dir::load`).
     pub fn open(store: Arc<Store>, dir: Option<PathBuf>, keep: usize) -> std::io::Result<Arc<Persistence>> {
         let p = Persistence {
             store,
@@ -55,12 +82,28 @@ impl Persistence {
             keep: keep.max(1),
             writing: tokio::sync::Mutex::new(()),
             status: Mutex::default(),
+            verified: Arc::default(),
+            load_fallbacks: AtomicU64::new(0),
+            quarantined: AtomicU64::new(0),
+            salvaged: AtomicU64::new(0),
         };
         if let Some(d) = &p.dir {
             let started = Instant::now();
-            if let Some(snap) = dir::open_newest(d)? {
-                let took = started.elapsed();
+            let loaded = dir::load(d)?;
+            let took = started.elapsed();
+            p.note_rejected(&loaded.rejected);
+            p.load_fallbacks.fetch_add(loaded.rejected.len() as u64, Ordering::Relaxed);
+            let mut problems: Vec<String> = loaded.rejected.iter().map(|r| r.to_string()).collect();
+            if let Some(snap) = loaded.snapshot {
                 let snap = Arc::new(snap);
+                let name = snap.path().file_name().unwrap_or_default().to_string_lossy().into_owned();
+                if !loaded.rejected.is_empty() {
+                    tracing::error!(
+                        file = %snap.path().display(),
+                        skipped = loaded.rejected.len(),
+                        "fell back to an older snapshot: newer ones failed their checks"
+                    );
+                }
                 tracing::info!(
                     file = %snap.path().display(),
                     entries = snap.len(),
@@ -69,12 +112,50 @@ impl Persistence {
                 );
                 p.status.lock().loaded = Some((snap.path().to_path_buf(), snap.len() as u64, took));
                 p.store.set_base(snap.clone());
-                spawn_verifier(snap);
+                match loaded.salvaged {
+                    // Verified in full already. Not recorded as verified: a file with a damaged
+                    // header is never deleted, and the first prune after a newer snapshot is
+                    // written quarantines it.
+                    Some(repair) => {
+                        p.salvaged.fetch_add(1, Ordering::Relaxed);
+                        problems
+                            .push(format!("{name}: header damaged, repaired in memory ({repair}); loaded"));
+                    }
+                    None => spawn_verifier(snap, p.verified.clone()),
+                }
+                if !loaded.rejected.is_empty() {
+                    problems.push(format!("loaded {name} instead"));
+                }
             } else {
+                if !loaded.rejected.is_empty() {
+                    tracing::error!(
+                        dir = %d.display(),
+                        skipped = loaded.rejected.len(),
+                        "no usable snapshot: every one failed its checks; starting empty"
+                    );
+                    problems.push("started empty".into());
+                }
                 tracing::info!(dir = %d.display(), "no snapshot to load; starting empty");
+            }
+            if !problems.is_empty() {
+                p.status.lock().problem = Some(format!("at start: {}", problems.join("; ")));
             }
         }
         Ok(Arc::new(p))
+    }
+
+    fn note_rejected(&self, rejected: &[dir::Rejected]) {
+        let moved = rejected.iter().filter(|r| r.quarantined_as.is_some()).count();
+        self.quarantined.fetch_add(moved as u64, Ordering::Relaxed);
+    }
+
+    /// Counts of damaged snapshot files since the node started.
+    pub fn counters(&self) -> PersistCounters {
+        PersistCounters {
+            load_fallbacks: self.load_fallbacks.load(Ordering::Relaxed),
+            quarantined: self.quarantined.load(Ordering::Relaxed),
+            salvaged: self.salvaged.load(Ordering::Relaxed),
+        }
     }
 
     pub fn enabled(&self) -> bool {
@@ -100,11 +181,20 @@ impl Persistence {
         let _process_turn = PROCESS_WRITER.lock().await;
         self.status.lock().in_progress = true;
         let this = self.clone();
-        let result =
-            tokio::task::spawn_blocking(move || write_snapshot_paced(&this.store, &dir, this.keep, duty))
-                .await
-                .map_err(|e| PersistError::Task(e.to_string()))
-                .and_then(|r| r.map_err(PersistError::from));
+        let result = tokio::task::spawn_blocking(move || {
+            write_and_prune(&this.store, &dir, this.keep, duty, &this.verified)
+        })
+        .await
+        .map_err(|e| PersistError::Task(e.to_string()))
+        .and_then(|r| r.map_err(PersistError::from));
+        let result = result.map(|(written, pruned)| {
+            if !pruned.rejected.is_empty() {
+                self.note_rejected(&pruned.rejected);
+                let list: Vec<String> = pruned.rejected.iter().map(|r| r.to_string()).collect();
+                self.status.lock().problem = Some(format!("after a snapshot: {}", list.join("; ")));
+            }
+            written
+        });
         let mut st = self.status.lock();
         st.in_progress = false;
         match &result {
@@ -152,7 +242,8 @@ impl Persistence {
             in_progress: st.in_progress,
             snapshots_written: st.written,
             last_ok: st.last_error.is_none(),
-            last_error: st.last_error.clone().unwrap_or_default(),
+            // The last write's error; while writes succeed, the latest problem with the files.
+            last_error: st.last_error.clone().or_else(|| st.problem.clone()).unwrap_or_default(),
             corrupt_entries: self.store.base().map_or(0, |b| b.corrupt_entries()),
             ..Default::default()
         };
@@ -178,15 +269,28 @@ impl Persistence {
 pub const BACKGROUND_DUTY: f64 = 0.1;
 
 /// Folds the store into a new snapshot file in `dir` at full speed and prunes old ones (blocking).
+/// Old files are deleted only after full verification (this call knows no file but its own).
 pub fn write_snapshot(store: &Store, dir: &Path, keep: usize) -> std::io::Result<Written> {
     write_snapshot_paced(store, dir, keep, 1.0)
 }
 
 /// Like [`write_snapshot`], using at most `duty` (0..=1) of a core.
 pub fn write_snapshot_paced(store: &Store, dir: &Path, keep: usize, duty: f64) -> std::io::Result<Written> {
+    write_and_prune(store, dir, keep, duty, &dir::Verified::default()).map(|(w, _)| w)
+}
+
+/// Writes a snapshot, re-opens it with every header check, records it in `verified` and prunes
+/// (`dir::prune`): the newest `keep` good files stay, other good ones go, bad ones are quarantined.
+fn write_and_prune(
+    store: &Store,
+    dir: &Path,
+    keep: usize,
+    duty: f64,
+    verified: &dir::Verified,
+) -> std::io::Result<(Written, dir::Pruned)> {
     std::fs::create_dir_all(dir)?;
     let target = dir::next_path(dir)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let now = store.now_ms();
     let plan = store.plan(0..=(SLOT_COUNT as u16 - 1));
     let mut writer = SnapshotWriter::create(&target, now)?;
     let mut last_report = Instant::now();
@@ -205,8 +309,11 @@ pub fn write_snapshot_paced(store: &Store, dir: &Path, keep: usize, duty: f64) -
         }
     }
     let written = writer.finish()?;
-    dir::prune(dir, keep)?;
-    Ok(written)
+    Snapshot::open(&written.path)
+        .map_err(|e| std::io::Error::other(format!("the snapshot just written: {e}")))?;
+    verified.add(&written.path);
+    let pruned = dir::prune(dir, keep, verified)?;
+    Ok((written, pruned))
 }
 
 /// Keeps a loop at a duty cycle: work in short bursts (so a burst never holds a core long enough to
@@ -233,13 +340,14 @@ impl Pacer {
     }
 }
 
-fn spawn_verifier(snap: Arc<Snapshot>) {
+fn spawn_verifier(snap: Arc<Snapshot>, verified: Arc<dir::Verified>) {
     std::thread::Builder::new()
         .name("snapshot-verify".into())
         .spawn(move || {
             let started = Instant::now();
             let report = snap.verify();
-            if report.corrupt == 0 && report.out_of_order == 0 {
+            if report.is_clean() {
+                verified.add(snap.path());
                 tracing::info!(
                     file = %snap.path().display(),
                     entries = report.entries,
@@ -251,6 +359,7 @@ fn spawn_verifier(snap: Arc<Snapshot>) {
                     file = %snap.path().display(),
                     corrupt = report.corrupt,
                     out_of_order = report.out_of_order,
+                    misplaced = report.misplaced,
                     "snapshot is damaged: the damaged entries are never served"
                 );
             }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shoal_wire::client::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use shoal_wire::proto::node_server::NodeServer;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -17,13 +18,11 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
-use crate::cluster::NodeCluster;
+use crate::membership::Membership;
 use crate::persistence::Persistence;
 use crate::service::{NodeService, NodeState};
 use crate::store::Store;
 
-/// Largest gRPC message either way: a 512 MiB value plus its batch framing.
-pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 /// Default pull rate for migrations into a node: 8 MiB/s keeps client p99 within 3x of steady
 /// state on a small machine (docs/benchmarks.md).
 pub const DEFAULT_MIGRATE_RATE: u64 = 8 << 20;
@@ -90,13 +89,13 @@ pub async fn run(
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
     {
         let mut stop = stop_rx.clone();
-        tokio::spawn(state.cluster.clone().run_purger(async move {
+        tokio::spawn(state.membership.clone().run_purger(async move {
             let _ = stop.wait_for(|s| *s).await;
         }));
     }
     if let Some(path) = options.topology_file.clone() {
         let mut stop = stop_rx.clone();
-        tokio::spawn(state.cluster.clone().watch_file(path, Duration::from_millis(200), async move {
+        tokio::spawn(state.membership.clone().watch_file(path, Duration::from_millis(200), async move {
             let _ = stop.wait_for(|s| *s).await;
         }));
     }
@@ -117,8 +116,8 @@ pub async fn run(
     let served = Server::builder()
         // Large windows so one router stream can carry big batches without stalling on
         // flow-control round trips.
-        .initial_stream_window_size(8 * 1024 * 1024)
-        .initial_connection_window_size(16 * 1024 * 1024)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(health_service)
         .add_service(service)
@@ -199,20 +198,19 @@ pub fn open_state(
     options: &ServeOptions,
 ) -> Result<Arc<NodeState>, NodeError> {
     let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
-    let cluster =
-        NodeCluster::new(options.node_id, Some(advertised), store.clone(), options.data_dir.clone());
-    cluster.set_migrate_rate(options.migrate_rate);
+    let membership =
+        Membership::new(options.node_id, Some(advertised), store.clone(), options.data_dir.clone());
+    membership.set_migrate_rate(options.migrate_rate);
     if let Some(path) = &options.topology_file {
-        match crate::cluster::read_topology(path) {
-            Ok(t) => {
-                cluster.adopt(t);
+        match shoal_wire::topology_file::read(path) {
+            Ok(Some(t)) => {
+                membership.adopt(t);
             }
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "no usable topology yet; watching the file")
-            }
+            Ok(None) => tracing::info!(file = %path.display(), "no topology yet; watching the file"),
+            Err(e) => tracing::warn!(error = %e, "no usable topology yet; watching the file"),
         }
     }
-    Ok(Arc::new(NodeState::new(store, persistence, cluster)))
+    Ok(Arc::new(NodeState::new(store, persistence, membership)))
 }
 
 impl NodeHandle {

@@ -1,33 +1,39 @@
 //! The `shoal.v1.Node` gRPC service.
 //!
 //! Each router holds one `Execute` stream per node. The reply stream pulls the next batch from the
-//! request stream, applies it to the store in order and yields the replies, so a batch costs no
-//! task hop or channel, and a router that stops reading replies stops being read from. On shutdown
-//! the stream ends after the batch in hand, so the router fails over promptly instead of waiting
-//! for a deadline.
+//! request stream, applies its ops in order and yields the replies, so a batch costs no task hop
+//! or channel, and a router that stops reading replies stops being read from. Replies leave in
+//! messages of about [`REPLY_MESSAGE_BYTES`]: ops are applied only as fast as their replies can be
+//! sent, and a large reply goes out in pieces (`shoal_wire::pieces`), so neither a stream's memory
+//! nor its messages grow with what one client asks for. On shutdown the stream ends after the
+//! batch in hand, so the router fails over promptly instead of waiting for a deadline.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use prost::Message;
+use shoal_wire::pieces::{self, Fed, OpAssembler};
 use shoal_wire::proto::{
-    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeStats,
-    SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
+    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeStats, Op,
+    Reply, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
 };
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::cluster::NodeCluster;
+use crate::membership::{Membership, NodeView};
 use crate::metrics::NodeMetrics;
-use crate::ops;
 use crate::persistence::{PersistError, Persistence};
 use crate::store::Store;
 
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
+/// A reply message is closed once it holds about this many bytes.
+pub const REPLY_MESSAGE_BYTES: usize = pieces::PIECE_BYTES;
 /// How long an export waits for batches from before a move to finish.
 const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -37,23 +43,28 @@ const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct NodeState {
     pub store: Arc<Store>,
     pub persistence: Arc<Persistence>,
-    pub cluster: Arc<NodeCluster>,
+    pub membership: Arc<Membership>,
     pub metrics: NodeMetrics,
     pub started: Instant,
 }
 
 impl NodeState {
-    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, cluster: Arc<NodeCluster>) -> NodeState {
-        NodeState { store, persistence, cluster, metrics: NodeMetrics::default(), started: Instant::now() }
+    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, membership: Arc<Membership>) -> NodeState {
+        NodeState { store, persistence, membership, metrics: NodeMetrics::default(), started: Instant::now() }
     }
 
-    /// Applies one batch and records it.
+    /// Applies one whole batch and returns its replies in one message (tools and tests; the
+    /// `Execute` stream sends them in bounded messages instead).
     pub fn execute(&self, batch: Batch) -> BatchReply {
-        let n = batch.ops.len();
-        let view = self.cluster.view();
-        let replies = ops::apply_batch(&self.store, &view, batch.topology_version, batch.ops);
-        self.metrics.record_batch(n);
-        BatchReply { id: batch.id, replies }
+        let mut running = Running::start(self, batch);
+        let mut replies = Vec::new();
+        let mut assembler = OpAssembler::default();
+        while let Some(op) = running.ops.pop_front() {
+            if let Some(r) = running.apply(self, &mut assembler, op) {
+                replies.push(r);
+            }
+        }
+        BatchReply { id: running.id, replies, more: false }
     }
 
     pub fn stats(&self) -> NodeStats {
@@ -72,14 +83,14 @@ impl NodeState {
             batches: self.metrics.batches.get(),
             shards: self.store.shard_count() as u32,
             uptime_ms: self.started.elapsed().as_millis() as u64,
-            rss_bytes: crate::metrics::rss_bytes(),
+            rss_bytes: shoal_telemetry::metrics::rss_bytes(),
             snapshot: Some(self.persistence.info()),
-            topology_version: self.cluster.version(),
-            migrations: self.cluster.progress(),
-            keys_migrated_in: self.cluster.keys_in.load(std::sync::atomic::Ordering::Relaxed),
-            bytes_migrated_in: self.cluster.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
-            slots_dropped: self.cluster.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
-            slots_migrated_in: self.cluster.slots_in.load(std::sync::atomic::Ordering::Relaxed),
+            topology_version: self.membership.version(),
+            migrations: self.membership.progress(),
+            keys_migrated_in: self.membership.keys_in.load(std::sync::atomic::Ordering::Relaxed),
+            bytes_migrated_in: self.membership.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+            slots_dropped: self.membership.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
+            slots_migrated_in: self.membership.slots_in.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -113,7 +124,10 @@ impl Node for NodeService {
             stop: Box::pin(async move {
                 let _ = stopping.wait_for(|s| *s).await;
             }),
+            stopping: false,
             done: false,
+            assembler: OpAssembler::default(),
+            running: None,
         })))
     }
 
@@ -133,7 +147,7 @@ impl Node for NodeService {
         &self,
         _request: Request<GetTopologyRequest>,
     ) -> Result<Response<TopologyDoc>, Status> {
-        match &self.state.cluster.view().topology {
+        match &self.state.membership.view().topology {
             Some(t) => Ok(Response::new(TopologyDoc { json: t.to_json() })),
             None => Err(Status::not_found("this node has no topology")),
         }
@@ -142,7 +156,7 @@ impl Node for NodeService {
     async fn update_topology(&self, request: Request<TopologyDoc>) -> Result<Response<TopologyAck>, Status> {
         let t = shoal_wire::Topology::from_json(&request.into_inner().json)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let version = self.state.cluster.adopt(t);
+        let version = self.state.membership.adopt(t);
         Ok(Response::new(TopologyAck { version }))
     }
 
@@ -153,14 +167,14 @@ impl Node for NodeService {
             return Err(Status::invalid_argument(format!("bad slot range {first}-{last}")));
         }
         if req.topology_version != 0 {
-            let cluster = &self.state.cluster;
-            cluster
+            let membership = &self.state.membership;
+            membership
                 .view()
                 .check_export(first as u16, last as u16, req.topology_version)
                 .map_err(Status::failed_precondition)?;
             // Batches checked against the view from before the move may still be writing to
             // these slots; the export must see their writes.
-            if !cluster.wait_for_retired_views(EXPORT_QUIESCE).await {
+            if !membership.wait_for_retired_views(EXPORT_QUIESCE).await {
                 return Err(Status::unavailable("batches from before the move are still running"));
             }
         }
@@ -186,22 +200,30 @@ fn export(
     let keys_estimate = (plan.memory_entries() + store.base_entries_in(first..=last)) as u64;
     let mut chunk = ExportChunk { keys_estimate, ..Default::default() };
     let mut size = 0;
+    let mut entries = Vec::new();
     for slot in first..=last {
         for e in store.slot_entries(slot, &plan) {
-            size += e.key.len() + e.value.len() + 16;
-            chunk.entries.push(ExportEntry {
+            // A large value leaves as several partial entries, over as many chunks as it needs.
+            let entry = ExportEntry {
                 slot: u32::from(slot),
                 key: e.key,
                 value: e.value,
                 expire_at_ms: e.expire_at,
-            });
-            if size >= chunk_bytes {
-                chunk.complete_below = u32::from(slot);
-                let full = std::mem::replace(&mut chunk, ExportChunk { keys_estimate, ..Default::default() });
-                if tx.blocking_send(Ok(full)).is_err() {
-                    return;
+                partial: false,
+            };
+            pieces::push_entry(entry, &mut entries);
+            for part in entries.drain(..) {
+                size += part.key.len() + part.value.len() + 16;
+                chunk.entries.push(part);
+                if size >= chunk_bytes {
+                    chunk.complete_below = u32::from(slot);
+                    let full =
+                        std::mem::replace(&mut chunk, ExportChunk { keys_estimate, ..Default::default() });
+                    if tx.blocking_send(Ok(full)).is_err() {
+                        return;
+                    }
+                    size = 0;
                 }
-                size = 0;
             }
         }
     }
@@ -209,36 +231,117 @@ fn export(
     let _ = tx.blocking_send(Ok(chunk));
 }
 
-/// The reply side of an `Execute` stream: each poll applies the next received batch.
+/// The reply side of an `Execute` stream: each poll yields the next message of replies, applying
+/// ops of the batch in hand (or of the next received batch) until the message is full.
 struct Replies {
     inbound: Streaming<Batch>,
     state: Arc<NodeState>,
     /// Resolves when the node starts shutting down.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    stopping: bool,
     done: bool,
+    /// Ops that arrive in pieces are put together here (they never span streams).
+    assembler: OpAssembler,
+    running: Option<Running>,
+}
+
+/// A batch being applied.
+struct Running {
+    id: u64,
+    version: u64,
+    /// The view the batch is checked against, held until its last op is applied (so an export
+    /// waiting for older views also waits for this batch).
+    view: Arc<NodeView>,
+    ops: VecDeque<Op>,
+    /// Replies (or pieces of them) not sent yet.
+    outbox: VecDeque<Reply>,
+}
+
+impl Running {
+    fn start(state: &NodeState, batch: Batch) -> Running {
+        state.metrics.record_batch(batch.ops.len());
+        Running {
+            id: batch.id,
+            version: batch.topology_version,
+            view: state.membership.view(),
+            ops: batch.ops.into(),
+            outbox: VecDeque::new(),
+        }
+    }
+
+    /// Applies one received op; `None` for a piece of a larger op.
+    fn apply(&self, state: &NodeState, assembler: &mut OpAssembler, op: Op) -> Option<Reply> {
+        match assembler.feed(op) {
+            Fed::Piece => None,
+            Fed::Op(op) => Some(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
+            Fed::Failed(e) => Some(crate::ops::error(&format!("ERR {e}"))),
+        }
+    }
+
+    /// The next message: queued replies and replies of further ops, until about
+    /// [`REPLY_MESSAGE_BYTES`] are in it or the batch is done.
+    fn next_message(&mut self, state: &NodeState, assembler: &mut OpAssembler) -> BatchReply {
+        let mut replies = Vec::new();
+        let mut bytes = 0;
+        while bytes < REPLY_MESSAGE_BYTES {
+            if let Some(r) = self.outbox.pop_front() {
+                bytes += r.encoded_len();
+                replies.push(r);
+                continue;
+            }
+            let Some(op) = self.ops.pop_front() else { break };
+            let Some(r) = self.apply(state, assembler, op) else { continue };
+            let size = r.encoded_len();
+            if size <= pieces::PIECE_BYTES {
+                // The common case: a small reply goes straight into the message.
+                bytes += size;
+                replies.push(r);
+            } else {
+                pieces::push_reply(r, &mut self.outbox);
+            }
+        }
+        let more = !(self.ops.is_empty() && self.outbox.is_empty());
+        BatchReply { id: self.id, replies, more }
+    }
 }
 
 impl Stream for Replies {
     type Item = Result<BatchReply, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done || self.stop.as_mut().poll(cx).is_ready() {
-            self.done = true;
+        if self.done {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut self.inbound).poll_next(cx) {
-            Poll::Ready(Some(Ok(batch))) => Poll::Ready(Some(Ok(self.state.execute(batch)))),
-            Poll::Ready(Some(Err(status))) => {
-                tracing::debug!(%status, "execute stream ended by the client");
-                self.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Ready(None) => {
-                self.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
+        if !self.stopping && self.stop.as_mut().poll(cx).is_ready() {
+            self.stopping = true;
         }
+        let this = &mut *self;
+        if this.running.is_none() {
+            // Shutting down: the batch in hand (if any) is finished, no new one is taken.
+            if this.stopping {
+                this.done = true;
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inbound).poll_next(cx) {
+                Poll::Ready(Some(Ok(batch))) => this.running = Some(Running::start(&this.state, batch)),
+                Poll::Ready(Some(Err(status))) => {
+                    tracing::debug!(%status, "execute stream ended by the client");
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let running = this.running.as_mut().expect("a batch in hand");
+        let message = running.next_message(&this.state, &mut this.assembler);
+        if !message.more {
+            this.running = None;
+        }
+        Poll::Ready(Some(Ok(message)))
     }
 }
 

@@ -276,21 +276,66 @@ fn truncation_at_every_section_boundary_is_rejected() {
 }
 
 #[test]
-fn damaged_header_magic_or_version_is_rejected() {
+fn damaged_header_is_salvaged_only_when_one_repair_fits_and_every_entry_verifies() {
     type Damage = Box<dyn Fn(&mut Vec<u8>, &format::Header)>;
-    let cases: Vec<(&str, Damage)> = vec![
+    let generation = |snap: &Snapshot| match snap.get(shoal_wire::key_slot(b"generation"), b"generation") {
+        Lookup::Found(e) => e.value.to_vec(),
+        other => panic!("{other:?}"),
+    };
+    // One damaged byte anywhere in the header: the header checksum names the repair, every entry
+    // verifies, so the newest file is served (unchanged on disk).
+    let salvaged: Vec<(&str, Damage)> = vec![
         ("magic", Box::new(|b, _| b[0] = b'X')),
         ("version", Box::new(|b, _| b[8] = 9)),
-        ("byte order", Box::new(|b, _| b[12..16].copy_from_slice(&format::BOM.to_be_bytes()))),
         ("entry count", Box::new(|b, _| b[16] ^= 1)),
         ("created time", Box::new(|b, _| b[25] ^= 0x80)),
         ("index offset", Box::new(|b, _| b[40] ^= 8)),
         ("checksum", Box::new(|b, _| b[57] ^= 1)),
     ];
-    for (what, case) in cases {
+    for (what, case) in salvaged {
         let (_d, snap, newest) = damaged(case);
+        let snap = snap.unwrap_or_else(|| panic!("{what}: a snapshot is loaded"));
+        assert_eq!(snap.path(), newest.as_path(), "{what}: the damaged newest file is salvaged");
+        assert_eq!(generation(&snap), b"new", "{what}");
+        assert!(snap.verify().is_clean(), "{what}");
+    }
+    // Damage no single repair explains, or a repair the entries contradict: the older snapshot.
+    let refused: Vec<(&str, Damage)> = vec![
+        ("byte order", Box::new(|b, _| b[12..16].copy_from_slice(&format::BOM.to_be_bytes()))),
+        (
+            "two fields",
+            Box::new(|b, _| {
+                b[16] ^= 1;
+                b[25] ^= 1;
+            }),
+        ),
+        // A consistent but wrong header (checksum recomputed): fewer entries, index moved.
+        (
+            "forged",
+            Box::new(|b, h| {
+                let forged = format::Header {
+                    entry_count: h.entry_count - 1,
+                    index_offset: h.index_offset + format::ENTRY_LEN as u64,
+                    ..*h
+                };
+                let mut bytes = forged.encode();
+                bytes[57] ^= 1;
+                b[..format::HEADER_LEN].copy_from_slice(&bytes);
+            }),
+        ),
+    ];
+    for (what, case) in refused {
+        let (d, snap, newest) = damaged(case);
         let snap = snap.unwrap_or_else(|| panic!("{what}: the older snapshot is used"));
         assert_ne!(snap.path(), newest.as_path(), "{what}");
+        assert_eq!(generation(&snap), b"old", "{what}");
+        assert!(!newest.exists(), "{what}: moved aside");
+        let quarantined: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| dir::is_quarantined(n))
+            .collect();
+        assert_eq!(quarantined.len(), 1, "{what}: {quarantined:?}");
     }
     // Every snapshot damaged: the node starts empty rather than serving anything unchecked.
     let d = tempfile::tempdir().unwrap();

@@ -117,6 +117,76 @@ impl Header {
     }
 }
 
+/// How a damaged header was repaired (see [`repair_header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderRepair {
+    /// One byte of the checksummed fields was wrong: `byte` held `found`; `fixed` makes the
+    /// stored checksum match.
+    Byte { byte: usize, found: u8, fixed: u8 },
+    /// The fields are consistent with the file and each other; only the stored checksum is wrong.
+    Checksum,
+}
+
+impl std::fmt::Display for HeaderRepair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderRepair::Byte { byte, found, fixed } => {
+                write!(f, "header byte {byte} was {found:#04x}, the checksum says {fixed:#04x}")
+            }
+            HeaderRepair::Checksum => write!(f, "only the header checksum itself was damaged"),
+        }
+    }
+}
+
+/// Reconstructs the header of a file of `actual_len` bytes whose stored header checksum does not
+/// match, if exactly one repair explains the damage:
+/// - one byte of bytes 0..56 changed, such that the stored checksum matches again and the
+///   corrected header passes every check of [`Header::decode`] (a search over all 56 × 255
+///   single-byte changes; CRC-32 makes a wrong match that also passes the layout checks
+///   vanishingly unlikely, and more than one match is refused as ambiguous);
+/// - or, if no such byte exists, the fields as stored pass every check, so the damage is in the
+///   checksum field.
+///
+/// `None` when the checksum matches (the header is not damaged in a way this can explain) or no
+/// single repair works. A repaired header proves nothing about the rest of the file: the caller
+/// must verify every entry before using it.
+pub fn repair_header(file: &[u8], actual_len: u64) -> Option<(Header, HeaderRepair)> {
+    if file.len() < HEADER_LEN || actual_len < HEADER_LEN as u64 {
+        return None;
+    }
+    let stored: [u8; HEADER_LEN] = file[..HEADER_LEN].try_into().expect("64 bytes");
+    let want = u32_at(&stored, 56);
+    if crc32fast::hash(&stored[..56]) == want {
+        return None;
+    }
+    let mut found = None;
+    let mut candidate = stored;
+    for byte in 0..56 {
+        for value in 0..=255u8 {
+            if value == stored[byte] {
+                continue;
+            }
+            candidate[byte] = value;
+            if crc32fast::hash(&candidate[..56]) == want
+                && let Ok(h) = Header::decode(&candidate, actual_len)
+            {
+                if found.is_some() {
+                    return None; // ambiguous
+                }
+                found = Some((h, HeaderRepair::Byte { byte, found: stored[byte], fixed: value }));
+            }
+        }
+        candidate[byte] = stored[byte];
+    }
+    if found.is_some() {
+        return found;
+    }
+    let mut recrc = stored;
+    let crc = crc32fast::hash(&recrc[..56]);
+    recrc[56..60].copy_from_slice(&crc.to_le_bytes());
+    Header::decode(&recrc, actual_len).ok().map(|h| (h, HeaderRepair::Checksum))
+}
+
 /// One index entry as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -240,6 +310,46 @@ mod tests {
         assert!(matches!(Header::decode(&inconsistent, 100), Err(FormatError::BadLayout(_))));
         let overflow = Header { entry_count: u64::MAX / 2, ..h }.encode();
         assert!(matches!(Header::decode(&overflow, 192), Err(FormatError::BadLayout(_))));
+    }
+
+    #[test]
+    fn one_damaged_header_byte_is_repaired_and_more_is_not() {
+        let h = header();
+        let good = h.encode();
+        assert_eq!(repair_header(&good, 192), None, "an undamaged header needs no repair");
+        for byte in 0..56 {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = good;
+                bad[byte] ^= flip;
+                let (fixed, how) = repair_header(&bad, 192).unwrap_or_else(|| panic!("byte {byte} ^ {flip}"));
+                assert_eq!(fixed, h, "byte {byte} ^ {flip}");
+                assert_eq!(how, HeaderRepair::Byte { byte, found: good[byte] ^ flip, fixed: good[byte] });
+            }
+        }
+        for byte in 56..60 {
+            let mut bad = good;
+            bad[byte] ^= 0x10;
+            assert_eq!(repair_header(&bad, 192), Some((h, HeaderRepair::Checksum)), "crc byte {byte}");
+        }
+        // Two fields damaged: nothing explains it.
+        let mut bad = good;
+        bad[20] ^= 1;
+        bad[44] ^= 1;
+        assert_eq!(repair_header(&bad, 192), None);
+        // The byte-order mark swapped (4 bytes) is not one byte.
+        let mut bad = good;
+        bad[12..16].copy_from_slice(&BOM.to_be_bytes());
+        assert_eq!(repair_header(&bad, 192), None);
+        // A repaired header must still fit the file: a truncated file is not "repaired".
+        let mut bad = good;
+        bad[20] ^= 1;
+        assert_eq!(repair_header(&bad, 191), None);
+        // Random bytes are not a header.
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20 {
+            let junk: Vec<u8> = (0..64).map(|_| rng.u8(..)).collect();
+            assert_eq!(repair_header(&junk, 192), None);
+        }
     }
 
     #[test]

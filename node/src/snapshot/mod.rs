@@ -4,7 +4,7 @@
 //! - [`mmap`]: mapping a file; the only `unsafe` code in Shoal.
 //! - [`reader`]: [`Snapshot`], lookups, slot ranges, verification.
 //! - [`writer`]: [`SnapshotWriter`], one-pass writing with an atomic rename.
-//! - [`dir`]: the data directory (names, newest valid file, retention).
+//! - [`dir`]: the data directory (names, newest usable file, retention, quarantine of damaged files).
 //! - [`bake`]: building a snapshot offline from CSV or JSONL.
 //!
 //! A node maps the newest valid snapshot at start and the store serves reads from it underneath

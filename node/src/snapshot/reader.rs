@@ -4,7 +4,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::format::{ENTRY_LEN, FormatError, HEADER_LEN, Header, IndexEntry};
+use super::format::{ENTRY_LEN, FormatError, HEADER_LEN, Header, HeaderRepair, IndexEntry, padding};
 use super::mmap::Mapped;
 
 /// Why a snapshot file could not be used at all.
@@ -47,6 +47,17 @@ pub struct VerifyReport {
     pub entries: u64,
     pub corrupt: u64,
     pub out_of_order: u64,
+    /// Places where the data region is not exactly the entries' bytes back to back, in index
+    /// order, each padded to 8 (how every writer lays them out): a gap, an overlap, or bytes
+    /// left between the last entry and the index.
+    pub misplaced: u64,
+}
+
+impl VerifyReport {
+    /// Every entry passed its checks and the file is laid out exactly as a writer lays it out.
+    pub fn is_clean(&self) -> bool {
+        self.corrupt == 0 && self.out_of_order == 0 && self.misplaced == 0
+    }
 }
 
 #[derive(Debug)]
@@ -73,13 +84,44 @@ impl Snapshot {
         }
         let map = Mapped::map(&file).map_err(io)?;
         let header = Header::decode(map.bytes(), len).map_err(format)?;
-        Ok(Snapshot {
+        Ok(Snapshot::with_header(map, header, path))
+    }
+
+    fn with_header(map: Mapped, header: Header, path: &Path) -> Snapshot {
+        Snapshot {
             map,
             header,
             path: path.to_path_buf(),
             corrupt_reads: AtomicU64::new(0),
             corrupt_found: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// Opens a snapshot whose header failed its checksum, if one repair explains the damage
+    /// ([`format::repair_header`](super::format::repair_header)) *and* the whole file then passes
+    /// [`verify`](Self::verify) cleanly: every entry's checksum (which covers its location as well
+    /// as its bytes), the (slot, key) order, and a data region that is exactly the entries back to
+    /// back. Reads the whole file, so it costs time in proportion to its size; `Err` says why the
+    /// file cannot be salvaged.
+    pub fn open_salvaged(path: &Path) -> Result<(Snapshot, HeaderRepair), String> {
+        let file = File::open(path).map_err(|e| e.to_string())?;
+        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        if len < HEADER_LEN as u64 {
+            return Err(FormatError::TooShort(len).to_string());
+        }
+        let map = Mapped::map(&file).map_err(|e| e.to_string())?;
+        let Some((header, repair)) = super::format::repair_header(map.bytes(), len) else {
+            return Err("no single repair of the header fits the file".into());
+        };
+        let snap = Snapshot::with_header(map, header, path);
+        let report = snap.verify();
+        if !report.is_clean() {
+            return Err(format!(
+                "with the header repaired ({repair}), {} of {} entries are damaged, {} out of order, {} misplaced",
+                report.corrupt, report.entries, report.out_of_order, report.misplaced
+            ));
+        }
+        Ok((snap, repair))
     }
 
     pub fn path(&self) -> &Path {
@@ -190,11 +232,22 @@ impl Snapshot {
         start..end.max(start)
     }
 
-    /// Checks every entry and the sort order (the background verifier).
+    /// Checks every entry, the sort order and the layout of the data region (the background
+    /// verifier).
     pub fn verify(&self) -> VerifyReport {
         let mut report = VerifyReport { entries: self.len() as u64, ..Default::default() };
         let mut prev: Option<(u16, &[u8])> = None;
+        // Where the next entry's key must start; unknown after an entry whose lengths are unusable.
+        let mut next_offset = Some(HEADER_LEN as u64);
         for i in 0..self.len() {
+            let raw = self.raw(i);
+            if next_offset.is_some_and(|at| at != raw.offset) {
+                report.misplaced += 1;
+            }
+            next_offset = raw.key_range(self.header.index_offset).map(|_| {
+                let len = u64::from(raw.key_len) + u64::from(raw.value_len);
+                raw.offset + len + padding(len) as u64
+            });
             match self.entry(i) {
                 Some(e) => {
                     if prev.is_some_and(|p| p >= (e.slot, e.key)) {
@@ -204,6 +257,9 @@ impl Snapshot {
                 }
                 None => report.corrupt += 1,
             }
+        }
+        if next_offset.is_some_and(|end| end != self.header.index_offset) {
+            report.misplaced += 1;
         }
         self.corrupt_found.store(report.corrupt, Ordering::Relaxed);
         report

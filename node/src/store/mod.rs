@@ -8,7 +8,8 @@
 //! - [`evict`]: `maxmemory` enforcement and the eviction policies.
 //! - [`persist`]: the two-layer view per slot (memory over the base snapshot) that snapshot
 //!   writing and slot export read from.
-//! - [`clock`], [`glob`], [`float`]: time, Redis glob patterns, x87 INCRBYFLOAT arithmetic.
+//! - [`glob`], [`float`]: Redis glob patterns, x87 INCRBYFLOAT arithmetic. Time comes from
+//!   `shoal_wire::clock` (re-exported here).
 //!
 //! A key's shard is its cluster slot masked to the shard count, so every key of a slot lives in one
 //! shard. Underneath memory may sit a read-only *base* snapshot (the one the node started from):
@@ -16,7 +17,6 @@
 //! leave tombstones (see `shard.rs`). Memory is accounted per shard (entries at their allocation size plus the slab, index and
 //! heap at capacity) and summed in one atomic that `maxmemory` is checked against.
 
-pub mod clock;
 pub mod entry;
 mod evict;
 pub mod float;
@@ -36,9 +36,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::snapshot::Snapshot;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use float::FloatError;
 pub use keyspace::{ExpireFlags, ScanPage, TtlState};
+pub use shoal_wire::clock::{Clock, ManualClock, SystemClock};
 pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
 
 pub use shard::Presence;

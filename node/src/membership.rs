@@ -16,7 +16,7 @@
 //! the node's version, and the router catches up and retries.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -72,9 +72,14 @@ impl NodeView {
     /// serving writes (from routers that have not caught up either) for a slot the router already
     /// treats as moving. The `moved` reply then carries the lower version and the router offers
     /// its topology to the node before retrying.
+    ///
+    /// A node without a topology serves routers without one (static `--nodes` routing, version 0)
+    /// and refuses the others until it has been given theirs: a node that just started knows
+    /// nothing yet of slots moving in, so it would neither keep a delete as a tombstone nor
+    /// refuse a write for a slot it is about to hand over.
     #[inline]
     pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
-        let Some(t) = &self.topology else { return Ok(()) };
+        let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
         if batch_version > t.version {
             return Err(t.version);
         }
@@ -89,15 +94,21 @@ impl NodeView {
     pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
         match &self.topology {
             Some(t) if t.version != batch_version => Err(t.version),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            None => Self::unmanaged_check(batch_version),
         }
+    }
+
+    /// Without a topology: only routers without one are served (see [`check`](Self::check)).
+    fn unmanaged_check(batch_version: u64) -> Result<(), u64> {
+        if batch_version == 0 { Ok(()) } else { Err(0) }
     }
 
     /// Whether a router (at `batch_version`) may copy an entry for `slot` here: only while the
     /// slot is moving in. Once a move has settled, a copy from the old owner could only be stale
     /// (or bring back a key deleted here since, as settled slots keep no tombstones).
     pub fn check_import(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
-        let Some(t) = &self.topology else { return Ok(()) };
+        let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
         if batch_version > t.version || !self.accepts_import(slot) {
             return Err(t.version);
         }
@@ -133,7 +144,7 @@ impl NodeView {
 type Board = HashMap<(Migration, u64), (MigrationProgress, std::time::Instant)>;
 
 #[derive(Debug)]
-pub struct NodeCluster {
+pub struct Membership {
     id: Option<u32>,
     listen: Option<String>,
     pub store: Arc<Store>,
@@ -160,7 +171,7 @@ pub struct NodeCluster {
 /// Name of the topology copy kept in the data directory.
 const TOPOLOGY_COPY: &str = "topology.json";
 
-impl NodeCluster {
+impl Membership {
     /// `id` names this node in topologies (else it is found by its `listen` address). The copy of
     /// the topology in `data_dir`, if any, is adopted at once.
     pub fn new(
@@ -168,8 +179,8 @@ impl NodeCluster {
         listen: Option<String>,
         store: Arc<Store>,
         data_dir: Option<PathBuf>,
-    ) -> Arc<NodeCluster> {
-        let cluster = Arc::new(NodeCluster {
+    ) -> Arc<Membership> {
+        let membership = Arc::new(Membership {
             id,
             listen,
             store,
@@ -187,18 +198,16 @@ impl NodeCluster {
             adopting: Mutex::new(()),
             retired: Mutex::default(),
         });
-        if let Some(copy) = cluster.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
-            match std::fs::read_to_string(&copy).map(|t| Topology::from_json(&t)) {
-                Ok(Ok(t)) => {
-                    cluster.adopt(t);
+        if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
+            match shoal_wire::topology_file::read(&copy) {
+                Ok(Some(t)) => {
+                    membership.adopt(t);
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(file = %copy.display(), error = %e, "ignoring a bad topology copy")
-                }
-                Err(_) => {}
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "ignoring a bad topology copy"),
             }
         }
-        cluster
+        membership
     }
 
     /// Limits how fast migrations pull into this node (bytes per second, 0: no limit).
@@ -322,15 +331,10 @@ impl NodeCluster {
     }
 
     fn save_copy(&self, t: &Topology) {
-        if let Some(dir) = &self.data_dir {
-            let path = dir.join(TOPOLOGY_COPY);
-            let tmp = dir.join(format!("{TOPOLOGY_COPY}.tmp"));
-            let result = std::fs::create_dir_all(dir)
-                .and_then(|_| std::fs::write(&tmp, t.to_json()))
-                .and_then(|_| std::fs::rename(&tmp, &path));
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "could not keep a copy of the topology");
-            }
+        if let Some(dir) = &self.data_dir
+            && let Err(e) = shoal_wire::topology_file::write(&dir.join(TOPOLOGY_COPY), t)
+        {
+            tracing::warn!(error = %e, "could not keep a copy of the topology");
         }
     }
 
@@ -419,26 +423,15 @@ impl NodeCluster {
         every: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        tokio::pin!(stop);
-        let mut last_mtime = None;
-        loop {
-            let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-            if mtime.is_some() && mtime != last_mtime {
-                last_mtime = mtime;
-                match read_topology(&path) {
-                    Ok(t) => {
-                        self.adopt(t);
-                    }
-                    Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %e, "cannot read the topology file")
-                    }
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = &mut stop => return,
-            }
-        }
+        shoal_wire::topology_file::watch(
+            path,
+            every,
+            |t| {
+                self.adopt(t);
+            },
+            stop,
+        )
+        .await
     }
 
     /// Reclaims memory of dropped slots (and stale tombstones) whenever adoption asks for it.
@@ -456,12 +449,6 @@ impl NodeCluster {
             }
         }
     }
-}
-
-/// Reads and validates a topology file.
-pub fn read_topology(path: &Path) -> Result<Topology, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    Topology::from_json(&text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -490,7 +477,13 @@ mod tests {
         assert_eq!(new_owner.check(50, 4), Ok(()));
         assert_eq!(new_owner.check(500, 5), Err(5), "not its slot");
         assert!(new_owner.accepts_import(50) && !old_owner.accepts_import(50));
-        assert_eq!(NodeView::unmanaged().check(1, 0), Ok(()));
+        assert_eq!(NodeView::unmanaged().check(1, 0), Ok(()), "static routing (version 0) is served");
+        assert_eq!(
+            NodeView::unmanaged().check(1, 3),
+            Err(0),
+            "a node without a topology makes a router that has one offer it first"
+        );
+        assert_eq!(NodeView::unmanaged().check_import(1, 3), Err(0));
         assert_eq!(old_owner.check(500, 6), Err(5), "a router ahead of the node makes it catch up first");
         assert_eq!(new_owner.check_import(50, 5), Ok(()));
         assert_eq!(new_owner.check_import(50, 6), Err(5), "router ahead");
@@ -502,14 +495,15 @@ mod tests {
         assert_eq!(old_owner.check_version(5), Ok(()), "whole-keyspace ops need the same version");
         assert_eq!(old_owner.check_version(4), Err(5));
         assert_eq!(old_owner.check_version(6), Err(5));
-        assert_eq!(NodeView::unmanaged().check_version(9), Ok(()));
+        assert_eq!(NodeView::unmanaged().check_version(0), Ok(()));
+        assert_eq!(NodeView::unmanaged().check_version(9), Err(0));
     }
 
     #[tokio::test]
     async fn a_slot_coming_back_shows_nothing_from_its_earlier_stay() {
         use crate::store::{StoreConfig, SystemClock};
         let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
-        let node = NodeCluster::new(Some(0), None, store.clone(), None);
+        let node = Membership::new(Some(0), None, store.clone(), None);
         let mut t = moving();
         let (moving_out, mut back) = (t.clone(), t.clone());
         t.slots = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]).slots;
