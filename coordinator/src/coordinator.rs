@@ -15,20 +15,20 @@
 //! replaces what the receiver already has, so repeating a pull is harmless.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
-use shoal_wire::proto::node_client::NodeClient;
+use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{MigrationProgress, StatsRequest, TopologyDoc};
 use shoal_wire::{Migration, NodeInfo, Topology};
-use tonic::transport::Channel;
 
 use crate::plan::{self, PlanError};
-use crate::store::{StoreError, TopologyStore};
+use crate::registry::{Registry, RegistryError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinatorError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] RegistryError),
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error("no topology has been published yet")]
@@ -55,7 +55,41 @@ pub struct Progress {
 
 type ProgressFn = Box<dyn Fn(&Progress) + Send + Sync>;
 
-pub struct Coordinator<S> {
+/// How the coordinator reaches nodes: it offers them topologies and reads their migration
+/// progress. [`GrpcNodes`] in production; tests drive the coordinator with fake nodes.
+pub trait Nodes: Send + Sync {
+    /// Offers `t` to `node`; returns the version it serves afterwards.
+    fn offer(&self, node: &NodeInfo, t: &Topology) -> impl Future<Output = Result<u64, String>> + Send;
+    /// The topology version `node` serves and the progress of the migrations into it.
+    fn progress(
+        &self,
+        node: &NodeInfo,
+    ) -> impl Future<Output = Result<(u64, Vec<MigrationProgress>), String>> + Send;
+}
+
+/// Nodes over gRPC (`UpdateTopology`, `Stats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcNodes;
+
+impl Nodes for GrpcNodes {
+    async fn offer(&self, node: &NodeInfo, t: &Topology) -> Result<u64, String> {
+        let mut c = client::connect(&node.addr, &ClientOptions::admin()).await.map_err(|e| e.to_string())?;
+        let ack = c
+            .update_topology(TopologyDoc { json: t.to_json() })
+            .await
+            .map_err(|s| s.message().to_string())?;
+        Ok(ack.into_inner().version)
+    }
+
+    async fn progress(&self, node: &NodeInfo) -> Result<(u64, Vec<MigrationProgress>), String> {
+        let mut c = client::connect(&node.addr, &ClientOptions::admin()).await.map_err(|e| e.to_string())?;
+        let s = c.stats(StatsRequest {}).await.map_err(|s| s.message().to_string())?.into_inner();
+        Ok((s.topology_version, s.migrations))
+    }
+}
+
+pub struct Coordinator<S, N = GrpcNodes> {
+    nodes: N,
     store: S,
     poll: Duration,
     /// How long one step may take before giving up (the published topology stays, so a later
@@ -64,15 +98,23 @@ pub struct Coordinator<S> {
     on_progress: ProgressFn,
 }
 
-impl<S> std::fmt::Debug for Coordinator<S> {
+impl<S, N> std::fmt::Debug for Coordinator<S, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coordinator").field("poll", &self.poll).finish_non_exhaustive()
     }
 }
 
-impl<S: TopologyStore> Coordinator<S> {
+impl<S: Registry> Coordinator<S> {
     pub fn new(store: S) -> Coordinator<S> {
+        Coordinator::with_nodes(store, GrpcNodes)
+    }
+}
+
+impl<S: Registry, N: Nodes> Coordinator<S, N> {
+    /// A coordinator that reaches nodes through `nodes`.
+    pub fn with_nodes(store: S, nodes: N) -> Coordinator<S, N> {
         Coordinator {
+            nodes,
             store,
             poll: Duration::from_millis(100),
             step_timeout: Duration::from_secs(3600),
@@ -87,6 +129,12 @@ impl<S: TopologyStore> Coordinator<S> {
 
     pub fn with_timeout(mut self, step_timeout: Duration) -> Self {
         self.step_timeout = step_timeout;
+        self
+    }
+
+    /// How often nodes are asked again (offers to nodes that are down, migration progress).
+    pub fn with_poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
         self
     }
 
@@ -156,7 +204,7 @@ impl<S: TopologyStore> Coordinator<S> {
             t.nodes.iter().cloned().partition(|n| done.node(n.id).is_some());
         self.offer_all(&done, &staying).await?;
         for n in &leaving {
-            let _ = tokio::time::timeout(Duration::from_secs(2), offer(&n.addr, &done)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.nodes.offer(n, &done)).await;
         }
         Ok(done)
     }
@@ -169,7 +217,7 @@ impl<S: TopologyStore> Coordinator<S> {
         while !pending.is_empty() {
             let mut still = Vec::new();
             for n in pending {
-                match offer(&n.addr, t).await {
+                match self.nodes.offer(n, t).await {
                     Ok(v) if v >= t.version => {}
                     Ok(v) => {
                         tracing::warn!(node = n.id, have = v, want = t.version, "node refused the topology");
@@ -217,7 +265,7 @@ impl<S: TopologyStore> Coordinator<S> {
             let mut reported: HashMap<(u32, u32, u32, u32), MigrationProgress> = HashMap::new();
             for id in &receivers {
                 let Some(node) = t.node(*id) else { continue };
-                match stats(&node.addr).await {
+                match self.nodes.progress(node).await {
                     Ok((version, migrations)) if version >= t.version => {
                         for p in migrations.into_iter().filter(|p| p.version == t.version) {
                             reported.insert((p.start, p.end, p.from, p.to), p);
@@ -225,7 +273,7 @@ impl<S: TopologyStore> Coordinator<S> {
                     }
                     Ok(_) => {
                         // Behind (restarted from an older file?): offer the topology again.
-                        let _ = offer(&node.addr, t).await;
+                        let _ = self.nodes.offer(node, t).await;
                     }
                     Err(e) => tracing::debug!(node = id, error = %e, "receiver unreachable"),
                 }
@@ -274,24 +322,230 @@ fn key(m: &Migration) -> (u32, u32, u32, u32) {
     (u32::from(m.start), u32::from(m.end), m.from, m.to)
 }
 
-async fn client(addr: &str) -> Result<NodeClient<Channel>, tonic::transport::Error> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10));
-    Ok(NodeClient::new(endpoint.connect().await?))
-}
+#[cfg(test)]
+mod tests {
+    //! The coordinator against fake nodes that pull when asked for progress (one step per poll)
+    //! and can be made to crash at each step of a move: down for a while, or restarted (their
+    //! pull's progress lost, back on the topology their data directory kept).
 
-/// Offers `t` to the node at `addr`; returns the version it serves afterwards.
-pub async fn offer(addr: &str, t: &Topology) -> Result<u64, String> {
-    let mut c = client(addr).await.map_err(|e| e.to_string())?;
-    let ack =
-        c.update_topology(TopologyDoc { json: t.to_json() }).await.map_err(|s| s.message().to_string())?;
-    Ok(ack.into_inner().version)
-}
+    use std::collections::HashMap;
+    use std::sync::Arc;
 
-/// A node's topology version and migration progress.
-pub async fn stats(addr: &str) -> Result<(u64, Vec<MigrationProgress>), String> {
-    let mut c = client(addr).await.map_err(|e| e.to_string())?;
-    let s = c.stats(StatsRequest {}).await.map_err(|s| s.message().to_string())?.into_inner();
-    Ok((s.topology_version, s.migrations))
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::registry::MemoryRegistry;
+
+    #[derive(Debug, Default)]
+    struct FakeNode {
+        topology: Option<Topology>,
+        /// The copy a restart comes back with (the node's data directory).
+        saved: Option<Topology>,
+        /// Polls until each incoming migration of the served version is pulled.
+        pulls: HashMap<(u32, u32, u32, u32), u32>,
+        /// Calls refused before the node answers again.
+        down: u32,
+        /// Offers of a settled topology refused (the node crashes as the move ends).
+        refuse_settled: u32,
+    }
+
+    #[derive(Debug, Default)]
+    struct Fakes {
+        nodes: Mutex<HashMap<u32, FakeNode>>,
+        /// Every version a node adopted, in order: (node, version).
+        adopted: Mutex<Vec<(u32, u64)>>,
+    }
+
+    const PULL_POLLS: u32 = 3;
+
+    impl Fakes {
+        fn new(ids: impl IntoIterator<Item = u32>) -> Arc<Fakes> {
+            let f = Arc::new(Fakes::default());
+            f.nodes.lock().extend(ids.into_iter().map(|id| (id, FakeNode::default())));
+            f
+        }
+
+        fn crash(&self, id: u32, down_for: u32) {
+            let mut nodes = self.nodes.lock();
+            let n = nodes.get_mut(&id).unwrap();
+            n.down = down_for;
+            n.topology = n.saved.clone();
+            n.pulls.clear();
+            if let Some(t) = &n.topology {
+                Self::start_pulls(id, t, &mut n.pulls);
+            }
+        }
+
+        fn start_pulls(id: u32, t: &Topology, pulls: &mut HashMap<(u32, u32, u32, u32), u32>) {
+            for m in t.migrations.iter().filter(|m| m.to == id) {
+                pulls.entry(key(m)).or_insert(PULL_POLLS);
+            }
+        }
+
+        fn version(&self, id: u32) -> u64 {
+            self.nodes.lock()[&id].topology.as_ref().map_or(0, |t| t.version)
+        }
+    }
+
+    impl Nodes for Arc<Fakes> {
+        async fn offer(&self, node: &NodeInfo, t: &Topology) -> Result<u64, String> {
+            let mut nodes = self.nodes.lock();
+            let n = nodes.get_mut(&node.id).ok_or("no such node")?;
+            if n.down > 0 {
+                n.down -= 1;
+                return Err("connection refused".into());
+            }
+            if n.refuse_settled > 0
+                && t.migrations.is_empty()
+                && n.topology.as_ref().is_some_and(|m| m.version < t.version)
+            {
+                n.refuse_settled -= 1;
+                return Err("connection refused".into());
+            }
+            if n.topology.as_ref().is_none_or(|mine| mine.version < t.version) {
+                n.topology = Some(t.clone());
+                n.saved = Some(t.clone());
+                n.pulls.clear();
+                Fakes::start_pulls(node.id, t, &mut n.pulls);
+                self.adopted.lock().push((node.id, t.version));
+            }
+            Ok(n.topology.as_ref().map_or(0, |t| t.version))
+        }
+
+        async fn progress(&self, node: &NodeInfo) -> Result<(u64, Vec<MigrationProgress>), String> {
+            let mut nodes = self.nodes.lock();
+            let n = nodes.get_mut(&node.id).ok_or("no such node")?;
+            if n.down > 0 {
+                n.down -= 1;
+                return Err("connection refused".into());
+            }
+            let Some(t) = n.topology.clone() else { return Ok((0, Vec::new())) };
+            let mut out = Vec::new();
+            for m in t.migrations.iter().filter(|m| m.to == node.id) {
+                let left = n.pulls.get_mut(&key(m)).expect("a pull per incoming migration");
+                *left = left.saturating_sub(1);
+                out.push(MigrationProgress {
+                    start: m.start.into(),
+                    end: m.end.into(),
+                    from: m.from,
+                    to: m.to,
+                    version: t.version,
+                    done: *left == 0,
+                    slots_done: if *left == 0 { m.len() as u32 } else { 0 },
+                    ..Default::default()
+                });
+            }
+            Ok((t.version, out))
+        }
+    }
+
+    fn infos(ids: &[u32]) -> Vec<NodeInfo> {
+        ids.iter().map(|&id| NodeInfo { id, addr: format!("fake:{id}") }).collect()
+    }
+
+    /// A coordinator over `fakes` with a published 3-node topology every node serves.
+    async fn bootstrap(fakes: &Arc<Fakes>) -> Coordinator<Arc<MemoryRegistry>, Arc<Fakes>> {
+        let registry = Arc::new(MemoryRegistry::new(None));
+        let mut t = Topology::even(&infos(&[0, 1, 2]).iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
+        t.nodes = infos(&[0, 1, 2]);
+        registry.publish(&t).await.unwrap();
+        let c = Coordinator::with_nodes(registry, fakes.clone()).with_poll(Duration::from_millis(1));
+        c.resume().await.unwrap();
+        c
+    }
+
+    /// Checks the end state: settled, and every listed node serves the final version.
+    fn assert_settled(fakes: &Fakes, done: &Topology, ids: &[u32]) {
+        assert!(done.migrations.is_empty());
+        assert_eq!(done.nodes.iter().map(|n| n.id).collect::<Vec<_>>(), ids);
+        for &id in ids {
+            assert_eq!(fakes.version(id), done.version, "node {id} serves the final version");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_move_publishes_the_final_topology_only_after_every_pull_is_done() {
+        let fakes = Fakes::new(0..4);
+        let c = bootstrap(&fakes).await;
+        let done = c.reshard(&infos(&[0, 1, 2, 3])).await.unwrap();
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+        // Node 3 (the receiver) adopted the plan, pulled, then the final version.
+        let adopted: Vec<u64> =
+            fakes.adopted.lock().iter().filter(|(id, _)| *id == 3).map(|(_, v)| *v).collect();
+        assert_eq!(adopted, vec![done.version - 1, done.version]);
+    }
+
+    #[tokio::test]
+    async fn a_receiver_down_when_the_plan_is_offered_is_waited_for() {
+        let fakes = Fakes::new(0..4);
+        let c = bootstrap(&fakes).await;
+        fakes.crash(3, 5);
+        let done = c.reshard(&infos(&[0, 1, 2, 3])).await.unwrap();
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_receiver_restarted_mid_pull_pulls_again_before_the_move_finishes() {
+        let fakes = Fakes::new(0..4);
+        let c = Arc::new(bootstrap(&fakes).await);
+        let task = {
+            let c = c.clone();
+            tokio::spawn(async move { c.reshard(&infos(&[0, 1, 2, 3])).await })
+        };
+        // Wait until node 3 is pulling (the coordinator polls its progress), then crash it: its
+        // progress is lost.
+        let limit = tokio::time::Instant::now() + Duration::from_secs(5);
+        while fakes.nodes.lock()[&3].pulls.values().all(|&left| left == PULL_POLLS) {
+            assert!(tokio::time::Instant::now() < limit && !task.is_finished(), "node 3 never pulled");
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        let plan_version = fakes.version(3);
+        fakes.crash(3, 3);
+        assert_eq!(fakes.version(3), plan_version, "it comes back on the plan its data directory kept");
+        let done = task.await.unwrap().unwrap();
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_node_down_when_the_final_topology_is_offered_is_waited_for() {
+        let fakes = Fakes::new(0..4);
+        let c = bootstrap(&fakes).await;
+        fakes.nodes.lock().get_mut(&0).unwrap().refuse_settled = 5;
+        let done = c.reshard(&infos(&[0, 1, 2, 3])).await.unwrap();
+        assert_eq!(fakes.nodes.lock()[&0].refuse_settled, 0, "the final offer was refused and retried");
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_stopped_at_any_step_is_finished_by_the_next_one() {
+        // Stop the coordinator after each number of node calls in turn; a new coordinator on the
+        // same registry must finish the move (3 -> 4 -> 2) from what was published.
+        for stop_after in [0usize, 1, 2, 4, 6, 9, 14] {
+            let fakes = Fakes::new(0..4);
+            let c = bootstrap(&fakes).await;
+            let registry = c.store().clone();
+            let calls_before = fakes.adopted.lock().len();
+            let target = infos(&[0, 1, 2, 3]);
+            let mut reshard = Box::pin(c.reshard(&target));
+            // Poll the future until the fakes saw `stop_after` more adoptions, then drop it.
+            let limit = tokio::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                if fakes.adopted.lock().len() >= calls_before + stop_after
+                    || tokio::time::Instant::now() > limit
+                {
+                    break;
+                }
+                if tokio::time::timeout(Duration::from_millis(1), &mut reshard).await.is_ok() {
+                    break;
+                }
+            }
+            drop(reshard);
+            let next =
+                Coordinator::with_nodes(registry.clone(), fakes.clone()).with_poll(Duration::from_millis(1));
+            let done = next.reshard(&infos(&[0, 1, 2, 3])).await.unwrap();
+            assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+            let done = next.reshard(&infos(&[0, 1])).await.unwrap();
+            assert_settled(&fakes, &done, &[0, 1]);
+        }
+    }
 }

@@ -2,15 +2,16 @@
 //!
 //! - [`plan`]: pure. Current topology + wanted nodes -> next topology with minimal movement, and
 //!   [`plan::finalize`] once migrations are done.
-//! - [`store`]: where the topology lives (a file, memory); the coordinator is its one writer.
+//! - [`registry`]: where the topology lives (a file, memory); the coordinator is its one writer.
 //! - [`coordinator`]: publishes a plan, makes sure every node serves it, waits while the new
 //!   owners pull their slots (they report progress), then publishes the final topology. It keeps no
-//!   state of its own: restarted at any point, it resumes from the published topology.
+//!   state of its own: restarted at any point, it resumes from the published topology. It reaches
+//!   nodes through the [`Nodes`] trait (gRPC in production, fakes in its tests).
 
 pub mod coordinator;
 pub mod plan;
-pub mod store;
+pub mod registry;
 
-pub use coordinator::{Coordinator, CoordinatorError, Progress};
+pub use coordinator::{Coordinator, CoordinatorError, GrpcNodes, Nodes, Progress};
 pub use plan::{PlanError, finalize, plan};
-pub use store::{FileStore, MemoryStore, StoreError, TopologyStore};
+pub use registry::{FileRegistry, MemoryRegistry, Registry, RegistryError};

@@ -21,16 +21,16 @@ use kube::{Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use shoal_coordinator::{Coordinator, Progress, TopologyStore};
+use shoal_coordinator::{Coordinator, Progress, Registry};
 use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
 use tokio::task::JoinHandle;
 
 use crate::crd::CacheCluster;
+use crate::registry::ConfigMapRegistry;
 use crate::resources::{self, Component, NODE_GRPC_PORT};
 use crate::scaling::{self, Observed, Step};
 use crate::status;
-use crate::store::ConfigMapStore;
 
 const FIELD_MANAGER: &str = "shoal-operator";
 
@@ -39,7 +39,7 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("topology store: {0}")]
-    Store(#[from] shoal_coordinator::StoreError),
+    Store(#[from] shoal_coordinator::RegistryError),
     #[error("{0}")]
     Invalid(String),
 }
@@ -182,7 +182,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     let sts_replicas = sts.as_ref().and_then(|s| s.spec.as_ref()?.replicas).map(|r| r.max(0) as u32);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pods = pods.list(&ListParams::default().labels(&resources::node_selector_string(&cc))).await?.items;
-    let store = ConfigMapStore::new(Api::<ConfigMap>::namespaced(client.clone(), &ns), &cc);
+    let store = ConfigMapRegistry::new(Api::<ConfigMap>::namespaced(client.clone(), &ns), &cc);
     let topology = store.load().await?;
 
     // A move that ended since the last look.
@@ -308,7 +308,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
 fn start_move(
     ctx: &Arc<Context>,
     cc: &CacheCluster,
-    store: ConfigMapStore,
+    store: ConfigMapRegistry,
     target: Option<Vec<shoal_wire::NodeInfo>>,
     what: String,
     resharding: bool,

@@ -8,7 +8,7 @@
 //!              ──► observe: node StatefulSet, node pods (ready + address), topology ConfigMap
 //!              ──► scaling::next_step ──► act: scale the StatefulSet | publish the first topology
 //!                                          | start/resume a move (shoal-coordinator in a task,
-//!                                            store::ConfigMapStore as its topology store)
+//!                                            registry::ConfigMapRegistry as its topology registry)
 //!              ──► status::compute ──► status subresource + Events
 //! ```
 //!
@@ -17,7 +17,7 @@
 //! - [`resources`]: pure builders for everything a CacheCluster owns.
 //! - [`scaling`]: the pure decision of what to do next (grow, move, shrink, resume).
 //! - [`status`]: the pure status and conditions.
-//! - [`store`]: the topology in a ConfigMap, as the coordinator's store.
+//! - [`registry`]: the topology in a ConfigMap, as the coordinator's registry.
 //! - [`controller`]: the reconciler, background moves, Events, metrics.
 //! - `fake_api` (tests only): a scripted fake API server for the API-call scenario tests.
 //!
@@ -27,7 +27,7 @@ pub mod controller;
 pub mod crd;
 #[cfg(test)]
 mod fake_api;
+pub mod registry;
 pub mod resources;
 pub mod scaling;
 pub mod status;
-pub mod store;

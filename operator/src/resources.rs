@@ -424,6 +424,8 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
         ),
         env: Some(env),
         ports: Some(vec![port("resp", ROUTER_RESP_PORT), port("http", ROUTER_HTTP_PORT)]),
+        // /readyz: the router can serve (listening, topology known). Not "every node up": one node
+        // pod restarting must not take every router out of the Service.
         readiness_probe: Some(http_probe("/readyz", ROUTER_HTTP_PORT, 5)),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(10),

@@ -221,6 +221,45 @@ fn service_monitors_only_where_the_api_exists() {
     let node = monitors[1];
     assert_eq!(node["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(node["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"], "node");
+    assert!(node["spec"]["endpoints"][0].get("authorization").is_none());
+    // A router's /metrics takes the API's password: its monitor sends the cluster's Secret.
+    let router = &monitors[2]["spec"]["endpoints"][0];
+    assert_eq!(router["port"], "http");
+    assert_eq!(router["authorization"]["type"], "Bearer");
+    assert_eq!(router["authorization"]["credentials"]["name"], "rel-password");
+    assert_eq!(router["authorization"]["credentials"]["key"], "password");
+    let secret = find(&docs, "Secret");
+    assert_eq!(secret[0]["metadata"]["name"], "rel-password", "the Secret the monitor names exists");
+
+    // An existing Secret is named instead; without auth (routers run without protected mode),
+    // no credentials.
+    let docs = render(&[
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "cluster.auth.existingSecret=mine",
+        "--set",
+        "cluster.auth.secretKey=pw",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+    ])
+    .unwrap()
+    .unwrap();
+    let router = &find(&docs, "ServiceMonitor")[2]["spec"]["endpoints"][0];
+    assert_eq!(router["authorization"]["credentials"]["name"], "mine");
+    assert_eq!(router["authorization"]["credentials"]["key"], "pw");
+    let docs = render(&[
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "cluster.auth.enabled=false",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+    ])
+    .unwrap()
+    .unwrap();
+    let router = &find(&docs, "ServiceMonitor")[2]["spec"]["endpoints"][0];
+    assert!(router.get("authorization").is_none(), "{router}");
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! kubelet for the node pods: for each Running node pod it starts `shoal-node` bound to the pod's
 //! IP, with the arguments and environment of the pod's own spec (paths rewritten to a temp dir),
 //! stops it when the pod goes, and projects the topology ConfigMap into a file as a ConfigMap
-//! volume would. One `shoal-router` process, started from a router pod's spec, serves clients.
+//! volume would. One `shoal-router` process, started from a router pod's spec, serves clients;
+//! the router pod's readiness probe (from its spec) is run by the test against that process.
 //!
 //! Needs the tools from `.ci/tools/install etcd kube kwok kubectl` and `cargo build --bins`.
 //! Without the tools it fails under CI and is skipped (with a message) elsewhere.
@@ -21,9 +22,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::Api;
-use shoal_coordinator::{StoreError, TopologyStore};
+use shoal_coordinator::{Registry, RegistryError};
 use shoal_operator::crd::CacheCluster;
-use shoal_operator::store::ConfigMapStore;
+use shoal_operator::registry::ConfigMapRegistry;
 use shoal_wire::Topology;
 use support::{Kubelet, Plane, leader_gauge, repo, wait_for};
 
@@ -33,7 +34,7 @@ const KEYS: usize = 3000;
 /// The published topology (from the ConfigMap), if any.
 async fn published(client: &Client) -> Option<Topology> {
     let cm = Api::<ConfigMap>::namespaced(client.clone(), NS).get_opt("demo-topology").await.ok()??;
-    shoal_operator::store::parse(&cm).ok()?
+    shoal_operator::registry::parse(&cm).ok()?
 }
 
 async fn sts_replicas(client: &Client) -> Option<i32> {
@@ -71,6 +72,50 @@ async fn wait_ready(
 
 const NS_NAME: &str = "demo";
 
+/// Stops node pod 1's process, checks the router while it is down, and brings it back.
+async fn one_node_down(client: &Client, kubelet: &Kubelet, router: &support::RouterPod) {
+    let all_up = async || {
+        let up = support::router_nodes_up(&router.http).await?;
+        (up.len() == 3 && up.iter().all(|&(_, v)| v == 1.0)).then_some(())
+    };
+    wait_for("the router to reach every node", Duration::from_secs(30), all_up).await;
+    assert!(router.ready().await, "the router pod is Ready with every node up");
+
+    kubelet.pause("demo-node-1");
+    wait_for("the router to see node 1 down", Duration::from_secs(30), async || {
+        let up = support::router_nodes_up(&router.http).await?;
+        (up == [(0, 1.0), (1, 0.0), (2, 1.0)]).then_some(())
+    })
+    .await;
+    for _ in 0..5 {
+        assert!(router.ready().await, "the router pod stays Ready while one node is down");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let topology = published(client).await.expect("a topology");
+    let mut c = redis(&router.resp).await;
+    let (mut served, mut failed) = (0, 0);
+    for i in 0..300 {
+        let key = format!("k{i}");
+        let owner = topology.owner_of(shoal_wire::key_slot(key.as_bytes())).unwrap();
+        let started = std::time::Instant::now();
+        let got: redis::RedisResult<Option<String>> = redis::cmd("GET").arg(&key).query_async(&mut c).await;
+        if owner == 1 {
+            let err = got.expect_err("node 1's keys fail while it is down").to_string();
+            assert!(err.contains("node 1") && err.contains("is unavailable"), "{key}: {err}");
+            assert!(started.elapsed() < Duration::from_millis(500), "fails fast, not at the deadline");
+            failed += 1;
+        } else {
+            assert_eq!(got.unwrap().as_deref(), Some(format!("v{i}").as_str()), "{key} on node {owner}");
+            served += 1;
+        }
+    }
+    assert!(served > 0 && failed > 0, "keys on both sides: {served} served, {failed} failed");
+
+    kubelet.resume("demo-node-1");
+    wait_for("the router to reach node 1 again", Duration::from_secs(60), all_up).await;
+    assert!(router.ready().await);
+}
+
 async fn redis(addr: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(format!("redis://{addr}/")).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
@@ -102,7 +147,7 @@ async fn check_keys(addr: &str) {
 /// and lose a compare-and-swap race cleanly.
 async fn store_scenarios(client: &Client, cc: &CacheCluster) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let store = ConfigMapStore::new(api.clone(), cc);
+    let store = ConfigMapRegistry::new(api.clone(), cc);
     assert_eq!(store.load().await.unwrap(), None);
     let mut t = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]);
     t.version = 5;
@@ -110,7 +155,7 @@ async fn store_scenarios(client: &Client, cc: &CacheCluster) {
     assert_eq!(store.load().await.unwrap().unwrap().version, 5);
     let mut older = t.clone();
     older.version = 4;
-    assert!(matches!(store.publish(&older).await, Err(StoreError::Stale { current: 5, new: 4 })));
+    assert!(matches!(store.publish(&older).await, Err(RegistryError::Stale { current: 5, new: 4 })));
     // Two writers that both read version 5: exactly one of them wins.
     let (mut a, mut b) = (t.clone(), t.clone());
     a.version = 6;
@@ -224,8 +269,14 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
     assert_eq!(published(&client).await.unwrap().nodes.len(), 3);
 
     // A router process, from the router pod's own spec.
-    let (_router, addr) = support::router(&client, NS, "demo", &root, &topology_file).await;
+    let router = support::router_pod(&client, NS, "demo", &root, &topology_file).await;
+    let addr = router.resp.clone();
     write_keys(&addr).await;
+
+    // One node pod's process stops (its container restarting): the router stays Ready by its
+    // pod's own readiness probe, so it stays in the Service; the other nodes' keys keep
+    // answering and only the stopped node's keys fail, fast, with the node-down error.
+    one_node_down(&client, &kubelet, &router).await;
 
     // kubectl scale up: the StatefulSet grows first, slots move, the version advances.
     plane.kubectl(&["scale", "cachecluster/demo", "-n", NS, "--replicas=5"], None);

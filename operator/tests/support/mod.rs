@@ -2,14 +2,15 @@
 //! real `shoal-node` processes for node pods, operator and router processes.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -205,6 +206,9 @@ pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(Stri
 /// Plays the kubelet for node pods and the ConfigMap volume (see the module docs).
 pub struct Kubelet {
     stop: Arc<AtomicBool>,
+    /// Pods (by name) whose process is stopped and not restarted, like a container that is
+    /// restarting: the pod stays, its process does not run.
+    paused: Arc<parking_lot::Mutex<HashSet<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -214,6 +218,8 @@ impl Kubelet {
         let (ns, instance) = (ns.to_string(), instance.to_string());
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let paused = Arc::new(parking_lot::Mutex::new(HashSet::new()));
+        let paused_pods = paused.clone();
         let task = tokio::spawn(async move {
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -243,6 +249,9 @@ impl Kubelet {
                     }
                     let Some(ip) = ip else { continue };
                     assert!(ip.starts_with("127."), "pod IPs must be loopback, got {ip}");
+                    if paused_pods.lock().contains(pod.metadata.name.as_deref().unwrap_or_default()) {
+                        continue; // not alive: its process is stopped below (SIGTERM)
+                    }
                     alive.push(uid.clone());
                     if running.contains_key(&uid) {
                         continue;
@@ -272,7 +281,19 @@ impl Kubelet {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
-        Kubelet { stop, task }
+        Kubelet { stop, paused, task }
+    }
+
+    /// Stops the process of node pod `name` (SIGTERM, as a kubelet restarting the container
+    /// would) and keeps it stopped until [`Kubelet::resume`]. The pod itself stays (and stays
+    /// Running in the API: kwok does not know).
+    pub fn pause(&self, name: &str) {
+        self.paused.lock().insert(name.to_string());
+    }
+
+    /// Lets node pod `name` run again (a new process on the same data directory).
+    pub fn resume(&self, name: &str) {
+        self.paused.lock().remove(name);
     }
 
     pub async fn stop(self) {
@@ -313,6 +334,82 @@ pub async fn router(
     root: &Path,
     topology_file: &Path,
 ) -> (Proc, String) {
+    let r = router_pod(client, ns, instance, root, topology_file).await;
+    (r.proc, r.resp)
+}
+
+/// A router process run for a router pod (see [`router_pod`]).
+pub struct RouterPod {
+    pub proc: Proc,
+    /// Its RESP address (`127.0.0.1:port`).
+    pub resp: String,
+    /// Its HTTP address.
+    pub http: String,
+    /// The pod's container, for its probes and ports.
+    pub container: Container,
+}
+
+impl RouterPod {
+    /// Runs the container's readiness probe against the process, the way the kubelet would
+    /// (HTTP GET, success is 200..=399, `timeoutSeconds` default 1): the pod's Ready condition as
+    /// far as this harness can model it (kwok marks pods Ready on its own).
+    pub async fn ready(&self) -> bool {
+        let probe = self.container.readiness_probe.as_ref().expect("the router pod has a readiness probe");
+        probe_http(probe, &self.container, &[("resp", &self.resp), ("http", &self.http)]).await
+    }
+}
+
+/// Runs an `httpGet` probe of `container`; `ports` maps container port names to the local
+/// addresses the harness gave them.
+pub async fn probe_http(probe: &Probe, container: &Container, ports: &[(&str, &str)]) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = probe.http_get.as_ref().expect("an httpGet probe");
+    assert!(get.scheme.as_deref().unwrap_or("HTTP") == "HTTP", "HTTP probes only");
+    let name = match &get.port {
+        IntOrString::String(name) => name.clone(),
+        IntOrString::Int(port) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.container_port == *port)
+            .and_then(|p| p.name.clone())
+            .unwrap_or_else(|| panic!("the probe's port {port} is not a declared container port")),
+    };
+    let addr = ports
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no local address for port {name}"))
+        .1;
+    let path = get.path.clone().unwrap_or_else(|| "/".into());
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for h in get.http_headers.iter().flatten() {
+        request.push_str(&format!("{}: {}\r\n", h.name, h.value));
+    }
+    request.push_str("\r\n");
+    let timeout = Duration::from_secs(probe.timeout_seconds.unwrap_or(1).max(1) as u64);
+    let response = tokio::time::timeout(timeout, async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(request.as_bytes()).await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    })
+    .await
+    .ok()
+    .flatten();
+    let status: Option<u16> = response.as_deref().and_then(|r| r.split(' ').nth(1)?.parse().ok());
+    status.is_some_and(|s| (200..400).contains(&s))
+}
+
+/// A router process from a router pod's own container spec (args and environment), serving RESP
+/// and HTTP on free loopback ports and routing by `topology_file`.
+pub async fn router_pod(
+    client: &Client,
+    ns: &str,
+    instance: &str,
+    root: &Path,
+    topology_file: &Path,
+) -> RouterPod {
     let selector = format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=router");
     let pod = wait_for("a router pod", Duration::from_secs(60), async || {
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -341,7 +438,29 @@ pub async fn router(
         std::net::TcpStream::connect(&addr).ok().map(|_| ())
     })
     .await;
-    (Proc(child), addr)
+    RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), container }
+}
+
+/// A router's `shoal_router_node_up` gauge per node id, from its /metrics (None while it is not
+/// answering).
+pub async fn router_nodes_up(http: &str) -> Option<Vec<(u32, f64)>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    if !body.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    Some(
+        body.lines()
+            .filter_map(|l| l.strip_prefix("shoal_router_node_up{node=\""))
+            .filter_map(|rest| {
+                let (id, rest) = rest.split_once('"')?;
+                Some((id.parse().ok()?, rest.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect(),
+    )
 }
 
 /// `shoal_operator_leader` from an operator's /metrics (None while it is not answering).

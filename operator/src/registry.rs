@@ -7,57 +7,57 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use shoal_coordinator::{StoreError, TopologyStore};
+use shoal_coordinator::{Registry, RegistryError};
 use shoal_wire::Topology;
 
 use crate::crd::CacheCluster;
 use crate::resources::{self, TOPOLOGY_KEY};
 
 #[derive(Clone)]
-pub struct ConfigMapStore {
+pub struct ConfigMapRegistry {
     api: Api<ConfigMap>,
     name: String,
     /// Metadata for creating the ConfigMap (labels, owner reference).
     template: ConfigMap,
 }
 
-impl std::fmt::Debug for ConfigMapStore {
+impl std::fmt::Debug for ConfigMapRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfigMapStore").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("ConfigMapRegistry").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
-impl ConfigMapStore {
-    pub fn new(api: Api<ConfigMap>, cc: &CacheCluster) -> ConfigMapStore {
+impl ConfigMapRegistry {
+    pub fn new(api: Api<ConfigMap>, cc: &CacheCluster) -> ConfigMapRegistry {
         let name = resources::topology_name(cc);
         let template = ConfigMap { metadata: resources::meta(cc, name.clone(), None), ..Default::default() };
-        ConfigMapStore { api, name, template }
+        ConfigMapRegistry { api, name, template }
     }
 
-    fn other(e: impl std::fmt::Display) -> StoreError {
-        StoreError::Other(e.to_string())
+    fn other(e: impl std::fmt::Display) -> RegistryError {
+        RegistryError::Other(e.to_string())
     }
 }
 
 /// The topology in a ConfigMap, if it holds one.
-pub fn parse(cm: &ConfigMap) -> Result<Option<Topology>, StoreError> {
+pub fn parse(cm: &ConfigMap) -> Result<Option<Topology>, RegistryError> {
     match cm.data.as_ref().and_then(|d| d.get(TOPOLOGY_KEY)) {
         None => Ok(None),
-        Some(text) => Topology::from_json(text)
-            .map(Some)
-            .map_err(|e| StoreError::Other(format!("the {TOPOLOGY_KEY} in the ConfigMap is invalid: {e}"))),
+        Some(text) => Topology::from_json(text).map(Some).map_err(|e| {
+            RegistryError::Other(format!("the {TOPOLOGY_KEY} in the ConfigMap is invalid: {e}"))
+        }),
     }
 }
 
-impl TopologyStore for ConfigMapStore {
-    async fn load(&self) -> Result<Option<Topology>, StoreError> {
+impl Registry for ConfigMapRegistry {
+    async fn load(&self) -> Result<Option<Topology>, RegistryError> {
         match self.api.get_opt(&self.name).await.map_err(Self::other)? {
             None => Ok(None),
             Some(cm) => parse(&cm),
         }
     }
 
-    async fn publish(&self, t: &Topology) -> Result<(), StoreError> {
+    async fn publish(&self, t: &Topology) -> Result<(), RegistryError> {
         let current = self.api.get_opt(&self.name).await.map_err(Self::other)?;
         let json = t.to_json();
         match current {
@@ -70,7 +70,7 @@ impl TopologyStore for ConfigMapStore {
                 if let Some(stored) = parse(&cm)?
                     && stored.version >= t.version
                 {
-                    return Err(StoreError::Stale { current: stored.version, new: t.version });
+                    return Err(RegistryError::Stale { current: stored.version, new: t.version });
                 }
                 // `replace` sends the resourceVersion we read: a concurrent writer makes it fail.
                 cm.data.get_or_insert_with(Default::default).insert(TOPOLOGY_KEY.to_string(), json);
@@ -106,9 +106,9 @@ mod tests {
         t
     }
 
-    fn fake_store(calls: Vec<crate::fake_api::Call>) -> (ConfigMapStore, Fake) {
+    fn fake_store(calls: Vec<crate::fake_api::Call>) -> (ConfigMapRegistry, Fake) {
         let (client, fake) = Fake::start(calls);
-        (ConfigMapStore::new(Api::namespaced(client, "shop"), &cluster(json!({"shards": 2}))), fake)
+        (ConfigMapRegistry::new(Api::namespaced(client, "shop"), &cluster(json!({"shards": 2}))), fake)
     }
 
     #[tokio::test]
@@ -134,11 +134,14 @@ mod tests {
         let stored = configmap("7", &topology(3).to_json());
         let (store, fake) = fake_store(vec![call(Method::GET, CM, 200, stored.clone())]);
         let err = store.publish(&topology(3)).await.unwrap_err();
-        assert!(matches!(err, StoreError::Stale { current: 3, new: 3 }), "{err}");
+        assert!(matches!(err, RegistryError::Stale { current: 3, new: 3 }), "{err}");
         fake.done();
 
         let (store, fake) = fake_store(vec![call(Method::GET, CM, 200, stored)]);
-        assert!(matches!(store.publish(&topology(2)).await, Err(StoreError::Stale { current: 3, new: 2 })));
+        assert!(matches!(
+            store.publish(&topology(2)).await,
+            Err(RegistryError::Stale { current: 3, new: 2 })
+        ));
         fake.done();
     }
 
@@ -152,7 +155,7 @@ mod tests {
         let (store, fake) =
             fake_store(vec![call(Method::GET, CM, 200, configmap("42", &topology(3).to_json())), replace]);
         let err = store.publish(&topology(4)).await.unwrap_err();
-        assert!(matches!(&err, StoreError::Other(m) if m.contains("Conflict")), "{err}");
+        assert!(matches!(&err, RegistryError::Other(m) if m.contains("Conflict")), "{err}");
         fake.done();
 
         // Without a conflict the same replace succeeds.
