@@ -2,50 +2,61 @@
 //! by every client connection of this router.
 //!
 //! ```text
-//!  client conns ──try_send(op, reply tx)──► queue ──► writer: wait for one op and for one of
-//!                                                    the MAX_UNANSWERED batch slots, then drain
+//!  client conns ──try_send(ops, waiter)──► queue ──► writer: wait for work and for one of the
+//!                                                    MAX_UNANSWERED batch slots, then drain
 //!                                                    whatever is queued *right now* into one
 //!                                                    Batch (no timer)
-//!                                                         │ inflight (FIFO of reply senders)
-//!  client conns ◄──reply via oneshot── reader ◄──BatchReply (in order)──┘  (frees the slot)
+//!                                                         │ inflight: batches + waiters, in order
+//!  client conns ◄──reply via oneshot── reader ◄──BatchReply messages (in order)──┘
 //! ```
 //! This is group commit: under light load a batch holds one op and leaves at once (no added
-//! latency); under load, ops that arrive while earlier batches are being answered wait for the
+//! latency); under load, ops that arrive while the earlier batch is being answered wait for the
 //! next free slot and go out together, so batches grow with the load and the per-batch cost
-//! (HTTP/2 frames, syscalls, wake-ups on both sides) is shared. Replies come back in batch order,
-//! so the reader matches them to the FIFO of senders.
+//! (HTTP/2 frames, syscalls, wake-ups on both sides) is shared.
 //!
-//! Failure handling: each call has a deadline (the client gets an error, never a hang). When the
-//! stream breaks, every in-flight call fails at once, the link is marked down (new calls fail
-//! immediately instead of waiting out the deadline) and the manager reconnects with exponential
-//! backoff. A full queue (node far slower than its clients) rejects calls instead of growing.
+//! Large items never travel whole (`shoal_wire::pieces`): an op larger than a piece becomes a
+//! *transfer*, whose pieces ride along in successive batches (at most [`TRANSFER_BYTES_PER_BATCH`]
+//! each) next to other clients' ops, so one big SET neither holds the stream for its whole
+//! transfer nor makes any message large. Replies come back in messages of bounded size, large ones
+//! in pieces; the reader puts them together and hands each waiter its replies in order.
+//!
+//! Failure handling: a call waits at most one deadline without the stream making progress (the
+//! client gets an error, never a hang). When the stream breaks, every in-flight call fails at
+//! once, the link is marked down (new calls fail immediately instead of waiting out the deadline)
+//! and the manager reconnects with exponential backoff. A full queue (node far slower than its
+//! clients) rejects calls instead of growing.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use prost::Message;
 use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
+use shoal_wire::Topology;
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
-    self, Batch, BatchReply, NodeStats, Op, SnapshotInfo, SnapshotRequest, StatsRequest,
-    node_client::NodeClient,
+    Batch, BatchReply, GetTopologyRequest, NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest, StatsRequest,
+    TopologyDoc, node_client::NodeClient,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::BackendError;
+use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort, Progress};
 
-/// Largest gRPC message either way (a 512 MiB value plus framing), as on the node.
-pub const MAX_MESSAGE_BYTES: usize = 600 * 1024 * 1024;
 /// A batch is closed at this many ops ...
 const MAX_BATCH_OPS: usize = 4096;
-/// ... or this many payload bytes (a single larger op travels alone).
+/// ... or this many payload bytes.
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Pieces of a transfer that one batch carries, at most.
+const TRANSFER_BYTES_PER_BATCH: usize = 2 * pieces::PIECE_BYTES;
 /// Batches handed to the HTTP/2 stream but not yet written.
 const BATCHES_AHEAD: usize = 4;
 /// Batches sent but not yet answered, per node. Small on purpose: while they are out, new ops
@@ -53,11 +64,13 @@ const BATCHES_AHEAD: usize = 4;
 const MAX_UNANSWERED: usize = 1;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Snapshots of large nodes take a while; a SAVE waits this long at most.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Settings shared by all links of a router.
 #[derive(Debug, Clone)]
 pub struct LinkOptions {
-    /// How long a call may take before the client gets an error.
+    /// How long a call may wait without progress before the client gets an error.
     pub deadline: Duration,
     /// Calls queued per node before new ones are refused.
     pub queue_capacity: usize,
@@ -70,24 +83,36 @@ impl Default for LinkOptions {
 }
 
 /// Who gets the replies of a queued request: a single op's caller, or a multi-key command's
-/// per-node group (all its ops for this node travel in one batch and are answered together).
+/// per-node group (its ops travel in one batch and are answered together).
 enum Waiter {
-    One(oneshot::Sender<Result<proto::Reply, BackendError>>),
-    Group(usize, oneshot::Sender<Result<Vec<proto::Reply>, BackendError>>),
+    One(oneshot::Sender<Result<Reply, BackendError>>),
+    Group { need: usize, got: Vec<Reply>, tx: oneshot::Sender<Result<Vec<Reply>, BackendError>> },
 }
 
 impl Waiter {
     fn fail(self, e: BackendError) {
         match self {
             Waiter::One(tx) => drop(tx.send(Err(e))),
-            Waiter::Group(_, tx) => drop(tx.send(Err(e))),
+            Waiter::Group { tx, .. } => drop(tx.send(Err(e))),
         }
     }
 
-    fn ops(&self) -> usize {
+    /// Hands over one reply; returns the waiter if it wants more.
+    fn give(self, r: Reply) -> Option<Waiter> {
         match self {
-            Waiter::One(_) => 1,
-            Waiter::Group(n, _) => *n,
+            Waiter::One(tx) => {
+                let _ = tx.send(Ok(r));
+                None
+            }
+            Waiter::Group { need, mut got, tx } => {
+                got.push(r);
+                if got.len() == need {
+                    let _ = tx.send(Ok(got));
+                    None
+                } else {
+                    Some(Waiter::Group { need, got, tx })
+                }
+            }
         }
     }
 }
@@ -99,6 +124,20 @@ struct Request {
     version: u64,
 }
 
+impl Request {
+    /// A single op too large for one message: it travels as a transfer.
+    fn is_transfer(&self) -> bool {
+        self.ops.len() == 1 && pieces::op_is_large(&self.ops[0])
+    }
+}
+
+/// An op on its way in pieces: the pieces not sent yet, then its waiter.
+struct Transfer {
+    ops: VecDeque<Op>,
+    waiter: Option<Waiter>,
+    version: u64,
+}
+
 /// Per-link counters, exported on the router's /metrics.
 #[derive(Debug)]
 pub struct LinkMetrics {
@@ -107,6 +146,8 @@ pub struct LinkMetrics {
     pub batch_ops: Histogram,
     pub failed_calls: Counter,
     pub connects: Counter,
+    /// Ops sent in pieces (larger than one message piece).
+    pub transfers: Counter,
 }
 
 impl Default for LinkMetrics {
@@ -117,103 +158,66 @@ impl Default for LinkMetrics {
             batch_ops: Histogram::new(SIZE_BUCKETS),
             failed_calls: Counter::default(),
             connects: Counter::default(),
+            transfers: Counter::default(),
         }
     }
 }
 
-/// The identity of a node, carried into error messages.
-#[derive(Debug)]
-pub struct NodeIdent {
-    pub id: u32,
-    pub addr: String,
-    /// The call deadline, for timeout messages.
-    pub deadline_ms: u64,
-}
-
-pub struct NodeLink {
-    pub ident: Arc<NodeIdent>,
-    pub metrics: Arc<LinkMetrics>,
-    queue: mpsc::Sender<Request>,
-    up: Arc<AtomicBool>,
+/// State shared by the link handle and its background tasks.
+struct Shared {
+    ident: Arc<NodeIdent>,
+    metrics: LinkMetrics,
+    up: AtomicBool,
     /// Set by [`NodeLink::close`] at shutdown: a stream that ends then is expected, not lost.
-    closing: Arc<AtomicBool>,
+    closing: AtomicBool,
     /// Whether the link ever connected. Until it has (a node just added to the topology, or a
     /// router just started), calls wait in the queue for the connection, within their deadline,
     /// instead of failing at once.
-    connected_once: Arc<AtomicBool>,
-    last_error: Arc<Mutex<String>>,
-    client: Arc<Mutex<Option<NodeClient<Channel>>>>,
-    options: LinkOptions,
-    next_batch: Arc<AtomicU64>,
+    connected_once: AtomicBool,
+    last_error: Mutex<String>,
+    client: Mutex<Option<NodeClient<Channel>>>,
+    /// When the node's stream last delivered a message: calls measure their deadline from it.
+    progress: Arc<Progress>,
+}
+
+impl Shared {
+    fn unavailable(&self) -> BackendError {
+        self.ident.unavailable(self.last_error.lock().clone())
+    }
+
+    fn fail(&self, waiter: Waiter) {
+        self.metrics.failed_calls.inc();
+        waiter.fail(self.unavailable());
+    }
+}
+
+pub struct NodeLink {
+    shared: Arc<Shared>,
+    queue: mpsc::Sender<Request>,
 }
 
 impl std::fmt::Debug for NodeLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeLink").field("ident", &self.ident).field("up", &self.is_up()).finish()
+        f.debug_struct("NodeLink").field("ident", &self.shared.ident).field("up", &self.is_up()).finish()
     }
 }
 
 impl NodeLink {
     /// Creates the link and starts connecting in the background. Must run inside a Tokio runtime.
-    pub fn spawn(id: u32, addr: String, options: LinkOptions) -> Arc<NodeLink> {
+    pub fn spawn(id: u32, addr: String, options: &LinkOptions) -> Arc<NodeLink> {
         let (queue, queue_rx) = mpsc::channel(options.queue_capacity.max(1));
-        let link = Arc::new(NodeLink {
-            ident: Arc::new(NodeIdent { id, addr, deadline_ms: options.deadline.as_millis() as u64 }),
-            metrics: Arc::new(LinkMetrics::default()),
-            queue,
-            up: Arc::new(AtomicBool::new(false)),
-            closing: Arc::new(AtomicBool::new(false)),
-            connected_once: Arc::new(AtomicBool::new(false)),
-            last_error: Arc::new(Mutex::new("not connected yet".into())),
-            client: Arc::new(Mutex::new(None)),
-            options,
-            next_batch: Arc::new(AtomicU64::new(1)),
+        let shared = Arc::new(Shared {
+            ident: Arc::new(NodeIdent { id, addr, deadline: options.deadline }),
+            metrics: LinkMetrics::default(),
+            up: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            connected_once: AtomicBool::new(false),
+            last_error: Mutex::new("not connected yet".into()),
+            client: Mutex::new(None),
+            progress: Arc::new(Progress::new()),
         });
-        tokio::spawn(manage(Manager {
-            ident: link.ident.clone(),
-            metrics: link.metrics.clone(),
-            up: link.up.clone(),
-            closing: link.closing.clone(),
-            connected_once: link.connected_once.clone(),
-            last_error: link.last_error.clone(),
-            client: link.client.clone(),
-            next_batch: link.next_batch.clone(),
-            queue: queue_rx,
-        }));
-        link
-    }
-
-    /// Marks the link as shutting down (the router is stopping, its embedded nodes next): when
-    /// the node's stream ends now, the link stops instead of reporting it lost and reconnecting.
-    pub fn close(&self) {
-        self.closing.store(true, Ordering::Release);
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
-    }
-
-    pub fn last_error(&self) -> String {
-        self.last_error.lock().clone()
-    }
-
-    /// Queues `op`, routed by topology `version`, for this node. Never blocks: a down or
-    /// saturated node fails the call at once.
-    pub fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<proto::Reply> {
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(Request { ops: vec![op], waiter: Waiter::One(tx), version }, rx, deadline)
-    }
-
-    /// Queues `ops` as one group: they go out in the same batch and are answered together.
-    pub fn call_group(&self, ops: Vec<Op>, version: u64, deadline: Instant) -> NodeCall<Vec<proto::Reply>> {
-        let (tx, rx) = oneshot::channel();
-        let n = ops.len();
-        self.enqueue(Request { ops, waiter: Waiter::Group(n, tx), version }, rx, deadline)
-    }
-
-    /// The client for the node's other RPCs (topology, stats), if connected.
-    pub fn client(&self) -> Option<NodeClient<Channel>> {
-        self.client.lock().clone()
+        tokio::spawn(manage(shared.clone(), queue_rx));
+        Arc::new(NodeLink { shared, queue })
     }
 
     fn enqueue<T>(
@@ -222,170 +226,186 @@ impl NodeLink {
         rx: oneshot::Receiver<Result<T, BackendError>>,
         deadline: Instant,
     ) -> NodeCall<T> {
-        // Big requests take longer to move: allow 10 ns per byte (100 MB/s) on top of the deadline.
-        let bytes: usize = req.ops.iter().map(Message::encoded_len).sum();
-        let deadline = deadline + Duration::from_nanos(bytes as u64 * 10);
-        let fail = |e: BackendError| {
-            self.metrics.failed_calls.inc();
-            NodeCall { state: CallState::Failed(e), deadline, ident: self.ident.clone() }
+        let s = &self.shared;
+        let refused = |e: BackendError| {
+            s.metrics.failed_calls.inc();
+            NodeCall::done(Err(e), s.ident.clone())
         };
-        if !self.is_up() && self.connected_once.load(Ordering::Acquire) {
-            return fail(self.unavailable());
+        if !self.is_up() && s.connected_once.load(Ordering::Acquire) {
+            return refused(s.unavailable());
         }
+        // An op travelling in pieces is assembled, decoded and stored in single steps that take
+        // time in proportion to its size: allow 10 ns a byte (100 MB/s) for them.
+        let grace = if req.is_transfer() {
+            Duration::from_nanos(req.ops[0].encoded_len() as u64 * 10)
+        } else {
+            Duration::ZERO
+        };
         match self.queue.try_send(req) {
-            Ok(()) => NodeCall { state: CallState::Waiting(rx), deadline, ident: self.ident.clone() },
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                fail(BackendError::Overloaded { node: self.ident.id, addr: self.ident.addr.clone() })
+            Ok(()) => {
+                NodeCall::waiting(rx, s.ident.clone(), deadline, Some(s.progress.clone())).with_grace(grace)
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => fail(self.unavailable()),
+            Err(mpsc::error::TrySendError::Full(_)) => refused(s.ident.overloaded()),
+            Err(mpsc::error::TrySendError::Closed(_)) => refused(s.unavailable()),
         }
     }
 
-    fn unavailable(&self) -> BackendError {
-        BackendError::Unavailable {
-            node: self.ident.id,
-            addr: self.ident.addr.clone(),
-            reason: self.last_error(),
-        }
+    fn client(&self) -> Result<NodeClient<Channel>, BackendError> {
+        self.shared.client.lock().clone().ok_or_else(|| self.shared.unavailable())
     }
 
-    /// The node's counters (for `SHOAL NODES`, INFO and /metrics), within the call deadline.
-    pub async fn stats(&self) -> Result<NodeStats, BackendError> {
-        let client = self.client.lock().clone();
-        let Some(mut client) = client else { return Err(self.unavailable()) };
-        match tokio::time::timeout(self.options.deadline, client.stats(StatsRequest {})).await {
+    /// A unary call within `timeout`, its failure as a [`BackendError`].
+    async fn unary<T>(
+        &self,
+        timeout: Duration,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, BackendError> {
+        match tokio::time::timeout(timeout, call).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => Err(BackendError::Unavailable {
-                node: self.ident.id,
-                addr: self.ident.addr.clone(),
-                reason: status.message().to_string(),
-            }),
-            Err(_) => Err(BackendError::Timeout {
-                node: self.ident.id,
-                addr: self.ident.addr.clone(),
-                ms: self.options.deadline.as_millis() as u64,
-            }),
+            Ok(Err(status)) => Err(self.shared.ident.unavailable(status.message())),
+            Err(_) => Err(self.shared.ident.timeout()),
         }
     }
 }
 
-/// Snapshots of large nodes take a while; a SAVE waits this long at most.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+impl NodePort for NodeLink {
+    fn ident(&self) -> &Arc<NodeIdent> {
+        &self.shared.ident
+    }
 
-impl NodeLink {
-    /// Asks the node to write a snapshot now and waits for it.
-    pub async fn snapshot(&self) -> Result<SnapshotInfo, BackendError> {
-        let client = self.client.lock().clone();
-        let Some(mut client) = client else { return Err(self.unavailable()) };
-        let unavailable = |reason: String| BackendError::Unavailable {
-            node: self.ident.id,
-            addr: self.ident.addr.clone(),
-            reason,
-        };
-        match tokio::time::timeout(SNAPSHOT_TIMEOUT, client.snapshot(SnapshotRequest {})).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => Err(unavailable(status.message().to_string())),
-            Err(_) => Err(unavailable("snapshot did not finish in time".into())),
+    fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Acquire)
+    }
+
+    fn last_error(&self) -> String {
+        self.shared.last_error.lock().clone()
+    }
+
+    fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Request { ops: vec![op], waiter: Waiter::One(tx), version }, rx, deadline)
+    }
+
+    fn call_group(&self, ops: Vec<Op>, version: u64, deadline: Instant) -> NodeCall<Vec<Reply>> {
+        debug_assert!(ops.len() == 1 || !ops.iter().any(pieces::op_is_large), "no large op in a group");
+        if ops.is_empty() {
+            return NodeCall::done(Ok(Vec::new()), self.shared.ident.clone());
         }
+        let (tx, rx) = oneshot::channel();
+        let waiter = Waiter::Group { need: ops.len(), got: Vec::with_capacity(ops.len()), tx };
+        self.enqueue(Request { ops, waiter, version }, rx, deadline)
+    }
+
+    fn get_topology(&self) -> BoxFuture<'_, Result<Option<Topology>, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            match tokio::time::timeout(self.shared.ident.deadline, client.get_topology(GetTopologyRequest {}))
+                .await
+            {
+                Ok(Ok(doc)) => Topology::from_json(&doc.into_inner().json)
+                    .map(Some)
+                    .map_err(|e| BackendError::BadReply(format!("node topology: {e}"))),
+                Ok(Err(status)) if status.code() == tonic::Code::NotFound => Ok(None),
+                Ok(Err(status)) => Err(self.shared.ident.unavailable(status.message())),
+                Err(_) => Err(self.shared.ident.timeout()),
+            }
+        })
+    }
+
+    fn offer_topology(&self, t: Arc<Topology>) -> BoxFuture<'_, Result<u64, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            let doc = TopologyDoc { json: t.to_json() };
+            let ack = self.unary(self.shared.ident.deadline, client.update_topology(doc)).await?;
+            Ok(ack.version)
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<NodeStats, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(self.shared.ident.deadline, client.stats(StatsRequest {})).await
+        })
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Result<SnapshotInfo, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(SNAPSHOT_TIMEOUT, client.snapshot(SnapshotRequest {})).await
+        })
+    }
+
+    fn close(&self) {
+        self.shared.closing.store(true, Ordering::Release);
+    }
+
+    fn metrics(&self) -> &LinkMetrics {
+        &self.shared.metrics
     }
 }
 
-/// A call in flight; resolves to the node's reply (or replies, for a group) or a
-/// [`BackendError`] by its deadline.
-pub struct NodeCall<T> {
-    state: CallState<T>,
-    deadline: Instant,
-    ident: Arc<NodeIdent>,
+/// What is on the wire and not yet fully answered, in send order.
+#[derive(Default)]
+struct Inflight {
+    /// Each unanswered batch: its id, the replies it owes, and the slot it holds (freed when its
+    /// last reply message arrives).
+    batches: VecDeque<(u64, usize, OwnedSemaphorePermit)>,
+    /// Who gets the coming replies, in the order their ops were sent.
+    waiters: VecDeque<Waiter>,
+    /// Set by whichever side notices the stream is gone; nothing may be added after.
+    closed: bool,
 }
 
-enum CallState<T> {
-    Waiting(oneshot::Receiver<Result<T, BackendError>>),
-    Failed(BackendError),
-}
-
-impl<T> NodeCall<T> {
-    pub async fn wait(self) -> Result<T, BackendError> {
-        match self.state {
-            CallState::Failed(e) => Err(e),
-            CallState::Waiting(rx) => match tokio::time::timeout_at(self.deadline, rx).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(_)) => Err(BackendError::Unavailable {
-                    node: self.ident.id,
-                    addr: self.ident.addr.clone(),
-                    reason: "link closed".into(),
-                }),
-                Err(_) => Err(BackendError::Timeout {
-                    node: self.ident.id,
-                    addr: self.ident.addr.clone(),
-                    ms: self.ident.deadline_ms,
-                }),
-            },
-        }
+impl Inflight {
+    /// Marks the stream gone and returns everyone still waiting.
+    fn close(&mut self) -> VecDeque<Waiter> {
+        self.closed = true;
+        self.batches.clear();
+        std::mem::take(&mut self.waiters)
     }
 }
 
 /// The background half of a link: connects, runs the writer, spawns the reader, reconnects.
-struct Manager {
-    ident: Arc<NodeIdent>,
-    metrics: Arc<LinkMetrics>,
-    up: Arc<AtomicBool>,
-    closing: Arc<AtomicBool>,
-    connected_once: Arc<AtomicBool>,
-    last_error: Arc<Mutex<String>>,
-    client: Arc<Mutex<Option<NodeClient<Channel>>>>,
-    next_batch: Arc<AtomicU64>,
-    queue: mpsc::Receiver<Request>,
-}
-
-/// Reply senders of batches written but not yet answered, oldest first.
-#[derive(Default)]
-struct Inflight {
-    /// Each unanswered batch with its waiters and the slot it holds (freed when answered).
-    batches: VecDeque<(u64, Vec<Waiter>, Option<OwnedSemaphorePermit>)>,
-    /// Set by whichever side notices the stream is gone; no batch may be added after.
-    closed: bool,
-}
-
-async fn manage(mut m: Manager) {
+async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
     let mut backoff = MIN_BACKOFF;
     loop {
-        match connect(&m.ident.addr).await {
+        match connect(&s.ident.addr).await {
             Ok((client, batches, replies)) => {
                 backoff = MIN_BACKOFF;
-                m.metrics.connects.inc();
-                *m.client.lock() = Some(client);
-                m.up.store(true, Ordering::Release);
-                m.connected_once.store(true, Ordering::Release);
-                tracing::info!(node = m.ident.id, addr = %m.ident.addr, "connected to node");
-                let reason = run_stream(&mut m, batches, replies).await;
-                m.up.store(false, Ordering::Release);
-                *m.client.lock() = None;
-                if m.closing.load(Ordering::Acquire) {
-                    tracing::debug!(node = m.ident.id, addr = %m.ident.addr, %reason, "node stream closed");
-                    *m.last_error.lock() = "the router is shutting down".into();
+                s.metrics.connects.inc();
+                *s.client.lock() = Some(client);
+                s.up.store(true, Ordering::Release);
+                s.connected_once.store(true, Ordering::Release);
+                tracing::info!(node = s.ident.id, addr = %s.ident.addr, "connected to node");
+                let reason = Writer::new(&s).run(&mut queue, batches, replies).await;
+                s.up.store(false, Ordering::Release);
+                *s.client.lock() = None;
+                if s.closing.load(Ordering::Acquire) {
+                    tracing::debug!(node = s.ident.id, addr = %s.ident.addr, %reason, "node stream closed");
+                    *s.last_error.lock() = "the router is shutting down".into();
                     return;
                 }
-                tracing::warn!(node = m.ident.id, addr = %m.ident.addr, %reason, "lost node stream");
-                *m.last_error.lock() = reason;
+                tracing::warn!(node = s.ident.id, addr = %s.ident.addr, %reason, "lost node stream");
+                *s.last_error.lock() = reason;
             }
             Err(reason) => {
-                tracing::debug!(node = m.ident.id, addr = %m.ident.addr, %reason, "node connect failed");
-                *m.last_error.lock() = reason;
+                tracing::debug!(node = s.ident.id, addr = %s.ident.addr, %reason, "node connect failed");
+                *s.last_error.lock() = reason;
             }
         }
         // While down, calls fail fast at `call()`; anything that was queued before the link went
         // down is failed here rather than left to time out. Before the first connection, queued
         // calls wait for it instead (each until its own deadline).
         let retry_at = Instant::now() + backoff;
-        if !m.connected_once.load(Ordering::Acquire) {
+        if !s.connected_once.load(Ordering::Acquire) {
             tokio::time::sleep_until(retry_at).await;
             backoff = (backoff * 2).min(MAX_BACKOFF / 4);
             continue;
         }
         loop {
             tokio::select! {
-                req = m.queue.recv() => match req {
-                    Some(req) => fail(req.waiter, &m),
+                req = queue.recv() => match req {
+                    Some(req) => s.fail(req.waiter),
                     None => return, // every sender is gone: the router dropped this link
                 },
                 _ = tokio::time::sleep_until(retry_at) => break,
@@ -395,167 +415,264 @@ async fn manage(mut m: Manager) {
     }
 }
 
-fn fail(waiter: Waiter, m: &Manager) {
-    m.metrics.failed_calls.inc();
-    waiter.fail(BackendError::Unavailable {
-        node: m.ident.id,
-        addr: m.ident.addr.clone(),
-        reason: m.last_error.lock().clone(),
-    });
-}
-
 type Connected = (NodeClient<Channel>, mpsc::Sender<Batch>, Streaming<BatchReply>);
 
 async fn connect(addr: &str) -> Result<Connected, String> {
-    let timeout = Duration::from_secs(2);
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("bad node address: {e}"))?
-        .connect_timeout(timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true)
-        .initial_stream_window_size(8 * 1024 * 1024)
-        .initial_connection_window_size(16 * 1024 * 1024);
-    let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
-    let mut client = NodeClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let options = ClientOptions::default();
+    let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (batches, batch_rx) = mpsc::channel(BATCHES_AHEAD);
-    let response = tokio::time::timeout(timeout, client.execute(ReceiverStream::new(batch_rx)))
-        .await
-        .map_err(|_| "timed out opening the stream".to_string())?
-        .map_err(|status| format!("stream refused: {}", status.message()))?;
+    let response =
+        tokio::time::timeout(options.connect_timeout, client.execute(ReceiverStream::new(batch_rx)))
+            .await
+            .map_err(|_| "timed out opening the stream".to_string())?
+            .map_err(|status| format!("stream refused: {}", status.message()))?;
     Ok((client, batches, response.into_inner()))
 }
 
-/// The innermost cause of a transport error ("connection refused" rather than "transport error").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
+/// The writer of one connected stream.
+struct Writer<'a> {
+    s: &'a Arc<Shared>,
+    inflight: Arc<Mutex<Inflight>>,
+    /// The op being sent in pieces, and the ones waiting their turn.
+    transfer: Option<Transfer>,
+    waiting_transfers: VecDeque<Request>,
+    next_batch: u64,
 }
 
-/// Runs one connected stream until it breaks; returns why.
-async fn run_stream(m: &mut Manager, batches: mpsc::Sender<Batch>, replies: Streaming<BatchReply>) -> String {
-    let inflight = Arc::new(Mutex::new(Inflight::default()));
-    let broken = Arc::new(Notify::new());
-    let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
-    let reader = tokio::spawn(read_replies(replies, inflight.clone(), broken.clone(), m.ident.clone()));
-    let reason = loop {
-        let first = tokio::select! {
-            req = m.queue.recv() => match req {
-                Some(req) => req,
-                None => break "router shutting down".to_string(),
-            },
-            _ = broken.notified() => break "stream closed".to_string(),
-        };
-        let slot = tokio::select! {
-            s = slots.clone().acquire_owned() => s.expect("never closed"),
-            _ = broken.notified() => { fail(first.waiter, m); break "stream closed".to_string() }
-        };
-        let permit = tokio::select! {
-            p = batches.reserve() => match p {
-                Ok(p) => p,
-                Err(_) => { fail(first.waiter, m); break "stream closed".to_string() }
-            },
-            _ = broken.notified() => { fail(first.waiter, m); break "stream closed".to_string() }
-        };
-        let mut bytes: usize = first.ops.iter().map(Message::encoded_len).sum();
-        let mut ops = first.ops;
-        let mut waiters = vec![first.waiter];
-        // A batch says the oldest version its ops were routed by: a node then refuses whatever
-        // that version would have routed wrongly, and the router retries those ops alone.
-        let mut version = first.version;
-        while ops.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
-            match m.queue.try_recv() {
-                Ok(req) => {
-                    bytes += req.ops.iter().map(Message::encoded_len).sum::<usize>();
-                    ops.extend(req.ops);
-                    waiters.push(req.waiter);
-                    version = version.min(req.version);
+/// A batch being built, with its waiters in the order of their reply-bearing ops.
+#[derive(Default)]
+struct Building {
+    ops: Vec<Op>,
+    waiters: Vec<Waiter>,
+    replies: usize,
+    bytes: usize,
+    version: u64,
+}
+
+impl Building {
+    fn push(&mut self, req: Request) {
+        self.bytes += req.ops.iter().map(Message::encoded_len).sum::<usize>();
+        self.replies += req.ops.len();
+        self.version = if self.ops.is_empty() { req.version } else { self.version.min(req.version) };
+        self.ops.extend(req.ops);
+        self.waiters.push(req.waiter);
+    }
+
+    fn full(&self) -> bool {
+        self.ops.len() >= MAX_BATCH_OPS || self.bytes >= MAX_BATCH_BYTES
+    }
+}
+
+impl<'a> Writer<'a> {
+    fn new(s: &'a Arc<Shared>) -> Writer<'a> {
+        Writer {
+            s,
+            inflight: Arc::default(),
+            transfer: None,
+            waiting_transfers: VecDeque::new(),
+            next_batch: 1,
+        }
+    }
+
+    /// Runs one connected stream until it breaks; returns why.
+    async fn run(
+        mut self,
+        queue: &mut mpsc::Receiver<Request>,
+        batches: mpsc::Sender<Batch>,
+        replies: Streaming<BatchReply>,
+    ) -> String {
+        let broken = Arc::new(Notify::new());
+        let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
+        let reader =
+            tokio::spawn(read_replies(replies, self.inflight.clone(), broken.clone(), self.s.clone()));
+        let reason = loop {
+            // Work to do: a transfer under way, or a queued request.
+            let first = if self.transfer.is_some() || !self.waiting_transfers.is_empty() {
+                None
+            } else {
+                tokio::select! {
+                    req = queue.recv() => match req {
+                        Some(req) => Some(req),
+                        None => break "router shutting down".to_string(),
+                    },
+                    _ = broken.notified() => break "stream closed".to_string(),
                 }
-                Err(_) => break,
+            };
+            let slot = tokio::select! {
+                s = slots.clone().acquire_owned() => s.expect("never closed"),
+                _ = broken.notified() => {
+                    first.into_iter().for_each(|r| self.s.fail(r.waiter));
+                    break "stream closed".to_string();
+                }
+            };
+            let permit = tokio::select! {
+                p = batches.reserve() => match p {
+                    Ok(p) => p,
+                    Err(_) => {
+                        first.into_iter().for_each(|r| self.s.fail(r.waiter));
+                        break "stream closed".to_string();
+                    }
+                },
+                _ = broken.notified() => {
+                    first.into_iter().for_each(|r| self.s.fail(r.waiter));
+                    break "stream closed".to_string();
+                }
+            };
+            let batch = self.build(first, queue);
+            let id = self.next_batch;
+            self.next_batch += 1;
+            let n = batch.ops.len();
+            {
+                let mut inf = self.inflight.lock();
+                if inf.closed {
+                    drop(inf);
+                    batch.waiters.into_iter().for_each(|w| self.s.fail(w));
+                    break "stream closed".to_string();
+                }
+                inf.batches.push_back((id, batch.replies, slot));
+                inf.waiters.extend(batch.waiters);
             }
+            self.s.metrics.batches.inc();
+            self.s.metrics.ops.add(n as u64);
+            self.s.metrics.batch_ops.observe(n as f64);
+            permit.send(Batch { id, ops: batch.ops, topology_version: batch.version });
+        };
+        drop(batches);
+        reader.abort();
+        let orphans = self.inflight.lock().close();
+        orphans.into_iter().for_each(|w| self.s.fail(w));
+        if let Some(t) = self.transfer.take() {
+            t.waiter.into_iter().for_each(|w| self.s.fail(w));
         }
-        let id = m.next_batch.fetch_add(1, Ordering::Relaxed);
-        let n = ops.len();
-        {
-            let mut inf = inflight.lock();
-            if inf.closed {
-                drop(inf);
-                waiters.into_iter().for_each(|w| fail(w, m));
-                break "stream closed".to_string();
-            }
-            inf.batches.push_back((id, waiters, Some(slot)));
-        }
-        m.metrics.batches.inc();
-        m.metrics.ops.add(n as u64);
-        m.metrics.batch_ops.observe(n as f64);
-        permit.send(Batch { id, ops, topology_version: version });
-    };
-    drop(batches);
-    reader.abort();
-    let orphans = {
-        let mut inf = inflight.lock();
-        inf.closed = true;
-        std::mem::take(&mut inf.batches)
-    };
-    for (_, waiters, _) in orphans {
-        waiters.into_iter().for_each(|w| fail(w, m));
+        self.waiting_transfers.drain(..).for_each(|r| self.s.fail(r.waiter));
+        reason
     }
-    reason
+
+    /// The next batch: the transfer under way (a few of its pieces), then `first` and whatever
+    /// else is queued right now, up to the batch limits. A batch says the oldest version its ops
+    /// were routed by: a node then refuses whatever that version would have routed wrongly, and
+    /// the router retries those ops alone.
+    fn build(&mut self, first: Option<Request>, queue: &mut mpsc::Receiver<Request>) -> Building {
+        let mut b = Building::default();
+        self.add_transfer_pieces(&mut b);
+        let mut next = first;
+        loop {
+            let req = match next.take() {
+                Some(r) => r,
+                None if b.full() => break,
+                None => match queue.try_recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                },
+            };
+            if req.is_transfer() {
+                self.s.metrics.transfers.inc();
+                self.waiting_transfers.push_back(req);
+                if self.transfer.is_none() {
+                    self.add_transfer_pieces(&mut b);
+                }
+            } else {
+                b.push(req);
+            }
+        }
+        b
+    }
+
+    /// Adds up to [`TRANSFER_BYTES_PER_BATCH`] of the current transfer (starting the next one if
+    /// none is under way); the transfer's final op brings its waiter into the batch.
+    fn add_transfer_pieces(&mut self, b: &mut Building) {
+        if self.transfer.is_none() {
+            let Some(req) = self.waiting_transfers.pop_front() else { return };
+            let Request { mut ops, waiter, version } = req;
+            self.transfer = Some(Transfer {
+                ops: pieces::op_in_pieces(&ops.pop().expect("one op")).into(),
+                waiter: Some(waiter),
+                version,
+            });
+        }
+        let t = self.transfer.as_mut().expect("a transfer");
+        let mut sent = 0;
+        b.version = if b.ops.is_empty() { t.version } else { b.version.min(t.version) };
+        while sent < TRANSFER_BYTES_PER_BATCH {
+            let Some(op) = t.ops.pop_front() else { break };
+            sent += op.encoded_len();
+            b.ops.push(op);
+        }
+        b.bytes += sent;
+        if t.ops.is_empty() {
+            // The `assembled` op went out last: its reply is the transfer's.
+            b.replies += 1;
+            b.waiters.extend(t.waiter.take());
+            self.transfer = None;
+        }
+    }
 }
 
-/// Routes replies back to their callers, in order; on any mismatch or error the stream is
-/// declared broken (the writer then fails what is left and reconnects).
+/// Routes replies back to their callers, in order, putting pieces together; on any mismatch or
+/// error the stream is declared broken (the writer then fails what is left and reconnects).
 async fn read_replies(
     mut replies: Streaming<BatchReply>,
     inflight: Arc<Mutex<Inflight>>,
     broken: Arc<Notify>,
-    ident: Arc<NodeIdent>,
+    s: Arc<Shared>,
 ) {
-    loop {
-        let reply = match replies.message().await {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
+    let mut assembler = ReplyAssembler::default();
+    // Replies received so far for the batch at the front.
+    let mut received = 0;
+    let why = loop {
+        let message = match replies.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => break "node closed the stream".to_string(),
             Err(status) => {
-                tracing::debug!(node = ident.id, %status, "node stream error");
-                break;
+                tracing::debug!(node = s.ident.id, %status, "node stream error");
+                break format!("node stream failed: {}", status.message());
             }
         };
-        let Some((id, waiters, _slot)) = inflight.lock().batches.pop_front() else {
-            tracing::error!(node = ident.id, "reply for a batch that was never sent");
-            break;
-        };
-        let expected: usize = waiters.iter().map(Waiter::ops).sum();
-        if id != reply.id || expected != reply.replies.len() {
-            tracing::error!(node = ident.id, want = id, got = reply.id, "node replies out of step");
-            break;
-        }
-        let mut replies = reply.replies.into_iter();
-        for waiter in waiters {
-            match waiter {
-                Waiter::One(tx) => drop(tx.send(Ok(replies.next().expect("counted")))),
-                Waiter::Group(n, tx) => drop(tx.send(Ok(replies.by_ref().take(n).collect()))),
-            }
-        }
-    }
-    let orphans = {
+        s.progress.mark();
         let mut inf = inflight.lock();
-        inf.closed = true;
-        std::mem::take(&mut inf.batches)
-    };
-    for (_, waiters, _) in orphans {
-        for waiter in waiters {
-            waiter.fail(BackendError::Unavailable {
-                node: ident.id,
-                addr: ident.addr.clone(),
-                reason: "node closed the stream".into(),
-            });
+        let Some(&(id, owed, _)) = inf.batches.front() else {
+            tracing::error!(node = s.ident.id, "reply for a batch that was never sent");
+            break "reply for a batch that was never sent".to_string();
+        };
+        if id != message.id {
+            tracing::error!(node = s.ident.id, want = id, got = message.id, "node replies out of step");
+            break "node replies out of step".to_string();
         }
+        let mut failure = None;
+        for r in message.replies {
+            match assembler.feed(r) {
+                Ok(None) => {}
+                Ok(Some(r)) => {
+                    received += 1;
+                    match inf.waiters.pop_front() {
+                        Some(w) => {
+                            if let Some(w) = w.give(r) {
+                                inf.waiters.push_front(w);
+                            }
+                        }
+                        None => failure = Some("more replies than requests".to_string()),
+                    }
+                }
+                Err(e) => failure = Some(format!("bad reply pieces: {e}")),
+            }
+        }
+        if failure.is_none() && !message.more {
+            if received != owed {
+                failure = Some(format!("batch {id}: {received} replies for {owed} ops"));
+            } else {
+                inf.batches.pop_front(); // frees its slot
+                received = 0;
+            }
+        }
+        if let Some(f) = failure {
+            tracing::error!(node = s.ident.id, error = %f, "node replies out of step");
+            break f;
+        }
+    };
+    let orphans = inflight.lock().close();
+    for waiter in orphans {
+        s.metrics.failed_calls.inc();
+        waiter.fail(s.ident.unavailable(why.clone()));
     }
     broken.notify_one();
 }

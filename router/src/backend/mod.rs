@@ -1,72 +1,71 @@
-//! The router's view of the nodes: the current topology, one [`link::NodeLink`] per node, and
-//! routing from key to link, including while slots move.
+//! The router's view of the nodes, and the only layer that knows topology versions.
 //!
-//! Connections take a [`Routing`] snapshot (an `Arc`) and refresh it only when the cluster's
-//! version moves, so routing a key costs one CRC16 and one array lookup. A newer topology is
-//! adopted from the topology source (a watched file, or the embedded coordinator) or from a node
-//! that answered `moved` with a higher version; links are reused across versions.
+//! - [`Backend`]: the current topology and one [`port::NodePort`] per node (a
+//!   [`link::NodeLink`]: one batched gRPC stream), adopting newer topologies from the topology
+//!   source or from a node that answered `moved`.
+//! - [`calls`]: what commands ask for: one key's op ([`Backend::key`]), ops for many keys grouped
+//!   per node ([`Backend::keys`]), an op on every node ([`Backend::all`]), an op on one node by
+//!   position ([`Backend::at`]) and an op over keys that must share a node ([`Backend::atomic`]).
+//!   Each returns settled replies: `moved` replies, stale routes and moving slots never reach
+//!   `cmd/`. All of them go through one settle loop (deadline → count → catch up → route again).
+//! - [`moving`]: the migration-aware path for a key whose slot is moving (fallback reads,
+//!   copy-before-read-modify-write, deletes on both owners).
+//! - [`port`]: the node trait and the call handle; [`link`]: the real node link.
 //!
-//! Ops on a slot that is moving go through [`route`], which hides the move from clients:
-//! - reads ask the new owner and, if it has nothing at all for the key, the old owner;
-//! - plain writes (SET without conditions) go to the new owner;
-//! - deletes go to both (the new owner records a tombstone even for a key it has not received);
-//! - read-modify-writes (INCR, APPEND, SET NX/XX/GET/KEEPTTL, EXPIRE, ...) first copy the key from
-//!   the old owner to the new one (`Fetch` then `Import`, which never replaces anything the new
-//!   owner has), then run on the new owner.
-//!
-//! A `moved` reply means a node and this router disagree about the topology: whichever side is
-//! behind catches up (fetch the node's topology, or offer it ours) and the op is retried, within
-//! the call deadline. Clients never see it.
+//! A connection takes a [`Routing`] snapshot (an `Arc`) and refreshes it only when the version
+//! moves, so routing a key costs one CRC16 and one array lookup.
 
+pub mod calls;
 pub mod link;
+mod moving;
+pub mod port;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use shoal_telemetry::metrics::Counter;
-use shoal_wire::proto::{self, NodeStats, Op, op::Kind, reply};
+use shoal_wire::proto::NodeStats;
 use shoal_wire::{SlotTable, Topology, key_slot};
-use tokio::time::Instant;
 
-pub use link::{LinkOptions, NodeCall, NodeLink};
+pub use calls::{AllCall, AtCall, AtomicCall, AtomicError, KeyCall, MultiCall};
+pub use link::{LinkOptions, NodeLink};
+pub use port::{NodeCall, NodeIdent, NodePort};
 
-/// Why a call to a node produced no reply. `Display` is the client-facing error line.
+/// Why a call to a node produced no reply. Typed until the edge: the RESP encoder writes it as an
+/// `-ERR` line, the HTTP API as a 503.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
-    #[error("ERR node {node} ({addr}) is unavailable: {reason}")]
+    #[error("node {node} ({addr}) is unavailable: {reason}")]
     Unavailable { node: u32, addr: String, reason: String },
-    #[error("ERR node {node} ({addr}) did not answer within {ms} ms")]
+    #[error("node {node} ({addr}) did not answer within {ms} ms")]
     Timeout { node: u32, addr: String, ms: u64 },
-    #[error("ERR node {node} ({addr}) is overloaded: too many queued requests")]
+    #[error("node {node} ({addr}) is overloaded: too many queued requests")]
     Overloaded { node: u32, addr: String },
-    #[error("ERR unexpected reply from node: {0}")]
+    #[error("unexpected reply from node: {0}")]
     BadReply(String),
-    #[error("ERR the cluster topology is changing; try again")]
+    #[error("the cluster topology is changing; try again")]
     Unsettled,
 }
 
-/// A topology with its links: everything needed to route a key.
+/// Makes the port for a node (real links; fakes in tests).
+pub type PortFactory = Box<dyn Fn(u32, &str) -> Arc<dyn NodePort> + Send + Sync>;
+
+/// A topology with its ports: everything needed to route a key.
 #[derive(Debug)]
 pub struct Routing {
     pub topology: Arc<Topology>,
     table: SlotTable,
-    /// Links in `topology.nodes` order.
-    pub links: Vec<Arc<NodeLink>>,
+    /// Ports in `topology.nodes` order.
+    pub nodes: Vec<Arc<dyn NodePort>>,
     /// Whether nodes check ownership (a topology source is in use), so `moved` replies can happen.
     pub managed: bool,
 }
 
 impl Routing {
-    /// The link that owns `key`.
-    #[inline]
-    pub fn link_for_key(&self, key: &[u8]) -> (usize, &Arc<NodeLink>) {
-        let pos = self.table.node_of(key_slot(key));
-        (pos, &self.links[pos])
-    }
-
     /// The position of the node that owns `key` and, if its slot is moving, of the old owner:
     /// one CRC16 for both.
     #[inline]
@@ -75,49 +74,64 @@ impl Routing {
         (self.table.node_of(slot), self.table.moving_from(slot))
     }
 
+    /// The version batches are stamped with: the topology's, or 0 with static routing (`--nodes`:
+    /// nodes follow no topology and serve version-0 routers only).
     pub fn version(&self) -> u64 {
-        self.topology.version
+        if self.managed { self.topology.version } else { 0 }
     }
 
     pub fn len(&self) -> usize {
-        self.links.len()
+        self.nodes.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.links.is_empty()
+        self.nodes.is_empty()
+    }
+
+    /// Whether `port` is one of this routing's nodes.
+    fn contains(&self, port: &dyn NodePort) -> bool {
+        let id = port.ident();
+        self.nodes.iter().any(|n| n.ident().id == id.id && n.ident().addr == id.addr)
     }
 
     /// Every node's counters, asked concurrently, each within the call deadline.
     pub async fn stats_all(&self) -> Vec<Result<NodeStats, BackendError>> {
-        let tasks: Vec<_> = self
-            .links
-            .iter()
-            .map(|l| {
-                let l = Arc::clone(l);
-                tokio::spawn(async move { l.stats().await })
-            })
-            .collect();
-        let mut out = Vec::with_capacity(tasks.len());
-        for (task, link) in tasks.into_iter().zip(&self.links) {
-            out.push(task.await.unwrap_or_else(|_| {
-                Err(BackendError::Unavailable {
-                    node: link.ident.id,
-                    addr: link.ident.addr.clone(),
-                    reason: "stats task failed".into(),
-                })
-            }));
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let calls: Vec<_> = self.nodes.iter().map(|n| n.stats()).collect();
+        for result in futures_join(calls).await {
+            out.push(result);
         }
         out
     }
 }
 
+/// Awaits every future concurrently, keeping their order.
+pub async fn futures_join<T>(futures: Vec<port::BoxFuture<'_, T>>) -> Vec<T> {
+    let mut slots: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    let mut pending: Vec<(usize, port::BoxFuture<'_, T>)> = futures.into_iter().enumerate().collect();
+    std::future::poll_fn(|cx| {
+        pending.retain_mut(|(i, f)| match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => {
+                slots[*i] = Some(v);
+                false
+            }
+            std::task::Poll::Pending => true,
+        });
+        if pending.is_empty() { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    slots.into_iter().map(|s| s.expect("every future finished")).collect()
+}
+
 /// Counters about topology changes seen by this router.
 #[derive(Debug, Default)]
-pub struct ClusterMetrics {
+pub struct BackendMetrics {
     /// Reads that missed on a slot's new owner and asked the old one.
     pub fallback_reads: Counter,
-    /// Ops retried after a `moved` reply.
+    /// Ops routed again after a node answered `moved`.
     pub moved_retries: Counter,
+    /// Ops routed again because the node they were sent to had left the cluster.
+    pub stale_retries: Counter,
     /// Keys copied to their new owner before a read-modify-write.
     pub keys_copied: Counter,
     /// Topologies adopted.
@@ -125,36 +139,48 @@ pub struct ClusterMetrics {
 }
 
 /// The routing state shared by all connections of a router.
-#[derive(Debug)]
-pub struct Cluster {
+pub struct Backend {
     routing: RwLock<Arc<Routing>>,
     version: AtomicU64,
-    options: LinkOptions,
-    links: Mutex<HashMap<(u32, String), Arc<NodeLink>>>,
+    ports: Mutex<HashMap<(u32, String), Arc<dyn NodePort>>>,
+    factory: PortFactory,
     managed: bool,
-    pub metrics: ClusterMetrics,
+    pub metrics: BackendMetrics,
 }
 
-impl Cluster {
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend").field("version", &self.version()).finish_non_exhaustive()
+    }
+}
+
+impl Backend {
     /// Starts links to every node of `topology` (which must be valid). `managed` says whether the
     /// topology comes from a source that nodes follow too (so they may answer `moved`). Needs a
     /// Tokio runtime.
-    pub fn new(topology: Topology, options: LinkOptions, managed: bool) -> Cluster {
-        let cluster = Cluster {
+    pub fn new(topology: Topology, options: LinkOptions, managed: bool) -> Arc<Backend> {
+        let factory: PortFactory =
+            Box::new(move |id, addr| NodeLink::spawn(id, addr.to_string(), &options) as Arc<dyn NodePort>);
+        Backend::with_ports(topology, managed, factory)
+    }
+
+    /// Like [`new`](Self::new), with ports made by `factory`.
+    pub fn with_ports(topology: Topology, managed: bool, factory: PortFactory) -> Arc<Backend> {
+        let backend = Backend {
             routing: RwLock::new(Arc::new(Routing {
-                topology: Arc::new(topology.clone()),
                 table: SlotTable::new(&topology),
-                links: Vec::new(),
+                topology: Arc::new(topology.clone()),
+                nodes: Vec::new(),
                 managed,
             })),
             version: AtomicU64::new(0),
-            options,
-            links: Mutex::default(),
+            ports: Mutex::default(),
+            factory,
             managed,
-            metrics: ClusterMetrics::default(),
+            metrics: BackendMetrics::default(),
         };
-        cluster.install(topology);
-        cluster
+        backend.install(topology);
+        Arc::new(backend)
     }
 
     pub fn routing(&self) -> Arc<Routing> {
@@ -168,14 +194,14 @@ impl Cluster {
 
     /// Shutdown: every link stops when its node's stream ends, without reconnecting.
     pub fn close(&self) {
-        for link in self.links.lock().values() {
-            link.close();
+        for port in self.ports.lock().values() {
+            port.close();
         }
     }
 
-    /// Whether every node's stream is up (`/readyz`).
+    /// Whether every node's stream is up.
     pub fn all_up(&self) -> bool {
-        self.routing().links.iter().all(|l| l.is_up())
+        self.routing().nodes.iter().all(|n| n.is_up())
     }
 
     /// Routes by `topology` from now on if it is newer than the current one. Returns whether it
@@ -192,23 +218,20 @@ impl Cluster {
     }
 
     fn install(&self, topology: Topology) -> bool {
-        let mut links_by_node = self.links.lock();
+        let mut ports = self.ports.lock();
         let mut routing = self.routing.write();
-        if self.version() >= topology.version && !routing.links.is_empty() {
+        if self.version() >= topology.version && !routing.nodes.is_empty() {
             return false;
         }
-        let links: Vec<Arc<NodeLink>> = topology
+        let nodes: Vec<Arc<dyn NodePort>> = topology
             .nodes
             .iter()
             .map(|n| {
-                links_by_node
-                    .entry((n.id, n.addr.clone()))
-                    .or_insert_with(|| NodeLink::spawn(n.id, n.addr.clone(), self.options.clone()))
-                    .clone()
+                ports.entry((n.id, n.addr.clone())).or_insert_with(|| (self.factory)(n.id, &n.addr)).clone()
             })
             .collect();
         // Links to nodes that left are dropped (their tasks end once the last user lets go).
-        links_by_node.retain(|(id, addr), _| topology.nodes.iter().any(|n| n.id == *id && &n.addr == addr));
+        ports.retain(|(id, addr), _| topology.nodes.iter().any(|n| n.id == *id && &n.addr == addr));
         let version = topology.version;
         tracing::info!(
             version,
@@ -219,7 +242,7 @@ impl Cluster {
         *routing = Arc::new(Routing {
             table: SlotTable::new(&topology),
             topology: Arc::new(topology),
-            links,
+            nodes,
             managed: self.managed,
         });
         self.version.store(version, Ordering::Release);
@@ -229,159 +252,34 @@ impl Cluster {
 
     /// After a `moved` reply from `node` (at `node_version`): catches up with the node, or lets
     /// the node catch up with us.
-    pub async fn reconcile(&self, node: &NodeLink, node_version: u64) {
+    async fn reconcile(&self, node: &dyn NodePort, node_version: u64) {
         let mine = self.version();
-        let Some(mut client) = node.client() else { return };
         if node_version > mine {
-            if let Ok(Ok(doc)) =
-                tokio::time::timeout(self.options.deadline, client.get_topology(proto::GetTopologyRequest {}))
-                    .await
-                && let Ok(t) = Topology::from_json(&doc.into_inner().json)
-            {
-                self.adopt(t);
+            match node.get_topology().await {
+                Ok(Some(t)) => {
+                    self.adopt(t);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "could not fetch a node's topology"),
             }
         } else if node_version < mine {
-            let doc = proto::TopologyDoc { json: self.routing().topology.to_json() };
-            let _ = tokio::time::timeout(self.options.deadline, client.update_topology(doc)).await;
+            if let Err(e) = node.offer_topology(self.routing().topology.clone()).await {
+                tracing::debug!(error = %e, "could not offer a node our topology");
+            }
         } else {
             // Same version, yet refused: we routed by an older snapshot. Let the retry re-route.
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
     }
-}
 
-/// How an op behaves while its slot moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Read,
-    Write,
-    Delete,
-    ReadModifyWrite,
-}
-
-fn class(op: &Op) -> Class {
-    match &op.kind {
-        Some(Kind::Get(_) | Kind::Exists(_) | Kind::Touch(_) | Kind::TypeOf(_) | Kind::Strlen(_)) => {
-            Class::Read
+    /// Whether `port`, which failed a call routed by `routing`, has left the cluster since: the
+    /// op can then be routed again by the newer topology. (A node leaves only after handing its
+    /// slots over and stops gracefully, answering every batch it took, so an op it did not
+    /// answer was not applied.)
+    fn has_left(&self, port: &dyn NodePort, routing: &Routing) -> bool {
+        if self.version() <= routing.topology.version {
+            return false;
         }
-        Some(Kind::GetRange(_) | Kind::Ttl(_)) => Class::Read,
-        Some(Kind::Set(s)) if s.condition == 0 && !s.get && !s.keep_ttl => Class::Write,
-        Some(Kind::Del(_)) => Class::Delete,
-        _ => Class::ReadModifyWrite,
+        !self.routing().contains(port)
     }
-}
-
-fn moved_version(r: &proto::Reply) -> Option<u64> {
-    match r.kind {
-        Some(reply::Kind::Moved(v)) => Some(v),
-        _ => None,
-    }
-}
-
-/// Runs `op` on `key`'s node(s) by the current topology, hiding moves and `moved` replies (see the
-/// module docs). Gives up with an error only at `deadline`.
-pub async fn route(
-    cluster: &Cluster,
-    key: Bytes,
-    op: Op,
-    deadline: Instant,
-) -> Result<proto::Reply, BackendError> {
-    for attempt in 0u32.. {
-        if attempt > 0 && Instant::now() >= deadline {
-            return Err(BackendError::Unsettled);
-        }
-        let routing = cluster.routing();
-        let v = routing.version();
-        let (pos, from) = routing.locate(&key);
-        let owner = &routing.links[pos];
-        let old = from.map(|p| &routing.links[p]);
-        let result = match old {
-            None => owner.call(op.clone(), v, deadline).wait().await?,
-            Some(old) => match class(&op) {
-                Class::Write => owner.call(op.clone(), v, deadline).wait().await?,
-                Class::Read => {
-                    let mut first = op.clone();
-                    first.fallback = true;
-                    let r = owner.call(first, v, deadline).wait().await?;
-                    if matches!(r.kind, Some(reply::Kind::Absent(_))) {
-                        cluster.metrics.fallback_reads.inc();
-                        let from_old = old.call(op.clone(), v, deadline).wait().await?;
-                        if let Some(old_version) = moved_version(&from_old) {
-                            // The old owner has moved on (the move finished): catch up and re-read.
-                            cluster.reconcile(old, old_version).await;
-                            continue;
-                        }
-                        from_old
-                    } else {
-                        r
-                    }
-                }
-                Class::Delete => {
-                    let on_new = owner.call(op.clone(), v, deadline);
-                    let on_old = old.call(op.clone(), v, deadline);
-                    let (new_r, old_r) = (on_new.wait().await?, on_old.wait().await);
-                    match (&new_r.kind, old_r.map(|r| r.kind)) {
-                        // Deleted from either side counts once.
-                        (Some(reply::Kind::Int(0)), Ok(Some(reply::Kind::Int(1)))) => {
-                            proto::Reply { kind: Some(reply::Kind::Int(1)) }
-                        }
-                        _ => new_r,
-                    }
-                }
-                Class::ReadModifyWrite => {
-                    if !copy_key(cluster, &key, owner, old, v, deadline).await? {
-                        continue;
-                    }
-                    owner.call(op.clone(), v, deadline).wait().await?
-                }
-            },
-        };
-        match moved_version(&result) {
-            Some(node_version) => {
-                cluster.metrics.moved_retries.inc();
-                cluster.reconcile(owner, node_version).await;
-            }
-            None => return Ok(result),
-        }
-    }
-    unreachable!("the attempt counter does not run out before the deadline")
-}
-
-/// Copies `key` from the slot's old owner to its new owner unless the new owner already has
-/// anything for it (Import never replaces). Returns false when a node's `moved` reply showed the
-/// routing is stale and the op must be routed again (after catching up, or after the lagging node
-/// caught up with us).
-async fn copy_key(
-    cluster: &Cluster,
-    key: &Bytes,
-    owner: &NodeLink,
-    old: &NodeLink,
-    version: u64,
-    deadline: Instant,
-) -> Result<bool, BackendError> {
-    let fetch = Op { kind: Some(Kind::Fetch(proto::Fetch { key: key.clone() })), ..Default::default() };
-    let fetched = old.call(fetch, version, deadline).wait().await?;
-    let entry = match fetched.kind {
-        Some(reply::Kind::Entry(entry)) => entry,
-        Some(reply::Kind::Moved(node_version)) => {
-            cluster.metrics.moved_retries.inc();
-            cluster.reconcile(old, node_version).await;
-            return Ok(false);
-        }
-        // Nil: the old owner has nothing; the new owner's state stands.
-        _ => return Ok(true),
-    };
-    let import =
-        Op { kind: Some(Kind::Import(proto::Import { entries: vec![entry] })), ..Default::default() };
-    let stored = owner.call(import, version, deadline).wait().await?;
-    match stored.kind {
-        Some(reply::Kind::Int(1)) => cluster.metrics.keys_copied.inc(),
-        Some(reply::Kind::Moved(node_version)) => {
-            cluster.metrics.moved_retries.inc();
-            cluster.reconcile(owner, node_version).await;
-            return Ok(false);
-        }
-        _ => {}
-    }
-    Ok(true)
 }

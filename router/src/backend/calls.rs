@@ -1,0 +1,437 @@
+//! The calls commands make, each returning settled replies.
+//!
+//! A call is queued on its node(s) when it is made (so a pipeline's ops reach the node queues
+//! together and share batches) and settled when awaited. Settling is one loop for every kind of
+//! call ([`Backend::settle`]): an attempt either produces the result, or finds the routing out of
+//! date (a node answered `moved`, or the node left the cluster); then, until the deadline, the
+//! router and that node catch up with each other and the call is routed again by the current
+//! topology.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use shoal_wire::proto::{Op, Reply, op::Kind, reply};
+use tokio::time::Instant;
+
+use super::moving;
+use super::port::{NodeCall, NodePort};
+use super::{Backend, BackendError, Routing};
+
+/// What one attempt at a call came to.
+pub(super) enum Outcome<T> {
+    Done(T),
+    /// `node` serves another topology version (`version`): catch up, then route again.
+    Moved(Arc<dyn NodePort>, u64),
+    /// The node the call went to has left the cluster: route again by the current topology.
+    Stale,
+}
+
+/// The outcome of a reply from `port` (routed by `routing`).
+pub(super) fn outcome(
+    backend: &Backend,
+    port: &Arc<dyn NodePort>,
+    routing: &Routing,
+    result: Result<Reply, BackendError>,
+) -> Result<Outcome<Reply>, BackendError> {
+    match result {
+        Ok(Reply { kind: Some(reply::Kind::Moved(v)) }) => Ok(Outcome::Moved(port.clone(), v)),
+        Ok(r) => Ok(Outcome::Done(r)),
+        Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
+        Err(e) => Err(e),
+    }
+}
+
+impl Backend {
+    /// The settle loop: runs `first`, then `again` with the current routing after each attempt
+    /// that found the routing out of date, until one is done or `deadline` passes.
+    async fn settle<T, F, G, Fut>(&self, first: F, mut again: G, deadline: Instant) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<Outcome<T>, BackendError>>,
+        G: FnMut(Arc<Routing>) -> Fut,
+        Fut: Future<Output = Result<Outcome<T>, BackendError>>,
+    {
+        let mut outcome = first.await?;
+        loop {
+            match outcome {
+                Outcome::Done(t) => return Ok(t),
+                Outcome::Moved(node, node_version) => {
+                    if Instant::now() >= deadline {
+                        return Err(BackendError::Unsettled);
+                    }
+                    self.metrics.moved_retries.inc();
+                    self.reconcile(&*node, node_version).await;
+                }
+                Outcome::Stale => {
+                    if Instant::now() >= deadline {
+                        return Err(BackendError::Unsettled);
+                    }
+                    self.metrics.stale_retries.inc();
+                }
+            }
+            outcome = again(self.routing()).await?;
+        }
+    }
+
+    /// `op` on the node that owns `key`.
+    pub fn key(self: &Arc<Self>, routing: &Arc<Routing>, key: Bytes, op: Op, deadline: Instant) -> KeyCall {
+        let (pos, from) = routing.locate(&key);
+        let first = match from {
+            None => {
+                let port = routing.nodes[pos].clone();
+                let call = port.call(op.clone(), routing.version(), deadline);
+                First::Sent { port, call }
+            }
+            // Moving: several dependent steps, run when awaited.
+            Some(_) => First::Moving,
+        };
+        KeyCall { backend: self.clone(), routing: routing.clone(), op, deadline, first }
+    }
+
+    /// One op per key, grouped per node: each node gets one group (one batch entry, one wake-up)
+    /// and the replies come back in the order of `items`.
+    pub fn keys(
+        self: &Arc<Self>,
+        routing: &Arc<Routing>,
+        items: impl Iterator<Item = (Bytes, Op)>,
+        deadline: Instant,
+    ) -> MultiCall {
+        let mut per_node: Vec<Vec<(usize, Bytes, Op)>> = (0..routing.len()).map(|_| Vec::new()).collect();
+        let mut alone = Vec::new();
+        let mut total = 0;
+        for (i, (key, op)) in items.enumerate() {
+            total = i + 1;
+            let (pos, from) = routing.locate(&key);
+            // Moving keys take their own path; a large op travels on its own (in pieces).
+            if from.is_some() || shoal_wire::pieces::op_is_large(&op) {
+                alone.push((i, self.key(routing, key, op, deadline)));
+            } else {
+                per_node[pos].push((i, key, op));
+            }
+        }
+        let version = routing.version();
+        let groups = per_node
+            .into_iter()
+            .enumerate()
+            .filter(|(_, items)| !items.is_empty())
+            .map(|(pos, items)| {
+                let port = routing.nodes[pos].clone();
+                let ops = items.iter().map(|(_, _, op)| op.clone()).collect();
+                let call = port.call_group(ops, version, deadline);
+                Group { port, items, call }
+            })
+            .collect();
+        MultiCall { backend: self.clone(), routing: routing.clone(), deadline, total, groups, alone }
+    }
+
+    /// The op `make()` builds, on every node at one topology version.
+    pub fn all(
+        self: &Arc<Self>,
+        routing: &Arc<Routing>,
+        make: impl Fn() -> Op + Send + Sync + 'static,
+        deadline: Instant,
+    ) -> AllCall {
+        let calls = send_all(routing, &make, deadline);
+        AllCall { backend: self.clone(), routing: routing.clone(), make: Box::new(make), deadline, calls }
+    }
+
+    /// `op` on the node at position `pos` (ops about no key in particular: SCAN, RANDOMKEY). If
+    /// the routing changes, it goes to the node at that position (modulo the node count) of the
+    /// current topology.
+    pub fn at(self: &Arc<Self>, routing: &Arc<Routing>, pos: usize, op: Op, deadline: Instant) -> AtCall {
+        let port = routing.nodes[pos % routing.len()].clone();
+        let call = port.call(op.clone(), routing.version(), deadline);
+        AtCall { backend: self.clone(), routing: routing.clone(), pos, op, deadline, port, call }
+    }
+
+    /// `op` about `keys`, all of which must live on one node that applies it as one unit. The node
+    /// refuses it as a whole if any key is not its own at the routing's version; refused, it is
+    /// routed again (never half applied). When the keys do not share one settled node (now, or
+    /// after a topology change) the call ends with [`AtomicError::Spread`] without running.
+    pub fn atomic(
+        self: &Arc<Self>,
+        routing: &Arc<Routing>,
+        keys: Vec<Bytes>,
+        op: Op,
+        deadline: Instant,
+    ) -> AtomicCall {
+        let first = match one_node(routing, &keys) {
+            Some(pos) => {
+                let port = routing.nodes[pos].clone();
+                let call = port.call(op.clone(), routing.version(), deadline);
+                Some((port, call))
+            }
+            None => None,
+        };
+        AtomicCall { backend: self.clone(), routing: routing.clone(), keys, op, deadline, first }
+    }
+}
+
+/// The one node all `keys` live on, if their slots are settled there.
+fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
+    let mut node = None;
+    for key in keys {
+        match routing.locate(key) {
+            (_, Some(_)) => return None,
+            (pos, None) if node.is_none_or(|n| n == pos) => node = Some(pos),
+            _ => return None,
+        }
+    }
+    node
+}
+
+fn send_all(
+    routing: &Routing,
+    make: &dyn Fn() -> Op,
+    deadline: Instant,
+) -> Vec<(Arc<dyn NodePort>, NodeCall<Reply>)> {
+    let version = routing.version();
+    routing.nodes.iter().map(|n| (n.clone(), n.call(make(), version, deadline))).collect()
+}
+
+enum First {
+    Sent { port: Arc<dyn NodePort>, call: NodeCall<Reply> },
+    Moving,
+}
+
+/// One key's op in flight (kept small: every pipelined command holds one).
+pub struct KeyCall {
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    /// The op again, to route it again; its key is the call's key.
+    op: Op,
+    deadline: Instant,
+    first: First,
+}
+
+impl KeyCall {
+    pub async fn wait(self) -> Result<Reply, BackendError> {
+        let KeyCall { backend, routing, op, deadline, first } = self;
+        // The common case stays small: a reply from the node it was sent to. Anything else takes
+        // the settle loop, boxed, so its (much larger) state is not part of every call's future.
+        let first = match first {
+            First::Sent { port, call } => match outcome(&backend, &port, &routing, call.wait().await)? {
+                Outcome::Done(r) => return Ok(r),
+                other => Some(other),
+            },
+            First::Moving => None,
+        };
+        Box::pin(settle_key(backend, routing, op, deadline, first)).await
+    }
+}
+
+/// A key's op past its first attempt (or in a moving slot): the settle loop.
+async fn settle_key(
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    op: Op,
+    deadline: Instant,
+    first: Option<Outcome<Reply>>,
+) -> Result<Reply, BackendError> {
+    let key = Bytes::copy_from_slice(shoal_wire::ops::key_of(&op).unwrap_or_default());
+    // A DEL during a move may delete on one side in one attempt and find nothing in the next:
+    // it counts as one delete all the same.
+    let deleted = AtomicBool::new(false);
+    let attempt = |routing: Arc<Routing>| key_attempt(&backend, routing, &key, &op, deadline, &deleted);
+    let first = async {
+        match first {
+            Some(outcome) => Ok(outcome),
+            None => key_attempt(&backend, routing.clone(), &key, &op, deadline, &deleted).await,
+        }
+    };
+    let reply = backend.settle(first, attempt, deadline).await?;
+    Ok(match reply.kind {
+        Some(reply::Kind::Int(0))
+            if matches!(op.kind, Some(Kind::Del(_))) && deleted.load(Ordering::Relaxed) =>
+        {
+            Reply { kind: Some(reply::Kind::Int(1)) }
+        }
+        _ => reply,
+    })
+}
+
+/// One attempt at a key's op by `routing`.
+async fn key_attempt(
+    backend: &Backend,
+    routing: Arc<Routing>,
+    key: &Bytes,
+    op: &Op,
+    deadline: Instant,
+    deleted: &AtomicBool,
+) -> Result<Outcome<Reply>, BackendError> {
+    match routing.locate(key) {
+        (pos, None) => {
+            let port = &routing.nodes[pos];
+            let result = port.call(op.clone(), routing.version(), deadline).wait().await;
+            outcome(backend, port, &routing, result)
+        }
+        (pos, Some(old)) => moving::attempt(backend, &routing, pos, old, key, op, deadline, deleted).await,
+    }
+}
+
+/// One node's part of a multi-key call: argument positions with their keys and ops (kept to
+/// route them again), and the call.
+struct Group {
+    port: Arc<dyn NodePort>,
+    items: Vec<(usize, Bytes, Op)>,
+    call: NodeCall<Vec<Reply>>,
+}
+
+/// The calls of a multi-key command, one per node involved (plus one per key that travels alone).
+pub struct MultiCall {
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    deadline: Instant,
+    total: usize,
+    groups: Vec<Group>,
+    alone: Vec<(usize, KeyCall)>,
+}
+
+impl MultiCall {
+    /// Every op's reply, in argument order; the first failure (a node error reply included)
+    /// becomes the error. Ops the routing got wrong are settled one by one.
+    pub async fn gather(self) -> Result<Vec<Reply>, BackendError> {
+        let MultiCall { backend, routing, deadline, total, groups, alone } = self;
+        let mut out: Vec<Option<Reply>> = (0..total).map(|_| None).collect();
+        let mut again = Vec::new();
+        for Group { port, items, call } in groups {
+            match call.wait().await {
+                Ok(replies) => {
+                    for ((i, key, op), r) in items.into_iter().zip(replies) {
+                        match outcome(&backend, &port, &routing, Ok(r))? {
+                            Outcome::Done(r) => out[i] = Some(r),
+                            // Refused: this op alone goes through the settle loop.
+                            _ => again.push((i, backend.key(&backend.routing(), key, op, deadline))),
+                        }
+                    }
+                }
+                Err(e) => match outcome(&backend, &port, &routing, Err(e))? {
+                    Outcome::Stale => {
+                        let current = backend.routing();
+                        again.extend(
+                            items.into_iter().map(|(i, k, op)| (i, backend.key(&current, k, op, deadline))),
+                        );
+                    }
+                    _ => unreachable!("errors are stale or returned"),
+                },
+            }
+        }
+        for (i, call) in alone.into_iter().chain(again) {
+            out[i] = Some(call.wait().await?);
+        }
+        Ok(out.into_iter().map(|r| r.unwrap_or_default()).collect())
+    }
+}
+
+/// One op on every node, all at one topology version.
+pub struct AllCall {
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    make: Box<dyn Fn() -> Op + Send + Sync>,
+    deadline: Instant,
+    calls: Vec<(Arc<dyn NodePort>, NodeCall<Reply>)>,
+}
+
+impl AllCall {
+    /// Every node's reply, in topology order. If a node serves another topology version, or one
+    /// has left, the whole round runs again on the current topology: a fan-out never mixes
+    /// versions, so DBSIZE, KEYS and FLUSHALL always cover a node that just joined.
+    pub async fn gather(self) -> Result<Vec<Reply>, BackendError> {
+        let AllCall { backend, routing, make, deadline, calls } = self;
+        let round = |routing: Arc<Routing>, calls: Vec<(Arc<dyn NodePort>, NodeCall<Reply>)>| {
+            let backend = &backend;
+            async move {
+                let mut out = Vec::with_capacity(calls.len());
+                let mut retry = None;
+                for (port, call) in calls {
+                    match outcome(backend, &port, &routing, call.wait().await)? {
+                        Outcome::Done(r) => out.push(r),
+                        Outcome::Moved(node, v) => retry = retry.or(Some(Outcome::Moved(node, v))),
+                        Outcome::Stale => retry = retry.or(Some(Outcome::Stale)),
+                    }
+                }
+                Ok(retry.unwrap_or(Outcome::Done(out)))
+            }
+        };
+        let again = |routing: Arc<Routing>| {
+            let calls = send_all(&routing, &*make, deadline);
+            round(routing, calls)
+        };
+        backend.settle(round(routing.clone(), calls), again, deadline).await
+    }
+}
+
+/// One op on one node by position.
+pub struct AtCall {
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    pos: usize,
+    op: Op,
+    deadline: Instant,
+    port: Arc<dyn NodePort>,
+    call: NodeCall<Reply>,
+}
+
+impl AtCall {
+    pub async fn wait(self) -> Result<Reply, BackendError> {
+        let AtCall { backend, routing, pos, op, deadline, port, call } = self;
+        let first = async { outcome(&backend, &port, &routing, call.wait().await) };
+        let again = |routing: Arc<Routing>| {
+            let (backend, op) = (&backend, &op);
+            async move {
+                let port = routing.nodes[pos % routing.len()].clone();
+                let result = port.call(op.clone(), routing.version(), deadline).wait().await;
+                outcome(backend, &port, &routing, result)
+            }
+        };
+        backend.settle(first, again, deadline).await
+    }
+}
+
+/// Why an atomic call did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AtomicError {
+    /// The keys do not live on one node whose slots are settled (some may be moving).
+    #[error("the keys do not share one node")]
+    Spread,
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// An op over keys that share one node, in flight.
+pub struct AtomicCall {
+    backend: Arc<Backend>,
+    routing: Arc<Routing>,
+    keys: Vec<Bytes>,
+    op: Op,
+    deadline: Instant,
+    first: Option<(Arc<dyn NodePort>, NodeCall<Reply>)>,
+}
+
+impl AtomicCall {
+    pub async fn wait(self) -> Result<Reply, AtomicError> {
+        let AtomicCall { backend, routing, keys, op, deadline, first } = self;
+        let Some((port, call)) = first else { return Err(AtomicError::Spread) };
+        let spread = AtomicBool::new(false);
+        let first = async { outcome(&backend, &port, &routing, call.wait().await) };
+        let again = |routing: Arc<Routing>| {
+            let (backend, keys, op, spread) = (&backend, &keys, &op, &spread);
+            async move {
+                let Some(pos) = one_node(&routing, keys) else {
+                    // Done, as far as settling goes: the caller learns the keys spread.
+                    spread.store(true, Ordering::Relaxed);
+                    return Ok(Outcome::Done(Reply::default()));
+                };
+                let port = &routing.nodes[pos];
+                let result = port.call(op.clone(), routing.version(), deadline).wait().await;
+                outcome(backend, port, &routing, result)
+            }
+        };
+        let reply = backend.settle(first, again, deadline).await?;
+        if spread.load(Ordering::Relaxed) {
+            return Err(AtomicError::Spread);
+        }
+        Ok(reply)
+    }
+}
