@@ -1,7 +1,106 @@
 //! CLIENT subcommands about the calling connection.
 
+use super::spec::*;
 use super::{Args, Ctx, Pending};
 use crate::resp::Reply;
+
+pub const CLIENT_SETNAME: CommandSpec = CommandSpec {
+    name: "client|setname",
+    arity: 3,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "2.6.9",
+    summary: "Set the current connection name",
+    complexity: "O(1)",
+    run: setname,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_GETNAME: CommandSpec = CommandSpec {
+    name: "client|getname",
+    arity: 2,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "2.6.9",
+    summary: "Get the current connection name",
+    complexity: "O(1)",
+    run: getname,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_ID: CommandSpec = CommandSpec {
+    name: "client|id",
+    arity: 2,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "5.0.0",
+    summary: "Returns the client ID for the current connection",
+    complexity: "O(1)",
+    run: id,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_SETINFO: CommandSpec = CommandSpec {
+    name: "client|setinfo",
+    arity: 4,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "7.2.0",
+    summary: "Set client or connection specific info",
+    complexity: "O(1)",
+    run: setinfo,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_INFO: CommandSpec = CommandSpec {
+    name: "client|info",
+    arity: 2,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "6.2.0",
+    summary: "Returns information about the current client connection.",
+    complexity: "O(1)",
+    run: info,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_HELP: CommandSpec = CommandSpec {
+    name: "client|help",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "5.0.0",
+    summary: "Show helpful text about the different subcommands",
+    complexity: "O(1)",
+    run: help,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT: CommandSpec = CommandSpec {
+    name: "client",
+    arity: -2,
+    flags: &[],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "connection",
+    since: "2.4.0",
+    summary: "A container for client connection commands",
+    complexity: "Depends on subcommand.",
+    run: container,
+    subcommands: &[&CLIENT_SETNAME, &CLIENT_GETNAME, &CLIENT_ID, &CLIENT_SETINFO, &CLIENT_INFO, &CLIENT_HELP],
+};
 
 /// Client names may only hold printable, non-space ASCII (Redis's rule, with its text).
 pub fn validate_name(name: &[u8]) -> Result<(), Reply> {

@@ -1,8 +1,94 @@
 //! COMMAND and its subcommands: what redis-cli and client libraries ask about commands.
 
-use super::table::{COMMANDS, CommandSpec, lookup};
+use super::registry::{COMMANDS, lookup};
+use super::spec::CommandSpec;
+use super::spec::*;
 use super::{Args, Ctx, Pending, syntax_error};
 use crate::resp::Reply;
+
+pub const COMMAND_COUNT: CommandSpec = CommandSpec {
+    name: "command|count",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "2.8.13",
+    summary: "Get total number of Redis commands",
+    complexity: "O(1)",
+    run: count,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COMMAND_DOCS: CommandSpec = CommandSpec {
+    name: "command|docs",
+    arity: -2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "7.0.0",
+    summary: "Get array of specific Redis command documentation",
+    complexity: "O(N) where N is the number of commands to look up",
+    run: docs,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COMMAND_INFO: CommandSpec = CommandSpec {
+    name: "command|info",
+    arity: -2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "2.8.13",
+    summary: "Get array of specific Redis command details, or all when no argument is given.",
+    complexity: "O(N) where N is the number of commands to look up",
+    run: info,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COMMAND_LIST: CommandSpec = CommandSpec {
+    name: "command|list",
+    arity: -2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "7.0.0",
+    summary: "Get an array of Redis command names",
+    complexity: "O(N) where N is the total number of Redis commands",
+    run: list,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COMMAND_HELP: CommandSpec = CommandSpec {
+    name: "command|help",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "5.0.0",
+    summary: "Show helpful text about the different subcommands",
+    complexity: "O(1)",
+    run: help,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COMMAND: CommandSpec = CommandSpec {
+    name: "command",
+    arity: -1,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "server",
+    since: "2.8.13",
+    summary: "Get array of Redis command details",
+    complexity: "O(N) where N is the total number of Redis commands",
+    run: all,
+    subcommands: &[&COMMAND_COUNT, &COMMAND_DOCS, &COMMAND_INFO, &COMMAND_LIST, &COMMAND_HELP],
+};
 
 fn info_entry(c: &CommandSpec) -> Reply {
     fn set(items: &'static [&'static str]) -> Reply {
@@ -12,13 +98,13 @@ fn info_entry(c: &CommandSpec) -> Reply {
         Reply::bulk(c.name),
         Reply::Int(i64::from(c.arity)),
         set(c.flags),
-        Reply::Int(i64::from(c.keys.0)),
-        Reply::Int(i64::from(c.keys.1)),
-        Reply::Int(i64::from(c.keys.2)),
+        Reply::Int(i64::from(c.keys.first)),
+        Reply::Int(i64::from(c.keys.last)),
+        Reply::Int(i64::from(c.keys.step)),
         set(c.acl),
         Reply::Array(vec![]),
         Reply::Array(vec![]),
-        Reply::Array(c.subcommands.iter().map(info_entry).collect()),
+        Reply::Array(c.subcommands.iter().map(|s| info_entry(s)).collect()),
     ])
 }
 
@@ -38,7 +124,7 @@ fn docs_entry(c: &CommandSpec) -> Reply {
 
 /// `COMMAND`: details of every command.
 pub fn all(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Array(COMMANDS.iter().map(info_entry).collect()).into()
+    Reply::Array(COMMANDS.iter().map(|c| info_entry(c)).collect()).into()
 }
 
 pub fn count(_args: &Args, _ctx: &mut Ctx) -> Pending {

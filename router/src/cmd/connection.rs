@@ -1,9 +1,120 @@
 //! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, and TIME.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
+use super::spec::*;
 use super::{Args, Ctx, Pending, int_arg, syntax_error, wrong_arity};
 use crate::resp::{Protocol, Reply};
+
+pub const PING: CommandSpec = CommandSpec {
+    name: "ping",
+    arity: -1,
+    flags: &["fast"],
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "1.0.0",
+    summary: "Ping the server",
+    complexity: "O(1)",
+    run: ping,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ECHO: CommandSpec = CommandSpec {
+    name: "echo",
+    arity: 2,
+    flags: &["loading", "stale", "fast"],
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "1.0.0",
+    summary: "Echo the given string",
+    complexity: "O(1)",
+    run: echo,
+    ..CommandSpec::DEFAULT
+};
+
+pub const HELLO: CommandSpec = CommandSpec {
+    name: "hello",
+    arity: -1,
+    flags: NO_AUTH,
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "6.0.0",
+    summary: "Handshake with Redis",
+    complexity: "O(1)",
+    run: hello,
+    ..CommandSpec::DEFAULT
+};
+
+pub const AUTH: CommandSpec = CommandSpec {
+    name: "auth",
+    arity: -2,
+    flags: NO_AUTH,
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "1.0.0",
+    summary: "Authenticate to the server",
+    complexity: "O(N) where N is the number of passwords defined for the user",
+    run: auth,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SELECT: CommandSpec = CommandSpec {
+    name: "select",
+    arity: 2,
+    flags: &["loading", "stale", "fast"],
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "1.0.0",
+    summary: "Change the selected database for the current connection",
+    complexity: "O(1)",
+    run: select,
+    ..CommandSpec::DEFAULT
+};
+
+pub const QUIT: CommandSpec = CommandSpec {
+    name: "quit",
+    arity: -1,
+    flags: NO_AUTH,
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "1.0.0",
+    summary: "Close the connection",
+    complexity: "O(1)",
+    run: quit,
+    ..CommandSpec::DEFAULT
+};
+
+pub const RESET: CommandSpec = CommandSpec {
+    name: "reset",
+    arity: 1,
+    flags: NO_AUTH,
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "connection",
+    since: "6.2.0",
+    summary: "Reset the connection",
+    complexity: "O(1)",
+    run: reset,
+    ..CommandSpec::DEFAULT
+};
+
+pub const TIME: CommandSpec = CommandSpec {
+    name: "time",
+    arity: 1,
+    flags: &["loading", "stale", "fast"],
+    keys: KeySpec::NONE,
+    acl: &["@fast"],
+    group: "server",
+    since: "2.6.0",
+    summary: "Return the current server time",
+    complexity: "O(1)",
+    run: time,
+    ..CommandSpec::DEFAULT
+};
 
 /// The Redis version Shoal presents itself as (HELLO, INFO): the one its replies are checked
 /// against.
@@ -140,8 +251,8 @@ pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::simple("RESET").into()
 }
 
-pub fn time(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Reply::Array(vec![Reply::bulk(now.as_secs().to_string()), Reply::bulk(now.subsec_micros().to_string())])
+pub fn time(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let us = ctx.state.clock.now_us();
+    Reply::Array(vec![Reply::bulk((us / 1_000_000).to_string()), Reply::bulk((us % 1_000_000).to_string())])
         .into()
 }

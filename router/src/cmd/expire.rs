@@ -2,8 +2,79 @@
 
 use shoal_wire::proto::{self, op::Kind};
 
+use super::spec::*;
 use super::{Args, Ctx, Pending, int_arg, op, plain};
 use crate::resp::Reply;
+
+pub const EXPIRE: CommandSpec = CommandSpec {
+    name: "expire",
+    arity: -3,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: KEYSPACE_WRITE_FAST,
+    group: "generic",
+    since: "1.0.0",
+    summary: "Set a key's time to live in seconds",
+    complexity: "O(1)",
+    run: expire,
+    ..CommandSpec::DEFAULT
+};
+
+pub const PEXPIRE: CommandSpec = CommandSpec {
+    name: "pexpire",
+    arity: -3,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: KEYSPACE_WRITE_FAST,
+    group: "generic",
+    since: "2.6.0",
+    summary: "Set a key's time to live in milliseconds",
+    complexity: "O(1)",
+    run: pexpire,
+    ..CommandSpec::DEFAULT
+};
+
+pub const EXPIREAT: CommandSpec = CommandSpec {
+    name: "expireat",
+    arity: -3,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: KEYSPACE_WRITE_FAST,
+    group: "generic",
+    since: "1.2.0",
+    summary: "Set the expiration for a key as a UNIX timestamp",
+    complexity: "O(1)",
+    run: expireat,
+    ..CommandSpec::DEFAULT
+};
+
+pub const PEXPIREAT: CommandSpec = CommandSpec {
+    name: "pexpireat",
+    arity: -3,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: KEYSPACE_WRITE_FAST,
+    group: "generic",
+    since: "2.6.0",
+    summary: "Set the expiration for a key as a UNIX timestamp specified in milliseconds",
+    complexity: "O(1)",
+    run: pexpireat,
+    ..CommandSpec::DEFAULT
+};
+
+pub const PERSIST: CommandSpec = CommandSpec {
+    name: "persist",
+    arity: 2,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: KEYSPACE_WRITE_FAST,
+    group: "generic",
+    since: "2.2.0",
+    summary: "Remove the expiration from a key",
+    complexity: "O(1)",
+    run: persist,
+    ..CommandSpec::DEFAULT
+};
 
 fn expire_generic(args: &Args, ctx: &mut Ctx, seconds: bool, relative: bool, name: &str) -> Pending {
     // Redis checks the options first, then the time, then overflow; all before the key.
@@ -24,7 +95,7 @@ fn expire_generic(args: &Args, ctx: &mut Ctx, seconds: bool, relative: bool, nam
     } else {
         when
     };
-    if relative && ms > i64::MAX - now_ms() {
+    if relative && ms > i64::MAX - ctx.now_ms() {
         return invalid();
     }
     let key = args[1].clone();
@@ -63,13 +134,6 @@ fn parse_flags(opts: &[bytes::Bytes]) -> Result<(bool, bool, bool, bool), Reply>
         return Err(Reply::error("ERR GT and LT options at the same time are not compatible"));
     }
     Ok((nx, xx, gt, lt))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 pub fn expire(args: &Args, ctx: &mut Ctx) -> Pending {

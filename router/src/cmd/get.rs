@@ -2,7 +2,36 @@
 
 use shoal_wire::proto::{self, op::Kind};
 
+use super::spec::*;
 use super::{Args, Ctx, Pending, op, plain};
+
+pub const GET: CommandSpec = CommandSpec {
+    name: "get",
+    arity: 2,
+    flags: &["readonly", "fast"],
+    keys: KeySpec::ONE,
+    acl: READ_STRING_FAST,
+    group: "string",
+    since: "1.0.0",
+    summary: "Get the value of a key",
+    complexity: "O(1)",
+    run: get,
+    ..CommandSpec::DEFAULT
+};
+
+pub const GETDEL: CommandSpec = CommandSpec {
+    name: "getdel",
+    arity: 2,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_FAST,
+    group: "string",
+    since: "6.2.0",
+    summary: "Get the value of a key and delete the key",
+    complexity: "O(1)",
+    run: getdel,
+    ..CommandSpec::DEFAULT
+};
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
     let key = args[1].clone();

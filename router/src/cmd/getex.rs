@@ -3,7 +3,22 @@
 use shoal_wire::proto::{self, GetExMode, op::Kind};
 
 use super::set::{ExpireUnit, OptionsFor, parse_extended};
+use super::spec::*;
 use super::{Args, Ctx, Pending, op, plain};
+
+pub const GETEX: CommandSpec = CommandSpec {
+    name: "getex",
+    arity: -2,
+    flags: &["write", "fast"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_FAST,
+    group: "string",
+    since: "6.2.0",
+    summary: "Get the value of a key and optionally set its expiration",
+    complexity: "O(1)",
+    run: getex,
+    ..CommandSpec::DEFAULT
+};
 
 /// `GETEX key [EX s|PX ms|EXAT ts|PXAT ts|PERSIST]`. Option syntax is checked here; the expiry
 /// value is checked by the node after it finds the key, because Redis answers nil for a missing

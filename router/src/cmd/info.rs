@@ -6,8 +6,23 @@ use std::sync::Arc;
 use shoal_wire::proto::NodeStats;
 
 use super::connection::REDIS_COMPAT_VERSION;
+use super::spec::*;
 use super::{Args, Ctx, Pending};
 use crate::resp::Reply;
+
+pub const INFO: CommandSpec = CommandSpec {
+    name: "info",
+    arity: -1,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow", "@dangerous"],
+    group: "server",
+    since: "1.0.0",
+    summary: "Get information and statistics about the server",
+    complexity: "O(1)",
+    run: info,
+    ..CommandSpec::DEFAULT
+};
 
 const DEFAULT_SECTIONS: &[&str] =
     &["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];
@@ -21,6 +36,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     let state = Arc::clone(ctx.state);
     let routing = Arc::clone(ctx.routing);
     let clients = state.connected_clients();
+    let embedded = state.embedded.is_some();
     Pending::later(async move {
         let stats = routing.stats_all().await;
         let reachable = stats.iter().filter(|s| s.is_ok()).count();
@@ -58,7 +74,9 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                     let max = sum(|n| n.maxmemory);
                     field("used_memory", used.to_string());
                     field("used_memory_human", human(used));
-                    field("used_memory_rss", sum(|n| n.rss_bytes).to_string());
+                    let rss = resident_bytes(embedded, &nodes);
+                    field("used_memory_rss", rss.to_string());
+                    field("used_memory_rss_human", human(rss));
                     field("maxmemory", max.to_string());
                     field("maxmemory_human", human(max));
                     let policy = nodes.first().map_or("noeviction", |n| n.maxmemory_policy.as_str());
@@ -123,6 +141,15 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
         }
         Reply::Verbatim(out.into())
     })
+}
+
+/// `used_memory_rss`: as in Redis, the resident set size of the process(es) holding the data, each
+/// process counted once. Embedded nodes run inside this router process and each report that same
+/// process's RSS, so it is counted once (it includes the router itself); separate node processes
+/// are summed (the routers' own memory is not included, as used_memory counts only the nodes' data).
+/// Unreachable nodes are missing from the sum, as from every other summed field.
+fn resident_bytes(embedded: bool, nodes: &[NodeStats]) -> u64 {
+    if embedded { shoal_telemetry::metrics::rss_bytes() } else { nodes.iter().map(|n| n.rss_bytes).sum() }
 }
 
 /// Bytes as Redis prints them in `*_human` fields (`1.50M`).

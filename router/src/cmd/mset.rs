@@ -3,18 +3,48 @@
 //! MSET sends one group of SETs per node. Like Redis Cluster without hash tags, it is atomic per
 //! node, not across nodes: a reader may briefly see some pairs set and not others.
 //!
-//! MSETNX is atomic when all keys live on one node (one MSetNx op). Across nodes it checks that
-//! no key exists, then runs MSetNx on every node; a key created concurrently between the two
-//! steps makes that node refuse, the reply is 0, and pairs already set on other nodes stay set
-//! (documented in docs/architecture.md). Being two steps, it is a pipeline barrier.
-
-use std::sync::Arc;
+//! MSETNX is atomic when all keys live on one node (one MSetNx op, applied by the node as one
+//! unit). Across nodes (or while one of the keys' slots moves) it checks that no key exists, then
+//! sets each node's pairs: with one MSetNx per node, or SETNX per key for keys in moving slots.
+//! A key created concurrently between the two steps makes the reply 0 while pairs already set
+//! elsewhere stay set (documented in docs/architecture.md). Being two steps, it is a pipeline
+//! barrier.
 
 use bytes::Bytes;
 use shoal_wire::proto::{self, op::Kind};
 
-use super::{Args, Ctx, Pending, backend_error, fan_out, op, plain, reply_int, wrong_arity};
+use super::spec::*;
+use super::{Args, Ctx, Pending, gather, op, plain, reply_int, sum, wrong_arity};
+use crate::backend::AtomicError;
 use crate::resp::Reply;
+
+pub const MSET: CommandSpec = CommandSpec {
+    name: "mset",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: -1, step: 2 },
+    acl: WRITE_STRING_SLOW,
+    group: "string",
+    since: "1.0.1",
+    summary: "Set multiple keys to multiple values",
+    complexity: "O(N) where N is the number of keys to set.",
+    run: mset,
+    ..CommandSpec::DEFAULT
+};
+
+pub const MSETNX: CommandSpec = CommandSpec {
+    name: "msetnx",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: -1, step: 2 },
+    acl: WRITE_STRING_SLOW,
+    group: "string",
+    since: "1.0.1",
+    summary: "Set multiple keys to multiple values, only if none of the keys exist",
+    complexity: "O(N) where N is the number of keys to set.",
+    run: msetnx,
+    ..CommandSpec::DEFAULT
+};
 
 fn pairs(args: &Args) -> impl Iterator<Item = (&Bytes, &Bytes)> {
     args[1..].chunks_exact(2).map(|p| (&p[0], &p[1]))
@@ -25,60 +55,85 @@ pub fn mset(args: &Args, ctx: &mut Ctx) -> Pending {
         return wrong_arity("mset").into();
     }
     let no_options = super::set::ExtendedOptions::default();
-    let calls = fan_out(
-        ctx,
+    let call = ctx.call_keys(
         pairs(args).map(|(k, v)| (k.clone(), super::set::set_op(k.clone(), v.clone(), &no_options, None))),
     );
     Pending::later(async move {
-        match calls.gather().await {
+        match gather(call).await {
             Ok(_) => Reply::OK,
             Err(e) => e,
         }
     })
 }
 
+fn msetnx_op(pairs: &[(Bytes, Bytes)]) -> proto::Op {
+    let (keys, values) = pairs.iter().cloned().unzip();
+    op(Kind::MsetNx(proto::MSetNx { keys, values }))
+}
+
 pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
     if args.len().is_multiple_of(2) {
         return wrong_arity("msetnx").into();
     }
-    // Pairs grouped by owning node, in argument order within each group.
-    let mut groups: Vec<(Vec<Bytes>, Vec<Bytes>)> = vec![Default::default(); ctx.routing.len()];
-    let mut moving = false;
-    for (k, v) in pairs(args) {
-        let (pos, from) = ctx.routing.locate(k);
-        moving |= from.is_some();
-        groups[pos].0.push(k.clone());
-        groups[pos].1.push(v.clone());
-    }
-    let involved: Vec<usize> = (0..groups.len()).filter(|&p| !groups[p].0.is_empty()).collect();
-    let msetnx_op = |g: &(Vec<Bytes>, Vec<Bytes>)| {
-        op(Kind::MsetNx(proto::MSetNx { keys: g.0.clone(), values: g.1.clone() }))
-    };
-    if let ([only], false) = (&involved[..], moving) {
-        let first = groups[*only].0[0].clone();
-        return Pending::Call(ctx.call(&first, msetnx_op(&groups[*only])), plain);
-    }
-    let exists = fan_out(
-        ctx,
-        pairs(args).map(|(k, _)| (k.clone(), op(Kind::Exists(proto::Exists { key: k.clone() })))),
-    );
-    let routing = Arc::clone(ctx.routing);
-    let deadline = ctx.deadline;
+    let all: Vec<(Bytes, Bytes)> = pairs(args).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let keys: Vec<Bytes> = all.iter().map(|(k, _)| k.clone()).collect();
+    // Atomic when the keys share a node; the backend says when they do not (now or after a
+    // topology change), and nothing has run then.
+    let atomic = ctx.call_atomic(keys.clone(), msetnx_op(&all));
+    let (state, deadline) = (ctx.state.clone(), ctx.deadline);
     Pending::Barrier(Box::pin(async move {
-        match exists.sum().await {
+        match atomic.wait().await {
+            Ok(r) => return plain(r),
+            Err(AtomicError::Backend(e)) => return e.into(),
+            Err(AtomicError::Spread) => {}
+        }
+        let routing = state.backend.routing();
+        let exists = keys.iter().map(|k| (k.clone(), op(Kind::Exists(proto::Exists { key: k.clone() }))));
+        match sum(state.backend.keys(&routing, exists, deadline)).await {
             Reply::Int(0) => {}
             Reply::Int(_) => return Reply::Int(0),
             err => return err,
         }
-        let calls: Vec<_> = involved
-            .iter()
-            .map(|&p| routing.links[p].call(msetnx_op(&groups[p]), routing.version(), deadline))
-            .collect();
+        // Each node's pairs as one MSetNx; pairs in moving slots (or whose node changed since)
+        // one by one as SET NX, which the backend routes through the move.
+        let mut per_node: Vec<Vec<(Bytes, Bytes)>> = vec![Vec::new(); routing.len()];
+        let mut alone = Vec::new();
+        for (k, v) in all {
+            match routing.locate(&k) {
+                (pos, None) => per_node[pos].push((k, v)),
+                (_, Some(_)) => alone.push((k, v)),
+            }
+        }
+        let mut calls = Vec::new();
+        for group in per_node.into_iter().filter(|g| !g.is_empty()) {
+            let keys = group.iter().map(|(k, _)| k.clone()).collect();
+            calls.push((state.backend.atomic(&routing, keys, msetnx_op(&group), deadline), group));
+        }
+        let nx = super::set::ExtendedOptions { nx: true, ..Default::default() };
         let mut all_set = true;
-        for call in calls {
-            match call.wait().await.map_err(backend_error).and_then(reply_int) {
-                Ok(n) => all_set &= n == 1,
-                Err(e) => return e,
+        let mut by_key = Vec::new();
+        for (call, group) in calls {
+            match call.wait().await {
+                Ok(r) => match reply_int(r) {
+                    Ok(n) => all_set &= n == 1,
+                    Err(e) => return e,
+                },
+                Err(AtomicError::Spread) => alone.extend(group),
+                Err(AtomicError::Backend(e)) => return e.into(),
+            }
+        }
+        for (k, v) in alone {
+            by_key.push(state.backend.key(
+                &routing,
+                k.clone(),
+                super::set::set_op(k, v, &nx, None),
+                deadline,
+            ));
+        }
+        for call in by_key {
+            match call.wait().await {
+                Ok(r) => all_set &= matches!(r.kind, Some(proto::reply::Kind::Ok(_))),
+                Err(e) => return e.into(),
             }
         }
         Reply::Int(i64::from(all_set))

@@ -3,35 +3,73 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use shoal_wire::proto::SnapshotInfo;
 
-use super::{Args, Ctx, Pending, backend_error, syntax_error};
-use crate::backend::{BackendError, Routing};
+use super::spec::*;
+use super::{Args, Ctx, Pending, syntax_error};
+use crate::backend::{BackendError, Routing, futures_join};
 use crate::resp::Reply;
+
+pub const SHOAL_SNAPSHOT: CommandSpec = CommandSpec {
+    name: "shoal|snapshot",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Write a snapshot on every node and wait; one line per node",
+    complexity: "O(N) where N is the number of keys",
+    run: shoal_snapshot,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SAVE: CommandSpec = CommandSpec {
+    name: "save",
+    arity: 1,
+    flags: &["admin", "noscript", "no_async_loading", "no_multi"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "server",
+    since: "1.0.0",
+    summary: "Synchronously save the dataset to disk",
+    complexity: "O(N) where N is the total number of keys in all databases",
+    run: save,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BGSAVE: CommandSpec = CommandSpec {
+    name: "bgsave",
+    arity: -1,
+    flags: &["admin", "noscript", "no_async_loading"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "server",
+    since: "1.0.0",
+    summary: "Asynchronously save the dataset to disk",
+    complexity: "O(1)",
+    run: bgsave,
+    ..CommandSpec::DEFAULT
+};
+
+pub const LASTSAVE: CommandSpec = CommandSpec {
+    name: "lastsave",
+    arity: 1,
+    flags: &["loading", "stale", "fast"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@fast", "@dangerous"],
+    group: "server",
+    since: "1.0.0",
+    summary: "Get the UNIX time stamp of the last successful save to disk",
+    complexity: "O(1)",
+    run: lastsave,
+    ..CommandSpec::DEFAULT
+};
 
 /// Snapshots every node at once and waits for all of them.
 async fn snapshot_all(routing: &Routing) -> Vec<Result<SnapshotInfo, BackendError>> {
-    let tasks: Vec<_> = routing
-        .links
-        .iter()
-        .map(|l| {
-            let l = Arc::clone(l);
-            tokio::spawn(async move { l.snapshot().await })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for (task, link) in tasks.into_iter().zip(&routing.links) {
-        out.push(task.await.unwrap_or_else(|e| {
-            Err(BackendError::Unavailable {
-                node: link.ident.id,
-                addr: link.ident.addr.clone(),
-                reason: e.to_string(),
-            })
-        }));
-    }
-    out
+    futures_join(routing.nodes.iter().map(|n| n.snapshot()).collect()).await
 }
 
 /// SAVE: every node writes a snapshot; +OK once all have.
@@ -40,7 +78,7 @@ pub fn save(_args: &Args, ctx: &mut Ctx) -> Pending {
     Pending::later(async move {
         for result in snapshot_all(&routing).await {
             if let Err(e) = result {
-                return backend_error(e);
+                return e.into();
             }
         }
         Reply::OK
@@ -72,8 +110,8 @@ pub fn bgsave(args: &Args, ctx: &mut Ctx) -> Pending {
 /// written one, its start time, as Redis counts from start).
 pub fn lastsave(_args: &Args, ctx: &mut Ctx) -> Pending {
     let routing = Arc::clone(ctx.routing);
+    let now_ms = ctx.state.clock.now_ms();
     Pending::later(async move {
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let mut oldest = u64::MAX;
         for stat in routing.stats_all().await {
             match stat {
@@ -82,7 +120,7 @@ pub fn lastsave(_args: &Args, ctx: &mut Ctx) -> Pending {
                     let t = if last > 0 { last } else { now_ms.saturating_sub(s.uptime_ms) };
                     oldest = oldest.min(t);
                 }
-                Err(e) => return backend_error(e),
+                Err(e) => return e.into(),
             }
         }
         Reply::Int((oldest.min(now_ms) / 1000) as i64)

@@ -8,8 +8,23 @@
 use bytes::Bytes;
 use shoal_wire::proto::{self, op::Kind, reply};
 
-use super::{Args, Ctx, Pending, backend_error, int_arg, op, plain, syntax_error};
+use super::spec::*;
+use super::{Args, Ctx, Pending, int_arg, op, plain, syntax_error};
 use crate::resp::Reply;
+
+pub const SCAN: CommandSpec = CommandSpec {
+    name: "scan",
+    arity: -2,
+    flags: &["readonly"],
+    keys: KeySpec::NONE,
+    acl: &["@keyspace", "@read", "@slow"],
+    group: "generic",
+    since: "2.8.0",
+    summary: "Incrementally iterate the keys space",
+    complexity: "O(1) for every call. O(N) for a complete iteration.",
+    run: scan,
+    ..CommandSpec::DEFAULT
+};
 
 const NODE_BITS: u32 = 10;
 const DEFAULT_COUNT: u64 = 10;
@@ -51,9 +66,9 @@ pub fn scan(args: &Args, ctx: &mut Ctx) -> Pending {
         pattern: pattern.unwrap_or_default(),
         type_filter,
     }));
-    let call = ctx.call_node_settled(pos as usize, o);
+    let call = ctx.call_at(pos as usize, o);
     Pending::later(async move {
-        match call.await {
+        match call.wait().await {
             Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)) }) => {
                 let next = if page.cursor != 0 {
                     (page.cursor << NODE_BITS) | pos
@@ -68,7 +83,7 @@ pub fn scan(args: &Args, ctx: &mut Ctx) -> Pending {
                 ])
             }
             Ok(other) => plain(other),
-            Err(e) => backend_error(e),
+            Err(e) => e.into(),
         }
     })
 }

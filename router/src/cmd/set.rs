@@ -3,8 +3,79 @@
 use bytes::Bytes;
 use shoal_wire::proto::{self, SetCondition, op::Kind};
 
+use super::spec::*;
 use super::{Args, Ctx, Pending, int_arg, op, plain, syntax_error};
 use crate::resp::Reply;
+
+pub const SET: CommandSpec = CommandSpec {
+    name: "set",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_SLOW,
+    group: "string",
+    since: "1.0.0",
+    summary: "Set the string value of a key",
+    complexity: "O(1)",
+    run: set,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SETNX: CommandSpec = CommandSpec {
+    name: "setnx",
+    arity: 3,
+    flags: &["write", "denyoom", "fast"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_FAST,
+    group: "string",
+    since: "1.0.0",
+    summary: "Set the value of a key, only if the key does not exist",
+    complexity: "O(1)",
+    run: setnx,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SETEX: CommandSpec = CommandSpec {
+    name: "setex",
+    arity: 4,
+    flags: &["write", "denyoom"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_SLOW,
+    group: "string",
+    since: "2.0.0",
+    summary: "Set the value and expiration of a key",
+    complexity: "O(1)",
+    run: setex,
+    ..CommandSpec::DEFAULT
+};
+
+pub const PSETEX: CommandSpec = CommandSpec {
+    name: "psetex",
+    arity: 4,
+    flags: &["write", "denyoom"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_SLOW,
+    group: "string",
+    since: "2.6.0",
+    summary: "Set the value and expiration in milliseconds of a key",
+    complexity: "O(1)",
+    run: psetex,
+    ..CommandSpec::DEFAULT
+};
+
+pub const GETSET: CommandSpec = CommandSpec {
+    name: "getset",
+    arity: 3,
+    flags: &["write", "denyoom", "fast"],
+    keys: KeySpec::ONE,
+    acl: WRITE_STRING_FAST,
+    group: "string",
+    since: "1.0.0",
+    summary: "Set the string value of a key and return its old value",
+    complexity: "O(1)",
+    run: getset,
+    ..CommandSpec::DEFAULT
+};
 
 /// The unit and base of an expiry option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +153,7 @@ fn expire_unit(opt: &[u8]) -> Option<ExpireUnit> {
 
 /// Validates an expiry argument as Redis's `getExpireMillisecondsOrReply` does and turns it into
 /// a wire expiry (relative expiries are resolved by the node's clock).
-pub fn expiry(unit: ExpireUnit, arg: &[u8], command: &str) -> Result<proto::Expiry, Reply> {
+pub fn expiry(unit: ExpireUnit, arg: &[u8], command: &str, now_ms: i64) -> Result<proto::Expiry, Reply> {
     let n = int_arg(arg)?;
     let invalid = || Reply::error_fmt(format!("ERR invalid expire time in '{command}' command"));
     let seconds = matches!(unit, ExpireUnit::Ex | ExpireUnit::Exat);
@@ -91,17 +162,10 @@ pub fn expiry(unit: ExpireUnit, arg: &[u8], command: &str) -> Result<proto::Expi
     }
     let ms = if seconds { n * 1000 } else { n };
     let relative = matches!(unit, ExpireUnit::Ex | ExpireUnit::Px);
-    if relative && ms.checked_add(now_ms()).is_none() {
+    if relative && ms.checked_add(now_ms).is_none() {
         return Err(invalid());
     }
     Ok(proto::Expiry { ms, relative })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The wire op for a SET with these options.
@@ -128,7 +192,7 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         Err(e) => return e.into(),
     };
     let expiry = match &o.expire {
-        Some((unit, arg)) => match expiry(*unit, arg, "set") {
+        Some((unit, arg)) => match expiry(*unit, arg, "set", ctx.now_ms()) {
             Ok(e) => Some(e),
             Err(e) => return e.into(),
         },
@@ -164,7 +228,7 @@ pub fn psetex(args: &Args, ctx: &mut Ctx) -> Pending {
 }
 
 fn set_with_ttl(args: &Args, ctx: &mut Ctx, unit: ExpireUnit, name: &str) -> Pending {
-    let e = match expiry(unit, &args[2], name) {
+    let e = match expiry(unit, &args[2], name, ctx.now_ms()) {
         Ok(e) => e,
         Err(e) => return e.into(),
     };
@@ -210,7 +274,8 @@ mod tests {
 
     #[test]
     fn expiry_validation() {
-        let bad = |u, a: &str| expiry(u, a.as_bytes(), "set").unwrap_err();
+        let now = 1_700_000_000_000;
+        let bad = |u, a: &str| expiry(u, a.as_bytes(), "set", now).unwrap_err();
         assert_eq!(bad(ExpireUnit::Ex, "0"), Reply::error("ERR invalid expire time in 'set' command"));
         assert_eq!(bad(ExpireUnit::Px, "-5"), Reply::error("ERR invalid expire time in 'set' command"));
         assert_eq!(
@@ -219,11 +284,11 @@ mod tests {
         );
         assert_eq!(bad(ExpireUnit::Ex, "x"), Reply::error("ERR value is not an integer or out of range"));
         assert_eq!(
-            expiry(ExpireUnit::Ex, b"10", "set").unwrap(),
+            expiry(ExpireUnit::Ex, b"10", "set", now).unwrap(),
             proto::Expiry { ms: 10_000, relative: true }
         );
         assert_eq!(
-            expiry(ExpireUnit::Pxat, b"10", "set").unwrap(),
+            expiry(ExpireUnit::Pxat, b"10", "set", now).unwrap(),
             proto::Expiry { ms: 10, relative: false }
         );
     }

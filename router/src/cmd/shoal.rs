@@ -6,9 +6,101 @@ use std::sync::Arc;
 
 use shoal_wire::key_slot;
 
+use super::spec::*;
 use super::{Args, Ctx, Pending};
 use crate::embedded::ScaleStatus;
 use crate::resp::Reply;
+
+pub const SHOAL_TOPOLOGY: CommandSpec = CommandSpec {
+    name: "shoal|topology",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Show the topology: version, nodes, slot ranges",
+    complexity: "O(N) where N is the number of nodes",
+    run: topology,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SHOAL_NODES: CommandSpec = CommandSpec {
+    name: "shoal|nodes",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "One line per node: id, address, slots, keys, reachability",
+    complexity: "O(N) where N is the number of nodes",
+    run: nodes,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SHOAL_KEYSLOT: CommandSpec = CommandSpec {
+    name: "shoal|keyslot",
+    arity: 3,
+    flags: &["loading", "stale", "fast"],
+    keys: KeySpec::NONE,
+    acl: &["@fast"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "The hash slot of a key",
+    complexity: "O(N) where N is the key length",
+    run: keyslot,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SHOAL_SCALE: CommandSpec = CommandSpec {
+    name: "shoal|scale",
+    arity: 3,
+    flags: &["admin"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Grow or shrink the embedded cluster to n nodes, moving data online",
+    complexity: "O(N) where N is the number of keys that move",
+    run: scale,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SHOAL_HELP: CommandSpec = CommandSpec {
+    name: "shoal|help",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Show helpful text about the different subcommands",
+    complexity: "O(1)",
+    run: help,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SHOAL: CommandSpec = CommandSpec {
+    name: "shoal",
+    arity: -2,
+    flags: &[],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Shoal cluster administration (TOPOLOGY, NODES, KEYSLOT)",
+    complexity: "Depends on subcommand.",
+    run: container,
+    subcommands: &[
+        &SHOAL_TOPOLOGY,
+        &SHOAL_NODES,
+        &SHOAL_KEYSLOT,
+        &super::persistence::SHOAL_SNAPSHOT,
+        &SHOAL_SCALE,
+        &SHOAL_HELP,
+    ],
+};
 
 pub fn container(args: &Args, ctx: &mut Ctx) -> Pending {
     help(args, ctx)

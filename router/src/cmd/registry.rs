@@ -1,0 +1,115 @@
+//! Every command the router understands: the registry of the specs that each command file
+//! declares beside its handler. Adding a command is one spec in its file and one line here.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use super::spec::CommandSpec;
+use super::{
+    client, command, connection, del, expire, get, getex, incr, info, keys, mget, mset, persistence, scan,
+    set, shoal, strings, ttl,
+};
+
+/// Every command, in the order `COMMAND` lists them.
+pub static COMMANDS: &[&CommandSpec] = &[
+    &connection::PING,
+    &connection::ECHO,
+    &connection::HELLO,
+    &connection::AUTH,
+    &connection::SELECT,
+    &connection::QUIT,
+    &connection::RESET,
+    &client::CLIENT,
+    &command::COMMAND,
+    &info::INFO,
+    &keys::DBSIZE,
+    &keys::FLUSHALL,
+    &keys::FLUSHDB,
+    &persistence::SAVE,
+    &persistence::BGSAVE,
+    &persistence::LASTSAVE,
+    &connection::TIME,
+    &get::GET,
+    &set::SET,
+    &set::SETNX,
+    &set::SETEX,
+    &set::PSETEX,
+    &set::GETSET,
+    &get::GETDEL,
+    &getex::GETEX,
+    &mget::MGET,
+    &mset::MSET,
+    &mset::MSETNX,
+    &strings::APPEND,
+    &strings::STRLEN,
+    &strings::GETRANGE,
+    &strings::SETRANGE,
+    &incr::INCR,
+    &incr::DECR,
+    &incr::INCRBY,
+    &incr::DECRBY,
+    &incr::INCRBYFLOAT,
+    &del::DEL,
+    &del::UNLINK,
+    &del::EXISTS,
+    &del::TOUCH,
+    &strings::TYPE,
+    &expire::EXPIRE,
+    &expire::PEXPIRE,
+    &expire::EXPIREAT,
+    &expire::PEXPIREAT,
+    &expire::PERSIST,
+    &ttl::TTL,
+    &ttl::PTTL,
+    &ttl::EXPIRETIME,
+    &ttl::PEXPIRETIME,
+    &scan::SCAN,
+    &keys::KEYS,
+    &keys::RANDOMKEY,
+    &shoal::SHOAL,
+];
+
+/// Finds a command by name, ignoring case.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    static BY_NAME: LazyLock<HashMap<&'static str, &'static CommandSpec>> =
+        LazyLock::new(|| COMMANDS.iter().map(|c| (c.name, *c)).collect());
+    if name.len() > 32 {
+        return None;
+    }
+    let mut lower = [0u8; 32];
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    std::str::from_utf8(&lower[..name.len()]).ok().and_then(|n| BY_NAME.get(n).copied())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_ignores_case_and_rejects_unknown() {
+        assert_eq!(lookup(b"GeT").unwrap().name, "get");
+        assert!(lookup(b"nope").is_none());
+        assert!(lookup(&[b'x'; 100]).is_none());
+        assert_eq!(lookup(b"CLIENT").unwrap().subcommand(b"SetName").unwrap().name, "client|setname");
+    }
+
+    #[test]
+    fn arity_rules() {
+        let get = lookup(b"get").unwrap();
+        assert!(get.arity_ok(2) && !get.arity_ok(1) && !get.arity_ok(3));
+        let set = lookup(b"set").unwrap();
+        assert!(set.arity_ok(3) && set.arity_ok(9) && !set.arity_ok(2));
+    }
+
+    #[test]
+    fn names_are_unique_and_lowercase() {
+        let mut names: Vec<_> = COMMANDS.iter().map(|c| c.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n);
+        assert!(COMMANDS.iter().all(|c| c.name == c.name.to_ascii_lowercase()));
+    }
+}
