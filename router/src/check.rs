@@ -129,8 +129,7 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<()> {
     ensure!(r == Reply::Simple("PONG".into()), "PING answered {r:?}");
     step("PING");
 
-    let nonce =
-        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos());
+    let nonce = format!("{:x}", shoal_wire::clock::Clock::now_us(&shoal_wire::clock::SystemClock));
     let key = format!("shoal:check:{nonce}");
     let r = c.cmd(&[b"SET", key.as_bytes(), b"hello", b"EX", b"60"]).await?;
     ensure!(r == Reply::Simple("OK".into()), "SET answered {r:?}");

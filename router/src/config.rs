@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use shoal_node::config::parse_memory;
-use shoal_node::store::EvictionPolicy;
 use shoal_telemetry::logging::LogFormat;
+use shoal_wire::num::parse_memory;
 
 pub const DEFAULT_RESP: &str = "127.0.0.1:6379";
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
@@ -98,7 +97,7 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_UNIX_SOCKET")]
     pub unix_socket: Option<PathBuf>,
 
-    /// Permissions of the Unix socket, in octal (set before it accepts connections).
+    /// Permissions of the Unix socket, in octal, at most 777 (set before it accepts connections).
     #[arg(long, env = "SHOAL_UNIX_SOCKET_PERM", default_value = "770", value_parser = parse_octal)]
     pub unix_socket_perm: u32,
 
@@ -139,6 +138,23 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_HTTP_MAX_BODY", default_value = "64mb", value_parser = parse_memory)]
     pub http_max_body: u64,
 
+    /// With a password set, a RESP client that has not authenticated within this many ms is
+    /// disconnected (with an error line). 0: no limit.
+    #[arg(long, env = "SHOAL_AUTH_TIMEOUT_MS", default_value_t = 10_000)]
+    pub auth_timeout_ms: u64,
+
+    /// An HTTP request body must arrive completely within this many ms, else 408 and the
+    /// connection closes. 0: no limit.
+    #[arg(long, env = "SHOAL_HTTP_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub http_body_timeout_ms: u64,
+
+    /// Most request bytes the whole process buffers: HTTP bodies being read plus RESP read
+    /// buffers past 64 KiB each. A client that would exceed it gets an error (RESP: -ERR, then
+    /// disconnected; HTTP: 503) and the others are unaffected. "auto": half the memory limit of
+    /// the process's cgroup (the container's limit), at most 1gb; 1gb without a limit. 0: none.
+    #[arg(long, env = "SHOAL_REQUEST_BUFFER_BUDGET", default_value = "auto", value_parser = parse_budget)]
+    pub request_buffer_budget: Budget,
+
     /// Embedded nodes keep snapshots in DIR/node-<i> and start from them (see shoal-node
     /// --data-dir), so the local cluster restarts warm. Restart with the same node count.
     #[arg(long, env = "SHOAL_DATA_DIR")]
@@ -154,7 +170,7 @@ pub struct RouterArgs {
 
     /// Eviction policy of each embedded node.
     #[arg(long, env = "SHOAL_EMBEDDED_MAXMEMORY_POLICY", default_value = "noeviction",
-          value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
+          value_parser = parse_policy)]
     pub embedded_maxmemory_policy: String,
 
     /// Worker threads; default: the CPUs this process may use (cgroup limits included). One
@@ -167,9 +183,49 @@ pub struct RouterArgs {
     pub log_format: LogFormat,
 }
 
+/// `--request-buffer-budget`: a size, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Auto,
+    Bytes(u64),
+}
+
+/// The `auto` budget's ceiling.
+pub const AUTO_BUDGET_MAX: u64 = 1 << 30;
+
+impl Budget {
+    /// The budget in bytes for a process whose memory limit is `memory_limit` (`usize::MAX`:
+    /// none).
+    pub fn resolve(self, memory_limit: Option<u64>) -> usize {
+        let bytes = match self {
+            Budget::Auto => memory_limit.map_or(AUTO_BUDGET_MAX, |m| (m / 2).min(AUTO_BUDGET_MAX)),
+            Budget::Bytes(0) => return usize::MAX,
+            Budget::Bytes(n) => n,
+        };
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+}
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s.eq_ignore_ascii_case("auto") { Ok(Budget::Auto) } else { parse_memory(s).map(Budget::Bytes) }
+}
+
 impl RouterArgs {
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms.max(1))
+    }
+
+    /// A limit in ms, or none for 0.
+    fn optional_ms(ms: u64) -> Option<Duration> {
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    pub fn auth_timeout(&self) -> Option<Duration> {
+        Self::optional_ms(self.auth_timeout_ms)
+    }
+
+    pub fn http_body_timeout(&self) -> Option<Duration> {
+        Self::optional_ms(self.http_body_timeout_ms)
     }
 
     /// The number of in-process nodes to run: `--embedded-nodes`, or 3 when neither `--nodes`
@@ -183,8 +239,22 @@ impl RouterArgs {
     }
 }
 
+/// An eviction policy name, checked against the store's list when the store is built in.
+fn parse_policy(s: &str) -> Result<String, String> {
+    #[cfg(feature = "embedded")]
+    s.parse::<shoal_node::store::EvictionPolicy>()?;
+    Ok(s.to_string())
+}
+
+/// A file mode in octal: permission bits only (0 to 777); setuid, setgid and sticky bits mean
+/// nothing on a socket and are refused rather than silently applied.
 fn parse_octal(s: &str) -> Result<u32, String> {
-    u32::from_str_radix(s.trim_start_matches("0o"), 8).map_err(|_| format!("'{s}' is not an octal mode"))
+    let mode = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("'{s}' is not an octal mode"))?;
+    if mode > 0o777 {
+        return Err(format!("'{s}' has bits outside 0777 (only read/write/execute for user, group, other)"));
+    }
+    Ok(mode)
 }
 
 fn parse_yes_no(s: &str) -> Result<bool, String> {
@@ -221,5 +291,38 @@ mod tests {
         assert!(!cli.serve.protected_mode);
         assert_eq!(cli.serve.unix_socket_perm, 0o777);
         assert!(Cli::try_parse_from(["shoal-router", "--nodes", "a:1", "--embedded-nodes", "2"]).is_err());
+        for bad in ["7777", "1777", "4770", "1000", "8", "rw"] {
+            let err =
+                Cli::try_parse_from(["shoal-router", "--unix-socket-perm", bad]).unwrap_err().to_string();
+            assert!(err.contains("--unix-socket-perm"), "{bad}: {err}");
+        }
+        let cli = Cli::try_parse_from(["shoal-router", "--unix-socket-perm", "0o660"]).unwrap();
+        assert_eq!(cli.serve.unix_socket_perm, 0o660);
+    }
+
+    #[test]
+    fn client_limits() {
+        let cli = Cli::try_parse_from(["shoal-router"]).unwrap();
+        assert_eq!(cli.serve.auth_timeout(), Some(Duration::from_secs(10)));
+        assert_eq!(cli.serve.http_body_timeout(), Some(Duration::from_secs(30)));
+        assert_eq!(cli.serve.request_buffer_budget, Budget::Auto);
+        assert_eq!(Budget::Auto.resolve(None), 1 << 30);
+        assert_eq!(Budget::Auto.resolve(Some(256 << 20)), 128 << 20, "half a small container");
+        assert_eq!(Budget::Auto.resolve(Some(64 << 30)), 1 << 30, "at most 1gb");
+        let cli = Cli::try_parse_from([
+            "shoal-router",
+            "--auth-timeout-ms",
+            "0",
+            "--http-body-timeout-ms",
+            "250",
+            "--request-buffer-budget",
+            "4mb",
+        ])
+        .unwrap();
+        assert_eq!(cli.serve.auth_timeout(), None);
+        assert_eq!(cli.serve.http_body_timeout(), Some(Duration::from_millis(250)));
+        assert_eq!(cli.serve.request_buffer_budget.resolve(Some(1)), 4 << 20);
+        assert_eq!(Budget::Bytes(0).resolve(None), usize::MAX, "0: no budget");
+        assert!(Cli::try_parse_from(["shoal-router", "--request-buffer-budget", "lots"]).is_err());
     }
 }

@@ -2,12 +2,18 @@
 //!
 //! Each round parses every complete request in the read buffer and dispatches them all before
 //! awaiting any reply, so a pipeline's ops reach the node queues together and share batches.
-//! Replies are then awaited and encoded in request order, and written with one `write_all`.
-//! The connection reads again only after replying (back-pressure: a client that does not read
-//! its replies stops being read from).
+//! Replies are then awaited and encoded in request order and written with vectored writes (a
+//! large value is written where it lies, not copied), as soon as a few hundred KiB are ready, so
+//! a long pipeline of large replies flows out while later ones arrive. The connection reads again
+//! only after replying (back-pressure: a client that does not read its replies stops being read
+//! from). A round dispatches fewer commands when this client's replies have been large, so the
+//! replies one connection can have in flight stay near [`ROUND_REPLY_BUDGET`].
 //!
 //! Limits: unparsed input per client (1 MiB before AUTH), reply bytes per round (the output
-//! buffer limit), and commands per round. A protocol error is answered with `-ERR Protocol error:
+//! buffer limit), and commands per round. A read buffer growing past a small allowance draws from
+//! the process-wide budget ([`crate::state::BufferBudget`]); a client it cannot cover is told so
+//! and disconnected. A client that must authenticate and has not within `--auth-timeout-ms` is
+//! disconnected. A protocol error is answered with `-ERR Protocol error:
 //! ...` after the replies of the commands before it, then the connection closes. A request that
 //! starts with `POST` or `Host:` is an HTTP client (or a cross-protocol attack) and is dropped
 //! without a reply, as Redis does.
@@ -16,16 +22,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
+use shoal_wire::pieces::PIECE_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::cmd::{self, Ctx, Pending};
-use crate::resp::{Protocol, Reply, RequestParser};
+use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
-use crate::state::RouterState;
+use crate::state::{QUERY_BUFFER_ALLOWANCE, RouterState};
 
 /// Commands dispatched per round before replies are written.
 const MAX_COMMANDS_PER_ROUND: usize = 1024;
+/// About how many reply bytes one round may have in flight, judged by this connection's largest
+/// recent replies (a first round of unknown size may overshoot it once).
+const ROUND_REPLY_BUDGET: usize = 64 << 20;
+/// Encoded replies are written once this many bytes are ready.
+const WRITE_AT: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// Buffers larger than this are released after use instead of kept for the next round.
 const KEEP_BUFFER: usize = 256 * 1024;
@@ -39,18 +51,24 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
-    let mut output = BytesMut::with_capacity(READ_CHUNK);
+    let mut output = Out::new();
+    // The largest reply of the last round: sizes the next round (see ROUND_REPLY_BUDGET).
+    let mut reply_size = 0usize;
     let mut parser = RequestParser::new();
-    let mut routing = state.cluster.routing();
+    let mut routing = state.backend.routing();
     let mut pending: Vec<(Pending, Protocol, Instant)> = Vec::new();
+    let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
+    let mut auth_deadline: Option<tokio::time::Instant> = None;
     loop {
-        if routing.topology.version != state.cluster.version() {
-            routing = state.cluster.routing();
+        if routing.topology.version != state.backend.version() {
+            routing = state.backend.routing();
         }
         let deadline = tokio::time::Instant::now() + state.settings.deadline;
         let mut close = false;
         let mut more_input = false;
-        while pending.len() < MAX_COMMANDS_PER_ROUND {
+        let round_limit = (ROUND_REPLY_BUDGET / reply_size.max(1)).clamp(1, MAX_COMMANDS_PER_ROUND);
+        let mut large_request = false;
+        while pending.len() < round_limit {
             let limits = state.settings.limits(session.authenticated);
             match parser.next(&mut input, &limits) {
                 Ok(Some(args)) => {
@@ -61,7 +79,11 @@ pub async fn serve<S>(
                     session.last_command = Instant::now();
                     let mut ctx = Ctx { state: &state, session: &mut session, routing: &routing, deadline };
                     let reply = cmd::dispatch(&args, &mut ctx);
-                    let barrier = matches!(reply, Pending::Barrier(_));
+                    // A command this large sends an op in pieces, over several batches: later
+                    // commands wait for it, so none of their ops can overtake it.
+                    let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
+                    large_request |= large;
+                    let barrier = large || matches!(reply, Pending::Barrier(_));
                     close = matches!(reply, Pending::Close(_));
                     pending.push((reply, session.protocol, Instant::now()));
                     if close {
@@ -87,26 +109,41 @@ pub async fn serve<S>(
                 }
             }
         }
-        if pending.len() >= MAX_COMMANDS_PER_ROUND {
+        if pending.len() >= round_limit {
             more_input = true;
         }
+        // Not authenticated (a password is required): the clock runs from the connection (or
+        // RESET) on, whatever the client sends meanwhile, and covers writing to a client that
+        // does not read its replies as well as waiting for its next request.
+        if session.authenticated {
+            auth_deadline = None;
+        } else if let Some(limit) = state.settings.auth_timeout {
+            auth_deadline.get_or_insert_with(|| tokio::time::Instant::now() + limit);
+        }
+        reply_size = 0;
         for (reply, protocol, started) in pending.drain(..) {
-            let reply = reply.resolve(&state).await;
+            let reply = reply.resolve().await;
             state.metrics.command_seconds.observe(started.elapsed().as_secs_f64());
+            let before = output.len();
             reply.encode(protocol, &mut output);
+            reply_size = reply_size.max(output.len() - before);
             if output.len() > state.settings.output_buffer_limit {
                 tracing::warn!(peer = %session.peer, bytes = output.len(), "client output buffer limit reached; closing");
                 return;
             }
-        }
-        if !output.is_empty() {
-            if stream.write_all(&output).await.is_err() {
+            if output.len() >= WRITE_AT
+                && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await
+            {
                 return;
             }
-            output.clear();
-            if output.capacity() > KEEP_BUFFER {
-                output = BytesMut::with_capacity(READ_CHUNK);
-            }
+        }
+        if !output.is_empty() && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await {
+            return;
+        }
+        // A large request leaves a large read buffer behind: let it go rather than keep it for
+        // an idle connection.
+        if large_request && input.is_empty() {
+            input = BytesMut::with_capacity(READ_CHUNK);
         }
         if close {
             let _ = stream.flush().await;
@@ -125,9 +162,29 @@ pub async fn serve<S>(
         let want =
             parser.wanted().map_or(READ_CHUNK, |w| w.saturating_sub(input.len()).clamp(READ_CHUNK, 1 << 20));
         if input.capacity() - input.len() < want / 2 {
+            if !buffered.reserve(input.len(), input.capacity(), want) {
+                state.metrics.buffer_refusals.inc();
+                tracing::warn!(peer = %session.peer, bytes = input.len(), "request buffer budget exhausted; closing");
+                close_with(&mut stream, BUDGET_EXHAUSTED).await;
+                return;
+            }
             input.reserve(want);
         }
+        buffered.set(input.capacity());
+        let auth_expired = async {
+            match auth_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            biased;
+            _ = auth_expired => {
+                state.metrics.auth_timeouts.inc();
+                tracing::info!(peer = %session.peer, "no AUTH within the auth timeout; closing");
+                close_with(&mut stream, AUTH_TIMEOUT).await;
+                return;
+            }
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
@@ -139,6 +196,46 @@ pub async fn serve<S>(
         }
         if input.is_empty() && input.capacity() > KEEP_BUFFER {
             input = BytesMut::with_capacity(READ_CHUNK);
+            buffered.set(input.capacity());
+        }
+    }
+}
+
+const BUDGET_EXHAUSTED: &[u8] =
+    b"-ERR request buffer budget exhausted: the router holds too much unprocessed \
+request data from all clients (--request-buffer-budget); closing the connection, try again later\r\n";
+const AUTH_TIMEOUT: &[u8] =
+    b"-ERR authentication timeout: no successful AUTH within --auth-timeout-ms; closing the connection\r\n";
+
+/// Tells the client why it is being disconnected (bounded: it may not be reading) and closes.
+async fn close_with<S: AsyncWrite + Unpin>(stream: &mut S, message: &[u8]) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let _ = stream.write_all(message).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Writes what `output` holds; false when the connection must close (the write failed, or a
+/// client that has not authenticated ran out of time while not reading its replies).
+async fn flush<S: AsyncWrite + Unpin>(
+    output: &mut Out,
+    stream: &mut S,
+    auth_deadline: Option<tokio::time::Instant>,
+    state: &RouterState,
+    session: &Session,
+) -> bool {
+    let written = match auth_deadline {
+        Some(at) => tokio::time::timeout_at(at, output.write_to(stream)).await.ok(),
+        None => Some(output.write_to(stream).await),
+    };
+    match written {
+        Some(Ok(())) => true,
+        Some(Err(_)) => false,
+        None => {
+            state.metrics.auth_timeouts.inc();
+            tracing::info!(peer = %session.peer, "no AUTH within the auth timeout (replies unread); closing");
+            false
         }
     }
 }

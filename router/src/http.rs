@@ -8,21 +8,22 @@
 //! | `DELETE /keys/{key}` | DEL | 200, 404 |
 //! | `GET /keys/{key}/ttl` | TTL | 200 `{"key","ttl"}` (-1: none), 404 |
 //! | `POST /keys/_mget` `{"keys":[...]}` | MGET | 200 `{"values":[{"key","value"}...]}` |
-//! | `GET /healthz`, `/readyz`, `/metrics` | ops | readyz is 200 only when every node is up |
+//! | `GET /healthz`, `/readyz`, `/metrics` | ops | readyz: 200 when this router can serve (listening, topology known), whatever the nodes' health |
 //!
 //! Keys are percent-decoded path segments (so any byte string can be a key: `/keys/a%2Fb`).
 //! Requests run through the same command layer as RESP, so semantics and errors are the same.
-//! With `--requirepass`, API routes need `Authorization: Bearer <password>` (or Basic with user
-//! `default`); without one, protected mode refuses non-loopback clients as on the RESP port.
+//! With `--requirepass`, API routes and `/metrics` need `Authorization: Bearer <password>` (or
+//! Basic with user `default`); without one, protected mode refuses non-loopback clients as on the
+//! RESP port. `/healthz` and `/readyz` answer anyone (they are the pod's probes).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
-use hyper::header::{ALLOW, AUTHORIZATION, WWW_AUTHENTICATE};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Incoming};
+use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Method, Request, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
@@ -32,7 +33,7 @@ use crate::cmd::{self, Ctx};
 use crate::resp::Reply;
 use crate::server::protected_mode_allows;
 use crate::session::Session;
-use crate::state::RouterState;
+use crate::state::{BufferHold, RouterState};
 
 #[derive(Deserialize)]
 struct NewKey {
@@ -49,30 +50,25 @@ struct KeyList {
 pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterState>) -> HttpResponse {
     let path = req.uri().path().to_string();
     if req.method() == Method::GET {
-        let ready = || state.cluster.all_up();
+        // /healthz and /readyz answer anyone (kubelet probes carry no credentials and do not
+        // come from loopback); /metrics is guarded like the API below.
         if path == "/metrics" {
+            if let Some(refused) = refuse(&req, peer, &state) {
+                return refused;
+            }
             return response(
                 StatusCode::OK,
                 shoal_telemetry::metrics::CONTENT_TYPE,
                 crate::metrics::render(&state).await,
             );
         }
-        if let Some(r) = ops_endpoint(&path, ready, String::new) {
+        if let Some(r) = ops_endpoint(&path, || state.ready(), String::new) {
             return r;
         }
     }
     state.metrics.http_requests.inc();
-    let open = state.settings.requirepass.is_none();
-    if open && state.settings.protected_mode && !protected_mode_allows(peer.ip()) {
-        return error(
-            StatusCode::FORBIDDEN,
-            "protected mode: only loopback clients are accepted without a password",
-        );
-    }
-    if !open && !authorized(&req, &state) {
-        let mut r = error(StatusCode::UNAUTHORIZED, "authentication required");
-        r.headers_mut().insert(WWW_AUTHENTICATE, "Basic realm=\"shoal\"".parse().expect("static header"));
-        return r;
+    if let Some(refused) = refuse(&req, peer, &state) {
+        return refused;
     }
     let ttl = match ttl_param(req.uri().query()) {
         Ok(t) => t,
@@ -84,11 +80,11 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
     let mut api = Api { state: &state, session };
     match (segments.as_slice(), &method) {
         (["keys"], &Method::POST) => match body(req, &state).await {
-            Ok(b) => api.create(&b, ttl).await,
+            Ok((b, _held)) => api.create(&b, ttl).await,
             Err(r) => r,
         },
         (["keys", "_mget"], &Method::POST) => match body(req, &state).await {
-            Ok(b) => api.mget(&b).await,
+            Ok((b, _held)) => api.mget(&b).await,
             Err(r) => r,
         },
         (["keys", key, "ttl"], &Method::GET) => match decode(key) {
@@ -100,7 +96,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
             match *m {
                 Method::GET => api.get(key).await,
                 Method::PUT => match body(req, &state).await {
-                    Ok(b) => api.put(key, b, ttl).await,
+                    Ok((b, _held)) => api.put(key, b, ttl).await,
                     Err(r) => r,
                 },
                 Method::DELETE => api.delete(key).await,
@@ -120,10 +116,10 @@ struct Api<'a> {
 
 impl Api<'_> {
     async fn run(&mut self, args: Vec<Bytes>) -> Reply {
-        let routing = self.state.cluster.routing();
+        let routing = self.state.backend.routing();
         let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
         let mut ctx = Ctx { state: self.state, session: &mut self.session, routing: &routing, deadline };
-        cmd::dispatch(&args, &mut ctx).resolve(self.state).await
+        cmd::dispatch(&args, &mut ctx).resolve().await
     }
 
     async fn get(&mut self, key: Bytes) -> HttpResponse {
@@ -220,6 +216,25 @@ fn with_ttl(args: &mut Vec<Bytes>, ttl: Option<i64>) {
     }
 }
 
+/// The access rule of the API and `/metrics`, as on the RESP port: without a password, protected
+/// mode admits only loopback clients; with one, the request must carry it (Bearer, or Basic with
+/// user `default`). `None` when the request may proceed, else the refusal.
+fn refuse(req: &Request<Incoming>, peer: SocketAddr, state: &RouterState) -> Option<HttpResponse> {
+    let open = state.settings.requirepass.is_none();
+    if open && state.settings.protected_mode && !protected_mode_allows(peer.ip()) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "protected mode: only loopback clients are accepted without a password",
+        ));
+    }
+    if !open && !authorized(req, state) {
+        let mut r = error(StatusCode::UNAUTHORIZED, "authentication required");
+        r.headers_mut().insert(WWW_AUTHENTICATE, "Basic realm=\"shoal\"".parse().expect("static header"));
+        return Some(r);
+    }
+    None
+}
+
 fn authorized(req: &Request<Incoming>, state: &RouterState) -> bool {
     let Some(value) = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
     if let Some(token) = value.strip_prefix("Bearer ") {
@@ -248,14 +263,72 @@ fn ttl_param(query: Option<&str>) -> Result<Option<i64>, HttpResponse> {
     Ok(None)
 }
 
-async fn body(req: Request<Incoming>, state: &RouterState) -> Result<Bytes, HttpResponse> {
-    match Limited::new(req.into_body(), state.settings.http_max_body).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(error(StatusCode::PAYLOAD_TOO_LARGE, "request body exceeds the limit"))
+/// Reads a request body, within `--http-max-body` (413), `--http-body-timeout-ms` (408) and the
+/// process-wide request buffer budget (503; a declared `Content-Length` is taken from the budget
+/// before a byte is read). The returned hold keeps the body's bytes counted until the request is
+/// answered. A refused request's connection is closed (the rest of its body is never read).
+async fn body<'s>(
+    req: Request<Incoming>,
+    state: &'s RouterState,
+) -> Result<(Bytes, BufferHold<'s>), HttpResponse> {
+    let max = state.settings.http_max_body;
+    let too_large = || closing(error(StatusCode::PAYLOAD_TOO_LARGE, "request body exceeds the limit"));
+    let exhausted = || {
+        state.metrics.buffer_refusals.inc();
+        let mut r = closing(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "request buffer budget exhausted: the router holds too much unprocessed request data \
+             from all clients (--request-buffer-budget); try again later",
+        ));
+        r.headers_mut().insert(RETRY_AFTER, "1".parse().expect("static header"));
+        r
+    };
+    let mut held = state.buffers.hold(0);
+    let mut incoming = req.into_body();
+    let declared = incoming.size_hint().exact();
+    if let Some(n) = declared {
+        if n > max as u64 {
+            return Err(too_large());
         }
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, &format!("could not read the body: {e}"))),
+        if !held.resize(n as usize) {
+            return Err(exhausted());
+        }
     }
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    let read = async {
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| {
+                closing(error(StatusCode::BAD_REQUEST, &format!("could not read the body: {e}")))
+            })?;
+            let Ok(data) = frame.into_data() else { continue }; // trailers
+            if buf.len() + data.len() > max {
+                return Err(too_large());
+            }
+            if !held.reserve(buf.len(), buf.capacity(), data.len()) {
+                return Err(exhausted());
+            }
+            buf.extend_from_slice(&data);
+            held.set(buf.capacity());
+        }
+        Ok(())
+    };
+    let outcome = match state.settings.http_body_timeout {
+        Some(limit) => tokio::time::timeout(limit, read).await.unwrap_or_else(|_| {
+            state.metrics.http_body_timeouts.inc();
+            Err(closing(error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("the request body did not arrive within {} ms", limit.as_millis()),
+            )))
+        }),
+        None => read.await,
+    };
+    outcome.map(|()| (buf.freeze(), held))
+}
+
+/// Marks a response as the connection's last (hyper closes it after writing).
+fn closing(mut r: HttpResponse) -> HttpResponse {
+    r.headers_mut().insert(CONNECTION, "close".parse().expect("static header"));
+    r
 }
 
 /// Percent-decodes a path segment into raw key bytes.
@@ -290,12 +363,16 @@ fn not_allowed(allow: &'static str) -> HttpResponse {
     r
 }
 
-/// A command error as an HTTP status: out of memory is 507, an unreachable or slow node 503.
+/// A command error as an HTTP status: a node that could not answer is 503 (the request may be
+/// retried), a Redis error by its code (the first word, Redis's typed part of an error): out of
+/// memory is 507, anything else a bad request.
 fn failure(reply: Reply) -> HttpResponse {
     match reply {
-        Reply::Error(text) if text.starts_with("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
-        Reply::Error(text) if text.starts_with("ERR node ") => error(StatusCode::SERVICE_UNAVAILABLE, &text),
-        Reply::Error(text) => error(StatusCode::BAD_REQUEST, &text),
+        Reply::Failure(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Reply::Error(text) => match text.split(' ').next() {
+            Some("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
+            _ => error(StatusCode::BAD_REQUEST, &text),
+        },
         other => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("unexpected reply {other:?}")),
     }
 }

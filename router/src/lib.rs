@@ -2,15 +2,19 @@
 //! the node that owns it, over one batched gRPC stream per node.
 //!
 //! Data flow for a RESP request:
-//! [`server`] accepts (protected mode, maxclients) → [`connection`] reads and parses with
-//! [`resp::parse`] → [`cmd::dispatch`] checks name, arity, auth and runs the command from
-//! `cmd/<name>.rs`, which routes keys through [`backend::Routing`] and queues ops on the node's
-//! [`backend::link::NodeLink`] → the link batches ops from all connections onto the node's stream →
-//! replies come back in order and are encoded by [`resp::reply`].
+//! [`server`] accepts on any listener (protected mode, maxclients) → [`connection`] reads and
+//! parses with [`resp::parse`] → [`cmd::dispatch`] checks name, arity and auth and runs the
+//! command's handler (`cmd/<name>.rs`, its spec beside it, listed in [`cmd::registry`]) → the
+//! handler asks the [`backend`] for a call (one key, many keys, every node, one node, an atomic
+//! group), which queues ops on each node's [`backend::link::NodeLink`] → the link batches ops from
+//! all connections onto the node's stream → replies come back in order, are settled by the
+//! backend (topology changes are handled there, never in `cmd/`) and encoded by [`resp::reply`]
+//! into [`resp::Out`] (vectored writes).
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
-//! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster.
+//! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
+//!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
@@ -35,15 +39,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use shoal_node::store::StoreConfig;
 use shoal_wire::Topology;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backend::{Cluster, LinkOptions};
+use crate::backend::{Backend, LinkOptions};
 use crate::config::RouterArgs;
-use crate::embedded::EmbeddedCluster;
+use crate::embedded::{EmbeddedCluster, EmbeddedOptions};
 use crate::state::{RouterState, Settings};
 
 /// A running router (and its embedded nodes, if any).
@@ -51,6 +54,8 @@ pub struct Router {
     pub resp_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub unix_socket: Option<PathBuf>,
+    /// The socket file this router created (removed at shutdown only if it is still ours).
+    socket_file: Option<server::SocketFile>,
     pub state: Arc<RouterState>,
     pub embedded: Option<Arc<EmbeddedCluster>>,
     stop: watch::Sender<bool>,
@@ -71,7 +76,7 @@ impl std::fmt::Debug for Router {
 async fn wait_for_topology(path: &std::path::Path) -> anyhow::Result<shoal_wire::Topology> {
     let mut waited = Duration::ZERO;
     loop {
-        if let Some(t) = shoal_coordinator::FileStore::read(path)? {
+        if let Some(t) = shoal_wire::topology_file::read(path)? {
             return Ok(t);
         }
         if waited.as_secs().is_multiple_of(30) && waited.subsec_millis() == 0 {
@@ -92,17 +97,16 @@ impl Router {
         let mut watchers = Vec::new();
         let (embedded, topology, managed) = match (args.embedded(), &args.topology_file) {
             (Some(n), _) => {
-                let config = StoreConfig {
+                let cluster = EmbeddedCluster::start(EmbeddedOptions {
+                    nodes: n,
                     maxmemory: args.embedded_maxmemory as usize,
-                    policy: args.embedded_maxmemory_policy.parse().map_err(anyhow::Error::msg)?,
-                    ..StoreConfig::default()
-                };
-                let interval =
-                    (args.snapshot_interval > 0).then(|| Duration::from_secs(args.snapshot_interval));
-                let cluster = EmbeddedCluster::start(n, config, args.data_dir.clone(), interval)
-                    .await
-                    .context("starting embedded nodes")?;
-                let topology = cluster.store().subscribe().borrow().clone().context("no topology")?;
+                    policy: args.embedded_maxmemory_policy.clone(),
+                    data_dir: args.data_dir.clone(),
+                    snapshot_interval: (args.snapshot_interval > 0)
+                        .then(|| Duration::from_secs(args.snapshot_interval)),
+                })
+                .await?;
+                let topology = cluster.subscribe().borrow().clone().context("no topology")?;
                 tracing::info!(nodes = ?topology.nodes, "embedded nodes running");
                 (Some(cluster), topology, true)
             }
@@ -118,12 +122,13 @@ impl Router {
             TcpListener::bind(args.resp).await.with_context(|| format!("cannot listen on {}", args.resp))?;
         let http =
             TcpListener::bind(args.http).await.with_context(|| format!("cannot listen on {}", args.http))?;
-        let unix = match &args.unix_socket {
-            Some(path) => Some(
-                server::bind_unix(path, args.unix_socket_perm)
-                    .with_context(|| format!("cannot listen on {}", path.display()))?,
-            ),
-            None => None,
+        let (unix, socket_file) = match &args.unix_socket {
+            Some(path) => {
+                let (listener, file) = server::bind_unix(path, args.unix_socket_perm)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?;
+                (Some(listener), Some(file))
+            }
+            None => (None, None),
         };
         let resp_addr = server::bound(&resp);
         let http_addr = server::bound(&http);
@@ -138,14 +143,22 @@ impl Router {
             query_buffer_limit: args.client_query_buffer_limit as usize,
             output_buffer_limit: args.client_output_buffer_limit as usize,
             http_max_body: args.http_max_body as usize,
+            auth_timeout: args.auth_timeout(),
+            http_body_timeout: args.http_body_timeout(),
+            request_buffer_budget: args
+                .request_buffer_budget
+                .resolve(shoal_telemetry::runtime::memory_limit()),
             tcp_port: resp_addr.port(),
         };
+        if settings.request_buffer_budget != usize::MAX {
+            tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
+        }
         let links = LinkOptions { deadline: settings.deadline, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
-        let state = RouterState::new(settings, Cluster::new(topology, links, managed), embedded.clone());
+        let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
         // Follow the topology source: the embedded coordinator's store, or the file.
         if let Some(cluster) = &embedded {
-            let mut rx = cluster.store().subscribe();
+            let mut rx = cluster.subscribe();
             let (state, mut stop) = (state.clone(), stopped.clone());
             watchers.push(tokio::spawn(async move {
                 loop {
@@ -155,37 +168,26 @@ impl Router {
                     }
                     let t = rx.borrow_and_update().clone();
                     if let Some(t) = t {
-                        state.cluster.adopt(t);
+                        state.backend.adopt(t);
                     }
                 }
             }));
         } else if let Some(path) = args.topology_file.clone() {
             let (state, mut stop) = (state.clone(), stopped.clone());
+            let adopt = move |t| {
+                state.backend.adopt(t);
+            };
             watchers.push(tokio::spawn(async move {
-                let mut last = None;
-                loop {
-                    let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-                    if mtime.is_some() && mtime != last {
-                        last = mtime;
-                        match shoal_coordinator::FileStore::read(&path) {
-                            Ok(Some(t)) => {
-                                state.cluster.adopt(t);
-                            }
-                            Ok(None) => {}
-                            Err(e) => tracing::warn!(error = %e, "cannot read the topology file"),
-                        }
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                        _ = stop.changed() => return,
-                    }
-                }
+                let stopped = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                shoal_wire::topology_file::watch(path, Duration::from_millis(200), adopt, stopped).await
             }));
         }
-        let mut tasks = vec![tokio::spawn(server::serve_tcp(resp, state.clone(), stopped.clone()))];
+        let mut tasks = vec![tokio::spawn(server::serve(resp, state.clone(), stopped.clone()))];
         tasks.extend(watchers);
         if let Some(unix) = unix {
-            tasks.push(tokio::spawn(server::serve_unix(unix, state.clone(), stopped.clone())));
+            tasks.push(tokio::spawn(server::serve(unix, state.clone(), stopped.clone())));
         }
         let http_state = state.clone();
         let mut http_stop = stopped.clone();
@@ -202,6 +204,7 @@ impl Router {
             resp_addr,
             http_addr,
             unix_socket: args.unix_socket.clone(),
+            socket_file,
             state,
             embedded,
             stop,
@@ -210,6 +213,7 @@ impl Router {
     }
 
     /// The state of every embedded node (tests, introspection).
+    #[cfg(feature = "embedded")]
     pub async fn node_states(&self) -> Vec<Arc<shoal_node::service::NodeState>> {
         match &self.embedded {
             Some(e) => e.node_states().await,
@@ -220,6 +224,7 @@ impl Router {
     /// Graceful shutdown: stop accepting, let connections finish the request in hand, then stop
     /// the embedded nodes.
     pub async fn shutdown(self) {
+        self.state.start_draining();
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
@@ -230,12 +235,12 @@ impl Router {
         while self.state.connected_clients() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.state.cluster.close();
+        self.state.backend.close();
         if let Some(nodes) = self.embedded {
             nodes.shutdown().await;
         }
-        if let Some(path) = self.unix_socket {
-            let _ = std::fs::remove_file(path);
+        if let Some(file) = self.socket_file {
+            file.remove_if_ours();
         }
         tracing::info!("router stopped");
     }

@@ -1,5 +1,9 @@
-//! The router's counters and its `/metrics` text (router, per-node link, and node-reported
-//! series).
+//! The router's counters and its `/metrics` text: router series, per-node link series
+//! (`shoal_router_node_*`, e.g. `shoal_router_node_up`) and, only when the router runs its nodes
+//! in process (`--embedded-nodes`), the nodes' own `shoal_node_*` series. Separately run nodes
+//! publish those themselves (`shoal-node --metrics-listen`, the chart's node ServiceMonitor):
+//! re-publishing them here would duplicate every series and cost a stats call per node per
+//! scrape.
 
 use shoal_telemetry::metrics::{Counter, Exposition, Histogram, LATENCY_BUCKETS};
 
@@ -13,6 +17,12 @@ pub struct RouterMetrics {
     pub protocol_errors: Counter,
     pub auth_failures: Counter,
     pub http_requests: Counter,
+    /// RESP clients disconnected for not authenticating in time.
+    pub auth_timeouts: Counter,
+    /// HTTP requests whose body did not arrive in time.
+    pub http_body_timeouts: Counter,
+    /// Clients refused because the request buffer budget could not cover them.
+    pub buffer_refusals: Counter,
     /// Seconds from a command's dispatch to its reply being ready.
     pub command_seconds: Histogram,
 }
@@ -26,16 +36,19 @@ impl Default for RouterMetrics {
             protocol_errors: Counter::default(),
             auth_failures: Counter::default(),
             http_requests: Counter::default(),
+            auth_timeouts: Counter::default(),
+            http_body_timeouts: Counter::default(),
+            buffer_refusals: Counter::default(),
             command_seconds: Histogram::new(LATENCY_BUCKETS),
         }
     }
 }
 
-/// Renders everything; asks each node for its stats (bounded by the call deadline).
+/// Renders everything; with embedded nodes, asks each node for its stats (bounded by the call
+/// deadline).
 pub async fn render(state: &RouterState) -> String {
     let m = &state.metrics;
-    let routing = state.cluster.routing();
-    let stats = routing.stats_all().await;
+    let routing = state.backend.routing();
     let mut e = Exposition::new();
     e.counter("shoal_router_connections_total", "Client connections accepted.", m.connections.get())
         .counter(
@@ -52,6 +65,31 @@ pub async fn render(state: &RouterState) -> String {
         )
         .counter("shoal_router_auth_failures_total", "Failed AUTH/HELLO attempts.", m.auth_failures.get())
         .counter("shoal_router_http_requests_total", "HTTP API requests.", m.http_requests.get())
+        .counter(
+            "shoal_router_auth_timeouts_total",
+            "RESP clients disconnected for not authenticating within --auth-timeout-ms.",
+            m.auth_timeouts.get(),
+        )
+        .counter(
+            "shoal_router_http_body_timeouts_total",
+            "HTTP requests whose body did not arrive within --http-body-timeout-ms (408).",
+            m.http_body_timeouts.get(),
+        )
+        .gauge(
+            "shoal_router_request_buffer_bytes",
+            "Request bytes buffered now against --request-buffer-budget (HTTP bodies being read, RESP buffers past their allowance).",
+            state.buffers.used() as f64,
+        )
+        .gauge(
+            "shoal_router_request_buffer_budget_bytes",
+            "The process-wide request buffer budget.",
+            state.buffers.limit().min(1 << 53) as f64,
+        )
+        .counter(
+            "shoal_router_request_buffer_refusals_total",
+            "Clients refused (RESP: disconnected; HTTP: 503) because the request buffer budget was exhausted.",
+            m.buffer_refusals.get(),
+        )
         .histogram(
             "shoal_router_command_duration_seconds",
             "Time from dispatch to reply.",
@@ -67,7 +105,7 @@ pub async fn render(state: &RouterState) -> String {
             "Slot ranges moving in the topology routed by.",
             routing.topology.migrations.len() as f64,
         );
-    let c = &state.cluster.metrics;
+    let c = &state.backend.metrics;
     e.counter("shoal_router_topology_changes_total", "Topologies adopted.", c.topology_changes.get())
         .counter(
             "shoal_router_fallback_reads_total",
@@ -80,42 +118,58 @@ pub async fn render(state: &RouterState) -> String {
             c.moved_retries.get(),
         )
         .counter(
+            "shoal_router_stale_retries_total",
+            "Ops routed again because their node had left the cluster.",
+            c.stale_retries.get(),
+        )
+        .counter(
             "shoal_router_keys_copied_total",
             "Keys copied to their new owner ahead of a read-modify-write.",
             c.keys_copied.get(),
         );
 
-    let ids: Vec<String> = routing.links.iter().map(|l| l.ident.id.to_string()).collect();
+    let ids: Vec<String> = routing.nodes.iter().map(|l| l.ident().id.to_string()).collect();
     let per_link = |e: &mut Exposition, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> f64| {
         e.family(name, kind, help);
-        for (i, link) in routing.links.iter().enumerate() {
-            e.sample(name, &[("node", &ids[i]), ("addr", &link.ident.addr)], value(i));
+        for (i, link) in routing.nodes.iter().enumerate() {
+            e.sample(name, &[("node", &ids[i]), ("addr", &link.ident().addr)], value(i));
         }
     };
-    let links = &routing.links;
+    let links = &routing.nodes;
     per_link(&mut e, "shoal_router_node_up", "gauge", "1 when the node's stream is connected.", &|i| {
         f64::from(u8::from(links[i].is_up()))
     });
     per_link(&mut e, "shoal_router_node_batches_total", "counter", "Batches sent to the node.", &|i| {
-        links[i].metrics.batches.get() as f64
+        links[i].metrics().batches.get() as f64
     });
     per_link(&mut e, "shoal_router_node_ops_total", "counter", "Ops sent to the node.", &|i| {
-        links[i].metrics.ops.get() as f64
+        links[i].metrics().ops.get() as f64
     });
     per_link(
         &mut e,
         "shoal_router_node_failed_calls_total",
         "counter",
         "Calls failed (down, timeout, overload).",
-        &|i| links[i].metrics.failed_calls.get() as f64,
+        &|i| links[i].metrics().failed_calls.get() as f64,
     );
     per_link(&mut e, "shoal_router_node_connects_total", "counter", "Successful (re)connections.", &|i| {
-        links[i].metrics.connects.get() as f64
+        links[i].metrics().connects.get() as f64
     });
+    per_link(
+        &mut e,
+        "shoal_router_node_transfers_total",
+        "counter",
+        "Ops sent in pieces (larger than one message piece).",
+        &|i| links[i].metrics().transfers.get() as f64,
+    );
     e.family("shoal_router_node_batch_ops", "histogram", "Ops per batch sent to a node.");
     for (i, link) in links.iter().enumerate() {
-        e.histogram_samples("shoal_router_node_batch_ops", &[("node", &ids[i])], &link.metrics.batch_ops);
+        e.histogram_samples("shoal_router_node_batch_ops", &[("node", &ids[i])], &link.metrics().batch_ops);
     }
+    if state.embedded.is_none() {
+        return e.finish();
+    }
+    let stats = routing.stats_all().await;
     let node_stat = |e: &mut Exposition,
                      name: &str,
                      kind: &str,

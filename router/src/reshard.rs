@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use shoal_coordinator::{Coordinator, FileStore, Progress, TopologyStore};
+use shoal_coordinator::{Coordinator, FileRegistry, Progress, Registry};
 use shoal_wire::{NodeInfo, Topology};
 
 use crate::config::ReshardArgs;
@@ -44,7 +44,7 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
 }
 
 pub async fn run(args: &ReshardArgs) -> anyhow::Result<()> {
-    let store = FileStore::new(&args.topology_file);
+    let store = FileRegistry::new(&args.topology_file);
     let report = |p: &Progress| {
         let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
         eprintln!(

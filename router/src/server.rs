@@ -1,13 +1,20 @@
-//! Accept loops for the RESP listeners (TCP and Unix socket), with the admission rules Redis
-//! applies before a client may send anything: protected mode and `maxclients`.
+//! The RESP accept loop, one for every kind of listener (TCP, Unix socket; a TLS listener plugs
+//! in by implementing [`Listener`]), with the admission rules Redis applies before a client may
+//! send anything: protected mode and `maxclients`.
+//!
+//! Also the Unix socket's file: [`bind_unix`] refuses a path another process serves and replaces
+//! a stale one, and [`SocketFile::remove_if_ours`] removes it at exit only if it is still ours.
 
+use std::future::Future;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use crate::connection;
@@ -21,6 +28,8 @@ loopback interface. To accept other clients, set a password with --requirepass (
 disable protected mode with --protected-mode no if the network is trusted.\r\n";
 
 const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
+/// A refused client gets this long to take its one-line answer before the socket is closed.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Whether protected mode lets `ip` in: only the loopback addresses Redis accepts (`127.0.0.1`
 /// and `::1`, also as an IPv4-mapped IPv6 address).
@@ -31,40 +40,103 @@ pub fn protected_mode_allows(ip: IpAddr) -> bool {
     }
 }
 
+/// A connection a [`Listener`] accepted.
+#[derive(Debug)]
+pub struct Accepted<S> {
+    pub stream: S,
+    /// The peer as CLIENT INFO's `addr` shows it (`ip:port`, or `path:0` on a Unix socket).
+    pub peer: String,
+    /// Whether protected mode admits this peer without a password: a loopback TCP client, or any
+    /// client of a Unix socket (local by construction; its file mode is the access control).
+    pub trusted: bool,
+}
+
+/// A bound RESP listener. [`serve`] runs the same accept loop and admission rules for every
+/// implementation.
+pub trait Listener: Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// For logs: `tcp`, `unix`, ...
+    fn kind(&self) -> &'static str;
+
+    /// The local address as CLIENT INFO's `laddr` shows it.
+    fn local(&self) -> String;
+
+    fn accept(&self) -> impl Future<Output = io::Result<Accepted<Self::Stream>>> + Send;
+}
+
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+
+    fn kind(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn local(&self) -> String {
+        self.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    async fn accept(&self) -> io::Result<Accepted<TcpStream>> {
+        let (stream, peer) = TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok(Accepted { stream, peer: peer.to_string(), trusted: protected_mode_allows(peer.ip()) })
+    }
+}
+
+/// A Unix socket listener and its path (for CLIENT INFO).
+#[derive(Debug)]
+pub struct UnixSocket {
+    listener: UnixListener,
+    path: String,
+}
+
+impl Listener for UnixSocket {
+    type Stream = UnixStream;
+
+    fn kind(&self) -> &'static str {
+        "unix"
+    }
+
+    fn local(&self) -> String {
+        self.path.clone()
+    }
+
+    async fn accept(&self) -> io::Result<Accepted<UnixStream>> {
+        let (stream, _) = self.listener.accept().await?;
+        Ok(Accepted { stream, peer: format!("{}:0", self.path), trusted: true })
+    }
+}
+
 /// Serves RESP on `listener` until `shutdown` flips to true.
-pub async fn serve_tcp(listener: TcpListener, state: Arc<RouterState>, mut shutdown: watch::Receiver<bool>) {
-    let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdown: watch::Receiver<bool>) {
+    let local = listener.local();
+    let kind = listener.kind();
     loop {
-        let (mut stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    tracing::warn!(error = %e, "RESP accept failed");
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, listener = kind, "RESP accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => return,
         };
-        let _ = stream.set_nodelay(true);
+        let Accepted { stream, peer, trusted } = accepted;
         let open = state.settings.requirepass.is_none();
-        if open && state.settings.protected_mode && !protected_mode_allows(peer.ip()) {
-            tracing::warn!(%peer, "refused a non-loopback client in protected mode");
+        if open && state.settings.protected_mode && !trusted {
+            tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
             state.metrics.rejected_connections.inc();
-            tokio::spawn(async move {
-                let _ = stream.write_all(PROTECTED_MODE_DENIED.as_bytes()).await;
-                let _ = stream.shutdown().await;
-            });
+            refuse(stream, PROTECTED_MODE_DENIED.as_bytes());
             continue;
         }
         let Some(slot) = state.admit() else {
-            tokio::spawn(async move {
-                let _ = stream.write_all(MAX_CLIENTS_REACHED).await;
-                let _ = stream.shutdown().await;
-            });
+            refuse(stream, MAX_CLIENTS_REACHED);
             continue;
         };
-        let session = Session::new(state.next_client_id(), peer.to_string(), local.clone(), open);
+        let session = Session::new(state.next_client_id(), peer, local.clone(), open);
         let (state, shutdown) = (state.clone(), shutdown.clone());
         tokio::spawn(async move {
             connection::serve(stream, state, session, shutdown).await;
@@ -73,56 +145,79 @@ pub async fn serve_tcp(listener: TcpListener, state: Arc<RouterState>, mut shutd
     }
 }
 
-/// Serves RESP on a Unix socket (local clients: no protected-mode check).
-pub async fn serve_unix(
-    listener: UnixListener,
-    state: Arc<RouterState>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let path = listener
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
-        .unwrap_or_default();
-    loop {
-        let mut stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "unix socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => return,
-        };
-        let Some(slot) = state.admit() else {
-            tokio::spawn(async move {
-                let _ = stream.write_all(MAX_CLIENTS_REACHED).await;
-            });
-            continue;
-        };
-        let open = state.settings.requirepass.is_none();
-        let session = Session::new(state.next_client_id(), format!("{path}:0"), path.clone(), open);
-        let (state, shutdown) = (state.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            connection::serve(stream, state, session, shutdown).await;
-            drop(slot);
-        });
+/// Answers a refused client with one error line and closes the connection (in the background,
+/// bounded: a client that does not read cannot hold the task).
+fn refuse<S: AsyncWrite + Unpin + Send + 'static>(mut stream: S, message: &'static [u8]) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+            let _ = stream.write_all(message).await;
+            let _ = stream.shutdown().await;
+        })
+        .await;
+    });
+}
+
+/// The Unix socket file this router created: its path, and the identity (device, inode) of the
+/// file it bound, so that it only ever removes its own.
+#[derive(Debug, Clone)]
+pub struct SocketFile {
+    pub path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketFile {
+    /// Removes the socket file if the path still names the file this router bound (another
+    /// process may have replaced it since). Returns whether it removed it.
+    pub fn remove_if_ours(&self) -> bool {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => {
+                std::fs::remove_file(&self.path).is_ok()
+            }
+            Ok(_) => {
+                tracing::info!(path = %self.path.display(), "the Unix socket file was replaced by another process; leaving it");
+                false
+            }
+            Err(_) => false,
+        }
     }
 }
 
 /// Binds a Unix socket with `mode` applied before it starts listening, so there is no moment
-/// when other users could connect. A stale socket file from an earlier run is replaced.
-pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
+/// when other users could connect.
+///
+/// If the path exists: a socket that answers a connection belongs to a live process, and binding
+/// fails (a second router must not steal the first one's clients); a socket that refuses the
+/// connection is stale (left by a crashed run) and is replaced; anything else is an error.
+pub fn bind_unix(path: &Path, mode: u32) -> io::Result<(UnixSocket, SocketFile)> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
-            std::fs::remove_file(path)?
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!(
+                            "{} is in use: another process accepts connections on it (stop it, or choose another --unix-socket)",
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    tracing::info!(path = %path.display(), "replacing a stale Unix socket file");
+                    std::fs::remove_file(path)?
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{} exists and cannot be checked for a live server: {e}", path.display()),
+                    ));
+                }
+            }
         }
         Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
                 format!("{} exists and is not a socket", path.display()),
             ));
         }
@@ -130,10 +225,21 @@ pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
     }
     let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
     socket.bind(&socket2::SockAddr::unix(path)?)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    socket.listen(1024)?;
-    socket.set_nonblocking(true)?;
-    UnixListener::from_std(std::os::unix::net::UnixListener::from(std::os::fd::OwnedFd::from(socket)))
+    let meta = std::fs::symlink_metadata(path)?;
+    let file = SocketFile { path: path.to_path_buf(), dev: meta.dev(), ino: meta.ino() };
+    let listening = (|| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        UnixListener::from_std(std::os::unix::net::UnixListener::from(std::os::fd::OwnedFd::from(socket)))
+    })();
+    match listening {
+        Ok(listener) => Ok((UnixSocket { listener, path: path.display().to_string() }, file)),
+        Err(e) => {
+            file.remove_if_ours();
+            Err(e)
+        }
+    }
 }
 
 /// The address a TCP listener actually got (port 0 resolved).

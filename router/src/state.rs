@@ -1,15 +1,20 @@
 //! The state one router process shares across all its connections and front ends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::backend::Cluster;
+use crate::backend::Backend;
 use crate::metrics::RouterMetrics;
 use crate::resp::Limits;
 
 /// Before AUTH, a client may buffer at most this much unparsed input.
 pub const UNAUTH_QUERY_BUFFER_LIMIT: usize = 1024 * 1024;
+
+/// A RESP connection's read buffer up to this size is its own; beyond it, the bytes come from the
+/// process-wide [`BufferBudget`]. Ordinary commands never get near it, so they never touch the
+/// budget.
+pub const QUERY_BUFFER_ALLOWANCE: usize = 64 * 1024;
 
 /// The settings that shape request handling (the rest of the CLI only matters at startup).
 #[derive(Debug, Clone)]
@@ -23,6 +28,12 @@ pub struct Settings {
     pub query_buffer_limit: usize,
     pub output_buffer_limit: usize,
     pub http_max_body: usize,
+    /// A RESP client that must authenticate and has not within this long is disconnected.
+    pub auth_timeout: Option<Duration>,
+    /// An HTTP request body must arrive completely within this long.
+    pub http_body_timeout: Option<Duration>,
+    /// Process-wide cap on buffered request bytes (see [`BufferBudget`]); `usize::MAX`: none.
+    pub request_buffer_budget: usize,
     /// The RESP TCP port, for INFO.
     pub tcp_port: u16,
 }
@@ -39,6 +50,9 @@ impl Default for Settings {
             query_buffer_limit: 1 << 30,
             output_buffer_limit: 1 << 30,
             http_max_body: 64 * 1024 * 1024,
+            auth_timeout: Some(Duration::from_secs(10)),
+            http_body_timeout: Some(Duration::from_secs(30)),
+            request_buffer_budget: 1 << 30,
             tcp_port: 6379,
         }
     }
@@ -77,14 +91,115 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// The process-wide budget for buffered request bytes: HTTP bodies being read (from the first
+/// byte; a declared `Content-Length` is taken up front) and RESP read buffers beyond
+/// [`QUERY_BUFFER_ALLOWANCE`] each. Like Redis's client query buffer limits, but for the whole
+/// process: many clients that each stay under their own limit cannot together exhaust memory. A
+/// client whose buffer cannot grow within the budget gets an error and is disconnected; the
+/// others are unaffected.
+#[derive(Debug)]
+pub struct BufferBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl BufferBudget {
+    pub fn new(limit: usize) -> BufferBudget {
+        BufferBudget { limit, used: AtomicUsize::new(0) }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes held by all clients now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// A client's (empty) share; bytes up to `allowance` are free.
+    pub fn hold(&self, allowance: usize) -> BufferHold<'_> {
+        BufferHold { budget: self, allowance, held: 0 }
+    }
+
+    fn try_take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&total| total <= self.limit)
+            })
+            .is_ok()
+    }
+}
+
+/// The bytes one client holds against the [`BufferBudget`]; given back when dropped.
+#[derive(Debug)]
+pub struct BufferHold<'a> {
+    budget: &'a BufferBudget,
+    allowance: usize,
+    held: usize,
+}
+
+impl BufferHold<'_> {
+    /// Makes this client's share cover a buffer of `bytes`. Growing must fit in the budget:
+    /// returns false, holding what it held, if it does not. Shrinking always succeeds.
+    pub fn resize(&mut self, bytes: usize) -> bool {
+        let want = bytes.saturating_sub(self.allowance);
+        if want == self.held {
+            return true; // the common case (a buffer within its allowance): no shared write
+        }
+        if want > self.held {
+            if !self.budget.try_take(want - self.held) {
+                return false;
+            }
+        } else {
+            self.budget.used.fetch_sub(self.held - want, Ordering::AcqRel);
+        }
+        self.held = want;
+        true
+    }
+
+    /// Makes room for a buffer with `len` bytes in `capacity` to take `additional` more: if they
+    /// do not fit, growing it may double its capacity, so that much must fit. Returns false (the
+    /// buffer must not grow) when the budget cannot cover it.
+    pub fn reserve(&mut self, len: usize, capacity: usize, additional: usize) -> bool {
+        let needed = len.saturating_add(additional);
+        if needed <= capacity {
+            return true;
+        }
+        self.resize(needed.max(capacity.saturating_mul(2)))
+    }
+
+    /// Records the buffer's actual size after an allocation or a shrink: never refuses, since
+    /// the memory is already allocated (or released).
+    pub fn set(&mut self, bytes: usize) {
+        if !self.resize(bytes) {
+            let want = bytes.saturating_sub(self.allowance);
+            self.budget.used.fetch_add(want - self.held, Ordering::AcqRel);
+            self.held = want;
+        }
+    }
+}
+
+impl Drop for BufferHold<'_> {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.held, Ordering::AcqRel);
+    }
+}
+
 #[derive(Debug)]
 pub struct RouterState {
     pub settings: Settings,
-    pub cluster: Cluster,
+    pub backend: Arc<Backend>,
     pub metrics: RouterMetrics,
+    /// Buffered request bytes, process-wide.
+    pub buffers: BufferBudget,
     pub started: Instant,
+    /// Wall-clock time (expiry checks, LASTSAVE, TIME); injectable for tests.
+    pub clock: Arc<dyn shoal_wire::clock::Clock>,
     next_client_id: AtomicU64,
     connected: AtomicUsize,
+    /// Set at shutdown: `/readyz` answers 503 from then on.
+    draining: AtomicBool,
     /// A BGSAVE is running (Redis refuses a second one).
     pub bgsave_running: std::sync::atomic::AtomicBool,
     /// The in-process nodes and coordinator, in embedded mode (SHOAL SCALE).
@@ -94,16 +209,19 @@ pub struct RouterState {
 impl RouterState {
     pub fn new(
         settings: Settings,
-        cluster: Cluster,
+        backend: Arc<Backend>,
         embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     ) -> Arc<RouterState> {
         Arc::new(RouterState {
+            buffers: BufferBudget::new(settings.request_buffer_budget),
             settings,
-            cluster,
+            backend,
             metrics: RouterMetrics::default(),
             started: Instant::now(),
+            clock: Arc::new(shoal_wire::clock::SystemClock),
             next_client_id: AtomicU64::new(1),
             connected: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
             embedded,
         })
@@ -127,6 +245,21 @@ impl RouterState {
 
     pub fn connected_clients(&self) -> usize {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Whether this router can serve (`/readyz`, the router Deployment's readiness probe): it is
+    /// listening (its state exists only once every listener is bound), it knows a topology, and it
+    /// is not shutting down. It does *not* require every node to be up: a node that is down makes
+    /// only its own keys fail (fast, with `-ERR node N ... is unavailable`), and taking every
+    /// router out of the Service for it would fail every key instead. Per-node health is in
+    /// `SHOAL NODES` and `shoal_router_node_up`.
+    pub fn ready(&self) -> bool {
+        !self.draining.load(Ordering::Acquire) && !self.backend.routing().topology.nodes.is_empty()
+    }
+
+    /// Shutdown has begun: stop reporting ready.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 }
 
@@ -154,6 +287,30 @@ mod tests {
         assert!(!locked.check_password(b"default", b"s3cre"));
         assert!(!locked.check_password(b"default", b"s3cret!"));
         assert!(!locked.check_password(b"default", b""));
+    }
+
+    #[test]
+    fn the_buffer_budget_is_shared_and_given_back() {
+        let budget = BufferBudget::new(1000);
+        let mut a = budget.hold(100);
+        assert!(a.resize(100), "within the allowance: free");
+        assert_eq!(budget.used(), 0);
+        assert!(a.resize(700));
+        assert_eq!(budget.used(), 600);
+        let mut b = budget.hold(0);
+        assert!(!b.resize(401), "over the budget");
+        assert_eq!(budget.used(), 600, "a refusal takes nothing");
+        assert!(b.resize(400));
+        assert!(!a.resize(701));
+        a.set(200);
+        assert_eq!(budget.used(), 500, "shrinking gives back");
+        assert!(!b.reserve(900, 1000, 101), "growing a full buffer may double it: 2000 must fit");
+        assert!(b.reserve(900, 1000, 100), "no growth needed");
+        b.set(1200);
+        assert_eq!(budget.used(), 1300, "what is allocated is recorded, even over the budget");
+        drop(b);
+        drop(a);
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

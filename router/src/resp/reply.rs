@@ -5,7 +5,11 @@
 
 use std::borrow::Cow;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+
+use super::Out;
+
+use crate::backend::BackendError;
 
 /// The protocol version a RESP connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,6 +45,14 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// RESP3 verbatim string (`=len\r\ntxt:...`); a bulk string in RESP2. Used by INFO.
     Verbatim(Bytes),
+    /// A node could not answer: `-ERR <why>` on RESP, 503 on HTTP.
+    Failure(BackendError),
+}
+
+impl From<BackendError> for Reply {
+    fn from(e: BackendError) -> Reply {
+        Reply::Failure(e)
+    }
 }
 
 impl Reply {
@@ -70,16 +82,21 @@ impl Reply {
     }
 
     /// Appends the encoding of `self` for `proto` to `out`.
-    pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+    pub fn encode(&self, proto: Protocol, out: &mut Out) {
         match self {
             Reply::Simple(s) => line(out, b'+', s.as_bytes()),
             Reply::Error(s) => line(out, b'-', s.as_bytes()),
+            Reply::Failure(e) => line(out, b'-', format!("ERR {e}").as_bytes()),
             Reply::Int(n) => {
                 out.put_u8(b':');
                 put_int(out, *n);
                 out.put_slice(b"\r\n");
             }
-            Reply::Bulk(b) => bulk(out, b'$', b),
+            Reply::Bulk(b) => {
+                header(out, b'$', b.len());
+                out.put_bytes(b);
+                out.put_slice(b"\r\n");
+            }
             Reply::Nil => match proto {
                 Protocol::Resp2 => out.put_slice(b"$-1\r\n"),
                 Protocol::Resp3 => out.put_slice(b"_\r\n"),
@@ -116,33 +133,33 @@ impl Reply {
 
     /// The encoding as a fresh buffer (tests, one-off replies).
     pub fn to_bytes(&self, proto: Protocol) -> Bytes {
-        let mut out = BytesMut::new();
+        let mut out = Out::new();
         self.encode(proto, &mut out);
-        out.freeze()
+        out.into_bytes()
     }
 }
 
-fn line(out: &mut BytesMut, prefix: u8, body: &[u8]) {
+fn line(out: &mut Out, prefix: u8, body: &[u8]) {
     out.reserve(body.len() + 3);
     out.put_u8(prefix);
     out.put_slice(body);
     out.put_slice(b"\r\n");
 }
 
-fn header(out: &mut BytesMut, prefix: u8, len: usize) {
+fn header(out: &mut Out, prefix: u8, len: usize) {
     out.put_u8(prefix);
     put_int(out, len as i64);
     out.put_slice(b"\r\n");
 }
 
-fn bulk(out: &mut BytesMut, prefix: u8, b: &[u8]) {
+fn bulk(out: &mut Out, prefix: u8, b: &[u8]) {
     out.reserve(b.len() + 16);
     header(out, prefix, b.len());
     out.put_slice(b);
     out.put_slice(b"\r\n");
 }
 
-fn put_int(out: &mut BytesMut, n: i64) {
+fn put_int(out: &mut Out, n: i64) {
     let mut buf = itoa_buf(n);
     out.put_slice(buf.as_bytes_mut());
 }

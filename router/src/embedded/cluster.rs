@@ -1,9 +1,7 @@
-//! The embedded cluster: nodes running inside the router process, each a real gRPC server on its
-//! own loopback port, with the resharding coordinator running in-process too. One command starts a
-//! working cluster without Kubernetes, and `SHOAL SCALE n` grows or shrinks it online.
+//! The embedded cluster with real nodes (the `embedded` feature).
 //!
 //! Node ids are 0..n-1 at start; growing adds the next ids, shrinking removes the highest (as a
-//! StatefulSet does). The coordinator publishes into a [`MemoryStore`] that this router routes by;
+//! StatefulSet does). The coordinator publishes into a [`MemoryRegistry`] that this router routes by;
 //! with `--data-dir` every published topology is also kept in `DIR/topology.json` and each node
 //! keeps its snapshots in `DIR/node-<id>`, so a restart comes back with the same nodes and data.
 
@@ -14,52 +12,45 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use shoal_coordinator::{Coordinator, MemoryStore, Progress, StoreError, TopologyStore};
+use shoal_coordinator::{Coordinator, MemoryRegistry, Progress, Registry, RegistryError};
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
 use shoal_node::service::NodeState;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::{NodeInfo, Topology};
 
-/// The topology store of an embedded cluster: memory, mirrored to a file with `--data-dir`.
+use super::{EmbeddedError, EmbeddedOptions, ScaleStatus};
+
+/// The topology registry of an embedded cluster: memory, mirrored to a file with `--data-dir`.
 #[derive(Debug)]
-pub struct EmbeddedStore {
-    memory: MemoryStore,
+pub struct EmbeddedRegistry {
+    memory: MemoryRegistry,
     file: Option<PathBuf>,
 }
 
-impl TopologyStore for EmbeddedStore {
-    async fn load(&self) -> Result<Option<Topology>, StoreError> {
+impl Registry for EmbeddedRegistry {
+    async fn load(&self) -> Result<Option<Topology>, RegistryError> {
         self.memory.load().await
     }
 
-    async fn publish(&self, t: &Topology) -> Result<(), StoreError> {
+    async fn publish(&self, t: &Topology) -> Result<(), RegistryError> {
         self.memory.publish(t).await?;
         if let Some(path) = &self.file {
-            shoal_coordinator::FileStore::write(path, t)?;
+            shoal_coordinator::FileRegistry::write(path, t)?;
         }
         Ok(())
     }
 }
 
-impl EmbeddedStore {
+impl EmbeddedRegistry {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Topology>> {
         self.memory.subscribe()
     }
 }
 
-/// State of the last or current `SHOAL SCALE`.
-#[derive(Debug, Clone, Default)]
-pub struct ScaleStatus {
-    pub running: bool,
-    pub target: usize,
-    pub progress: Progress,
-    pub error: Option<String>,
-}
-
 pub struct EmbeddedCluster {
     nodes: tokio::sync::Mutex<BTreeMap<u32, NodeHandle>>,
-    coordinator: Coordinator<Arc<EmbeddedStore>>,
-    store: Arc<EmbeddedStore>,
+    coordinator: Coordinator<Arc<EmbeddedRegistry>>,
+    store: Arc<EmbeddedRegistry>,
     config: StoreConfig,
     data_dir: Option<PathBuf>,
     snapshot_interval: Option<Duration>,
@@ -76,21 +67,19 @@ impl std::fmt::Debug for EmbeddedCluster {
 impl EmbeddedCluster {
     /// Starts `n` nodes (or, with a data directory holding a topology from an earlier run, the
     /// nodes it names) and publishes a topology they all serve.
-    pub async fn start(
-        n: usize,
-        config: StoreConfig,
-        data_dir: Option<PathBuf>,
-        snapshot_interval: Option<Duration>,
-    ) -> Result<Arc<EmbeddedCluster>, NodeError> {
+    pub async fn start(options: EmbeddedOptions) -> Result<Arc<EmbeddedCluster>, EmbeddedError> {
+        let EmbeddedOptions { nodes: n, maxmemory, policy, data_dir, snapshot_interval } = options;
+        let policy = policy.parse().map_err(EmbeddedError::Config)?;
+        let config = StoreConfig { maxmemory, policy, ..StoreConfig::default() };
         let saved = data_dir
             .as_ref()
-            .and_then(|d| shoal_coordinator::FileStore::read(&d.join("topology.json")).ok().flatten());
+            .and_then(|d| shoal_coordinator::FileRegistry::read(&d.join("topology.json")).ok().flatten());
         let ids: Vec<u32> = match &saved {
             Some(t) => t.nodes.iter().map(|n| n.id).collect(),
             None => (0..n.max(1) as u32).collect(),
         };
         let file = data_dir.as_ref().map(|d| d.join("topology.json"));
-        let store = Arc::new(EmbeddedStore { memory: MemoryStore::new(None), file });
+        let store = Arc::new(EmbeddedRegistry { memory: MemoryRegistry::new(None), file });
         let cluster = Arc::new(EmbeddedCluster {
             nodes: tokio::sync::Mutex::new(BTreeMap::new()),
             coordinator: Coordinator::new(store.clone()),
@@ -103,7 +92,7 @@ impl EmbeddedCluster {
         });
         let mut infos = Vec::new();
         for id in ids {
-            infos.push(cluster.start_node(id).await?);
+            infos.push(cluster.start_node(id).await.map_err(|e| EmbeddedError::Node(e.to_string()))?);
         }
         let topology = match saved {
             // Same nodes and slots as last time, at their new ports, as a newer version.
@@ -119,15 +108,9 @@ impl EmbeddedCluster {
                 t
             }
         };
-        cluster
-            .store
-            .publish(&topology)
-            .await
-            .map_err(|e| NodeError::Io(std::io::Error::other(e.to_string())))?;
+        cluster.store.publish(&topology).await.map_err(|e| EmbeddedError::Node(e.to_string()))?;
         // Make sure every node serves it before clients arrive.
-        if let Err(e) = cluster.coordinator.resume().await {
-            return Err(NodeError::Io(std::io::Error::other(e.to_string())));
-        }
+        cluster.coordinator.resume().await.map_err(|e| EmbeddedError::Node(e.to_string()))?;
         Ok(cluster)
     }
 
@@ -146,8 +129,13 @@ impl EmbeddedCluster {
         Ok(info)
     }
 
-    pub fn store(&self) -> &Arc<EmbeddedStore> {
+    pub fn store(&self) -> &Arc<EmbeddedRegistry> {
         &self.store
+    }
+
+    /// Every topology the embedded coordinator publishes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Topology>> {
+        self.store.subscribe()
     }
 
     pub fn status(&self) -> ScaleStatus {

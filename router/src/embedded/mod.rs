@@ -1,0 +1,57 @@
+//! The embedded cluster: nodes running inside the router process, each a real gRPC server on its
+//! own loopback port, with the resharding coordinator running in-process too. One command starts a
+//! working cluster without Kubernetes, and `SHOAL SCALE n` grows or shrinks it online.
+//!
+//! It needs the storage engine, so it is behind the `embedded` feature (on by default: `cargo run
+//! -p shoal-router` starts it). A production router built without it (`--no-default-features`,
+//! as the container image is) links no store code and refuses to start without `--nodes` or
+//! `--topology-file`.
+
+#[cfg(feature = "embedded")]
+mod cluster;
+#[cfg(feature = "embedded")]
+pub use cluster::{EmbeddedCluster, EmbeddedRegistry};
+
+#[cfg(not(feature = "embedded"))]
+mod absent;
+#[cfg(not(feature = "embedded"))]
+pub use absent::EmbeddedCluster;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shoal_coordinator::Progress;
+
+/// How to run the embedded cluster (from the router's command line).
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    pub nodes: usize,
+    /// Memory limit of each node (0: none).
+    pub maxmemory: usize,
+    /// Eviction policy of each node (Redis's names).
+    pub policy: String,
+    pub data_dir: Option<PathBuf>,
+    pub snapshot_interval: Option<Duration>,
+}
+
+/// Why the embedded cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("{0}")]
+    Config(String),
+    #[error("starting embedded nodes: {0}")]
+    Node(String),
+    #[error(
+        "this shoal-router was built without the embedded cluster (cargo feature `embedded`): give --nodes or --topology-file"
+    )]
+    NotBuilt,
+}
+
+/// State of the last or current `SHOAL SCALE`.
+#[derive(Debug, Clone, Default)]
+pub struct ScaleStatus {
+    pub running: bool,
+    pub target: usize,
+    pub progress: Progress,
+    pub error: Option<String>,
+}
