@@ -26,9 +26,9 @@ async fn check_passes_on_a_healthy_cluster_and_fails_clearly_otherwise() {
         assert!(out.contains(step), "{out}");
     }
     // Every shard answered: the 32 keys land on all three nodes.
-    let routing = router.state.cluster.routing();
+    let routing = router.state.backend.routing();
     let nodes: std::collections::BTreeSet<usize> =
-        shoal_router::check::spread_keys("x").iter().map(|k| routing.link_for_key(k.as_bytes()).0).collect();
+        shoal_router::check::spread_keys("x").iter().map(|k| routing.locate(k.as_bytes()).0).collect();
     assert_eq!(nodes.len(), 3);
     let mut c = support::Raw::connect(router.resp_addr).await;
     assert_eq!(c.cmd(&["DBSIZE"]).await, b":0\r\n", "the check cleans up after itself");

@@ -11,12 +11,8 @@ use support::{Raw, cluster, redis_conn};
 
 /// Keys owned by node `pos`, generated until `n` are found.
 fn keys_on(router: &shoal_router::Router, pos: usize, n: usize) -> Vec<String> {
-    let routing = router.state.cluster.routing();
-    (0..)
-        .map(|i| format!("key:{i}"))
-        .filter(|k| routing.link_for_key(k.as_bytes()).0 == pos)
-        .take(n)
-        .collect()
+    let routing = router.state.backend.routing();
+    (0..).map(|i| format!("key:{i}")).filter(|k| routing.locate(k.as_bytes()).0 == pos).take(n).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +164,11 @@ async fn auth_gates_everything_but_auth_hello_quit_reset() {
         raw.cmd(&["HELLO", "3", "AUTH", "default", "wrong"]).await,
         b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
     );
-    let page = support::http_get(router.http_addr, "/metrics").await;
+    let page = support::http_raw(
+        router.http_addr,
+        b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer s3cret\r\n\r\n",
+    )
+    .await;
     assert_eq!(support::metric_sum(&page, "shoal_router_auth_failures_total"), 3.0, "AUTH and HELLO AUTH");
     assert!(raw.cmd(&["HELLO", "3", "AUTH", "default", "s3cret"]).await.starts_with(b"%7\r\n"));
     assert_eq!(raw.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");

@@ -95,7 +95,8 @@ async fn ops_endpoints_and_auth() {
     let wrong = http_raw(a, &request("GET", "/keys/k", b"", "Authorization: Bearer nope\r\n")).await;
     assert_eq!(status(&wrong), 401);
 
-    let metrics = http_get(a, "/metrics").await;
+    assert_eq!(status(&http_get(a, "/metrics").await), 401, "/metrics takes the password too");
+    let metrics = http_raw(a, &request("GET", "/metrics", b"", "Authorization: Bearer pw\r\n")).await;
     assert!(metrics.contains("text/plain; version=0.0.4"));
     let text = body(&metrics);
     for series in [

@@ -128,7 +128,7 @@ async fn sigterm_and_restart_under_write_load_loses_no_acknowledged_write() {
     assert!(status.success(), "node exits 0 after its final snapshot: {status:?}");
     let during = acked.lock().len();
     nodes[1] = Proc(start_node(&addrs[1], dirs[1].path()));
-    support::wait_until(Duration::from_secs(15), || router.state.cluster.all_up()).await;
+    support::wait_until(Duration::from_secs(15), || router.state.backend.all_up()).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while acked.lock().len() < during + 1_000 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -527,6 +527,8 @@ async fn whole_keyspace_commands_during_and_right_after_a_move() {
     assert!(dbsize.starts_with(':'), "{dbsize}");
     let flush = String::from_utf8(c.cmd(&["FLUSHALL"]).await).unwrap();
     assert!(flush.starts_with("-ERR FLUSHALL cannot run while slots are moving"), "{flush}");
+    // MSETNX over keys on every node, some in moving slots: checked, then set, through the move.
+    msetnx_across_nodes(&mut c, "during").await;
 
     // After the move, a router that still has the first topology (two nodes): the nodes' version
     // checks make every whole-keyspace command catch up and include the new node.
@@ -538,7 +540,37 @@ async fn whole_keyspace_commands_during_and_right_after_a_move() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     check_bulk(addr).await;
+    // The router's routing is still the first one (two nodes): a cross-node MSETNX's per-node
+    // steps are refused as `moved` and routed again, never answered with an error.
+    msetnx_across_nodes(&mut c, "after").await;
     assert_eq!(c.cmd(&["FLUSHALL"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&["DBSIZE"]).await, b":0\r\n");
     assert_eq!(c.cmd(&["GET", &bulk_key(7)]).await, b"$-1\r\n", "flushed on every node, the new one too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msetnx_through_a_router_that_missed_a_whole_move() {
+    // The router's own topology file never changes, and no client traffic tells it of the move:
+    // its first command after the move routes by the topology from before it.
+    let mut bed = Bed::start_with(2, "0", true).await;
+    let mut c = Raw::connect(bed.resp).await;
+    let new = bed.add_node().await;
+    assert!(bed.reshard(&[0, 1, new]).wait_ok(Duration::from_secs(60)), "{}", bed.logs());
+    msetnx_across_nodes(&mut c, "stale").await;
+}
+
+/// MSETNX of 40 fresh keys (spread over every node) answers 1 and sets them all; again, 0.
+async fn msetnx_across_nodes(c: &mut Raw, tag: &str) {
+    let keys: Vec<String> = (0..40).map(|i| format!("msetnx:{tag}:{i}")).collect();
+    let mut args = vec!["MSETNX"];
+    for k in &keys {
+        args.push(k);
+        args.push(k);
+    }
+    assert_eq!(c.cmd(&args).await, b":1\r\n", "MSETNX {tag} the move");
+    assert_eq!(c.cmd(&args).await, b":0\r\n", "a second MSETNX finds the keys");
+    for k in &keys {
+        assert_eq!(c.cmd(&["GET", k]).await, support::bulk(k));
+        assert_eq!(c.cmd(&["DEL", k]).await, b":1\r\n");
+    }
 }

@@ -3,6 +3,7 @@
 //! redis-server as an oracle.
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod workload;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -23,7 +24,7 @@ pub async fn router(extra: &[&str]) -> Router {
     argv.extend_from_slice(extra);
     let cli = Cli::try_parse_from(argv).expect("valid flags");
     let router = Router::start(&cli.serve).await.expect("router starts");
-    wait_until(Duration::from_secs(10), || router.state.cluster.all_up()).await;
+    wait_until(Duration::from_secs(10), || router.state.backend.all_up()).await;
     router
 }
 
@@ -156,8 +157,12 @@ pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Path of a workspace binary (`shoal-node`, `shoal-router`), built by `cargo build`.
+/// Path of a workspace binary (`shoal-node`, `shoal-router`), built by `cargo build`, or the one
+/// in `SHOAL_BIN_DIR` if set (the release build, for the measuring tests).
 pub fn workspace_bin(name: &str) -> PathBuf {
+    if let Ok(dir) = std::env::var("SHOAL_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps/.. -> target/<profile>
     let path = dir.join(name);

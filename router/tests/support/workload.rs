@@ -6,6 +6,12 @@
 //! with a long or a short TTL, DELs and INCRs of its own counter; readers check the fixed data with
 //! the `redis` crate. Every write is logged with when it was sent and whether it was acknowledged.
 //!
+//! A *strict* workload ([`Workload::strict`], for tests where nothing may be lost) also APPENDs to
+//! keys of its own and EXPIREs its keys, and checks as it goes: every reply must match the model
+//! of the writer's own keys (APPEND's new length, EXPIRE's 0/1, and a GET of the key just written
+//! must read exactly what was acknowledged: an undone DEL or a lost SET shows at once, with the
+//! moment it happened).
+//!
 //! `verify` then reads every key back and checks it against the log: the value of the last
 //! acknowledged write (or nothing, for a delete or an expired short TTL), or the value of a write
 //! that got an error (it may or may not have happened). A test that kills a node says which writes
@@ -83,6 +89,14 @@ impl Shared {
         self.errors.lock().push((Instant::now(), what));
     }
 
+    /// The state the last write of `key` left if it was acknowledged (`None` when the key has
+    /// no acknowledged last write).
+    fn state(&self, key: &str) -> Option<Option<String>> {
+        let writes = self.writes.lock();
+        let last = writes.get(key)?.last()?;
+        last.acked.then(|| last.value.clone())
+    }
+
     fn log(&self, key: &str, w: Write) {
         self.writes.lock().entry(key.to_string()).or_default().push(w);
     }
@@ -90,6 +104,8 @@ impl Shared {
 
 pub struct Workload {
     shared: Arc<Shared>,
+    /// When the workload started (the fixed data was loaded just before).
+    started: Instant,
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     writers: usize,
@@ -112,6 +128,16 @@ fn ok_reply(r: &[u8]) -> bool {
 impl Workload {
     /// Starts `writers` writers and `readers` readers against the router at `addr`.
     pub async fn start(addr: SocketAddr, writers: usize, readers: usize) -> Workload {
+        Workload::run(addr, writers, readers, false).await
+    }
+
+    /// Like [`start`](Self::start), with APPENDs, EXPIREs and reads checked as they happen (see
+    /// the module docs): for tests in which no acknowledged write may be lost.
+    pub async fn strict(addr: SocketAddr, writers: usize, readers: usize) -> Workload {
+        Workload::run(addr, writers, readers, true).await
+    }
+
+    async fn run(addr: SocketAddr, writers: usize, readers: usize, strict: bool) -> Workload {
         let shared = Arc::new(Shared::default());
         shared.incrs.lock().resize(writers, Vec::new());
         let stop = Arc::new(AtomicBool::new(false));
@@ -122,7 +148,7 @@ impl Workload {
             tasks.push(tokio::spawn(async move {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    writer_step(&mut c, &shared, w, i).await;
+                    writer_step(&mut c, &shared, w, i, strict).await;
                     i += 1;
                 }
             }));
@@ -161,7 +187,7 @@ impl Workload {
                 }
             }));
         }
-        Workload { shared, stop, tasks, writers }
+        Workload { shared, started: Instant::now(), stop, tasks, writers }
     }
 
     /// Client operations so far.
@@ -206,7 +232,9 @@ impl Workload {
         }
         for i in 0..LONG_TTL {
             let ttl = ttl_of(&mut c, &format!("ttl:{i}")).await;
-            assert!((900..=1000).contains(&ttl), "the TTL of ttl:{i} moved with it: {ttl}");
+            // Loaded (with a 1000 s TTL) just before the workload started.
+            let floor = 1000 - self.started.elapsed().as_secs() as i64 - 60;
+            assert!((floor..=1000).contains(&ttl), "the TTL of ttl:{i} moved with it: {ttl}");
         }
 
         let writes = self.shared.writes.lock().clone();
@@ -248,7 +276,10 @@ impl Workload {
                 let ttl = ttl_of(&mut c, key).await;
                 match log[last_acked.unwrap()].ttl {
                     Ttl::None => assert_eq!(ttl, -1, "{key} has no TTL"),
-                    Ttl::Long => assert!((900..=1000).contains(&ttl), "{key}: TTL {ttl}"),
+                    Ttl::Long => {
+                        let floor = 1000 - log[last_acked.unwrap()].sent.elapsed().as_secs() as i64 - 2;
+                        assert!((floor..=1000).contains(&ttl), "{key}: TTL {ttl}, at least {floor} expected")
+                    }
                     Ttl::Short => {}
                 }
             }
@@ -318,8 +349,10 @@ async fn ttl_of(c: &mut Raw, key: &str) -> i64 {
     String::from_utf8_lossy(&r)[1..].trim().parse().unwrap()
 }
 
-/// One step of writer `w`: a write (plain, pipelined burst, TTL'd or a delete), then an INCR.
-async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64) {
+/// One step of writer `w`: a write (plain, pipelined burst, TTL'd, a delete of the key written
+/// three steps earlier, or in strict mode an APPEND or EXPIRE), then an INCR; in strict mode the
+/// key written is then read back and must hold exactly what the model says.
+async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64, strict: bool) {
     let key = format!("w{w}:{}", i % WRITER_KEYS);
     let sent = Instant::now();
     let logged = |value: Option<String>, ttl: Ttl, reply: &[u8], acked: bool| {
@@ -328,13 +361,24 @@ async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64) {
         }
         Write { sent, done: Instant::now(), value, ttl, acked }
     };
-    match i % 10 {
-        3 | 7 => {
+    // The key whose state a strict writer checks afterwards.
+    let mut check = None;
+    match i % 12 {
+        3 | 9 => {
+            // The key written three steps ago: deletes race that write's journey between nodes.
+            let key = format!("w{w}:{}", (i + WRITER_KEYS - 3) % WRITER_KEYS);
             let r = c.cmd(&["DEL", &key]).await;
             let acked = r == b":0\r\n" || r == b":1\r\n";
+            if strict && acked {
+                let existed = shared.state(&key).is_some_and(|v| v.is_some());
+                if r != if existed { &b":1\r\n"[..] } else { &b":0\r\n"[..] } {
+                    shared.error(format!("DEL {key} answered {} (existed: {existed})", show(&r)));
+                }
+            }
             shared.log(&key, logged(None, Ttl::None, &r, acked));
+            check = Some(key);
         }
-        0 | 5 => {
+        0 | 6 => {
             // A pipelined burst over other keys of this writer.
             let keys: Vec<String> = (0..10).map(|j| format!("w{w}:p{}", (i * 3 + j) % 300)).collect();
             let mut burst = Vec::new();
@@ -352,6 +396,7 @@ async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64) {
             let v = format!("{key}@{i}");
             let r = c.cmd(&["SET", &key, &v, "EX", "1000"]).await;
             shared.log(&key, logged(Some(v), Ttl::Long, &r, ok_reply(&r)));
+            check = Some(key);
         }
         8 => {
             let short = format!("w{w}:short:{}", i % 50);
@@ -359,10 +404,37 @@ async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64) {
             let r = c.cmd(&["SET", &short, &v, "PX", &SHORT_TTL_MS.to_string()]).await;
             shared.log(&short, logged(Some(v), Ttl::Short, &r, ok_reply(&r)));
         }
+        10 if strict => {
+            // APPEND: the new length must be the model's, and the value its concatenation.
+            let key = format!("w{w}:app:{}", i % 20);
+            let piece = format!("{i};");
+            let before = shared.state(&key).flatten().unwrap_or_default();
+            let r = c.cmd(&["APPEND", &key, &piece]).await;
+            let want = format!(":{}\r\n", before.len() + piece.len());
+            if r.starts_with(b":") && r != want.as_bytes() {
+                shared.error(format!("APPEND {key} answered {}, the model says {want:?}", show(&r)));
+            }
+            shared.log(&key, logged(Some(before + &piece), Ttl::None, &r, r.starts_with(b":")));
+            check = Some(key);
+        }
+        11 if strict => {
+            // EXPIRE answers whether the key exists: a deleted key that answers 1 came back.
+            let existed = shared.state(&key).is_some_and(|v| v.is_some());
+            let r = c.cmd(&["EXPIRE", &key, "1000"]).await;
+            let want: &[u8] = if existed { b":1\r\n" } else { b":0\r\n" };
+            if r != want {
+                shared.error(format!("EXPIRE {key} answered {} (existed: {existed})", show(&r)));
+            } else if existed {
+                let value = shared.state(&key).flatten();
+                shared.log(&key, logged(value, Ttl::Long, &r, true));
+            }
+            check = Some(key);
+        }
         _ => {
             let v = format!("{key}@{i}");
             let r = c.cmd(&["SET", &key, &v]).await;
             shared.log(&key, logged(Some(v), Ttl::None, &r, ok_reply(&r)));
+            check = Some(key);
         }
     }
     let sent = Instant::now();
@@ -373,4 +445,18 @@ async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64) {
     }
     shared.incrs.lock()[w].push((sent, acked));
     shared.ops.fetch_add(2, Ordering::Relaxed);
+    if let (true, Some(key)) = (strict, check)
+        && let Some(want) = shared.state(&key)
+    {
+        let got = c.cmd(&["GET", &key]).await;
+        let want_bytes = want.as_deref().map_or_else(|| b"$-1\r\n".to_vec(), super::bulk);
+        if got != want_bytes {
+            shared.error(format!("GET {key} read {}, the last acknowledged write left {want:?}", show(&got)));
+        }
+        shared.ops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn show(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).trim_end().to_string()
 }

@@ -1,0 +1,76 @@
+//! INFO memory's `used_memory_rss` counts each process once: the router's own process when its
+//! nodes are embedded in it, the node processes' sum when they are separate.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use support::{Proc, Raw};
+
+/// Resident bytes of process `pid` ("self" for this one), from /proc/<pid>/statm.
+fn rss_of(pid: &str) -> u64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+    statm.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+}
+
+async fn used_memory_rss(c: &mut Raw) -> u64 {
+    let info = String::from_utf8(c.cmd(&["INFO", "memory"]).await).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory_rss:"))
+        .unwrap_or_else(|| panic!("no used_memory_rss in {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Asserts `reported` is within a factor of 1.5 of what /proc says (read before and after).
+fn assert_close(reported: u64, before: u64, after: u64, what: &str) {
+    let (low, high) = (before.min(after), before.max(after));
+    assert!(
+        reported * 2 >= low && reported * 2 <= high * 3,
+        "{what}: INFO says {reported} bytes, /proc says {before}..{after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_nodes_count_the_router_process_once() {
+    let router = support::cluster().await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    let value = "x".repeat(4096);
+    for i in 0..2000 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &value]).await, b"+OK\r\n");
+    }
+    let before = rss_of("self");
+    let reported = used_memory_rss(&mut c).await;
+    let after = rss_of("self");
+    assert_close(reported, before, after, "3 embedded nodes in this process");
+    let info = String::from_utf8(c.cmd(&["INFO", "memory"]).await).unwrap();
+    assert!(info.contains("used_memory_rss_human:"), "{info}");
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_nodes_are_summed() {
+    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
+    let nodes: Vec<Proc> = addrs
+        .iter()
+        .map(|a| {
+            let child = Command::new(support::workspace_bin("shoal-node"))
+                .args(["--listen", a])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            Proc(child)
+        })
+        .collect();
+    let router = support::router(&["--nodes", &addrs.join(",")]).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    let pids: Vec<String> = nodes.iter().map(|n| n.0.id().to_string()).collect();
+    let nodes_rss = || pids.iter().map(|p| rss_of(p)).sum::<u64>();
+    let before = nodes_rss();
+    let reported = used_memory_rss(&mut c).await;
+    let after = nodes_rss();
+    assert_close(reported, before, after, "2 node processes");
+    router.shutdown().await;
+}

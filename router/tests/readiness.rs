@@ -1,0 +1,92 @@
+//! Router readiness means "this router can serve" (listening, topology known), not "every node is
+//! up": `/readyz` is the router Deployment's readiness probe, and one node pod restarting must not
+//! take every router out of the Service. Per-node health stays visible in `SHOAL NODES` and
+//! `shoal_router_node_up`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use shoal_wire::Topology;
+use support::procs::{NodeProc, RouterProc, status};
+
+/// `shoal_router_node_up` per node id, from a /metrics page.
+fn node_up(page: &str) -> Vec<(u32, f64)> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("shoal_router_node_up{node=\""))
+        .filter_map(|rest| {
+            let (id, rest) = rest.split_once('"')?;
+            Some((id.parse().ok()?, rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn metrics(http: SocketAddr) -> String {
+    let page = support::http_get(http, "/metrics").await;
+    assert_eq!(status(&page), 200, "{page}");
+    page
+}
+
+/// Polls /metrics until `shoal_router_node_up` is `want` for every node (at most 15 s).
+async fn wait_node_up(http: SocketAddr, want: &[f64]) {
+    let start = Instant::now();
+    loop {
+        let up = node_up(&metrics(http).await);
+        if up.iter().map(|&(_, v)| v).collect::<Vec<_>>() == want {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "node_up {up:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_leaves_the_router_ready_and_its_other_keys_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
+    }
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    let list = addrs.join(",");
+    let router = RouterProc::start(dir.path(), "router", &["--nodes", &list, "--deadline-ms", "2000"]).await;
+    wait_node_up(router.http, &[1.0, 1.0, 1.0]).await;
+
+    // One key per node, as the router routes them (--nodes: an even split in list order).
+    let topology = Topology::even(&addrs);
+    let key_on = |id: u32| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| topology.owner_of(shoal_wire::slot::key_slot(k.as_bytes())) == Some(id))
+            .unwrap()
+    };
+    let keys = [key_on(0), key_on(1), key_on(2)];
+    let mut c = router.raw().await;
+    for k in &keys {
+        assert_eq!(c.cmd(&["SET", k, "v"]).await, b"+OK\r\n");
+    }
+    assert_eq!(status(&support::http_get(router.http, "/readyz").await), 200);
+
+    nodes[1].kill();
+    wait_node_up(router.http, &[1.0, 0.0, 1.0]).await;
+
+    // Still ready, and stays ready while the node is gone.
+    for _ in 0..10 {
+        let ready = support::http_get(router.http, "/readyz").await;
+        assert_eq!(status(&ready), 200, "a router with one node down can still serve: {ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.cmd(&["GET", &keys[0]]).await, b"$1\r\nv\r\n", "node 0's keys still answer");
+    assert_eq!(c.cmd(&["GET", &keys[2]]).await, b"$1\r\nv\r\n", "node 2's keys still answer");
+    let started = Instant::now();
+    let err = String::from_utf8(c.cmd(&["GET", &keys[1]]).await).unwrap();
+    assert!(err.starts_with(&format!("-ERR node 1 ({}) is unavailable", addrs[1])), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(1000), "fails fast, well before the 2 s deadline");
+
+    let nodes_text = String::from_utf8(c.cmd(&["SHOAL", "NODES"]).await).unwrap();
+    for (id, reachable) in [(0, "yes"), (1, "no"), (2, "yes")] {
+        let line = nodes_text.lines().find(|l| l.contains(&format!("id={id} "))).unwrap_or_default();
+        assert!(line.contains(&format!("reachable={reachable}")), "node {id}: {nodes_text}");
+    }
+}
