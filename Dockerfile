@@ -15,7 +15,9 @@ COPY . .
 # cache mount because it is not part of the image.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin shoal-node --bin shoal-router --bin shoal-operator \
+    cargo build --release --locked --bin shoal-node --bin shoal-operator \
+# The router without the embedded cluster: it links no storage engine.
+ && cargo build --release --locked -p shoal-router --bin shoal-router --no-default-features \
  && mkdir -p /out \
  && cp target/release/shoal-node target/release/shoal-router target/release/shoal-operator /out/
 

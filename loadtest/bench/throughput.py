@@ -3,7 +3,7 @@ and twemproxy in front of 3 redis-servers; over TCP and a Unix socket, at severa
 and value sizes, with the CPU time each server's processes spent per million operations.
 
     python3 loadtest/bench/throughput.py [--rounds 3] [--requests 200000] [--pipelines 1,16,64]
-        [--sizes 32,4096] [--transports tcp,unix] [--json FILE] [--write-docs]
+        [--sizes 32,4096] [--transports tcp,unix] [--baseline ROUTER_BIN] [--json FILE] [--write-docs]
 
 Each (target, transport, value size, pipeline depth, command) cell is measured `rounds` times,
 interleaved across targets so machine noise hits them alike; the median run is reported. Deeper
@@ -51,7 +51,7 @@ def bench(addr, test, pipeline, size, requests):
     sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
 
 
-def start_targets(router_bin):
+def start_targets(router_bin, baseline=None):
     """Starts every target; returns {name: {"tcp": port, "unix": path, "procs": {group: [pid]}}}."""
     targets = {}
     port, sock = common.free_port(), common.WORK / "redis.sock"
@@ -79,6 +79,13 @@ def start_targets(router_bin):
         sock = common.WORK / f"shoal-{len(targets)}.sock"
         p, resp, _ = common.start_shoal(router_bin, f"shoal-{len(targets)}", extra, unix_socket=sock)
         targets[label] = {"tcp": resp, "unix": sock, "procs": {"shoal-router (+3 embedded nodes)": [p.pid]}}
+    if baseline:
+        # Another build of the router (say, of an earlier commit), measured in the same run: the
+        # fair way to tell a change's cost on a machine whose absolute speed drifts.
+        sock = common.WORK / "shoal-baseline.sock"
+        p, resp, _ = common.start_shoal(baseline, "shoal-baseline", ["--threads", "1"], unix_socket=sock)
+        targets["shoal baseline build (1 thread)"] = {"tcp": resp, "unix": sock,
+                                                      "procs": {"shoal-router (+3 embedded nodes)": [p.pid]}}
     return targets
 
 
@@ -97,6 +104,10 @@ def main():
     ap.add_argument("--pipelines", default="1,16,64")
     ap.add_argument("--sizes", default="32,4096", help="value sizes in bytes (redis-benchmark -d)")
     ap.add_argument("--transports", default="tcp,unix")
+    ap.add_argument("--baseline", help="also measure this shoal-router binary (e.g. a build of an earlier "
+                    "commit) as 'shoal baseline build (1 thread)'")
+    ap.add_argument("--baseline-label", default="BASELINE/shoal-router",
+                    help="how the baseline binary is named in the report's command line")
     ap.add_argument("--write-docs", action="store_true", help=f"update {common.DOCS}")
     ap.add_argument("--json", help="also write raw results here (loadtest/bench/charts.py reads them)")
     args = ap.parse_args()
@@ -109,7 +120,7 @@ def main():
     if not set(transports) <= {"tcp", "unix"}:
         sys.exit("[bench] --transports: tcp and/or unix")
 
-    targets = start_targets(router_bin)
+    targets = start_targets(router_bin, args.baseline)
     cells = [(t, tr, sz, pl) for tr in transports for sz in sizes for pl in pipelines for t in targets]
     runs = {(c, test): [] for c in cells for test in TESTS}
     progress = common.Progress(len(cells) * args.rounds)
@@ -136,6 +147,13 @@ def main():
             name, tr, size, pl = cell
             results.append({"target": name, "transport": tr, "size": size, "pipeline": pl, "test": test, **med})
     at = {(x["target"], x["transport"], x["size"], x["pipeline"], x["test"]): x for x in results}
+    cmd = (f"python3 loadtest/bench/throughput.py --rounds {args.rounds} --requests {args.requests} "
+           f"--pipelines {args.pipelines} --sizes {args.sizes} --transports {args.transports}"
+           + (f" --baseline {args.baseline_label}" if args.baseline else "") + " --write-docs")
+    machine = common.machine()
+    if args.json:  # first, so the raw results survive whatever follows
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "command": cmd, "targets": list(targets), "results": results}, f, indent=2)
 
     blocks = []
     for tr in transports:
@@ -150,30 +168,25 @@ def main():
                                  f"{fmt_cpu(s)} | {fmt_cpu(g)} |")
             blocks.append("\n".join(lines))
 
-    shoals = [t for t in targets if t.startswith("shoal")]
-    bases = ("redis-server", "twemproxy (3 redis)")
-    head = " | ".join(f"shoal {s.split(', ')[1].rstrip(')')} / {b.split(' ')[0]}" for s in shoals for b in bases)
+    shoals = [t for t in targets if t.startswith("shoal (")]
+    pairs = [(s, b) for s in shoals for b in ("redis-server", "twemproxy (3 redis)")]
+    baseline = "shoal baseline build (1 thread)"
+    if baseline in targets:
+        pairs.append(("shoal (3 nodes, 1 thread)", baseline))
+    short = {"redis-server": "redis", "twemproxy (3 redis)": "twemproxy", baseline: "baseline build"}
+    head = " | ".join(f"shoal {s.split(', ')[1].rstrip(')')} / {short[b]}" for s, b in pairs)
     lines = ["#### Shoal's throughput relative to the others (SET / GET, same run)", "",
-             f"| transport | value | P | {head} |", "|---|---|---|" + "---|" * (len(shoals) * len(bases))]
+             f"| transport | value | P | {head} |", "|---|---|---|" + "---|" * len(pairs)]
     for tr in transports:
         for size in sizes:
             for pl in pipelines:
-                row = []
-                for s in shoals:
-                    for b in bases:
-                        row.append(" / ".join(f"{at[(s, tr, size, pl, t)]['rps'] / at[(b, tr, size, pl, t)]['rps']:.2f}x"
-                                              for t in TESTS))
+                row = [" / ".join(f"{at[(s, tr, size, pl, t)]['rps'] / at[(b, tr, size, pl, t)]['rps']:.2f}x"
+                                  for t in TESTS) for s, b in pairs]
                 lines.append(f"| {tr} | {size:,} B | {pl} | " + " | ".join(row) + " |")
     blocks.append("\n".join(lines))
     table = "\n\n".join(blocks)
     print(table)
 
-    cmd = (f"python3 loadtest/bench/throughput.py --rounds {args.rounds} --requests {args.requests} "
-           f"--pipelines {args.pipelines} --sizes {args.sizes} --transports {args.transports} --write-docs")
-    machine = common.machine()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "command": cmd, "targets": list(targets), "results": results}, f, indent=2)
     if args.write_docs:
         body = (f"Machine: {machine}. Command: `{cmd}` (redis-benchmark -c {CLIENTS} -t set|get -d SIZE -r KEYS "
                 f"-n {args.requests} x ceil(sqrt(P)) (a quarter of that for 4 KiB) -P P, over -h/-p or -s; median of {args.rounds} interleaved "
