@@ -85,8 +85,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_SHARDS")]
     pub shards: Option<usize>,
 
-    /// Serve /metrics, /healthz and /readyz over HTTP on this address (off by default; the
-    /// router's /metrics already reports every node).
+    /// Serve /metrics, /healthz and /readyz over HTTP on this address (off by default; the operator
+    /// turns it on: routers report node series only for nodes embedded in them).
     #[arg(long, env = "SHOAL_NODE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
