@@ -13,7 +13,7 @@ pub enum OpClass {
     Read,
     /// Replaces the key whatever it held: goes to the new owner only.
     Write,
-    /// Removes the key: goes to both owners.
+    /// Removes the key: goes to the old owner, then (unless it refused) to the new one.
     Delete,
     /// Depends on the key's current value: the key is copied to the new owner first.
     ReadModifyWrite,

@@ -7,7 +7,7 @@
 //!
 //! During a migration `slots` already names the *new* owner of a range (writes go there) and the
 //! migration names the old owner (`from`), which still holds the data not yet moved: reads that
-//! miss on the new owner fall back to it, and deletes go to both.
+//! miss on the new owner fall back to it, and deletes go to both (the old owner first).
 
 use std::fmt;
 
