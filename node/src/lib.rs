@@ -9,6 +9,8 @@
 //! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). No protocol
 //!   types: it could back any front end.
 //! - [`ops`]: wire op → store call → wire reply; store errors become Redis error text here.
+//! - [`commands`]: Redis commands on typed values (hashes, ...), sent as `Command` ops and answered
+//!   with `Frame` replies the router encodes for RESP2 or RESP3.
 //! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
 //!   runs a node in-process (embedded mode, tests).
@@ -19,6 +21,7 @@
 //! - [`metrics`]: counters and the `/metrics` text.
 //! - [`config`]: the `shoal-node` command line.
 
+pub mod commands;
 pub mod config;
 pub mod membership;
 pub mod metrics;

@@ -95,7 +95,10 @@ async fn get_once(args: &GetArgs) -> anyhow::Result<Found> {
     // The node may adopt a newer topology between the two calls: catch up a few times.
     for _ in 0..5 {
         let version = topology.as_ref().map_or(0, |t| t.version);
-        let op = Op { kind: Some(Kind::Get(Get { key: key.clone() })), ..Default::default() };
+        let op = Op {
+            kind: Some(Kind::Get(Get { key: key.clone(), ..Default::default() })),
+            ..Default::default()
+        };
         let batch = Batch { id: 1, ops: vec![op], topology_version: version };
         let mut replies = client.execute(tokio_stream::iter([batch])).await?.into_inner();
         // A large value arrives in pieces, possibly over several messages.

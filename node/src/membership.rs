@@ -523,7 +523,7 @@ mod tests {
         back.version = 7;
         assert_eq!(node.adopt(back), 7);
         assert_eq!(store.get(key.as_bytes()), None, "the stale value must not come back");
-        assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0)]), 1, "the pulled copy is taken");
+        assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0, 0)]), 1, "the pulled copy is taken");
         assert_eq!(store.get(key.as_bytes()).as_deref(), Some(&b"new"[..]));
     }
 }

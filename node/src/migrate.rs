@@ -118,7 +118,7 @@ async fn pull_once(
                 whole
                     .iter()
                     .filter(|e| view.accepts_import(e.slot as u16))
-                    .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms)),
+                    .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type)),
             )
         })
         .await

@@ -59,7 +59,8 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     }
     let Some(kind) = op.kind else { return error("ERR empty operation") };
     match kind {
-        Kind::Get(o) => value_or_nil(store.get(&o.key)),
+        Kind::Get(o) if o.nil_if_not_string => value_or_nil(store.get(&o.key)),
+        Kind::Get(o) => result_value(store.get_checked(&o.key)),
         Kind::Set(o) => {
             let expiry = match o.expiry {
                 Some(e) => SetExpiry::At(absolute_ms(store, e)),
@@ -83,8 +84,11 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Touch(o) => int(store.touch(&o.key)),
         Kind::TypeOf(o) => value(store.type_of(&o.key).as_bytes().to_vec().into()),
         Kind::Append(o) => result_int(store.append(&o.key, &o.value)),
-        Kind::Strlen(o) => int(store.strlen(&o.key)),
-        Kind::GetRange(o) => value(store.getrange(&o.key, o.start, o.end)),
+        Kind::Strlen(o) => result_int(store.strlen(&o.key)),
+        Kind::GetRange(o) => match store.getrange(&o.key, o.start, o.end) {
+            Ok(v) => value(v),
+            Err(e) => store_error(e),
+        },
         Kind::SetRange(o) => result_int(store.setrange(&o.key, o.offset, &o.value)),
         Kind::IncrBy(o) => match store.incr_by(&o.key, o.delta) {
             Ok(n) => int(n),
@@ -94,7 +98,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
             Ok(v) => value(v),
             Err(e) => store_error(e),
         },
-        Kind::GetDel(o) => value_or_nil(store.getdel(&o.key)),
+        Kind::GetDel(o) => result_value(store.getdel(&o.key)),
         Kind::GetEx(o) => getex(store, o),
         Kind::Expire(o) => {
             let at = o.at.map_or(0, |e| absolute_ms_signed(store, e));
@@ -137,21 +141,24 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
             result_int(store.mset_nx(&pairs))
         }
         Kind::Fetch(o) => match store.fetch(&o.key) {
-            Some((value, expire_at_ms)) => Reply {
+            Some((value, expire_at_ms, value_type)) => Reply {
                 kind: Some(reply::Kind::Entry(proto::ExportEntry {
                     slot: shoal_wire::key_slot(&o.key).into(),
                     key: o.key,
                     value,
                     expire_at_ms,
                     partial: false,
+                    value_type: value_type as u32,
                 })),
             },
             None => nil(),
         },
         // `check` has already refused the whole op unless every entry's slot is moving in.
         Kind::Import(o) => {
-            int(store.import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms))))
+            int(store
+                .import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type))))
         }
+        Kind::Command(c) => crate::commands::run(store, &c.args),
         Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
     }
 }
@@ -187,7 +194,7 @@ fn getex(store: &Store, o: proto::GetEx) -> Reply {
             SetExpiry::At(at as u64)
         }
     };
-    value_or_nil(store.getex(&o.key, expiry))
+    result_value(store.getex(&o.key, expiry))
 }
 
 /// A wire expiry as absolute Unix ms; relative times are taken from the node's clock. Negative
@@ -214,6 +221,10 @@ fn value(v: bytes::Bytes) -> Reply {
 
 fn value_or_nil(v: Option<bytes::Bytes>) -> Reply {
     v.map_or_else(nil, value)
+}
+
+fn result_value(r: Result<Option<bytes::Bytes>, StoreError>) -> Reply {
+    r.map_or_else(store_error, value_or_nil)
 }
 
 fn int(v: impl IntoI64) -> Reply {
@@ -286,7 +297,7 @@ mod tests {
                     expiry: Some(Expiry { ms: 1_500, relative: true }),
                     ..Default::default()
                 })),
-                op(Kind::Get(Get { key: Bytes::from("k") })),
+                op(Kind::Get(Get { key: Bytes::from("k"), ..Default::default() })),
                 op(Kind::Ttl(Ttl { key: Bytes::from("k"), absolute: true })),
                 op(Kind::IncrBy(IncrBy { key: Bytes::from("k"), delta: 1 })),
                 Op::default(),

@@ -298,7 +298,7 @@ fn write_and_prune(
     for slot in 0..SLOT_COUNT as u16 {
         pacer.tick();
         for e in store.slot_entries(slot, &plan) {
-            if let Err(err) = writer.push(slot, &e.key, &e.value, e.expire_at) {
+            if let Err(err) = writer.push_typed(slot, &e.key, &e.value, e.expire_at, e.value_type as u16) {
                 writer.abort();
                 return Err(err);
             }

@@ -210,6 +210,7 @@ fn export(
                 value: e.value,
                 expire_at_ms: e.expire_at,
                 partial: false,
+                value_type: e.value_type,
             };
             pieces::push_entry(entry, &mut entries);
             for part in entries.drain(..) {

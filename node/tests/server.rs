@@ -28,7 +28,10 @@ fn set(k: &str, v: &str) -> Op {
 }
 
 fn get(k: &str) -> Op {
-    Op { kind: Some(Kind::Get(Get { key: Bytes::from(k.to_string()) })), ..Default::default() }
+    Op {
+        kind: Some(Kind::Get(Get { key: Bytes::from(k.to_string()), ..Default::default() })),
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

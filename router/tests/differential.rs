@@ -1,5 +1,6 @@
 //! Differential test: the same bytes go to Debian's redis-server and to a 3-node Shoal cluster,
-//! and the replies must be byte-identical.
+//! and the replies must be byte-identical, in RESP2 and again in RESP3 (each script runs twice,
+//! the second time after `HELLO 3` on both connections).
 //!
 //! Command scripts live in `tests/differential/*.redis`: one command per line in redis-cli
 //! syntax (quotes and `\xHH` escapes), `#` comments, and `!sleep MS` to let TTLs pass. Raw
@@ -17,11 +18,17 @@ async fn run_script(
     text: &str,
     redis: std::net::SocketAddr,
     shoal: std::net::SocketAddr,
+    resp3: bool,
 ) -> Vec<String> {
     let mut theirs = Raw::connect(redis).await;
     let mut ours = Raw::connect(shoal).await;
     theirs.cmd(&["FLUSHALL"]).await;
     ours.cmd(&["FLUSHALL"]).await;
+    if resp3 {
+        theirs.cmd(&["HELLO", "3"]).await;
+        ours.cmd(&["HELLO", "3"]).await;
+    }
+    let name = if resp3 { format!("{name} (RESP3)") } else { name.to_string() };
     let mut mismatches = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -64,7 +71,9 @@ async fn command_scripts_match_redis_byte_for_byte() {
         let text = std::fs::read_to_string(&path).unwrap();
         commands += text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).count();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        mismatches.extend(run_script(&name, &text, redis_addr, router.resp_addr).await);
+        for resp3 in [false, true] {
+            mismatches.extend(run_script(&name, &text, redis_addr, router.resp_addr, resp3).await);
+        }
     }
     assert!(commands > 300, "only {commands} commands compared");
     assert!(mismatches.is_empty(), "{} replies differ:\n{}", mismatches.len(), mismatches.join("\n"));

@@ -42,6 +42,7 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         Kind::Persist(o) => &o.key,
         Kind::Ttl(o) => &o.key,
         Kind::Fetch(o) => &o.key,
+        Kind::Command(o) => o.args.get((o.key_index as usize).max(1))?,
         Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
         Kind::MsetNx(_) | Kind::Import(_) | Kind::Piece(_) | Kind::Assembled(_) => return None,
     })
@@ -57,6 +58,7 @@ pub fn class_of(op: &Op) -> OpClass {
         | Kind::Strlen(_)
         | Kind::GetRange(_)
         | Kind::Ttl(_) => OpClass::Read,
+        Kind::Command(c) if c.readonly => OpClass::Read,
         Kind::Set(s) if s.condition == 0 && !s.get && !s.keep_ttl => OpClass::Write,
         Kind::Del(_) => OpClass::Delete,
         _ if key_of(op).is_none() => OpClass::NoKey,
@@ -75,7 +77,7 @@ mod tests {
 
     #[test]
     fn only_unconditional_sets_are_plain_writes() {
-        assert_eq!(class_of(&op(Kind::Get(Get { key: "k".into() }))), OpClass::Read);
+        assert_eq!(class_of(&op(Kind::Get(Get { key: "k".into(), ..Default::default() }))), OpClass::Read);
         let set = |f: fn(&mut Set)| {
             let mut s = Set { key: "k".into(), ..Default::default() };
             f(&mut s);

@@ -238,6 +238,7 @@ pub fn push_entry(e: ExportEntry, out: &mut Vec<ExportEntry>) -> usize {
             value: e.value.slice(start..(start + PIECE_BYTES).min(e.value.len())),
             expire_at_ms: e.expire_at_ms,
             partial: i + 1 < pieces,
+            value_type: e.value_type,
         });
     }
     size
@@ -307,7 +308,10 @@ mod tests {
             }
         }
         assert_eq!(got, vec![op]);
-        let small = Op { kind: Some(op::Kind::Get(Get { key: "k".into() })), ..Default::default() };
+        let small = Op {
+            kind: Some(op::Kind::Get(Get { key: "k".into(), ..Default::default() })),
+            ..Default::default()
+        };
         assert_eq!(asm.feed(small.clone()), Fed::Op(small), "small ops pass through");
     }
 
@@ -321,7 +325,10 @@ mod tests {
             })),
             ..Default::default()
         };
-        let get = Op { kind: Some(op::Kind::Get(Get { key: "other".into() })), ..Default::default() };
+        let get = Op {
+            kind: Some(op::Kind::Get(Get { key: "other".into(), ..Default::default() })),
+            ..Default::default()
+        };
         let mut asm = OpAssembler::default();
         let mut got = Vec::new();
         for o in op_in_pieces(&big) {
@@ -364,6 +371,7 @@ mod tests {
             value: big(PIECE_BYTES + 1),
             expire_at_ms: 7,
             partial: false,
+            value_type: 0,
         };
         push_reply(Reply { kind: Some(reply::Kind::Entry(entry.clone())) }, &mut out);
         push_reply(Reply { kind: Some(reply::Kind::Int(4)) }, &mut out);
@@ -388,9 +396,10 @@ mod tests {
             value: big(3 * PIECE_BYTES),
             expire_at_ms: 0,
             partial: false,
+            // A typed value (a hash's serialized form) keeps its type across the pieces.
+            value_type: 1,
         };
-        let small =
-            ExportEntry { slot: 1, key: "s".into(), value: "v".into(), expire_at_ms: 0, partial: false };
+        let small = ExportEntry { slot: 1, key: "s".into(), value: "v".into(), ..Default::default() };
         let mut out = Vec::new();
         push_entry(e.clone(), &mut out);
         push_entry(small.clone(), &mut out);

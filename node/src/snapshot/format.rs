@@ -4,7 +4,11 @@
 use shoal_wire::SLOT_COUNT;
 
 pub const MAGIC: &[u8; 8] = b"SHOALSNP";
-pub const VERSION: u32 = 1;
+/// The version written. Version 1 (strings only, every entry's flags 0) is still read.
+pub const VERSION: u32 = 2;
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// Largest value-type number an entry's flags may carry (`store::object::ValueType`).
+pub const MAX_VALUE_TYPE: u16 = 3;
 /// Byte-order mark; reads back as this value only on the byte order it was written in.
 pub const BOM: u32 = 0x0102_0304;
 pub const HEADER_LEN: usize = 64;
@@ -17,7 +21,9 @@ pub enum FormatError {
     TooShort(u64),
     #[error("bad magic (not a Shoal snapshot)")]
     BadMagic,
-    #[error("unsupported format version {0} (this node reads version {VERSION})")]
+    #[error(
+        "unsupported format version {0} (this node reads versions {OLDEST_READABLE_VERSION} to {VERSION})"
+    )]
     UnsupportedVersion(u32),
     #[error("byte-order mark is {0:#010x}: written on a machine of the other byte order")]
     WrongByteOrder(u32),
@@ -76,7 +82,7 @@ impl Header {
             return Err(FormatError::BadMagic);
         }
         let version = u32_at(h, 8);
-        if version != VERSION {
+        if !(OLDEST_READABLE_VERSION..=VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion(version));
         }
         let bom = u32_at(h, 12);
@@ -202,9 +208,21 @@ pub struct IndexEntry {
 impl IndexEntry {
     /// An entry for `key`/`value` stored at `offset`, with its checksum computed.
     pub fn new(slot: u16, key: &[u8], value: &[u8], offset: u64, expire_at: u64) -> IndexEntry {
+        IndexEntry::typed(slot, key, value, offset, expire_at, 0)
+    }
+
+    /// Like [`new`](Self::new) for a value of type `value_type` (its serialized form).
+    pub fn typed(
+        slot: u16,
+        key: &[u8],
+        value: &[u8],
+        offset: u64,
+        expire_at: u64,
+        value_type: u16,
+    ) -> IndexEntry {
         let mut e = IndexEntry {
             slot,
-            flags: 0,
+            flags: value_type,
             key_len: key.len() as u32,
             offset,
             value_len: value.len() as u32,
@@ -262,7 +280,7 @@ impl IndexEntry {
     pub fn key_range(&self, index_offset: u64) -> Option<std::ops::Range<usize>> {
         let end = self.offset.checked_add(u64::from(self.key_len))?.checked_add(u64::from(self.value_len))?;
         let sound = usize::from(self.slot) < SLOT_COUNT
-            && self.flags == 0
+            && self.flags <= MAX_VALUE_TYPE
             && self.offset.is_multiple_of(8)
             && self.offset >= HEADER_LEN as u64
             && end <= index_offset;
@@ -294,8 +312,8 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(Header::decode(&bad, 192), Err(FormatError::BadMagic));
         let mut bad = bytes;
-        bad[8] = 2;
-        assert_eq!(Header::decode(&bad, 192), Err(FormatError::UnsupportedVersion(2)));
+        bad[8] = 3;
+        assert_eq!(Header::decode(&bad, 192), Err(FormatError::UnsupportedVersion(3)));
         let mut bad = bytes;
         bad[12..16].copy_from_slice(&BOM.to_be_bytes());
         assert!(matches!(Header::decode(&bad, 192), Err(FormatError::WrongByteOrder(_))));

@@ -24,6 +24,8 @@ pub struct EntryRef<'a> {
     pub value: &'a [u8],
     /// Absolute Unix ms; 0 means no TTL.
     pub expire_at: u64,
+    /// `store::object::ValueType` as a number; `value` is the serialized form of a typed value.
+    pub value_type: u32,
 }
 
 impl EntryRef<'_> {
@@ -174,6 +176,7 @@ impl Snapshot {
             key,
             value,
             expire_at: e.expire_at,
+            value_type: u32::from(e.flags),
         })
     }
 

@@ -56,6 +56,18 @@ impl SnapshotWriter {
 
     /// Appends one entry. Entries must come in strictly increasing (slot, key) order.
     pub fn push(&mut self, slot: u16, key: &[u8], value: &[u8], expire_at: u64) -> io::Result<()> {
+        self.push_typed(slot, key, value, expire_at, 0)
+    }
+
+    /// Like [`push`](Self::push) for a value of type `value_type` in its serialized form.
+    pub fn push_typed(
+        &mut self,
+        slot: u16,
+        key: &[u8],
+        value: &[u8],
+        expire_at: u64,
+        value_type: u16,
+    ) -> io::Result<()> {
         if let Some((s, k)) = &self.last
             && (*s, k.as_slice()) >= (slot, key)
         {
@@ -67,7 +79,7 @@ impl SnapshotWriter {
         if u32::try_from(key.len()).is_err() || u32::try_from(value.len()).is_err() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "key or value over 4 GiB"));
         }
-        let entry = IndexEntry::new(slot, key, value, self.offset, expire_at);
+        let entry = IndexEntry::typed(slot, key, value, self.offset, expire_at, value_type);
         self.data.write_all(key)?;
         self.data.write_all(value)?;
         let len = (key.len() + value.len()) as u64;

@@ -32,6 +32,11 @@ pub const TOMBSTONE: u32 = 1;
 /// tombstone while that entry could still be served).
 pub const IN_BASE: u32 = 2;
 
+/// Bits 2-4: the value's type (`object::ValueType`); 0 is a string, held in the entry itself.
+/// Any other type lives in the shard's object table (the entry's value bytes are empty).
+const TYPE_SHIFT: u32 = 2;
+const TYPE_MASK: u32 = 0b111 << TYPE_SHIFT;
+
 /// The LRU clock: store time in centiseconds, truncated to 32 bits (wraps every ~497 days; idle
 /// times are compared with wrapping arithmetic).
 pub fn lru_now(now_ms: u64) -> u32 {
@@ -62,6 +67,15 @@ impl Entry {
 
     pub fn is_tombstone(&self) -> bool {
         self.flags & TOMBSTONE != 0
+    }
+
+    pub fn value_type(&self) -> super::object::ValueType {
+        super::object::ValueType::from_u32((self.flags & TYPE_MASK) >> TYPE_SHIFT)
+            .unwrap_or(super::object::ValueType::String)
+    }
+
+    pub fn set_value_type(&mut self, t: super::object::ValueType) {
+        self.flags = (self.flags & !TYPE_MASK) | ((t as u32) << TYPE_SHIFT);
     }
 
     pub fn in_base(&self) -> bool {

@@ -4,7 +4,8 @@ use bytes::Bytes;
 
 use super::entry::lru_now;
 use super::glob::glob_match;
-use super::shard::Presence;
+use super::object::{Object, ValueType};
+use super::shard::{Imported, Presence};
 use super::slots::BASE_MASKED;
 use super::{Store, StoreError};
 
@@ -55,19 +56,33 @@ impl Store {
         self.with_shard(key, |s, h, now| s.presence(h, key, now))
     }
 
-    /// A key's value and TTL, to move it elsewhere.
-    pub fn fetch(&self, key: &[u8]) -> Option<(Bytes, u64)> {
-        self.with_shard(key, |s, h, now| {
-            s.peek(h, key, now, false, |v| (Bytes::copy_from_slice(v.value), v.expire_at))
-        })
+    /// A key's value (serialized, for a typed value), TTL and value type, to move it elsewhere.
+    pub fn fetch(&self, key: &[u8]) -> Option<(Bytes, u64, ValueType)> {
+        self.with_shard(key, |s, h, now| s.export_value(h, key, now))
     }
 
     /// Stores entries moved from another node where nothing is known about their key here yet
-    /// (receiver wins). Returns how many were stored.
-    pub fn import<'a>(&self, entries: impl IntoIterator<Item = (&'a [u8], &'a [u8], u64)>) -> usize {
+    /// (receiver wins): `(key, value, expire_at, value type number)`. Returns how many were
+    /// stored; a typed value that does not decode is refused (and logged).
+    pub fn import<'a>(&self, entries: impl IntoIterator<Item = (&'a [u8], &'a [u8], u64, u32)>) -> usize {
         let mut stored = 0;
-        for (key, value, expire_at) in entries {
-            if self.with_shard(key, |s, h, now| s.import(h, key, value, expire_at, now)) {
+        for (key, value, expire_at, value_type) in entries {
+            let limits = self.limits();
+            let imported = match ValueType::from_u32(value_type) {
+                Some(ValueType::String) => Imported::String(value),
+                Some(t) => match Object::deserialize(t, value, &limits) {
+                    Ok(o) => Imported::Object(Box::new(o)),
+                    Err(err) => {
+                        tracing::error!(key = %String::from_utf8_lossy(key), %err, "refused an undecodable typed value");
+                        continue;
+                    }
+                },
+                None => {
+                    tracing::error!(key = %String::from_utf8_lossy(key), value_type, "refused a value of unknown type");
+                    continue;
+                }
+            };
+            if self.with_shard(key, |s, h, now| s.import(h, key, imported, expire_at, now)) {
                 stored += 1;
             }
         }
@@ -86,7 +101,8 @@ impl Store {
 
     /// TYPE: every stored value is a string.
     pub fn type_of(&self, key: &[u8]) -> &'static str {
-        if self.exists(key) { "string" } else { "none" }
+        self.with_shard(key, |s, h, now| s.peek(h, key, now, false, |v| v.value_type.name()))
+            .unwrap_or("none")
     }
 
     /// EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT at absolute time `at` (ms; may be in the past or
@@ -143,14 +159,16 @@ impl Store {
         // A lone `*` means "no filter" (Redis special-cases it, so even the empty key matches).
         let pattern = pattern.filter(|p| *p != b"*");
         let wanted = |key: &[u8]| pattern.is_none_or(|p| glob_match(p, key));
-        let type_ok = type_filter.is_empty() || type_filter.eq_ignore_ascii_case("string");
+        // An unknown type name matches nothing (as in Redis 7.0).
+        let wanted_type = (!type_filter.is_empty()).then(|| ValueType::from_name(type_filter.as_bytes()));
+        let type_ok = |t: ValueType| wanted_type.is_none_or(|w| w == Some(t));
         let mut budget = count.max(1);
         let mut keys = Vec::new();
         let cursor_at = |shard: usize, pos: usize| ((shard as u64) << CURSOR_SHARD_SHIFT) | pos as u64;
         while shard < self.shards.len() {
             let s = self.shards[shard].lock();
             let (next, visited) = s.scan(pos, budget, |e| {
-                if type_ok && !e.is_expired(now) && wanted(e.key()) {
+                if type_ok(e.value_type()) && !e.is_expired(now) && wanted(e.key()) {
                     keys.push(Bytes::copy_from_slice(e.key()));
                 }
             });
@@ -172,7 +190,7 @@ impl Store {
             let end = pos.saturating_add(budget).min(base.len());
             for i in pos..end {
                 if let Some(e) = base.checked_entry(i)
-                    && type_ok
+                    && type_ok(ValueType::from_u32(e.value_type).unwrap_or(ValueType::String))
                     && wanted(e.key)
                     && self.base_visible(&e, now)
                 {

@@ -22,10 +22,12 @@ mod evict;
 pub mod float;
 pub mod glob;
 mod keyspace;
+pub mod object;
 pub mod persist;
 mod shard;
 pub mod slots;
 mod strings;
+mod typed;
 
 use std::fmt;
 use std::str::FromStr;
@@ -63,6 +65,8 @@ pub enum StoreError {
     TooLarge,
     #[error("ERR offset is out of range")]
     OffsetOutOfRange,
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
 }
 
 /// What to drop when `maxmemory` is reached (Redis's `maxmemory-policy`; the LFU policies are not
@@ -126,6 +130,8 @@ pub struct StoreConfig {
     pub maxmemory: usize,
     pub policy: EvictionPolicy,
     pub max_value_len: usize,
+    /// Encoding thresholds of typed values.
+    pub limits: object::Limits,
 }
 
 impl Default for StoreConfig {
@@ -135,6 +141,7 @@ impl Default for StoreConfig {
             maxmemory: 0,
             policy: EvictionPolicy::NoEviction,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
+            limits: object::Limits::default(),
         }
     }
 }
@@ -184,7 +191,13 @@ impl Store {
         let n = config.shards.max(1).next_power_of_two();
         let hasher = hashbrown::DefaultHashBuilder::default();
         let slots = Arc::new(SlotFlags::default());
-        let shards = (0..n).map(|_| Mutex::new(Shard::new(hasher.clone(), slots.clone()))).collect();
+        let shards = (0..n)
+            .map(|_| {
+                let mut shard = Shard::new(hasher.clone(), slots.clone());
+                shard.limits = config.limits.clone();
+                Mutex::new(shard)
+            })
+            .collect();
         Store {
             shards,
             mask: n - 1,
@@ -306,6 +319,11 @@ impl Store {
     /// The base snapshot, if the store has one.
     pub fn base(&self) -> Option<Arc<Snapshot>> {
         self.base.read().clone()
+    }
+
+    /// The encoding thresholds typed values are built with.
+    pub fn limits(&self) -> object::Limits {
+        self.config.limits.clone()
     }
 
     pub fn config(&self) -> &StoreConfig {

@@ -26,6 +26,8 @@ pub struct SlotEntry {
     pub value: Bytes,
     /// Absolute Unix ms; 0 means no TTL.
     pub expire_at: u64,
+    /// `object::ValueType` as a number; `value` is then the serialized form.
+    pub value_type: u32,
 }
 
 /// Where each slot's memory entries were when the walk began.
@@ -82,13 +84,15 @@ impl Store {
         let mut out: Vec<SlotEntry> = plan
             .positions(index, slot)
             .iter()
-            .filter_map(|&(_, pos)| s.entry_at(pos))
+            .filter_map(|&(_, pos)| Some((pos, s.entry_at(pos)?)))
             // A position may have been freed and reused by another key since the plan was made.
-            .filter(|e| !e.is_tombstone() && !e.is_expired(now) && key_slot(e.key()) == slot)
-            .map(|e| SlotEntry {
-                key: Bytes::copy_from_slice(e.key()),
-                value: Bytes::copy_from_slice(e.value()),
-                expire_at: e.expire_at,
+            .filter(|(_, e)| !e.is_tombstone() && !e.is_expired(now) && key_slot(e.key()) == slot)
+            .map(|(pos, e)| {
+                let (value, value_type) = match s.object(pos) {
+                    Some(o) => (Bytes::from(o.serialize()), o.value_type() as u32),
+                    None => (Bytes::copy_from_slice(e.value()), 0),
+                };
+                SlotEntry { key: Bytes::copy_from_slice(e.key()), value, expire_at: e.expire_at, value_type }
             })
             .collect();
         if let Some(base) = s.base().filter(|_| !self.slots.has(slot, BASE_MASKED)) {
@@ -101,6 +105,7 @@ impl Store {
                     key: Bytes::copy_from_slice(e.key),
                     value: Bytes::copy_from_slice(e.value),
                     expire_at: e.expire_at,
+                    value_type: e.value_type,
                 });
             }
         }

@@ -25,8 +25,15 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
 use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
+use super::object::{Limits, Object, ValueType};
 use super::slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
 use crate::snapshot::{EntryRef, Lookup, Snapshot};
+
+/// A value moved in from a slot's old owner.
+pub enum Imported<'a> {
+    String(&'a [u8]),
+    Object(Box<Object>),
+}
 
 /// Whether a key has anything here, for reads that may fall back to a slot's old owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +60,16 @@ enum InMemory {
 /// Bytes of index per bucket: the `u32` position plus hashbrown's control byte.
 const INDEX_BUCKET_SIZE: usize = std::mem::size_of::<u32>() + 1;
 const HEAP_ITEM_SIZE: usize = std::mem::size_of::<Reverse<(u64, u64)>>();
+/// An object table bucket: the position, the box pointer and a control byte.
+const OBJECT_SLOT_SIZE: usize = 4 + 8 + 1 + 3;
 
 /// A key's current value, wherever it lives.
 #[derive(Debug, Clone, Copy)]
 pub struct Value<'a> {
+    /// A string's bytes (empty for other types).
     pub value: &'a [u8],
     pub expire_at: u64,
+    pub value_type: ValueType,
 }
 
 pub struct Shard {
@@ -66,6 +77,10 @@ pub struct Shard {
     index: HashTable<u32>,
     slab: Vec<Option<Entry>>,
     free: Vec<u32>,
+    /// Typed values (hashes, lists, sets) by the slab position of their entry.
+    objects: hashbrown::HashMap<u32, Box<Object>>,
+    /// Encoding thresholds for typed values.
+    pub limits: Limits,
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     /// `(expire_at, base index)` of the base's keys with a TTL (see `add_base_expiry`).
     base_expiry: BinaryHeap<Reverse<(u64, u32)>>,
@@ -93,6 +108,8 @@ impl Shard {
             index: HashTable::new(),
             slab: Vec::new(),
             free: Vec::new(),
+            objects: hashbrown::HashMap::new(),
+            limits: Limits::default(),
             expiry: BinaryHeap::new(),
             base_expiry: BinaryHeap::new(),
             volatile: 0,
@@ -130,6 +147,30 @@ impl Shard {
         self.base.as_ref()
     }
 
+    /// A key's current value for moving it elsewhere: a string's bytes or a typed value's
+    /// serialized form, its TTL and its type (memory over base; no LRU touch, no counting).
+    pub fn export_value(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        now: u64,
+    ) -> Option<(bytes::Bytes, u64, ValueType)> {
+        match self.in_memory(hash, key, now) {
+            InMemory::Live(pos) => {
+                let e = self.entry(pos);
+                Some(match self.object(pos) {
+                    Some(o) => (o.serialize().into(), e.expire_at, o.value_type()),
+                    None => (bytes::Bytes::copy_from_slice(e.value()), e.expire_at, ValueType::String),
+                })
+            }
+            InMemory::Tombstone | InMemory::Expired => None,
+            InMemory::Missing => self.base_live(key, now).map(|b| {
+                let t = ValueType::from_u32(b.value_type).unwrap_or(ValueType::String);
+                (bytes::Bytes::copy_from_slice(b.value), b.expire_at, t)
+            }),
+        }
+    }
+
     /// Memory entries holding a value (not tombstones).
     pub fn values(&self) -> usize {
         self.index.len() - self.tombstones
@@ -153,6 +194,36 @@ impl Shard {
             + self.index.num_buckets() * INDEX_BUCKET_SIZE
             + self.free.capacity() * std::mem::size_of::<u32>()
             + self.expiry.capacity() * HEAP_ITEM_SIZE
+            + self.objects.capacity() * OBJECT_SLOT_SIZE
+    }
+
+    /// The typed value of the entry at `pos`, if it has one.
+    pub fn object(&self, pos: u32) -> Option<&Object> {
+        self.objects.get(&pos).map(|o| &**o)
+    }
+
+    /// Takes the typed value of the entry at `pos` out for a change; give it back with
+    /// [`put_object`](Self::put_object) (or let it go: the entry is then deleted or retyped).
+    pub fn take_object(&mut self, pos: u32) -> Option<Box<Object>> {
+        let o = self.objects.remove(&pos)?;
+        self.heap_bytes -= o.mem();
+        Some(o)
+    }
+
+    /// Makes `o` the value of the entry at `pos`.
+    pub fn put_object(&mut self, pos: u32, o: Box<Object>) {
+        self.entry_mut(pos).set_value_type(o.value_type());
+        self.heap_bytes += o.mem();
+        if let Some(old) = self.objects.insert(pos, o) {
+            self.heap_bytes -= old.mem();
+        }
+    }
+
+    /// Drops the typed value of the entry at `pos`, making it an (empty) string.
+    pub fn drop_object(&mut self, pos: u32) {
+        if self.take_object(pos).is_some() {
+            self.entry_mut(pos).set_value_type(ValueType::String);
+        }
     }
 
     #[inline]
@@ -228,14 +299,23 @@ impl Shard {
 
     /// Stores an entry moved from a slot's old owner, unless the key already has anything here (a
     /// value written since, a recorded delete, or the base's own copy): the receiver wins.
-    pub fn import(&mut self, hash: u64, key: &[u8], value: &[u8], expire_at: u64, now: u64) -> bool {
+    pub fn import(&mut self, hash: u64, key: &[u8], value: Imported<'_>, expire_at: u64, now: u64) -> bool {
         if (expire_at != 0 && expire_at <= now)
             || self.find(hash, key).is_some()
             || self.base_live(key, now).is_some()
         {
             return false;
         }
-        self.insert_new(hash, key, value, expire_at, super::entry::lru_now(now));
+        let lru = super::entry::lru_now(now);
+        match value {
+            Imported::String(v) => {
+                self.insert_new(hash, key, v, expire_at, lru);
+            }
+            Imported::Object(o) => {
+                let pos = self.insert_new(hash, key, b"", expire_at, lru);
+                self.put_object(pos, o);
+            }
+        }
         true
     }
 
@@ -299,12 +379,14 @@ impl Shard {
                     self.entry_mut(pos).lru = super::entry::lru_now(now);
                 }
                 let e = self.entry(pos);
-                Some(f(Value { value: e.value(), expire_at: e.expire_at }))
+                Some(f(Value { value: e.value(), expire_at: e.expire_at, value_type: e.value_type() }))
             }
             InMemory::Tombstone | InMemory::Expired => None,
-            InMemory::Missing => {
-                self.base_live(key, now).map(|e| f(Value { value: e.value, expire_at: e.expire_at }))
-            }
+            InMemory::Missing => self.base_live(key, now).map(|e| {
+                let value_type = ValueType::from_u32(e.value_type).unwrap_or(ValueType::String);
+                let value = if value_type == ValueType::String { e.value } else { &[] };
+                f(Value { value, expire_at: e.expire_at, value_type })
+            }),
         }
     }
 
@@ -317,12 +399,28 @@ impl Shard {
             InMemory::Tombstone | InMemory::Expired => return None,
             InMemory::Missing => {}
         }
-        let promoted = self.base_live(key, now).map(|b| {
-            let mut e = Entry::new(b.key, b.value, b.expire_at, super::entry::lru_now(now));
+        let (promoted, object) = self.base_live(key, now).map(|b| {
+            let value_type = ValueType::from_u32(b.value_type).unwrap_or(ValueType::String);
+            if value_type == ValueType::String {
+                let mut e = Entry::new(b.key, b.value, b.expire_at, super::entry::lru_now(now));
+                e.flags = IN_BASE;
+                return (e, None);
+            }
+            let mut e = Entry::new(b.key, b"", b.expire_at, super::entry::lru_now(now));
             e.flags = IN_BASE;
-            e
+            // The snapshot reader has checked the entry's checksum; a value that still does not
+            // decode is served as empty rather than not at all (and logged).
+            let o = Object::deserialize(value_type, b.value, &self.limits).unwrap_or_else(|err| {
+                tracing::error!(key = %String::from_utf8_lossy(b.key), %err, "undecodable typed value in the base snapshot");
+                Object::empty(value_type)
+            });
+            (e, Some(Box::new(o)))
         })?;
-        Some(self.insert_raw(hash, promoted))
+        let pos = self.insert_raw(hash, promoted);
+        if let Some(o) = object {
+            self.put_object(pos, o);
+        }
+        Some(pos)
     }
 
     /// Like [`find_live`](Self::find_live), counting a keyspace hit or miss.
@@ -405,6 +503,7 @@ impl Shard {
         let incoming = self.slots.has(shoal_wire::key_slot(e.key()), INCOMING);
         if incoming || (e.in_base() && self.base_has(e.key())) {
             let tomb = Entry::tombstone(e.key(), e.in_base());
+            self.take_object(pos);
             self.set_expire(hash, pos, 0);
             self.update(pos, |e| *e = tomb);
             self.tombstones += 1;
@@ -418,6 +517,7 @@ impl Shard {
         if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
             found.remove();
         }
+        self.take_object(pos);
         let entry = self.slab[pos as usize].take().expect("removing a live entry");
         if pos as usize + 1 == self.slab.len() {
             self.slab.pop();
@@ -618,8 +718,14 @@ impl Shard {
     pub fn clear(&mut self) -> usize {
         let n = self.values();
         let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
-        *self =
-            Shard { expired, evicted, hits, misses, ..Shard::new(self.hasher.clone(), self.slots.clone()) };
+        *self = Shard {
+            expired,
+            evicted,
+            hits,
+            misses,
+            limits: self.limits.clone(),
+            ..Shard::new(self.hasher.clone(), self.slots.clone())
+        };
         n
     }
 }

@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::entry::lru_now;
 use super::float;
+use super::object::ValueType;
 use super::{Store, StoreError};
 
 /// SET's NX / XX.
@@ -46,16 +47,30 @@ pub struct SetOutcome {
 }
 
 impl Store {
+    /// A string's value as MGET sees it: nothing for a missing key or any other type.
     pub fn get(&self, key: &[u8]) -> Option<Bytes> {
-        self.with_shard(key, |s, h, now| s.read(h, key, now, |v| Bytes::copy_from_slice(v.value)))
+        self.get_checked(key).ok().flatten()
+    }
+
+    /// GET: WRONGTYPE for a typed value.
+    pub fn get_checked(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        self.with_shard(key, |s, h, now| {
+            s.read(h, key, now, |v| string(v.value_type).map(|()| Bytes::copy_from_slice(v.value)))
+                .transpose()
+        })
     }
 
     pub fn set(&self, key: &[u8], value: &[u8], opts: SetOptions) -> Result<SetOutcome, StoreError> {
         self.check_len(key.len())?;
         self.check_len(value.len())?;
         self.make_room()?;
-        Ok(self.with_shard(key, |s, h, now| {
+        self.with_shard(key, |s, h, now| {
             let pos = s.find_live(h, key, now);
+            if opts.get
+                && let Some(p) = pos
+            {
+                string(s.entry(p).value_type())?;
+            }
             let old = if opts.get { pos.map(|p| Bytes::copy_from_slice(s.entry(p).value())) } else { None };
             let allowed = match opts.condition {
                 SetCondition::Always => true,
@@ -63,7 +78,7 @@ impl Store {
                 SetCondition::IfPresent => pos.is_some(),
             };
             if !allowed {
-                return SetOutcome { stored: false, old };
+                return Ok(SetOutcome { stored: false, old });
             }
             let expire_at = match opts.expiry {
                 SetExpiry::Clear => 0,
@@ -72,12 +87,13 @@ impl Store {
                     if let Some(p) = pos {
                         s.delete(h, p);
                     }
-                    return SetOutcome { stored: true, old };
+                    return Ok(SetOutcome { stored: true, old });
                 }
                 SetExpiry::At(at) => at,
             };
             match pos {
                 Some(p) => {
+                    s.drop_object(p);
                     s.update(p, |e| {
                         e.set_value(value);
                         e.lru = lru_now(now);
@@ -88,8 +104,8 @@ impl Store {
                     s.insert_new(h, key, value, expire_at, lru_now(now));
                 }
             }
-            SetOutcome { stored: true, old }
-        }))
+            Ok(SetOutcome { stored: true, old })
+        })
     }
 
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<usize, StoreError> {
@@ -102,6 +118,7 @@ impl Store {
                 Ok(value.len())
             }
             Some(p) => {
+                string(s.entry(p).value_type())?;
                 let old_len = s.entry(p).value().len();
                 let new_len = old_len.checked_add(value.len()).ok_or(StoreError::TooLarge)?;
                 self.check_len(new_len)?;
@@ -114,14 +131,17 @@ impl Store {
         })
     }
 
-    pub fn strlen(&self, key: &[u8]) -> usize {
-        self.with_shard(key, |s, h, now| s.read(h, key, now, |v| v.value.len()).unwrap_or(0))
+    pub fn strlen(&self, key: &[u8]) -> Result<usize, StoreError> {
+        self.with_shard(key, |s, h, now| {
+            s.read(h, key, now, |v| string(v.value_type).map(|()| v.value.len())).unwrap_or(Ok(0))
+        })
     }
 
     /// GETRANGE with Redis's index rules (negative from the end, clamped, empty when inverted).
-    pub fn getrange(&self, key: &[u8], start: i64, end: i64) -> Bytes {
+    pub fn getrange(&self, key: &[u8], start: i64, end: i64) -> Result<Bytes, StoreError> {
         self.with_shard(key, |s, h, now| {
-            s.read(h, key, now, |v| range(v.value, start, end)).unwrap_or_default()
+            s.read(h, key, now, |v| string(v.value_type).map(|()| range(v.value, start, end)))
+                .unwrap_or(Ok(Bytes::new()))
         })
     }
 
@@ -135,6 +155,9 @@ impl Store {
         self.make_room()?;
         self.with_shard(key, |s, h, now| {
             let pos = s.find_live(h, key, now);
+            if let Some(p) = pos {
+                string(s.entry(p).value_type())?;
+            }
             let old_len = pos.map_or(0, |p| s.entry(p).value().len());
             if value.is_empty() {
                 return Ok(old_len);
@@ -159,6 +182,9 @@ impl Store {
         self.make_room()?;
         self.with_shard(key, |s, h, now| {
             let pos = s.find_live(h, key, now);
+            if let Some(p) = pos {
+                string(s.entry(p).value_type())?;
+            }
             let current = match pos {
                 Some(p) => shoal_wire::num::parse_i64(s.entry(p).value()).ok_or(StoreError::NotInteger)?,
                 None => 0,
@@ -183,6 +209,9 @@ impl Store {
         self.make_room()?;
         self.with_shard(key, |s, h, now| {
             let pos = s.find_live(h, key, now);
+            if let Some(p) = pos {
+                string(s.entry(p).value_type())?;
+            }
             let current: &[u8] = match pos {
                 Some(p) => s.entry(p).value(),
                 None => b"0",
@@ -201,20 +230,22 @@ impl Store {
         })
     }
 
-    pub fn getdel(&self, key: &[u8]) -> Option<Bytes> {
+    pub fn getdel(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
         self.with_shard(key, |s, h, now| {
-            let p = s.lookup(h, key, now)?;
+            let Some(p) = s.lookup(h, key, now) else { return Ok(None) };
+            string(s.entry(p).value_type())?;
             let value = Bytes::copy_from_slice(s.entry(p).value());
             s.delete(h, p);
-            Some(value)
+            Ok(Some(value))
         })
     }
 
     /// GETEX: returns the value, then applies `expiry` (`Clear` = PERSIST, `Keep` = plain GET,
     /// `At(past)` deletes the key).
-    pub fn getex(&self, key: &[u8], expiry: SetExpiry) -> Option<Bytes> {
+    pub fn getex(&self, key: &[u8], expiry: SetExpiry) -> Result<Option<Bytes>, StoreError> {
         self.with_shard(key, |s, h, now| {
-            let p = s.lookup(h, key, now)?;
+            let Some(p) = s.lookup(h, key, now) else { return Ok(None) };
+            string(s.entry(p).value_type())?;
             let value = Bytes::copy_from_slice(s.entry(p).value());
             s.entry_mut(p).lru = lru_now(now);
             match expiry {
@@ -223,9 +254,14 @@ impl Store {
                 SetExpiry::At(at) if at <= now => s.delete(h, p),
                 SetExpiry::At(at) => s.set_expire(h, p, at),
             }
-            Some(value)
+            Ok(Some(value))
         })
     }
+}
+
+/// Ok for a string; string commands answer WRONGTYPE on any other type.
+fn string(t: ValueType) -> Result<(), StoreError> {
+    if t == ValueType::String { Ok(()) } else { Err(StoreError::WrongType) }
 }
 
 /// GETRANGE's slice of `v`: negative indexes count from the end, both ends are clamped, and an
@@ -325,12 +361,12 @@ mod tests {
         let (s, _) = store();
         assert_eq!(s.append(b"k", b"Hello").unwrap(), 5);
         assert_eq!(s.append(b"k", b" World").unwrap(), 11);
-        assert_eq!(s.strlen(b"k"), 11);
-        assert_eq!(s.getrange(b"k", 0, 4), "Hello");
-        assert_eq!(s.getrange(b"k", -5, -1), "World");
-        assert_eq!(s.getrange(b"k", 5, 1), "");
-        assert_eq!(s.getrange(b"k", -1, -5), "");
-        assert_eq!(s.getrange(b"k", 0, 1000), "Hello World");
+        assert_eq!(s.strlen(b"k"), Ok(11));
+        assert_eq!(s.getrange(b"k", 0, 4).unwrap(), "Hello");
+        assert_eq!(s.getrange(b"k", -5, -1).unwrap(), "World");
+        assert_eq!(s.getrange(b"k", 5, 1).unwrap(), "");
+        assert_eq!(s.getrange(b"k", -1, -5).unwrap(), "");
+        assert_eq!(s.getrange(b"k", 0, 1000).unwrap(), "Hello World");
         assert_eq!(s.setrange(b"k", 6, b"Redis").unwrap(), 11);
         assert_eq!(s.get(b"k").unwrap(), "Hello Redis");
         assert_eq!(s.setrange(b"pad", 3, b"x").unwrap(), 4);
@@ -348,7 +384,7 @@ mod tests {
         for _ in 0..2048 {
             s.append(b"big", &chunk).unwrap();
         }
-        assert_eq!(s.strlen(b"big"), 8 * 1024 * 1024);
+        assert_eq!(s.strlen(b"big"), Ok(8 * 1024 * 1024));
     }
 
     #[test]
@@ -377,15 +413,15 @@ mod tests {
         let (s, clock) = store();
         set(&s, "k", "v", SetOptions::default());
         let now = clock.now_ms();
-        assert_eq!(s.getex(b"k", SetExpiry::At(now + 100)).unwrap(), "v");
+        assert_eq!(s.getex(b"k", SetExpiry::At(now + 100)).unwrap().unwrap(), "v");
         assert_eq!(s.ttl(b"k"), TtlState::ExpiresAt(now + 100));
-        assert_eq!(s.getex(b"k", SetExpiry::Clear).unwrap(), "v");
+        assert_eq!(s.getex(b"k", SetExpiry::Clear).unwrap().unwrap(), "v");
         assert_eq!(s.ttl(b"k"), TtlState::Persistent, "GETEX PERSIST");
-        assert_eq!(s.getex(b"k", SetExpiry::At(now - 1)).unwrap(), "v");
+        assert_eq!(s.getex(b"k", SetExpiry::At(now - 1)).unwrap().unwrap(), "v");
         assert_eq!(s.get(b"k"), None, "GETEX with a past time deletes after answering");
         set(&s, "d", "v", SetOptions::default());
-        assert_eq!(s.getdel(b"d").unwrap(), "v");
-        assert_eq!(s.getdel(b"d"), None);
+        assert_eq!(s.getdel(b"d").unwrap().unwrap(), "v");
+        assert_eq!(s.getdel(b"d"), Ok(None));
     }
 
     #[test]

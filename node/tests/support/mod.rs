@@ -71,7 +71,7 @@ pub async fn run(client: &mut NodeClient<Channel>, version: u64, op: Kind) -> re
 }
 
 pub async fn get(client: &mut NodeClient<Channel>, version: u64, key: &str) -> reply::Kind {
-    run(client, version, Kind::Get(Get { key: Bytes::from(key.to_string()) })).await
+    run(client, version, Kind::Get(Get { key: Bytes::from(key.to_string()), ..Default::default() })).await
 }
 
 pub async fn set(client: &mut NodeClient<Channel>, version: u64, key: &str, value: &str) -> reply::Kind {

@@ -226,7 +226,7 @@ fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
 fn get(key: &str) -> Op {
-    op(Kind::Get(proto::Get { key: Bytes::from(key.to_string()) }))
+    op(Kind::Get(proto::Get { key: Bytes::from(key.to_string()), ..Default::default() }))
 }
 fn set(key: &str, value: &str) -> Op {
     op(Kind::Set(proto::Set {
@@ -275,7 +275,7 @@ async fn reads_of_a_moving_key_fall_back_to_the_old_owner_until_it_has_arrived()
     assert_eq!(value(&r), Some(&b"old"[..]));
     assert_eq!(f.backend.metrics.fallback_reads.get(), 1);
     // Once the copy arrives (the puller imports it), the new owner answers alone.
-    f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0)]);
+    f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0, 0)]);
     let gets_on_old = f.nodes[0].ops_of("Get");
     assert_eq!(value(&f.run(&key, get(&key)).await.unwrap()), Some(&b"old"[..]));
     assert_eq!(f.nodes[0].ops_of("Get"), gets_on_old, "no fallback once the new owner has it");
@@ -299,7 +299,7 @@ async fn writes_go_to_the_new_owner_only_and_deletes_to_both() {
     assert_eq!(f.nodes[0].store.get(key.as_bytes()), None, "deleted on the old owner too");
     assert_eq!(f.nodes[1].store.get(key.as_bytes()), None);
     // A later copy of the old value (a pull still on its way) cannot bring it back.
-    assert_eq!(f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0)]), 0);
+    assert_eq!(f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0, 0)]), 0);
     assert_eq!(f.run(&key, get(&key)).await.unwrap().kind, Some(reply::Kind::Nil(proto::Empty {})));
 }
 
@@ -342,7 +342,7 @@ async fn a_delete_counts_when_the_move_settles_while_the_old_owner_refuses() {
     let mut fired = false;
     *f.nodes[0].hook.lock() = Some(Box::new(move |op, _| {
         if matches!(op.kind, Some(Kind::Del(_))) && !std::mem::replace(&mut fired, true) {
-            new.store.import([(k.as_bytes(), &b"old"[..], 0)]);
+            new.store.import([(k.as_bytes(), &b"old"[..], 0, 0)]);
             new.adopt(&next);
             old.upgrade().unwrap().adopt(&next);
         }
@@ -407,7 +407,11 @@ async fn a_node_without_the_routers_topology_is_given_it_before_it_serves() {
     // The new owner lags: it would not know to keep the delete as a tombstone.
     f.run(&key, del(&key)).await.unwrap();
     assert_eq!(f.nodes[1].version(), t2.version, "offered the router's topology");
-    assert_eq!(f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0)]), 0, "the delete left a tombstone");
+    assert_eq!(
+        f.nodes[1].store.import([(key.as_bytes(), &b"old"[..], 0, 0)]),
+        0,
+        "the delete left a tombstone"
+    );
 }
 
 #[tokio::test]

@@ -35,7 +35,7 @@ pub const GETDEL: CommandSpec = CommandSpec {
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
     let key = args[1].clone();
-    Pending::Call(ctx.call(&key, op(Kind::Get(proto::Get { key: key.clone() }))), plain)
+    Pending::Call(ctx.call(&key, op(Kind::Get(proto::Get { key: key.clone(), ..Default::default() }))), plain)
 }
 
 pub fn getdel(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -21,8 +21,11 @@ pub const MGET: CommandSpec = CommandSpec {
 };
 
 pub fn mget(args: &Args, ctx: &mut Ctx) -> Pending {
-    let call =
-        ctx.call_keys(args[1..].iter().map(|k| (k.clone(), op(Kind::Get(proto::Get { key: k.clone() })))));
+    let call = ctx.call_keys(
+        args[1..]
+            .iter()
+            .map(|k| (k.clone(), op(Kind::Get(proto::Get { key: k.clone(), nil_if_not_string: true })))),
+    );
     Pending::later(async move {
         match gather(call).await {
             Ok(replies) => Reply::Array(

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, connection, del, expire, get, getex, incr, info, keys, mget, mset, persistence, scan,
-    set, shoal, strings, ttl,
+    client, command, connection, del, expire, get, getex, hash, incr, info, keys, mget, mset, object,
+    persistence, scan, set, shoal, strings, ttl,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -66,6 +66,23 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &scan::SCAN,
     &keys::KEYS,
     &keys::RANDOMKEY,
+    &hash::HSET,
+    &hash::HSETNX,
+    &hash::HMSET,
+    &hash::HGET,
+    &hash::HMGET,
+    &hash::HGETALL,
+    &hash::HDEL,
+    &hash::HEXISTS,
+    &hash::HLEN,
+    &hash::HSTRLEN,
+    &hash::HKEYS,
+    &hash::HVALS,
+    &hash::HINCRBY,
+    &hash::HINCRBYFLOAT,
+    &hash::HRANDFIELD,
+    &hash::HSCAN,
+    &object::OBJECT,
     &shoal::SHOAL,
 ];
 

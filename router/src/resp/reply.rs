@@ -39,6 +39,13 @@ pub enum Reply {
     /// The null reply: `$-1` in RESP2, `_` in RESP3.
     Nil,
     Array(Vec<Reply>),
+    /// The null array: `*-1` in RESP2, `_` in RESP3 (e.g. BLPOP timing out, LMPOP on nothing).
+    NilArray,
+    /// Pairs given flat (`a1 b1 a2 b2 ...`): a flat array in RESP2, an array of `[a, b]` arrays
+    /// in RESP3 (HRANDFIELD WITHVALUES, ZRANGE WITHSCORES).
+    Pairs(Vec<Reply>),
+    /// A double as Redis prints it: a bulk string in RESP2, `,` in RESP3.
+    Double(Bytes),
     /// RESP3 map; a flat array of alternating keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
     /// RESP3 set; an array in RESP2.
@@ -105,6 +112,27 @@ impl Reply {
                 header(out, b'*', items.len());
                 items.iter().for_each(|i| i.encode(proto, out));
             }
+            Reply::NilArray => match proto {
+                Protocol::Resp2 => out.put_slice(b"*-1\r\n"),
+                Protocol::Resp3 => out.put_slice(b"_\r\n"),
+            },
+            Reply::Pairs(flat) => match proto {
+                Protocol::Resp2 => {
+                    header(out, b'*', flat.len());
+                    flat.iter().for_each(|i| i.encode(proto, out));
+                }
+                Protocol::Resp3 => {
+                    header(out, b'*', flat.len() / 2);
+                    for pair in flat.chunks(2) {
+                        header(out, b'*', pair.len());
+                        pair.iter().for_each(|i| i.encode(proto, out));
+                    }
+                }
+            },
+            Reply::Double(text) => match proto {
+                Protocol::Resp2 => bulk(out, b'$', text),
+                Protocol::Resp3 => line(out, b',', text),
+            },
             Reply::Set(items) => {
                 header(out, if proto == Protocol::Resp3 { b'~' } else { b'*' }, items.len());
                 items.iter().for_each(|i| i.encode(proto, out));
@@ -223,6 +251,13 @@ mod tests {
         assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp3), "=7\r\ntxt:x:1\r\n");
         assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp2), "$3\r\nx:1\r\n");
         assert_eq!(enc(&Reply::Array(vec![]), Resp2), "*0\r\n");
+        assert_eq!(enc(&Reply::NilArray, Resp2), "*-1\r\n");
+        assert_eq!(enc(&Reply::NilArray, Resp3), "_\r\n");
+        let pairs = Reply::Pairs(vec![Reply::bulk("a"), Reply::Int(1), Reply::bulk("b"), Reply::Int(2)]);
+        assert_eq!(enc(&pairs, Resp2), "*4\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n:2\r\n");
+        assert_eq!(enc(&pairs, Resp3), "*2\r\n*2\r\n$1\r\na\r\n:1\r\n*2\r\n$1\r\nb\r\n:2\r\n");
+        assert_eq!(enc(&Reply::Double(Bytes::from("1.5")), Resp2), "$3\r\n1.5\r\n");
+        assert_eq!(enc(&Reply::Double(Bytes::from("inf")), Resp3), ",inf\r\n");
     }
 
     #[test]

@@ -40,10 +40,34 @@ def main():
         raise AssertionError("INCR on text must fail")
     except redis.ResponseError as e:
         assert str(e) == "value is not an integer or out of range", str(e)
+    # Hashes: a session store, as an application writes it.
+    assert r.hset("py:session:1", mapping={"user": "ada", "visits": "1", "cart": ""}) == 3
+    assert r.hget("py:session:1", "user") == "ada"
+    assert r.hincrby("py:session:1", "visits", 4) == 5
+    assert r.hincrbyfloat("py:session:1", "score", 1.5) == 1.5
+    assert r.hgetall("py:session:1") == {"user": "ada", "visits": "5", "cart": "", "score": "1.5"}
+    assert r.hmget("py:session:1", ["user", "nope"]) == ["ada", None]
+    assert r.hdel("py:session:1", "cart", "nope") == 1 and r.hlen("py:session:1") == 3
+    assert r.type("py:session:1") == "hash"
+    try:
+        r.get("py:session:1")
+        raise AssertionError("GET on a hash must fail")
+    except redis.ResponseError as e:
+        assert str(e).startswith("WRONGTYPE Operation against a key holding the wrong kind of value"), str(e)
+    # A large hash (table encoding) iterated with HSCAN: every field exactly once.
+    big = {f"f{i}": str(i) for i in range(3000)}
+    for chunk in range(0, 3000, 500):
+        r.hset("py:bighash", mapping={k: big[k] for k in list(big)[chunk:chunk + 500]})
+    assert r.object("encoding", "py:bighash") == "hashtable"
+    assert dict(r.hscan_iter("py:bighash", count=100)) == big
+    assert set(r.hrandfield("py:bighash", 5)) <= set(big)
     # RESP3 through HELLO 3.
     r3 = redis.Redis(host="127.0.0.1", port=port, password=password, protocol=3, decode_responses=True)
     assert r3.get("py:greeting") == "hello!"
     assert r3.get("py:missing") is None
+    assert r3.hgetall("py:session:1") == {"user": "ada", "visits": "5", "score": "1.5"}
+    pairs = r3.hrandfield("py:session:1", -2, withvalues=True)
+    assert len(pairs) in (2, 4), pairs
     info = r3.info("server")
     assert "redis_version" in info, info
     print("redis-py: all checks passed")

@@ -1,0 +1,164 @@
+//! Hashes: a pack of field, value pairs in insertion order while small (Redis's listpack, same
+//! thresholds and the same order in replies), a hash table once a field count or length
+//! threshold is passed (never converted back, as in Redis).
+
+use hashbrown::HashMap;
+
+use super::pack::Pack;
+use super::{Limits, alloc_size};
+
+#[derive(Debug, Clone)]
+pub enum Hash {
+    Pack(Pack),
+    Table { map: HashMap<Box<[u8]>, Box<[u8]>>, bytes: usize },
+}
+
+/// Bytes a table bucket costs besides its strings: two boxed-slice headers and a control byte.
+const TABLE_ENTRY: usize = 2 * 16 + 1;
+
+impl Default for Hash {
+    fn default() -> Self {
+        Hash::Pack(Pack::default())
+    }
+}
+
+impl Hash {
+    pub fn len(&self) -> usize {
+        match self {
+            Hash::Pack(p) => p.len() / 2,
+            Hash::Table { map, .. } => map.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Hash::Pack(_) => "listpack",
+            Hash::Table { .. } => "hashtable",
+        }
+    }
+
+    pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
+        match self {
+            Hash::Pack(p) => {
+                let mut it = p.iter();
+                while let (Some(f), Some(v)) = (it.next(), it.next()) {
+                    if f == field {
+                        return Some(v);
+                    }
+                }
+                None
+            }
+            Hash::Table { map, .. } => map.get(field).map(|v| &**v),
+        }
+    }
+
+    /// Field, value pairs: insertion order while packed, table order after.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
+        match self {
+            Hash::Pack(p) => {
+                let mut it = p.iter();
+                Box::new(std::iter::from_fn(move || Some((it.next()?, it.next()?))))
+            }
+            Hash::Table { map, .. } => Box::new(map.iter().map(|(f, v)| (&**f, &**v))),
+        }
+    }
+
+    /// Sets `field`; true if it is new.
+    pub fn set(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
+        if let Hash::Pack(p) = self {
+            if field.len() > limits.hash_max_listpack_value || value.len() > limits.hash_max_listpack_value {
+                self.convert();
+            } else {
+                let found = p.iter().step_by(2).position(|f| f == field);
+                return match found {
+                    Some(i) => {
+                        p.splice(2 * i + 1, 1, &[value]);
+                        false
+                    }
+                    None => {
+                        p.push(field);
+                        p.push(value);
+                        if p.len() / 2 > limits.hash_max_listpack_entries {
+                            self.convert();
+                        }
+                        true
+                    }
+                };
+            }
+        }
+        let Hash::Table { map, bytes } = self else { unreachable!("converted above") };
+        match map.get_mut(field) {
+            Some(v) => {
+                *bytes = *bytes - alloc_size(v.len()) + alloc_size(value.len());
+                *v = value.into();
+                false
+            }
+            None => {
+                *bytes += alloc_size(field.len()) + alloc_size(value.len());
+                map.insert(field.into(), value.into());
+                true
+            }
+        }
+    }
+
+    pub fn remove(&mut self, field: &[u8]) -> bool {
+        match self {
+            Hash::Pack(p) => match p.iter().step_by(2).position(|f| f == field) {
+                Some(i) => {
+                    p.splice(2 * i, 2, &[]);
+                    p.shrink();
+                    true
+                }
+                None => false,
+            },
+            Hash::Table { map, bytes } => match map.remove(field) {
+                Some(v) => {
+                    *bytes -= alloc_size(field.len()) + alloc_size(v.len());
+                    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+                        map.shrink_to(map.len() * 2);
+                    }
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    fn convert(&mut self) {
+        let Hash::Pack(p) = self else { return };
+        let mut table = Hash::Table { map: HashMap::with_capacity(p.len() / 2), bytes: 0 };
+        let mut it = p.iter();
+        let limits = Limits::ALWAYS_TABLE;
+        while let (Some(f), Some(v)) = (it.next(), it.next()) {
+            table.set(f, v, &limits);
+        }
+        *self = table;
+    }
+
+    /// Builds a hash from pairs (decoding a serialized value), choosing the encoding by `limits`.
+    pub fn from_pairs<'a>(mut items: impl Iterator<Item = &'a [u8]>, limits: &Limits) -> Option<Hash> {
+        let mut h = Hash::default();
+        while let Some(f) = items.next() {
+            h.set(f, items.next()?, limits);
+        }
+        Some(h)
+    }
+
+    pub fn mem(&self) -> usize {
+        match self {
+            Hash::Pack(p) => p.mem(),
+            Hash::Table { map, bytes } => bytes + map.capacity() * TABLE_ENTRY,
+        }
+    }
+
+    pub fn serialize(&self, out: &mut Vec<u8>) {
+        for (f, v) in self.iter() {
+            super::pack::put(out, f);
+            super::pack::put(out, v);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Typed values: what a key holds when it is not a string.
+//!
+//! - [`pack`]: the compact encoding of small values, and the serialized form of every typed value
+//!   (snapshots, slot transfers, `Fetch`).
+//! - [`hash`], [`set`], [`list`]: each type's encodings and the primitive operations the commands
+//!   (`crate::commands`) are written over.
+//!
+//! A typed value lives in its shard's object table, next to the entry that holds its key, TTL and
+//! LRU clock (the entry's flags carry the [`ValueType`]); its memory is counted with the shard's.
+
+pub mod hash;
+pub mod list;
+pub mod pack;
+pub mod set;
+
+pub use hash::Hash;
+pub use list::List;
+pub use pack::{Pack, PackError};
+pub use set::Set;
+
+/// The type of a key's value, as `TYPE` names it. The number is what entry flags, snapshot index
+/// flags and `ExportEntry.value_type` carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    String = 0,
+    Hash = 1,
+    List = 2,
+    Set = 3,
+}
+
+impl ValueType {
+    pub fn from_u32(n: u32) -> Option<ValueType> {
+        Some(match n {
+            0 => ValueType::String,
+            1 => ValueType::Hash,
+            2 => ValueType::List,
+            3 => ValueType::Set,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueType::String => "string",
+            ValueType::Hash => "hash",
+            ValueType::List => "list",
+            ValueType::Set => "set",
+        }
+    }
+
+    pub fn from_name(name: &[u8]) -> Option<ValueType> {
+        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set]
+            .into_iter()
+            .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+/// Encoding thresholds (Redis's `*-max-listpack-*` and `set-max-intset-entries`, same defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub hash_max_listpack_entries: usize,
+    pub hash_max_listpack_value: usize,
+    pub set_max_intset_entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { hash_max_listpack_entries: 128, hash_max_listpack_value: 64, set_max_intset_entries: 512 }
+    }
+}
+
+impl Limits {
+    /// Limits under which nothing stays compact (conversions).
+    pub const ALWAYS_TABLE: Limits =
+        Limits { hash_max_listpack_entries: 0, hash_max_listpack_value: 0, set_max_intset_entries: 0 };
+}
+
+/// What an allocation of `n` bytes costs, rounded as allocators round small sizes.
+pub fn alloc_size(n: usize) -> usize {
+    if n == 0 { 0 } else { n.next_multiple_of(8).max(16) }
+}
+
+#[derive(Debug, Clone)]
+pub enum Object {
+    Hash(Hash),
+    List(List),
+    Set(Set),
+}
+
+impl Object {
+    /// An empty value of type `t` (not for strings, which live in their entry).
+    pub fn empty(t: ValueType) -> Object {
+        match t {
+            ValueType::Hash => Object::Hash(Hash::default()),
+            ValueType::List => Object::List(List::default()),
+            ValueType::Set | ValueType::String => Object::Set(Set::default()),
+        }
+    }
+
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Object::Hash(_) => ValueType::Hash,
+            Object::List(_) => ValueType::List,
+            Object::Set(_) => ValueType::Set,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Object::Hash(h) => h.len(),
+            Object::List(l) => l.len(),
+            Object::Set(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Object::Hash(h) => h.encoding(),
+            Object::List(l) => l.encoding(),
+            Object::Set(s) => s.encoding(),
+        }
+    }
+
+    /// Heap bytes held (what `maxmemory` counts and `MEMORY USAGE` reports).
+    pub fn mem(&self) -> usize {
+        std::mem::size_of::<Object>()
+            + match self {
+                Object::Hash(h) => h.mem(),
+                Object::List(l) => l.mem(),
+                Object::Set(s) => s.mem(),
+            }
+    }
+
+    /// The serialized form: a pack of the elements (hash: field, value, field, value, ...).
+    pub fn serialize(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Object::Hash(h) => h.serialize(&mut out),
+            Object::List(l) => l.serialize(&mut out),
+            Object::Set(s) => s.serialize(&mut out),
+        }
+        out
+    }
+
+    /// Reads a serialized value of type `t`, checking it; encodings are chosen by `limits`.
+    pub fn deserialize(t: ValueType, bytes: &[u8], limits: &Limits) -> Result<Object, PackError> {
+        let pack = Pack::from_bytes(bytes)?;
+        Ok(match t {
+            ValueType::Hash => {
+                if !pack.len().is_multiple_of(2) {
+                    return Err(PackError::BadCount(pack.len()));
+                }
+                Object::Hash(Hash::from_pairs(pack.iter(), limits).ok_or(PackError::BadCount(pack.len()))?)
+            }
+            ValueType::List => Object::List(List::from_items(pack.iter())),
+            ValueType::Set => Object::Set(Set::from_members(pack.iter(), limits)),
+            ValueType::String => return Err(PackError::BadElement("typed value")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips_through_its_serialized_form() {
+        let limits = Limits::default();
+        let mut h = Hash::default();
+        for i in 0..200 {
+            h.set(format!("f{i}").as_bytes(), format!("v{i}").as_bytes(), &limits);
+        }
+        assert_eq!(h.encoding(), "hashtable", "converted past 128 fields");
+        let o = Object::Hash(h);
+        let back = Object::deserialize(ValueType::Hash, &o.serialize(), &limits).unwrap();
+        let Object::Hash(b) = &back else { panic!() };
+        assert_eq!(b.len(), 200);
+        assert_eq!(b.get(b"f150"), Some(&b"v150"[..]));
+        let s = Object::Set(Set::from_members([&b"3"[..], b"1", b"2"].into_iter(), &limits));
+        assert_eq!(s.encoding(), "intset");
+        let back = Object::deserialize(ValueType::Set, &s.serialize(), &limits).unwrap();
+        assert_eq!(back.len(), 3);
+        assert!(
+            Object::deserialize(ValueType::Hash, Pack::from_items([&b"odd"[..]]).bytes(), &limits).is_err()
+        );
+    }
+
+    #[test]
+    fn memory_follows_the_contents() {
+        let limits = Limits::default();
+        let mut h = Hash::default();
+        for i in 0..1000 {
+            h.set(format!("field:{i}").as_bytes(), &[b'x'; 100], &limits);
+        }
+        let full = h.mem();
+        assert!(full > 1000 * 100, "counts the values ({full})");
+        for i in 0..1000 {
+            h.remove(format!("field:{i}").as_bytes());
+        }
+        assert!(h.mem() < full / 4, "falls when fields go");
+    }
+}

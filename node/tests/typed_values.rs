@@ -1,0 +1,107 @@
+//! Typed values (hashes, ...) through snapshots: written in the typed format, served from the
+//! mapping after a restart, changed in memory on top of it; files of format version 1 (strings
+//! only, written by earlier Shoal releases) still load.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_node::commands;
+use shoal_node::persistence::{Persistence, write_snapshot};
+use shoal_node::store::{ManualClock, Store, StoreConfig, TtlState};
+use shoal_wire::proto::{frame, reply};
+
+const T0: u64 = 1_900_000_000_000;
+
+fn store(clock: &ManualClock) -> Arc<Store> {
+    Arc::new(Store::new(StoreConfig { shards: 4, ..Default::default() }, Arc::new(clock.clone())))
+}
+
+/// Runs a command; its reply as text (bulk/simple/error/int), arrays joined with `,`.
+fn run(s: &Store, args: &[&str]) -> String {
+    let args: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
+    let r = commands::run(s, &args);
+    let Some(reply::Kind::Frame(f)) = r.kind else { panic!("not a frame: {r:?}") };
+    text(f)
+}
+
+fn text(f: shoal_wire::proto::Frame) -> String {
+    use frame::Kind::*;
+    match f.kind.unwrap() {
+        Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        Int(n) => n.to_string(),
+        Error(e) => format!("-{e}"),
+        Nil(_) | NullArray(_) => "(nil)".into(),
+        Simple(s) => s,
+        Double(d) => String::from_utf8_lossy(&d).into_owned(),
+        Array(a) | Map(a) | Set(a) | Pairs(a) => a.items.into_iter().map(text).collect::<Vec<_>>().join(","),
+    }
+}
+
+#[test]
+fn typed_values_survive_a_snapshot_and_change_on_top_of_it() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let s = store(&clock);
+    run(&s, &["HSET", "small", "b", "2", "a", "1"]);
+    for i in 0..5_000 {
+        run(&s, &["HSET", "big", &format!("field:{i}"), &format!("value:{i}")]);
+    }
+    run(&s, &["HSET", "ttl", "f", "v"]);
+    s.expire(b"ttl", (T0 + 60_000) as i64, Default::default());
+    s.set(b"plain", b"string", Default::default()).unwrap();
+    write_snapshot(&s, d.path(), 3).unwrap();
+
+    let r = store(&clock);
+    Persistence::open(r.clone(), Some(d.path().to_path_buf()), 2).unwrap();
+    assert_eq!(r.used_memory(), 0, "served from the mapping");
+    assert_eq!(r.type_of(b"small"), "hash");
+    assert_eq!(r.type_of(b"plain"), "string");
+    assert_eq!(run(&r, &["HGETALL", "small"]), "b,2,a,1", "insertion order kept");
+    assert_eq!(run(&r, &["OBJECT", "ENCODING", "small"]), "listpack");
+    assert_eq!(run(&r, &["HLEN", "big"]), "5000");
+    assert_eq!(run(&r, &["OBJECT", "ENCODING", "big"]), "hashtable");
+    assert_eq!(run(&r, &["HGET", "big", "field:4321"]), "value:4321");
+    assert_eq!(r.ttl(b"ttl"), TtlState::ExpiresAt(T0 + 60_000));
+    assert_eq!(
+        run(&r, &["HGET", "plain", "f"]),
+        "-WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+    // Changes land in memory over the base, and the next snapshot folds them in.
+    assert_eq!(run(&r, &["HDEL", "big", "field:0", "field:1"]), "2");
+    assert_eq!(run(&r, &["HSET", "small", "c", "3"]), "1");
+    assert!(r.used_memory() > 0);
+    run(&r, &["HDEL", "ttl", "f"]);
+    assert_eq!(r.type_of(b"ttl"), "none", "an emptied hash is deleted, and stays so over the base");
+    write_snapshot(&r, d.path(), 3).unwrap();
+    let again = store(&clock);
+    Persistence::open(again.clone(), Some(d.path().to_path_buf()), 2).unwrap();
+    assert_eq!(run(&again, &["HLEN", "big"]), "4998");
+    assert_eq!(run(&again, &["HGETALL", "small"]), "b,2,a,1,c,3");
+    assert_eq!(again.type_of(b"ttl"), "none");
+    assert_eq!(again.len(), 3);
+}
+
+#[test]
+fn a_version_1_snapshot_still_loads() {
+    // Written by Shoal before typed values (format version 1): SET v1:plain hello, v1:ttl with
+    // EX 100000000, v1:bin "a\tb", INCR v1:n.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot-v1.shoal");
+    let bytes = std::fs::read(&fixture).unwrap();
+    assert_eq!(&bytes[8..12], &1u32.to_le_bytes(), "the fixture is a version 1 file");
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("snapshot-00000000000000000002.shoal"), &bytes).unwrap();
+    let clock = ManualClock::new(1_764_000_000_000);
+    let s = store(&clock);
+    Persistence::open(s.clone(), Some(d.path().to_path_buf()), 2).unwrap();
+    assert_eq!(s.len(), 4);
+    assert_eq!(s.get(b"v1:plain").unwrap(), "hello");
+    assert_eq!(s.get(b"v1:bin").unwrap(), "a\tb");
+    assert_eq!(s.get(b"v1:n").unwrap(), "1");
+    assert!(matches!(s.ttl(b"v1:ttl"), TtlState::ExpiresAt(_)));
+    assert_eq!(s.type_of(b"v1:plain"), "string");
+    // And it is written back as the current version.
+    s.set(b"v1:new", b"x", Default::default()).unwrap();
+    let written = write_snapshot(&s, d.path(), 3).unwrap().path;
+    let out = std::fs::read(written).unwrap();
+    assert_eq!(&out[8..12], &shoal_node::snapshot::format::VERSION.to_le_bytes());
+}
