@@ -3,15 +3,17 @@
 //! The router has looked the command up, checked its arity and routed it by its key; the node
 //! parses the remaining arguments with Redis's rules and texts and answers a [`Frame`], which the
 //! router encodes for the client's protocol (RESP2 or RESP3). Each family has its file:
-//! [`hash`], [`object`], [`scan`] (HSCAN and its kin).
+//! [`hash`], [`list`], [`set`], [`object`], [`scan`] (HSCAN and its kin).
 //!
 //! Every handler runs inside one `Store::read_object`/`write_object` call, so a command is atomic
 //! on its key, exactly as on a single-threaded Redis.
 
 mod frame;
 mod hash;
+mod list;
 mod object;
 mod scan;
+mod set;
 
 use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};
@@ -59,7 +61,7 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     let name_lc = &lower[..name.len()];
     match name_lc {
         b"object" => object::object(store, args),
-        _ => match hash::find(name_lc) {
+        _ => match hash::find(name_lc).or_else(|| set::find(name_lc)).or_else(|| list::find(name_lc)) {
             Some(handler) => handler(store, args),
             None => Err(unknown(name)),
         },

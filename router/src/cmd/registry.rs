@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, connection, del, expire, get, getex, hash, incr, info, keys, mget, mset, object,
-    persistence, scan, set, shoal, strings, ttl,
+    client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, object,
+    persistence, scan, set, sets, shoal, strings, ttl,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -82,6 +82,29 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &hash::HINCRBYFLOAT,
     &hash::HRANDFIELD,
     &hash::HSCAN,
+    &sets::SADD,
+    &sets::SREM,
+    &sets::SMEMBERS,
+    &sets::SISMEMBER,
+    &sets::SMISMEMBER,
+    &sets::SCARD,
+    &sets::SPOP,
+    &sets::SRANDMEMBER,
+    &sets::SSCAN,
+    &lists::LPUSH,
+    &lists::RPUSH,
+    &lists::LPUSHX,
+    &lists::RPUSHX,
+    &lists::LPOP,
+    &lists::RPOP,
+    &lists::LLEN,
+    &lists::LRANGE,
+    &lists::LINDEX,
+    &lists::LSET,
+    &lists::LINSERT,
+    &lists::LREM,
+    &lists::LTRIM,
+    &lists::LPOS,
     &object::OBJECT,
     &shoal::SHOAL,
 ];

@@ -1,0 +1,174 @@
+//! Set commands on one key: SADD SREM SMEMBERS SISMEMBER SMISMEMBER SCARD SPOP SRANDMEMBER SSCAN.
+//! (The multi-key ones, SINTER and friends, are in `multi.rs`.)
+
+use bytes::Bytes;
+
+use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
+use crate::store::Store;
+use crate::store::object::{Limits, Object, Set, ValueType};
+
+type Handler = fn(&Store, &[Bytes]) -> CmdResult;
+
+pub fn find(name: &[u8]) -> Option<Handler> {
+    Some(match name {
+        b"sadd" => sadd,
+        b"srem" => srem,
+        b"smembers" => smembers,
+        b"sismember" => sismember,
+        b"smismember" => smismember,
+        b"scard" => scard,
+        b"spop" => spop,
+        b"srandmember" => srandmember,
+        b"sscan" => |s, a| super::scan::scan_value(s, a, ValueType::Set),
+        _ => return None,
+    })
+}
+
+/// Runs `f` on the set at `key` (`None`: no such key).
+pub fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&Set>) -> R) -> Result<R, CmdError> {
+    Ok(store.read_object(key, ValueType::Set, |o| {
+        f(o.map(|o| match o {
+            Object::Set(s) => s,
+            _ => unreachable!("type checked by the store"),
+        }))
+    })?)
+}
+
+/// Runs `f` on the set at `key` for a change; `f` sees `None` for a missing key (and may not
+/// create it); use [`write_or_create`] to create.
+pub fn write<R>(
+    store: &Store,
+    key: &[u8],
+    f: impl FnOnce(Option<&mut Set>, &Limits) -> R,
+) -> Result<R, CmdError> {
+    Ok(store.write_object(key, ValueType::Set, |slot, limits| match slot.as_deref_mut() {
+        Some(Object::Set(s)) => f(Some(s), limits),
+        _ => f(None, limits),
+    })?)
+}
+
+pub fn write_or_create<R>(
+    store: &Store,
+    key: &[u8],
+    f: impl FnOnce(&mut Set, &Limits) -> R,
+) -> Result<R, CmdError> {
+    Ok(store.write_object(key, ValueType::Set, |slot, limits| {
+        let o = slot.get_or_insert_with(|| Box::new(Object::empty(ValueType::Set)));
+        match &mut **o {
+            Object::Set(s) => f(s, limits),
+            _ => unreachable!("type checked by the store"),
+        }
+    })?)
+}
+
+fn sadd(store: &Store, args: &[Bytes]) -> CmdResult {
+    make_room(store)?;
+    write_or_create(store, &args[1], |s, limits| {
+        F::int(args[2..].iter().filter(|m| s.add(m, limits)).count() as i64)
+    })
+}
+
+fn srem(store: &Store, args: &[Bytes]) -> CmdResult {
+    write(store, &args[1], |s, _| {
+        F::int(s.map_or(0, |s| args[2..].iter().filter(|m| s.remove(m)).count() as i64))
+    })
+}
+
+pub fn members(s: &Set) -> Vec<shoal_wire::proto::Frame> {
+    s.iter().map(|m| F::bulk_from(&m)).collect()
+}
+
+fn smembers(store: &Store, args: &[Bytes]) -> CmdResult {
+    read(store, &args[1], |s| F::set(s.map(members).unwrap_or_default()))
+}
+
+fn sismember(store: &Store, args: &[Bytes]) -> CmdResult {
+    read(store, &args[1], |s| F::int(i64::from(s.is_some_and(|s| s.contains(&args[2])))))
+}
+
+fn smismember(store: &Store, args: &[Bytes]) -> CmdResult {
+    read(store, &args[1], |s| {
+        F::array(args[2..].iter().map(|m| F::int(i64::from(s.is_some_and(|s| s.contains(m))))).collect())
+    })
+}
+
+fn scard(store: &Store, args: &[Bytes]) -> CmdResult {
+    read(store, &args[1], |s| F::int(s.map_or(0, |s| s.len() as i64)))
+}
+
+/// A count argument that must not be negative (SPOP, LPOP, ...); one text for both failures,
+/// as Redis's `getPositiveLongFromObjectOrReply` with a message.
+pub fn positive_count(b: &[u8]) -> Result<usize, CmdError> {
+    match shoal_wire::num::parse_i64(b) {
+        Some(n) if n >= 0 => Ok(n as usize),
+        _ => Err(CmdError::Text("ERR value is out of range, must be positive")),
+    }
+}
+
+fn spop(store: &Store, args: &[Bytes]) -> CmdResult {
+    match args.len() {
+        2 => write(store, &args[1], |s, _| {
+            let Some(s) = s.filter(|s| !s.is_empty()) else { return F::nil() };
+            let m = s.random().expect("not empty");
+            s.remove(&m);
+            F::bulk(m)
+        }),
+        3 => {
+            let count = positive_count(&args[2])?;
+            write(store, &args[1], |s, _| {
+                let Some(s) = s else { return F::set(Vec::new()) };
+                let mut out = Vec::with_capacity(count.min(s.len()));
+                if count >= s.len() {
+                    out = members(s);
+                    *s = Set::default();
+                    return F::set(out);
+                }
+                for _ in 0..count {
+                    let m = s.random().expect("count < len");
+                    s.remove(&m);
+                    out.push(F::bulk(m));
+                }
+                F::set(out)
+            })
+        }
+        _ => Err(SYNTAX),
+    }
+}
+
+fn srandmember(store: &Store, args: &[Bytes]) -> CmdResult {
+    if args.len() == 2 {
+        return read(store, &args[1], |s| s.and_then(Set::random).map_or_else(F::nil, F::bulk));
+    }
+    if args.len() > 3 {
+        return Err(SYNTAX);
+    }
+    let n = int_arg(&args[2])?;
+    if n == i64::MIN {
+        return Err(CmdError::Text(
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    read(store, &args[1], |s| {
+        let Some(s) = s.filter(|_| n != 0) else { return F::array(Vec::new()) };
+        if n < 0 {
+            return F::array((0..n.unsigned_abs()).filter_map(|_| s.random().map(F::bulk)).collect());
+        }
+        let n = n as usize;
+        if n >= s.len() {
+            return F::array(members(s));
+        }
+        let mut all: Vec<usize> = (0..s.len()).collect();
+        fastrand::shuffle(&mut all);
+        all.truncate(n);
+        all.sort_unstable();
+        let mut picked = all.into_iter().peekable();
+        let mut out = Vec::with_capacity(n);
+        for (i, m) in s.iter().enumerate() {
+            if picked.peek() == Some(&i) {
+                picked.next();
+                out.push(F::bulk_from(&m));
+            }
+        }
+        F::array(out)
+    })
+}
