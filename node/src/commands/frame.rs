@@ -40,6 +40,11 @@ impl F {
         F::of(Kind::Error(text))
     }
 
+    /// A double as Redis prints it (`%.17g`): a bulk string in RESP2, `,` in RESP3.
+    pub fn double(text: String) -> Frame {
+        F::of(Kind::Double(text.into()))
+    }
+
     pub fn array(items: Vec<Frame>) -> Frame {
         F::of(Kind::Array(Frames { items }))
     }

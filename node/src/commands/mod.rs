@@ -3,7 +3,7 @@
 //! The router has looked the command up, checked its arity and routed it by its key; the node
 //! parses the remaining arguments with Redis's rules and texts and answers a [`Frame`], which the
 //! router encodes for the client's protocol (RESP2 or RESP3). Each family has its file:
-//! [`hash`], [`list`], [`set`], [`object`], [`scan`] (HSCAN and its kin).
+//! [`hash`], [`list`], [`set`], [`zset`], [`object`], [`scan`] (HSCAN and its kin).
 //!
 //! Every handler runs inside one `Store::read_object`/`write_object` call, so a command is atomic
 //! on its key, exactly as on a single-threaded Redis.
@@ -14,6 +14,7 @@ mod list;
 mod object;
 mod scan;
 mod set;
+mod zset;
 
 use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};
@@ -61,7 +62,11 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     let name_lc = &lower[..name.len()];
     match name_lc {
         b"object" => object::object(store, args),
-        _ => match hash::find(name_lc).or_else(|| set::find(name_lc)).or_else(|| list::find(name_lc)) {
+        _ => match hash::find(name_lc)
+            .or_else(|| set::find(name_lc))
+            .or_else(|| list::find(name_lc))
+            .or_else(|| zset::find(name_lc))
+        {
             Some(handler) => handler(store, args),
             None => Err(unknown(name)),
         },

@@ -8,7 +8,7 @@ pub const MAGIC: &[u8; 8] = b"SHOALSNP";
 pub const VERSION: u32 = 2;
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Largest value-type number an entry's flags may carry (`store::object::ValueType`).
-pub const MAX_VALUE_TYPE: u16 = 3;
+pub const MAX_VALUE_TYPE: u16 = 4;
 /// Byte-order mark; reads back as this value only on the byte order it was written in.
 pub const BOM: u32 = 0x0102_0304;
 pub const HEADER_LEN: usize = 64;

@@ -37,6 +37,7 @@ pub mod spec;
 mod strings;
 mod ttl;
 mod typed;
+mod zsets;
 
 use std::future::Future;
 use std::pin::Pin;

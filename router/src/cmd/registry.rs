@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use super::spec::CommandSpec;
 use super::{
     client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, object,
-    persistence, scan, set, sets, shoal, strings, ttl,
+    persistence, scan, set, sets, shoal, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -105,6 +105,29 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &lists::LREM,
     &lists::LTRIM,
     &lists::LPOS,
+    &zsets::ZADD,
+    &zsets::ZINCRBY,
+    &zsets::ZREM,
+    &zsets::ZSCORE,
+    &zsets::ZMSCORE,
+    &zsets::ZCARD,
+    &zsets::ZCOUNT,
+    &zsets::ZLEXCOUNT,
+    &zsets::ZRANGE,
+    &zsets::ZRANGEBYSCORE,
+    &zsets::ZREVRANGEBYSCORE,
+    &zsets::ZRANGEBYLEX,
+    &zsets::ZREVRANGEBYLEX,
+    &zsets::ZREVRANGE,
+    &zsets::ZRANK,
+    &zsets::ZREVRANK,
+    &zsets::ZPOPMIN,
+    &zsets::ZPOPMAX,
+    &zsets::ZRANDMEMBER,
+    &zsets::ZREMRANGEBYRANK,
+    &zsets::ZREMRANGEBYSCORE,
+    &zsets::ZREMRANGEBYLEX,
+    &zsets::ZSCAN,
     &object::OBJECT,
     &shoal::SHOAL,
 ];

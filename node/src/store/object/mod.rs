@@ -2,7 +2,7 @@
 //!
 //! - [`pack`]: the compact encoding of small values, and the serialized form of every typed value
 //!   (snapshots, slot transfers, `Fetch`).
-//! - [`hash`], [`set`], [`list`]: each type's encodings and the primitive operations the commands
+//! - [`hash`], [`set`], [`list`], [`zset`]: each type's encodings and the primitive operations the commands
 //!   (`crate::commands`) are written over.
 //!
 //! A typed value lives in its shard's object table, next to the entry that holds its key, TTL and
@@ -12,11 +12,13 @@ pub mod hash;
 pub mod list;
 pub mod pack;
 pub mod set;
+pub mod zset;
 
 pub use hash::Hash;
 pub use list::List;
 pub use pack::{Pack, PackError};
 pub use set::Set;
+pub use zset::ZSet;
 
 /// The type of a key's value, as `TYPE` names it. The number is what entry flags, snapshot index
 /// flags and `ExportEntry.value_type` carry.
@@ -26,6 +28,7 @@ pub enum ValueType {
     Hash = 1,
     List = 2,
     Set = 3,
+    ZSet = 4,
 }
 
 impl ValueType {
@@ -35,6 +38,7 @@ impl ValueType {
             1 => ValueType::Hash,
             2 => ValueType::List,
             3 => ValueType::Set,
+            4 => ValueType::ZSet,
             _ => return None,
         })
     }
@@ -45,11 +49,12 @@ impl ValueType {
             ValueType::Hash => "hash",
             ValueType::List => "list",
             ValueType::Set => "set",
+            ValueType::ZSet => "zset",
         }
     }
 
     pub fn from_name(name: &[u8]) -> Option<ValueType> {
-        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set]
+        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set, ValueType::ZSet]
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
@@ -61,18 +66,31 @@ pub struct Limits {
     pub hash_max_listpack_entries: usize,
     pub hash_max_listpack_value: usize,
     pub set_max_intset_entries: usize,
+    pub zset_max_listpack_entries: usize,
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { hash_max_listpack_entries: 128, hash_max_listpack_value: 64, set_max_intset_entries: 512 }
+        Limits {
+            hash_max_listpack_entries: 128,
+            hash_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
+        }
     }
 }
 
 impl Limits {
     /// Limits under which nothing stays compact (conversions).
-    pub const ALWAYS_TABLE: Limits =
-        Limits { hash_max_listpack_entries: 0, hash_max_listpack_value: 0, set_max_intset_entries: 0 };
+    pub const ALWAYS_TABLE: Limits = Limits {
+        hash_max_listpack_entries: 0,
+        hash_max_listpack_value: 0,
+        set_max_intset_entries: 0,
+        zset_max_listpack_entries: 0,
+        zset_max_listpack_value: 0,
+    };
 }
 
 /// What an allocation of `n` bytes costs, rounded as allocators round small sizes.
@@ -85,6 +103,7 @@ pub enum Object {
     Hash(Hash),
     List(List),
     Set(Set),
+    ZSet(ZSet),
 }
 
 impl Object {
@@ -93,6 +112,7 @@ impl Object {
         match t {
             ValueType::Hash => Object::Hash(Hash::default()),
             ValueType::List => Object::List(List::default()),
+            ValueType::ZSet => Object::ZSet(ZSet::default()),
             ValueType::Set | ValueType::String => Object::Set(Set::default()),
         }
     }
@@ -102,6 +122,7 @@ impl Object {
             Object::Hash(_) => ValueType::Hash,
             Object::List(_) => ValueType::List,
             Object::Set(_) => ValueType::Set,
+            Object::ZSet(_) => ValueType::ZSet,
         }
     }
 
@@ -110,6 +131,7 @@ impl Object {
             Object::Hash(h) => h.len(),
             Object::List(l) => l.len(),
             Object::Set(s) => s.len(),
+            Object::ZSet(z) => z.len(),
         }
     }
 
@@ -122,6 +144,7 @@ impl Object {
             Object::Hash(h) => h.encoding(),
             Object::List(l) => l.encoding(),
             Object::Set(s) => s.encoding(),
+            Object::ZSet(z) => z.encoding(),
         }
     }
 
@@ -132,6 +155,7 @@ impl Object {
                 Object::Hash(h) => h.mem(),
                 Object::List(l) => l.mem(),
                 Object::Set(s) => s.mem(),
+                Object::ZSet(z) => z.mem(),
             }
     }
 
@@ -142,6 +166,7 @@ impl Object {
             Object::Hash(h) => h.serialize(&mut out),
             Object::List(l) => l.serialize(&mut out),
             Object::Set(s) => s.serialize(&mut out),
+            Object::ZSet(z) => z.serialize(&mut out),
         }
         out
     }
@@ -158,6 +183,9 @@ impl Object {
             }
             ValueType::List => Object::List(List::from_items(pack.iter())),
             ValueType::Set => Object::Set(Set::from_members(pack.iter(), limits)),
+            ValueType::ZSet => {
+                Object::ZSet(ZSet::from_pairs(pack.iter(), limits).ok_or(PackError::BadElement("score"))?)
+            }
             ValueType::String => return Err(PackError::BadElement("typed value")),
         })
     }

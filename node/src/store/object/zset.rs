@@ -1,0 +1,314 @@
+//! Sorted sets: a vector of (member, score) pairs kept in (score, member) order while small
+//! (Redis's listpack, same thresholds, "listpack"), and past a threshold a member → score map
+//! beside an ordered tree of (score, member) ("skiplist": Redis's name for its ordered index;
+//! ours is a B-tree). Members are shared between the map and the tree, not copied.
+//!
+//! Rank-based access (ZRANK, ZRANGE by index) walks the tree from the nearer end: O(rank), where
+//! Redis's skiplist takes O(log n) (docs/compatibility.md). Score ranges are O(log n + k).
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use super::{Limits, alloc_size};
+
+/// A score with the order Redis uses (never NaN; -0 equals 0, ties broken by member).
+#[derive(Debug, Clone, Copy)]
+pub struct Score(pub f64);
+
+impl PartialEq for Score {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.partial_cmp(&other.0).unwrap_or(Ordering::Equal)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum ZSet {
+    Pack(Vec<(Box<[u8]>, f64)>),
+    Tree(Tree),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Tree {
+    scores: HashMap<Arc<[u8]>, f64>,
+    order: BTreeSet<(Score, Arc<[u8]>)>,
+    bytes: usize,
+}
+
+/// Per member besides its bytes: a map bucket (pointer, length, score, control byte), a tree slot
+/// (score and pointer, with the B-tree's node overhead) and the shared allocation's counts.
+const TREE_ITEM: usize = 25 + 40 + 16;
+const PACK_ITEM: usize = 24;
+
+impl Default for ZSet {
+    fn default() -> Self {
+        ZSet::Pack(Vec::new())
+    }
+}
+
+/// The next representable double above `x` (x finite or -inf).
+fn next_up(x: f64) -> f64 {
+    if x == 0.0 {
+        return f64::from_bits(1);
+    }
+    let bits = x.to_bits();
+    f64::from_bits(if x > 0.0 { bits + 1 } else { bits - 1 })
+}
+
+fn key_order(a: (&[u8], f64), b: (&[u8], f64)) -> Ordering {
+    Score(a.1).cmp(&Score(b.1)).then_with(|| a.0.cmp(b.0))
+}
+
+impl ZSet {
+    pub fn len(&self) -> usize {
+        match self {
+            ZSet::Pack(v) => v.len(),
+            ZSet::Tree(t) => t.scores.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            ZSet::Pack(_) => "listpack",
+            ZSet::Tree(_) => "skiplist",
+        }
+    }
+
+    pub fn score(&self, m: &[u8]) -> Option<f64> {
+        match self {
+            ZSet::Pack(v) => v.iter().find(|(x, _)| &**x == m).map(|(_, s)| *s),
+            ZSet::Tree(t) => t.scores.get(m).copied(),
+        }
+    }
+
+    /// Members in ascending (score, member) order; reverse it for descending.
+    pub fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
+        match self {
+            ZSet::Pack(v) => Box::new(v.iter().map(|(m, s)| (&**m, *s))),
+            ZSet::Tree(t) => Box::new(t.order.iter().map(|(s, m)| (&**m, s.0))),
+        }
+    }
+
+    /// Members with `min <= score <= max` (bounds as given), ascending.
+    pub fn score_range(
+        &self,
+        min: Bound<f64>,
+        max: Bound<f64>,
+    ) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
+        let above = move |s: f64| match min {
+            Bound::Included(x) => s >= x,
+            Bound::Excluded(x) => s > x,
+            Bound::Unbounded => true,
+        };
+        let below = move |s: f64| match max {
+            Bound::Included(x) => s <= x,
+            Bound::Excluded(x) => s < x,
+            Bound::Unbounded => true,
+        };
+        match self {
+            ZSet::Pack(_) => Box::new(self.iter().filter(move |&(_, s)| above(s) && below(s))),
+            ZSet::Tree(t) => {
+                // Tree bounds: the empty member sorts first among equal scores, so
+                // (next score up, "") lies just past every member of a score.
+                let at = |x: f64| (Score(x), Arc::<[u8]>::from(&b""[..]));
+                let lower = match min {
+                    Bound::Included(x) => Bound::Included(at(x)),
+                    Bound::Excluded(x) if x == f64::INFINITY => return Box::new(std::iter::empty()),
+                    Bound::Excluded(x) => Bound::Included(at(next_up(x))),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                let upper = match max {
+                    Bound::Included(x) if x == f64::INFINITY => Bound::Unbounded,
+                    Bound::Included(x) => Bound::Excluded(at(next_up(x))),
+                    Bound::Excluded(x) => Bound::Excluded(at(x)),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) =
+                    (&lower, &upper)
+                    && a > b
+                {
+                    return Box::new(std::iter::empty());
+                }
+                Box::new(
+                    t.order
+                        .range((lower, upper))
+                        .map(|(s, m)| (&**m, s.0))
+                        .filter(move |&(_, s)| above(s) && below(s)),
+                )
+            }
+        }
+    }
+
+    /// 0-based rank of `m` in ascending order.
+    pub fn rank(&self, m: &[u8]) -> Option<usize> {
+        let score = self.score(m)?;
+        match self {
+            ZSet::Pack(v) => v.iter().position(|(x, _)| &**x == m),
+            ZSet::Tree(t) => {
+                let key = (Score(score), Arc::<[u8]>::from(m));
+                // Count from the nearer end.
+                let below = t.order.range(..&key).count();
+                Some(below)
+            }
+        }
+    }
+
+    /// Adds or updates `m`; returns whether it was new.
+    pub fn insert(&mut self, m: &[u8], score: f64, limits: &Limits) -> bool {
+        // Redis's listpack keeps an integral score as an integer, so -0 comes back as 0.
+        let score = if score == 0.0 { 0.0 } else { score };
+        if let ZSet::Pack(v) = self {
+            if m.len() > limits.zset_max_listpack_value {
+                self.convert();
+            } else {
+                let existing = v.iter().position(|(x, _)| &**x == m);
+                let new = existing.is_none();
+                if let Some(i) = existing {
+                    v.remove(i);
+                }
+                let at = v.partition_point(|(x, s)| key_order((x, *s), (m, score)) == Ordering::Less);
+                v.insert(at, (m.into(), score));
+                if v.len() > limits.zset_max_listpack_entries {
+                    self.convert();
+                }
+                return new;
+            }
+        }
+        let ZSet::Tree(t) = self else { unreachable!("converted above") };
+        match t.scores.get_key_value(m) {
+            Some((k, &old)) => {
+                let k = k.clone();
+                t.order.remove(&(Score(old), k.clone()));
+                t.order.insert((Score(score), k.clone()));
+                *t.scores.get_mut(m).expect("present") = score;
+                false
+            }
+            None => {
+                let k: Arc<[u8]> = Arc::from(m);
+                t.bytes += alloc_size(m.len());
+                t.order.insert((Score(score), k.clone()));
+                t.scores.insert(k, score);
+                true
+            }
+        }
+    }
+
+    pub fn remove(&mut self, m: &[u8]) -> bool {
+        match self {
+            ZSet::Pack(v) => match v.iter().position(|(x, _)| &**x == m) {
+                Some(i) => {
+                    v.remove(i);
+                    true
+                }
+                None => false,
+            },
+            ZSet::Tree(t) => match t.scores.remove_entry(m) {
+                Some((k, s)) => {
+                    t.order.remove(&(Score(s), k));
+                    t.bytes -= alloc_size(m.len());
+                    if t.scores.capacity() > 64 && t.scores.len() * 4 < t.scores.capacity() {
+                        t.scores.shrink_to(t.scores.len() * 2);
+                    }
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// Removes and returns the lowest (or highest) member.
+    pub fn pop(&mut self, max: bool) -> Option<(Vec<u8>, f64)> {
+        let (m, s) =
+            if max { self.iter().next_back() } else { self.iter().next() }.map(|(m, s)| (m.to_vec(), s))?;
+        self.remove(&m);
+        Some((m, s))
+    }
+
+    fn convert(&mut self) {
+        let ZSet::Pack(v) = self else { return };
+        let mut t = ZSet::Tree(Tree::default());
+        for (m, s) in v.drain(..) {
+            t.insert(&m, s, &Limits::ALWAYS_TABLE);
+        }
+        *self = t;
+    }
+
+    pub fn mem(&self) -> usize {
+        match self {
+            ZSet::Pack(v) => {
+                v.capacity() * PACK_ITEM + v.iter().map(|(m, _)| alloc_size(m.len())).sum::<usize>()
+            }
+            ZSet::Tree(t) => t.bytes + t.scores.capacity() * TREE_ITEM,
+        }
+    }
+
+    /// Serialized as member, score (8 bytes, little-endian IEEE) pairs, ascending.
+    pub fn serialize(&self, out: &mut Vec<u8>) {
+        for (m, s) in self.iter() {
+            super::pack::put(out, m);
+            super::pack::put(out, &s.to_le_bytes());
+        }
+    }
+
+    pub fn from_pairs<'a>(mut items: impl Iterator<Item = &'a [u8]>, limits: &Limits) -> Option<ZSet> {
+        let mut z = ZSet::default();
+        while let Some(m) = items.next() {
+            let s = f64::from_le_bytes(items.next()?.try_into().ok()?);
+            if s.is_nan() {
+                return None;
+            }
+            z.insert(m, s, limits);
+        }
+        Some(z)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_encodings_order_and_rank_alike() {
+        let limits = Limits::default();
+        let mut small = ZSet::default();
+        let mut big = ZSet::Tree(Tree::default());
+        for (i, m) in ["c", "a", "b", "d"].iter().enumerate() {
+            let s = if i == 3 { 1.0 } else { 2.0 };
+            small.insert(m.as_bytes(), s, &limits);
+            big.insert(m.as_bytes(), s, &limits);
+        }
+        for z in [&small, &big] {
+            let order: Vec<&[u8]> = z.iter().map(|(m, _)| m).collect();
+            assert_eq!(order, vec![&b"d"[..], b"a", b"b", b"c"], "{}", z.encoding());
+            assert_eq!(z.rank(b"b"), Some(2));
+            let r: Vec<&[u8]> =
+                z.score_range(Bound::Excluded(1.0), Bound::Included(2.0)).map(|(m, _)| m).collect();
+            assert_eq!(r, vec![&b"a"[..], b"b", b"c"]);
+        }
+        big.insert(b"a", -5.0, &limits);
+        assert_eq!(big.rank(b"a"), Some(0));
+        assert_eq!(big.pop(true), Some((b"c".to_vec(), 2.0)));
+        assert_eq!(big.len(), 3);
+    }
+}
