@@ -2,7 +2,7 @@
 //!
 //! | Route | Does | Answers |
 //! |---|---|---|
-//! | `GET /keys/{key}` | GET | 200 raw value, 404 |
+//! | `GET /keys/{key}` | GET | 200 raw value, 404, 409 with the WRONGTYPE text for a hash, list, set or sorted set |
 //! | `POST /keys` `{"key","value"}` `[?ttl=s]` | SET NX [EX] | 201, 409 if the key exists |
 //! | `PUT /keys/{key}` raw body `[?ttl=s]` | SET [EX] | 200 |
 //! | `DELETE /keys/{key}` | DEL | 200, 404 |
@@ -365,12 +365,14 @@ fn not_allowed(allow: &'static str) -> HttpResponse {
 
 /// A command error as an HTTP status: a node that could not answer is 503 (the request may be
 /// retried), a Redis error by its code (the first word, Redis's typed part of an error): out of
-/// memory is 507, anything else a bad request.
+/// memory is 507, a key holding another type than the route works on (a hash at `GET /keys/h`)
+/// 409 with the WRONGTYPE text, anything else a bad request.
 fn failure(reply: Reply) -> HttpResponse {
     match reply {
         Reply::Failure(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
         Reply::Error(text) => match text.split(' ').next() {
             Some("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
+            Some("WRONGTYPE") => error(StatusCode::CONFLICT, &text),
             _ => error(StatusCode::BAD_REQUEST, &text),
         },
         other => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("unexpected reply {other:?}")),

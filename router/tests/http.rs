@@ -55,6 +55,21 @@ async fn mkvss_routes() {
 
     assert_eq!(status(&http_raw(a, &request("DELETE", "/keys/fruit", b"", "")).await), 200);
     assert_eq!(status(&http_raw(a, &request("DELETE", "/keys/fruit", b"", "")).await), 404);
+
+    // A typed value is a conflict for the string routes, with Redis's text; MGET shows it as null
+    // (as Redis's MGET does), and DELETE and the TTL route work on any type.
+    assert_eq!(raw.cmd(&["HSET", "session", "user", "ada"]).await, b":1\r\n");
+    let typed = http_get(a, "/keys/session").await;
+    assert_eq!(status(&typed), 409, "{typed}");
+    assert!(
+        body(&typed).contains("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        "{typed}"
+    );
+    let mget = http_raw(a, &request("POST", "/keys/_mget", br#"{"keys":["session"]}"#, "")).await;
+    assert_eq!(body(&mget), r#"{"values":[{"key":"session","value":null}]}"#);
+    assert_eq!(body(&http_get(a, "/keys/session/ttl").await), r#"{"key":"session","ttl":-1}"#);
+    assert_eq!(status(&http_raw(a, &request("DELETE", "/keys/session", b"", "")).await), 200);
+    assert_eq!(raw.cmd(&["EXISTS", "session"]).await, b":0\r\n");
     router.shutdown().await;
 }
 
