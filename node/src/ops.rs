@@ -33,6 +33,11 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
                 view.check(shoal_wire::key_slot(k), batch_version)?;
             }
         }
+        Some(Kind::Command(o)) => {
+            for k in &o.keys {
+                view.check(shoal_wire::key_slot(k), batch_version)?;
+            }
+        }
         Some(Kind::Import(o)) => {
             for e in &o.entries {
                 view.check_import(shoal_wire::key_slot(&e.key), batch_version)?;
@@ -158,6 +163,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
             int(store
                 .import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type))))
         }
+        Kind::Command(c) if c.scratch => crate::commands::run_scratch(store, &c.args, &c.inputs, &c.outputs),
         Kind::Command(c) => crate::commands::run(store, &c.args),
         Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
     }

@@ -42,6 +42,8 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         Kind::Persist(o) => &o.key,
         Kind::Ttl(o) => &o.key,
         Kind::Fetch(o) => &o.key,
+        // Multi-key commands (and scratch runs) are about no single key.
+        Kind::Command(o) if o.scratch || !o.keys.is_empty() => return None,
         Kind::Command(o) => o.args.get((o.key_index as usize).max(1))?,
         Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
         Kind::MsetNx(_) | Kind::Import(_) | Kind::Piece(_) | Kind::Assembled(_) => return None,

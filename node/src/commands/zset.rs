@@ -94,11 +94,11 @@ pub fn d2string(d: f64) -> String {
     }
 }
 
-fn double(d: f64) -> Frame {
+pub(super) fn double(d: f64) -> Frame {
     F::double(fmt_g17(d))
 }
 
-fn not_float() -> CmdError {
+pub(super) fn not_float() -> CmdError {
     CmdError::Text("ERR value is not a valid float")
 }
 
@@ -327,7 +327,7 @@ fn zlexcount(store: &Store, args: &[Bytes]) -> CmdResult {
 // --- ZRANGE and its older forms ----------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Auto,
     Rank,
     Score,
@@ -335,7 +335,7 @@ enum Kind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dir {
+pub(super) enum Dir {
     Auto,
     Forward,
     Reverse,
@@ -348,7 +348,7 @@ enum Spec {
     Lex(Lex, Lex),
 }
 
-struct Query {
+pub(super) struct Query {
     spec: Spec,
     reverse: bool,
     offset: i64,
@@ -358,7 +358,7 @@ struct Query {
 
 /// Parses `key min max [options]` from `args[at]` (Redis's `zrangeGenericCommand`, same order of
 /// checks and texts).
-fn parse_query(
+pub(super) fn parse_query(
     args: &[Bytes],
     at: usize,
     mut kind: Kind,
@@ -416,7 +416,7 @@ fn parse_query(
 }
 
 /// The members (and scores) a query selects, in reply order.
-fn select<'a>(z: &'a ZSet, q: &Query) -> Vec<(&'a [u8], f64)> {
+pub(super) fn select<'a>(z: &'a ZSet, q: &Query) -> Vec<(&'a [u8], f64)> {
     match &q.spec {
         Spec::Rank(start, end) => {
             let Some((a, b)) = rank_range(z.len(), *start, *end) else { return Vec::new() };

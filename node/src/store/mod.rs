@@ -42,6 +42,7 @@ pub use float::FloatError;
 pub use keyspace::{ExpireFlags, ScanPage, TtlState};
 pub use shoal_wire::clock::{Clock, ManualClock, SystemClock};
 pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
+pub use typed::{KeyInfo, Locked};
 
 pub use shard::Presence;
 use shard::Shard;
@@ -67,6 +68,8 @@ pub enum StoreError {
     OffsetOutOfRange,
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
+    #[error("ERR DUMP payload version or checksum are wrong")]
+    BadValue,
 }
 
 /// What to drop when `maxmemory` is reached (Redis's `maxmemory-policy`; the LFU policies are not
@@ -319,6 +322,13 @@ impl Store {
     /// The base snapshot, if the store has one.
     pub fn base(&self) -> Option<Arc<Snapshot>> {
         self.base.read().clone()
+    }
+
+    /// An empty single-shard store with this one's clock and limits, for running a command over
+    /// values gathered from several nodes.
+    pub fn scratch(&self) -> Store {
+        let config = StoreConfig { shards: 1, maxmemory: 0, ..self.config.clone() };
+        Store::new(config, self.clock.clone())
     }
 
     /// The encoding thresholds typed values are built with.

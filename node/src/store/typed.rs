@@ -6,6 +6,7 @@
 
 use super::entry::lru_now;
 use super::object::{Limits, Object, ValueType};
+use super::shard::Shard;
 use super::{Store, StoreError};
 
 /// A key's value as `OBJECT`, `MEMORY USAGE` and `TYPE` see it.
@@ -28,19 +29,7 @@ impl Store {
         t: ValueType,
         f: impl FnOnce(Option<&Object>) -> R,
     ) -> Result<R, StoreError> {
-        self.with_shard(key, |s, h, now| {
-            match s.peek(h, key, now, false, |v| v.value_type) {
-                None => {
-                    s.misses += 1;
-                    return Ok(f(None));
-                }
-                Some(found) if found != t => return Err(StoreError::WrongType),
-                Some(_) => {}
-            }
-            let pos = s.lookup(h, key, now).expect("present a moment ago, under the same lock");
-            s.entry_mut(pos).lru = lru_now(now);
-            Ok(f(s.object(pos)))
-        })
+        self.with_shard(key, |s, h, now| read_in(s, h, key, now, t, f))
     }
 
     /// Runs `f` on the value of `key` for a change. `f` sees `None` for a missing key and may put
@@ -53,30 +42,7 @@ impl Store {
         f: impl FnOnce(&mut Option<Box<Object>>, &Limits) -> R,
     ) -> Result<R, StoreError> {
         self.check_len(key.len())?;
-        self.with_shard(key, |s, h, now| {
-            let pos = s.find_live(h, key, now);
-            if let Some(p) = pos
-                && s.entry(p).value_type() != t
-            {
-                return Err(StoreError::WrongType);
-            }
-            let limits = s.limits.clone();
-            let mut slot = pos.and_then(|p| s.take_object(p));
-            let r = f(&mut slot, &limits);
-            match (pos, slot) {
-                (Some(p), Some(o)) if !o.is_empty() => {
-                    s.put_object(p, o);
-                    s.entry_mut(p).lru = lru_now(now);
-                }
-                (Some(p), _) => s.delete(h, p),
-                (None, Some(o)) if !o.is_empty() => {
-                    let p = s.insert_new(h, key, b"", 0, lru_now(now));
-                    s.put_object(p, o);
-                }
-                (None, _) => {}
-            }
-            Ok(r)
-        })
+        self.with_shard(key, |s, h, now| write_in(s, h, key, now, t, f))
     }
 
     /// What `key` holds, for OBJECT and MEMORY USAGE (no LRU touch).
@@ -93,6 +59,180 @@ impl Store {
             })
         })
     }
+
+    /// Locks the shards of `keys` (in shard order, so two such calls never deadlock) and runs `f`
+    /// with them: a command over several keys of this node is atomic, as in Redis.
+    pub fn with_keys<R>(&self, keys: &[&[u8]], f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
+        let mut indices: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let guards: Vec<_> = indices.iter().map(|&i| self.shards[i].lock()).collect();
+        let before: usize = guards.iter().map(|g| g.mem()).sum();
+        let mut locked = Locked { store: self, indices, guards, now: self.clock.now_ms() };
+        let r = f(&mut locked);
+        let after: usize = locked.guards.iter().map(|g| g.mem()).sum();
+        drop(locked);
+        self.settle(before, after);
+        r
+    }
+}
+
+/// The shards of a multi-key command, locked (see [`Store::with_keys`]). Every key the command
+/// touches must have been named when locking.
+pub struct Locked<'a> {
+    store: &'a Store,
+    indices: Vec<usize>,
+    guards: Vec<parking_lot::MutexGuard<'a, Shard>>,
+    now: u64,
+}
+
+impl Locked<'_> {
+    fn shard(&mut self, key: &[u8]) -> (&mut Shard, u64, u64) {
+        let i = self.indices.binary_search(&self.store.shard_of(key)).expect("key locked by with_keys");
+        let s = &mut *self.guards[i];
+        let h = s.hash(key);
+        (s, h, self.now)
+    }
+
+    pub fn read_object<R>(
+        &mut self,
+        key: &[u8],
+        t: ValueType,
+        f: impl FnOnce(Option<&Object>) -> R,
+    ) -> Result<R, StoreError> {
+        let (s, h, now) = self.shard(key);
+        read_in(s, h, key, now, t, f)
+    }
+
+    pub fn write_object<R>(
+        &mut self,
+        key: &[u8],
+        t: ValueType,
+        f: impl FnOnce(&mut Option<Box<Object>>, &Limits) -> R,
+    ) -> Result<R, StoreError> {
+        self.store.check_len(key.len())?;
+        let (s, h, now) = self.shard(key);
+        write_in(s, h, key, now, t, f)
+    }
+
+    /// The type of `key`'s value, if it exists (no LRU touch, no counting).
+    pub fn value_type(&mut self, key: &[u8]) -> Option<ValueType> {
+        let (s, h, now) = self.shard(key);
+        s.peek(h, key, now, false, |v| v.value_type)
+    }
+
+    /// A copy of `key`'s value (serialized if typed), TTL and type (RENAME, COPY).
+    pub fn export(&mut self, key: &[u8]) -> Option<(bytes::Bytes, u64, ValueType)> {
+        let (s, h, now) = self.shard(key);
+        s.export_value(h, key, now)
+    }
+
+    /// Deletes `key`; whether it existed.
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        let (s, h, now) = self.shard(key);
+        match s.find_live(h, key, now) {
+            Some(p) => {
+                s.delete(h, p);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Makes `key` hold exactly `value` of type `t` with absolute expiry `expire_at` (0: none),
+    /// whatever it held before (RENAME, COPY ... REPLACE, results written back by a cross-node
+    /// command). A typed value that does not decode is refused.
+    pub fn restore(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expire_at: u64,
+        t: ValueType,
+    ) -> Result<(), StoreError> {
+        let limits = self.store.limits();
+        let object = match t {
+            ValueType::String => None,
+            t => Some(Box::new(Object::deserialize(t, value, &limits).map_err(|_| StoreError::BadValue)?)),
+        };
+        self.store.check_len(key.len())?;
+        self.store.check_len(value.len())?;
+        let (s, h, now) = self.shard(key);
+        if let Some(p) = s.find_live(h, key, now) {
+            s.delete(h, p);
+        }
+        if expire_at != 0 && expire_at <= now {
+            return Ok(());
+        }
+        match object {
+            None => {
+                s.insert_new(h, key, value, expire_at, lru_now(now));
+            }
+            Some(o) if o.is_empty() => {}
+            Some(o) => {
+                let p = s.insert_new(h, key, b"", expire_at, lru_now(now));
+                s.put_object(p, o);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unix ms by the store's clock, fixed for the command.
+    pub fn now_ms(&self) -> u64 {
+        self.now
+    }
+}
+
+fn read_in<R>(
+    s: &mut Shard,
+    h: u64,
+    key: &[u8],
+    now: u64,
+    t: ValueType,
+    f: impl FnOnce(Option<&Object>) -> R,
+) -> Result<R, StoreError> {
+    match s.peek(h, key, now, false, |v| v.value_type) {
+        None => {
+            s.misses += 1;
+            return Ok(f(None));
+        }
+        Some(found) if found != t => return Err(StoreError::WrongType),
+        Some(_) => {}
+    }
+    let pos = s.lookup(h, key, now).expect("present a moment ago, under the same lock");
+    s.entry_mut(pos).lru = lru_now(now);
+    Ok(f(s.object(pos)))
+}
+
+fn write_in<R>(
+    s: &mut Shard,
+    h: u64,
+    key: &[u8],
+    now: u64,
+    t: ValueType,
+    f: impl FnOnce(&mut Option<Box<Object>>, &Limits) -> R,
+) -> Result<R, StoreError> {
+    let pos = s.find_live(h, key, now);
+    if let Some(p) = pos
+        && s.entry(p).value_type() != t
+    {
+        return Err(StoreError::WrongType);
+    }
+    let limits = s.limits.clone();
+    let mut slot = pos.and_then(|p| s.take_object(p));
+    let r = f(&mut slot, &limits);
+    match (pos, slot) {
+        (Some(p), Some(o)) if !o.is_empty() => {
+            s.put_object(p, o);
+            s.entry_mut(p).lru = lru_now(now);
+        }
+        (Some(p), _) => s.delete(h, p),
+        (None, Some(o)) if !o.is_empty() => {
+            let p = s.insert_new(h, key, b"", 0, lru_now(now));
+            s.put_object(p, o);
+        }
+        (None, _) => {}
+    }
+    Ok(r)
 }
 
 /// Redis's string encodings: "int" for a canonical integer, "embstr" up to 44 bytes, "raw".

@@ -26,6 +26,7 @@ mod keys;
 mod lists;
 mod mget;
 mod mset;
+mod multi;
 mod object;
 mod persistence;
 pub mod registry;

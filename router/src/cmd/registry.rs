@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, object,
-    persistence, scan, set, sets, shoal, strings, ttl, zsets,
+    client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, multi,
+    object, persistence, scan, set, sets, shoal, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -128,6 +128,29 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &zsets::ZREMRANGEBYSCORE,
     &zsets::ZREMRANGEBYLEX,
     &zsets::ZSCAN,
+    &multi::SINTER,
+    &multi::SUNION,
+    &multi::SDIFF,
+    &multi::SINTERSTORE,
+    &multi::SUNIONSTORE,
+    &multi::SDIFFSTORE,
+    &multi::SINTERCARD,
+    &multi::SMOVE,
+    &multi::LMOVE,
+    &multi::RPOPLPUSH,
+    &multi::LMPOP,
+    &multi::ZUNION,
+    &multi::ZINTER,
+    &multi::ZDIFF,
+    &multi::ZUNIONSTORE,
+    &multi::ZINTERSTORE,
+    &multi::ZDIFFSTORE,
+    &multi::ZINTERCARD,
+    &multi::ZMPOP,
+    &multi::ZRANGESTORE,
+    &multi::RENAME,
+    &multi::RENAMENX,
+    &multi::COPY,
     &object::OBJECT,
     &shoal::SHOAL,
 ];

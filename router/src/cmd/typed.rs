@@ -20,13 +20,13 @@ pub fn write_key(args: &Args, ctx: &mut Ctx) -> Pending {
 /// A read-only subcommand whose key is the third argument (`OBJECT ENCODING key`).
 pub fn read_second(args: &Args, ctx: &mut Ctx) -> Pending {
     let key = args[2].clone();
-    let command = proto::Command { args: args.to_vec(), readonly: true, key_index: 2 };
+    let command = proto::Command { args: args.to_vec(), readonly: true, key_index: 2, ..Default::default() };
     Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
 }
 
 fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
     let key = args[1].clone();
-    let command = proto::Command { args: args.to_vec(), readonly, key_index: 1 };
+    let command = proto::Command { args: args.to_vec(), readonly, key_index: 1, ..Default::default() };
     Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
 }
 

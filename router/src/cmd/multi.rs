@@ -1,0 +1,651 @@
+//! Commands over several keys (SINTER, SUNIONSTORE, SMOVE, LMOVE, LMPOP, ZUNION, ZMPOP,
+//! ZRANGESTORE, RENAME, COPY, ...). The node runs them (`node/src/commands/multi.rs`).
+//!
+//! Keys on one node (same `{hashtag}`, or by chance): the whole command goes to that node, which
+//! runs it atomically. Keys on several nodes, where Redis Cluster answers CROSSSLOT:
+//! - commands that only read, or that replace a destination (the STORE forms, ZRANGESTORE, COPY,
+//!   RENAME): the router fetches every key's value, a node runs the command on a scratch store
+//!   holding those values, and the router writes the changed destination back to its owner (and,
+//!   for RENAME, deletes the source);
+//! - commands that take from one key and give to another (SMOVE, LMOVE, RPOPLPUSH, LMPOP, ZMPOP):
+//!   the same steps Redis takes, as single-key commands on each owner, putting an element back
+//!   if the destination refuses it.
+//!
+//! The cross-node forms are not atomic (docs/compatibility.md), as MSET across nodes is not.
+
+use bytes::Bytes;
+use shoal_wire::proto::{self, Frame, frame, op::Kind, reply};
+use tokio::time::Instant;
+
+use super::spec::*;
+use super::typed::{from_frame, from_node};
+use super::{Args, Ctx, Pending, gather, op, unexpected};
+use crate::backend::{AtomicError, Routing};
+use crate::resp::Reply;
+use crate::state::RouterState;
+use std::sync::Arc;
+
+/// How a command runs when its keys are on several nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cross {
+    /// Reads only: run on gathered values.
+    Read,
+    /// Replaces `args[1]` (STORE forms, ZRANGESTORE): run on gathered values, write it back.
+    Store,
+    Copy,
+    Rename,
+    SMove,
+    /// LMOVE (ends given) and RPOPLPUSH.
+    LMove,
+    MPop,
+}
+
+fn cross_of(name: &[u8]) -> Cross {
+    match &name.to_ascii_lowercase()[..] {
+        b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
+        | b"zrangestore" => Cross::Store,
+        b"copy" => Cross::Copy,
+        b"rename" | b"renamenx" => Cross::Rename,
+        b"smove" => Cross::SMove,
+        b"lmove" | b"rpoplpush" => Cross::LMove,
+        b"lmpop" | b"zmpop" => Cross::MPop,
+        _ => Cross::Read,
+    }
+}
+
+/// The keys of a multi-key command, as the node finds them; `None` when `numkeys` is not valid
+/// (the node then answers the error).
+fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
+    let name = args[0].to_ascii_lowercase();
+    let numkeys = |at: usize| -> Option<Vec<Bytes>> {
+        let n = shoal_wire::num::parse_i64(args.get(at)?).filter(|&n| n >= 1)? as usize;
+        (n < args.len() - at).then(|| args[at + 1..at + 1 + n].to_vec())
+    };
+    match &name[..] {
+        b"sinter" | b"sunion" | b"sdiff" | b"sinterstore" | b"sunionstore" | b"sdiffstore" => {
+            Some(args[1..].to_vec())
+        }
+        b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" => {
+            Some(args[1..3].to_vec())
+        }
+        b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
+        b"zunionstore" | b"zinterstore" | b"zdiffstore" => {
+            let mut keys = numkeys(2)?;
+            keys.insert(0, args[1].clone());
+            Some(keys)
+        }
+        _ => None,
+    }
+}
+
+// --- specs, as redis-server 7.0 declares them ---------------------------------------------------
+
+pub const SINTER: CommandSpec = CommandSpec {
+    name: "sinter",
+    arity: -2,
+    flags: &["readonly"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@read", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Intersect multiple sets",
+    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SUNION: CommandSpec = CommandSpec {
+    name: "sunion",
+    arity: -2,
+    flags: &["readonly"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@read", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Add multiple sets",
+    complexity: "O(N) where N is the total number of elements in all given sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SDIFF: CommandSpec = CommandSpec {
+    name: "sdiff",
+    arity: -2,
+    flags: &["readonly"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@read", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Subtract multiple sets",
+    complexity: "O(N) where N is the total number of elements in all given sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SINTERSTORE: CommandSpec = CommandSpec {
+    name: "sinterstore",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@write", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Intersect multiple sets and store the resulting set in a key",
+    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SUNIONSTORE: CommandSpec = CommandSpec {
+    name: "sunionstore",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@write", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Add multiple sets and store the resulting set in a key",
+    complexity: "O(N) where N is the total number of elements in all given sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SDIFFSTORE: CommandSpec = CommandSpec {
+    name: "sdiffstore",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: -1, step: 1 },
+    acl: &["@write", "@set", "@slow"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Subtract multiple sets and store the resulting set in a key",
+    complexity: "O(N) where N is the total number of elements in all given sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SINTERCARD: CommandSpec = CommandSpec {
+    name: "sintercard",
+    arity: -3,
+    flags: &["readonly", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@read", "@set", "@slow"],
+    group: "set",
+    since: "7.0.0",
+    summary: "Intersect multiple sets and return the cardinality of the result",
+    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SMOVE: CommandSpec = CommandSpec {
+    name: "smove",
+    arity: 4,
+    flags: &["write", "fast"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@set", "@fast"],
+    group: "set",
+    since: "1.0.0",
+    summary: "Move a member from one set to another",
+    complexity: "O(1)",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const LMOVE: CommandSpec = CommandSpec {
+    name: "lmove",
+    arity: 5,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@list", "@slow"],
+    group: "list",
+    since: "6.2.0",
+    summary: "Pop an element from a list, push it to another list and return it",
+    complexity: "O(1)",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const RPOPLPUSH: CommandSpec = CommandSpec {
+    name: "rpoplpush",
+    arity: 3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@list", "@slow"],
+    group: "list",
+    since: "1.2.0",
+    summary: "Remove the last element in a list, prepend it to another list and return it",
+    complexity: "O(1)",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const LMPOP: CommandSpec = CommandSpec {
+    name: "lmpop",
+    arity: -4,
+    flags: &["write", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@write", "@list", "@slow"],
+    group: "list",
+    since: "7.0.0",
+    summary: "Pop elements from a list",
+    complexity: "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZUNION: CommandSpec = CommandSpec {
+    name: "zunion",
+    arity: -3,
+    flags: &["readonly", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@read", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "6.2.0",
+    summary: "Add multiple sorted sets",
+    complexity: "O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZINTER: CommandSpec = CommandSpec {
+    name: "zinter",
+    arity: -3,
+    flags: &["readonly", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@read", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "6.2.0",
+    summary: "Intersect multiple sorted sets",
+    complexity: "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZDIFF: CommandSpec = CommandSpec {
+    name: "zdiff",
+    arity: -3,
+    flags: &["readonly", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@read", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "6.2.0",
+    summary: "Subtract multiple sorted sets",
+    complexity: "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZUNIONSTORE: CommandSpec = CommandSpec {
+    name: "zunionstore",
+    arity: -4,
+    flags: &["write", "denyoom", "movablekeys"],
+    keys: KeySpec::ONE,
+    acl: &["@write", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "2.0.0",
+    summary: "Add multiple sorted sets and store the resulting sorted set in a new key",
+    complexity: "O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZINTERSTORE: CommandSpec = CommandSpec {
+    name: "zinterstore",
+    arity: -4,
+    flags: &["write", "denyoom", "movablekeys"],
+    keys: KeySpec::ONE,
+    acl: &["@write", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "2.0.0",
+    summary: "Intersect multiple sorted sets and store the resulting sorted set in a new key",
+    complexity: "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZDIFFSTORE: CommandSpec = CommandSpec {
+    name: "zdiffstore",
+    arity: -4,
+    flags: &["write", "denyoom", "movablekeys"],
+    keys: KeySpec::ONE,
+    acl: &["@write", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "6.2.0",
+    summary: "Subtract multiple sorted sets and store the resulting sorted set in a new key",
+    complexity: "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZINTERCARD: CommandSpec = CommandSpec {
+    name: "zintercard",
+    arity: -3,
+    flags: &["readonly", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@read", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "7.0.0",
+    summary: "Intersect multiple sorted sets and return the cardinality of the result",
+    complexity: "O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZMPOP: CommandSpec = CommandSpec {
+    name: "zmpop",
+    arity: -4,
+    flags: &["write", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@write", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "7.0.0",
+    summary: "Remove and return members with scores in a sorted set",
+    complexity: "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const ZRANGESTORE: CommandSpec = CommandSpec {
+    name: "zrangestore",
+    arity: -5,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@sortedset", "@slow"],
+    group: "sorted-set",
+    since: "6.2.0",
+    summary: "Store a range of members from sorted set into another key",
+    complexity: "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const RENAME: CommandSpec = CommandSpec {
+    name: "rename",
+    arity: 3,
+    flags: &["write"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@keyspace", "@write", "@slow"],
+    group: "generic",
+    since: "1.0.0",
+    summary: "Rename a key",
+    complexity: "O(1)",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const RENAMENX: CommandSpec = CommandSpec {
+    name: "renamenx",
+    arity: 3,
+    flags: &["write", "fast"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@keyspace", "@write", "@fast"],
+    group: "generic",
+    since: "1.0.0",
+    summary: "Rename a key, only if the new key does not exist",
+    complexity: "O(1)",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+pub const COPY: CommandSpec = CommandSpec {
+    name: "copy",
+    arity: -3,
+    flags: &["write", "denyoom"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@keyspace", "@write", "@slow"],
+    group: "generic",
+    since: "6.2.0",
+    summary: "Copy a key",
+    complexity: "O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
+    run,
+    ..CommandSpec::DEFAULT
+};
+
+fn command(args: &Args, readonly: bool) -> proto::Command {
+    proto::Command { args: args.to_vec(), readonly, ..Default::default() }
+}
+
+/// Runs a multi-key command (see the module docs).
+pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
+    let (state, deadline) = (ctx.state.clone(), ctx.deadline);
+    let Some(mut keys) = keys_of(args) else {
+        // A bad `numkeys`: any node answers the error (no key is read).
+        let scratch = proto::Command { scratch: true, ..command(args, true) };
+        let call = ctx.call_at(0, op(Kind::Command(scratch)));
+        return Pending::later(async move {
+            match call.wait().await {
+                Ok(r) => scratch_reply(r).map_or_else(|e| e, |(reply, _)| reply),
+                Err(e) => e.into(),
+            }
+        });
+    };
+    let same_node = proto::Command { keys: keys.clone(), ..command(args, false) };
+    let atomic = ctx.call_atomic(keys.clone(), op(Kind::Command(same_node)));
+    let args: Vec<Bytes> = args.to_vec();
+    Pending::Barrier(Box::pin(async move {
+        match atomic.wait().await {
+            Ok(r) => return from_node(r),
+            Err(AtomicError::Backend(e)) => return e.into(),
+            Err(AtomicError::Spread) => {}
+        }
+        keys.sort();
+        keys.dedup();
+        let remote = Remote { routing: state.backend.routing(), state, deadline };
+        let result = match cross_of(&args[0]) {
+            Cross::Read => remote.scratch(&args, &keys, &[]).await.map(|(reply, _)| reply),
+            Cross::Store => remote.replace(&args, &keys, false).await,
+            Cross::Copy => remote.replace(&args, &keys, false).await,
+            Cross::Rename => remote.replace(&args, &keys, true).await,
+            Cross::SMove => remote.smove(&args).await,
+            Cross::LMove => remote.lmove(&args).await,
+            Cross::MPop => remote.mpop(&args).await,
+        };
+        result.unwrap_or_else(|e| e)
+    }))
+}
+
+/// The steps of a command whose keys are on several nodes.
+struct Remote {
+    state: Arc<RouterState>,
+    routing: Arc<Routing>,
+    deadline: Instant,
+}
+
+/// A node's answer as the command's reply, or the reply to send instead (errors included).
+type Step<T> = Result<T, Reply>;
+
+impl Remote {
+    /// A one-key command on `key`'s owner (through any move of its slot).
+    async fn on_key(&self, key: &Bytes, args: Vec<Bytes>, readonly: bool) -> Step<Reply> {
+        let key_index = args.iter().skip(1).position(|a| a == key).map_or(1, |i| i as u32 + 1);
+        let c = proto::Command { args, readonly, key_index, ..Default::default() };
+        let call = self.state.backend.key(&self.routing, key.clone(), op(Kind::Command(c)), self.deadline);
+        match call.wait().await {
+            Ok(r) => Ok(from_node(r)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The type of `key`'s value (`none` when missing).
+    async fn type_of(&self, key: &Bytes) -> Step<Bytes> {
+        let call = self.state.backend.key(
+            &self.routing,
+            key.clone(),
+            op(Kind::TypeOf(proto::TypeOf { key: key.clone() })),
+            self.deadline,
+        );
+        match call.wait().await.map(|r| r.kind) {
+            Ok(Some(reply::Kind::Value(v))) => Ok(v),
+            Ok(Some(reply::Kind::Error(e))) => Err(Reply::error_fmt(e)),
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Runs `args` on a scratch store holding the current values of `keys`; returns the reply and
+    /// the values of `outputs` afterwards.
+    async fn scratch(&self, args: &[Bytes], keys: &[Bytes], outputs: &[Bytes]) -> Step<(Reply, Vec<Frame>)> {
+        let fetches = keys.iter().map(|k| (k.clone(), op(Kind::Fetch(proto::Fetch { key: k.clone() }))));
+        let fetched = gather(self.state.backend.keys(&self.routing, fetches, self.deadline)).await?;
+        let inputs = fetched
+            .into_iter()
+            .filter_map(|r| match r.kind {
+                Some(reply::Kind::Entry(e)) => Some(e),
+                _ => None,
+            })
+            .collect();
+        let c = proto::Command { scratch: true, inputs, outputs: outputs.to_vec(), ..command(args, true) };
+        let call = self.state.backend.at(&self.routing, 0, op(Kind::Command(c)), self.deadline);
+        match call.wait().await {
+            Ok(r) => scratch_reply(r),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// STORE forms, COPY, RENAME: compute on gathered values, then write the destination (and
+    /// for RENAME delete the source) when the command changed it.
+    async fn replace(&self, args: &[Bytes], keys: &[Bytes], rename: bool) -> Step<Reply> {
+        let dst = if rename || args[0].eq_ignore_ascii_case(b"copy") { &args[2] } else { &args[1] };
+        let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
+        let changed = matches!(reply, Reply::Simple(_) | Reply::Int(1..))
+            || !(rename || args[0].eq_ignore_ascii_case(b"copy"));
+        if matches!(reply, Reply::Error(_)) || !changed {
+            return Ok(reply);
+        }
+        let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
+        if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
+            for f in v.items {
+                match f.kind {
+                    Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
+                    Some(frame::Kind::Bulk(b)) => restore.push(b),
+                    other => return Err(unexpected(Some(reply::Kind::Frame(Frame { kind: other })))),
+                }
+            }
+        }
+        fail_on_error(self.on_key(dst, restore, false).await?)?;
+        if rename {
+            let del = self.state.backend.key(
+                &self.routing,
+                args[1].clone(),
+                op(Kind::Del(proto::Del { key: args[1].clone() })),
+                self.deadline,
+            );
+            del.wait().await.map_err(Reply::from)?;
+        }
+        Ok(reply)
+    }
+
+    /// SMOVE: the checks Redis makes, SREM on the source, SADD on the destination (the member
+    /// goes back if the destination refuses it).
+    async fn smove(&self, args: &[Bytes]) -> Step<Reply> {
+        let (src, dst, m) = (&args[1], &args[2], &args[3]);
+        match &self.type_of(src).await?[..] {
+            b"none" => return Ok(Reply::Int(0)),
+            b"set" => {}
+            _ => return Ok(wrong_type()),
+        }
+        if !matches!(&self.type_of(dst).await?[..], b"none" | b"set") {
+            return Ok(wrong_type());
+        }
+        let removed = self.on_key(src, cmd(&["srem"], &[src, m]), false).await?;
+        if removed != Reply::Int(1) {
+            return Ok(fail_on_error(removed).map(|_| Reply::Int(0)).unwrap_or_else(|e| e));
+        }
+        let added = self.on_key(dst, cmd(&["sadd"], &[dst, m]), false).await?;
+        if let Err(e) = fail_on_error(added) {
+            self.on_key(src, cmd(&["sadd"], &[src, m]), false).await?;
+            return Ok(e);
+        }
+        Ok(Reply::Int(1))
+    }
+
+    /// LMOVE and RPOPLPUSH: the checks Redis makes, a pop on the source, a push on the
+    /// destination (the element goes back where it came from if the destination refuses it).
+    async fn lmove(&self, args: &[Bytes]) -> Step<Reply> {
+        let (src, dst) = (&args[1], &args[2]);
+        let ends = if args[0].eq_ignore_ascii_case(b"rpoplpush") {
+            (false, true)
+        } else {
+            match (side(&args[3]), side(&args[4])) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Ok(super::syntax_error()),
+            }
+        };
+        match &self.type_of(src).await?[..] {
+            b"none" => return Ok(Reply::Nil),
+            b"list" => {}
+            _ => return Ok(wrong_type()),
+        }
+        if !matches!(&self.type_of(dst).await?[..], b"none" | b"list") {
+            return Ok(wrong_type());
+        }
+        let pop = if ends.0 { "lpop" } else { "rpop" };
+        let Reply::Bulk(v) = self.on_key(src, cmd(&[pop], &[src]), false).await? else {
+            return Ok(Reply::Nil);
+        };
+        let push = if ends.1 { "lpush" } else { "rpush" };
+        let pushed = self.on_key(dst, cmd(&[push], &[dst, &v]), false).await?;
+        if let Err(e) = fail_on_error(pushed) {
+            let back = if ends.0 { "lpush" } else { "rpush" };
+            self.on_key(src, cmd(&[back], &[src, &v]), false).await?;
+            return Ok(e);
+        }
+        Ok(Reply::Bulk(v))
+    }
+
+    /// LMPOP and ZMPOP: each key in order, as its own one-key command, until one pops.
+    async fn mpop(&self, args: &[Bytes]) -> Step<Reply> {
+        let keys = keys_of(args).unwrap_or_default();
+        let rest = &args[2 + keys.len()..];
+        for k in &keys {
+            let mut one = vec![args[0].clone(), Bytes::from_static(b"1"), k.clone()];
+            one.extend_from_slice(rest);
+            match self.on_key(k, one, false).await? {
+                Reply::NilArray => continue,
+                other => return Ok(other),
+            }
+        }
+        Ok(Reply::NilArray)
+    }
+}
+
+fn side(b: &[u8]) -> Option<bool> {
+    if b.eq_ignore_ascii_case(b"left") {
+        Some(true)
+    } else if b.eq_ignore_ascii_case(b"right") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn cmd(name: &[&str], args: &[&Bytes]) -> Vec<Bytes> {
+    name.iter()
+        .map(|n| Bytes::copy_from_slice(n.as_bytes()))
+        .chain(args.iter().map(|a| (*a).clone()))
+        .collect()
+}
+
+fn wrong_type() -> Reply {
+    Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")
+}
+
+fn fail_on_error(r: Reply) -> Step<Reply> {
+    match r {
+        Reply::Error(_) | Reply::Failure(_) => Err(r),
+        ok => Ok(ok),
+    }
+}
+
+/// A scratch run's answer: `[reply, outputs...]`, or an error the command answered at once.
+fn scratch_reply(r: proto::Reply) -> Step<(Reply, Vec<Frame>)> {
+    match r.kind {
+        Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Array(items)) })) => {
+            let mut items = items.items.into_iter();
+            let reply = items.next().map_or(Reply::Nil, from_frame);
+            Ok((reply, items.collect()))
+        }
+        other => Err(from_node(proto::Reply { kind: other })),
+    }
+}
