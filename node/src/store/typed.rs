@@ -45,6 +45,24 @@ impl Store {
         self.with_shard(key, |s, h, now| write_in(s, h, key, now, t, f))
     }
 
+    /// Runs `f` on the string at `key` (`None`: no such key); WRONGTYPE for any other type. A read
+    /// refreshes the LRU clock and counts a hit or miss (GETBIT, BITCOUNT, PFCOUNT, ...).
+    pub fn read_string<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, StoreError> {
+        self.with_shard(key, |s, h, now| read_string_in(s, h, key, now, f))
+    }
+
+    /// Runs `f` with the string at `key` open for change (SETBIT, BITFIELD, PFADD, ...);
+    /// WRONGTYPE for any other type. The TTL is kept.
+    pub fn write_string<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&mut StrSlot<'_>) -> R,
+    ) -> Result<R, StoreError> {
+        self.check_len(key.len())?;
+        let max = self.config.max_value_len;
+        self.with_shard(key, |s, h, now| write_string_in(s, h, key, now, max, f))
+    }
+
     /// What `key` holds, for OBJECT and MEMORY USAGE (no LRU touch).
     pub fn key_info(&self, key: &[u8]) -> Option<KeyInfo> {
         self.with_shard(key, |s, h, now| {
@@ -115,6 +133,26 @@ impl Locked<'_> {
         write_in(s, h, key, now, t, f)
     }
 
+    pub fn read_string<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R, StoreError> {
+        let (s, h, now) = self.shard(key);
+        read_string_in(s, h, key, now, f)
+    }
+
+    pub fn write_string<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(&mut StrSlot<'_>) -> R,
+    ) -> Result<R, StoreError> {
+        self.store.check_len(key.len())?;
+        let max = self.store.config.max_value_len;
+        let (s, h, now) = self.shard(key);
+        write_string_in(s, h, key, now, max, f)
+    }
+
     /// The type of `key`'s value, if it exists (no LRU touch, no counting).
     pub fn value_type(&mut self, key: &[u8]) -> Option<ValueType> {
         let (s, h, now) = self.shard(key);
@@ -180,6 +218,85 @@ impl Locked<'_> {
     pub fn now_ms(&self) -> u64 {
         self.now
     }
+}
+
+/// A string key open for change (see [`Store::write_string`]).
+pub struct StrSlot<'a> {
+    s: &'a mut Shard,
+    h: u64,
+    key: &'a [u8],
+    now: u64,
+    pos: Option<u32>,
+    max_len: usize,
+}
+
+impl StrSlot<'_> {
+    /// The current value (`None`: the key does not exist).
+    pub fn get(&self) -> Option<&[u8]> {
+        self.pos.map(|p| self.s.entry(p).value())
+    }
+
+    /// Makes the value `len` bytes long (zero-filled where new; creating the key if missing)
+    /// and runs `f` on it. Refuses lengths past `proto-max-bulk-len`.
+    pub fn edit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, StoreError> {
+        if len > self.max_len {
+            return Err(StoreError::TooLarge);
+        }
+        let pos = match self.pos {
+            Some(p) => p,
+            None => {
+                let p = self.s.insert_new(self.h, self.key, b"", 0, lru_now(self.now));
+                self.pos = Some(p);
+                p
+            }
+        };
+        let now = self.now;
+        Ok(self.s.update(pos, |e| {
+            e.lru = lru_now(now);
+            f(e.value_resize(len))
+        }))
+    }
+
+    /// Replaces the value (creating the key if missing).
+    pub fn set(&mut self, value: &[u8]) -> Result<(), StoreError> {
+        self.edit(value.len(), |v| v.copy_from_slice(value))
+    }
+}
+
+fn read_string_in<R>(
+    s: &mut Shard,
+    h: u64,
+    key: &[u8],
+    now: u64,
+    f: impl FnOnce(Option<&[u8]>) -> R,
+) -> Result<R, StoreError> {
+    match s.peek(h, key, now, false, |v| v.value_type) {
+        None => {
+            s.misses += 1;
+            return Ok(f(None));
+        }
+        Some(t) if t != ValueType::String => return Err(StoreError::WrongType),
+        Some(_) => {}
+    }
+    Ok(s.read(h, key, now, |v| f(Some(v.value))).expect("present a moment ago, under the same lock"))
+}
+
+fn write_string_in<R>(
+    s: &mut Shard,
+    h: u64,
+    key: &[u8],
+    now: u64,
+    max_len: usize,
+    f: impl FnOnce(&mut StrSlot<'_>) -> R,
+) -> Result<R, StoreError> {
+    let pos = s.find_live(h, key, now);
+    if let Some(p) = pos
+        && s.entry(p).value_type() != ValueType::String
+    {
+        return Err(StoreError::WrongType);
+    }
+    let mut slot = StrSlot { s, h, key, now, pos, max_len };
+    Ok(f(&mut slot))
 }
 
 fn read_in<R>(
