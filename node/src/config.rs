@@ -28,7 +28,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Build a snapshot offline from CSV (key,value[,ttl_seconds]) or JSONL; a node started with
+    /// Build a snapshot offline from CSV (key,value[,ttl_seconds]) or JSONL ({"key","value"} or
+    /// {"key","hash"|"list"|"set"|"zset"}, optional "ttl"); a node started with
     /// --data-dir on the output directory serves it at once.
     Bake(BakeArgs),
     /// Read one key straight from a node over gRPC (bypassing routers), e.g. to check a node or to

@@ -4,8 +4,12 @@
 //! CSV: `key,value[,ttl_seconds]` per record, RFC 4180 quoting (`"a,b"`, `"say ""hi"""`, and
 //! newlines inside quotes), `\n` or `\r\n` line ends; an optional header row `key,value` or
 //! `key,value,ttl_seconds` is skipped; fields are raw bytes. JSONL: one object per line,
-//! `{"key": "...", "value": "...", "ttl": seconds}` (`ttl` optional). Blank lines are skipped; a
-//! key given twice keeps its last value, as a sequence of SETs would. Errors name the line.
+//! `{"key": "...", "value": "...", "ttl": seconds}` (`ttl` optional) for a string, or in place of
+//! `value` exactly one of `"hash": {"field": "value", ...}`, `"list": ["a", ...]`,
+//! `"set": ["a", ...]`, `"zset": {"member": score, ...}` for a typed value (a hash's fields are
+//! stored in key order; an empty collection is refused, as Redis has none). Blank lines are
+//! skipped; a key given twice keeps its last value, as a sequence of SETs would. Errors name the
+//! line.
 //!
 //! Input is read as a stream and entries are packed into one arena (key and value bytes plus a
 //! 40-byte record each) so they can be sorted by (slot, key) before writing.
@@ -72,6 +76,7 @@ struct Record {
     value: (usize, usize),
     expire_at: u64,
     seq: u64,
+    value_type: u16,
 }
 
 struct Arena {
@@ -80,7 +85,7 @@ struct Arena {
 }
 
 impl Arena {
-    fn push(&mut self, key: &[u8], value: &[u8], expire_at: u64) {
+    fn push(&mut self, key: &[u8], value: &[u8], expire_at: u64, value_type: u16) {
         let k = self.bytes.len();
         self.bytes.extend_from_slice(key);
         let v = self.bytes.len();
@@ -92,6 +97,7 @@ impl Arena {
             value: (v, value.len()),
             expire_at,
             seq,
+            value_type,
         });
     }
 
@@ -125,29 +131,30 @@ pub fn bake(
     let mut arena = Arena { bytes: Vec::new(), records: Vec::new() };
     let parse_err =
         |line: u64, message: String| BakeError::Parse { path: input.to_path_buf(), line, message };
-    let mut on_record = |line: u64, key: &[u8], value: &[u8], ttl: Option<&[u8]>| -> Result<(), BakeError> {
-        let expire_at = match ttl {
-            None => 0,
-            Some([]) => 0,
-            Some(t) => match shoal_wire::num::parse_i64(t) {
-                Some(s) if s > 0 => now_ms.saturating_add((s as u64).saturating_mul(1000)),
-                _ => {
-                    return Err(parse_err(
-                        line,
-                        format!(
-                            "ttl must be a positive integer (seconds), got {:?}",
-                            String::from_utf8_lossy(t)
-                        ),
-                    ));
-                }
-            },
+    let mut on_record =
+        |line: u64, key: &[u8], value: &[u8], ttl: Option<&[u8]>, value_type: u16| -> Result<(), BakeError> {
+            let expire_at = match ttl {
+                None => 0,
+                Some([]) => 0,
+                Some(t) => match shoal_wire::num::parse_i64(t) {
+                    Some(s) if s > 0 => now_ms.saturating_add((s as u64).saturating_mul(1000)),
+                    _ => {
+                        return Err(parse_err(
+                            line,
+                            format!(
+                                "ttl must be a positive integer (seconds), got {:?}",
+                                String::from_utf8_lossy(t)
+                            ),
+                        ));
+                    }
+                },
+            };
+            arena.push(key, value, expire_at, value_type);
+            if arena.records.len().is_multiple_of(100_000) {
+                progress(arena.records.len() as u64);
+            }
+            Ok(())
         };
-        arena.push(key, value, expire_at);
-        if arena.records.len().is_multiple_of(100_000) {
-            progress(arena.records.len() as u64);
-        }
-        Ok(())
-    };
     match format {
         InputFormat::Csv => read_csv(reader, &mut on_record, &parse_err, input)?,
         InputFormat::Jsonl => read_jsonl(reader, &mut on_record, &parse_err, input)?,
@@ -177,7 +184,9 @@ pub fn bake(
         }) {
             continue; // an earlier record for the same key, superseded
         }
-        writer.push(r.slot, arena.key(r), arena.value(r), r.expire_at).map_err(io_err(&target))?;
+        writer
+            .push_typed(r.slot, arena.key(r), arena.value(r), r.expire_at, r.value_type)
+            .map_err(io_err(&target))?;
         previous = Some(i);
     }
     let written = writer.finish().map_err(io_err(&target))?;
@@ -190,7 +199,8 @@ pub fn bake(
     })
 }
 
-type OnRecord<'a> = dyn FnMut(u64, &[u8], &[u8], Option<&[u8]>) -> Result<(), BakeError> + 'a;
+/// `(line, key, value, ttl, value type)`; a typed value comes serialized.
+type OnRecord<'a> = dyn FnMut(u64, &[u8], &[u8], Option<&[u8]>, u16) -> Result<(), BakeError> + 'a;
 type ParseErr<'a> = dyn Fn(u64, String) -> BakeError + 'a;
 
 /// RFC 4180 CSV, streamed byte by byte (quoted fields may span lines).
@@ -220,8 +230,8 @@ fn read_csv(
             return Ok(());
         }
         match fields.len() {
-            2 => on_record(line, &fields[0], &fields[1], None)?,
-            3 => on_record(line, &fields[0], &fields[1], Some(&fields[2]))?,
+            2 => on_record(line, &fields[0], &fields[1], None, 0)?,
+            3 => on_record(line, &fields[0], &fields[1], Some(&fields[2]), 0)?,
             n => return Err(err(line, format!("expected key,value[,ttl_seconds] but found {n} fields"))),
         }
         fields.clear();
@@ -285,9 +295,63 @@ fn read_csv(
 #[serde(deny_unknown_fields)]
 struct JsonRecord {
     key: String,
-    value: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    hash: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    list: Option<Vec<String>>,
+    #[serde(default)]
+    set: Option<Vec<String>>,
+    #[serde(default)]
+    zset: Option<std::collections::BTreeMap<String, f64>>,
     #[serde(default)]
     ttl: Option<i64>,
+}
+
+impl JsonRecord {
+    /// The record's value: its bytes (serialized for a typed value) and type number.
+    fn value(&self) -> Result<(Vec<u8>, u16), String> {
+        use crate::store::object::{Hash, Limits, List, Object, Set, ZSet};
+        let limits = Limits::default();
+        let given = [
+            self.value.is_some(),
+            self.hash.is_some(),
+            self.list.is_some(),
+            self.set.is_some(),
+            self.zset.is_some(),
+        ];
+        if given.iter().filter(|&&g| g).count() != 1 {
+            return Err("give exactly one of value, hash, list, set, zset".into());
+        }
+        if let Some(v) = &self.value {
+            return Ok((v.as_bytes().to_vec(), 0));
+        }
+        let object = if let Some(h) = &self.hash {
+            let mut o = Hash::default();
+            for (f, v) in h {
+                o.set(f.as_bytes(), v.as_bytes(), &limits);
+            }
+            Object::Hash(o)
+        } else if let Some(l) = &self.list {
+            Object::List(List::from_items(l.iter().map(|s| s.as_bytes())))
+        } else if let Some(m) = &self.set {
+            Object::Set(Set::from_members(m.iter().map(|s| s.as_bytes()), &limits))
+        } else {
+            let mut z = ZSet::default();
+            for (m, &score) in self.zset.iter().flatten() {
+                if score.is_nan() {
+                    return Err(format!("score of {m:?} is not a number"));
+                }
+                z.insert(m.as_bytes(), score, &limits);
+            }
+            Object::ZSet(z)
+        };
+        if object.is_empty() {
+            return Err("an empty collection (Redis has no empty hashes, lists, sets or sorted sets)".into());
+        }
+        Ok((object.serialize(), object.value_type() as u16))
+    }
 }
 
 fn read_jsonl(
@@ -305,7 +369,8 @@ fn read_jsonl(
         let rec: JsonRecord =
             serde_json::from_str(&line).map_err(|e| err(n, format!("invalid JSON record: {e}")))?;
         let ttl = rec.ttl.map(|t| t.to_string());
-        on_record(n, rec.key.as_bytes(), rec.value.as_bytes(), ttl.as_deref().map(str::as_bytes))?;
+        let (value, value_type) = rec.value().map_err(|m| err(n, m))?;
+        on_record(n, rec.key.as_bytes(), &value, ttl.as_deref().map(str::as_bytes), value_type)?;
     }
     Ok(())
 }
@@ -376,6 +441,50 @@ mod tests {
         match bake_text("{\"key\":\"a\",\"value\":\"1\"}\n{\"key\":1}\n", InputFormat::Jsonl) {
             Err(BakeError::Parse { line: 2, .. }) => {}
             other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn jsonl_typed_records_are_served_as_their_types() {
+        use crate::commands;
+        use crate::persistence::Persistence;
+        use crate::store::{ManualClock, Store, StoreConfig};
+        let text = r#"{"key":"h","hash":{"b":"2","a":"1"},"ttl":600}
+{"key":"l","list":["x","y","x"]}
+{"key":"s","set":["3","1","2"]}
+{"key":"z","zset":{"low":-1.5,"high":10}}
+{"key":"str","value":"plain"}
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.jsonl");
+        std::fs::write(&input, text).unwrap();
+        let data = dir.path().join("data/");
+        let baked = bake(&input, &data, InputFormat::Jsonl, |_| {}).unwrap();
+        assert_eq!(baked.entries, 5);
+        let store = std::sync::Arc::new(Store::new(
+            StoreConfig::default(),
+            std::sync::Arc::new(ManualClock::new(1_000)),
+        ));
+        Persistence::open(store.clone(), Some(data), 2).unwrap();
+        let run = |args: &[&str]| {
+            let args: Vec<bytes::Bytes> =
+                args.iter().map(|a| bytes::Bytes::copy_from_slice(a.as_bytes())).collect();
+            format!("{:?}", commands::run(&store, &args))
+        };
+        assert!(run(&["HGET", "h", "a"]).contains("Bulk(b\"1\")"));
+        assert!(
+            run(&["LRANGE", "l", "0", "-1"]).contains("b\"x\"") && run(&["LLEN", "l"]).contains("Int(3)")
+        );
+        assert!(run(&["SISMEMBER", "s", "2"]).contains("Int(1)"));
+        assert!(run(&["ZSCORE", "z", "low"]).contains("-1.5"));
+        assert_eq!(store.type_of(b"z"), "zset");
+        assert_eq!(store.type_of(b"str"), "string");
+        assert!(matches!(store.ttl(b"h"), crate::store::TtlState::ExpiresAt(_)));
+        for bad in [r#"{"key":"a","hash":{},"value":"x"}"#, r#"{"key":"a","list":[]}"#, r#"{"key":"a"}"#] {
+            match bake_text(bad, InputFormat::Jsonl) {
+                Err(BakeError::Parse { line: 1, .. }) => {}
+                other => panic!("{bad}: {:?}", other.map(|_| ())),
+            }
         }
     }
 }
