@@ -56,7 +56,10 @@ pub async fn serve<S>(
     let mut reply_size = 0usize;
     let mut parser = RequestParser::new();
     let mut routing = state.backend.routing();
-    let mut pending: Vec<(Pending, Protocol, Instant)> = Vec::new();
+    // Each command's reply to come, with what its stats and the slow log need: when it started,
+    // its stats slot and its arguments.
+    type InFlight = (Pending, Protocol, Instant, Option<usize>, Vec<bytes::Bytes>);
+    let mut pending: Vec<InFlight> = Vec::new();
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut auth_deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -85,7 +88,8 @@ pub async fn serve<S>(
                     large_request |= large;
                     let barrier = large || matches!(reply, Pending::Barrier(_));
                     close = matches!(reply, Pending::Close(_));
-                    pending.push((reply, session.protocol, Instant::now()));
+                    let slot = session.last_command_slot;
+                    pending.push((reply, session.protocol, session.last_command, slot, args));
                     if close {
                         break;
                     }
@@ -103,6 +107,8 @@ pub async fn serve<S>(
                         Reply::error_fmt(format!("ERR {e}")).into(),
                         session.protocol,
                         Instant::now(),
+                        None,
+                        Vec::new(),
                     ));
                     close = true;
                     break;
@@ -121,9 +127,17 @@ pub async fn serve<S>(
             auth_deadline.get_or_insert_with(|| tokio::time::Instant::now() + limit);
         }
         reply_size = 0;
-        for (reply, protocol, started) in pending.drain(..) {
+        for (reply, protocol, started, slot, args) in pending.drain(..) {
             let reply = reply.resolve().await;
-            state.metrics.command_seconds.observe(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
+            state.metrics.command_seconds.observe(took.as_secs_f64());
+            if let Some(slot) = slot {
+                state.stats.record(slot, took, matches!(reply, Reply::Error(_) | Reply::Failure(_)));
+                state.stats.maybe_log(took, &args, || {
+                    let name = session.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned());
+                    (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
+                });
+            }
             let before = output.len();
             reply.encode(protocol, &mut output);
             reply_size = reply_size.max(output.len() - before);

@@ -32,6 +32,7 @@ pub mod resp;
 pub mod server;
 pub mod session;
 pub mod state;
+pub mod stats;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -20,6 +20,8 @@ pub struct Session {
     pub created: Instant,
     pub last_command: Instant,
     pub last_command_name: &'static str,
+    /// The stats slot of the command being dispatched (`None`: not a known command).
+    pub last_command_slot: Option<usize>,
 }
 
 impl Session {
@@ -38,6 +40,7 @@ impl Session {
             created: now,
             last_command: now,
             last_command_name: "NULL",
+            last_command_slot: None,
         }
     }
 

@@ -204,6 +204,8 @@ pub struct RouterState {
     pub bgsave_running: std::sync::atomic::AtomicBool,
     /// The in-process nodes and coordinator, in embedded mode (SHOAL SCALE).
     pub embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
+    /// INFO commandstats and SLOWLOG.
+    pub stats: crate::stats::CommandStats,
 }
 
 impl RouterState {
@@ -224,6 +226,7 @@ impl RouterState {
             draining: AtomicBool::new(false),
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
             embedded,
+            stats: crate::stats::CommandStats::default(),
         })
     }
 

@@ -5,6 +5,7 @@
 //!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
 //! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
 //! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
+//! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET on the router).
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
 //!   document in a file (read, atomic replace, watch).
@@ -17,6 +18,7 @@
 
 pub mod client;
 pub mod clock;
+pub mod glob;
 pub mod num;
 pub mod ops;
 pub mod pieces;

@@ -20,7 +20,7 @@
 pub mod entry;
 mod evict;
 pub mod float;
-pub mod glob;
+pub use shoal_wire::glob;
 mod keyspace;
 pub mod object;
 pub mod persist;

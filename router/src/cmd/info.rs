@@ -26,11 +26,26 @@ pub const INFO: CommandSpec = CommandSpec {
 
 const DEFAULT_SECTIONS: &[&str] =
     &["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];
+/// Every section, in output order: the default ones plus those only `all`/`everything` or an
+/// explicit request show (as in Redis).
+const ALL_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "commandstats",
+    "keyspace",
+    "shoal",
+];
 
 pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     let mut wanted: Vec<String> =
         args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
-    if wanted.is_empty() || wanted.iter().any(|w| matches!(w.as_str(), "all" | "everything" | "default")) {
+    if wanted.iter().any(|w| matches!(w.as_str(), "all" | "everything")) {
+        wanted = ALL_SECTIONS.iter().map(|s| s.to_string()).collect();
+    } else if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
         wanted = DEFAULT_SECTIONS.iter().map(|s| s.to_string()).collect();
     }
     let state = Arc::clone(ctx.state);
@@ -43,7 +58,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
         let nodes: Vec<NodeStats> = stats.into_iter().flatten().collect();
         let sum = |f: fn(&NodeStats) -> u64| nodes.iter().map(f).sum::<u64>();
         let mut out = String::new();
-        for section in DEFAULT_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
+        for section in ALL_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
             if !out.is_empty() {
                 out.push_str("\r\n");
             }
@@ -124,6 +139,17 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                 "replication" => {
                     field("role", "master".into());
                     field("connected_slaves", "0".into());
+                }
+                "commandstats" => {
+                    for (name, calls, usec, failed) in state.stats.snapshot() {
+                        let per_call = usec as f64 / calls as f64;
+                        field(
+                            &format!("cmdstat_{name}"),
+                            format!(
+                                "calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={failed}"
+                            ),
+                        );
+                    }
                 }
                 "keyspace" => {
                     let keys = sum(|n| n.keys);

@@ -14,6 +14,7 @@
 
 mod client;
 mod command;
+mod config;
 mod connection;
 mod del;
 mod expire;
@@ -34,6 +35,7 @@ mod scan;
 mod set;
 mod sets;
 mod shoal;
+mod slowlog;
 pub mod spec;
 mod strings;
 mod ttl;
@@ -141,6 +143,7 @@ impl From<Reply> for Pending {
 
 /// Runs a command the way Redis's `processCommand` gates it.
 pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.session.last_command_slot = None;
     let Some(spec) = lookup(&args[0]) else {
         return unknown_command(args).into();
     };
@@ -158,6 +161,7 @@ pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
         },
         _ => spec,
     };
+    ctx.session.last_command_slot = crate::stats::slot_of(spec);
     if !spec.arity_ok(args.len()) {
         return wrong_arity(spec.name).into();
     }

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, multi,
-    object, persistence, scan, set, sets, shoal, strings, ttl, zsets,
+    client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset,
+    multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -22,6 +22,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &client::CLIENT,
     &command::COMMAND,
     &info::INFO,
+    &config::CONFIG,
+    &slowlog::SLOWLOG,
     &keys::DBSIZE,
     &keys::FLUSHALL,
     &keys::FLUSHDB,

@@ -60,7 +60,8 @@ impl ValueType {
     }
 }
 
-/// Encoding thresholds (Redis's `*-max-listpack-*` and `set-max-intset-entries`, same defaults).
+/// Encoding thresholds (Redis's `*-max-listpack-*` and `set-max-intset-entries`, with Redis 7.0's
+/// built-in defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub hash_max_listpack_entries: usize,
@@ -73,7 +74,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            hash_max_listpack_entries: 128,
+            hash_max_listpack_entries: 512,
             hash_max_listpack_value: 64,
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,
@@ -199,14 +200,14 @@ mod tests {
     fn every_type_round_trips_through_its_serialized_form() {
         let limits = Limits::default();
         let mut h = Hash::default();
-        for i in 0..200 {
+        for i in 0..600 {
             h.set(format!("f{i}").as_bytes(), format!("v{i}").as_bytes(), &limits);
         }
-        assert_eq!(h.encoding(), "hashtable", "converted past 128 fields");
+        assert_eq!(h.encoding(), "hashtable", "converted past 512 fields");
         let o = Object::Hash(h);
         let back = Object::deserialize(ValueType::Hash, &o.serialize(), &limits).unwrap();
         let Object::Hash(b) = &back else { panic!() };
-        assert_eq!(b.len(), 200);
+        assert_eq!(b.len(), 600);
         assert_eq!(b.get(b"f150"), Some(&b"v150"[..]));
         let s = Object::Set(Set::from_members([&b"3"[..], b"1", b"2"].into_iter(), &limits));
         assert_eq!(s.encoding(), "intset");

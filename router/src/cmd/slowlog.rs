@@ -1,0 +1,140 @@
+//! SLOWLOG GET/LEN/RESET/HELP over the router's slow log (`crate::stats`): commands whose reply
+//! took at least `slowlog-log-slower-than` microseconds, end to end as the client saw them.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::spec::*;
+use super::{Args, Ctx, Pending};
+use crate::resp::Reply;
+
+pub const SLOWLOG_GET: CommandSpec = CommandSpec {
+    name: "slowlog|get",
+    arity: -2,
+    flags: &["admin", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "server",
+    since: "2.2.12",
+    summary: "Get the slow log's entries",
+    complexity: "O(N) where N is the number of entries returned",
+    run: get,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SLOWLOG_LEN: CommandSpec = CommandSpec {
+    name: "slowlog|len",
+    arity: 2,
+    flags: &["admin", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "server",
+    since: "2.2.12",
+    summary: "Get the slow log's length",
+    complexity: "O(1)",
+    run: len,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SLOWLOG_RESET: CommandSpec = CommandSpec {
+    name: "slowlog|reset",
+    arity: 2,
+    flags: &["admin", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "server",
+    since: "2.2.12",
+    summary: "Clear all entries from the slow log",
+    complexity: "O(N) where N is the number of entries in the slowlog",
+    run: reset,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SLOWLOG_HELP: CommandSpec = CommandSpec {
+    name: "slowlog|help",
+    arity: 2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "server",
+    since: "6.2.0",
+    summary: "Show helpful text about the different subcommands",
+    complexity: "O(1)",
+    run: help,
+    ..CommandSpec::DEFAULT
+};
+
+pub const SLOWLOG: CommandSpec = CommandSpec {
+    name: "slowlog",
+    arity: -2,
+    flags: &[],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "server",
+    since: "2.2.12",
+    summary: "A container for slow log commands",
+    complexity: "Depends on subcommand.",
+    run: help,
+    subcommands: &[&SLOWLOG_GET, &SLOWLOG_LEN, &SLOWLOG_RESET, &SLOWLOG_HELP],
+};
+
+pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
+    let n = match args.get(2) {
+        None => 10,
+        Some(a) => match shoal_wire::num::parse_i64(a) {
+            Some(-1) => usize::MAX,
+            Some(n) if n >= 0 => n as usize,
+            _ => return Reply::error("ERR count should be greater than or equal to -1").into(),
+        },
+    };
+    let entries = ctx.state.stats.slowlog(n);
+    Reply::Array(
+        entries
+            .into_iter()
+            .map(|e| {
+                Reply::Array(vec![
+                    Reply::Int(e.id as i64),
+                    Reply::Int(e.at as i64),
+                    Reply::Int(e.usec as i64),
+                    Reply::Array(e.args.into_iter().map(Reply::Bulk).collect()),
+                    Reply::Bulk(Bytes::from(e.peer)),
+                    Reply::Bulk(Bytes::from(e.name)),
+                ])
+            })
+            .collect(),
+    )
+    .into()
+}
+
+pub fn len(_args: &Args, ctx: &mut Ctx) -> Pending {
+    Reply::Int(ctx.state.stats.slowlog_len() as i64).into()
+}
+
+pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.state.stats.slowlog_reset();
+    Reply::OK.into()
+}
+
+pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
+    let lines = [
+        "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GET [<count>]",
+        "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+        "    Entries are made of:",
+        "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+        "    client name",
+        "LEN",
+        "    Return the length of the slowlog.",
+        "RESET",
+        "    Reset the slowlog.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+}
+
+/// The threshold, for CONFIG.
+pub fn threshold(ctx: &Ctx) -> i64 {
+    ctx.state.stats.slower_than_us.load(Ordering::Relaxed)
+}

@@ -1,0 +1,208 @@
+//! Per-command statistics (INFO commandstats) and the slow log (SLOWLOG), kept by the router,
+//! which is where a client's command starts and ends.
+//!
+//! Every command spec (subcommands included) gets a slot in a table of atomic counters, found by
+//! the spec's address, so recording a call costs a hash lookup and three relaxed additions.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::cmd::{COMMANDS, CommandSpec};
+
+/// Every spec, parents then their subcommands, with its slot.
+static SPECS: LazyLock<Vec<&'static CommandSpec>> = LazyLock::new(|| {
+    let mut all = Vec::new();
+    for c in COMMANDS {
+        all.push(*c);
+        all.extend(c.subcommands.iter().copied());
+    }
+    all
+});
+
+static SLOT_OF: LazyLock<HashMap<usize, usize>> =
+    LazyLock::new(|| SPECS.iter().enumerate().map(|(i, s)| (*s as *const CommandSpec as usize, i)).collect());
+
+/// The stats slot of `spec`.
+pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
+    SLOT_OF.get(&(spec as *const CommandSpec as usize)).copied()
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    calls: AtomicU64,
+    usec: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Redis's slowlog defaults.
+pub const DEFAULT_SLOWER_THAN_US: i64 = 10_000;
+pub const DEFAULT_SLOWLOG_LEN: usize = 128;
+
+#[derive(Debug)]
+pub struct CommandStats {
+    counters: Vec<Counters>,
+    /// `slowlog-log-slower-than` in µs (negative: off; 0: every command).
+    pub slower_than_us: AtomicI64,
+    pub slowlog_max_len: AtomicUsize,
+    slowlog: Mutex<SlowLog>,
+}
+
+#[derive(Debug, Default)]
+struct SlowLog {
+    next_id: u64,
+    entries: VecDeque<SlowEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SlowEntry {
+    pub id: u64,
+    /// Unix seconds when the command was logged.
+    pub at: u64,
+    pub usec: u64,
+    pub args: Vec<Bytes>,
+    pub peer: String,
+    pub name: String,
+}
+
+impl Default for CommandStats {
+    fn default() -> Self {
+        CommandStats {
+            counters: (0..SPECS.len()).map(|_| Counters::default()).collect(),
+            slower_than_us: AtomicI64::new(DEFAULT_SLOWER_THAN_US),
+            slowlog_max_len: AtomicUsize::new(DEFAULT_SLOWLOG_LEN),
+            slowlog: Mutex::new(SlowLog::default()),
+        }
+    }
+}
+
+/// At most this many arguments, each cut to this many bytes, are kept per slow-log entry (as
+/// Redis does: SLOWLOG_ENTRY_MAX_ARGC, SLOWLOG_ENTRY_MAX_STRING).
+const MAX_ARGS: usize = 32;
+const MAX_ARG_BYTES: usize = 128;
+
+impl CommandStats {
+    /// Records a finished call of the command in `slot`.
+    pub fn record(&self, slot: usize, took: Duration, failed: bool) {
+        let Some(c) = self.counters.get(slot) else { return };
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.usec.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        if failed {
+            c.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Logs the call if it took at least `slowlog-log-slower-than`; `who` gives the time (Unix
+    /// seconds), the client's address and name, asked only for a call that is logged.
+    pub fn maybe_log(&self, took: Duration, args: &[Bytes], who: impl FnOnce() -> (u64, String, String)) {
+        let threshold = self.slower_than_us.load(Ordering::Relaxed);
+        if threshold < 0 || (took.as_micros() as i64) < threshold {
+            return;
+        }
+        let (now_unix, peer, name) = who();
+        let mut kept: Vec<Bytes> = args.iter().take(MAX_ARGS).map(clip).collect();
+        if args.len() > MAX_ARGS {
+            let more = args.len() - MAX_ARGS + 1;
+            kept[MAX_ARGS - 1] = Bytes::from(format!("... ({more} more arguments)"));
+        }
+        let max = self.slowlog_max_len.load(Ordering::Relaxed);
+        let mut log = self.slowlog.lock();
+        let id = log.next_id;
+        log.next_id += 1;
+        log.entries.push_front(SlowEntry {
+            id,
+            at: now_unix,
+            usec: took.as_micros() as u64,
+            args: kept,
+            peer,
+            name,
+        });
+        log.entries.truncate(max);
+    }
+
+    /// The newest `n` slow-log entries, newest first.
+    pub fn slowlog(&self, n: usize) -> Vec<SlowEntry> {
+        self.slowlog.lock().entries.iter().take(n).cloned().collect()
+    }
+
+    pub fn slowlog_len(&self) -> usize {
+        self.slowlog.lock().entries.len()
+    }
+
+    pub fn slowlog_reset(&self) {
+        self.slowlog.lock().entries.clear();
+    }
+
+    /// Drops the slow log down to the configured length (after CONFIG SET slowlog-max-len).
+    pub fn slowlog_trim(&self) {
+        let max = self.slowlog_max_len.load(Ordering::Relaxed);
+        self.slowlog.lock().entries.truncate(max);
+    }
+
+    /// `(name, calls, usec, failed)` of every command called at least once, in table order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64, u64, u64)> {
+        SPECS
+            .iter()
+            .zip(&self.counters)
+            .map(|(s, c)| {
+                (
+                    s.name,
+                    c.calls.load(Ordering::Relaxed),
+                    c.usec.load(Ordering::Relaxed),
+                    c.failed.load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, calls, _, _)| *calls > 0)
+            .collect()
+    }
+
+    /// CONFIG RESETSTAT.
+    pub fn reset(&self) {
+        for c in &self.counters {
+            c.calls.store(0, Ordering::Relaxed);
+            c.usec.store(0, Ordering::Relaxed);
+            c.failed.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+fn clip(a: &Bytes) -> Bytes {
+    if a.len() <= MAX_ARG_BYTES {
+        return a.clone();
+    }
+    let mut v = a[..MAX_ARG_BYTES].to_vec();
+    v.extend_from_slice(format!("... ({} more bytes)", a.len() - MAX_ARG_BYTES).as_bytes());
+    Bytes::from(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_calls_are_logged_newest_first_and_bounded() {
+        let s = CommandStats::default();
+        s.slower_than_us.store(1000, Ordering::Relaxed);
+        s.slowlog_max_len.store(2, Ordering::Relaxed);
+        let args = |x: &str| vec![Bytes::from("GET"), Bytes::from(x.to_string())];
+        let who = || (1, "p".to_string(), String::new());
+        s.maybe_log(Duration::from_micros(999), &args("fast"), who);
+        assert_eq!(s.slowlog_len(), 0, "below the threshold");
+        for k in ["a", "b", "c"] {
+            s.maybe_log(Duration::from_millis(5), &args(k), who);
+        }
+        let got = s.slowlog(10);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].id, &got[0].args[1][..]), (2, &b"c"[..]));
+        let long = vec![Bytes::from(vec![b'x'; 300])];
+        s.maybe_log(Duration::from_millis(5), &long, who);
+        assert_eq!(&s.slowlog(1)[0].args[0][128..], b"... (172 more bytes)");
+        let get = slot_of(crate::cmd::lookup(b"get").unwrap()).unwrap();
+        s.record(get, Duration::from_micros(7), true);
+        assert!(s.snapshot().iter().any(|&(_, calls, usec, failed)| (calls, usec, failed) == (1, 7, 1)));
+    }
+}
