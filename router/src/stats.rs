@@ -32,11 +32,57 @@ pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
     SLOT_OF.get(&(spec as *const CommandSpec as usize)).copied()
 }
 
-#[derive(Debug, Default)]
+/// Latency buckets per command: bucket `k` counts calls that took less than 2^k µs (and at least
+/// 2^(k-1)); the last one takes everything longer.
+pub const BUCKETS: usize = 40;
+
+#[derive(Debug)]
 struct Counters {
     calls: AtomicU64,
     usec: AtomicU64,
     failed: AtomicU64,
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            calls: AtomicU64::new(0),
+            usec: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// One command's numbers (INFO commandstats and latencystats, LATENCY HISTOGRAM).
+#[derive(Debug, Clone)]
+pub struct CommandNumbers {
+    pub name: &'static str,
+    pub calls: u64,
+    pub usec: u64,
+    pub failed: u64,
+    pub buckets: [u64; BUCKETS],
+}
+
+impl CommandNumbers {
+    /// The latency below which `p` percent of calls fell, in µs, to the resolution of the
+    /// power-of-two buckets (the bucket's upper edge).
+    pub fn percentile(&self, p: f64) -> f64 {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let target = (total as f64 * p / 100.0).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (k, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return (1u64 << k) as f64;
+            }
+        }
+        (1u64 << (BUCKETS - 1)) as f64
+    }
 }
 
 /// Redis's slowlog defaults.
@@ -90,7 +136,10 @@ impl CommandStats {
     pub fn record(&self, slot: usize, took: Duration, failed: bool) {
         let Some(c) = self.counters.get(slot) else { return };
         c.calls.fetch_add(1, Ordering::Relaxed);
-        c.usec.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        let us = took.as_micros() as u64;
+        c.usec.fetch_add(us, Ordering::Relaxed);
+        let bucket = ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1);
+        c.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         if failed {
             c.failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -143,20 +192,19 @@ impl CommandStats {
         self.slowlog.lock().entries.truncate(max);
     }
 
-    /// `(name, calls, usec, failed)` of every command called at least once, in table order.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64, u64, u64)> {
+    /// The numbers of every command called at least once, in table order.
+    pub fn snapshot(&self) -> Vec<CommandNumbers> {
         SPECS
             .iter()
             .zip(&self.counters)
-            .map(|(s, c)| {
-                (
-                    s.name,
-                    c.calls.load(Ordering::Relaxed),
-                    c.usec.load(Ordering::Relaxed),
-                    c.failed.load(Ordering::Relaxed),
-                )
+            .map(|(s, c)| CommandNumbers {
+                name: s.name,
+                calls: c.calls.load(Ordering::Relaxed),
+                usec: c.usec.load(Ordering::Relaxed),
+                failed: c.failed.load(Ordering::Relaxed),
+                buckets: std::array::from_fn(|k| c.buckets[k].load(Ordering::Relaxed)),
             })
-            .filter(|(_, calls, _, _)| *calls > 0)
+            .filter(|n| n.calls > 0)
             .collect()
     }
 
@@ -166,6 +214,7 @@ impl CommandStats {
             c.calls.store(0, Ordering::Relaxed);
             c.usec.store(0, Ordering::Relaxed);
             c.failed.store(0, Ordering::Relaxed);
+            c.buckets.iter().for_each(|b| b.store(0, Ordering::Relaxed));
         }
     }
 }
@@ -203,6 +252,9 @@ mod tests {
         assert_eq!(&s.slowlog(1)[0].args[0][128..], b"... (172 more bytes)");
         let get = slot_of(crate::cmd::lookup(b"get").unwrap()).unwrap();
         s.record(get, Duration::from_micros(7), true);
-        assert!(s.snapshot().iter().any(|&(_, calls, usec, failed)| (calls, usec, failed) == (1, 7, 1)));
+        let n = s.snapshot().into_iter().find(|n| n.name == "get").unwrap();
+        assert_eq!((n.calls, n.usec, n.failed), (1, 7, 1));
+        assert_eq!(n.buckets[3], 1, "7 µs is in [4, 8)");
+        assert_eq!(n.percentile(50.0), 8.0);
     }
 }

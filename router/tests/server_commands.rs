@@ -28,6 +28,19 @@ async fn commandstats_slowlog_and_config() {
     let default: String = redis::cmd("INFO").query_async(&mut con).await.unwrap();
     assert!(!default.contains("# Commandstats"), "not a default section, as in Redis");
 
+    // Latency per command: a histogram of cumulative counts, and percentiles in INFO.
+    let hist: redis::Value =
+        redis::cmd("LATENCY").arg("HISTOGRAM").arg("hset").query_async(&mut con).await.unwrap();
+    let text = format!("{hist:?}");
+    assert!(text.contains("hset") && text.contains("calls") && text.contains("int(7)"), "{text}");
+    let lat: String = redis::cmd("INFO").arg("latencystats").query_async(&mut con).await.unwrap();
+    assert!(lat.contains("latency_percentiles_usec_hset:p50="), "{lat}");
+    // MEMORY USAGE grows with the value.
+    let small: i64 = redis::cmd("MEMORY").arg("USAGE").arg("stats:h").query_async(&mut con).await.unwrap();
+    let _: () = con.hset("stats:h", "big", "x".repeat(10_000)).await.unwrap();
+    let big: i64 = redis::cmd("MEMORY").arg("USAGE").arg("stats:h").query_async(&mut con).await.unwrap();
+    assert!(small > 50 && big >= small + 10_000, "{small} then {big}");
+
     // Every command is slow past a 0 µs threshold; the log keeps the newest, bounded.
     let _: () = redis::cmd("CONFIG")
         .arg("SET")

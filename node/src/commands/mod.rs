@@ -122,6 +122,7 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     }
     match name_lc {
         b"object" => object::object(store, args),
+        b"memory" => object::memory(store, args),
         b"shoal.restore" => restore(store, args),
         _ => match hash::find(name_lc)
             .or_else(|| set::find(name_lc))

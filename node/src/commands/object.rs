@@ -9,6 +9,26 @@ use crate::store::object::ValueType;
 /// Redis's OBJ_SHARED_REFCOUNT: what REFCOUNT says of the shared small integers.
 const SHARED_REFCOUNT: i64 = i32::MAX as i64;
 
+/// `MEMORY USAGE key [SAMPLES count]`: the bytes the key costs here (entry, key, value), as the
+/// node accounts them for maxmemory; every element is counted (SAMPLES is checked, not needed).
+pub fn memory(store: &Store, args: &[Bytes]) -> CmdResult {
+    if !args[1].eq_ignore_ascii_case(b"usage") {
+        return Err(CmdError::Owned(format!(
+            "ERR unknown subcommand '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(&args[1])
+        )));
+    }
+    let key = args.get(2).ok_or_else(|| super::wrong_arity(b"memory|usage"))?;
+    match &args[3..] {
+        [] => {}
+        [opt, n] if opt.eq_ignore_ascii_case(b"samples") => {
+            super::int_arg(n)?;
+        }
+        _ => return Err(super::SYNTAX),
+    }
+    Ok(store.key_info(key).map_or_else(F::nil, |i| F::int(i.memory as i64)))
+}
+
 pub fn object(store: &Store, args: &[Bytes]) -> CmdResult {
     let sub = args[1].to_ascii_lowercase();
     let Some(key) = args.get(2) else { return Err(super::wrong_arity(b"object")) };

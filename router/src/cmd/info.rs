@@ -36,6 +36,7 @@ const ALL_SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "commandstats",
+    "latencystats",
     "keyspace",
     "shoal",
 ];
@@ -141,12 +142,26 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                     field("connected_slaves", "0".into());
                 }
                 "commandstats" => {
-                    for (name, calls, usec, failed) in state.stats.snapshot() {
-                        let per_call = usec as f64 / calls as f64;
+                    for n in state.stats.snapshot() {
+                        let per_call = n.usec as f64 / n.calls as f64;
                         field(
-                            &format!("cmdstat_{name}"),
+                            &format!("cmdstat_{}", n.name),
                             format!(
-                                "calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={failed}"
+                                "calls={},usec={},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={}",
+                                n.calls, n.usec, n.failed
+                            ),
+                        );
+                    }
+                }
+                "latencystats" => {
+                    for n in state.stats.snapshot() {
+                        field(
+                            &format!("latency_percentiles_usec_{}", n.name),
+                            format!(
+                                "p50={:.3},p99={:.3},p99.9={:.3}",
+                                n.percentile(50.0),
+                                n.percentile(99.0),
+                                n.percentile(99.9)
                             ),
                         );
                     }

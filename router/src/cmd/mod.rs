@@ -24,6 +24,7 @@ mod hash;
 mod incr;
 mod info;
 mod keys;
+mod latency;
 mod lists;
 mod mget;
 mod mset;

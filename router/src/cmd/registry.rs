@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset,
-    multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
+    client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, latency, lists,
+    mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -24,6 +24,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &info::INFO,
     &config::CONFIG,
     &slowlog::SLOWLOG,
+    &latency::LATENCY,
+    &latency::MEMORY,
     &keys::DBSIZE,
     &keys::FLUSHALL,
     &keys::FLUSHDB,
