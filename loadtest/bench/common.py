@@ -182,6 +182,11 @@ def machine():
     return f"{os.cpu_count()} cores ({cpu}), Linux {os.uname().release}"
 
 
+def load_average():
+    """The 1-minute load average, for saying how busy the machine was during a run."""
+    return os.getloadavg()[0]
+
+
 def replace_section(path, name, body):
     """Replaces the text between `<!-- BEGIN name -->` and `<!-- END name -->` in `path`."""
     begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"

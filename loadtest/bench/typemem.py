@@ -134,6 +134,7 @@ def main():
     ap.add_argument("--only", help="comma-separated subset of: hash,set,zset,list,small-hashes")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
+    load_start = common.load_average()
     common.need("redis-cli", "run .ci/tools/install apt")
     node_bin, router_bin = common.binaries()
 
@@ -205,7 +206,7 @@ def main():
     if args.write_docs:
         cmd = (f"python3 loadtest/bench/typemem.py --elements {args.elements} --small-keys {args.small_keys}"
                + (f" --only {args.only}" if args.only else "") + " --write-docs")
-        body = (f"Machine: {common.machine()}. Command: `{cmd}`. Field and member names `field:%08d`, values "
+        body = (f"Machine: {common.machine()}; 1-minute load average {load_start:.1f} at the start, {common.load_average():.1f} at the end (other work shares this machine). Command: `{cmd}`. Field and member names `field:%08d`, values "
                 f"`v%08d`, loaded with redis-cli --pipe ({BATCH} elements per command for the big values); each "
                 f"data set into a fresh shoal-node (behind a router in its own process) and a fresh redis-server "
                 f"(default settings: listpack up to 128 entries). Bytes per element = growth / elements "

@@ -179,6 +179,7 @@ def main():
     ap.add_argument("--json", help="also write raw results here")
     ap.add_argument("--write-docs", action="store_true", help=f"update {common.DOCS}")
     args = ap.parse_args()
+    load_start = common.load_average()
     common.need("redis-benchmark", "run .ci/tools/install apt")
     common.need("nutcracker", "run .ci/tools/install apt")
     _, router_bin = common.binaries()
@@ -259,7 +260,7 @@ def main():
                 elif value >= floor[1]:
                     verdict = "meets"
                 else:
-                    verdict = f"**misses** ({value:.2f}x)"
+                    verdict = f"**misses** ({value:.3f}x)"
                     misses.append(f"{ROW[t]} at P={pl}: {value:.2f}x {floor[0]}")
                 row += f" {verdict} |"
             lines.append(row)
@@ -281,7 +282,7 @@ def main():
     if args.write_docs:
         pin = (f"servers pinned to CPU {common.SERVER_CPUS} and redis-benchmark to CPU {common.CLIENT_CPUS} "
                "(`taskset -c`)" if common.SERVER_CPUS else "no CPU pinning (one core)")
-        body = (f"Machine: {machine}. Command: `{cmd}` (one `redis-benchmark -c {CLIENTS} -r {RANDOM_KEYS} "
+        body = (f"Machine: {machine}; 1-minute load average {load_start:.1f} at the start, {common.load_average():.1f} at the end (other work shares this machine). Command: `{cmd}` (one `redis-benchmark -c {CLIENTS} -r {RANDOM_KEYS} "
                 f"-n N -P P -t TESTS --csv` per target, depth and round; N = {args.requests:,} x ceil(sqrt(P)); "
                 f"median of {args.rounds} interleaved rounds; {pin}). Targets: "
                 + ", ".join(NAMES.values()) + ".\n\n" + table + "\n")
