@@ -261,7 +261,7 @@ def main():
                     verdict = "meets"
                 else:
                     verdict = f"**misses** ({value:.3f}x)"
-                    misses.append(f"{ROW[t]} at P={pl}: {value:.2f}x {floor[0]}")
+                    misses.append(f"{ROW[t]} at P={pl}: {value:.3f}x {floor[0]}")
                 row += f" {verdict} |"
             lines.append(row)
         cpus = " / ".join(f"{k} {cpu_med[(k, pl)]:.1f}" for k in targets if cpu_med[(k, pl)] is not None)
