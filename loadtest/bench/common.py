@@ -57,20 +57,36 @@ def wait_port(port, timeout=15.0, ping=True):
     sys.exit(f"[bench] nothing answered on 127.0.0.1:{port} within {timeout}s (logs in {WORK})")
 
 
-def start(name, argv, env=None):
+# CPU pinning for side-by-side runs on a small machine: every server process under test on one core,
+# the load generator on another, so each system gets the same one core and none competes with its
+# own client (see the "Measuring side by side fairly" notes in the shared tooling doc). None when
+# the machine has a single core (nothing to pin apart).
+SERVER_CPUS = "1" if (os.cpu_count() or 1) >= 2 else None
+CLIENT_CPUS = "0" if (os.cpu_count() or 1) >= 2 else None
+
+
+def pinned(argv, cpus):
+    """`argv` run under `taskset -c cpus` (taskset execs it, so the pid is the program's), or as is."""
+    if cpus is None:
+        return list(argv)
+    need("taskset", "Debian: apt-get install util-linux")
+    return ["taskset", "-c", str(cpus), *argv]
+
+
+def start(name, argv, env=None, cpus=None):
     log = open(WORK / f"{name}.log", "wb")
-    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    p = subprocess.Popen(pinned(argv, cpus), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     _procs.append(p)
     return p
 
 
-def start_shoal(router_bin, name, extra=(), unix_socket=None):
+def start_shoal(router_bin, name, extra=(), unix_socket=None, cpus=None):
     """A router with 3 embedded nodes on free loopback ports; returns (process, resp_port, http_port)."""
     resp, http = free_port(), free_port()
     argv = [str(router_bin), "--embedded-nodes", "3", "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}"]
     if unix_socket:
         argv += ["--unix-socket", str(unix_socket)]
-    p = start(name, argv + list(extra))
+    p = start(name, argv + list(extra), cpus=cpus)
     wait_port(resp)
     return p, resp, http
 
@@ -146,10 +162,10 @@ def _mmss(secs):
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def redis_server(port, extra=()):
+def redis_server(port, extra=(), cpus=None):
     need("redis-server", "run .ci/tools/install apt")
     p = start(f"redis-{port}", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", *extra])
+                                "--appendonly", "no", *extra], cpus=cpus)
     wait_port(port)
     return p
 
@@ -164,6 +180,11 @@ def machine():
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({cpu}), Linux {os.uname().release}"
+
+
+def load_average():
+    """The 1-minute load average, for saying how busy the machine was during a run."""
+    return os.getloadavg()[0]
 
 
 def replace_section(path, name, body):
