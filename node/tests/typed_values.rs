@@ -105,3 +105,37 @@ fn a_version_1_snapshot_still_loads() {
     let out = std::fs::read(written).unwrap();
     assert_eq!(&out[8..12], &shoal_node::snapshot::format::VERSION.to_le_bytes());
 }
+
+#[test]
+fn maxmemory_counts_typed_values_refuses_or_evicts_them() {
+    use shoal_node::store::EvictionPolicy;
+    let clock = ManualClock::new(T0);
+    let limit = 2 << 20;
+    let config = |policy| StoreConfig { shards: 4, maxmemory: limit, policy, ..Default::default() };
+    // noeviction: typed writes are refused with Redis's -OOM once the limit is reached, and the
+    // accounting (which every element counts in) stays near it.
+    let s = Store::new(config(EvictionPolicy::NoEviction), Arc::new(clock.clone()));
+    let mut refused = None;
+    for i in 0..100_000 {
+        let r = run(&s, &["SADD", "big:set", &format!("member:{i:08}")]);
+        if r.starts_with('-') {
+            refused = Some((i, r));
+            break;
+        }
+    }
+    let (at, text) = refused.expect("the limit is reached");
+    assert_eq!(text, "-OOM command not allowed when used memory > 'maxmemory'.");
+    assert!(at > 10_000, "2 MiB holds many members before the limit ({at})");
+    assert!(s.used_memory() <= limit + (64 << 10), "{} used", s.used_memory());
+    assert_eq!(run(&s, &["SREM", "big:set", "member:00000001"]), "1", "removals are never refused");
+    // allkeys-lru: whole typed keys are evicted to make room, and memory stays under the limit.
+    let s = Store::new(config(EvictionPolicy::AllKeysLru), Arc::new(clock.clone()));
+    for i in 0..3_000 {
+        let key = format!("h:{i}");
+        assert_eq!(run(&s, &["HSET", &key, "a", &"x".repeat(500), "b", "y"]), "2", "{key}");
+    }
+    // As in Redis, room is made before a write, which may then go past the limit by its own size.
+    assert!(s.used_memory() <= limit + 4096, "{} used", s.used_memory());
+    let evicted = s.stats().evicted_keys;
+    assert!(evicted > 0 && (s.len() as u64) + evicted == 3_000, "{} kept, {evicted} evicted", s.len());
+}

@@ -61,11 +61,32 @@ def main():
     assert r.object("encoding", "py:bighash") == "hashtable"
     assert dict(r.hscan_iter("py:bighash", count=100)) == big
     assert set(r.hrandfield("py:bighash", 5)) <= set(big)
+    # A job queue in a list, a tag set, a leaderboard in a sorted set.
+    assert r.rpush("py:jobs", "j1", "j2", "j3") == 3
+    assert r.lpop("py:jobs") == "j1" and r.lrange("py:jobs", 0, -1) == ["j2", "j3"]
+    assert r.lmove("py:jobs", "py:done", "LEFT", "RIGHT") == "j2"
+    assert r.llen("py:jobs") == 1 and r.lrange("py:done", 0, -1) == ["j2"]
+    assert r.sadd("py:tags", "a", "b", "c") == 3 and r.sismember("py:tags", "b")
+    assert r.smembers("py:tags") == {"a", "b", "c"}
+    assert r.sadd("py:tags2", "b", "c", "d") == 3
+    assert r.sinter("py:tags", "py:tags2") == {"b", "c"}
+    assert r.sunionstore("py:alltags", ["py:tags", "py:tags2"]) == 4
+    assert r.zadd("py:board", {"ada": 10, "bob": 7.5, "cy": 12}) == 3
+    assert r.zincrby("py:board", 5, "bob") == 12.5
+    assert r.zrevrange("py:board", 0, 1, withscores=True) == [("bob", 12.5), ("cy", 12.0)]
+    assert r.zrank("py:board", "ada") == 0 and r.zscore("py:board", "nobody") is None
+    assert r.zrangebyscore("py:board", 11, "+inf") == ["cy", "bob"]
+    assert r.type("py:board") == "zset" and r.type("py:tags") == "set" and r.type("py:jobs") == "list"
+    assert r.rename("py:board", "py:board2") and r.zcard("py:board2") == 3
+    assert r.copy("py:board2", "py:board3") and r.zscore("py:board3", "cy") == 12.0
     # RESP3 through HELLO 3.
     r3 = redis.Redis(host="127.0.0.1", port=port, password=password, protocol=3, decode_responses=True)
     assert r3.get("py:greeting") == "hello!"
     assert r3.get("py:missing") is None
     assert r3.hgetall("py:session:1") == {"user": "ada", "visits": "5", "score": "1.5"}
+    assert r3.smembers("py:tags") == {"a", "b", "c"}
+    assert r3.zrange("py:board2", 0, 0, withscores=True) == [["ada", 10.0]] or r3.zrange(
+        "py:board2", 0, 0, withscores=True) == [("ada", 10.0)]
     pairs = r3.hrandfield("py:session:1", -2, withvalues=True)
     assert len(pairs) in (2, 4), pairs
     info = r3.info("server")

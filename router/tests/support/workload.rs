@@ -12,6 +12,11 @@
 //! must read exactly what was acknowledged: an undone DEL or a lost SET shows at once, with the
 //! moment it happened).
 //!
+//! Every step also changes one of the writer's typed values (HINCRBY of a hash field, RPUSH to a
+//! list, SADD of a new member, ZINCRBY of a member), so every type moves between nodes under
+//! load; the counts they must add up to are checked like the INCR counter's (in strict mode each
+//! reply is checked at once too).
+//!
 //! `verify` then reads every key back and checks it against the log: the value of the last
 //! acknowledged write (or nothing, for a delete or an expired short TTL), or the value of a write
 //! that got an error (it may or may not have happened). A test that kills a node says which writes
@@ -82,6 +87,45 @@ struct Shared {
     writes: Mutex<HashMap<String, Vec<Write>>>,
     /// Per writer, its counter's INCRs: (sent, acknowledged).
     incrs: Mutex<Vec<Vec<(Instant, bool)>>>,
+    /// Per writer and typed value (TYPED order), its changes: (sent, acknowledged).
+    typed: Mutex<Vec<[Vec<(Instant, bool)>; 4]>>,
+}
+
+/// The typed values each writer changes: key suffix, and the command reading back how many
+/// changes it holds.
+const TYPED: [(&str, &str); 4] = [("h", "HGET"), ("l", "LLEN"), ("s", "SCARD"), ("z", "ZSCORE")];
+
+fn typed_key(w: usize, kind: usize) -> String {
+    format!("typed:{w}:{}", TYPED[kind].0)
+}
+
+/// The command that makes change number `n` (0-based) to typed value `kind` of writer `w`.
+fn typed_change(w: usize, kind: usize, n: u64) -> Vec<String> {
+    let key = typed_key(w, kind);
+    match kind {
+        0 => vec!["HINCRBY".into(), key, "n".into(), "1".into()],
+        1 => vec!["RPUSH".into(), key, n.to_string()],
+        2 => vec!["SADD".into(), key, format!("m{n}")],
+        _ => vec!["ZINCRBY".into(), key, "1".into(), "m".into()],
+    }
+}
+
+/// How many changes typed value `kind` holds, as read back (0 when missing).
+async fn typed_count(c: &mut Raw, w: usize, kind: usize) -> u64 {
+    let key = typed_key(w, kind);
+    let r = match kind {
+        0 => c.cmd(&["HGET", &key, "n"]).await,
+        1 => c.cmd(&["LLEN", &key]).await,
+        2 => c.cmd(&["SCARD", &key]).await,
+        _ => c.cmd(&["ZSCORE", &key, "m"]).await,
+    };
+    let text = String::from_utf8_lossy(&r).to_string();
+    match text.as_bytes().first() {
+        Some(b':') => text[1..].trim().parse().unwrap(),
+        Some(b'$') if text.starts_with("$-1") => 0,
+        Some(b'$') => text.split("\r\n").nth(1).unwrap().parse().unwrap(),
+        _ => panic!("reading {key}: {text}"),
+    }
 }
 
 impl Shared {
@@ -116,7 +160,7 @@ pub struct Workload {
 pub struct Report {
     /// Keys whose last acknowledged write did not survive (allowed only where at risk).
     pub lost_writes: Vec<String>,
-    /// Acknowledged INCRs that did not survive.
+    /// Acknowledged INCRs and typed changes that did not survive.
     pub lost_incrs: u64,
     pub keys_checked: usize,
 }
@@ -140,6 +184,7 @@ impl Workload {
     async fn run(addr: SocketAddr, writers: usize, readers: usize, strict: bool) -> Workload {
         let shared = Arc::new(Shared::default());
         shared.incrs.lock().resize(writers, Vec::new());
+        shared.typed.lock().resize_with(writers, Default::default);
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for w in 0..writers {
@@ -307,9 +352,28 @@ impl Workload {
             report.lost_incrs += acked.saturating_sub(value);
         }
 
+        let typed = self.shared.typed.lock().clone();
+        let mut typed_keys = 0;
+        for (w, kinds) in typed.iter().enumerate() {
+            for (kind, log) in kinds.iter().enumerate() {
+                let key = typed_key(w, kind);
+                let acked = log.iter().filter(|(_, ok)| *ok).count() as u64;
+                let unacked = log.len() as u64 - acked;
+                let risky = log.iter().filter(|(sent, ok)| *ok && risk(&key, *sent)).count() as u64;
+                let value = typed_count(&mut c, w, kind).await;
+                typed_keys += usize::from(value > 0);
+                assert!(
+                    (acked - risky..=acked + unacked).contains(&value),
+                    "{key} holds {value} changes: {acked} acknowledged ({risky} at risk), {unacked} failed"
+                );
+                report.lost_incrs += acked.saturating_sub(value);
+            }
+        }
+
         // Old owners reclaim the slots they gave away in the background (until then DBSIZE counts
         // those keys twice), and expired keys go when active expiry gets to them.
-        let expected = format!(":{}\r\n", STABLE + LONG_TTL + live + counters + other_keys).into_bytes();
+        let expected =
+            format!(":{}\r\n", STABLE + LONG_TTL + live + counters + typed_keys + other_keys).into_bytes();
         let start = Instant::now();
         loop {
             let dbsize = c.cmd(&["DBSIZE"]).await;
@@ -444,7 +508,36 @@ async fn writer_step(c: &mut Raw, shared: &Shared, w: usize, i: u64, strict: boo
         shared.error(format!("writer {w} INCR: {}", String::from_utf8_lossy(&r)));
     }
     shared.incrs.lock()[w].push((sent, acked));
-    shared.ops.fetch_add(2, Ordering::Relaxed);
+    // One typed change per step, the kinds in turn.
+    let kind = (i % 4) as usize;
+    let n = shared.typed.lock()[w][kind].len() as u64;
+    let change = typed_change(w, kind, n);
+    let args: Vec<&str> = change.iter().map(String::as_str).collect();
+    let sent = Instant::now();
+    let r = c.cmd(&args).await;
+    let acked = r.starts_with(b":") || (kind == 3 && r.starts_with(b"$"));
+    if !acked {
+        shared.error(format!("writer {w} {}: {}", change[0], show(&r)));
+    } else if strict {
+        // Every earlier change was acknowledged (a strict test allows no errors), so the reply
+        // is the count after this one (SADD answers 1: every member is new).
+        let count = shared.typed.lock()[w][kind].iter().filter(|(_, ok)| *ok).count() + 1;
+        let want = match kind {
+            2 => ":1\r\n".to_string(),
+            3 => format!("${}\r\n{count}\r\n", count.to_string().len()),
+            _ => format!(":{count}\r\n"),
+        };
+        if r != want.as_bytes() {
+            shared.error(format!(
+                "{} answered {}, the model says {}",
+                change.join(" "),
+                show(&r),
+                want.trim_end()
+            ));
+        }
+    }
+    shared.typed.lock()[w][kind].push((sent, acked));
+    shared.ops.fetch_add(3, Ordering::Relaxed);
     if let (true, Some(key)) = (strict, check)
         && let Some(want) = shared.state(&key)
     {
