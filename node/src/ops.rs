@@ -164,6 +164,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
                 .import(o.entries.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type))))
         }
         Kind::Command(c) if c.scratch => crate::commands::run_scratch(store, &c.args, &c.inputs, &c.outputs),
+        Kind::Command(c) if c.resp != 0 => crate::commands::run_resp(store, &c.args, c.resp == 3),
         Kind::Command(c) => crate::commands::run(store, &c.args),
         Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
     }

@@ -132,7 +132,12 @@ pub async fn serve<S>(
             let took = started.elapsed();
             state.metrics.command_seconds.observe(took.as_secs_f64());
             if let Some(slot) = slot {
-                state.stats.record(slot, took, matches!(reply, Reply::Error(_) | Reply::Failure(_)));
+                let failed = match &reply {
+                    Reply::Error(_) | Reply::Failure(_) => true,
+                    Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
+                    _ => false,
+                };
+                state.stats.record(slot, took, failed);
                 state.stats.maybe_log(took, &args, || {
                     let name = session.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned());
                     (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())

@@ -3,6 +3,64 @@
 use bytes::Bytes;
 use shoal_wire::proto::{Empty, Frame, Frames, frame::Kind};
 
+/// Appends `f` in RESP3 (`resp3`) or RESP2 to `out`, with the router's encoding rules for each
+/// frame kind (`router/src/resp/reply.rs`, whose tests pin the bytes).
+pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
+    fn header(out: &mut Vec<u8>, prefix: u8, n: usize) {
+        out.push(prefix);
+        out.extend_from_slice(n.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    fn bulk(out: &mut Vec<u8>, b: &[u8]) {
+        header(out, b'$', b.len());
+        out.extend_from_slice(b);
+        out.extend_from_slice(b"\r\n");
+    }
+    fn line(out: &mut Vec<u8>, prefix: u8, text: &[u8]) {
+        out.push(prefix);
+        out.extend_from_slice(text);
+        out.extend_from_slice(b"\r\n");
+    }
+    let null = |out: &mut Vec<u8>, resp2: &[u8]| out.extend_from_slice(if resp3 { b"_\r\n" } else { resp2 });
+    match &f.kind {
+        Some(Kind::Bulk(b)) => bulk(out, b),
+        Some(Kind::Int(n)) => line(out, b':', n.to_string().as_bytes()),
+        Some(Kind::Error(e)) => line(out, b'-', e.replace(['\r', '\n'], " ").as_bytes()),
+        Some(Kind::Simple(s)) => line(out, b'+', s.as_bytes()),
+        Some(Kind::Nil(_)) | None => null(out, b"$-1\r\n"),
+        Some(Kind::NullArray(_)) => null(out, b"*-1\r\n"),
+        Some(Kind::Double(d)) if resp3 => line(out, b',', d),
+        Some(Kind::Double(d)) => bulk(out, d),
+        Some(Kind::Array(items)) => {
+            header(out, b'*', items.items.len());
+            items.items.iter().for_each(|i| encode(i, resp3, out));
+        }
+        Some(Kind::Set(items)) => {
+            header(out, if resp3 { b'~' } else { b'*' }, items.items.len());
+            items.items.iter().for_each(|i| encode(i, resp3, out));
+        }
+        Some(Kind::Map(items)) => {
+            if resp3 {
+                header(out, b'%', items.items.len() / 2);
+            } else {
+                header(out, b'*', items.items.len());
+            }
+            items.items.iter().for_each(|i| encode(i, resp3, out));
+        }
+        Some(Kind::Pairs(items)) if resp3 => {
+            header(out, b'*', items.items.len() / 2);
+            for pair in items.items.chunks(2) {
+                header(out, b'*', pair.len());
+                pair.iter().for_each(|i| encode(i, resp3, out));
+            }
+        }
+        Some(Kind::Pairs(items)) => {
+            header(out, b'*', items.items.len());
+            items.items.iter().for_each(|i| encode(i, resp3, out));
+        }
+    }
+}
+
 /// Frame constructors, named after the RESP types they become.
 #[derive(Debug)]
 pub struct F;

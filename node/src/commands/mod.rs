@@ -46,6 +46,15 @@ pub fn run(store: &Store, args: &[Bytes]) -> Reply {
     frame_reply(dispatch(store, args))
 }
 
+/// Like [`run`], answering the reply encoded in RESP2 or RESP3 (what the router writes to its
+/// client as is: one-key commands, which it does not need to look into).
+pub fn run_resp(store: &Store, args: &[Bytes], resp3: bool) -> Reply {
+    let frame = dispatch(store, args).unwrap_or_else(|e| F::error(e.to_string()));
+    let mut out = Vec::with_capacity(64);
+    frame::encode(&frame, resp3, &mut out);
+    Reply { kind: Some(reply::Kind::Resp(out.into())) }
+}
+
 fn frame_reply(r: CmdResult) -> Reply {
     let frame = r.unwrap_or_else(|e| F::error(e.to_string()));
     Reply { kind: Some(reply::Kind::Frame(frame)) }

@@ -26,7 +26,9 @@ pub fn read_second(args: &Args, ctx: &mut Ctx) -> Pending {
 
 fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
     let key = args[1].clone();
-    let command = proto::Command { args: args.to_vec(), readonly, key_index: 1, ..Default::default() };
+    // The node encodes the reply for this connection's protocol: the router passes it on.
+    let resp = ctx.session.protocol.version() as u32;
+    let command = proto::Command { args: args.to_vec(), readonly, key_index: 1, resp, ..Default::default() };
     Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
 }
 
@@ -34,6 +36,7 @@ fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
 pub fn from_node(r: proto::Reply) -> Reply {
     match r.kind {
         Some(reply::Kind::Frame(f)) => from_frame(f),
+        Some(reply::Kind::Resp(bytes)) => Reply::Raw(bytes),
         Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
         other => unexpected(other),
     }

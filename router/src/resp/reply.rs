@@ -46,6 +46,8 @@ pub enum Reply {
     Pairs(Vec<Reply>),
     /// A double as Redis prints it: a bulk string in RESP2, `,` in RESP3.
     Double(Bytes),
+    /// A reply a node encoded already, in the RESP version of the connection it is for.
+    Raw(Bytes),
     /// RESP3 map; a flat array of alternating keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
     /// RESP3 set; an array in RESP2.
@@ -129,6 +131,7 @@ impl Reply {
                     }
                 }
             },
+            Reply::Raw(bytes) => out.put_bytes(bytes),
             Reply::Double(text) => match proto {
                 Protocol::Resp2 => bulk(out, b'$', text),
                 Protocol::Resp3 => line(out, b',', text),
