@@ -85,11 +85,14 @@ struct Shared {
     errors: Mutex<Vec<(Instant, String)>>,
     /// Per key, its writes in the order they were sent.
     writes: Mutex<HashMap<String, Vec<Write>>>,
-    /// Per writer, its counter's INCRs: (sent, acknowledged).
-    incrs: Mutex<Vec<Vec<(Instant, bool)>>>,
-    /// Per writer and typed value (TYPED order), its changes: (sent, acknowledged).
-    typed: Mutex<Vec<[Vec<(Instant, bool)>; 4]>>,
+    /// Per writer, its counter's INCRs.
+    incrs: Mutex<Vec<Changes>>,
+    /// Per writer and typed value (TYPED order), its changes.
+    typed: Mutex<Vec<[Changes; 4]>>,
 }
+
+/// Changes to one value: when each was sent and whether it was acknowledged.
+type Changes = Vec<(Instant, bool)>;
 
 /// The typed values each writer changes: key suffix, and the command reading back how many
 /// changes it holds.
