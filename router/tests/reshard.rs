@@ -57,7 +57,9 @@ async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
     assert!(errors.is_empty(), "{} client errors, e.g. {:?}", errors.len(), &errors[..errors.len().min(5)]);
     let report = load.verify(addr, 0, &|_, _| false).await;
     assert!(report.lost_writes.is_empty() && report.lost_incrs == 0, "{report:?}");
-    assert!(report.keys_checked > 500, "{report:?}");
+    // Keys written while the moves ran (each writer step also changes a typed value, checked in
+    // lost_incrs): enough that every node held some of them.
+    assert!(report.keys_checked > 300, "{report:?}");
     router.shutdown().await;
 }
 
