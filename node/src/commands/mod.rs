@@ -3,11 +3,12 @@
 //! The router has looked the command up, checked its arity and routed it by its key; the node
 //! parses the remaining arguments with Redis's rules and texts and answers a [`Frame`], which the
 //! router encodes for the client's protocol (RESP2 or RESP3). Each family has its file:
-//! [`hash`], [`list`], [`set`], [`zset`], [`multi`] (commands over several keys), [`object`], [`scan`] (HSCAN and its kin).
+//! [`hash`], [`list`], [`set`], [`zset`], [`bits`], [`multi`] (commands over several keys), [`object`], [`scan`] (HSCAN and its kin).
 //!
 //! Every handler runs inside one `Store::read_object`/`write_object` call, so a command is atomic
 //! on its key, exactly as on a single-threaded Redis.
 
+mod bits;
 mod frame;
 mod hash;
 mod list;
@@ -127,6 +128,9 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     if let Some((keys_of, handler)) = multi::find(name_lc) {
         let keys = keys_of(args)?;
         let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        if name_lc == b"bitop" {
+            make_room(store)?;
+        }
         return store.with_keys(&keys, |l| handler(l, args));
     }
     match name_lc {
@@ -137,6 +141,7 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
             .or_else(|| set::find(name_lc))
             .or_else(|| list::find(name_lc))
             .or_else(|| zset::find(name_lc))
+            .or_else(|| bits::find(name_lc))
         {
             Some(handler) => handler(store, args),
             None => Err(unknown(name)),

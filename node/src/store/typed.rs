@@ -214,6 +214,11 @@ impl Locked<'_> {
         Ok(())
     }
 
+    /// `proto-max-bulk-len`: the longest value (LCS bounds its working memory by it).
+    pub fn max_value_len(&self) -> usize {
+        self.store.config.max_value_len
+    }
+
     /// Unix ms by the store's clock, fixed for the command.
     pub fn now_ms(&self) -> u64 {
         self.now

@@ -12,6 +12,7 @@
 //!
 //! Front ends share this layer: RESP connections and the HTTP API both call [`dispatch`].
 
+mod bits;
 mod client;
 mod command;
 mod config;

@@ -1,9 +1,9 @@
 //! Commands over several keys (SINTER, SUNIONSTORE, SMOVE, LMOVE, LMPOP, ZUNION, ZMPOP,
-//! ZRANGESTORE, RENAME, COPY, ...). The node runs them (`node/src/commands/multi.rs`).
+//! ZRANGESTORE, RENAME, COPY, BITOP, LCS, ...). The node runs them (`node/src/commands/multi.rs`).
 //!
 //! Keys on one node (same `{hashtag}`, or by chance): the whole command goes to that node, which
 //! runs it atomically. Keys on several nodes, where Redis Cluster answers CROSSSLOT:
-//! - commands that only read, or that replace a destination (the STORE forms, ZRANGESTORE, COPY,
+//! - commands that only read, or that replace a destination (the STORE forms, ZRANGESTORE, BITOP, COPY,
 //!   RENAME): the router fetches every key's value, a node runs the command on a scratch store
 //!   holding those values, and the router writes the changed destination back to its owner (and,
 //!   for RENAME, deletes the source);
@@ -30,7 +30,8 @@ use std::sync::Arc;
 enum Cross {
     /// Reads only: run on gathered values.
     Read,
-    /// Replaces `args[1]` (STORE forms, ZRANGESTORE): run on gathered values, write it back.
+    /// Replaces its destination (`args[1]` for the STORE forms and ZRANGESTORE, `args[2]` for
+    /// BITOP): run on gathered values, write it back.
     Store,
     Copy,
     Rename,
@@ -43,7 +44,7 @@ enum Cross {
 fn cross_of(name: &[u8]) -> Cross {
     match &name.to_ascii_lowercase()[..] {
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
-        | b"zrangestore" => Cross::Store,
+        | b"zrangestore" | b"bitop" => Cross::Store,
         b"copy" => Cross::Copy,
         b"rename" | b"renamenx" => Cross::Rename,
         b"smove" => Cross::SMove,
@@ -65,10 +66,11 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
         b"sinter" | b"sunion" | b"sdiff" | b"sinterstore" | b"sunionstore" | b"sdiffstore" => {
             Some(args[1..].to_vec())
         }
-        b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" => {
+        b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" | b"lcs" => {
             Some(args[1..3].to_vec())
         }
         b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
+        b"bitop" => Some(args[2..].to_vec()),
         b"zunionstore" | b"zinterstore" | b"zdiffstore" => {
             let mut keys = numkeys(2)?;
             keys.insert(0, args[1].clone());
@@ -503,10 +505,12 @@ impl Remote {
         }
     }
 
-    /// STORE forms, COPY, RENAME: compute on gathered values, then write the destination (and
-    /// for RENAME delete the source) when the command changed it.
+    /// STORE forms, BITOP, COPY, RENAME: compute on gathered values, then write the destination
+    /// (and for RENAME delete the source) when the command changed it.
     async fn replace(&self, args: &[Bytes], keys: &[Bytes], rename: bool) -> Step<Reply> {
-        let dst = if rename || args[0].eq_ignore_ascii_case(b"copy") { &args[2] } else { &args[1] };
+        let second =
+            rename || args[0].eq_ignore_ascii_case(b"copy") || args[0].eq_ignore_ascii_case(b"bitop");
+        let dst = if second { &args[2] } else { &args[1] };
         let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
         let changed = matches!(reply, Reply::Simple(_) | Reply::Int(1..))
             || !(rename || args[0].eq_ignore_ascii_case(b"copy"));

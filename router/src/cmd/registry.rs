@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, latency, lists,
-    mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
+    bits, client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, latency,
+    lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -48,6 +48,15 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &strings::STRLEN,
     &strings::GETRANGE,
     &strings::SETRANGE,
+    &bits::SUBSTR,
+    &bits::LCS,
+    &bits::SETBIT,
+    &bits::GETBIT,
+    &bits::BITCOUNT,
+    &bits::BITPOS,
+    &bits::BITOP,
+    &bits::BITFIELD,
+    &bits::BITFIELD_RO,
     &incr::INCR,
     &incr::DECR,
     &incr::INCRBY,
