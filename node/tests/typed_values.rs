@@ -139,3 +139,26 @@ fn maxmemory_counts_typed_values_refuses_or_evicts_them() {
     let evicted = s.stats().evicted_keys;
     assert!(evicted > 0 && (s.len() as u64) + evicted == 3_000, "{} kept, {evicted} evicted", s.len());
 }
+
+#[test]
+fn huge_negative_random_counts_are_refused_not_built() {
+    let clock = ManualClock::new(T0);
+    let s = store(&clock);
+    run(&s, &["HSET", "h", "f", "v"]);
+    run(&s, &["SADD", "s", "m"]);
+    run(&s, &["ZADD", "z", "1", "m"]);
+    for cmd in ["HRANDFIELD h", "SRANDMEMBER s", "ZRANDMEMBER z"] {
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("-9223372036854775807");
+        let r = run(&s, &args);
+        assert!(r.starts_with("-ERR count is too large"), "{cmd}: {r}");
+        args.pop();
+        args.push("-3");
+        assert_eq!(run(&s, &args).split(',').count(), 3, "{cmd}: small negative counts repeat");
+    }
+    assert_eq!(
+        run(&s, &["SRANDMEMBER", "nokey", "-9223372036854775807"]),
+        "",
+        "a missing key: empty, as in Redis"
+    );
+}

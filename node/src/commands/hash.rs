@@ -199,6 +199,10 @@ fn hrandfield(store: &Store, args: &[Bytes]) -> CmdResult {
     };
     read(store, args, |h| {
         let Some(h) = h.filter(|_| n != 0) else { return F::array(Vec::new()) };
+        // Only for a key that exists (a missing one answers an empty array, as in Redis).
+        if let Err(e) = super::check_repeats(n) {
+            return F::error(e.to_string());
+        }
         let pairs: Vec<(&[u8], &[u8])> = h.iter().collect();
         // Redis's cases: a negative count (or 1) picks with repeats; a count covering the hash
         // returns all of it in order; otherwise distinct random fields.

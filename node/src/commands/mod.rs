@@ -160,6 +160,21 @@ pub fn wrong_arity(name: &[u8]) -> CmdError {
     ))
 }
 
+/// The most elements HRANDFIELD, SRANDMEMBER and ZRANDMEMBER return for a negative count (which
+/// allows repeats, so the count alone sizes the reply). Redis would try to build any size; a
+/// node answering billions of elements would run out of memory, so larger counts are refused.
+pub const MAX_RANDOM_REPEATS: u64 = 10_000_000;
+
+/// Refuses a negative random-member count past [`MAX_RANDOM_REPEATS`].
+pub fn check_repeats(n: i64) -> Result<(), CmdError> {
+    if n < 0 && n.unsigned_abs() > MAX_RANDOM_REPEATS {
+        return Err(CmdError::Owned(format!(
+            "ERR count is too large: at most {MAX_RANDOM_REPEATS} elements with repeats in one reply"
+        )));
+    }
+    Ok(())
+}
+
 /// A Redis integer argument.
 pub fn int_arg(b: &[u8]) -> Result<i64, CmdError> {
     shoal_wire::num::parse_i64(b).ok_or(NOT_INTEGER)

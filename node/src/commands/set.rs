@@ -150,6 +150,10 @@ fn srandmember(store: &Store, args: &[Bytes]) -> CmdResult {
     }
     read(store, &args[1], |s| {
         let Some(s) = s.filter(|_| n != 0) else { return F::array(Vec::new()) };
+        // Only for a key that exists (a missing one answers an empty array, as in Redis).
+        if let Err(e) = super::check_repeats(n) {
+            return F::error(e.to_string());
+        }
         if n < 0 {
             return F::array((0..n.unsigned_abs()).filter_map(|_| s.random().map(F::bulk)).collect());
         }

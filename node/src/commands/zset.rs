@@ -525,6 +525,10 @@ fn zrandmember(store: &Store, args: &[Bytes]) -> CmdResult {
     };
     read(store, &args[1], |z| {
         let Some(z) = z.filter(|_| n != 0) else { return F::array(Vec::new()) };
+        // Only for a key that exists (a missing one answers an empty array, as in Redis).
+        if let Err(e) = super::check_repeats(n) {
+            return F::error(e.to_string());
+        }
         let all: Vec<(&[u8], f64)> = z.iter().collect();
         let picked: Vec<usize> = if n < 0 || n == 1 {
             (0..n.unsigned_abs()).map(|_| fastrand::usize(..all.len())).collect()
