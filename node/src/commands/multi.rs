@@ -1,6 +1,7 @@
 //! Commands over several keys: set algebra (SINTER SUNION SDIFF and their STORE forms,
 //! SINTERCARD, SMOVE), list moves (LMOVE RPOPLPUSH LMPOP), sorted-set algebra (ZUNION ZINTER
-//! ZDIFF and their STORE forms, ZINTERCARD, ZMPOP, ZRANGESTORE) and RENAME RENAMENX COPY.
+//! ZDIFF and their STORE forms, ZINTERCARD, ZMPOP, ZRANGESTORE), RENAME RENAMENX COPY, and
+//! PFCOUNT PFMERGE (in `hll`).
 //!
 //! Each runs with every shard its keys live on locked ([`Store::with_keys`]), so on one node it is
 //! atomic. When the router finds the keys on different nodes it sends their values along and the
@@ -45,6 +46,8 @@ pub fn find(name: &[u8]) -> Option<(KeysOf, Handler)> {
         b"rename" => (first_two, |l, a| rename(l, a, false)),
         b"renamenx" => (first_two, |l, a| rename(l, a, true)),
         b"copy" => (first_two, copy),
+        b"pfcount" => (all_keys, super::hll::pfcount),
+        b"pfmerge" => (all_keys, super::hll::pfmerge),
         _ => return None,
     })
 }
