@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    client, command, connection, del, expire, get, getex, hash, incr, info, keys, lists, mget, mset, multi,
-    object, persistence, scan, set, sets, shoal, strings, ttl, zsets,
+    client, command, connection, del, expire, get, getex, hash, hll, incr, info, keys, lists, mget, mset,
+    multi, object, persistence, scan, set, sets, shoal, strings, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -151,6 +151,9 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &multi::RENAME,
     &multi::RENAMENX,
     &multi::COPY,
+    &hll::PFADD,
+    &hll::PFCOUNT,
+    &hll::PFMERGE,
     &object::OBJECT,
     &shoal::SHOAL,
 ];
