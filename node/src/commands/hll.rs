@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use super::{CmdError, CmdResult, F, make_room};
-use crate::store::hll::{Corrupt, Hll, REGISTERS, count_raw};
+use crate::store::hll::{Corrupt, Hll, REGISTERS, count_raw, set_cached};
 use crate::store::{Locked, Store};
 
 const NOT_HLL: CmdError = CmdError::Text("WRONGTYPE Key is not a valid HyperLogLog string value.");
@@ -70,18 +70,26 @@ pub fn pfcount(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(F::int(count_raw(&max) as i64));
     }
-    l.write_string(&args[1], |slot| {
-        let Some(b) = slot.get() else { return Ok(F::int(0)) };
-        let mut h = parse(b)?;
-        if let Some(card) = h.cached() {
-            return Ok(F::int(card as i64));
+    // Looked up as a read (a keyspace hit or miss, as in Redis); written only to store a
+    // recomputed count in the cache.
+    let found = l.read_string(&args[1], |v| match v {
+        None => Ok::<_, CmdError>(None),
+        Some(b) => {
+            let h = parse(b)?;
+            Ok(Some(match h.cached() {
+                Some(card) => (card, false),
+                None => (h.count()?, true),
+            }))
         }
-        let card = h.count()?;
-        h.set_cached(card);
-        let len = h.as_bytes().len();
-        slot.edit(len, |v| v.copy_from_slice(h.as_bytes()))?;
-        Ok(F::int(card as i64))
-    })?
+    })??;
+    let Some((card, recomputed)) = found else { return Ok(F::int(0)) };
+    if recomputed {
+        l.write_string(&args[1], |slot| match slot.get().map(<[u8]>::len) {
+            Some(len) => slot.edit(len, |v| set_cached(v, card)),
+            None => Ok(()),
+        })??;
+    }
+    Ok(F::int(card as i64))
 }
 
 /// `PFMERGE destkey [sourcekey ...]`: the destination (also an input) becomes the union; it turns

@@ -133,6 +133,11 @@ pub fn is_hll(b: &[u8]) -> bool {
     b.len() >= HDR && &b[..4] == b"HYLL" && b[4] <= SPARSE && (b[4] != DENSE || b.len() == DENSE_SIZE)
 }
 
+/// Stores `card` as the valid cached count of the HLL `b` (PFCOUNT writes it back in place).
+pub fn set_cached(b: &mut [u8], card: u64) {
+    b[8..HDR].copy_from_slice(&card.to_le_bytes());
+}
+
 fn dense_get(regs: &[u8], i: usize) -> u8 {
     let byte = i * BITS / 8;
     let fb = (i * BITS) & 7;
@@ -201,7 +206,7 @@ impl Hll {
     }
 
     pub fn set_cached(&mut self, card: u64) {
-        self.0[8..HDR].copy_from_slice(&card.to_le_bytes());
+        set_cached(&mut self.0, card);
     }
 
     pub fn invalidate(&mut self) {
