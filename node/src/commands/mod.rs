@@ -3,7 +3,8 @@
 //! The router has looked the command up, checked its arity and routed it by its key; the node
 //! parses the remaining arguments with Redis's rules and texts and answers a [`Frame`], which the
 //! router encodes for the client's protocol (RESP2 or RESP3). Each family has its file:
-//! [`hash`], [`list`], [`set`], [`zset`], [`bits`], [`multi`] (commands over several keys), [`object`], [`scan`] (HSCAN and its kin).
+//! [`hash`], [`list`], [`set`], [`zset`], [`bits`], [`hll`], [`multi`] (commands over several keys),
+//! [`object`], [`scan`] (HSCAN and its kin).
 //!
 //! Every handler runs inside one `Store::read_object`/`write_object` call, so a command is atomic
 //! on its key, exactly as on a single-threaded Redis.
@@ -11,6 +12,7 @@
 mod bits;
 mod frame;
 mod hash;
+mod hll;
 mod list;
 mod multi;
 mod object;
@@ -127,16 +129,19 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     let name_lc = &lower[..name.len()];
     if let Some((keys_of, handler)) = multi::find(name_lc) {
         let keys = keys_of(args)?;
-        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        if name_lc == b"bitop" {
+        // Redis's `denyoom` multi-key commands: make room (or refuse with -OOM) before the
+        // shards are locked (eviction takes shard locks of its own).
+        if multi::DENYOOM.contains(&name_lc) {
             make_room(store)?;
         }
+        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         return store.with_keys(&keys, |l| handler(l, args));
     }
     match name_lc {
         b"object" => object::object(store, args),
         b"memory" => object::memory(store, args),
         b"shoal.restore" => restore(store, args),
+        b"pfadd" => hll::pfadd(store, args),
         _ => match hash::find(name_lc)
             .or_else(|| set::find(name_lc))
             .or_else(|| list::find(name_lc))

@@ -1,7 +1,7 @@
 //! Commands over several keys: set algebra (SINTER SUNION SDIFF and their STORE forms,
 //! SINTERCARD, SMOVE), list moves (LMOVE RPOPLPUSH LMPOP), sorted-set algebra (ZUNION ZINTER
-//! ZDIFF and their STORE forms, ZINTERCARD, ZMPOP, ZRANGESTORE), RENAME RENAMENX COPY, and BITOP
-//! and LCS (in [`super::bits`]).
+//! ZDIFF and their STORE forms, ZINTERCARD, ZMPOP, ZRANGESTORE), RENAME RENAMENX COPY, BITOP and
+//! LCS (in [`super::bits`]), and PFCOUNT PFMERGE (in `hll`).
 //!
 //! Each runs with every shard its keys live on locked ([`Store::with_keys`]), so on one node it is
 //! atomic. When the router finds the keys on different nodes it sends their values along and the
@@ -18,6 +18,22 @@ use crate::store::object::{Object, Set, ValueType, ZSet};
 use crate::store::{Locked, StoreError};
 
 type Handler = fn(&mut Locked<'_>, &[Bytes]) -> CmdResult;
+
+/// The multi-key commands Redis flags `denyoom` (refused with -OOM at the memory limit).
+pub const DENYOOM: &[&[u8]] = &[
+    b"sinterstore",
+    b"sunionstore",
+    b"sdiffstore",
+    b"lmove",
+    b"rpoplpush",
+    b"zunionstore",
+    b"zinterstore",
+    b"zdiffstore",
+    b"zrangestore",
+    b"copy",
+    b"bitop",
+    b"pfmerge",
+];
 type KeysOf = fn(&[Bytes]) -> Result<Vec<Bytes>, CmdError>;
 
 /// The handler of a multi-key command and how to find its keys (which also checks `numkeys`).
@@ -48,6 +64,8 @@ pub fn find(name: &[u8]) -> Option<(KeysOf, Handler)> {
         b"copy" => (first_two, copy),
         b"bitop" => (super::bits::bitop_keys, super::bits::bitop),
         b"lcs" => (first_two, super::bits::lcs),
+        b"pfcount" => (all_keys, super::hll::pfcount),
+        b"pfmerge" => (all_keys, super::hll::pfmerge),
         _ => return None,
     })
 }

@@ -21,6 +21,7 @@ pub mod entry;
 mod evict;
 pub mod float;
 pub use shoal_wire::glob;
+pub mod hll;
 mod keyspace;
 pub mod object;
 pub mod persist;

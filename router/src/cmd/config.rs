@@ -134,6 +134,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("zset-max-ziplist-entries", Param::Fixed("128")),
     ("zset-max-listpack-value", Param::Fixed("64")),
     ("zset-max-ziplist-value", Param::Fixed("64")),
+    ("hll-sparse-max-bytes", Param::Fixed("3000")),
 ];
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -22,6 +22,7 @@ mod expire;
 mod get;
 mod getex;
 mod hash;
+mod hll;
 mod incr;
 mod info;
 mod keys;

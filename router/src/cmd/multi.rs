@@ -1,5 +1,6 @@
 //! Commands over several keys (SINTER, SUNIONSTORE, SMOVE, LMOVE, LMPOP, ZUNION, ZMPOP,
-//! ZRANGESTORE, RENAME, COPY, BITOP, LCS, ...). The node runs them (`node/src/commands/multi.rs`).
+//! ZRANGESTORE, RENAME, COPY, BITOP, LCS, PFCOUNT, PFMERGE, ...). The node runs them
+//! (`node/src/commands/multi.rs`).
 //!
 //! Keys on one node (same `{hashtag}`, or by chance): the whole command goes to that node, which
 //! runs it atomically. Keys on several nodes, where Redis Cluster answers CROSSSLOT:
@@ -44,7 +45,7 @@ enum Cross {
 fn cross_of(name: &[u8]) -> Cross {
     match &name.to_ascii_lowercase()[..] {
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
-        | b"zrangestore" | b"bitop" => Cross::Store,
+        | b"zrangestore" | b"bitop" | b"pfmerge" => Cross::Store,
         b"copy" => Cross::Copy,
         b"rename" | b"renamenx" => Cross::Rename,
         b"smove" => Cross::SMove,
@@ -63,9 +64,8 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
         (n < args.len() - at).then(|| args[at + 1..at + 1 + n].to_vec())
     };
     match &name[..] {
-        b"sinter" | b"sunion" | b"sdiff" | b"sinterstore" | b"sunionstore" | b"sdiffstore" => {
-            Some(args[1..].to_vec())
-        }
+        b"sinter" | b"sunion" | b"sdiff" | b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"pfcount"
+        | b"pfmerge" => Some(args[1..].to_vec()),
         b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" | b"lcs" => {
             Some(args[1..3].to_vec())
         }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    bits, client, command, config, connection, del, expire, get, getex, hash, incr, info, keys, latency,
+    bits, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info, keys, latency,
     lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
 };
 
@@ -164,6 +164,9 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &multi::RENAME,
     &multi::RENAMENX,
     &multi::COPY,
+    &hll::PFADD,
+    &hll::PFCOUNT,
+    &hll::PFMERGE,
     &object::OBJECT,
     &shoal::SHOAL,
 ];
