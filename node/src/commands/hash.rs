@@ -1,7 +1,8 @@
 //! Hash commands: HSET HSETNX HMSET HGET HMGET HGETALL HDEL HEXISTS HLEN HSTRLEN HKEYS HVALS
 //! HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN.
 
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room, wrong_arity};
+use super::random::{self, Whole};
+use super::{CmdError, CmdResult, F, int_arg, make_room, wrong_arity};
 use crate::store::object::{Hash, Object, ValueType};
 use crate::store::{Store, float};
 use bytes::Bytes;
@@ -181,40 +182,14 @@ fn hrandfield(store: &Store, args: &[Bytes]) -> CmdResult {
         })
         .map(|f| f.unwrap_or_else(F::nil));
     }
-    let n = int_arg(&args[2])?;
-    if n == i64::MIN {
-        return Err(CmdError::Text(
-            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    let with_values = match args.get(3) {
-        None => false,
-        Some(a) if args.len() == 4 && a.eq_ignore_ascii_case(b"withvalues") => {
-            if !(-i64::MAX / 2..=i64::MAX / 2).contains(&n) {
-                return Err(CmdError::Text("ERR value is out of range"));
-            }
-            true
-        }
-        Some(_) => return Err(SYNTAX),
-    };
+    let count = random::parse(args, Some(b"withvalues"))?;
+    let with_values = count.with;
     read(store, args, |h| {
-        let Some(h) = h.filter(|_| n != 0) else { return F::array(Vec::new()) };
-        // Only for a key that exists (a missing one answers an empty array, as in Redis).
-        if let Err(e) = super::check_repeats(n) {
-            return F::error(e.to_string());
-        }
+        let Some(h) = h else { return F::array(Vec::new()) };
         let pairs: Vec<(&[u8], &[u8])> = h.iter().collect();
-        // Redis's cases: a negative count (or 1) picks with repeats; a count covering the hash
-        // returns all of it in order; otherwise distinct random fields.
-        let picked: Vec<usize> = if n < 0 || n == 1 {
-            (0..n.unsigned_abs()).map(|_| fastrand::usize(..pairs.len())).collect()
-        } else if n as usize >= pairs.len() {
-            (0..pairs.len()).collect()
-        } else {
-            let mut all: Vec<usize> = (0..pairs.len()).collect();
-            fastrand::shuffle(&mut all);
-            all.truncate(n as usize);
-            all
+        let picked = match random::picks(count.n, pairs.len(), Whole::Forward, false) {
+            Ok(p) => p,
+            Err(e) => return F::error(e.to_string()),
         };
         let mut flat = Vec::with_capacity(picked.len() * if with_values { 2 } else { 1 });
         for i in picked {

@@ -16,6 +16,7 @@ mod hll;
 mod list;
 mod multi;
 mod object;
+mod random;
 mod scan;
 mod set;
 mod zset;

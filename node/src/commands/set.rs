@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
+use super::random::{self, Whole};
+use super::{CmdError, CmdResult, F, SYNTAX, make_room};
 use crate::store::Store;
 use crate::store::object::{Limits, Object, Set, ValueType};
 
@@ -142,33 +143,24 @@ fn srandmember(store: &Store, args: &[Bytes]) -> CmdResult {
     if args.len() > 3 {
         return Err(SYNTAX);
     }
-    let n = int_arg(&args[2])?;
-    if n == i64::MIN {
-        return Err(CmdError::Text(
-            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
+    let count = random::parse(args, None)?;
     read(store, &args[1], |s| {
-        let Some(s) = s.filter(|_| n != 0) else { return F::array(Vec::new()) };
-        // Only for a key that exists (a missing one answers an empty array, as in Redis).
-        if let Err(e) = super::check_repeats(n) {
-            return F::error(e.to_string());
+        let Some(s) = s else { return F::array(Vec::new()) };
+        if count.n < 0 {
+            // Repeats: each pick is O(1) (Set::random), no list of positions.
+            if let Err(e) = super::check_repeats(count.n) {
+                return F::error(e.to_string());
+            }
+            return F::array((0..count.n.unsigned_abs()).filter_map(|_| s.random().map(F::bulk)).collect());
         }
-        if n < 0 {
-            return F::array((0..n.unsigned_abs()).filter_map(|_| s.random().map(F::bulk)).collect());
-        }
-        let n = n as usize;
-        if n >= s.len() {
-            return F::array(members(s));
-        }
-        let mut all: Vec<usize> = (0..s.len()).collect();
-        fastrand::shuffle(&mut all);
-        all.truncate(n);
-        all.sort_unstable();
-        let mut picked = all.into_iter().peekable();
-        let mut out = Vec::with_capacity(n);
+        let picked = match random::picks(count.n, s.len(), Whole::Forward, true) {
+            Ok(p) => p,
+            Err(e) => return F::error(e.to_string()),
+        };
+        let mut picked = picked.into_iter().peekable();
+        let mut out = Vec::new();
         for (i, m) in s.iter().enumerate() {
-            if picked.peek() == Some(&i) {
+            while picked.peek() == Some(&i) {
                 picked.next();
                 out.push(F::bulk_from(&m));
             }

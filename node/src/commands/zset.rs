@@ -9,6 +9,7 @@ use bytes::Bytes;
 use shoal_wire::proto::Frame;
 
 use super::list::range as rank_range;
+use super::random::{self, Whole};
 use super::set::positive_count;
 use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
 use crate::store::Store;
@@ -507,39 +508,14 @@ fn zrandmember(store: &Store, args: &[Bytes]) -> CmdResult {
         })
         .map(|f| f.unwrap_or_else(F::nil));
     }
-    let n = int_arg(&args[2])?;
-    if n == i64::MIN {
-        return Err(CmdError::Text(
-            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    let with_scores = match args.get(3) {
-        None => false,
-        Some(a) if args.len() == 4 && a.eq_ignore_ascii_case(b"withscores") => {
-            if !(-i64::MAX / 2..=i64::MAX / 2).contains(&n) {
-                return Err(CmdError::Text("ERR value is out of range"));
-            }
-            true
-        }
-        Some(_) => return Err(SYNTAX),
-    };
+    let count = random::parse(args, Some(b"withscores"))?;
+    let with_scores = count.with;
     read(store, &args[1], |z| {
-        let Some(z) = z.filter(|_| n != 0) else { return F::array(Vec::new()) };
-        // Only for a key that exists (a missing one answers an empty array, as in Redis).
-        if let Err(e) = super::check_repeats(n) {
-            return F::error(e.to_string());
-        }
+        let Some(z) = z else { return F::array(Vec::new()) };
         let all: Vec<(&[u8], f64)> = z.iter().collect();
-        let picked: Vec<usize> = if n < 0 || n == 1 {
-            (0..n.unsigned_abs()).map(|_| fastrand::usize(..all.len())).collect()
-        } else if n as usize >= all.len() {
-            // The whole set, highest first (as Redis answers this case).
-            (0..all.len()).rev().collect()
-        } else {
-            let mut idx: Vec<usize> = (0..all.len()).collect();
-            fastrand::shuffle(&mut idx);
-            idx.truncate(n as usize);
-            idx
+        let picked = match random::picks(count.n, all.len(), Whole::Reverse, false) {
+            Ok(p) => p,
+            Err(e) => return F::error(e.to_string()),
         };
         let items: Vec<(&[u8], f64)> = picked.into_iter().map(|i| all[i]).collect();
         reply_members(&items, with_scores)
