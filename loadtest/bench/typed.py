@@ -2,7 +2,10 @@
 Shoal (router + 3 embedded nodes, one worker thread), one redis-server, and twemproxy in front of
 3 redis-servers, every server pinned to one core and redis-benchmark to another.
 
-    python3 loadtest/bench/types.py [--rounds 3] [--requests 100000] [--pipelines 1,16]
+(Named typed.py, not types.py: a script's directory comes first on Python's path, and a types.py
+there would shadow the standard library's `types`, breaking every other script of this folder.)
+
+    python3 loadtest/bench/typed.py [--rounds 3] [--requests 100000] [--pipelines 1,16]
         [--tests lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100] [--json FILE] [--write-docs]
 
 All tests run in ONE redis-benchmark invocation per (target, pipeline depth, round), in the order
@@ -219,7 +222,7 @@ def main():
 
     med = {k: {f: statistics.median(x[f] for x in v) for f in ("rps", "p50", "p99")} for k, v in runs.items()}
     cpu_med = {k: statistics.median(v) if v else None for k, v in cpu.items()}
-    cmd = (f"python3 loadtest/bench/types.py --rounds {args.rounds} --requests {args.requests} "
+    cmd = (f"python3 loadtest/bench/typed.py --rounds {args.rounds} --requests {args.requests} "
            f"--pipelines {args.pipelines} --tests {args.tests} --write-docs")
     machine = common.machine()
     if args.json:
