@@ -172,5 +172,5 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HELP",
         "    Print this help.",
     ];
-    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+    super::help_reply(&lines)
 }

@@ -252,7 +252,7 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HELP",
         "    Prints this help.",
     ];
-    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+    super::help_reply(&lines)
 }
 
 pub fn memory_help(_args: &Args, _ctx: &mut Ctx) -> Pending {
@@ -272,5 +272,5 @@ pub fn memory_help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HELP",
         "    Prints this help.",
     ];
-    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+    super::help_reply(&lines)
 }

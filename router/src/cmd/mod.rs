@@ -206,6 +206,11 @@ pub fn wrong_arity(name: &str) -> Reply {
     Reply::error_fmt(format!("ERR wrong number of arguments for '{name}' command"))
 }
 
+/// A HELP subcommand's reply: one simple string per line, as Redis's `addReplyHelp`.
+pub fn help_reply(lines: &[&'static str]) -> Pending {
+    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+}
+
 pub fn syntax_error() -> Reply {
     Reply::error("ERR syntax error")
 }

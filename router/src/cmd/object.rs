@@ -4,7 +4,6 @@
 use super::spec::*;
 use super::typed::read_second;
 use super::{Args, Ctx, Pending};
-use crate::resp::Reply;
 
 pub const OBJECT_ENCODING: CommandSpec = CommandSpec {
     name: "object|encoding",
@@ -113,5 +112,5 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HELP",
         "    Prints this help.",
     ];
-    Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect()).into()
+    super::help_reply(&lines)
 }
