@@ -9,8 +9,11 @@
 //!   holding those values, and the router writes the changed destination back to its owner (and,
 //!   for RENAME, deletes the source);
 //! - commands that take from one key and give to another (SMOVE, LMOVE, RPOPLPUSH, LMPOP, ZMPOP):
-//!   the same steps Redis takes, as single-key commands on each owner, putting an element back
-//!   if the destination refuses it.
+//!   the same steps Redis takes, as single-key commands on each owner. SMOVE adds to the
+//!   destination before removing from the source (stopped half-way: the member is in both).
+//!   LMOVE/RPOPLPUSH must pop to learn the element, then push it (put back if the destination
+//!   refuses it); a router stopped between the two loses that element (a conditional pop on
+//!   the node would close this; not done yet).
 //!
 //! The cross-node forms are not atomic (docs/compatibility.md), as MSET across nodes is not.
 
@@ -31,11 +34,14 @@ use std::sync::Arc;
 enum Cross {
     /// Reads only: run on gathered values.
     Read,
-    /// Replaces its destination (`args[1]` for the STORE forms and ZRANGESTORE, `args[2]` for
-    /// BITOP): run on gathered values, write it back.
-    Store,
-    Copy,
-    Rename,
+    /// Writes the key at `args[dst]`: run on gathered values, then write it back; with
+    /// `if_changed`, only when the reply says the command wrote it (COPY, RENAMENX answer 0 when
+    /// they did not); with `delete_source`, then delete `args[1]` (RENAME).
+    Replace {
+        dst: usize,
+        if_changed: bool,
+        delete_source: bool,
+    },
     SMove,
     /// LMOVE (ends given) and RPOPLPUSH.
     LMove,
@@ -45,9 +51,10 @@ enum Cross {
 fn cross_of(name: &[u8]) -> Cross {
     match &name.to_ascii_lowercase()[..] {
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
-        | b"zrangestore" | b"bitop" | b"pfmerge" => Cross::Store,
-        b"copy" => Cross::Copy,
-        b"rename" | b"renamenx" => Cross::Rename,
+        | b"zrangestore" | b"pfmerge" => Cross::Replace { dst: 1, if_changed: false, delete_source: false },
+        b"bitop" => Cross::Replace { dst: 2, if_changed: false, delete_source: false },
+        b"copy" => Cross::Replace { dst: 2, if_changed: true, delete_source: false },
+        b"rename" | b"renamenx" => Cross::Replace { dst: 2, if_changed: true, delete_source: true },
         b"smove" => Cross::SMove,
         b"lmove" | b"rpoplpush" => Cross::LMove,
         b"lmpop" | b"zmpop" => Cross::MPop,
@@ -436,9 +443,9 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
         let remote = Remote { routing: state.backend.routing(), state, deadline };
         let result = match cross_of(&args[0]) {
             Cross::Read => remote.scratch(&args, &keys, &[]).await.map(|(reply, _)| reply),
-            Cross::Store => remote.replace(&args, &keys, false).await,
-            Cross::Copy => remote.replace(&args, &keys, false).await,
-            Cross::Rename => remote.replace(&args, &keys, true).await,
+            Cross::Replace { dst, if_changed, delete_source } => {
+                remote.replace(&args, &keys, dst, if_changed, delete_source).await
+            }
             Cross::SMove => remote.smove(&args).await,
             Cross::LMove => remote.lmove(&args).await,
             Cross::MPop => remote.mpop(&args).await,
@@ -505,15 +512,21 @@ impl Remote {
         }
     }
 
-    /// STORE forms, BITOP, COPY, RENAME: compute on gathered values, then write the destination
-    /// (and for RENAME delete the source) when the command changed it.
-    async fn replace(&self, args: &[Bytes], keys: &[Bytes], rename: bool) -> Step<Reply> {
-        let second =
-            rename || args[0].eq_ignore_ascii_case(b"copy") || args[0].eq_ignore_ascii_case(b"bitop");
-        let dst = if second { &args[2] } else { &args[1] };
+    /// STORE forms, BITOP, PFMERGE, COPY, RENAME ([`Cross::Replace`]): compute on gathered
+    /// values, write the destination back, then delete the source if asked. The destination is
+    /// written before the source is deleted, so a router stopped between the two leaves the
+    /// value in both keys, never in neither.
+    async fn replace(
+        &self,
+        args: &[Bytes],
+        keys: &[Bytes],
+        dst: usize,
+        if_changed: bool,
+        delete_source: bool,
+    ) -> Step<Reply> {
+        let dst = &args[dst];
         let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
-        let changed = matches!(reply, Reply::Simple(_) | Reply::Int(1..))
-            || !(rename || args[0].eq_ignore_ascii_case(b"copy"));
+        let changed = !if_changed || matches!(reply, Reply::Simple(_) | Reply::Int(1..));
         if matches!(reply, Reply::Error(_)) || !changed {
             return Ok(reply);
         }
@@ -528,7 +541,7 @@ impl Remote {
             }
         }
         fail_on_error(self.on_key(dst, restore, false).await?)?;
-        if rename {
+        if delete_source {
             let del = self.state.backend.key(
                 &self.routing,
                 args[1].clone(),
@@ -540,8 +553,8 @@ impl Remote {
         Ok(reply)
     }
 
-    /// SMOVE: the checks Redis makes, SREM on the source, SADD on the destination (the member
-    /// goes back if the destination refuses it).
+    /// SMOVE: the checks Redis makes, then SADD on the destination before SREM on the source, so
+    /// a router stopped between the two leaves the member in both sets, never in neither.
     async fn smove(&self, args: &[Bytes]) -> Step<Reply> {
         let (src, dst, m) = (&args[1], &args[2], &args[3]);
         match &self.type_of(src).await?[..] {
@@ -552,15 +565,14 @@ impl Remote {
         if !matches!(&self.type_of(dst).await?[..], b"none" | b"set") {
             return Ok(wrong_type());
         }
-        let removed = self.on_key(src, cmd(&["srem"], &[src, m]), false).await?;
-        if removed != Reply::Int(1) {
-            return Ok(fail_on_error(removed).map(|_| Reply::Int(0)).unwrap_or_else(|e| e));
+        let member = self.on_key(src, cmd(&["sismember"], &[src, m]), true).await?;
+        if member != Reply::Int(1) {
+            return Ok(fail_on_error(member).map(|_| Reply::Int(0)).unwrap_or_else(|e| e));
         }
-        let added = self.on_key(dst, cmd(&["sadd"], &[dst, m]), false).await?;
-        if let Err(e) = fail_on_error(added) {
-            self.on_key(src, cmd(&["sadd"], &[src, m]), false).await?;
+        if let Err(e) = fail_on_error(self.on_key(dst, cmd(&["sadd"], &[dst, m]), false).await?) {
             return Ok(e);
         }
+        fail_on_error(self.on_key(src, cmd(&["srem"], &[src, m]), false).await?)?;
         Ok(Reply::Int(1))
     }
 
