@@ -193,9 +193,9 @@ fn lpos(store: &Store, args: &[Bytes]) -> CmdResult {
                 ));
             }
         } else if more && opt.eq_ignore_ascii_case(b"count") {
-            count = Some(non_negative(&args[j + 1], "ERR COUNT can't be negative")?);
+            count = Some(super::non_negative(&args[j + 1], "ERR COUNT can't be negative")?);
         } else if more && opt.eq_ignore_ascii_case(b"maxlen") {
-            maxlen = non_negative(&args[j + 1], "ERR MAXLEN can't be negative")?;
+            maxlen = super::non_negative(&args[j + 1], "ERR MAXLEN can't be negative")?;
         } else {
             return Err(SYNTAX);
         }
@@ -233,11 +233,4 @@ fn lpos(store: &Store, args: &[Bytes]) -> CmdResult {
             None => found.first().map_or_else(F::nil, |&i| F::int(i)),
         }
     })
-}
-
-fn non_negative(b: &[u8], text: &'static str) -> Result<usize, CmdError> {
-    match shoal_wire::num::parse_i64(b) {
-        Some(n) if n >= 0 => Ok(n as usize),
-        _ => Err(CmdError::Text(text)),
-    }
 }

@@ -181,6 +181,15 @@ pub fn check_repeats(n: i64) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// A count or limit that must not be negative, with the one text Redis gives both for a
+/// non-integer and a negative value (`getPositiveLongFromObjectOrReply` with a message).
+pub fn non_negative(b: &[u8], text: &'static str) -> Result<usize, CmdError> {
+    match shoal_wire::num::parse_i64(b) {
+        Some(n) if n >= 0 => Ok(n as usize),
+        _ => Err(CmdError::Text(text)),
+    }
+}
+
 /// A Redis integer argument.
 pub fn int_arg(b: &[u8]) -> Result<i64, CmdError> {
     shoal_wire::num::parse_i64(b).ok_or(NOT_INTEGER)

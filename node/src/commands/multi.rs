@@ -199,10 +199,7 @@ fn sintercard(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     let mut i = 2 + keys.len();
     while i < args.len() {
         if args[i].eq_ignore_ascii_case(b"limit") && i + 1 < args.len() {
-            limit = match shoal_wire::num::parse_i64(&args[i + 1]) {
-                Some(n) if n >= 0 => n as usize,
-                _ => return Err(CmdError::Text("ERR LIMIT can't be negative")),
-            };
+            limit = super::non_negative(&args[i + 1], "ERR LIMIT can't be negative")?;
             i += 2;
         } else {
             return Err(SYNTAX);
@@ -415,10 +412,7 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
             with_scores = true;
             j += 1;
         } else if card_only && left >= 2 && a.eq_ignore_ascii_case(b"limit") {
-            limit = match shoal_wire::num::parse_i64(&args[j + 1]) {
-                Some(n) if n >= 0 => n as usize,
-                _ => return Err(CmdError::Text("ERR LIMIT can't be negative")),
-            };
+            limit = super::non_negative(&args[j + 1], "ERR LIMIT can't be negative")?;
             j += 2;
         } else {
             return Err(SYNTAX);

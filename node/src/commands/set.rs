@@ -100,10 +100,7 @@ fn scard(store: &Store, args: &[Bytes]) -> CmdResult {
 /// A count argument that must not be negative (SPOP, LPOP, ...); one text for both failures,
 /// as Redis's `getPositiveLongFromObjectOrReply` with a message.
 pub fn positive_count(b: &[u8]) -> Result<usize, CmdError> {
-    match shoal_wire::num::parse_i64(b) {
-        Some(n) if n >= 0 => Ok(n as usize),
-        _ => Err(CmdError::Text("ERR value is out of range, must be positive")),
-    }
+    super::non_negative(b, "ERR value is out of range, must be positive")
 }
 
 fn spop(store: &Store, args: &[Bytes]) -> CmdResult {

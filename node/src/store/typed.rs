@@ -373,7 +373,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::object::Hash;
     use crate::store::{ManualClock, StoreConfig};
 
     fn hset(store: &Store, key: &str, f: &str, v: &str) -> Result<bool, StoreError> {
@@ -415,6 +414,5 @@ mod tests {
         store.set(b"h2", b"plain", Default::default()).unwrap();
         assert_eq!(store.get(b"h2"), Some("plain".into()));
         assert_eq!(store.key_info(b"h2").unwrap().encoding, "embstr");
-        let _ = Hash::default();
     }
 }
