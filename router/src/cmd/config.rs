@@ -134,6 +134,9 @@ const PARAMS: &[(&str, Param)] = &[
     ("zset-max-ziplist-entries", Param::Fixed("128")),
     ("zset-max-listpack-value", Param::Fixed("64")),
     ("zset-max-ziplist-value", Param::Fixed("64")),
+    ("list-max-listpack-size", Param::Fixed("-2")),
+    ("list-max-ziplist-size", Param::Fixed("-2")),
+    ("list-compress-depth", Param::Fixed("0")),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
 ];
 

@@ -69,6 +69,9 @@ pub struct Limits {
     pub set_max_intset_entries: usize,
     pub zset_max_listpack_entries: usize,
     pub zset_max_listpack_value: usize,
+    /// Redis's `list-max-listpack-size`: a positive number caps the elements of one list chunk, a
+    /// negative one (-1 to -5) its bytes (4 KiB to 64 KiB).
+    pub list_max_listpack_size: i64,
 }
 
 impl Default for Limits {
@@ -79,6 +82,7 @@ impl Default for Limits {
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
+            list_max_listpack_size: -2,
         }
     }
 }
@@ -91,6 +95,7 @@ impl Limits {
         set_max_intset_entries: 0,
         zset_max_listpack_entries: 0,
         zset_max_listpack_value: 0,
+        list_max_listpack_size: 1,
     };
 
     /// Limits a few elements cross (fuzzing, tests): 4 entries, 8-byte strings.
@@ -100,6 +105,7 @@ impl Limits {
         set_max_intset_entries: 4,
         zset_max_listpack_entries: 4,
         zset_max_listpack_value: 8,
+        list_max_listpack_size: 4,
     };
 }
 
