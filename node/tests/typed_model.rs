@@ -29,6 +29,7 @@ const SMALL: Limits = Limits {
     set_max_intset_entries: 4,
     zset_max_listpack_entries: 4,
     zset_max_listpack_value: 8,
+    list_max_listpack_size: 3,
 };
 
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
@@ -145,7 +146,7 @@ fn contents(o: &Object) -> Vec<String> {
             .iter()
             .map(|(f, v)| format!("{}={}", String::from_utf8_lossy(f), String::from_utf8_lossy(v)))
             .collect(),
-        Object::List(l) => return l.items.iter().map(|v| String::from_utf8_lossy(v).into_owned()).collect(),
+        Object::List(l) => return l.iter().map(|v| String::from_utf8_lossy(v).into_owned()).collect(),
         Object::Set(s) => s.iter().map(|m| String::from_utf8_lossy(&m).into_owned()).collect(),
         Object::ZSet(z) => {
             return z
@@ -168,7 +169,7 @@ fn fresh_encoding(o: &Object, l: &Limits) -> &'static str {
                 });
             if small { "listpack" } else { "hashtable" }
         }
-        Object::List(_) => "linkedlist",
+        Object::List(_) => "quicklist",
         Object::Set(s) => {
             let small =
                 s.len() <= l.set_max_intset_entries && s.iter().all(|m| is_int(&String::from_utf8_lossy(&m)));
@@ -551,7 +552,7 @@ proptest! {
         for (k, key) in KEYS.iter().enumerate() {
             let want = m.get(&k).map_or(R::Arr(vec![]), |l| bulks(l.iter().map(String::as_str)));
             check(&s, &list_dump(key), want, false)?;
-            check_encoding(&s, key, m.get(&k).map(|_| "linkedlist"))?;
+            check_encoding(&s, key, m.get(&k).map(|_| "quicklist"))?;
         }
         check_round_trips(&s, &clock, ValueType::List, list_dump, |r| r)?;
     }

@@ -47,12 +47,15 @@ pub fn write<R>(
     create: bool,
     f: impl FnOnce(Option<&mut List>) -> R,
 ) -> Result<R, CmdError> {
-    Ok(store.write_object(key, ValueType::List, |slot, _| {
+    Ok(store.write_object(key, ValueType::List, |slot, limits| {
         if create && slot.is_none() {
             *slot = Some(Box::new(Object::empty(ValueType::List)));
         }
         match slot.as_deref_mut() {
-            Some(Object::List(l)) => f(Some(l)),
+            Some(Object::List(l)) => {
+                l.fill = limits.list_max_listpack_size;
+                f(Some(l))
+            }
             _ => f(None),
         }
     })?)
@@ -107,7 +110,7 @@ fn lrange(store: &Store, args: &[Bytes]) -> CmdResult {
     read(store, &args[1], |l| {
         let Some(l) = l else { return F::array(Vec::new()) };
         match range(l.len(), start, end) {
-            Some((a, b)) => F::array(l.items.range(a..=b).map(|v| F::bulk_from(v)).collect()),
+            Some((a, b)) => F::array(l.range(a, b).map(F::bulk_from).collect()),
             None => F::array(Vec::new()),
         }
     })
@@ -121,7 +124,7 @@ fn position(len: usize, index: i64) -> Option<usize> {
 
 fn lindex(store: &Store, args: &[Bytes]) -> CmdResult {
     let index = int_arg(&args[2])?;
-    read(store, &args[1], |l| F::bulk_or_nil(l.and_then(|l| position(l.len(), index).map(|i| &*l.items[i]))))
+    read(store, &args[1], |l| F::bulk_or_nil(l.and_then(|l| position(l.len(), index).map(|i| l.get(i)))))
 }
 
 fn lset(store: &Store, args: &[Bytes]) -> CmdResult {
@@ -146,7 +149,8 @@ fn linsert(store: &Store, args: &[Bytes]) -> CmdResult {
     make_room(store)?;
     write(store, &args[1], false, |l| {
         let Some(l) = l else { return F::int(0) };
-        match l.items.iter().position(|v| **v == *args[3]) {
+        let found = l.iter().position(|v| v == &args[3][..]);
+        match found {
             Some(i) => {
                 l.insert(if after { i + 1 } else { i }, &args[4]);
                 F::int(l.len() as i64)
@@ -216,9 +220,10 @@ fn lpos(store: &Store, args: &[Bytes]) -> CmdResult {
         let scan = if maxlen == 0 { len } else { maxlen.min(len) };
         let mut found = Vec::new();
         let mut matches = 0;
-        for step in 0..scan {
+        let walk: Box<dyn Iterator<Item = &[u8]>> = if from_tail { Box::new(l.iter().rev()) } else { Box::new(l.iter()) };
+        for (step, v) in walk.take(scan).enumerate() {
             let i = if from_tail { len - 1 - step } else { step };
-            if *l.items[i] == *args[2] {
+            if v == &args[2][..] {
                 matches += 1;
                 if matches > skip {
                     found.push(i as i64);

@@ -291,9 +291,10 @@ fn move_element(l: &mut Locked<'_>, src: &[u8], dst: &[u8], from_left: bool, to_
         _ => None,
     })?;
     let Some(v) = v else { return Ok(F::nil()) };
-    l.write_object(dst, ValueType::List, |slot, _| {
+    l.write_object(dst, ValueType::List, |slot, limits| {
         let o = slot.get_or_insert_with(|| Box::new(Object::empty(ValueType::List)));
         if let Object::List(list) = &mut **o {
+            list.fill = limits.list_max_listpack_size;
             list.push(&v, to_left);
         }
     })?;

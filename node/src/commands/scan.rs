@@ -26,7 +26,7 @@ fn groups(o: &Object) -> (Vec<Vec<Cow<'_, [u8]>>>, bool) {
             h.encoding() == "listpack",
         ),
         Object::Set(s) => (s.iter().map(|m| vec![m]).collect(), s.encoding() == "intset"),
-        Object::List(l) => (l.items.iter().map(|v| vec![Cow::Borrowed(&**v)]).collect(), false),
+        Object::List(l) => (l.iter().map(|v| vec![Cow::Borrowed(v)]).collect(), false),
         Object::ZSet(z) => (
             z.iter()
                 .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::zset::d2string(s).into_bytes())])

@@ -334,7 +334,7 @@ impl JsonRecord {
             }
             Object::Hash(o)
         } else if let Some(l) = &self.list {
-            Object::List(List::from_items(l.iter().map(|s| s.as_bytes())))
+            Object::List(List::from_items(l.iter().map(|s| s.as_bytes()), limits.list_max_listpack_size))
         } else if let Some(m) = &self.set {
             Object::Set(Set::from_members(m.iter().map(|s| s.as_bytes()), &limits))
         } else {

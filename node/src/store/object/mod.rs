@@ -197,7 +197,7 @@ impl Object {
                 }
                 Object::Hash(Hash::from_pairs(pack.iter(), limits).ok_or(PackError::BadCount(pack.len()))?)
             }
-            ValueType::List => Object::List(List::from_items(pack.iter())),
+            ValueType::List => Object::List(List::from_items(pack.iter(), limits.list_max_listpack_size)),
             ValueType::Set => Object::Set(Set::from_members(pack.iter(), limits)),
             ValueType::ZSet => {
                 Object::ZSet(ZSet::from_pairs(pack.iter(), limits).ok_or(PackError::BadElement("score"))?)
@@ -234,7 +234,7 @@ fn fuzz_contents(o: &Object) -> Vec<Vec<u8>> {
     let mut out: Vec<Vec<u8>> = match o {
         Object::Hash(h) => h.iter().map(|(f, v)| [&f.len().to_le_bytes()[..], f, v].concat()).collect(),
         Object::Set(s) => s.iter().map(|m| m.into_owned()).collect(),
-        Object::List(l) => return l.items.iter().map(|v| v.to_vec()).collect(),
+        Object::List(l) => return l.iter().map(|v| v.to_vec()).collect(),
         Object::ZSet(z) => {
             return z.iter().map(|(m, s)| [m, &s.to_bits().to_le_bytes()[..]].concat()).collect();
         }
