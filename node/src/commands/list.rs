@@ -220,7 +220,8 @@ fn lpos(store: &Store, args: &[Bytes]) -> CmdResult {
         let scan = if maxlen == 0 { len } else { maxlen.min(len) };
         let mut found = Vec::new();
         let mut matches = 0;
-        let walk: Box<dyn Iterator<Item = &[u8]>> = if from_tail { Box::new(l.iter().rev()) } else { Box::new(l.iter()) };
+        let walk: Box<dyn Iterator<Item = &[u8]>> =
+            if from_tail { Box::new(l.iter().rev()) } else { Box::new(l.iter()) };
         for (step, v) in walk.take(scan).enumerate() {
             let i = if from_tail { len - 1 - step } else { step };
             if v == &args[2][..] {

@@ -17,23 +17,27 @@ use crate::store::object::{Object, ValueType};
 
 const MIN_PAGE: usize = 1024;
 
-/// The element groups a value offers to a scan (field and value for a hash, member for a set),
-/// and whether the value is compact.
-fn groups(o: &Object) -> (Vec<Vec<Cow<'_, [u8]>>>, bool) {
-    match o {
-        Object::Hash(h) => (
-            h.iter().map(|(f, v)| vec![Cow::Borrowed(f), Cow::Borrowed(v)]).collect(),
-            h.encoding() == "listpack",
-        ),
-        Object::Set(s) => (s.iter().map(|m| vec![m]).collect(), s.encoding() == "intset"),
-        Object::List(l) => (l.iter().map(|v| vec![Cow::Borrowed(v)]).collect(), false),
-        Object::ZSet(z) => (
-            z.iter()
-                .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::zset::d2string(s).into_bytes())])
-                .collect(),
-            z.encoding() == "listpack",
-        ),
-    }
+/// The element groups a value offers to a scan (field and value for a hash, member for a set):
+/// `take` of them from position `skip` on (all of a compact value), the value's length and
+/// whether it is compact. Only the page is materialized, so a full scan of a big value costs
+/// one pass per page over the positions before it, with no copies.
+fn groups(o: &Object, skip: usize, take: usize) -> (Vec<Vec<Cow<'_, [u8]>>>, usize, bool) {
+    let compact = matches!(o.encoding(), "listpack" | "intset");
+    let (skip, take) = if compact { (0, usize::MAX) } else { (skip, take) };
+    let page = match o {
+        Object::Hash(h) => {
+            h.iter().skip(skip).take(take).map(|(f, v)| vec![Cow::Borrowed(f), Cow::Borrowed(v)]).collect()
+        }
+        Object::Set(s) => s.iter().skip(skip).take(take).map(|m| vec![m]).collect(),
+        Object::List(l) => l.iter().skip(skip).take(take).map(|v| vec![Cow::Borrowed(v)]).collect(),
+        Object::ZSet(z) => z
+            .iter()
+            .skip(skip)
+            .take(take)
+            .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::zset::d2string(s).into_bytes())])
+            .collect(),
+    };
+    (page, o.len(), compact)
 }
 
 /// A cursor as Redis reads it (`strtoul`): optional sign, digits, nothing else; a negative
@@ -88,16 +92,11 @@ pub fn scan_value(store: &Store, args: &[Bytes], t: ValueType) -> CmdResult {
     store.read_object(&args[1], t, |o| {
         let Some(o) = o else { return Ok(empty_scan()) };
         let opts = options(&args[3..])?;
-        let (all, compact) = groups(o);
-        let (page, next): (&[Vec<Cow<'_, [u8]>>], usize) = if compact {
-            (&all[..], 0)
-        } else {
-            let start = cursor.min(all.len());
-            let end = start.saturating_add(opts.count.max(MIN_PAGE)).min(all.len());
-            (&all[start..end], if end == all.len() { 0 } else { end })
-        };
+        let (page, len, compact) = groups(o, cursor, opts.count.max(MIN_PAGE));
+        let end = cursor.saturating_add(page.len());
+        let next = if compact || end >= len { 0 } else { end };
         let mut out = Vec::new();
-        for g in page {
+        for g in &page {
             if opts.pattern.is_none_or(|p| glob_match(p, &g[0])) {
                 out.extend(g.iter().map(|e| F::bulk_from(e)));
             }

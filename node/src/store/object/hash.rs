@@ -1,20 +1,17 @@
 //! Hashes: a pack of field, value pairs in insertion order while small (Redis's listpack, same
-//! thresholds and the same order in replies), a hash table once a field count or length
-//! threshold is passed (never converted back, as in Redis).
+//! thresholds and the same order in replies), a table once a field count or length threshold is
+//! passed (never converted back, as in Redis): each field and its value in one allocation, see
+//! [`super::table`].
 
-use hashbrown::HashMap;
-
+use super::Limits;
 use super::pack::Pack;
-use super::{Limits, alloc_size};
+use super::table::{PairKey, Table};
 
 #[derive(Debug, Clone)]
 pub enum Hash {
     Pack(Pack),
-    Table { map: HashMap<Box<[u8]>, Box<[u8]>>, bytes: usize },
+    Table(Table<PairKey>),
 }
-
-/// Bytes a table bucket costs besides its strings: two boxed-slice headers and a control byte.
-const TABLE_ENTRY: usize = 2 * 16 + 1;
 
 impl Default for Hash {
     fn default() -> Self {
@@ -26,7 +23,7 @@ impl Hash {
     pub fn len(&self) -> usize {
         match self {
             Hash::Pack(p) => p.len() / 2,
-            Hash::Table { map, .. } => map.len(),
+            Hash::Table(t) => t.len(),
         }
     }
 
@@ -37,7 +34,7 @@ impl Hash {
     pub fn encoding(&self) -> &'static str {
         match self {
             Hash::Pack(_) => "listpack",
-            Hash::Table { .. } => "hashtable",
+            Hash::Table(_) => "hashtable",
         }
     }
 
@@ -52,18 +49,19 @@ impl Hash {
                 }
                 None
             }
-            Hash::Table { map, .. } => map.get(field).map(|v| &**v),
+            Hash::Table(t) => t.find(field).and_then(|pos| t.item(pos)).map(|item| PairKey::split(item).1),
         }
     }
 
-    /// Field, value pairs: insertion order while packed, table order after.
+    /// Field, value pairs in insertion order (after removals, a table moves its last pair into
+    /// the removed one's place).
     pub fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
         match self {
             Hash::Pack(p) => {
                 let mut it = p.iter();
                 Box::new(std::iter::from_fn(move || Some((it.next()?, it.next()?))))
             }
-            Hash::Table { map, .. } => Box::new(map.iter().map(|(f, v)| (&**f, &**v))),
+            Hash::Table(t) => Box::new(t.items().map(PairKey::split)),
         }
     }
 
@@ -90,16 +88,14 @@ impl Hash {
                 };
             }
         }
-        let Hash::Table { map, bytes } = self else { unreachable!("converted above") };
-        match map.get_mut(field) {
-            Some(v) => {
-                *bytes = *bytes - alloc_size(v.len()) + alloc_size(value.len());
-                *v = value.into();
+        let Hash::Table(t) = self else { unreachable!("converted above") };
+        match t.find(field) {
+            Some(pos) => {
+                t.replace(pos, PairKey::pack(field, value));
                 false
             }
             None => {
-                *bytes += alloc_size(field.len()) + alloc_size(value.len());
-                map.insert(field.into(), value.into());
+                t.insert_new(PairKey::pack(field, value));
                 true
             }
         }
@@ -115,22 +111,13 @@ impl Hash {
                 }
                 None => false,
             },
-            Hash::Table { map, bytes } => match map.remove(field) {
-                Some(v) => {
-                    *bytes -= alloc_size(field.len()) + alloc_size(v.len());
-                    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
-                        map.shrink_to(map.len() * 2);
-                    }
-                    true
-                }
-                None => false,
-            },
+            Hash::Table(t) => t.remove(field).is_some(),
         }
     }
 
     fn convert(&mut self) {
         let Hash::Pack(p) = self else { return };
-        let mut table = Hash::Table { map: HashMap::with_capacity(p.len() / 2), bytes: 0 };
+        let mut table = Hash::Table(Table::default());
         let mut it = p.iter();
         let limits = Limits::ALWAYS_TABLE;
         while let (Some(f), Some(v)) = (it.next(), it.next()) {
@@ -151,7 +138,7 @@ impl Hash {
     pub fn mem(&self) -> usize {
         match self {
             Hash::Pack(p) => p.mem(),
-            Hash::Table { map, bytes } => bytes + map.capacity() * TABLE_ENTRY,
+            Hash::Table(t) => t.mem(),
         }
     }
 

@@ -302,7 +302,11 @@ impl List {
         let chunk = if front { self.chunks.front_mut()? } else { self.chunks.back_mut()? };
         let v = if front { chunk.pop_front() } else { chunk.pop_back() };
         if chunk.count == 0 {
-            if front { self.chunks.pop_front() } else { self.chunks.pop_back() };
+            if front {
+                self.chunks.pop_front()
+            } else {
+                self.chunks.pop_back()
+            };
             self.shrink();
         }
         self.len -= 1;
@@ -521,7 +525,10 @@ mod tests {
                         l.push(&v, false);
                         m.push_back(v);
                     }
-                    4 => assert_eq!(l.pop(r % 2 == 0).map(|b| b.to_vec()), if r % 2 == 0 { m.pop_front() } else { m.pop_back() }),
+                    4 => assert_eq!(
+                        l.pop(r % 2 == 0).map(|b| b.to_vec()),
+                        if r % 2 == 0 { m.pop_front() } else { m.pop_back() }
+                    ),
                     5 if !m.is_empty() => {
                         let at = r % (m.len() + 1);
                         l.insert(at, &v);

@@ -4,6 +4,7 @@
 //!   (snapshots, slot transfers, `Fetch`).
 //! - [`hash`], [`set`], [`list`], [`zset`]: each type's encodings and the primitive operations the commands
 //!   (`crate::commands`) are written over.
+//! - [`table`]: the large encoding of sets and hashes (items in a vector, a hash index over it).
 //!
 //! A typed value lives in its shard's object table, next to the entry that holds its key, TTL and
 //! LRU clock (the entry's flags carry the [`ValueType`]); its memory is counted with the shard's.
@@ -12,6 +13,7 @@ pub mod hash;
 pub mod list;
 pub mod pack;
 pub mod set;
+pub mod table;
 pub mod zset;
 
 pub use hash::Hash;

@@ -5,71 +5,14 @@
 //! The table keeps members in a vector with a hash index of positions over it (as a shard keeps
 //! its entries): SPOP and SRANDMEMBER pick uniformly in O(1), and SSCAN cursors are positions.
 
+use super::Limits;
+use super::table::{Table, WholeKey};
 use std::borrow::Cow;
-use std::hash::BuildHasher;
-
-use hashbrown::{DefaultHashBuilder, HashTable};
-
-use super::{Limits, alloc_size};
 
 #[derive(Debug, Clone)]
 pub enum Set {
     Ints(Vec<i64>),
-    Table(Table),
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct Table {
-    items: Vec<Box<[u8]>>,
-    index: HashTable<u32>,
-    hasher: DefaultHashBuilder,
-    bytes: usize,
-}
-
-/// Bytes per member besides its own: the boxed-slice header and an index bucket.
-const ITEM: usize = 16;
-const BUCKET: usize = 4 + 1;
-
-impl Table {
-    fn find(&self, m: &[u8]) -> Option<u32> {
-        let items = &self.items;
-        self.index.find(self.hasher.hash_one(m), |&i| &*items[i as usize] == m).copied()
-    }
-
-    fn insert(&mut self, m: &[u8]) -> bool {
-        if self.find(m).is_some() {
-            return false;
-        }
-        let pos = self.items.len() as u32;
-        self.bytes += alloc_size(m.len());
-        self.items.push(m.into());
-        let (items, hasher) = (&self.items, &self.hasher);
-        self.index.insert_unique(hasher.hash_one(m), pos, |&i| hasher.hash_one(&*items[i as usize]));
-        true
-    }
-
-    fn remove(&mut self, m: &[u8]) -> bool {
-        let hash = self.hasher.hash_one(m);
-        let items = &self.items;
-        let Ok(found) = self.index.find_entry(hash, |&i| &*items[i as usize] == m) else { return false };
-        let (pos, _) = found.remove();
-        let last = self.items.len() as u32 - 1;
-        if pos != last {
-            // The last member moves into the hole; its index entry follows it.
-            let moved_hash = self.hasher.hash_one(&*self.items[last as usize]);
-            if let Some(slot) = self.index.find_mut(moved_hash, |&i| i == last) {
-                *slot = pos;
-            }
-        }
-        let gone = self.items.swap_remove(pos as usize);
-        self.bytes -= alloc_size(gone.len());
-        if self.items.capacity() > 64 && self.items.len() * 4 < self.items.capacity() {
-            self.items.shrink_to(self.items.len() * 2);
-            let (items, hasher) = (&self.items, &self.hasher);
-            self.index.shrink_to(self.items.len(), |&i| hasher.hash_one(&*items[i as usize]));
-        }
-        true
-    }
+    Table(Table<WholeKey>),
 }
 
 impl Default for Set {
@@ -87,7 +30,7 @@ impl Set {
     pub fn len(&self) -> usize {
         match self {
             Set::Ints(v) => v.len(),
-            Set::Table(t) => t.items.len(),
+            Set::Table(t) => t.len(),
         }
     }
 
@@ -113,7 +56,7 @@ impl Set {
     pub fn iter(&self) -> Box<dyn Iterator<Item = Cow<'_, [u8]>> + '_> {
         match self {
             Set::Ints(v) => Box::new(v.iter().map(|n| Cow::Owned(n.to_string().into_bytes()))),
-            Set::Table(t) => Box::new(t.items.iter().map(|m| Cow::Borrowed(&**m))),
+            Set::Table(t) => Box::new(t.items().map(Cow::Borrowed)),
         }
     }
 
@@ -121,7 +64,7 @@ impl Set {
     pub fn nth(&self, i: usize) -> Option<Vec<u8>> {
         match self {
             Set::Ints(v) => v.get(i).map(|n| n.to_string().into_bytes()),
-            Set::Table(t) => t.items.get(i).map(|m| m.to_vec()),
+            Set::Table(t) => t.item(i).map(<[u8]>::to_vec),
         }
     }
 
@@ -150,7 +93,11 @@ impl Set {
             }
         }
         let Set::Table(t) = self else { unreachable!("converted above") };
-        t.insert(m)
+        let new = t.find(m).is_none();
+        if new {
+            t.insert_new(m.into());
+        }
+        new
     }
 
     pub fn remove(&mut self, m: &[u8]) -> bool {
@@ -162,7 +109,7 @@ impl Set {
                 }
                 _ => false,
             },
-            Set::Table(t) => t.remove(m),
+            Set::Table(t) => t.remove(m).is_some(),
         }
     }
 
@@ -170,7 +117,7 @@ impl Set {
         let Set::Ints(v) = self else { return };
         let mut t = Table::default();
         for n in v.iter() {
-            t.insert(n.to_string().as_bytes());
+            t.insert_new(n.to_string().into_bytes().into());
         }
         *self = Set::Table(t);
     }
@@ -186,7 +133,7 @@ impl Set {
     pub fn mem(&self) -> usize {
         match self {
             Set::Ints(v) => v.capacity() * 8,
-            Set::Table(t) => t.bytes + t.items.capacity() * ITEM + t.index.capacity() * BUCKET,
+            Set::Table(t) => t.mem(),
         }
     }
 
