@@ -1,17 +1,19 @@
 //! Sorted sets: a vector of (member, score) pairs kept in (score, member) order while small
 //! (Redis's listpack, same thresholds, "listpack"), and past a threshold a member → score map
 //! beside an ordered tree of (score, member) ("skiplist": Redis's name for its ordered index;
-//! ours is a B-tree). Members are shared between the map and the tree, not copied.
+//! ours is a B-tree). Each member lives in one shared allocation with its score ([`Rec`]), which
+//! both the hash index and the tree point to.
 //!
 //! Rank-based access (ZRANK, ZRANGE by index) walks the tree from the nearer end: O(rank), where
 //! Redis's skiplist takes O(log n) (docs/compatibility.md). Score ranges are O(log n + k).
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
+use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::{Limits, alloc_size};
 
@@ -45,16 +47,72 @@ pub enum ZSet {
     Tree(Tree),
 }
 
+/// A member of a big sorted set: its score (8 bytes, little-endian IEEE) then its bytes, in one
+/// allocation the index and the tree share. Ordered as Redis orders members: by score, then bytes.
+#[derive(Debug, Clone)]
+struct Rec(Arc<[u8]>);
+
+impl Rec {
+    fn new(m: &[u8], score: f64) -> Rec {
+        let mut bytes = Vec::with_capacity(8 + m.len());
+        bytes.extend_from_slice(&score.to_le_bytes());
+        bytes.extend_from_slice(m);
+        Rec(bytes.into())
+    }
+
+    fn score(&self) -> f64 {
+        f64::from_le_bytes(self.0[..8].try_into().expect("a record starts with its score"))
+    }
+
+    fn member(&self) -> &[u8] {
+        &self.0[8..]
+    }
+}
+
+impl Ord for Rec {
+    fn cmp(&self, other: &Self) -> Ordering {
+        key_order((self.member(), self.score()), (other.member(), other.score()))
+    }
+}
+
+impl PartialOrd for Rec {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Rec {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Rec {}
+
 #[derive(Debug, Clone, Default)]
 pub struct Tree {
-    scores: HashMap<Arc<[u8]>, f64>,
-    order: BTreeSet<(Score, Arc<[u8]>)>,
+    /// Member → record, hashed by the member's bytes.
+    index: HashTable<Rec>,
+    hasher: DefaultHashBuilder,
+    order: BTreeSet<Rec>,
+    /// Heap bytes of the records.
     bytes: usize,
 }
 
-/// Per member besides its bytes: a map bucket (pointer, length, score, control byte), a tree slot
-/// (score and pointer, with the B-tree's node overhead) and the shared allocation's counts.
-const TREE_ITEM: usize = 25 + 40 + 16;
+impl Tree {
+    fn find(&self, m: &[u8]) -> Option<&Rec> {
+        self.index.find(self.hasher.hash_one(m), |r| r.member() == m)
+    }
+
+    fn record_size(m: &[u8]) -> usize {
+        alloc_size(2 * 8 + 8 + m.len())
+    }
+}
+
+/// Per member besides its record: an index bucket (pointer, length, control byte) and a tree
+/// slot (pointer and length, with the B-tree's node overhead, about a third of a node unused).
+const INDEX_BUCKET: usize = 17;
+const TREE_SLOT: usize = 24;
 const PACK_ITEM: usize = 24;
 
 impl Default for ZSet {
@@ -80,7 +138,7 @@ impl ZSet {
     pub fn len(&self) -> usize {
         match self {
             ZSet::Pack(v) => v.len(),
-            ZSet::Tree(t) => t.scores.len(),
+            ZSet::Tree(t) => t.index.len(),
         }
     }
 
@@ -98,7 +156,7 @@ impl ZSet {
     pub fn score(&self, m: &[u8]) -> Option<f64> {
         match self {
             ZSet::Pack(v) => v.iter().find(|(x, _)| &**x == m).map(|(_, s)| *s),
-            ZSet::Tree(t) => t.scores.get(m).copied(),
+            ZSet::Tree(t) => t.find(m).map(Rec::score),
         }
     }
 
@@ -106,7 +164,7 @@ impl ZSet {
     pub fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
         match self {
             ZSet::Pack(v) => Box::new(v.iter().map(|(m, s)| (&**m, *s))),
-            ZSet::Tree(t) => Box::new(t.order.iter().map(|(s, m)| (&**m, s.0))),
+            ZSet::Tree(t) => Box::new(t.order.iter().map(|r| (r.member(), r.score()))),
         }
     }
 
@@ -131,7 +189,7 @@ impl ZSet {
             ZSet::Tree(t) => {
                 // Tree bounds: the empty member sorts first among equal scores, so
                 // (next score up, "") lies just past every member of a score.
-                let at = |x: f64| (Score(x), Arc::<[u8]>::from(&b""[..]));
+                let at = |x: f64| Rec::new(b"", x);
                 let lower = match min {
                     Bound::Included(x) => Bound::Included(at(x)),
                     Bound::Excluded(x) if x == f64::INFINITY => return Box::new(std::iter::empty()),
@@ -153,7 +211,7 @@ impl ZSet {
                 Box::new(
                     t.order
                         .range((lower, upper))
-                        .map(|(s, m)| (&**m, s.0))
+                        .map(|r| (r.member(), r.score()))
                         .filter(move |&(_, s)| above(s) && below(s)),
                 )
             }
@@ -162,15 +220,9 @@ impl ZSet {
 
     /// 0-based rank of `m` in ascending order.
     pub fn rank(&self, m: &[u8]) -> Option<usize> {
-        let score = self.score(m)?;
         match self {
             ZSet::Pack(v) => v.iter().position(|(x, _)| &**x == m),
-            ZSet::Tree(t) => {
-                let key = (Score(score), Arc::<[u8]>::from(m));
-                // Count from the nearer end.
-                let below = t.order.range(..&key).count();
-                Some(below)
-            }
+            ZSet::Tree(t) => Some(t.order.range(..t.find(m)?).count()),
         }
     }
 
@@ -196,19 +248,22 @@ impl ZSet {
             }
         }
         let ZSet::Tree(t) = self else { unreachable!("converted above") };
-        match t.scores.get_key_value(m) {
-            Some((k, &old)) => {
-                let k = k.clone();
-                t.order.remove(&(Score(old), k.clone()));
-                t.order.insert((Score(score), k.clone()));
-                *t.scores.get_mut(m).expect("present") = score;
+        let hash = t.hasher.hash_one(m);
+        let rec = Rec::new(m, score);
+        match t.index.find_mut(hash, |r| r.member() == m) {
+            Some(slot) => {
+                if slot.score().to_bits() != score.to_bits() {
+                    t.order.remove(slot);
+                    t.order.insert(rec.clone());
+                    *slot = rec;
+                }
                 false
             }
             None => {
-                let k: Arc<[u8]> = Arc::from(m);
-                t.bytes += alloc_size(m.len());
-                t.order.insert((Score(score), k.clone()));
-                t.scores.insert(k, score);
+                t.bytes += Tree::record_size(m);
+                t.order.insert(rec.clone());
+                let hasher = &t.hasher;
+                t.index.insert_unique(hash, rec, |r| hasher.hash_one(r.member()));
                 true
             }
         }
@@ -223,16 +278,18 @@ impl ZSet {
                 }
                 None => false,
             },
-            ZSet::Tree(t) => match t.scores.remove_entry(m) {
-                Some((k, s)) => {
-                    t.order.remove(&(Score(s), k));
-                    t.bytes -= alloc_size(m.len());
-                    if t.scores.capacity() > 64 && t.scores.len() * 4 < t.scores.capacity() {
-                        t.scores.shrink_to(t.scores.len() * 2);
+            ZSet::Tree(t) => match t.index.find_entry(t.hasher.hash_one(m), |r| r.member() == m) {
+                Ok(found) => {
+                    let (rec, _) = found.remove();
+                    t.order.remove(&rec);
+                    t.bytes -= Tree::record_size(m);
+                    if t.index.capacity() > 64 && t.index.len() * 4 < t.index.capacity() {
+                        let hasher = &t.hasher;
+                        t.index.shrink_to(t.index.len() * 2, |r| hasher.hash_one(r.member()));
                     }
                     true
                 }
-                None => false,
+                Err(_) => false,
             },
         }
     }
@@ -259,7 +316,7 @@ impl ZSet {
             ZSet::Pack(v) => {
                 v.capacity() * PACK_ITEM + v.iter().map(|(m, _)| alloc_size(m.len())).sum::<usize>()
             }
-            ZSet::Tree(t) => t.bytes + t.scores.capacity() * TREE_ITEM,
+            ZSet::Tree(t) => t.bytes + t.index.capacity() * INDEX_BUCKET + t.order.len() * TREE_SLOT,
         }
     }
 
