@@ -10,7 +10,8 @@ use super::table::{PairKey, Table};
 #[derive(Debug, Clone)]
 pub enum Hash {
     Pack(Pack),
-    Table(Table<PairKey>),
+    /// Boxed: a small hash's value then costs no more than its pack.
+    Table(Box<Table<PairKey>>),
 }
 
 impl Default for Hash {
@@ -117,7 +118,7 @@ impl Hash {
 
     fn convert(&mut self) {
         let Hash::Pack(p) = self else { return };
-        let mut table = Hash::Table(Table::default());
+        let mut table = Hash::Table(Box::default());
         let mut it = p.iter();
         let limits = Limits::ALWAYS_TABLE;
         while let (Some(f), Some(v)) = (it.next(), it.next()) {

@@ -12,7 +12,8 @@ use std::borrow::Cow;
 #[derive(Debug, Clone)]
 pub enum Set {
     Ints(Vec<i64>),
-    Table(Table<WholeKey>),
+    /// Boxed: a small set's value then costs no more than its integers.
+    Table(Box<Table<WholeKey>>),
 }
 
 impl Default for Set {
@@ -115,7 +116,7 @@ impl Set {
 
     fn convert(&mut self) {
         let Set::Ints(v) = self else { return };
-        let mut t = Table::default();
+        let mut t = Box::<Table<WholeKey>>::default();
         for n in v.iter() {
             t.insert_new(n.to_string().into_bytes().into());
         }

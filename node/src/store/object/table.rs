@@ -154,8 +154,12 @@ impl<K: KeyOf> Table<K> {
         Some(gone)
     }
 
+    /// Heap bytes, with the table's own (boxed) header.
     pub fn mem(&self) -> usize {
-        self.bytes + self.items.capacity() * ITEM + self.index.capacity() * BUCKET
+        std::mem::size_of::<Self>()
+            + self.bytes
+            + self.items.capacity() * ITEM
+            + self.index.capacity() * BUCKET
     }
 }
 

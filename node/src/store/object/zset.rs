@@ -44,7 +44,8 @@ impl Ord for Score {
 #[derive(Debug, Clone)]
 pub enum ZSet {
     Pack(Vec<(Box<[u8]>, f64)>),
-    Tree(Tree),
+    /// Boxed: a small sorted set's value then costs no more than its vector.
+    Tree(Box<Tree>),
 }
 
 /// A member of a big sorted set: its score (8 bytes, little-endian IEEE) then its bytes, in one
@@ -304,7 +305,7 @@ impl ZSet {
 
     fn convert(&mut self) {
         let ZSet::Pack(v) = self else { return };
-        let mut t = ZSet::Tree(Tree::default());
+        let mut t = ZSet::Tree(Box::default());
         for (m, s) in v.drain(..) {
             t.insert(&m, s, &Limits::ALWAYS_TABLE);
         }
@@ -316,7 +317,12 @@ impl ZSet {
             ZSet::Pack(v) => {
                 v.capacity() * PACK_ITEM + v.iter().map(|(m, _)| alloc_size(m.len())).sum::<usize>()
             }
-            ZSet::Tree(t) => t.bytes + t.index.capacity() * INDEX_BUCKET + t.order.len() * TREE_SLOT,
+            ZSet::Tree(t) => {
+                std::mem::size_of::<Tree>()
+                    + t.bytes
+                    + t.index.capacity() * INDEX_BUCKET
+                    + t.order.len() * TREE_SLOT
+            }
         }
     }
 
@@ -349,7 +355,7 @@ mod tests {
     fn both_encodings_order_and_rank_alike() {
         let limits = Limits::default();
         let mut small = ZSet::default();
-        let mut big = ZSet::Tree(Tree::default());
+        let mut big = ZSet::Tree(Box::default());
         for (i, m) in ["c", "a", "b", "d"].iter().enumerate() {
             let s = if i == 3 { 1.0 } else { 2.0 };
             small.insert(m.as_bytes(), s, &limits);
