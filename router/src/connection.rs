@@ -17,6 +17,9 @@
 //! ...` after the replies of the commands before it, then the connection closes. A request that
 //! starts with `POST` or `Host:` is an HTTP client (or a cross-protocol attack) and is dropped
 //! without a reply, as Redis does.
+//!
+//! CLIENT KILL: the connection's [`crate::clients::ClientHandle`] wakes it when it waits to read
+//! and it closes; a connection busy with a round closes after it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,7 +65,12 @@ pub async fn serve<S>(
     let mut pending: Vec<InFlight> = Vec::new();
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut auth_deadline: Option<tokio::time::Instant> = None;
+    let client = session.client.clone();
+    let _listed = state.clients.register(client.clone());
     loop {
+        if client.is_killed() {
+            return;
+        }
         if routing.topology.version != state.backend.version() {
             routing = state.backend.routing();
         }
@@ -79,7 +87,7 @@ pub async fn serve<S>(
                         tracing::warn!(peer = %session.peer, "possible cross-protocol attack: HTTP request on the RESP port; closing");
                         return;
                     }
-                    session.last_command = Instant::now();
+                    session.start_command();
                     let mut ctx = Ctx { state: &state, session: &mut session, routing: &routing, deadline };
                     let reply = cmd::dispatch(&args, &mut ctx);
                     // A command this large sends an op in pieces, over several batches: later
@@ -89,7 +97,7 @@ pub async fn serve<S>(
                     let barrier = large || matches!(reply, Pending::Barrier(_));
                     close = matches!(reply, Pending::Close(_));
                     let slot = session.last_command_slot;
-                    pending.push((reply, session.protocol, session.last_command, slot, args));
+                    pending.push((reply, session.protocol(), session.last_command, slot, args));
                     if close {
                         break;
                     }
@@ -105,7 +113,7 @@ pub async fn serve<S>(
                     tracing::debug!(peer = %session.peer, error = %e, "protocol error; closing");
                     pending.push((
                         Reply::error_fmt(format!("ERR {e}")).into(),
-                        session.protocol,
+                        session.protocol(),
                         Instant::now(),
                         None,
                         Vec::new(),
@@ -139,7 +147,7 @@ pub async fn serve<S>(
                 };
                 state.stats.record(slot, took, failed);
                 state.stats.maybe_log(took, &args, || {
-                    let name = session.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned());
+                    let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
                     (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
                 });
             }
@@ -190,12 +198,7 @@ pub async fn serve<S>(
             input.reserve(want);
         }
         buffered.set(input.capacity());
-        let auth_expired = async {
-            match auth_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let auth_expired = expiry(auth_deadline);
         tokio::select! {
             biased;
             _ = auth_expired => {
@@ -204,6 +207,8 @@ pub async fn serve<S>(
                 close_with(&mut stream, AUTH_TIMEOUT).await;
                 return;
             }
+            // CLIENT KILL: before the read, so that a client that keeps sending is closed too.
+            _ = client.killed() => return,
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
@@ -225,6 +230,14 @@ const BUDGET_EXHAUSTED: &[u8] =
 request data from all clients (--request-buffer-budget); closing the connection, try again later\r\n";
 const AUTH_TIMEOUT: &[u8] =
     b"-ERR authentication timeout: no successful AUTH within --auth-timeout-ms; closing the connection\r\n";
+
+/// Completes at `deadline`; never without one.
+async fn expiry(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Tells the client why it is being disconnected (bounded: it may not be reading) and closes.
 async fn close_with<S: AsyncWrite + Unpin>(stream: &mut S, message: &[u8]) {

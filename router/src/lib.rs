@@ -13,6 +13,8 @@
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
+//!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
+//!   switch).
 //! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
 //!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
@@ -21,6 +23,7 @@
 
 pub mod backend;
 pub mod check;
+pub mod clients;
 pub mod cmd;
 pub mod config;
 pub mod connection;

@@ -14,6 +14,7 @@
 
 mod bits;
 mod client;
+mod clients;
 mod command;
 mod config;
 mod connection;
@@ -171,7 +172,8 @@ pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
     if !ctx.session.authenticated && !spec.no_auth() {
         return Reply::error("NOAUTH Authentication required.").into();
     }
-    ctx.session.last_command_name = spec.name;
+    // What CLIENT LIST shows as `cmd`.
+    ctx.session.client.set_command(ctx.session.last_command_slot);
     ctx.state.metrics.commands.inc();
     (spec.run)(args, ctx)
 }
