@@ -6,7 +6,7 @@
 //! sits behind a mutex that only CLIENT SETNAME/SETINFO, HELLO, RESET and the readers take.
 //! [`Clients`] lists the handles of the open connections (a lock at connect, disconnect, LIST
 //! and KILL only). A handle also carries the connection's kill switch: [`ClientHandle::kill`]
-//! wakes the connection when it waits to read, and it closes.
+//! wakes the connection wherever it waits (reading, or held by CLIENT PAUSE) and it closes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,6 +49,9 @@ pub struct ClientHandle {
     protocol: AtomicU8,
     /// CLIENT NO-EVICT on (flag `e`). Shoal never evicts clients; it is recorded and shown.
     no_evict: AtomicBool,
+    /// A command of this client waits for CLIENT PAUSE to end (flag `b`, as Redis's postponed
+    /// clients show).
+    held: AtomicBool,
     names: Mutex<Names>,
     killed: AtomicBool,
     kill: Notify,
@@ -66,6 +69,7 @@ impl ClientHandle {
             last_command: AtomicUsize::new(NO_COMMAND),
             protocol: AtomicU8::new(2),
             no_evict: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             names: Mutex::new(Names::default()),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
@@ -89,6 +93,10 @@ impl ClientHandle {
 
     pub fn set_no_evict(&self, on: bool) {
         self.no_evict.store(on, Ordering::Relaxed);
+    }
+
+    pub fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::Relaxed);
     }
 
     pub fn names(&self) -> Names {
@@ -120,9 +128,12 @@ impl ClientHandle {
         }
     }
 
-    /// Redis's flags field: `U` Unix socket, `e` no-evict, else `N`.
+    /// Redis's flags field: `b` held by a pause, `U` Unix socket, `e` no-evict, else `N`.
     fn flags(&self) -> String {
         let mut f = String::new();
+        if self.held.load(Ordering::Relaxed) {
+            f.push('b');
+        }
         if self.unix {
             f.push('U');
         }
@@ -234,7 +245,8 @@ mod tests {
         let c = ClientHandle::new(1, "/tmp/s:0".into(), "/tmp/s".into(), true);
         assert!(c.info_line().contains(" flags=U "));
         c.set_no_evict(true);
-        assert!(c.info_line().contains(" flags=Ue "));
+        c.set_held(true);
+        assert!(c.info_line().contains(" flags=bUe "));
         c.update_names(|n| n.name = Some(Bytes::from("worker")));
         c.set_protocol(Protocol::Resp3);
         let slot = crate::stats::slot_of(crate::cmd::lookup(b"ping").unwrap());

@@ -18,8 +18,10 @@
 //! starts with `POST` or `Host:` is an HTTP client (or a cross-protocol attack) and is dropped
 //! without a reply, as Redis does.
 //!
-//! CLIENT KILL: the connection's [`crate::clients::ClientHandle`] wakes it when it waits to read
-//! and it closes; a connection busy with a round closes after it.
+//! CLIENT KILL: the connection's [`crate::clients::ClientHandle`] wakes it wherever it waits
+//! (reading, or held by a pause) and it closes; a connection busy with a round closes after it.
+//! CLIENT PAUSE: a command the pause covers is held (after the replies of the commands before
+//! it are written), and the connection reads nothing more until the pause lets it run.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,7 +31,7 @@ use shoal_wire::pieces::PIECE_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::cmd::{self, Ctx, Pending};
+use crate::cmd::{self, CommandSpec, Ctx, Pending};
 use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, RouterState};
@@ -67,9 +69,26 @@ pub async fn serve<S>(
     let mut auth_deadline: Option<tokio::time::Instant> = None;
     let client = session.client.clone();
     let _listed = state.clients.register(client.clone());
+    // A command CLIENT PAUSE holds, admitted and waiting to run.
+    let mut held: Option<(&'static CommandSpec, Vec<bytes::Bytes>)> = None;
     loop {
         if client.is_killed() {
             return;
+        }
+        if let Some((spec, _)) = &held {
+            client.set_held(true);
+            let auth_expired = expiry(auth_deadline);
+            tokio::select! {
+                _ = state.pause.wait(spec) => {}
+                _ = client.killed() => return,
+                _ = shutdown.changed() => return,
+                _ = auth_expired => {
+                    state.metrics.auth_timeouts.inc();
+                    close_with(&mut stream, AUTH_TIMEOUT).await;
+                    return;
+                }
+            }
+            client.set_held(false);
         }
         if routing.topology.version != state.backend.version() {
             routing = state.backend.routing();
@@ -81,15 +100,28 @@ pub async fn serve<S>(
         let mut large_request = false;
         while pending.len() < round_limit {
             let limits = state.settings.limits(session.authenticated);
-            match parser.next(&mut input, &limits) {
-                Ok(Some(args)) => {
-                    if is_http(&args[0]) {
+            let next = match held.take() {
+                Some((spec, args)) => Ok(Some((Some(spec), args))),
+                None => parser.next(&mut input, &limits).map(|r| r.map(|args| (None, args))),
+            };
+            match next {
+                Ok(Some((admitted, args))) => {
+                    if admitted.is_none() && is_http(&args[0]) {
                         tracing::warn!(peer = %session.peer, "possible cross-protocol attack: HTTP request on the RESP port; closing");
                         return;
                     }
                     session.start_command();
                     let mut ctx = Ctx { state: &state, session: &mut session, routing: &routing, deadline };
-                    let reply = cmd::dispatch(&args, &mut ctx);
+                    let reply = match admitted.map_or_else(|| cmd::admit(&args, &mut ctx), Ok) {
+                        Ok(spec) if admitted.is_none() && state.pause.holds(spec) => {
+                            // Reply to the commands before it, then wait (top of the loop).
+                            held = Some((spec, args));
+                            more_input = true;
+                            break;
+                        }
+                        Ok(spec) => cmd::run(spec, &args, &mut ctx),
+                        Err(refused) => refused.into(),
+                    };
                     // A command this large sends an op in pieces, over several batches: later
                     // commands wait for it, so none of their ops can overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;

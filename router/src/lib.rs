@@ -14,7 +14,7 @@
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
 //!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
-//!   switch).
+//!   switch). [`pause`]: CLIENT PAUSE, which [`connection`] checks before running a command.
 //! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
 //!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
@@ -30,6 +30,7 @@ pub mod connection;
 pub mod embedded;
 pub mod http;
 pub mod metrics;
+pub mod pause;
 pub mod reshard;
 pub mod resp;
 pub mod server;

@@ -208,6 +208,8 @@ pub struct RouterState {
     pub stats: crate::stats::CommandStats,
     /// The open RESP connections (CLIENT LIST, CLIENT KILL).
     pub clients: crate::clients::Clients,
+    /// CLIENT PAUSE, for this router process.
+    pub pause: crate::pause::Pause,
 }
 
 impl RouterState {
@@ -230,6 +232,7 @@ impl RouterState {
             embedded,
             stats: crate::stats::CommandStats::default(),
             clients: crate::clients::Clients::default(),
+            pause: crate::pause::Pause::default(),
         })
     }
 

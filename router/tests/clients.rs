@@ -1,4 +1,4 @@
-//! CLIENT LIST, KILL and HELP over real loopback connections: what depends on
+//! CLIENT LIST, KILL, PAUSE/UNPAUSE and HELP over real loopback connections: what depends on
 //! addresses, ids and timing is checked here; the deterministic replies (error texts, empty
 //! lists, counts of 0) are compared byte for byte in `differential/clients.redis`.
 
@@ -64,6 +64,14 @@ async fn assert_closed(con: &mut Raw) {
         Ok(Ok(n)) => panic!("expected EOF, got {:?}", String::from_utf8_lossy(&buf[..n])),
         Ok(Err(e)) => panic!("expected EOF, got {e}"),
         Err(_) => panic!("connection still open after 5 s"),
+    }
+}
+
+/// Nothing arrives on `con` for `d` (a held command has not been answered).
+async fn assert_silent(con: &mut Raw, d: Duration) {
+    let mut buf = [0u8; 64];
+    if let Ok(r) = tokio::time::timeout(d, con.stream.read(&mut buf)).await {
+        panic!("expected no reply yet, got {:?}", r.map(|n| String::from_utf8_lossy(&buf[..n]).into_owned()));
     }
 }
 
@@ -179,8 +187,7 @@ async fn client_help_is_redis_s_for_the_subcommands_served() {
     let router = router().await;
     let theirs = help_blocks(&connect(redis_addr).await.cmd(&["CLIENT", "HELP"]).await);
     let ours = help_blocks(&connect(router.resp_addr).await.cmd(&["CLIENT", "HELP"]).await);
-    let unserved =
-        ["CACHING", "GETREDIR", "PAUSE", "UNPAUSE", "REPLY", "UNBLOCK", "TRACKING", "TRACKINGINFO"];
+    let unserved = ["CACHING", "GETREDIR", "REPLY", "UNBLOCK", "TRACKING", "TRACKINGINFO"];
     let word = |b: &Vec<String>| b[0].split(' ').next().unwrap().to_string();
     let want: Vec<_> = theirs.into_iter().filter(|b| !unserved.contains(&word(b).as_str())).collect();
     // SETINFO is Redis 7.2's (listed after SETNAME, as 7.2 does).
@@ -263,5 +270,84 @@ async fn client_kill_closes_the_chosen_connections() {
     }
     assert_closed(&mut bystander).await;
     assert_eq!(me.cmd(&["PING"]).await, b"+PONG\r\n");
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_write_holds_writes_while_reads_answer() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut admin = connect(addr).await;
+    let mut writer = connect(addr).await;
+    let mut reader = connect(addr).await;
+    assert_eq!(writer.cmd(&["SET", "k", "old"]).await, b"+OK\r\n");
+    let writer_id = client_id(&mut writer).await;
+
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]).await, b"+OK\r\n");
+    // A pipeline: the GET before the SET is answered, the SET and the GET after it wait.
+    writer.send(b"GET k\r\nSET k new\r\nGET k\r\n").await;
+    assert_eq!(writer.reply().await.unwrap(), support::bulk("old"));
+    assert_silent(&mut writer, Duration::from_millis(300)).await;
+    assert_eq!(reader.cmd(&["GET", "k"]).await, support::bulk("old"), "reads answer");
+    let held = &client_list(&mut admin, &[]).await[&writer_id];
+    assert_eq!((held["flags"].as_str(), held["cmd"].as_str()), ("b", "set"), "{held:?}");
+    // Errors from the gates are not held (Redis answers them before it checks the pause).
+    assert_eq!(reader.cmd(&["SET", "k"]).await, b"-ERR wrong number of arguments for 'set' command\r\n");
+
+    let unpaused = Instant::now();
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).await, b"+OK\r\n");
+    assert_eq!(writer.reply().await.unwrap(), b"+OK\r\n");
+    assert_eq!(writer.reply().await.unwrap(), support::bulk("new"));
+    assert!(unpaused.elapsed() < Duration::from_secs(2));
+    assert_eq!(client_list(&mut admin, &[]).await[&writer_id]["flags"], "N");
+
+    // Without UNPAUSE, the timeout ends it.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]).await, b"+OK\r\n");
+    let start = Instant::now();
+    writer.send(b"DEL k\r\n").await;
+    assert_eq!(writer.reply().await.unwrap(), b":1\r\n");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(4), "{waited:?}");
+
+    // A held client can be killed.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]).await, b"+OK\r\n");
+    writer.send(b"SET k again\r\n").await;
+    assert_silent(&mut writer, Duration::from_millis(100)).await;
+    let killed = admin.cmd(&["CLIENT", "KILL", "ID", &writer_id.to_string()]).await;
+    assert_eq!(killed, b":1\r\n");
+    assert_closed(&mut writer).await;
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).await, b"+OK\r\n");
+    assert_eq!(reader.cmd(&["EXISTS", "k"]).await, b":0\r\n", "the killed client's SET never ran");
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_all_holds_every_command_until_it_ends() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut admin = connect(addr).await;
+    let mut reader = connect(addr).await;
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "600", "ALL"]).await, b"+OK\r\n");
+    let start = Instant::now();
+    reader.send(b"GET k\r\n").await;
+    // Under ALL even the pausing client waits (in Redis too: only time ends it, or a client
+    // that is not held).
+    admin.send(b"PING\r\n").await;
+    assert_silent(&mut reader, Duration::from_millis(300)).await;
+    assert_eq!(reader.reply().await.unwrap(), b"$-1\r\n");
+    assert_eq!(admin.reply().await.unwrap(), b"+PONG\r\n");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_secs(4), "{waited:?}");
+
+    // Lifted from elsewhere (here, the router's own state): held commands run at once.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "60000"]).await, b"+OK\r\n");
+    reader.send(b"GET k\r\n").await;
+    assert_silent(&mut reader, Duration::from_millis(200)).await;
+    // What the gates refuse is answered (Redis checks the pause after them).
+    let mut other = connect(addr).await;
+    assert_eq!(other.cmd(&["NOPE"]).await, b"-ERR unknown command 'NOPE', with args beginning with: \r\n");
+    assert_eq!(other.cmd(&["GET"]).await, b"-ERR wrong number of arguments for 'get' command\r\n");
+    router.state.pause.unpause();
+    assert_eq!(reader.reply().await.unwrap(), b"$-1\r\n");
     router.shutdown().await;
 }

@@ -122,6 +122,8 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &CLIENT_INFO,
         &clients::CLIENT_LIST,
         &clients::CLIENT_KILL,
+        &clients::CLIENT_PAUSE,
+        &clients::CLIENT_UNPAUSE,
         &CLIENT_NO_EVICT,
         &CLIENT_HELP,
     ],
@@ -199,7 +201,7 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
 }
 
 /// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the subcommands Shoal
-/// does not serve (CACHING, GETREDIR, PAUSE, UNPAUSE, REPLY, UNBLOCK, TRACKING, TRACKINGINFO), and with
+/// does not serve (CACHING, GETREDIR, REPLY, UNBLOCK, TRACKING, TRACKINGINFO), and with
 /// SETINFO where Redis 7.2 lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
@@ -228,6 +230,10 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Return information about client connections. Options:",
         "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
         "      Return clients of specified type.",
+        "UNPAUSE",
+        "    Stop the current client pause, resuming traffic.",
+        "PAUSE <timeout> [WRITE|ALL]",
+        "    Suspend all, or just write, clients for <timeout> milliseconds.",
         "SETNAME <name>",
         "    Assign the name <name> to the current connection.",
         "SETINFO <option> <value>",

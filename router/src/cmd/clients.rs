@@ -1,9 +1,13 @@
-//! CLIENT subcommands about other connections: LIST, KILL. They see this router's RESP
-//! connections ([`crate::clients`]) only (docs/compatibility.md).
+//! CLIENT subcommands about other connections and the router as a whole: LIST, KILL, PAUSE,
+//! UNPAUSE. They see this router's RESP connections ([`crate::clients`]) and pause this router
+//! only (docs/compatibility.md).
+
+use std::time::Duration;
 
 use super::spec::*;
 use super::{Args, Ctx, Pending, syntax_error};
 use crate::clients::ClientHandle;
+use crate::pause::PauseMode;
 use crate::resp::Reply;
 
 const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
@@ -34,6 +38,34 @@ pub const CLIENT_KILL: CommandSpec = CommandSpec {
     summary: "Kill the connection of a client",
     complexity: "O(N) where N is the number of client connections",
     run: kill,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_PAUSE: CommandSpec = CommandSpec {
+    name: "client|pause",
+    arity: -3,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "2.9.50",
+    summary: "Stop processing commands from clients for some time",
+    complexity: "O(1)",
+    run: pause,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_UNPAUSE: CommandSpec = CommandSpec {
+    name: "client|unpause",
+    arity: 2,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "6.2.0",
+    summary: "Resume processing of clients that were paused",
+    complexity: "O(N) Where N is the number of paused clients",
+    run: unpause,
     ..CommandSpec::DEFAULT
 };
 
@@ -168,4 +200,45 @@ pub fn kill(args: &Args, ctx: &mut Ctx) -> Pending {
         (false, n) => Reply::Int(n),
     };
     if close_me { Pending::Close(reply) } else { reply.into() }
+}
+
+/// `CLIENT PAUSE timeout [WRITE|ALL]`: pauses this router's clients (see [`crate::pause`]).
+pub fn pause(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 4 {
+        // Redis's arity allows more; its handler answers this.
+        return Reply::error_fmt(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ))
+        .into();
+    }
+    // Redis checks the mode before the timeout.
+    let mode = match args.get(3) {
+        None => PauseMode::All,
+        Some(m) if m.eq_ignore_ascii_case(b"write") => PauseMode::Write,
+        Some(m) if m.eq_ignore_ascii_case(b"all") => PauseMode::All,
+        Some(_) => return Reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL").into(),
+    };
+    let Some(ms) = shoal_wire::num::parse_i64(&args[2]) else {
+        return Reply::error("ERR timeout is not an integer or out of range").into();
+    };
+    if ms < 0 {
+        return Reply::error("ERR timeout is negative").into();
+    }
+    // Redis adds the timeout to the Unix time in ms without checking: a sum past i64::MAX wraps
+    // into the past, and such a pause has already ended.
+    let now_ms = ctx.now_ms();
+    let ms = if ms > i64::MAX - now_ms { 0 } else { ms as u64 };
+    let now = tokio::time::Instant::now();
+    // Past what an Instant can hold: a century is as good as forever.
+    let until =
+        now.checked_add(Duration::from_millis(ms)).unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+    ctx.state.pause.pause(mode, until);
+    Reply::OK.into()
+}
+
+/// `CLIENT UNPAUSE`: lifts this router's pause; held commands run.
+pub fn unpause(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.state.pause.unpause();
+    Reply::OK.into()
 }
