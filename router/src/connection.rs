@@ -17,6 +17,11 @@
 //! ...` after the replies of the commands before it, then the connection closes. A request that
 //! starts with `POST` or `Host:` is an HTTP client (or a cross-protocol attack) and is dropped
 //! without a reply, as Redis does.
+//!
+//! CLIENT KILL: the connection's [`crate::clients::ClientHandle`] wakes it wherever it waits
+//! (reading, or held by a pause) and it closes; a connection busy with a round closes after it.
+//! CLIENT PAUSE: a command the pause covers is held (after the replies of the commands before
+//! it are written), and the connection reads nothing more until the pause lets it run.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +31,7 @@ use shoal_wire::pieces::PIECE_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::cmd::{self, Ctx, Pending};
+use crate::cmd::{self, CommandSpec, Ctx, Pending};
 use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, RouterState};
@@ -62,7 +67,29 @@ pub async fn serve<S>(
     let mut pending: Vec<InFlight> = Vec::new();
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut auth_deadline: Option<tokio::time::Instant> = None;
+    let client = session.client.clone();
+    let _listed = state.clients.register(client.clone());
+    // A command CLIENT PAUSE holds, admitted and waiting to run.
+    let mut held: Option<(&'static CommandSpec, Vec<bytes::Bytes>)> = None;
     loop {
+        if client.is_killed() {
+            return;
+        }
+        if let Some((spec, _)) = &held {
+            client.set_held(true);
+            let auth_expired = expiry(auth_deadline);
+            tokio::select! {
+                _ = state.pause.wait(spec) => {}
+                _ = client.killed() => return,
+                _ = shutdown.changed() => return,
+                _ = auth_expired => {
+                    state.metrics.auth_timeouts.inc();
+                    close_with(&mut stream, AUTH_TIMEOUT).await;
+                    return;
+                }
+            }
+            client.set_held(false);
+        }
         if routing.topology.version != state.backend.version() {
             routing = state.backend.routing();
         }
@@ -73,15 +100,28 @@ pub async fn serve<S>(
         let mut large_request = false;
         while pending.len() < round_limit {
             let limits = state.settings.limits(session.authenticated);
-            match parser.next(&mut input, &limits) {
-                Ok(Some(args)) => {
-                    if is_http(&args[0]) {
+            let next = match held.take() {
+                Some((spec, args)) => Ok(Some((Some(spec), args))),
+                None => parser.next(&mut input, &limits).map(|r| r.map(|args| (None, args))),
+            };
+            match next {
+                Ok(Some((admitted, args))) => {
+                    if admitted.is_none() && is_http(&args[0]) {
                         tracing::warn!(peer = %session.peer, "possible cross-protocol attack: HTTP request on the RESP port; closing");
                         return;
                     }
-                    session.last_command = Instant::now();
+                    session.start_command();
                     let mut ctx = Ctx { state: &state, session: &mut session, routing: &routing, deadline };
-                    let reply = cmd::dispatch(&args, &mut ctx);
+                    let reply = match admitted.map_or_else(|| cmd::admit(&args, &mut ctx), Ok) {
+                        Ok(spec) if admitted.is_none() && state.pause.holds(spec) => {
+                            // Reply to the commands before it, then wait (top of the loop).
+                            held = Some((spec, args));
+                            more_input = true;
+                            break;
+                        }
+                        Ok(spec) => cmd::run(spec, &args, &mut ctx),
+                        Err(refused) => refused.into(),
+                    };
                     // A command this large sends an op in pieces, over several batches: later
                     // commands wait for it, so none of their ops can overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
@@ -89,7 +129,7 @@ pub async fn serve<S>(
                     let barrier = large || matches!(reply, Pending::Barrier(_));
                     close = matches!(reply, Pending::Close(_));
                     let slot = session.last_command_slot;
-                    pending.push((reply, session.protocol, session.last_command, slot, args));
+                    pending.push((reply, session.protocol(), session.last_command, slot, args));
                     if close {
                         break;
                     }
@@ -105,7 +145,7 @@ pub async fn serve<S>(
                     tracing::debug!(peer = %session.peer, error = %e, "protocol error; closing");
                     pending.push((
                         Reply::error_fmt(format!("ERR {e}")).into(),
-                        session.protocol,
+                        session.protocol(),
                         Instant::now(),
                         None,
                         Vec::new(),
@@ -139,7 +179,7 @@ pub async fn serve<S>(
                 };
                 state.stats.record(slot, took, failed);
                 state.stats.maybe_log(took, &args, || {
-                    let name = session.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned());
+                    let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
                     (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
                 });
             }
@@ -190,12 +230,7 @@ pub async fn serve<S>(
             input.reserve(want);
         }
         buffered.set(input.capacity());
-        let auth_expired = async {
-            match auth_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let auth_expired = expiry(auth_deadline);
         tokio::select! {
             biased;
             _ = auth_expired => {
@@ -204,6 +239,8 @@ pub async fn serve<S>(
                 close_with(&mut stream, AUTH_TIMEOUT).await;
                 return;
             }
+            // CLIENT KILL: before the read, so that a client that keeps sending is closed too.
+            _ = client.killed() => return,
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
@@ -225,6 +262,14 @@ const BUDGET_EXHAUSTED: &[u8] =
 request data from all clients (--request-buffer-budget); closing the connection, try again later\r\n";
 const AUTH_TIMEOUT: &[u8] =
     b"-ERR authentication timeout: no successful AUTH within --auth-timeout-ms; closing the connection\r\n";
+
+/// Completes at `deadline`; never without one.
+async fn expiry(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Tells the client why it is being disconnected (bounded: it may not be reading) and closes.
 async fn close_with<S: AsyncWrite + Unpin>(stream: &mut S, message: &[u8]) {

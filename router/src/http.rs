@@ -76,7 +76,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
     };
     let method = req.method().clone();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let session = Session::new(state.next_client_id(), peer.to_string(), "http".into(), true);
+    let session = Session::http(state.next_client_id(), peer.to_string());
     let mut api = Api { state: &state, session };
     match (segments.as_slice(), &method) {
         (["keys"], &Method::POST) => match body(req, &state).await {

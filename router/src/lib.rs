@@ -13,6 +13,8 @@
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
+//!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
+//!   switch). [`pause`]: CLIENT PAUSE, which [`connection`] checks before running a command.
 //! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
 //!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
@@ -21,12 +23,14 @@
 
 pub mod backend;
 pub mod check;
+pub mod clients;
 pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod embedded;
 pub mod http;
 pub mod metrics;
+pub mod pause;
 pub mod reshard;
 pub mod resp;
 pub mod server;

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
+use crate::clients::ClientHandle;
 use crate::connection;
 use crate::session::Session;
 use crate::state::RouterState;
@@ -46,6 +47,9 @@ pub struct Accepted<S> {
     pub stream: S,
     /// The peer as CLIENT INFO's `addr` shows it (`ip:port`, or `path:0` on a Unix socket).
     pub peer: String,
+    /// This end as CLIENT INFO's `laddr` shows it (the address the connection reached, which for
+    /// a listener on `0.0.0.0` is not the listener's), or `None` for the listener's.
+    pub local: Option<String>,
     /// Whether protected mode admits this peer without a password: a loopback TCP client, or any
     /// client of a Unix socket (local by construction; its file mode is the access control).
     pub trusted: bool,
@@ -79,7 +83,8 @@ impl Listener for TcpListener {
     async fn accept(&self) -> io::Result<Accepted<TcpStream>> {
         let (stream, peer) = TcpListener::accept(self).await?;
         let _ = stream.set_nodelay(true);
-        Ok(Accepted { stream, peer: peer.to_string(), trusted: protected_mode_allows(peer.ip()) })
+        let local = stream.local_addr().ok().map(|a| a.to_string());
+        Ok(Accepted { stream, peer: peer.to_string(), local, trusted: protected_mode_allows(peer.ip()) })
     }
 }
 
@@ -103,7 +108,7 @@ impl Listener for UnixSocket {
 
     async fn accept(&self) -> io::Result<Accepted<UnixStream>> {
         let (stream, _) = self.listener.accept().await?;
-        Ok(Accepted { stream, peer: format!("{}:0", self.path), trusted: true })
+        Ok(Accepted { stream, peer: format!("{}:0", self.path), local: None, trusted: true })
     }
 }
 
@@ -124,7 +129,7 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
             },
             _ = shutdown.changed() => return,
         };
-        let Accepted { stream, peer, trusted } = accepted;
+        let Accepted { stream, peer, local: reached, trusted } = accepted;
         let open = state.settings.requirepass.is_none();
         if open && state.settings.protected_mode && !trusted {
             tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
@@ -136,7 +141,13 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
             refuse(stream, MAX_CLIENTS_REACHED);
             continue;
         };
-        let session = Session::new(state.next_client_id(), peer, local.clone(), open);
+        let client = ClientHandle::new(
+            state.next_client_id(),
+            peer,
+            reached.unwrap_or_else(|| local.clone()),
+            kind == "unix",
+        );
+        let session = Session::new(Arc::new(client), open);
         let (state, shutdown) = (state.clone(), shutdown.clone());
         tokio::spawn(async move {
             connection::serve(stream, state, session, shutdown).await;

@@ -206,6 +206,10 @@ pub struct RouterState {
     pub embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     /// INFO commandstats and SLOWLOG.
     pub stats: crate::stats::CommandStats,
+    /// The open RESP connections (CLIENT LIST, CLIENT KILL).
+    pub clients: crate::clients::Clients,
+    /// CLIENT PAUSE, for this router process.
+    pub pause: crate::pause::Pause,
 }
 
 impl RouterState {
@@ -227,6 +231,8 @@ impl RouterState {
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
             embedded,
             stats: crate::stats::CommandStats::default(),
+            clients: crate::clients::Clients::default(),
+            pause: crate::pause::Pause::default(),
         })
     }
 

@@ -39,6 +39,11 @@ pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
     SLOT_OF.binary_search_by_key(&addr, |&(a, _)| a).ok().map(|i| SLOT_OF[i].1)
 }
 
+/// The spec in stats slot `slot` (CLIENT LIST's `cmd`).
+pub fn spec_at(slot: usize) -> Option<&'static CommandSpec> {
+    SPECS.get(slot).copied()
+}
+
 /// Latency buckets per command: bucket `k` counts calls that took less than 2^k µs (and at least
 /// 2^(k-1)); the last one takes everything longer.
 pub const BUCKETS: usize = 40;

@@ -1,7 +1,8 @@
-//! CLIENT subcommands about the calling connection.
+//! CLIENT subcommands about the calling connection, and the CLIENT container (its HELP lists
+//! every subcommand, those about other connections in [`super::clients`] too).
 
 use super::spec::*;
-use super::{Args, Ctx, Pending};
+use super::{Args, Ctx, Pending, clients, syntax_error};
 use crate::resp::Reply;
 
 pub const CLIENT_SETNAME: CommandSpec = CommandSpec {
@@ -74,6 +75,20 @@ pub const CLIENT_INFO: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
+pub const CLIENT_NO_EVICT: CommandSpec = CommandSpec {
+    name: "client|no-evict",
+    arity: 3,
+    flags: &["admin", "noscript", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous", "@connection"],
+    group: "connection",
+    since: "7.0.0",
+    summary: "Set client eviction mode for the current connection",
+    complexity: "O(1)",
+    run: no_evict,
+    ..CommandSpec::DEFAULT
+};
+
 pub const CLIENT_HELP: CommandSpec = CommandSpec {
     name: "client|help",
     arity: 2,
@@ -99,7 +114,19 @@ pub const CLIENT: CommandSpec = CommandSpec {
     summary: "A container for client connection commands",
     complexity: "Depends on subcommand.",
     run: container,
-    subcommands: &[&CLIENT_SETNAME, &CLIENT_GETNAME, &CLIENT_ID, &CLIENT_SETINFO, &CLIENT_INFO, &CLIENT_HELP],
+    subcommands: &[
+        &CLIENT_SETNAME,
+        &CLIENT_GETNAME,
+        &CLIENT_ID,
+        &CLIENT_SETINFO,
+        &CLIENT_INFO,
+        &clients::CLIENT_LIST,
+        &clients::CLIENT_KILL,
+        &clients::CLIENT_PAUSE,
+        &clients::CLIENT_UNPAUSE,
+        &CLIENT_NO_EVICT,
+        &CLIENT_HELP,
+    ],
 };
 
 /// Client names may only hold printable, non-space ASCII (Redis's rule, with its text).
@@ -120,12 +147,12 @@ pub fn setname(args: &Args, ctx: &mut Ctx) -> Pending {
     if let Err(e) = validate_name(&args[2]) {
         return e.into();
     }
-    ctx.session.name = (!args[2].is_empty()).then(|| args[2].clone());
+    ctx.session.set_name((!args[2].is_empty()).then(|| args[2].clone()));
     Reply::OK.into()
 }
 
 pub fn getname(_args: &Args, ctx: &mut Ctx) -> Pending {
-    ctx.session.name.clone().map_or(Reply::Nil, Reply::Bulk).into()
+    ctx.session.name().map_or(Reply::Nil, Reply::Bulk).into()
 }
 
 pub fn id(_args: &Args, ctx: &mut Ctx) -> Pending {
@@ -136,10 +163,10 @@ pub fn id(_args: &Args, ctx: &mut Ctx) -> Pending {
 pub fn setinfo(args: &Args, ctx: &mut Ctx) -> Pending {
     let attr = &args[2];
     let value = &args[3];
-    let (label, slot) = if attr.eq_ignore_ascii_case(b"lib-name") {
-        ("lib-name", &mut ctx.session.lib_name)
+    let (label, lib_name) = if attr.eq_ignore_ascii_case(b"lib-name") {
+        ("lib-name", true)
     } else if attr.eq_ignore_ascii_case(b"lib-ver") {
-        ("lib-ver", &mut ctx.session.lib_ver)
+        ("lib-ver", false)
     } else {
         return Reply::error_fmt(format!("ERR Unrecognized option '{}'", String::from_utf8_lossy(attr)))
             .into();
@@ -150,14 +177,32 @@ pub fn setinfo(args: &Args, ctx: &mut Ctx) -> Pending {
         ))
         .into();
     }
-    *slot = (!value.is_empty()).then(|| value.clone());
+    let value = (!value.is_empty()).then(|| value.clone());
+    ctx.session.client.update_names(|n| *if lib_name { &mut n.lib_name } else { &mut n.lib_ver } = value);
     Reply::OK.into()
 }
 
 pub fn info(_args: &Args, ctx: &mut Ctx) -> Pending {
-    Reply::Verbatim(ctx.session.info_line().into()).into()
+    Reply::Verbatim(ctx.session.client.info_line().into()).into()
 }
 
+/// `CLIENT NO-EVICT ON|OFF`: Shoal never evicts clients, so this only records the `e` flag
+/// that CLIENT INFO and CLIENT LIST show (RESET keeps it, as in Redis).
+pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
+    let on = if args[2].eq_ignore_ascii_case(b"on") {
+        true
+    } else if args[2].eq_ignore_ascii_case(b"off") {
+        false
+    } else {
+        return syntax_error().into();
+    };
+    ctx.session.client.set_no_evict(on);
+    Reply::OK.into()
+}
+
+/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the subcommands Shoal
+/// does not serve (CACHING, GETREDIR, REPLY, UNBLOCK, TRACKING, TRACKINGINFO), and with
+/// SETINFO where Redis 7.2 lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -167,14 +212,38 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Return the ID of the current connection.",
         "INFO",
         "    Return information about the current client connection.",
+        "KILL <ip:port>",
+        "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username>.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
+        "LIST [options ...]",
+        "    Return information about client connections. Options:",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Return clients of specified type.",
+        "UNPAUSE",
+        "    Stop the current client pause, resuming traffic.",
+        "PAUSE <timeout> [WRITE|ALL]",
+        "    Suspend all, or just write, clients for <timeout> milliseconds.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
         "SETINFO <option> <value>",
         "    Set client meta attr. Options are:",
         "    * LIB-NAME: the client lib name.",
         "    * LIB-VER: the client lib version.",
-        "SETNAME <name>",
-        "    Assign the name <name> to the current connection.",
+        "NO-EVICT (ON|OFF)",
+        "    Protect current client connection from eviction.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ];
     super::help_reply(&lines)
 }

@@ -177,15 +177,15 @@ pub fn hello(args: &Args, ctx: &mut Ctx) -> Pending {
         .into();
     }
     if let Some(name) = name {
-        ctx.session.name = (!name.is_empty()).then_some(name);
+        ctx.session.set_name((!name.is_empty()).then_some(name));
     }
     if let Some(v) = version {
-        ctx.session.protocol = v;
+        ctx.session.set_protocol(v);
     }
     Reply::Map(vec![
         (Reply::bulk("server"), Reply::bulk("redis")),
         (Reply::bulk("version"), Reply::bulk(REDIS_COMPAT_VERSION)),
-        (Reply::bulk("proto"), Reply::Int(ctx.session.protocol.version())),
+        (Reply::bulk("proto"), Reply::Int(ctx.session.protocol().version())),
         (Reply::bulk("id"), Reply::Int(ctx.session.id as i64)),
         (Reply::bulk("mode"), Reply::bulk("standalone")),
         (Reply::bulk("role"), Reply::bulk("master")),

@@ -14,6 +14,7 @@
 
 mod bits;
 mod client;
+mod clients;
 mod command;
 mod config;
 mod connection;
@@ -146,32 +147,46 @@ impl From<Reply> for Pending {
 
 /// Runs a command the way Redis's `processCommand` gates it.
 pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
+    match admit(args, ctx) {
+        Ok(spec) => run(spec, args, ctx),
+        Err(reply) => reply.into(),
+    }
+}
+
+/// Redis's `processCommand` gates, in its order and with its texts: the command's spec, or the
+/// reply that refuses it. A RESP connection checks CLIENT PAUSE between this and [`run`].
+pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
     ctx.session.last_command_slot = None;
     let Some(spec) = lookup(&args[0]) else {
-        return unknown_command(args).into();
+        return Err(unknown_command(args));
     };
     let spec = match (spec.subcommands.is_empty(), args.get(1)) {
         (false, Some(sub)) => match spec.subcommand(sub) {
             Some(s) => s,
             None => {
-                return Reply::error_fmt(format!(
+                return Err(Reply::error_fmt(format!(
                     "ERR unknown subcommand '{}'. Try {} HELP.",
                     clip(sub, 128),
                     spec.name.to_ascii_uppercase()
-                ))
-                .into();
+                )));
             }
         },
         _ => spec,
     };
     ctx.session.last_command_slot = crate::stats::slot_of(spec);
     if !spec.arity_ok(args.len()) {
-        return wrong_arity(spec.name).into();
+        return Err(wrong_arity(spec.name));
     }
     if !ctx.session.authenticated && !spec.no_auth() {
-        return Reply::error("NOAUTH Authentication required.").into();
+        return Err(Reply::error("NOAUTH Authentication required."));
     }
-    ctx.session.last_command_name = spec.name;
+    // CLIENT LIST shows it from here on, also while CLIENT PAUSE holds it.
+    ctx.session.client.set_command(ctx.session.last_command_slot);
+    Ok(spec)
+}
+
+/// Runs a command that [`admit`] let through.
+pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
     ctx.state.metrics.commands.inc();
     (spec.run)(args, ctx)
 }

@@ -27,7 +27,7 @@ pub fn read_second(args: &Args, ctx: &mut Ctx) -> Pending {
 fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
     let key = args[1].clone();
     // The node encodes the reply for this connection's protocol: the router passes it on.
-    let resp = ctx.session.protocol.version() as u32;
+    let resp = ctx.session.protocol().version() as u32;
     let command = proto::Command { args: args.to_vec(), readonly, key_index: 1, resp, ..Default::default() };
     Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
 }

@@ -1,0 +1,286 @@
+//! The router's connected RESP clients, as CLIENT LIST and CLIENT KILL see them.
+//!
+//! Each connection owns an [`Arc<ClientHandle>`]: the connection loop writes to it, other
+//! connections read it. What changes per command (the command, its time) is kept in atomics, so
+//! recording it costs two relaxed stores and no lock; what changes rarely (the name, the library)
+//! sits behind a mutex that only CLIENT SETNAME/SETINFO, HELLO, RESET and the readers take.
+//! [`Clients`] lists the handles of the open connections (a lock at connect, disconnect, LIST
+//! and KILL only). A handle also carries the connection's kill switch: [`ClientHandle::kill`]
+//! wakes the connection wherever it waits (reading, or held by CLIENT PAUSE) and it closes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::resp::Protocol;
+
+/// No command yet (`cmd=NULL`, as Redis shows it).
+const NO_COMMAND: usize = usize::MAX;
+
+/// The names a client gives itself (CLIENT SETNAME, HELLO SETNAME, CLIENT SETINFO).
+#[derive(Debug, Default, Clone)]
+pub struct Names {
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+}
+
+/// One connection as other connections see it.
+#[derive(Debug)]
+pub struct ClientHandle {
+    pub id: u64,
+    /// Peer address as CLIENT LIST's `addr` shows it (`ip:port`, or `path:0` on a Unix socket).
+    pub peer: String,
+    /// The connection's local address (`laddr`): `ip:port`, or the socket path.
+    pub local: String,
+    /// A Unix socket client (flag `U`).
+    pub unix: bool,
+    pub created: Instant,
+    /// When the last command started, in milliseconds after `created`.
+    last_command_ms: AtomicU64,
+    /// The last command's stats slot ([`crate::stats::spec_at`]), or [`NO_COMMAND`].
+    last_command: AtomicUsize,
+    /// 2 or 3.
+    protocol: AtomicU8,
+    /// CLIENT NO-EVICT on (flag `e`). Shoal never evicts clients; it is recorded and shown.
+    no_evict: AtomicBool,
+    /// A command of this client waits for CLIENT PAUSE to end (flag `b`, as Redis's postponed
+    /// clients show).
+    held: AtomicBool,
+    names: Mutex<Names>,
+    killed: AtomicBool,
+    kill: Notify,
+}
+
+impl ClientHandle {
+    pub fn new(id: u64, peer: String, local: String, unix: bool) -> ClientHandle {
+        ClientHandle {
+            id,
+            peer,
+            local,
+            unix,
+            created: Instant::now(),
+            last_command_ms: AtomicU64::new(0),
+            last_command: AtomicUsize::new(NO_COMMAND),
+            protocol: AtomicU8::new(2),
+            no_evict: AtomicBool::new(false),
+            held: AtomicBool::new(false),
+            names: Mutex::new(Names::default()),
+            killed: AtomicBool::new(false),
+            kill: Notify::new(),
+        }
+    }
+
+    /// A command arrived at `at` (the hot path: one relaxed store).
+    pub fn touch(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.created).as_millis() as u64;
+        self.last_command_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The command about to run, by its stats slot (the hot path: one relaxed store).
+    pub fn set_command(&self, slot: Option<usize>) {
+        self.last_command.store(slot.unwrap_or(NO_COMMAND), Ordering::Relaxed);
+    }
+
+    pub fn set_protocol(&self, protocol: Protocol) {
+        self.protocol.store(protocol.version() as u8, Ordering::Relaxed);
+    }
+
+    pub fn set_no_evict(&self, on: bool) {
+        self.no_evict.store(on, Ordering::Relaxed);
+    }
+
+    pub fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::Relaxed);
+    }
+
+    pub fn names(&self) -> Names {
+        self.names.lock().clone()
+    }
+
+    pub fn name(&self) -> Option<Bytes> {
+        self.names.lock().name.clone()
+    }
+
+    pub fn update_names(&self, f: impl FnOnce(&mut Names)) {
+        f(&mut self.names.lock());
+    }
+
+    /// Closes the connection: it stops at its next wait (or after the round it is in).
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.kill.notify_one();
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    /// Completes once [`kill`](Self::kill) has been called (at once if it already was).
+    pub async fn killed(&self) {
+        if !self.is_killed() {
+            self.kill.notified().await;
+        }
+    }
+
+    /// Redis's flags field: `b` held by a pause, `U` Unix socket, `e` no-evict, else `N`.
+    fn flags(&self) -> String {
+        let mut f = String::new();
+        if self.held.load(Ordering::Relaxed) {
+            f.push('b');
+        }
+        if self.unix {
+            f.push('U');
+        }
+        if self.no_evict.load(Ordering::Relaxed) {
+            f.push('e');
+        }
+        if f.is_empty() {
+            f.push('N');
+        }
+        f
+    }
+
+    /// The CLIENT INFO / CLIENT LIST line, with Redis 7.0's fields in Redis's order, then the
+    /// two Redis 7.2 added (`lib-name`, `lib-ver`, set by CLIENT SETINFO). Shoal keeps no
+    /// per-client buffers or transactions, so those fields are fixed.
+    pub fn info_line(&self) -> String {
+        let names = self.names();
+        fn text(b: &Option<Bytes>) -> std::borrow::Cow<'_, str> {
+            b.as_deref().map(String::from_utf8_lossy).unwrap_or_default()
+        }
+        let now = Instant::now();
+        let age = now.saturating_duration_since(self.created);
+        let last = std::time::Duration::from_millis(self.last_command_ms.load(Ordering::Relaxed));
+        let idle = age.saturating_sub(last);
+        let cmd = match self.last_command.load(Ordering::Relaxed) {
+            NO_COMMAND => "NULL",
+            slot => crate::stats::spec_at(slot).map_or("NULL", |s| s.name),
+        };
+        format!(
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 \
+             qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r \
+             cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            self.id,
+            self.peer,
+            self.local,
+            text(&names.name),
+            age.as_secs(),
+            idle.as_secs(),
+            self.flags(),
+            cmd,
+            self.protocol.load(Ordering::Relaxed),
+            text(&names.lib_name),
+            text(&names.lib_ver),
+        )
+    }
+}
+
+/// The open RESP connections, by id (the order Redis lists them in: connection order).
+#[derive(Debug, Default)]
+pub struct Clients {
+    open: Mutex<BTreeMap<u64, Arc<ClientHandle>>>,
+}
+
+impl Clients {
+    /// Lists `client` until the returned guard is dropped (when the connection ends).
+    pub fn register(&self, client: Arc<ClientHandle>) -> Registered<'_> {
+        let id = client.id;
+        self.open.lock().insert(id, client);
+        Registered { clients: self, id }
+    }
+
+    /// Every open connection, in id order.
+    pub fn all(&self) -> Vec<Arc<ClientHandle>> {
+        self.open.lock().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
+        self.open.lock().get(&id).cloned()
+    }
+}
+
+/// A connection's place in [`Clients`]; removed when dropped.
+#[derive(Debug)]
+pub struct Registered<'a> {
+    clients: &'a Clients,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.clients.open.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(line: &str) -> Vec<&str> {
+        line.trim_end().split(' ').map(|f| f.split_once('=').unwrap().0).collect()
+    }
+
+    #[test]
+    fn the_line_has_redis_s_fields() {
+        let c = ClientHandle::new(7, "127.0.0.1:5000".into(), "127.0.0.1:6379".into(), false);
+        let line = c.info_line();
+        assert!(line.ends_with('\n'));
+        assert!(
+            line.starts_with(
+                "id=7 addr=127.0.0.1:5000 laddr=127.0.0.1:6379 fd=-1 name= age=0 idle=0 flags=N "
+            )
+        );
+        assert!(line.contains(" cmd=NULL user=default redir=-1 resp=2 lib-name= lib-ver=\n"), "{line}");
+        assert_eq!(keys(&line).len(), 30);
+    }
+
+    #[test]
+    fn flags_names_protocol_and_command_show() {
+        let c = ClientHandle::new(1, "/tmp/s:0".into(), "/tmp/s".into(), true);
+        assert!(c.info_line().contains(" flags=U "));
+        c.set_no_evict(true);
+        c.set_held(true);
+        assert!(c.info_line().contains(" flags=bUe "));
+        c.update_names(|n| n.name = Some(Bytes::from("worker")));
+        c.set_protocol(Protocol::Resp3);
+        let slot = crate::stats::slot_of(crate::cmd::lookup(b"ping").unwrap());
+        c.set_command(slot);
+        let line = c.info_line();
+        assert!(line.contains(" name=worker "), "{line}");
+        assert!(line.contains(" cmd=ping "), "{line}");
+        assert!(line.contains(" resp=3 "), "{line}");
+    }
+
+    #[test]
+    fn registration_ends_with_the_guard() {
+        let clients = Clients::default();
+        let a = clients.register(Arc::new(ClientHandle::new(2, "a".into(), "l".into(), false)));
+        let b = clients.register(Arc::new(ClientHandle::new(1, "b".into(), "l".into(), false)));
+        assert_eq!(clients.all().iter().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
+        drop(a);
+        assert!(clients.get(2).is_none());
+        assert!(clients.get(1).is_some());
+        drop(b);
+        assert!(clients.all().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_kill_wakes_a_waiter_and_is_remembered() {
+        let c = Arc::new(ClientHandle::new(1, "a".into(), "l".into(), false));
+        let waiter = tokio::spawn({
+            let c = c.clone();
+            async move { c.killed().await }
+        });
+        tokio::task::yield_now().await;
+        c.kill();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        assert!(c.is_killed());
+        tokio::time::timeout(std::time::Duration::from_secs(1), c.killed()).await.expect("already killed");
+    }
+}

@@ -1,0 +1,244 @@
+//! CLIENT subcommands about other connections and the router as a whole: LIST, KILL, PAUSE,
+//! UNPAUSE. They see this router's RESP connections ([`crate::clients`]) and pause this router
+//! only (docs/compatibility.md).
+
+use std::time::Duration;
+
+use super::spec::*;
+use super::{Args, Ctx, Pending, syntax_error};
+use crate::clients::ClientHandle;
+use crate::pause::PauseMode;
+use crate::resp::Reply;
+
+const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
+const ADMIN_CONN: &[&str] = &["@admin", "@slow", "@dangerous", "@connection"];
+
+pub const CLIENT_LIST: CommandSpec = CommandSpec {
+    name: "client|list",
+    arity: -2,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "2.4.0",
+    summary: "Get the list of client connections",
+    complexity: "O(N) where N is the number of client connections",
+    run: list,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_KILL: CommandSpec = CommandSpec {
+    name: "client|kill",
+    arity: -3,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "2.4.0",
+    summary: "Kill the connection of a client",
+    complexity: "O(N) where N is the number of client connections",
+    run: kill,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_PAUSE: CommandSpec = CommandSpec {
+    name: "client|pause",
+    arity: -3,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "2.9.50",
+    summary: "Stop processing commands from clients for some time",
+    complexity: "O(1)",
+    run: pause,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_UNPAUSE: CommandSpec = CommandSpec {
+    name: "client|unpause",
+    arity: 2,
+    flags: ADMIN_FLAGS,
+    keys: KeySpec::NONE,
+    acl: ADMIN_CONN,
+    group: "connection",
+    since: "6.2.0",
+    summary: "Resume processing of clients that were paused",
+    complexity: "O(N) Where N is the number of paused clients",
+    run: unpause,
+    ..CommandSpec::DEFAULT
+};
+
+/// A client type, as CLIENT LIST TYPE and CLIENT KILL TYPE name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientType {
+    Normal,
+    /// Master, replica or pub/sub: Shoal has no such clients, so these match none.
+    Other,
+}
+
+fn client_type(name: &[u8]) -> Result<ClientType, Reply> {
+    match &name.to_ascii_lowercase()[..] {
+        b"normal" => Ok(ClientType::Normal),
+        b"master" | b"replica" | b"slave" | b"pubsub" => Ok(ClientType::Other),
+        _ => Err(Reply::error_fmt(format!("ERR Unknown client type '{}'", String::from_utf8_lossy(name)))),
+    }
+}
+
+/// `CLIENT LIST [TYPE type] | [ID id ...]`: one line per connection, in connection order.
+pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
+    let chosen: Vec<std::sync::Arc<ClientHandle>> =
+        if args.len() == 4 && args[2].eq_ignore_ascii_case(b"type") {
+            match client_type(&args[3]) {
+                Ok(ClientType::Normal) => ctx.state.clients.all(),
+                Ok(ClientType::Other) => Vec::new(),
+                Err(e) => return e.into(),
+            }
+        } else if args.len() > 3 && args[2].eq_ignore_ascii_case(b"id") {
+            let mut chosen = Vec::new();
+            for arg in &args[3..] {
+                let Some(id) = shoal_wire::num::parse_i64(arg) else {
+                    return Reply::error("ERR Invalid client ID").into();
+                };
+                // Redis lists an ID as often as it is given.
+                chosen.extend(u64::try_from(id).ok().and_then(|id| ctx.state.clients.get(id)));
+            }
+            chosen
+        } else if args.len() == 2 {
+            ctx.state.clients.all()
+        } else {
+            return syntax_error().into();
+        };
+    let text: String = chosen.iter().map(|c| c.info_line()).collect();
+    Reply::Verbatim(text.into()).into()
+}
+
+/// Which connections CLIENT KILL closes: every given filter must match.
+#[derive(Debug, Default)]
+struct Filter<'a> {
+    addr: Option<&'a [u8]>,
+    laddr: Option<&'a [u8]>,
+    kind: Option<ClientType>,
+    id: Option<u64>,
+    skip_me: bool,
+}
+
+impl Filter<'_> {
+    /// Redis parses the options in order and answers the first bad one.
+    fn parse(args: &Args) -> Result<Filter<'_>, Reply> {
+        let mut f = Filter { skip_me: true, ..Filter::default() };
+        let mut i = 2;
+        while i < args.len() {
+            let (opt, value) = match args.get(i + 1) {
+                Some(v) => (args[i].to_ascii_lowercase(), v),
+                None => return Err(syntax_error()),
+            };
+            match &opt[..] {
+                b"id" => match shoal_wire::num::parse_i64(value).filter(|&n| n >= 1) {
+                    Some(n) => f.id = Some(n as u64),
+                    None => return Err(Reply::error("ERR client-id should be greater than 0")),
+                },
+                b"type" => f.kind = Some(client_type(value)?),
+                b"addr" => f.addr = Some(value),
+                b"laddr" => f.laddr = Some(value),
+                // Shoal has one user, `default`, whom every client is.
+                b"user" if &value[..] == b"default" => {}
+                b"user" => {
+                    return Err(Reply::error_fmt(format!(
+                        "ERR No such user '{}'",
+                        String::from_utf8_lossy(value)
+                    )));
+                }
+                b"skipme" if value.eq_ignore_ascii_case(b"yes") => f.skip_me = true,
+                b"skipme" if value.eq_ignore_ascii_case(b"no") => f.skip_me = false,
+                _ => return Err(syntax_error()),
+            }
+            i += 2;
+        }
+        Ok(f)
+    }
+
+    fn matches(&self, c: &ClientHandle, me: u64) -> bool {
+        self.addr.is_none_or(|a| a == c.peer.as_bytes())
+            && self.laddr.is_none_or(|a| a == c.local.as_bytes())
+            && self.kind.is_none_or(|k| k == ClientType::Normal)
+            && self.id.is_none_or(|id| id == c.id)
+            && !(self.skip_me && c.id == me)
+    }
+}
+
+/// `CLIENT KILL ip:port` (answers OK or an error; may close the caller) or `CLIENT KILL
+/// <filter> <value> ...` (answers how many it closed; skips the caller unless `SKIPME no`).
+/// The caller, if it is one of them, gets its reply and then is closed, as in Redis.
+pub fn kill(args: &Args, ctx: &mut Ctx) -> Pending {
+    let old_form = args.len() == 3;
+    let filter = if old_form {
+        Filter { addr: Some(&args[2]), ..Filter::default() }
+    } else {
+        match Filter::parse(args) {
+            Ok(f) => f,
+            Err(e) => return e.into(),
+        }
+    };
+    let me = ctx.session.client.id;
+    let mut killed = 0;
+    let mut close_me = false;
+    for c in ctx.state.clients.all() {
+        if !filter.matches(&c, me) {
+            continue;
+        }
+        if c.id == me {
+            close_me = true;
+        } else {
+            c.kill();
+        }
+        killed += 1;
+    }
+    let reply = match (old_form, killed) {
+        (true, 0) => Reply::error("ERR No such client"),
+        (true, _) => Reply::OK,
+        (false, n) => Reply::Int(n),
+    };
+    if close_me { Pending::Close(reply) } else { reply.into() }
+}
+
+/// `CLIENT PAUSE timeout [WRITE|ALL]`: pauses this router's clients (see [`crate::pause`]).
+pub fn pause(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 4 {
+        // Redis's arity allows more; its handler answers this.
+        return Reply::error_fmt(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ))
+        .into();
+    }
+    // Redis checks the mode before the timeout.
+    let mode = match args.get(3) {
+        None => PauseMode::All,
+        Some(m) if m.eq_ignore_ascii_case(b"write") => PauseMode::Write,
+        Some(m) if m.eq_ignore_ascii_case(b"all") => PauseMode::All,
+        Some(_) => return Reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL").into(),
+    };
+    let Some(ms) = shoal_wire::num::parse_i64(&args[2]) else {
+        return Reply::error("ERR timeout is not an integer or out of range").into();
+    };
+    if ms < 0 {
+        return Reply::error("ERR timeout is negative").into();
+    }
+    // Redis adds the timeout to the Unix time in ms without checking: a sum past i64::MAX wraps
+    // into the past, and such a pause has already ended.
+    let now_ms = ctx.now_ms();
+    let ms = if ms > i64::MAX - now_ms { 0 } else { ms as u64 };
+    let now = tokio::time::Instant::now();
+    // Past what an Instant can hold: a century is as good as forever.
+    let until =
+        now.checked_add(Duration::from_millis(ms)).unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+    ctx.state.pause.pause(mode, until);
+    Reply::OK.into()
+}
+
+/// `CLIENT UNPAUSE`: lifts this router's pause; held commands run.
+pub fn unpause(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.state.pause.unpause();
+    Reply::OK.into()
+}

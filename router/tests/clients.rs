@@ -1,0 +1,353 @@
+//! CLIENT LIST, KILL, PAUSE/UNPAUSE and HELP over real loopback connections: what depends on
+//! addresses, ids and timing is checked here; the deterministic replies (error texts, empty
+//! lists, counts of 0) are compared byte for byte in `differential/clients.redis`.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::Raw;
+use tokio::io::AsyncReadExt;
+
+/// A single-node router is enough: these commands never reach a node.
+async fn router() -> shoal_router::Router {
+    support::router(&["--embedded-nodes", "1"]).await
+}
+
+/// The payload of a bulk string reply (RESP2), as text.
+fn text(reply: &[u8]) -> String {
+    let s = String::from_utf8_lossy(reply);
+    assert!(s.starts_with('$'), "not a bulk string: {s:?}");
+    let (_, body) = s.split_once("\r\n").unwrap();
+    body.strip_suffix("\r\n").unwrap().to_string()
+}
+
+/// A CLIENT LIST / CLIENT INFO line as (key, value) pairs, in order.
+fn fields(line: &str) -> Vec<(String, String)> {
+    line.split(' ')
+        .map(|f| {
+            let (k, v) = f.split_once('=').unwrap_or_else(|| panic!("not key=value: {f:?} in {line:?}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// CLIENT LIST as one map per line, keyed by the `id` field.
+async fn client_list(con: &mut Raw, extra: &[&str]) -> HashMap<u64, HashMap<String, String>> {
+    let mut args = vec!["CLIENT", "LIST"];
+    args.extend_from_slice(extra);
+    let body = text(&con.cmd(&args).await);
+    body.lines()
+        .map(|l| {
+            let m: HashMap<String, String> = fields(l).into_iter().collect();
+            (m["id"].parse().unwrap(), m)
+        })
+        .collect()
+}
+
+async fn client_id(con: &mut Raw) -> u64 {
+    let r = String::from_utf8(con.cmd(&["CLIENT", "ID"]).await).unwrap();
+    r.trim_start_matches(':').trim_end().parse().unwrap()
+}
+
+fn addr_of(con: &Raw) -> String {
+    con.stream.local_addr().unwrap().to_string()
+}
+
+/// The server closed this connection: its next read is end-of-file, within 5 s.
+async fn assert_closed(con: &mut Raw) {
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(5), con.stream.read(&mut buf)).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => panic!("expected EOF, got {:?}", String::from_utf8_lossy(&buf[..n])),
+        Ok(Err(e)) => panic!("expected EOF, got {e}"),
+        Err(_) => panic!("connection still open after 5 s"),
+    }
+}
+
+/// Nothing arrives on `con` for `d` (a held command has not been answered).
+async fn assert_silent(con: &mut Raw, d: Duration) {
+    let mut buf = [0u8; 64];
+    if let Ok(r) = tokio::time::timeout(d, con.stream.read(&mut buf)).await {
+        panic!("expected no reply yet, got {:?}", r.map(|n| String::from_utf8_lossy(&buf[..n]).into_owned()));
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Raw {
+    Raw::connect(addr).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_shows_every_connection_with_redis_s_fields() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut a = connect(addr).await;
+    let mut b = connect(addr).await;
+    let mut c = connect(addr).await;
+    let mut me = connect(addr).await;
+    assert_eq!(a.cmd(&["CLIENT", "SETNAME", "alpha"]).await, b"+OK\r\n");
+    let hello = b.cmd(&["HELLO", "3", "SETNAME", "beta"]).await;
+    assert!(hello.starts_with(b"%7\r\n"), "{}", String::from_utf8_lossy(&hello));
+    assert_eq!(c.cmd(&["PING"]).await, b"+PONG\r\n");
+    let ids = [client_id(&mut a).await, client_id(&mut b).await, client_id(&mut c).await];
+    assert_eq!(a.cmd(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]).await, b"+OK\r\n");
+    let my_id = client_id(&mut me).await;
+
+    let list = client_list(&mut me, &[]).await;
+    assert_eq!(list.len(), 4, "{list:?}");
+    for (con, id, name, cmd, resp) in [
+        (&a, ids[0], "alpha", "client|setinfo", "2"),
+        (&b, ids[1], "beta", "client|id", "3"),
+        (&c, ids[2], "", "client|id", "2"),
+        (&me, my_id, "", "client|list", "2"),
+    ] {
+        let line = &list[&id];
+        assert_eq!(line["addr"], addr_of(con), "{line:?}");
+        assert_eq!(line["laddr"], addr.to_string(), "{line:?}");
+        assert_eq!(line["name"], name, "{line:?}");
+        assert_eq!(line["cmd"], cmd, "{line:?}");
+        assert_eq!(line["resp"], resp, "{line:?}");
+        assert_eq!(line["flags"], "N", "{line:?}");
+        assert_eq!(line["user"], "default", "{line:?}");
+        assert_eq!(line["idle"], "0", "{line:?}");
+    }
+    assert_eq!(list[&ids[0]]["lib-name"], "redis-py");
+
+    // Lines come in connection order; CLIENT INFO is the caller's own line.
+    let body = text(&me.cmd(&["CLIENT", "LIST"]).await);
+    let order: Vec<u64> = body.lines().map(|l| fields(l)[0].1.parse().unwrap()).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted);
+    let info = text(&a.cmd(&["CLIENT", "INFO"]).await);
+    let list_a = client_list(&mut me, &[]).await.remove(&ids[0]).unwrap();
+    let info_a: HashMap<String, String> = fields(info.trim_end()).into_iter().collect();
+    assert_eq!(info_a["cmd"], "client|info");
+    assert_eq!(list_a["cmd"], "client|info");
+    assert_eq!(info_a["addr"], list_a["addr"]);
+    assert_eq!(
+        fields(info.trim_end()).iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        fields(body.lines().next().unwrap()).iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        "CLIENT INFO and CLIENT LIST share one format"
+    );
+
+    // Filters: ID (repeats listed again, unknown ones skipped), TYPE.
+    let one =
+        text(&me.cmd(&["CLIENT", "LIST", "ID", &ids[1].to_string(), "999999", &ids[1].to_string()]).await);
+    assert_eq!(one.lines().count(), 2, "{one}");
+    assert!(one.lines().all(|l| l.starts_with(&format!("id={} ", ids[1]))), "{one}");
+    assert_eq!(client_list(&mut me, &["TYPE", "normal"]).await.len(), 4);
+    assert_eq!(me.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).await, b"$0\r\n\r\n");
+
+    // A closed connection leaves the list.
+    drop(c);
+    let start = Instant::now();
+    while client_list(&mut me, &[]).await.contains_key(&ids[2]) {
+        assert!(start.elapsed() < Duration::from_secs(5), "closed client still listed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_fields_are_redis_7_0_s_in_its_order() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = router().await;
+    let keys =
+        |line: &str| fields(line.lines().next().unwrap()).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    let theirs = keys(&text(&connect(redis_addr).await.cmd(&["CLIENT", "LIST"]).await));
+    let ours = keys(&text(&connect(router.resp_addr).await.cmd(&["CLIENT", "LIST"]).await));
+    // Redis 7.2 added lib-name and lib-ver at the end, for CLIENT SETINFO, which Shoal accepts.
+    let mut want = theirs.clone();
+    want.extend(["lib-name".to_string(), "lib-ver".to_string()]);
+    assert_eq!(ours, want, "redis-server's fields: {theirs:?}");
+    router.shutdown().await;
+}
+
+/// Redis's help as blocks: a line that does not start with a space opens one.
+fn help_blocks(reply: &[u8]) -> Vec<Vec<String>> {
+    let s = String::from_utf8_lossy(reply);
+    let mut blocks: Vec<Vec<String>> = Vec::new();
+    for line in s.split("\r\n").filter(|l| l.starts_with('+')) {
+        let line = line[1..].to_string();
+        if line.starts_with(' ') {
+            blocks.last_mut().unwrap().push(line);
+        } else {
+            blocks.push(vec![line]);
+        }
+    }
+    blocks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_help_is_redis_s_for_the_subcommands_served() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = router().await;
+    let theirs = help_blocks(&connect(redis_addr).await.cmd(&["CLIENT", "HELP"]).await);
+    let ours = help_blocks(&connect(router.resp_addr).await.cmd(&["CLIENT", "HELP"]).await);
+    let unserved = ["CACHING", "GETREDIR", "REPLY", "UNBLOCK", "TRACKING", "TRACKINGINFO"];
+    let word = |b: &Vec<String>| b[0].split(' ').next().unwrap().to_string();
+    let want: Vec<_> = theirs.into_iter().filter(|b| !unserved.contains(&word(b).as_str())).collect();
+    // SETINFO is Redis 7.2's (listed after SETNAME, as 7.2 does).
+    let setinfo = ours.iter().position(|b| word(b) == "SETINFO").expect("SETINFO listed");
+    assert_eq!(word(&ours[setinfo - 1]), "SETNAME");
+    let mut ours = ours;
+    ours.remove(setinfo);
+    assert_eq!(ours, want);
+    // And every subcommand listed is served.
+    let mut con = connect(router.resp_addr).await;
+    for sub in ours.iter().skip(1).map(word) {
+        let reply = con.cmd(&["CLIENT", &sub, "x", "y", "z", "w"]).await;
+        assert!(!String::from_utf8_lossy(&reply).contains("unknown subcommand '"), "{sub}");
+    }
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_closes_the_chosen_connections() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut me = connect(addr).await;
+
+    // By ID: the victim, idle, sees EOF; others stay.
+    let mut victim = connect(addr).await;
+    let mut bystander = connect(addr).await;
+    let id = client_id(&mut victim).await.to_string();
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "ID", &id]).await, b":1\r\n");
+    assert_closed(&mut victim).await;
+    assert_eq!(bystander.cmd(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "ID", &id]).await, b":0\r\n", "already gone");
+
+    // By ADDR, combined with a matching and then a non-matching filter.
+    let mut victim = connect(addr).await;
+    let victim_addr = addr_of(&victim);
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "ADDR", &victim_addr, "ID", "999999"]).await, b":0\r\n");
+    assert_eq!(
+        me.cmd(&["CLIENT", "KILL", "ADDR", &victim_addr, "TYPE", "normal", "USER", "default"]).await,
+        b":1\r\n"
+    );
+    assert_closed(&mut victim).await;
+
+    // The old form: OK, or an error when no client has that address.
+    let mut victim = connect(addr).await;
+    assert_eq!(victim.cmd(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(me.cmd(&["CLIENT", "KILL", &addr_of(&victim)]).await, b"+OK\r\n");
+    assert_closed(&mut victim).await;
+    assert_eq!(me.cmd(&["CLIENT", "KILL", &addr_of(&victim)]).await, b"-ERR No such client\r\n");
+
+    // SKIPME: by default a filter never matches the caller; with `no` the caller gets its reply
+    // and is closed, and a command pipelined after it is not run.
+    let my_addr = addr_of(&me);
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "ADDR", &my_addr]).await, b":0\r\n");
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "ADDR", &my_addr, "SKIPME", "yes"]).await, b":0\r\n");
+    me.send(b"CLIENT KILL ADDR ").await;
+    me.send(format!("{my_addr} SKIPME no\r\nSET after-kill 1\r\n").as_bytes()).await;
+    assert_eq!(me.reply().await.unwrap(), b":1\r\n");
+    assert_closed(&mut me).await;
+    let mut check = connect(addr).await;
+    assert_eq!(check.cmd(&["EXISTS", "after-kill"]).await, b":0\r\n");
+
+    // The old form can close the caller too (OK first).
+    let check_addr = addr_of(&check);
+    assert_eq!(check.cmd(&["CLIENT", "KILL", &check_addr]).await, b"+OK\r\n");
+    assert_closed(&mut check).await;
+
+    // LADDR matches every client of this listener: all but the caller.
+    let mut me = connect(addr).await;
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(connect(addr).await);
+    }
+    for o in &mut others {
+        assert_eq!(o.cmd(&["PING"]).await, b"+PONG\r\n");
+    }
+    let killed = me.cmd(&["CLIENT", "KILL", "LADDR", &addr.to_string()]).await;
+    assert_eq!(killed, b":4\r\n", "the three, and `bystander`");
+    for o in &mut others {
+        assert_closed(o).await;
+    }
+    assert_closed(&mut bystander).await;
+    assert_eq!(me.cmd(&["PING"]).await, b"+PONG\r\n");
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_write_holds_writes_while_reads_answer() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut admin = connect(addr).await;
+    let mut writer = connect(addr).await;
+    let mut reader = connect(addr).await;
+    assert_eq!(writer.cmd(&["SET", "k", "old"]).await, b"+OK\r\n");
+    let writer_id = client_id(&mut writer).await;
+
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]).await, b"+OK\r\n");
+    // A pipeline: the GET before the SET is answered, the SET and the GET after it wait.
+    writer.send(b"GET k\r\nSET k new\r\nGET k\r\n").await;
+    assert_eq!(writer.reply().await.unwrap(), support::bulk("old"));
+    assert_silent(&mut writer, Duration::from_millis(300)).await;
+    assert_eq!(reader.cmd(&["GET", "k"]).await, support::bulk("old"), "reads answer");
+    let held = &client_list(&mut admin, &[]).await[&writer_id];
+    assert_eq!((held["flags"].as_str(), held["cmd"].as_str()), ("b", "set"), "{held:?}");
+    // Errors from the gates are not held (Redis answers them before it checks the pause).
+    assert_eq!(reader.cmd(&["SET", "k"]).await, b"-ERR wrong number of arguments for 'set' command\r\n");
+
+    let unpaused = Instant::now();
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).await, b"+OK\r\n");
+    assert_eq!(writer.reply().await.unwrap(), b"+OK\r\n");
+    assert_eq!(writer.reply().await.unwrap(), support::bulk("new"));
+    assert!(unpaused.elapsed() < Duration::from_secs(2));
+    assert_eq!(client_list(&mut admin, &[]).await[&writer_id]["flags"], "N");
+
+    // Without UNPAUSE, the timeout ends it.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]).await, b"+OK\r\n");
+    let start = Instant::now();
+    writer.send(b"DEL k\r\n").await;
+    assert_eq!(writer.reply().await.unwrap(), b":1\r\n");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(4), "{waited:?}");
+
+    // A held client can be killed.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]).await, b"+OK\r\n");
+    writer.send(b"SET k again\r\n").await;
+    assert_silent(&mut writer, Duration::from_millis(100)).await;
+    let killed = admin.cmd(&["CLIENT", "KILL", "ID", &writer_id.to_string()]).await;
+    assert_eq!(killed, b":1\r\n");
+    assert_closed(&mut writer).await;
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).await, b"+OK\r\n");
+    assert_eq!(reader.cmd(&["EXISTS", "k"]).await, b":0\r\n", "the killed client's SET never ran");
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_all_holds_every_command_until_it_ends() {
+    let router = router().await;
+    let addr = router.resp_addr;
+    let mut admin = connect(addr).await;
+    let mut reader = connect(addr).await;
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "600", "ALL"]).await, b"+OK\r\n");
+    let start = Instant::now();
+    reader.send(b"GET k\r\n").await;
+    // Under ALL even the pausing client waits (in Redis too: only time ends it, or a client
+    // that is not held).
+    admin.send(b"PING\r\n").await;
+    assert_silent(&mut reader, Duration::from_millis(300)).await;
+    assert_eq!(reader.reply().await.unwrap(), b"$-1\r\n");
+    assert_eq!(admin.reply().await.unwrap(), b"+PONG\r\n");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_secs(4), "{waited:?}");
+
+    // Lifted from elsewhere (here, the router's own state): held commands run at once.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "60000"]).await, b"+OK\r\n");
+    reader.send(b"GET k\r\n").await;
+    assert_silent(&mut reader, Duration::from_millis(200)).await;
+    // What the gates refuse is answered (Redis checks the pause after them).
+    let mut other = connect(addr).await;
+    assert_eq!(other.cmd(&["NOPE"]).await, b"-ERR unknown command 'NOPE', with args beginning with: \r\n");
+    assert_eq!(other.cmd(&["GET"]).await, b"-ERR wrong number of arguments for 'get' command\r\n");
+    router.state.pause.unpause();
+    assert_eq!(reader.reply().await.unwrap(), b"$-1\r\n");
+    router.shutdown().await;
+}
