@@ -49,7 +49,7 @@ pub enum ZSet {
 }
 
 /// A member of a big sorted set: its score (8 bytes, little-endian IEEE) then its bytes, in one
-/// allocation the index and the tree share. Ordered as Redis orders members: by score, then bytes.
+/// allocation the index and the tree share.
 #[derive(Debug, Clone)]
 struct Rec(Arc<[u8]>);
 
@@ -70,32 +70,44 @@ impl Rec {
     }
 }
 
-impl Ord for Rec {
-    fn cmp(&self, other: &Self) -> Ordering {
-        key_order((self.member(), self.score()), (other.member(), other.score()))
+/// A tree entry: the score again beside the record, so that comparisons read the member's bytes
+/// only between equal scores (8 bytes more per member, for a tree walk that does not chase a
+/// pointer at every step).
+#[derive(Debug, Clone)]
+struct Ranked(f64, Rec);
+
+impl Ranked {
+    fn of(r: &Rec) -> Ranked {
+        Ranked(r.score(), r.clone())
     }
 }
 
-impl PartialOrd for Rec {
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        key_order((self.1.member(), self.0), (other.1.member(), other.0))
+    }
+}
+
+impl PartialOrd for Ranked {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for Rec {
+impl PartialEq for Ranked {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for Rec {}
+impl Eq for Ranked {}
 
 #[derive(Debug, Clone, Default)]
 pub struct Tree {
     /// Member → record, hashed by the member's bytes.
     index: HashTable<Rec>,
     hasher: DefaultHashBuilder,
-    order: BTreeSet<Rec>,
+    order: BTreeSet<Ranked>,
     /// Heap bytes of the records.
     bytes: usize,
 }
@@ -111,9 +123,9 @@ impl Tree {
 }
 
 /// Per member besides its record: an index bucket (pointer, length, control byte) and a tree
-/// slot (pointer and length, with the B-tree's node overhead, about a third of a node unused).
+/// slot (score and pointer, with the B-tree's node overhead: about a third of a node unused).
 const INDEX_BUCKET: usize = 17;
-const TREE_SLOT: usize = 24;
+const TREE_SLOT: usize = 36;
 const PACK_ITEM: usize = 24;
 
 impl Default for ZSet {
@@ -165,7 +177,7 @@ impl ZSet {
     pub fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
         match self {
             ZSet::Pack(v) => Box::new(v.iter().map(|(m, s)| (&**m, *s))),
-            ZSet::Tree(t) => Box::new(t.order.iter().map(|r| (r.member(), r.score()))),
+            ZSet::Tree(t) => Box::new(t.order.iter().map(|r| (r.1.member(), r.0))),
         }
     }
 
@@ -190,7 +202,7 @@ impl ZSet {
             ZSet::Tree(t) => {
                 // Tree bounds: the empty member sorts first among equal scores, so
                 // (next score up, "") lies just past every member of a score.
-                let at = |x: f64| Rec::new(b"", x);
+                let at = |x: f64| Ranked(x, Rec::new(b"", x));
                 let lower = match min {
                     Bound::Included(x) => Bound::Included(at(x)),
                     Bound::Excluded(x) if x == f64::INFINITY => return Box::new(std::iter::empty()),
@@ -212,7 +224,7 @@ impl ZSet {
                 Box::new(
                     t.order
                         .range((lower, upper))
-                        .map(|r| (r.member(), r.score()))
+                        .map(|r| (r.1.member(), r.0))
                         .filter(move |&(_, s)| above(s) && below(s)),
                 )
             }
@@ -223,7 +235,7 @@ impl ZSet {
     pub fn rank(&self, m: &[u8]) -> Option<usize> {
         match self {
             ZSet::Pack(v) => v.iter().position(|(x, _)| &**x == m),
-            ZSet::Tree(t) => Some(t.order.range(..t.find(m)?).count()),
+            ZSet::Tree(t) => Some(t.order.range(..Ranked::of(t.find(m)?)).count()),
         }
     }
 
@@ -254,15 +266,15 @@ impl ZSet {
         match t.index.find_mut(hash, |r| r.member() == m) {
             Some(slot) => {
                 if slot.score().to_bits() != score.to_bits() {
-                    t.order.remove(slot);
-                    t.order.insert(rec.clone());
+                    t.order.remove(&Ranked::of(slot));
+                    t.order.insert(Ranked::of(&rec));
                     *slot = rec;
                 }
                 false
             }
             None => {
                 t.bytes += Tree::record_size(m);
-                t.order.insert(rec.clone());
+                t.order.insert(Ranked::of(&rec));
                 let hasher = &t.hasher;
                 t.index.insert_unique(hash, rec, |r| hasher.hash_one(r.member()));
                 true
@@ -282,7 +294,7 @@ impl ZSet {
             ZSet::Tree(t) => match t.index.find_entry(t.hasher.hash_one(m), |r| r.member() == m) {
                 Ok(found) => {
                     let (rec, _) = found.remove();
-                    t.order.remove(&rec);
+                    t.order.remove(&Ranked::of(&rec));
                     t.bytes -= Tree::record_size(m);
                     if t.index.capacity() > 64 && t.index.len() * 4 < t.index.capacity() {
                         let hasher = &t.hasher;
