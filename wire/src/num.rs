@@ -41,6 +41,39 @@ pub fn format_i64(v: i64) -> Vec<u8> {
 }
 
 /// Parses a memory size the way Redis's config does (`memtoll`).
+/// An integer's decimal text, formatted on the stack (reply encoders call this per element, where
+/// a `to_string()` would cost an allocation each).
+#[derive(Debug, Clone, Copy)]
+pub struct IntText {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl IntText {
+    pub fn new(n: i64) -> IntText {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        let mut v = n.unsigned_abs();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            i -= 1;
+            buf[i] = b'-';
+        }
+        IntText { buf, start: i }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
 pub fn parse_memory(s: &str) -> Result<u64, String> {
     let lower = s.trim().to_ascii_lowercase();
     let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());

@@ -1,6 +1,7 @@
 //! Building [`Frame`] replies.
 
 use bytes::Bytes;
+use shoal_wire::num::IntText;
 use shoal_wire::proto::{Empty, Frame, Frames, frame::Kind};
 
 /// Appends `f` in RESP3 (`resp3`) or RESP2 to `out`, with the router's encoding rules for each
@@ -8,7 +9,7 @@ use shoal_wire::proto::{Empty, Frame, Frames, frame::Kind};
 pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
     fn header(out: &mut Vec<u8>, prefix: u8, n: usize) {
         out.push(prefix);
-        out.extend_from_slice(n.to_string().as_bytes());
+        out.extend_from_slice(IntText::new(n as i64).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     fn bulk(out: &mut Vec<u8>, b: &[u8]) {
@@ -24,7 +25,7 @@ pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
     let null = |out: &mut Vec<u8>, resp2: &[u8]| out.extend_from_slice(if resp3 { b"_\r\n" } else { resp2 });
     match &f.kind {
         Some(Kind::Bulk(b)) => bulk(out, b),
-        Some(Kind::Int(n)) => line(out, b':', n.to_string().as_bytes()),
+        Some(Kind::Int(n)) => line(out, b':', IntText::new(*n).as_bytes()),
         Some(Kind::Error(e)) => line(out, b'-', e.replace(['\r', '\n'], " ").as_bytes()),
         Some(Kind::Simple(s)) => line(out, b'+', s.as_bytes()),
         Some(Kind::Nil(_)) | None => null(out, b"$-1\r\n"),
@@ -76,6 +77,25 @@ impl F {
 
     pub fn bulk_from(b: &[u8]) -> Frame {
         F::bulk(Bytes::copy_from_slice(b))
+    }
+
+    /// Bulk strings of `items`, copied into one buffer that every frame slices (two
+    /// allocations for the lot, where `bulk_from` takes one per element).
+    pub fn bulks<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<Frame> {
+        let (mut all, mut ends) = (Vec::new(), Vec::new());
+        for b in items {
+            all.extend_from_slice(b);
+            ends.push(all.len());
+        }
+        let all = Bytes::from(all);
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let f = F::bulk(all.slice(start..end));
+                start = end;
+                f
+            })
+            .collect()
     }
 
     pub fn int(n: i64) -> Frame {

@@ -455,7 +455,7 @@ fn limit<'a>(
 
 fn reply_members(items: &[(&[u8], f64)], with_scores: bool) -> Frame {
     if !with_scores {
-        return F::array(items.iter().map(|(m, _)| F::bulk_from(m)).collect());
+        return F::array(F::bulks(items.iter().map(|(m, _)| &m[..])));
     }
     let mut flat = Vec::with_capacity(items.len() * 2);
     for (m, s) in items {

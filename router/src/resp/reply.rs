@@ -191,40 +191,7 @@ fn bulk(out: &mut Out, prefix: u8, b: &[u8]) {
 }
 
 fn put_int(out: &mut Out, n: i64) {
-    let mut buf = itoa_buf(n);
-    out.put_slice(buf.as_bytes_mut());
-}
-
-/// Formats an integer without allocating.
-struct IntText {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl IntText {
-    fn as_bytes_mut(&mut self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
-fn itoa_buf(n: i64) -> IntText {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let negative = n < 0;
-    let mut v = n.unsigned_abs();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    if negative {
-        i -= 1;
-        buf[i] = b'-';
-    }
-    IntText { buf, start: i }
+    out.put_slice(shoal_wire::num::IntText::new(n).as_bytes());
 }
 
 #[cfg(test)]
