@@ -71,6 +71,16 @@ pub fn fmt_g17(d: f64) -> String {
     if d == 0.0 {
         return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
+    // Integral scores (the common case) below 1e17 print as their digits: every double there is
+    // an integer that 17 significant digits hold exactly. No float formatting needed.
+    if d.fract() == 0.0 && d.abs() < 1e17 {
+        return (d as i64).to_string();
+    }
+    slow_g17(d)
+}
+
+/// `%.17g` through Rust's exact float formatting.
+fn slow_g17(d: f64) -> String {
     let sci = format!("{d:.16e}");
     let (mantissa, exp) = sci.split_once('e').expect("exponent");
     let exp: i32 = exp.parse().expect("exponent digits");
@@ -548,6 +558,20 @@ fn zremrange(store: &Store, args: &[Bytes], kind: Kind) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integral_scores_take_the_short_way_to_the_same_text() {
+        let mut d = 1.0f64;
+        while d < 1e17 {
+            for x in [d, d + 1.0, d - 1.0, -d, (d * 0.77).floor()] {
+                assert_eq!(fmt_g17(x), slow_g17(x), "{x}");
+            }
+            d *= 3.0;
+        }
+        for x in [99_999_999_999_999_984.0, -99_999_999_999_999_984.0, 9_007_199_254_740_993.0] {
+            assert_eq!(fmt_g17(x), slow_g17(x), "{x}");
+        }
+    }
 
     #[test]
     fn doubles_print_like_printf_g17() {

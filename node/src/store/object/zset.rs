@@ -117,6 +117,18 @@ impl Tree {
         self.index.find(self.hasher.hash_one(m), |r| r.member() == m)
     }
 
+    /// Takes `m`'s record out of the index (the caller takes it out of the tree).
+    fn unindex(&mut self, m: &[u8]) -> Option<Rec> {
+        let found = self.index.find_entry(self.hasher.hash_one(m), |r| r.member() == m).ok()?;
+        let (rec, _) = found.remove();
+        self.bytes -= Tree::record_size(m);
+        if self.index.capacity() > 64 && self.index.len() * 4 < self.index.capacity() {
+            let hasher = &self.hasher;
+            self.index.shrink_to(self.index.len() * 2, |r| hasher.hash_one(r.member()));
+        }
+        Some(rec)
+    }
+
     fn record_size(m: &[u8]) -> usize {
         alloc_size(2 * 8 + 8 + m.len())
     }
@@ -291,28 +303,30 @@ impl ZSet {
                 }
                 None => false,
             },
-            ZSet::Tree(t) => match t.index.find_entry(t.hasher.hash_one(m), |r| r.member() == m) {
-                Ok(found) => {
-                    let (rec, _) = found.remove();
+            ZSet::Tree(t) => match t.unindex(m) {
+                Some(rec) => {
                     t.order.remove(&Ranked::of(&rec));
-                    t.bytes -= Tree::record_size(m);
-                    if t.index.capacity() > 64 && t.index.len() * 4 < t.index.capacity() {
-                        let hasher = &t.hasher;
-                        t.index.shrink_to(t.index.len() * 2, |r| hasher.hash_one(r.member()));
-                    }
                     true
                 }
-                Err(_) => false,
+                None => false,
             },
         }
     }
 
     /// Removes and returns the lowest (or highest) member.
     pub fn pop(&mut self, max: bool) -> Option<(Vec<u8>, f64)> {
-        let (m, s) =
-            if max { self.iter().next_back() } else { self.iter().next() }.map(|(m, s)| (m.to_vec(), s))?;
-        self.remove(&m);
-        Some((m, s))
+        match self {
+            ZSet::Pack(v) if v.is_empty() => None,
+            ZSet::Pack(v) => {
+                let (m, s) = if max { v.pop()? } else { v.remove(0) };
+                Some((m.into_vec(), s))
+            }
+            ZSet::Tree(t) => {
+                let Ranked(score, rec) = if max { t.order.pop_last() } else { t.order.pop_first() }?;
+                t.unindex(rec.member());
+                Some((rec.member().to_vec(), score))
+            }
+        }
     }
 
     fn convert(&mut self) {
