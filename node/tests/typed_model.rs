@@ -29,6 +29,7 @@ const SMALL: Limits = Limits {
     set_max_intset_entries: 4,
     zset_max_listpack_entries: 4,
     zset_max_listpack_value: 8,
+    list_max_listpack_size: -2,
 };
 
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
