@@ -76,7 +76,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 
     /// Memory limit: bytes, or with a unit like Redis (100mb, 2gb; k/m/g are powers of 1000,
-    /// kb/mb/gb powers of 1024). 0 means no limit.
+    /// kb/mb/gb powers of 1024). 0 means no limit. CONFIG SET through a router changes it and the
+    /// policy at runtime (not kept across restarts).
     #[arg(long, env = "SHOAL_NODE_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
     pub maxmemory: u64,
 
@@ -87,8 +88,8 @@ pub struct ServeArgs {
 
     /// Hashes with more fields than this are stored as hash tables instead of listpacks (Redis's
     /// hash-max-listpack-entries, 0 to 9223372036854775807). This and the other thresholds below
-    /// can be changed at runtime with CONFIG SET through a router; existing values keep their
-    /// encoding until a write converts them, as in Redis.
+    /// can be changed at runtime with CONFIG SET through a router (not kept across restarts);
+    /// existing values keep their encoding until a write converts them, as in Redis.
     #[arg(long, env = "SHOAL_NODE_HASH_MAX_LISTPACK_ENTRIES", default_value_t = 512, allow_negative_numbers = true,
           value_parser = count)]
     pub hash_max_listpack_entries: u64,
