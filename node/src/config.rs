@@ -9,6 +9,9 @@ use shoal_telemetry::logging::LogFormat;
 use shoal_wire::num::parse_memory;
 
 use crate::snapshot::bake::InputFormat;
+use shoal_wire::settings;
+
+use crate::store::object::Limits;
 use crate::store::{EvictionPolicy, StoreConfig, default_shards};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7001";
@@ -73,7 +76,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 
     /// Memory limit: bytes, or with a unit like Redis (100mb, 2gb; k/m/g are powers of 1000,
-    /// kb/mb/gb powers of 1024). 0 means no limit.
+    /// kb/mb/gb powers of 1024). 0 means no limit. CONFIG SET through a router changes it and the
+    /// policy at runtime (not kept across restarts).
     #[arg(long, env = "SHOAL_NODE_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
     pub maxmemory: u64,
 
@@ -81,6 +85,44 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_MAXMEMORY_POLICY", default_value = "noeviction",
           value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
     pub maxmemory_policy: String,
+
+    /// Hashes with more fields than this are stored as hash tables instead of listpacks (Redis's
+    /// hash-max-listpack-entries, 0 to 9223372036854775807). This and the other thresholds below
+    /// can be changed at runtime with CONFIG SET through a router (not kept across restarts);
+    /// existing values keep their encoding until a write converts them, as in Redis.
+    #[arg(long, env = "SHOAL_NODE_HASH_MAX_LISTPACK_ENTRIES", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = count)]
+    pub hash_max_listpack_entries: u64,
+
+    /// Hashes with a field or value longer than this many bytes are stored as hash tables (Redis's
+    /// hash-max-listpack-value; units like --maxmemory).
+    #[arg(long, env = "SHOAL_NODE_HASH_MAX_LISTPACK_VALUE", default_value = "64", allow_negative_numbers = true,
+          value_parser = byte_limit)]
+    pub hash_max_listpack_value: u64,
+
+    /// Sets of more integers than this are stored as hash tables instead of intsets (Redis's
+    /// set-max-intset-entries).
+    #[arg(long, env = "SHOAL_NODE_SET_MAX_INTSET_ENTRIES", default_value_t = 512, allow_negative_numbers = true,
+          value_parser = count)]
+    pub set_max_intset_entries: u64,
+
+    /// Sorted sets with more members than this are stored as skiplists instead of listpacks
+    /// (Redis's zset-max-listpack-entries).
+    #[arg(long, env = "SHOAL_NODE_ZSET_MAX_LISTPACK_ENTRIES", default_value_t = 128, allow_negative_numbers = true,
+          value_parser = count)]
+    pub zset_max_listpack_entries: u64,
+
+    /// Sorted sets with a member longer than this many bytes are stored as skiplists (Redis's
+    /// zset-max-listpack-value).
+    #[arg(long, env = "SHOAL_NODE_ZSET_MAX_LISTPACK_VALUE", default_value = "64", allow_negative_numbers = true,
+          value_parser = byte_limit)]
+    pub zset_max_listpack_value: u64,
+
+    /// Size of one list chunk (Redis's list-max-listpack-size): a positive number caps its
+    /// entries, -1 to -5 its bytes (4, 8, 16, 32 or 64 KiB).
+    #[arg(long, env = "SHOAL_NODE_LIST_MAX_LISTPACK_SIZE", default_value_t = -2, allow_negative_numbers = true,
+          value_parser = list_size)]
+    pub list_max_listpack_size: i64,
 
     /// Internal shards (rounded up to a power of two); default: 4 per core, at least 8.
     #[arg(long, env = "SHOAL_NODE_SHARDS")]
@@ -141,7 +183,21 @@ impl ServeArgs {
             shards: self.shards.unwrap_or_else(default_shards),
             maxmemory: self.maxmemory as usize,
             policy: self.maxmemory_policy.parse().expect("clap checked the policy name"),
+            limits: self.limits(),
             ..StoreConfig::default()
+        }
+    }
+
+    /// The encoding thresholds from the flags.
+    pub fn limits(&self) -> Limits {
+        let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        Limits {
+            hash_max_listpack_entries: size(self.hash_max_listpack_entries),
+            hash_max_listpack_value: size(self.hash_max_listpack_value),
+            set_max_intset_entries: size(self.set_max_intset_entries),
+            zset_max_listpack_entries: size(self.zset_max_listpack_entries),
+            zset_max_listpack_value: size(self.zset_max_listpack_value),
+            list_max_listpack_size: self.list_max_listpack_size,
         }
     }
 
@@ -152,6 +208,19 @@ impl ServeArgs {
     pub fn snapshot_interval(&self) -> Option<Duration> {
         (self.snapshot_interval > 0).then(|| Duration::from_secs(self.snapshot_interval))
     }
+}
+
+// Flag parsers with Redis's ranges and texts (shoal_wire::settings).
+fn count(s: &str) -> Result<u64, String> {
+    settings::parse_count(s.as_bytes()).map_err(String::from)
+}
+
+fn byte_limit(s: &str) -> Result<u64, String> {
+    settings::parse_byte_limit(s.as_bytes()).map_err(String::from)
+}
+
+fn list_size(s: &str) -> Result<i64, String> {
+    settings::parse_list_size(s.as_bytes()).map_err(String::from)
 }
 
 #[cfg(test)]
@@ -175,5 +244,45 @@ mod tests {
         assert_eq!(config.maxmemory, 1 << 20);
         assert_eq!(config.policy, EvictionPolicy::AllKeysLru);
         assert!(Cli::try_parse_from(["shoal-node", "--maxmemory-policy", "lfu"]).is_err());
+        assert_eq!(config.limits, Limits::default(), "the flags' defaults are Redis's, as the store's");
+    }
+
+    #[test]
+    fn thresholds_take_redis_ranges() {
+        let cli = Cli::try_parse_from([
+            "shoal-node",
+            "--hash-max-listpack-entries",
+            "2",
+            "--hash-max-listpack-value",
+            "1kb",
+            "--set-max-intset-entries",
+            "0",
+            "--zset-max-listpack-entries",
+            "7",
+            "--zset-max-listpack-value",
+            "9",
+            "--list-max-listpack-size",
+            "-5",
+        ])
+        .unwrap();
+        let l = cli.serve.store_config().limits;
+        assert_eq!(
+            (l.hash_max_listpack_entries, l.hash_max_listpack_value, l.set_max_intset_entries),
+            (2, 1024, 0)
+        );
+        assert_eq!(
+            (l.zset_max_listpack_entries, l.zset_max_listpack_value, l.list_max_listpack_size),
+            (7, 9, -5)
+        );
+        for bad in [
+            ["--hash-max-listpack-entries", "-1"],
+            ["--set-max-intset-entries", "1k"],
+            ["--zset-max-listpack-value", "-1"],
+            ["--list-max-listpack-size", "2147483648"],
+        ] {
+            assert!(Cli::try_parse_from(["shoal-node", bad[0], bad[1]]).is_err(), "{bad:?}");
+        }
+        let err = Cli::try_parse_from(["shoal-node", "--hash-max-listpack-entries", "-1"]).unwrap_err();
+        assert!(err.to_string().contains(settings::NOT_NON_NEGATIVE), "{err}");
     }
 }

@@ -18,8 +18,9 @@ use std::time::Instant;
 use prost::Message;
 use shoal_wire::pieces::{self, Fed, OpAssembler};
 use shoal_wire::proto::{
-    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeStats, Op,
-    Reply, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
+    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeSettings,
+    NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc,
+    node_server::Node,
 };
 use tokio::sync::watch;
 use tokio_stream::Stream;
@@ -28,7 +29,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::membership::{Membership, NodeView};
 use crate::metrics::NodeMetrics;
 use crate::persistence::{PersistError, Persistence};
-use crate::store::Store;
+use crate::store::{EvictionPolicy, Store, StoreConfig};
 
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
@@ -73,8 +74,8 @@ impl NodeState {
             keys: s.keys,
             volatile_keys: s.volatile_keys,
             used_memory: s.used_memory,
-            maxmemory: self.store.config().maxmemory as u64,
-            maxmemory_policy: self.store.config().policy.to_string(),
+            maxmemory: self.store.maxmemory() as u64,
+            maxmemory_policy: self.store.policy().to_string(),
             expired_keys: s.expired_keys,
             evicted_keys: s.evicted_keys,
             keyspace_hits: s.keyspace_hits,
@@ -93,6 +94,79 @@ impl NodeState {
             slots_migrated_in: self.membership.slots_in.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
+}
+
+impl NodeState {
+    /// The settings CONFIG SET changes, as they are now.
+    pub fn settings(&self) -> NodeSettings {
+        let l = self.store.limits();
+        NodeSettings {
+            maxmemory: Some(self.store.maxmemory() as u64),
+            maxmemory_policy: Some(self.store.policy().to_string()),
+            hash_max_listpack_entries: Some(l.hash_max_listpack_entries as u64),
+            hash_max_listpack_value: Some(l.hash_max_listpack_value as u64),
+            set_max_intset_entries: Some(l.set_max_intset_entries as u64),
+            zset_max_listpack_entries: Some(l.zset_max_listpack_entries as u64),
+            zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
+            list_max_listpack_size: Some(l.list_max_listpack_size),
+        }
+    }
+
+    /// Applies the settings `change` sets (all of them, or none if one is out of range) and
+    /// returns every setting afterwards. New thresholds apply to values converted from now on; a
+    /// lower memory limit is enforced by the next write that may grow memory.
+    pub fn configure(&self, change: &NodeSettings) -> Result<NodeSettings, String> {
+        let store = &self.store;
+        let mut now = StoreConfig {
+            maxmemory: store.maxmemory(),
+            policy: store.policy(),
+            limits: store.limits(),
+            ..store.config().clone()
+        };
+        apply_settings(&mut now, change)?;
+        if now.limits != store.limits() {
+            store.set_limits(now.limits);
+        }
+        store.set_policy(now.policy);
+        store.set_maxmemory(now.maxmemory);
+        if change != &NodeSettings::default() {
+            tracing::info!(?change, "settings changed");
+        }
+        Ok(self.settings())
+    }
+}
+
+/// Applies the settings `change` sets to `config` (its memory limit, policy and thresholds): all
+/// of them, or none if one is out of range (the error says which and why).
+pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result<(), String> {
+    shoal_wire::settings::check(change)?;
+    if let Some(p) = &change.maxmemory_policy {
+        config.policy = p.parse::<EvictionPolicy>()?;
+    }
+    let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    if let Some(v) = change.maxmemory {
+        config.maxmemory = size(v);
+    }
+    let l = &mut config.limits;
+    if let Some(v) = change.hash_max_listpack_entries {
+        l.hash_max_listpack_entries = size(v);
+    }
+    if let Some(v) = change.hash_max_listpack_value {
+        l.hash_max_listpack_value = size(v);
+    }
+    if let Some(v) = change.set_max_intset_entries {
+        l.set_max_intset_entries = size(v);
+    }
+    if let Some(v) = change.zset_max_listpack_entries {
+        l.zset_max_listpack_entries = size(v);
+    }
+    if let Some(v) = change.zset_max_listpack_value {
+        l.zset_max_listpack_value = size(v);
+    }
+    if let Some(v) = change.list_max_listpack_size {
+        l.list_max_listpack_size = v;
+    }
+    Ok(())
 }
 
 pub struct NodeService {
@@ -133,6 +207,20 @@ impl Node for NodeService {
 
     async fn stats(&self, _request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
         Ok(Response::new(self.state.stats()))
+    }
+
+    async fn configure(&self, request: Request<NodeSettings>) -> Result<Response<NodeSettings>, Status> {
+        let change = request.into_inner();
+        let now = self.state.configure(&change).map_err(Status::invalid_argument)?;
+        // Like Redis, start evicting at once when the limit drops below what is used (in the
+        // background, one key at a time; writes evict as well).
+        if change.maxmemory.is_some() || change.maxmemory_policy.is_some() {
+            let store = self.state.store.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = store.make_room();
+            });
+        }
+        Ok(Response::new(now))
     }
 
     async fn snapshot(&self, _request: Request<SnapshotRequest>) -> Result<Response<SnapshotInfo>, Status> {

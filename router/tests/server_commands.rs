@@ -78,14 +78,14 @@ async fn commandstats_slowlog_and_config() {
     let len: usize = redis::cmd("SLOWLOG").arg("LEN").query_async(&mut con).await.unwrap();
     assert_eq!(len, 0, "a negative threshold turns the log off");
 
-    // CONFIG RESETSTAT clears the command stats; node parameters are read-only here.
+    // CONFIG RESETSTAT clears the command stats; parameters fixed in Shoal are immutable.
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut con).await.unwrap();
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut con).await.unwrap();
     assert!(!info.contains("cmdstat_hset"), "{info}");
     let err = redis::cmd("CONFIG")
         .arg("SET")
-        .arg("maxmemory")
-        .arg("1mb")
+        .arg("databases")
+        .arg("16")
         .query_async::<()>(&mut con)
         .await
         .unwrap_err();
@@ -93,5 +93,95 @@ async fn commandstats_slowlog_and_config() {
     let got: Vec<String> =
         redis::cmd("CONFIG").arg("GET").arg("maxmemory").query_async(&mut con).await.unwrap();
     assert_eq!(got, vec!["maxmemory".to_string(), "0".to_string()]);
+    router.shutdown().await;
+}
+
+async fn config_set(
+    con: &mut redis::aio::MultiplexedConnection,
+    pairs: &[(&str, &str)],
+) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("SET");
+    for (name, value) in pairs {
+        cmd.arg(*name).arg(*value);
+    }
+    cmd.query_async(con).await
+}
+
+async fn config_get(con: &mut redis::aio::MultiplexedConnection, name: &str) -> String {
+    let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(con).await.unwrap();
+    assert_eq!(pairs.len(), 2, "{name}: {pairs:?}");
+    pairs[1].clone()
+}
+
+async fn encoding(con: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("OBJECT").arg("ENCODING").arg(key).query_async(con).await.unwrap()
+}
+
+/// The nodes' settings change at runtime through any router, on every node: encodings of values
+/// written afterwards follow the new thresholds, and a new memory limit and policy evict at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_set_reaches_every_node() {
+    let router = support::cluster().await;
+    let mut con = support::redis_conn(router.resp_addr).await;
+    // Keys spread over the three nodes (different slots), so every node must have the change.
+    let keys: Vec<String> = (0..12).map(|i| format!("enc:{i}")).collect();
+    for k in &keys {
+        let _: () =
+            con.hset_multiple(format!("{k}:old"), &[("a", "1"), ("b", "2"), ("c", "3")]).await.unwrap();
+        assert_eq!(encoding(&mut con, &format!("{k}:old")).await, "listpack");
+    }
+    assert_eq!(config_get(&mut con, "hash-max-listpack-entries").await, "512");
+
+    config_set(
+        &mut con,
+        &[
+            ("hash-max-listpack-entries", "2"),
+            ("zset-max-ziplist-entries", "2"),
+            ("set-max-intset-entries", "2"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(config_get(&mut con, "hash-max-listpack-entries").await, "2");
+    assert_eq!(config_get(&mut con, "hash-max-ziplist-entries").await, "2", "the alias reads the same");
+    assert_eq!(config_get(&mut con, "zset-max-listpack-entries").await, "2");
+    assert_eq!(config_get(&mut con, "set-max-intset-entries").await, "2");
+    for k in &keys {
+        assert_eq!(encoding(&mut con, &format!("{k}:old")).await, "listpack", "stored values keep theirs");
+        let _: () = con.hset_multiple(format!("{k}:h"), &[("a", "1"), ("b", "2"), ("c", "3")]).await.unwrap();
+        assert_eq!(encoding(&mut con, &format!("{k}:h")).await, "hashtable", "{k}");
+        let _: () = con.zadd_multiple(format!("{k}:z"), &[(1, "a"), (2, "b"), (3, "c")]).await.unwrap();
+        assert_eq!(encoding(&mut con, &format!("{k}:z")).await, "skiplist", "{k}");
+        let _: () = con.sadd(format!("{k}:s"), &[1, 2, 3]).await.unwrap();
+        assert_eq!(encoding(&mut con, &format!("{k}:s")).await, "hashtable", "{k}");
+        let _: () = con.sadd(format!("{k}:s2"), &[1, 2]).await.unwrap();
+        assert_eq!(encoding(&mut con, &format!("{k}:s2")).await, "intset", "{k}");
+    }
+    // Bad values change nothing and answer as Redis does.
+    let err =
+        config_set(&mut con, &[("hash-max-listpack-entries", "7"), ("maxmemory", "lots")]).await.unwrap_err();
+    assert!(err.to_string().contains("argument must be a memory value"), "{err}");
+    assert_eq!(config_get(&mut con, "hash-max-listpack-entries").await, "2");
+
+    // A memory limit below what is used, with LRU eviction: the nodes evict.
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
+    for i in 0..600 {
+        let _: () = con.set(format!("fill:{i}"), "x".repeat(10_000)).await.unwrap();
+    }
+    config_set(&mut con, &[("maxmemory", "1mb"), ("maxmemory-policy", "allkeys-lru")]).await.unwrap();
+    assert_eq!(config_get(&mut con, "maxmemory").await, (1u64 << 20).to_string());
+    assert_eq!(config_get(&mut con, "maxmemory-policy").await, "allkeys-lru");
+    for i in 0..20 {
+        let _: () = con.set(format!("more:{i}"), "x".repeat(10_000)).await.unwrap();
+    }
+    let left: i64 = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+    assert!(left < 600, "keys were evicted: {left} left");
+    // noeviction: writes past the limit are refused with -OOM.
+    config_set(&mut con, &[("maxmemory-policy", "noeviction"), ("maxmemory", "1")]).await.unwrap();
+    let err = con.set::<_, _, ()>("refused", "x").await.unwrap_err();
+    assert!(err.to_string().contains("OOM"), "{err}");
+    config_set(&mut con, &[("maxmemory", "0")]).await.unwrap();
+    let _: () = con.set("accepted", "x").await.unwrap();
     router.shutdown().await;
 }

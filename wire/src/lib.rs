@@ -5,6 +5,8 @@
 //!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
 //! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
 //! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
+//! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
+//!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET on the router).
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
@@ -22,6 +24,7 @@ pub mod glob;
 pub mod num;
 pub mod ops;
 pub mod pieces;
+pub mod settings;
 pub mod slot;
 pub mod topology;
 pub mod topology_file;

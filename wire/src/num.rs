@@ -40,6 +40,31 @@ pub fn format_i64(v: i64) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
+/// A memory size as Redis 7.0's CONFIG SET reads one (`memtoull`): digits, then an optional unit
+/// (b, k, kb, m, mb, g, gb in any case; k/m/g are powers of 1000, kb/mb/gb of 1024). No sign, no
+/// spaces; leading zeros are fine and no digits at all is 0, as in Redis. Where Redis would wrap
+/// around on overflow this saturates at `u64::MAX`.
+pub fn parse_redis_memory(s: &[u8]) -> Option<u64> {
+    let split = s.iter().position(|c| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let mul: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"b" => 1,
+        b"k" => 1_000,
+        b"kb" => 1 << 10,
+        b"m" => 1_000_000,
+        b"mb" => 1 << 20,
+        b"g" => 1_000_000_000,
+        b"gb" => 1 << 30,
+        _ => return None,
+    };
+    // Redis copies the digits into a 128-byte buffer first.
+    if digits.len() >= 128 {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, &d| n.saturating_mul(10).saturating_add(u64::from(d - b'0')));
+    Some(n.saturating_mul(mul))
+}
+
 /// Parses a memory size the way Redis's config does (`memtoll`).
 /// An integer's decimal text, formatted on the stack (reply encoders call this per element, where
 /// a `to_string()` would cost an allocation each).
@@ -94,7 +119,20 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_i64, parse_memory};
+    use super::{parse_i64, parse_memory, parse_redis_memory};
+
+    #[test]
+    fn redis_memory_is_memtoull() {
+        assert_eq!(parse_redis_memory(b"100mb"), Some(100 << 20));
+        assert_eq!(parse_redis_memory(b"1GB"), Some(1 << 30));
+        assert_eq!(parse_redis_memory(b"2k"), Some(2000));
+        assert_eq!(parse_redis_memory(b"01"), Some(1));
+        assert_eq!(parse_redis_memory(b""), Some(0), "Redis takes no digits as 0");
+        assert_eq!(parse_redis_memory(b"99999999999999999999999gb"), Some(u64::MAX));
+        for bad in [&b"-1"[..], b" 5", b"5 ", b"+5", b"1.5", b"0x10", b"1tb", b"abc"] {
+            assert_eq!(parse_redis_memory(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn accepts_what_redis_accepts() {

@@ -16,13 +16,14 @@ const LRU_SAMPLES: usize = 5;
 
 impl Store {
     /// Evicts until memory is within `maxmemory`, or says why it cannot.
-    pub(crate) fn make_room(&self) -> Result<(), StoreError> {
-        let limit = self.config.maxmemory;
+    pub fn make_room(&self) -> Result<(), StoreError> {
+        let limit = self.maxmemory();
         if limit == 0 {
             return Ok(());
         }
+        let policy = self.policy();
         while self.used_memory() > limit {
-            if self.config.policy == EvictionPolicy::NoEviction || !self.evict_one() {
+            if policy == EvictionPolicy::NoEviction || !self.evict_one(policy) {
                 return Err(StoreError::OutOfMemory);
             }
         }
@@ -31,14 +32,12 @@ impl Store {
 
     /// Evicts one key from the first shard, starting at the rotating cursor, that has a
     /// candidate. Returns false when no shard has one.
-    fn evict_one(&self) -> bool {
+    fn evict_one(&self, policy: EvictionPolicy) -> bool {
         let n = self.shards.len();
         let start = self.evict_cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = self.now_ms();
         let mut rng = fastrand::Rng::new();
-        (0..n).any(|i| {
-            self.with_shard_at((start + i) % n, |s| evict_from(s, self.config.policy, now, &mut rng))
-        })
+        (0..n).any(|i| self.with_shard_at((start + i) % n, |s| evict_from(s, policy, now, &mut rng)))
     }
 }
 
@@ -162,7 +161,7 @@ mod tests {
         fill(&s, "late", 50, Some(now + 900_000));
         fill(&s, "soon", 50, Some(now + 1_000));
         let limit = s.used_memory() - 2_000;
-        let s = Store { config: StoreConfig { maxmemory: limit, ..s.config.clone() }, ..s };
+        s.set_maxmemory(limit);
         fill(&s, "extra", 5, None);
         let late = (0..50).filter(|i| s.exists(format!("late{i}").as_bytes())).count();
         let soon = (0..50).filter(|i| s.exists(format!("soon{i}").as_bytes())).count();

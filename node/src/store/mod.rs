@@ -33,7 +33,7 @@ mod typed;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -150,6 +150,10 @@ impl Default for StoreConfig {
     }
 }
 
+fn policy_index(policy: EvictionPolicy) -> u8 {
+    EvictionPolicy::ALL.iter().position(|&p| p == policy).expect("every policy is in ALL") as u8
+}
+
 /// Four shards per core, at least 8: enough that two writers rarely share a lock.
 pub fn default_shards() -> usize {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -172,7 +176,15 @@ pub struct Store {
     shards: Box<[Mutex<Shard>]>,
     mask: usize,
     clock: Arc<dyn Clock>,
+    /// As started; `maxmemory`, `policy` and `limits` below are the current values of the settings
+    /// that can change at runtime.
     config: StoreConfig,
+    maxmemory: AtomicUsize,
+    /// An index into [`EvictionPolicy::ALL`].
+    policy: AtomicU8,
+    /// The thresholds new typed values are built with outside a shard lock (each shard holds its
+    /// own copy, read under its lock).
+    limits: RwLock<object::Limits>,
     used: AtomicUsize,
     /// Where the next eviction starts looking, so evictions spread over the shards.
     evict_cursor: AtomicUsize,
@@ -206,6 +218,9 @@ impl Store {
             shards,
             mask: n - 1,
             clock,
+            maxmemory: AtomicUsize::new(config.maxmemory),
+            policy: AtomicU8::new(policy_index(config.policy)),
+            limits: RwLock::new(config.limits.clone()),
             config: StoreConfig { shards: n, ..config },
             used: AtomicUsize::new(0),
             evict_cursor: AtomicUsize::new(0),
@@ -325,18 +340,50 @@ impl Store {
         self.base.read().clone()
     }
 
-    /// An empty single-shard store with this one's clock and limits, for running a command over
-    /// values gathered from several nodes.
+    /// An empty single-shard store with this one's clock and current limits, for running a command
+    /// over values gathered from several nodes.
     pub fn scratch(&self) -> Store {
-        let config = StoreConfig { shards: 1, maxmemory: 0, ..self.config.clone() };
+        let config = StoreConfig { shards: 1, maxmemory: 0, limits: self.limits(), ..self.config.clone() };
         Store::new(config, self.clock.clone())
     }
 
-    /// The encoding thresholds typed values are built with.
+    /// The encoding thresholds typed values are built with now.
     pub fn limits(&self) -> object::Limits {
-        self.config.limits.clone()
+        self.limits.read().clone()
     }
 
+    /// New encoding thresholds (CONFIG SET). Each shard takes them under its lock, so a value
+    /// converted afterwards follows them; values already stored keep their encoding until a write
+    /// converts them, as in Redis.
+    pub fn set_limits(&self, limits: object::Limits) {
+        *self.limits.write() = limits.clone();
+        for shard in self.shards.iter() {
+            shard.lock().limits = limits.clone();
+        }
+    }
+
+    /// The memory limit now (0: none).
+    pub fn maxmemory(&self) -> usize {
+        self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    /// A new memory limit; the next write that may grow memory evicts down to it (or is refused).
+    pub fn set_maxmemory(&self, bytes: usize) {
+        self.maxmemory.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The eviction policy now.
+    pub fn policy(&self) -> EvictionPolicy {
+        EvictionPolicy::ALL[usize::from(self.policy.load(Ordering::Relaxed))]
+    }
+
+    pub fn set_policy(&self, policy: EvictionPolicy) {
+        self.policy.store(policy_index(policy), Ordering::Relaxed);
+    }
+
+    /// The configuration the store started with (the shard count and value size limit hold; for
+    /// the memory limit, policy and thresholds as they are now see [`maxmemory`](Self::maxmemory),
+    /// [`policy`](Self::policy) and [`limits`](Self::limits)).
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }

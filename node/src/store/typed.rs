@@ -415,4 +415,32 @@ mod tests {
         assert_eq!(store.get(b"h2"), Some("plain".into()));
         assert_eq!(store.key_info(b"h2").unwrap().encoding, "embstr");
     }
+
+    #[test]
+    fn changed_limits_apply_to_the_next_conversion() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000)));
+        let encoding = |key: &str| store.key_info(key.as_bytes()).unwrap().encoding;
+        for f in ["a", "b", "c"] {
+            hset(&store, "before", f, "v").unwrap();
+        }
+        assert_eq!(encoding("before"), "listpack");
+        let limits = Limits { hash_max_listpack_entries: 2, ..store.limits() };
+        store.set_limits(limits.clone());
+        assert_eq!(store.limits(), limits);
+        assert_eq!(encoding("before"), "listpack", "a stored value keeps its encoding");
+        hset(&store, "before", "a", "w").unwrap();
+        assert_eq!(
+            encoding("before"),
+            "hashtable",
+            "its next write converts it, an update too (as in Redis)"
+        );
+        for f in ["a", "b"] {
+            hset(&store, "after", f, "v").unwrap();
+        }
+        assert_eq!(encoding("after"), "listpack");
+        hset(&store, "after", "c", "v").unwrap();
+        assert_eq!(encoding("after"), "hashtable");
+        // A value built outside a shard (RESTORE, imports) follows the new limits too.
+        assert_eq!(store.scratch().limits(), limits);
+    }
 }

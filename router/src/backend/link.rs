@@ -39,8 +39,8 @@ use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
-    Batch, BatchReply, GetTopologyRequest, NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest, StatsRequest,
-    TopologyDoc, node_client::NodeClient,
+    Batch, BatchReply, GetTopologyRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest,
+    StatsRequest, TopologyDoc, node_client::NodeClient,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -325,6 +325,13 @@ impl NodePort for NodeLink {
         Box::pin(async move {
             let mut client = self.client()?;
             self.unary(self.shared.ident.deadline, client.stats(StatsRequest {})).await
+        })
+    }
+
+    fn configure(&self, change: NodeSettings) -> BoxFuture<'_, Result<NodeSettings, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(self.shared.ident.deadline, client.configure(change)).await
         })
     }
 

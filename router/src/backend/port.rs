@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shoal_wire::Topology;
-use shoal_wire::proto::{NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -36,6 +36,8 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     /// Offers a topology; returns the version the node serves afterwards.
     fn offer_topology(&self, t: Arc<Topology>) -> BoxFuture<'_, Result<u64, BackendError>>;
     fn stats(&self) -> BoxFuture<'_, Result<NodeStats, BackendError>>;
+    /// Changes the settings `change` sets (none: only reads them); returns every setting after.
+    fn configure(&self, change: NodeSettings) -> BoxFuture<'_, Result<NodeSettings, BackendError>>;
     /// Writes a snapshot now and waits for it.
     fn snapshot(&self) -> BoxFuture<'_, Result<SnapshotInfo, BackendError>>;
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use shoal_node::membership::NodeView;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
-use shoal_wire::proto::{self, NodeStats, Op, Reply, SnapshotInfo, op::Kind, reply};
+use shoal_wire::proto::{self, NodeSettings, NodeStats, Op, Reply, SnapshotInfo, op::Kind, reply};
 use shoal_wire::{Migration, SlotRange, Topology, key_slot};
 use tokio::time::Instant;
 
@@ -138,6 +138,9 @@ impl NodePort for FakeNode {
     fn stats(&self) -> BoxFuture<'_, Result<NodeStats, BackendError>> {
         let keys = self.store.len() as u64;
         Box::pin(async move { Ok(NodeStats { keys, ..Default::default() }) })
+    }
+    fn configure(&self, change: NodeSettings) -> BoxFuture<'_, Result<NodeSettings, BackendError>> {
+        Box::pin(async move { Ok(change) })
     }
     fn snapshot(&self) -> BoxFuture<'_, Result<SnapshotInfo, BackendError>> {
         Box::pin(async { Ok(SnapshotInfo::default()) })

@@ -1,8 +1,9 @@
 //! CONFIG GET/SET/RESETSTAT/REWRITE/HELP for the parameters Shoal has.
 //!
-//! The router's own parameters (the slow log's) can be changed; the nodes' (maxmemory, the
-//! policy, the encoding thresholds) are read from the nodes and set when a node starts (its
-//! command line), so CONFIG SET answers for them as Redis does for an immutable parameter.
+//! The router's own parameters (the slow log's) are changed here. The nodes' (maxmemory, the
+//! policy, the encoding thresholds; `shoal_wire::settings`) are read from the first node that
+//! answers and set on every node of the current topology (the `Configure` call), after every
+//! pair has been checked with Redis's texts. A node that joins later starts with its own flags.
 //! Parameters Shoal does not have are not listed (CONFIG GET of them is empty, as in Redis for
 //! an unknown name).
 
@@ -11,10 +12,14 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use shoal_wire::glob::glob_match;
+use shoal_wire::proto::NodeSettings;
+use shoal_wire::settings::{self, Setting};
 
 use super::spec::*;
 use super::{Args, Ctx, Pending};
+use crate::backend::{BackendError, Routing, futures_join};
 use crate::resp::Reply;
+use crate::state::RouterState;
 
 pub const CONFIG_GET: CommandSpec = CommandSpec {
     name: "config|get",
@@ -109,36 +114,53 @@ enum Param {
     Fixed(&'static str),
     Maxclients,
     Port,
-    Maxmemory,
-    Policy,
+    /// Owned by the nodes: read from them, set on every node of the current topology.
+    Node(Setting),
 }
 
 /// Parameter names in the order CONFIG GET lists them (Redis's aliases included).
 const PARAMS: &[(&str, Param)] = &[
     ("slowlog-log-slower-than", Param::SlowerThan),
     ("slowlog-max-len", Param::SlowlogMaxLen),
-    ("maxmemory", Param::Maxmemory),
-    ("maxmemory-policy", Param::Policy),
+    ("maxmemory", Param::Node(Setting::Maxmemory)),
+    ("maxmemory-policy", Param::Node(Setting::MaxmemoryPolicy)),
     ("maxclients", Param::Maxclients),
     ("port", Param::Port),
     ("databases", Param::Fixed("1")),
     ("timeout", Param::Fixed("0")),
     ("save", Param::Fixed("")),
     ("appendonly", Param::Fixed("no")),
-    ("hash-max-listpack-entries", Param::Fixed("512")),
-    ("hash-max-ziplist-entries", Param::Fixed("512")),
-    ("hash-max-listpack-value", Param::Fixed("64")),
-    ("hash-max-ziplist-value", Param::Fixed("64")),
-    ("set-max-intset-entries", Param::Fixed("512")),
-    ("zset-max-listpack-entries", Param::Fixed("128")),
-    ("zset-max-ziplist-entries", Param::Fixed("128")),
-    ("zset-max-listpack-value", Param::Fixed("64")),
-    ("zset-max-ziplist-value", Param::Fixed("64")),
-    ("list-max-listpack-size", Param::Fixed("-2")),
-    ("list-max-ziplist-size", Param::Fixed("-2")),
+    ("hash-max-listpack-entries", Param::Node(Setting::HashMaxListpackEntries)),
+    ("hash-max-ziplist-entries", Param::Node(Setting::HashMaxListpackEntries)),
+    ("hash-max-listpack-value", Param::Node(Setting::HashMaxListpackValue)),
+    ("hash-max-ziplist-value", Param::Node(Setting::HashMaxListpackValue)),
+    ("set-max-intset-entries", Param::Node(Setting::SetMaxIntsetEntries)),
+    ("zset-max-listpack-entries", Param::Node(Setting::ZsetMaxListpackEntries)),
+    ("zset-max-ziplist-entries", Param::Node(Setting::ZsetMaxListpackEntries)),
+    ("zset-max-listpack-value", Param::Node(Setting::ZsetMaxListpackValue)),
+    ("zset-max-ziplist-value", Param::Node(Setting::ZsetMaxListpackValue)),
+    ("list-max-listpack-size", Param::Node(Setting::ListMaxListpackSize)),
+    ("list-max-ziplist-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-compress-depth", Param::Fixed("0")),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
 ];
+
+/// The nodes' settings, from the first node in topology order that answers (nodes started with
+/// different flags are misconfigured; CONFIG SET makes them agree again).
+async fn node_settings(routing: &Routing) -> Result<NodeSettings, BackendError> {
+    let answers =
+        futures_join(routing.nodes.iter().map(|n| n.configure(NodeSettings::default())).collect()).await;
+    let mut first_error = None;
+    for answer in answers {
+        match answer {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| BackendError::BadReply("no nodes".into())))
+}
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
     let mut wanted: Vec<(&'static str, Param)> = Vec::new();
@@ -150,13 +172,18 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
             }
         }
     }
-    let needs_nodes = wanted.iter().any(|(_, p)| matches!(p, Param::Maxmemory | Param::Policy));
+    let needs_nodes = wanted.iter().any(|(_, p)| matches!(p, Param::Node(_)));
     let (state, routing) = (Arc::clone(ctx.state), Arc::clone(ctx.routing));
     let slower = super::slowlog::threshold(ctx);
     Pending::later(async move {
-        let stats =
-            if needs_nodes { routing.stats_all().await.into_iter().flatten().collect() } else { Vec::new() };
-        let first = stats.first();
+        let nodes = if needs_nodes {
+            match node_settings(&routing).await {
+                Ok(s) => s,
+                Err(e) => return e.into(),
+            }
+        } else {
+            NodeSettings::default()
+        };
         let pairs = wanted
             .into_iter()
             .map(|(name, p)| {
@@ -166,10 +193,7 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Fixed(v) => v.to_string(),
                     Param::Maxclients => state.settings.maxclients.to_string(),
                     Param::Port => state.settings.tcp_port.to_string(),
-                    Param::Maxmemory => first.map_or(0, |n| n.maxmemory).to_string(),
-                    Param::Policy => {
-                        first.map_or_else(|| "noeviction".into(), |n| n.maxmemory_policy.clone())
-                    }
+                    Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                 };
                 (Reply::bulk(name), Reply::Bulk(Bytes::from(value)))
             })
@@ -182,42 +206,92 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
     if !args.len().is_multiple_of(2) {
         return super::syntax_error().into();
     }
-    // Check every pair before changing anything, as Redis does.
-    let mut changes = Vec::new();
+    let failed = |name: &str, why: &str| {
+        Reply::error_fmt(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"))
+    };
+    // As Redis: first the names (unknown, immutable, given twice), then every value, before
+    // anything changes.
+    let mut named: Vec<(&'static str, Param, &Bytes)> = Vec::new();
     for pair in args[2..].chunks(2) {
-        let name = pair[0].to_ascii_lowercase();
-        let Some(&(name, p)) = PARAMS.iter().find(|(n, _)| n.as_bytes() == name) else {
+        let lower = pair[0].to_ascii_lowercase();
+        let Some(&(name, p)) = PARAMS.iter().find(|(n, _)| n.as_bytes() == lower) else {
             return Reply::error_fmt(format!(
                 "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
                 String::from_utf8_lossy(&pair[0])
             ))
             .into();
         };
-        let failed = |why: &str| {
-            Reply::error_fmt(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"))
-        };
+        // These two name the parameter as the client wrote it, as Redis does.
+        let given = String::from_utf8_lossy(&pair[0]);
+        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port) {
+            return failed(&given, "can't set immutable config").into();
+        }
+        if named.iter().any(|(n, _, _)| *n == name) {
+            return failed(&given, "duplicate parameter").into();
+        }
+        named.push((name, p, &pair[1]));
+    }
+    let mut local = Vec::new();
+    let mut change = NodeSettings::default();
+    for (name, p, value) in named {
         match p {
-            Param::SlowerThan | Param::SlowlogMaxLen => match shoal_wire::num::parse_i64(&pair[1]) {
-                Some(n) if p == Param::SlowerThan && n >= -1 => changes.push((p, n)),
-                Some(n) if p == Param::SlowlogMaxLen && n >= 0 => changes.push((p, n)),
-                Some(_) => {
-                    return failed("argument must be between -1 and 9223372036854775807 inclusive").into();
+            Param::SlowerThan | Param::SlowlogMaxLen => {
+                let min = if p == Param::SlowerThan { -1 } else { 0 };
+                match shoal_wire::num::parse_i64(value) {
+                    Some(n) if n >= min => local.push((p, n)),
+                    Some(_) => {
+                        return failed(
+                            name,
+                            &format!("argument must be between {min} and 9223372036854775807 inclusive"),
+                        )
+                        .into();
+                    }
+                    None => return failed(name, settings::NOT_INTEGER).into(),
                 }
-                None => return failed("argument couldn't be parsed into an integer").into(),
-            },
-            _ => return failed("can't set immutable config").into(),
+            }
+            Param::Node(s) => {
+                if let Err(why) = s.parse_into(value, &mut change) {
+                    return failed(name, why).into();
+                }
+            }
+            Param::Fixed(_) | Param::Maxclients | Param::Port => unreachable!("refused above"),
         }
     }
-    for (p, n) in changes {
-        match p {
-            Param::SlowerThan => ctx.state.stats.slower_than_us.store(n, Ordering::Relaxed),
-            _ => {
-                ctx.state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
-                ctx.state.stats.slowlog_trim();
+    let apply_local = move |state: &RouterState| {
+        for (p, n) in local {
+            match p {
+                Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
+                _ => {
+                    state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
+                    state.stats.slowlog_trim();
+                }
             }
         }
+    };
+    if change == NodeSettings::default() {
+        apply_local(ctx.state);
+        return Reply::OK.into();
     }
-    Reply::OK.into()
+    let (state, routing) = (Arc::clone(ctx.state), Arc::clone(ctx.routing));
+    Pending::later(async move {
+        let answers = futures_join(routing.nodes.iter().map(|n| n.configure(change.clone())).collect()).await;
+        let failures: Vec<String> =
+            answers.iter().filter_map(|a| a.as_ref().err()).map(|e| e.to_string()).collect();
+        if !failures.is_empty() {
+            // Nodes are not rolled back: those that answered OK keep the new values.
+            return Reply::error_fmt(format!(
+                "ERR CONFIG SET failed on {} of {} nodes (the others applied it): {}",
+                failures.len(),
+                answers.len(),
+                failures.join("; ")
+            ));
+        }
+        apply_local(&state);
+        if let Some(cluster) = &state.embedded {
+            cluster.remember_settings(&change);
+        }
+        Reply::OK
+    })
 }
 
 pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {

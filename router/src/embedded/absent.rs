@@ -28,6 +28,10 @@ impl EmbeddedCluster {
         match *self {}
     }
 
+    pub fn remember_settings(&self, _change: &shoal_wire::proto::NodeSettings) {
+        match *self {}
+    }
+
     pub async fn shutdown(&self) {
         match *self {}
     }

@@ -16,6 +16,7 @@ use shoal_coordinator::{Coordinator, MemoryRegistry, Progress, Registry, Registr
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
 use shoal_node::service::NodeState;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
+use shoal_wire::proto::NodeSettings;
 use shoal_wire::{NodeInfo, Topology};
 
 use super::{EmbeddedError, EmbeddedOptions, ScaleStatus};
@@ -51,7 +52,8 @@ pub struct EmbeddedCluster {
     nodes: tokio::sync::Mutex<BTreeMap<u32, NodeHandle>>,
     coordinator: Coordinator<Arc<EmbeddedRegistry>>,
     store: Arc<EmbeddedRegistry>,
-    config: StoreConfig,
+    /// What nodes it starts are configured with: the command line's, with CONFIG SET's changes.
+    config: Mutex<StoreConfig>,
     data_dir: Option<PathBuf>,
     snapshot_interval: Option<Duration>,
     status: Arc<Mutex<ScaleStatus>>,
@@ -84,7 +86,7 @@ impl EmbeddedCluster {
             nodes: tokio::sync::Mutex::new(BTreeMap::new()),
             coordinator: Coordinator::new(store.clone()),
             store,
-            config,
+            config: Mutex::new(config),
             data_dir,
             snapshot_interval,
             status: Arc::default(),
@@ -115,7 +117,7 @@ impl EmbeddedCluster {
     }
 
     async fn start_node(&self, id: u32) -> Result<NodeInfo, NodeError> {
-        let store = Arc::new(Store::new(self.config.clone(), Arc::new(SystemClock)));
+        let store = Arc::new(Store::new(self.config.lock().clone(), Arc::new(SystemClock)));
         let options = ServeOptions {
             data_dir: self.data_dir.as_ref().map(|d| d.join(format!("node-{id}"))),
             snapshot_interval: self.snapshot_interval,
@@ -127,6 +129,14 @@ impl EmbeddedCluster {
         let info = NodeInfo { id, addr: handle.addr.to_string() };
         self.nodes.lock().await.insert(id, handle);
         Ok(info)
+    }
+
+    /// Remembers settings CONFIG SET gave the running nodes, so nodes started later (SHOAL SCALE)
+    /// get them too.
+    pub fn remember_settings(&self, change: &NodeSettings) {
+        if let Err(e) = shoal_node::service::apply_settings(&mut self.config.lock(), change) {
+            tracing::warn!(error = %e, "embedded nodes' settings not remembered");
+        }
     }
 
     pub fn store(&self) -> &Arc<EmbeddedRegistry> {

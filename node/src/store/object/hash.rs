@@ -73,7 +73,7 @@ impl Hash {
                 self.convert();
             } else {
                 let found = p.iter().step_by(2).position(|f| f == field);
-                return match found {
+                let new = match found {
                     Some(i) => {
                         p.splice(2 * i + 1, 1, &[value]);
                         false
@@ -81,12 +81,15 @@ impl Hash {
                     None => {
                         p.push(field);
                         p.push(value);
-                        if p.len() / 2 > limits.hash_max_listpack_entries {
-                            self.convert();
-                        }
                         true
                     }
                 };
+                // Checked after an update too, as Redis does: a listpack longer than a limit
+                // lowered since (CONFIG SET) converts on its next write.
+                if p.len() / 2 > limits.hash_max_listpack_entries {
+                    self.convert();
+                }
+                return new;
             }
         }
         let Hash::Table(t) = self else { unreachable!("converted above") };
