@@ -526,8 +526,8 @@ mod tests {
                         m.push_back(v);
                     }
                     4 => assert_eq!(
-                        l.pop(r % 2 == 0).map(|b| b.to_vec()),
-                        if r % 2 == 0 { m.pop_front() } else { m.pop_back() }
+                        l.pop(r.is_multiple_of(2)).map(|b| b.to_vec()),
+                        if r.is_multiple_of(2) { m.pop_front() } else { m.pop_back() }
                     ),
                     5 if !m.is_empty() => {
                         let at = r % (m.len() + 1);
