@@ -239,13 +239,15 @@ impl DoubleEndedIterator for ChunkIter<'_> {
 pub struct List {
     chunks: VecDeque<Chunk>,
     len: usize,
+    /// Heap bytes of the chunks' buffers, kept as they change (`mem()` is asked after every write).
+    heap: usize,
     /// `list-max-listpack-size` as of the last write (commands set it from the node's limits).
     pub fill: i64,
 }
 
 impl Default for List {
     fn default() -> Self {
-        List { chunks: VecDeque::new(), len: 0, fill: -2 }
+        List { chunks: VecDeque::new(), len: 0, heap: 0, fill: -2 }
     }
 }
 
@@ -285,28 +287,47 @@ impl List {
             // limit, grow with their contents.
             let room = if self.chunks.is_empty() || self.fill > 0 { 0 } else { self.budget().0 };
             if front {
-                self.chunks.push_front(Chunk::for_front(room.max(need)));
+                self.add_chunk(0, Chunk::for_front(room.max(need)));
             } else {
-                self.chunks.push_back(Chunk { buf: Vec::with_capacity(room), start: 0, count: 0 });
+                self.add_chunk(
+                    self.chunks.len(),
+                    Chunk { buf: Vec::with_capacity(room), start: 0, count: 0 },
+                );
             }
         }
         if front {
-            self.chunks[0].push_front(v);
+            self.touch(0, |c| c.push_front(v));
         } else {
-            self.chunks.back_mut().expect("made above").push_back(v);
+            self.touch(self.chunks.len() - 1, |c| c.push_back(v));
         }
         self.len += 1;
     }
 
+    /// Runs `f` on chunk `c`, keeping the heap count right.
+    fn touch<R>(&mut self, c: usize, f: impl FnOnce(&mut Chunk) -> R) -> R {
+        let chunk = &mut self.chunks[c];
+        let before = chunk.mem();
+        let r = f(chunk);
+        self.heap = self.heap + chunk.mem() - before;
+        r
+    }
+
+    fn add_chunk(&mut self, at: usize, chunk: Chunk) {
+        self.heap += chunk.mem();
+        self.chunks.insert(at, chunk);
+    }
+
+    fn drop_chunk(&mut self, at: usize) {
+        if let Some(gone) = self.chunks.remove(at) {
+            self.heap -= gone.mem();
+        }
+    }
+
     pub fn pop(&mut self, front: bool) -> Option<Box<[u8]>> {
-        let chunk = if front { self.chunks.front_mut()? } else { self.chunks.back_mut()? };
-        let v = if front { chunk.pop_front() } else { chunk.pop_back() };
-        if chunk.count == 0 {
-            if front {
-                self.chunks.pop_front()
-            } else {
-                self.chunks.pop_back()
-            };
+        let c = if front { 0 } else { self.chunks.len().checked_sub(1)? };
+        let v = self.touch(c, |chunk| if front { chunk.pop_front() } else { chunk.pop_back() });
+        if self.chunks[c].count == 0 {
+            self.drop_chunk(c);
             self.shrink();
         }
         self.len -= 1;
@@ -358,7 +379,7 @@ impl List {
             return self.push(v, at == 0);
         }
         let (c, i) = self.locate(at);
-        self.chunks[c].splice(i, 0, &[v]);
+        self.touch(c, |chunk| chunk.splice(i, 0, &[v]));
         self.len += 1;
         self.split_if_over(c);
     }
@@ -369,11 +390,14 @@ impl List {
             return None;
         }
         let (c, i) = self.locate(at);
-        let v: Box<[u8]> = self.chunks[c].get(i).into();
-        self.chunks[c].splice(i, 1, &[]);
+        let v = self.touch(c, |chunk| {
+            let v: Box<[u8]> = chunk.get(i).into();
+            chunk.splice(i, 1, &[]);
+            v
+        });
         self.len -= 1;
         if self.chunks[c].count == 0 {
-            self.chunks.remove(c);
+            self.drop_chunk(c);
         }
         Some(v)
     }
@@ -381,17 +405,17 @@ impl List {
     /// Replaces element `at` (inside the list).
     pub fn set(&mut self, at: usize, v: &[u8]) {
         let (c, i) = self.locate(at);
-        self.chunks[c].splice(i, 1, &[v]);
+        self.touch(c, |chunk| chunk.splice(i, 1, &[v]));
         self.split_if_over(c);
     }
 
     /// Splits chunk `c` in halves while it holds more than its budget (and more than one element).
     fn split_if_over(&mut self, c: usize) {
         let (bytes, count) = self.budget();
-        let chunk = &mut self.chunks[c];
+        let chunk = &self.chunks[c];
         if chunk.count > 1 && (chunk.used() > bytes || chunk.count > count) {
-            let tail = chunk.split_off(chunk.count / 2);
-            self.chunks.insert(c + 1, tail);
+            let tail = self.touch(c, |chunk| chunk.split_off(chunk.count / 2));
+            self.add_chunk(c + 1, tail);
             self.split_if_over(c + 1);
             self.split_if_over(c);
         }
@@ -406,7 +430,7 @@ impl List {
             match self.chunks.back() {
                 Some(c) if self.len - c.count >= end => {
                     self.len -= c.count;
-                    self.chunks.pop_back();
+                    self.drop_chunk(self.chunks.len() - 1);
                 }
                 _ => {
                     self.pop(false);
@@ -419,7 +443,7 @@ impl List {
                 Some(c) if c.count <= drop => {
                     drop -= c.count;
                     self.len -= c.count;
-                    self.chunks.pop_front();
+                    self.drop_chunk(0);
                 }
                 _ => {
                     self.pop(true);
@@ -477,7 +501,7 @@ impl List {
     }
 
     pub fn mem(&self) -> usize {
-        self.chunks.iter().map(Chunk::mem).sum::<usize>() + self.chunks.capacity() * CHUNK
+        self.heap + self.chunks.capacity() * CHUNK
     }
 
     pub fn serialize(&self, out: &mut Vec<u8>) {
@@ -551,6 +575,11 @@ mod tests {
                     _ => {}
                 }
                 assert_eq!(l.len(), m.len(), "fill {fill}, step {step}");
+                assert_eq!(
+                    l.heap,
+                    l.chunks.iter().map(Chunk::mem).sum::<usize>(),
+                    "fill {fill}, step {step}"
+                );
                 if step % 97 == 0 || m.len() < 5 {
                     assert_eq!(contents(&l), Vec::from(m.clone()), "fill {fill}, step {step}");
                     let back: Vec<Vec<u8>> = l.iter().rev().map(<[u8]>::to_vec).collect();
