@@ -76,6 +76,13 @@ fn conv(f: Frame) -> R {
             R::Dbl(t.parse().unwrap_or_else(|_| panic!("double {t:?}")))
         }
         Array(a) | Map(a) | Set(a) | Pairs(a) => R::Arr(a.items.into_iter().map(conv).collect()),
+        Raw(raw) => R::Arr(
+            commands::raw_bulks(&raw)
+                .expect("a raw reply is an array of bulk strings")
+                .into_iter()
+                .map(|b| R::Bulk(String::from_utf8(b.to_vec()).expect("utf-8 in these tests")))
+                .collect(),
+        ),
     }
 }
 

@@ -34,6 +34,12 @@ fn text(f: shoal_wire::proto::Frame) -> String {
         Simple(s) => s,
         Double(d) => String::from_utf8_lossy(&d).into_owned(),
         Array(a) | Map(a) | Set(a) | Pairs(a) => a.items.into_iter().map(text).collect::<Vec<_>>().join(","),
+        Raw(raw) => commands::raw_bulks(&raw)
+            .expect("a raw reply is an array of bulk strings")
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect::<Vec<_>>()
+            .join(","),
     }
 }
 

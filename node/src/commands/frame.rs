@@ -7,13 +7,9 @@ use shoal_wire::proto::{Empty, Frame, Frames, frame::Kind};
 /// Appends `f` in RESP3 (`resp3`) or RESP2 to `out`, with the router's encoding rules for each
 /// frame kind (`router/src/resp/reply.rs`, whose tests pin the bytes).
 pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
-    fn header(out: &mut Vec<u8>, prefix: u8, n: usize) {
-        out.push(prefix);
-        out.extend_from_slice(IntText::new(n as i64).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    use length_line as header;
     fn bulk(out: &mut Vec<u8>, b: &[u8]) {
-        header(out, b'$', b.len());
+        length_line(out, b'$', b.len());
         out.extend_from_slice(b);
         out.extend_from_slice(b"\r\n");
     }
@@ -59,6 +55,45 @@ pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
             header(out, b'*', items.items.len());
             items.items.iter().for_each(|i| encode(i, resp3, out));
         }
+        Some(Kind::Raw(bytes)) => out.extend_from_slice(bytes),
+    }
+}
+
+/// The bulk strings of a `raw` frame as [`F::bulk_array`] writes it (`None` for other bytes):
+/// for code and tests that look into a reply rather than pass it on.
+pub fn raw_bulks(raw: &[u8]) -> Option<Vec<Bytes>> {
+    fn line(raw: &[u8], at: &mut usize, prefix: u8) -> Option<usize> {
+        let rest = raw.get(*at..)?.strip_prefix(&[prefix])?;
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let n = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+        *at += 1 + end + 2;
+        Some(n)
+    }
+    let mut at = 0;
+    let n = line(raw, &mut at, b'*')?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = line(raw, &mut at, b'$')?;
+        let item = raw.get(at..at + len)?;
+        out.push(Bytes::copy_from_slice(item));
+        at += len + 2;
+    }
+    (at == raw.len()).then_some(out)
+}
+
+/// Appends a RESP length line (`*3\r\n`, `$5\r\n`); short lengths, the common case, skip the
+/// general formatter.
+fn length_line(out: &mut Vec<u8>, prefix: u8, n: usize) {
+    match n {
+        0..10 => out.extend_from_slice(&[prefix, b'0' + n as u8, b'\r', b'\n']),
+        10..100 => {
+            out.extend_from_slice(&[prefix, b'0' + (n / 10) as u8, b'0' + (n % 10) as u8, b'\r', b'\n'])
+        }
+        _ => {
+            out.push(prefix);
+            out.extend_from_slice(IntText::new(n as i64).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
     }
 }
 
@@ -79,23 +114,21 @@ impl F {
         F::bulk(Bytes::copy_from_slice(b))
     }
 
-    /// Bulk strings of `items`, copied into one buffer that every frame slices (two
-    /// allocations for the lot, where `bulk_from` takes one per element).
-    pub fn bulks<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<Frame> {
-        let (mut all, mut ends) = (Vec::new(), Vec::new());
+    /// An array of bulk strings, encoded here at once (it reads the same in RESP2 and RESP3):
+    /// one buffer for the whole reply, where frames would cost an allocation per element.
+    pub fn bulk_array<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Frame {
+        let mut body = Vec::new();
+        let mut n = 0;
         for b in items {
-            all.extend_from_slice(b);
-            ends.push(all.len());
+            length_line(&mut body, b'$', b.len());
+            body.extend_from_slice(b);
+            body.extend_from_slice(b"\r\n");
+            n += 1;
         }
-        let all = Bytes::from(all);
-        let mut start = 0;
-        ends.into_iter()
-            .map(|end| {
-                let f = F::bulk(all.slice(start..end));
-                start = end;
-                f
-            })
-            .collect()
+        let mut out = Vec::with_capacity(body.len() + 16);
+        length_line(&mut out, b'*', n);
+        out.extend_from_slice(&body);
+        F::of(Kind::Raw(out.into()))
     }
 
     pub fn int(n: i64) -> Frame {
@@ -144,5 +177,30 @@ impl F {
 
     pub fn bulk_or_nil(b: Option<&[u8]>) -> Frame {
         b.map_or_else(F::nil, F::bulk_from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_arrays_encode_like_arrays_of_bulks_in_both_protocols() {
+        let long = vec![b'x'; 1234];
+        let items: Vec<&[u8]> = vec![b"", b"a", &[b'b'; 10], &[b'c'; 99], &[b'd'; 100], &long];
+        let raw = F::bulk_array(items.iter().copied());
+        let framed = F::array(items.iter().map(|b| F::bulk_from(b)).collect());
+        for resp3 in [false, true] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode(&raw, resp3, &mut a);
+            encode(&framed, resp3, &mut b);
+            assert_eq!(a, b, "resp3: {resp3}");
+        }
+        let Some(Kind::Raw(bytes)) = &raw.kind else { panic!("{raw:?}") };
+        let back = raw_bulks(bytes).expect("parses");
+        assert_eq!(back.iter().map(|b| &b[..]).collect::<Vec<_>>(), items);
+        assert_eq!(raw_bulks(&bytes[..bytes.len() - 1]), None, "truncated");
+        let Some(Kind::Raw(empty)) = F::bulk_array(std::iter::empty()).kind else { panic!() };
+        assert_eq!(&empty[..], b"*0\r\n");
     }
 }

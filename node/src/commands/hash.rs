@@ -105,11 +105,11 @@ fn hgetall(store: &Store, args: &[Bytes]) -> CmdResult {
 }
 
 fn hkeys(store: &Store, args: &[Bytes]) -> CmdResult {
-    read(store, args, |h| F::array(F::bulks(h.into_iter().flat_map(|h| h.iter()).map(|(f, _)| f))))
+    read(store, args, |h| F::bulk_array(h.into_iter().flat_map(|h| h.iter()).map(|(f, _)| f)))
 }
 
 fn hvals(store: &Store, args: &[Bytes]) -> CmdResult {
-    read(store, args, |h| F::array(F::bulks(h.into_iter().flat_map(|h| h.iter()).map(|(_, v)| v))))
+    read(store, args, |h| F::bulk_array(h.into_iter().flat_map(|h| h.iter()).map(|(_, v)| v)))
 }
 
 fn hdel(store: &Store, args: &[Bytes]) -> CmdResult {

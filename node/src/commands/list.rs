@@ -86,7 +86,7 @@ fn pop(store: &Store, args: &[Bytes], front: bool) -> CmdResult {
         (None, Some(_)) => F::null_array(),
         (None, None) => F::nil(),
         (Some(l), None) => F::bulk_or_nil(l.pop(front).as_deref()),
-        (Some(l), Some(n)) => F::array(F::bulks(pop_n(l, n, front).iter().map(|v| &**v))),
+        (Some(l), Some(n)) => F::bulk_array(pop_n(l, n, front).iter().map(|v| &**v)),
     })
 }
 
@@ -110,7 +110,7 @@ fn lrange(store: &Store, args: &[Bytes]) -> CmdResult {
     read(store, &args[1], |l| {
         let Some(l) = l else { return F::array(Vec::new()) };
         match range(l.len(), start, end) {
-            Some((a, b)) => F::array(F::bulks(l.range(a, b))),
+            Some((a, b)) => F::bulk_array(l.range(a, b)),
             None => F::array(Vec::new()),
         }
     })

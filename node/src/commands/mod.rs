@@ -24,7 +24,7 @@ mod zset;
 use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};
 
-pub use frame::F;
+pub use frame::{F, raw_bulks};
 
 use crate::store::object::ValueType;
 use crate::store::{Store, StoreError};

@@ -332,7 +332,7 @@ fn mpop(l: &mut Locked<'_>, args: &[Bytes], t: ValueType) -> CmdResult {
         }
         let popped = l.write_object(k, t, |slot, _| match slot.as_deref_mut() {
             Some(Object::List(list)) => {
-                F::array(F::bulks(super::list::pop_n(list, count, front).iter().map(|v| &**v)))
+                F::bulk_array(super::list::pop_n(list, count, front).iter().map(|v| &**v))
             }
             Some(Object::ZSet(z)) => {
                 let mut items = Vec::new();

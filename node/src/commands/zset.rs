@@ -465,7 +465,7 @@ fn limit<'a>(
 
 fn reply_members(items: &[(&[u8], f64)], with_scores: bool) -> Frame {
     if !with_scores {
-        return F::array(F::bulks(items.iter().map(|(m, _)| &m[..])));
+        return F::bulk_array(items.iter().map(|(m, _)| &m[..]));
     }
     let mut flat = Vec::with_capacity(items.len() * 2);
     for (m, s) in items {

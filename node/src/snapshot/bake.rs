@@ -473,7 +473,8 @@ mod tests {
         };
         assert!(run(&["HGET", "h", "a"]).contains("Bulk(b\"1\")"));
         assert!(
-            run(&["LRANGE", "l", "0", "-1"]).contains("b\"x\"") && run(&["LLEN", "l"]).contains("Int(3)")
+            run(&["LRANGE", "l", "0", "-1"]).contains("\\r\\nx\\r\\n")
+                && run(&["LLEN", "l"]).contains("Int(3)")
         );
         assert!(run(&["SISMEMBER", "s", "2"]).contains("Int(1)"));
         assert!(run(&["ZSCORE", "z", "low"]).contains("-1.5"));

@@ -64,5 +64,6 @@ pub fn from_frame(f: Frame) -> Reply {
         }
         Some(K::Double(d)) => Reply::Double(d),
         Some(K::Simple(s)) => Reply::Simple(s.into()),
+        Some(K::Raw(bytes)) => Reply::Raw(bytes),
     }
 }
