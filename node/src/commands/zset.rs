@@ -431,10 +431,11 @@ pub(super) fn select<'a>(z: &'a ZSet, q: &Query) -> Vec<(&'a [u8], f64)> {
     match &q.spec {
         Spec::Rank(start, end) => {
             let Some((a, b)) = rank_range(z.len(), *start, *end) else { return Vec::new() };
+            let n = z.len();
             if q.reverse {
-                z.iter().rev().skip(a).take(b - a + 1).collect()
+                z.by_rank(n - 1 - b, n - a).rev().collect()
             } else {
-                z.iter().skip(a).take(b - a + 1).collect()
+                z.by_rank(a, b + 1).collect()
             }
         }
         Spec::Score(min, max) => {
@@ -514,7 +515,8 @@ fn zrandmember(store: &Store, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
         return read(store, &args[1], |z| {
             let z = z.filter(|z| !z.is_empty())?;
-            z.iter().nth(fastrand::usize(..z.len())).map(|(m, _)| F::bulk_from(m))
+            let i = fastrand::usize(..z.len());
+            z.by_rank(i, i + 1).next().map(|(m, _)| F::bulk_from(m))
         })
         .map(|f| f.unwrap_or_else(F::nil));
     }

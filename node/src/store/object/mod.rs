@@ -5,12 +5,14 @@
 //! - [`hash`], [`set`], [`list`], [`zset`]: each type's encodings and the primitive operations the commands
 //!   (`crate::commands`) are written over.
 //! - [`table`]: the large encoding of sets and hashes (items in a vector, a hash index over it).
+//! - [`ordered`]: sorted blocks with ranks, the ordered index of large sorted sets.
 //!
 //! A typed value lives in its shard's object table, next to the entry that holds its key, TTL and
 //! LRU clock (the entry's flags carry the [`ValueType`]); its memory is counted with the shard's.
 
 pub mod hash;
 pub mod list;
+pub mod ordered;
 pub mod pack;
 pub mod set;
 pub mod table;

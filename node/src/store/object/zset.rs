@@ -1,20 +1,19 @@
 //! Sorted sets: a vector of (member, score) pairs kept in (score, member) order while small
 //! (Redis's listpack, same thresholds, "listpack"), and past a threshold a member → score map
-//! beside an ordered tree of (score, member) ("skiplist": Redis's name for its ordered index;
-//! ours is a B-tree). Each member lives in one shared allocation with its score ([`Rec`]), which
-//! both the hash index and the tree point to.
+//! beside an ordered index of (score, member) with ranks ("skiplist": Redis's name for its
+//! ordered index; ours is [`super::ordered`], sorted blocks). Each member lives in one shared
+//! allocation with its score ([`Rec`]), which both the hash index and the ordered one point to.
 //!
-//! Rank-based access (ZRANK, ZRANGE by index) walks the tree from the nearer end: O(rank), where
-//! Redis's skiplist takes O(log n) (docs/compatibility.md). Score ranges are O(log n + k).
+//! ZRANK, ZRANGE by index and score ranges are O(log n + k), as with Redis's skiplist.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use super::ordered::Ordered;
 use super::{Limits, alloc_size};
 
 /// A score with the order Redis uses (never NaN; -0 equals 0, ties broken by member).
@@ -107,7 +106,7 @@ pub struct Tree {
     /// Member → record, hashed by the member's bytes.
     index: HashTable<Rec>,
     hasher: DefaultHashBuilder,
-    order: BTreeSet<Ranked>,
+    order: Ordered<Ranked>,
     /// Heap bytes of the records.
     bytes: usize,
 }
@@ -134,10 +133,9 @@ impl Tree {
     }
 }
 
-/// Per member besides its record: an index bucket (pointer, length, control byte) and a tree
-/// slot (score and pointer, with the B-tree's node overhead: about a third of a node unused).
+/// Per member besides its record and its slot in the ordered index: an index bucket (pointer,
+/// length, control byte).
 const INDEX_BUCKET: usize = 17;
-const TREE_SLOT: usize = 36;
 const PACK_ITEM: usize = 24;
 
 impl Default for ZSet {
@@ -215,27 +213,23 @@ impl ZSet {
                 // Tree bounds: the empty member sorts first among equal scores, so
                 // (next score up, "") lies just past every member of a score.
                 let at = |x: f64| Ranked(x, Rec::new(b"", x));
+                // As ranks: the first member at or past the lower bound, and the first past the
+                // upper one.
                 let lower = match min {
-                    Bound::Included(x) => Bound::Included(at(x)),
+                    Bound::Included(x) => t.order.rank(&at(x)),
                     Bound::Excluded(x) if x == f64::INFINITY => return Box::new(std::iter::empty()),
-                    Bound::Excluded(x) => Bound::Included(at(next_up(x))),
-                    Bound::Unbounded => Bound::Unbounded,
+                    Bound::Excluded(x) => t.order.rank(&at(next_up(x))),
+                    Bound::Unbounded => 0,
                 };
                 let upper = match max {
-                    Bound::Included(x) if x == f64::INFINITY => Bound::Unbounded,
-                    Bound::Included(x) => Bound::Excluded(at(next_up(x))),
-                    Bound::Excluded(x) => Bound::Excluded(at(x)),
-                    Bound::Unbounded => Bound::Unbounded,
+                    Bound::Included(x) if x == f64::INFINITY => t.order.len(),
+                    Bound::Included(x) => t.order.rank(&at(next_up(x))),
+                    Bound::Excluded(x) => t.order.rank(&at(x)),
+                    Bound::Unbounded => t.order.len(),
                 };
-                if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) =
-                    (&lower, &upper)
-                    && a > b
-                {
-                    return Box::new(std::iter::empty());
-                }
                 Box::new(
                     t.order
-                        .range((lower, upper))
+                        .range(lower, upper)
                         .map(|r| (r.1.member(), r.0))
                         .filter(move |&(_, s)| above(s) && below(s)),
                 )
@@ -247,7 +241,18 @@ impl ZSet {
     pub fn rank(&self, m: &[u8]) -> Option<usize> {
         match self {
             ZSet::Pack(v) => v.iter().position(|(x, _)| &**x == m),
-            ZSet::Tree(t) => Some(t.order.range(..Ranked::of(t.find(m)?)).count()),
+            ZSet::Tree(t) => Some(t.order.rank(&Ranked::of(t.find(m)?))),
+        }
+    }
+
+    /// Members of ascending rank `a..b` (clamped); `.rev()` walks them from `b` down.
+    pub fn by_rank(&self, a: usize, b: usize) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
+        match self {
+            ZSet::Pack(v) => {
+                let b = b.min(v.len());
+                Box::new(v[a.min(b)..b].iter().map(|(m, s)| (&**m, *s)))
+            }
+            ZSet::Tree(t) => Box::new(t.order.range(a, b).map(|r| (r.1.member(), r.0))),
         }
     }
 
@@ -344,10 +349,7 @@ impl ZSet {
                 v.capacity() * PACK_ITEM + v.iter().map(|(m, _)| alloc_size(m.len())).sum::<usize>()
             }
             ZSet::Tree(t) => {
-                std::mem::size_of::<Tree>()
-                    + t.bytes
-                    + t.index.capacity() * INDEX_BUCKET
-                    + t.order.len() * TREE_SLOT
+                std::mem::size_of::<Tree>() + t.bytes + t.index.capacity() * INDEX_BUCKET + t.order.mem()
             }
         }
     }
@@ -376,6 +378,53 @@ impl ZSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_big_tree_answers_ranks_and_ranges_like_the_vector() {
+        let flat = Limits {
+            zset_max_listpack_entries: usize::MAX,
+            zset_max_listpack_value: usize::MAX,
+            ..Limits::default()
+        };
+        let (mut tree, mut vec) = (ZSet::Tree(Box::default()), ZSet::default());
+        let mut seed = 5u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for step in 0..6000 {
+            let r = next();
+            // Few distinct scores, so ties (ordered by member) cross block edges.
+            let (m, score) = (format!("m{}", r % 3000), (r % 40) as f64 - 20.0);
+            if step % 5 == 4 {
+                assert_eq!(tree.remove(m.as_bytes()), vec.remove(m.as_bytes()));
+            } else {
+                assert_eq!(tree.insert(m.as_bytes(), score, &flat), vec.insert(m.as_bytes(), score, &flat));
+            }
+        }
+        assert_eq!((tree.encoding(), vec.encoding()), ("skiplist", "listpack"));
+        assert!(tree.len() > 1000);
+        let n = tree.len();
+        for _ in 0..300 {
+            let m = format!("m{}", next() % 3000);
+            assert_eq!(tree.rank(m.as_bytes()), vec.rank(m.as_bytes()), "rank of {m}");
+            let (a, b) = (next() % (n + 5), next() % (n + 5));
+            assert!(tree.by_rank(a, b).eq(vec.by_rank(a, b)), "ranks {a}..{b}");
+            assert!(tree.by_rank(a, b).rev().eq(vec.by_rank(a, b).rev()));
+            let bound = |x: usize| match x % 3 {
+                0 => Bound::Included((x % 44) as f64 - 22.0),
+                1 => Bound::Excluded((x % 44) as f64 - 22.0),
+                _ => Bound::Unbounded,
+            };
+            let (lo, hi) = (bound(next()), bound(next()));
+            assert!(tree.score_range(lo, hi).eq(vec.score_range(lo, hi)), "{lo:?}..{hi:?}");
+            assert!(tree.score_range(lo, hi).rev().eq(vec.score_range(lo, hi).rev()));
+        }
+        for max in [true, false, true] {
+            assert_eq!(tree.pop(max), vec.pop(max));
+        }
+        assert!(tree.iter().eq(vec.iter()));
+    }
 
     #[test]
     fn both_encodings_order_and_rank_alike() {
