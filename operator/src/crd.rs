@@ -91,6 +91,12 @@ pub struct CacheClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+(b|k|kb|m|mb|g|gb|K|KB|M|MB|G|GB)?$')"))]
     pub migrate_rate: Option<String>,
+    /// Thresholds at which hashes, sets, sorted sets and lists leave their compact encodings
+    /// (Redis's hash-max-listpack-entries etc.), passed to every node at start. Unset fields keep
+    /// the node's defaults, which are Redis's. CONFIG SET through a router changes them at
+    /// runtime but only until a node restarts; set them here to keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<Encoding>,
 }
 
 fn default_routers() -> i32 {
@@ -103,6 +109,60 @@ fn default_image() -> String {
 
 fn default_maxmemory() -> String {
     "0".into()
+}
+
+/// Encoding thresholds of the nodes, by Redis's names and with the ranges the nodes accept
+/// (`shoal_wire::settings`). Each is optional: unset means the node's default (Redis's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Encoding {
+    /// Hashes with more fields than this are stored as hash tables instead of listpacks
+    /// (hash-max-listpack-entries; default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub hash_max_listpack_entries: Option<i64>,
+    /// Hashes with a field or value longer than this many bytes are stored as hash tables
+    /// (hash-max-listpack-value; default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub hash_max_listpack_value: Option<i64>,
+    /// Sets of more integers than this are stored as hash tables instead of intsets
+    /// (set-max-intset-entries; default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub set_max_intset_entries: Option<i64>,
+    /// Sorted sets with more members than this are stored as skiplists instead of listpacks
+    /// (zset-max-listpack-entries; default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub zset_max_listpack_entries: Option<i64>,
+    /// Sorted sets with a member longer than this many bytes are stored as skiplists
+    /// (zset-max-listpack-value; default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub zset_max_listpack_value: Option<i64>,
+    /// Size of one list chunk (list-max-listpack-size; default -2): a positive number caps its
+    /// entries, -1 to -5 its bytes (4, 8, 16, 32 or 64 KiB); 0 acts as -1 and below -5 as -5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = i32::MIN, max = i32::MAX))]
+    pub list_max_listpack_size: Option<i32>,
+}
+
+impl Encoding {
+    /// The set thresholds as (the node's flag, value), in Redis's order.
+    pub fn flags(&self) -> Vec<(&'static str, i64)> {
+        [
+            ("--hash-max-listpack-entries", self.hash_max_listpack_entries),
+            ("--hash-max-listpack-value", self.hash_max_listpack_value),
+            ("--set-max-intset-entries", self.set_max_intset_entries),
+            ("--zset-max-listpack-entries", self.zset_max_listpack_entries),
+            ("--zset-max-listpack-value", self.zset_max_listpack_value),
+            ("--list-max-listpack-size", self.list_max_listpack_size.map(i64::from)),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v)| Some((flag, v?)))
+        .collect()
+    }
 }
 
 /// Redis's eviction policies that Shoal implements.
@@ -240,6 +300,60 @@ mod tests {
         assert_eq!(spec["required"], serde_json::json!(["shards"]));
         let text = crd.to_string();
         assert!(text.contains("x-kubernetes-validations"), "CEL rules are in the schema");
+    }
+
+    /// Whether the API server would take `value` for `spec.encoding.<field>`: checks the type and
+    /// the bounds that the generated schema declares (all the encoding fields declare).
+    fn encoding_field_accepts(field: &str, value: serde_json::Value) -> bool {
+        let crd = serde_json::to_value(CacheCluster::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["encoding"]["properties"][field];
+        assert_eq!(schema["type"], "integer", "{field}: {schema}");
+        let Some(v) = value.as_i64().map(|v| v as f64) else { return false };
+        schema["minimum"].as_f64().is_none_or(|min| v >= min)
+            && schema["maximum"].as_f64().is_none_or(|max| v <= max)
+    }
+
+    #[test]
+    fn encoding_thresholds_are_optional_and_validated_with_the_nodes_ranges() {
+        let spec: CacheClusterSpec = serde_json::from_value(serde_json::json!({"shards": 3})).unwrap();
+        assert_eq!(spec.encoding, None);
+        let spec: CacheClusterSpec = serde_json::from_value(serde_json::json!({
+            "shards": 3, "encoding": {"hashMaxListpackEntries": 1024, "listMaxListpackSize": -3}
+        }))
+        .unwrap();
+        let e = spec.encoding.clone().unwrap();
+        assert_eq!((e.hash_max_listpack_entries, e.list_max_listpack_size), (Some(1024), Some(-3)));
+        assert_eq!(e.set_max_intset_entries, None);
+        // Unset fields stay out of the serialized spec (server-side apply owns only what is set).
+        let back = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            back["encoding"],
+            serde_json::json!({"hashMaxListpackEntries": 1024, "listMaxListpackSize": -3})
+        );
+
+        let counts = [
+            "hashMaxListpackEntries",
+            "hashMaxListpackValue",
+            "setMaxIntsetEntries",
+            "zsetMaxListpackEntries",
+            "zsetMaxListpackValue",
+        ];
+        for field in counts {
+            assert!(encoding_field_accepts(field, serde_json::json!(0)), "{field}");
+            assert!(encoding_field_accepts(field, serde_json::json!(i64::MAX)), "{field}");
+            assert!(!encoding_field_accepts(field, serde_json::json!(-1)), "{field}: negative refused");
+            assert!(!encoding_field_accepts(field, serde_json::json!("64")), "{field}: not a number");
+        }
+        // Any 32-bit integer, as Redis and the nodes take it.
+        for ok in [-5, -1, 0, 128, i32::MIN as i64, i32::MAX as i64] {
+            assert!(encoding_field_accepts("listMaxListpackSize", serde_json::json!(ok)), "{ok}");
+        }
+        for bad in [i32::MIN as i64 - 1, i32::MAX as i64 + 1] {
+            assert!(!encoding_field_accepts("listMaxListpackSize", serde_json::json!(bad)), "{bad}");
+            let spec = serde_json::json!({"shards": 1, "encoding": {"listMaxListpackSize": bad}});
+            assert!(serde_json::from_value::<CacheClusterSpec>(spec).is_err());
+        }
     }
 
     #[test]

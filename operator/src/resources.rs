@@ -241,6 +241,10 @@ pub fn node_args(cc: &CacheCluster) -> Vec<String> {
     if let Some(rate) = &s.migrate_rate {
         args.extend(["--migrate-rate".to_string(), rate.clone()]);
     }
+    // `--flag=value`: list-max-listpack-size may be negative.
+    if let Some(encoding) = &s.encoding {
+        args.extend(encoding.flags().into_iter().map(|(flag, v)| format!("{flag}={v}")));
+    }
     args
 }
 
@@ -665,6 +669,61 @@ pub(crate) mod tests {
                 .unwrap()
                 .iter()
                 .any(|v| v.name == "data" && v.empty_dir.is_some())
+        );
+    }
+
+    #[test]
+    fn nodes_get_only_the_encoding_thresholds_that_are_set() {
+        let encoding_args = |cc: &CacheCluster| -> Vec<String> {
+            node_args(cc).into_iter().filter(|a| a.contains("-max-")).collect()
+        };
+        assert!(encoding_args(&cluster(serde_json::json!({"shards": 3}))).is_empty(), "node defaults");
+        assert!(encoding_args(&cluster(serde_json::json!({"shards": 3, "encoding": {}}))).is_empty());
+        let cc = cluster(serde_json::json!({
+            "shards": 3,
+            "encoding": {"hashMaxListpackEntries": 1024, "zsetMaxListpackValue": 0, "listMaxListpackSize": -5}
+        }));
+        assert_eq!(
+            encoding_args(&cc),
+            [
+                "--hash-max-listpack-entries=1024",
+                "--zset-max-listpack-value=0",
+                "--list-max-listpack-size=-5"
+            ]
+        );
+        let all = cluster(serde_json::json!({"shards": 3, "encoding": {
+            "hashMaxListpackEntries": 1, "hashMaxListpackValue": 2, "setMaxIntsetEntries": 3,
+            "zsetMaxListpackEntries": 4, "zsetMaxListpackValue": 5, "listMaxListpackSize": 6
+        }}));
+        assert_eq!(
+            encoding_args(&all),
+            [
+                "--hash-max-listpack-entries=1",
+                "--hash-max-listpack-value=2",
+                "--set-max-intset-entries=3",
+                "--zset-max-listpack-entries=4",
+                "--zset-max-listpack-value=5",
+                "--list-max-listpack-size=6",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_encoding_change_changes_the_node_pod_template() {
+        // The operator applies the StatefulSet on every reconcile; a different pod template is
+        // what rolls the node pods (RollingUpdate, one at a time), as a maxmemory change does.
+        let template =
+            |cc: &CacheCluster| serde_json::to_value(node_statefulset(cc, 3).spec.unwrap().template).unwrap();
+        let before = cluster(serde_json::json!({"shards": 3, "maxmemory": "1gb"}));
+        let more_memory = cluster(serde_json::json!({"shards": 3, "maxmemory": "2gb"}));
+        let encoded = cluster(serde_json::json!({"shards": 3, "maxmemory": "1gb",
+                                                 "encoding": {"setMaxIntsetEntries": 4096}}));
+        assert_ne!(template(&before), template(&more_memory));
+        assert_ne!(template(&before), template(&encoded));
+        let args = template(&encoded)["spec"]["containers"][0]["args"].clone();
+        assert!(
+            args.as_array().unwrap().contains(&serde_json::json!("--set-max-intset-entries=4096")),
+            "{args}"
         );
     }
 

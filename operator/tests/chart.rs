@@ -170,6 +170,7 @@ fn the_cluster_and_its_password() {
     let cc = one(&docs, "CacheCluster");
     assert_eq!(cc["spec"]["shards"], 3);
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
+    assert!(cc["spec"].get("encoding").is_none(), "no thresholds set: the nodes' defaults");
     let secret = one(&docs, "Secret");
     assert_eq!(cc["spec"]["passwordSecretRef"]["name"], secret["metadata"]["name"]);
     let generated = secret["data"]["password"].as_str().unwrap();
@@ -192,6 +193,10 @@ fn the_cluster_and_its_password() {
         serde_json::json!({"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "standard"})
     );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0-test");
+    assert_eq!(
+        cc["spec"]["encoding"],
+        serde_json::json!({"hashMaxListpackEntries": 1024, "listMaxListpackSize": -3})
+    );
     let test_env = &one(&docs, "Pod")["spec"]["containers"][0]["env"][0];
     assert_eq!(test_env["valueFrom"]["secretKeyRef"]["key"], "redis-password");
 
@@ -199,6 +204,19 @@ fn the_cluster_and_its_password() {
         render(&["--set", "cluster.auth.enabled=false", "--set", "cluster.enabled=true"]).unwrap().unwrap();
     assert!(find(&docs, "Secret").is_empty());
     assert!(one(&docs, "CacheCluster")["spec"].get("passwordSecretRef").is_none());
+    let docs = render(&[
+        "--set",
+        "cluster.encoding.setMaxIntsetEntries=4096",
+        "--set",
+        "cluster.encoding.zsetMaxListpackValue=0",
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        one(&docs, "CacheCluster")["spec"]["encoding"],
+        serde_json::json!({"setMaxIntsetEntries": 4096, "zsetMaxListpackValue": 0}),
+        "only the thresholds set, as numbers"
+    );
     let docs = render(&["--set", "cluster.enabled=false"]).unwrap().unwrap();
     assert!(find(&docs, "CacheCluster").is_empty() && find(&docs, "Pod").is_empty());
 }
@@ -270,6 +288,19 @@ fn the_values_schema_refuses_bad_values() {
         (vec!["--set", "cluster.maxmemory=lots"], "/cluster/maxmemory"),
         (vec!["--set", "operator.nodeAddresses=ip"], "/operator/nodeAddresses"),
         (vec!["--set", "clutser.shards=3"], "additional properties 'clutser'"),
+        (vec!["--set", "cluster.encoding.setMaxIntsetEntries=-1"], "/cluster/encoding/setMaxIntsetEntries"),
+        (
+            vec!["--set", "cluster.encoding.hashMaxListpackValue=64b"],
+            "/cluster/encoding/hashMaxListpackValue",
+        ),
+        (
+            vec!["--set", "cluster.encoding.listMaxListpackSize=2147483648"],
+            "/cluster/encoding/listMaxListpackSize",
+        ),
+        (
+            vec!["--set", "cluster.encoding.listMaxZiplistSize=-2"],
+            "additional properties 'listMaxZiplistSize'",
+        ),
     ] {
         let Some(result) = render(&args) else { return };
         let err = result.expect_err(&format!("{args:?} must be refused"));
