@@ -1,4 +1,5 @@
-//! An ordered sequence with ranks: sorted blocks of at most [`MAX`] elements, the last element of
+//! An ordered sequence with ranks: sorted blocks (deques, so both ends change in O(1)) of at most
+//! [`MAX`] elements, the last element of
 //! each block in a separate array (searched first, so a lookup touches one block), and a Fenwick
 //! tree of block lengths for ranks. The sorted-set index ("skiplist" in Redis's words): insert,
 //! remove, rank and access by rank are O(log n) plus a move of at most one block, where a B-tree
@@ -8,12 +9,14 @@
 //! prepending before the first) starts a new block, so ascending inserts leave full blocks behind.
 //! A block that falls under a quarter merges into a neighbour that has room.
 
+use std::collections::VecDeque;
+
 /// Elements per block at most.
 pub const MAX: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct Ordered<T> {
-    blocks: Vec<Vec<T>>,
+    blocks: Vec<VecDeque<T>>,
     /// `lasts[b]` is a copy of `blocks[b]`'s last element.
     lasts: Vec<T>,
     /// Fenwick tree over block lengths (1-based).
@@ -76,12 +79,12 @@ impl<T: Ord + Clone> Ordered<T> {
             self.lasts.insert(0, x.clone());
             self.blocks.insert(0, Self::block_with(x));
         } else {
-            let mut tail = Vec::with_capacity(MAX);
+            let mut tail = VecDeque::with_capacity(MAX);
             tail.extend(self.blocks[b].drain(MAX / 2..));
             let (target, at) =
                 if at <= MAX / 2 { (&mut self.blocks[b], at) } else { (&mut tail, at - MAX / 2) };
             target.insert(at, x);
-            let tail_last = tail.last().expect("half a block").clone();
+            let tail_last = tail.back().expect("half a block").clone();
             self.blocks.insert(b + 1, tail);
             self.lasts.insert(b + 1, tail_last);
             self.after_change(b);
@@ -103,14 +106,14 @@ impl<T: Ord + Clone> Ordered<T> {
     }
 
     pub fn pop_first(&mut self) -> Option<T> {
-        let x = (!self.blocks.is_empty()).then(|| self.blocks[0].remove(0))?;
+        let x = self.blocks.first_mut()?.pop_front().expect("blocks are never empty");
         self.removed(0);
         Some(x)
     }
 
     pub fn pop_last(&mut self) -> Option<T> {
         let b = self.blocks.len().checked_sub(1)?;
-        let x = self.blocks[b].pop().expect("blocks are never empty");
+        let x = self.blocks[b].pop_back().expect("blocks are never empty");
         self.removed(b);
         Some(x)
     }
@@ -132,40 +135,36 @@ impl<T: Ord + Clone> Ordered<T> {
         let empty = a >= b;
         let (fb, fi) = first;
         let (lb, li) = last;
-        let head: &[T] = if empty {
-            &[]
-        } else if fb == lb {
-            &self.blocks[fb][fi..=li]
-        } else {
-            &self.blocks[fb][fi..]
-        };
-        let middle: &[Vec<T>] = if empty || lb <= fb + 1 { &[] } else { &self.blocks[fb + 1..lb] };
-        let tail: &[T] = if empty || fb == lb { &[] } else { &self.blocks[lb][..=li] };
-        head.iter().chain(middle.iter().flatten()).chain(tail.iter())
+        let head = (!empty)
+            .then(|| if fb == lb { self.blocks[fb].range(fi..=li) } else { self.blocks[fb].range(fi..) });
+        let middle: &[VecDeque<T>] = if empty || lb <= fb + 1 { &[] } else { &self.blocks[fb + 1..lb] };
+        let tail = (!empty && fb != lb).then(|| self.blocks[lb].range(..=li));
+        head.into_iter().flatten().chain(middle.iter().flatten()).chain(tail.into_iter().flatten())
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
         self.blocks.iter().flatten()
     }
 
-    /// Bytes held: block buffers and the arrays beside them.
+    /// Bytes held: block buffers and the arrays beside them. O(1) (the store asks after every
+    /// write): every block is allocated for [`MAX`] elements and never grows past it.
     pub fn mem(&self) -> usize {
         let elem = std::mem::size_of::<T>();
-        self.blocks.iter().map(|b| b.capacity() * elem).sum::<usize>()
-            + self.blocks.capacity() * std::mem::size_of::<Vec<T>>()
+        self.blocks.len() * MAX * elem
+            + self.blocks.capacity() * std::mem::size_of::<VecDeque<T>>()
             + self.lasts.capacity() * elem
             + self.fenwick.capacity() * std::mem::size_of::<usize>()
     }
 
-    fn block_with(x: T) -> Vec<T> {
-        let mut v = Vec::with_capacity(MAX);
-        v.push(x);
+    fn block_with(x: T) -> VecDeque<T> {
+        let mut v = VecDeque::with_capacity(MAX);
+        v.push_back(x);
         v
     }
 
     /// Block `b` changed in place: its last element may have.
     fn after_change(&mut self, b: usize) {
-        if let Some(l) = self.blocks[b].last() {
+        if let Some(l) = self.blocks[b].back() {
             self.lasts[b] = l.clone();
         }
     }
@@ -275,7 +274,8 @@ mod tests {
         assert_eq!(o.iter().copied().collect::<Vec<_>>(), want);
         for (b, block) in o.blocks.iter().enumerate() {
             assert!(!block.is_empty() && block.len() <= MAX, "block {b} has {}", block.len());
-            assert_eq!(o.lasts[b], *block.last().unwrap());
+            assert_eq!(block.capacity(), MAX, "mem() counts MAX per block");
+            assert_eq!(o.lasts[b], *block.back().unwrap());
             assert_eq!(o.prefix(b + 1) - o.prefix(b), block.len());
         }
     }

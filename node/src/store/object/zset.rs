@@ -54,10 +54,8 @@ struct Rec(Arc<[u8]>);
 
 impl Rec {
     fn new(m: &[u8], score: f64) -> Rec {
-        let mut bytes = Vec::with_capacity(8 + m.len());
-        bytes.extend_from_slice(&score.to_le_bytes());
-        bytes.extend_from_slice(m);
-        Rec(bytes.into())
+        // An exact-size iterator: the Arc is allocated once, at its final size.
+        Rec(score.to_le_bytes().into_iter().chain(m.iter().copied()).collect())
     }
 
     fn score(&self) -> f64 {
