@@ -71,6 +71,10 @@ pub async fn serve<S>(
     let _listed = state.clients.register(client.clone());
     // A command CLIENT PAUSE holds, admitted and waiting to run.
     let mut held: Option<(&'static CommandSpec, Vec<bytes::Bytes>)> = None;
+    // One waiter on the kill switch for the connection's life: registering a new one at every
+    // read would take the switch's lock twice per round.
+    let killed = client.killed();
+    tokio::pin!(killed);
     loop {
         if client.is_killed() {
             return;
@@ -80,7 +84,7 @@ pub async fn serve<S>(
             let auth_expired = expiry(auth_deadline);
             tokio::select! {
                 _ = state.pause.wait(spec) => {}
-                _ = client.killed() => return,
+                _ = &mut killed => return,
                 _ = shutdown.changed() => return,
                 _ = auth_expired => {
                     state.metrics.auth_timeouts.inc();
@@ -240,7 +244,7 @@ pub async fn serve<S>(
                 return;
             }
             // CLIENT KILL: before the read, so that a client that keeps sending is closed too.
-            _ = client.killed() => return,
+            _ = &mut killed => return,
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
