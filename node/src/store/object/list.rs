@@ -52,16 +52,7 @@ fn write_packed(out: &mut [u8], v: &[u8]) {
 
 /// The element starting at `at` in well-formed chunk bytes, and where the next one starts.
 fn read_forward(buf: &[u8], at: usize) -> (&[u8], usize) {
-    let (mut len, mut shift, mut i) = (0usize, 0, at);
-    loop {
-        let b = buf[i];
-        i += 1;
-        len |= usize::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 {
-            break;
-        }
-    }
+    let (len, i) = super::pack::read_len(buf, at);
     let n = i - at;
     (&buf[i..i + len], i + len + n)
 }

@@ -36,6 +36,21 @@ pub fn put(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(s);
 }
 
+/// The length written by [`put`] at `at` in bytes this process wrote, and where what follows it
+/// starts. Unchecked (it panics past the end): untrusted bytes go through [`Pack::from_bytes`].
+pub fn read_len(buf: &[u8], at: usize) -> (usize, usize) {
+    let (mut len, mut shift, mut i) = (0usize, 0, at);
+    loop {
+        let b = buf[i];
+        i += 1;
+        len |= usize::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            return (len, i);
+        }
+    }
+}
+
 /// The element starting at `at`: its bytes and where the next one starts.
 fn next(buf: &[u8], at: usize) -> Result<(&[u8], usize), PackError> {
     let mut len = 0usize;

@@ -41,16 +41,7 @@ impl PairKey {
 
     /// An item's field and value.
     pub fn split(item: &[u8]) -> (&[u8], &[u8]) {
-        let (mut len, mut shift, mut i) = (0usize, 0, 0);
-        loop {
-            let b = item[i];
-            i += 1;
-            len |= usize::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
+        let (len, i) = super::pack::read_len(item, 0);
         item[i..].split_at(len)
     }
 }
