@@ -50,6 +50,13 @@ pub fn find(name: &[u8]) -> Option<Handler> {
 
 /// `strtod` as Redis's `getDoubleFromObject` uses it: the whole argument, no leading space, no NaN.
 pub fn parse_score(b: &[u8]) -> Option<f64> {
+    // Plain integers (most scores, every redis-benchmark one) of up to 15 digits are exact as
+    // doubles: no text conversion needed.
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    if !digits.is_empty() && digits.len() <= 15 && digits.iter().all(u8::is_ascii_digit) {
+        let n = digits.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        return Some(if digits.len() < b.len() { -(n as f64) } else { n as f64 });
+    }
     let s = std::str::from_utf8(b).ok()?;
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
         return None;
@@ -216,16 +223,16 @@ fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
     let mut fl = AddFlags::default();
     let mut i = 2;
     while i < args.len() {
-        let a = args[i].to_ascii_lowercase();
-        match &a[..] {
-            b"nx" => fl.nx = true,
-            b"xx" => fl.xx = true,
-            b"gt" => fl.gt = true,
-            b"lt" => fl.lt = true,
-            b"ch" => fl.ch = true,
-            b"incr" => fl.incr = true,
+        let flag = match &args[i][..] {
+            a if a.eq_ignore_ascii_case(b"nx") => &mut fl.nx,
+            a if a.eq_ignore_ascii_case(b"xx") => &mut fl.xx,
+            a if a.eq_ignore_ascii_case(b"gt") => &mut fl.gt,
+            a if a.eq_ignore_ascii_case(b"lt") => &mut fl.lt,
+            a if a.eq_ignore_ascii_case(b"ch") => &mut fl.ch,
+            a if a.eq_ignore_ascii_case(b"incr") => &mut fl.incr,
             _ => break,
-        }
+        };
+        *flag = true;
         i += 1;
     }
     let elements = args.len() - i;
@@ -560,6 +567,20 @@ fn zremrange(store: &Store, args: &[Bytes], kind: Kind) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_scores_parse_like_the_general_path() {
+        let general = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<f64>().unwrap();
+        for s in ["0", "-0", "7", "-7", "000000012345", "999999999999999", "-999999999999999"] {
+            let got = parse_score(s.as_bytes()).unwrap();
+            assert_eq!(got.to_bits(), general(s.as_bytes()).to_bits(), "{s}");
+        }
+        for s in ["9999999999999999", "1e3", "+5", "-", "", " 1", "1.5", "inf", "-inf", "nan", "0x10"] {
+            let want =
+                s.parse::<f64>().ok().filter(|v| !v.is_nan() && !s.starts_with(' ') && !s.contains('x'));
+            assert_eq!(parse_score(s.as_bytes()), want, "{s:?}");
+        }
+    }
 
     #[test]
     fn integral_scores_take_the_short_way_to_the_same_text() {
