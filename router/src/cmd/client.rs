@@ -78,7 +78,7 @@ pub const CLIENT_INFO: CommandSpec = CommandSpec {
 pub const CLIENT_NO_EVICT: CommandSpec = CommandSpec {
     name: "client|no-evict",
     arity: 3,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: &["@admin", "@slow", "@dangerous", "@connection"],
     group: "connection",

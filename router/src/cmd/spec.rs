@@ -88,3 +88,6 @@ pub const KEYSPACE_READ_FAST: &[&str] = &["@keyspace", "@read", "@fast"];
 pub const KEYSPACE_WRITE_FAST: &[&str] = &["@keyspace", "@write", "@fast"];
 pub const NO_AUTH: &[&str] = &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"];
 pub const SUB_FLAGS: &[&str] = &["noscript", "loading", "stale"];
+/// Flags and ACL categories of the server-administration subcommands (CONFIG, SLOWLOG, LATENCY, ...).
+pub const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
+pub const ADMIN_ACL: &[&str] = &["@admin", "@slow", "@dangerous"];
