@@ -179,7 +179,7 @@ impl<T: Ord + Clone> Ordered<T> {
             return;
         }
         self.after_change(b);
-        self.add_neg(b);
+        self.add(b, -1);
         let small = self.blocks[b].len() < MAX / 4;
         // Merge into the next block if both fit in three quarters of one (else the previous).
         let fits =
@@ -217,18 +217,11 @@ impl<T: Ord + Clone> Ordered<T> {
         }
     }
 
-    fn add(&mut self, b: usize, n: usize) {
+    /// Adds `delta` to block `b`'s length in the Fenwick tree.
+    fn add(&mut self, b: usize, delta: isize) {
         let mut i = b + 1;
         while i < self.fenwick.len() {
-            self.fenwick[i] += n;
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    fn add_neg(&mut self, b: usize) {
-        let mut i = b + 1;
-        while i < self.fenwick.len() {
-            self.fenwick[i] -= 1;
+            self.fenwick[i] = self.fenwick[i].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();
         }
     }

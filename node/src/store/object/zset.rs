@@ -195,18 +195,20 @@ impl ZSet {
         min: Bound<f64>,
         max: Bound<f64>,
     ) -> Box<dyn DoubleEndedIterator<Item = (&[u8], f64)> + '_> {
-        let above = move |s: f64| match min {
-            Bound::Included(x) => s >= x,
-            Bound::Excluded(x) => s > x,
-            Bound::Unbounded => true,
-        };
-        let below = move |s: f64| match max {
-            Bound::Included(x) => s <= x,
-            Bound::Excluded(x) => s < x,
-            Bound::Unbounded => true,
-        };
         match self {
-            ZSet::Pack(_) => Box::new(self.iter().filter(move |&(_, s)| above(s) && below(s))),
+            ZSet::Pack(_) => Box::new(self.iter().filter(move |&(_, s)| {
+                let above = match min {
+                    Bound::Included(x) => s >= x,
+                    Bound::Excluded(x) => s > x,
+                    Bound::Unbounded => true,
+                };
+                above
+                    && match max {
+                        Bound::Included(x) => s <= x,
+                        Bound::Excluded(x) => s < x,
+                        Bound::Unbounded => true,
+                    }
+            })),
             ZSet::Tree(t) => {
                 // Tree bounds: the empty member sorts first among equal scores, so
                 // (next score up, "") lies just past every member of a score.
@@ -225,12 +227,7 @@ impl ZSet {
                     Bound::Excluded(x) => t.order.rank(&at(x)),
                     Bound::Unbounded => t.order.len(),
                 };
-                Box::new(
-                    t.order
-                        .range(lower, upper)
-                        .map(|r| (r.1.member(), r.0))
-                        .filter(move |&(_, s)| above(s) && below(s)),
-                )
+                Box::new(t.order.range(lower, upper).map(|r| (r.1.member(), r.0)))
             }
         }
     }
