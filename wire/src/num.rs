@@ -37,7 +37,7 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
 
 /// Formats an `i64` the way Redis replies with it.
 pub fn format_i64(v: i64) -> Vec<u8> {
-    v.to_string().into_bytes()
+    IntText::new(v).as_bytes().to_vec()
 }
 
 /// A memory size as Redis 7.0's CONFIG SET reads one (`memtoull`): digits, then an optional unit
