@@ -260,31 +260,33 @@ fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
         let (mut added, mut changed) = (0, 0);
         let mut incr_result = None;
         for (score, member) in pairs {
-            let current = z.score(member);
-            let new = match current {
-                Some(_) if fl.nx => continue,
-                None if fl.xx => continue,
+            let set = z.upsert(member, limits, |current| match current {
+                Some(_) if fl.nx => Ok(None),
+                None if fl.xx => Ok(None),
+                None => Ok(Some(score)),
                 Some(cur) => {
                     let new = if fl.incr { cur + score } else { score };
                     if new.is_nan() {
                         return Err(CmdError::Text("ERR resulting score is not a number (NaN)"));
                     }
-                    if (fl.gt && new <= cur) || (fl.lt && new >= cur) {
-                        continue;
-                    }
+                    let skip = (fl.gt && new <= cur) || (fl.lt && new >= cur);
+                    // An unchanged score is still INCR's reply, but no change for CH.
+                    Ok((!skip).then_some(new))
+                }
+            })?;
+            match set {
+                Some((None, new)) => {
+                    added += 1;
+                    incr_result = Some(new);
+                }
+                Some((Some(cur), new)) => {
                     if new != cur {
-                        z.insert(member, new, limits);
                         changed += 1;
                     }
-                    new
+                    incr_result = Some(new);
                 }
-                None => {
-                    z.insert(member, score, limits);
-                    added += 1;
-                    score
-                }
-            };
-            incr_result = Some(new);
+                None => {}
+            }
         }
         Ok(if fl.incr {
             incr_result.map_or_else(F::nil, double)
@@ -299,11 +301,14 @@ fn zincrby(store: &Store, args: &[Bytes]) -> CmdResult {
     make_room(store)?;
     write(store, &args[1], true, |z, limits| {
         let z = z.expect("created");
-        let new = z.score(&args[3]).unwrap_or(0.0) + by;
-        if new.is_nan() {
-            return Err(CmdError::Text("ERR resulting score is not a number (NaN)"));
-        }
-        z.insert(&args[3], new, limits);
+        let set = z.upsert(&args[3], limits, |cur| {
+            let new = cur.unwrap_or(0.0) + by;
+            if new.is_nan() {
+                return Err(CmdError::Text("ERR resulting score is not a number (NaN)"));
+            }
+            Ok(Some(new))
+        })?;
+        let (_, new) = set.expect("ZINCRBY always writes");
         Ok(double(new))
     })?
 }

@@ -253,14 +253,29 @@ impl ZSet {
 
     /// Adds or updates `m`; returns whether it was new.
     pub fn insert(&mut self, m: &[u8], score: f64, limits: &Limits) -> bool {
+        let set = self.upsert(m, limits, |_| Ok::<_, std::convert::Infallible>(Some(score)));
+        matches!(set, Ok(Some((None, _))))
+    }
+
+    /// Looks `m` up once and gives it the score `f(its current score)` (`None` from `f`: leave it
+    /// as it is). Returns the old score (`None`: `m` was added) and the new one, or `None` if
+    /// nothing was written. One lookup for ZADD and ZINCRBY's read-modify-write, where a score
+    /// query then an insert would look the member up twice.
+    pub fn upsert<E>(
+        &mut self,
+        m: &[u8],
+        limits: &Limits,
+        f: impl FnOnce(Option<f64>) -> Result<Option<f64>, E>,
+    ) -> Result<Option<(Option<f64>, f64)>, E> {
         // Redis's listpack keeps an integral score as an integer, so -0 comes back as 0.
-        let score = if score == 0.0 { 0.0 } else { score };
+        let normal = |s: f64| if s == 0.0 { 0.0 } else { s };
         if let ZSet::Pack(v) = self {
             if m.len() > limits.zset_max_listpack_value {
                 self.convert();
             } else {
                 let existing = v.iter().position(|(x, _)| &**x == m);
-                let new = existing.is_none();
+                let old = existing.map(|i| v[i].1);
+                let Some(score) = f(old)?.map(normal) else { return Ok(None) };
                 if let Some(i) = existing {
                     v.remove(i);
                 }
@@ -269,27 +284,31 @@ impl ZSet {
                 if v.len() > limits.zset_max_listpack_entries {
                     self.convert();
                 }
-                return new;
+                return Ok(Some((old, score)));
             }
         }
         let ZSet::Tree(t) = self else { unreachable!("converted above") };
         let hash = t.hasher.hash_one(m);
-        let rec = Rec::new(m, score);
         match t.index.find_mut(hash, |r| r.member() == m) {
             Some(slot) => {
-                if slot.score().to_bits() != score.to_bits() {
+                let old = slot.score();
+                let Some(score) = f(Some(old))?.map(normal) else { return Ok(None) };
+                if old.to_bits() != score.to_bits() {
+                    let rec = Rec::new(m, score);
                     t.order.remove(&Ranked::of(slot));
                     t.order.insert(Ranked::of(&rec));
                     *slot = rec;
                 }
-                false
+                Ok(Some((Some(old), score)))
             }
             None => {
+                let Some(score) = f(None)?.map(normal) else { return Ok(None) };
+                let rec = Rec::new(m, score);
                 t.bytes += Tree::record_size(m);
                 t.order.insert(Ranked::of(&rec));
                 let hasher = &t.hasher;
                 t.index.insert_unique(hash, rec, |r| hasher.hash_one(r.member()));
-                true
+                Ok(Some((None, score)))
             }
         }
     }
