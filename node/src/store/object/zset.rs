@@ -126,6 +126,37 @@ impl Tree {
         Some(rec)
     }
 
+    /// [`ZSet::upsert`] on the tree: one hash lookup.
+    fn upsert<E>(
+        &mut self,
+        m: &[u8],
+        f: impl FnOnce(Option<f64>) -> Result<Option<f64>, E>,
+    ) -> Result<Option<(Option<f64>, f64)>, E> {
+        let hash = self.hasher.hash_one(m);
+        match self.index.find_mut(hash, |r| r.member() == m) {
+            Some(slot) => {
+                let old = slot.score();
+                let Some(score) = f(Some(old))? else { return Ok(None) };
+                if old.to_bits() != score.to_bits() {
+                    let rec = Rec::new(m, score);
+                    self.order.remove(&Ranked::of(slot));
+                    self.order.insert(Ranked::of(&rec));
+                    *slot = rec;
+                }
+                Ok(Some((Some(old), score)))
+            }
+            None => {
+                let Some(score) = f(None)? else { return Ok(None) };
+                let rec = Rec::new(m, score);
+                self.bytes += Tree::record_size(m);
+                self.order.insert(Ranked::of(&rec));
+                let hasher = &self.hasher;
+                self.index.insert_unique(hash, rec, |r| hasher.hash_one(r.member()));
+                Ok(Some((None, score)))
+            }
+        }
+    }
+
     fn record_size(m: &[u8]) -> usize {
         alloc_size(2 * 8 + 8 + m.len())
     }
@@ -269,48 +300,31 @@ impl ZSet {
     ) -> Result<Option<(Option<f64>, f64)>, E> {
         // Redis's listpack keeps an integral score as an integer, so -0 comes back as 0.
         let normal = |s: f64| if s == 0.0 { 0.0 } else { s };
-        if let ZSet::Pack(v) = self {
-            if m.len() > limits.zset_max_listpack_value {
-                self.convert();
-            } else {
+        let (old, score) = match self {
+            ZSet::Pack(v) => {
                 let existing = v.iter().position(|(x, _)| &**x == m);
                 let old = existing.map(|i| v[i].1);
                 let Some(score) = f(old)?.map(normal) else { return Ok(None) };
-                if let Some(i) = existing {
-                    v.remove(i);
+                if m.len() <= limits.zset_max_listpack_value {
+                    if let Some(i) = existing {
+                        v.remove(i);
+                    }
+                    let at = v.partition_point(|(x, s)| key_order((x, *s), (m, score)) == Ordering::Less);
+                    v.insert(at, (m.into(), score));
+                    if v.len() > limits.zset_max_listpack_entries {
+                        self.convert();
+                    }
+                    return Ok(Some((old, score)));
                 }
-                let at = v.partition_point(|(x, s)| key_order((x, *s), (m, score)) == Ordering::Less);
-                v.insert(at, (m.into(), score));
-                if v.len() > limits.zset_max_listpack_entries {
-                    self.convert();
-                }
-                return Ok(Some((old, score)));
+                // A member too long for the listpack: the set becomes a tree, then takes it.
+                self.convert();
+                (old, score)
             }
-        }
+            ZSet::Tree(t) => return t.upsert(m, |old| Ok(f(old)?.map(normal))),
+        };
         let ZSet::Tree(t) = self else { unreachable!("converted above") };
-        let hash = t.hasher.hash_one(m);
-        match t.index.find_mut(hash, |r| r.member() == m) {
-            Some(slot) => {
-                let old = slot.score();
-                let Some(score) = f(Some(old))?.map(normal) else { return Ok(None) };
-                if old.to_bits() != score.to_bits() {
-                    let rec = Rec::new(m, score);
-                    t.order.remove(&Ranked::of(slot));
-                    t.order.insert(Ranked::of(&rec));
-                    *slot = rec;
-                }
-                Ok(Some((Some(old), score)))
-            }
-            None => {
-                let Some(score) = f(None)?.map(normal) else { return Ok(None) };
-                let rec = Rec::new(m, score);
-                t.bytes += Tree::record_size(m);
-                t.order.insert(Ranked::of(&rec));
-                let hasher = &t.hasher;
-                t.index.insert_unique(hash, rec, |r| hasher.hash_one(r.member()));
-                Ok(Some((None, score)))
-            }
-        }
+        t.upsert(m, |_| Ok::<_, E>(Some(score)))?;
+        Ok(Some((old, score)))
     }
 
     pub fn remove(&mut self, m: &[u8]) -> bool {
