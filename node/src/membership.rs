@@ -134,6 +134,12 @@ impl NodeView {
         }
     }
 
+    /// Whether `slot` is moving into or out of this node (a transaction waits until it is not).
+    pub fn is_moving(&self, slot: u16) -> bool {
+        self.topology.is_some()
+            && matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], INCOMING | OUTGOING)
+    }
+
     fn role(&self, slot: u16) -> u8 {
         self.roles[usize::from(slot)]
     }

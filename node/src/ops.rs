@@ -1,7 +1,7 @@
 //! Applies wire ops to the store: the one place where `proto` types meet `store` types, and where
 //! store errors become wire errors (their `Display` is already Redis's text).
 
-use shoal_wire::ops::{OpClass, class_of, key_of};
+use shoal_wire::ops::{OpClass, class_of, key_of, keys_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
 use crate::membership::NodeView;
@@ -17,10 +17,98 @@ pub fn apply_batch(store: &Store, view: &NodeView, batch_version: u64, ops: Vec<
 /// Applies one op routed by `batch_version`: ops for slots this node does not serve at that
 /// version get a `moved` reply instead (see `membership.rs`).
 pub fn apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op) -> Reply {
-    match check(view, batch_version, &op) {
-        Ok(()) => apply(store, view, op),
-        Err(version) => Reply { kind: Some(reply::Kind::Moved(version)) },
+    if let Some(Kind::Transaction(t)) = op.kind {
+        return transaction(store, view, batch_version, t);
     }
+    let _shared = store.gate.read();
+    match check(view, batch_version, &op) {
+        Ok(()) => {
+            // Before the write: under the gate, no EXEC can run between the two.
+            if store.watches.active() && class_of(&op) != OpClass::Read {
+                touch_keys(store, &op);
+            }
+            apply(store, view, op)
+        }
+        Err(version) => moved(version),
+    }
+}
+
+fn moved(version: u64) -> Reply {
+    Reply { kind: Some(reply::Kind::Moved(version)) }
+}
+
+/// Tells the watches that `op` writes its keys.
+fn touch_keys(store: &Store, op: &Op) {
+    match &op.kind {
+        Some(Kind::Flush(_)) => store.watches.touch_all(),
+        Some(Kind::Watch(_) | Kind::Fetch(_)) => {}
+        _ => keys_of(op).into_iter().for_each(|k| store.watches.touch(k)),
+    }
+}
+
+/// MULTI/EXEC: every op of `t` applied with no other op in between, or none of them (see the
+/// `Transaction` message in the proto for the checks and replies).
+fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Transaction) -> Reply {
+    let _exclusive = store.gate.write();
+    for op in &t.ops {
+        if matches!(op.kind, Some(Kind::Transaction(_) | Kind::Watch(_))) {
+            return error("ERR a transaction cannot hold a transaction or a watch");
+        }
+        if let Err(version) = check(view, batch_version, op) {
+            return moved(version);
+        }
+    }
+    let whole = Op { kind: Some(Kind::Transaction(t)), ..Default::default() };
+    for key in keys_of(&whole) {
+        let slot = shoal_wire::key_slot(key);
+        if let Err(version) = view.check(slot, batch_version) {
+            return moved(version);
+        }
+        if view.is_moving(slot) {
+            return error(TRYAGAIN);
+        }
+    }
+    let Some(Kind::Transaction(t)) = whole.kind else { unreachable!("built above") };
+    for w in &t.watches {
+        // A watched key that has expired since counts as changed: expire it now (which touches it).
+        store.presence(&w.key);
+        if !store.watches.unchanged(&w.key, w.version) {
+            return Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})) };
+        }
+    }
+    let replies = t
+        .ops
+        .into_iter()
+        .map(|op| {
+            if store.watches.active() && class_of(&op) != OpClass::Read {
+                touch_keys(store, &op);
+            }
+            apply(store, view, op)
+        })
+        .collect();
+    Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })) }
+}
+
+/// A transaction's keys are in a slot that is moving between nodes: the router tries again
+/// (until its deadline) rather than run it while the keys may be on either node.
+pub const TRYAGAIN: &str = "TRYAGAIN a key of the transaction is in a slot moving between nodes; try again";
+
+fn watch(store: &Store, o: proto::Watch) -> Reply {
+    if o.release {
+        o.keys.iter().for_each(|k| store.watches.release(k));
+        return ok();
+    }
+    let versions = o
+        .keys
+        .iter()
+        .map(|k| {
+            // A key that has already expired is gone before the watch starts (as in Redis, its
+            // later removal is no change).
+            store.presence(k);
+            store.watches.register(k)
+        })
+        .collect();
+    Reply { kind: Some(reply::Kind::Versions(proto::Versions { versions })) }
 }
 
 fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
@@ -34,6 +122,12 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
             }
         }
         Some(Kind::Command(o)) => {
+            for k in &o.keys {
+                view.check(shoal_wire::key_slot(k), batch_version)?;
+            }
+        }
+        // A release goes wherever the key is now; a node that has no such watch ignores it.
+        Some(Kind::Watch(o)) if !o.release => {
             for k in &o.keys {
                 view.check(shoal_wire::key_slot(k), batch_version)?;
             }
@@ -167,6 +261,8 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Command(c) if c.resp != 0 => crate::commands::run_resp(store, &c.args, c.resp == 3),
         Kind::Command(c) => crate::commands::run(store, &c.args),
         Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
+        Kind::Watch(o) => watch(store, o),
+        Kind::Transaction(_) => error("ERR a transaction cannot hold a transaction"),
     }
 }
 

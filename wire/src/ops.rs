@@ -47,7 +47,38 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         Kind::Command(o) => o.args.get((o.key_index as usize).max(1))?,
         Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
         Kind::MsetNx(_) | Kind::Import(_) | Kind::Piece(_) | Kind::Assembled(_) => return None,
+        // The router watches (and releases) one key per op.
+        Kind::Watch(o) if o.keys.len() == 1 => &o.keys[0],
+        Kind::Transaction(_) | Kind::Watch(_) => return None,
     })
+}
+
+/// Every key `op` names (a transaction's: its ops' keys, in order), for checks that need all
+/// of them. Whole-keyspace ops name none.
+pub fn keys_of(op: &Op) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    push_keys(op, &mut out);
+    out
+}
+
+fn push_keys<'a>(op: &'a Op, out: &mut Vec<&'a [u8]>) {
+    if let Some(k) = key_of(op) {
+        out.push(k);
+        return;
+    }
+    match &op.kind {
+        Some(Kind::MsetNx(o)) => out.extend(o.keys.iter().map(|k| &k[..])),
+        Some(Kind::Command(o)) if !o.scratch => out.extend(o.keys.iter().map(|k| &k[..])),
+        Some(Kind::Import(o)) => out.extend(o.entries.iter().map(|e| &e.key[..])),
+        Some(Kind::Watch(o)) => out.extend(o.keys.iter().map(|k| &k[..])),
+        Some(Kind::Transaction(t)) => {
+            for op in &t.ops {
+                push_keys(op, out);
+            }
+            out.extend(t.watches.iter().map(|w| &w.key[..]));
+        }
+        _ => {}
+    }
 }
 
 pub fn class_of(op: &Op) -> OpClass {

@@ -276,6 +276,12 @@ impl SlotTable {
         usize::from(self.owner[usize::from(slot) & (SLOT_COUNT - 1)])
     }
 
+    /// The same owners with no slot moving (a transaction's routing: its ops go to the owner as
+    /// they are, and the owner refuses the transaction while a slot moves).
+    pub fn settled(&self) -> SlotTable {
+        SlotTable { owner: self.owner.clone(), from: vec![NO_NODE; SLOT_COUNT].into_boxed_slice() }
+    }
+
     /// For a slot being moved, the position of the node it is moving from.
     #[inline]
     pub fn moving_from(&self, slot: u16) -> Option<usize> {

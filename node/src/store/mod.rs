@@ -8,6 +8,7 @@
 //! - [`evict`]: `maxmemory` enforcement and the eviction policies.
 //! - [`persist`]: the two-layer view per slot (memory over the base snapshot) that snapshot
 //!   writing and slot export read from.
+//! - [`watch`]: versions of watched keys (WATCH), bumped by every change to them.
 //! - [`glob`], [`float`]: Redis glob patterns, x87 INCRBYFLOAT arithmetic. Time comes from
 //!   `shoal_wire::clock` (re-exported here).
 //!
@@ -29,6 +30,7 @@ mod shard;
 pub mod slots;
 mod strings;
 mod typed;
+pub mod watch;
 
 use std::fmt;
 use std::str::FromStr;
@@ -194,6 +196,12 @@ pub struct Store {
     slots: Arc<SlotFlags>,
     /// Base entries in slots given away (masked), for DBSIZE.
     base_masked: AtomicUsize,
+    /// Every op holds it shared while it runs, a transaction (MULTI/EXEC) exclusively: no op of
+    /// another client runs between a transaction's ops. (Shard locks alone cannot do that: the
+    /// ops of a transaction take them one after the other.)
+    pub gate: RwLock<()>,
+    /// Watched keys and their versions (shared with the shards, which touch keys they remove).
+    pub watches: Arc<watch::Watches>,
 }
 
 impl fmt::Debug for Store {
@@ -207,9 +215,10 @@ impl Store {
         let n = config.shards.max(1).next_power_of_two();
         let hasher = hashbrown::DefaultHashBuilder::default();
         let slots = Arc::new(SlotFlags::default());
+        let watches = Arc::new(watch::Watches::default());
         let shards = (0..n)
             .map(|_| {
-                let mut shard = Shard::new(hasher.clone(), slots.clone());
+                let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
                 shard.limits = config.limits.clone();
                 Mutex::new(shard)
             })
@@ -227,6 +236,8 @@ impl Store {
             base: RwLock::new(None),
             slots,
             base_masked: AtomicUsize::new(0),
+            gate: RwLock::new(()),
+            watches,
         }
     }
 
@@ -440,6 +451,9 @@ impl Store {
     /// Active expiry: removes up to `budget_per_shard` expired keys from each shard, taking each
     /// shard's lock only for that bounded amount of work. Returns how many keys it removed.
     pub fn purge_expired(&self, budget_per_shard: usize) -> usize {
+        // Not in the middle of a transaction (Redis expires nothing while EXEC runs).
+        let _shared = self.gate.read();
+        self.watches.sweep();
         let now = self.clock.now_ms();
         (0..self.shards.len())
             .map(|i| self.with_shard_at(i, |s| s.purge_expired(now, budget_per_shard)))

@@ -27,6 +27,7 @@ use hashbrown::HashTable;
 use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
 use super::object::{Limits, Object, ValueType};
 use super::slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
+use super::watch::Watches;
 use crate::snapshot::{EntryRef, Lookup, Snapshot};
 
 /// A value moved in from a slot's old owner.
@@ -90,6 +91,8 @@ pub struct Shard {
     heap_bytes: usize,
     base: Option<Arc<Snapshot>>,
     slots: Arc<SlotFlags>,
+    /// Keys removed here (expired, evicted, deleted, moved away) are touched.
+    watches: Arc<Watches>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -101,9 +104,10 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(hasher: DefaultHashBuilder, slots: Arc<SlotFlags>) -> Shard {
+    pub fn new(hasher: DefaultHashBuilder, slots: Arc<SlotFlags>, watches: Arc<Watches>) -> Shard {
         Shard {
             slots,
+            watches,
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -311,6 +315,7 @@ impl Shard {
             return false;
         }
         let lru = super::entry::lru_now(now);
+        self.watches.touch(key);
         match value {
             Imported::String(v) => {
                 self.insert_new(hash, key, v, expire_at, lru);
@@ -504,6 +509,7 @@ impl Shard {
         if e.is_tombstone() {
             return;
         }
+        self.watches.touch(e.key());
         let incoming = self.slots.has(shoal_wire::key_slot(e.key()), INCOMING);
         if incoming || (e.in_base() && self.base_has(e.key())) {
             let tomb = Entry::tombstone(e.key(), e.in_base());
@@ -523,6 +529,9 @@ impl Shard {
         }
         self.take_object(pos);
         let entry = self.slab[pos as usize].take().expect("removing a live entry");
+        if !entry.is_tombstone() {
+            self.watches.touch(entry.key());
+        }
         if pos as usize + 1 == self.slab.len() {
             self.slab.pop();
         } else {
@@ -720,6 +729,7 @@ impl Shard {
 
     /// Drops everything, the base included, returning the number of memory values dropped.
     pub fn clear(&mut self) -> usize {
+        self.watches.touch_all();
         let n = self.values();
         let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
         *self = Shard {
@@ -728,7 +738,7 @@ impl Shard {
             hits,
             misses,
             limits: self.limits.clone(),
-            ..Shard::new(self.hasher.clone(), self.slots.clone())
+            ..Shard::new(self.hasher.clone(), self.slots.clone(), self.watches.clone())
         };
         n
     }
@@ -739,7 +749,7 @@ mod tests {
     use super::*;
 
     fn shard() -> Shard {
-        Shard::new(DefaultHashBuilder::default(), Arc::default())
+        Shard::new(DefaultHashBuilder::default(), Arc::default(), Arc::default())
     }
 
     fn put(s: &mut Shard, key: &str, expire_at: u64) -> u32 {
