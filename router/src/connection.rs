@@ -69,6 +69,8 @@ pub async fn serve<S>(
     let mut auth_deadline: Option<tokio::time::Instant> = None;
     let client = session.client.clone();
     let _listed = state.clients.register(client.clone());
+    let _unwatch =
+        crate::cmd::transaction::ReleaseOnDrop { state: state.clone(), list: session.watched.clone() };
     // A command CLIENT PAUSE holds, admitted and waiting to run.
     let mut held: Option<(&'static CommandSpec, Vec<bytes::Bytes>)> = None;
     // One waiter on the kill switch for the connection's life: registering a new one at every

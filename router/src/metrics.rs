@@ -118,6 +118,11 @@ pub async fn render(state: &RouterState) -> String {
             c.moved_retries.get(),
         )
         .counter(
+            "shoal_router_transaction_retries_total",
+            "Transactions (EXEC) sent again because a slot of theirs was moving or had moved.",
+            c.transaction_retries.get(),
+        )
+        .counter(
             "shoal_router_stale_retries_total",
             "Ops routed again because their node had left the cluster.",
             c.stale_retries.get(),

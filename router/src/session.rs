@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::clients::ClientHandle;
+use crate::cmd::transaction::{Multi, WatchList};
 use crate::resp::Protocol;
 
 #[derive(Debug)]
@@ -22,6 +23,12 @@ pub struct Session {
     pub last_command: Instant,
     /// The stats slot of the command being dispatched (`None`: not a known command).
     pub last_command_slot: Option<usize>,
+    /// The open transaction (after MULTI).
+    pub multi: Option<Multi>,
+    /// Keys this connection WATCHes.
+    pub watched: WatchList,
+    /// An HTTP request's session (lives for one request).
+    pub http: bool,
 }
 
 impl Session {
@@ -35,12 +42,17 @@ impl Session {
             last_command: client.created,
             client,
             last_command_slot: None,
+            multi: None,
+            watched: WatchList::default(),
+            http: false,
         }
     }
 
     /// A session of its own for an HTTP request (listed nowhere).
     pub fn http(id: u64, peer: String) -> Session {
-        Session::new(Arc::new(ClientHandle::new(id, peer, "http".into(), false)), true)
+        let mut session = Session::new(Arc::new(ClientHandle::new(id, peer, "http".into(), false)), true);
+        session.http = true;
+        session
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -67,8 +79,9 @@ impl Session {
     }
 
     /// RESET: back to a fresh connection's state (keeping identity, the client library's
-    /// name and version, and NO-EVICT, as Redis does).
+    /// name and version, and NO-EVICT, as Redis does). The caller releases the watches.
     pub fn reset(&mut self, password_required: bool) {
+        self.multi = None;
         self.set_protocol(Protocol::Resp2);
         self.authenticated = !password_required;
         self.set_name(None);

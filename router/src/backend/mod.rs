@@ -10,12 +10,14 @@
 //!   `cmd/`. All of them go through one settle loop (deadline → count → catch up → route again).
 //! - [`moving`]: the migration-aware path for a key whose slot is moving (fallback reads,
 //!   copy-before-read-modify-write, deletes on both owners).
+//! - [`capture`]: a routing whose ports record ops instead of sending them (MULTI/EXEC).
 //! - [`port`]: the node trait and the call handle; [`link`]: the real node link.
 //!
 //! A connection takes a [`Routing`] snapshot (an `Arc`) and refreshes it only when the version
 //! moves, so routing a key costs one CRC16 and one array lookup.
 
 pub mod calls;
+pub mod capture;
 pub mod link;
 mod moving;
 pub mod port;
@@ -49,6 +51,8 @@ pub enum BackendError {
     BadReply(String),
     #[error("the cluster topology is changing; try again")]
     Unsettled,
+    #[error("this command needs a second step after its first reply, which cannot run inside MULTI/EXEC")]
+    NotTransactional,
 }
 
 /// Makes the port for a node (real links; fakes in tests).
@@ -134,6 +138,8 @@ pub struct BackendMetrics {
     pub stale_retries: Counter,
     /// Keys copied to their new owner before a read-modify-write.
     pub keys_copied: Counter,
+    /// Transactions (EXEC) sent again: a slot of theirs was moving, or a node answered `moved`.
+    pub transaction_retries: Counter,
     /// Topologies adopted.
     pub topology_changes: Counter,
 }
@@ -252,7 +258,7 @@ impl Backend {
 
     /// After a `moved` reply from `node` (at `node_version`): catches up with the node, or lets
     /// the node catch up with us.
-    async fn reconcile(&self, node: &dyn NodePort, node_version: u64) {
+    pub(crate) async fn reconcile(&self, node: &dyn NodePort, node_version: u64) {
         let mine = self.version();
         if node_version > mine {
             match node.get_topology().await {

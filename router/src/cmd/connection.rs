@@ -248,6 +248,7 @@ pub fn quit(_args: &Args, _ctx: &mut Ctx) -> Pending {
 
 pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
     ctx.session.reset(ctx.state.settings.requirepass.is_some());
+    super::transaction::release(ctx.state, ctx.session.watched.take());
     Reply::simple("RESET").into()
 }
 

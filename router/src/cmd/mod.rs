@@ -42,6 +42,7 @@ mod shoal;
 mod slowlog;
 pub mod spec;
 mod strings;
+pub mod transaction;
 mod ttl;
 mod typed;
 mod zsets;
@@ -156,6 +157,27 @@ pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
 /// Redis's `processCommand` gates, in its order and with its texts: the command's spec, or the
 /// reply that refuses it. A RESP connection checks CLIENT PAUSE between this and [`run`].
 pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
+    let admitted = gate(args, ctx);
+    match admitted {
+        // A refused EXEC discards the transaction, with Redis's `execCommandAbort` text.
+        Err(Reply::Error(text)) if args[0].eq_ignore_ascii_case(b"exec") => {
+            ctx.session.multi = None;
+            transaction::release(ctx.state, ctx.session.watched.take());
+            let why = text.strip_prefix("ERR ").unwrap_or(&text);
+            Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {why}")))
+        }
+        // A refused command inside MULTI flags the transaction (Redis's `rejectCommand`).
+        Err(reply) => {
+            if let Some(multi) = &mut ctx.session.multi {
+                multi.dirty = true;
+            }
+            Err(reply)
+        }
+        Ok(spec) => Ok(spec),
+    }
+}
+
+fn gate(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
     ctx.session.last_command_slot = None;
     let Some(spec) = lookup(&args[0]) else {
         return Err(unknown_command(args));
@@ -187,6 +209,9 @@ pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> 
 
 /// Runs a command that [`admit`] let through.
 pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
+    if ctx.session.multi.is_some() && !transaction::runs_at_once(spec) {
+        return transaction::queue(spec, args, ctx);
+    }
     ctx.state.metrics.commands.inc();
     (spec.run)(args, ctx)
 }

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 use super::spec::CommandSpec;
 use super::{
     bits, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info, keys, latency,
-    lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, ttl, zsets,
+    lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, transaction,
+    ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -33,6 +34,11 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &persistence::BGSAVE,
     &persistence::LASTSAVE,
     &connection::TIME,
+    &transaction::MULTI,
+    &transaction::EXEC,
+    &transaction::DISCARD,
+    &transaction::WATCH,
+    &transaction::UNWATCH,
     &get::GET,
     &set::SET,
     &set::SETNX,

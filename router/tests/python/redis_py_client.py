@@ -25,12 +25,47 @@ def main():
     assert r.getrange("py:greeting", 0, 0) == "h"
     assert r.exists("py:k1", "py:k2", "py:missing") == 2
     assert r.delete(*keys) == 50
-    # Pipelines (transaction=False: MULTI/EXEC are not offered).
+    # Pipelines without a transaction: keys on any node.
     pipe = r.pipeline(transaction=False)
     for i in range(100):
         pipe.set(f"py:p{i}", i).incr(f"py:p{i}")
     results = pipe.execute()
     assert results[1::2] == [i + 1 for i in range(100)], results[:6]
+    # Transactions: keys with one {hashtag} live on one node and run as one unit.
+    pipe = r.pipeline(transaction=True)
+    pipe.set("{py:acct}a", 100).set("{py:acct}b", 0).decrby("{py:acct}a", 30).incrby("{py:acct}b", 30)
+    pipe.mget("{py:acct}a", "{py:acct}b")
+    assert pipe.execute() == [True, True, 70, 30, ["70", "30"]]
+    # A runtime error is one element of the result (raise_on_error=False), the rest ran.
+    pipe = r.pipeline(transaction=True)
+    pipe.set("{py:acct}s", "text").incr("{py:acct}s").get("{py:acct}s")
+    out = pipe.execute(raise_on_error=False)
+    assert out[0] is True and isinstance(out[1], redis.ResponseError) and out[2] == "text", out
+    # Optimistic locking: redis-py's transaction() helper retries while a watched key changes.
+    other = redis.Redis(host="127.0.0.1", port=port, password=password, decode_responses=True)
+    attempts = []
+
+    def move_ten(p):
+        balance = int(p.get("{py:acct}a"))
+        if not attempts:
+            other.incr("{py:acct}a")  # another client writes between WATCH and EXEC: a retry
+        attempts.append(balance)
+        p.multi()
+        p.set("{py:acct}a", balance - 10)
+        p.incrby("{py:acct}b", 10)
+
+    r.transaction(move_ten, "{py:acct}a")
+    assert attempts == [70, 71], attempts
+    assert r.mget("{py:acct}a", "{py:acct}b") == ["61", "40"]
+    # Keys on several nodes in one transaction: Redis Cluster's CROSSSLOT, nothing applied.
+    pipe = r.pipeline(transaction=True)
+    pipe.set("py:x1", 1).set("py:x2", 2).set("py:x3", 3).set("py:x4", 4)
+    try:
+        pipe.execute()
+        raise AssertionError("a transaction across nodes must fail")
+    except redis.exceptions.ClusterCrossSlotError as e:  # how redis-py reads CROSSSLOT
+        assert "{hashtag}" in str(e), str(e)
+    assert r.exists("py:x1", "py:x2", "py:x3", "py:x4") == 0
     # SCAN iteration finds every key exactly once.
     found = list(r.scan_iter(match="py:p*", count=25))
     assert sorted(found) == sorted(f"py:p{i}" for i in range(100)), len(found)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""MULTI/EXEC throughput: Shoal (router, 1 thread, 3 embedded nodes) against one redis-server.
+
+    python3 loadtest/bench/transactions.py [--transactions N] [--connections C] [--depths 1,16]
+                                           [--rounds R] [--write-docs]
+
+Each transaction is `MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` on keys of its own
+connection (one hashtag, so one Shoal node). Its replies are always the same bytes, so the load
+generator (this script, pinned to its own core) checks every reply by comparing bytes and spends
+almost nothing per transaction. C connections each keep D transactions in flight (D=1: one at a
+time; D=16: sixteen sent in one write), N transactions in all. Reported per system: transactions
+per second and server CPU-us per transaction (what the run cost the server processes, whatever
+limited the rate), median of R interleaved rounds, and Shoal's ratio to redis-server.
+"""
+import argparse
+import selectors
+import socket
+import statistics
+import sys
+import time
+
+import common
+
+VALUE = b"v" * 16
+
+
+def encode(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def transaction(c):
+    a, b = b"{tx:%d}a" % c, b"{tx:%d}b" % c
+    request = (encode(b"MULTI") + encode(b"SET", a, VALUE) + encode(b"SET", b, VALUE) + encode(b"GET", a)
+               + encode(b"EXEC"))
+    reply = b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n+OK\r\n+OK\r\n$%d\r\n%s\r\n" % (len(VALUE), VALUE)
+    return request, reply
+
+
+def run(port, total, connections, depth):
+    """Runs `total` transactions; returns the seconds they took. Exits on a wrong reply."""
+    sel = selectors.DefaultSelector()
+    conns = []
+    for c in range(connections):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request, reply = transaction(c)
+        conns.append({"sock": s, "req": request * depth, "want": reply * depth, "buf": b"", "left": 0})
+    per_conn = total // (connections * depth)
+    t0 = time.perf_counter()
+    deadline = t0 + common.CALL_LIMIT_S
+    for c in conns:
+        c["left"] = per_conn
+        c["sock"].sendall(c["req"])
+        sel.register(c["sock"], selectors.EVENT_READ, c)
+    active = len(conns)
+    while active:
+        if time.perf_counter() > deadline:
+            sys.exit("[bench] transactions did not finish in time")
+        for key, _ in sel.select(timeout=5):
+            c = key.data
+            data = c["sock"].recv(1 << 20)
+            if not data:
+                sys.exit("[bench] a server closed a connection")
+            c["buf"] += data
+            if len(c["buf"]) < len(c["want"]):
+                continue
+            if c["buf"] != c["want"]:
+                sys.exit(f"[bench] unexpected replies on port {port}: {c['buf'][:200]!r}")
+            c["buf"] = b""
+            c["left"] -= 1
+            if c["left"] == 0:
+                sel.unregister(c["sock"])
+                active -= 1
+            else:
+                c["sock"].sendall(c["req"])
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        c["sock"].close()
+    return elapsed, per_conn * connections * depth
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--transactions", type=int, default=100_000)
+    ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--depths", default="1,16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    depths = [int(d) for d in args.depths.split(",")]
+    _, router_bin = common.binaries()
+    shoal, shoal_port, _ = common.start_shoal(router_bin, "shoal", extra=["--threads", "1"], cpus=common.SERVER_CPUS)
+    redis_port = common.free_port()
+    redis = common.redis_server(redis_port, cpus=common.SERVER_CPUS)
+    targets = {"shoal": (shoal_port, [shoal.pid]), "redis": (redis_port, [redis.pid])}
+    if common.CLIENT_CPUS is not None:
+        import os
+        os.sched_setaffinity(0, {int(common.CLIENT_CPUS)})
+    load_before = common.load_average()
+    results = {}  # (target, depth) -> [(tx/s, cpu-us per tx)]
+    progress = common.Progress(args.rounds * len(depths) * len(targets))
+    for r in range(args.rounds):
+        for depth in depths:
+            for name, (port, pids) in targets.items():
+                progress.step(f"round {r + 1}: {name}, {depth} in flight per connection")
+                run(port, 2000, args.connections, depth)  # warm up (connections, keys)
+                cpu0 = common.cpu_total(pids)
+                secs, done = run(port, args.transactions, args.connections, depth)
+                cpu = common.cpu_total(pids) - cpu0
+                results.setdefault((name, depth), []).append((done / secs, cpu / done * 1e6))
+    load_after = common.load_average()
+    med = {k: (statistics.median(x for x, _ in v), statistics.median(c for _, c in v)) for k, v in results.items()}
+    lines = [
+        f"Machine: {common.machine()}; 1-minute load average {load_before:.1f} at the start, "
+        f"{load_after:.1f} at the end. Command: `python3 loadtest/bench/transactions.py --transactions "
+        f"{args.transactions} --connections {args.connections} --depths {args.depths} --rounds {args.rounds}"
+        f"{' --write-docs' if args.write_docs else ''}` (median of {args.rounds} interleaved rounds; servers "
+        f"pinned to CPU {common.SERVER_CPUS}, the load generator to CPU {common.CLIENT_CPUS}). One transaction: "
+        "`MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` (16-byte values), every reply checked.",
+        "",
+        "| in flight per connection | Shoal tx/s | redis tx/s | Shoal/redis | Shoal CPU-us/tx | redis CPU-us/tx |",
+        "|---|---|---|---|---|---|",
+    ]
+    for depth in depths:
+        (st, sc), (rt, rc) = med[("shoal", depth)], med[("redis", depth)]
+        lines.append(f"| {depth} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f}x | {sc:.1f} | {rc:.1f} |")
+    body = "\n".join(lines)
+    print(body)
+    if args.write_docs:
+        common.write_docs("transactions", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+//! MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//!
+//! Commands after MULTI queue in the session (Redis's `processCommand` gates still apply: an
+//! unknown command, a wrong arity or a command refused in transactions flags the transaction,
+//! and EXEC then answers EXECABORT). EXEC runs each queued command's ordinary handler against a
+//! capturing routing (`backend::capture`), checks that every op and every watched key belongs to
+//! one node (else CROSSSLOT, as Redis Cluster answers), and sends the ops as one `Transaction` op:
+//! the node applies them with no other op in between, or none of them if a watched key changed
+//! (EXEC then answers a null array). A `moved` reply or a slot in motion (TRYAGAIN) sends the
+//! same ops again, by the new topology, until the command deadline: a transaction is applied
+//! whole, once, or not at all.
+//!
+//! WATCH registers each key on its node, which answers the key's current version
+//! (`node/src/store/watch.rs`); EXEC hands the versions back for the node to compare. A key that
+//! moved to another node since counts as changed (its new node knows no such version).
+//! Registrations are released by UNWATCH, EXEC, DISCARD, RESET and when the connection closes.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shoal_wire::proto::{self, Op, op::Kind, reply};
+use tokio::time::Instant;
+
+use super::spec::*;
+use super::{Args, BoxReply, Ctx, Pending, op, run};
+use crate::backend::capture::Capture;
+use crate::backend::{BackendError, Routing};
+use crate::resp::Reply;
+use crate::state::RouterState;
+
+/// A transaction being queued (after MULTI).
+#[derive(Debug, Default)]
+pub struct Multi {
+    queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    /// Bytes of the queued arguments (bounded like a query buffer).
+    bytes: usize,
+    /// A command was refused while queueing: EXEC answers EXECABORT.
+    pub dirty: bool,
+}
+
+/// The keys a connection watches, with the versions their nodes answered. Shared with WATCH's
+/// reply (which records the versions when they arrive) and with the connection (which releases
+/// them when it closes).
+#[derive(Debug, Clone, Default)]
+pub struct WatchList(Arc<Mutex<Vec<(Bytes, u64)>>>);
+
+impl WatchList {
+    pub fn take(&self) -> Vec<(Bytes, u64)> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
+/// Releases a connection's watches when dropped (the connection closed, however it ended).
+pub struct ReleaseOnDrop {
+    pub state: Arc<RouterState>,
+    pub list: WatchList,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        release(&self.state, self.list.take());
+    }
+}
+
+/// Drops the registrations of `keys` on their nodes, in the background (a node that is down, or
+/// a key that moved, leaves its registration to the node's sweep).
+pub fn release(state: &Arc<RouterState>, keys: Vec<(Bytes, u64)>) {
+    if keys.is_empty() {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let routing = state.backend.routing();
+    let deadline = Instant::now() + state.settings.deadline;
+    let items = keys.into_iter().map(|(k, _)| {
+        let release = op(Kind::Watch(proto::Watch { keys: vec![k.clone()], release: true }));
+        (k, release)
+    });
+    let call = state.backend.keys(&routing, items, deadline);
+    rt.spawn(async move {
+        let _ = call.gather().await;
+    });
+}
+
+/// Commands that run at once inside MULTI instead of queueing (Redis's list in `processCommand`).
+pub fn runs_at_once(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+/// Queues `args` in the open transaction; the reply is +QUEUED or the refusal.
+pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
+    let limit = ctx.state.settings.query_buffer_limit(true);
+    let multi = ctx.session.multi.as_mut().expect("queue only inside MULTI");
+    if spec.flags.contains(&"no_multi") {
+        multi.dirty = true;
+        return Reply::error("ERR Command not allowed inside a transaction").into();
+    }
+    let size: usize = args.iter().map(|a| a.len() + 16).sum();
+    if multi.bytes + size > limit {
+        multi.dirty = true;
+        return Reply::error(
+            "ERR the transaction's queued commands exceed client-query-buffer-limit; EXEC will be refused",
+        )
+        .into();
+    }
+    multi.bytes += size;
+    multi.queued.push((spec, args.to_vec()));
+    Reply::simple("QUEUED").into()
+}
+
+fn http_refusal(ctx: &Ctx) -> Option<Pending> {
+    ctx.session.http.then(|| {
+        Reply::error(
+            "ERR transactions need a connection: each HTTP request is a session of its own; use RESP",
+        )
+        .into()
+    })
+}
+
+fn multi(_args: &Args, ctx: &mut Ctx) -> Pending {
+    if let Some(refused) = http_refusal(ctx) {
+        return refused;
+    }
+    if ctx.session.multi.is_some() {
+        return Reply::error("ERR MULTI calls can not be nested").into();
+    }
+    ctx.session.multi = Some(Multi::default());
+    Reply::OK.into()
+}
+
+fn discard(_args: &Args, ctx: &mut Ctx) -> Pending {
+    if ctx.session.multi.take().is_none() {
+        return Reply::error("ERR DISCARD without MULTI").into();
+    }
+    release(ctx.state, ctx.session.watched.take());
+    Reply::OK.into()
+}
+
+fn unwatch(_args: &Args, ctx: &mut Ctx) -> Pending {
+    release(ctx.state, ctx.session.watched.take());
+    Reply::OK.into()
+}
+
+fn watch(args: &Args, ctx: &mut Ctx) -> Pending {
+    if let Some(refused) = http_refusal(ctx) {
+        return refused;
+    }
+    if ctx.session.multi.is_some() {
+        return Reply::error("ERR WATCH inside MULTI is not allowed").into();
+    }
+    let keys: Vec<Bytes> = args[1..].to_vec();
+    let items = keys
+        .iter()
+        .map(|k| (k.clone(), op(Kind::Watch(proto::Watch { keys: vec![k.clone()], release: false }))));
+    let call = ctx.call_keys(items);
+    let list = ctx.session.watched.clone();
+    // A barrier: EXEC must not be dispatched before the versions are recorded.
+    Pending::Barrier(Box::pin(async move {
+        let replies = match call.gather().await {
+            Ok(r) => r,
+            Err(e) => return e.into(),
+        };
+        let mut failure = None;
+        let mut watched = list.0.lock();
+        for (key, r) in keys.into_iter().zip(replies) {
+            match r.kind {
+                Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => watched.push((key, v.versions[0])),
+                Some(reply::Kind::Error(e)) => failure = Some(Reply::error_fmt(e)),
+                other => failure = Some(super::unexpected(other)),
+            }
+        }
+        failure.unwrap_or(Reply::OK)
+    }))
+}
+
+/// What the node made of the transaction.
+enum Outcome {
+    Replies(Vec<proto::Reply>),
+    Aborted,
+}
+
+const CROSSSLOT: &str =
+    "CROSSSLOT Keys in request don't hash to the same node; give a transaction's keys a common {hashtag}";
+
+fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let Some(multi) = ctx.session.multi.take() else {
+        return Reply::error("ERR EXEC without MULTI").into();
+    };
+    let watched = ctx.session.watched.take();
+    if multi.dirty {
+        release(ctx.state, watched);
+        return Reply::error("EXECABORT Transaction discarded because of previous errors.").into();
+    }
+    // Each queued command's handler, as if it ran now, its ops recorded.
+    let capture = Capture::new();
+    let captured = Arc::new(ctx.routing.capture(&capture));
+    let mut replies: Vec<BoxReply> = Vec::with_capacity(multi.queued.len());
+    {
+        let mut sub =
+            Ctx { state: ctx.state, session: &mut *ctx.session, routing: &captured, deadline: ctx.deadline };
+        for (spec, args) in &multi.queued {
+            let mut reply: BoxReply = Box::pin(run(spec, args, &mut sub).resolve());
+            // One poll records the calls a reply makes when first polled rather than when built.
+            if let Poll::Ready(r) = reply.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
+                reply = Box::pin(std::future::ready(r));
+            }
+            replies.push(reply);
+        }
+    }
+    let mut nodes = capture.positions();
+    nodes.extend(watched.iter().map(|(k, _)| ctx.routing.locate(k).0));
+    if nodes.len() > 1 {
+        capture.fail(BackendError::NotTransactional);
+        release(ctx.state, watched);
+        return Reply::error(CROSSSLOT).into();
+    }
+    let ops = capture.seal();
+    let state = ctx.state.clone();
+    let routing = ctx.routing.clone();
+    let deadline = ctx.deadline;
+    Pending::Barrier(Box::pin(async move {
+        let outcome = match nodes.first() {
+            // Nothing for a node (only commands the router answers itself): nothing to check.
+            None => Ok(Outcome::Replies(Vec::new())),
+            Some(&pos) => send(&state, routing, pos, ops, &watched, deadline).await,
+        };
+        release(&state, watched);
+        match outcome {
+            Ok(Outcome::Replies(r)) => {
+                capture.deliver(r);
+                let mut out = Vec::with_capacity(replies.len());
+                for reply in replies {
+                    out.push(reply.await);
+                }
+                Reply::Array(out)
+            }
+            Ok(Outcome::Aborted) => {
+                capture.fail(BackendError::NotTransactional);
+                Reply::NilArray
+            }
+            Err(e) => {
+                capture.fail(BackendError::NotTransactional);
+                e
+            }
+        }
+    }))
+}
+
+/// Sends the transaction to the node at `pos`, again by the current topology after a `moved`
+/// reply or while a slot moves, until `deadline`.
+async fn send(
+    state: &Arc<RouterState>,
+    mut routing: Arc<Routing>,
+    mut pos: usize,
+    ops: Vec<Op>,
+    watched: &[(Bytes, u64)],
+    deadline: Instant,
+) -> Result<Outcome, Reply> {
+    let watches =
+        watched.iter().map(|(key, version)| proto::Watched { key: key.clone(), version: *version }).collect();
+    let transaction = op(Kind::Transaction(proto::Transaction { ops, watches }));
+    let keys: Vec<Bytes> =
+        shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
+    loop {
+        let port = routing.nodes[pos].clone();
+        let reply =
+            port.call(transaction.clone(), routing.version(), deadline).wait().await.map_err(Reply::from)?;
+        match reply.kind {
+            Some(reply::Kind::Replies(r)) => return Ok(Outcome::Replies(r.replies)),
+            Some(reply::Kind::Aborted(_)) => return Ok(Outcome::Aborted),
+            Some(reply::Kind::Moved(v)) => {
+                if Instant::now() >= deadline {
+                    return Err(BackendError::Unsettled.into());
+                }
+                state.backend.reconcile(&*port, v).await;
+            }
+            Some(reply::Kind::Error(e)) if e.starts_with("TRYAGAIN") => {
+                if Instant::now() + RETRY_PAUSE >= deadline {
+                    return Err(Reply::error_fmt(e));
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Some(reply::Kind::Error(e)) => return Err(Reply::error_fmt(e)),
+            other => return Err(super::unexpected(other)),
+        }
+        state.backend.metrics.transaction_retries.inc();
+        routing = state.backend.routing();
+        pos = match one_node(&routing, &keys) {
+            Some(p) => p,
+            None => return Err(Reply::error(CROSSSLOT)),
+        };
+    }
+}
+
+/// How long EXEC waits before sending a transaction again that met a slot in motion.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The one node position that owns every key (keys none: the first node).
+fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
+    let mut positions = keys.iter().map(|k| routing.locate(k).0);
+    let first = positions.next().unwrap_or(0);
+    positions.all(|p| p == first).then_some(first)
+}
+
+pub const MULTI: CommandSpec = CommandSpec {
+    name: "multi",
+    arity: 1,
+    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
+    acl: &["@fast", "@transaction"],
+    group: "transactions",
+    since: "1.2.0",
+    summary: "Starts a transaction.",
+    complexity: "O(1)",
+    run: multi,
+    ..CommandSpec::DEFAULT
+};
+
+pub const EXEC: CommandSpec = CommandSpec {
+    name: "exec",
+    arity: 1,
+    flags: &["noscript", "loading", "stale", "skip_slowlog"],
+    acl: &["@slow", "@transaction"],
+    group: "transactions",
+    since: "1.2.0",
+    summary: "Executes all commands in a transaction.",
+    complexity: "Depends on commands in the transaction",
+    run: exec,
+    ..CommandSpec::DEFAULT
+};
+
+pub const DISCARD: CommandSpec = CommandSpec {
+    name: "discard",
+    arity: 1,
+    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
+    acl: &["@fast", "@transaction"],
+    group: "transactions",
+    since: "2.0.0",
+    summary: "Discards a transaction.",
+    complexity: "O(N), when N is the number of queued commands",
+    run: discard,
+    ..CommandSpec::DEFAULT
+};
+
+pub const WATCH: CommandSpec = CommandSpec {
+    name: "watch",
+    arity: -2,
+    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
+    keys: KeySpec::ALL,
+    acl: &["@fast", "@transaction"],
+    group: "transactions",
+    since: "2.2.0",
+    summary: "Monitors changes to keys to determine the execution of a transaction.",
+    complexity: "O(1) for every key.",
+    run: watch,
+    ..CommandSpec::DEFAULT
+};
+
+pub const UNWATCH: CommandSpec = CommandSpec {
+    name: "unwatch",
+    arity: 1,
+    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
+    acl: &["@fast", "@transaction"],
+    group: "transactions",
+    since: "2.2.0",
+    summary: "Forgets about watched keys of a transaction.",
+    complexity: "O(1)",
+    run: unwatch,
+    ..CommandSpec::DEFAULT
+};

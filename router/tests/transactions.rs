@@ -1,0 +1,328 @@
+//! MULTI/EXEC and WATCH with several clients (one-connection cases are in
+//! differential/transactions.redis): WATCH races byte-compared with redis-server, isolation of
+//! concurrent transactions, large values inside a transaction, and transactions while slots move.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use support::Raw;
+
+/// Two connections (the watcher and another client) run the same steps on redis-server and on
+/// Shoal; every reply must be byte-identical. Each step is (connection, command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_races_match_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let scenarios: &[&[(usize, &str)]] = &[
+        // Another client's write to the watched key: EXEC answers null, nothing runs.
+        &[
+            (0, "SET {w}k 1"),
+            (0, "WATCH {w}k"),
+            (1, "SET {w}k 2"),
+            (0, "MULTI"),
+            (0, "SET {w}x 1"),
+            (0, "EXEC"),
+            (0, "EXISTS {w}x"),
+        ],
+        // A write to another key: EXEC runs.
+        &[(0, "WATCH {w}k"), (1, "SET {w}other 1"), (0, "MULTI"), (0, "INCR {w}k"), (0, "EXEC")],
+        // Typed values: HSET, LPUSH, ZADD, SADD on the watched key.
+        &[(0, "WATCH {w}h"), (1, "HSET {w}h f v"), (0, "MULTI"), (0, "HGETALL {w}h"), (0, "EXEC")],
+        &[(0, "WATCH {w}l"), (1, "LPUSH {w}l a"), (0, "MULTI"), (0, "LLEN {w}l"), (0, "EXEC")],
+        &[(0, "WATCH {w}z"), (1, "ZADD {w}z 1 a"), (0, "MULTI"), (0, "ZCARD {w}z"), (0, "EXEC")],
+        // DEL, EXPIRE, RENAME onto the key, FLUSHALL: changes.
+        &[(0, "SET {w}d 1"), (0, "WATCH {w}d"), (1, "DEL {w}d"), (0, "MULTI"), (0, "GET {w}d"), (0, "EXEC")],
+        &[
+            (0, "SET {w}t 1"),
+            (0, "WATCH {w}t"),
+            (1, "EXPIRE {w}t 100"),
+            (0, "MULTI"),
+            (0, "TTL {w}t"),
+            (0, "EXEC"),
+        ],
+        &[
+            (0, "SET {w}src 1"),
+            (0, "WATCH {w}dst"),
+            (1, "RENAME {w}src {w}dst"),
+            (0, "MULTI"),
+            (0, "GET {w}dst"),
+            (0, "EXEC"),
+        ],
+        &[(0, "SET {w}f 1"), (0, "WATCH {w}f"), (1, "FLUSHALL"), (0, "MULTI"), (0, "GET {w}f"), (0, "EXEC")],
+        // Reads by another client change nothing.
+        &[
+            (0, "SET {w}r 1"),
+            (0, "WATCH {w}r"),
+            (1, "GET {w}r"),
+            (1, "EXISTS {w}r"),
+            (0, "MULTI"),
+            (0, "GET {w}r"),
+            (0, "EXEC"),
+        ],
+        // UNWATCH forgets; DISCARD forgets; a second WATCH adds keys.
+        &[(0, "WATCH {w}u"), (0, "UNWATCH"), (1, "SET {w}u 1"), (0, "MULTI"), (0, "GET {w}u"), (0, "EXEC")],
+        &[
+            (0, "WATCH {w}v"),
+            (0, "MULTI"),
+            (0, "DISCARD"),
+            (1, "SET {w}v 1"),
+            (0, "MULTI"),
+            (0, "GET {w}v"),
+            (0, "EXEC"),
+        ],
+        &[
+            (0, "WATCH {w}a"),
+            (0, "WATCH {w}b"),
+            (1, "SET {w}b 1"),
+            (0, "MULTI"),
+            (0, "GET {w}a"),
+            (0, "EXEC"),
+        ],
+        // Two watchers of one key: one client's EXEC writes it, the other's then fails.
+        &[
+            (0, "WATCH {w}s"),
+            (1, "WATCH {w}s"),
+            (0, "MULTI"),
+            (0, "SET {w}s 0"),
+            (0, "EXEC"),
+            (1, "MULTI"),
+            (1, "SET {w}s 1"),
+            (1, "EXEC"),
+            (1, "GET {w}s"),
+        ],
+        // A TTL that runs out between WATCH and EXEC.
+        &[
+            (0, "SET {w}e 1 PX 40"),
+            (0, "WATCH {w}e"),
+            (2, "sleep"),
+            (0, "MULTI"),
+            (0, "GET {w}e"),
+            (0, "EXEC"),
+        ],
+    ];
+    for (n, steps) in scenarios.iter().enumerate() {
+        let mut redis = [Raw::connect(redis_addr).await, Raw::connect(redis_addr).await];
+        let mut shoal = [Raw::connect(router.resp_addr).await, Raw::connect(router.resp_addr).await];
+        redis[0].cmd(&["FLUSHALL"]).await;
+        shoal[0].cmd(&["FLUSHALL"]).await;
+        for &(who, line) in steps.iter() {
+            if who == 2 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let args: Vec<&str> = line.split(' ').collect();
+            let want = redis[who].cmd(&args).await;
+            let got = shoal[who].cmd(&args).await;
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "scenario {n}, client {who}: {line}"
+            );
+        }
+    }
+    router.shutdown().await;
+}
+
+/// Transfers between two keys run as transactions from several clients at once, while other
+/// clients read both keys in a transaction: every read sees the same total (no transaction's ops
+/// interleave with another's), and no transfer is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_do_not_interleave() {
+    let router = support::cluster().await;
+    let addr = router.resp_addr;
+    let mut admin = Raw::connect(addr).await;
+    admin.cmd(&["MSET", "{bank}a", "1000", "{bank}b", "1000"]).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        writers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for i in 0..150 {
+                let (from, to) =
+                    if (w + i) % 2 == 0 { ("{bank}a", "{bank}b") } else { ("{bank}b", "{bank}a") };
+                let mut request = support::encode(&[b"MULTI"]);
+                request.extend(support::encode(&[b"DECRBY", from.as_bytes(), b"7"]));
+                request.extend(support::encode(&[b"INCRBY", to.as_bytes(), b"7"]));
+                request.extend(support::encode(&[b"INCR", b"{bank}transfers"]));
+                request.extend(support::encode(&[b"EXEC"]));
+                c.send(&request).await;
+                for _ in 0..4 {
+                    c.reply().await.expect("queued");
+                }
+                let exec = c.reply().await.expect("exec");
+                assert!(exec.starts_with(b"*3\r\n:"), "{}", String::from_utf8_lossy(&exec));
+            }
+        }));
+    }
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut reads = 0u64;
+            while !done.load(Ordering::Relaxed) && reads < 5000 {
+                let mut request = support::encode(&[b"MULTI"]);
+                request.extend(support::encode(&[b"GET", b"{bank}a"]));
+                request.extend(support::encode(&[b"GET", b"{bank}b"]));
+                request.extend(support::encode(&[b"EXEC"]));
+                c.send(&request).await;
+                for _ in 0..3 {
+                    c.reply().await.expect("queued");
+                }
+                let exec = String::from_utf8(c.reply().await.expect("exec")).unwrap();
+                let nums: Vec<i64> = exec.split("\r\n").filter_map(|l| l.parse().ok()).collect();
+                assert_eq!(nums.len(), 2, "{exec}");
+                assert_eq!(nums[0] + nums[1], 2000, "a read saw half a transfer: {exec}");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    assert!(reads > 10, "readers ran alongside the writers ({reads} reads)");
+    assert_eq!(admin.cmd(&["GET", "{bank}transfers"]).await, support::bulk("600"));
+    let a = admin.cmd(&["GET", "{bank}a"]).await;
+    let b = admin.cmd(&["GET", "{bank}b"]).await;
+    let num = |r: &[u8]| String::from_utf8_lossy(r).lines().nth(1).unwrap().parse::<i64>().unwrap();
+    assert_eq!(num(&a) + num(&b), 2000);
+    router.shutdown().await;
+}
+
+/// A value larger than a transfer piece inside a transaction: the transaction op travels in
+/// pieces and its reply comes back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_inside_a_transaction() {
+    let router = support::cluster().await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    let value = vec![b'x'; 3 << 20];
+    let mut request = support::encode(&[b"MULTI"]);
+    request.extend(support::encode(&[b"SET", b"{big}v", &value]));
+    request.extend(support::encode(&[b"APPEND", b"{big}v", b"yz"]));
+    request.extend(support::encode(&[b"GET", b"{big}v"]));
+    request.extend(support::encode(&[b"EXEC"]));
+    c.send(&request).await;
+    for _ in 0..4 {
+        c.reply().await.expect("queued");
+    }
+    let exec = c.reply().await.expect("exec");
+    let len = value.len() + 2;
+    let mut want = format!("*3\r\n+OK\r\n:{len}\r\n${len}\r\n").into_bytes();
+    want.extend(&value);
+    want.extend(b"yz\r\n");
+    assert!(exec == want, "EXEC reply of {} bytes differs", exec.len());
+    router.shutdown().await;
+}
+
+/// Transactions (transfers with a counter, and WATCH-guarded increments) keep running while the
+/// cluster scales 3 → 5 → 2: each either applies whole or not at all, the totals add up, and
+/// every EXEC a client saw succeed is counted exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_while_slots_move() {
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr;
+    let mut admin = Raw::connect(addr).await;
+    // Filler (12 MB), so that slots take a while to move and transactions meet them moving.
+    let filler = vec![b'f'; 4096];
+    let mut pipeline = Vec::new();
+    for i in 0..3000 {
+        pipeline.extend(support::encode(&[b"SET", format!("filler:{i}").as_bytes(), &filler]));
+    }
+    admin.send(&pipeline).await;
+    for _ in 0..3000 {
+        assert_eq!(admin.reply().await.unwrap(), b"+OK\r\n");
+    }
+    const PAIRS: usize = 40;
+    for p in 0..PAIRS {
+        admin.cmd(&["MSET", &format!("{{acct{p}}}a"), "100", &format!("{{acct{p}}}b"), "100"]).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for w in 0..3usize {
+        let (stop, applied) = (stop.clone(), applied.clone());
+        clients.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut errors = Vec::new();
+            let started = Instant::now();
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                let p = i % PAIRS;
+                i += 3;
+                let (a, b, n) = (format!("{{acct{p}}}a"), format!("{{acct{p}}}b"), format!("{{acct{p}}}n"));
+                // WATCH-guarded read-modify-write, as clients write optimistic locking.
+                c.cmd(&["WATCH", &a]).await;
+                let balance = c.cmd(&["GET", &a]).await;
+                let balance: i64 = String::from_utf8_lossy(&balance).lines().nth(1).unwrap().parse().unwrap();
+                let mut request = support::encode(&[b"MULTI"]);
+                request.extend(support::encode(&[
+                    b"SET",
+                    a.as_bytes(),
+                    (balance - 1).to_string().as_bytes(),
+                ]));
+                request.extend(support::encode(&[b"INCR", b.as_bytes()]));
+                request.extend(support::encode(&[b"INCR", n.as_bytes()]));
+                request.extend(support::encode(&[b"EXEC"]));
+                c.send(&request).await;
+                for _ in 0..4 {
+                    c.reply().await.expect("queued");
+                }
+                let exec = c.reply().await.expect("exec");
+                if exec.starts_with(b"*3\r\n") {
+                    applied.fetch_add(1, Ordering::Relaxed);
+                } else if exec != b"*-1\r\n" {
+                    errors.push(String::from_utf8_lossy(&exec).into_owned());
+                }
+            }
+            errors
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        let start = Instant::now();
+        loop {
+            let out = String::from_utf8(admin.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+            let first = out.lines().nth(1).unwrap_or_default().to_string();
+            if first.contains(&format!(" nodes={n} migrations=0 ")) && first.ends_with("scaling=no") {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "not scaled to {n}: {out}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut errors = Vec::new();
+    for c in clients {
+        errors.extend(c.await.unwrap());
+    }
+    assert!(errors.is_empty(), "EXEC errors: {:?}", &errors[..errors.len().min(5)]);
+    let applied = applied.load(Ordering::Relaxed);
+    assert!(applied > 30, "transactions ran during the moves ({applied})");
+    let mut counted = 0;
+    for p in 0..PAIRS {
+        let mut values = Vec::new();
+        for k in ["a", "b", "n"] {
+            let r = admin.cmd(&["GET", &format!("{{acct{p}}}{k}")]).await;
+            values.push(String::from_utf8_lossy(&r).lines().nth(1).map_or(0, |v| v.parse::<i64>().unwrap()));
+        }
+        assert_eq!(values[0] + values[1], 200, "pair {p}: a transaction applied in part");
+        assert_eq!(values[1] - 100, values[2], "pair {p}: transfers and their count disagree");
+        counted += values[2];
+    }
+    assert_eq!(counted as u64, applied, "every EXEC that succeeded applied once, no other did");
+    let page = support::http_get(router.http_addr, "/metrics").await;
+    let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");
+    assert!(retries > 0.0, "transactions met moving slots and were sent again");
+    router.shutdown().await;
+}
