@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -52,6 +52,8 @@ pub struct ClientHandle {
     /// A command of this client waits for CLIENT PAUSE to end (flag `b`, as Redis's postponed
     /// clients show).
     held: AtomicBool,
+    /// Commands queued after MULTI (-1: no transaction open), CLIENT LIST's `multi`.
+    multi: AtomicI64,
     names: Mutex<Names>,
     killed: AtomicBool,
     kill: Notify,
@@ -70,6 +72,7 @@ impl ClientHandle {
             protocol: AtomicU8::new(2),
             no_evict: AtomicBool::new(false),
             held: AtomicBool::new(false),
+            multi: AtomicI64::new(-1),
             names: Mutex::new(Names::default()),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
@@ -129,8 +132,16 @@ impl ClientHandle {
     }
 
     /// Redis's flags field: `b` held by a pause, `U` Unix socket, `e` no-evict, else `N`.
+    /// A transaction holding `queued` commands is open (`None`: none is).
+    pub fn set_multi(&self, queued: Option<usize>) {
+        self.multi.store(queued.map_or(-1, |n| n as i64), Ordering::Relaxed);
+    }
+
     fn flags(&self) -> String {
         let mut f = String::new();
+        if self.multi.load(Ordering::Relaxed) >= 0 {
+            f.push('x');
+        }
         if self.held.load(Ordering::Relaxed) {
             f.push('b');
         }
@@ -163,7 +174,7 @@ impl ClientHandle {
             slot => crate::stats::spec_at(slot).map_or("NULL", |s| s.name),
         };
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r \
              cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
@@ -173,6 +184,7 @@ impl ClientHandle {
             age.as_secs(),
             idle.as_secs(),
             self.flags(),
+            self.multi.load(Ordering::Relaxed),
             cmd,
             self.protocol.load(Ordering::Relaxed),
             text(&names.lib_name),
@@ -247,6 +259,10 @@ mod tests {
         c.set_no_evict(true);
         c.set_held(true);
         assert!(c.info_line().contains(" flags=bUe "));
+        c.set_multi(Some(2));
+        assert!(c.info_line().contains(" flags=xbUe ") && c.info_line().contains(" multi=2 "));
+        c.set_multi(None);
+        assert!(c.info_line().contains(" multi=-1 "));
         c.update_names(|n| n.name = Some(Bytes::from("worker")));
         c.set_protocol(Protocol::Resp3);
         let slot = crate::stats::slot_of(crate::cmd::lookup(b"ping").unwrap());

@@ -82,6 +82,7 @@ impl Session {
     /// name and version, and NO-EVICT, as Redis does). The caller releases the watches.
     pub fn reset(&mut self, password_required: bool) {
         self.multi = None;
+        self.client.set_multi(None);
         self.set_protocol(Protocol::Resp2);
         self.authenticated = !password_required;
         self.set_name(None);

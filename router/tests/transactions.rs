@@ -326,3 +326,32 @@ async fn transactions_while_slots_move() {
     assert!(retries > 0.0, "transactions met moving slots and were sent again");
     router.shutdown().await;
 }
+
+/// CLIENT LIST shows an open transaction as Redis does: flag `x` and `multi=<queued>`, back to
+/// `multi=-1` after EXEC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_shows_open_transactions_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    for addr in [redis_addr, router.resp_addr] {
+        let mut t = Raw::connect(addr).await;
+        let mut other = Raw::connect(addr).await;
+        let id = String::from_utf8(t.cmd(&["CLIENT", "ID"]).await).unwrap();
+        let id = id.trim_start_matches(':').trim_end().to_string();
+        let line = |reply: Vec<u8>| {
+            let s = String::from_utf8(reply).unwrap();
+            let flags = s.split(' ').find(|f| f.starts_with("flags=")).unwrap().to_string();
+            let multi = s.split(' ').find(|f| f.starts_with("multi=")).unwrap().to_string();
+            (flags, multi)
+        };
+        t.cmd(&["MULTI"]).await;
+        t.cmd(&["SET", "{c}a", "1"]).await;
+        t.cmd(&["GET", "{c}a"]).await;
+        let open = line(other.cmd(&["CLIENT", "LIST", "ID", &id]).await);
+        assert_eq!(open, ("flags=x".to_string(), "multi=2".to_string()), "{addr}");
+        t.cmd(&["EXEC"]).await;
+        let closed = line(other.cmd(&["CLIENT", "LIST", "ID", &id]).await);
+        assert_eq!(closed, ("flags=N".to_string(), "multi=-1".to_string()), "{addr}");
+    }
+    router.shutdown().await;
+}

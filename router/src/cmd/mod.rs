@@ -162,6 +162,7 @@ pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> 
         // A refused EXEC discards the transaction, with Redis's `execCommandAbort` text.
         Err(Reply::Error(text)) if args[0].eq_ignore_ascii_case(b"exec") => {
             ctx.session.multi = None;
+            ctx.session.client.set_multi(None);
             transaction::release(ctx.state, ctx.session.watched.take());
             let why = text.strip_prefix("ERR ").unwrap_or(&text);
             Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {why}")))

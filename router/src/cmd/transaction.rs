@@ -106,6 +106,7 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
     }
     multi.bytes += size;
     multi.queued.push((spec, args.to_vec()));
+    ctx.session.client.set_multi(Some(multi.queued.len()));
     Reply::simple("QUEUED").into()
 }
 
@@ -126,6 +127,7 @@ fn multi(_args: &Args, ctx: &mut Ctx) -> Pending {
         return Reply::error("ERR MULTI calls can not be nested").into();
     }
     ctx.session.multi = Some(Multi::default());
+    ctx.session.client.set_multi(Some(0));
     Reply::OK.into()
 }
 
@@ -133,6 +135,7 @@ fn discard(_args: &Args, ctx: &mut Ctx) -> Pending {
     if ctx.session.multi.take().is_none() {
         return Reply::error("ERR DISCARD without MULTI").into();
     }
+    ctx.session.client.set_multi(None);
     release(ctx.state, ctx.session.watched.take());
     Reply::OK.into()
 }
@@ -187,6 +190,7 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     let Some(multi) = ctx.session.multi.take() else {
         return Reply::error("ERR EXEC without MULTI").into();
     };
+    ctx.session.client.set_multi(None);
     let watched = ctx.session.watched.take();
     if multi.dirty {
         release(ctx.state, watched);
