@@ -10,6 +10,7 @@
 //! miss on the new owner fall back to it, and deletes go to both (the old owner first).
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -240,34 +241,43 @@ impl Topology {
 }
 
 /// A flat slot -> node-position table built from a validated [`Topology`]: one array lookup per key.
+/// The arrays are shared, so a clone (or a [`settled`](SlotTable::settled) copy, one per EXEC)
+/// costs two reference counts, not 64 KiB.
 #[derive(Clone)]
 pub struct SlotTable {
-    owner: Box<[u16]>,
+    owner: Arc<[u16]>,
     /// For a migrating slot, the old owner's position; [`NO_NODE`] otherwise.
-    from: Box<[u16]>,
+    from: Arc<[u16]>,
 }
 
 const NO_NODE: u16 = u16::MAX;
+
+/// The `from` array of a table with no slot moving.
+static NONE_MOVING: std::sync::LazyLock<Arc<[u16]>> =
+    std::sync::LazyLock::new(|| vec![NO_NODE; SLOT_COUNT].into());
 
 impl SlotTable {
     /// Builds the table. The topology must have passed [`Topology::validate`].
     pub fn new(topology: &Topology) -> SlotTable {
         let pos_of = |id: u32| topology.nodes.iter().position(|n| n.id == id).unwrap_or(0) as u16;
-        let mut owner = vec![0u16; SLOT_COUNT].into_boxed_slice();
+        let mut owner = vec![0u16; SLOT_COUNT];
         for r in &topology.slots {
             let pos = pos_of(r.node);
             for slot in r.start..=r.end {
                 owner[usize::from(slot)] = pos;
             }
         }
-        let mut from = vec![NO_NODE; SLOT_COUNT].into_boxed_slice();
+        if topology.migrations.is_empty() {
+            return SlotTable { owner: owner.into(), from: NONE_MOVING.clone() };
+        }
+        let mut from = vec![NO_NODE; SLOT_COUNT];
         for m in &topology.migrations {
             let pos = pos_of(m.from);
             for slot in m.start..=m.end {
                 from[usize::from(slot)] = pos;
             }
         }
-        SlotTable { owner, from }
+        SlotTable { owner: owner.into(), from: from.into() }
     }
 
     /// Position in `Topology::nodes` of the node that owns `slot`.
@@ -279,7 +289,7 @@ impl SlotTable {
     /// The same owners with no slot moving (a transaction's routing: its ops go to the owner as
     /// they are, and the owner refuses the transaction while a slot moves).
     pub fn settled(&self) -> SlotTable {
-        SlotTable { owner: self.owner.clone(), from: vec![NO_NODE; SLOT_COUNT].into_boxed_slice() }
+        SlotTable { owner: self.owner.clone(), from: NONE_MOVING.clone() }
     }
 
     /// For a slot being moved, the position of the node it is moving from.
