@@ -23,14 +23,139 @@ pub fn apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op)
     let _shared = store.gate.read();
     match check(view, batch_version, &op) {
         Ok(()) => {
+            let write = class_of(&op) != OpClass::Read;
             // Before the write: under the gate, no EXEC can run between the two.
-            if store.watches.active() && class_of(&op) != OpClass::Read {
+            if write && store.watches.active() {
                 touch_keys(store, &op);
             }
-            apply(store, view, op)
+            // Clients blocked on a key this op writes run right after it (as Redis serves them
+            // after the command that made their key ready).
+            let ready = (write && store.blocked.active()).then(|| owned_keys(&op));
+            let reply = apply(store, view, op);
+            if let Some(keys) = ready {
+                serve_blocked(store, view, keys);
+            }
+            reply
         }
         Err(version) => moved(version),
     }
+}
+
+fn owned_keys(op: &Op) -> Vec<bytes::Bytes> {
+    keys_of(op).into_iter().map(bytes::Bytes::copy_from_slice).collect()
+}
+
+/// Whether a blocking command's attempt found nothing (its non-blocking form answered null).
+fn found_nothing(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    matches!(
+        &reply.kind,
+        Some(reply::Kind::Frame(f)) if matches!(f.kind, Some(frame::Kind::Nil(_) | frame::Kind::NullArray(_)))
+    )
+}
+
+/// Runs the non-blocking form of a blocked command (checked at the router's version) and, when
+/// it found something, touches what it wrote. The registry lock is held by the caller.
+fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Reply {
+    if let Err(v) = check(view, version, op) {
+        return moved(v);
+    }
+    if store.watches.active() {
+        touch_keys(store, op);
+    }
+    apply(store, view, op.clone())
+}
+
+/// Serves the clients blocked on `keys`, longest waiting first, while their commands find
+/// something; a served command that writes other keys (BLMOVE's destination) makes those keys
+/// ready in turn. As in Redis, a client is served from the key that became ready (not from the
+/// first of its keys that holds something), and a key of another type than a client waits for
+/// (a string SET where BLPOP waits) serves nobody.
+fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Bytes>) {
+    let mut locked = store.blocked.lock();
+    let mut ready: std::collections::VecDeque<bytes::Bytes> =
+        keys.into_iter().filter(|k| locked.queues.has(k)).collect();
+    while let Some(key) = ready.pop_front() {
+        for id in locked.queues.waiting_on(&key) {
+            let Some(w) = locked.queues.get(id) else { continue };
+            let reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
+            if found_nothing(&reply) {
+                break;
+            }
+            if is_wrong_type(&reply) {
+                continue;
+            }
+            let w = locked.queues.remove(id).expect("a registered waiter");
+            ready.extend(owned_keys(&w.op).into_iter().filter(|k| *k != key && locked.queues.has(k)));
+            // A client that went away meanwhile loses what its command took, as in Redis.
+            let _ = w.reply.send(reply);
+        }
+    }
+}
+
+fn is_wrong_type(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    matches!(
+        &reply.kind,
+        Some(reply::Kind::Frame(f)) if matches!(&f.kind, Some(frame::Kind::Error(e)) if e.starts_with("WRONGTYPE"))
+    )
+}
+
+/// A blocked command reduced to the key that became ready (BLPOP a b 0 served by b: BLPOP b 0).
+fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
+    let Some(Kind::Command(c)) = &op.kind else { return op.clone() };
+    let name = c.args[0].to_ascii_lowercase();
+    let args = match &name[..] {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
+            vec![c.args[0].clone(), key.clone(), c.args[c.args.len() - 1].clone()]
+        }
+        // BLMPOP timeout numkeys key ... rest
+        b"blmpop" | b"bzmpop" if c.args.len() >= 3 + c.keys.len() => {
+            let mut a =
+                vec![c.args[0].clone(), c.args[1].clone(), bytes::Bytes::from_static(b"1"), key.clone()];
+            a.extend_from_slice(&c.args[3 + c.keys.len()..]);
+            a
+        }
+        _ => return op.clone(),
+    };
+    let command = proto::Command { args, keys: vec![key.clone()], ..c.clone() };
+    Op { kind: Some(Kind::Command(command)), ..op.clone() }
+}
+
+/// What a `Block` call does first, under the gate and the registry lock: the command's attempt;
+/// `Ok(reply)` if it found something (or failed, or the slot is not served here), else the
+/// waiter is queued and its id returned.
+pub fn block_or_queue(
+    store: &Store,
+    view: &NodeView,
+    version: u64,
+    op: Op,
+    reply: tokio::sync::oneshot::Sender<Reply>,
+) -> Result<Reply, u64> {
+    let _shared = store.gate.read();
+    let mut locked = store.blocked.lock();
+    let first = attempt_blocked(store, view, version, &op);
+    if !found_nothing(&first) {
+        drop(locked);
+        // What the attempt wrote (BLMOVE's destination) may unblock others.
+        if store.blocked.active() {
+            serve_blocked(store, view, owned_keys(&op));
+        }
+        return Ok(first);
+    }
+    let keys = owned_keys(&op);
+    Err(locked.queues.register(crate::store::blocked::Waiter { keys, op, version, reply }))
+}
+
+/// Withdraws waiter `id` (timeout, moved slot, cancelled call); false if it was served first.
+pub fn withdraw(store: &Store, id: u64) -> bool {
+    store.blocked.lock().queues.remove(id).is_some()
+}
+
+/// Whether waiter `id`'s command may still wait here: its keys' slots are served at its version
+/// by the current view (`Err`: the version to answer `moved` with).
+pub fn still_served(view: &NodeView, version: u64, op: &Op) -> Result<(), u64> {
+    check(view, version, op)
 }
 
 fn moved(version: u64) -> Reply {
@@ -76,6 +201,11 @@ fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Tra
             return Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})) };
         }
     }
+    let ready: Vec<bytes::Bytes> = if store.blocked.active() {
+        t.ops.iter().filter(|op| class_of(op) != OpClass::Read).flat_map(owned_keys).collect()
+    } else {
+        Vec::new()
+    };
     let replies = t
         .ops
         .into_iter()
@@ -86,6 +216,10 @@ fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Tra
             apply(store, view, op)
         })
         .collect();
+    // Blocked clients are served after the whole transaction, as in Redis.
+    if !ready.is_empty() {
+        serve_blocked(store, view, ready);
+    }
     Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })) }
 }
 

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prost::Message;
 use shoal_wire::pieces::{self, Fed, OpAssembler};
@@ -169,6 +169,9 @@ pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result
     Ok(())
 }
 
+/// How often a blocked wait checks that its keys' slots are still served here.
+const BLOCK_FOLLOW: Duration = Duration::from_millis(200);
+
 pub struct NodeService {
     state: Arc<NodeState>,
     stopping: watch::Receiver<bool>,
@@ -203,6 +206,68 @@ impl Node for NodeService {
             assembler: OpAssembler::default(),
             running: None,
         })))
+    }
+
+    async fn block(&self, request: Request<proto::BlockRequest>) -> Result<Response<proto::Reply>, Status> {
+        let req = request.into_inner();
+        let op = req.op.ok_or_else(|| Status::invalid_argument("a Block call needs an op"))?;
+        let store = &self.state.store;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let version = req.topology_version;
+        let id =
+            match crate::ops::block_or_queue(store, &self.state.membership.view(), version, op.clone(), tx) {
+                Ok(reply) => return Ok(Response::new(reply)),
+                Err(id) => id,
+            };
+        // Withdraws the wait however this call ends (cancelled: the client went away).
+        struct Withdraw<'a>(&'a crate::store::Store, u64);
+        impl Drop for Withdraw<'_> {
+            fn drop(&mut self) {
+                crate::ops::withdraw(self.0, self.1);
+            }
+        }
+        let _withdraw = Withdraw(store, id);
+        let timeout =
+            (req.timeout_ms > 0).then(|| tokio::time::Instant::now() + Duration::from_millis(req.timeout_ms));
+        let until = async {
+            match timeout {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until, rx);
+        // The slot may move away while the client waits: checked on a short period (a move is
+        // rare; the check is one lookup per key), then the router blocks again on the new owner.
+        let mut follow = tokio::time::interval(BLOCK_FOLLOW);
+        let mut stopping = self.stopping.clone();
+        let answer = loop {
+            tokio::select! {
+                served = &mut rx => break served.unwrap_or_else(|_| crate::ops::error("ERR blocked wait ended")),
+                _ = &mut until => {
+                    if crate::ops::withdraw(store, id) {
+                        break proto::Reply { kind: Some(proto::reply::Kind::Nil(proto::Empty {})) };
+                    }
+                    // Served at the same moment: the reply is on its way.
+                }
+                _ = follow.tick() => {
+                    let view = self.state.membership.view();
+                    if let Err(v) = crate::ops::still_served(&view, version, &op)
+                        && crate::ops::withdraw(store, id)
+                    {
+                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(v)) };
+                    }
+                }
+                _ = stopping.wait_for(|s| *s) => {
+                    // Shutting down: hand the client back to its router (as `moved`), which
+                    // blocks again on the node that owns the keys by then.
+                    if crate::ops::withdraw(store, id) {
+                        let version = self.state.membership.view().version();
+                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(version)) };
+                    }
+                }
+            }
+        };
+        Ok(Response::new(answer))
     }
 
     async fn stats(&self, _request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {

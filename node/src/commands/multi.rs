@@ -26,6 +26,8 @@ pub const DENYOOM: &[&[u8]] = &[
     b"sdiffstore",
     b"lmove",
     b"rpoplpush",
+    b"blmove",
+    b"brpoplpush",
     b"zunionstore",
     b"zinterstore",
     b"zdiffstore",
@@ -66,6 +68,16 @@ pub fn find(name: &[u8]) -> Option<(KeysOf, Handler)> {
         b"lcs" => (first_two, super::bits::lcs),
         b"pfcount" => (all_keys, super::hll::pfcount),
         b"pfmerge" => (all_keys, super::hll::pfmerge),
+        // Blocking commands: one attempt (the router's `Block` call waits and tries again when a
+        // key is written); nothing to take answers a null array, as Redis at a timeout.
+        b"blpop" => (all_but_last, |l, a| bpop(l, a, ValueType::List, true)),
+        b"brpop" => (all_but_last, |l, a| bpop(l, a, ValueType::List, false)),
+        b"bzpopmin" => (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, true)),
+        b"bzpopmax" => (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, false)),
+        b"blmpop" => (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::List)),
+        b"bzmpop" => (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::ZSet)),
+        b"blmove" => (first_two, |l, a| null_array_if_nil(lmove(l, a))),
+        b"brpoplpush" => (first_two, |l, a| null_array_if_nil(rpoplpush(l, a))),
         _ => return None,
     })
 }
@@ -74,6 +86,11 @@ pub fn find(name: &[u8]) -> Option<(KeysOf, Handler)> {
 
 fn all_keys(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
     Ok(args[1..].to_vec())
+}
+
+/// Every argument but the name and the last (BLPOP's keys before its timeout).
+fn all_but_last(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
+    Ok(args[1..args.len() - 1].to_vec())
 }
 
 fn first_two(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
@@ -347,6 +364,36 @@ fn mpop(l: &mut Locked<'_>, args: &[Bytes], t: ValueType) -> CmdResult {
         return Ok(F::array(vec![F::bulk_from(k), popped]));
     }
     Ok(F::null_array())
+}
+
+/// BLPOP, BRPOP, BZPOPMIN, BZPOPMAX: the first key (in argument order) that holds something
+/// gives one element: `[key, element]`, or `[key, member, score]`; none: a null array.
+fn bpop(l: &mut Locked<'_>, args: &[Bytes], t: ValueType, front: bool) -> CmdResult {
+    for k in &args[1..args.len() - 1] {
+        match l.value_type(k) {
+            None => continue,
+            Some(found) if found != t => return Err(StoreError::WrongType.into()),
+            Some(_) => {}
+        }
+        let popped = l.write_object(k, t, |slot, _| match slot.as_deref_mut() {
+            Some(Object::List(list)) => list.pop(front).map(|v| vec![F::bulk_from(&v)]),
+            Some(Object::ZSet(z)) => z.pop(!front).map(|(m, s)| vec![F::bulk(m), double(s)]),
+            _ => None,
+        })?;
+        if let Some(items) = popped {
+            let mut reply = vec![F::bulk_from(k)];
+            reply.extend(items);
+            return Ok(F::array(reply));
+        }
+    }
+    Ok(F::null_array())
+}
+
+/// A blocking move that found nothing answers a null array (Redis's timeout reply), not LMOVE's
+/// null.
+fn null_array_if_nil(r: CmdResult) -> CmdResult {
+    use shoal_wire::proto::frame::Kind as K;
+    r.map(|f| if matches!(f.kind, Some(K::Nil(_))) { F::null_array() } else { f })
 }
 
 // --- sorted sets ---------------------------------------------------------------------------------

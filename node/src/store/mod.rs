@@ -8,6 +8,7 @@
 //! - [`evict`]: `maxmemory` enforcement and the eviction policies.
 //! - [`persist`]: the two-layer view per slot (memory over the base snapshot) that snapshot
 //!   writing and slot export read from.
+//! - [`blocked`]: clients blocked on keys (BLPOP and its kin), first come first served.
 //! - [`watch`]: versions of watched keys (WATCH), bumped by every change to them.
 //! - [`glob`], [`float`]: Redis glob patterns, x87 INCRBYFLOAT arithmetic. Time comes from
 //!   `shoal_wire::clock` (re-exported here).
@@ -18,6 +19,7 @@
 //! leave tombstones (see `shard.rs`). Memory is accounted per shard (entries at their allocation size plus the slab, index and
 //! heap at capacity) and summed in one atomic that `maxmemory` is checked against.
 
+pub mod blocked;
 pub mod entry;
 mod evict;
 pub mod float;
@@ -202,6 +204,8 @@ pub struct Store {
     pub gate: RwLock<()>,
     /// Watched keys and their versions (shared with the shards, which touch keys they remove).
     pub watches: Arc<watch::Watches>,
+    /// Clients blocked on keys of this node.
+    pub blocked: blocked::Blocked,
 }
 
 impl fmt::Debug for Store {
@@ -238,6 +242,7 @@ impl Store {
             base_masked: AtomicUsize::new(0),
             gate: RwLock::new(()),
             watches,
+            blocked: blocked::Blocked::default(),
         }
     }
 

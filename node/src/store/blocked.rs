@@ -1,0 +1,161 @@
+//! Clients blocked on keys (BLPOP, BLMOVE, BZPOPMIN, ...): who waits on which key, in arrival
+//! order. The registry only keeps the queues; `ops.rs` runs a waiter's command when a write makes
+//! one of its keys ready, and `service.rs` (the `Block` call) registers and withdraws waiters.
+//!
+//! Everything that looks at a key's readiness and then registers or serves a waiter holds the
+//! registry's lock across both (see [`Blocked::lock`]), so a push can never slip between a
+//! waiter's failed attempt and its registration (a lost wake-up), and two writes never serve one
+//! waiter twice. Lock order: the store's gate, then this lock, then shard locks.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
+use shoal_wire::proto::{Op, Reply};
+use tokio::sync::oneshot;
+
+/// A blocked client's command.
+#[derive(Debug)]
+pub struct Waiter {
+    pub keys: Vec<Bytes>,
+    /// The non-blocking form of the command, run when a key is ready.
+    pub op: Op,
+    /// The topology version the router routed by.
+    pub version: u64,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Debug, Default)]
+pub struct Queues {
+    next: u64,
+    by_key: HashMap<Bytes, VecDeque<u64>>,
+    waiters: HashMap<u64, Waiter>,
+}
+
+impl Queues {
+    /// Queues `w` behind the clients already waiting on its keys; returns its id.
+    pub fn register(&mut self, w: Waiter) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        for k in &w.keys {
+            self.by_key.entry(k.clone()).or_default().push_back(id);
+        }
+        self.waiters.insert(id, w);
+        id
+    }
+
+    /// Takes waiter `id` out of every queue (`None`: it was served or withdrawn already).
+    pub fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for k in &w.keys {
+            if let Some(q) = self.by_key.get_mut(k) {
+                q.retain(|&x| x != id);
+                if q.is_empty() {
+                    self.by_key.remove(k);
+                }
+            }
+        }
+        Some(w)
+    }
+
+    /// The client that has waited longest on `key`.
+    pub fn first(&self, key: &[u8]) -> Option<(u64, &Waiter)> {
+        let id = *self.by_key.get(key)?.front()?;
+        Some((id, &self.waiters[&id]))
+    }
+
+    /// The clients waiting on `key`, longest waiting first.
+    pub fn waiting_on(&self, key: &[u8]) -> Vec<u64> {
+        self.by_key.get(key).map(|q| q.iter().copied().collect()).unwrap_or_default()
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Waiter> {
+        self.waiters.get(&id)
+    }
+
+    /// Whether anyone waits on `key`.
+    pub fn has(&self, key: &[u8]) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Blocked {
+    /// Waiters now (a fast "nobody waits" check before taking the lock).
+    count: AtomicUsize,
+    queues: Mutex<Queues>,
+}
+
+/// The registry, locked; keeps the waiter count in step when released.
+pub struct Locked<'a> {
+    blocked: &'a Blocked,
+    pub queues: MutexGuard<'a, Queues>,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.blocked.count.store(self.queues.len(), Ordering::Relaxed);
+    }
+}
+
+impl Blocked {
+    /// Whether any client waits (one relaxed load: the check every write makes).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.count.load(Ordering::Relaxed) != 0
+    }
+
+    pub fn lock(&self) -> Locked<'_> {
+        Locked { blocked: self, queues: self.queues.lock() }
+    }
+
+    /// Clients waiting now (INFO's `blocked_clients`).
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(keys: &[&str]) -> (Waiter, oneshot::Receiver<Reply>) {
+        let (tx, rx) = oneshot::channel();
+        let keys = keys.iter().map(|k| Bytes::copy_from_slice(k.as_bytes())).collect();
+        (Waiter { keys, op: Op::default(), version: 0, reply: tx }, rx)
+    }
+
+    #[test]
+    fn first_come_first_served_per_key() {
+        let b = Blocked::default();
+        let mut l = b.lock();
+        let (w1, _r1) = waiter(&["a", "b"]);
+        let (w2, _r2) = waiter(&["b"]);
+        let (w3, _r3) = waiter(&["a"]);
+        let (id1, id2, id3) = (l.queues.register(w1), l.queues.register(w2), l.queues.register(w3));
+        assert_eq!(l.queues.first(b"a").map(|(id, _)| id), Some(id1));
+        assert_eq!(l.queues.first(b"b").map(|(id, _)| id), Some(id1));
+        assert!(l.queues.remove(id1).is_some());
+        assert!(l.queues.remove(id1).is_none(), "served once");
+        assert_eq!(l.queues.first(b"a").map(|(id, _)| id), Some(id3));
+        assert_eq!(l.queues.first(b"b").map(|(id, _)| id), Some(id2));
+        l.queues.remove(id2);
+        assert!(!l.queues.has(b"b"), "an empty queue goes");
+        drop(l);
+        assert_eq!(b.len(), 1);
+        assert!(b.active());
+    }
+}
