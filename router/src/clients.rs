@@ -54,6 +54,11 @@ pub struct ClientHandle {
     held: AtomicBool,
     /// Commands queued after MULTI (-1: no transaction open), CLIENT LIST's `multi`.
     multi: AtomicI64,
+    /// Waiting in a blocking command (BLPOP, ...): flag `b`, and CLIENT UNBLOCK applies.
+    blocked: AtomicBool,
+    /// CLIENT UNBLOCK's reason for the wait in progress: 1 timeout, 2 error (0: none).
+    unblocked: AtomicU8,
+    unblock: Notify,
     names: Mutex<Names>,
     killed: AtomicBool,
     kill: Notify,
@@ -73,6 +78,9 @@ impl ClientHandle {
             no_evict: AtomicBool::new(false),
             held: AtomicBool::new(false),
             multi: AtomicI64::new(-1),
+            blocked: AtomicBool::new(false),
+            unblocked: AtomicU8::new(0),
+            unblock: Notify::new(),
             names: Mutex::new(Names::default()),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
@@ -132,6 +140,33 @@ impl ClientHandle {
     }
 
     /// Redis's flags field: `b` held by a pause, `U` Unix socket, `e` no-evict, else `N`.
+    /// A blocking command starts (or stops) waiting.
+    pub fn set_blocked(&self, blocked: bool) {
+        self.unblocked.store(0, Ordering::Relaxed);
+        self.blocked.store(blocked, Ordering::Release);
+    }
+
+    /// CLIENT UNBLOCK: ends the blocking wait in progress, if any (as a timeout, or with an
+    /// error); whether there was one.
+    pub fn unblock(&self, error: bool) -> bool {
+        if !self.blocked.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.unblocked.store(if error { 2 } else { 1 }, Ordering::Release);
+        self.unblock.notify_one();
+        true
+    }
+
+    /// Completes when CLIENT UNBLOCK ends this client's wait: `true` for the ERROR form.
+    pub async fn unblocked(&self) -> bool {
+        loop {
+            match self.unblocked.load(Ordering::Acquire) {
+                0 => self.unblock.notified().await,
+                r => return r == 2,
+            }
+        }
+    }
+
     /// A transaction holding `queued` commands is open (`None`: none is).
     pub fn set_multi(&self, queued: Option<usize>) {
         self.multi.store(queued.map_or(-1, |n| n as i64), Ordering::Relaxed);
@@ -142,7 +177,7 @@ impl ClientHandle {
         if self.multi.load(Ordering::Relaxed) >= 0 {
             f.push('x');
         }
-        if self.held.load(Ordering::Relaxed) {
+        if self.held.load(Ordering::Relaxed) || self.blocked.load(Ordering::Relaxed) {
             f.push('b');
         }
         if self.unix {
@@ -205,6 +240,11 @@ impl Clients {
         let id = client.id;
         self.open.lock().insert(id, client);
         Registered { clients: self, id }
+    }
+
+    /// Connections waiting in a blocking command (INFO's `blocked_clients`).
+    pub fn blocked(&self) -> usize {
+        self.open.lock().values().filter(|c| c.blocked.load(Ordering::Relaxed)).count()
     }
 
     /// Every open connection, in id order.

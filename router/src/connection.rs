@@ -132,7 +132,7 @@ pub async fn serve<S>(
                     // commands wait for it, so none of their ops can overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
                     large_request |= large;
-                    let barrier = large || matches!(reply, Pending::Barrier(_));
+                    let barrier = large || matches!(reply, Pending::Barrier(_) | Pending::Blocking(_));
                     close = matches!(reply, Pending::Close(_));
                     let slot = session.last_command_slot;
                     pending.push((reply, session.protocol(), session.last_command, slot, args));
@@ -174,7 +174,27 @@ pub async fn serve<S>(
         }
         reply_size = 0;
         for (reply, protocol, started, slot, args) in pending.drain(..) {
-            let reply = reply.resolve().await;
+            let reply = match reply {
+                Pending::Blocking(wait) => {
+                    // The replies before it go out first: the client may be waiting for them.
+                    if !output.is_empty()
+                        && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await
+                    {
+                        return;
+                    }
+                    client.set_blocked(true);
+                    let outcome =
+                        blocked_wait(wait, &client, &mut stream, &mut input, &mut killed, &mut shutdown)
+                            .await;
+                    client.set_blocked(false);
+                    match outcome {
+                        Some(reply) => reply,
+                        // Gone, killed or shutting down: dropping the wait withdraws it.
+                        None => return,
+                    }
+                }
+                other => other.resolve().await,
+            };
             let took = started.elapsed();
             state.metrics.command_seconds.observe(took.as_secs_f64());
             if let Some(slot) = slot {
@@ -268,6 +288,53 @@ const BUDGET_EXHAUSTED: &[u8] =
 request data from all clients (--request-buffer-budget); closing the connection, try again later\r\n";
 const AUTH_TIMEOUT: &[u8] =
     b"-ERR authentication timeout: no successful AUTH within --auth-timeout-ms; closing the connection\r\n";
+
+/// Awaits a blocking command's reply while reading from the client: further requests are kept
+/// in `input` (processed after the reply, in order), and a client that closes the connection,
+/// a CLIENT KILL or a shutdown end the wait (`None`). A client that keeps sending while blocked
+/// is bounded by the query buffer limit like any other.
+async fn blocked_wait<S, K>(
+    wait: cmd::BoxReply,
+    client: &crate::clients::ClientHandle,
+    stream: &mut S,
+    input: &mut BytesMut,
+    killed: &mut std::pin::Pin<&mut K>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Reply>
+where
+    S: AsyncRead + Unpin,
+    K: std::future::Future<Output = ()>,
+{
+    tokio::pin!(wait);
+    let mut reading = true;
+    loop {
+        if input.capacity() - input.len() < READ_CHUNK {
+            input.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            reply = &mut wait => return Some(reply),
+            // CLIENT UNBLOCK: dropping the wait withdraws it from the node.
+            error = client.unblocked() => {
+                return Some(if error {
+                    Reply::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+                } else {
+                    Reply::NilArray
+                });
+            }
+            _ = killed.as_mut() => return None,
+            _ = shutdown.changed() => return None,
+            read = stream.read_buf(input), if reading => match read {
+                Ok(0) | Err(_) => return None,
+                // Enough buffered: stop reading until the reply is in (the limit applies later).
+                Ok(_) if input.len() > MAX_READ_WHILE_BLOCKED => reading = false,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
+/// How much a blocked client may send before the router stops reading it until its reply.
+const MAX_READ_WHILE_BLOCKED: usize = 1 << 20;
 
 /// Completes at `deadline`; never without one.
 async fn expiry(deadline: Option<tokio::time::Instant>) {

@@ -185,6 +185,12 @@ impl Routing {
                     as Arc<dyn NodePort>
             })
             .collect();
-        Routing { topology: self.topology.clone(), table: self.table.settled(), nodes, managed: self.managed }
+        Routing {
+            topology: self.topology.clone(),
+            table: self.table.settled(),
+            nodes,
+            managed: self.managed,
+            capturing: true,
+        }
     }
 }

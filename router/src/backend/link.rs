@@ -39,8 +39,8 @@ use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
-    Batch, BatchReply, GetTopologyRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest,
-    StatsRequest, TopologyDoc, node_client::NodeClient,
+    Batch, BatchReply, BlockRequest, GetTopologyRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo,
+    SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -339,6 +339,21 @@ impl NodePort for NodeLink {
         Box::pin(async move {
             let mut client = self.client()?;
             self.unary(SNAPSHOT_TIMEOUT, client.snapshot(SnapshotRequest {})).await
+        })
+    }
+
+    fn block(&self, req: BlockRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            if req.timeout_ms == 0 {
+                // For ever: only the node (served, moved, shutting down) or a broken link ends it.
+                return match client.block(req).await {
+                    Ok(resp) => Ok(resp.into_inner()),
+                    Err(status) => Err(self.shared.ident.unavailable(status.message())),
+                };
+            }
+            let limit = Duration::from_millis(req.timeout_ms) + self.shared.ident.deadline;
+            self.unary(limit, client.block(req)).await
         })
     }
 

@@ -67,6 +67,9 @@ pub struct Routing {
     pub nodes: Vec<Arc<dyn NodePort>>,
     /// Whether nodes check ownership (a topology source is in use), so `moved` replies can happen.
     pub managed: bool,
+    /// A transaction's capturing routing (`capture.rs`): commands run as inside EXEC (a
+    /// blocking command does not block).
+    pub capturing: bool,
 }
 
 impl Routing {
@@ -178,6 +181,7 @@ impl Backend {
                 topology: Arc::new(topology.clone()),
                 nodes: Vec::new(),
                 managed,
+                capturing: false,
             })),
             version: AtomicU64::new(0),
             ports: Mutex::default(),
@@ -250,6 +254,7 @@ impl Backend {
             topology: Arc::new(topology),
             nodes,
             managed: self.managed,
+            capturing: false,
         });
         self.version.store(version, Ordering::Release);
         self.metrics.topology_changes.inc();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shoal_wire::Topology;
-use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{BlockRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -40,6 +40,12 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     fn configure(&self, change: NodeSettings) -> BoxFuture<'_, Result<NodeSettings, BackendError>>;
     /// Writes a snapshot now and waits for it.
     fn snapshot(&self) -> BoxFuture<'_, Result<SnapshotInfo, BackendError>>;
+    /// A blocking command's wait (BLPOP, BLMOVE, ...; the node's `Block` call, on a stream of its
+    /// own): the command's reply, `nil` at its timeout, or `moved`.
+    fn block(&self, req: BlockRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        let _ = req;
+        Box::pin(async { Err(BackendError::BadReply("this node port cannot block".into())) })
+    }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);
     fn metrics(&self) -> &LinkMetrics;

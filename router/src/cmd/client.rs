@@ -89,6 +89,42 @@ pub const CLIENT_NO_EVICT: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
+pub const CLIENT_UNBLOCK: CommandSpec = CommandSpec {
+    name: "client|unblock",
+    arity: -3,
+    flags: &["admin", "noscript", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous", "@connection"],
+    group: "connection",
+    since: "5.0.0",
+    summary: "Unblock a client blocked in a blocking command from a different connection",
+    complexity: "O(log N) where N is the number of client connections",
+    run: unblock,
+    ..CommandSpec::DEFAULT
+};
+
+/// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: ends another connection's blocking command (on this
+/// router) as if its timeout had passed, or with an `-UNBLOCKED` error; 1 if it was blocked.
+pub fn unblock(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 4 {
+        return Reply::error_fmt(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ))
+        .into();
+    }
+    let error = match args.get(3) {
+        None => false,
+        Some(r) if r.eq_ignore_ascii_case(b"timeout") => false,
+        Some(r) if r.eq_ignore_ascii_case(b"error") => true,
+        Some(_) => return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR").into(),
+    };
+    let Some(id) = shoal_wire::num::parse_i64(&args[2]) else { return super::not_integer().into() };
+    let done =
+        u64::try_from(id).ok().and_then(|id| ctx.state.clients.get(id)).is_some_and(|c| c.unblock(error));
+    Reply::Int(i64::from(done)).into()
+}
+
 pub const CLIENT_HELP: CommandSpec = CommandSpec {
     name: "client|help",
     arity: 2,
@@ -125,6 +161,7 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &clients::CLIENT_PAUSE,
         &clients::CLIENT_UNPAUSE,
         &CLIENT_NO_EVICT,
+        &CLIENT_UNBLOCK,
         &CLIENT_HELP,
     ],
 };
@@ -201,7 +238,7 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
 }
 
 /// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the subcommands Shoal
-/// does not serve (CACHING, GETREDIR, REPLY, UNBLOCK, TRACKING, TRACKINGINFO), and with
+/// does not serve (CACHING, GETREDIR, REPLY, TRACKING, TRACKINGINFO), and with
 /// SETINFO where Redis 7.2 lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
@@ -240,6 +277,8 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Set client meta attr. Options are:",
         "    * LIB-NAME: the client lib name.",
         "    * LIB-VER: the client lib version.",
+        "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+        "    Unblock the specified blocked client.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "HELP",

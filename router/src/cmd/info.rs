@@ -52,6 +52,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     let state = Arc::clone(ctx.state);
     let routing = Arc::clone(ctx.routing);
     let clients = state.connected_clients();
+    let blocked = state.clients.blocked();
     let embedded = state.embedded.is_some();
     Pending::later(async move {
         let stats = routing.stats_all().await;
@@ -84,6 +85,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                 "clients" => {
                     field("connected_clients", clients.to_string());
                     field("maxclients", state.settings.maxclients.to_string());
+                    field("blocked_clients", blocked.to_string());
                 }
                 "memory" => {
                     let used = sum(|n| n.used_memory);

@@ -13,6 +13,7 @@
 //! Front ends share this layer: RESP connections and the HTTP API both call [`dispatch`].
 
 mod bits;
+mod blocking;
 mod client;
 mod clients;
 mod command;
@@ -119,6 +120,9 @@ pub enum Pending {
     Barrier(BoxReply),
     /// Write the reply, then close the connection (QUIT).
     Close(Reply),
+    /// A blocking command's wait (BLPOP, ...): a barrier that may last; the connection keeps
+    /// reading meanwhile, so that a client that goes away ends the wait.
+    Blocking(BoxReply),
 }
 
 pub type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
@@ -135,7 +139,7 @@ impl Pending {
                 Ok(r) => convert(r),
                 Err(e) => e.into(),
             },
-            Pending::Later(f) | Pending::Barrier(f) => f.await,
+            Pending::Later(f) | Pending::Barrier(f) | Pending::Blocking(f) => f.await,
         }
     }
 }
@@ -269,6 +273,10 @@ pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
 pub fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
+
+/// Keys of one command (or transaction) on several nodes, where Redis Cluster answers CROSSSLOT.
+pub const CROSSSLOT: &str =
+    "CROSSSLOT Keys in request don't hash to the same node; give them a common {hashtag}";
 
 /// The straightforward mapping of a node reply to a client reply.
 pub fn plain(r: proto::Reply) -> Reply {

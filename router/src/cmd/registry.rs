@@ -6,9 +6,9 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    bits, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info, keys, latency,
-    lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings, transaction,
-    ttl, zsets,
+    bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
+    keys, latency, lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings,
+    transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -39,6 +39,14 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &transaction::DISCARD,
     &transaction::WATCH,
     &transaction::UNWATCH,
+    &blocking::BLPOP,
+    &blocking::BRPOP,
+    &blocking::BLMOVE,
+    &blocking::BRPOPLPUSH,
+    &blocking::BLMPOP,
+    &blocking::BZPOPMIN,
+    &blocking::BZPOPMAX,
+    &blocking::BZMPOP,
     &get::GET,
     &set::SET,
     &set::SETNX,

@@ -183,8 +183,7 @@ enum Outcome {
     Aborted,
 }
 
-const CROSSSLOT: &str =
-    "CROSSSLOT Keys in request don't hash to the same node; give a transaction's keys a common {hashtag}";
+use super::CROSSSLOT;
 
 fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     let Some(multi) = ctx.session.multi.take() else {

@@ -1,0 +1,274 @@
+//! Blocking commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP.
+//!
+//! The router parses the timeout (Redis's texts), finds the one node that holds every key
+//! (`CROSSSLOT` otherwise, as Redis Cluster answers), and asks it with a `Block` call, on an
+//! HTTP/2 stream of its own: the node runs the command's attempt at once, or queues the client
+//! behind the others waiting on its keys (first come, first served) and runs it right after the
+//! write that makes a key ready. The router holds no thread meanwhile (the reply is a future, like
+//! any other), and the connection keeps reading: a client that disconnects cancels the call,
+//! which withdraws it from the node's queue. A slot that moves while a client waits answers
+//! `moved`: the router catches up and blocks again on the new owner for the time left. Inside
+//! MULTI/EXEC a blocking command does not block: it runs its attempt once, as in Redis.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_wire::proto::{self, op::Kind, reply};
+use tokio::time::Instant;
+
+use super::spec::*;
+use super::typed::from_node;
+use super::{Args, Ctx, Pending, op};
+use crate::backend::{AtomicError, Routing};
+use crate::resp::Reply;
+
+/// The longest wait asked of a node (a larger timeout waits this long, then again).
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Redis's `getTimeoutFromObjectOrReply` in seconds: milliseconds, 0 for ever.
+pub fn parse_timeout(b: &[u8]) -> Result<u64, Reply> {
+    let not_float = || Reply::error("ERR timeout is not a float or out of range");
+    let s = std::str::from_utf8(b).map_err(|_| not_float())?;
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
+        return Err(not_float());
+    }
+    let v: f64 = s.parse().map_err(|_| not_float())?;
+    if v.is_nan() {
+        return Err(not_float());
+    }
+    let ms = (v * 1000.0).ceil();
+    // Redis converts to a 64-bit integer: past its range the value wraps negative.
+    if !(0.0..9.223_372_036_854_776e18).contains(&ms) {
+        return Err(Reply::error("ERR timeout is negative"));
+    }
+    Ok(ms as u64)
+}
+
+/// Where the timeout is and which arguments are keys, per command.
+fn layout(args: &Args) -> Result<(usize, Vec<Bytes>), Reply> {
+    let name = args[0].to_ascii_lowercase();
+    let last = args.len() - 1;
+    Ok(match &name[..] {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => (last, args[1..last].to_vec()),
+        b"blmove" => {
+            for side in &args[3..5] {
+                if !side.eq_ignore_ascii_case(b"left") && !side.eq_ignore_ascii_case(b"right") {
+                    return Err(super::syntax_error());
+                }
+            }
+            (last, args[1..3].to_vec())
+        }
+        b"brpoplpush" => (last, args[1..3].to_vec()),
+        // BLMPOP/BZMPOP timeout numkeys key ...: keys the node can make sense of; an invalid
+        // numkeys is the node's error to answer (any node will do).
+        _ => {
+            let keys = shoal_wire::num::parse_i64(&args[2])
+                .filter(|&n| n >= 1 && (n as usize) < args.len() - 2)
+                .map(|n| args[3..3 + n as usize].to_vec())
+                .unwrap_or_default();
+            (1, keys)
+        }
+    })
+}
+
+fn block(args: &Args, ctx: &mut Ctx) -> Pending {
+    let (at, keys) = match layout(args) {
+        Ok(l) => l,
+        Err(e) => return e.into(),
+    };
+    let timeout_ms = match parse_timeout(&args[at]) {
+        Ok(ms) => ms,
+        Err(e) => return e.into(),
+    };
+    let command = proto::Command { args: args.to_vec(), keys: keys.clone(), ..Default::default() };
+    let op = op(Kind::Command(command));
+    if keys.is_empty() {
+        // An invalid numkeys: the node answers its error at once (routed like any one-key op).
+        return Pending::Call(ctx.call(&args[1].clone(), op), from_node);
+    }
+    if ctx.routing.capturing {
+        // Inside EXEC: one attempt, no wait (Redis: as if the timeout had passed).
+        let call = ctx.call_atomic(keys, op);
+        // BLMOVE and BRPOPLPUSH that cannot block answer a null bulk, as LMOVE would.
+        let moves = args[0].eq_ignore_ascii_case(b"blmove") || args[0].eq_ignore_ascii_case(b"brpoplpush");
+        return Pending::later(async move {
+            match call.wait().await {
+                Ok(r) => match from_node(r) {
+                    Reply::NilArray if moves => Reply::Nil,
+                    other => other,
+                },
+                Err(AtomicError::Backend(e)) => e.into(),
+                Err(AtomicError::Spread) => Reply::error(super::CROSSSLOT),
+            }
+        });
+    }
+    let state = ctx.state.clone();
+    let mut routing = ctx.routing.clone();
+    // A timeout too far away to represent waits for ever (it would, in practice).
+    let until =
+        (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
+    // A node that keeps answering `moved` (the topology is changing) is given the command
+    // deadline to settle, as any other call is.
+    let settle = state.settings.deadline;
+    Pending::Blocking(Box::pin(async move {
+        let mut moved_since: Option<Instant> = None;
+        loop {
+            let Some(pos) = one_node(&routing, &keys) else { return Reply::error(super::CROSSSLOT) };
+            let wait = match until {
+                None => MAX_WAIT,
+                Some(at) => match at.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(MAX_WAIT),
+                    _ => return Reply::NilArray,
+                },
+            };
+            let port = routing.nodes[pos].clone();
+            let req = proto::BlockRequest {
+                topology_version: routing.version(),
+                op: Some(op.clone()),
+                timeout_ms: wait.as_millis().max(1) as u64,
+            };
+            match port.block(req).await {
+                Ok(proto::Reply { kind: Some(reply::Kind::Moved(v)) }) => {
+                    if moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
+                        return crate::backend::BackendError::Unsettled.into();
+                    }
+                    state.backend.metrics.moved_retries.inc();
+                    state.backend.reconcile(&*port, v).await;
+                    routing = state.backend.routing();
+                }
+                // The node's wait ended with nothing: the timeout (or a MAX_WAIT slice) passed.
+                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => moved_since = None,
+                Ok(r) => return from_node(r),
+                // The node went away (a scale-down stops nodes once their slots have moved):
+                // block again where the keys are now, within the settle time.
+                Err(e) => {
+                    let current = state.backend.routing();
+                    let moved_on = current.version() != routing.version();
+                    if !moved_on || moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
+                        return e.into();
+                    }
+                    routing = current;
+                }
+            }
+        }
+    }))
+}
+
+/// The one node holding every key (no keys: the first node).
+fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
+    let mut positions = keys.iter().map(|k| routing.locate(k).0);
+    let first = positions.next().unwrap_or(0);
+    positions.all(|p| p == first).then_some(first)
+}
+
+pub const BLPOP: CommandSpec = CommandSpec {
+    name: "blpop",
+    arity: -3,
+    flags: &["write", "noscript", "blocking"],
+    keys: KeySpec { first: 1, last: -2, step: 1 },
+    acl: &["@write", "@list", "@slow", "@blocking"],
+    group: "list",
+    since: "2.0.0",
+    summary: "Remove and get the first element in a list, or block until one is available",
+    complexity: "O(N) where N is the number of provided keys.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BRPOP: CommandSpec = CommandSpec {
+    name: "brpop",
+    arity: -3,
+    flags: &["write", "noscript", "blocking"],
+    keys: KeySpec { first: 1, last: -2, step: 1 },
+    acl: &["@write", "@list", "@slow", "@blocking"],
+    group: "list",
+    since: "2.0.0",
+    summary: "Remove and get the last element in a list, or block until one is available",
+    complexity: "O(N) where N is the number of provided keys.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BLMOVE: CommandSpec = CommandSpec {
+    name: "blmove",
+    arity: 6,
+    flags: &["write", "denyoom", "noscript", "blocking"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@list", "@slow", "@blocking"],
+    group: "list",
+    since: "6.2.0",
+    summary: "Pop an element from a list, push it to another list and return it; or block until one is available",
+    complexity: "O(1)",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BRPOPLPUSH: CommandSpec = CommandSpec {
+    name: "brpoplpush",
+    arity: 4,
+    flags: &["write", "denyoom", "noscript", "blocking"],
+    keys: KeySpec { first: 1, last: 2, step: 1 },
+    acl: &["@write", "@list", "@slow", "@blocking"],
+    group: "list",
+    since: "2.2.0",
+    summary: "Pop an element from a list, push it to another list and return it; or block until one is available",
+    complexity: "O(1)",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BLMPOP: CommandSpec = CommandSpec {
+    name: "blmpop",
+    arity: -5,
+    flags: &["write", "blocking", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@write", "@list", "@slow", "@blocking"],
+    group: "list",
+    since: "7.0.0",
+    summary: "Pop elements from a list, or block until one is available",
+    complexity: "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BZPOPMIN: CommandSpec = CommandSpec {
+    name: "bzpopmin",
+    arity: -3,
+    flags: &["write", "noscript", "blocking", "fast"],
+    keys: KeySpec { first: 1, last: -2, step: 1 },
+    acl: &["@write", "@sortedset", "@fast", "@blocking"],
+    group: "sorted-set",
+    since: "5.0.0",
+    summary: "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available",
+    complexity: "O(log(N)) with N being the number of elements in the sorted set.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BZPOPMAX: CommandSpec = CommandSpec {
+    name: "bzpopmax",
+    arity: -3,
+    flags: &["write", "noscript", "blocking", "fast"],
+    keys: KeySpec { first: 1, last: -2, step: 1 },
+    acl: &["@write", "@sortedset", "@fast", "@blocking"],
+    group: "sorted-set",
+    since: "5.0.0",
+    summary: "Remove and return the member with the highest score from one or more sorted sets, or block until one is available",
+    complexity: "O(log(N)) with N being the number of elements in the sorted set.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};
+
+pub const BZMPOP: CommandSpec = CommandSpec {
+    name: "bzmpop",
+    arity: -5,
+    flags: &["write", "blocking", "movablekeys"],
+    keys: KeySpec::NONE,
+    acl: &["@write", "@sortedset", "@slow", "@blocking"],
+    group: "sorted-set",
+    since: "7.0.0",
+    summary: "Remove and return members with scores in a sorted set or block until one is available",
+    complexity: "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+    run: block,
+    ..CommandSpec::DEFAULT
+};

@@ -1,0 +1,332 @@
+//! Blocking commands with several clients (one-connection cases are in
+//! differential/blocking.redis): wake-ups, fairness and CLIENT UNBLOCK byte-compared with
+//! redis-server; a job queue through two routers; a client that goes away while blocked; blocked
+//! clients following their key while slots move; many blocked clients on a one-thread router.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use support::Raw;
+use support::procs::NodeProc;
+
+/// Sends a command without waiting for its reply.
+async fn send(c: &mut Raw, line: &str) {
+    let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+    c.send(&support::encode(&args)).await;
+}
+
+/// Steps: (client, command) run in order; client 9 means "read the next reply of client 1"
+/// (blocked before), 8 the same for client 2, 7 a pause. Every reply is compared.
+type Step = (usize, &'static str);
+
+async fn run_against(addr: std::net::SocketAddr, steps: &[Step], resp3: bool) -> Vec<Vec<u8>> {
+    let mut c = Vec::new();
+    for _ in 0..3 {
+        let mut raw = Raw::connect(addr).await;
+        if resp3 {
+            raw.cmd(&["HELLO", "3"]).await;
+        }
+        c.push(raw);
+    }
+    c[0].cmd(&["FLUSHALL"]).await;
+    // CLIENT UNBLOCK needs the id of client 1 in the scenario text: `{id1}`.
+    let id1 = String::from_utf8(c[1].cmd(&["CLIENT", "ID"]).await).unwrap();
+    let id1 = id1.trim_start_matches(':').trim_end().to_string();
+    let mut out = Vec::new();
+    for &(who, line) in steps {
+        match who {
+            7 => tokio::time::sleep(Duration::from_millis(100)).await,
+            9 => out.push(c[1].reply().await.expect("a reply")),
+            8 => out.push(c[2].reply().await.expect("a reply")),
+            // Client 1 and 2 lines are sent blocking: their replies are read by 9 and 8.
+            1 | 2 => {
+                send(&mut c[who], &line.replace("{id1}", &id1)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ => out.push(c[0].cmd(&line.replace("{id1}", &id1).split(' ').collect::<Vec<_>>()).await),
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_match_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let scenarios: &[&[Step]] = &[
+        // A push wakes the blocked client with the first element; the rest stays.
+        &[(1, "BLPOP {q}a 0"), (0, "RPUSH {q}a x y"), (9, ""), (0, "LRANGE {q}a 0 -1")],
+        // The first key (in argument order) that gets an element serves it.
+        &[(1, "BRPOP {q}a {q}b 0"), (0, "LPUSH {q}b v"), (9, ""), (0, "EXISTS {q}b")],
+        // First blocked, first served; one push of two elements serves both.
+        &[
+            (1, "BLPOP {q}f 0"),
+            (2, "BLPOP {q}f 0"),
+            (0, "RPUSH {q}f 1"),
+            (9, ""),
+            (0, "RPUSH {q}f 2 3"),
+            (8, ""),
+            (0, "LRANGE {q}f 0 -1"),
+        ],
+        &[(1, "BLPOP {q}g 0"), (2, "BLPOP {q}g 0"), (0, "RPUSH {q}g 1 2"), (9, ""), (8, "")],
+        // BLMPOP with COUNT takes up to COUNT of what arrived.
+        &[(1, "BLMPOP 0 1 {q}m RIGHT COUNT 2"), (0, "RPUSH {q}m a b c"), (9, ""), (0, "LRANGE {q}m 0 -1")],
+        // BLMOVE: the element moves; a client blocked on the destination is then served too.
+        &[
+            (1, "BLMOVE {q}s {q}d LEFT RIGHT 0"),
+            (2, "BLPOP {q}d 0"),
+            (0, "RPUSH {q}s job"),
+            (9, ""),
+            (8, ""),
+            (0, "EXISTS {q}s {q}d"),
+        ],
+        &[(1, "BRPOPLPUSH {q}s {q}d 0"), (0, "RPUSH {q}s a b"), (9, ""), (0, "LRANGE {q}d 0 -1")],
+        // Sorted sets.
+        &[(1, "BZPOPMIN {q}z 0"), (0, "ZADD {q}z 3 c 1 a 2 b"), (9, ""), (0, "ZRANGE {q}z 0 -1")],
+        &[(1, "BZPOPMAX {q}z {q}y 0"), (0, "ZADD {q}y 1.5 m"), (9, "")],
+        &[(1, "BZMPOP 0 1 {q}z MAX COUNT 5"), (0, "ZADD {q}z 1 a 2 b"), (9, "")],
+        // A push inside MULTI serves the blocked client after EXEC.
+        &[
+            (1, "BLPOP {q}t 0"),
+            (0, "MULTI"),
+            (0, "RPUSH {q}t 1"),
+            (0, "LLEN {q}t"),
+            (0, "EXEC"),
+            (9, ""),
+            (0, "LLEN {q}t"),
+        ],
+        // A write of the wrong type does not wake a list waiter; the timeout ends it.
+        &[(1, "BLPOP {q}w 0.3"), (0, "SET {q}w x"), (9, "")],
+        // CLIENT UNBLOCK: as a timeout, or with an error; 0 when not blocked.
+        &[(1, "BLPOP {q}u 0"), (0, "CLIENT UNBLOCK {id1}"), (9, ""), (0, "CLIENT UNBLOCK {id1}")],
+        &[
+            (1, "BZPOPMIN {q}u 0"),
+            (0, "CLIENT UNBLOCK {id1} ERROR"),
+            (9, ""),
+            (0, "RPUSH {q}u x"),
+            (0, "LLEN {q}u"),
+        ],
+        // A timeout, then the connection carries on.
+        &[(1, "BLPOP {q}n 0.2"), (7, ""), (9, ""), (1, "PING"), (9, "")],
+        // A client is served from the key that became ready, not the first of its keys.
+        &[
+            (1, "BLPOP {q}a {q}b 0"),
+            (0, "MULTI"),
+            (0, "RPUSH {q}b x"),
+            (0, "RPUSH {q}a y"),
+            (0, "EXEC"),
+            (9, ""),
+            (0, "LRANGE {q}a 0 -1"),
+        ],
+        // A key of another type serves only the clients waiting for that type.
+        &[
+            (1, "BLPOP {q}x 0"),
+            (2, "BZPOPMIN {q}x 0"),
+            (0, "ZADD {q}x 1 a"),
+            (8, ""),
+            (0, "CLIENT UNBLOCK {id1}"),
+            (9, ""),
+        ],
+        // Commands pipelined behind a blocked one wait for it, in order.
+        &[(1, "BLPOP {q}p 0"), (1, "GET {q}k"), (0, "SET {q}k v"), (0, "RPUSH {q}p e"), (9, ""), (9, "")],
+    ];
+    for resp3 in [false, true] {
+        for (n, steps) in scenarios.iter().enumerate() {
+            let want = run_against(redis_addr, steps, resp3).await;
+            let got = run_against(router.resp_addr, steps, resp3).await;
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    String::from_utf8_lossy(g),
+                    String::from_utf8_lossy(w),
+                    "scenario {n} (resp3: {resp3}), reply {i}: {steps:?}"
+                );
+            }
+            assert_eq!(want.len(), got.len());
+        }
+    }
+    router.shutdown().await;
+}
+
+/// Producers push jobs through one router, consumers BRPOP them through another (both in front of
+/// the same three node processes): every job is consumed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_queue_through_two_routers_loses_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
+    }
+    let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let a = support::router(&["--nodes", &list]).await;
+    let b = support::router(&["--nodes", &list]).await;
+    const JOBS: usize = 2000;
+    const QUEUES: usize = 4;
+    let mut consumers = Vec::new();
+    for q in 0..QUEUES {
+        for _ in 0..2 {
+            let addr = b.resp_addr;
+            consumers.push(tokio::spawn(async move {
+                let mut c = Raw::connect(addr).await;
+                let mut got = Vec::new();
+                let key = format!("{{jobs{q}}}");
+                let start = Instant::now();
+                // Until the queue stays empty for a second (the producers are done by then).
+                while start.elapsed() < Duration::from_secs(60) {
+                    let r = c.cmd(&["BRPOP", &key, "1"]).await;
+                    if r == b"*-1\r\n" {
+                        break;
+                    }
+                    let s = String::from_utf8(r).unwrap();
+                    got.push(s.lines().nth(4).expect("[key, job]").to_string());
+                }
+                got
+            }));
+        }
+    }
+    let mut producers = Vec::new();
+    for p in 0..2 {
+        let addr = a.resp_addr;
+        producers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for j in (p..JOBS).step_by(2) {
+                let key = format!("{{jobs{}}}", j % QUEUES);
+                assert_eq!(c.cmd(&["LPUSH", &key, &format!("job{j}")]).await[0], b':');
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for c in consumers {
+        for job in c.await.unwrap() {
+            total += 1;
+            assert!(seen.insert(job.clone()), "{job} consumed twice");
+        }
+    }
+    assert_eq!(total, JOBS, "every job consumed once");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A client that disconnects while blocked stops waiting: the next element goes to the client
+/// blocked after it, or stays in the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_stops_waiting() {
+    let router = support::cluster().await;
+    let mut producer = Raw::connect(router.resp_addr).await;
+    let mut gone = Raw::connect(router.resp_addr).await;
+    send(&mut gone, "BLPOP {g}q 0").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut next = Raw::connect(router.resp_addr).await;
+    send(&mut next, "BLPOP {g}q 0").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(producer.cmd(&["RPUSH", "{g}q", "one"]).await, b":1\r\n");
+    assert_eq!(next.reply().await.unwrap(), b"*2\r\n$4\r\n{g}q\r\n$3\r\none\r\n");
+    // Nobody waits now: the element stays.
+    let mut gone_too = Raw::connect(router.resp_addr).await;
+    send(&mut gone_too, "BLPOP {g}q 0").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(gone_too);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(producer.cmd(&["RPUSH", "{g}q", "two"]).await, b":1\r\n");
+    assert_eq!(producer.cmd(&["LRANGE", "{g}q", "0", "-1"]).await, b"*1\r\n$3\r\ntwo\r\n");
+    router.shutdown().await;
+}
+
+/// Clients blocked on keys whose slots move (the cluster scales 3 → 5 → 2 while they wait) are
+/// served after the moves by pushes that land on the keys' new owners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_clients_follow_their_keys_while_slots_move() {
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr;
+    let mut admin = Raw::connect(addr).await;
+    const CLIENTS: usize = 30;
+    let mut waiters = Vec::new();
+    for i in 0..CLIENTS {
+        waiters.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let key = format!("follow:{i}");
+            send(&mut c, &format!("BLPOP {key} 0")).await;
+            // The reply arrives only after the moves and the pushes (up to a minute).
+            let start = Instant::now();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(5), c.stream.readable()).await {
+                    Ok(_) => break c.reply().await.unwrap(),
+                    Err(_) => assert!(start.elapsed() < Duration::from_secs(90), "client {i} never served"),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        let start = Instant::now();
+        loop {
+            let out = String::from_utf8(admin.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+            let first = out.lines().nth(1).unwrap_or_default().to_string();
+            if first.contains(&format!(" nodes={n} migrations=0 ")) && first.ends_with("scaling=no") {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "not scaled to {n}: {out}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Give every waiter time to notice the moves and block again on the new owner.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for i in 0..CLIENTS {
+        assert_eq!(admin.cmd(&["RPUSH", &format!("follow:{i}"), &format!("v{i}")]).await, b":1\r\n");
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        let key = format!("follow:{i}");
+        let v = format!("v{i}");
+        let want = format!("*2\r\n${}\r\n{key}\r\n${}\r\n{v}\r\n", key.len(), v.len());
+        assert_eq!(String::from_utf8(w.await.unwrap()).unwrap(), want);
+    }
+    for i in 0..CLIENTS {
+        assert_eq!(admin.cmd(&["LLEN", &format!("follow:{i}")]).await, b":0\r\n", "served once");
+    }
+    router.shutdown().await;
+}
+
+/// Hundreds of clients blocked for ever on a one-thread router: other clients are served as
+/// usual, and CLIENT LIST shows the blocked ones with flag `b`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_clients_hold_no_thread() {
+    let router = support::router(&["--embedded-nodes", "3", "--threads", "1"]).await;
+    let addr = router.resp_addr;
+    let mut blocked = Vec::new();
+    for i in 0..300 {
+        let mut c = Raw::connect(addr).await;
+        send(&mut c, &format!("BLPOP idle:{i} 0")).await;
+        blocked.push(c);
+    }
+    let mut c = Raw::connect(addr).await;
+    let start = Instant::now();
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]).await, b"+OK\r\n");
+        assert_eq!(c.cmd(&["GET", &format!("k{i}")]).await, support::bulk("v"));
+    }
+    assert!(start.elapsed() < Duration::from_secs(10), "normal traffic kept flowing");
+    let list = String::from_utf8(c.cmd(&["CLIENT", "LIST"]).await).unwrap();
+    let flagged = list.lines().filter(|l| l.contains(" flags=b ") && l.contains(" cmd=blpop ")).count();
+    assert_eq!(flagged, 300, "every blocked client shows flag b");
+    let info = String::from_utf8(c.cmd(&["INFO", "clients"]).await).unwrap();
+    assert!(info.contains("blocked_clients:300\r\n"), "{info}");
+    for i in 0..300 {
+        c.cmd(&["RPUSH", &format!("idle:{i}"), "x"]).await;
+    }
+    for (i, mut b) in blocked.into_iter().enumerate() {
+        let key = format!("idle:{i}");
+        assert_eq!(
+            b.reply().await.unwrap(),
+            format!("*2\r\n${}\r\n{key}\r\n$1\r\nx\r\n", key.len()).into_bytes()
+        );
+    }
+    router.shutdown().await;
+}
