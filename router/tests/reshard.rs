@@ -4,25 +4,8 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use support::Raw;
 use support::workload::{self, Workload};
-
-/// Waits until the cluster has `n` nodes, no migration in flight and no scaling running.
-async fn wait_scaled(c: &mut Raw, n: usize) -> String {
-    let start = Instant::now();
-    loop {
-        let out = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
-        let first = out.lines().nth(1).unwrap_or_default().to_string();
-        if first.contains(&format!(" nodes={n} migrations=0 ")) && first.ends_with("scaling=no") {
-            return out;
-        }
-        assert!(!first.contains("scaling=failed"), "{out}");
-        assert!(start.elapsed() < Duration::from_secs(120), "not scaled to {n}: {out}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
@@ -35,7 +18,7 @@ async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
     for n in [5, 2, 4] {
         let before = load.ops();
         assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
-        let topology = wait_scaled(&mut admin, n).await;
+        let topology = support::wait_scaled(&mut admin, n).await;
         let during = load.ops() - before;
         eprintln!("scaled to {n} with {during} client ops during the move:\n{topology}");
         assert!(during > 50, "clients kept working during the move");
@@ -173,7 +156,7 @@ async fn typed_values_move_whole_while_scaling() {
 
     for n in [5, 2, 4] {
         assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
-        wait_scaled(&mut admin, n).await;
+        support::wait_scaled(&mut admin, n).await;
         check(&mut con).await;
     }
     stop.store(true, Ordering::Relaxed);

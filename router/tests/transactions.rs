@@ -289,16 +289,7 @@ async fn transactions_while_slots_move() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     for n in [5, 2] {
         assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
-        let start = Instant::now();
-        loop {
-            let out = String::from_utf8(admin.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
-            let first = out.lines().nth(1).unwrap_or_default().to_string();
-            if first.contains(&format!(" nodes={n} migrations=0 ")) && first.ends_with("scaling=no") {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(120), "not scaled to {n}: {out}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        support::wait_scaled(&mut admin, n).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);

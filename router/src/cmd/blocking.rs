@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::spec::*;
 use super::typed::from_node;
-use super::{Args, Ctx, Pending, op};
-use crate::backend::{AtomicError, Routing};
+use super::{Args, Ctx, Pending, one_node, op};
+use crate::backend::AtomicError;
 use crate::resp::Reply;
 
 /// The longest wait asked of a node (a larger timeout waits this long, then again).
@@ -152,13 +152,6 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
             }
         }
     }))
-}
-
-/// The one node holding every key (no keys: the first node).
-fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
-    let mut positions = keys.iter().map(|k| routing.locate(k).0);
-    let first = positions.next().unwrap_or(0);
-    positions.all(|p| p == first).then_some(first)
 }
 
 pub const BLPOP: CommandSpec = CommandSpec {

@@ -278,6 +278,14 @@ pub fn op(kind: Kind) -> Op {
 pub const CROSSSLOT: &str =
     "CROSSSLOT Keys in request don't hash to the same node; give them a common {hashtag}";
 
+/// The one node position that owns every key, by the routing's table (no keys: the first node);
+/// `None` when they are spread (where a transaction or a blocking command answers CROSSSLOT).
+pub fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
+    let mut positions = keys.iter().map(|k| routing.locate(k).0);
+    let first = positions.next().unwrap_or(0);
+    positions.all(|p| p == first).then_some(first)
+}
+
 /// The straightforward mapping of a node reply to a client reply.
 pub fn plain(r: proto::Reply) -> Reply {
     match r.kind {

@@ -24,7 +24,7 @@ use shoal_wire::proto::{self, Op, op::Kind, reply};
 use tokio::time::Instant;
 
 use super::spec::*;
-use super::{Args, BoxReply, Ctx, Pending, op, run};
+use super::{Args, BoxReply, Ctx, Pending, one_node, op, run};
 use crate::backend::capture::Capture;
 use crate::backend::{BackendError, Routing};
 use crate::resp::Reply;
@@ -298,13 +298,6 @@ async fn send(
 
 /// How long EXEC waits before sending a transaction again that met a slot in motion.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// The one node position that owns every key (keys none: the first node).
-fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
-    let mut positions = keys.iter().map(|k| routing.locate(k).0);
-    let first = positions.next().unwrap_or(0);
-    positions.all(|p| p == first).then_some(first)
-}
 
 pub const MULTI: CommandSpec = CommandSpec {
     name: "multi",

@@ -229,3 +229,19 @@ pub fn metric_sum(page: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Waits until the embedded cluster has `n` nodes, no migration in flight and no scaling running
+/// (SHOAL SCALE done); returns SHOAL TOPOLOGY's text. Panics after two minutes or on a failure.
+pub async fn wait_scaled(c: &mut Raw, n: usize) -> String {
+    let start = Instant::now();
+    loop {
+        let out = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+        let first = out.lines().nth(1).unwrap_or_default().to_string();
+        if first.contains(&format!(" nodes={n} migrations=0 ")) && first.ends_with("scaling=no") {
+            return out;
+        }
+        assert!(!first.contains("scaling=failed"), "{out}");
+        assert!(start.elapsed() < Duration::from_secs(120), "not scaled to {n}: {out}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
