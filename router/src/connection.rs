@@ -132,7 +132,7 @@ pub async fn serve<S>(
                     // commands wait for it, so none of their ops can overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
                     large_request |= large;
-                    let barrier = large || matches!(reply, Pending::Barrier(_) | Pending::Blocking(_));
+                    let barrier = large || matches!(reply, Pending::Barrier(_) | Pending::Blocking(..));
                     close = matches!(reply, Pending::Close(_));
                     let slot = session.last_command_slot;
                     pending.push((reply, session.protocol(), session.last_command, slot, args));
@@ -175,7 +175,7 @@ pub async fn serve<S>(
         reply_size = 0;
         for (reply, protocol, started, slot, args) in pending.drain(..) {
             let reply = match reply {
-                Pending::Blocking(wait) => {
+                Pending::Blocking(wait, on_unblock) => {
                     // The replies before it go out first: the client may be waiting for them.
                     if !output.is_empty()
                         && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await
@@ -183,9 +183,16 @@ pub async fn serve<S>(
                         return;
                     }
                     client.set_blocked(true);
-                    let outcome =
-                        blocked_wait(wait, &client, &mut stream, &mut input, &mut killed, &mut shutdown)
-                            .await;
+                    let outcome = blocked_wait(
+                        wait,
+                        on_unblock,
+                        &client,
+                        &mut stream,
+                        &mut input,
+                        &mut killed,
+                        &mut shutdown,
+                    )
+                    .await;
                     client.set_blocked(false);
                     match outcome {
                         Some(reply) => reply,
@@ -295,6 +302,7 @@ const AUTH_TIMEOUT: &[u8] =
 /// is bounded by the query buffer limit like any other.
 async fn blocked_wait<S, K>(
     wait: cmd::BoxReply,
+    on_unblock: Reply,
     client: &crate::clients::ClientHandle,
     stream: &mut S,
     input: &mut BytesMut,
@@ -315,11 +323,7 @@ where
             reply = &mut wait => return Some(reply),
             // CLIENT UNBLOCK: dropping the wait withdraws it from the node.
             error = client.unblocked() => {
-                return Some(if error {
-                    Reply::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
-                } else {
-                    Reply::NilArray
-                });
+                return Some(if error { Reply::error("UNBLOCKED client unblocked via CLIENT UNBLOCK") } else { on_unblock });
             }
             _ = killed.as_mut() => return None,
             _ = shutdown.changed() => return None,

@@ -108,6 +108,9 @@ async fn wake_ups_match_redis() {
             (0, "RPUSH {q}u x"),
             (0, "LLEN {q}u"),
         ],
+        // WAIT (no replicas): 0 once its timeout passes, or when unblocked.
+        &[(1, "WAIT 1 150"), (9, ""), (1, "WAIT 1 0"), (0, "CLIENT UNBLOCK {id1}"), (9, "")],
+        &[(1, "WAIT 1 0"), (0, "CLIENT UNBLOCK {id1} ERROR"), (9, "")],
         // A timeout, then the connection carries on.
         &[(1, "BLPOP {q}n 0.2"), (7, ""), (9, ""), (1, "PING"), (9, "")],
         // A client is served from the key that became ready, not the first of its keys.

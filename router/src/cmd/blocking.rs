@@ -110,7 +110,7 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
     // A node that keeps answering `moved` (the topology is changing) is given the command
     // deadline to settle, as any other call is.
     let settle = state.settings.deadline;
-    Pending::Blocking(Box::pin(async move {
+    let wait = Box::pin(async move {
         let mut moved_since: Option<Instant> = None;
         loop {
             let Some(pos) = one_node(&routing, &keys) else { return Reply::error(super::CROSSSLOT) };
@@ -151,8 +151,53 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
                 }
             }
         }
-    }))
+    });
+    Pending::Blocking(wait, Reply::NilArray)
 }
+
+/// `WAIT numreplicas timeout`: Shoal has no replicas yet, so no write is ever acknowledged by
+/// one: 0 at once for `numreplicas <= 0` (and inside EXEC), else 0 once the timeout has passed
+/// (0 ms: never, until CLIENT UNBLOCK or the client goes away), as a Redis without replicas
+/// answers.
+fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
+    let numreplicas = match super::int_arg(&args[1]) {
+        Ok(n) => n,
+        Err(e) => return e.into(),
+    };
+    let timeout = match shoal_wire::num::parse_i64(&args[2]) {
+        None => return Reply::error("ERR timeout is not an integer or out of range").into(),
+        Some(t) if t < 0 => return Reply::error("ERR timeout is negative").into(),
+        Some(t) => t as u64,
+    };
+    if numreplicas <= 0 || ctx.routing.capturing {
+        return Reply::Int(0).into();
+    }
+    let until = (timeout > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout))).flatten();
+    Pending::Blocking(
+        Box::pin(async move {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+            Reply::Int(0)
+        }),
+        Reply::Int(0),
+    )
+}
+
+pub const WAIT: CommandSpec = CommandSpec {
+    name: "wait",
+    arity: 3,
+    flags: &["noscript"],
+    keys: KeySpec::NONE,
+    acl: &["@slow", "@connection"],
+    group: "generic",
+    since: "3.0.0",
+    summary: "Wait for the synchronous replication of all the write commands sent in the context of the current connection",
+    complexity: "O(1)",
+    run: wait,
+    ..CommandSpec::DEFAULT
+};
 
 pub const BLPOP: CommandSpec = CommandSpec {
     name: "blpop",

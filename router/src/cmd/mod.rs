@@ -120,9 +120,10 @@ pub enum Pending {
     Barrier(BoxReply),
     /// Write the reply, then close the connection (QUIT).
     Close(Reply),
-    /// A blocking command's wait (BLPOP, ...): a barrier that may last; the connection keeps
-    /// reading meanwhile, so that a client that goes away ends the wait.
-    Blocking(BoxReply),
+    /// A blocking command's wait (BLPOP, WAIT, ...): a barrier that may last; the connection
+    /// keeps reading meanwhile, so that a client that goes away ends the wait. The reply is the
+    /// command's answer when CLIENT UNBLOCK ends the wait as a timeout.
+    Blocking(BoxReply, Reply),
 }
 
 pub type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
@@ -139,7 +140,7 @@ impl Pending {
                 Ok(r) => convert(r),
                 Err(e) => e.into(),
             },
-            Pending::Later(f) | Pending::Barrier(f) | Pending::Blocking(f) => f.await,
+            Pending::Later(f) | Pending::Barrier(f) | Pending::Blocking(f, _) => f.await,
         }
     }
 }

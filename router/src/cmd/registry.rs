@@ -39,6 +39,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &transaction::DISCARD,
     &transaction::WATCH,
     &transaction::UNWATCH,
+    &blocking::WAIT,
     &blocking::BLPOP,
     &blocking::BRPOP,
     &blocking::BLMOVE,
