@@ -14,6 +14,9 @@
 //! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
 //!   runs a node in-process (embedded mode, tests).
+//! - [`pubsub`]: routers' subscriptions and the fan-out of published messages (the `Subscribe`
+//!   stream per router); [`notify`]: keyspace notifications of commands, raised after they ran
+//!   (the store raises `expired` and `evicted` itself), published through the same registry.
 //! - [`snapshot`]: mmap read snapshots: format, writer, reader, data directory, offline bake.
 //! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
 //! - [`membership`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
@@ -26,8 +29,10 @@ pub mod config;
 pub mod membership;
 pub mod metrics;
 pub mod migrate;
+pub mod notify;
 pub mod ops;
 pub mod persistence;
+pub mod pubsub;
 pub mod server;
 pub mod service;
 pub mod snapshot;

@@ -283,8 +283,12 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
     Ok(())
 }
 
-/// Runs one op that [`check`] admitted.
+/// Runs one op that [`check`] admitted, raising its keyspace notifications (`notify.rs`).
 fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
+    crate::notify::op(store, op, |op| apply_op(store, view, op))
+}
+
+fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
     if op.fallback
         && class_of(&op) == OpClass::Read
         && let Some(key) = key_of(&op)
@@ -399,6 +403,9 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Piece(_) | Kind::Assembled(_) => error("ERR a piece of an op arrived outside its op"),
         Kind::Watch(o) => watch(store, o),
         Kind::Transaction(_) => error("ERR a transaction cannot hold a transaction"),
+        Kind::Publish(p) => {
+            int(store.events.sink().map_or(0, |s| s.publish(&p.channel, &p.message, p.sharded)) as i64)
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::membership::{Membership, NodeView};
 use crate::metrics::NodeMetrics;
 use crate::persistence::{PersistError, Persistence};
+use crate::pubsub::PubSub;
 use crate::store::{EvictionPolicy, Store, StoreConfig};
 
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
@@ -47,11 +48,22 @@ pub struct NodeState {
     pub membership: Arc<Membership>,
     pub metrics: NodeMetrics,
     pub started: Instant,
+    /// Routers' subscriptions; the store publishes through it (PUBLISH ops, notifications).
+    pub pubsub: Arc<PubSub>,
 }
 
 impl NodeState {
     pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, membership: Arc<Membership>) -> NodeState {
-        NodeState { store, persistence, membership, metrics: NodeMetrics::default(), started: Instant::now() }
+        let pubsub = Arc::new(PubSub::default());
+        store.events.set_sink(pubsub.clone());
+        NodeState {
+            store,
+            persistence,
+            membership,
+            metrics: NodeMetrics::default(),
+            started: Instant::now(),
+            pubsub,
+        }
     }
 
     /// Applies one whole batch and returns its replies in one message (tools and tests; the
@@ -109,6 +121,7 @@ impl NodeState {
             zset_max_listpack_entries: Some(l.zset_max_listpack_entries as u64),
             zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
             list_max_listpack_size: Some(l.list_max_listpack_size),
+            notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
         }
     }
 
@@ -121,6 +134,7 @@ impl NodeState {
             maxmemory: store.maxmemory(),
             policy: store.policy(),
             limits: store.limits(),
+            notify_keyspace_events: store.events.flags(),
             ..store.config().clone()
         };
         apply_settings(&mut now, change)?;
@@ -129,6 +143,7 @@ impl NodeState {
         }
         store.set_policy(now.policy);
         store.set_maxmemory(now.maxmemory);
+        store.events.set_flags(now.notify_keyspace_events);
         if change != &NodeSettings::default() {
             tracing::info!(?change, "settings changed");
         }
@@ -166,6 +181,9 @@ pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result
     if let Some(v) = change.list_max_listpack_size {
         l.list_max_listpack_size = v;
     }
+    if let Some(v) = &change.notify_keyspace_events {
+        config.notify_keyspace_events = shoal_wire::notify::parse(v.as_bytes()).unwrap_or_default();
+    }
     Ok(())
 }
 
@@ -191,6 +209,23 @@ type ExportStream = Pin<Box<dyn Stream<Item = Result<ExportChunk, Status>> + Sen
 impl Node for NodeService {
     type ExecuteStream = ReplyStream;
     type ExportSlotsStream = ExportStream;
+    type SubscribeStream = crate::pubsub::stream::DeliveryStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<Streaming<proto::SubscribeRequest>>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let stream =
+            crate::pubsub::stream::open(self.state.clone(), request.into_inner(), self.stopping.clone());
+        Ok(Response::new(stream))
+    }
+
+    async fn pub_sub_info(
+        &self,
+        request: Request<proto::PubSubQuery>,
+    ) -> Result<Response<proto::Frame>, Status> {
+        Ok(Response::new(self.state.pubsub.query(&request.into_inner())))
+    }
 
     async fn execute(&self, request: Request<Streaming<Batch>>) -> Result<Response<ReplyStream>, Status> {
         let mut stopping = self.stopping.clone();

@@ -62,6 +62,8 @@ pub struct ClientHandle {
     names: Mutex<Names>,
     killed: AtomicBool,
     kill: Notify,
+    /// Subscriptions: channels, patterns, shard channels (`sub=`, `psub=`, `ssub=`; flag `P`).
+    subscriptions: [AtomicUsize; 3],
 }
 
 impl ClientHandle {
@@ -84,7 +86,20 @@ impl ClientHandle {
             names: Mutex::new(Names::default()),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            subscriptions: Default::default(),
         }
+    }
+
+    /// The client's subscription counts changed (channels, patterns, shard channels).
+    pub fn set_subscriptions(&self, channels: usize, patterns: usize, shard: usize) {
+        for (slot, n) in self.subscriptions.iter().zip([channels, patterns, shard]) {
+            slot.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Subscribed to anything (Redis's pub/sub mode: flag `P`, CLIENT LIST TYPE pubsub).
+    pub fn is_pubsub(&self) -> bool {
+        self.subscriptions.iter().any(|s| s.load(Ordering::Relaxed) > 0)
     }
 
     /// A command arrived at `at` (the hot path: one relaxed store).
@@ -125,7 +140,8 @@ impl ClientHandle {
     /// Closes the connection: it stops at its next wait (or after the round it is in).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
-        self.kill.notify_one();
+        // Every waiter: the connection may wait in more than one place (reading, writing).
+        self.kill.notify_waiters();
     }
 
     pub fn is_killed(&self) -> bool {
@@ -134,12 +150,15 @@ impl ClientHandle {
 
     /// Completes once [`kill`](Self::kill) has been called (at once if it already was).
     pub async fn killed(&self) {
+        let notified = self.kill.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a kill in between is not missed.
+        notified.as_mut().enable();
         if !self.is_killed() {
-            self.kill.notified().await;
+            notified.await;
         }
     }
 
-    /// Redis's flags field: `b` held by a pause, `U` Unix socket, `e` no-evict, else `N`.
     /// A blocking command starts (or stops) waiting.
     pub fn set_blocked(&self, blocked: bool) {
         self.unblocked.store(0, Ordering::Relaxed);
@@ -172,8 +191,13 @@ impl ClientHandle {
         self.multi.store(queued.map_or(-1, |n| n as i64), Ordering::Relaxed);
     }
 
+    /// Redis's flags field, in its order: `P` subscribed, `x` in MULTI, `b` blocked or held by
+    /// a pause, `U` Unix socket, `e` no-evict; `N` for none.
     fn flags(&self) -> String {
         let mut f = String::new();
+        if self.is_pubsub() {
+            f.push('P');
+        }
         if self.multi.load(Ordering::Relaxed) >= 0 {
             f.push('x');
         }
@@ -209,7 +233,7 @@ impl ClientHandle {
             slot => crate::stats::spec_at(slot).map_or("NULL", |s| s.name),
         };
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi={} \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r \
              cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
@@ -219,6 +243,9 @@ impl ClientHandle {
             age.as_secs(),
             idle.as_secs(),
             self.flags(),
+            self.subscriptions[0].load(Ordering::Relaxed),
+            self.subscriptions[1].load(Ordering::Relaxed),
+            self.subscriptions[2].load(Ordering::Relaxed),
             self.multi.load(Ordering::Relaxed),
             cmd,
             self.protocol.load(Ordering::Relaxed),

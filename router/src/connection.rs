@@ -96,6 +96,13 @@ pub async fn serve<S>(
             }
             client.set_held(false);
         }
+        // Pub/sub messages that arrived before this round's commands are written before their
+        // replies (a message queued before an UNSUBSCRIBE goes out before its reply).
+        if let Some(sub) = session.pushes().cloned()
+            && !write_pushes(&sub, &mut output, &mut stream, auth_deadline, &state, &session).await
+        {
+            return;
+        }
         if routing.topology.version != state.backend.version() {
             routing = state.backend.routing();
         }
@@ -282,6 +289,8 @@ pub async fn serve<S>(
                 // Idle at a request boundary (or mid-request, abandoned): close.
                 return;
             }
+            // A pub/sub message: written at the top of the next round.
+            _ = pushed(&session) => {}
         }
         if input.is_empty() && input.capacity() > KEEP_BUFFER {
             input = BytesMut::with_capacity(READ_CHUNK);
@@ -357,8 +366,42 @@ async fn close_with<S: AsyncWrite + Unpin>(stream: &mut S, message: &[u8]) {
     .await;
 }
 
-/// Writes what `output` holds; false when the connection must close (the write failed, or a
-/// client that has not authenticated ran out of time while not reading its replies).
+/// Completes when a pub/sub message is queued for this client (never if it never subscribed).
+async fn pushed(session: &Session) {
+    match session.pushes() {
+        Some(sub) => sub.ready().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes the client's queued pub/sub messages; false when the connection must close.
+async fn write_pushes<S: AsyncWrite + Unpin>(
+    sub: &crate::pubsub::Subscriber,
+    output: &mut Out,
+    stream: &mut S,
+    auth_deadline: Option<tokio::time::Instant>,
+    state: &RouterState,
+    session: &Session,
+) -> bool {
+    loop {
+        let batch = sub.take(WRITE_AT, &state.pubsub.limits);
+        if batch.is_empty() {
+            return true;
+        }
+        let protocol = session.protocol();
+        for m in &batch {
+            m.encode(protocol, output);
+        }
+        if !flush(output, stream, auth_deadline, state, session).await {
+            return false;
+        }
+    }
+}
+
+/// Writes what `output` holds; false when the connection must close (the write failed, the
+/// client was killed meanwhile (CLIENT KILL, or a pub/sub client past its output limit that
+/// does not read), or a client that has not authenticated ran out of time while not reading its
+/// replies).
 async fn flush<S: AsyncWrite + Unpin>(
     output: &mut Out,
     stream: &mut S,
@@ -366,13 +409,19 @@ async fn flush<S: AsyncWrite + Unpin>(
     state: &RouterState,
     session: &Session,
 ) -> bool {
+    let write = async {
+        tokio::select! {
+            r = output.write_to(stream) => Some(r),
+            _ = session.client.killed() => None,
+        }
+    };
     let written = match auth_deadline {
-        Some(at) => tokio::time::timeout_at(at, output.write_to(stream)).await.ok(),
-        None => Some(output.write_to(stream).await),
+        Some(at) => tokio::time::timeout_at(at, write).await.ok(),
+        None => Some(write.await),
     };
     match written {
-        Some(Ok(())) => true,
-        Some(Err(_)) => false,
+        Some(Some(Ok(()))) => true,
+        Some(Some(Err(_)) | None) => false,
         None => {
             state.metrics.auth_timeouts.inc();
             tracing::info!(peer = %session.peer, "no AUTH within the auth timeout (replies unread); closing");

@@ -15,6 +15,9 @@
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
 //!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
 //!   switch). [`pause`]: CLIENT PAUSE, which [`connection`] checks before running a command.
+//! - [`pubsub`]: the hub of this router's subscribed clients; one `Subscribe` stream per node
+//!   carries its registrations out and the messages in, which it queues per client (bounded by
+//!   `client-output-buffer-limit pubsub`) for [`connection`] to write between replies.
 //! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
 //!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
@@ -31,6 +34,7 @@ pub mod embedded;
 pub mod http;
 pub mod metrics;
 pub mod pause;
+pub mod pubsub;
 pub mod reshard;
 pub mod resp;
 pub mod server;
@@ -190,6 +194,7 @@ impl Router {
             }));
         }
         let mut tasks = vec![tokio::spawn(server::serve(resp, state.clone(), stopped.clone()))];
+        tokio::spawn(state.pubsub.clone().follow(state.backend.clone()));
         tasks.extend(watchers);
         if let Some(unix) = unix {
             tasks.push(tokio::spawn(server::serve(unix, state.clone(), stopped.clone())));
@@ -241,6 +246,7 @@ impl Router {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.state.backend.close();
+        self.state.pubsub.close();
         if let Some(nodes) = self.embedded {
             nodes.shutdown().await;
         }

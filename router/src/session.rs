@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::clients::ClientHandle;
 use crate::cmd::transaction::{Multi, WatchList};
+use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Protocol;
 
 #[derive(Debug)]
@@ -29,6 +30,10 @@ pub struct Session {
     pub watched: WatchList,
     /// An HTTP request's session (lives for one request).
     pub http: bool,
+    /// Pub/sub: set at the first (P|S)SUBSCRIBE; dropping it unsubscribes everything.
+    pub subscriber: Option<LeaveOnDrop>,
+    /// The node this client's last PUBLISH went to (see `cmd/pubsub.rs`).
+    pub last_publish_node: Option<u32>,
 }
 
 impl Session {
@@ -45,6 +50,8 @@ impl Session {
             multi: None,
             watched: WatchList::default(),
             http: false,
+            subscriber: None,
+            last_publish_node: None,
         }
     }
 
@@ -78,9 +85,22 @@ impl Session {
         self.client.touch(self.last_command);
     }
 
+    /// Whether the client is subscribed to anything (Redis's pub/sub mode, which restricts a
+    /// RESP2 connection's commands).
+    pub fn subscribed(&self) -> bool {
+        self.subscriber.as_ref().is_some_and(|s| !s.sub.subs.lock().is_empty())
+    }
+
+    /// The pub/sub messages waiting for this client, if it ever subscribed.
+    pub fn pushes(&self) -> Option<&std::sync::Arc<Subscriber>> {
+        self.subscriber.as_ref().map(|s| &s.sub)
+    }
+
     /// RESET: back to a fresh connection's state (keeping identity, the client library's
-    /// name and version, and NO-EVICT, as Redis does). The caller releases the watches.
+    /// name and version, and NO-EVICT, as Redis does): out of pub/sub too. The caller releases
+    /// the watches.
     pub fn reset(&mut self, password_required: bool) {
+        self.subscriber = None;
         self.multi = None;
         self.client.set_multi(None);
         self.set_protocol(Protocol::Resp2);

@@ -210,6 +210,8 @@ pub struct RouterState {
     pub clients: crate::clients::Clients,
     /// CLIENT PAUSE, for this router process.
     pub pause: crate::pause::Pause,
+    /// Pub/sub: this router's subscribed clients and its streams to the nodes.
+    pub pubsub: Arc<crate::pubsub::Hub>,
 }
 
 impl RouterState {
@@ -218,6 +220,7 @@ impl RouterState {
         backend: Arc<Backend>,
         embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     ) -> Arc<RouterState> {
+        let settings_deadline = settings.deadline;
         Arc::new(RouterState {
             buffers: BufferBudget::new(settings.request_buffer_budget),
             settings,
@@ -233,6 +236,7 @@ impl RouterState {
             stats: crate::stats::CommandStats::default(),
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
+            pubsub: crate::pubsub::Hub::new(settings_deadline),
         })
     }
 

@@ -7,6 +7,7 @@
 //! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
+//! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET on the router).
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
@@ -21,6 +22,7 @@
 pub mod client;
 pub mod clock;
 pub mod glob;
+pub mod notify;
 pub mod num;
 pub mod ops;
 pub mod pieces;

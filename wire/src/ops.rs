@@ -50,6 +50,8 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         // The router watches (and releases) one key per op.
         Kind::Watch(o) if o.keys.len() == 1 => &o.keys[0],
         Kind::Transaction(_) | Kind::Watch(_) => return None,
+        // A channel is not a key: any node delivers a message (see the `Publish` message).
+        Kind::Publish(_) => return None,
     })
 }
 

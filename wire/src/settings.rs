@@ -32,10 +32,11 @@ pub enum Setting {
     ZsetMaxListpackEntries,
     ZsetMaxListpackValue,
     ListMaxListpackSize,
+    NotifyKeyspaceEvents,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 8] = [
+    pub const ALL: [Setting; 9] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -44,6 +45,7 @@ impl Setting {
         Setting::ZsetMaxListpackEntries,
         Setting::ZsetMaxListpackValue,
         Setting::ListMaxListpackSize,
+        Setting::NotifyKeyspaceEvents,
     ];
 
     /// Redis's name (lower case).
@@ -57,6 +59,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => "zset-max-listpack-entries",
             Setting::ZsetMaxListpackValue => "zset-max-listpack-value",
             Setting::ListMaxListpackSize => "list-max-listpack-size",
+            Setting::NotifyKeyspaceEvents => "notify-keyspace-events",
         }
     }
 
@@ -83,6 +86,10 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => into.zset_max_listpack_entries = Some(parse_count(value)?),
             Setting::ZsetMaxListpackValue => into.zset_max_listpack_value = Some(parse_byte_limit(value)?),
             Setting::ListMaxListpackSize => into.list_max_listpack_size = Some(parse_list_size(value)?),
+            Setting::NotifyKeyspaceEvents => {
+                crate::notify::parse(value).ok_or(crate::notify::BAD_CLASS)?;
+                into.notify_keyspace_events = Some(String::from_utf8_lossy(value).into_owned());
+            }
         }
         Ok(())
     }
@@ -98,6 +105,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => s.zset_max_listpack_entries.map(|v| v.to_string()),
             Setting::ZsetMaxListpackValue => s.zset_max_listpack_value.map(|v| v.to_string()),
             Setting::ListMaxListpackSize => s.list_max_listpack_size.map(|v| v.to_string()),
+            Setting::NotifyKeyspaceEvents => s.notify_keyspace_events.clone(),
         }
     }
 }
@@ -154,6 +162,9 @@ pub fn check(s: &NodeSettings) -> Result<(), String> {
         && let Err(why) = parse_policy(p.as_bytes())
     {
         return fail(Setting::MaxmemoryPolicy, why);
+    }
+    if s.notify_keyspace_events.as_ref().is_some_and(|v| crate::notify::parse(v.as_bytes()).is_none()) {
+        return fail(Setting::NotifyKeyspaceEvents, crate::notify::BAD_CLASS);
     }
     Ok(())
 }

@@ -47,13 +47,20 @@ pub const SYNTAX: CmdError = CmdError::Text("ERR syntax error");
 
 /// Runs the command `args` (name first) and wraps its answer as a reply.
 pub fn run(store: &Store, args: &[Bytes]) -> Reply {
-    frame_reply(dispatch(store, args))
+    frame_reply(crate::notify::command(store, args, || dispatch(store, args)))
+}
+
+/// Runs a command for the node's own look at the data (no notifications): its frame, if it
+/// answered one.
+pub fn frame_of(store: &Store, args: &[Bytes]) -> Option<shoal_wire::proto::frame::Kind> {
+    dispatch(store, args).ok().and_then(|f| f.kind)
 }
 
 /// Like [`run`], answering the reply encoded in RESP2 or RESP3 (what the router writes to its
 /// client as is: one-key commands, which it does not need to look into).
 pub fn run_resp(store: &Store, args: &[Bytes], resp3: bool) -> Reply {
-    let frame = dispatch(store, args).unwrap_or_else(|e| F::error(e.to_string()));
+    let frame = crate::notify::command(store, args, || dispatch(store, args))
+        .unwrap_or_else(|e| F::error(e.to_string()));
     let mut out = Vec::with_capacity(64);
     frame::encode(&frame, resp3, &mut out);
     Reply { kind: Some(reply::Kind::Resp(out.into())) }

@@ -7,6 +7,8 @@
 //! random keys goes. When nothing can be evicted (policy `noeviction`, or a `volatile-*` policy
 //! with no TTL'd keys left) the write fails with Redis's `-OOM` error.
 
+use shoal_wire::notify;
+
 use super::entry::lru_now;
 use super::shard::Shard;
 use super::{EvictionPolicy, Store, StoreError};
@@ -60,8 +62,12 @@ fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastran
     };
     match victim {
         Some((hash, pos)) => {
+            let key = s.events.wants(notify::EVICTED).then(|| s.entry(pos).key().to_vec());
             s.delete(hash, pos);
             s.evicted += 1;
+            if let Some(key) = key {
+                s.events.emit(notify::EVICTED, "evicted", &key);
+            }
             true
         }
         None => false,

@@ -261,8 +261,7 @@ impl Store {
                     let e = s.entry(p);
                     if e.is_expired(now) {
                         let h = s.hash(e.key());
-                        s.delete(h, p);
-                        s.expired += 1;
+                        s.expire_at_pos(h, p);
                         return None;
                     }
                     Some(Bytes::copy_from_slice(e.key()))

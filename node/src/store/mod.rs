@@ -10,6 +10,8 @@
 //!   writing and slot export read from.
 //! - [`blocked`]: clients blocked on keys (BLPOP and its kin), first come first served.
 //! - [`watch`]: versions of watched keys (WATCH), bumped by every change to them.
+//! - [`events`]: keyspace notifications on or off, and the sink (the node's pub/sub) that the
+//!   store's events and published messages leave through; shards raise `expired`/`evicted`.
 //! - [`glob`], [`float`]: Redis glob patterns, x87 INCRBYFLOAT arithmetic. Time comes from
 //!   `shoal_wire::clock` (re-exported here).
 //!
@@ -21,6 +23,7 @@
 
 pub mod blocked;
 pub mod entry;
+pub mod events;
 mod evict;
 pub mod float;
 pub use shoal_wire::glob;
@@ -140,6 +143,8 @@ pub struct StoreConfig {
     pub max_value_len: usize,
     /// Encoding thresholds of typed values.
     pub limits: object::Limits,
+    /// Keyspace notification classes (`shoal_wire::notify` flags; 0: off).
+    pub notify_keyspace_events: u32,
 }
 
 impl Default for StoreConfig {
@@ -150,6 +155,7 @@ impl Default for StoreConfig {
             policy: EvictionPolicy::NoEviction,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             limits: object::Limits::default(),
+            notify_keyspace_events: 0,
         }
     }
 }
@@ -206,6 +212,8 @@ pub struct Store {
     pub watches: Arc<watch::Watches>,
     /// Clients blocked on keys of this node.
     pub blocked: blocked::Blocked,
+    /// Keyspace notifications and the pub/sub sink (shared with the shards).
+    pub events: Arc<events::Events>,
 }
 
 impl fmt::Debug for Store {
@@ -220,10 +228,13 @@ impl Store {
         let hasher = hashbrown::DefaultHashBuilder::default();
         let slots = Arc::new(SlotFlags::default());
         let watches = Arc::new(watch::Watches::default());
+        let events = Arc::new(events::Events::default());
+        events.set_flags(config.notify_keyspace_events);
         let shards = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
                 shard.limits = config.limits.clone();
+                shard.events = events.clone();
                 Mutex::new(shard)
             })
             .collect();
@@ -243,6 +254,7 @@ impl Store {
             gate: RwLock::new(()),
             watches,
             blocked: blocked::Blocked::default(),
+            events,
         }
     }
 

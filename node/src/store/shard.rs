@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
+use shoal_wire::notify;
 
 use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
+use super::events::Events;
 use super::object::{Limits, Object, ValueType};
 use super::slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
 use super::watch::Watches;
@@ -93,6 +95,8 @@ pub struct Shard {
     slots: Arc<SlotFlags>,
     /// Keys removed here (expired, evicted, deleted, moved away) are touched.
     watches: Arc<Watches>,
+    /// Keyspace notifications: the shard raises `expired` and `evicted` itself.
+    pub events: Arc<Events>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -108,6 +112,7 @@ impl Shard {
         Shard {
             slots,
             watches,
+            events: Arc::default(),
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -289,8 +294,7 @@ impl Shard {
             return InMemory::Tombstone;
         }
         if e.is_expired(now) {
-            self.delete(hash, pos);
-            self.expired += 1;
+            self.expire_at_pos(hash, pos);
             return InMemory::Expired;
         }
         InMemory::Live(pos)
@@ -522,6 +526,17 @@ impl Shard {
         self.remove(hash, pos);
     }
 
+    /// Removes the key at `pos` because its TTL has passed: counted in `expired_keys`, and the
+    /// `expired` keyspace event (Redis raises it after the delete).
+    pub fn expire_at_pos(&mut self, hash: u64, pos: u32) {
+        let key = self.events.wants(notify::EXPIRED).then(|| self.entry(pos).key().to_vec());
+        self.delete(hash, pos);
+        self.expired += 1;
+        if let Some(key) = key {
+            self.events.emit(notify::EXPIRED, "expired", &key);
+        }
+    }
+
     /// Takes the entry at `pos` out of memory entirely.
     fn remove(&mut self, hash: u64, pos: u32) -> Entry {
         if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
@@ -620,8 +635,7 @@ impl Shard {
             self.expiry.pop();
             work += 1;
             if let Some(pos) = self.find_by_expiry(hash, at) {
-                self.delete(hash, pos);
-                self.expired += 1;
+                self.expire_at_pos(hash, pos);
                 removed += 1;
             }
         }
@@ -645,6 +659,7 @@ impl Shard {
                 }
                 self.insert_raw(hash, Entry::tombstone(e.key, true));
                 self.expired += 1;
+                self.events.emit(notify::EXPIRED, "expired", e.key);
                 removed += 1;
             }
         }
@@ -738,6 +753,7 @@ impl Shard {
             hits,
             misses,
             limits: self.limits.clone(),
+            events: self.events.clone(),
             ..Shard::new(self.hasher.clone(), self.slots.clone(), self.watches.clone())
         };
         n

@@ -155,6 +155,8 @@ pub struct Backend {
     factory: PortFactory,
     managed: bool,
     pub metrics: BackendMetrics,
+    /// The version routed by, for whoever follows topology changes (the pub/sub hub).
+    versions: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -188,6 +190,7 @@ impl Backend {
             factory,
             managed,
             metrics: BackendMetrics::default(),
+            versions: tokio::sync::watch::channel(0).0,
         };
         backend.install(topology);
         Arc::new(backend)
@@ -200,6 +203,11 @@ impl Backend {
     /// The topology version currently routed by.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
+    }
+
+    /// Follows the version routed by (it changes after the new routing is in place).
+    pub fn watch_version(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.versions.subscribe()
     }
 
     /// Shutdown: every link stops when its node's stream ends, without reconnecting.
@@ -258,6 +266,7 @@ impl Backend {
         });
         self.version.store(version, Ordering::Release);
         self.metrics.topology_changes.inc();
+        self.versions.send_replace(version);
         true
     }
 

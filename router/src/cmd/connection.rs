@@ -120,7 +120,10 @@ pub const TIME: CommandSpec = CommandSpec {
 /// against.
 pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 
-pub fn ping(args: &Args, _ctx: &mut Ctx) -> Pending {
+pub fn ping(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() <= 2 && ctx.session.protocol() == Protocol::Resp2 && ctx.session.subscribed() {
+        return super::pubsub::subscribed_ping(args).into();
+    }
     match args.len() {
         1 => Reply::simple("PONG").into(),
         2 => Reply::Bulk(args[1].clone()).into(),

@@ -35,6 +35,7 @@ mod mset;
 mod multi;
 mod object;
 mod persistence;
+pub mod pubsub;
 pub mod registry;
 mod scan;
 mod set;
@@ -210,6 +211,15 @@ fn gate(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
     }
     // CLIENT LIST shows it from here on, also while CLIENT PAUSE holds it.
     ctx.session.client.set_command(ctx.session.last_command_slot);
+    // RESP2 pub/sub mode: only the pub/sub commands, PING, QUIT and RESET (RESP3 mixes pushes
+    // with any reply).
+    if ctx.session.subscriber.is_some()
+        && ctx.session.protocol() == crate::resp::Protocol::Resp2
+        && !pubsub::allowed_while_subscribed(spec)
+        && ctx.session.subscribed()
+    {
+        return Err(pubsub::refused_while_subscribed(spec));
+    }
     Ok(spec)
 }
 

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use super::spec::CommandSpec;
 use super::{
     bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
-    keys, latency, lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings,
-    transaction, ttl, zsets,
+    keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, set, sets, shoal, slowlog,
+    strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -182,6 +182,15 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &hll::PFADD,
     &hll::PFCOUNT,
     &hll::PFMERGE,
+    &pubsub::SUBSCRIBE,
+    &pubsub::UNSUBSCRIBE,
+    &pubsub::PSUBSCRIBE,
+    &pubsub::PUNSUBSCRIBE,
+    &pubsub::SSUBSCRIBE,
+    &pubsub::SUNSUBSCRIBE,
+    &pubsub::PUBLISH,
+    &pubsub::SPUBLISH,
+    &pubsub::PUBSUB,
     &object::OBJECT,
     &shoal::SHOAL,
 ];

@@ -56,6 +56,11 @@ pub enum Reply {
     Verbatim(Bytes),
     /// A node could not answer: `-ERR <why>` on RESP, 503 on HTTP.
     Failure(BackendError),
+    /// An out-of-band message (pub/sub): RESP3 push type `>`; an array in RESP2.
+    Push(Vec<Reply>),
+    /// Several replies written back to back for one command (SUBSCRIBE a b answers one push per
+    /// channel).
+    Seq(Vec<Reply>),
 }
 
 impl From<BackendError> for Reply {
@@ -150,6 +155,11 @@ impl Reply {
                     v.encode(proto, out);
                 }
             }
+            Reply::Push(items) => {
+                header(out, if proto == Protocol::Resp3 { b'>' } else { b'*' }, items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Seq(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
             Reply::Verbatim(b) => match proto {
                 Protocol::Resp2 => bulk(out, b'$', b),
                 Protocol::Resp3 => {
@@ -228,6 +238,11 @@ mod tests {
         assert_eq!(enc(&pairs, Resp3), "*2\r\n*2\r\n$1\r\na\r\n:1\r\n*2\r\n$1\r\nb\r\n:2\r\n");
         assert_eq!(enc(&Reply::Double(Bytes::from("1.5")), Resp2), "$3\r\n1.5\r\n");
         assert_eq!(enc(&Reply::Double(Bytes::from("inf")), Resp3), ",inf\r\n");
+        let push = Reply::Push(vec![Reply::bulk("message"), Reply::bulk("c"), Reply::bulk("m")]);
+        assert_eq!(enc(&push, Resp2), "*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n");
+        assert_eq!(enc(&push, Resp3), ">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n");
+        let seq = Reply::Seq(vec![Reply::Int(1), Reply::Nil]);
+        assert_eq!(enc(&seq, Resp3), ":1\r\n_\r\n");
     }
 
     #[test]

@@ -1,0 +1,428 @@
+//! Keyspace notifications of commands (`notify-keyspace-events`): the one place that decides
+//! which events a command raises, with Redis 7.0's names, classes and order (its
+//! `notifyKeyspaceEvent` calls), from what the command did.
+//!
+//! The ops layer calls [`op`] around every typed op and the command layer calls [`command`]
+//! around every command on typed values; both run the op first, then look at its reply (and,
+//! for the few commands whose reply does not say what changed, at what a quick look before it
+//! found) and raise the events through the store's [`Events`](crate::store::events::Events),
+//! which publishes them on this node's pub/sub registry. Expiry and eviction are raised by the
+//! store itself (`expired`, `evicted`). With notifications off, each call costs one relaxed
+//! atomic load.
+//!
+//! Raised: `new` (a write created the key), `del` (also when a command empties a collection or
+//! an EXPIRE lies in the past), `expire`, `persist`, `rename_from`/`rename_to`, `copy_to`,
+//! `set`, `append`, `setrange`, `incrby`, `incrbyfloat`, `setbit`, `pfadd`, the list, hash, set
+//! and sorted-set events of their commands. Not raised: `keymiss` (class `m` is accepted and
+//! shown by CONFIG GET, but reads do not report misses), stream and module events (no such
+//! types).
+
+use bytes::Bytes;
+use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STRING, ZSET};
+use shoal_wire::proto::{Frame, Op, Reply, frame, op::Kind, reply};
+
+use crate::commands::CmdResult;
+use crate::store::{Store, TtlState};
+
+/// Events one command raised, in order: (class, event, key).
+type Raised = Vec<(u32, &'static str, Bytes)>;
+
+/// What had to be looked at before the command ran.
+#[derive(Default)]
+struct Before {
+    /// Whether each of the command's first two keys existed (for `new`, and for commands that
+    /// raise only if a key was there: LTRIM, the STORE forms' `del`).
+    existed: [bool; 2],
+    /// ZADD without CH or INCR: the members' scores before (the reply counts only additions,
+    /// while Redis also raises `zadd` for a changed score).
+    scores: Option<Frame>,
+    /// SMOVE: the destination already held the member (then no `sadd`).
+    member_there: bool,
+}
+
+/// Runs a typed op (not a `Command`: see [`command`]) and raises its events.
+pub fn op(store: &Store, op: Op, run: impl FnOnce(Op) -> Reply) -> Reply {
+    let flags = store.events.flags();
+    if flags == 0 || matches!(op.kind, Some(Kind::Command(_)) | None) {
+        return run(op);
+    }
+    // MSETNX sets every key or none: `set` on each when it did.
+    if let Some(Kind::MsetNx(m)) = &op.kind {
+        let keys = m.keys.clone();
+        let existed: Vec<bool> = keys.iter().map(|k| flags & NEW != 0 && store.exists(k)).collect();
+        let reply = run(op);
+        if matches!(reply.kind, Some(reply::Kind::Int(1))) {
+            let created = created(store, flags, &keys, &existed);
+            emit(store, keys.into_iter().map(|k| (STRING, "set", k)).collect(), &created);
+        }
+        return reply;
+    }
+    let Some(shape) = OpShape::of(&op) else { return run(op) };
+    let Some(key) = shoal_wire::ops::key_of(&op).map(Bytes::copy_from_slice) else { return run(op) };
+    let existed = [flags & NEW != 0 && store.exists(&key)];
+    let had_ttl = matches!(shape, OpShape::GetEx { persist: true, .. })
+        && matches!(store.ttl(&key), TtlState::ExpiresAt(_));
+    let reply = run(op);
+    let mut raised = Raised::new();
+    op_events(store, shape, key.clone(), had_ttl, &reply, &mut raised);
+    let created = created(store, flags, std::slice::from_ref(&key), &existed);
+    emit(store, raised, &created);
+    reply
+}
+
+/// The keys among `keys` that did not exist before (`existed`) and do now, when `new` is on.
+fn created(store: &Store, flags: u32, keys: &[Bytes], existed: &[bool]) -> Vec<Bytes> {
+    if flags & NEW == 0 {
+        return Vec::new();
+    }
+    keys.iter().zip(existed).filter(|(k, e)| !**e && store.exists(k)).map(|(k, _)| k.clone()).collect()
+}
+
+/// The parts of an op its events depend on (the op itself is consumed by running it).
+#[derive(Clone, Copy)]
+enum OpShape {
+    Set { get: bool, condition: i32, expiry: bool },
+    Del,
+    GetDel,
+    GetEx { persist: bool, expire: bool },
+    Expire,
+    Persist,
+    Append,
+    SetRange { empty: bool },
+    IncrBy,
+    IncrByFloat,
+}
+
+impl OpShape {
+    fn of(op: &Op) -> Option<OpShape> {
+        use shoal_wire::proto::GetExMode::*;
+        Some(match op.kind.as_ref()? {
+            Kind::Set(s) => OpShape::Set { get: s.get, condition: s.condition, expiry: s.expiry.is_some() },
+            Kind::Del(_) => OpShape::Del,
+            Kind::GetDel(_) => OpShape::GetDel,
+            Kind::GetEx(g) => OpShape::GetEx {
+                persist: g.mode() == GetexPersist,
+                expire: matches!(g.mode(), GetexEx | GetexPx | GetexExat | GetexPxat),
+            },
+            Kind::Expire(_) => OpShape::Expire,
+            Kind::Persist(_) => OpShape::Persist,
+            Kind::Append(_) => OpShape::Append,
+            Kind::SetRange(s) => OpShape::SetRange { empty: s.value.is_empty() },
+            Kind::IncrBy(_) => OpShape::IncrBy,
+            Kind::IncrByFloat(_) => OpShape::IncrByFloat,
+            _ => return None,
+        })
+    }
+}
+
+fn op_events(store: &Store, shape: OpShape, key: Bytes, had_ttl: bool, reply: &Reply, out: &mut Raised) {
+    use reply::Kind as R;
+    let r = reply.kind.as_ref();
+    let failed = matches!(r, Some(R::Error(_)) | Some(R::Moved(_)) | None);
+    if failed {
+        return;
+    }
+    let int = |n: i64| matches!(r, Some(R::Int(v)) if *v == n);
+    match shape {
+        OpShape::Set { get, condition, expiry } => {
+            let stored = if get {
+                // SET ... GET answers the old value: whether it stored follows from the condition.
+                match condition {
+                    1 => matches!(r, Some(R::Nil(_))),
+                    2 => !matches!(r, Some(R::Nil(_))),
+                    _ => true,
+                }
+            } else {
+                matches!(r, Some(R::Ok(_)))
+            };
+            if stored {
+                out.push((STRING, "set", key.clone()));
+                if expiry {
+                    out.push((GENERIC, "expire", key));
+                }
+            }
+        }
+        OpShape::Del | OpShape::Persist if int(1) => {
+            out.push((GENERIC, if matches!(shape, OpShape::Del) { "del" } else { "persist" }, key))
+        }
+        OpShape::GetDel if matches!(r, Some(R::Value(_))) => out.push((GENERIC, "del", key)),
+        OpShape::GetEx { persist, expire } if matches!(r, Some(R::Value(_))) => {
+            if persist && had_ttl {
+                out.push((GENERIC, "persist", key));
+            } else if expire {
+                let gone = !store.exists(&key);
+                out.push((GENERIC, if gone { "del" } else { "expire" }, key));
+            }
+        }
+        // An expiry in the past deletes the key: Redis then raises `del`.
+        OpShape::Expire if int(1) => {
+            let gone = !store.exists(&key);
+            out.push((GENERIC, if gone { "del" } else { "expire" }, key));
+        }
+        OpShape::Append => out.push((STRING, "append", key)),
+        OpShape::SetRange { empty: false } => out.push((STRING, "setrange", key)),
+        OpShape::IncrBy => out.push((STRING, "incrby", key)),
+        OpShape::IncrByFloat => out.push((STRING, "incrbyfloat", key)),
+        _ => {}
+    }
+}
+
+/// Raises `raised` in order; a key created by the command first gets `new` (keys in `created`).
+fn emit(store: &Store, raised: Raised, created: &[Bytes]) {
+    let mut announced: Vec<&Bytes> = Vec::new();
+    for (class, event, key) in &raised {
+        if created.contains(key) && !announced.contains(&key) {
+            announced.push(key);
+            store.events.emit(NEW, "new", key);
+        }
+        store.events.emit(*class, event, key);
+    }
+}
+
+/// Runs a command on typed values (`args`, name first) and raises its events.
+pub fn command(store: &Store, args: &[Bytes], run: impl FnOnce() -> CmdResult) -> CmdResult {
+    let flags = store.events.flags();
+    if flags == 0 || args.len() < 2 {
+        return run();
+    }
+    let name = args[0].to_ascii_lowercase();
+    let before = look_before(store, &name, args, flags);
+    let result = run();
+    if let Ok(frame) = &result {
+        let mut raised = Raised::new();
+        command_events(store, &name, args, frame, &before, &mut raised);
+        let created = created(store, flags, &args[1..args.len().min(3)], &before.existed);
+        emit(store, raised, &created);
+    }
+    result
+}
+
+fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before {
+    let mut b = Before::default();
+    let exists = |i: usize| args.get(i).is_some_and(|k| store.exists(k));
+    if flags & NEW != 0 {
+        b.existed = [exists(1), exists(2)];
+    }
+    match name {
+        b"ltrim" => b.existed[0] = exists(1),
+        b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
+        | b"zrangestore" => b.existed[0] = exists(1),
+        b"bitop" => b.existed[1] = exists(2),
+        b"smove" if args.len() == 4 => {
+            let ask = [Bytes::from_static(b"sismember"), args[2].clone(), args[3].clone()];
+            b.member_there = matches!(crate::commands::frame_of(store, &ask), Some(frame::Kind::Int(1)));
+        }
+        b"zadd" if flags & ZSET != 0 => {
+            let flagged = |f: &[u8]| args[2..].iter().any(|a| a.eq_ignore_ascii_case(f));
+            if !flagged(b"ch") && !flagged(b"incr") {
+                b.scores = Some(scores(store, args));
+            }
+        }
+        _ => {}
+    }
+    b
+}
+
+/// ZMSCORE of the members a ZADD names (its arguments after the options, in pairs).
+fn scores(store: &Store, args: &[Bytes]) -> Frame {
+    let options = [&b"nx"[..], b"xx", b"gt", b"lt", b"ch", b"incr"];
+    let first =
+        2 + args[2..].iter().take_while(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o))).count();
+    let mut ask = vec![Bytes::from_static(b"zmscore"), args[1].clone()];
+    ask.extend(args[first..].iter().skip(1).step_by(2).cloned());
+    Frame { kind: crate::commands::frame_of(store, &ask) }
+}
+
+fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before: &Before, out: &mut Raised) {
+    use frame::Kind as F;
+    let k = |i: usize| args.get(i).cloned().unwrap_or_default();
+    let int = match &f.kind {
+        Some(F::Int(n)) => Some(*n),
+        _ => None,
+    };
+    let positive = int.is_some_and(|n| n > 0);
+    let null = matches!(&f.kind, Some(F::Nil(_) | F::NullArray(_)))
+        || matches!(&f.kind, Some(F::Array(a) | F::Set(a)) if a.items.is_empty());
+    let ok = !matches!(&f.kind, Some(F::Error(_)));
+    if !ok {
+        return;
+    }
+    // After a removal, a collection left empty is deleted: Redis raises `del` for it.
+    let emptied = |key: Bytes, out: &mut Raised| {
+        if !store.exists(&key) {
+            out.push((GENERIC, "del", key));
+        }
+    };
+    let left = |i: usize| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(b"left"));
+    let min = |i: usize| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(b"min"));
+    match name {
+        b"hset" | b"hmset" => out.push((HASH, "hset", k(1))),
+        b"hsetnx" if positive => out.push((HASH, "hset", k(1))),
+        b"hincrby" => out.push((HASH, "hincrby", k(1))),
+        b"hincrbyfloat" => out.push((HASH, "hincrbyfloat", k(1))),
+        b"hdel" if positive => {
+            out.push((HASH, "hdel", k(1)));
+            emptied(k(1), out);
+        }
+        b"lpush" | b"lpushx" if positive => out.push((LIST, "lpush", k(1))),
+        b"rpush" | b"rpushx" if positive => out.push((LIST, "rpush", k(1))),
+        b"linsert" if positive => out.push((LIST, "linsert", k(1))),
+        b"lset" => out.push((LIST, "lset", k(1))),
+        b"lpop" | b"rpop" if !null => {
+            out.push((LIST, if name == b"lpop" { "lpop" } else { "rpop" }, k(1)));
+            emptied(k(1), out);
+        }
+        // Served blocked pops run their one-key form: the key is the first (or the one named in
+        // the reply).
+        b"blpop" | b"brpop" if !null => {
+            let key = match &f.kind {
+                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_else(|| k(1)),
+                _ => k(1),
+            };
+            out.push((LIST, if name == b"blpop" { "lpop" } else { "rpop" }, key.clone()));
+            emptied(key, out);
+        }
+        b"lmpop" | b"blmpop" if !null => {
+            let at = if name == b"lmpop" { 1 } else { 2 };
+            let numkeys = shoal_wire::num::parse_i64(&k(at)).unwrap_or(0).max(0) as usize;
+            let key = match &f.kind {
+                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_default(),
+                _ => Bytes::new(),
+            };
+            out.push((LIST, if left(at + numkeys + 1) { "lpop" } else { "rpop" }, key.clone()));
+            emptied(key, out);
+        }
+        b"lrem" if positive => {
+            out.push((LIST, "lrem", k(1)));
+            emptied(k(1), out);
+        }
+        b"ltrim" if before.existed[0] => {
+            out.push((LIST, "ltrim", k(1)));
+            emptied(k(1), out);
+        }
+        b"lmove" | b"blmove" | b"rpoplpush" | b"brpoplpush" if !null => {
+            let (from_left, to_left) = match name {
+                b"lmove" | b"blmove" => (left(3), left(4)),
+                _ => (false, true),
+            };
+            out.push((LIST, if to_left { "lpush" } else { "rpush" }, k(2)));
+            out.push((LIST, if from_left { "lpop" } else { "rpop" }, k(1)));
+            emptied(k(1), out);
+        }
+        b"sadd" if positive => out.push((SET, "sadd", k(1))),
+        b"srem" if positive => {
+            out.push((SET, "srem", k(1)));
+            emptied(k(1), out);
+        }
+        b"spop" if !null => {
+            out.push((SET, "spop", k(1)));
+            emptied(k(1), out);
+        }
+        b"smove" if positive => {
+            out.push((SET, "srem", k(1)));
+            emptied(k(1), out);
+            if !before.member_there {
+                out.push((SET, "sadd", k(2)));
+            }
+        }
+        b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
+        | b"zrangestore" => {
+            if positive {
+                out.push((if name[0] == b's' { SET } else { ZSET }, event_name(name), k(1)));
+            } else if before.existed[0] {
+                out.push((GENERIC, "del", k(1)));
+            }
+        }
+        b"zadd" => {
+            let incr = args[2..].iter().any(|a| a.eq_ignore_ascii_case(b"incr"));
+            let changed = match &before.scores {
+                _ if incr => !null,
+                None => positive,
+                Some(old) => positive || scores(store, args) != *old,
+            };
+            if changed {
+                out.push((ZSET, if incr { "zincr" } else { "zadd" }, k(1)));
+            }
+        }
+        b"zincrby" => out.push((ZSET, "zincr", k(1))),
+        b"zrem" | b"zremrangebyrank" | b"zremrangebyscore" | b"zremrangebylex" if positive => {
+            out.push((ZSET, event_name(name), k(1)));
+            emptied(k(1), out);
+        }
+        b"zpopmin" | b"zpopmax" if !null => {
+            out.push((ZSET, event_name(name), k(1)));
+            emptied(k(1), out);
+        }
+        b"bzpopmin" | b"bzpopmax" if !null => {
+            let key = match &f.kind {
+                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_else(|| k(1)),
+                _ => k(1),
+            };
+            out.push((ZSET, if name == b"bzpopmin" { "zpopmin" } else { "zpopmax" }, key.clone()));
+            emptied(key, out);
+        }
+        b"zmpop" | b"bzmpop" if !null => {
+            let at = if name == b"zmpop" { 1 } else { 2 };
+            let numkeys = shoal_wire::num::parse_i64(&k(at)).unwrap_or(0).max(0) as usize;
+            let key = match &f.kind {
+                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_default(),
+                _ => Bytes::new(),
+            };
+            out.push((ZSET, if min(at + numkeys + 1) { "zpopmin" } else { "zpopmax" }, key.clone()));
+            emptied(key, out);
+        }
+        b"setbit" => out.push((STRING, "setbit", k(1))),
+        b"bitfield"
+            if args[2..]
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(b"set") || a.eq_ignore_ascii_case(b"incrby")) =>
+        {
+            out.push((STRING, "setbit", k(1)))
+        }
+        b"bitop" => {
+            if positive {
+                out.push((STRING, "set", k(2)));
+            } else if before.existed[1] {
+                out.push((GENERIC, "del", k(2)));
+            }
+        }
+        b"pfadd" if positive => out.push((STRING, "pfadd", k(1))),
+        b"pfmerge" => out.push((STRING, "pfadd", k(1))),
+        b"rename" | b"renamenx" if matches!(&f.kind, Some(F::Simple(_))) || positive => {
+            out.push((GENERIC, "rename_from", k(1)));
+            out.push((GENERIC, "rename_to", k(2)));
+        }
+        b"copy" if positive => out.push((GENERIC, "copy_to", k(2))),
+        _ => {}
+    }
+}
+
+fn bulk_of(f: Option<&Frame>) -> Option<Bytes> {
+    match f?.kind.as_ref()? {
+        frame::Kind::Bulk(b) => Some(b.clone()),
+        _ => None,
+    }
+}
+
+/// The event a command raises under its own name (`sinterstore`, `zremrangebyrank`, ...).
+fn event_name(name: &[u8]) -> &'static str {
+    const NAMES: [&str; 12] = [
+        "sinterstore",
+        "sunionstore",
+        "sdiffstore",
+        "zunionstore",
+        "zinterstore",
+        "zdiffstore",
+        "zrangestore",
+        "zrem",
+        "zremrangebyrank",
+        "zremrangebyscore",
+        "zremrangebylex",
+        "zpopmin",
+    ];
+    NAMES.iter().find(|n| n.as_bytes() == name).copied().unwrap_or(if name == b"zpopmax" {
+        "zpopmax"
+    } else {
+        ""
+    })
+}

@@ -1,0 +1,345 @@
+//! The node's pub/sub registry: which router is subscribed to what, and the fan-out of messages
+//! to them. Not data (nothing of it is stored, snapshotted or moved with slots): it lives beside
+//! the store, which only holds a handle to it (`store::events::Sink`) for its keyspace
+//! notifications and for PUBLISH ops.
+//!
+//! Each router keeps one `Subscribe` stream to every node ([`stream`]) and registers on it every
+//! channel, pattern and shard channel some client of it holds, with its count of such clients.
+//! A message published here (a PUBLISH op from any router, or a keyspace notification raised by
+//! this node's store) is queued for each router with a matching registration, one delivery per
+//! matching registration (the router fans it out to its clients), channel subscribers first,
+//! then pattern matches, as Redis sends them. The count a PUBLISH answers is Redis's: over every
+//! router, the channel's subscribers plus one per client's matching pattern subscription.
+//!
+//! A router's queue ([`Outbox`]) is bounded in bytes: a router that stops reading has its stream
+//! closed once it passes [`ROUTER_BUFFER_LIMIT`] (never grown without bound); the router
+//! reconnects and registers again, and what was queued for it is lost.
+
+pub mod stream;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use shoal_wire::glob::glob_match;
+use shoal_wire::proto::{
+    Delivery, Frame, Frames, PubSubKind, PubSubQuery, SubscribeRequest, frame, pub_sub_query::What,
+};
+use tokio::sync::mpsc;
+
+use crate::store::events::Sink;
+
+/// What one router may have queued and not read before its stream is closed.
+pub const ROUTER_BUFFER_LIMIT: usize = 64 << 20;
+
+/// Per name: each router registered on it, with its count of subscribed clients.
+type Holders = Vec<(u64, u32)>;
+
+#[derive(Debug, Default)]
+struct Registry {
+    routers: HashMap<u64, Arc<Outbox>>,
+    channels: HashMap<Bytes, Holders>,
+    patterns: HashMap<Bytes, Holders>,
+    shard: HashMap<Bytes, Holders>,
+}
+
+impl Registry {
+    fn map(&mut self, kind: PubSubKind) -> &mut HashMap<Bytes, Holders> {
+        match kind {
+            PubSubKind::PubsubChannel => &mut self.channels,
+            PubSubKind::PubsubPattern => &mut self.patterns,
+            PubSubKind::PubsubShard => &mut self.shard,
+        }
+    }
+
+    /// Drops every registration of `router`.
+    fn forget(&mut self, router: u64) {
+        for map in [&mut self.channels, &mut self.patterns, &mut self.shard] {
+            map.retain(|_, holders| {
+                holders.retain(|(r, _)| *r != router);
+                !holders.is_empty()
+            });
+        }
+    }
+}
+
+/// What a router's stream carries: deliveries, or the order to end with an error.
+#[derive(Debug)]
+pub enum Out {
+    Delivery(Delivery),
+    /// The router fell too far behind: close its stream.
+    Overflow,
+}
+
+/// One router's queue of deliveries, bounded in bytes.
+#[derive(Debug)]
+pub struct Outbox {
+    tx: mpsc::UnboundedSender<Out>,
+    bytes: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl Outbox {
+    fn push(&self, d: Delivery) {
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let size = delivery_size(&d);
+        if self.bytes.fetch_add(size, Ordering::Relaxed) + size > ROUTER_BUFFER_LIMIT {
+            self.closed.store(true, Ordering::Relaxed);
+            let _ = self.tx.send(Out::Overflow);
+            return;
+        }
+        let _ = self.tx.send(Out::Delivery(d));
+    }
+
+    /// A delivery left the queue (handed to the stream).
+    fn taken(&self, d: &Delivery) {
+        self.bytes.fetch_sub(delivery_size(d), Ordering::Relaxed);
+    }
+}
+
+fn delivery_size(d: &Delivery) -> usize {
+    d.channel.len() + d.pattern.len() + d.payload.len() + 16
+}
+
+/// The registry (one per node).
+#[derive(Debug, Default)]
+pub struct PubSub {
+    registry: RwLock<Registry>,
+    next_router: AtomicU64,
+    /// Messages published here (PUBLISH ops and keyspace notifications), for /metrics.
+    pub published: AtomicU64,
+    /// Deliveries queued for routers.
+    pub delivered: AtomicU64,
+    /// Router streams closed because the router fell behind.
+    pub overflows: AtomicU64,
+}
+
+impl PubSub {
+    /// A new router stream: its id and the receiving end of its queue.
+    pub fn attach(&self) -> (u64, Arc<Outbox>, mpsc::UnboundedReceiver<Out>) {
+        let id = self.next_router.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let outbox = Arc::new(Outbox { tx, bytes: AtomicUsize::new(0), closed: AtomicBool::new(false) });
+        self.registry.write().routers.insert(id, outbox.clone());
+        (id, outbox, rx)
+    }
+
+    /// The router's stream ended: forget it and everything it registered.
+    pub fn detach(&self, router: u64) {
+        let mut reg = self.registry.write();
+        if reg.routers.remove(&router).is_some() {
+            reg.forget(router);
+        }
+    }
+
+    /// Routers with a stream open now.
+    pub fn routers(&self) -> usize {
+        self.registry.read().routers.len()
+    }
+
+    /// Applies a router's subscription changes, then acks them if asked (the ack follows every
+    /// delivery queued before the changes took effect, and precedes every one after).
+    pub fn apply(&self, router: u64, req: SubscribeRequest) {
+        let mut reg = self.registry.write();
+        let Some(outbox) = reg.routers.get(&router).cloned() else { return };
+        if req.replace {
+            reg.forget(router);
+        }
+        for change in req.changes {
+            let map = reg.map(change.kind());
+            if change.clients == 0 {
+                if let Some(holders) = map.get_mut(&change.name) {
+                    holders.retain(|(r, _)| *r != router);
+                    if holders.is_empty() {
+                        map.remove(&change.name);
+                    }
+                }
+                continue;
+            }
+            let holders = map.entry(change.name).or_default();
+            match holders.iter_mut().find(|(r, _)| *r == router) {
+                Some(h) => h.1 = change.clients,
+                None => holders.push((router, change.clients)),
+            }
+        }
+        if req.ack != 0 {
+            outbox.push(Delivery { ack: req.ack, ..Default::default() });
+        }
+    }
+
+    /// Delivers `message` to every router subscribed to `channel` or a pattern matching it (to
+    /// the shard channel's subscribers with `sharded`); returns Redis's receiver count.
+    pub fn publish(&self, channel: &[u8], message: &[u8], sharded: bool) -> u64 {
+        self.published.fetch_add(1, Ordering::Relaxed);
+        let reg = self.registry.read();
+        let mut receivers = 0u64;
+        let mut deliveries = 0u64;
+        // Copied once, shared by every router's delivery.
+        let (channel_bytes, payload) = (Bytes::copy_from_slice(channel), Bytes::copy_from_slice(message));
+        let mut send = |router: u64, kind: PubSubKind, pattern: &Bytes| {
+            if let Some(outbox) = reg.routers.get(&router) {
+                deliveries += 1;
+                outbox.push(Delivery {
+                    kind: kind as i32,
+                    pattern: pattern.clone(),
+                    channel: channel_bytes.clone(),
+                    payload: payload.clone(),
+                    ack: 0,
+                });
+            }
+        };
+        let none = Bytes::new();
+        let direct = if sharded { &reg.shard } else { &reg.channels };
+        let kind = if sharded { PubSubKind::PubsubShard } else { PubSubKind::PubsubChannel };
+        if let Some(holders) = direct.get(channel) {
+            for &(router, clients) in holders {
+                receivers += u64::from(clients);
+                send(router, kind, &none);
+            }
+        }
+        if !sharded {
+            for (pattern, holders) in &reg.patterns {
+                if glob_match(pattern, channel) {
+                    for &(router, clients) in holders {
+                        receivers += u64::from(clients);
+                        send(router, PubSubKind::PubsubPattern, pattern);
+                    }
+                }
+            }
+        }
+        self.delivered.fetch_add(deliveries, Ordering::Relaxed);
+        receivers
+    }
+
+    /// PUBSUB CHANNELS, NUMSUB, NUMPAT, SHARDCHANNELS, SHARDNUMSUB over every router's
+    /// registrations, as the `Frame` Redis's reply is made of.
+    pub fn query(&self, q: &PubSubQuery) -> Frame {
+        let reg = self.registry.read();
+        let bulk = |b: &Bytes| Frame { kind: Some(frame::Kind::Bulk(b.clone())) };
+        let int = |n: u64| Frame { kind: Some(frame::Kind::Int(n as i64)) };
+        let array = |items: Vec<Frame>| Frame { kind: Some(frame::Kind::Array(Frames { items })) };
+        let total =
+            |holders: Option<&Holders>| holders.map_or(0, |h| h.iter().map(|(_, n)| u64::from(*n)).sum());
+        match q.what() {
+            What::Channels | What::Shardchannels => {
+                let map = if q.what() == What::Channels { &reg.channels } else { &reg.shard };
+                let names = map.keys().filter(|name| !q.has_pattern || glob_match(&q.pattern, name));
+                array(names.map(bulk).collect())
+            }
+            What::Numsub | What::Shardnumsub => {
+                let map = if q.what() == What::Numsub { &reg.channels } else { &reg.shard };
+                let mut items = Vec::with_capacity(q.channels.len() * 2);
+                for name in &q.channels {
+                    items.push(bulk(name));
+                    items.push(int(total(map.get(name))));
+                }
+                array(items)
+            }
+            // Redis 7 counts unique patterns, not subscriptions.
+            What::Numpat => int(reg.patterns.len() as u64),
+        }
+    }
+}
+
+impl Sink for PubSub {
+    fn publish(&self, channel: &[u8], message: &[u8], sharded: bool) -> u64 {
+        PubSub::publish(self, channel, message, sharded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shoal_wire::proto::Subscription;
+
+    use super::*;
+
+    fn sub(kind: PubSubKind, name: &str, clients: u32) -> Subscription {
+        Subscription { kind: kind as i32, name: Bytes::from(name.to_string()), clients }
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<Out>) -> Vec<(i32, String, String, String, u64)> {
+        let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+        let mut out = Vec::new();
+        while let Ok(Out::Delivery(d)) = rx.try_recv() {
+            out.push((d.kind, text(&d.pattern), text(&d.channel), text(&d.payload), d.ack));
+        }
+        out
+    }
+
+    #[test]
+    fn counts_and_deliveries_follow_redis() {
+        let ps = PubSub::default();
+        let (a, _, mut rx_a) = ps.attach();
+        let (b, _, mut rx_b) = ps.attach();
+        use PubSubKind::*;
+        ps.apply(
+            a,
+            SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 2)], ack: 7, replace: false },
+        );
+        ps.apply(
+            b,
+            SubscribeRequest {
+                changes: vec![sub(PubsubChannel, "news", 1), sub(PubsubPattern, "n*", 3)],
+                ack: 0,
+                replace: false,
+            },
+        );
+        assert_eq!(drain(&mut rx_a), [(0, "".into(), "".into(), "".into(), 7)], "the ack");
+        assert_eq!(ps.publish(b"news", b"hi", false), 2 + 1 + 3);
+        assert_eq!(ps.publish(b"news", b"hi", true), 0, "shard channels are their own namespace");
+        assert_eq!(drain(&mut rx_a), [(0, "".into(), "news".into(), "hi".into(), 0)]);
+        assert_eq!(
+            drain(&mut rx_b),
+            [(0, "".into(), "news".into(), "hi".into(), 0), (1, "n*".into(), "news".into(), "hi".into(), 0)],
+            "channel first, then the pattern"
+        );
+        let numsub = ps.query(&PubSubQuery {
+            what: What::Numsub as i32,
+            channels: vec![Bytes::from("news"), Bytes::from("x")],
+            ..Default::default()
+        });
+        let Some(frame::Kind::Array(f)) = numsub.kind else { panic!() };
+        assert_eq!(f.items[1].kind, Some(frame::Kind::Int(3)));
+        assert_eq!(f.items[3].kind, Some(frame::Kind::Int(0)));
+        // A count of 0 removes; a detached router's registrations go with it.
+        ps.apply(
+            a,
+            SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 0)], ack: 0, replace: false },
+        );
+        assert_eq!(ps.publish(b"news", b"x", false), 4);
+        ps.detach(b);
+        assert_eq!(ps.publish(b"news", b"x", false), 0);
+        assert_eq!(ps.routers(), 1);
+        // A whole state replaces what the stream had.
+        ps.apply(a, SubscribeRequest { changes: vec![sub(PubsubShard, "s", 1)], ack: 0, replace: true });
+        assert_eq!(ps.publish(b"s", b"x", true), 1);
+    }
+
+    #[test]
+    fn a_router_that_does_not_read_is_cut_off() {
+        let ps = PubSub::default();
+        let (a, outbox, mut rx) = ps.attach();
+        ps.apply(
+            a,
+            SubscribeRequest {
+                changes: vec![sub(PubSubKind::PubsubChannel, "c", 1)],
+                ack: 0,
+                replace: false,
+            },
+        );
+        let big = vec![b'x'; 1 << 20];
+        for _ in 0..(ROUTER_BUFFER_LIMIT >> 20) + 2 {
+            ps.publish(b"c", &big, false);
+        }
+        assert!(outbox.closed.load(Ordering::Relaxed));
+        let mut seen_overflow = false;
+        while let Ok(o) = rx.try_recv() {
+            seen_overflow |= matches!(o, Out::Overflow);
+        }
+        assert!(seen_overflow, "the stream is told to close");
+    }
+}

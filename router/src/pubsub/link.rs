@@ -1,0 +1,226 @@
+//! One router → node `Subscribe` stream: this router's subscription changes out, the node's
+//! deliveries in.
+//!
+//! On every (re)connect the link first sends the hub's whole state (`replace`), taken under
+//! the hub's lock together with the changes queued meanwhile, so the node ends up with exactly
+//! the router's registrations whatever happened while the stream was down. A stream that breaks
+//! (node restart, the node closing it because this router fell behind) reconnects with
+//! exponential backoff (50 ms to 2 s); what the node published in between is lost (documented in
+//! docs/compatibility.md). A link whose node has left the topology keeps reading until the node
+//! ends the stream (a leaving node stops gracefully, after delivering what it accepted), then
+//! stops.
+//!
+//! The link has a gRPC connection of its own, apart from the `Execute` stream's: deliveries
+//! never queue behind large batch replies.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::proto::node_client::NodeClient;
+use shoal_wire::proto::{Frame, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+use super::Hub;
+use crate::backend::BackendError;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a link to a node that left keeps reading if the node does not end the stream.
+const RETIRE_GRACE: Duration = Duration::from_secs(30);
+
+/// A change to this router's registrations, and who waits for the node to have applied it.
+#[derive(Debug)]
+pub struct Change {
+    pub subs: Vec<Subscription>,
+    pub ack: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Debug)]
+pub struct Link {
+    pub id: u32,
+    pub addr: String,
+    changes: mpsc::UnboundedSender<Change>,
+    client: Mutex<Option<NodeClient<Channel>>>,
+    up: AtomicBool,
+    retired: watch::Sender<bool>,
+}
+
+impl Link {
+    pub fn spawn(hub: Arc<Hub>, id: u32, addr: String, stop: watch::Receiver<bool>) -> Arc<Link> {
+        let (changes, rx) = mpsc::unbounded_channel();
+        let link = Arc::new(Link {
+            id,
+            addr,
+            changes,
+            client: Mutex::new(None),
+            up: AtomicBool::new(false),
+            retired: watch::channel(false).0,
+        });
+        tokio::spawn(run(hub, link.clone(), rx, stop));
+        link
+    }
+
+    /// Queues a change for the node; false if the link has stopped.
+    pub fn send(&self, change: Change) -> bool {
+        self.changes.send(change).is_ok()
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// The node left the topology: stop once its stream ends.
+    pub fn retire(&self) {
+        let _ = self.retired.send(true);
+    }
+
+    /// A PUBSUB question to this node.
+    pub async fn query(&self, q: PubSubQuery, timeout: Duration) -> Result<Frame, BackendError> {
+        let unavailable = |why: &str| BackendError::Unavailable {
+            node: self.id,
+            addr: self.addr.clone(),
+            reason: why.to_string(),
+        };
+        let Some(mut client) = self.client.lock().clone() else { return Err(unavailable("not connected")) };
+        match tokio::time::timeout(timeout, client.pub_sub_info(q)).await {
+            Ok(Ok(f)) => Ok(f.into_inner()),
+            Ok(Err(status)) => Err(unavailable(status.message())),
+            Err(_) => Err(BackendError::Timeout {
+                node: self.id,
+                addr: self.addr.clone(),
+                ms: timeout.as_millis() as u64,
+            }),
+        }
+    }
+}
+
+type Stream = (NodeClient<Channel>, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
+
+async fn connect(addr: &str) -> Result<Stream, String> {
+    let options = ClientOptions::default();
+    let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let response =
+        tokio::time::timeout(options.connect_timeout, client.subscribe(UnboundedReceiverStream::new(rx)))
+            .await
+            .map_err(|_| "timed out opening the stream".to_string())?
+            .map_err(|status| format!("stream refused: {}", status.message()))?;
+    Ok((client, tx, response.into_inner()))
+}
+
+async fn run(
+    hub: Arc<Hub>,
+    link: Arc<Link>,
+    mut changes: mpsc::UnboundedReceiver<Change>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut retired = link.retired.subscribe();
+    let mut backoff = MIN_BACKOFF;
+    let mut connected_once = false;
+    // Acks waited for before the first connection: answered by the first state sent.
+    let mut early: Vec<oneshot::Sender<()>> = Vec::new();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match connect(&link.addr).await {
+            Ok((client, requests, mut replies)) => {
+                connected_once = true;
+                backoff = MIN_BACKOFF;
+                *link.client.lock() = Some(client);
+                let mut acks: HashMap<u64, Vec<oneshot::Sender<()>>> = HashMap::new();
+                let (state, mut waiting) = hub.snapshot(&mut changes);
+                waiting.append(&mut early);
+                let id = hub.ack_id();
+                acks.insert(id, waiting);
+                let _ = requests.send(SubscribeRequest { changes: state, ack: id, replace: true });
+                link.up.store(true, Ordering::Release);
+                tracing::debug!(node = link.id, addr = %link.addr, "pub/sub stream open");
+                let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+                let why = loop {
+                    if grace.is_none() && *retired.borrow() {
+                        grace = Some(Box::pin(tokio::time::sleep(RETIRE_GRACE)));
+                    }
+                    let expired = async {
+                        match grace.as_mut() {
+                            Some(g) => g.as_mut().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        message = replies.message() => match message {
+                            Ok(Some(batch)) => {
+                                let mut deliveries = batch.deliveries;
+                                deliveries.retain(|d| {
+                                    if d.ack == 0 {
+                                        return true;
+                                    }
+                                    for tx in acks.remove(&d.ack).unwrap_or_default() {
+                                        let _ = tx.send(());
+                                    }
+                                    false
+                                });
+                                hub.deliver(&deliveries);
+                            }
+                            Ok(None) => break "node closed the stream".to_string(),
+                            Err(status) => break format!("stream failed: {}", status.message()),
+                        },
+                        change = changes.recv() => match change {
+                            Some(change) => {
+                                let ack = change.ack.map_or(0, |tx| {
+                                    let id = hub.ack_id();
+                                    acks.insert(id, vec![tx]);
+                                    id
+                                });
+                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, replace: false });
+                            }
+                            None => return,
+                        },
+                        _ = stop.wait_for(|s| *s) => return,
+                        // Retired: keep reading until the node ends the stream (or the grace ends).
+                        _ = retired.changed() => {}
+                        _ = expired => break "the node left the topology".to_string(),
+                    }
+                };
+                link.up.store(false, Ordering::Release);
+                *link.client.lock() = None;
+                // Waiters are released (dropped senders): the state is sent again on reconnect.
+                drop(acks);
+                if *retired.borrow() {
+                    tracing::debug!(node = link.id, addr = %link.addr, %why, "pub/sub stream of a node that left ended");
+                    return;
+                }
+                tracing::warn!(node = link.id, addr = %link.addr, %why, "lost pub/sub stream; reconnecting");
+            }
+            Err(why) => tracing::debug!(node = link.id, addr = %link.addr, %why, "pub/sub connect failed"),
+        }
+        if *retired.borrow() {
+            return;
+        }
+        // Down: changes are in the hub's state, which the next stream starts with. Their waiters
+        // are released at once (a node that is down does not hold up SUBSCRIBE), except before
+        // the first connection, when the node is probably just starting.
+        let until = Instant::now() + backoff;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                change = changes.recv() => match change {
+                    Some(Change { ack: Some(tx), .. }) if !connected_once => early.push(tx),
+                    Some(_) => {}
+                    None => return,
+                },
+                _ = stop.wait_for(|s| *s) => return,
+                _ = retired.changed() => if *retired.borrow() { return },
+            }
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}

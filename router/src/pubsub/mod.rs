@@ -1,0 +1,378 @@
+//! Pub/sub in the router: the hub that knows which of this router's clients is subscribed to
+//! what, keeps every node told, and hands the messages nodes send to the clients.
+//!
+//! ```text
+//!  SUBSCRIBE ─► Hub::change ─► local maps (channel → clients) ─► every node's link: the router's
+//!                                                                 new count for the name
+//!  node ─Subscribe stream─► link ─► Hub::deliver ─► each subscriber's bounded queue ─► its
+//!                                                   connection writes it (connection.rs)
+//! ```
+//!
+//! - [`subscriber`]: one subscribed connection: its subscriptions and message queue, bounded
+//!   by `client-output-buffer-limit pubsub` (a client past it is disconnected).
+//! - [`link`]: one `Subscribe` stream per node (reconnects with backoff; on every (re)connect
+//!   sends the router's whole subscription state again).
+//!
+//! Every node holds every router's registrations, so any node can deliver any message: a
+//! PUBLISH goes to its channel's slot owner (one publisher's messages to a channel leave one
+//! node, in order), keyspace notifications leave the node that holds the key, and a slot move
+//! loses no subscriber. (P|S)SUBSCRIBE and their UNSUBSCRIBE reply once every node that is up
+//! has acknowledged the change (one round trip, in parallel), so a PUBLISH right after the reply,
+//! through any router to any node, reaches the client, and PUBSUB (answered by one node) agrees.
+
+pub mod link;
+pub mod subscriber;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use shoal_wire::proto::{Delivery, Frame, PubSubKind, PubSubQuery, Subscription};
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use subscriber::{Counters, Kind, Limits, Message, Subscriber};
+
+use crate::backend::{Backend, BackendError};
+use crate::resp::Reply;
+use link::{Change, Link};
+
+type Holders = HashMap<Bytes, Vec<Arc<Subscriber>>>;
+
+/// This router's subscribed clients, by name.
+#[derive(Debug, Default)]
+struct Local {
+    channels: Holders,
+    patterns: Holders,
+    shard: Holders,
+}
+
+impl Local {
+    fn of(&mut self, kind: Kind) -> &mut Holders {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard,
+        }
+    }
+
+    fn get(&self, kind: Kind) -> &Holders {
+        match kind {
+            Kind::Channel => &self.channels,
+            Kind::Pattern => &self.patterns,
+            Kind::Shard => &self.shard,
+        }
+    }
+
+    /// The whole state as registrations (what a (re)connected link sends first).
+    fn registrations(&self) -> Vec<Subscription> {
+        let mut out = Vec::new();
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+            for (name, holders) in self.get(kind) {
+                out.push(registration(kind, name.clone(), holders.len()));
+            }
+        }
+        out
+    }
+}
+
+fn wire_kind(kind: Kind) -> PubSubKind {
+    match kind {
+        Kind::Channel => PubSubKind::PubsubChannel,
+        Kind::Pattern => PubSubKind::PubsubPattern,
+        Kind::Shard => PubSubKind::PubsubShard,
+    }
+}
+
+fn registration(kind: Kind, name: Bytes, clients: usize) -> Subscription {
+    Subscription { kind: wire_kind(kind) as i32, name, clients: clients.min(u32::MAX as usize) as u32 }
+}
+
+/// The reply words of each kind: (subscribe, unsubscribe).
+fn words(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Channel => ("subscribe", "unsubscribe"),
+        Kind::Pattern => ("psubscribe", "punsubscribe"),
+        Kind::Shard => ("ssubscribe", "sunsubscribe"),
+    }
+}
+
+#[derive(Debug)]
+pub struct Hub {
+    local: RwLock<Local>,
+    /// One link per node of the current topology.
+    links: Mutex<BTreeMap<(u32, String), Arc<Link>>>,
+    pub limits: Limits,
+    pub counters: Counters,
+    next_ack: AtomicU64,
+    /// How long a subscription change waits for the nodes' acks.
+    deadline: Duration,
+    /// Set at shutdown: links stop.
+    stop: watch::Sender<bool>,
+}
+
+impl Hub {
+    pub fn new(deadline: Duration) -> Arc<Hub> {
+        Arc::new(Hub {
+            local: RwLock::default(),
+            links: Mutex::default(),
+            limits: Limits::default(),
+            counters: Counters::default(),
+            next_ack: AtomicU64::new(1),
+            deadline,
+            stop: watch::channel(false).0,
+        })
+    }
+
+    fn ack_id(&self) -> u64 {
+        self.next_ack.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// (P|S)SUBSCRIBE (`subscribe`) or (P|S)UNSUBSCRIBE `names` for `sub`: the replies (one push
+    /// per name, with the client's count after it, as Redis answers) and a future that completes
+    /// when the nodes have acknowledged the change (or the deadline passed). UNSUBSCRIBE without
+    /// names drops every subscription of that kind (one reply each; a null name if there were
+    /// none).
+    pub fn change(
+        &self,
+        sub: &Arc<Subscriber>,
+        kind: Kind,
+        names: &[Bytes],
+        subscribe: bool,
+    ) -> (Vec<Reply>, impl Future<Output = ()> + Send + 'static) {
+        let (word_sub, word_unsub) = words(kind);
+        let mut local = self.local.write();
+        let mut subs = sub.subs.lock();
+        let all: Vec<Bytes>;
+        let names = if !subscribe && names.is_empty() {
+            all = subs.of(kind).clone();
+            &all[..]
+        } else {
+            names
+        };
+        let mut replies = Vec::with_capacity(names.len().max(1));
+        let mut changes: Vec<Subscription> = Vec::new();
+        for name in names {
+            let mine = subs.of(kind);
+            let held = mine.iter().position(|n| n == name);
+            let holders = local.of(kind);
+            match (subscribe, held) {
+                (true, None) => {
+                    mine.push(name.clone());
+                    let list = holders.entry(name.clone()).or_default();
+                    list.push(sub.clone());
+                    changes.push(registration(kind, name.clone(), list.len()));
+                }
+                (false, Some(i)) => {
+                    mine.remove(i);
+                    let left = match holders.get_mut(name) {
+                        Some(list) => {
+                            list.retain(|s| !Arc::ptr_eq(s, sub));
+                            list.len()
+                        }
+                        None => 0,
+                    };
+                    if left == 0 {
+                        holders.remove(name);
+                    }
+                    changes.push(registration(kind, name.clone(), left));
+                }
+                _ => {}
+            }
+            let word = if subscribe { word_sub } else { word_unsub };
+            replies.push(Reply::Push(vec![
+                Reply::bulk(word),
+                Reply::Bulk(name.clone()),
+                Reply::Int(subs.count(kind) as i64),
+            ]));
+        }
+        if names.is_empty() {
+            replies.push(Reply::Push(vec![
+                Reply::bulk(word_unsub),
+                Reply::Nil,
+                Reply::Int(subs.count(kind) as i64),
+            ]));
+        }
+        sub.client.set_subscriptions(subs.channels.len(), subs.patterns.len(), subs.shard.len());
+        drop(subs);
+        // Told while the lock is held, so every link sees the counts in the order they changed.
+        let acks = self.tell_links(changes);
+        drop(local);
+        let deadline = self.deadline;
+        (replies, async move {
+            let _ = tokio::time::timeout(deadline, async {
+                for ack in acks {
+                    let _ = ack.await;
+                }
+            })
+            .await;
+        })
+    }
+
+    /// Sends `changes` to every link, each with an ack to wait for (none when nothing changed).
+    fn tell_links(&self, changes: Vec<Subscription>) -> Vec<oneshot::Receiver<()>> {
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        let links = self.links.lock();
+        let mut acks = Vec::with_capacity(links.len());
+        for link in links.values() {
+            let (tx, rx) = oneshot::channel();
+            if link.send(Change { subs: changes.clone(), ack: Some(tx) }) {
+                acks.push(rx);
+            }
+        }
+        acks
+    }
+
+    /// Drops every subscription of `sub` (RESET, or its connection closed), without waiting.
+    pub fn leave(&self, sub: &Arc<Subscriber>) {
+        let mut local = self.local.write();
+        let mut subs = sub.subs.lock();
+        let mut changes = Vec::new();
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+            for name in std::mem::take(subs.of(kind)) {
+                let holders = local.of(kind);
+                let left = match holders.get_mut(&name) {
+                    Some(list) => {
+                        list.retain(|s| !Arc::ptr_eq(s, sub));
+                        list.len()
+                    }
+                    None => 0,
+                };
+                if left == 0 {
+                    holders.remove(&name);
+                }
+                changes.push(registration(kind, name, left));
+            }
+        }
+        sub.client.set_subscriptions(0, 0, 0);
+        drop(subs);
+        let links = self.links.lock();
+        if !changes.is_empty() {
+            for link in links.values() {
+                link.send(Change { subs: changes.clone(), ack: None });
+            }
+        }
+    }
+
+    /// Hands a node's deliveries to the subscribed clients (a link's task, in the order the node
+    /// sent them).
+    pub fn deliver(&self, deliveries: &[Delivery]) {
+        let local = self.local.read();
+        let mut delivered = 0u64;
+        for d in deliveries {
+            let (kind, name) = match d.kind() {
+                PubSubKind::PubsubChannel => (Kind::Channel, &d.channel),
+                PubSubKind::PubsubPattern => (Kind::Pattern, &d.pattern),
+                PubSubKind::PubsubShard => (Kind::Shard, &d.channel),
+            };
+            let Some(holders) = local.get(kind).get(name) else { continue };
+            let message = Message {
+                kind,
+                pattern: d.pattern.clone(),
+                channel: d.channel.clone(),
+                payload: d.payload.clone(),
+            };
+            for s in holders {
+                if s.push(message.clone(), &self.limits) {
+                    self.counters.disconnected.fetch_add(1, Ordering::Relaxed);
+                }
+                delivered += 1;
+            }
+        }
+        self.counters.delivered.fetch_add(delivered, Ordering::Relaxed);
+    }
+
+    /// Takes the link's pending changes and the whole state, under the lock changes are made
+    /// under: what the link sends first on a new stream (the changes it takes are in the state;
+    /// their acks are the state's).
+    fn snapshot(
+        &self,
+        pending: &mut mpsc::UnboundedReceiver<Change>,
+    ) -> (Vec<Subscription>, Vec<oneshot::Sender<()>>) {
+        let local = self.local.write();
+        let mut acks = Vec::new();
+        while let Ok(change) = pending.try_recv() {
+            acks.extend(change.ack);
+        }
+        (local.registrations(), acks)
+    }
+
+    /// Names with local subscribers: (channels, patterns, shard channels), for INFO.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let local = self.local.read();
+        (local.channels.len(), local.patterns.len(), local.shard.len())
+    }
+
+    /// Whether every node's link is connected (tests, readiness of pub/sub).
+    pub fn all_up(&self) -> bool {
+        self.links.lock().values().all(|l| l.is_up())
+    }
+
+    /// Asks one node (the first whose link is up, in topology order) a PUBSUB question; every
+    /// node knows every router's registrations.
+    pub async fn query(&self, q: PubSubQuery) -> Result<Frame, BackendError> {
+        let links: Vec<Arc<Link>> = self.links.lock().values().cloned().collect();
+        let mut last = None;
+        for link in links.iter().filter(|l| l.is_up()).chain(links.iter().filter(|l| !l.is_up())) {
+            match link.query(q.clone(), self.deadline).await {
+                Ok(f) => return Ok(f),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| BackendError::BadReply("no nodes".into())))
+    }
+
+    /// Keeps one link per node of the backend's topology: new nodes get one (it registers this
+    /// router's whole state), links to nodes that left are retired (they end once the node
+    /// closes their stream, so nothing it still delivers is lost). Runs until shutdown.
+    pub async fn follow(self: Arc<Self>, backend: Arc<Backend>) {
+        let mut versions = backend.watch_version();
+        let mut stop = self.stop.subscribe();
+        loop {
+            let nodes = backend.routing().topology.nodes.clone();
+            {
+                let mut links = self.links.lock();
+                links.retain(|(id, addr), link| {
+                    let keep = nodes.iter().any(|n| n.id == *id && &n.addr == addr);
+                    if !keep {
+                        link.retire();
+                    }
+                    keep
+                });
+                for n in &nodes {
+                    links.entry((n.id, n.addr.clone())).or_insert_with(|| {
+                        Link::spawn(self.clone(), n.id, n.addr.clone(), self.stop.subscribe())
+                    });
+                }
+            }
+            tokio::select! {
+                changed = versions.changed() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Shutdown: every link stops.
+    pub fn close(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// The connection-side state of a client that has subscribed: its [`Subscriber`], and the
+/// hub to leave when the connection ends.
+#[derive(Debug)]
+pub struct LeaveOnDrop {
+    pub hub: Arc<Hub>,
+    pub sub: Arc<Subscriber>,
+}
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        self.hub.leave(&self.sub);
+    }
+}

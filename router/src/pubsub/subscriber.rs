@@ -1,0 +1,238 @@
+//! One subscribed client connection, as the hub sees it: its subscriptions and its bounded
+//! queue of messages waiting to be written.
+//!
+//! The hub pushes (from a node link's task); the connection takes what is queued whenever it
+//! is idle or between rounds, and writes it. The queue is bounded like Redis's
+//! `client-output-buffer-limit pubsub` (hard limit, and soft limit for so many seconds): a client
+//! past it is disconnected (its kill switch) and its queue dropped, never grown without bound.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::clients::ClientHandle;
+use crate::resp::{Out, Protocol, Reply};
+
+/// Which namespace a subscription is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// SUBSCRIBE; deliveries are `message`.
+    Channel,
+    /// PSUBSCRIBE; `pmessage`.
+    Pattern,
+    /// SSUBSCRIBE; `smessage`.
+    Shard,
+}
+
+/// A message waiting for its client.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub kind: Kind,
+    /// The pattern it matched (pmessage only).
+    pub pattern: Bytes,
+    pub channel: Bytes,
+    pub payload: Bytes,
+}
+
+impl Message {
+    /// About what it takes in an output buffer (what the limits count).
+    pub fn size(&self) -> usize {
+        self.pattern.len() + self.channel.len() + self.payload.len() + 48
+    }
+
+    /// Appends the push as Redis writes it (`>` in RESP3, an array in RESP2), without building a
+    /// reply value first (the hot path of a busy subscriber).
+    pub fn encode(&self, protocol: Protocol, out: &mut Out) {
+        let head: &[u8] = match (self.kind, protocol) {
+            (Kind::Channel, Protocol::Resp2) => b"*3\r\n$7\r\nmessage\r\n",
+            (Kind::Channel, Protocol::Resp3) => b">3\r\n$7\r\nmessage\r\n",
+            (Kind::Pattern, Protocol::Resp2) => b"*4\r\n$8\r\npmessage\r\n",
+            (Kind::Pattern, Protocol::Resp3) => b">4\r\n$8\r\npmessage\r\n",
+            (Kind::Shard, Protocol::Resp2) => b"*3\r\n$8\r\nsmessage\r\n",
+            (Kind::Shard, Protocol::Resp3) => b">3\r\n$8\r\nsmessage\r\n",
+        };
+        out.put_slice(head);
+        if self.kind == Kind::Pattern {
+            Reply::Bulk(self.pattern.clone()).encode(protocol, out);
+        }
+        Reply::Bulk(self.channel.clone()).encode(protocol, out);
+        Reply::Bulk(self.payload.clone()).encode(protocol, out);
+    }
+
+    /// The push as Redis writes it: `message`, `pmessage` or `smessage`.
+    pub fn reply(&self) -> Reply {
+        let b = |s: &'static str| Reply::Bulk(Bytes::from_static(s.as_bytes()));
+        Reply::Push(match self.kind {
+            Kind::Channel => {
+                vec![b("message"), Reply::Bulk(self.channel.clone()), Reply::Bulk(self.payload.clone())]
+            }
+            Kind::Pattern => vec![
+                b("pmessage"),
+                Reply::Bulk(self.pattern.clone()),
+                Reply::Bulk(self.channel.clone()),
+                Reply::Bulk(self.payload.clone()),
+            ],
+            Kind::Shard => {
+                vec![b("smessage"), Reply::Bulk(self.channel.clone()), Reply::Bulk(self.payload.clone())]
+            }
+        })
+    }
+}
+
+/// `client-output-buffer-limit pubsub`: hard bytes, soft bytes and soft seconds (0: no limit).
+#[derive(Debug)]
+pub struct Limits {
+    pub hard: AtomicU64,
+    pub soft: AtomicU64,
+    pub soft_seconds: AtomicU64,
+}
+
+impl Default for Limits {
+    /// Redis's default: `32mb 8mb 60`.
+    fn default() -> Self {
+        Limits {
+            hard: AtomicU64::new(32 << 20),
+            soft: AtomicU64::new(8 << 20),
+            soft_seconds: AtomicU64::new(60),
+        }
+    }
+}
+
+/// A client's subscriptions, each in the order it made them.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    pub channels: Vec<Bytes>,
+    pub patterns: Vec<Bytes>,
+    pub shard: Vec<Bytes>,
+}
+
+impl Subscriptions {
+    pub fn of(&mut self, kind: Kind) -> &mut Vec<Bytes> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard,
+        }
+    }
+
+    /// Redis's count in (P)SUBSCRIBE/(P)UNSUBSCRIBE replies: channels and patterns; shard
+    /// channels count on their own.
+    pub fn count(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Shard => self.shard.len(),
+            _ => self.channels.len() + self.patterns.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty() && self.patterns.is_empty() && self.shard.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Message>,
+    bytes: usize,
+    /// Since when the queue has been above the soft limit.
+    over_soft_since: Option<Instant>,
+    /// Disconnected for passing a limit: nothing is queued any more.
+    dead: bool,
+}
+
+#[derive(Debug)]
+pub struct Subscriber {
+    pub client: Arc<ClientHandle>,
+    /// What it is subscribed to (changed by its connection, under the hub's lock).
+    pub subs: Mutex<Subscriptions>,
+    queue: Mutex<Queue>,
+    ready: Notify,
+}
+
+impl Subscriber {
+    pub fn new(client: Arc<ClientHandle>) -> Arc<Subscriber> {
+        Arc::new(Subscriber { client, subs: Mutex::default(), queue: Mutex::default(), ready: Notify::new() })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.client.id
+    }
+
+    /// Queues `m`; a client past its output limit is disconnected instead. Returns whether it
+    /// was cut off by this push.
+    pub fn push(&self, m: Message, limits: &Limits) -> bool {
+        let mut q = self.queue.lock();
+        if q.dead {
+            return false;
+        }
+        q.bytes += m.size();
+        q.items.push_back(m);
+        let hard = limits.hard.load(Ordering::Relaxed) as usize;
+        let soft = limits.soft.load(Ordering::Relaxed) as usize;
+        let over_hard = hard > 0 && q.bytes > hard;
+        let over_soft = soft > 0 && q.bytes > soft && {
+            let since = *q.over_soft_since.get_or_insert_with(Instant::now);
+            since.elapsed() > Duration::from_secs(limits.soft_seconds.load(Ordering::Relaxed))
+        };
+        if over_hard || over_soft {
+            q.dead = true;
+            q.items = VecDeque::new();
+            q.bytes = 0;
+            drop(q);
+            tracing::warn!(
+                client = self.client.id,
+                peer = %self.client.peer,
+                "pub/sub client over client-output-buffer-limit; disconnecting"
+            );
+            self.client.kill();
+            return true;
+        }
+        drop(q);
+        self.ready.notify_one();
+        false
+    }
+
+    /// Takes queued messages, up to about `max_bytes` of them (at least one).
+    pub fn take(&self, max_bytes: usize, limits: &Limits) -> Vec<Message> {
+        let mut q = self.queue.lock();
+        let mut out = Vec::new();
+        let mut taken = 0;
+        while taken < max_bytes {
+            let Some(m) = q.items.pop_front() else { break };
+            taken += m.size();
+            out.push(m);
+        }
+        q.bytes -= taken.min(q.bytes);
+        // Back under the soft limit: its clock starts again next time (as Redis's does).
+        if q.bytes <= limits.soft.load(Ordering::Relaxed) as usize {
+            q.over_soft_since = None;
+        }
+        out
+    }
+
+    /// Whether messages are waiting.
+    pub fn has_messages(&self) -> bool {
+        !self.queue.lock().items.is_empty()
+    }
+
+    /// Bytes queued (CLIENT LIST's `omem`).
+    pub fn queued_bytes(&self) -> usize {
+        self.queue.lock().bytes
+    }
+
+    /// Completes when a message has been queued since the last call (or is queued now).
+    pub async fn ready(&self) {
+        self.ready.notified().await
+    }
+}
+
+/// Counts the messages the hub delivered (for /metrics).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub delivered: AtomicU64,
+    pub disconnected: AtomicU64,
+}
