@@ -212,6 +212,9 @@ pub struct RouterState {
     pub pause: crate::pause::Pause,
     /// Pub/sub: this router's subscribed clients and its streams to the nodes.
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// `client-output-buffer-limit` of the `normal` and `replica` classes (hard, soft, seconds),
+    /// as CONFIG SET last set them (shown, not enforced: see `cmd/config.rs`).
+    pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
 }
 
 impl RouterState {
@@ -237,6 +240,7 @@ impl RouterState {
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
             pubsub: crate::pubsub::Hub::new(settings_deadline),
+            output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
         })
     }
 

@@ -3,8 +3,12 @@
 //! the second time after `HELLO 3` on both connections).
 //!
 //! Command scripts live in `tests/differential/*.redis`: one command per line in redis-cli
-//! syntax (quotes and `\xHH` escapes), `#` comments, and `!sleep MS` to let TTLs pass. Raw
-//! protocol cases (malformed input, pipelines, inline commands) are listed below.
+//! syntax (quotes and `\xHH` escapes), `#` comments, `!sleep MS` to let TTLs pass (or a
+//! published message arrive), `!conn N` to run the following lines on another connection (pair
+//! N, opened on first use; 1 is the first) and `!read` to read one message pushed to the current
+//! connection (pub/sub) within a deadline. A (P|S)(UN)SUBSCRIBE is compared over every reply
+//! redis-server gives it (one per channel), and nothing may be left unread on any connection at
+//! the end. Raw protocol cases (malformed input, pipelines, inline commands) are listed below.
 
 mod support;
 
@@ -13,6 +17,43 @@ use std::time::Duration;
 use shoal_router::resp::parse::split_args;
 use support::{Raw, encode};
 
+/// The connections of one script run: redis-server's and Shoal's side by side, one pair per
+/// `!conn N` (pair 1 is the first).
+struct Pairs {
+    redis: std::net::SocketAddr,
+    shoal: std::net::SocketAddr,
+    resp3: bool,
+    open: Vec<(Raw, Raw)>,
+}
+
+impl Pairs {
+    /// Pair `n` (1-based), connected (and switched to RESP3 in a RESP3 run) on first use.
+    async fn get(&mut self, n: usize) -> &mut (Raw, Raw) {
+        while self.open.len() < n {
+            let mut theirs = Raw::connect(self.redis).await;
+            let mut ours = Raw::connect(self.shoal).await;
+            if self.resp3 {
+                theirs.cmd(&["HELLO", "3"]).await;
+                ours.cmd(&["HELLO", "3"]).await;
+            }
+            self.open.push((theirs, ours));
+        }
+        &mut self.open[n - 1]
+    }
+}
+
+/// Commands that answer one reply per channel (or per subscription they drop).
+fn answers_per_channel(name: &[u8]) -> bool {
+    [&b"subscribe"[..], b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe", b"sunsubscribe"]
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(name))
+}
+
+/// How long redis-server's replies to a (un)subscribe may take to all arrive.
+const QUIET: Duration = Duration::from_millis(100);
+/// How long `!read` waits for a pushed message.
+const READ_LIMIT: Duration = Duration::from_secs(3);
+
 async fn run_script(
     name: &str,
     text: &str,
@@ -20,16 +61,16 @@ async fn run_script(
     shoal: std::net::SocketAddr,
     resp3: bool,
 ) -> Vec<String> {
-    let mut theirs = Raw::connect(redis).await;
-    let mut ours = Raw::connect(shoal).await;
-    theirs.cmd(&["FLUSHALL"]).await;
-    ours.cmd(&["FLUSHALL"]).await;
-    if resp3 {
-        theirs.cmd(&["HELLO", "3"]).await;
-        ours.cmd(&["HELLO", "3"]).await;
+    let mut pairs = Pairs { redis, shoal, resp3, open: Vec::new() };
+    let mut current = 1;
+    {
+        let (theirs, ours) = pairs.get(1).await;
+        theirs.cmd(&["FLUSHALL"]).await;
+        ours.cmd(&["FLUSHALL"]).await;
     }
     let name = if resp3 { format!("{name} (RESP3)") } else { name.to_string() };
     let mut mismatches = Vec::new();
+    let show = |r: &Option<Vec<u8>>| r.as_deref().map(|b| String::from_utf8_lossy(b).into_owned());
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -39,19 +80,46 @@ async fn run_script(
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
             continue;
         }
+        // `!conn N`: later lines run on connection pair N (opened on first use).
+        if let Some(c) = line.strip_prefix("!conn ") {
+            current = c.parse().unwrap_or_else(|_| panic!("{name}:{}: bad !conn", n + 1));
+            pairs.get(current).await;
+            continue;
+        }
+        let (theirs, ours) = pairs.get(current).await;
+        // `!read`: one message pushed to this connection (pub/sub), within a deadline.
+        if line == "!read" {
+            let (want, got) = (theirs.reply_within(READ_LIMIT).await, ours.reply_within(READ_LIMIT).await);
+            if want != got {
+                mismatches.push(format!("{name}:{}: !read\n    redis: {:?}\n    shoal: {:?}", n + 1, show(&want), show(&got)));
+            }
+            continue;
+        }
         let args = split_args(line.as_bytes()).unwrap_or_else(|| panic!("{name}:{}: bad quoting", n + 1));
         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         let request = encode(&args);
         theirs.send(&request).await;
         ours.send(&request).await;
-        let (want, got) = (theirs.reply().await, ours.reply().await);
+        let (want, got) = if answers_per_channel(args[0]) {
+            // As many replies as redis-server sent, each compared.
+            let want = theirs.replies_until_quiet(QUIET).await;
+            let mut got = Vec::with_capacity(want.len());
+            for _ in 0..want.len().max(1) {
+                got.extend(ours.reply_within(READ_LIMIT).await);
+            }
+            (Some(want.concat()), Some(got.concat()))
+        } else {
+            (theirs.reply().await, ours.reply().await)
+        };
         if want != got {
-            mismatches.push(format!(
-                "{name}:{}: {line}\n    redis: {:?}\n    shoal: {:?}",
-                n + 1,
-                want.as_deref().map(String::from_utf8_lossy),
-                got.as_deref().map(String::from_utf8_lossy)
-            ));
+            mismatches.push(format!("{name}:{}: {line}\n    redis: {:?}\n    shoal: {:?}", n + 1, show(&want), show(&got)));
+        }
+    }
+    // Nothing may be left unread on either side (a message Shoal sent and Redis did not).
+    for (i, (theirs, ours)) in pairs.open.iter_mut().enumerate() {
+        let (want, got) = (theirs.replies_until_quiet(QUIET).await, ours.replies_until_quiet(QUIET).await);
+        if want != got {
+            mismatches.push(format!("{name}: left unread on connection {}:\n    redis: {want:?}\n    shoal: {got:?}", i + 1));
         }
     }
     mismatches

@@ -116,6 +116,10 @@ enum Param {
     Port,
     /// Owned by the nodes: read from them, set on every node of the current topology.
     Node(Setting),
+    /// `client-output-buffer-limit`: the `pubsub` class is enforced by this router's pub/sub hub;
+    /// `normal` and `replica` are kept and shown (Shoal's per-round reply limit is
+    /// `--client-output-buffer-limit`, and it has no replicas yet).
+    OutputLimit,
 }
 
 /// Parameter names in the order CONFIG GET lists them (Redis's aliases included).
@@ -143,6 +147,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("list-max-ziplist-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-compress-depth", Param::Fixed("0")),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
+    ("notify-keyspace-events", Param::Node(Setting::NotifyKeyspaceEvents)),
+    ("client-output-buffer-limit", Param::OutputLimit),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with
@@ -194,6 +200,7 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Maxclients => state.settings.maxclients.to_string(),
                     Param::Port => state.settings.tcp_port.to_string(),
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
+                    Param::OutputLimit => output_limits(&state),
                 };
                 (Reply::bulk(name), Reply::Bulk(Bytes::from(value)))
             })
@@ -232,9 +239,14 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         named.push((name, p, &pair[1]));
     }
     let mut local = Vec::new();
+    let mut limits = None;
     let mut change = NodeSettings::default();
     for (name, p, value) in named {
         match p {
+            Param::OutputLimit => match parse_output_limits(value) {
+                Ok(l) => limits = Some(l),
+                Err(why) => return failed(name, why).into(),
+            },
             Param::SlowerThan | Param::SlowlogMaxLen => {
                 let min = if p == Param::SlowerThan { -1 } else { 0 };
                 match shoal_wire::num::parse_i64(value) {
@@ -258,6 +270,18 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         }
     }
     let apply_local = move |state: &RouterState| {
+        for (class, hard, soft, seconds) in limits.into_iter().flatten() {
+            match class {
+                Class::Pubsub => {
+                    let l = &state.pubsub.limits;
+                    l.hard.store(hard, Ordering::Relaxed);
+                    l.soft.store(soft, Ordering::Relaxed);
+                    l.soft_seconds.store(seconds, Ordering::Relaxed);
+                }
+                Class::Normal => *state.output_limits.lock().first_mut().expect("two classes") = [hard, soft, seconds],
+                Class::Replica => *state.output_limits.lock().last_mut().expect("two classes") = [hard, soft, seconds],
+            }
+        }
         for (p, n) in local {
             match p {
                 Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
@@ -292,6 +316,47 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         }
         Reply::OK
     })
+}
+
+/// A client class of `client-output-buffer-limit`.
+#[derive(Clone, Copy)]
+enum Class {
+    Normal,
+    Replica,
+    Pubsub,
+}
+
+/// `client-output-buffer-limit` as CONFIG GET shows it (Redis's order and units: bytes).
+fn output_limits(state: &RouterState) -> String {
+    let [normal, replica] = *state.output_limits.lock();
+    let l = &state.pubsub.limits;
+    let pubsub = [l.hard.load(Ordering::Relaxed), l.soft.load(Ordering::Relaxed), l.soft_seconds.load(Ordering::Relaxed)];
+    let show = |v: [u64; 3]| format!("{} {} {}", v[0], v[1], v[2]);
+    format!("normal {} slave {} pubsub {}", show(normal), show(replica), show(pubsub))
+}
+
+/// Parses `<class> <hard> <soft> <soft seconds>` groups with Redis's checks and texts
+/// (`updateClientOutputBufferLimit`): every group is checked before any applies.
+fn parse_output_limits(value: &[u8]) -> Result<Vec<(Class, u64, u64, u64)>, &'static str> {
+    let words: Vec<&[u8]> = value.split(|&b| b == b' ').filter(|w| !w.is_empty()).collect();
+    if !words.len().is_multiple_of(4) {
+        return Err("Wrong number of arguments in buffer limit configuration.");
+    }
+    let mut out = Vec::new();
+    for group in words.chunks(4) {
+        let class = match &group[0].to_ascii_lowercase()[..] {
+            b"normal" => Class::Normal,
+            b"slave" | b"replica" => Class::Replica,
+            b"pubsub" => Class::Pubsub,
+            _ => return Err("Invalid client class specified in buffer limit configuration."),
+        };
+        let bad = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+        let hard = shoal_wire::num::parse_redis_memory(group[1]).ok_or(bad)?;
+        let soft = shoal_wire::num::parse_redis_memory(group[2]).ok_or(bad)?;
+        let seconds = shoal_wire::num::parse_i64(group[3]).filter(|&s| s >= 0).ok_or(bad)? as u64;
+        out.push((class, hard, soft, seconds));
+    }
+    Ok(out)
 }
 
 pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {

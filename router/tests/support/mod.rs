@@ -109,6 +109,33 @@ impl Raw {
         }
     }
 
+    /// The next complete reply if one arrives within `limit` (`None`: nothing did, or the
+    /// server closed).
+    pub async fn reply_within(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(n) = frame_len(&self.buf) {
+                return Some(self.buf.drain(..n).collect());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.buf.reserve(64 * 1024);
+            match tokio::time::timeout(left, self.stream.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Every complete reply that arrives until none has for `quiet` (replies of unknown number,
+    /// such as one per channel of a SUBSCRIBE).
+    pub async fn replies_until_quiet(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(r) = self.reply_within(quiet).await {
+            out.push(r);
+        }
+        out
+    }
+
     /// Everything until the server closes the connection (for protocol-error cases).
     pub async fn until_close(&mut self) -> Vec<u8> {
         let mut out = std::mem::take(&mut self.buf);
