@@ -91,7 +91,12 @@ async fn run_script(
         if line == "!read" {
             let (want, got) = (theirs.reply_within(READ_LIMIT).await, ours.reply_within(READ_LIMIT).await);
             if want != got {
-                mismatches.push(format!("{name}:{}: !read\n    redis: {:?}\n    shoal: {:?}", n + 1, show(&want), show(&got)));
+                mismatches.push(format!(
+                    "{name}:{}: !read\n    redis: {:?}\n    shoal: {:?}",
+                    n + 1,
+                    show(&want),
+                    show(&got)
+                ));
             }
             continue;
         }
@@ -112,14 +117,22 @@ async fn run_script(
             (theirs.reply().await, ours.reply().await)
         };
         if want != got {
-            mismatches.push(format!("{name}:{}: {line}\n    redis: {:?}\n    shoal: {:?}", n + 1, show(&want), show(&got)));
+            mismatches.push(format!(
+                "{name}:{}: {line}\n    redis: {:?}\n    shoal: {:?}",
+                n + 1,
+                show(&want),
+                show(&got)
+            ));
         }
     }
     // Nothing may be left unread on either side (a message Shoal sent and Redis did not).
     for (i, (theirs, ours)) in pairs.open.iter_mut().enumerate() {
         let (want, got) = (theirs.replies_until_quiet(QUIET).await, ours.replies_until_quiet(QUIET).await);
         if want != got {
-            mismatches.push(format!("{name}: left unread on connection {}:\n    redis: {want:?}\n    shoal: {got:?}", i + 1));
+            mismatches.push(format!(
+                "{name}: left unread on connection {}:\n    redis: {want:?}\n    shoal: {got:?}",
+                i + 1
+            ));
         }
     }
     mismatches

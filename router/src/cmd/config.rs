@@ -278,8 +278,12 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
                     l.soft.store(soft, Ordering::Relaxed);
                     l.soft_seconds.store(seconds, Ordering::Relaxed);
                 }
-                Class::Normal => *state.output_limits.lock().first_mut().expect("two classes") = [hard, soft, seconds],
-                Class::Replica => *state.output_limits.lock().last_mut().expect("two classes") = [hard, soft, seconds],
+                Class::Normal => {
+                    *state.output_limits.lock().first_mut().expect("two classes") = [hard, soft, seconds]
+                }
+                Class::Replica => {
+                    *state.output_limits.lock().last_mut().expect("two classes") = [hard, soft, seconds]
+                }
             }
         }
         for (p, n) in local {
@@ -330,7 +334,11 @@ enum Class {
 fn output_limits(state: &RouterState) -> String {
     let [normal, replica] = *state.output_limits.lock();
     let l = &state.pubsub.limits;
-    let pubsub = [l.hard.load(Ordering::Relaxed), l.soft.load(Ordering::Relaxed), l.soft_seconds.load(Ordering::Relaxed)];
+    let pubsub = [
+        l.hard.load(Ordering::Relaxed),
+        l.soft.load(Ordering::Relaxed),
+        l.soft_seconds.load(Ordering::Relaxed),
+    ];
     let show = |v: [u64; 3]| format!("{} {} {}", v[0], v[1], v[2]);
     format!("normal {} slave {} pubsub {}", show(normal), show(replica), show(pubsub))
 }

@@ -250,9 +250,17 @@ pub fn quit(_args: &Args, _ctx: &mut Ctx) -> Pending {
 }
 
 pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
+    // Out of pub/sub: answered once the nodes know (a PUBSUB right after agrees).
+    let left = ctx.session.subscriber.take().map(|s| s.leave());
     ctx.session.reset(ctx.state.settings.requirepass.is_some());
     super::transaction::release(ctx.state, ctx.session.watched.take());
-    Reply::simple("RESET").into()
+    match left {
+        Some(left) => Pending::later(async move {
+            left.await;
+            Reply::simple("RESET")
+        }),
+        None => Reply::simple("RESET").into(),
+    }
 }
 
 pub fn time(_args: &Args, ctx: &mut Ctx) -> Pending {

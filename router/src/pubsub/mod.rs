@@ -142,7 +142,7 @@ impl Hub {
         kind: Kind,
         names: &[Bytes],
         subscribe: bool,
-    ) -> (Vec<Reply>, impl Future<Output = ()> + Send + 'static) {
+    ) -> (Vec<Reply>, impl Future<Output = ()> + Send + use<>) {
         let (word_sub, word_unsub) = words(kind);
         let mut local = self.local.write();
         let mut subs = sub.subs.lock();
@@ -201,15 +201,7 @@ impl Hub {
         // Told while the lock is held, so every link sees the counts in the order they changed.
         let acks = self.tell_links(changes);
         drop(local);
-        let deadline = self.deadline;
-        (replies, async move {
-            let _ = tokio::time::timeout(deadline, async {
-                for ack in acks {
-                    let _ = ack.await;
-                }
-            })
-            .await;
-        })
+        (replies, self.acked(acks))
     }
 
     /// Sends `changes` to every link, each with an ack to wait for (none when nothing changed).
@@ -228,8 +220,9 @@ impl Hub {
         acks
     }
 
-    /// Drops every subscription of `sub` (RESET, or its connection closed), without waiting.
-    pub fn leave(&self, sub: &Arc<Subscriber>) {
+    /// Drops every subscription of `sub` (RESET, or its connection closed); the future
+    /// completes when the nodes have acknowledged it (RESET waits; a closed connection does not).
+    pub fn leave(&self, sub: &Arc<Subscriber>) -> impl Future<Output = ()> + Send + use<> {
         let mut local = self.local.write();
         let mut subs = sub.subs.lock();
         let mut changes = Vec::new();
@@ -251,11 +244,21 @@ impl Hub {
         }
         sub.client.set_subscriptions(0, 0, 0);
         drop(subs);
-        let links = self.links.lock();
-        if !changes.is_empty() {
-            for link in links.values() {
-                link.send(Change { subs: changes.clone(), ack: None });
-            }
+        let acks = self.tell_links(changes);
+        drop(local);
+        self.acked(acks)
+    }
+
+    /// Completes when every ack has come (or a link went away), or at the deadline.
+    fn acked(&self, acks: Vec<oneshot::Receiver<()>>) -> impl Future<Output = ()> + Send + use<> {
+        let deadline = self.deadline;
+        async move {
+            let _ = tokio::time::timeout(deadline, async {
+                for ack in acks {
+                    let _ = ack.await;
+                }
+            })
+            .await;
         }
     }
 
@@ -371,8 +374,17 @@ pub struct LeaveOnDrop {
     pub sub: Arc<Subscriber>,
 }
 
+impl LeaveOnDrop {
+    /// Leaves now (RESET): completes when the nodes have acknowledged it.
+    pub fn leave(self) -> impl Future<Output = ()> + Send + use<> {
+        // Dropping `self` afterwards finds nothing left to drop.
+        self.hub.leave(&self.sub)
+    }
+}
+
 impl Drop for LeaveOnDrop {
     fn drop(&mut self) {
-        self.hub.leave(&self.sub);
+        // The connection closed: nobody waits for the nodes.
+        drop(self.hub.leave(&self.sub));
     }
 }
