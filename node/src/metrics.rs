@@ -85,6 +85,22 @@ pub fn render(state: &NodeState) -> String {
             files.quarantined,
         )
         .counter(
+            "shoal_node_pubsub_published_total",
+            "Messages published here (PUBLISH ops and keyspace notifications).",
+            state.pubsub.published.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .counter(
+            "shoal_node_pubsub_deliveries_total",
+            "Deliveries queued for routers (one per router per matching subscription).",
+            state.pubsub.delivered.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .counter(
+            "shoal_node_pubsub_overflows_total",
+            "Router Subscribe streams closed because the router fell behind (their queued messages were lost).",
+            state.pubsub.overflows.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .gauge("shoal_node_pubsub_routers", "Routers with a Subscribe stream open.", s.pubsub_routers as f64)
+        .counter(
             "shoal_node_snapshot_salvaged_total",
             "Snapshots loaded after repairing a damaged header (every entry verified first).",
             files.salvaged,

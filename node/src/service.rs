@@ -82,7 +82,12 @@ impl NodeState {
 
     pub fn stats(&self) -> NodeStats {
         let s = self.store.stats();
+        let (channels, patterns, shard) = self.pubsub.counts();
         NodeStats {
+            pubsub_channels: channels as u64,
+            pubsub_patterns: patterns as u64,
+            pubsub_shard_channels: shard as u64,
+            pubsub_routers: self.pubsub.routers() as u64,
             keys: s.keys,
             volatile_keys: s.volatile_keys,
             used_memory: s.used_memory,

@@ -103,6 +103,22 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
                 _ => not_allowed("GET, PUT, DELETE"),
             }
         }
+        // PUBLISH: the body is the message. Subscribing needs a connection of its own (each HTTP
+        // request is a session), so it is RESP only.
+        (["channels", channel], m) if !channel.is_empty() => {
+            let Some(channel) = decode(channel) else { return bad_key() };
+            match *m {
+                Method::POST => match body(req, &state).await {
+                    Ok((b, _held)) => api.publish(channel, b).await,
+                    Err(r) => r,
+                },
+                Method::GET => error(
+                    StatusCode::BAD_REQUEST,
+                    "subscribing needs a connection: each HTTP request is a session of its own; use RESP",
+                ),
+                _ => not_allowed("POST"),
+            }
+        }
         (["keys"], _) | (["keys", "_mget"], _) => not_allowed("POST"),
         _ => error(StatusCode::NOT_FOUND, "no such route"),
     }
@@ -163,6 +179,15 @@ impl Api<'_> {
                 response(StatusCode::OK, "application/json", json!({"deleted": true}).to_string())
             }
             Reply::Int(_) => error(StatusCode::NOT_FOUND, "no such key"),
+            other => failure(other),
+        }
+    }
+
+    async fn publish(&mut self, channel: Bytes, message: Bytes) -> HttpResponse {
+        match self.run(vec!["PUBLISH".into(), channel, message]).await {
+            Reply::Int(n) => {
+                response(StatusCode::OK, "application/json", json!({"receivers": n}).to_string())
+            }
             other => failure(other),
         }
     }

@@ -59,6 +59,16 @@ pub async fn render(state: &RouterState) -> String {
         .gauge("shoal_router_connected_clients", "Clients connected now.", state.connected_clients() as f64)
         .counter("shoal_router_commands_total", "Commands dispatched.", m.commands.get())
         .counter(
+            "shoal_router_pubsub_delivered_total",
+            "Pub/sub messages queued for this router's subscribed clients.",
+            state.pubsub.counters.delivered.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .counter(
+            "shoal_router_pubsub_disconnected_total",
+            "Subscribed clients disconnected for passing client-output-buffer-limit pubsub.",
+            state.pubsub.counters.disconnected.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .counter(
             "shoal_router_protocol_errors_total",
             "Connections closed for protocol errors.",
             m.protocol_errors.get(),

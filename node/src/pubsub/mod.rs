@@ -141,6 +141,12 @@ impl PubSub {
         self.registry.read().routers.len()
     }
 
+    /// Distinct (channels, patterns, shard channels) some router is subscribed to.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let reg = self.registry.read();
+        (reg.channels.len(), reg.patterns.len(), reg.shard.len())
+    }
+
     /// Applies a router's subscription changes, then acks them if asked (the ack follows every
     /// delivery queued before the changes took effect, and precedes every one after).
     pub fn apply(&self, router: u64, req: SubscribeRequest) {

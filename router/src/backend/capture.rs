@@ -48,9 +48,17 @@ impl Capture {
         Arc::new(Capture::default())
     }
 
-    /// Node positions the recorded ops are for.
+    /// Node positions the recorded ops are for. A PUBLISH is for no node in particular (any
+    /// node delivers it): it goes with the transaction's other ops, or alone to its own node.
     pub fn positions(&self) -> BTreeSet<usize> {
-        self.state.lock().ops.iter().map(|(pos, _)| *pos).collect()
+        let state = self.state.lock();
+        let keyed: BTreeSet<usize> = state
+            .ops
+            .iter()
+            .filter(|(_, op)| !matches!(op.kind, Some(shoal_wire::proto::op::Kind::Publish(_))))
+            .map(|(pos, _)| *pos)
+            .collect();
+        if keyed.is_empty() { state.ops.iter().map(|(pos, _)| *pos).take(1).collect() } else { keyed }
     }
 
     /// Takes the recorded ops, in order; later calls fail (see the module doc).

@@ -73,14 +73,23 @@ pub const CLIENT_UNPAUSE: CommandSpec = CommandSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientType {
     Normal,
-    /// Master, replica or pub/sub: Shoal has no such clients, so these match none.
+    /// Subscribed to a channel, pattern or shard channel (Redis's pub/sub clients).
+    Pubsub,
+    /// Master or replica: Shoal has no such clients, so these match none.
     Other,
+}
+
+impl ClientType {
+    fn of(c: &ClientHandle) -> ClientType {
+        if c.is_pubsub() { ClientType::Pubsub } else { ClientType::Normal }
+    }
 }
 
 fn client_type(name: &[u8]) -> Result<ClientType, Reply> {
     match &name.to_ascii_lowercase()[..] {
         b"normal" => Ok(ClientType::Normal),
-        b"master" | b"replica" | b"slave" | b"pubsub" => Ok(ClientType::Other),
+        b"pubsub" => Ok(ClientType::Pubsub),
+        b"master" | b"replica" | b"slave" => Ok(ClientType::Other),
         _ => Err(Reply::error_fmt(format!("ERR Unknown client type '{}'", String::from_utf8_lossy(name)))),
     }
 }
@@ -90,8 +99,9 @@ pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
     let chosen: Vec<std::sync::Arc<ClientHandle>> =
         if args.len() == 4 && args[2].eq_ignore_ascii_case(b"type") {
             match client_type(&args[3]) {
-                Ok(ClientType::Normal) => ctx.state.clients.all(),
-                Ok(ClientType::Other) => Vec::new(),
+                Ok(wanted) => {
+                    ctx.state.clients.all().into_iter().filter(|c| ClientType::of(c) == wanted).collect()
+                }
                 Err(e) => return e.into(),
             }
         } else if args.len() > 3 && args[2].eq_ignore_ascii_case(b"id") {
@@ -161,7 +171,7 @@ impl Filter<'_> {
     fn matches(&self, c: &ClientHandle, me: u64) -> bool {
         self.addr.is_none_or(|a| a == c.peer.as_bytes())
             && self.laddr.is_none_or(|a| a == c.local.as_bytes())
-            && self.kind.is_none_or(|k| k == ClientType::Normal)
+            && self.kind.is_none_or(|k| k == ClientType::of(c))
             && self.id.is_none_or(|id| id == c.id)
             && !(self.skip_me && c.id == me)
     }

@@ -138,6 +138,11 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                     field("evicted_keys", sum(|n| n.evicted_keys).to_string());
                     field("keyspace_hits", sum(|n| n.keyspace_hits).to_string());
                     field("keyspace_misses", sum(|n| n.keyspace_misses).to_string());
+                    // Every node holds every router's registrations: any one answers for all.
+                    let first = |f: fn(&NodeStats) -> u64| nodes.first().map_or(0, f).to_string();
+                    field("pubsub_channels", first(|n| n.pubsub_channels));
+                    field("pubsub_patterns", first(|n| n.pubsub_patterns));
+                    field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
                 }
                 "replication" => {
                     field("role", "master".into());

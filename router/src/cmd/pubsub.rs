@@ -320,12 +320,13 @@ fn publish(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     // Another node than this client's last PUBLISH went to: sent only once the replies before it
     // are in (a reply is awaited after the previous one), so the earlier messages have left
-    // their node before this one is sent to its own.
+    // their node before this one is sent to its own; and a barrier, so that the PUBLISHes after
+    // it in the pipeline (sent at once, to the same node) cannot overtake it.
     let (state, routing, deadline) = (ctx.state.clone(), ctx.routing.clone(), ctx.deadline);
-    Pending::later(async move {
+    Pending::Barrier(Box::pin(async move {
         let call = state.backend.at(&routing, pos, publish, deadline);
         call.wait().await.map_or_else(Reply::from, |r| reply_int(r).map_or_else(|e| e, Reply::Int))
-    })
+    }))
 }
 
 fn pubsub_info(args: &Args, ctx: &mut Ctx) -> Pending {

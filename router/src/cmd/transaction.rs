@@ -96,6 +96,12 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
         multi.dirty = true;
         return Reply::error("ERR Command not allowed inside a transaction").into();
     }
+    // Redis 7.0 queues a (P|S)SUBSCRIBE and writes its pushes inside EXEC's array; Shoal refuses
+    // it, as Redis 7.2 does.
+    if matches!(spec.name, "subscribe" | "psubscribe" | "ssubscribe") {
+        multi.dirty = true;
+        return Reply::error("ERR Command not allowed inside a transaction").into();
+    }
     let size: usize = args.iter().map(|a| a.len() + 16).sum();
     if multi.bytes + size > limit {
         multi.dirty = true;
