@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -220,5 +219,101 @@ async fn redis_crate_async_pubsub() {
         assert_eq!(pair[1], ("orders".to_string(), Some("order*".to_string()), format!("o{i}")));
     }
     drop(stream);
+    router.shutdown().await;
+}
+
+/// A subscriber that never reads is disconnected once what waits for it passes the hard limit
+/// of `client-output-buffer-limit pubsub`; a subscriber that reads gets every message, and the
+/// router's memory for the slow one is bounded by the limit, not by what was published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let router = support::cluster().await;
+    wait_links(&router).await;
+    let mut admin = Raw::connect(router.resp_addr).await;
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]).await, b"+OK\r\n");
+    // The slow one: subscribes, then never reads (a small receive buffer, so the kernel does not
+    // hold megabytes on its behalf).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut slow = socket.connect(router.resp_addr).await.unwrap();
+    slow.write_all(&support::encode(&[b"SUBSCRIBE", b"firehose"])).await.unwrap();
+    let mut confirmation = vec![0u8; 64];
+    let n = slow.read(&mut confirmation).await.unwrap();
+    assert!(confirmation[..n].starts_with(b"*3\r\n$9\r\nsubscribe"));
+    let fast = Sub::new(router.resp_addr, &["firehose"], &[]).await;
+
+    // 64 MiB in 64 KiB messages, far past what the slow client's socket and limit can hold. The
+    // reader counts fixed-size frames instead of parsing them, to keep up in a debug build.
+    const MESSAGES: usize = 1024;
+    let payload = |i: usize| format!("P:{i:06}:{}", "x".repeat(64 * 1024));
+    let frame_len = support::encode(&[b"message", b"firehose", payload(0).as_bytes()]).len();
+    let reader = tokio::spawn(async move {
+        let mut stream = fast.conn.stream;
+        let mut buf = Vec::with_capacity(1 << 20);
+        let mut seqs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seqs.len() < MESSAGES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, stream.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                other => panic!("reader stopped after {} messages: {other:?}", seqs.len()),
+            }
+            let whole = buf.len() / frame_len * frame_len;
+            for frame in buf[..whole].chunks(frame_len) {
+                let at = frame.windows(2).position(|w| w == b"P:").expect("a payload");
+                seqs.push(std::str::from_utf8(&frame[at + 2..at + 8]).unwrap().parse::<usize>().unwrap());
+            }
+            buf.drain(..whole);
+        }
+        (seqs, stream)
+    });
+    let mut c = Raw::connect(router.resp_addr).await;
+    let payloads: Vec<String> = (0..MESSAGES).map(payload).collect();
+    let counts = publish_all(&mut c, "firehose", &payloads).await;
+    let (seqs, _still_subscribed) = reader.await.unwrap();
+    assert_eq!(seqs, (0..MESSAGES).collect::<Vec<_>>(), "the reader got everything, in order");
+    assert_eq!(counts[0], 2, "both subscribed at first");
+    assert_eq!(*counts.last().unwrap(), 1, "only the reader is left at the end");
+
+    // The slow client's connection was closed: reading drains what the kernel holds, then ends.
+    let mut drained = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, slow.read(&mut buf)).await.expect("the slow client is closed") {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+    assert!(drained < 24 << 20, "what reached the slow client is bounded ({drained} bytes)");
+    let page = support::http_get(router.http_addr, "/metrics").await;
+    assert_eq!(support::metric_sum(&page, "shoal_router_pubsub_disconnected_total"), 1.0);
+    let listed = String::from_utf8(admin.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).await).unwrap();
+    assert_eq!(listed.matches("sub=1").count(), 1, "only the reader is subscribed: {listed}");
+    router.shutdown().await;
+}
+
+/// `evicted` is raised where the eviction happens (on the node, under `maxmemory`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_raise_evicted() {
+    let router = support::router(&["--embedded-nodes", "1"]).await;
+    wait_links(&router).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    assert_eq!(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Ee"]).await, b"+OK\r\n");
+    let mut sub = Sub::new(router.resp_addr, &["__keyevent@0__:evicted"], &[]).await;
+    assert_eq!(c.cmd(&["SET", "victim", "v"]).await, b"+OK\r\n");
+    let value = "x".repeat(1024);
+    for i in 0..200 {
+        c.cmd(&["SET", &format!("filler:{i}"), &value]).await;
+    }
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random", "maxmemory", "64kb"]).await, b"+OK\r\n");
+    c.cmd(&["SET", "one-more", &value]).await;
+    sub.until(1, Duration::from_secs(10)).await;
+    let (channel, key) = &sub.got[0];
+    assert_eq!(channel, "__keyevent@0__:evicted");
+    assert!(key == "victim" || key.starts_with("filler:") || key == "one-more", "{key}");
     router.shutdown().await;
 }

@@ -69,6 +69,9 @@ impl Registry {
 #[derive(Debug)]
 pub enum Out {
     Delivery(Delivery),
+    /// The deliveries of one publish to one router (a message and its pattern matches), queued
+    /// as one so that a concurrent publish from another stream cannot come between them.
+    Group(Vec<Delivery>),
     /// The router fell too far behind: close its stream.
     Overflow,
 }
@@ -83,16 +86,26 @@ pub struct Outbox {
 
 impl Outbox {
     fn push(&self, d: Delivery) {
+        self.send(delivery_size(&d), Out::Delivery(d));
+    }
+
+    fn push_group(&self, mut group: Vec<Delivery>) {
+        if group.len() == 1 {
+            return self.push(group.pop().expect("one"));
+        }
+        self.send(group.iter().map(delivery_size).sum(), Out::Group(group));
+    }
+
+    fn send(&self, size: usize, out: Out) {
         if self.closed.load(Ordering::Relaxed) {
             return;
         }
-        let size = delivery_size(&d);
         if self.bytes.fetch_add(size, Ordering::Relaxed) + size > ROUTER_BUFFER_LIMIT {
             self.closed.store(true, Ordering::Relaxed);
             let _ = self.tx.send(Out::Overflow);
             return;
         }
-        let _ = self.tx.send(Out::Delivery(d));
+        let _ = self.tx.send(out);
     }
 
     /// A delivery left the queue (handed to the stream).
@@ -182,38 +195,59 @@ impl PubSub {
     pub fn publish(&self, channel: &[u8], message: &[u8], sharded: bool) -> u64 {
         self.published.fetch_add(1, Ordering::Relaxed);
         let reg = self.registry.read();
-        let mut receivers = 0u64;
-        let mut deliveries = 0u64;
-        // Copied once, shared by every router's delivery.
-        let (channel_bytes, payload) = (Bytes::copy_from_slice(channel), Bytes::copy_from_slice(message));
-        let mut send = |router: u64, kind: PubSubKind, pattern: &Bytes| {
-            if let Some(outbox) = reg.routers.get(&router) {
-                deliveries += 1;
-                outbox.push(Delivery {
-                    kind: kind as i32,
-                    pattern: pattern.clone(),
-                    channel: channel_bytes.clone(),
-                    payload: payload.clone(),
-                    ack: 0,
-                });
-            }
-        };
-        let none = Bytes::new();
         let direct = if sharded { &reg.shard } else { &reg.channels };
         let kind = if sharded { PubSubKind::PubsubShard } else { PubSubKind::PubsubChannel };
-        if let Some(holders) = direct.get(channel) {
-            for &(router, clients) in holders {
-                receivers += u64::from(clients);
-                send(router, kind, &none);
-            }
+        let holders = direct.get(channel);
+        let patterns: Vec<(&Bytes, &Holders)> = if sharded {
+            Vec::new()
+        } else {
+            reg.patterns.iter().filter(|(p, _)| glob_match(p, channel)).collect()
+        };
+        if holders.is_none() && patterns.is_empty() {
+            return 0;
         }
-        if !sharded {
-            for (pattern, holders) in &reg.patterns {
-                if glob_match(pattern, channel) {
-                    for &(router, clients) in holders {
-                        receivers += u64::from(clients);
-                        send(router, PubSubKind::PubsubPattern, pattern);
-                    }
+        // Copied once, shared by every router's delivery.
+        let (channel, payload) = (Bytes::copy_from_slice(channel), Bytes::copy_from_slice(message));
+        let delivery = |kind: PubSubKind, pattern: &Bytes| Delivery {
+            kind: kind as i32,
+            pattern: pattern.clone(),
+            channel: channel.clone(),
+            payload: payload.clone(),
+            ack: 0,
+        };
+        let none = Bytes::new();
+        let mut receivers = 0u64;
+        let mut deliveries = 0u64;
+        if patterns.is_empty() {
+            // The common case: one delivery per subscribed router.
+            for &(router, clients) in holders.into_iter().flatten() {
+                receivers += u64::from(clients);
+                if let Some(outbox) = reg.routers.get(&router) {
+                    deliveries += 1;
+                    outbox.push(delivery(kind, &none));
+                }
+            }
+        } else {
+            // Each router's deliveries (the message first, then its pattern matches) go as one.
+            let mut per_router: Vec<(u64, Vec<Delivery>)> = Vec::new();
+            let mut add = |router: u64, d: Delivery| match per_router.iter_mut().find(|(r, _)| *r == router) {
+                Some((_, list)) => list.push(d),
+                None => per_router.push((router, vec![d])),
+            };
+            for &(router, clients) in holders.into_iter().flatten() {
+                receivers += u64::from(clients);
+                add(router, delivery(kind, &none));
+            }
+            for (pattern, holders) in patterns {
+                for &(router, clients) in holders {
+                    receivers += u64::from(clients);
+                    add(router, delivery(PubSubKind::PubsubPattern, pattern));
+                }
+            }
+            for (router, group) in per_router {
+                if let Some(outbox) = reg.routers.get(&router) {
+                    deliveries += group.len() as u64;
+                    outbox.push_group(group);
                 }
             }
         }
@@ -270,8 +304,15 @@ mod tests {
     fn drain(rx: &mut mpsc::UnboundedReceiver<Out>) -> Vec<(i32, String, String, String, u64)> {
         let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
         let mut out = Vec::new();
-        while let Ok(Out::Delivery(d)) = rx.try_recv() {
-            out.push((d.kind, text(&d.pattern), text(&d.channel), text(&d.payload), d.ack));
+        while let Ok(o) = rx.try_recv() {
+            let list = match o {
+                Out::Delivery(d) => vec![d],
+                Out::Group(g) => g,
+                Out::Overflow => break,
+            };
+            for d in list {
+                out.push((d.kind, text(&d.pattern), text(&d.channel), text(&d.payload), d.ack));
+            }
         }
         out
     }

@@ -121,6 +121,13 @@ impl Stream for Deliveries {
                     bytes += d.channel.len() + d.pattern.len() + d.payload.len();
                     batch.deliveries.push(d);
                 }
+                Out::Group(group) => {
+                    for d in group {
+                        this.outbox.taken(&d);
+                        bytes += d.channel.len() + d.pattern.len() + d.payload.len();
+                        batch.deliveries.push(d);
+                    }
+                }
                 Out::Overflow => {
                     this.done = true;
                     this.pubsub.overflows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
