@@ -172,6 +172,8 @@ pub struct Membership {
     adopting: Mutex<()>,
     /// Views replaced by newer ones; a batch checked against one may still be applying.
     retired: Mutex<Vec<Weak<NodeView>>>,
+    /// The version served, for whoever tells routers about changes (the pub/sub streams).
+    versions: tokio::sync::watch::Sender<u64>,
 }
 
 /// Name of the topology copy kept in the data directory.
@@ -203,6 +205,7 @@ impl Membership {
             purge: Notify::new(),
             adopting: Mutex::new(()),
             retired: Mutex::default(),
+            versions: tokio::sync::watch::channel(0).0,
         });
         if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match shoal_wire::topology_file::read(&copy) {
@@ -243,6 +246,11 @@ impl Membership {
 
     pub fn view(&self) -> Arc<NodeView> {
         self.view.read().clone()
+    }
+
+    /// Follows the version served (changes after the new view is in place).
+    pub fn watch_version(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.versions.subscribe()
     }
 
     pub fn version(&self) -> u64 {
@@ -296,6 +304,7 @@ impl Membership {
             }
         }
         *self.view.write() = new.clone();
+        self.versions.send_replace(t.version);
         if old.topology.is_some() {
             self.retired.lock().push(Arc::downgrade(&old));
         }

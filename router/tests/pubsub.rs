@@ -11,94 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::Raw;
 use support::procs::NodeProc;
-
-/// A subscriber connection: subscribes (reading the confirmations) and collects messages.
-struct Sub {
-    conn: Raw,
-    /// Every message received, as (channel, payload) (pmessages too: the channel they matched).
-    got: Vec<(String, String)>,
-}
-
-impl Sub {
-    async fn new(addr: SocketAddr, channels: &[&str], patterns: &[&str]) -> Sub {
-        let mut conn = Raw::connect(addr).await;
-        for (cmd, names) in [("SUBSCRIBE", channels), ("PSUBSCRIBE", patterns)] {
-            if names.is_empty() {
-                continue;
-            }
-            let mut args = vec![cmd];
-            args.extend_from_slice(names);
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            conn.send(&support::encode(&args)).await;
-            for _ in names {
-                let r = conn.reply().await.expect("a confirmation");
-                assert!(r.starts_with(b"*3\r\n$"), "{}", String::from_utf8_lossy(&r));
-            }
-        }
-        Sub { conn, got: Vec::new() }
-    }
-
-    /// Reads messages until `n` have arrived in all (panics after `limit`).
-    async fn until(&mut self, n: usize, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.got.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Some(frame) = self.conn.reply_within(left).await else {
-                panic!("{} of {n} messages within {limit:?}", self.got.len());
-            };
-            self.got.push(parse_message(&frame));
-        }
-    }
-}
-
-/// (channel, payload) of a `message`, `pmessage` or `smessage` push.
-fn parse_message(frame: &[u8]) -> (String, String) {
-    let text = String::from_utf8_lossy(frame).into_owned();
-    let lines: Vec<&str> = text.split("\r\n").collect();
-    // *3 $7 message $n channel $m payload | *4 $8 pmessage $p pattern $n channel $m payload
-    match lines.get(2) {
-        Some(&"message") | Some(&"smessage") => (lines[4].to_string(), lines[6].to_string()),
-        Some(&"pmessage") => (lines[6].to_string(), lines[8].to_string()),
-        _ => panic!("not a message: {text:?}"),
-    }
-}
-
-/// PUBLISHes `payloads` to `channel` pipelined in chunks; returns each one's receiver count.
-async fn publish_all(c: &mut Raw, channel: &str, payloads: &[String]) -> Vec<i64> {
-    let mut counts = Vec::with_capacity(payloads.len());
-    for chunk in payloads.chunks(50) {
-        let mut request = Vec::new();
-        for p in chunk {
-            request.extend(support::encode(&[b"PUBLISH", channel.as_bytes(), p.as_bytes()]));
-        }
-        c.send(&request).await;
-        for _ in chunk {
-            let r = c.reply().await.expect("a PUBLISH reply");
-            let text = String::from_utf8_lossy(&r);
-            counts.push(text.trim_start_matches(':').trim_end().parse().unwrap_or_else(|_| panic!("{text}")));
-        }
-    }
-    counts
-}
-
-/// Checks that the payloads of `publisher` (`<publisher>:<seq>`) arrived as 0, 1, 2, ... `n`-1.
-fn in_order(got: &[(String, String)], publisher: &str, n: usize) -> Result<(), String> {
-    let seqs: Vec<usize> =
-        got.iter().filter_map(|(_, p)| p.strip_prefix(publisher)?.strip_prefix(':')?.parse().ok()).collect();
-    if seqs == (0..n).collect::<Vec<_>>() {
-        return Ok(());
-    }
-    let missing = (0..n).filter(|i| !seqs.contains(i)).count();
-    let out_of_order = seqs.windows(2).filter(|w| w[1] <= w[0]).count();
-    Err(format!(
-        "{publisher}: {} received of {n}, {missing} missing, {out_of_order} out of order",
-        seqs.len()
-    ))
-}
-
-async fn wait_links(router: &shoal_router::Router) {
-    support::wait_until(Duration::from_secs(10), || router.state.pubsub.all_up()).await;
-}
+use support::pubsub::{Sub, in_order, publish_all};
 
 /// Two routers in front of the same three nodes: messages published through either reach the
 /// subscribers of both, each subscriber gets every message once per matching subscription, and
@@ -113,8 +26,8 @@ async fn messages_reach_subscribers_on_every_router_in_publish_order() {
     let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
     let a = support::router(&["--nodes", &list]).await;
     let b = support::router(&["--nodes", &list]).await;
-    wait_links(&a).await;
-    wait_links(&b).await;
+    support::pubsub::wait_links(&a).await;
+    support::pubsub::wait_links(&b).await;
 
     let mut a_channel = Sub::new(a.resp_addr, &["news"], &[]).await;
     let mut a_pattern = Sub::new(a.resp_addr, &[], &["n*"]).await;
@@ -174,7 +87,7 @@ async fn messages_reach_subscribers_on_every_router_in_publish_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_publishes_and_refuses_to_subscribe() {
     let router = support::cluster().await;
-    wait_links(&router).await;
+    support::pubsub::wait_links(&router).await;
     let mut sub = Sub::new(router.resp_addr, &["alerts"], &[]).await;
     let request =
         "POST /channels/alerts HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nfire!";
@@ -195,7 +108,7 @@ async fn redis_crate_async_pubsub() {
     use tokio_stream::StreamExt;
 
     let router = support::cluster().await;
-    wait_links(&router).await;
+    support::pubsub::wait_links(&router).await;
     let client = redis::Client::open(support::redis_url(router.resp_addr)).unwrap();
     let mut pubsub = client.get_async_pubsub().await.unwrap();
     pubsub.subscribe("orders").await.unwrap();
@@ -230,9 +143,12 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let router = support::cluster().await;
-    wait_links(&router).await;
+    support::pubsub::wait_links(&router).await;
     let mut admin = Raw::connect(router.resp_addr).await;
-    assert_eq!(admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]).await, b"+OK\r\n");
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]).await,
+        b"+OK\r\n"
+    );
     // The slow one: subscribes, then never reads (a small receive buffer, so the kernel does not
     // hold megabytes on its behalf).
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
@@ -300,7 +216,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evictions_raise_evicted() {
     let router = support::router(&["--embedded-nodes", "1"]).await;
-    wait_links(&router).await;
+    support::pubsub::wait_links(&router).await;
     let mut c = Raw::connect(router.resp_addr).await;
     assert_eq!(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Ee"]).await, b"+OK\r\n");
     let mut sub = Sub::new(router.resp_addr, &["__keyevent@0__:evicted"], &[]).await;
@@ -309,7 +225,10 @@ async fn evictions_raise_evicted() {
     for i in 0..200 {
         c.cmd(&["SET", &format!("filler:{i}"), &value]).await;
     }
-    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random", "maxmemory", "64kb"]).await, b"+OK\r\n");
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random", "maxmemory", "64kb"]).await,
+        b"+OK\r\n"
+    );
     c.cmd(&["SET", "one-more", &value]).await;
     sub.until(1, Duration::from_secs(10)).await;
     let (channel, key) = &sub.got[0];

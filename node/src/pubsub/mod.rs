@@ -108,6 +108,11 @@ impl Outbox {
         let _ = self.tx.send(out);
     }
 
+    /// Tells the router the node serves topology `version` now.
+    pub fn push_version(&self, version: u64) {
+        self.push(Delivery { topology_version: version, ..Default::default() });
+    }
+
     /// A delivery left the queue (handed to the stream).
     fn taken(&self, d: &Delivery) {
         self.bytes.fetch_sub(delivery_size(d), Ordering::Relaxed);
@@ -213,7 +218,7 @@ impl PubSub {
             pattern: pattern.clone(),
             channel: channel.clone(),
             payload: payload.clone(),
-            ack: 0,
+            ..Default::default()
         };
         let none = Bytes::new();
         let mut receivers = 0u64;

@@ -48,8 +48,24 @@ pub fn open(
             pubsub.detach(id);
         })
     };
+    // The router learns every topology this node adopts, from the one it serves now on.
+    let versions = {
+        let (outbox, mut versions) = (outbox.clone(), state.membership.watch_version());
+        tokio::spawn(async move {
+            loop {
+                let v = *versions.borrow_and_update();
+                if v != 0 {
+                    outbox.push_version(v);
+                }
+                if versions.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
     let mut stop = stopping.clone();
     Box::pin(Deliveries {
+        versions,
         pubsub,
         state,
         id,
@@ -66,6 +82,7 @@ pub fn open(
 }
 
 struct Deliveries {
+    versions: tokio::task::JoinHandle<()>,
     pubsub: Arc<PubSub>,
     state: Arc<NodeState>,
     id: u64,
@@ -151,6 +168,7 @@ impl Stream for Deliveries {
 impl Drop for Deliveries {
     fn drop(&mut self) {
         self.changes.abort();
+        self.versions.abort();
         self.pubsub.detach(self.id);
     }
 }

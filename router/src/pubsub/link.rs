@@ -10,6 +10,10 @@
 //! ends the stream (a leaving node stops gracefully, after delivering what it accepted), then
 //! stops.
 //!
+//! The node also says which topology version it serves (when the stream opens and at every
+//! change): a router behind it catches up at once, so it links to a new node and registers there
+//! long before a move completes and publishes can be routed to that node.
+//!
 //! The link has a gRPC connection of its own, apart from the `Execute` stream's: deliveries
 //! never queue behind large batch replies.
 
@@ -19,9 +23,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::node_client::NodeClient;
-use shoal_wire::proto::{Frame, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription};
+use shoal_wire::proto::{
+    Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -29,7 +36,7 @@ use tonic::Streaming;
 use tonic::transport::Channel;
 
 use super::Hub;
-use crate::backend::BackendError;
+use crate::backend::{Backend, BackendError};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -54,7 +61,13 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn spawn(hub: Arc<Hub>, id: u32, addr: String, stop: watch::Receiver<bool>) -> Arc<Link> {
+    pub fn spawn(
+        hub: Arc<Hub>,
+        backend: Arc<Backend>,
+        id: u32,
+        addr: String,
+        stop: watch::Receiver<bool>,
+    ) -> Arc<Link> {
         let (changes, rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
             id,
@@ -64,8 +77,33 @@ impl Link {
             up: AtomicBool::new(false),
             retired: watch::channel(false).0,
         });
-        tokio::spawn(run(hub, link.clone(), rx, stop));
+        tokio::spawn(run(hub, backend, link.clone(), rx, stop));
         link
+    }
+
+    /// The node serves topology `version`: if this router is behind, it fetches the topology
+    /// from the node and adopts it (in the background).
+    fn catch_up(&self, backend: &Arc<Backend>, version: u64) {
+        if version <= backend.version() {
+            return;
+        }
+        let Some(mut client) = self.client.lock().clone() else { return };
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let fetched =
+                tokio::time::timeout(Duration::from_secs(5), client.get_topology(GetTopologyRequest {}))
+                    .await;
+            if let Ok(Ok(doc)) = fetched {
+                match Topology::from_json(&doc.into_inner().json) {
+                    Ok(t) => {
+                        if backend.adopt(t) {
+                            tracing::debug!(version, "topology adopted from a node's pub/sub stream");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "a node sent a topology that does not parse"),
+                }
+            }
+        });
     }
 
     /// Queues a change for the node; false if the link has stopped.
@@ -118,6 +156,7 @@ async fn connect(addr: &str) -> Result<Stream, String> {
 
 async fn run(
     hub: Arc<Hub>,
+    backend: Arc<Backend>,
     link: Arc<Link>,
     mut changes: mpsc::UnboundedReceiver<Change>,
     mut stop: watch::Receiver<bool>,
@@ -160,6 +199,10 @@ async fn run(
                             Ok(Some(batch)) => {
                                 let mut deliveries = batch.deliveries;
                                 deliveries.retain(|d| {
+                                    if d.topology_version != 0 {
+                                        link.catch_up(&backend, d.topology_version);
+                                        return false;
+                                    }
                                     if d.ack == 0 {
                                         return true;
                                     }

@@ -349,7 +349,13 @@ impl Hub {
                 });
                 for n in &nodes {
                     links.entry((n.id, n.addr.clone())).or_insert_with(|| {
-                        Link::spawn(self.clone(), n.id, n.addr.clone(), self.stop.subscribe())
+                        Link::spawn(
+                            self.clone(),
+                            backend.clone(),
+                            n.id,
+                            n.addr.clone(),
+                            self.stop.subscribe(),
+                        )
                     });
                 }
             }

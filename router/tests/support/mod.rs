@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod procs;
+pub mod pubsub;
 pub mod workload;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
