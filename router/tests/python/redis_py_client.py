@@ -3,6 +3,7 @@
     python3 redis_py_client.py PORT [PASSWORD]
 """
 import sys
+import time
 
 import redis
 
@@ -126,7 +127,80 @@ def main():
     assert len(pairs) in (2, 4), pairs
     info = r3.info("server")
     assert "redis_version" in info, info
+    check_pubsub(port, password)
     print("redis-py: all checks passed")
+
+
+def next_message(p, deadline):
+    """The next message (not a (un)subscribe confirmation) before `deadline`, or fail."""
+    while time.monotonic() < deadline:
+        m = p.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if m is not None:
+            return m
+    raise AssertionError("no message in time")
+
+
+def check_pubsub(port, password):
+    """redis-py's pubsub(): subscribe, psubscribe, get_message and listen(), bounded in time, in
+    RESP2 and RESP3, with the publisher on another connection."""
+    for protocol in (2, 3):
+        r = redis.Redis(host="127.0.0.1", port=port, password=password, protocol=protocol,
+                        decode_responses=True)
+        p = r.pubsub()
+        p.subscribe("py:news")
+        p.psubscribe("py:n*")
+        confirmations = [p.get_message(timeout=5) for _ in range(2)]
+        assert [(c["type"], c["channel"]) for c in confirmations] == [
+            ("subscribe", "py:news"), ("psubscribe", "py:n*")], confirmations
+        # The publisher counts a client once per matching subscription.
+        assert r.publish("py:news", "hello") == 2
+        assert r.publish("py:nope", "x") == 1
+        deadline = time.monotonic() + 10
+        got = [next_message(p, deadline) for _ in range(3)]
+        assert [(m["type"], m["channel"], m["data"]) for m in got] == [
+            ("message", "py:news", "hello"), ("pmessage", "py:news", "hello"),
+            ("pmessage", "py:nope", "x")], got
+        assert got[1]["pattern"] == "py:n*"
+        assert r.pubsub_numsub("py:news") == [("py:news", 1)]
+        assert r.pubsub_numpat() == 1
+        assert "py:news" in r.pubsub_channels("py:*")
+        # A handler thread, as applications run it.
+        received = []
+        handled = r.pubsub()
+        handled.subscribe(**{"py:jobs": lambda m: received.append(m["data"])})
+        worker = handled.run_in_thread(sleep_time=0.05, daemon=True)
+        try:
+            deadline = time.monotonic() + 5
+            while r.pubsub_numsub("py:jobs") != [("py:jobs", 1)]:
+                assert time.monotonic() < deadline, "the handler's subscription never showed"
+                time.sleep(0.02)
+            for i in range(50):
+                r.publish("py:jobs", f"job{i}")
+            while len(received) < 50:
+                assert time.monotonic() < deadline + 5, received
+                time.sleep(0.02)
+        finally:
+            worker.stop()
+            worker.join(timeout=5)
+            handled.close()
+        assert received == [f"job{i}" for i in range(50)], received
+        # listen(), bounded: the first message it yields, within the deadline.
+        p2 = r.pubsub(ignore_subscribe_messages=True)
+        p2.subscribe("py:once")
+        deadline = time.monotonic() + 5
+        while r.pubsub_numsub("py:once") != [("py:once", 1)]:
+            assert time.monotonic() < deadline, "the subscription never showed"
+            p2.get_message(timeout=0.05)  # reads (and skips) the confirmation
+        assert r.publish("py:once", "one") == 1
+        deadline = time.monotonic() + 5
+        for m in p2.listen():
+            if m is not None and m["type"] == "message":
+                assert m["data"] == "one", m
+                break
+            assert time.monotonic() < deadline, "listen() yielded nothing in time"
+        p2.close()
+        p.close()
+        assert r.pubsub_numsub("py:news", "py:jobs") == [("py:news", 0), ("py:jobs", 0)]
 
 
 if __name__ == "__main__":
