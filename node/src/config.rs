@@ -124,6 +124,12 @@ pub struct ServeArgs {
           value_parser = list_size)]
     pub list_max_listpack_size: i64,
 
+    /// Keyspace notifications (Redis's notify-keyspace-events letters, e.g. KEA; empty: off),
+    /// published through this node's pub/sub to every router's subscribers. CONFIG SET through
+    /// a router changes it at runtime (not kept across restarts).
+    #[arg(long, env = "SHOAL_NODE_NOTIFY_KEYSPACE_EVENTS", default_value = "", value_parser = notify_classes)]
+    pub notify_keyspace_events: u32,
+
     /// Internal shards (rounded up to a power of two); default: 4 per core, at least 8.
     #[arg(long, env = "SHOAL_NODE_SHARDS")]
     pub shards: Option<usize>,
@@ -177,6 +183,11 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 }
 
+/// `--notify-keyspace-events`: Redis's class letters, checked like CONFIG SET checks them.
+fn notify_classes(s: &str) -> Result<u32, String> {
+    shoal_wire::notify::parse(s.as_bytes()).ok_or_else(|| shoal_wire::notify::BAD_CLASS.to_string())
+}
+
 impl ServeArgs {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
@@ -184,6 +195,7 @@ impl ServeArgs {
             maxmemory: self.maxmemory as usize,
             policy: self.maxmemory_policy.parse().expect("clap checked the policy name"),
             limits: self.limits(),
+            notify_keyspace_events: self.notify_keyspace_events,
             ..StoreConfig::default()
         }
     }
@@ -284,5 +296,17 @@ mod tests {
         }
         let err = Cli::try_parse_from(["shoal-node", "--hash-max-listpack-entries", "-1"]).unwrap_err();
         assert!(err.to_string().contains(settings::NOT_NON_NEGATIVE), "{err}");
+    }
+
+    #[test]
+    fn notifications_take_redis_letters() {
+        let cli = Cli::try_parse_from(["shoal-node", "--notify-keyspace-events", "KEA"]).unwrap();
+        assert_eq!(shoal_wire::notify::to_string(cli.serve.store_config().notify_keyspace_events), "AKE");
+        assert_eq!(
+            Cli::try_parse_from(["shoal-node"]).unwrap().serve.store_config().notify_keyspace_events,
+            0
+        );
+        let err = Cli::try_parse_from(["shoal-node", "--notify-keyspace-events", "xyz"]).unwrap_err();
+        assert!(err.to_string().contains(shoal_wire::notify::BAD_CLASS), "{err}");
     }
 }
