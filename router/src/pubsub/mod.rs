@@ -263,28 +263,37 @@ impl Hub {
     }
 
     /// Hands a node's deliveries to the subscribed clients (a link's task, in the order the node
-    /// sent them).
+    /// sent them). Consecutive deliveries for one name (a busy channel's batch) reach each of its
+    /// clients in one push, one lock and one wake-up.
     pub fn deliver(&self, deliveries: &[Delivery]) {
         let local = self.local.read();
         let mut delivered = 0u64;
-        for d in deliveries {
-            let (kind, name) = match d.kind() {
-                PubSubKind::PubsubChannel => (Kind::Channel, &d.channel),
-                PubSubKind::PubsubPattern => (Kind::Pattern, &d.pattern),
-                PubSubKind::PubsubShard => (Kind::Shard, &d.channel),
-            };
-            let Some(holders) = local.get(kind).get(name) else { continue };
-            let message = Message {
-                kind,
-                pattern: d.pattern.clone(),
-                channel: d.channel.clone(),
-                payload: d.payload.clone(),
-            };
+        let target = |d: &Delivery| match d.kind() {
+            PubSubKind::PubsubChannel => (Kind::Channel, d.channel.clone()),
+            PubSubKind::PubsubPattern => (Kind::Pattern, d.pattern.clone()),
+            PubSubKind::PubsubShard => (Kind::Shard, d.channel.clone()),
+        };
+        let mut rest = deliveries;
+        while let Some(first) = rest.first() {
+            let (kind, name) = target(first);
+            let run = rest.iter().take_while(|d| target(d) == (kind, name.clone())).count();
+            let (now, later) = rest.split_at(run);
+            rest = later;
+            let Some(holders) = local.get(kind).get(&name) else { continue };
+            let messages: Vec<Message> = now
+                .iter()
+                .map(|d| Message {
+                    kind,
+                    pattern: d.pattern.clone(),
+                    channel: d.channel.clone(),
+                    payload: d.payload.clone(),
+                })
+                .collect();
             for s in holders {
-                if s.push(message.clone(), &self.limits) {
+                if s.push_all(&messages, &self.limits) {
                     self.counters.disconnected.fetch_add(1, Ordering::Relaxed);
                 }
-                delivered += 1;
+                delivered += messages.len() as u64;
             }
         }
         self.counters.delivered.fetch_add(delivered, Ordering::Relaxed);
@@ -313,7 +322,8 @@ impl Hub {
 
     /// Whether every node's link is connected (tests, readiness of pub/sub).
     pub fn all_up(&self) -> bool {
-        self.links.lock().values().all(|l| l.is_up())
+        let links = self.links.lock();
+        !links.is_empty() && links.values().all(|l| l.is_up())
     }
 
     /// Asks one node (the first whose link is up, in topology order) a PUBSUB question; every
@@ -392,5 +402,80 @@ impl Drop for LeaveOnDrop {
     fn drop(&mut self) {
         // The connection closed: nobody waits for the nodes.
         drop(self.hub.leave(&self.sub));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clients::ClientHandle;
+    use crate::resp::Protocol;
+
+    fn names(list: &[&str]) -> Vec<Bytes> {
+        list.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect()
+    }
+
+    fn text(replies: &[Reply]) -> String {
+        let bytes: Vec<u8> = replies.iter().flat_map(|r| r.to_bytes(Protocol::Resp2).to_vec()).collect();
+        String::from_utf8(bytes).unwrap().replace("\r\n", " ")
+    }
+
+    #[test]
+    fn replies_counts_and_deliveries_follow_redis() {
+        let hub = Hub::new(Duration::from_millis(10));
+        let client = Arc::new(ClientHandle::new(1, "a".into(), "l".into(), false));
+        let sub = Subscriber::new(client.clone());
+        let (r, _) = hub.change(&sub, Kind::Channel, &names(&["x", "y", "x"]), true);
+        assert_eq!(
+            text(&r),
+            "*3 $9 subscribe $1 x :1 *3 $9 subscribe $1 y :2 *3 $9 subscribe $1 x :2 ",
+            "a channel given twice is answered twice, counted once"
+        );
+        let (r, _) = hub.change(&sub, Kind::Pattern, &names(&["x*"]), true);
+        assert_eq!(text(&r), "*3 $10 psubscribe $2 x* :3 ");
+        let (r, _) = hub.change(&sub, Kind::Shard, &names(&["s"]), true);
+        assert_eq!(text(&r), "*3 $10 ssubscribe $1 s :1 ", "shard channels count apart");
+        assert!(client.is_pubsub());
+        assert_eq!(hub.counts(), (2, 1, 1));
+
+        let d = |kind: PubSubKind, pattern: &str, channel: &str| Delivery {
+            kind: kind as i32,
+            pattern: Bytes::copy_from_slice(pattern.as_bytes()),
+            channel: Bytes::copy_from_slice(channel.as_bytes()),
+            payload: Bytes::from_static(b"m"),
+            ..Default::default()
+        };
+        hub.deliver(&[
+            d(PubSubKind::PubsubChannel, "", "x"),
+            d(PubSubKind::PubsubPattern, "x*", "xx"),
+            d(PubSubKind::PubsubChannel, "", "nobody"),
+            d(PubSubKind::PubsubShard, "", "s"),
+        ]);
+        let got: Vec<String> = sub
+            .take(1 << 20, &hub.limits)
+            .iter()
+            .map(|m| String::from_utf8(m.reply().to_bytes(Protocol::Resp3).to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ">3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1\r\nm\r\n",
+                ">4\r\n$8\r\npmessage\r\n$2\r\nx*\r\n$2\r\nxx\r\n$1\r\nm\r\n",
+                ">3\r\n$8\r\nsmessage\r\n$1\r\ns\r\n$1\r\nm\r\n"
+            ]
+        );
+
+        let (r, _) = hub.change(&sub, Kind::Channel, &[], false);
+        assert_eq!(
+            text(&r),
+            "*3 $11 unsubscribe $1 x :2 *3 $11 unsubscribe $1 y :1 ",
+            "in subscription order"
+        );
+        let (r, _) = hub.change(&sub, Kind::Channel, &[], false);
+        assert_eq!(text(&r), "*3 $11 unsubscribe $-1 :1 ", "none left: a null name");
+        drop(hub.leave(&sub));
+        assert_eq!(hub.counts(), (0, 0, 0));
+        assert!(!client.is_pubsub());
+        assert!(client.info_line().contains(" flags=N db=0 sub=0 psub=0 ssub=0 "));
     }
 }

@@ -162,22 +162,33 @@ impl Subscriber {
         self.client.id
     }
 
-    /// Queues `m`; a client past its output limit is disconnected instead. Returns whether it
-    /// was cut off by this push.
-    pub fn push(&self, m: Message, limits: &Limits) -> bool {
+    /// Queues `messages`; a client past its output limit is disconnected instead. Returns
+    /// whether it was cut off by this push.
+    pub fn push_all(&self, messages: &[Message], limits: &Limits) -> bool {
         let mut q = self.queue.lock();
         if q.dead {
             return false;
         }
-        q.bytes += m.size();
-        q.items.push_back(m);
+        for m in messages {
+            q.bytes += m.size();
+            q.items.push_back(m.clone());
+        }
         let hard = limits.hard.load(Ordering::Relaxed) as usize;
         let soft = limits.soft.load(Ordering::Relaxed) as usize;
         let over_hard = hard > 0 && q.bytes > hard;
-        let over_soft = soft > 0 && q.bytes > soft && {
-            let since = *q.over_soft_since.get_or_insert_with(Instant::now);
-            since.elapsed() > Duration::from_secs(limits.soft_seconds.load(Ordering::Relaxed))
-        };
+        // Over the soft limit: the first time starts its clock (as Redis does); past its seconds,
+        // the client is cut off.
+        let over_soft = soft > 0
+            && q.bytes > soft
+            && match q.over_soft_since {
+                None => {
+                    q.over_soft_since = Some(Instant::now());
+                    false
+                }
+                Some(since) => {
+                    since.elapsed() > Duration::from_secs(limits.soft_seconds.load(Ordering::Relaxed))
+                }
+            };
         if over_hard || over_soft {
             q.dead = true;
             q.items = VecDeque::new();
@@ -235,4 +246,81 @@ impl Subscriber {
 pub struct Counters {
     pub delivered: AtomicU64,
     pub disconnected: AtomicU64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(payload: usize) -> Message {
+        Message {
+            kind: Kind::Channel,
+            pattern: Bytes::new(),
+            channel: Bytes::from_static(b"c"),
+            payload: Bytes::from(vec![b'x'; payload]),
+        }
+    }
+
+    fn client() -> Arc<ClientHandle> {
+        Arc::new(ClientHandle::new(1, "a".into(), "l".into(), false))
+    }
+
+    #[test]
+    fn the_hard_limit_disconnects_and_drops_the_queue() {
+        let limits = Limits::default();
+        limits.hard.store(10_000, Ordering::Relaxed);
+        limits.soft.store(0, Ordering::Relaxed);
+        let sub = Subscriber::new(client());
+        assert!(!sub.push_all(&[message(4_000)], &limits));
+        assert!(!sub.push_all(&[message(4_000)], &limits));
+        assert!(!sub.client.is_killed());
+        // Taken by the connection: room again.
+        assert_eq!(sub.take(1 << 20, &limits).len(), 2);
+        assert!(!sub.push_all(&[message(4_000), message(4_000)], &limits));
+        assert!(sub.push_all(&[message(4_000)], &limits), "past 10,000 bytes");
+        assert!(sub.client.is_killed());
+        assert_eq!(sub.queued_bytes(), 0, "its queue is dropped");
+        assert!(!sub.push_all(&[message(1)], &limits), "nothing is queued for it any more");
+        assert!(!sub.has_messages());
+    }
+
+    #[test]
+    fn the_soft_limit_disconnects_only_after_its_seconds() {
+        let limits = Limits::default();
+        limits.hard.store(0, Ordering::Relaxed);
+        limits.soft.store(1_000, Ordering::Relaxed);
+        limits.soft_seconds.store(0, Ordering::Relaxed);
+        let sub = Subscriber::new(client());
+        assert!(!sub.push_all(&[message(2_000)], &limits), "over soft: its clock starts");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(sub.push_all(&[message(1)], &limits), "still over soft after its 0 seconds");
+        let sub = Subscriber::new(client());
+        limits.soft_seconds.store(60, Ordering::Relaxed);
+        assert!(!sub.push_all(&[message(2_000)], &limits));
+        sub.take(1 << 20, &limits);
+        assert!(!sub.push_all(&[message(2_000)], &limits), "drained below soft: the clock started again");
+        assert!(!sub.client.is_killed());
+    }
+
+    #[test]
+    fn pushes_are_redis_s_frames() {
+        let m = Message {
+            kind: Kind::Pattern,
+            pattern: Bytes::from_static(b"n*"),
+            channel: Bytes::from_static(b"news"),
+            payload: Bytes::from_static(b"hi"),
+        };
+        for protocol in [Protocol::Resp2, Protocol::Resp3] {
+            let mut direct = Out::new();
+            m.encode(protocol, &mut direct);
+            assert_eq!(
+                direct.into_bytes(),
+                m.reply().to_bytes(protocol),
+                "the fast path writes what the reply would"
+            );
+        }
+        let mut out = Out::new();
+        m.encode(Protocol::Resp3, &mut out);
+        assert_eq!(&out.into_bytes()[..], b">4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+    }
 }
