@@ -146,7 +146,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
     support::pubsub::wait_links(&router).await;
     let mut admin = Raw::connect(router.resp_addr).await;
     assert_eq!(
-        admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 1mb 0 0"]).await,
+        admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 4mb 0 0"]).await,
         b"+OK\r\n"
     );
     // The slow one: subscribes, then never reads (a small receive buffer, so the kernel does not
@@ -165,29 +165,44 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
     const MESSAGES: usize = 1024;
     let payload = |i: usize| format!("P:{i:06}:{}", "x".repeat(64 * 1024));
     let frame_len = support::encode(&[b"message", b"firehose", payload(0).as_bytes()]).len();
-    let reader = tokio::spawn(async move {
-        let mut stream = fast.conn.stream;
-        let mut buf = Vec::with_capacity(1 << 20);
-        let mut seqs = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while seqs.len() < MESSAGES {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, stream.read_buf(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                other => panic!("reader stopped after {} messages: {other:?}", seqs.len()),
+    // How many the reader has: the publisher keeps at most 32 messages (2 MiB) ahead of it, so
+    // the reader stays within its limit however busy the machine is; the slow one never reads.
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reader = tokio::spawn({
+        let received = received.clone();
+        async move {
+            let mut stream = fast.conn.stream;
+            let mut buf = Vec::with_capacity(1 << 20);
+            let mut seqs = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while seqs.len() < MESSAGES {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(left, stream.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    other => panic!("reader stopped after {} messages: {other:?}", seqs.len()),
+                }
+                let whole = buf.len() / frame_len * frame_len;
+                for frame in buf[..whole].chunks(frame_len) {
+                    let at = frame.windows(2).position(|w| w == b"P:").expect("a payload");
+                    seqs.push(std::str::from_utf8(&frame[at + 2..at + 8]).unwrap().parse::<usize>().unwrap());
+                }
+                buf.drain(..whole);
+                received.store(seqs.len(), std::sync::atomic::Ordering::Release);
             }
-            let whole = buf.len() / frame_len * frame_len;
-            for frame in buf[..whole].chunks(frame_len) {
-                let at = frame.windows(2).position(|w| w == b"P:").expect("a payload");
-                seqs.push(std::str::from_utf8(&frame[at + 2..at + 8]).unwrap().parse::<usize>().unwrap());
-            }
-            buf.drain(..whole);
+            (seqs, stream)
         }
-        (seqs, stream)
     });
     let mut c = Raw::connect(router.resp_addr).await;
     let payloads: Vec<String> = (0..MESSAGES).map(payload).collect();
-    let counts = publish_all(&mut c, "firehose", &payloads).await;
+    let mut counts = Vec::new();
+    for (i, chunk) in payloads.chunks(16).enumerate() {
+        let start = Instant::now();
+        while received.load(std::sync::atomic::Ordering::Acquire) + 32 < i * 16 {
+            assert!(start.elapsed() < Duration::from_secs(30), "the reader stopped reading");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        counts.extend(publish_all(&mut c, "firehose", chunk).await);
+    }
     let (seqs, _still_subscribed) = reader.await.unwrap();
     assert_eq!(seqs, (0..MESSAGES).collect::<Vec<_>>(), "the reader got everything, in order");
     assert_eq!(counts[0], 2, "both subscribed at first");

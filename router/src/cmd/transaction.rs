@@ -96,8 +96,8 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
         multi.dirty = true;
         return Reply::error("ERR Command not allowed inside a transaction").into();
     }
-    // Redis 7.0 queues a (P|S)SUBSCRIBE and writes its pushes inside EXEC's array; Shoal refuses
-    // it, as Redis 7.2 does.
+    // Redis 7.0 queues a (P|S)SUBSCRIBE and writes its pushes inside EXEC's array (one element
+    // per command, yet several pushes for several channels); Shoal refuses it.
     if matches!(spec.name, "subscribe" | "psubscribe" | "ssubscribe") {
         multi.dirty = true;
         return Reply::error("ERR Command not allowed inside a transaction").into();
