@@ -6,12 +6,14 @@ with 100 subscribers to one channel, side by side in one run.
                                      [--latency-rate PER_SEC] [--write-docs]
 
 Throughput: two redis-benchmark processes (one per Shoal router; both on redis-server's one
-port) pipeline PUBLISHes of a 32-byte message (`-c 2 -P 16`) while this script's subscribers
+port) pipeline PUBLISHes of a 32-byte message (`-c 4 -P 32`) while this script's subscribers
 (50 on each Shoal router; 100 on redis-server) read everything. Reported: publishes per second
 (redis-benchmark's rate, summed) and deliveries per second (messages received by all subscribers
 together, from the first publish until the last subscriber has every message), and each
-system's server CPU-us per publish; median of R interleaved rounds. A subscriber that does not
-get every message fails the run.
+system's server CPU-us per publish (and what one saturated core would serve at that cost: on a
+2-core machine the load generator's core, reading 100 sockets, tends to set the pace for both
+systems); median of R interleaved rounds. A subscriber that does not get every message fails the
+run.
 
 Latency: one publisher (this script, alternating between the routers for Shoal) publishes
 messages carrying their send time at a fixed rate; 10 probe subscribers (5 per router) compute
@@ -166,11 +168,14 @@ class Readers:
         self.thread.join(timeout=5)
 
 
+CLIENTS, PIPELINE = 4, 32  # per redis-benchmark process (one per router)
+
+
 def bench_publish(ports, total):
     """Runs one redis-benchmark per port (total PUBLISHes split between them); publishes/s."""
     procs = []
     for port in ports:
-        argv = common.pinned(["redis-benchmark", "-p", str(port), "-c", "2", "-P", "16", "-n",
+        argv = common.pinned(["redis-benchmark", "-p", str(port), "-c", str(CLIENTS), "-P", str(PIPELINE), "-n",
                               str(total // len(ports)), "--csv", "PUBLISH", CHANNEL.decode(), PAYLOAD.decode()],
                              common.CLIENT_CPUS)
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
@@ -326,14 +331,16 @@ def main():
         f"and 2 `shoal-router` processes (`--threads 1` each), 50 subscribers on each router; redis-server: 100 "
         f"subscribers. All servers pinned to CPU {common.SERVER_CPUS}, redis-benchmark and the subscribers "
         f"(this script) to CPU {common.CLIENT_CPUS}. One channel, 32-byte messages; throughput is the median of "
-        f"{args.rounds} interleaved rounds of {args.messages:,} PUBLISHes (two `redis-benchmark -c 2 -P 16`, one "
-        "per router), every message checked to reach every subscriber.",
+        f"{args.rounds} interleaved rounds of {args.messages:,} PUBLISHes (two `redis-benchmark -c {CLIENTS} -P "
+        f"{PIPELINE}`, one per router), every message checked to reach every subscriber.",
         "",
         "| | Shoal | redis-server | Shoal/redis |",
         "|---|---|---|---|",
         f"| PUBLISH/s (each to 100 subscribers) | {sp:,.0f} | {rp:,.0f} | {sp / rp:.2f}x |",
         f"| messages delivered/s, first publish to last delivery | {sd:,.0f} | {rd:,.0f} | {sd / rd:.2f}x |",
-        f"| server CPU-us per PUBLISH (all processes) | {sc:.1f} | {rc:.1f} | |",
+        f"| server CPU-us per PUBLISH (all processes) | {sc:.1f} | {rc:.1f} | {sc / rc:.2f}x |",
+        f"| PUBLISH/s one saturated core would serve (1 s / CPU per PUBLISH) | {1e6 / sc:,.0f} | {1e6 / rc:,.0f} | "
+        f"{rc / sc:.2f}x |",
         f"| publish-to-receive p50 at {args.latency_rate}/s (ms) | {lat['shoal'][0]:.2f} | {lat['redis'][0]:.2f} | |",
         f"| publish-to-receive p99 (ms) | {lat['shoal'][1]:.2f} | {lat['redis'][1]:.2f} | |",
         f"| publish-to-receive max (ms) | {lat['shoal'][2]:.2f} | {lat['redis'][2]:.2f} | |",

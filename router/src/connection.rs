@@ -369,12 +369,17 @@ async fn close_with<S: AsyncWrite + Unpin>(stream: &mut S, message: &[u8]) {
 /// Completes when a pub/sub message is queued for this client (never if it never subscribed).
 async fn pushed(session: &Session) {
     match session.pushes() {
+        // Some left from the last round's writing: at once. (A push after this check leaves its
+        // wake-up behind for `ready`.)
+        Some(sub) if sub.has_messages() => {}
         Some(sub) => sub.ready().await,
         None => std::future::pending().await,
     }
 }
 
-/// Writes the client's queued pub/sub messages; false when the connection must close.
+/// Writes the client's queued pub/sub messages (a few hundred KiB at a time, at most
+/// [`PUSH_ROUNDS`] times, so a flood of messages cannot keep the client's own commands, an
+/// UNSUBSCRIBE say, from being read); false when the connection must close.
 async fn write_pushes<S: AsyncWrite + Unpin>(
     sub: &crate::pubsub::Subscriber,
     output: &mut Out,
@@ -383,7 +388,7 @@ async fn write_pushes<S: AsyncWrite + Unpin>(
     state: &RouterState,
     session: &Session,
 ) -> bool {
-    loop {
+    for _ in 0..PUSH_ROUNDS {
         let batch = sub.take(WRITE_AT, &state.pubsub.limits);
         if batch.is_empty() {
             return true;
@@ -396,7 +401,12 @@ async fn write_pushes<S: AsyncWrite + Unpin>(
             return false;
         }
     }
+    // More may be waiting: the next idle wait returns at once for them (see `pushed`).
+    true
 }
+
+/// Batches of queued pub/sub messages written before a connection reads its next commands.
+const PUSH_ROUNDS: usize = 8;
 
 /// Writes what `output` holds; false when the connection must close (the write failed, the
 /// client was killed meanwhile (CLIENT KILL, or a pub/sub client past its output limit that

@@ -314,7 +314,8 @@ impl Hub {
         (local.registrations(), acks)
     }
 
-    /// Names with local subscribers: (channels, patterns, shard channels), for INFO.
+    /// Names with subscribers on this router: (channels, patterns, shard channels). (INFO asks
+    /// a node, which knows every router's.)
     pub fn counts(&self) -> (usize, usize, usize) {
         let local = self.local.read();
         (local.channels.len(), local.patterns.len(), local.shard.len())
