@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use support::Raw;

@@ -311,7 +311,7 @@ fn publish(args: &Args, ctx: &mut Ctx) -> Pending {
     let (owner, moving_from) = ctx.routing.locate(&args[1]);
     let pos = moving_from.unwrap_or(owner);
     let node = ctx.routing.nodes[pos].ident().id;
-    let same_node = std::mem::replace(&mut ctx.session.last_publish_node, Some(node)) == Some(node);
+    let same_node = ctx.session.last_publish_node.replace(node) == Some(node);
     if same_node || ctx.routing.capturing {
         let call = ctx.call_at(pos, publish);
         return Pending::later(async move {
