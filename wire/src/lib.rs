@@ -5,6 +5,9 @@
 //!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
 //! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
 //! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
+//! - [`command`]: the one-key string and keyspace commands that travel as typed ops (GET, SET,
+//!   EXPIRE, TTL, ...): arguments → op with Redis's rules and texts, for the router's clients and
+//!   for `redis.call` in a node's Lua scripts alike.
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET on the router).
@@ -20,6 +23,7 @@
 
 pub mod client;
 pub mod clock;
+pub mod command;
 pub mod glob;
 pub mod num;
 pub mod ops;

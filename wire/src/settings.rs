@@ -32,10 +32,11 @@ pub enum Setting {
     ZsetMaxListpackEntries,
     ZsetMaxListpackValue,
     ListMaxListpackSize,
+    BusyReplyThreshold,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 8] = [
+    pub const ALL: [Setting; 9] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -44,6 +45,7 @@ impl Setting {
         Setting::ZsetMaxListpackEntries,
         Setting::ZsetMaxListpackValue,
         Setting::ListMaxListpackSize,
+        Setting::BusyReplyThreshold,
     ];
 
     /// Redis's name (lower case).
@@ -57,6 +59,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => "zset-max-listpack-entries",
             Setting::ZsetMaxListpackValue => "zset-max-listpack-value",
             Setting::ListMaxListpackSize => "list-max-listpack-size",
+            Setting::BusyReplyThreshold => "busy-reply-threshold",
         }
     }
 
@@ -68,6 +71,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => "zset-max-ziplist-entries",
             Setting::ZsetMaxListpackValue => "zset-max-ziplist-value",
             Setting::ListMaxListpackSize => "list-max-ziplist-size",
+            Setting::BusyReplyThreshold => "lua-time-limit",
             _ => return None,
         })
     }
@@ -83,6 +87,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => into.zset_max_listpack_entries = Some(parse_count(value)?),
             Setting::ZsetMaxListpackValue => into.zset_max_listpack_value = Some(parse_byte_limit(value)?),
             Setting::ListMaxListpackSize => into.list_max_listpack_size = Some(parse_list_size(value)?),
+            Setting::BusyReplyThreshold => into.busy_reply_threshold = Some(parse_count(value)?),
         }
         Ok(())
     }
@@ -98,6 +103,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => s.zset_max_listpack_entries.map(|v| v.to_string()),
             Setting::ZsetMaxListpackValue => s.zset_max_listpack_value.map(|v| v.to_string()),
             Setting::ListMaxListpackSize => s.list_max_listpack_size.map(|v| v.to_string()),
+            Setting::BusyReplyThreshold => s.busy_reply_threshold.map(|v| v.to_string()),
         }
     }
 }
@@ -142,6 +148,7 @@ pub fn check(s: &NodeSettings) -> Result<(), String> {
         (Setting::SetMaxIntsetEntries, s.set_max_intset_entries),
         (Setting::ZsetMaxListpackEntries, s.zset_max_listpack_entries),
         (Setting::ZsetMaxListpackValue, s.zset_max_listpack_value),
+        (Setting::BusyReplyThreshold, s.busy_reply_threshold),
     ] {
         if v.is_some_and(|v| v > i64::MAX as u64) {
             return fail(setting, NOT_NON_NEGATIVE);

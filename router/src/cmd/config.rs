@@ -143,6 +143,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("list-max-ziplist-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-compress-depth", Param::Fixed("0")),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
+    ("busy-reply-threshold", Param::Node(Setting::BusyReplyThreshold)),
+    ("lua-time-limit", Param::Node(Setting::BusyReplyThreshold)),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with
