@@ -22,7 +22,7 @@ use shoal_wire::proto::{
     NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc,
     node_server::Node,
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -43,6 +43,8 @@ const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Debug)]
 pub struct NodeState {
     pub store: Arc<Store>,
+    /// Lua scripts: the cache and the script thread.
+    pub scripts: crate::script::Scripts,
     pub persistence: Arc<Persistence>,
     pub membership: Arc<Membership>,
     pub metrics: NodeMetrics,
@@ -51,7 +53,19 @@ pub struct NodeState {
 
 impl NodeState {
     pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, membership: Arc<Membership>) -> NodeState {
-        NodeState { store, persistence, membership, metrics: NodeMetrics::default(), started: Instant::now() }
+        let scripts = crate::script::Scripts::new(
+            store.clone(),
+            crate::script::DEFAULT_MEMORY_LIMIT,
+            crate::script::DEFAULT_BUSY_MS,
+        );
+        NodeState {
+            store,
+            scripts,
+            persistence,
+            membership,
+            metrics: NodeMetrics::default(),
+            started: Instant::now(),
+        }
     }
 
     /// Applies one whole batch and returns its replies in one message (tools and tests; the
@@ -61,8 +75,16 @@ impl NodeState {
         let mut replies = Vec::new();
         let mut assembler = OpAssembler::default();
         while let Some(op) = running.ops.pop_front() {
-            if let Some(r) = running.apply(self, &mut assembler, op) {
-                replies.push(r);
+            match running.step(self, &mut assembler, op) {
+                Step::Reply(r) => replies.push(r),
+                Step::Piece => {}
+                // Tools and tests: wait for the script (or the gate) right here.
+                Step::Script(rx) => replies.push(
+                    rx.blocking_recv().unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone")),
+                ),
+                Step::Held(op) => {
+                    replies.push(crate::ops::apply_checked(&self.store, &running.view, running.version, op))
+                }
             }
         }
         BatchReply { id: running.id, replies, more: false }
@@ -109,6 +131,7 @@ impl NodeState {
             zset_max_listpack_entries: Some(l.zset_max_listpack_entries as u64),
             zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
             list_max_listpack_size: Some(l.list_max_listpack_size),
+            busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
         }
     }
 
@@ -129,6 +152,9 @@ impl NodeState {
         }
         store.set_policy(now.policy);
         store.set_maxmemory(now.maxmemory);
+        if let Some(ms) = change.busy_reply_threshold {
+            self.scripts.set_busy_reply_threshold(ms);
+        }
         if change != &NodeSettings::default() {
             tracing::info!(?change, "settings changed");
         }
@@ -206,6 +232,20 @@ impl Node for NodeService {
             assembler: OpAssembler::default(),
             running: None,
         })))
+    }
+
+    async fn kill_script(
+        &self,
+        _request: Request<proto::KillScriptRequest>,
+    ) -> Result<Response<proto::KillScriptReply>, Status> {
+        use crate::script::Kill;
+        use proto::kill_script_reply::Outcome;
+        let outcome = match self.state.scripts.kill() {
+            Kill::NotBusy => Outcome::NotBusy,
+            Kill::Killed => Outcome::Killed,
+            Kill::Unkillable => Outcome::Unkillable,
+        };
+        Ok(Response::new(proto::KillScriptReply { outcome: outcome as i32 }))
     }
 
     async fn block(&self, request: Request<proto::BlockRequest>) -> Result<Response<proto::Reply>, Status> {
@@ -409,7 +449,31 @@ struct Running {
     ops: VecDeque<Op>,
     /// Replies (or pieces of them) not sent yet.
     outbox: VecDeque<Reply>,
+    /// What the next op waits for, if anything.
+    waiting: Option<Waiting>,
 }
+
+/// What becomes of one op now.
+enum Step {
+    Reply(Reply),
+    /// A piece of a larger op (its reply comes with the last piece).
+    Piece,
+    /// A script runs on the script thread; its reply will arrive here.
+    Script(oneshot::Receiver<Reply>),
+    /// A script holds the store: the op waits for it.
+    Held(Op),
+}
+
+/// Why a batch is paused. Its later ops wait (their order holds); other streams go on.
+enum Waiting {
+    Script(oneshot::Receiver<Reply>),
+    /// Try the held op again after a moment.
+    Gate(Pin<Box<tokio::time::Sleep>>),
+}
+
+/// How often an op held by a running script tries again (a script that runs this long is rare;
+/// one that runs past busy-reply-threshold gets the op answered BUSY instead).
+const GATE_RETRY: Duration = Duration::from_millis(1);
 
 impl Running {
     fn start(state: &NodeState, batch: Batch) -> Running {
@@ -420,15 +484,40 @@ impl Running {
             view: state.membership.view(),
             ops: batch.ops.into(),
             outbox: VecDeque::new(),
+            waiting: None,
         }
     }
 
-    /// Applies one received op; `None` for a piece of a larger op.
-    fn apply(&self, state: &NodeState, assembler: &mut OpAssembler, op: Op) -> Option<Reply> {
-        match assembler.feed(op) {
-            Fed::Piece => None,
-            Fed::Op(op) => Some(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
-            Fed::Failed(e) => Some(crate::ops::error(&format!("ERR {e}"))),
+    /// Takes one received op as far as it can go now.
+    fn step(&self, state: &NodeState, assembler: &mut OpAssembler, op: Op) -> Step {
+        let op = match assembler.feed(op) {
+            Fed::Piece => return Step::Piece,
+            Fed::Op(op) => op,
+            Fed::Failed(e) => return Step::Reply(crate::ops::error(&format!("ERR {e}"))),
+        };
+        if crate::script::Scripts::is_script_op(&op) {
+            return Step::Script(state.scripts.submit(op, self.view.clone(), self.version));
+        }
+        if let Some(proto::op::Kind::ScriptAdmin(a)) = &op.kind {
+            return Step::Reply(state.scripts.admin(a));
+        }
+        match crate::ops::try_apply_checked(&state.store, &self.view, self.version, op) {
+            Ok(r) => Step::Reply(r),
+            // A script holds the store: wait without the thread, or answer BUSY once it has
+            // held it past busy-reply-threshold.
+            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
+            Err(op) if state.scripts.active() => Step::Held(op),
+            // A transaction holds it, for a moment: wait here.
+            Err(op) => Step::Reply(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
+        }
+    }
+
+    /// Queues a reply, in pieces if it is large.
+    fn push_reply(&mut self, r: Reply) {
+        if r.encoded_len() <= pieces::PIECE_BYTES {
+            self.outbox.push_back(r);
+        } else {
+            pieces::push_reply(r, &mut self.outbox);
         }
     }
 
@@ -443,8 +532,23 @@ impl Running {
                 replies.push(r);
                 continue;
             }
+            if self.waiting.is_some() {
+                break;
+            }
             let Some(op) = self.ops.pop_front() else { break };
-            let Some(r) = self.apply(state, assembler, op) else { continue };
+            let r = match self.step(state, assembler, op) {
+                Step::Reply(r) => r,
+                Step::Piece => continue,
+                Step::Script(rx) => {
+                    self.waiting = Some(Waiting::Script(rx));
+                    break;
+                }
+                Step::Held(op) => {
+                    self.ops.push_front(op);
+                    self.waiting = Some(Waiting::Gate(Box::pin(tokio::time::sleep(GATE_RETRY))));
+                    break;
+                }
+            };
             let size = r.encoded_len();
             if size <= pieces::PIECE_BYTES {
                 // The common case: a small reply goes straight into the message.
@@ -454,7 +558,7 @@ impl Running {
                 pieces::push_reply(r, &mut self.outbox);
             }
         }
-        let more = !(self.ops.is_empty() && self.outbox.is_empty());
+        let more = !(self.ops.is_empty() && self.outbox.is_empty() && self.waiting.is_none());
         BatchReply { id: self.id, replies, more }
     }
 }
@@ -491,11 +595,33 @@ impl Stream for Replies {
             }
         }
         let running = this.running.as_mut().expect("a batch in hand");
-        let message = running.next_message(&this.state, &mut this.assembler);
-        if !message.more {
-            this.running = None;
+        loop {
+            match running.waiting.as_mut() {
+                Some(Waiting::Script(rx)) => match Pin::new(rx).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(reply) => {
+                        running.waiting = None;
+                        running.push_reply(
+                            reply.unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone")),
+                        );
+                    }
+                },
+                Some(Waiting::Gate(sleep)) => match sleep.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) => running.waiting = None,
+                },
+                None => {}
+            }
+            let message = running.next_message(&this.state, &mut this.assembler);
+            // Nothing to send yet and something to wait for: wait (registering the wake-up).
+            if message.replies.is_empty() && running.waiting.is_some() {
+                continue;
+            }
+            if !message.more {
+                this.running = None;
+            }
+            return Poll::Ready(Some(Ok(message)));
         }
-        Poll::Ready(Some(Ok(message)))
     }
 }
 

@@ -16,6 +16,7 @@
 //!   document in a file (read, atomic replace, watch).
 //! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts).
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
+//! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
 //!
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
@@ -28,6 +29,7 @@ pub mod glob;
 pub mod num;
 pub mod ops;
 pub mod pieces;
+pub mod script;
 pub mod settings;
 pub mod slot;
 pub mod topology;

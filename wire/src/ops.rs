@@ -50,6 +50,8 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         // The router watches (and releases) one key per op.
         Kind::Watch(o) if o.keys.len() == 1 => &o.keys[0],
         Kind::Transaction(_) | Kind::Watch(_) => return None,
+        // A script's keys are checked as a group on the node; script admin ops name none.
+        Kind::Script(_) | Kind::ScriptAdmin(_) => return None,
     })
 }
 
@@ -77,6 +79,7 @@ fn push_keys<'a>(op: &'a Op, out: &mut Vec<&'a [u8]>) {
             }
             out.extend(t.watches.iter().map(|w| &w.key[..]));
         }
+        Some(Kind::Script(s)) => out.extend(s.keys.iter().map(|k| &k[..])),
         _ => {}
     }
 }

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};
 
 pub use frame::{F, raw_bulks};
+pub use zset::{fmt_g, fmt_g17};
 
 use crate::store::object::ValueType;
 use crate::store::{Store, StoreError};
@@ -153,6 +154,12 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
             None => Err(unknown(name)),
         },
     }
+}
+
+/// The keys of a multi-key command the node runs (`name` lower case): `None` for other commands,
+/// an error when its arguments do not say (a bad `numkeys`: the command answers that itself).
+pub fn multi_key_keys(name: &[u8], args: &[Bytes]) -> Option<Result<Vec<Bytes>, CmdError>> {
+    multi::find(name).map(|(keys_of, _)| keys_of(args))
 }
 
 fn unknown(name: &[u8]) -> CmdError {

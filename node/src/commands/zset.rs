@@ -88,14 +88,24 @@ pub fn fmt_g17(d: f64) -> String {
 
 /// `%.17g` through Rust's exact float formatting.
 fn slow_g17(d: f64) -> String {
-    let sci = format!("{d:.16e}");
+    fmt_g(d, 17)
+}
+
+/// C's `%.{precision}g` for a finite, non-zero double (also `%.14g`, lua-cjson's numbers):
+/// `precision` significant digits, trailing zeros dropped, scientific notation below 1e-4 and
+/// from 10^precision on.
+pub fn fmt_g(d: f64, precision: usize) -> String {
+    if !d.is_finite() || d == 0.0 {
+        return fmt_g17(d);
+    }
+    let sci = format!("{d:.*e}", precision - 1);
     let (mantissa, exp) = sci.split_once('e').expect("exponent");
     let exp: i32 = exp.parse().expect("exponent digits");
-    if !(-4..17).contains(&exp) {
+    if exp < -4 || exp >= precision as i32 {
         let m = strip_zeros(mantissa);
         return format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
     }
-    let fixed = format!("{d:.*}", (16 - exp) as usize);
+    let fixed = format!("{d:.*}", (precision as i32 - 1 - exp) as usize);
     strip_zeros(&fixed).to_string()
 }
 

@@ -357,6 +357,17 @@ impl NodePort for NodeLink {
         })
     }
 
+    fn kill_script(&self) -> BoxFuture<'_, Result<shoal_wire::proto::KillScriptReply, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(
+                self.shared.ident.deadline,
+                client.kill_script(shoal_wire::proto::KillScriptRequest {}),
+            )
+            .await
+        })
+    }
+
     fn close(&self) {
         self.shared.closing.store(true, Ordering::Release);
     }

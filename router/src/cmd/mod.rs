@@ -37,6 +37,7 @@ mod object;
 mod persistence;
 pub mod registry;
 mod scan;
+pub mod scripting;
 mod set;
 mod sets;
 mod shoal;

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use super::spec::CommandSpec;
 use super::{
     bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
-    keys, latency, lists, mget, mset, multi, object, persistence, scan, set, sets, shoal, slowlog, strings,
-    transaction, ttl, zsets,
+    keys, latency, lists, mget, mset, multi, object, persistence, scan, scripting, set, sets, shoal, slowlog,
+    strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -183,6 +183,11 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &hll::PFCOUNT,
     &hll::PFMERGE,
     &object::OBJECT,
+    &scripting::EVAL,
+    &scripting::EVALSHA,
+    &scripting::EVAL_RO,
+    &scripting::EVALSHA_RO,
+    &scripting::SCRIPT,
     &shoal::SHOAL,
 ];
 
