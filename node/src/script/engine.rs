@@ -39,9 +39,9 @@ pub const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
 /// Sets the sandbox up; runs once, with the full environment, before any user code.
 const PRELUDE: &str = r#"
-local G, raw_call, env_error = ...
-local error, type, rawget, rawset, setmetatable, tostring, loadstring, setfenv =
-      error, type, rawget, rawset, setmetatable, tostring, loadstring, setfenv
+local G = ...
+local error, type, rawset, setmetatable, tostring, loadstring, setfenv =
+      error, type, rawset, setmetatable, tostring, loadstring, setfenv
 for _, name in ipairs({'dofile', 'loadfile', 'print', 'require', 'module', 'setfenv', 'getfenv',
                        'newproxy', 'os', 'io', 'package', 'debug'}) do
   G[name] = nil
@@ -57,22 +57,19 @@ local function readonly(t)
   })
   return proxy
 end
-redis.call = function(...)
-  local r, failed = raw_call(...)
-  if failed then error(r, 0) end
-  return r
-end
-redis.pcall = function(...)
-  return (raw_call(...))
-end
 -- Library tables are replaced by read-only views of themselves.
 for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'bit', 'cjson', 'redis'}) do
   G[name] = readonly(G[name])
 end
--- rawset cannot write through a read-only view either.
+-- rawset and setmetatable cannot change a read-only view either (Redis raises these from C,
+-- without a position).
 G.rawset = function(t, k, v)
-  if protected[t] then error('Attempt to modify a readonly table', 2) end
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
   return rawset(t, k, v)
+end
+G.setmetatable = function(t, m)
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
+  return setmetatable(t, m)
 end
 -- Scripts see the globals through a read-only view; a missing one is an error.
 setmetatable(G, {
@@ -138,9 +135,8 @@ impl Engine {
         globals.raw_set("cjson", super::cjson::library(&lua)?)?;
         globals.raw_set("bit", super::bit::library(&lua)?)?;
         let xpcall: Function = globals.raw_get("xpcall")?;
-        let raw_call = lua.create_function(|lua, args: MultiValue| raw_call(lua, args))?;
         let prelude = lua.load(PRELUDE).set_name("=shoal").into_function()?;
-        let env: Table = prelude.call((globals.clone(), raw_call))?;
+        let env: Table = prelude.call(globals.clone())?;
         let handler = lua.create_function(error_handler)?;
         lua.set_memory_limit(memory_limit)?;
         let killer = shared.clone();
@@ -296,14 +292,18 @@ fn compile_message(e: &mlua::Error) -> String {
 }
 
 /// The error handler: turns whatever was raised into `{err=..., source=..., line=...}`, where
-/// source and line are those of the innermost function of the script (as Redis's handler finds
-/// them from the stack). A Lua error string gets the `ERR ` code; errors raised by the `redis`
-/// library already have theirs.
+/// source and line are those of the innermost Lua function running (as Redis's handler finds
+/// them from the stack; the sandbox's own helpers, chunk `=shoal`, do not count). A Lua error
+/// value gets the `ERR ` code; errors raised by the `redis` library already have theirs.
 fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
     let t = match &err {
         Value::Table(t) if matches!(t.raw_get::<Value>("err")?, Value::String(_)) => t.clone(),
         Value::Error(e) => table_with(lua, &message(e))?,
-        other => table_with(lua, &format!("ERR {}", text(other).unwrap_or_else(|| "unknown error".into())))?,
+        Value::Nil => table_with(lua, "ERR nil")?,
+        Value::Boolean(b) => table_with(lua, &format!("ERR {b}"))?,
+        other => {
+            table_with(lua, &format!("ERR {}", text(other).unwrap_or_else(|| other.type_name().into())))?
+        }
     };
     for level in 0..64 {
         let Some(found) = lua.inspect_stack(level, |d| {
@@ -313,7 +313,7 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
             break;
         };
         if let (Some(source), Some(line)) = found
-            && source == "@user_script"
+            && !source.starts_with('=')
         {
             t.raw_set("source", source)?;
             t.raw_set("line", line)?;
@@ -329,13 +329,13 @@ fn table_with(lua: &Lua, err: &str) -> mlua::Result<Table> {
     Ok(t)
 }
 
-/// `redis.call`'s work: the reply (converted for the script) and whether it is an error to raise.
-fn raw_call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+/// `redis.call` and `redis.pcall`'s work: the reply converted for the script, or the error
+/// reply's text (`redis.call` raises it, `redis.pcall` returns it as `{err=...}`). Both are Rust
+/// functions: a Lua wrapper would be tail-called by `return redis.call(...)`, and the script's
+/// line would be lost from the error.
+fn run_call(lua: &Lua, args: MultiValue) -> mlua::Result<Result<Value, String>> {
     if args.is_empty() {
-        return Ok((
-            error_table(lua, "ERR Please specify at least one argument for this redis lib call")?,
-            true,
-        ));
+        return Ok(Err("ERR Please specify at least one argument for this redis lib call".into()));
     }
     let mut argv = Vec::with_capacity(args.len());
     for a in args {
@@ -343,26 +343,39 @@ fn raw_call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
             Value::String(s) => argv.push(Bytes::copy_from_slice(&s.as_bytes())),
             Value::Integer(n) => argv.push(Bytes::from(n.to_string())),
             Value::Number(n) => argv.push(number_arg(n)),
-            _ => {
-                let e = error_table(lua, "ERR Lua redis lib command arguments must be strings or integers")?;
-                return Ok((e, true));
-            }
+            _ => return Ok(Err("ERR Lua redis lib command arguments must be strings or integers".into())),
         }
     }
     let Some(mut ctx) = lua.app_data_mut::<RunCtx>() else {
-        return Ok((error_table(lua, "ERR redis.call outside a script")?, true));
+        return Ok(Err("ERR redis.call outside a script".into()));
     };
     let frame = call::call(&mut ctx, &argv);
     let resp3 = ctx.resp3;
     drop(ctx);
-    let failed = matches!(frame.kind, Some(shoal_wire::proto::frame::Kind::Error(_)));
-    Ok((frame_to_lua(lua, &frame, resp3)?, failed))
+    match frame.kind {
+        Some(shoal_wire::proto::frame::Kind::Error(e)) => Ok(Err(e)),
+        _ => Ok(Ok(frame_to_lua(lua, &frame, resp3)?)),
+    }
 }
 
-/// The `redis` table (its `call` and `pcall` are Lua wrappers the prelude adds).
+/// The `redis` table.
 fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     let redis = lua.create_table()?;
     let raise = |text: &str| Err::<Value, _>(mlua::Error::RuntimeError(text.to_string()));
+    redis.raw_set(
+        "call",
+        lua.create_function(|lua, args: MultiValue| match run_call(lua, args)? {
+            Ok(v) => Ok(v),
+            Err(e) => Err(mlua::Error::RuntimeError(e)),
+        })?,
+    )?;
+    redis.raw_set(
+        "pcall",
+        lua.create_function(|lua, args: MultiValue| match run_call(lua, args)? {
+            Ok(v) => Ok(v),
+            Err(e) => error_table(lua, &e),
+        })?,
+    )?;
     redis.raw_set(
         "error_reply",
         lua.create_function(move |lua, v: Variadic<Value>| match v.first() {
@@ -440,7 +453,8 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             [Value::Integer(n)] if (0..=3).contains(n) => Ok(Value::Nil),
             [Value::Number(n)] if (0.0..=3.0).contains(n) => Ok(Value::Nil),
             [_] => raise("ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."),
-            _ => raise("ERR redis.set_repl() requires one argument."),
+            // Redis's text says two, though it takes one.
+            _ => raise("ERR redis.set_repl() requires two arguments."),
         })?,
     )?;
     redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
@@ -482,7 +496,7 @@ fn shebang(body: &[u8]) -> Result<(Flags, &[u8]), String> {
     let mut parts = line.split(' ').filter(|p| !p.is_empty());
     let engine = parts.next().unwrap_or_default();
     if engine != "lua" {
-        return Err(format!("ERR Unexpected engine in script shebang: {engine}"));
+        return Err(format!("ERR Unexpected engine in script shebang: #!{engine}"));
     }
     let mut flags = Flags::default();
     for part in parts {
@@ -519,7 +533,7 @@ mod tests {
         let (f, rest) = shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1").unwrap();
         assert!(f.no_writes && f.allow_oom);
         assert_eq!(rest, b"\nreturn 1", "the newline stays, so line numbers hold");
-        assert_eq!(shebang(b"#!python\n").unwrap_err(), "ERR Unexpected engine in script shebang: python");
+        assert_eq!(shebang(b"#!python\n").unwrap_err(), "ERR Unexpected engine in script shebang: #!python");
         assert_eq!(shebang(b"#!lua flags=bad\n").unwrap_err(), "ERR Unexpected flag in script shebang: bad");
         assert_eq!(shebang(b"#!lua x=1\n").unwrap_err(), "ERR Unknown lua shebang option: x=1");
         assert!(!shebang(b"return 1").unwrap().0.no_writes);
