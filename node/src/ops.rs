@@ -204,8 +204,27 @@ fn transaction(
     store: &Store,
     view: &NodeView,
     batch_version: u64,
+    exclusive: parking_lot::RwLockWriteGuard<'_, ()>,
+    t: proto::Transaction,
+) -> Reply {
+    transaction_with(store, view, batch_version, exclusive, t, &mut |_| {
+        error("ERR a transaction with a script runs on the node's script thread")
+    })
+}
+
+/// Whether a transaction holds a script (it then runs on the script thread, which has the VM).
+pub fn holds_script(op: &Op) -> bool {
+    matches!(&op.kind, Some(Kind::Transaction(t)) if t.ops.iter().any(|o| matches!(o.kind, Some(Kind::Script(_)))))
+}
+
+/// A transaction whose script ops `script` runs (EVAL inside MULTI), under `exclusive`.
+pub(crate) fn transaction_with(
+    store: &Store,
+    view: &NodeView,
+    batch_version: u64,
     _exclusive: parking_lot::RwLockWriteGuard<'_, ()>,
     t: proto::Transaction,
+    script: &mut dyn FnMut(proto::Script) -> Reply,
 ) -> Reply {
     for op in &t.ops {
         if matches!(op.kind, Some(Kind::Transaction(_) | Kind::Watch(_))) {
@@ -236,6 +255,9 @@ fn transaction(
         .ops
         .into_iter()
         .map(|op| {
+            if let Some(Kind::Script(s)) = op.kind {
+                return script(s);
+            }
             if store.watches.active() && class_of(&op) != OpClass::Read {
                 touch_keys(store, &op);
             }

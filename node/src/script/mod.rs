@@ -119,6 +119,8 @@ impl Scripts {
         match &op.kind {
             Some(Kind::Script(_)) => true,
             Some(Kind::ScriptAdmin(a)) => a.action() == Action::Load,
+            // EVAL inside MULTI: the whole transaction runs where the VM is.
+            Some(Kind::Transaction(_)) => crate::ops::holds_script(op),
             _ => false,
         }
     }
@@ -254,6 +256,23 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
             match op.kind {
                 Some(Kind::Script(s)) => run(&store, &shared, e, &view, version, s),
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
+                Some(Kind::Transaction(t)) => {
+                    let mut written = Vec::new();
+                    let reply = crate::ops::transaction_with(
+                        &store,
+                        &view,
+                        version,
+                        store.gate.write(),
+                        t,
+                        &mut |s| {
+                            let (reply, w) = run_unlocked(&store, &shared, e, &view, version, s);
+                            written.extend(w);
+                            reply
+                        },
+                    );
+                    crate::ops::serve_blocked_after(&store, &view, written);
+                    reply
+                }
                 _ => crate::ops::error("ERR not a script"),
             }
         }));
@@ -278,6 +297,7 @@ fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
     Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
 }
 
+/// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
 fn run(
     store: &Arc<Store>,
     shared: &Arc<Shared>,
@@ -290,13 +310,28 @@ fn run(
     if let Err(refused) = crate::ops::check_group(view, version, s.keys.iter().map(|k| &k[..])) {
         return refused;
     }
+    let (reply, written) = run_unlocked(store, shared, engine, view, version, s);
+    crate::ops::serve_blocked_after(store, view, written);
+    reply
+}
+
+/// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
+/// carries. Returns its reply and the keys it wrote.
+fn run_unlocked(
+    store: &Arc<Store>,
+    shared: &Arc<Shared>,
+    engine: &mut engine::Engine,
+    view: &Arc<NodeView>,
+    version: u64,
+    s: proto::Script,
+) -> (Reply, Vec<Bytes>) {
     let sha = s.sha.to_ascii_lowercase();
     if !engine.has(&sha) {
         let body =
             if s.body.is_empty() { shared.cache.lock().get(&sha).cloned() } else { Some(s.body.clone()) };
-        let Some(body) = body else { return frame(F::error(NOSCRIPT.into())) };
+        let Some(body) = body else { return (frame(F::error(NOSCRIPT.into())), Vec::new()) };
         if let Err(e) = engine.compile(&sha, &body) {
-            return frame(F::error(e));
+            return (frame(F::error(e)), Vec::new());
         }
         shared.cache.lock().insert(sha.clone(), body);
     }
@@ -314,7 +349,6 @@ fn run(
         shared: shared.clone(),
     };
     let outcome = engine.run(&sha, &s.keys, &s.args, ctx, s.resp == 3);
-    crate::ops::serve_blocked_after(store, view, outcome.written);
     shared.running_since.store(0, Ordering::Release);
-    frame(outcome.reply)
+    (frame(outcome.reply), outcome.written)
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_wire::Topology;
-use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo, op::Kind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -48,9 +48,16 @@ impl Capture {
         Arc::new(Capture::default())
     }
 
-    /// Node positions the recorded ops are for.
+    /// Node positions the recorded ops are for. A script without keys (EVAL ... 0) runs on any
+    /// node, so it goes wherever the rest of the transaction goes and counts for none.
     pub fn positions(&self) -> BTreeSet<usize> {
-        self.state.lock().ops.iter().map(|(pos, _)| *pos).collect()
+        let floating = |op: &Op| matches!(&op.kind, Some(Kind::Script(s)) if s.keys.is_empty());
+        self.state.lock().ops.iter().filter(|(_, op)| !floating(op)).map(|(pos, _)| *pos).collect()
+    }
+
+    /// Where a transaction of only keyless scripts goes: the node the first one picked.
+    pub fn any_position(&self) -> Option<usize> {
+        self.state.lock().ops.first().map(|(pos, _)| *pos)
     }
 
     /// Takes the recorded ops, in order; later calls fail (see the module doc).

@@ -218,15 +218,16 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
         release(ctx.state, watched);
         return Reply::error(CROSSSLOT).into();
     }
+    let any = capture.any_position();
     let ops = capture.seal();
     let state = ctx.state.clone();
     let routing = ctx.routing.clone();
     let deadline = ctx.deadline;
     Pending::Barrier(Box::pin(async move {
-        let outcome = match nodes.first() {
+        let outcome = match nodes.first().copied().or(any) {
             // Nothing for a node (only commands the router answers itself): nothing to check.
             None => Ok(Outcome::Replies(Vec::new())),
-            Some(&pos) => send(&state, routing, pos, ops, &watched, deadline).await,
+            Some(pos) => send(&state, routing, pos, ops, &watched, deadline).await,
         };
         release(&state, watched);
         match outcome {
