@@ -451,6 +451,8 @@ struct Running {
     outbox: VecDeque<Reply>,
     /// What the next op waits for, if anything.
     waiting: Option<Waiting>,
+    /// While ops are held by a script: when the next keep-alive message is due.
+    alive_at: Option<tokio::time::Instant>,
 }
 
 /// What becomes of one op now.
@@ -466,10 +468,15 @@ enum Step {
 
 /// Why a batch is paused. Its later ops wait (their order holds); other streams go on.
 enum Waiting {
-    Script(oneshot::Receiver<Reply>),
-    /// Try the held op again after a moment.
-    Gate(Pin<Box<tokio::time::Sleep>>),
+    /// The script's reply, and when to tell the router the stream is alive meanwhile.
+    Script(oneshot::Receiver<Reply>, Pin<Box<tokio::time::Sleep>>),
+    /// Try the held op again after a moment (and keep the router's calls alive meanwhile).
+    Gate(Pin<Box<tokio::time::Sleep>>, tokio::time::Instant),
 }
+
+/// While a script runs, the stream sends an empty message this often: the router then knows the
+/// node is alive, and calls queued behind the script (and the script's own) do not time out.
+const KEEPALIVE: Duration = Duration::from_millis(100);
 
 /// How often an op held by a running script tries again (a script that runs this long is rare;
 /// one that runs past busy-reply-threshold gets the op answered BUSY instead).
@@ -485,6 +492,7 @@ impl Running {
             ops: batch.ops.into(),
             outbox: VecDeque::new(),
             waiting: None,
+            alive_at: None,
         }
     }
 
@@ -540,12 +548,13 @@ impl Running {
                 Step::Reply(r) => r,
                 Step::Piece => continue,
                 Step::Script(rx) => {
-                    self.waiting = Some(Waiting::Script(rx));
+                    self.waiting = Some(Waiting::Script(rx, Box::pin(tokio::time::sleep(KEEPALIVE))));
                     break;
                 }
                 Step::Held(op) => {
                     self.ops.push_front(op);
-                    self.waiting = Some(Waiting::Gate(Box::pin(tokio::time::sleep(GATE_RETRY))));
+                    let alive_at = self.alive_at.unwrap_or_else(|| tokio::time::Instant::now() + KEEPALIVE);
+                    self.waiting = Some(Waiting::Gate(Box::pin(tokio::time::sleep(GATE_RETRY)), alive_at));
                     break;
                 }
             };
@@ -597,8 +606,15 @@ impl Stream for Replies {
         let running = this.running.as_mut().expect("a batch in hand");
         loop {
             match running.waiting.as_mut() {
-                Some(Waiting::Script(rx)) => match Pin::new(rx).poll(cx) {
-                    Poll::Pending => return Poll::Pending,
+                Some(Waiting::Script(rx, keepalive)) => match Pin::new(rx).poll(cx) {
+                    Poll::Pending => {
+                        if keepalive.as_mut().poll(cx).is_ready() {
+                            keepalive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);
+                            let alive = BatchReply { id: running.id, replies: Vec::new(), more: true };
+                            return Poll::Ready(Some(Ok(alive)));
+                        }
+                        return Poll::Pending;
+                    }
                     Poll::Ready(reply) => {
                         running.waiting = None;
                         running.push_reply(
@@ -606,9 +622,18 @@ impl Stream for Replies {
                         );
                     }
                 },
-                Some(Waiting::Gate(sleep)) => match sleep.as_mut().poll(cx) {
+                Some(Waiting::Gate(sleep, alive_at)) => match sleep.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(()) => running.waiting = None,
+                    Poll::Ready(()) => {
+                        let now = tokio::time::Instant::now();
+                        let due = now >= *alive_at;
+                        running.alive_at = Some(if due { now + KEEPALIVE } else { *alive_at });
+                        running.waiting = None;
+                        if due {
+                            let alive = BatchReply { id: running.id, replies: Vec::new(), more: true };
+                            return Poll::Ready(Some(Ok(alive)));
+                        }
+                    }
                 },
                 None => {}
             }

@@ -210,8 +210,6 @@ pub struct RouterState {
     pub clients: crate::clients::Clients,
     /// CLIENT PAUSE, for this router process.
     pub pause: crate::pause::Pause,
-    /// Script bodies seen here (EVAL, SCRIPT LOAD), for nodes that answer NOSCRIPT.
-    pub scripts: crate::cmd::scripting::ScriptCache,
 }
 
 impl RouterState {
@@ -235,7 +233,6 @@ impl RouterState {
             stats: crate::stats::CommandStats::default(),
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
-            scripts: Default::default(),
         })
     }
 

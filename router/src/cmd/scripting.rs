@@ -8,17 +8,16 @@
 //! it again, as EXEC does (`transaction::send_group`).
 //!
 //! Nodes cache scripts by SHA1. EVAL carries the body; EVALSHA only the SHA, and when the node
-//! answers NOSCRIPT (it restarted, or joined after the script was loaded) the router sends the
-//! body it knows (from EVAL or SCRIPT LOAD through this router), or fetches it from another node
-//! that has it, so a client sees NOSCRIPT only for a script no part of the cluster knows. SCRIPT
-//! LOAD and FLUSH reach every node; SCRIPT EXISTS asks them all; SCRIPT KILL stops the script
-//! running on any node (a call of its own, since that node's stream is busy with it).
+//! answers NOSCRIPT (it restarted, or joined the cluster after the script was loaded) the router
+//! fetches the body from a node that has it and sends the script again, so a client sees
+//! NOSCRIPT only for a script no node knows. Routers keep no scripts of their own: after SCRIPT
+//! FLUSH (which reaches every node) no router can bring a script back. SCRIPT LOAD reaches every
+//! node; SCRIPT EXISTS asks them all; SCRIPT KILL stops the script running on any node (a call
+//! of its own, since that node's stream is busy with it).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use shoal_wire::proto::{self, Op, frame, kill_script_reply::Outcome, op::Kind, reply, script_admin::Action};
 use tokio::time::Instant;
 
@@ -31,36 +30,6 @@ use crate::resp::Reply;
 use crate::state::RouterState;
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
-
-/// The scripts this router has seen (EVAL, SCRIPT LOAD), by SHA1: what it sends a node that
-/// answers NOSCRIPT. Bounded: past [`CACHE_BYTES`] new scripts are not remembered here (the nodes
-/// still keep them).
-#[derive(Debug, Default)]
-pub struct ScriptCache {
-    bodies: Mutex<(HashMap<String, Bytes>, usize)>,
-}
-
-const CACHE_BYTES: usize = 64 << 20;
-
-impl ScriptCache {
-    pub fn get(&self, sha: &str) -> Option<Bytes> {
-        self.bodies.lock().0.get(sha).cloned()
-    }
-
-    pub fn put(&self, sha: String, body: Bytes) {
-        let mut guard = self.bodies.lock();
-        let (map, bytes) = &mut *guard;
-        if map.contains_key(&sha) || *bytes + body.len() > CACHE_BYTES {
-            return;
-        }
-        *bytes += body.len();
-        map.insert(sha, body);
-    }
-
-    pub fn clear(&self) {
-        *self.bodies.lock() = (HashMap::new(), 0);
-    }
-}
 
 const SCRIPT_FLAGS: &[&str] = &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
 const SCRIPT_RO_FLAGS: &[&str] =
@@ -179,9 +148,7 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
         }
         (String::from_utf8_lossy(&args[1]).to_ascii_lowercase(), Bytes::new())
     } else {
-        let sha = shoal_wire::script::sha1_hex(&args[1]);
-        ctx.state.scripts.put(sha.clone(), args[1].clone());
-        (sha, args[1].clone())
+        (shoal_wire::script::sha1_hex(&args[1]), args[1].clone())
     };
     let split = 3 + numkeys as usize;
     let keys = args[3..split].to_vec();
@@ -253,25 +220,20 @@ fn op_with_body(op: &Op, body: Bytes) -> Op {
     again
 }
 
-/// The body of script `sha` from this router's cache, or else from any node that has it.
+/// The body of script `sha` from any node that has it.
 async fn recover(
     state: &Arc<RouterState>,
     routing: &Arc<Routing>,
     sha: &str,
     deadline: Instant,
 ) -> Option<Bytes> {
-    if let Some(body) = state.scripts.get(sha) {
-        return Some(body);
-    }
     let wanted = sha.to_string();
     let ask = move || admin(Action::Get, Bytes::new(), vec![wanted.clone()]);
     let replies = state.backend.all(routing, ask, deadline).gather().await.ok()?;
-    let body = replies.into_iter().find_map(|r| match r.kind {
+    replies.into_iter().find_map(|r| match r.kind {
         Some(reply::Kind::Value(b)) if shoal_wire::script::sha1_hex(&b) == sha => Some(b),
         _ => None,
-    })?;
-    state.scripts.put(sha.to_string(), body.clone());
-    Some(body)
+    })
 }
 
 /// Every node's reply to a fan-out; the first error any node answered is the command's reply.
@@ -296,14 +258,9 @@ fn load(args: &Args, ctx: &mut Ctx) -> Pending {
     let body = args[2].clone();
     let sha = shoal_wire::script::sha1_hex(&body);
     let all = ctx.call_all(move || admin(Action::Load, body.clone(), Vec::new()));
-    let state = ctx.state.clone();
-    let body = args[2].clone();
     Pending::later(async move {
         match gather_all(all).await {
-            Ok(_) => {
-                state.scripts.put(sha.clone(), body);
-                Reply::Bulk(Bytes::from(sha))
-            }
+            Ok(_) => Reply::Bulk(Bytes::from(sha)),
             Err(e) => e,
         }
     })
@@ -314,13 +271,12 @@ fn exists(args: &Args, ctx: &mut Ctx) -> Pending {
         args[2..].iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect();
     let asked = shas.clone();
     let all = ctx.call_all(move || admin(Action::Exists, Bytes::new(), asked.clone()));
-    let state = ctx.state.clone();
     Pending::later(async move {
         let replies = match gather_all(all).await {
             Ok(r) => r,
             Err(e) => return e,
         };
-        let mut found: Vec<bool> = shas.iter().map(|s| state.scripts.get(s).is_some()).collect();
+        let mut found = vec![false; shas.len()];
         for r in replies {
             if let Some(reply::Kind::Frame(proto::Frame { kind: Some(frame::Kind::Array(items)) })) = r.kind {
                 for (f, item) in found.iter_mut().zip(items.items) {
@@ -338,7 +294,6 @@ fn flush(args: &Args, ctx: &mut Ctx) -> Pending {
     {
         return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option").into();
     }
-    ctx.state.scripts.clear();
     let all = ctx.call_all(|| admin(Action::Flush, Bytes::new(), Vec::new()));
     Pending::later(async move {
         match gather_all(all).await {

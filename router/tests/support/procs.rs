@@ -96,7 +96,12 @@ impl NodeProc {
     /// Starts `shoal-node --listen 127.0.0.1:<free port>` with `args`; returns once it accepts
     /// TCP connections (at most 30 s).
     pub async fn start(dir: &Path, name: &str, args: &[&str]) -> NodeProc {
-        let addr = format!("127.0.0.1:{}", free_port());
+        NodeProc::start_at(dir, name, &format!("127.0.0.1:{}", free_port()), args).await
+    }
+
+    /// Like [`NodeProc::start`], on a given address (a node restarting where it was).
+    pub async fn start_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> NodeProc {
+        let addr = addr.to_string();
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         let child = Command::new(workspace_bin("shoal-node"))
             .args(["--listen", &addr])
