@@ -183,3 +183,86 @@ async fn evalsha_survives_a_node_that_lost_its_scripts() {
     let n: i64 = redis::Script::new(body).key(&key).invoke_async(&mut con).await.unwrap();
     assert_eq!(n, 3);
 }
+
+/// Scripts while the cluster scales 3 → 5 → 2: each applies whole or not at all, exactly once
+/// (the three counters of a pair always agree), clients see no error, and nodes that join
+/// after SCRIPT LOAD get the script from the others when EVALSHA first reaches them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_apply_whole_while_the_cluster_scales() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr;
+    let mut admin = support::Raw::connect(addr).await;
+    // Filler (12 MB), so that slots take a while to move and scripts meet them moving.
+    let mut pipeline = Vec::new();
+    for i in 0..3000 {
+        pipeline.extend(support::encode(&[b"SET", format!("fill{i}").as_bytes(), &[b'x'; 4096]]));
+    }
+    admin.send(&pipeline).await;
+    for _ in 0..3000 {
+        assert_eq!(admin.reply().await.unwrap(), b"+OK\r\n");
+    }
+    const PAIRS: usize = 40;
+    for p in 0..PAIRS {
+        admin.cmd(&["MSET", &format!("{{acct{p}}}a"), "100", &format!("{{acct{p}}}b"), "100"]).await;
+    }
+    let transfer =
+        "redis.call('decr', KEYS[1]) redis.call('incr', KEYS[2]) return redis.call('incr', KEYS[3])";
+    let sha = shoal_wire::script::sha1_hex(transfer.as_bytes());
+    assert_eq!(text(admin.cmd(&["SCRIPT", "LOAD", transfer]).await), format!("$40\r\n{sha}\r\n"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for w in 0..3usize {
+        let (stop, applied, sha) = (stop.clone(), applied.clone(), sha.clone());
+        clients.push(tokio::spawn(async move {
+            let mut c = support::Raw::connect(addr).await;
+            let mut errors = Vec::new();
+            let started = Instant::now();
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                let p = i % PAIRS;
+                i += 3;
+                let keys = [format!("{{acct{p}}}a"), format!("{{acct{p}}}b"), format!("{{acct{p}}}n")];
+                let reply = c.cmd(&["EVALSHA", &sha, "3", &keys[0], &keys[1], &keys[2]]).await;
+                if reply.starts_with(b":") {
+                    applied.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    errors.push(text(reply));
+                }
+            }
+            errors
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        support::wait_scaled(&mut admin, n).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut errors = Vec::new();
+    for c in clients {
+        errors.extend(c.await.unwrap());
+    }
+    assert!(errors.is_empty(), "script errors: {:?}", &errors[..errors.len().min(5)]);
+    let applied = applied.load(Ordering::Relaxed);
+    assert!(applied > 30, "scripts ran during the moves ({applied})");
+    let mut counted = 0;
+    for p in 0..PAIRS {
+        let mut values = Vec::new();
+        for k in ["a", "b", "n"] {
+            let r = admin.cmd(&["GET", &format!("{{acct{p}}}{k}")]).await;
+            values.push(String::from_utf8_lossy(&r).lines().nth(1).map_or(0, |v| v.parse::<i64>().unwrap()));
+        }
+        assert_eq!(values[0] + values[1], 200, "pair {p}: a script applied in part");
+        assert_eq!(values[1] - 100, values[2], "pair {p}: transfers and their count disagree");
+        counted += values[2];
+    }
+    assert_eq!(counted as u64, applied, "every script that answered applied once, no other did");
+    let page = support::http_get(router.http_addr, "/metrics").await;
+    let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");
+    assert!(retries > 0.0, "scripts met moving slots and were sent again");
+    router.shutdown().await;
+}
