@@ -52,7 +52,7 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
 }
 
 /// An error raised by a library function, positioned at the script line that called it (as
-/// `luaL_error` does), with the `ERR` code the script error gets.
+/// `luaL_error` does): a plain error string.
 pub fn at_caller(lua: &Lua, msg: &str) -> mlua::Error {
     let at = lua
         .inspect_stack(1, |d| {
@@ -61,7 +61,7 @@ pub fn at_caller(lua: &Lua, msg: &str) -> mlua::Error {
         })
         .flatten()
         .unwrap_or_default();
-    mlua::Error::RuntimeError(format!("ERR {at}{msg}"))
+    mlua::Error::RuntimeError(format!("{at}{msg}"))
 }
 
 fn encode(v: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {

@@ -35,13 +35,49 @@ const HOOK_EVERY: u32 = 100_000;
 const VERSION: &str = "7.0.15";
 const VERSION_NUM: i64 = 0x07_00_0f;
 
-pub const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// Raised as a plain Lua error string (the error handler gives it its `ERR` code).
+pub const KILLED: &str = "Script killed by user with SCRIPT KILL...";
+
+/// An error the `redis` library raises as Redis does, as an error table (`{err="CODE ..."}`):
+/// the error handler keeps its text as it is, and `pcall` turns it into that text. Errors raised
+/// as plain strings (Lua's own, cjson's, `bit`'s) get `ERR ` from the handler instead.
+#[derive(Debug)]
+pub struct RedisError(pub String);
+
+impl std::fmt::Display for RedisError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedisError {}
+
+pub fn redis_error(text: impl Into<String>) -> mlua::Error {
+    mlua::Error::external(RedisError(text.into()))
+}
+
+/// An error raised in Rust: its text, and whether it is an error table (see [`RedisError`]).
+fn classify(e: &mlua::Error) -> (String, bool) {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => classify(cause),
+        mlua::Error::ExternalError(inner) => match inner.downcast_ref::<RedisError>() {
+            Some(r) => (r.0.clone(), true),
+            None => (inner.to_string(), false),
+        },
+        mlua::Error::RuntimeError(m) => (m.clone(), false),
+        mlua::Error::MemoryError(_) => {
+            ("not enough memory (the script passed --lua-memory-limit)".into(), false)
+        }
+        mlua::Error::SyntaxError { message, .. } => (message.clone(), false),
+        other => (other.to_string(), false),
+    }
+}
 
 /// Sets the sandbox up; runs once, with the full environment, before any user code.
 const PRELUDE: &str = r#"
-local G = ...
-local error, type, rawset, setmetatable, tostring, loadstring, setfenv =
-      error, type, rawset, setmetatable, tostring, loadstring, setfenv
+local G, error_text = ...
+local error, type, rawset, setmetatable, tostring, loadstring, setfenv, pcall =
+      error, type, rawset, setmetatable, tostring, loadstring, setfenv, pcall
 for _, name in ipairs({'dofile', 'loadfile', 'print', 'require', 'module', 'setfenv', 'getfenv',
                        'newproxy', 'os', 'io', 'package', 'debug'}) do
   G[name] = nil
@@ -60,6 +96,14 @@ end
 -- Library tables are replaced by read-only views of themselves.
 for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'bit', 'cjson', 'redis'}) do
   G[name] = readonly(G[name])
+end
+-- Redis's pcall: an error table comes back as its text.
+local function pcall_result(ok, ...)
+  if ok then return ok, ... end
+  return false, error_text((...))
+end
+G.pcall = function(f, ...)
+  return pcall_result(pcall(f, ...))
 end
 -- rawset and setmetatable cannot change a read-only view either (Redis raises these from C,
 -- without a position).
@@ -136,7 +180,17 @@ impl Engine {
         globals.raw_set("bit", super::bit::library(&lua)?)?;
         let xpcall: Function = globals.raw_get("xpcall")?;
         let prelude = lua.load(PRELUDE).set_name("=shoal").into_function()?;
-        let env: Table = prelude.call(globals.clone())?;
+        let error_text = lua.create_function(|lua, e: Value| {
+            Ok(match &e {
+                Value::Table(t) => match t.raw_get::<Value>("err")? {
+                    v @ (Value::String(_) | Value::Number(_) | Value::Integer(_)) => v,
+                    _ => e,
+                },
+                Value::Error(err) => Value::String(lua.create_string(classify(err).0)?),
+                _ => e,
+            })
+        })?;
+        let env: Table = prelude.call((globals.clone(), error_text))?;
         let handler = lua.create_function(error_handler)?;
         lua.set_memory_limit(memory_limit)?;
         let killer = shared.clone();
@@ -273,15 +327,9 @@ fn number_text(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { format!("{n}") }
 }
 
-/// The text of an error raised in Rust (it already carries its error code) or by Lua.
+/// The text of an error raised in Rust or by Lua.
 fn message(e: &mlua::Error) -> String {
-    match e {
-        mlua::Error::RuntimeError(m) => m.clone(),
-        mlua::Error::CallbackError { cause, .. } => message(cause),
-        mlua::Error::MemoryError(_) => "ERR not enough memory (the script passed --lua-memory-limit)".into(),
-        mlua::Error::SyntaxError { message, .. } => message.clone(),
-        other => other.to_string(),
-    }
+    classify(e).0
 }
 
 fn compile_message(e: &mlua::Error) -> String {
@@ -298,7 +346,10 @@ fn compile_message(e: &mlua::Error) -> String {
 fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
     let t = match &err {
         Value::Table(t) if matches!(t.raw_get::<Value>("err")?, Value::String(_)) => t.clone(),
-        Value::Error(e) => table_with(lua, &message(e))?,
+        Value::Error(e) => match classify(e) {
+            (text, true) => table_with(lua, &text)?,
+            (text, false) => table_with(lua, &format!("ERR {text}"))?,
+        },
         Value::Nil => table_with(lua, "ERR nil")?,
         Value::Boolean(b) => table_with(lua, &format!("ERR {b}"))?,
         other => {
@@ -361,12 +412,12 @@ fn run_call(lua: &Lua, args: MultiValue) -> mlua::Result<Result<Value, String>> 
 /// The `redis` table.
 fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     let redis = lua.create_table()?;
-    let raise = |text: &str| Err::<Value, _>(mlua::Error::RuntimeError(text.to_string()));
+    let raise = |text: &str| Err::<Value, _>(redis_error(text));
     redis.raw_set(
         "call",
         lua.create_function(|lua, args: MultiValue| match run_call(lua, args)? {
             Ok(v) => Ok(v),
-            Err(e) => Err(mlua::Error::RuntimeError(e)),
+            Err(e) => Err(redis_error(e)),
         })?,
     )?;
     redis.raw_set(
