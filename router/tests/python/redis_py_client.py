@@ -101,6 +101,19 @@ def main():
     assert r.lpop("py:jobs") == "j1" and r.lrange("py:jobs", 0, -1) == ["j2", "j3"]
     assert r.lmove("py:jobs", "py:done", "LEFT", "RIGHT") == "j2"
     assert r.llen("py:jobs") == 1 and r.lrange("py:done", 0, -1) == ["j2"]
+    # Blocking pops, as job-queue libraries use them: served at once when there is a job, after
+    # the timeout (None) when there is none, and woken by a push from another connection.
+    assert r.blpop(["{py:q}a", "{py:q}b"], timeout=1) is None
+    r.rpush("{py:q}b", "job-1")
+    assert r.blpop(["{py:q}a", "{py:q}b"], timeout=1) == ["{py:q}b", "job-1"]
+    import threading
+    pusher = threading.Timer(0.2, lambda: redis.Redis(host="127.0.0.1", port=port, password=password)
+                             .lpush("{py:q}a", "job-2"))
+    pusher.start()
+    assert r.brpop(["{py:q}a"], timeout=5) == ["{py:q}a", "job-2"]
+    pusher.join()
+    r.rpush("{py:q}a", "job-3")
+    assert r.blmove("{py:q}a", "{py:q}done", 1, "LEFT", "RIGHT") == "job-3"
     assert r.sadd("py:tags", "a", "b", "c") == 3 and r.sismember("py:tags", "b")
     assert r.smembers("py:tags") == {"a", "b", "c"}
     assert r.sadd("py:tags2", "b", "c", "d") == 3
