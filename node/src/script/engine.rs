@@ -236,14 +236,7 @@ impl Engine {
     }
 
     /// Runs the compiled script `sha` with `keys` and `args`; `ctx` is what its calls need.
-    pub fn run(
-        &mut self,
-        sha: &str,
-        keys: &[Bytes],
-        args: &[Bytes],
-        mut ctx: RunCtx,
-        client_resp3: bool,
-    ) -> Outcome {
+    pub fn run(&mut self, sha: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
         let Some(compiled) = self.functions.get(sha) else {
             return Outcome { reply: F::error(super::NOSCRIPT.into()), written: Vec::new() };
         };
@@ -255,12 +248,10 @@ impl Engine {
                 self.lua.set_app_data(ctx);
                 let result = self.xpcall.call::<MultiValue>((function, self.handler.clone()));
                 let script_resp3 = self.lua.app_data_ref::<RunCtx>().is_some_and(|c| c.resp3);
-                let reply = match result {
+                match result {
                     Ok(values) => outcome_frame(values, sha, script_resp3),
                     Err(e) => F::error(format!("ERR Error running script {sha}: {}", message(&e))),
-                };
-                let _ = client_resp3;
-                reply
+                }
             }
             Err(e) => F::error(format!("ERR Error running script {sha}: {}", message(&e))),
         };

@@ -253,8 +253,9 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                 }
             }
             let e = engine.as_mut().expect("started above");
+            let at = At { store: &store, shared: &shared, view: &view, version };
             match op.kind {
-                Some(Kind::Script(s)) => run(&store, &shared, e, &view, version, s),
+                Some(Kind::Script(s)) => run(&at, e, s),
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
@@ -265,7 +266,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                         store.gate.write(),
                         t,
                         &mut |s| {
-                            let (reply, w) = run_unlocked(&store, &shared, e, &view, version, s);
+                            let (reply, w) = run_unlocked(&at, e, s);
                             written.extend(w);
                             reply
                         },
@@ -297,34 +298,30 @@ fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
     Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
 }
 
-/// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
-fn run(
-    store: &Arc<Store>,
-    shared: &Arc<Shared>,
-    engine: &mut engine::Engine,
-    view: &Arc<NodeView>,
+/// Where a script runs: the node's store, its scripting state, and the view and topology version
+/// its op was routed by.
+struct At<'a> {
+    store: &'a Arc<Store>,
+    shared: &'a Arc<Shared>,
+    view: &'a Arc<NodeView>,
     version: u64,
-    s: proto::Script,
-) -> Reply {
-    let _exclusive = store.gate.write();
-    if let Err(refused) = crate::ops::check_group(view, version, s.keys.iter().map(|k| &k[..])) {
+}
+
+/// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
+fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
+    let _exclusive = at.store.gate.write();
+    if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
         return refused;
     }
-    let (reply, written) = run_unlocked(store, shared, engine, view, version, s);
-    crate::ops::serve_blocked_after(store, view, written);
+    let (reply, written) = run_unlocked(at, engine, s);
+    crate::ops::serve_blocked_after(at.store, at.view, written);
     reply
 }
 
 /// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
 /// carries. Returns its reply and the keys it wrote.
-fn run_unlocked(
-    store: &Arc<Store>,
-    shared: &Arc<Shared>,
-    engine: &mut engine::Engine,
-    view: &Arc<NodeView>,
-    version: u64,
-    s: proto::Script,
-) -> (Reply, Vec<Bytes>) {
+fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
+    let shared = at.shared;
     let sha = s.sha.to_ascii_lowercase();
     if !engine.has(&sha) {
         let body =
@@ -339,16 +336,16 @@ fn run_unlocked(
     shared.wrote.store(false, Ordering::Relaxed);
     shared.running_since.store(shared.now() + 1, Ordering::Release);
     let ctx = call::RunCtx {
-        store: store.clone(),
-        view: view.clone(),
-        version,
+        store: at.store.clone(),
+        view: at.view.clone(),
+        version: at.version,
         readonly: s.readonly,
         allow_oom: false,
         resp3: false,
         written: Vec::new(),
         shared: shared.clone(),
     };
-    let outcome = engine.run(&sha, &s.keys, &s.args, ctx, s.resp == 3);
+    let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
     shared.running_since.store(0, Ordering::Release);
     (frame(outcome.reply), outcome.written)
 }

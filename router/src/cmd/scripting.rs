@@ -152,14 +152,7 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     };
     let split = 3 + numkeys as usize;
     let keys = args[3..split].to_vec();
-    let script = proto::Script {
-        sha,
-        body,
-        keys: keys.clone(),
-        args: args[split..].to_vec(),
-        readonly,
-        resp: ctx.session.protocol().version() as u32,
-    };
+    let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly };
     let routing = ctx.routing.clone();
     // A script without keys runs on any node; spread them.
     let pos = match (keys.is_empty(), super::one_node(&routing, &keys)) {

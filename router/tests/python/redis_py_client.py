@@ -105,12 +105,12 @@ def main():
     # the timeout (None) when there is none, and woken by a push from another connection.
     assert r.blpop(["{py:q}a", "{py:q}b"], timeout=1) is None
     r.rpush("{py:q}b", "job-1")
-    assert r.blpop(["{py:q}a", "{py:q}b"], timeout=1) == ["{py:q}b", "job-1"]
+    assert list(r.blpop(["{py:q}a", "{py:q}b"], timeout=1)) == ["{py:q}b", "job-1"]
     import threading
     pusher = threading.Timer(0.2, lambda: redis.Redis(host="127.0.0.1", port=port, password=password)
                              .lpush("{py:q}a", "job-2"))
     pusher.start()
-    assert r.brpop(["{py:q}a"], timeout=5) == ["{py:q}a", "job-2"]
+    assert list(r.brpop(["{py:q}a"], timeout=5)) == ["{py:q}a", "job-2"]
     pusher.join()
     r.rpush("{py:q}a", "job-3")
     assert r.blmove("{py:q}a", "{py:q}done", 1, "LEFT", "RIGHT") == "job-3"
