@@ -79,7 +79,7 @@ impl NodeState {
                 Step::Reply(r) => replies.push(r),
                 Step::Piece => {}
                 // Tools and tests: wait for the script (or the gate) right here.
-                Step::Script(rx) => replies.push(
+                Step::Script(rx, _) => replies.push(
                     rx.blocking_recv().unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone")),
                 ),
                 Step::Held(op) => {
@@ -87,7 +87,7 @@ impl NodeState {
                 }
             }
         }
-        BatchReply { id: running.id, replies, more: false }
+        BatchReply { id: running.id, replies, more: false, deferred: Vec::new() }
     }
 
     pub fn stats(&self) -> NodeStats {
@@ -231,6 +231,9 @@ impl Node for NodeService {
             done: false,
             assembler: OpAssembler::default(),
             running: None,
+            deferred: Vec::new(),
+            next_deferred: 1,
+            deferred_alive: None,
         })))
     }
 
@@ -437,6 +440,11 @@ struct Replies {
     /// Ops that arrive in pieces are put together here (they never span streams).
     assembler: OpAssembler,
     running: Option<Running>,
+    /// Scripts past busy-reply-threshold whose replies were deferred, by id.
+    deferred: Vec<(u64, oneshot::Receiver<Reply>)>,
+    next_deferred: u64,
+    /// While replies are deferred: when to send the next keep-alive message.
+    deferred_alive: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// A batch being applied.
@@ -460,16 +468,18 @@ enum Step {
     Reply(Reply),
     /// A piece of a larger op (its reply comes with the last piece).
     Piece,
-    /// A script runs on the script thread; its reply will arrive here.
-    Script(oneshot::Receiver<Reply>),
+    /// A script runs on the script thread (set once it holds the store); its reply will arrive
+    /// here.
+    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>),
     /// A script holds the store: the op waits for it.
     Held(Op),
 }
 
 /// Why a batch is paused. Its later ops wait (their order holds); other streams go on.
 enum Waiting {
-    /// The script's reply, and when to tell the router the stream is alive meanwhile.
-    Script(oneshot::Receiver<Reply>, Pin<Box<tokio::time::Sleep>>),
+    /// The script's reply, whether the script holds the store yet, and when to tell the router
+    /// the stream is alive meanwhile.
+    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>, Pin<Box<tokio::time::Sleep>>),
     /// Try the held op again after a moment (and keep the router's calls alive meanwhile).
     Gate(Pin<Box<tokio::time::Sleep>>, tokio::time::Instant),
 }
@@ -504,7 +514,8 @@ impl Running {
             Fed::Failed(e) => return Step::Reply(crate::ops::error(&format!("ERR {e}"))),
         };
         if crate::script::Scripts::is_script_op(&op) {
-            return Step::Script(state.scripts.submit(op, self.view.clone(), self.version));
+            let (rx, started) = state.scripts.submit(op, self.view.clone(), self.version);
+            return Step::Script(rx, started);
         }
         if let Some(proto::op::Kind::ScriptAdmin(a)) = &op.kind {
             return Step::Reply(state.scripts.admin(a));
@@ -547,8 +558,9 @@ impl Running {
             let r = match self.step(state, assembler, op) {
                 Step::Reply(r) => r,
                 Step::Piece => continue,
-                Step::Script(rx) => {
-                    self.waiting = Some(Waiting::Script(rx, Box::pin(tokio::time::sleep(KEEPALIVE))));
+                Step::Script(rx, started) => {
+                    self.waiting =
+                        Some(Waiting::Script(rx, started, Box::pin(tokio::time::sleep(KEEPALIVE))));
                     break;
                 }
                 Step::Held(op) => {
@@ -568,7 +580,7 @@ impl Running {
             }
         }
         let more = !(self.ops.is_empty() && self.outbox.is_empty() && self.waiting.is_none());
-        BatchReply { id: self.id, replies, more }
+        BatchReply { id: self.id, replies, more, deferred: Vec::new() }
     }
 }
 
@@ -583,6 +595,9 @@ impl Stream for Replies {
             self.stopping = true;
         }
         let this = &mut *self;
+        if let Some(message) = this.poll_deferred(cx) {
+            return Poll::Ready(Some(Ok(message)));
+        }
         if this.running.is_none() {
             // Shutting down: the batch in hand (if any) is finished, no new one is taken.
             if this.stopping {
@@ -606,11 +621,27 @@ impl Stream for Replies {
         let running = this.running.as_mut().expect("a batch in hand");
         loop {
             match running.waiting.as_mut() {
-                Some(Waiting::Script(rx, keepalive)) => match Pin::new(rx).poll(cx) {
+                Some(Waiting::Script(rx, started, keepalive)) => match Pin::new(&mut *rx).poll(cx) {
                     Poll::Pending => {
                         if keepalive.as_mut().poll(cx).is_ready() {
+                            // Past busy-reply-threshold, the script no longer holds this stream:
+                            // its reply is deferred and the ops after it go on (BUSY meanwhile).
+                            // Only once it holds the store, so that none of them runs before it.
+                            if started.load(std::sync::atomic::Ordering::Acquire) && this.state.scripts.busy()
+                            {
+                                let Some(Waiting::Script(rx, ..)) = running.waiting.take() else {
+                                    unreachable!()
+                                };
+                                let id = this.next_deferred;
+                                this.next_deferred += 1;
+                                this.deferred.push((id, rx));
+                                running
+                                    .outbox
+                                    .push_back(Reply { kind: Some(proto::reply::Kind::Deferred(id)) });
+                                continue;
+                            }
                             keepalive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);
-                            let alive = BatchReply { id: running.id, replies: Vec::new(), more: true };
+                            let alive = BatchReply { id: running.id, more: true, ..Default::default() };
                             return Poll::Ready(Some(Ok(alive)));
                         }
                         return Poll::Pending;
@@ -630,7 +661,7 @@ impl Stream for Replies {
                         running.alive_at = Some(if due { now + KEEPALIVE } else { *alive_at });
                         running.waiting = None;
                         if due {
-                            let alive = BatchReply { id: running.id, replies: Vec::new(), more: true };
+                            let alive = BatchReply { id: running.id, more: true, ..Default::default() };
                             return Poll::Ready(Some(Ok(alive)));
                         }
                     }
@@ -647,6 +678,35 @@ impl Stream for Replies {
             }
             return Poll::Ready(Some(Ok(message)));
         }
+    }
+}
+
+impl Replies {
+    /// A message of deferred replies that have arrived, or a keep-alive while some are still
+    /// running (so that the router's calls waiting for them do not time out).
+    fn poll_deferred(&mut self, cx: &mut Context<'_>) -> Option<BatchReply> {
+        if self.deferred.is_empty() {
+            self.deferred_alive = None;
+            return None;
+        }
+        let mut done = Vec::new();
+        self.deferred.retain_mut(|(id, rx)| match Pin::new(rx).poll(cx) {
+            Poll::Ready(reply) => {
+                let reply = reply.unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone"));
+                done.push(proto::DeferredReply { id: *id, reply: Some(reply) });
+                false
+            }
+            Poll::Pending => true,
+        });
+        if !done.is_empty() {
+            return Some(BatchReply { id: 0, deferred: done, ..Default::default() });
+        }
+        let alive = self.deferred_alive.get_or_insert_with(|| Box::pin(tokio::time::sleep(KEEPALIVE)));
+        if alive.as_mut().poll(cx).is_ready() {
+            alive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);
+            return Some(BatchReply { id: 0, ..Default::default() });
+        }
+        None
     }
 }
 

@@ -39,10 +39,10 @@ async fn two_routers(dir: &std::path::Path) -> (Vec<NodeProc>, RouterProc, Route
     (nodes, a, b, shoal_wire::Topology::even(&addrs))
 }
 
-/// A script past busy-reply-threshold: its node answers BUSY to other routers' commands, other
-/// nodes serve as ever, commands through its own router wait for it (they share its node's
-/// stream), nothing times out, and SCRIPT KILL through any router stops it; one that wrote is
-/// UNKILLABLE and runs to its end.
+/// A script past busy-reply-threshold: its node answers BUSY to every other command, through any
+/// router (through its own router too: the node defers the script's reply and lets the commands
+/// behind it on the stream go on), other nodes serve as ever, nothing times out, and SCRIPT KILL
+/// through any router stops it; one that wrote is UNKILLABLE and runs to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,8 +61,9 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
     let mut spinner = a.raw().await;
     spinner.send(&support::encode(&[b"EVAL", SPIN.as_bytes(), b"1", same[1].as_bytes()])).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // A command through the same router queues behind the script on its node's stream.
+    // A command through the same router, behind the script on its node's stream.
     let mut queued = a.raw().await;
+    let queued_at = Instant::now();
     queued.send(&support::encode(&[b"GET", same[0].as_bytes()])).await;
 
     // Through the other router: other nodes serve at once while the script runs.
@@ -79,6 +80,10 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
     );
     assert!(started.elapsed() >= Duration::from_millis(1200), "BUSY only past the threshold");
     assert_eq!(text(c.cmd(&["GET", &same[0]]).await), busy);
+    assert_eq!(text(queued.reply().await.expect("the queued GET")), busy, "its own router's too");
+    assert!(queued_at.elapsed() >= Duration::from_millis(1200), "past the threshold, not before");
+    assert_eq!(text(queued.cmd(&["GET", &same[0]]).await), busy);
+    assert_eq!(queued.cmd(&["GET", &other[0]]).await, b"$1\r\nx\r\n", "other nodes through the same router");
 
     assert_eq!(admin.cmd(&["SCRIPT", "KILL"]).await, b"+OK\r\n");
     let killed = text(spinner.reply().await.expect("the script's reply"));
@@ -87,8 +92,8 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
             && killed.ends_with(", on @user_script:1.\r\n"),
         "{killed}"
     );
-    assert_eq!(queued.reply().await.expect("the queued GET"), b"$6\r\nbefore\r\n", "it ran after the script");
     assert_eq!(c.cmd(&["GET", &same[0]]).await, b"$6\r\nbefore\r\n", "served again");
+    assert_eq!(queued.cmd(&["GET", &same[0]]).await, b"$6\r\nbefore\r\n", "through both routers");
 
     // A script that wrote cannot be killed: it runs to its end (bounded by the node's clock).
     let writer = "redis.call('set', KEYS[1], 'written') local t = redis.call('time') \

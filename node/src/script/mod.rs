@@ -82,6 +82,9 @@ struct Job {
     view: Arc<NodeView>,
     version: u64,
     reply: oneshot::Sender<Reply>,
+    /// Set once the job holds the store (the stream may then let later ops go on, past
+    /// busy-reply-threshold: none of them can run before the script any more).
+    started: Arc<AtomicBool>,
 }
 
 /// A node's scripting: the cache, the script thread (started with the first script) and the
@@ -125,10 +128,17 @@ impl Scripts {
         }
     }
 
-    /// Hands a script op to the script thread; the reply arrives on the receiver.
-    pub fn submit(&self, op: Op, view: Arc<NodeView>, version: u64) -> oneshot::Receiver<Reply> {
+    /// Hands a script op to the script thread; the reply arrives on the receiver, and the flag
+    /// is set once the script holds the store.
+    pub fn submit(
+        &self,
+        op: Op,
+        view: Arc<NodeView>,
+        version: u64,
+    ) -> (oneshot::Receiver<Reply>, Arc<AtomicBool>) {
         let (tx, rx) = oneshot::channel();
-        let job = Job { op, view, version, reply: tx };
+        let started = Arc::new(AtomicBool::new(false));
+        let job = Job { op, view, version, reply: tx, started: started.clone() };
         let mut jobs = self.jobs.lock();
         let sender = jobs.get_or_insert_with(|| self.start_thread());
         if let Err(mpsc::SendError(job)) = sender.send(job) {
@@ -136,7 +146,7 @@ impl Scripts {
             *jobs = None;
             let _ = job.reply.send(crate::ops::error("ERR the script engine is not running"));
         }
-        rx
+        (rx, started)
     }
 
     fn start_thread(&self) -> mpsc::Sender<Job> {
@@ -235,7 +245,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
     let mut engine: Option<engine::Engine> = None;
     let mut flushes_seen = 0;
     for job in jobs {
-        let Job { op, view, version, reply } = job;
+        let Job { op, view, version, reply, started } = job;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let flushes = shared.flushes.load(Ordering::Relaxed);
             if flushes != flushes_seen {
@@ -253,24 +263,20 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                 }
             }
             let e = engine.as_mut().expect("started above");
-            let at = At { store: &store, shared: &shared, view: &view, version };
+            let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
             match op.kind {
                 Some(Kind::Script(s)) => run(&at, e, s),
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
-                    let reply = crate::ops::transaction_with(
-                        &store,
-                        &view,
-                        version,
-                        store.gate.write(),
-                        t,
-                        &mut |s| {
+                    let exclusive = store.gate.write();
+                    started.store(true, Ordering::Release);
+                    let reply =
+                        crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
                             let (reply, w) = run_unlocked(&at, e, s);
                             written.extend(w);
                             reply
-                        },
-                    );
+                        });
                     crate::ops::serve_blocked_after(&store, &view, written);
                     reply
                 }
@@ -305,11 +311,14 @@ struct At<'a> {
     shared: &'a Arc<Shared>,
     view: &'a Arc<NodeView>,
     version: u64,
+    /// Set once the store is held (see [`Job::started`]).
+    started: &'a AtomicBool,
 }
 
 /// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
 fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     let _exclusive = at.store.gate.write();
+    at.started.store(true, Ordering::Release);
     if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
         return refused;
     }
