@@ -170,6 +170,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "8mb", value_parser = parse_memory)]
     pub migrate_rate: u64,
 
+    /// After a script has held the node this many milliseconds, other commands are answered BUSY
+    /// and SCRIPT KILL can stop it (Redis's busy-reply-threshold; CONFIG SET changes it).
+    #[arg(long, env = "SHOAL_NODE_BUSY_REPLY_THRESHOLD", default_value_t = crate::script::DEFAULT_BUSY_MS)]
+    pub busy_reply_threshold: u64,
+
+    /// Memory the Lua VM that runs scripts may use (compiled scripts and what running ones
+    /// allocate); a script past it fails with an error and the VM stays usable.
+    #[arg(long, env = "SHOAL_NODE_LUA_MEMORY_LIMIT", default_value = "256mb", value_parser = parse_memory)]
+    pub lua_memory_limit: u64,
+
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,

@@ -11,6 +11,8 @@
 //! - [`ops`]: wire op → store call → wire reply; store errors become Redis error text here.
 //! - [`commands`]: Redis commands on typed values (hashes, ...), sent as `Command` ops and answered
 //!   with `Frame` replies the router encodes for RESP2 or RESP3.
+//! - [`script`]: Lua scripts (EVAL, EVALSHA, SCRIPT ...) on a thread of the node's own, holding the
+//!   store's gate while they run; `redis.call` applies ops like a router's.
 //! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
 //!   runs a node in-process (embedded mode, tests).
@@ -33,6 +35,7 @@ pub mod notify;
 pub mod ops;
 pub mod persistence;
 pub mod pubsub;
+pub mod script;
 pub mod server;
 pub mod service;
 pub mod snapshot;

@@ -171,6 +171,8 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         node_id: args.node_id,
         topology_file: args.topology_file.clone(),
         migrate_rate: args.migrate_rate,
+        lua_memory_limit: usize::try_from(args.lua_memory_limit).unwrap_or(usize::MAX),
+        busy_reply_threshold: args.busy_reply_threshold,
         ..Default::default()
     };
     let state =

@@ -18,9 +18,34 @@ pub fn apply_batch(store: &Store, view: &NodeView, batch_version: u64, ops: Vec<
 /// version get a `moved` reply instead (see `membership.rs`).
 pub fn apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op) -> Reply {
     if let Some(Kind::Transaction(t)) = op.kind {
-        return transaction(store, view, batch_version, t);
+        return transaction(store, view, batch_version, store.gate.write(), t);
     }
-    let _shared = store.gate.read();
+    let shared = store.gate.read();
+    apply_gated(store, view, batch_version, op, shared)
+}
+
+/// Like [`apply_checked`], but without waiting for the store's gate: `Err(op)` when something
+/// holds it exclusively (a script, or a transaction), so that the caller can wait for it without
+/// holding a thread (a script may hold the gate for seconds).
+pub fn try_apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op) -> Result<Reply, Op> {
+    if let Some(Kind::Transaction(_)) = &op.kind {
+        let Some(exclusive) = store.gate.try_write() else { return Err(op) };
+        let Some(Kind::Transaction(t)) = op.kind else { unreachable!("matched above") };
+        return Ok(transaction(store, view, batch_version, exclusive, t));
+    }
+    match store.gate.try_read() {
+        Some(shared) => Ok(apply_gated(store, view, batch_version, op, shared)),
+        None => Err(op),
+    }
+}
+
+fn apply_gated(
+    store: &Store,
+    view: &NodeView,
+    batch_version: u64,
+    op: Op,
+    _shared: parking_lot::RwLockReadGuard<'_, ()>,
+) -> Reply {
     match check(view, batch_version, &op) {
         // The common case: nobody watches and nobody is blocked on this node.
         Ok(()) if !store.watches.active() && !store.blocked.active() => apply(store, view, op),
@@ -175,8 +200,32 @@ fn touch_keys(store: &Store, op: &Op) {
 
 /// MULTI/EXEC: every op of `t` applied with no other op in between, or none of them (see the
 /// `Transaction` message in the proto for the checks and replies).
-fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Transaction) -> Reply {
-    let _exclusive = store.gate.write();
+fn transaction(
+    store: &Store,
+    view: &NodeView,
+    batch_version: u64,
+    exclusive: parking_lot::RwLockWriteGuard<'_, ()>,
+    t: proto::Transaction,
+) -> Reply {
+    transaction_with(store, view, batch_version, exclusive, t, &mut |_| {
+        error("ERR a transaction with a script runs on the node's script thread")
+    })
+}
+
+/// Whether a transaction holds a script (it then runs on the script thread, which has the VM).
+pub fn holds_script(op: &Op) -> bool {
+    matches!(&op.kind, Some(Kind::Transaction(t)) if t.ops.iter().any(|o| matches!(o.kind, Some(Kind::Script(_)))))
+}
+
+/// A transaction whose script ops `script` runs (EVAL inside MULTI), under `exclusive`.
+pub(crate) fn transaction_with(
+    store: &Store,
+    view: &NodeView,
+    batch_version: u64,
+    _exclusive: parking_lot::RwLockWriteGuard<'_, ()>,
+    t: proto::Transaction,
+    script: &mut dyn FnMut(proto::Script) -> Reply,
+) -> Reply {
     for op in &t.ops {
         if matches!(op.kind, Some(Kind::Transaction(_) | Kind::Watch(_))) {
             return error("ERR a transaction cannot hold a transaction or a watch");
@@ -186,14 +235,8 @@ fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Tra
         }
     }
     let whole = Op { kind: Some(Kind::Transaction(t)), ..Default::default() };
-    for key in keys_of(&whole) {
-        let slot = shoal_wire::key_slot(key);
-        if let Err(version) = view.check(slot, batch_version) {
-            return moved(version);
-        }
-        if view.is_moving(slot) {
-            return error(TRYAGAIN);
-        }
+    if let Err(refused) = check_group(view, batch_version, keys_of(&whole)) {
+        return refused;
     }
     let Some(Kind::Transaction(t)) = whole.kind else { unreachable!("built above") };
     for w in &t.watches {
@@ -212,6 +255,9 @@ fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Tra
         .ops
         .into_iter()
         .map(|op| {
+            if let Some(Kind::Script(s)) = op.kind {
+                return script(s);
+            }
             if store.watches.active() && class_of(&op) != OpClass::Read {
                 touch_keys(store, &op);
             }
@@ -225,9 +271,45 @@ fn transaction(store: &Store, view: &NodeView, batch_version: u64, t: proto::Tra
     Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })) }
 }
 
-/// A transaction's keys are in a slot that is moving between nodes: the router tries again
-/// (until its deadline) rather than run it while the keys may be on either node.
+/// A transaction's (or script's) keys are in a slot that is moving between nodes: the router
+/// tries again (until its deadline) rather than run it while the keys may be on either node.
 pub const TRYAGAIN: &str = "TRYAGAIN a key of the transaction is in a slot moving between nodes; try again";
+
+/// The checks of an op group that must run on one node as a whole (a transaction, a script):
+/// every key's slot served here at `version` (else `moved` for the whole group) and none of them
+/// moving (else `TRYAGAIN`: the router sends the group again once the move is done).
+pub(crate) fn check_group<'a>(
+    view: &NodeView,
+    version: u64,
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<(), Reply> {
+    for key in keys {
+        let slot = shoal_wire::key_slot(key);
+        if let Err(v) = view.check(slot, version) {
+            return Err(moved(v));
+        }
+        if view.is_moving(slot) {
+            return Err(error(TRYAGAIN));
+        }
+    }
+    Ok(())
+}
+
+/// An op from a running script, which holds the gate: a write touches its watched keys first,
+/// as any write does.
+pub(crate) fn apply_for_script(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
+    if write && store.watches.active() {
+        touch_keys(store, &op);
+    }
+    apply(store, view, op)
+}
+
+/// After a script: the clients blocked on keys it wrote are served (as after a transaction).
+pub(crate) fn serve_blocked_after(store: &Store, view: &NodeView, written: Vec<bytes::Bytes>) {
+    if !written.is_empty() && store.blocked.active() {
+        serve_blocked(store, view, written);
+    }
+}
 
 fn watch(store: &Store, o: proto::Watch) -> Reply {
     if o.release {
@@ -405,6 +487,9 @@ fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Transaction(_) => error("ERR a transaction cannot hold a transaction"),
         Kind::Publish(p) => {
             int(store.events.sink().map_or(0, |s| s.publish(&p.channel, &p.message, p.sharded)) as i64)
+        }
+        Kind::Script(_) | Kind::ScriptAdmin(_) => {
+            error("ERR scripts run on the node's script thread, not here")
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct ServeOptions {
     pub topology_file: Option<PathBuf>,
     /// Most bytes per second pulled for migrations (0: unlimited).
     pub migrate_rate: u64,
+    /// Scripts: the Lua VM's memory limit and Redis's busy-reply-threshold (ms).
+    pub lua_memory_limit: usize,
+    pub busy_reply_threshold: u64,
 }
 
 impl Default for ServeOptions {
@@ -68,6 +71,8 @@ impl Default for ServeOptions {
             node_id: None,
             topology_file: None,
             migrate_rate: DEFAULT_MIGRATE_RATE,
+            lua_memory_limit: crate::script::DEFAULT_MEMORY_LIMIT,
+            busy_reply_threshold: crate::script::DEFAULT_BUSY_MS,
         }
     }
 }
@@ -210,7 +215,9 @@ pub fn open_state(
             Err(e) => tracing::warn!(error = %e, "no usable topology yet; watching the file"),
         }
     }
-    Ok(Arc::new(NodeState::new(store, persistence, membership)))
+    let state = NodeState::new(store, persistence, membership);
+    state.scripts.set_limits(options.lua_memory_limit, options.busy_reply_threshold);
+    Ok(Arc::new(state))
 }
 
 impl NodeHandle {

@@ -22,7 +22,7 @@ use shoal_wire::proto::{
     NodeStats, Op, Reply, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc,
     node_server::Node,
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -44,6 +44,8 @@ const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Debug)]
 pub struct NodeState {
     pub store: Arc<Store>,
+    /// Lua scripts: the cache and the script thread.
+    pub scripts: crate::script::Scripts,
     pub persistence: Arc<Persistence>,
     pub membership: Arc<Membership>,
     pub metrics: NodeMetrics,
@@ -56,8 +58,14 @@ impl NodeState {
     pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, membership: Arc<Membership>) -> NodeState {
         let pubsub = Arc::new(PubSub::default());
         store.events.set_sink(pubsub.clone());
+        let scripts = crate::script::Scripts::new(
+            store.clone(),
+            crate::script::DEFAULT_MEMORY_LIMIT,
+            crate::script::DEFAULT_BUSY_MS,
+        );
         NodeState {
             store,
+            scripts,
             persistence,
             membership,
             metrics: NodeMetrics::default(),
@@ -73,11 +81,19 @@ impl NodeState {
         let mut replies = Vec::new();
         let mut assembler = OpAssembler::default();
         while let Some(op) = running.ops.pop_front() {
-            if let Some(r) = running.apply(self, &mut assembler, op) {
-                replies.push(r);
+            match running.step(self, &mut assembler, op) {
+                Step::Reply(r) => replies.push(r),
+                Step::Piece => {}
+                // Tools and tests: wait for the script (or the gate) right here.
+                Step::Script(rx, _) => replies.push(
+                    rx.blocking_recv().unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone")),
+                ),
+                Step::Held(op) => {
+                    replies.push(crate::ops::apply_checked(&self.store, &running.view, running.version, op))
+                }
             }
         }
-        BatchReply { id: running.id, replies, more: false }
+        BatchReply { id: running.id, replies, more: false, deferred: Vec::new() }
     }
 
     pub fn stats(&self) -> NodeStats {
@@ -127,6 +143,7 @@ impl NodeState {
             zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
             list_max_listpack_size: Some(l.list_max_listpack_size),
             notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
+            busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
         }
     }
 
@@ -149,6 +166,9 @@ impl NodeState {
         store.set_policy(now.policy);
         store.set_maxmemory(now.maxmemory);
         store.events.set_flags(now.notify_keyspace_events);
+        if let Some(ms) = change.busy_reply_threshold {
+            self.scripts.set_busy_reply_threshold(ms);
+        }
         if change != &NodeSettings::default() {
             tracing::info!(?change, "settings changed");
         }
@@ -245,7 +265,24 @@ impl Node for NodeService {
             done: false,
             assembler: OpAssembler::default(),
             running: None,
+            deferred: Vec::new(),
+            next_deferred: 1,
+            deferred_alive: None,
         })))
+    }
+
+    async fn kill_script(
+        &self,
+        _request: Request<proto::KillScriptRequest>,
+    ) -> Result<Response<proto::KillScriptReply>, Status> {
+        use crate::script::Kill;
+        use proto::kill_script_reply::Outcome;
+        let outcome = match self.state.scripts.kill() {
+            Kill::NotBusy => Outcome::NotBusy,
+            Kill::Killed => Outcome::Killed,
+            Kill::Unkillable => Outcome::Unkillable,
+        };
+        Ok(Response::new(proto::KillScriptReply { outcome: outcome as i32 }))
     }
 
     async fn block(&self, request: Request<proto::BlockRequest>) -> Result<Response<proto::Reply>, Status> {
@@ -437,6 +474,11 @@ struct Replies {
     /// Ops that arrive in pieces are put together here (they never span streams).
     assembler: OpAssembler,
     running: Option<Running>,
+    /// Scripts past busy-reply-threshold whose replies were deferred, by id.
+    deferred: Vec<(u64, oneshot::Receiver<Reply>)>,
+    next_deferred: u64,
+    /// While replies are deferred: when to send the next keep-alive message.
+    deferred_alive: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// A batch being applied.
@@ -449,7 +491,40 @@ struct Running {
     ops: VecDeque<Op>,
     /// Replies (or pieces of them) not sent yet.
     outbox: VecDeque<Reply>,
+    /// What the next op waits for, if anything.
+    waiting: Option<Waiting>,
+    /// While ops are held by a script: when the next keep-alive message is due.
+    alive_at: Option<tokio::time::Instant>,
 }
+
+/// What becomes of one op now.
+enum Step {
+    Reply(Reply),
+    /// A piece of a larger op (its reply comes with the last piece).
+    Piece,
+    /// A script runs on the script thread (set once it holds the store); its reply will arrive
+    /// here.
+    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>),
+    /// A script holds the store: the op waits for it.
+    Held(Op),
+}
+
+/// Why a batch is paused. Its later ops wait (their order holds); other streams go on.
+enum Waiting {
+    /// The script's reply, whether the script holds the store yet, and when to tell the router
+    /// the stream is alive meanwhile.
+    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>, Pin<Box<tokio::time::Sleep>>),
+    /// Try the held op again after a moment (and keep the router's calls alive meanwhile).
+    Gate(Pin<Box<tokio::time::Sleep>>, tokio::time::Instant),
+}
+
+/// While a script runs, the stream sends an empty message this often: the router then knows the
+/// node is alive, and calls queued behind the script (and the script's own) do not time out.
+const KEEPALIVE: Duration = Duration::from_millis(100);
+
+/// How often an op held by a running script tries again (a script that runs this long is rare;
+/// one that runs past busy-reply-threshold gets the op answered BUSY instead).
+const GATE_RETRY: Duration = Duration::from_millis(1);
 
 impl Running {
     fn start(state: &NodeState, batch: Batch) -> Running {
@@ -460,15 +535,42 @@ impl Running {
             view: state.membership.view(),
             ops: batch.ops.into(),
             outbox: VecDeque::new(),
+            waiting: None,
+            alive_at: None,
         }
     }
 
-    /// Applies one received op; `None` for a piece of a larger op.
-    fn apply(&self, state: &NodeState, assembler: &mut OpAssembler, op: Op) -> Option<Reply> {
-        match assembler.feed(op) {
-            Fed::Piece => None,
-            Fed::Op(op) => Some(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
-            Fed::Failed(e) => Some(crate::ops::error(&format!("ERR {e}"))),
+    /// Takes one received op as far as it can go now.
+    fn step(&self, state: &NodeState, assembler: &mut OpAssembler, op: Op) -> Step {
+        let op = match assembler.feed(op) {
+            Fed::Piece => return Step::Piece,
+            Fed::Op(op) => op,
+            Fed::Failed(e) => return Step::Reply(crate::ops::error(&format!("ERR {e}"))),
+        };
+        if crate::script::Scripts::is_script_op(&op) {
+            let (rx, started) = state.scripts.submit(op, self.view.clone(), self.version);
+            return Step::Script(rx, started);
+        }
+        if let Some(proto::op::Kind::ScriptAdmin(a)) = &op.kind {
+            return Step::Reply(state.scripts.admin(a));
+        }
+        match crate::ops::try_apply_checked(&state.store, &self.view, self.version, op) {
+            Ok(r) => Step::Reply(r),
+            // A script holds the store: wait without the thread, or answer BUSY once it has
+            // held it past busy-reply-threshold.
+            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
+            Err(op) if state.scripts.active() => Step::Held(op),
+            // A transaction holds it, for a moment: wait here.
+            Err(op) => Step::Reply(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
+        }
+    }
+
+    /// Queues a reply, in pieces if it is large.
+    fn push_reply(&mut self, r: Reply) {
+        if r.encoded_len() <= pieces::PIECE_BYTES {
+            self.outbox.push_back(r);
+        } else {
+            pieces::push_reply(r, &mut self.outbox);
         }
     }
 
@@ -483,8 +585,25 @@ impl Running {
                 replies.push(r);
                 continue;
             }
+            if self.waiting.is_some() {
+                break;
+            }
             let Some(op) = self.ops.pop_front() else { break };
-            let Some(r) = self.apply(state, assembler, op) else { continue };
+            let r = match self.step(state, assembler, op) {
+                Step::Reply(r) => r,
+                Step::Piece => continue,
+                Step::Script(rx, started) => {
+                    self.waiting =
+                        Some(Waiting::Script(rx, started, Box::pin(tokio::time::sleep(KEEPALIVE))));
+                    break;
+                }
+                Step::Held(op) => {
+                    self.ops.push_front(op);
+                    let alive_at = self.alive_at.unwrap_or_else(|| tokio::time::Instant::now() + KEEPALIVE);
+                    self.waiting = Some(Waiting::Gate(Box::pin(tokio::time::sleep(GATE_RETRY)), alive_at));
+                    break;
+                }
+            };
             let size = r.encoded_len();
             if size <= pieces::PIECE_BYTES {
                 // The common case: a small reply goes straight into the message.
@@ -494,8 +613,8 @@ impl Running {
                 pieces::push_reply(r, &mut self.outbox);
             }
         }
-        let more = !(self.ops.is_empty() && self.outbox.is_empty());
-        BatchReply { id: self.id, replies, more }
+        let more = !(self.ops.is_empty() && self.outbox.is_empty() && self.waiting.is_none());
+        BatchReply { id: self.id, replies, more, deferred: Vec::new() }
     }
 }
 
@@ -510,6 +629,9 @@ impl Stream for Replies {
             self.stopping = true;
         }
         let this = &mut *self;
+        if let Some(message) = this.poll_deferred(cx) {
+            return Poll::Ready(Some(Ok(message)));
+        }
         if this.running.is_none() {
             // Shutting down: the batch in hand (if any) is finished, no new one is taken.
             if this.stopping {
@@ -531,11 +653,94 @@ impl Stream for Replies {
             }
         }
         let running = this.running.as_mut().expect("a batch in hand");
-        let message = running.next_message(&this.state, &mut this.assembler);
-        if !message.more {
-            this.running = None;
+        loop {
+            match running.waiting.as_mut() {
+                Some(Waiting::Script(rx, started, keepalive)) => match Pin::new(&mut *rx).poll(cx) {
+                    Poll::Pending => {
+                        if keepalive.as_mut().poll(cx).is_ready() {
+                            // Past busy-reply-threshold, the script no longer holds this stream:
+                            // its reply is deferred and the ops after it go on (BUSY meanwhile).
+                            // Only once it holds the store, so that none of them runs before it.
+                            if started.load(std::sync::atomic::Ordering::Acquire) && this.state.scripts.busy()
+                            {
+                                let Some(Waiting::Script(rx, ..)) = running.waiting.take() else {
+                                    unreachable!()
+                                };
+                                let id = this.next_deferred;
+                                this.next_deferred += 1;
+                                this.deferred.push((id, rx));
+                                running
+                                    .outbox
+                                    .push_back(Reply { kind: Some(proto::reply::Kind::Deferred(id)) });
+                                continue;
+                            }
+                            keepalive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);
+                            let alive = BatchReply { id: running.id, more: true, ..Default::default() };
+                            return Poll::Ready(Some(Ok(alive)));
+                        }
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(reply) => {
+                        running.waiting = None;
+                        running.push_reply(
+                            reply.unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone")),
+                        );
+                    }
+                },
+                Some(Waiting::Gate(sleep, alive_at)) => match sleep.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) => {
+                        let now = tokio::time::Instant::now();
+                        let due = now >= *alive_at;
+                        running.alive_at = Some(if due { now + KEEPALIVE } else { *alive_at });
+                        running.waiting = None;
+                        if due {
+                            let alive = BatchReply { id: running.id, more: true, ..Default::default() };
+                            return Poll::Ready(Some(Ok(alive)));
+                        }
+                    }
+                },
+                None => {}
+            }
+            let message = running.next_message(&this.state, &mut this.assembler);
+            // Nothing to send yet and something to wait for: wait (registering the wake-up).
+            if message.replies.is_empty() && running.waiting.is_some() {
+                continue;
+            }
+            if !message.more {
+                this.running = None;
+            }
+            return Poll::Ready(Some(Ok(message)));
         }
-        Poll::Ready(Some(Ok(message)))
+    }
+}
+
+impl Replies {
+    /// A message of deferred replies that have arrived, or a keep-alive while some are still
+    /// running (so that the router's calls waiting for them do not time out).
+    fn poll_deferred(&mut self, cx: &mut Context<'_>) -> Option<BatchReply> {
+        if self.deferred.is_empty() {
+            self.deferred_alive = None;
+            return None;
+        }
+        let mut done = Vec::new();
+        self.deferred.retain_mut(|(id, rx)| match Pin::new(rx).poll(cx) {
+            Poll::Ready(reply) => {
+                let reply = reply.unwrap_or_else(|_| crate::ops::error("ERR the script engine is gone"));
+                done.push(proto::DeferredReply { id: *id, reply: Some(reply) });
+                false
+            }
+            Poll::Pending => true,
+        });
+        if !done.is_empty() {
+            return Some(BatchReply { id: 0, deferred: done, ..Default::default() });
+        }
+        let alive = self.deferred_alive.get_or_insert_with(|| Box::pin(tokio::time::sleep(KEEPALIVE)));
+        if alive.as_mut().poll(cx).is_ready() {
+            alive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);
+            return Some(BatchReply { id: 0, ..Default::default() });
+        }
+        None
     }
 }
 

@@ -83,6 +83,9 @@ fn conv(f: Frame) -> R {
                 .map(|b| R::Bulk(String::from_utf8(b.to_vec()).expect("utf-8 in these tests")))
                 .collect(),
         ),
+        Boolean(_) | BigNumber(_) | Verbatim(_) => {
+            panic!("typed commands never answer script-only reply types")
+        }
     }
 }
 

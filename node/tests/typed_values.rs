@@ -40,6 +40,8 @@ fn text(f: shoal_wire::proto::Frame) -> String {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect::<Vec<_>>()
             .join(","),
+        Boolean(b) => b.to_string(),
+        BigNumber(n) | Verbatim(n) => String::from_utf8_lossy(&n).into_owned(),
     }
 }
 

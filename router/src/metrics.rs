@@ -129,7 +129,7 @@ pub async fn render(state: &RouterState) -> String {
         )
         .counter(
             "shoal_router_transaction_retries_total",
-            "Transactions (EXEC) sent again because a slot of theirs was moving or had moved.",
+            "Transactions (EXEC) and scripts (EVAL) sent again because a slot of theirs was moving or had moved.",
             c.transaction_retries.get(),
         )
         .counter(

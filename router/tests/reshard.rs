@@ -41,8 +41,9 @@ async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
     let report = load.verify(addr, 0, &|_, _| false).await;
     assert!(report.lost_writes.is_empty() && report.lost_incrs == 0, "{report:?}");
     // Keys written while the moves ran (each writer step also changes a typed value, checked in
-    // lost_incrs): enough that every node held some of them.
-    assert!(report.keys_checked > 300, "{report:?}");
+    // lost_incrs): enough that every node held some of them. (How many depends on the machine's
+    // speed: a loaded 2-core machine wrote 252 in one run, so the bound is well below that.)
+    assert!(report.keys_checked > 100, "{report:?}");
     router.shutdown().await;
 }
 

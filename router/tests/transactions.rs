@@ -232,19 +232,9 @@ async fn transactions_while_slots_move() {
     let addr = router.resp_addr;
     let mut admin = Raw::connect(addr).await;
     // Filler (12 MB), so that slots take a while to move and transactions meet them moving.
-    let filler = vec![b'f'; 4096];
-    let mut pipeline = Vec::new();
-    for i in 0..3000 {
-        pipeline.extend(support::encode(&[b"SET", format!("filler:{i}").as_bytes(), &filler]));
-    }
-    admin.send(&pipeline).await;
-    for _ in 0..3000 {
-        assert_eq!(admin.reply().await.unwrap(), b"+OK\r\n");
-    }
+    support::fill(&mut admin, 3000, 4096).await;
     const PAIRS: usize = 40;
-    for p in 0..PAIRS {
-        admin.cmd(&["MSET", &format!("{{acct{p}}}a"), "100", &format!("{{acct{p}}}b"), "100"]).await;
-    }
+    support::transfer_pairs(&mut admin, PAIRS).await;
     let stop = Arc::new(AtomicBool::new(false));
     let applied = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
@@ -300,17 +290,7 @@ async fn transactions_while_slots_move() {
     assert!(errors.is_empty(), "EXEC errors: {:?}", &errors[..errors.len().min(5)]);
     let applied = applied.load(Ordering::Relaxed);
     assert!(applied > 30, "transactions ran during the moves ({applied})");
-    let mut counted = 0;
-    for p in 0..PAIRS {
-        let mut values = Vec::new();
-        for k in ["a", "b", "n"] {
-            let r = admin.cmd(&["GET", &format!("{{acct{p}}}{k}")]).await;
-            values.push(String::from_utf8_lossy(&r).lines().nth(1).map_or(0, |v| v.parse::<i64>().unwrap()));
-        }
-        assert_eq!(values[0] + values[1], 200, "pair {p}: a transaction applied in part");
-        assert_eq!(values[1] - 100, values[2], "pair {p}: transfers and their count disagree");
-        counted += values[2];
-    }
+    let counted = support::counted_transfers(&mut admin, PAIRS, "transaction").await;
     assert_eq!(counted as u64, applied, "every EXEC that succeeded applied once, no other did");
     let page = support::http_get(router.http_addr, "/metrics").await;
     let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");

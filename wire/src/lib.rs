@@ -5,6 +5,9 @@
 //!   system `protoc`). Routers send typed ops in batches; nodes answer in order.
 //! - [`slot`]: key -> slot, CRC16 with `{hashtag}` mod 16384, identical to Redis Cluster.
 //! - [`num`]: Redis's integer and memory-size syntax, so router and node agree on what a number is.
+//! - [`command`]: the one-key string and keyspace commands that travel as typed ops (GET, SET,
+//!   EXPIRE, TTL, ...): arguments → op with Redis's rules and texts, for the router's clients and
+//!   for `redis.call` in a node's Lua scripts alike.
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
@@ -14,6 +17,7 @@
 //!   document in a file (read, atomic replace, watch).
 //! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts).
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
+//! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
 //!
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
@@ -21,11 +25,13 @@
 
 pub mod client;
 pub mod clock;
+pub mod command;
 pub mod glob;
 pub mod notify;
 pub mod num;
 pub mod ops;
 pub mod pieces;
+pub mod script;
 pub mod settings;
 pub mod slot;
 pub mod topology;

@@ -52,6 +52,8 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         Kind::Transaction(_) | Kind::Watch(_) => return None,
         // A channel is not a key: any node delivers a message (see the `Publish` message).
         Kind::Publish(_) => return None,
+        // A script's keys are checked as a group on the node; script admin ops name none.
+        Kind::Script(_) | Kind::ScriptAdmin(_) => return None,
     })
 }
 
@@ -79,6 +81,7 @@ fn push_keys<'a>(op: &'a Op, out: &mut Vec<&'a [u8]>) {
             }
             out.extend(t.watches.iter().map(|w| &w.key[..]));
         }
+        Some(Kind::Script(s)) => out.extend(s.keys.iter().map(|k| &k[..])),
         _ => {}
     }
 }

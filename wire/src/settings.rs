@@ -33,10 +33,11 @@ pub enum Setting {
     ZsetMaxListpackValue,
     ListMaxListpackSize,
     NotifyKeyspaceEvents,
+    BusyReplyThreshold,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 9] = [
+    pub const ALL: [Setting; 10] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -46,6 +47,7 @@ impl Setting {
         Setting::ZsetMaxListpackValue,
         Setting::ListMaxListpackSize,
         Setting::NotifyKeyspaceEvents,
+        Setting::BusyReplyThreshold,
     ];
 
     /// Redis's name (lower case).
@@ -60,6 +62,7 @@ impl Setting {
             Setting::ZsetMaxListpackValue => "zset-max-listpack-value",
             Setting::ListMaxListpackSize => "list-max-listpack-size",
             Setting::NotifyKeyspaceEvents => "notify-keyspace-events",
+            Setting::BusyReplyThreshold => "busy-reply-threshold",
         }
     }
 
@@ -71,6 +74,7 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => "zset-max-ziplist-entries",
             Setting::ZsetMaxListpackValue => "zset-max-ziplist-value",
             Setting::ListMaxListpackSize => "list-max-ziplist-size",
+            Setting::BusyReplyThreshold => "lua-time-limit",
             _ => return None,
         })
     }
@@ -90,6 +94,7 @@ impl Setting {
                 crate::notify::parse(value).ok_or(crate::notify::BAD_CLASS)?;
                 into.notify_keyspace_events = Some(String::from_utf8_lossy(value).into_owned());
             }
+            Setting::BusyReplyThreshold => into.busy_reply_threshold = Some(parse_count(value)?),
         }
         Ok(())
     }
@@ -106,6 +111,7 @@ impl Setting {
             Setting::ZsetMaxListpackValue => s.zset_max_listpack_value.map(|v| v.to_string()),
             Setting::ListMaxListpackSize => s.list_max_listpack_size.map(|v| v.to_string()),
             Setting::NotifyKeyspaceEvents => s.notify_keyspace_events.clone(),
+            Setting::BusyReplyThreshold => s.busy_reply_threshold.map(|v| v.to_string()),
         }
     }
 }
@@ -150,6 +156,7 @@ pub fn check(s: &NodeSettings) -> Result<(), String> {
         (Setting::SetMaxIntsetEntries, s.set_max_intset_entries),
         (Setting::ZsetMaxListpackEntries, s.zset_max_listpack_entries),
         (Setting::ZsetMaxListpackValue, s.zset_max_listpack_value),
+        (Setting::BusyReplyThreshold, s.busy_reply_threshold),
     ] {
         if v.is_some_and(|v| v > i64::MAX as u64) {
             return fail(setting, NOT_NON_NEGATIVE);

@@ -12,17 +12,15 @@ use crate::store::{Locked, Store};
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub fn find(name: &[u8]) -> Option<Handler> {
-    Some(match name {
-        b"setbit" => setbit,
-        b"getbit" => getbit,
-        b"bitcount" => bitcount,
-        b"bitpos" => bitpos,
-        b"bitfield" => |s, a| bitfield(s, a, false),
-        b"bitfield_ro" => |s, a| bitfield(s, a, true),
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, Handler)] = &[
+    ("setbit", setbit),
+    ("getbit", getbit),
+    ("bitcount", bitcount),
+    ("bitpos", bitpos),
+    ("bitfield", |s, a| bitfield(s, a, false)),
+    ("bitfield_ro", |s, a| bitfield(s, a, true)),
+];
 
 const BAD_OFFSET: CmdError = CmdError::Text("ERR bit offset is not an integer or out of range");
 const BAD_BIT: CmdError = CmdError::Text("ERR bit is not an integer or out of range");

@@ -56,6 +56,16 @@ pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
             items.items.iter().for_each(|i| encode(i, resp3, out));
         }
         Some(Kind::Raw(bytes)) => out.extend_from_slice(bytes),
+        Some(Kind::Boolean(b)) if resp3 => out.extend_from_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+        Some(Kind::Boolean(b)) => out.extend_from_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
+        Some(Kind::BigNumber(n)) if resp3 => line(out, b'(', n),
+        Some(Kind::BigNumber(n)) => bulk(out, n),
+        Some(Kind::Verbatim(v)) if resp3 => {
+            header(out, b'=', v.len());
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+        Some(Kind::Verbatim(v)) => bulk(out, v.get(4..).unwrap_or_default()),
     }
 }
 

@@ -9,27 +9,25 @@ use bytes::Bytes;
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub fn find(name: &[u8]) -> Option<Handler> {
-    Some(match name {
-        b"hset" => hset,
-        b"hmset" => hmset,
-        b"hsetnx" => hsetnx,
-        b"hget" => hget,
-        b"hmget" => hmget,
-        b"hgetall" => hgetall,
-        b"hdel" => hdel,
-        b"hexists" => hexists,
-        b"hlen" => hlen,
-        b"hstrlen" => hstrlen,
-        b"hkeys" => hkeys,
-        b"hvals" => hvals,
-        b"hincrby" => hincrby,
-        b"hincrbyfloat" => hincrbyfloat,
-        b"hrandfield" => hrandfield,
-        b"hscan" => super::scan::hscan,
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, Handler)] = &[
+    ("hset", hset),
+    ("hmset", hmset),
+    ("hsetnx", hsetnx),
+    ("hget", hget),
+    ("hmget", hmget),
+    ("hgetall", hgetall),
+    ("hdel", hdel),
+    ("hexists", hexists),
+    ("hlen", hlen),
+    ("hstrlen", hstrlen),
+    ("hkeys", hkeys),
+    ("hvals", hvals),
+    ("hincrby", hincrby),
+    ("hincrbyfloat", hincrbyfloat),
+    ("hrandfield", hrandfield),
+    ("hscan", super::scan::hscan),
+];
 
 /// Runs `f` on the hash at `args[1]` (`None`: no such key).
 fn read<R>(store: &Store, args: &[Bytes], f: impl FnOnce(Option<&Hash>) -> R) -> Result<R, CmdError> {

@@ -10,25 +10,23 @@ use crate::store::object::{List, Object, ValueType};
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub fn find(name: &[u8]) -> Option<Handler> {
-    Some(match name {
-        b"lpush" => |s, a| push(s, a, true, false),
-        b"rpush" => |s, a| push(s, a, false, false),
-        b"lpushx" => |s, a| push(s, a, true, true),
-        b"rpushx" => |s, a| push(s, a, false, true),
-        b"lpop" => |s, a| pop(s, a, true),
-        b"rpop" => |s, a| pop(s, a, false),
-        b"llen" => llen,
-        b"lrange" => lrange,
-        b"lindex" => lindex,
-        b"lset" => lset,
-        b"linsert" => linsert,
-        b"lrem" => lrem,
-        b"ltrim" => ltrim,
-        b"lpos" => lpos,
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, Handler)] = &[
+    ("lpush", |s, a| push(s, a, true, false)),
+    ("rpush", |s, a| push(s, a, false, false)),
+    ("lpushx", |s, a| push(s, a, true, true)),
+    ("rpushx", |s, a| push(s, a, false, true)),
+    ("lpop", |s, a| pop(s, a, true)),
+    ("rpop", |s, a| pop(s, a, false)),
+    ("llen", llen),
+    ("lrange", lrange),
+    ("lindex", lindex),
+    ("lset", lset),
+    ("linsert", linsert),
+    ("lrem", lrem),
+    ("ltrim", ltrim),
+    ("lpos", lpos),
+];
 
 pub fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&List>) -> R) -> Result<R, CmdError> {
     Ok(store.read_object(key, ValueType::List, |o| {

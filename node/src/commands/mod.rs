@@ -25,6 +25,7 @@ use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};
 
 pub use frame::{F, raw_bulks};
+pub use zset::{fmt_g, fmt_g17};
 
 use crate::store::object::ValueType;
 use crate::store::{Store, StoreError};
@@ -123,6 +124,40 @@ fn restore(store: &Store, args: &[Bytes]) -> CmdResult {
     })
 }
 
+/// What runs a command: a one-key handler, or a multi-key one with the function that finds its
+/// keys (the shards of every key are locked together).
+#[derive(Clone, Copy)]
+enum Entry {
+    One(OneKey),
+    Multi(multi::KeysOf, multi::Handler),
+}
+
+type OneKey = fn(&Store, &[Bytes]) -> CmdResult;
+
+/// Every command the node runs, by lower-case name: one hash lookup per command, where trying
+/// each family's name list in turn compared the name with dozens of others.
+fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
+    static INDEX: std::sync::LazyLock<std::collections::HashMap<&'static [u8], Entry>> =
+        std::sync::LazyLock::new(|| {
+            let mut m = std::collections::HashMap::new();
+            let ones: [(&str, OneKey); 4] = [
+                ("object", object::object),
+                ("memory", object::memory),
+                ("shoal.restore", restore),
+                ("pfadd", hll::pfadd),
+            ];
+            let families = [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE];
+            for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {
+                m.insert(name.as_bytes(), Entry::One(f));
+            }
+            for &(name, (keys_of, handler)) in multi::TABLE {
+                m.insert(name.as_bytes(), Entry::Multi(keys_of, handler));
+            }
+            m
+        });
+    &INDEX
+}
+
 fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     let Some(name) = args.first() else { return Err(CmdError::Text("ERR empty command")) };
     if args.len() < 2 {
@@ -135,30 +170,28 @@ fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     lower[..name.len()].copy_from_slice(name);
     lower[..name.len()].make_ascii_lowercase();
     let name_lc = &lower[..name.len()];
-    if let Some((keys_of, handler)) = multi::find(name_lc) {
-        let keys = keys_of(args)?;
-        // Redis's `denyoom` multi-key commands: make room (or refuse with -OOM) before the
-        // shards are locked (eviction takes shard locks of its own).
-        if multi::DENYOOM.contains(&name_lc) {
-            make_room(store)?;
+    match index().get(name_lc) {
+        Some(Entry::One(handler)) => handler(store, args),
+        Some(Entry::Multi(keys_of, handler)) => {
+            let keys = keys_of(args)?;
+            // Redis's `denyoom` multi-key commands: make room (or refuse with -OOM) before the
+            // shards are locked (eviction takes shard locks of its own).
+            if multi::DENYOOM.contains(&name_lc) {
+                make_room(store)?;
+            }
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            store.with_keys(&keys, |l| handler(l, args))
         }
-        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        return store.with_keys(&keys, |l| handler(l, args));
+        None => Err(unknown(name)),
     }
-    match name_lc {
-        b"object" => object::object(store, args),
-        b"memory" => object::memory(store, args),
-        b"shoal.restore" => restore(store, args),
-        b"pfadd" => hll::pfadd(store, args),
-        _ => match hash::find(name_lc)
-            .or_else(|| set::find(name_lc))
-            .or_else(|| list::find(name_lc))
-            .or_else(|| zset::find(name_lc))
-            .or_else(|| bits::find(name_lc))
-        {
-            Some(handler) => handler(store, args),
-            None => Err(unknown(name)),
-        },
+}
+
+/// The keys of a multi-key command the node runs (`name` lower case): `None` for other commands,
+/// an error when its arguments do not say (a bad `numkeys`: the command answers that itself).
+pub fn multi_key_keys(name: &[u8], args: &[Bytes]) -> Option<Result<Vec<Bytes>, CmdError>> {
+    match index().get(name) {
+        Some(Entry::Multi(keys_of, _)) => Some(keys_of(args)),
+        _ => None,
     }
 }
 

@@ -17,7 +17,7 @@ use super::{CmdError, CmdResult, F, SYNTAX, int_arg};
 use crate::store::object::{Object, Set, ValueType, ZSet};
 use crate::store::{Locked, StoreError};
 
-type Handler = fn(&mut Locked<'_>, &[Bytes]) -> CmdResult;
+pub type Handler = fn(&mut Locked<'_>, &[Bytes]) -> CmdResult;
 
 /// The multi-key commands Redis flags `denyoom` (refused with -OOM at the memory limit).
 pub const DENYOOM: &[&[u8]] = &[
@@ -36,51 +36,49 @@ pub const DENYOOM: &[&[u8]] = &[
     b"bitop",
     b"pfmerge",
 ];
-type KeysOf = fn(&[Bytes]) -> Result<Vec<Bytes>, CmdError>;
+pub type KeysOf = fn(&[Bytes]) -> Result<Vec<Bytes>, CmdError>;
 
 /// The handler of a multi-key command and how to find its keys (which also checks `numkeys`).
-pub fn find(name: &[u8]) -> Option<(KeysOf, Handler)> {
-    Some(match name {
-        b"sinter" => (all_keys, |l, a| set_op(l, a, Op::Inter, false)),
-        b"sunion" => (all_keys, |l, a| set_op(l, a, Op::Union, false)),
-        b"sdiff" => (all_keys, |l, a| set_op(l, a, Op::Diff, false)),
-        b"sinterstore" => (all_keys, |l, a| set_op(l, a, Op::Inter, true)),
-        b"sunionstore" => (all_keys, |l, a| set_op(l, a, Op::Union, true)),
-        b"sdiffstore" => (all_keys, |l, a| set_op(l, a, Op::Diff, true)),
-        b"sintercard" => (numkeys_at_1, sintercard),
-        b"smove" => (first_two, smove),
-        b"lmove" => (first_two, lmove),
-        b"rpoplpush" => (first_two, rpoplpush),
-        b"lmpop" => (numkeys_at_1, |l, a| mpop(l, a, ValueType::List)),
-        b"zmpop" => (numkeys_at_1, |l, a| mpop(l, a, ValueType::ZSet)),
-        b"zunion" => (znumkeys_at_1, |l, a| zset_op(l, a, Op::Union, false, false)),
-        b"zinter" => (znumkeys_at_1, |l, a| zset_op(l, a, Op::Inter, false, false)),
-        b"zdiff" => (znumkeys_at_1, |l, a| zset_op(l, a, Op::Diff, false, false)),
-        b"zintercard" => (znumkeys_at_1, |l, a| zset_op(l, a, Op::Inter, false, true)),
-        b"zunionstore" => (znumkeys_at_2, |l, a| zset_op(l, a, Op::Union, true, false)),
-        b"zinterstore" => (znumkeys_at_2, |l, a| zset_op(l, a, Op::Inter, true, false)),
-        b"zdiffstore" => (znumkeys_at_2, |l, a| zset_op(l, a, Op::Diff, true, false)),
-        b"zrangestore" => (first_two, zrangestore),
-        b"rename" => (first_two, |l, a| rename(l, a, false)),
-        b"renamenx" => (first_two, |l, a| rename(l, a, true)),
-        b"copy" => (first_two, copy),
-        b"bitop" => (super::bits::bitop_keys, super::bits::bitop),
-        b"lcs" => (first_two, super::bits::lcs),
-        b"pfcount" => (all_keys, super::hll::pfcount),
-        b"pfmerge" => (all_keys, super::hll::pfmerge),
-        // Blocking commands: one attempt (the router's `Block` call waits and tries again when a
-        // key is written); nothing to take answers a null array, as Redis at a timeout.
-        b"blpop" => (all_but_last, |l, a| bpop(l, a, ValueType::List, true)),
-        b"brpop" => (all_but_last, |l, a| bpop(l, a, ValueType::List, false)),
-        b"bzpopmin" => (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, true)),
-        b"bzpopmax" => (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, false)),
-        b"blmpop" => (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::List)),
-        b"bzmpop" => (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::ZSet)),
-        b"blmove" => (first_two, |l, a| null_array_if_nil(lmove(l, a))),
-        b"brpoplpush" => (first_two, |l, a| null_array_if_nil(rpoplpush(l, a))),
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, (KeysOf, Handler))] = &[
+    ("sinter", (all_keys, |l, a| set_op(l, a, Op::Inter, false))),
+    ("sunion", (all_keys, |l, a| set_op(l, a, Op::Union, false))),
+    ("sdiff", (all_keys, |l, a| set_op(l, a, Op::Diff, false))),
+    ("sinterstore", (all_keys, |l, a| set_op(l, a, Op::Inter, true))),
+    ("sunionstore", (all_keys, |l, a| set_op(l, a, Op::Union, true))),
+    ("sdiffstore", (all_keys, |l, a| set_op(l, a, Op::Diff, true))),
+    ("sintercard", (numkeys_at_1, sintercard)),
+    ("smove", (first_two, smove)),
+    ("lmove", (first_two, lmove)),
+    ("rpoplpush", (first_two, rpoplpush)),
+    ("lmpop", (numkeys_at_1, |l, a| mpop(l, a, ValueType::List))),
+    ("zmpop", (numkeys_at_1, |l, a| mpop(l, a, ValueType::ZSet))),
+    ("zunion", (znumkeys_at_1, |l, a| zset_op(l, a, Op::Union, false, false))),
+    ("zinter", (znumkeys_at_1, |l, a| zset_op(l, a, Op::Inter, false, false))),
+    ("zdiff", (znumkeys_at_1, |l, a| zset_op(l, a, Op::Diff, false, false))),
+    ("zintercard", (znumkeys_at_1, |l, a| zset_op(l, a, Op::Inter, false, true))),
+    ("zunionstore", (znumkeys_at_2, |l, a| zset_op(l, a, Op::Union, true, false))),
+    ("zinterstore", (znumkeys_at_2, |l, a| zset_op(l, a, Op::Inter, true, false))),
+    ("zdiffstore", (znumkeys_at_2, |l, a| zset_op(l, a, Op::Diff, true, false))),
+    ("zrangestore", (first_two, zrangestore)),
+    ("rename", (first_two, |l, a| rename(l, a, false))),
+    ("renamenx", (first_two, |l, a| rename(l, a, true))),
+    ("copy", (first_two, copy)),
+    ("bitop", (super::bits::bitop_keys, super::bits::bitop)),
+    ("lcs", (first_two, super::bits::lcs)),
+    ("pfcount", (all_keys, super::hll::pfcount)),
+    ("pfmerge", (all_keys, super::hll::pfmerge)),
+    // Blocking commands: one attempt (the router's `Block` call waits and tries again when a
+    // key is written); nothing to take answers a null array, as Redis at a timeout.
+    ("blpop", (all_but_last, |l, a| bpop(l, a, ValueType::List, true))),
+    ("brpop", (all_but_last, |l, a| bpop(l, a, ValueType::List, false))),
+    ("bzpopmin", (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, true))),
+    ("bzpopmax", (all_but_last, |l, a| bpop(l, a, ValueType::ZSet, false))),
+    ("blmpop", (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::List))),
+    ("bzmpop", (|a| numkeys_at_1(&a[1..]), |l, a| mpop(l, &a[1..], ValueType::ZSet))),
+    ("blmove", (first_two, |l, a| null_array_if_nil(lmove(l, a)))),
+    ("brpoplpush", (first_two, |l, a| null_array_if_nil(rpoplpush(l, a)))),
+];
 
 // --- keys ----------------------------------------------------------------------------------------
 

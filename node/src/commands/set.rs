@@ -10,20 +10,18 @@ use crate::store::object::{Limits, Object, Set, ValueType};
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub fn find(name: &[u8]) -> Option<Handler> {
-    Some(match name {
-        b"sadd" => sadd,
-        b"srem" => srem,
-        b"smembers" => smembers,
-        b"sismember" => sismember,
-        b"smismember" => smismember,
-        b"scard" => scard,
-        b"spop" => spop,
-        b"srandmember" => srandmember,
-        b"sscan" => |s, a| super::scan::scan_value(s, a, ValueType::Set),
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, Handler)] = &[
+    ("sadd", sadd),
+    ("srem", srem),
+    ("smembers", smembers),
+    ("sismember", sismember),
+    ("smismember", smismember),
+    ("scard", scard),
+    ("spop", spop),
+    ("srandmember", srandmember),
+    ("sscan", |s, a| super::scan::scan_value(s, a, ValueType::Set)),
+];
 
 /// Runs `f` on the set at `key` (`None`: no such key).
 pub fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&Set>) -> R) -> Result<R, CmdError> {

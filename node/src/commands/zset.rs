@@ -17,34 +17,32 @@ use crate::store::object::{Limits, Object, ValueType, ZSet};
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub fn find(name: &[u8]) -> Option<Handler> {
-    Some(match name {
-        b"zadd" => zadd,
-        b"zincrby" => zincrby,
-        b"zrem" => zrem,
-        b"zscore" => zscore,
-        b"zmscore" => zmscore,
-        b"zcard" => zcard,
-        b"zcount" => zcount,
-        b"zlexcount" => zlexcount,
-        b"zrange" => |s, a| zrange(s, a, Kind::Auto, Dir::Auto),
-        b"zrangebyscore" => |s, a| zrange(s, a, Kind::Score, Dir::Forward),
-        b"zrevrangebyscore" => |s, a| zrange(s, a, Kind::Score, Dir::Reverse),
-        b"zrangebylex" => |s, a| zrange(s, a, Kind::Lex, Dir::Forward),
-        b"zrevrangebylex" => |s, a| zrange(s, a, Kind::Lex, Dir::Reverse),
-        b"zrevrange" => |s, a| zrange(s, a, Kind::Rank, Dir::Reverse),
-        b"zrank" => |s, a| zrank(s, a, false),
-        b"zrevrank" => |s, a| zrank(s, a, true),
-        b"zpopmin" => |s, a| zpop(s, a, false),
-        b"zpopmax" => |s, a| zpop(s, a, true),
-        b"zrandmember" => zrandmember,
-        b"zremrangebyrank" => |s, a| zremrange(s, a, Kind::Rank),
-        b"zremrangebyscore" => |s, a| zremrange(s, a, Kind::Score),
-        b"zremrangebylex" => |s, a| zremrange(s, a, Kind::Lex),
-        b"zscan" => |s, a| super::scan::scan_value(s, a, ValueType::ZSet),
-        _ => return None,
-    })
-}
+/// The commands of this family by name (lower case), for the node's command index (`super::index`).
+pub static TABLE: &[(&str, Handler)] = &[
+    ("zadd", zadd),
+    ("zincrby", zincrby),
+    ("zrem", zrem),
+    ("zscore", zscore),
+    ("zmscore", zmscore),
+    ("zcard", zcard),
+    ("zcount", zcount),
+    ("zlexcount", zlexcount),
+    ("zrange", |s, a| zrange(s, a, Kind::Auto, Dir::Auto)),
+    ("zrangebyscore", |s, a| zrange(s, a, Kind::Score, Dir::Forward)),
+    ("zrevrangebyscore", |s, a| zrange(s, a, Kind::Score, Dir::Reverse)),
+    ("zrangebylex", |s, a| zrange(s, a, Kind::Lex, Dir::Forward)),
+    ("zrevrangebylex", |s, a| zrange(s, a, Kind::Lex, Dir::Reverse)),
+    ("zrevrange", |s, a| zrange(s, a, Kind::Rank, Dir::Reverse)),
+    ("zrank", |s, a| zrank(s, a, false)),
+    ("zrevrank", |s, a| zrank(s, a, true)),
+    ("zpopmin", |s, a| zpop(s, a, false)),
+    ("zpopmax", |s, a| zpop(s, a, true)),
+    ("zrandmember", zrandmember),
+    ("zremrangebyrank", |s, a| zremrange(s, a, Kind::Rank)),
+    ("zremrangebyscore", |s, a| zremrange(s, a, Kind::Score)),
+    ("zremrangebylex", |s, a| zremrange(s, a, Kind::Lex)),
+    ("zscan", |s, a| super::scan::scan_value(s, a, ValueType::ZSet)),
+];
 
 // --- scores as Redis parses and prints them --------------------------------------------------
 
@@ -88,14 +86,24 @@ pub fn fmt_g17(d: f64) -> String {
 
 /// `%.17g` through Rust's exact float formatting.
 fn slow_g17(d: f64) -> String {
-    let sci = format!("{d:.16e}");
+    fmt_g(d, 17)
+}
+
+/// C's `%.{precision}g` for a finite, non-zero double (also `%.14g`, lua-cjson's numbers):
+/// `precision` significant digits, trailing zeros dropped, scientific notation below 1e-4 and
+/// from 10^precision on.
+pub fn fmt_g(d: f64, precision: usize) -> String {
+    if !d.is_finite() || d == 0.0 {
+        return fmt_g17(d);
+    }
+    let sci = format!("{d:.*e}", precision - 1);
     let (mantissa, exp) = sci.split_once('e').expect("exponent");
     let exp: i32 = exp.parse().expect("exponent digits");
-    if !(-4..17).contains(&exp) {
+    if exp < -4 || exp >= precision as i32 {
         let m = strip_zeros(mantissa);
         return format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
     }
-    let fixed = format!("{d:.*}", (16 - exp) as usize);
+    let fixed = format!("{d:.*}", (precision as i32 - 1 - exp) as usize);
     strip_zeros(&fixed).to_string()
 }
 

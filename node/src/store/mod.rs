@@ -420,6 +420,11 @@ impl Store {
         self.clock.now_ms()
     }
 
+    /// Unix microseconds by the store's clock (TIME from a script).
+    pub fn now_us(&self) -> u64 {
+        self.clock.now_us()
+    }
+
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -468,8 +473,9 @@ impl Store {
     /// Active expiry: removes up to `budget_per_shard` expired keys from each shard, taking each
     /// shard's lock only for that bounded amount of work. Returns how many keys it removed.
     pub fn purge_expired(&self, budget_per_shard: usize) -> usize {
-        // Not in the middle of a transaction (Redis expires nothing while EXEC runs).
-        let _shared = self.gate.read();
+        // Not in the middle of a transaction or a script (Redis expires nothing while EXEC or a
+        // script runs); this round is skipped rather than wait, since a script may run for long.
+        let Some(_shared) = self.gate.try_read() else { return 0 };
         self.watches.sweep();
         let now = self.clock.now_ms();
         (0..self.shards.len())

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_wire::Topology;
-use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo, op::Kind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -48,17 +48,22 @@ impl Capture {
         Arc::new(Capture::default())
     }
 
-    /// Node positions the recorded ops are for. A PUBLISH is for no node in particular (any
-    /// node delivers it): it goes with the transaction's other ops, or alone to its own node.
+    /// Node positions the recorded ops are for. A script without keys (EVAL ... 0) runs on any
+    /// node, and a PUBLISH is for no node in particular (any node delivers it): they go wherever
+    /// the rest of the transaction goes and count for none.
     pub fn positions(&self) -> BTreeSet<usize> {
-        let state = self.state.lock();
-        let keyed: BTreeSet<usize> = state
-            .ops
-            .iter()
-            .filter(|(_, op)| !matches!(op.kind, Some(shoal_wire::proto::op::Kind::Publish(_))))
-            .map(|(pos, _)| *pos)
-            .collect();
-        if keyed.is_empty() { state.ops.iter().map(|(pos, _)| *pos).take(1).collect() } else { keyed }
+        let floating = |op: &Op| match &op.kind {
+            Some(Kind::Script(s)) => s.keys.is_empty(),
+            Some(Kind::Publish(_)) => true,
+            _ => false,
+        };
+        self.state.lock().ops.iter().filter(|(_, op)| !floating(op)).map(|(pos, _)| *pos).collect()
+    }
+
+    /// Where a transaction of only floating ops (keyless scripts, PUBLISH) goes: the node the
+    /// first one picked.
+    pub fn any_position(&self) -> Option<usize> {
+        self.state.lock().ops.first().map(|(pos, _)| *pos)
     }
 
     /// Takes the recorded ops, in order; later calls fail (see the module doc).

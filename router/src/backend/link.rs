@@ -40,7 +40,7 @@ use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
     Batch, BatchReply, BlockRequest, GetTopologyRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo,
-    SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient,
+    SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient, reply,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -357,6 +357,17 @@ impl NodePort for NodeLink {
         })
     }
 
+    fn kill_script(&self) -> BoxFuture<'_, Result<shoal_wire::proto::KillScriptReply, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(
+                self.shared.ident.deadline,
+                client.kill_script(shoal_wire::proto::KillScriptRequest {}),
+            )
+            .await
+        })
+    }
+
     fn close(&self) {
         self.shared.closing.store(true, Ordering::Release);
     }
@@ -376,6 +387,8 @@ struct Inflight {
     waiters: VecDeque<Waiter>,
     /// Set by whichever side notices the stream is gone; nothing may be added after.
     closed: bool,
+    /// Callers whose replies the node deferred (a script past busy-reply-threshold), by id.
+    deferred: std::collections::HashMap<u64, Waiter>,
 }
 
 impl Inflight {
@@ -383,7 +396,9 @@ impl Inflight {
     fn close(&mut self) -> VecDeque<Waiter> {
         self.closed = true;
         self.batches.clear();
-        std::mem::take(&mut self.waiters)
+        let mut waiting = std::mem::take(&mut self.waiters);
+        waiting.extend(self.deferred.drain().map(|(_, w)| w));
+        waiting
     }
 }
 
@@ -652,6 +667,21 @@ async fn read_replies(
         };
         s.progress.mark();
         let mut inf = inflight.lock();
+        // The stream's own messages (keep-alives, deferred replies) belong to no batch.
+        if message.id == 0 {
+            for d in message.deferred {
+                match (inf.deferred.remove(&d.id), d.reply) {
+                    (Some(w), Some(r)) => {
+                        let _ = w.give(r);
+                    }
+                    (None, _) => {
+                        tracing::warn!(node = s.ident.id, id = d.id, "a deferred reply nobody waits for")
+                    }
+                    (Some(w), None) => w.fail(s.ident.unavailable("an empty deferred reply")),
+                }
+            }
+            continue;
+        }
         let Some(&(id, owed, _)) = inf.batches.front() else {
             tracing::error!(node = s.ident.id, "reply for a batch that was never sent");
             break "reply for a batch that was never sent".to_string();
@@ -666,13 +696,18 @@ async fn read_replies(
                 Ok(None) => {}
                 Ok(Some(r)) => {
                     received += 1;
-                    match inf.waiters.pop_front() {
-                        Some(w) => {
+                    match (inf.waiters.pop_front(), &r.kind) {
+                        // Its real reply comes later, by id (a single op's caller: a script).
+                        (Some(w @ Waiter::One(_)), Some(reply::Kind::Deferred(d))) => {
+                            let d = *d;
+                            inf.deferred.insert(d, w);
+                        }
+                        (Some(w), _) => {
                             if let Some(w) = w.give(r) {
                                 inf.waiters.push_front(w);
                             }
                         }
-                        None => failure = Some("more replies than requests".to_string()),
+                        (None, _) => failure = Some("more replies than requests".to_string()),
                     }
                 }
                 Err(e) => failure = Some(format!("bad reply pieces: {e}")),

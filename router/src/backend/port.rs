@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shoal_wire::Topology;
-use shoal_wire::proto::{BlockRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{BlockRequest, KillScriptReply, NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -45,6 +45,10 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     fn block(&self, req: BlockRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
         let _ = req;
         Box::pin(async { Err(BackendError::BadReply("this node port cannot block".into())) })
+    }
+    /// SCRIPT KILL on this node (a call of its own: the stream is busy with the script).
+    fn kill_script(&self) -> BoxFuture<'_, Result<KillScriptReply, BackendError>> {
+        Box::pin(async { Err(BackendError::BadReply("this node port cannot kill scripts".into())) })
     }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);

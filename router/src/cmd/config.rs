@@ -149,6 +149,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
     ("notify-keyspace-events", Param::Node(Setting::NotifyKeyspaceEvents)),
     ("client-output-buffer-limit", Param::OutputLimit),
+    ("busy-reply-threshold", Param::Node(Setting::BusyReplyThreshold)),
+    ("lua-time-limit", Param::Node(Setting::BusyReplyThreshold)),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with

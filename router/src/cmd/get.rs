@@ -1,9 +1,9 @@
 //! GET and GETDEL.
 
-use shoal_wire::proto::{self, op::Kind};
+use shoal_wire::command;
 
 use super::spec::*;
-use super::{Args, Ctx, Pending, op, plain};
+use super::{Args, Ctx, Pending, one_key};
 
 pub const GET: CommandSpec = CommandSpec {
     name: "get",
@@ -34,11 +34,9 @@ pub const GETDEL: CommandSpec = CommandSpec {
 };
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
-    let key = args[1].clone();
-    Pending::Call(ctx.call(&key, op(Kind::Get(proto::Get { key: key.clone(), ..Default::default() }))), plain)
+    one_key(args, ctx, command::get)
 }
 
 pub fn getdel(args: &Args, ctx: &mut Ctx) -> Pending {
-    let key = args[1].clone();
-    Pending::Call(ctx.call(&key, op(Kind::GetDel(proto::GetDel { key: key.clone() }))), plain)
+    one_key(args, ctx, command::getdel)
 }

@@ -1,10 +1,9 @@
 //! GETEX: GET, optionally changing the TTL.
 
-use shoal_wire::proto::{self, GetExMode, op::Kind};
+use shoal_wire::command;
 
-use super::set::{ExpireUnit, OptionsFor, parse_extended};
 use super::spec::*;
-use super::{Args, Ctx, Pending, op, plain};
+use super::{Args, Ctx, Pending, one_key};
 
 pub const GETEX: CommandSpec = CommandSpec {
     name: "getex",
@@ -20,28 +19,8 @@ pub const GETEX: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
-/// `GETEX key [EX s|PX ms|EXAT ts|PXAT ts|PERSIST]`. Option syntax is checked here; the expiry
-/// value is checked by the node after it finds the key, because Redis answers nil for a missing
-/// key whatever the value.
+/// `GETEX key [EX s|PX ms|EXAT ts|PXAT ts|PERSIST]` (the node checks the expiry value once it
+/// has found the key: Redis answers nil for a missing key whatever the value).
 pub fn getex(args: &Args, ctx: &mut Ctx) -> Pending {
-    let o = match parse_extended(&args[2..], OptionsFor::GetEx) {
-        Ok(o) => o,
-        Err(e) => return e.into(),
-    };
-    let (mode, expire_arg) = match (&o.expire, o.persist) {
-        (Some((unit, arg)), _) => {
-            let mode = match unit {
-                ExpireUnit::Ex => GetExMode::GetexEx,
-                ExpireUnit::Px => GetExMode::GetexPx,
-                ExpireUnit::Exat => GetExMode::GetexExat,
-                ExpireUnit::Pxat => GetExMode::GetexPxat,
-            };
-            (mode, arg.clone())
-        }
-        (None, true) => (GetExMode::GetexPersist, Default::default()),
-        (None, false) => (GetExMode::GetexGet, Default::default()),
-    };
-    let key = args[1].clone();
-    let o = op(Kind::GetEx(proto::GetEx { key: key.clone(), mode: mode as i32, expire_arg }));
-    Pending::Call(ctx.call(&key, o), plain)
+    one_key(args, ctx, command::getex)
 }

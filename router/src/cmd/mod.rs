@@ -38,6 +38,7 @@ mod persistence;
 pub mod pubsub;
 pub mod registry;
 mod scan;
+pub mod scripting;
 mod set;
 mod sets;
 mod shoal;
@@ -295,6 +296,36 @@ pub fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
     let mut positions = keys.iter().map(|k| routing.locate(k).0);
     let first = positions.next().unwrap_or(0);
     positions.all(|p| p == first).then_some(first)
+}
+
+/// A one-key command whose op `shoal_wire::command` builds (the builder a node's script uses
+/// too): the op on the key's node, its reply read as the builder says.
+pub fn one_key(args: &Args, ctx: &mut Ctx, build: shoal_wire::command::Builder) -> Pending {
+    match build(args, ctx.now_ms()) {
+        Ok(b) => Pending::Call(ctx.call(&b.key, b.op), answer(b.answer)),
+        Err(e) => Reply::error(e).into(),
+    }
+}
+
+/// How a node reply becomes the client's, per [`shoal_wire::command::Answer`].
+pub fn answer(a: shoal_wire::command::Answer) -> fn(proto::Reply) -> Reply {
+    use shoal_wire::command::Answer;
+    match a {
+        Answer::Plain => plain,
+        Answer::StoredAsInt => |r| match plain(r) {
+            Reply::Nil => Reply::Int(0),
+            Reply::Simple(_) => Reply::Int(1),
+            other => other,
+        },
+        Answer::Status => |r| match r.kind {
+            Some(reply::Kind::Value(v)) => Reply::Simple(String::from_utf8_lossy(&v).into_owned().into()),
+            _ => plain(r),
+        },
+        Answer::Seconds => |r| match r.kind {
+            Some(reply::Kind::Int(ms)) => Reply::Int(shoal_wire::command::ms_to_seconds(ms)),
+            _ => plain(r),
+        },
+    }
 }
 
 /// The straightforward mapping of a node reply to a client reply.

@@ -54,9 +54,10 @@ pub fn mset(args: &Args, ctx: &mut Ctx) -> Pending {
     if args.len().is_multiple_of(2) {
         return wrong_arity("mset").into();
     }
-    let no_options = super::set::ExtendedOptions::default();
+    let no_options = shoal_wire::command::ExtendedOptions::default();
     let call = ctx.call_keys(
-        pairs(args).map(|(k, v)| (k.clone(), super::set::set_op(k.clone(), v.clone(), &no_options, None))),
+        pairs(args)
+            .map(|(k, v)| (k.clone(), shoal_wire::command::set_op(k.clone(), v.clone(), &no_options, None))),
     );
     Pending::later(async move {
         match gather(call).await {
@@ -109,7 +110,7 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
             let keys = group.iter().map(|(k, _)| k.clone()).collect();
             calls.push((state.backend.atomic(&routing, keys, msetnx_op(&group), deadline), group));
         }
-        let nx = super::set::ExtendedOptions { nx: true, ..Default::default() };
+        let nx = shoal_wire::command::ExtendedOptions { nx: true, ..Default::default() };
         let mut all_set = true;
         let mut by_key = Vec::new();
         for (call, group) in calls {
@@ -126,7 +127,7 @@ pub fn msetnx(args: &Args, ctx: &mut Ctx) -> Pending {
             by_key.push(state.backend.key(
                 &routing,
                 k.clone(),
-                super::set::set_op(k, v, &nx, None),
+                shoal_wire::command::set_op(k, v, &nx, None),
                 deadline,
             ));
         }

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use super::spec::CommandSpec;
 use super::{
     bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
-    keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, set, sets, shoal, slowlog,
-    strings, transaction, ttl, zsets,
+    keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets, shoal,
+    slowlog, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -192,6 +192,11 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &pubsub::SPUBLISH,
     &pubsub::PUBSUB,
     &object::OBJECT,
+    &scripting::EVAL,
+    &scripting::EVALSHA,
+    &scripting::EVAL_RO,
+    &scripting::EVALSHA_RO,
+    &scripting::SCRIPT,
     &shoal::SHOAL,
 ];
 

@@ -224,15 +224,16 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
         release(ctx.state, watched);
         return Reply::error(CROSSSLOT).into();
     }
+    let any = capture.any_position();
     let ops = capture.seal();
     let state = ctx.state.clone();
     let routing = ctx.routing.clone();
     let deadline = ctx.deadline;
     Pending::Barrier(Box::pin(async move {
-        let outcome = match nodes.first() {
+        let outcome = match nodes.first().copied().or(any) {
             // Nothing for a node (only commands the router answers itself): nothing to check.
             None => Ok(Outcome::Replies(Vec::new())),
-            Some(&pos) => send(&state, routing, pos, ops, &watched, deadline).await,
+            Some(pos) => send(&state, routing, pos, ops, &watched, deadline).await,
         };
         release(&state, watched);
         match outcome {
@@ -260,8 +261,8 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
 /// reply or while a slot moves, until `deadline`.
 async fn send(
     state: &Arc<RouterState>,
-    mut routing: Arc<Routing>,
-    mut pos: usize,
+    routing: Arc<Routing>,
+    pos: usize,
     ops: Vec<Op>,
     watched: &[(Bytes, u64)],
     deadline: Instant,
@@ -271,31 +272,53 @@ async fn send(
     let transaction = op(Kind::Transaction(proto::Transaction { ops, watches }));
     let keys: Vec<Bytes> =
         shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
+    let reply = send_group(state, routing, Some(pos), &transaction, &keys, deadline).await?;
+    match reply.kind {
+        Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
+        Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
+        Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
+        other => Err(super::unexpected(other)),
+    }
+}
+
+/// Sends an op the node applies as one unit over `keys` (a transaction, a script) to the node at
+/// `pos` (`None`: the keys' node by `routing`), and again by the current topology after a
+/// `moved` reply or while a slot of it moves (`TRYAGAIN`), until `deadline`. The reply is the
+/// node's, once it ran the op (or refused it for its own reasons).
+pub async fn send_group(
+    state: &Arc<RouterState>,
+    mut routing: Arc<Routing>,
+    pos: Option<usize>,
+    group: &Op,
+    keys: &[Bytes],
+    deadline: Instant,
+) -> Result<proto::Reply, Reply> {
+    let mut pos = match pos.or_else(|| one_node(&routing, keys)) {
+        Some(p) => p,
+        None => return Err(Reply::error(CROSSSLOT)),
+    };
     loop {
         let port = routing.nodes[pos].clone();
         let reply =
-            port.call(transaction.clone(), routing.version(), deadline).wait().await.map_err(Reply::from)?;
-        match reply.kind {
-            Some(reply::Kind::Replies(r)) => return Ok(Outcome::Replies(r.replies)),
-            Some(reply::Kind::Aborted(_)) => return Ok(Outcome::Aborted),
+            port.call(group.clone(), routing.version(), deadline).wait().await.map_err(Reply::from)?;
+        match &reply.kind {
             Some(reply::Kind::Moved(v)) => {
                 if Instant::now() >= deadline {
                     return Err(BackendError::Unsettled.into());
                 }
-                state.backend.reconcile(&*port, v).await;
+                state.backend.reconcile(&*port, *v).await;
             }
             Some(reply::Kind::Error(e)) if e.starts_with("TRYAGAIN") => {
                 if Instant::now() + RETRY_PAUSE >= deadline {
-                    return Err(Reply::error_fmt(e));
+                    return Err(Reply::error_fmt(e.clone()));
                 }
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
-            Some(reply::Kind::Error(e)) => return Err(Reply::error_fmt(e)),
-            other => return Err(super::unexpected(other)),
+            _ => return Ok(reply),
         }
         state.backend.metrics.transaction_retries.inc();
         routing = state.backend.routing();
-        pos = match one_node(&routing, &keys) {
+        pos = match one_node(&routing, keys) {
             Some(p) => p,
             None => return Err(Reply::error(CROSSSLOT)),
         };

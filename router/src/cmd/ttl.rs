@@ -1,11 +1,10 @@
 //! TTL, PTTL, EXPIRETIME, PEXPIRETIME. The node answers in milliseconds (-2 missing, -1 no TTL);
 //! second variants round like Redis: `(ms + 500) / 1000`.
 
-use shoal_wire::proto::{self, op::Kind, reply};
+use shoal_wire::command;
 
 use super::spec::*;
-use super::{Args, Ctx, Pending, op, plain};
-use crate::resp::Reply;
+use super::{Args, Ctx, Pending, one_key};
 
 pub const TTL: CommandSpec = CommandSpec {
     name: "ttl",
@@ -63,30 +62,18 @@ pub const PEXPIRETIME: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
-fn ttl_generic(args: &Args, ctx: &mut Ctx, absolute: bool, convert: fn(proto::Reply) -> Reply) -> Pending {
-    let key = args[1].clone();
-    Pending::Call(ctx.call(&key, op(Kind::Ttl(proto::Ttl { key: key.clone(), absolute }))), convert)
-}
-
-fn to_seconds(r: proto::Reply) -> Reply {
-    match r.kind {
-        Some(reply::Kind::Int(ms)) if ms >= 0 => Reply::Int((ms + 500) / 1000),
-        _ => plain(r),
-    }
-}
-
 pub fn ttl(args: &Args, ctx: &mut Ctx) -> Pending {
-    ttl_generic(args, ctx, false, to_seconds)
+    one_key(args, ctx, command::ttl)
 }
 
 pub fn pttl(args: &Args, ctx: &mut Ctx) -> Pending {
-    ttl_generic(args, ctx, false, plain)
+    one_key(args, ctx, command::pttl)
 }
 
 pub fn expiretime(args: &Args, ctx: &mut Ctx) -> Pending {
-    ttl_generic(args, ctx, true, to_seconds)
+    one_key(args, ctx, command::expiretime)
 }
 
 pub fn pexpiretime(args: &Args, ctx: &mut Ctx) -> Pending {
-    ttl_generic(args, ctx, true, plain)
+    one_key(args, ctx, command::pexpiretime)
 }

@@ -65,5 +65,8 @@ pub fn from_frame(f: Frame) -> Reply {
         Some(K::Double(d)) => Reply::Double(d),
         Some(K::Simple(s)) => Reply::Simple(s.into()),
         Some(K::Raw(bytes)) => Reply::Raw(bytes),
+        Some(K::Boolean(b)) => Reply::Boolean(b),
+        Some(K::BigNumber(n)) => Reply::BigNumber(n),
+        Some(K::Verbatim(v)) => Reply::VerbatimAs(v),
     }
 }

@@ -54,6 +54,12 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// RESP3 verbatim string (`=len\r\ntxt:...`); a bulk string in RESP2. Used by INFO.
     Verbatim(Bytes),
+    /// A verbatim string of another format: `fmt:text` whole (a Lua script's `verbatim_string`).
+    VerbatimAs(Bytes),
+    /// RESP3 boolean (`#t`, `#f`); `:1`/`:0` in RESP2.
+    Boolean(bool),
+    /// RESP3 big number (`(digits`); a bulk string in RESP2.
+    BigNumber(Bytes),
     /// A node could not answer: `-ERR <why>` on RESP, 503 on HTTP.
     Failure(BackendError),
     /// An out-of-band message (pub/sub): RESP3 push type `>`; an array in RESP2.
@@ -169,6 +175,18 @@ impl Reply {
                     out.put_slice(b"\r\n");
                 }
             },
+            Reply::VerbatimAs(b) => match proto {
+                Protocol::Resp2 => bulk(out, b'$', b.get(4..).unwrap_or_default()),
+                Protocol::Resp3 => bulk(out, b'=', b),
+            },
+            Reply::Boolean(b) => match proto {
+                Protocol::Resp2 => out.put_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
+                Protocol::Resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+            },
+            Reply::BigNumber(n) => match proto {
+                Protocol::Resp2 => bulk(out, b'$', n),
+                Protocol::Resp3 => line(out, b'(', n),
+            },
         }
     }
 
@@ -230,6 +248,12 @@ mod tests {
         assert_eq!(enc(&set, Resp3), "~1\r\n+a\r\n");
         assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp3), "=7\r\ntxt:x:1\r\n");
         assert_eq!(enc(&Reply::Verbatim(Bytes::from("x:1")), Resp2), "$3\r\nx:1\r\n");
+        assert_eq!(enc(&Reply::VerbatimAs(Bytes::from("mkd:# a")), Resp3), "=7\r\nmkd:# a\r\n");
+        assert_eq!(enc(&Reply::VerbatimAs(Bytes::from("mkd:# a")), Resp2), "$3\r\n# a\r\n");
+        assert_eq!(enc(&Reply::Boolean(true), Resp3), "#t\r\n");
+        assert_eq!(enc(&Reply::Boolean(false), Resp2), ":0\r\n");
+        assert_eq!(enc(&Reply::BigNumber(Bytes::from("12")), Resp3), "(12\r\n");
+        assert_eq!(enc(&Reply::BigNumber(Bytes::from("12")), Resp2), "$2\r\n12\r\n");
         assert_eq!(enc(&Reply::Array(vec![]), Resp2), "*0\r\n");
         assert_eq!(enc(&Reply::NilArray, Resp2), "*-1\r\n");
         assert_eq!(enc(&Reply::NilArray, Resp3), "_\r\n");

@@ -102,6 +102,19 @@ def main():
     assert r.lpop("py:jobs") == "j1" and r.lrange("py:jobs", 0, -1) == ["j2", "j3"]
     assert r.lmove("py:jobs", "py:done", "LEFT", "RIGHT") == "j2"
     assert r.llen("py:jobs") == 1 and r.lrange("py:done", 0, -1) == ["j2"]
+    # Blocking pops, as job-queue libraries use them: served at once when there is a job, after
+    # the timeout (None) when there is none, and woken by a push from another connection.
+    assert r.blpop(["{py:q}a", "{py:q}b"], timeout=1) is None
+    r.rpush("{py:q}b", "job-1")
+    assert list(r.blpop(["{py:q}a", "{py:q}b"], timeout=1)) == ["{py:q}b", "job-1"]
+    import threading
+    pusher = threading.Timer(0.2, lambda: redis.Redis(host="127.0.0.1", port=port, password=password)
+                             .lpush("{py:q}a", "job-2"))
+    pusher.start()
+    assert list(r.brpop(["{py:q}a"], timeout=5)) == ["{py:q}a", "job-2"]
+    pusher.join()
+    r.rpush("{py:q}a", "job-3")
+    assert r.blmove("{py:q}a", "{py:q}done", 1, "LEFT", "RIGHT") == "job-3"
     assert r.sadd("py:tags", "a", "b", "c") == 3 and r.sismember("py:tags", "b")
     assert r.smembers("py:tags") == {"a", "b", "c"}
     assert r.sadd("py:tags2", "b", "c", "d") == 3
@@ -115,6 +128,30 @@ def main():
     assert r.type("py:board") == "zset" and r.type("py:tags") == "set" and r.type("py:jobs") == "list"
     assert r.rename("py:board", "py:board2") and r.zcard("py:board2") == 3
     assert r.copy("py:board2", "py:board3") and r.zscore("py:board3", "cy") == 12.0
+    # Lua: a rate limiter with register_script (EVALSHA, then EVAL on NOSCRIPT), alone and in
+    # a transaction pipeline (which loads its scripts first with SCRIPT EXISTS / SCRIPT LOAD).
+    r.script_flush()
+    limiter = r.register_script(
+        "local n = redis.call('incr', KEYS[1])\n"
+        "if n == 1 then redis.call('pexpire', KEYS[1], ARGV[1]) end\n"
+        "if n > tonumber(ARGV[2]) then return 0 end\n"
+        "return 1"
+    )
+    allowed = [limiter(keys=["py:rate:ada"], args=[60000, 3]) for _ in range(5)]
+    assert allowed == [1, 1, 1, 0, 0], allowed
+    assert 0 < r.pttl("py:rate:ada") <= 60000
+    assert r.script_exists(limiter.sha) == [True]
+    r.script_flush()
+    pipe = r.pipeline(transaction=True)
+    limiter(keys=["{py:rate}bob"], args=[60000, 1], client=pipe)
+    pipe.get("{py:rate}bob")
+    assert pipe.execute() == [1, "1"]
+    try:
+        r.eval("return redis.call('incr', KEYS[1])", 1, "py:greeting")
+        raise AssertionError("INCR on text must fail in a script too")
+    except redis.ResponseError as e:
+        assert str(e).startswith("value is not an integer or out of range script: "), str(e)
+    assert r.eval("return cjson.encode({ARGV[1], tonumber(ARGV[2])})", 0, "a", "2") == '["a",2]'
     # RESP3 through HELLO 3.
     r3 = redis.Redis(host="127.0.0.1", port=port, password=password, protocol=3, decode_responses=True)
     assert r3.get("py:greeting") == "hello!"
@@ -125,6 +162,9 @@ def main():
         "py:board2", 0, 0, withscores=True) == [("ada", 10.0)]
     pairs = r3.hrandfield("py:session:1", -2, withvalues=True)
     assert len(pairs) in (2, 4), pairs
+    assert r3.eval("redis.setresp(3) return redis.call('hgetall', KEYS[1])", 1, "py:session:1") == {
+        "user": "ada", "visits": "5", "score": "1.5"}
+    assert r3.eval("return {double=1.5}", 0) == 1.5
     info = r3.info("server")
     assert "redis_version" in info, info
     check_pubsub(port, password)

@@ -273,3 +273,42 @@ pub async fn wait_scaled(c: &mut Raw, n: usize) -> String {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Writes `n` keys `filler:<i>` of `size` bytes through `c` in one pipeline, so that slots take
+/// a while to move and clients meet them moving.
+pub async fn fill(c: &mut Raw, n: usize, size: usize) {
+    let value = vec![b'f'; size];
+    let mut pipeline = Vec::new();
+    for i in 0..n {
+        pipeline.extend(encode(&[b"SET", format!("filler:{i}").as_bytes(), &value]));
+    }
+    c.send(&pipeline).await;
+    for _ in 0..n {
+        assert_eq!(c.reply().await.unwrap(), b"+OK\r\n");
+    }
+}
+
+/// Transfer pairs: `{acct<p>}a` and `{acct<p>}b` start at 100 each, a transfer moves one from a
+/// to b and counts itself in `{acct<p>}n`.
+pub async fn transfer_pairs(c: &mut Raw, pairs: usize) {
+    for p in 0..pairs {
+        c.cmd(&["MSET", &format!("{{acct{p}}}a"), "100", &format!("{{acct{p}}}b"), "100"]).await;
+    }
+}
+
+/// Checks that every pair is whole (a + b = 200, and b moved by exactly its count) and returns the
+/// transfers counted over all pairs. `what` names the unit of work in the messages.
+pub async fn counted_transfers(c: &mut Raw, pairs: usize, what: &str) -> i64 {
+    let mut counted = 0;
+    for p in 0..pairs {
+        let mut values = Vec::new();
+        for k in ["a", "b", "n"] {
+            let r = c.cmd(&["GET", &format!("{{acct{p}}}{k}")]).await;
+            values.push(String::from_utf8_lossy(&r).lines().nth(1).map_or(0, |v| v.parse::<i64>().unwrap()));
+        }
+        assert_eq!(values[0] + values[1], 200, "pair {p}: a {what} applied in part");
+        assert_eq!(values[1] - 100, values[2], "pair {p}: transfers and their count disagree");
+        counted += values[2];
+    }
+    counted
+}

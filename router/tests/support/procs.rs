@@ -99,11 +99,10 @@ impl NodeProc {
         NodeProc::start_at(dir, name, &format!("127.0.0.1:{}", free_port()), args).await
     }
 
-    /// Like [`start`](Self::start), on `addr` (a node restarted where it was).
+    /// Like [`NodeProc::start`], on a given address (a node restarting where it was).
     pub async fn start_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> NodeProc {
         let addr = addr.to_string();
-        let log =
-            std::fs::File::options().create(true).append(true).open(dir.join(format!("{name}.log"))).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         let child = Command::new(workspace_bin("shoal-node"))
             .args(["--listen", &addr])
             .args(args)

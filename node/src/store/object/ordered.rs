@@ -1,7 +1,8 @@
 //! An ordered sequence with ranks: sorted blocks (deques, so both ends change in O(1)) of at most
-//! [`MAX`] elements, the last element of
-//! each block in a separate array (searched first, so a lookup touches one block), and a Fenwick
-//! tree of block lengths for ranks. The sorted-set index ("skiplist" in Redis's words): insert,
+//! [`MAX`] elements, the sort key of each block's last element ([`Keyed`]: a sorted set's score)
+//! in a separate dense array (searched first, so a lookup touches one block and no element
+//! outside it, and keeping it costs a copy, not a reference count), and a Fenwick tree of block
+//! lengths for ranks. The sorted-set index ("skiplist" in Redis's words): insert,
 //! remove, rank and access by rank are O(log n) plus a move of at most one block, where a B-tree
 //! walks O(rank) to answer ZRANK or ZRANGE by index.
 //!
@@ -14,23 +15,37 @@ use std::collections::VecDeque;
 /// Elements per block at most.
 pub const MAX: usize = 256;
 
+/// An element's leading sort key: elements order by it first, and by the whole element between
+/// equal keys.
+pub trait Keyed: Ord {
+    type Key: PartialOrd + Copy + std::fmt::Debug;
+    fn key(&self) -> Self::Key;
+}
+
+impl Keyed for u32 {
+    type Key = u32;
+    fn key(&self) -> u32 {
+        *self
+    }
+}
+
 #[derive(Debug, Clone)]
-pub struct Ordered<T> {
+pub struct Ordered<T: Keyed> {
     blocks: Vec<VecDeque<T>>,
-    /// `lasts[b]` is a copy of `blocks[b]`'s last element.
-    lasts: Vec<T>,
+    /// `lasts[b]` is the key of `blocks[b]`'s last element.
+    lasts: Vec<T::Key>,
     /// Fenwick tree over block lengths (1-based).
     fenwick: Vec<usize>,
     len: usize,
 }
 
-impl<T> Default for Ordered<T> {
+impl<T: Keyed> Default for Ordered<T> {
     fn default() -> Self {
         Ordered { blocks: Vec::new(), lasts: Vec::new(), fenwick: vec![0], len: 0 }
     }
 }
 
-impl<T: Ord + Clone> Ordered<T> {
+impl<T: Keyed> Ordered<T> {
     pub fn len(&self) -> usize {
         self.len
     }
@@ -39,9 +54,17 @@ impl<T: Ord + Clone> Ordered<T> {
         self.len == 0
     }
 
-    /// The block that holds `x` or would: the first whose last element is not below it.
+    /// The block that holds `x` or would: the first whose last element is not below it. The key
+    /// array decides, but between blocks whose last keys equal `x`'s (many equal scores) the
+    /// blocks' last elements do.
     fn block_of(&self, x: &T) -> usize {
-        self.lasts.partition_point(|l| l < x)
+        let k = x.key();
+        let lo = self.lasts.partition_point(|l| *l < k);
+        let ties = self.lasts[lo..].partition_point(|l| *l <= k);
+        if ties == 0 {
+            return lo;
+        }
+        lo + self.blocks[lo..lo + ties].partition_point(|b| b.back().expect("blocks are never empty") < x)
     }
 
     /// How many elements are below `x`.
@@ -56,7 +79,7 @@ impl<T: Ord + Clone> Ordered<T> {
     /// Inserts `x` (which must not be present).
     pub fn insert(&mut self, x: T) {
         if self.blocks.is_empty() {
-            self.lasts.push(x.clone());
+            self.lasts.push(x.key());
             self.blocks.push(Self::block_with(x));
             self.len = 1;
             self.rebuild();
@@ -73,10 +96,10 @@ impl<T: Ord + Clone> Ordered<T> {
         }
         // A full block: past the very end or before the very start, a new block; else halves.
         if b + 1 == self.blocks.len() && at == MAX {
-            self.lasts.push(x.clone());
+            self.lasts.push(x.key());
             self.blocks.push(Self::block_with(x));
         } else if b == 0 && at == 0 {
-            self.lasts.insert(0, x.clone());
+            self.lasts.insert(0, x.key());
             self.blocks.insert(0, Self::block_with(x));
         } else {
             let mut tail = VecDeque::with_capacity(MAX);
@@ -84,7 +107,7 @@ impl<T: Ord + Clone> Ordered<T> {
             let (target, at) =
                 if at <= MAX / 2 { (&mut self.blocks[b], at) } else { (&mut tail, at - MAX / 2) };
             target.insert(at, x);
-            let tail_last = tail.back().expect("half a block").clone();
+            let tail_last = tail.back().expect("half a block").key();
             self.blocks.insert(b + 1, tail);
             self.lasts.insert(b + 1, tail_last);
             self.after_change(b);
@@ -152,7 +175,7 @@ impl<T: Ord + Clone> Ordered<T> {
         let elem = std::mem::size_of::<T>();
         self.blocks.len() * MAX * elem
             + self.blocks.capacity() * std::mem::size_of::<VecDeque<T>>()
-            + self.lasts.capacity() * elem
+            + self.lasts.capacity() * std::mem::size_of::<T::Key>()
             + self.fenwick.capacity() * std::mem::size_of::<usize>()
     }
 
@@ -165,7 +188,7 @@ impl<T: Ord + Clone> Ordered<T> {
     /// Block `b` changed in place: its last element may have.
     fn after_change(&mut self, b: usize) {
         if let Some(l) = self.blocks[b].back() {
-            self.lasts[b] = l.clone();
+            self.lasts[b] = l.key();
         }
     }
 
@@ -268,7 +291,7 @@ mod tests {
         for (b, block) in o.blocks.iter().enumerate() {
             assert!(!block.is_empty() && block.len() <= MAX, "block {b} has {}", block.len());
             assert_eq!(block.capacity(), MAX, "mem() counts MAX per block");
-            assert_eq!(o.lasts[b], *block.back().unwrap());
+            assert_eq!(o.lasts[b], block.back().unwrap().key());
             assert_eq!(o.prefix(b + 1) - o.prefix(b), block.len());
         }
     }

@@ -91,6 +91,13 @@ impl PartialOrd for Ranked {
     }
 }
 
+impl super::ordered::Keyed for Ranked {
+    type Key = f64;
+    fn key(&self) -> f64 {
+        self.0
+    }
+}
+
 impl PartialEq for Ranked {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
@@ -138,10 +145,14 @@ impl Tree {
                 let old = slot.score();
                 let Some(score) = f(Some(old))? else { return Ok(None) };
                 if old.to_bits() != score.to_bits() {
-                    let rec = Rec::new(m, score);
                     self.order.remove(&Ranked::of(slot));
-                    self.order.insert(Ranked::of(&rec));
-                    *slot = rec;
+                    // The index holds the only reference now: the score changes in place
+                    // (no new allocation), unless a reader elsewhere still shares the record.
+                    match Arc::get_mut(&mut slot.0) {
+                        Some(bytes) => bytes[..8].copy_from_slice(&score.to_le_bytes()),
+                        None => *slot = Rec::new(m, score),
+                    }
+                    self.order.insert(Ranked::of(slot));
                 }
                 Ok(Some((Some(old), score)))
             }

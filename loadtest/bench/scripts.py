@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""EVALSHA throughput: Shoal (router, 1 thread, 3 embedded nodes) against one redis-server, side by
+side in one run, servers pinned to one core and redis-benchmark to the other.
+
+    python3 loadtest/bench/scripts.py [--requests N] [--pipelines 1,16] [--rounds R] [--write-docs]
+
+The script is small and typical of rate limiters and counters: `return redis.call('incr', KEYS[1])`
+on a random key of 100,000 (`redis-benchmark -r 100000 EVALSHA <sha> 1 script:__rand_int__`, 50
+clients), loaded first with SCRIPT LOAD on each target. Reported: requests per second, p99 latency
+and server CPU-us per request (all server processes), median of R interleaved rounds, and Shoal's
+ratio to redis-server. No floor is set for scripts; the numbers show what a script costs through a
+router (one op on the node's batched stream, a hop to the node's script thread, the Lua call).
+"""
+import argparse
+import csv
+import io
+import socket
+import statistics
+import subprocess
+import sys
+
+import common
+
+CLIENTS = 50
+RANDOM_KEYS = 100_000
+SCRIPT = b"return redis.call('incr', KEYS[1])"
+
+
+def load(port):
+    """SCRIPT LOAD on the target; returns the SHA1 it answers."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%d\r\n%s\r\n" % (len(SCRIPT), SCRIPT))
+        reply = s.recv(1024)
+    if not reply.startswith(b"$40\r\n"):
+        sys.exit(f"[bench] SCRIPT LOAD on port {port} answered {reply!r}")
+    return reply[5:45].decode()
+
+
+def bench(port, sha, pipeline, requests):
+    argv = common.pinned(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS),
+                          "-n", str(requests), "-r", str(RANDOM_KEYS), "-P", str(pipeline), "--csv",
+                          "EVALSHA", sha, "1", "script:__rand_int__"], common.CLIENT_CPUS)
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=common.CALL_LIMIT_S)
+    lines = [l for l in run.stdout.splitlines() if l.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    if run.returncode != 0 or not rows:
+        sys.exit(f"[bench] redis-benchmark on port {port} (P={pipeline}) failed (exit {run.returncode}):\n"
+                 f"{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    return float(rows[0]["rps"]), float(rows[0]["p99_latency_ms"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--pipelines", default="1,16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    pipelines = [int(p) for p in args.pipelines.split(",")]
+    _, router_bin = common.binaries()
+    shoal, shoal_port, _ = common.start_shoal(router_bin, "shoal", extra=["--threads", "1"], cpus=common.SERVER_CPUS)
+    redis_port = common.free_port()
+    redis = common.redis_server(redis_port, cpus=common.SERVER_CPUS)
+    targets = {"shoal": (shoal_port, [shoal.pid]), "redis": (redis_port, [redis.pid])}
+    shas = {name: load(port) for name, (port, _) in targets.items()}
+    if len(set(shas.values())) != 1:
+        sys.exit(f"[bench] the targets name the script differently: {shas}")
+    sha = shas["redis"]
+    load_before = common.load_average()
+    results = {}  # (target, P) -> [(rps, p99, cpu-us per request)]
+    progress = common.Progress(args.rounds * len(pipelines) * len(targets))
+    for r in range(args.rounds):
+        for p in pipelines:
+            n = args.requests * (4 if p > 1 else 1)
+            for name, (port, pids) in targets.items():
+                progress.step(f"round {r + 1}: {name}, P={p}")
+                cpu0 = common.cpu_total(pids)
+                rps, p99 = bench(port, sha, p, n)
+                cpu = common.cpu_total(pids) - cpu0
+                results.setdefault((name, p), []).append((rps, p99, cpu / n * 1e6))
+    load_after = common.load_average()
+    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in results.items()}
+    lines = [
+        f"Machine: {common.machine()}; 1-minute load average {load_before:.1f} at the start, "
+        f"{load_after:.1f} at the end. Command: `python3 loadtest/bench/scripts.py --requests {args.requests} "
+        f"--pipelines {args.pipelines} --rounds {args.rounds}{' --write-docs' if args.write_docs else ''}` "
+        f"(`redis-benchmark -c {CLIENTS} -r {RANDOM_KEYS} -n N -P P --csv EVALSHA <sha> 1 script:__rand_int__`, "
+        f"N = {args.requests:,} at P=1 and 4x that when pipelined; median of {args.rounds} interleaved rounds; "
+        f"servers pinned to CPU {common.SERVER_CPUS}, redis-benchmark to CPU {common.CLIENT_CPUS}). "
+        f"Script: `{SCRIPT.decode()}`.",
+        "",
+        "| P | Shoal req/s | redis req/s | Shoal/redis | Shoal p99 ms | redis p99 ms | Shoal CPU-us/req | redis CPU-us/req |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in pipelines:
+        (sr, sp, sc), (rr, rp, rc) = med[("shoal", p)], med[("redis", p)]
+        lines.append(f"| {p} | {sr:,.0f} | {rr:,.0f} | {sr / rr:.2f}x | {sp:.3f} | {rp:.3f} | {sc:.1f} | {rc:.1f} |")
+    body = "\n".join(lines)
+    print(body)
+    if args.write_docs:
+        common.write_docs("scripts", body)
+
+
+if __name__ == "__main__":
+    main()

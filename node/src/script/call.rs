@@ -1,0 +1,241 @@
+//! `redis.call` and `redis.pcall`: one command from a script, checked as Redis's `scriptCall`
+//! checks it (known command, arity, `noscript`, writes in read-only scripts, memory, keys served
+//! here) and applied to the store as the same op a router would send for it (string commands
+//! through `shoal_wire::command`, typed ones through the node's command table). The script holds
+//! the store's gate, so the op runs with nothing in between; a write touches watched keys like
+//! any write, and the keys it wrote serve blocked clients once the script is done.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_wire::command::{Answer, builder};
+use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
+
+use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
+use crate::commands::F;
+use crate::membership::NodeView;
+use crate::store::Store;
+
+/// What a running script's calls need; set up per script run.
+pub struct RunCtx {
+    pub store: Arc<Store>,
+    pub view: Arc<NodeView>,
+    pub version: u64,
+    /// EVAL_RO / EVALSHA_RO (or a `no-writes` shebang): writes are refused.
+    pub readonly: bool,
+    /// A shebang's `allow-oom`: writes that grow memory are not refused at the limit.
+    pub allow_oom: bool,
+    /// The script chose RESP3 (`redis.setresp(3)`): replies reach it as RESP3 types.
+    pub resp3: bool,
+    /// Keys written, in order (blocked clients waiting on them are served after the script).
+    pub written: Vec<Bytes>,
+    /// Where the first write is recorded (SCRIPT KILL may no longer stop the script then).
+    pub shared: Arc<super::Shared>,
+}
+
+pub const UNKNOWN: &str = "ERR Unknown Redis command called from script";
+pub const WRONG_ARITY: &str = "ERR Wrong number of args calling Redis command from script";
+pub const NOT_ALLOWED: &str = "ERR This Redis command is not allowed from script";
+pub const READ_ONLY: &str = "ERR Write commands are not allowed from read-only scripts.";
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+pub const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node";
+pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is moving between nodes; \
+    declare the keys a script uses (numkeys) so that it waits for the move";
+
+/// Runs `args` (name first) for a script; an error is an error frame (`redis.call` raises it,
+/// `redis.pcall` returns it).
+pub fn call(ctx: &mut RunCtx, args: &[Bytes]) -> Frame {
+    match checked(ctx, args).and_then(|cmd| run(ctx, cmd, args)) {
+        Ok(f) => f,
+        Err(e) => F::error(e),
+    }
+}
+
+fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, String> {
+    let name = args[0].to_ascii_lowercase();
+    let Some(cmd) = table::lookup(&name) else {
+        let name = String::from_utf8_lossy(&name).into_owned();
+        if table::NOT_ALLOWED.contains(&name.as_str()) {
+            return Err(NOT_ALLOWED.into());
+        }
+        if ROUTER_ONLY.contains(&name.as_str()) {
+            return Err(format!(
+                "ERR '{name}' is not available to scripts in Shoal: routers answer it, and a script runs on a node"
+            ));
+        }
+        return Err(UNKNOWN.into());
+    };
+    if !cmd.arity_ok(args.len()) {
+        return Err(WRONG_ARITY.into());
+    }
+    if cmd.flags & NOSCRIPT != 0 {
+        return Err(NOT_ALLOWED.into());
+    }
+    if cmd.writes() && ctx.readonly {
+        return Err(READ_ONLY.into());
+    }
+    if cmd.flags & DENYOOM != 0 && !ctx.allow_oom && ctx.store.make_room().is_err() {
+        return Err(OOM.into());
+    }
+    if matches!(cmd.name, "flushall" | "flushdb" | "scan") {
+        return Err(format!(
+            "ERR '{}' is not available to scripts in Shoal: a script runs on one node, and it spans them all",
+            cmd.name
+        ));
+    }
+    let keys = match crate::commands::multi_key_keys(name.as_slice(), args) {
+        Some(Ok(keys)) => keys,
+        // The command's own error (a bad numkeys) is its reply: let it answer.
+        Some(Err(_)) => Vec::new(),
+        None => cmd.range_keys(args).into_iter().cloned().collect(),
+    };
+    for key in &keys {
+        let slot = shoal_wire::key_slot(key);
+        if ctx.view.check(slot, ctx.version).is_err() {
+            return Err(NON_LOCAL.into());
+        }
+        if ctx.view.is_moving(slot) {
+            return Err(MOVING.into());
+        }
+    }
+    if cmd.writes() {
+        ctx.shared.wrote.store(true, std::sync::atomic::Ordering::Release);
+        ctx.written.extend(keys);
+    }
+    Ok(cmd)
+}
+
+/// Commands Redis has that the router answers (a node does not know them).
+const ROUTER_ONLY: &[&str] = &[
+    "command",
+    "config",
+    "info",
+    "lastsave",
+    "latency",
+    "memory",
+    "object",
+    "pubsub",
+    "select",
+    "shoal",
+    "slowlog",
+    "bgrewriteaof",
+    "cluster",
+    "readonly",
+    "readwrite",
+];
+
+fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, String> {
+    let write = cmd.writes();
+    let name = cmd.name;
+    if let Some(build) = builder(name.as_bytes()) {
+        let now = ctx.store.now_ms() as i64;
+        let b = build(args, now).map_err(|e| e.into_owned())?;
+        return Ok(to_frame(apply(ctx, b.op, write), b.answer));
+    }
+    let each_key = |kind: fn(Bytes) -> Kind| args[1..].iter().map(move |k| op(kind(k.clone())));
+    Ok(match name {
+        "mget" => {
+            let replies = each_key(|key| Kind::Get(proto::Get { key, nil_if_not_string: true }))
+                .map(|o| to_frame(apply(ctx, o, write), Answer::Plain))
+                .collect();
+            F::array(replies)
+        }
+        "mset" => {
+            if args.len() % 2 != 1 {
+                return Err(WRONG_ARITY.into());
+            }
+            let plain = shoal_wire::command::ExtendedOptions::default();
+            for pair in args[1..].chunks(2) {
+                let o = shoal_wire::command::set_op(pair[0].clone(), pair[1].clone(), &plain, None);
+                if let Some(reply::Kind::Error(e)) = apply(ctx, o, write).kind {
+                    return Err(e);
+                }
+            }
+            F::ok()
+        }
+        "msetnx" => {
+            if args.len() % 2 != 1 {
+                return Err(WRONG_ARITY.into());
+            }
+            let (keys, values) = args[1..].chunks(2).map(|p| (p[0].clone(), p[1].clone())).unzip();
+            to_frame(apply(ctx, op(Kind::MsetNx(proto::MSetNx { keys, values })), write), Answer::Plain)
+        }
+        "del" | "unlink" => sum(ctx, each_key(|key| Kind::Del(proto::Del { key })).collect(), write)?,
+        "exists" => sum(ctx, each_key(|key| Kind::Exists(proto::Exists { key })).collect(), write)?,
+        "touch" => sum(ctx, each_key(|key| Kind::Touch(proto::Touch { key })).collect(), write)?,
+        "keys" => to_frame(
+            apply(ctx, op(Kind::Keys(proto::Keys { pattern: args[1].clone() })), write),
+            Answer::Plain,
+        ),
+        "randomkey" => to_frame(apply(ctx, op(Kind::RandomKey(proto::RandomKey {})), write), Answer::Plain),
+        "dbsize" => to_frame(apply(ctx, op(Kind::DbSize(proto::DbSize {})), write), Answer::Plain),
+        "ping" if args.len() == 1 => Frame { kind: Some(proto::frame::Kind::Simple("PONG".into())) },
+        "ping" if args.len() == 2 => F::bulk(args[1].clone()),
+        "ping" => return Err("ERR wrong number of arguments for 'ping' command".into()),
+        "echo" => F::bulk(args[1].clone()),
+        "time" => {
+            let us = ctx.store.now_us();
+            F::array(vec![
+                F::bulk(Bytes::from((us / 1_000_000).to_string())),
+                F::bulk(Bytes::from((us % 1_000_000).to_string())),
+            ])
+        }
+        _ => {
+            let keys = match crate::commands::multi_key_keys(name.as_bytes(), args) {
+                Some(Ok(keys)) => keys,
+                _ => Vec::new(),
+            };
+            let command = proto::Command {
+                args: args.to_vec(),
+                readonly: !write,
+                key_index: 1,
+                keys,
+                ..Default::default()
+            };
+            to_frame(apply(ctx, op(Kind::Command(command)), write), Answer::Plain)
+        }
+    })
+}
+
+fn op(kind: Kind) -> Op {
+    Op { kind: Some(kind), ..Default::default() }
+}
+
+fn apply(ctx: &RunCtx, op: Op, write: bool) -> Reply {
+    crate::ops::apply_for_script(&ctx.store, &ctx.view, op, write)
+}
+
+/// DEL, EXISTS, TOUCH, UNLINK: one op per key, the integers added up.
+fn sum(ctx: &RunCtx, ops: Vec<Op>, write: bool) -> Result<Frame, String> {
+    let mut total = 0;
+    for o in ops {
+        match apply(ctx, o, write).kind {
+            Some(reply::Kind::Int(n)) => total += n,
+            Some(reply::Kind::Error(e)) => return Err(e),
+            other => return Err(format!("ERR unexpected reply {other:?}")),
+        }
+    }
+    Ok(F::int(total))
+}
+
+/// A node reply as the command's client reply, read as `answer` says (the router's
+/// `cmd::answer` does the same for its clients).
+fn to_frame(r: Reply, answer: Answer) -> Frame {
+    use proto::frame::Kind as K;
+    match (r.kind, answer) {
+        (Some(reply::Kind::Ok(_)), Answer::StoredAsInt) => F::int(1),
+        (Some(reply::Kind::Nil(_)), Answer::StoredAsInt) => F::int(0),
+        (Some(reply::Kind::Value(v)), Answer::Status) => {
+            Frame { kind: Some(K::Simple(String::from_utf8_lossy(&v).into_owned())) }
+        }
+        (Some(reply::Kind::Int(ms)), Answer::Seconds) => F::int(shoal_wire::command::ms_to_seconds(ms)),
+        (Some(reply::Kind::Ok(_)), _) => F::ok(),
+        (Some(reply::Kind::Nil(_)) | None, _) => F::nil(),
+        (Some(reply::Kind::Value(v)), _) => F::bulk(v),
+        (Some(reply::Kind::Int(n)), _) => F::int(n),
+        (Some(reply::Kind::Error(e)), _) => F::error(e),
+        (Some(reply::Kind::Keys(k)), _) => F::array(k.keys.into_iter().map(F::bulk).collect()),
+        (Some(reply::Kind::Frame(f)), _) => f,
+        (other, _) => F::error(format!("ERR unexpected reply {other:?}")),
+    }
+}

@@ -1,0 +1,360 @@
+//! Lua scripts (EVAL, EVALSHA and their `_RO` forms; SCRIPT LOAD, EXISTS, FLUSH, KILL), run on the
+//! node that owns their keys, atomically, as Redis runs them.
+//!
+//! Data flow: a `Script` op arrives on an `Execute` stream → the service hands it to
+//! [`Scripts::submit`] and waits for the reply without holding a thread (later ops of the stream
+//! wait behind it, in order) → the node's script thread takes the store's gate exclusively (no
+//! other op runs meanwhile, as on a single-threaded Redis), checks the keys' slots as a
+//! transaction does, finds the script by SHA (compiling the body the op carries, or one SCRIPT
+//! LOAD left in the cache; `NOSCRIPT` otherwise) and runs it in the Lua VM ([`engine`]), whose
+//! `redis.call` ([`call`]) applies ops to the store like any other op → the reply (a Frame) goes
+//! back to the stream.
+//!
+//! - [`engine`]: the Lua 5.1 VM (mlua, Lua built from source): sandbox, the `redis` library,
+//!   running a script and wording its errors as Redis does.
+//! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
+//! - [`table`]: the commands scripts may call (arity, flags, keys).
+//! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`bit`]: the libraries.
+//!
+//! While a script runs, ops of other streams wait for it without blocking their threads; once it
+//! has run past `busy-reply-threshold` they are answered `BUSY`, and SCRIPT KILL (the node's
+//! `KillScript` call, which needs no stream) stops it, unless it has written: then it is
+//! `UNKILLABLE`, as in Redis. One script thread per node: other nodes never wait for it.
+
+pub mod bit;
+pub mod call;
+pub mod cjson;
+pub mod convert;
+pub mod engine;
+pub mod table;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shoal_wire::proto::{self, Op, Reply, op::Kind, reply, script_admin::Action};
+use tokio::sync::oneshot;
+
+use crate::commands::F;
+use crate::membership::NodeView;
+use crate::store::Store;
+
+pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// Redis's default `busy-reply-threshold`, in ms.
+pub const DEFAULT_BUSY_MS: u64 = 5_000;
+/// The Lua VM's memory limit unless `--lua-memory-limit` says otherwise.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+
+pub use shoal_wire::script::sha1_hex;
+
+/// What the script thread and the rest of the node share.
+#[derive(Debug)]
+pub struct Shared {
+    /// Script bodies by SHA: every script this node has seen (EVAL or SCRIPT LOAD).
+    cache: Mutex<HashMap<String, Bytes>>,
+    /// SCRIPT FLUSHes so far (the script thread drops its compiled scripts when this moves).
+    flushes: AtomicU64,
+    epoch: Instant,
+    /// When the running script started (ms since `epoch`, plus one); 0: none runs.
+    running_since: AtomicU64,
+    /// The running script has written (SCRIPT KILL would leave half of its work).
+    pub wrote: AtomicBool,
+    /// SCRIPT KILL asked the running script to stop (its hook checks).
+    pub kill: AtomicBool,
+    busy_ms: AtomicU64,
+}
+
+/// What SCRIPT KILL found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kill {
+    NotBusy,
+    Killed,
+    Unkillable,
+}
+
+struct Job {
+    op: Op,
+    view: Arc<NodeView>,
+    version: u64,
+    reply: oneshot::Sender<Reply>,
+    /// Set once the job holds the store (the stream may then let later ops go on, past
+    /// busy-reply-threshold: none of them can run before the script any more).
+    started: Arc<AtomicBool>,
+}
+
+/// A node's scripting: the cache, the script thread (started with the first script) and the
+/// state of the script running now.
+#[derive(Debug)]
+pub struct Scripts {
+    shared: Arc<Shared>,
+    store: Arc<Store>,
+    memory_limit: std::sync::atomic::AtomicUsize,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+}
+
+impl Scripts {
+    pub fn new(store: Arc<Store>, memory_limit: usize, busy_ms: u64) -> Scripts {
+        let shared = Arc::new(Shared {
+            cache: Mutex::new(HashMap::new()),
+            flushes: AtomicU64::new(0),
+            epoch: Instant::now(),
+            running_since: AtomicU64::new(0),
+            wrote: AtomicBool::new(false),
+            kill: AtomicBool::new(false),
+            busy_ms: AtomicU64::new(busy_ms),
+        });
+        Scripts { shared, store, memory_limit: memory_limit.into(), jobs: Mutex::new(None) }
+    }
+
+    /// Sets the VM's memory limit (for a VM not started yet) and the busy threshold.
+    pub fn set_limits(&self, memory_limit: usize, busy_ms: u64) {
+        self.memory_limit.store(memory_limit, Ordering::Relaxed);
+        self.set_busy_reply_threshold(busy_ms);
+    }
+
+    /// Whether `op` runs on the script thread (EVAL and SCRIPT LOAD, which compiles).
+    pub fn is_script_op(op: &Op) -> bool {
+        match &op.kind {
+            Some(Kind::Script(_)) => true,
+            Some(Kind::ScriptAdmin(a)) => a.action() == Action::Load,
+            // EVAL inside MULTI: the whole transaction runs where the VM is.
+            Some(Kind::Transaction(_)) => crate::ops::holds_script(op),
+            _ => false,
+        }
+    }
+
+    /// Hands a script op to the script thread; the reply arrives on the receiver, and the flag
+    /// is set once the script holds the store.
+    pub fn submit(
+        &self,
+        op: Op,
+        view: Arc<NodeView>,
+        version: u64,
+    ) -> (oneshot::Receiver<Reply>, Arc<AtomicBool>) {
+        let (tx, rx) = oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let job = Job { op, view, version, reply: tx, started: started.clone() };
+        let mut jobs = self.jobs.lock();
+        let sender = jobs.get_or_insert_with(|| self.start_thread());
+        if let Err(mpsc::SendError(job)) = sender.send(job) {
+            // The thread is gone (it cannot be, short of a bug): say so rather than hang.
+            *jobs = None;
+            let _ = job.reply.send(crate::ops::error("ERR the script engine is not running"));
+        }
+        (rx, started)
+    }
+
+    fn start_thread(&self) -> mpsc::Sender<Job> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (store, shared) = (self.store.clone(), self.shared.clone());
+        let limit = self.memory_limit.load(Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("shoal-lua".into())
+            .spawn(move || worker(store, shared, rx, limit));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start the script thread");
+        }
+        tx
+    }
+
+    /// SCRIPT EXISTS, FLUSH and GET: answered from the cache at once.
+    pub fn admin(&self, a: &proto::ScriptAdmin) -> Reply {
+        match a.action() {
+            Action::Exists => {
+                let cache = self.shared.cache.lock();
+                let found = a
+                    .shas
+                    .iter()
+                    .map(|s| F::int(i64::from(cache.contains_key(&s.to_ascii_lowercase()))))
+                    .collect();
+                frame(F::array(found))
+            }
+            Action::Flush => {
+                self.shared.cache.lock().clear();
+                self.shared.flushes.fetch_add(1, Ordering::Relaxed);
+                Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+            }
+            Action::Get => {
+                let body = a
+                    .shas
+                    .first()
+                    .and_then(|s| self.shared.cache.lock().get(&s.to_ascii_lowercase()).cloned());
+                match body {
+                    Some(b) => Reply { kind: Some(reply::Kind::Value(b)) },
+                    None => Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) },
+                }
+            }
+            Action::Load => crate::ops::error("ERR SCRIPT LOAD runs on the script thread"),
+        }
+    }
+
+    /// A script holds the store now.
+    pub fn active(&self) -> bool {
+        self.shared.running_since.load(Ordering::Acquire) != 0
+    }
+
+    /// A script has held the store past `busy-reply-threshold`: other ops are answered BUSY.
+    pub fn busy(&self) -> bool {
+        let since = self.shared.running_since.load(Ordering::Acquire);
+        since != 0 && self.shared.now() >= since - 1 + self.shared.busy_ms.load(Ordering::Relaxed)
+    }
+
+    /// SCRIPT KILL.
+    pub fn kill(&self) -> Kill {
+        if !self.active() {
+            return Kill::NotBusy;
+        }
+        if self.shared.wrote.load(Ordering::Acquire) {
+            return Kill::Unkillable;
+        }
+        self.shared.kill.store(true, Ordering::Release);
+        Kill::Killed
+    }
+
+    pub fn busy_reply_threshold(&self) -> u64 {
+        self.shared.busy_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_busy_reply_threshold(&self, ms: u64) {
+        self.shared.busy_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Scripts in the cache (INFO's `number_of_cached_scripts`).
+    pub fn cached(&self) -> usize {
+        self.shared.cache.lock().len()
+    }
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+fn frame(f: proto::Frame) -> Reply {
+    Reply { kind: Some(reply::Kind::Frame(f)) }
+}
+
+/// The script thread: one job at a time, each under the store's gate.
+fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, memory_limit: usize) {
+    let mut engine: Option<engine::Engine> = None;
+    let mut flushes_seen = 0;
+    for job in jobs {
+        let Job { op, view, version, reply, started } = job;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let flushes = shared.flushes.load(Ordering::Relaxed);
+            if flushes != flushes_seen {
+                flushes_seen = flushes;
+                if let Some(e) = engine.as_mut() {
+                    e.flush();
+                }
+            }
+            if engine.is_none() {
+                match engine::Engine::new(shared.clone(), memory_limit) {
+                    Ok(e) => engine = Some(e),
+                    Err(e) => {
+                        return crate::ops::error(&format!("ERR the script engine could not start: {e}"));
+                    }
+                }
+            }
+            let e = engine.as_mut().expect("started above");
+            let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
+            match op.kind {
+                Some(Kind::Script(s)) => run(&at, e, s),
+                Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
+                Some(Kind::Transaction(t)) => {
+                    let mut written = Vec::new();
+                    let exclusive = store.gate.write();
+                    started.store(true, Ordering::Release);
+                    let reply =
+                        crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
+                            let (reply, w) = run_unlocked(&at, e, s);
+                            written.extend(w);
+                            reply
+                        });
+                    crate::ops::serve_blocked_after(&store, &view, written);
+                    reply
+                }
+                _ => crate::ops::error("ERR not a script"),
+            }
+        }));
+        let answer = outcome.unwrap_or_else(|_| {
+            // A bug, not a script error: start over with a fresh VM rather than trust this one.
+            engine = None;
+            shared.running_since.store(0, Ordering::Release);
+            tracing::error!("the script engine panicked; it starts afresh");
+            crate::ops::error("ERR the script engine failed running this script")
+        });
+        let _ = reply.send(answer);
+    }
+}
+
+/// SCRIPT LOAD: compiles and keeps the body; answers its SHA.
+fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
+    let sha = sha1_hex(body);
+    if let Err(e) = engine.compile(&sha, body) {
+        return crate::ops::error(&e);
+    }
+    shared.cache.lock().insert(sha.clone(), body.clone());
+    Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
+}
+
+/// Where a script runs: the node's store, its scripting state, and the view and topology version
+/// its op was routed by.
+struct At<'a> {
+    store: &'a Arc<Store>,
+    shared: &'a Arc<Shared>,
+    view: &'a Arc<NodeView>,
+    version: u64,
+    /// Set once the store is held (see [`Job::started`]).
+    started: &'a AtomicBool,
+}
+
+/// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
+fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
+    let _exclusive = at.store.gate.write();
+    at.started.store(true, Ordering::Release);
+    if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
+        return refused;
+    }
+    let (reply, written) = run_unlocked(at, engine, s);
+    crate::ops::serve_blocked_after(at.store, at.view, written);
+    reply
+}
+
+/// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
+/// carries. Returns its reply and the keys it wrote.
+fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
+    let shared = at.shared;
+    let sha = s.sha.to_ascii_lowercase();
+    if !engine.has(&sha) {
+        let body =
+            if s.body.is_empty() { shared.cache.lock().get(&sha).cloned() } else { Some(s.body.clone()) };
+        let Some(body) = body else { return (frame(F::error(NOSCRIPT.into())), Vec::new()) };
+        if let Err(e) = engine.compile(&sha, &body) {
+            return (frame(F::error(e)), Vec::new());
+        }
+        shared.cache.lock().insert(sha.clone(), body);
+    }
+    shared.kill.store(false, Ordering::Relaxed);
+    shared.wrote.store(false, Ordering::Relaxed);
+    shared.running_since.store(shared.now() + 1, Ordering::Release);
+    let ctx = call::RunCtx {
+        store: at.store.clone(),
+        view: at.view.clone(),
+        version: at.version,
+        readonly: s.readonly,
+        allow_oom: false,
+        resp3: false,
+        written: Vec::new(),
+        shared: shared.clone(),
+    };
+    let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
+    shared.running_since.store(0, Ordering::Release);
+    (frame(outcome.reply), outcome.written)
+}

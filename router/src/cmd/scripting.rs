@@ -1,0 +1,355 @@
+//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD/EXISTS/FLUSH/KILL/DEBUG/HELP.
+//!
+//! A script runs on the node that holds its keys, atomically (the node's script thread holds its
+//! store while it runs: `node/src/script`). Its declared keys must share one node, as Redis
+//! Cluster requires (`CROSSSLOT` otherwise; give them a common `{hashtag}`); a script without
+//! keys runs on any node. The router sends a `Script` op on the node's batched stream, so a
+//! pipeline of scripts flows like any other commands; a `moved` reply or a slot in motion sends
+//! it again, as EXEC does (`transaction::send_group`).
+//!
+//! Nodes cache scripts by SHA1. EVAL carries the body; EVALSHA only the SHA, and when the node
+//! answers NOSCRIPT (it restarted, or joined the cluster after the script was loaded) the router
+//! fetches the body from a node that has it and sends the script again, so a client sees
+//! NOSCRIPT only for a script no node knows. Routers keep no scripts of their own: after SCRIPT
+//! FLUSH (which reaches every node) no router can bring a script back. SCRIPT LOAD reaches every
+//! node; SCRIPT EXISTS asks them all; SCRIPT KILL stops the script running on any node (a call
+//! of its own, since that node's stream is busy with it).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_wire::proto::{self, Op, frame, kill_script_reply::Outcome, op::Kind, reply, script_admin::Action};
+use tokio::time::Instant;
+
+use super::spec::*;
+use super::transaction::send_group;
+use super::typed::from_frame;
+use super::{Args, Ctx, Pending, int_arg, op};
+use crate::backend::{Routing, futures_join};
+use crate::resp::Reply;
+use crate::state::RouterState;
+
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+const SCRIPT_FLAGS: &[&str] = &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
+const SCRIPT_RO_FLAGS: &[&str] =
+    &["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
+const SCRIPTING_ACL: &[&str] = &["@slow", "@scripting"];
+
+pub const EVAL: CommandSpec = CommandSpec {
+    name: "eval",
+    arity: -3,
+    flags: SCRIPT_FLAGS,
+    acl: SCRIPTING_ACL,
+    group: "scripting",
+    since: "2.6.0",
+    summary: "Execute a Lua script server side",
+    complexity: "Depends on the script that is executed.",
+    run: |args, ctx| eval_generic(args, ctx, false, false),
+    ..CommandSpec::DEFAULT
+};
+
+pub const EVALSHA: CommandSpec =
+    CommandSpec { name: "evalsha", run: |args, ctx| eval_generic(args, ctx, true, false), ..EVAL };
+
+pub const EVAL_RO: CommandSpec = CommandSpec {
+    name: "eval_ro",
+    flags: SCRIPT_RO_FLAGS,
+    since: "7.0.0",
+    summary: "Execute a read-only Lua script server side",
+    run: |args, ctx| eval_generic(args, ctx, false, true),
+    ..EVAL
+};
+
+pub const EVALSHA_RO: CommandSpec =
+    CommandSpec { name: "evalsha_ro", run: |args, ctx| eval_generic(args, ctx, true, true), ..EVAL_RO };
+
+const fn sub(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        acl: SCRIPTING_ACL,
+        group: "scripting",
+        since: "2.6.0",
+        summary,
+        complexity: "O(1)",
+        ..CommandSpec::DEFAULT
+    }
+}
+
+pub const SCRIPT_LOAD: CommandSpec = CommandSpec {
+    complexity: "O(N) with N being the length in bytes of the script body.",
+    run: load,
+    ..sub("script|load", 3, &["noscript", "stale"], "Load the specified Lua script into the script cache.")
+};
+
+pub const SCRIPT_EXISTS: CommandSpec = CommandSpec {
+    complexity: "O(N) with N being the number of scripts to check (so checking a single script is an O(1) operation).",
+    run: exists,
+    ..sub("script|exists", -3, &["noscript"], "Check existence of scripts in the script cache.")
+};
+
+pub const SCRIPT_FLUSH: CommandSpec = CommandSpec {
+    complexity: "O(N) with N being the number of scripts in cache",
+    run: flush,
+    ..sub("script|flush", -2, &["noscript"], "Remove all the scripts from the script cache.")
+};
+
+pub const SCRIPT_KILL: CommandSpec = CommandSpec {
+    run: kill,
+    ..sub("script|kill", 2, &["noscript", "allow_busy"], "Kill the script currently in execution.")
+};
+
+pub const SCRIPT_DEBUG: CommandSpec = CommandSpec {
+    since: "3.2.0",
+    run: debug,
+    ..sub("script|debug", 3, &["noscript"], "Set the debug mode for executed scripts.")
+};
+
+pub const SCRIPT_HELP: CommandSpec = CommandSpec {
+    since: "5.0.0",
+    run: help,
+    ..sub("script|help", 2, &["loading", "stale"], "Show helpful text about the different subcommands")
+};
+
+pub const SCRIPT: CommandSpec = CommandSpec {
+    name: "script",
+    arity: -2,
+    acl: &["@slow"],
+    group: "scripting",
+    since: "2.6.0",
+    summary: "A container for Lua scripts management commands",
+    complexity: "Depends on subcommand.",
+    run: help,
+    subcommands: &[&SCRIPT_LOAD, &SCRIPT_EXISTS, &SCRIPT_FLUSH, &SCRIPT_KILL, &SCRIPT_DEBUG, &SCRIPT_HELP],
+    ..CommandSpec::DEFAULT
+};
+
+fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pending {
+    let numkeys = match int_arg(&args[2]) {
+        Ok(n) => n,
+        Err(e) => return e.into(),
+    };
+    if numkeys > (args.len() - 3) as i64 {
+        return Reply::error("ERR Number of keys can't be greater than number of args").into();
+    }
+    if numkeys < 0 {
+        return Reply::error("ERR Number of keys can't be negative").into();
+    }
+    let (sha, body) = if by_sha {
+        if args[1].len() != 40 {
+            return Reply::error(NOSCRIPT).into();
+        }
+        (String::from_utf8_lossy(&args[1]).to_ascii_lowercase(), Bytes::new())
+    } else {
+        (shoal_wire::script::sha1_hex(&args[1]), args[1].clone())
+    };
+    let split = 3 + numkeys as usize;
+    let keys = args[3..split].to_vec();
+    let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly };
+    let routing = ctx.routing.clone();
+    // A script without keys runs on any node; spread them.
+    let pos = match (keys.is_empty(), super::one_node(&routing, &keys)) {
+        (true, _) => fastrand::usize(..routing.len().max(1)),
+        (false, Some(p)) => p,
+        (false, None) => return Reply::error(super::CROSSSLOT).into(),
+    };
+    let op = op(Kind::Script(script));
+    // Sent now, with the commands dispatched before it (they share the node's stream, in order).
+    let first = routing.nodes[pos].call(op.clone(), routing.version(), ctx.deadline);
+    let (state, deadline) = (ctx.state.clone(), ctx.deadline);
+    Pending::later(async move {
+        let mut reply = match first.wait().await {
+            Ok(r) if !needs_resend(&r) => r,
+            // Moved, or a slot of it moving: again by the current topology, like EXEC.
+            _ => match send_group(&state, state.backend.routing(), None, &op, &keys, deadline).await {
+                Ok(r) => r,
+                Err(e) => return e,
+            },
+        };
+        if is_noscript(&reply)
+            && let Some(Kind::Script(s)) = &op.kind
+            && s.body.is_empty()
+            && let Some(body) = recover(&state, &routing, &s.sha, deadline).await
+        {
+            let again = op_with_body(&op, body);
+            let at = (keys.is_empty()).then_some(pos);
+            reply = match send_group(&state, state.backend.routing(), at, &again, &keys, deadline).await {
+                Ok(r) => r,
+                Err(e) => return e,
+            };
+        }
+        match reply.kind {
+            Some(reply::Kind::Frame(f)) => from_frame(f),
+            Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
+            other => super::unexpected(other),
+        }
+    })
+}
+
+fn needs_resend(r: &proto::Reply) -> bool {
+    match &r.kind {
+        Some(reply::Kind::Moved(_)) => true,
+        Some(reply::Kind::Error(e)) => e.starts_with("TRYAGAIN"),
+        _ => false,
+    }
+}
+
+fn is_noscript(r: &proto::Reply) -> bool {
+    matches!(&r.kind, Some(reply::Kind::Frame(proto::Frame { kind: Some(frame::Kind::Error(e)) })) if e.starts_with("NOSCRIPT"))
+}
+
+fn op_with_body(op: &Op, body: Bytes) -> Op {
+    let mut again = op.clone();
+    if let Some(Kind::Script(s)) = &mut again.kind {
+        s.body = body;
+    }
+    again
+}
+
+/// The body of script `sha` from any node that has it.
+async fn recover(
+    state: &Arc<RouterState>,
+    routing: &Arc<Routing>,
+    sha: &str,
+    deadline: Instant,
+) -> Option<Bytes> {
+    let wanted = sha.to_string();
+    let ask = move || admin(Action::Get, Bytes::new(), vec![wanted.clone()]);
+    let replies = state.backend.all(routing, ask, deadline).gather().await.ok()?;
+    replies.into_iter().find_map(|r| match r.kind {
+        Some(reply::Kind::Value(b)) if shoal_wire::script::sha1_hex(&b) == sha => Some(b),
+        _ => None,
+    })
+}
+
+/// Every node's reply to a fan-out; the first error any node answered is the command's reply.
+async fn gather_all(all: crate::backend::AllCall) -> Result<Vec<proto::Reply>, Reply> {
+    let replies = all.gather().await.map_err(Reply::from)?;
+    match replies.iter().find_map(|r| match &r.kind {
+        Some(reply::Kind::Error(e)) => Some(e.clone()),
+        _ => None,
+    }) {
+        Some(e) => Err(Reply::error_fmt(e)),
+        None => Ok(replies),
+    }
+}
+
+fn admin(action: Action, body: Bytes, shas: Vec<String>) -> Op {
+    op(Kind::ScriptAdmin(proto::ScriptAdmin { action: action as i32, body, shas }))
+}
+
+/// SCRIPT LOAD: compiled on every node (a script runs on the node of its keys, so every node
+/// may need it); the reply is its SHA1, or the compile error.
+fn load(args: &Args, ctx: &mut Ctx) -> Pending {
+    let body = args[2].clone();
+    let sha = shoal_wire::script::sha1_hex(&body);
+    let all = ctx.call_all(move || admin(Action::Load, body.clone(), Vec::new()));
+    Pending::later(async move {
+        match gather_all(all).await {
+            Ok(_) => Reply::Bulk(Bytes::from(sha)),
+            Err(e) => e,
+        }
+    })
+}
+
+fn exists(args: &Args, ctx: &mut Ctx) -> Pending {
+    let shas: Vec<String> =
+        args[2..].iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect();
+    let asked = shas.clone();
+    let all = ctx.call_all(move || admin(Action::Exists, Bytes::new(), asked.clone()));
+    Pending::later(async move {
+        let replies = match gather_all(all).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let mut found = vec![false; shas.len()];
+        for r in replies {
+            if let Some(reply::Kind::Frame(proto::Frame { kind: Some(frame::Kind::Array(items)) })) = r.kind {
+                for (f, item) in found.iter_mut().zip(items.items) {
+                    *f |= matches!(item.kind, Some(frame::Kind::Int(1)));
+                }
+            }
+        }
+        Reply::Array(found.into_iter().map(|f| Reply::Int(i64::from(f))).collect())
+    })
+}
+
+fn flush(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 3
+        || args.get(2).is_some_and(|m| !m.eq_ignore_ascii_case(b"sync") && !m.eq_ignore_ascii_case(b"async"))
+    {
+        return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option").into();
+    }
+    let all = ctx.call_all(|| admin(Action::Flush, Bytes::new(), Vec::new()));
+    Pending::later(async move {
+        match gather_all(all).await {
+            Ok(_) => Reply::OK,
+            Err(e) => e,
+        }
+    })
+}
+
+/// SCRIPT KILL: asks every node; one stopped script is enough for OK (as Redis Cluster's
+/// `one_succeeded` policy). Otherwise a script that already wrote answers UNKILLABLE.
+fn kill(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let routing = ctx.routing.clone();
+    Pending::later(async move {
+        let outcomes = futures_join(routing.nodes.iter().map(|n| n.kill_script()).collect()).await;
+        let seen = |o: Outcome| outcomes.iter().any(|r| r.as_ref().is_ok_and(|r| r.outcome() == o));
+        if seen(Outcome::Killed) {
+            Reply::OK
+        } else if seen(Outcome::Unkillable) {
+            Reply::error(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either \
+                 wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+            )
+        } else if let Some(Err(e)) = outcomes.into_iter().find(|r| r.is_err()) {
+            e.into()
+        } else {
+            Reply::error("NOTBUSY No scripts in execution right now.")
+        }
+    })
+}
+
+/// SCRIPT DEBUG: Shoal has no script debugger (scripts run on the nodes); turning it off is
+/// accepted.
+fn debug(args: &Args, _ctx: &mut Ctx) -> Pending {
+    let mode = args[2].to_ascii_lowercase();
+    match &mode[..] {
+        b"no" => Reply::OK.into(),
+        b"yes" | b"sync" => Reply::error(
+            "ERR SCRIPT DEBUG is not supported by Shoal: scripts run on the nodes, out of a client's reach",
+        )
+        .into(),
+        _ => Reply::error("ERR Use SCRIPT DEBUG YES/SYNC/NO").into(),
+    }
+}
+
+pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
+    super::help_reply(&[
+        "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "DEBUG (YES|SYNC|NO)",
+        "    Set the debug mode for subsequent scripts executed.",
+        "EXISTS <sha1> [<sha1> ...]",
+        "    Return information about the existence of the scripts in the script cache.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Flush the Lua scripts cache. Very dangerous on replicas.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the scripts cache.",
+        "    * SYNC: Synchronously flush the scripts cache.",
+        "KILL",
+        "    Kill the currently executing Lua script.",
+        "LOAD <script>",
+        "    Load a script into the scripts cache without executing it.",
+        "HELP",
+        "    Prints this help.",
+    ])
+}

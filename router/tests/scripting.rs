@@ -1,0 +1,254 @@
+//! Scripts with several clients and processes (one-connection cases, byte-compared with
+//! redis-server, are in differential/scripting.redis): a long script makes its node answer BUSY
+//! while other nodes keep serving, SCRIPT KILL stops it (and refuses one that wrote); EVALSHA
+//! through a router that never saw the script, after the node restarted and lost its cache; the
+//! `redis` crate's `Script` (EVALSHA, then EVAL on NOSCRIPT); scripts and transactions are atomic
+//! against concurrent writers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::procs::{NodeProc, RouterProc};
+
+const SPIN: &str = "local i = 0 while true do i = i + 1 end";
+
+fn text(b: Vec<u8>) -> String {
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// `n` keys the topology gives to node `id`.
+fn keys_on(topology: &shoal_wire::Topology, id: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|k| topology.owner_of(shoal_wire::key_slot(k.as_bytes())) == Some(id))
+        .take(n)
+        .collect()
+}
+
+/// Three node processes and two routers in front of them.
+async fn two_routers(dir: &std::path::Path) -> (Vec<NodeProc>, RouterProc, RouterProc, shoal_wire::Topology) {
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        nodes.push(NodeProc::start(dir, &format!("node{i}"), &[]).await);
+    }
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    let list = addrs.join(",");
+    let a = RouterProc::start(dir, "router-a", &["--nodes", &list]).await;
+    let b = RouterProc::start(dir, "router-b", &["--nodes", &list]).await;
+    (nodes, a, b, shoal_wire::Topology::even(&addrs))
+}
+
+/// A script past busy-reply-threshold: its node answers BUSY to every other command, through any
+/// router (through its own router too: the node defers the script's reply and lets the commands
+/// behind it on the stream go on), other nodes serve as ever, nothing times out, and SCRIPT KILL
+/// through any router stops it; one that wrote is UNKILLABLE and runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, a, b, topology) = two_routers(dir.path()).await;
+    let same = keys_on(&topology, 1, 2);
+    let other = keys_on(&topology, 2, 1);
+    let mut admin = b.raw().await;
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "1500"]).await, b"+OK\r\n");
+    assert_eq!(
+        text(admin.cmd(&["CONFIG", "GET", "lua-time-limit"]).await),
+        "*2\r\n$14\r\nlua-time-limit\r\n$4\r\n1500\r\n"
+    );
+    assert_eq!(admin.cmd(&["SET", &same[0], "before"]).await, b"+OK\r\n");
+    assert_eq!(admin.cmd(&["SCRIPT", "KILL"]).await, b"-NOTBUSY No scripts in execution right now.\r\n");
+
+    let mut spinner = a.raw().await;
+    spinner.send(&support::encode(&[b"EVAL", SPIN.as_bytes(), b"1", same[1].as_bytes()])).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A command through the same router, behind the script on its node's stream.
+    let mut queued = a.raw().await;
+    let queued_at = Instant::now();
+    queued.send(&support::encode(&[b"GET", same[0].as_bytes()])).await;
+
+    // Through the other router: other nodes serve at once while the script runs.
+    let mut c = b.raw().await;
+    let started = Instant::now();
+    assert_eq!(c.cmd(&["SET", &other[0], "x"]).await, b"+OK\r\n");
+    assert!(started.elapsed() < Duration::from_millis(500), "another node is not held by the script");
+    // Its own node holds the command until busy-reply-threshold (past the router's 1 s call
+    // deadline: the node keeps the stream alive), then answers BUSY, and at once from then on.
+    let busy = text(c.cmd(&["GET", &same[0]]).await);
+    assert_eq!(
+        busy,
+        "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1200), "BUSY only past the threshold");
+    assert_eq!(text(c.cmd(&["GET", &same[0]]).await), busy);
+    assert_eq!(text(queued.reply().await.expect("the queued GET")), busy, "its own router's too");
+    assert!(queued_at.elapsed() >= Duration::from_millis(1200), "past the threshold, not before");
+    assert_eq!(text(queued.cmd(&["GET", &same[0]]).await), busy);
+    assert_eq!(queued.cmd(&["GET", &other[0]]).await, b"$1\r\nx\r\n", "other nodes through the same router");
+
+    assert_eq!(admin.cmd(&["SCRIPT", "KILL"]).await, b"+OK\r\n");
+    let killed = text(spinner.reply().await.expect("the script's reply"));
+    assert!(
+        killed.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
+            && killed.ends_with(", on @user_script:1.\r\n"),
+        "{killed}"
+    );
+    assert_eq!(c.cmd(&["GET", &same[0]]).await, b"$6\r\nbefore\r\n", "served again");
+    assert_eq!(queued.cmd(&["GET", &same[0]]).await, b"$6\r\nbefore\r\n", "through both routers");
+
+    // A script that wrote cannot be killed: it runs to its end (bounded by the node's clock).
+    let writer = "redis.call('set', KEYS[1], 'written') local t = redis.call('time') \
+                  local stop = t[1] * 1000000 + t[2] + 1500000 \
+                  while true do t = redis.call('time') if t[1] * 1000000 + t[2] > stop then return 'done' end end";
+    spinner.send(&support::encode(&[b"EVAL", writer.as_bytes(), b"1", same[0].as_bytes()])).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = text(admin.cmd(&["SCRIPT", "KILL"]).await);
+    assert!(refused.starts_with("-UNKILLABLE Sorry the script already executed write commands"), "{refused}");
+    assert_eq!(spinner.reply().await.expect("the script's reply"), b"$4\r\ndone\r\n", "not cut short");
+    assert_eq!(c.cmd(&["GET", &same[0]]).await, b"$7\r\nwritten\r\n");
+}
+
+/// A script and a transaction each run whole: no other client's write lands in the middle of
+/// one (a reader sees the two keys always equal), across many concurrent runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_run_whole_among_concurrent_writers() {
+    use redis::AsyncCommands;
+    let router = support::cluster().await;
+    let mut con = support::redis_conn(router.resp_addr).await;
+    let bump = redis::Script::new(
+        "local a = redis.call('incr', KEYS[1]) local b = redis.call('incr', KEYS[2]) return {a, b}",
+    );
+    let check = redis::Script::new("return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let mut con = con.clone();
+        let bump = bump.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..200 {
+                let (a, b): (i64, i64) =
+                    bump.key("{pair}a").key("{pair}b").invoke_async(&mut con).await.unwrap();
+                assert_eq!(a, b, "both keys moved together");
+            }
+        }));
+    }
+    let mut reads = 0;
+    while tasks.iter().any(|t| !t.is_finished()) && reads < 5_000 {
+        let (a, b): (Option<i64>, Option<i64>) =
+            check.key("{pair}a").key("{pair}b").invoke_async(&mut con).await.unwrap();
+        assert_eq!(a, b, "a reader never sees one increment without the other");
+        let (x, y): (Option<i64>, Option<i64>) = con.mget(&["{pair}a", "{pair}b"]).await.unwrap();
+        assert_eq!(x, y, "nor does MGET of the two keys (one node, one op batch)");
+        reads += 1;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: i64 = con.get("{pair}a").await.unwrap();
+    assert_eq!(total, 800, "every increment counted once");
+    assert!(reads > 0);
+    router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evalsha_survives_a_node_that_lost_its_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, a, b, topology) = two_routers(dir.path()).await;
+    let key = keys_on(&topology, 1, 1).remove(0);
+    let body = "return redis.call('incr', KEYS[1])";
+    let sha = shoal_wire::script::sha1_hex(body.as_bytes());
+
+    let mut ca = a.raw().await;
+    assert_eq!(text(ca.cmd(&["SCRIPT", "LOAD", body]).await), format!("$40\r\n{sha}\r\n"));
+    let mut cb = b.raw().await;
+    assert_eq!(cb.cmd(&["EVALSHA", &sha, "1", &key]).await, b":1\r\n", "loaded on every node");
+
+    // Node 1 restarts (no data dir): its script cache is empty.
+    let addr1 = nodes[1].addr.clone();
+    nodes[1].kill();
+    nodes[1] = NodeProc::start_at(dir.path(), "node1-again", &addr1, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reply = loop {
+        let r = cb.cmd(&["EVALSHA", &sha, "1", &key]).await;
+        if !r.starts_with(b"-ERR node") || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The restarted node 1 does not know the script: router B fetched it from node 0 or 2.
+    assert_eq!(reply, b":1\r\n", "{}", text(reply.clone()));
+    assert_eq!(ca.cmd(&["EVALSHA", &sha, "1", &key]).await, b":2\r\n");
+    assert_eq!(text(cb.cmd(&["SCRIPT", "EXISTS", &sha, &"0".repeat(40)]).await), "*2\r\n:1\r\n:0\r\n");
+
+    // Flushed from every node: NOSCRIPT, and the redis crate's Script falls back to EVAL.
+    assert_eq!(ca.cmd(&["SCRIPT", "FLUSH"]).await, b"+OK\r\n");
+    assert_eq!(
+        cb.cmd(&["EVALSHA", &sha, "1", &key]).await,
+        b"-NOSCRIPT No matching script. Please use EVAL.\r\n"
+    );
+    let mut con = support::redis_conn(b.resp).await;
+    let n: i64 = redis::Script::new(body).key(&key).invoke_async(&mut con).await.unwrap();
+    assert_eq!(n, 3);
+}
+
+/// Scripts while the cluster scales 3 → 5 → 2: each applies whole or not at all, exactly once
+/// (the three counters of a pair always agree), clients see no error, and nodes that join
+/// after SCRIPT LOAD get the script from the others when EVALSHA first reaches them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_apply_whole_while_the_cluster_scales() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr;
+    let mut admin = support::Raw::connect(addr).await;
+    // Filler (12 MB), so that slots take a while to move and scripts meet them moving.
+    support::fill(&mut admin, 3000, 4096).await;
+    const PAIRS: usize = 40;
+    support::transfer_pairs(&mut admin, PAIRS).await;
+    let transfer =
+        "redis.call('decr', KEYS[1]) redis.call('incr', KEYS[2]) return redis.call('incr', KEYS[3])";
+    let sha = shoal_wire::script::sha1_hex(transfer.as_bytes());
+    assert_eq!(text(admin.cmd(&["SCRIPT", "LOAD", transfer]).await), format!("$40\r\n{sha}\r\n"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for w in 0..3usize {
+        let (stop, applied, sha) = (stop.clone(), applied.clone(), sha.clone());
+        clients.push(tokio::spawn(async move {
+            let mut c = support::Raw::connect(addr).await;
+            let mut errors = Vec::new();
+            let started = Instant::now();
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                let p = i % PAIRS;
+                i += 3;
+                let keys = [format!("{{acct{p}}}a"), format!("{{acct{p}}}b"), format!("{{acct{p}}}n")];
+                let reply = c.cmd(&["EVALSHA", &sha, "3", &keys[0], &keys[1], &keys[2]]).await;
+                if reply.starts_with(b":") {
+                    applied.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    errors.push(text(reply));
+                }
+            }
+            errors
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        support::wait_scaled(&mut admin, n).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut errors = Vec::new();
+    for c in clients {
+        errors.extend(c.await.unwrap());
+    }
+    assert!(errors.is_empty(), "script errors: {:?}", &errors[..errors.len().min(5)]);
+    let applied = applied.load(Ordering::Relaxed);
+    assert!(applied > 30, "scripts ran during the moves ({applied})");
+    let counted = support::counted_transfers(&mut admin, PAIRS, "script").await;
+    assert_eq!(counted as u64, applied, "every script that answered applied once, no other did");
+    let page = support::http_get(router.http_addr, "/metrics").await;
+    let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");
+    assert!(retries > 0.0, "scripts met moving slots and were sent again");
+    router.shutdown().await;
+}

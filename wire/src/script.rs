@@ -1,0 +1,24 @@
+//! A Lua script's name on the wire: the lowercase hex SHA1 of its body, as Redis names scripts
+//! (EVALSHA, SCRIPT LOAD's reply, `redis.sha1hex`). Routers and nodes both compute it.
+
+use sha1::{Digest, Sha1};
+
+pub fn sha1_hex(body: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha1::digest(body);
+    let mut s = String::with_capacity(40);
+    for b in digest {
+        s.push(HEX[usize::from(b >> 4)] as char);
+        s.push(HEX[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redis_names() {
+        assert_eq!(super::sha1_hex(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(super::sha1_hex(b"return 1"), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+    }
+}
