@@ -173,6 +173,14 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
         "ping" if args.len() == 2 => F::bulk(args[1].clone()),
         "ping" => return Err("ERR wrong number of arguments for 'ping' command".into()),
         "echo" => F::bulk(args[1].clone()),
+        "publish" | "spublish" => {
+            let publish = proto::Publish {
+                channel: args[1].clone(),
+                message: args[2].clone(),
+                sharded: name == "spublish",
+            };
+            to_frame(apply(ctx, op(Kind::Publish(publish)), write), Answer::Plain)
+        }
         "time" => {
             let us = ctx.store.now_us();
             F::array(vec![

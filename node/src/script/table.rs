@@ -207,9 +207,15 @@ pub static COMMANDS: &[ScriptCommand] = &[
     c("zunionstore", -4, WRITE | DENYOOM, ONE),
 ];
 
-/// The commands scripts can call that do not touch keys: answered by the node itself.
-pub static SERVER: &[ScriptCommand] =
-    &[c("echo", 2, READ, NONE), c("ping", -1, READ, NONE), c("time", 1, READ, NONE)];
+/// The commands scripts can call that do not touch keys: answered by the node itself (a message
+/// published from a script reaches every subscriber: each node knows every router's).
+pub static SERVER: &[ScriptCommand] = &[
+    c("echo", 2, READ, NONE),
+    c("ping", -1, READ, NONE),
+    c("publish", 3, READ, NONE),
+    c("spublish", 3, READ, NONE),
+    c("time", 1, READ, NONE),
+];
 
 /// Commands Redis refuses in scripts (flag `noscript`) that are not data commands above: they
 /// get Redis's "not allowed" error rather than "unknown command".
