@@ -440,7 +440,7 @@ mod tests {
     }
 
     fn infos(ids: &[u32]) -> Vec<NodeInfo> {
-        ids.iter().map(|&id| NodeInfo { id, addr: format!("fake:{id}") }).collect()
+        ids.iter().map(|&id| NodeInfo::new(id, format!("fake:{id}"))).collect()
     }
 
     /// A coordinator over `fakes` with a published 3-node topology every node serves.

@@ -7,8 +7,13 @@
 //!   owners pull their slots (they report progress), then publishes the final topology. It keeps no
 //!   state of its own: restarted at any point, it resumes from the published topology. It reaches
 //!   nodes through the [`Nodes`] trait (gRPC in production, fakes in its tests).
+//! - [`failover`]: the one writer of primaries: watches every shard's members and publishes a
+//!   topology that promotes a replica when a primary is gone (or restarted with stale data), or
+//!   confirms a primary that started fenced. [`failover::decide`] is pure; [`failover::watch`]
+//!   probes members over gRPC and publishes to the registry.
 
 pub mod coordinator;
+pub mod failover;
 pub mod plan;
 pub mod registry;
 

@@ -161,7 +161,7 @@ mod tests {
     use super::*;
 
     fn nodes(ids: &[u32]) -> Vec<NodeInfo> {
-        ids.iter().map(|&id| NodeInfo { id, addr: format!("127.0.0.1:{}", 7000 + id) }).collect()
+        ids.iter().map(|&id| NodeInfo::new(id, format!("127.0.0.1:{}", 7000 + id))).collect()
     }
 
     fn counts(t: &Topology) -> BTreeMap<u32, usize> {

@@ -13,7 +13,8 @@
 //!   with `Frame` replies the router encodes for RESP2 or RESP3.
 //! - [`script`]: Lua scripts (EVAL, EVALSHA, SCRIPT ...) on a thread of the node's own, holding the
 //!   store's gate while they run; `redis.call` applies ops like a router's.
-//! - [`service`]: the tonic service (`Execute` stream, `Stats`) and the shared [`service::NodeState`].
+//! - [`service`]: the tonic service's RPCs and the shared [`service::NodeState`]; [`execute`]: the
+//!   `Execute` stream (applying batches in order, waiting on scripts without a thread).
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
 //!   runs a node in-process (embedded mode, tests).
 //! - [`pubsub`]: routers' subscriptions and the fan-out of published messages (the `Subscribe`
@@ -23,11 +24,14 @@
 //! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
 //! - [`membership`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
 //!   and what adopting a new topology sets off; [`migrate`]: pulling incoming slots.
+//! - [`replication`]: a primary's change feed to its replicas (full sync, then each changed key's
+//!   state, by offset), a replica's follower, WAIT; who is which comes from the topology.
 //! - [`metrics`]: counters and the `/metrics` text.
 //! - [`config`]: the `shoal-node` command line.
 
 pub mod commands;
 pub mod config;
+pub mod execute;
 pub mod membership;
 pub mod metrics;
 pub mod migrate;
@@ -35,6 +39,7 @@ pub mod notify;
 pub mod ops;
 pub mod persistence;
 pub mod pubsub;
+pub mod replication;
 pub mod script;
 pub mod server;
 pub mod service;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use shoal_wire::proto::MigrationProgress;
-use shoal_wire::{Migration, SLOT_COUNT, SlotRole, Topology};
+use shoal_wire::{Member, Migration, SLOT_COUNT, SlotRole, Topology};
 use tokio::sync::Notify;
 
 use crate::store::Store;
@@ -38,15 +38,24 @@ const OUTGOING: u8 = 3;
 pub struct NodeView {
     pub topology: Option<Arc<Topology>>,
     roles: Box<[u8]>,
+    /// False for a replica (its shard's ops go to the primary) and for a fenced primary (one
+    /// that restarted, until the failover writer confirms it): every op gets `moved`. The roles
+    /// above are still the shard's, so the data kept is the shard's.
+    serving: bool,
 }
 
 impl NodeView {
     /// No topology: the node serves whatever it is sent (routers with a static `--nodes` list).
     pub fn unmanaged() -> NodeView {
-        NodeView { topology: None, roles: vec![OWNER; SLOT_COUNT].into_boxed_slice() }
+        NodeView { topology: None, roles: vec![OWNER; SLOT_COUNT].into_boxed_slice(), serving: true }
     }
 
+    /// The view of the primary of shard `id` (serving) or of one of its replicas.
     pub fn new(id: u32, topology: Arc<Topology>) -> NodeView {
+        Self::with_serving(id, topology, true)
+    }
+
+    pub fn with_serving(id: u32, topology: Arc<Topology>, serving: bool) -> NodeView {
         let roles = (0..SLOT_COUNT as u16)
             .map(|slot| match topology.role(slot, id) {
                 SlotRole::Owner => OWNER,
@@ -55,7 +64,12 @@ impl NodeView {
                 SlotRole::None => NONE,
             })
             .collect();
-        NodeView { topology: Some(topology), roles }
+        NodeView { topology: Some(topology), roles, serving }
+    }
+
+    /// Whether ops are served (see `serving`).
+    pub fn serving(&self) -> bool {
+        self.serving
     }
 
     pub fn version(&self) -> u64 {
@@ -80,7 +94,7 @@ impl NodeView {
     #[inline]
     pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
         let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
-        if batch_version > t.version {
+        if batch_version > t.version || !self.serving {
             return Err(t.version);
         }
         match self.roles[usize::from(slot) & (SLOT_COUNT - 1)] {
@@ -93,7 +107,7 @@ impl NodeView {
     /// For ops about the whole keyspace: the router must route by exactly this node's version.
     pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
         match &self.topology {
-            Some(t) if t.version != batch_version => Err(t.version),
+            Some(t) if t.version != batch_version || !self.serving => Err(t.version),
             Some(_) => Ok(()),
             None => Self::unmanaged_check(batch_version),
         }
@@ -109,7 +123,7 @@ impl NodeView {
     /// (or bring back a key deleted here since, as settled slots keep no tombstones).
     pub fn check_import(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
         let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
-        if batch_version > t.version || !self.accepts_import(slot) {
+        if batch_version > t.version || !self.serving || !self.accepts_import(slot) {
             return Err(t.version);
         }
         Ok(())
@@ -125,6 +139,9 @@ impl NodeView {
     /// the move) and be their old owner.
     pub fn check_export(&self, first: u16, last: u16, version: u64) -> Result<(), String> {
         let mine = self.version();
+        if !self.serving {
+            return Err("this node does not serve its shard (a replica, or fenced)".into());
+        }
         if mine != version {
             return Err(format!("exporter serves topology version {mine}, the migration is at {version}"));
         }
@@ -174,7 +191,16 @@ pub struct Membership {
     retired: Mutex<Vec<Weak<NodeView>>>,
     /// The version served, for whoever tells routers about changes (the pub/sub streams).
     versions: tokio::sync::watch::Sender<u64>,
+    /// Replication: this process's run id, its replicas, its link to its primary.
+    pub replication: Arc<crate::replication::Replication>,
+    /// Fencing of a primary that (re)started: `BOOT` until the first topology that names it a
+    /// primary with replicas; then the version it must see exceeded before it serves (the
+    /// failover writer's confirmation, or a promotion of a replica instead); 0 once serving.
+    fence_through: AtomicU64,
 }
+
+/// `fence_through` before any topology: the process has just started.
+const BOOT: u64 = u64::MAX;
 
 /// Name of the topology copy kept in the data directory.
 const TOPOLOGY_COPY: &str = "topology.json";
@@ -206,6 +232,8 @@ impl Membership {
             adopting: Mutex::new(()),
             retired: Mutex::default(),
             versions: tokio::sync::watch::channel(0).0,
+            replication: Arc::default(),
+            fence_through: AtomicU64::new(BOOT),
         });
         if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match shoal_wire::topology_file::read(&copy) {
@@ -257,11 +285,49 @@ impl Membership {
         self.view.read().version()
     }
 
-    fn my_id(&self, t: &Topology) -> Option<u32> {
-        self.id.or_else(|| {
-            let listen = self.listen.as_deref()?;
-            t.nodes.iter().find(|n| n.addr == listen).map(|n| n.id)
-        })
+    /// Where this process sits in `t`: its shard, and whether it is that shard's primary. Found
+    /// by its address (primaries and replicas alike), else by `--node-id` (a primary).
+    fn place(&self, t: &Topology) -> Option<(u32, bool)> {
+        if let Some(m) = self.listen.as_deref().and_then(|a| t.member(a)) {
+            return Some(match m {
+                Member::Primary { shard } => (shard, true),
+                Member::Replica { shard } => (shard, false),
+            });
+        }
+        self.id.map(|id| (id, true))
+    }
+
+    /// Whether this node, primary of a shard with replicas in topology `version`, serves ops.
+    /// A process that starts as such a primary may hold stale data (an old snapshot, or none):
+    /// serving it would lose writes acknowledged since, and its replicas would copy the loss. So
+    /// it waits, fenced, for a newer version: the failover writer either promotes a replica
+    /// (this node then follows it) or confirms this node. A replica promoted serves at once.
+    fn unfenced(&self, version: u64, has_replicas: bool, primary: bool) -> bool {
+        if !primary {
+            self.fence_through.store(0, Ordering::SeqCst);
+            return false;
+        }
+        if !has_replicas {
+            self.fence_through.store(0, Ordering::SeqCst);
+            return true;
+        }
+        let through = self.fence_through.load(Ordering::SeqCst);
+        if through == BOOT {
+            self.fence_through.store(version, Ordering::SeqCst);
+            tracing::warn!(
+                version,
+                "started as a primary with replicas: fenced until the failover writer confirms it"
+            );
+            return false;
+        }
+        version > through
+    }
+
+    /// Whether this node is a primary refusing ops until confirmed (see `unfenced`).
+    pub fn fenced(&self) -> bool {
+        let view = self.view();
+        let Some(t) = &view.topology else { return false };
+        !view.serving() && self.place(t).is_some_and(|(_, primary)| primary)
     }
 
     /// Adopts `t` if it is newer than the topology in use; returns the version in use afterwards.
@@ -270,7 +336,7 @@ impl Membership {
             tracing::warn!(version = t.version, error = %e, "refusing an invalid topology");
             return self.version();
         }
-        let Some(id) = self.my_id(&t) else {
+        let Some((id, primary)) = self.place(&t) else {
             tracing::error!(version = t.version, "this node is not in the topology (set --node-id)");
             return self.version();
         };
@@ -281,7 +347,9 @@ impl Membership {
             return old.version();
         }
         let t = Arc::new(t);
-        let new = Arc::new(NodeView::new(id, t.clone()));
+        let has_replicas = t.node(id).is_some_and(|n| !n.replicas.is_empty());
+        let serving = self.unfenced(t.version, has_replicas, primary);
+        let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
         // Before the new view lets any op in: a slot coming back to this node must not show what
         // it held on an earlier stay (entries given away but not reclaimed yet are stale), and a
         // slot moving in must record deletes as tombstones from its first op on.
@@ -338,7 +406,21 @@ impl Membership {
             "serving a new topology"
         );
         self.save_copy(&t);
-        self.start_pulls(id, &t);
+        if primary {
+            self.replication.stop_following();
+            self.start_pulls(id, &t);
+        } else if let (Some(me), Some(p)) = (self.listen.clone(), t.node(id).map(|n| n.addr.clone()))
+            && let Some(generation) = self.replication.follow(&p)
+        {
+            // A replica's data arrives from its primary (imports included), never from pulls.
+            tokio::spawn(crate::replication::follow::run(
+                self.store.clone(),
+                self.replication.clone(),
+                me,
+                p,
+                generation,
+            ));
+        }
         if dropped > 0 || settled {
             self.purge.notify_one();
         }

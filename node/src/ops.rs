@@ -48,9 +48,13 @@ fn apply_gated(
 ) -> Reply {
     match check(view, batch_version, &op) {
         // The common case: nobody watches and nobody is blocked on this node.
-        Ok(()) if !store.watches.active() && !store.blocked.active() => apply(store, view, op),
+        Ok(()) if !store.watches.active() && !store.blocked.active() && !store.events.changes.active() => {
+            apply(store, view, op)
+        }
         Ok(()) => {
             let write = class_of(&op) != OpClass::Read;
+            // Replicas learn which keys it wrote (after it ran: they read the keys' new state).
+            let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
             // Before the write: under the gate, no EXEC can run between the two.
             if write && store.watches.active() {
                 touch_keys(store, &op);
@@ -59,6 +63,9 @@ fn apply_gated(
             // after the command that made their key ready).
             let ready = (write && store.blocked.active()).then(|| owned_keys(&op));
             let reply = apply(store, view, op);
+            if let Some(keys) = written {
+                keys.iter().for_each(|k| store.events.changes.key(k));
+            }
             if let Some(keys) = ready {
                 serve_blocked(store, view, keys);
             }
@@ -90,7 +97,17 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
     if store.watches.active() {
         touch_keys(store, op);
     }
-    apply(store, view, op.clone())
+    let reply = apply(store, view, op.clone());
+    record_changes(store, op);
+    reply
+}
+
+/// Tells the change log (replicas) that `op`'s keys changed, after it ran. A FLUSHALL records
+/// itself (`Store::flush`).
+fn record_changes(store: &Store, op: &Op) {
+    if store.events.changes.active() {
+        keys_of(op).into_iter().for_each(|k| store.events.changes.key(k));
+    }
 }
 
 /// Serves the clients blocked on `keys`, longest waiting first, while their commands find
@@ -258,10 +275,14 @@ pub(crate) fn transaction_with(
             if let Some(Kind::Script(s)) = op.kind {
                 return script(s);
             }
-            if store.watches.active() && class_of(&op) != OpClass::Read {
+            let write = class_of(&op) != OpClass::Read;
+            if store.watches.active() && write {
                 touch_keys(store, &op);
             }
-            apply(store, view, op)
+            let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
+            let reply = apply(store, view, op);
+            written.into_iter().flatten().for_each(|k| store.events.changes.key(&k));
+            reply
         })
         .collect();
     // Blocked clients are served after the whole transaction, as in Redis.
@@ -301,7 +322,10 @@ pub(crate) fn apply_for_script(store: &Store, view: &NodeView, op: Op, write: bo
     if write && store.watches.active() {
         touch_keys(store, &op);
     }
-    apply(store, view, op)
+    let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
+    let reply = apply(store, view, op);
+    written.into_iter().flatten().for_each(|k| store.events.changes.key(&k));
+    reply
 }
 
 /// After a script: the clients blocked on keys it wrote are served (as after a transaction).

@@ -141,6 +141,8 @@ pub async fn run(
         }
     };
     expiry.abort();
+    // A replica stops following (in-process nodes outlive their server: embedded mode, tests).
+    state.membership.replication.stop_following();
     // Every batch has been answered and no stream is open: the store is quiet, so this snapshot
     // holds every acknowledged write.
     if state.persistence.enabled()

@@ -47,7 +47,7 @@ pub enum Step {
 }
 
 fn targets(o: &Observed, n: u32) -> Option<Vec<NodeInfo>> {
-    (0..n).map(|id| o.ready.get(&id).map(|addr| NodeInfo { id, addr: addr.clone() })).collect()
+    (0..n).map(|id| o.ready.get(&id).map(|addr| NodeInfo::new(id, addr.clone()))).collect()
 }
 
 fn not_ready(o: &Observed, ids: impl Iterator<Item = u32>) -> Vec<u32> {
@@ -111,7 +111,7 @@ mod tests {
     }
 
     fn nodes(n: u32) -> Vec<NodeInfo> {
-        (0..n).map(|id| NodeInfo { id, addr: format!("10.0.0.{id}:7001") }).collect()
+        (0..n).map(|id| NodeInfo::new(id, format!("10.0.0.{id}:7001"))).collect()
     }
 
     #[test]

@@ -36,6 +36,24 @@ pub enum Command {
     /// SET with a TTL, GET, TTL, and an MSET/MGET spread over every shard. Exits non-zero on the
     /// first wrong answer.
     Check(CheckArgs),
+    /// Watch a cluster of separately started nodes with replicas and fail over: when a shard's
+    /// primary is unreachable for --down-after-ms, promote its most advanced synced replica; when
+    /// a primary (re)starts fenced, promote a replica holding its earlier data or confirm it.
+    /// Writes the topology file routers and nodes follow; runs until SIGTERM. Run one.
+    Failover(FailoverArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FailoverArgs {
+    /// The topology file (shards list their replicas: `"replicas": ["host:port", ...]`).
+    #[arg(long, env = "SHOAL_TOPOLOGY_FILE")]
+    pub topology_file: PathBuf,
+    /// How long a primary may be unreachable before a replica replaces it.
+    #[arg(long, env = "SHOAL_FAILOVER_DOWN_AFTER_MS", default_value_t = 1000)]
+    pub down_after_ms: u64,
+    /// How often every member is checked.
+    #[arg(long, env = "SHOAL_FAILOVER_INTERVAL_MS", default_value_t = 100)]
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -15,6 +15,9 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Check(args)) => {
             return runtime::build(Some(1))?.block_on(shoal_router::check::run(args));
         }
+        Some(Command::Failover(args)) => {
+            return runtime::build(Some(2))?.block_on(shoal_router::reshard::failover(args));
+        }
         None => {}
     }
     runtime::build(cli.serve.threads)?.block_on(async {

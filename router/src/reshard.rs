@@ -12,7 +12,7 @@ use anyhow::Context;
 use shoal_coordinator::{Coordinator, FileRegistry, Progress, Registry};
 use shoal_wire::{NodeInfo, Topology};
 
-use crate::config::ReshardArgs;
+use crate::config::{FailoverArgs, ReshardArgs};
 
 /// Parses `ADDR` or `ID=ADDR` entries, giving new addresses ids after the highest in `current`.
 pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Result<Vec<NodeInfo>> {
@@ -20,10 +20,9 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
     let mut out: Vec<NodeInfo> = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_empty()) {
         let node = match spec.split_once('=') {
-            Some((id, addr)) => NodeInfo {
-                id: id.parse().with_context(|| format!("bad node id in {spec}"))?,
-                addr: addr.into(),
-            },
+            Some((id, addr)) => {
+                NodeInfo::new(id.parse().with_context(|| format!("bad node id in {spec}"))?, addr)
+            }
             None => {
                 let known = current.and_then(|t| t.nodes.iter().find(|n| n.addr == *spec)).map(|n| n.id);
                 let id = known.unwrap_or_else(|| {
@@ -31,9 +30,14 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
                     next_id += 1;
                     id
                 });
-                NodeInfo { id, addr: spec.clone() }
+                NodeInfo::new(id, spec.clone())
             }
         };
+        // A shard that stays keeps its replicas (they follow it through the move).
+        let mut node = node;
+        if let Some(known) = current.and_then(|t| t.node(node.id)).filter(|k| k.addr == node.addr) {
+            node.replicas = known.replicas.clone();
+        }
         if out.iter().any(|n| n.id == node.id) {
             anyhow::bail!("node id {} is given twice", node.id);
         }
@@ -41,6 +45,26 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
     }
     out.sort_by_key(|n| n.id);
     Ok(out)
+}
+
+/// `shoal-router failover`: the failover writer for separately started nodes, on the topology
+/// file, until SIGTERM (see `shoal_coordinator::failover`).
+pub async fn failover(args: &FailoverArgs) -> anyhow::Result<()> {
+    let registry = FileRegistry::new(&args.topology_file);
+    let options = shoal_coordinator::failover::FailoverOptions {
+        down_after: Duration::from_millis(args.down_after_ms),
+        interval: Duration::from_millis(args.interval_ms.max(10)),
+        ..Default::default()
+    };
+    tracing::info!(file = %args.topology_file.display(), down_after_ms = args.down_after_ms, "watching for failovers");
+    shoal_coordinator::failover::watch(
+        &registry,
+        options,
+        |d| eprintln!("failover: version {}: {}", d.topology.version, d.reason),
+        shoal_telemetry::shutdown::signal(),
+    )
+    .await;
+    Ok(())
 }
 
 pub async fn run(args: &ReshardArgs) -> anyhow::Result<()> {
@@ -104,7 +128,7 @@ mod tests {
     fn ids_are_kept_or_assigned() {
         let current = Topology {
             version: 3,
-            nodes: vec![NodeInfo { id: 0, addr: "a:1".into() }, NodeInfo { id: 4, addr: "b:1".into() }],
+            nodes: vec![NodeInfo::new(0, "a:1"), NodeInfo::new(4, "b:1")],
             slots: vec![],
             migrations: vec![],
         };

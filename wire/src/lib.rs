@@ -44,4 +44,4 @@ pub mod proto {
 }
 
 pub use slot::{SLOT_COUNT, key_slot};
-pub use topology::{Migration, NodeInfo, SlotRange, SlotRole, SlotTable, Topology, TopologyError};
+pub use topology::{Member, Migration, NodeInfo, SlotRange, SlotRole, SlotTable, Topology, TopologyError};

@@ -21,8 +21,28 @@ use crate::slot::SLOT_COUNT;
 pub struct NodeInfo {
     /// Stable identity; survives address changes (a pod that restarts keeps its id).
     pub id: u32,
-    /// gRPC address, `host:port`.
+    /// gRPC address, `host:port`: the shard's primary, where routers send its ops.
     pub addr: String,
+    /// Replicas of this shard (gRPC addresses): they follow the primary's changes and one of them
+    /// takes over when the failover writer promotes it. Empty: no replicas (the node alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
+}
+
+impl NodeInfo {
+    /// A shard of one node and no replicas.
+    pub fn new(id: u32, addr: impl Into<String>) -> NodeInfo {
+        NodeInfo { id, addr: addr.into(), replicas: Vec::new() }
+    }
+}
+
+/// What a process is in a topology, found by its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Member {
+    /// The primary of shard `shard`.
+    Primary { shard: u32 },
+    /// A replica of shard `shard`.
+    Replica { shard: u32 },
 }
 
 /// An inclusive range of slots owned by one node.
@@ -102,6 +122,8 @@ pub enum TopologyError {
     SlotUnowned(u16),
     #[error("topology is not valid JSON: {0}")]
     Parse(String),
+    #[error("address {0} appears twice among primaries and replicas")]
+    DuplicateAddr(String),
     #[error("migration of {start}-{end}: {reason}")]
     BadMigration { start: u16, end: u16, reason: String },
 }
@@ -112,7 +134,7 @@ impl Topology {
     pub fn even(addrs: &[String]) -> Topology {
         let n = addrs.len().max(1);
         let nodes: Vec<NodeInfo> =
-            addrs.iter().enumerate().map(|(i, addr)| NodeInfo { id: i as u32, addr: addr.clone() }).collect();
+            addrs.iter().enumerate().map(|(i, addr)| NodeInfo::new(i as u32, addr.clone())).collect();
         let mut slots = Vec::with_capacity(n);
         let mut start = 0usize;
         for i in 0..addrs.len() {
@@ -144,6 +166,16 @@ impl Topology {
             if self.nodes[..i].iter().any(|n| n.id == node.id) {
                 return Err(TopologyError::DuplicateNode(node.id));
             }
+        }
+        let mut addrs: Vec<&str> = self
+            .nodes
+            .iter()
+            .flat_map(|n| std::iter::once(&n.addr).chain(&n.replicas))
+            .map(|a| a.as_str())
+            .collect();
+        addrs.sort_unstable();
+        if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(TopologyError::DuplicateAddr(w[0].to_string()));
         }
         let mut owned = vec![false; SLOT_COUNT];
         for r in &self.slots {
@@ -213,6 +245,37 @@ impl Topology {
     /// The node with id `id`.
     pub fn node(&self, id: u32) -> Option<&NodeInfo> {
         self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// What the process at `addr` is in this topology, if anything.
+    pub fn member(&self, addr: &str) -> Option<Member> {
+        self.nodes.iter().find_map(|n| {
+            if n.addr == addr {
+                Some(Member::Primary { shard: n.id })
+            } else if n.replicas.iter().any(|r| r == addr) {
+                Some(Member::Replica { shard: n.id })
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Whether any shard has replicas.
+    pub fn has_replicas(&self) -> bool {
+        self.nodes.iter().any(|n| !n.replicas.is_empty())
+    }
+
+    /// The next version with `replica` (one of shard `shard`'s replicas) as its primary and the
+    /// old primary listed as a replica (it rejoins as one, resyncing, when it comes back).
+    /// `None` if `replica` is not a replica of that shard.
+    pub fn promote(&self, shard: u32, replica: &str) -> Option<Topology> {
+        let mut next = self.clone();
+        let node = next.nodes.iter_mut().find(|n| n.id == shard)?;
+        let pos = node.replicas.iter().position(|r| r == replica)?;
+        let old = std::mem::replace(&mut node.addr, node.replicas.remove(pos));
+        node.replicas.push(old);
+        next.version += 1;
+        Some(next)
     }
 
     /// Slots in migrations, in total.
@@ -379,6 +442,29 @@ mod tests {
         bad.migrations.push(Migration { start: 50, end: 60, from: 0, to: 1 });
         assert!(matches!(bad.validate(), Err(TopologyError::BadMigration { .. })));
         assert!(!Topology::even(&addrs(2)).to_json().contains("migrations"), "omitted when empty");
+    }
+
+    #[test]
+    fn replicas_members_and_promotion() {
+        let mut t = Topology::even(&addrs(2));
+        t.nodes[0].replicas = vec!["127.0.0.1:8001".into()];
+        t.validate().unwrap();
+        assert!(t.has_replicas());
+        assert_eq!(t.member("127.0.0.1:7001"), Some(Member::Primary { shard: 0 }));
+        assert_eq!(t.member("127.0.0.1:8001"), Some(Member::Replica { shard: 0 }));
+        assert_eq!(t.member("127.0.0.1:9999"), None);
+        assert!(t.to_json().contains("replicas"));
+        assert_eq!(Topology::from_json(&t.to_json()).unwrap(), t);
+        let p = t.promote(0, "127.0.0.1:8001").unwrap();
+        assert_eq!(p.version, t.version + 1);
+        assert_eq!(p.nodes[0].addr, "127.0.0.1:8001");
+        assert_eq!(p.nodes[0].replicas, vec!["127.0.0.1:7001".to_string()]);
+        assert_eq!(p.member("127.0.0.1:7001"), Some(Member::Replica { shard: 0 }));
+        assert!(t.promote(1, "127.0.0.1:8001").is_none(), "not a replica of shard 1");
+        let mut bad = t.clone();
+        bad.nodes[1].replicas = vec!["127.0.0.1:7001".into()];
+        assert_eq!(bad.validate(), Err(TopologyError::DuplicateAddr("127.0.0.1:7001".into())));
+        assert!(!Topology::even(&addrs(2)).to_json().contains("replicas"), "omitted when empty");
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Events {
     /// `shoal_wire::notify` flags; 0 when notifications are off.
     flags: AtomicU32,
     sink: OnceLock<Arc<dyn Sink>>,
+    /// What replicas follow: every change, after it is applied (the shards record their
+    /// expiries and evictions here, the ops layer everything else).
+    pub changes: super::changes::ChangeLog,
 }
 
 impl Events {

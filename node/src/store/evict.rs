@@ -62,11 +62,13 @@ fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastran
     };
     match victim {
         Some((hash, pos)) => {
-            let key = s.events.wants(notify::EVICTED).then(|| s.entry(pos).key().to_vec());
+            let key = (s.events.wants(notify::EVICTED) || s.events.changes.active())
+                .then(|| s.entry(pos).key().to_vec());
             s.delete(hash, pos);
             s.evicted += 1;
             if let Some(key) = key {
                 s.events.emit(notify::EVICTED, "evicted", &key);
+                s.events.changes.key(&key);
             }
             true
         }

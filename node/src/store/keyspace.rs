@@ -84,6 +84,7 @@ impl Store {
             };
             if self.with_shard(key, |s, h, now| s.import(h, key, imported, expire_at, now)) {
                 stored += 1;
+                self.events.changes.key(key);
             }
         }
         stored
@@ -312,6 +313,7 @@ impl Store {
         for i in 0..self.shards.len() {
             self.with_shard_at(i, |s| s.clear());
         }
+        self.events.changes.resync();
         n
     }
 

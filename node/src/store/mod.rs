@@ -9,6 +9,7 @@
 //! - [`persist`]: the two-layer view per slot (memory over the base snapshot) that snapshot
 //!   writing and slot export read from.
 //! - [`blocked`]: clients blocked on keys (BLPOP and its kin), first come first served.
+//! - [`changes`]: the change log replicas follow (which keys changed, in order).
 //! - [`watch`]: versions of watched keys (WATCH), bumped by every change to them.
 //! - [`events`]: keyspace notifications on or off, and the sink (the node's pub/sub) that the
 //!   store's events and published messages leave through; shards raise `expired`/`evicted`.
@@ -22,6 +23,7 @@
 //! heap at capacity) and summed in one atomic that `maxmemory` is checked against.
 
 pub mod blocked;
+pub mod changes;
 pub mod entry;
 pub mod events;
 mod evict;

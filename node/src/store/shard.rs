@@ -529,11 +529,13 @@ impl Shard {
     /// Removes the key at `pos` because its TTL has passed: counted in `expired_keys`, and the
     /// `expired` keyspace event (Redis raises it after the delete).
     pub fn expire_at_pos(&mut self, hash: u64, pos: u32) {
-        let key = self.events.wants(notify::EXPIRED).then(|| self.entry(pos).key().to_vec());
+        let key = (self.events.wants(notify::EXPIRED) || self.events.changes.active())
+            .then(|| self.entry(pos).key().to_vec());
         self.delete(hash, pos);
         self.expired += 1;
         if let Some(key) = key {
             self.events.emit(notify::EXPIRED, "expired", &key);
+            self.events.changes.key(&key);
         }
     }
 
@@ -660,6 +662,7 @@ impl Shard {
                 self.insert_raw(hash, Entry::tombstone(e.key, true));
                 self.expired += 1;
                 self.events.emit(notify::EXPIRED, "expired", e.key);
+                self.events.changes.key(e.key);
                 removed += 1;
             }
         }

@@ -368,6 +368,20 @@ impl NodePort for NodeLink {
         })
     }
 
+    fn wait_replicas(&self, numreplicas: u32, timeout_ms: u64) -> BoxFuture<'_, Result<u32, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            let req = shoal_wire::proto::WaitRequest { numreplicas, timeout_ms };
+            let call = client.wait_replicas(req);
+            let reply = if timeout_ms == 0 {
+                call.await.map_err(|s| self.shared.ident.unavailable(s.message()))?.into_inner()
+            } else {
+                self.unary(Duration::from_millis(timeout_ms) + self.shared.ident.deadline, call).await?
+            };
+            Ok(reply.replicas)
+        })
+    }
+
     fn close(&self) {
         self.shared.closing.store(true, Ordering::Release);
     }

@@ -50,6 +50,12 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     fn kill_script(&self) -> BoxFuture<'_, Result<KillScriptReply, BackendError>> {
         Box::pin(async { Err(BackendError::BadReply("this node port cannot kill scripts".into())) })
     }
+    /// WAIT on this node: how many of its replicas acked every change it had applied when the
+    /// call arrived, waiting up to `timeout_ms` (0: no limit) for `numreplicas` of them.
+    fn wait_replicas(&self, numreplicas: u32, timeout_ms: u64) -> BoxFuture<'_, Result<u32, BackendError>> {
+        let _ = (numreplicas, timeout_ms);
+        Box::pin(async { Ok(0) })
+    }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);
     fn metrics(&self) -> &LinkMetrics;

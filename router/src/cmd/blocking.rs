@@ -155,10 +155,13 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
     Pending::Blocking(wait, Reply::NilArray)
 }
 
-/// `WAIT numreplicas timeout`: Shoal has no replicas yet, so no write is ever acknowledged by
-/// one: 0 at once for `numreplicas <= 0` (and inside EXEC), else 0 once the timeout has passed
-/// (0 ms: never, until CLIENT UNBLOCK or the client goes away), as a Redis without replicas
-/// answers.
+/// `WAIT numreplicas timeout`: how many replicas have every write this connection made. Each
+/// node (shard primary) is asked how many of its replicas acked every change it had applied
+/// when the question arrived (the connection's earlier commands have all been answered by then:
+/// WAIT is a barrier), waiting up to the timeout for `numreplicas` of them; the answer is the
+/// smallest count over the shards (a node that cannot be asked counts 0). Without replicas that
+/// is 0 once the timeout has passed (0 ms: never, until CLIENT UNBLOCK or the client goes away),
+/// as a Redis without replicas answers; `numreplicas <= 0` and WAIT inside EXEC answer at once.
 fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
     let numreplicas = match super::int_arg(&args[1]) {
         Ok(n) => n,
@@ -172,14 +175,15 @@ fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
     if numreplicas <= 0 || ctx.routing.capturing {
         return Reply::Int(0).into();
     }
-    let until = (timeout > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout))).flatten();
+    let wanted = u32::try_from(numreplicas).unwrap_or(u32::MAX);
+    let state = ctx.state.clone();
     Pending::Blocking(
         Box::pin(async move {
-            match until {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-            Reply::Int(0)
+            let routing = state.backend.routing();
+            let calls = routing.nodes.iter().map(|n| n.wait_replicas(wanted, timeout)).collect();
+            let counts = crate::backend::futures_join(calls).await;
+            let fewest = counts.into_iter().map(|c| c.unwrap_or(0)).min().unwrap_or(0);
+            Reply::Int(i64::from(fewest))
         }),
         Reply::Int(0),
     )

@@ -126,7 +126,7 @@ impl EmbeddedCluster {
         };
         let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
         let handle = NodeHandle::start(localhost, store, options).await?;
-        let info = NodeInfo { id, addr: handle.addr.to_string() };
+        let info = NodeInfo::new(id, handle.addr.to_string());
         self.nodes.lock().await.insert(id, handle);
         Ok(info)
     }

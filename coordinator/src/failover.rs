@@ -1,0 +1,308 @@
+//! Failover: the one writer that decides who is each shard's primary.
+//!
+//! Every `interval` the watcher asks every member of every shard with replicas for its stats
+//! (role, run id, offset, fenced, synced) and [`decide`]s, shard by shard:
+//! - a primary unreachable for `down_after` is replaced by its best replica: a reachable one
+//!   whose full sync is done, with the highest offset (ties: the first listed);
+//! - a primary that is fenced (it started, or restarted, as a primary with replicas, so its data
+//!   may be stale) is replaced by a replica that holds a copy of an earlier run of it (synced,
+//!   following another run id than the primary's current one); with no such replica (a new
+//!   cluster, or every replica lost its copy too) it is confirmed instead: the same topology
+//!   one version later, which lets it serve.
+//!
+//! A decision is published as the next topology version (to the registry, then offered to every
+//! member); nodes and routers switch when they see it, and versions fence whoever missed it: a
+//! router ahead of a node makes it catch up, and the old primary, told it is a replica, refuses
+//! writes and follows the new one. A promoted replica serves what it had acked, so a write WAIT
+//! reported as replicated to it is never lost; writes it had not received yet are (with R=0, or
+//! without WAIT, the loss is bounded by the replica's lag at the moment of failure).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use shoal_wire::Topology;
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::proto::{NodeStats, StatsRequest, TopologyDoc};
+
+use crate::registry::Registry;
+
+/// What the watcher knows of one member (by address).
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    /// Its stats, if it answered this round.
+    pub stats: Option<NodeStats>,
+    /// How long it has failed to answer (zero if it answered).
+    pub down_for: Duration,
+}
+
+/// One decision: the next topology and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub topology: Topology,
+    pub shard: u32,
+    pub reason: String,
+}
+
+/// The next topology, if some shard needs a new (or confirmed) primary. One shard per decision:
+/// the next round sees the result and handles the next one.
+pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Duration) -> Option<Decision> {
+    for shard in t.nodes.iter().filter(|n| !n.replicas.is_empty()) {
+        let primary = health.get(&shard.addr).cloned().unwrap_or_default();
+        let best = |exclude_run: Option<&str>| {
+            shard
+                .replicas
+                .iter()
+                .filter_map(|r| {
+                    let s = health.get(r)?.stats.as_ref()?;
+                    let usable = s.role == "slave"
+                        && s.synced
+                        && exclude_run.is_none_or(|run| s.primary_run_id != run);
+                    usable.then_some((r, s.repl_offset))
+                })
+                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+                .map(|(r, _)| r.clone())
+        };
+        match &primary.stats {
+            None if primary.down_for >= down_after => {
+                if let Some(r) = best(None) {
+                    return Some(Decision {
+                        topology: t.promote(shard.id, &r)?,
+                        shard: shard.id,
+                        reason: format!(
+                            "primary {} unreachable for {} ms; promoted replica {r}",
+                            shard.addr,
+                            primary.down_for.as_millis()
+                        ),
+                    });
+                }
+            }
+            Some(s) if s.fenced => {
+                let decision = match best(Some(&s.run_id)) {
+                    Some(r) => Decision {
+                        topology: t.promote(shard.id, &r)?,
+                        shard: shard.id,
+                        reason: format!(
+                            "primary {} restarted; promoted replica {r}, which holds its data",
+                            shard.addr
+                        ),
+                    },
+                    None => {
+                        let mut next = t.clone();
+                        next.version += 1;
+                        Decision {
+                            topology: next,
+                            shard: shard.id,
+                            reason: format!(
+                                "primary {} started and no replica holds more; confirmed",
+                                shard.addr
+                            ),
+                        }
+                    }
+                };
+                return Some(decision);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Settings of the watcher.
+#[derive(Debug, Clone, Copy)]
+pub struct FailoverOptions {
+    /// How long a primary may be unreachable before a replica replaces it.
+    pub down_after: Duration,
+    /// How often members are checked.
+    pub interval: Duration,
+    /// How long one stats call may take.
+    pub probe_timeout: Duration,
+}
+
+impl Default for FailoverOptions {
+    fn default() -> Self {
+        FailoverOptions {
+            down_after: Duration::from_millis(1000),
+            interval: Duration::from_millis(100),
+            probe_timeout: Duration::from_millis(300),
+        }
+    }
+}
+
+/// Watches the topology in `registry` and publishes failovers until `stop` resolves. `on_decision`
+/// sees each decision once published (logs, events, tests).
+pub async fn watch<R: Registry>(
+    registry: &R,
+    options: FailoverOptions,
+    on_decision: impl Fn(&Decision),
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut down_since: HashMap<String, Instant> = HashMap::new();
+    let probe = ClientOptions {
+        connect_timeout: options.probe_timeout,
+        request_timeout: Some(options.probe_timeout),
+        keep_alive: false,
+    };
+    let mut clients = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(options.interval) => {}
+        }
+        let t = match registry.load().await {
+            Ok(Some(t)) if t.has_replicas() => t,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "failover: cannot read the topology");
+                continue;
+            }
+        };
+        let members: Vec<String> =
+            t.nodes.iter().flat_map(|n| std::iter::once(n.addr.clone()).chain(n.replicas.clone())).collect();
+        let asks = members.iter().map(|addr| {
+            let (cached, probe) = (clients.get(addr).cloned(), probe.clone());
+            async move {
+                let mut c = match cached {
+                    Some(c) => c,
+                    None => client::connect(addr, &probe).await.ok()?,
+                };
+                let s =
+                    tokio::time::timeout(probe.connect_timeout, c.stats(StatsRequest {})).await.ok()?.ok()?;
+                Some((c, s.into_inner()))
+            }
+        });
+        let answers = futures_join(asks.collect()).await;
+        let mut health = HashMap::new();
+        for (addr, answer) in members.iter().zip(answers) {
+            let now = Instant::now();
+            let h = match answer {
+                Some((c, s)) => {
+                    clients.insert(addr.clone(), c);
+                    down_since.remove(addr);
+                    Health { stats: Some(s), down_for: Duration::ZERO }
+                }
+                None => {
+                    clients.remove(addr);
+                    let since = *down_since.entry(addr.clone()).or_insert(now);
+                    Health { stats: None, down_for: now - since }
+                }
+            };
+            health.insert(addr.clone(), h);
+        }
+        let Some(decision) = decide(&t, &health, options.down_after) else { continue };
+        if let Err(e) = registry.publish(&decision.topology).await {
+            tracing::warn!(error = %e, "failover: could not publish");
+            continue;
+        }
+        tracing::warn!(version = decision.topology.version, shard = decision.shard, reason = %decision.reason, "failover");
+        // Offered at once (nodes also follow the registry): the new primary serves now.
+        let doc = TopologyDoc { json: decision.topology.to_json() };
+        let limit = options.probe_timeout;
+        let offers = members.iter().map(|addr| {
+            let (doc, cached) = (doc.clone(), clients.get(addr).cloned());
+            async move {
+                if let Some(mut c) = cached {
+                    let _ = tokio::time::timeout(limit, c.update_topology(doc)).await;
+                }
+            }
+        });
+        futures_join(offers.collect()).await;
+        on_decision(&decision);
+    }
+}
+
+/// Awaits every future concurrently, keeping their order.
+async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future finished")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(role: &str, run: &str, offset: u64, fenced: bool, synced: bool, following: &str) -> Health {
+        Health {
+            stats: Some(NodeStats {
+                role: role.into(),
+                run_id: run.into(),
+                repl_offset: offset,
+                fenced,
+                synced,
+                primary_run_id: following.into(),
+                ..Default::default()
+            }),
+            down_for: Duration::ZERO,
+        }
+    }
+
+    fn cluster() -> Topology {
+        let mut t = Topology::even(&["p0".into(), "p1".into()]);
+        t.nodes[0].replicas = vec!["r0a".into(), "r0b".into()];
+        t.nodes[1].replicas = vec!["r1".into()];
+        t
+    }
+
+    fn healthy() -> HashMap<String, Health> {
+        HashMap::from([
+            ("p0".into(), stats("master", "run-p0", 10, false, false, "")),
+            ("r0a".into(), stats("slave", "run-r0a", 10, false, true, "run-p0")),
+            ("r0b".into(), stats("slave", "run-r0b", 9, false, true, "run-p0")),
+            ("p1".into(), stats("master", "run-p1", 5, false, false, "")),
+            ("r1".into(), stats("slave", "run-r1", 5, false, true, "run-p1")),
+        ])
+    }
+
+    const DOWN: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_healthy_cluster_is_left_alone() {
+        assert_eq!(decide(&cluster(), &healthy(), DOWN), None);
+    }
+
+    #[test]
+    fn a_primary_down_long_enough_is_replaced_by_the_most_advanced_synced_replica() {
+        let mut h = healthy();
+        h.insert("p0".into(), Health { stats: None, down_for: Duration::from_millis(500) });
+        assert_eq!(decide(&cluster(), &h, DOWN), None, "not down long enough yet");
+        h.get_mut("p0").unwrap().down_for = DOWN;
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!(d.shard, 0);
+        assert_eq!(d.topology.nodes[0].addr, "r0a", "the highest offset wins");
+        assert_eq!(d.topology.nodes[0].replicas, vec!["r0b".to_string(), "p0".to_string()]);
+        assert_eq!(d.topology.version, 2);
+        // An unsynced replica is never promoted, however far along.
+        h.insert("r0a".into(), stats("slave", "run-r0a", 99, false, false, ""));
+        assert_eq!(decide(&cluster(), &h, DOWN).unwrap().topology.nodes[0].addr, "r0b");
+        h.remove("r0b");
+        assert_eq!(decide(&cluster(), &h, DOWN), None, "no usable replica: wait for the primary");
+    }
+
+    #[test]
+    fn a_fenced_primary_is_replaced_by_a_replica_of_its_earlier_run_or_confirmed() {
+        let mut h = healthy();
+        // p1 restarted (new run id, fenced); r1 holds a copy of its earlier run.
+        h.insert("p1".into(), stats("master", "run-p1-new", 0, true, false, ""));
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!((d.shard, d.topology.nodes[1].addr.as_str()), (1, "r1"));
+        // A new cluster: the replica has nothing of an earlier run; confirm the primary.
+        h.insert("r1".into(), stats("slave", "run-r1", 0, false, false, ""));
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!(d.topology.nodes, cluster().nodes, "same members");
+        assert_eq!(d.topology.version, 2);
+    }
+}

@@ -1,0 +1,146 @@
+//! The replica's side of replication: follow the shard's primary.
+//!
+//! The follower opens `Replicate` on the primary, naming the primary run id and offset it has
+//! applied up to (so a short disconnection continues from the backlog instead of copying
+//! everything again), applies every chunk in order (a `full_start` drops everything it held
+//! first: its copy is only ever the primary's) and acks the offset each chunk brings it to once
+//! its full sync is done. A broken stream is reopened with backoff; the follower stops when the
+//! topology gives it another primary or makes it one (a new generation).
+//!
+//! Entries are stored as they are on the primary: value, type and absolute expiry time. The
+//! replica does not expire or evict keys by policy of its own: it has no maxmemory while it
+//! follows (the primary's memory limit already bounds what arrives), and expired keys are removed
+//! when the primary sends their removal (or by its own expiry at the same absolute time).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::pieces::EntryAssembler;
+use shoal_wire::proto::{ReplicaAck, ReplicationChunk};
+use tokio::sync::mpsc;
+
+use super::Replication;
+use crate::store::Store;
+use crate::store::object::ValueType;
+
+/// Follows `primary` as generation `generation` until that generation ends.
+pub async fn run(store: Arc<Store>, repl: Arc<Replication>, me: String, primary: String, generation: u64) {
+    let mut backoff = Duration::from_millis(20);
+    tracing::info!(primary = %primary, "following a primary");
+    while repl.current(generation) {
+        match follow_once(&store, &repl, &me, &primary, generation).await {
+            Ok(()) => backoff = Duration::from_millis(20),
+            Err(e) => {
+                tracing::debug!(primary = %primary, error = %e, "replication link down; retrying");
+            }
+        }
+        repl.link_up.store(false, Ordering::Relaxed);
+        if !repl.current(generation) {
+            break;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+    tracing::info!(primary = %primary, "stopped following");
+}
+
+async fn follow_once(
+    store: &Arc<Store>,
+    repl: &Arc<Replication>,
+    me: &str,
+    primary: &str,
+    generation: u64,
+) -> Result<(), String> {
+    let options = ClientOptions { connect_timeout: Duration::from_millis(500), ..ClientOptions::default() };
+    let mut client = client::connect(primary, &options).await.map_err(|e| e.to_string())?;
+    let (acks, rx) = mpsc::channel(64);
+    let run_id = if repl.synced() { repl.primary_run_id.lock().clone() } else { String::new() };
+    let hello = ReplicaAck { replica: me.to_string(), run_id, offset: repl.offset.load(Ordering::Relaxed) };
+    acks.send(hello).await.map_err(|e| e.to_string())?;
+    let mut stream = client
+        .replicate(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    let mut assembler = EntryAssembler::default();
+    let mut in_full_sync = false;
+    loop {
+        let chunk = tokio::select! {
+            next = stream.message() => match next {
+                Ok(Some(c)) => c,
+                Ok(None) => return Err("the primary closed the stream".into()),
+                Err(s) => return Err(s.message().to_string()),
+            },
+            // A new generation ends this follower even while the primary is silent.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if !repl.current(generation) {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        if !repl.current(generation) {
+            return Ok(());
+        }
+        repl.link_up.store(true, Ordering::Relaxed);
+        if chunk.full_start {
+            in_full_sync = true;
+            repl.synced.store(false, Ordering::Relaxed);
+            assembler = EntryAssembler::default();
+            let s = store.clone();
+            tokio::task::spawn_blocking(move || s.flush()).await.map_err(|e| e.to_string())?;
+        }
+        let full_done = chunk.full_done;
+        let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
+        apply(store, &mut assembler, chunk).await?;
+        if full_done {
+            in_full_sync = false;
+            *repl.primary_run_id.lock() = chunk_run_id;
+            repl.synced.store(true, Ordering::Relaxed);
+        }
+        if !in_full_sync && repl.synced() {
+            repl.offset.store(offset, Ordering::Relaxed);
+            let ack = ReplicaAck { offset, ..Default::default() };
+            acks.send(ack).await.map_err(|e| e.to_string())?;
+        }
+    }
+}
+
+/// Stores a chunk's entries (replacing what the keys held) and removes its deleted keys.
+async fn apply(
+    store: &Arc<Store>,
+    assembler: &mut EntryAssembler,
+    chunk: ReplicationChunk,
+) -> Result<(), String> {
+    let mut whole = Vec::with_capacity(chunk.entries.len());
+    for e in chunk.entries {
+        if let Some(e) = assembler.feed(e).map_err(|e| e.to_string())? {
+            whole.push(e);
+        }
+    }
+    if whole.is_empty() && chunk.deleted.is_empty() {
+        return Ok(());
+    }
+    let store = store.clone();
+    let deleted = chunk.deleted;
+    tokio::task::spawn_blocking(move || {
+        for e in &whole {
+            let Some(t) = ValueType::from_u32(e.value_type) else {
+                tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
+                continue;
+            };
+            let key: &[u8] = &e.key;
+            if let Err(err) = store.with_keys(&[key], |l| l.restore(key, &e.value, e.expire_at_ms, t)) {
+                tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
+            }
+        }
+        for key in &deleted {
+            let key: &[u8] = key;
+            store.with_keys(&[key], |l| l.delete(key));
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())
+}

@@ -1,0 +1,169 @@
+//! Replication: a shard's primary streams its changes to its replicas.
+//!
+//! - [`feed`]: the primary's side of a `Replicate` stream: a full sync (everything it holds,
+//!   memory over the base snapshot, in chunks) unless the replica can continue from the backlog,
+//!   then the state of every key the change log (`store::changes`) names, in order, each chunk
+//!   numbered with the offset it brings the replica to; and `WaitReplicas` (WAIT).
+//! - [`follow`]: the replica's side: it opens the stream on its primary, applies what arrives
+//!   (a full sync first drops everything it held) and acks each offset.
+//!
+//! Who is primary is the topology's business (`membership.rs`): the process at a shard's `addr`
+//! is its primary, those at its `replicas` follow it. A replica serves no ops (the router sends
+//! them to the primary); once a topology names it primary it serves at once, with what it has.
+//!
+//! This state ([`Replication`]) is the process's: its run id (random per start, so a replica
+//! can tell a restarted primary from the one it followed), the replicas connected to it as a
+//! primary, and its link to its primary as a replica. INFO replication and `/metrics` read it
+//! through the node's stats.
+
+pub mod feed;
+pub mod follow;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use shoal_wire::proto::ReplicaInfo;
+
+/// A replica connected to this primary.
+#[derive(Debug, Clone)]
+struct Connected {
+    addr: String,
+    acked: u64,
+    synced: bool,
+    /// Since when it has been behind the log's end (None: caught up at its last ack).
+    behind_since: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub struct Replication {
+    /// This process's run id (INFO's `master_replid` / `run_id`).
+    pub run_id: String,
+    /// Primary side: connected replicas by stream id.
+    replicas: Mutex<HashMap<u64, Connected>>,
+    next_stream: AtomicU64,
+    /// Wakes WAITs when a replica acks.
+    acked: tokio::sync::Notify,
+    /// Replica side: the primary followed (empty: none) and the follower's generation (a new
+    /// primary, or none, ends the previous follower).
+    primary_addr: Mutex<String>,
+    generation: AtomicU64,
+    primary_run_id: Mutex<String>,
+    offset: AtomicU64,
+    synced: AtomicBool,
+    link_up: AtomicBool,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            run_id: format!("{:016x}{:016x}{:08x}", fastrand::u64(..), fastrand::u64(..), fastrand::u32(..)),
+            replicas: Mutex::default(),
+            next_stream: AtomicU64::new(1),
+            acked: tokio::sync::Notify::new(),
+            primary_addr: Mutex::default(),
+            generation: AtomicU64::new(0),
+            primary_run_id: Mutex::default(),
+            offset: AtomicU64::new(0),
+            synced: AtomicBool::new(false),
+            link_up: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Replication {
+    /// Follows `primary` from now on (a new generation), unless it already does; returns the
+    /// generation a new follower must run as, if one must start.
+    pub fn follow(&self, primary: &str) -> Option<u64> {
+        let mut current = self.primary_addr.lock();
+        if *current == primary {
+            return None;
+        }
+        *current = primary.to_string();
+        self.link_up.store(false, Ordering::Relaxed);
+        Some(self.generation.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    /// Stops following (this process is a primary now, or in no shard).
+    pub fn stop_following(&self) {
+        let mut current = self.primary_addr.lock();
+        if !current.is_empty() {
+            current.clear();
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.link_up.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a follower of generation `generation` should keep going.
+    pub fn current(&self, generation: u64) -> bool {
+        self.generation.load(Ordering::SeqCst) == generation
+    }
+
+    pub fn is_replica(&self) -> bool {
+        !self.primary_addr.lock().is_empty()
+    }
+
+    /// Whether this replica holds a full copy of its primary as of some offset (a failover
+    /// writer only promotes such a replica).
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    fn register(&self, addr: String) -> u64 {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        self.replicas.lock().insert(id, Connected { addr, acked: 0, synced: false, behind_since: None });
+        id
+    }
+
+    fn unregister(&self, id: u64) {
+        self.replicas.lock().remove(&id);
+        self.acked.notify_waiters();
+    }
+
+    fn ack(&self, id: u64, offset: u64, end: u64) {
+        if let Some(r) = self.replicas.lock().get_mut(&id) {
+            r.acked = r.acked.max(offset);
+            r.synced = true;
+            if r.acked >= end {
+                r.behind_since = None;
+            } else if r.behind_since.is_none() {
+                r.behind_since = Some(Instant::now());
+            }
+        }
+        self.acked.notify_waiters();
+    }
+
+    /// How many connected replicas have acked `offset`.
+    fn count_acked(&self, offset: u64) -> u32 {
+        self.replicas.lock().values().filter(|r| r.synced && r.acked >= offset).count() as u32
+    }
+
+    /// The connected replicas, for stats.
+    pub fn replicas(&self) -> Vec<ReplicaInfo> {
+        let mut out: Vec<ReplicaInfo> = self
+            .replicas
+            .lock()
+            .values()
+            .map(|r| ReplicaInfo {
+                addr: r.addr.clone(),
+                acked_offset: r.acked,
+                lag_ms: r.behind_since.map_or(0, |t| t.elapsed().as_millis() as u64),
+                synced: r.synced,
+            })
+            .collect();
+        out.sort_by(|a, b| a.addr.cmp(&b.addr));
+        out
+    }
+
+    /// Replica side, for stats: (primary address, its run id, offset applied, synced, link up).
+    pub fn link(&self) -> (String, String, u64, bool, bool) {
+        (
+            self.primary_addr.lock().clone(),
+            self.primary_run_id.lock().clone(),
+            self.offset.load(Ordering::Relaxed),
+            self.synced(),
+            self.link_up.load(Ordering::Relaxed),
+        )
+    }
+}

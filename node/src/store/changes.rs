@@ -1,0 +1,184 @@
+//! The change log replicas follow: which keys changed, in the order they changed, each change
+//! numbered by an offset.
+//!
+//! The log holds key *names*, not values: a replica's feed (`node/src/replication`) reads each
+//! key's state when it ships the change, so whatever a write did (a list push, a script, a
+//! transaction, a random SPOP, an expiry or an eviction) the replica ends up with the state the
+//! primary has. Every change is recorded *after* it is applied, so the state read for it is at
+//! least as new as the change. A FLUSHALL is recorded as [`Change::Resync`]: the feed sends a
+//! full copy again from there (reading states after the flush record cannot mistake a key
+//! written before the flush for one written after it).
+//!
+//! The log is off until the first replica connects (then each change costs a lock and a copy of
+//! the key; off, one relaxed load). It keeps at most `backlog_bytes` of key names: a replica
+//! whose offset has left the backlog gets a full sync instead.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+/// Default backlog: key names worth this many bytes (Redis's repl-backlog-size is 1mb of
+/// commands; a key name is much smaller than the command that changed it).
+pub const DEFAULT_BACKLOG_BYTES: usize = 16 << 20;
+
+/// Per-change overhead counted against the backlog besides the key itself.
+const CHANGE_OVERHEAD: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// This key changed (it may no longer exist).
+    Key(Bytes),
+    /// Everything changed (FLUSHALL): send everything again.
+    Resync,
+}
+
+/// The replica's offset has left the backlog: it needs a full sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behind;
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Offset of `changes[0]`.
+    first: u64,
+    changes: VecDeque<Change>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+pub struct ChangeLog {
+    active: AtomicBool,
+    backlog_bytes: AtomicUsize,
+    inner: Mutex<Inner>,
+    /// Wakes the feeds when a change arrives.
+    pub appended: tokio::sync::Notify,
+}
+
+impl Default for ChangeLog {
+    fn default() -> Self {
+        ChangeLog {
+            active: AtomicBool::new(false),
+            backlog_bytes: AtomicUsize::new(DEFAULT_BACKLOG_BYTES),
+            inner: Mutex::default(),
+            appended: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl ChangeLog {
+    /// Whether changes are being recorded (a replica has connected since the node started).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Starts recording (the first replica connects). Changes before this are in no log: the
+    /// replica's full sync, which starts after this, covers them.
+    pub fn activate(&self) {
+        self.active.store(true, Ordering::SeqCst);
+    }
+
+    pub fn set_backlog_bytes(&self, bytes: usize) {
+        self.backlog_bytes.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// `key` changed (call after the change is applied).
+    #[inline]
+    pub fn key(&self, key: &[u8]) {
+        if self.active() {
+            self.push(Change::Key(Bytes::copy_from_slice(key)));
+        }
+    }
+
+    /// Every key changed (FLUSHALL; call after it is applied).
+    pub fn resync(&self) {
+        if self.active() {
+            self.push(Change::Resync);
+        }
+    }
+
+    #[cold]
+    fn push(&self, change: Change) {
+        let size = match &change {
+            Change::Key(k) => k.len() + CHANGE_OVERHEAD,
+            Change::Resync => CHANGE_OVERHEAD,
+        };
+        let cap = self.backlog_bytes.load(Ordering::Relaxed);
+        {
+            let mut inner = self.inner.lock();
+            inner.changes.push_back(change);
+            inner.bytes += size;
+            while inner.bytes > cap && inner.changes.len() > 1 {
+                let dropped = inner.changes.pop_front().expect("not empty");
+                inner.first += 1;
+                inner.bytes -= match dropped {
+                    Change::Key(k) => k.len() + CHANGE_OVERHEAD,
+                    Change::Resync => CHANGE_OVERHEAD,
+                };
+            }
+        }
+        self.appended.notify_waiters();
+    }
+
+    /// The offset the next change will have (the offset of everything applied so far).
+    pub fn end(&self) -> u64 {
+        let inner = self.inner.lock();
+        inner.first + inner.changes.len() as u64
+    }
+
+    /// Whether a replica at `offset` can continue from the backlog.
+    pub fn holds(&self, offset: u64) -> bool {
+        let inner = self.inner.lock();
+        (inner.first..=inner.first + inner.changes.len() as u64).contains(&offset)
+    }
+
+    /// Up to `max` changes from `from` on, and the offset after them.
+    pub fn read(&self, from: u64, max: usize) -> Result<(Vec<Change>, u64), Behind> {
+        let inner = self.inner.lock();
+        if from < inner.first {
+            return Err(Behind);
+        }
+        let skip = (from - inner.first) as usize;
+        let out: Vec<Change> = inner.changes.iter().skip(skip).take(max).cloned().collect();
+        let next = from + out.len() as u64;
+        Ok((out, next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_only_once_active_and_numbers_changes() {
+        let log = ChangeLog::default();
+        log.key(b"before");
+        assert_eq!(log.end(), 0, "nothing recorded before a replica connects");
+        log.activate();
+        log.key(b"a");
+        log.resync();
+        log.key(b"b");
+        assert_eq!(log.end(), 3);
+        let (changes, next) = log.read(1, 10).unwrap();
+        assert_eq!(changes, vec![Change::Resync, Change::Key(Bytes::from_static(b"b"))]);
+        assert_eq!(next, 3);
+        let (changes, next) = log.read(0, 1).unwrap();
+        assert_eq!((changes.len(), next), (1, 1));
+    }
+
+    #[test]
+    fn a_reader_behind_the_backlog_is_told_so() {
+        let log = ChangeLog::default();
+        log.set_backlog_bytes(3 * (CHANGE_OVERHEAD + 1));
+        log.activate();
+        for k in [b"a", b"b", b"c", b"d", b"e"] {
+            log.key(k);
+        }
+        assert_eq!(log.end(), 5);
+        assert_eq!(log.read(0, 10), Err(Behind));
+        assert!(!log.holds(1) && log.holds(2) && log.holds(5) && !log.holds(6));
+        let (changes, _) = log.read(2, 10).unwrap();
+        assert_eq!(changes.len(), 3);
+    }
+}

@@ -1,0 +1,190 @@
+//! Replication between real node servers (in-process, over loopback gRPC): a replica's full
+//! sync and following, WAIT, FLUSHALL, large and typed values, expiry, promotion, and the fence
+//! of a primary that starts with replicas.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_node::server::{NodeHandle, ServeOptions};
+use shoal_node::store::{Store, StoreConfig, SystemClock};
+use shoal_wire::proto::node_client::NodeClient;
+use shoal_wire::proto::{
+    Command, Del, Expiry, Flush, Set, StatsRequest, TopologyDoc, WaitRequest, op::Kind, reply,
+};
+use shoal_wire::{NodeInfo, Topology};
+use support::{connect, get, run, set};
+use tonic::transport::Channel;
+
+async fn start() -> NodeHandle {
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+    NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap()
+}
+
+/// One shard: `primary` with `replicas`, at `version`.
+fn topology(version: u64, primary: &NodeHandle, replicas: &[&NodeHandle]) -> Topology {
+    let mut t = Topology::even(&[primary.addr.to_string()]);
+    t.nodes[0] = NodeInfo {
+        id: 0,
+        addr: primary.addr.to_string(),
+        replicas: replicas.iter().map(|r| r.addr.to_string()).collect(),
+    };
+    t.version = version;
+    t.validate().unwrap();
+    t
+}
+
+async fn offer(t: &Topology, nodes: &[&NodeHandle]) {
+    for n in nodes {
+        let mut c = connect(&n.addr.to_string()).await;
+        let ack = c.update_topology(TopologyDoc { json: t.to_json() }).await.unwrap().into_inner();
+        assert_eq!(ack.version, t.version);
+    }
+}
+
+/// The key's value, TTL and type on a node (straight from its store).
+fn state(node: &NodeHandle, key: &str) -> Option<(Bytes, u64, u32)> {
+    node.state.store.fetch(key.as_bytes()).map(|(v, ttl, t)| (v, ttl, t as u32))
+}
+
+/// Waits until `cond` holds (up to 10 s).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn wait_replicas(client: &mut NodeClient<Channel>, n: u32, timeout_ms: u64) -> u32 {
+    client.wait_replicas(WaitRequest { numreplicas: n, timeout_ms }).await.unwrap().into_inner().replicas
+}
+
+fn command(args: &[&str]) -> Kind {
+    Kind::Command(Command {
+        args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+        ..Default::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
+    let (primary, replica) = (start().await, start().await);
+    let mut p = connect(&primary.addr.to_string()).await;
+    // Data from before there was any replica: the full sync brings it.
+    for i in 0..500 {
+        assert!(matches!(set(&mut p, 0, &format!("old:{i}"), "v").await, reply::Kind::Ok(_)));
+    }
+    // A primary that starts with replicas is fenced until a newer version confirms it.
+    let v1 = topology(1, &primary, &[&replica]);
+    offer(&v1, &[&primary, &replica]).await;
+    assert!(matches!(get(&mut p, 1, "old:1").await, reply::Kind::Moved(1)), "fenced primary refuses ops");
+    let stats = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    assert!(stats.fenced && stats.role == "master");
+    let mut v2 = v1.clone();
+    v2.version = 2;
+    offer(&v2, &[&primary, &replica]).await;
+    assert!(matches!(get(&mut p, 2, "old:1").await, reply::Kind::Value(_)), "confirmed primary serves");
+    until("the full sync", || replica.state.membership.replication.synced()).await;
+    assert_eq!(state(&replica, "old:499"), state(&primary, "old:499"));
+    assert_eq!(replica.state.store.len(), 500);
+
+    // Every kind of change reaches the replica, in its final state.
+    set(&mut p, 2, "s", "1").await;
+    set(&mut p, 2, "s", "2").await;
+    let big = "x".repeat(3 << 20); // travels in pieces
+    set(&mut p, 2, "big", &big).await;
+    let ttl = Set {
+        key: Bytes::from("ttl"),
+        value: Bytes::from("t"),
+        expiry: Some(Expiry { ms: 60_000, relative: true }),
+        ..Default::default()
+    };
+    run(&mut p, 2, Kind::Set(ttl)).await;
+    run(&mut p, 2, command(&["hset", "h", "f1", "a", "f2", "b"])).await;
+    run(&mut p, 2, command(&["rpush", "l", "1", "2", "3"])).await;
+    run(&mut p, 2, command(&["spop", "l"])).await; // wrong type: nothing changes
+    run(&mut p, 2, command(&["sadd", "set", "a", "b", "c", "d"])).await;
+    run(&mut p, 2, command(&["spop", "set"])).await; // random: the replica gets what was popped
+    run(&mut p, 2, Kind::Del(Del { key: Bytes::from("old:7") })).await;
+    let short = Set {
+        key: Bytes::from("short"),
+        value: Bytes::from("s"),
+        expiry: Some(Expiry { ms: 30, relative: true }),
+        ..Default::default()
+    };
+    run(&mut p, 2, Kind::Set(short)).await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1, "the replica acks every change");
+    for key in ["s", "big", "ttl", "h", "l", "set", "old:7", "old:8"] {
+        assert_eq!(state(&replica, key), state(&primary, key), "key {key}");
+    }
+    assert_eq!(state(&replica, "s").unwrap().0, Bytes::from("2"));
+    assert!(state(&replica, "ttl").unwrap().1 > 0, "the absolute expiry time travels");
+    assert!(state(&replica, "old:7").is_none());
+    // The primary's expiry reaches the replica as a removal.
+    until("the expiry", || state(&primary, "short").is_none() && state(&replica, "short").is_none()).await;
+
+    let stats = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(stats.replicas.len(), 1);
+    assert_eq!(stats.replicas[0].addr, replica.addr.to_string());
+    let mut r = connect(&replica.addr.to_string()).await;
+    let rstats = r.stats(StatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(rstats.role, "slave");
+    assert_eq!(rstats.primary_addr, primary.addr.to_string());
+    assert_eq!(rstats.primary_run_id, stats.run_id);
+    assert!(rstats.synced && rstats.primary_link_up);
+    assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Moved(2)), "a replica serves no ops");
+
+    // FLUSHALL: the replica drops everything too, then follows what comes after it.
+    run(&mut p, 2, Kind::Flush(Flush {})).await;
+    set(&mut p, 2, "after", "flush").await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    until("the flush", || replica.state.store.len() == 1).await;
+    assert_eq!(state(&replica, "after").unwrap().0, Bytes::from("flush"));
+
+    // Promotion: the replica serves at once with what it has; the old primary follows it.
+    let v3 = v2.promote(0, &replica.addr.to_string()).unwrap();
+    offer(&v3, &[&replica, &primary]).await;
+    assert!(matches!(get(&mut r, 3, "after").await, reply::Kind::Value(v) if v == "flush"));
+    assert!(
+        matches!(set(&mut p, 3, "x", "1").await, reply::Kind::Moved(3)),
+        "the old primary refuses writes"
+    );
+    set(&mut r, 3, "promoted", "yes").await;
+    assert_eq!(wait_replicas(&mut r, 1, 5000).await, 1, "the old primary follows the new one");
+    until("the old primary's copy", || state(&primary, "promoted").is_some()).await;
+    let old = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    assert_eq!((old.role.as_str(), old.primary_addr.as_str()), ("slave", replica.addr.to_string().as_str()));
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_counts_only_replicas_that_have_every_change() {
+    let primary = start().await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    // No replica: WAIT answers 0 once its timeout has passed, as Redis without replicas does.
+    let started = Instant::now();
+    assert_eq!(wait_replicas(&mut p, 1, 200).await, 0);
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    let replica = start().await;
+    let mut t = topology(1, &primary, &[&replica]);
+    offer(&t, &[&primary, &replica]).await;
+    t.version = 2;
+    offer(&t, &[&primary, &replica]).await;
+    until("the full sync", || replica.state.membership.replication.synced()).await;
+    for i in 0..2000 {
+        set(&mut p, 2, &format!("k{i}"), "v").await;
+    }
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(replica.state.store.len(), 2000);
+    // Asking for more replicas than there are: the count there is, after the timeout.
+    assert_eq!(wait_replicas(&mut p, 2, 200).await, 1);
+    // The replica goes away: WAIT no longer counts it.
+    replica.shutdown().await.unwrap();
+    set(&mut p, 2, "after", "v").await;
+    assert_eq!(wait_replicas(&mut p, 1, 300).await, 0);
+    primary.shutdown().await.unwrap();
+}
