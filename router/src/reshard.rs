@@ -5,6 +5,9 @@
 //! even split over the given nodes), or plans the move from the current topology onto the given
 //! nodes and drives it to the end, printing progress. Interrupted, it is simply run again: it
 //! resumes from what the file says.
+//!
+//! `shoal-router failover` ([`failover`]) is the file's other writer: it only changes which member
+//! of a shard is primary (`shoal_coordinator::failover`). Run one of each at most.
 
 use std::time::Duration;
 

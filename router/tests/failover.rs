@@ -112,6 +112,15 @@ async fn a_killed_primary_is_replaced_within_the_window_and_loses_no_replicated_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(read_topology(&topology).version > 1, "the failover writer confirmed the primaries");
+    let mut c = Raw::connect(resp).await;
+    let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
+    assert!(info.contains("connected_slaves:2\r\n"), "{info}");
+    assert!(
+        info.contains(&format!("ip=127.0.0.1,port={},state=online", r0.rsplit_once(':').unwrap().1)),
+        "{info}"
+    );
+    assert!(info.contains("shoal_fenced_primaries:0\r\n"), "{info}");
+    drop(c);
 
     // Four writers, bounded in count and time.
     let stop_at = Instant::now() + Duration::from_secs(9);

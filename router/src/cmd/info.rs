@@ -145,8 +145,27 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
                     field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
                 }
                 "replication" => {
+                    // To clients the router is one master; its replicas are every shard's.
                     field("role", "master".into());
-                    field("connected_slaves", "0".into());
+                    let replicas: Vec<_> = nodes.iter().flat_map(|n| n.replicas.iter()).collect();
+                    field("connected_slaves", replicas.len().to_string());
+                    for (i, r) in replicas.iter().enumerate() {
+                        let (ip, port) = r.addr.rsplit_once(':').unwrap_or((r.addr.as_str(), "0"));
+                        let state = if r.synced { "online" } else { "wait_bgsave" };
+                        field(
+                            &format!("slave{i}"),
+                            format!(
+                                "ip={ip},port={port},state={state},offset={},lag={}",
+                                r.acked_offset,
+                                r.lag_ms / 1000
+                            ),
+                        );
+                    }
+                    field("master_repl_offset", sum(|n| n.repl_offset).to_string());
+                    field("shoal_fenced_primaries", nodes.iter().filter(|n| n.fenced).count().to_string());
+                    let lag =
+                        nodes.iter().flat_map(|n| n.replicas.iter()).map(|r| r.lag_ms).max().unwrap_or(0);
+                    field("shoal_max_replica_lag_ms", lag.to_string());
                 }
                 "commandstats" => {
                     for n in state.stats.snapshot() {
