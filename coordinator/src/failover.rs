@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest, TopologyDoc};
@@ -171,7 +172,7 @@ pub async fn watch<R: Registry>(
                 Some((c, s.into_inner()))
             }
         });
-        let answers = futures_join(asks.collect()).await;
+        let answers = join_all(asks).await;
         let mut health = HashMap::new();
         for (addr, answer) in members.iter().zip(answers) {
             let now = Instant::now();
@@ -206,29 +207,9 @@ pub async fn watch<R: Registry>(
                 }
             }
         });
-        futures_join(offers.collect()).await;
+        join_all(offers).await;
         on_decision(&decision);
     }
-}
-
-/// Awaits every future concurrently, keeping their order.
-async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("every future finished")).collect()
 }
 
 #[cfg(test)]

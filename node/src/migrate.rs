@@ -114,12 +114,10 @@ async fn pull_once(
         let store = membership.store.clone();
         // Storing a chunk takes shard locks entry by entry; off the async threads.
         tokio::task::spawn_blocking(move || {
-            store.import(
-                whole
-                    .iter()
-                    .filter(|e| view.accepts_import(e.slot as u16))
-                    .map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type)),
-            )
+            let welcome: Vec<_> = whole.into_iter().filter(|e| view.accepts_import(e.slot as u16)).collect();
+            store.import(welcome.iter().map(|e| (&e.key[..], &e.value[..], e.expire_at_ms, e.value_type)));
+            // This node's replicas get what it pulled (as any write: after it is stored).
+            store.events.changes.keys(welcome.into_iter().map(|e| e.key).collect());
         })
         .await
         .map_err(|e| e.to_string())?;

@@ -47,25 +47,16 @@ fn apply_gated(
     _shared: parking_lot::RwLockReadGuard<'_, ()>,
 ) -> Reply {
     match check(view, batch_version, &op) {
-        // The common case: nobody watches and nobody is blocked on this node.
+        // The common case: nobody watches, nobody is blocked and no replica follows this node.
         Ok(()) if !store.watches.active() && !store.blocked.active() && !store.events.changes.active() => {
             apply(store, view, op)
         }
         Ok(()) => {
             let write = class_of(&op) != OpClass::Read;
-            // Replicas learn which keys it wrote (after it ran: they read the keys' new state).
-            let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
-            // Before the write: under the gate, no EXEC can run between the two.
-            if write && store.watches.active() {
-                touch_keys(store, &op);
-            }
             // Clients blocked on a key this op writes run right after it (as Redis serves them
             // after the command that made their key ready).
             let ready = (write && store.blocked.active()).then(|| owned_keys(&op));
-            let reply = apply(store, view, op);
-            if let Some(keys) = written {
-                keys.iter().for_each(|k| store.events.changes.key(k));
-            }
+            let reply = apply_seen(store, view, op, write);
             if let Some(keys) = ready {
                 serve_blocked(store, view, keys);
             }
@@ -94,20 +85,23 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
     if let Err(v) = check(view, version, op) {
         return moved(v);
     }
-    if store.watches.active() {
-        touch_keys(store, op);
-    }
-    let reply = apply(store, view, op.clone());
-    record_changes(store, op);
-    reply
+    apply_seen(store, view, op.clone(), true)
 }
 
-/// Tells the change log (replicas) that `op`'s keys changed, after it ran. A FLUSHALL records
-/// itself (`Store::flush`).
-fn record_changes(store: &Store, op: &Op) {
-    if store.events.changes.active() {
-        keys_of(op).into_iter().for_each(|k| store.events.changes.key(k));
+/// Applies `op`, which [`check`] admitted, where watchers and replicas see it: a write touches
+/// its watched keys first (under the gate, no EXEC runs between the two) and is recorded in the
+/// change log after it ran (replicas read the keys' state as the write left it). A FLUSHALL
+/// records itself (`Store::flush`).
+fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
+    if write && store.watches.active() {
+        touch_keys(store, &op);
     }
+    let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
+    let reply = apply(store, view, op);
+    if let Some(keys) = written {
+        store.events.changes.keys(keys);
+    }
+    reply
 }
 
 /// Serves the clients blocked on `keys`, longest waiting first, while their commands find
@@ -276,13 +270,7 @@ pub(crate) fn transaction_with(
                 return script(s);
             }
             let write = class_of(&op) != OpClass::Read;
-            if store.watches.active() && write {
-                touch_keys(store, &op);
-            }
-            let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
-            let reply = apply(store, view, op);
-            written.into_iter().flatten().for_each(|k| store.events.changes.key(&k));
-            reply
+            apply_seen(store, view, op, write)
         })
         .collect();
     // Blocked clients are served after the whole transaction, as in Redis.
@@ -316,16 +304,9 @@ pub(crate) fn check_group<'a>(
     Ok(())
 }
 
-/// An op from a running script, which holds the gate: a write touches its watched keys first,
-/// as any write does.
+/// An op from a running script, which holds the gate: seen by watchers and replicas as any op.
 pub(crate) fn apply_for_script(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
-    if write && store.watches.active() {
-        touch_keys(store, &op);
-    }
-    let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
-    let reply = apply(store, view, op);
-    written.into_iter().flatten().for_each(|k| store.events.changes.key(&k));
-    reply
+    apply_seen(store, view, op, write)
 }
 
 /// After a script: the clients blocked on keys it wrote are served (as after a transaction).

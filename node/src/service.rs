@@ -103,17 +103,17 @@ impl NodeState {
     /// The replication part of the stats.
     fn replication_stats(&self) -> NodeStats {
         let repl = &self.membership.replication;
-        let (primary_addr, primary_run_id, offset, synced, link_up) = repl.link();
-        let replica = !primary_addr.is_empty();
+        let link = repl.link();
+        let replica = !link.primary_addr.is_empty();
         NodeStats {
             role: if replica { "slave" } else { "master" }.to_string(),
             run_id: repl.run_id.clone(),
-            repl_offset: if replica { offset } else { self.store.events.changes.end() },
+            repl_offset: if replica { link.offset } else { self.store.events.changes.end() },
             fenced: self.membership.fenced(),
-            primary_addr,
-            primary_run_id,
-            synced,
-            primary_link_up: link_up,
+            primary_addr: link.primary_addr,
+            primary_run_id: link.primary_run_id,
+            synced: link.synced,
+            primary_link_up: link.up,
             replicas: if replica { Vec::new() } else { repl.replicas() },
             ..Default::default()
         }
@@ -381,9 +381,12 @@ impl Node for NodeService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("a replica names itself in its first message"))?;
-        // A fenced primary may hold stale data: a replica copying it would lose what it has.
-        if self.state.membership.fenced() {
-            return Err(Status::unavailable("this primary is fenced until the failover writer confirms it"));
+        // Only a serving primary feeds replicas: a fenced one may hold stale data (a replica
+        // copying it would lose what it has), and a replica's copy may be partial (mid-sync).
+        if !self.state.membership.view().serving() {
+            return Err(Status::unavailable(
+                "this node does not serve its shard now (a replica, or a primary fenced until the failover writer confirms it)",
+            ));
         }
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(crate::replication::feed::run(

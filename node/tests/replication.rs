@@ -136,6 +136,10 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     assert_eq!(rstats.primary_run_id, stats.run_id);
     assert!(rstats.synced && rstats.primary_link_up);
     assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Moved(2)), "a replica serves no ops");
+    // Nor does it feed replicas of its own (its copy may be partial while it syncs).
+    let hello = shoal_wire::proto::ReplicaAck { replica: "127.0.0.1:1".into(), ..Default::default() };
+    let refused = r.replicate(tokio_stream::iter([hello])).await.expect_err("a replica refuses to feed");
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
 
     // FLUSHALL: the replica drops everything too, then follows what comes after it.
     run(&mut p, 2, Kind::Flush(Flush {})).await;

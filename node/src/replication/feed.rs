@@ -44,9 +44,14 @@ pub async fn run(
     mut acks: tonic::Streaming<ReplicaAck>,
     tx: Tx,
 ) {
-    let log = &store.events.changes;
     // From here on every change is recorded; the full sync below starts after this.
-    log.activate();
+    if store.events.changes.activate() {
+        // An op decides whether to record its keys before it applies. Ops that decided "no"
+        // just before this may still be applying; every op applies under the store's gate, so
+        // taking it once waits them out, and the full sync sees what they wrote.
+        let s = store.clone();
+        let _ = tokio::task::spawn_blocking(move || drop(s.gate.write())).await;
+    }
     let id = repl.register(first.replica.clone());
     tracing::info!(replica = %first.replica, offset = first.offset, "replica connected");
     let acker = {
@@ -57,59 +62,64 @@ pub async fn run(
             }
         })
     };
-    let continues = first.run_id == repl.run_id && log.holds(first.offset);
-    let outcome = async {
-        let mut cursor = if continues {
-            repl.ack(id, first.offset, log.end());
-            first.offset
-        } else {
-            full_sync(&store, &repl.run_id, &tx).await?
-        };
-        loop {
-            let appended = log.appended.notified();
-            match log.read(cursor, CHANGES_PER_CHUNK) {
-                Err(Behind) => {
-                    tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
-                    cursor = full_sync(&store, &repl.run_id, &tx).await?;
-                }
-                Ok((changes, _)) if changes.is_empty() => {
-                    tokio::select! {
-                        _ = appended => {}
-                        _ = tokio::time::sleep(HEARTBEAT) => {
-                            let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
-                            tx.send(Ok(beat)).await.map_err(|_| ())?;
-                        }
-                    }
-                }
-                Ok((changes, next)) => {
-                    let resync = changes.iter().position(|c| *c == Change::Resync);
-                    let keys: Vec<Bytes> = changes
-                        .into_iter()
-                        .take(resync.unwrap_or(usize::MAX))
-                        .filter_map(|c| match c {
-                            Change::Key(k) => Some(k),
-                            Change::Resync => None,
-                        })
-                        .collect();
-                    let reached = match resync {
-                        Some(at) => cursor + at as u64,
-                        None => next,
-                    };
-                    send_states(&store, &repl.run_id, keys, cursor, reached, &tx).await?;
-                    cursor = match resync {
-                        Some(_) => full_sync(&store, &repl.run_id, &tx).await?,
-                        None => reached,
-                    };
-                }
-            }
-        }
-        #[allow(unreachable_code)]
-        Ok::<(), ()>(())
-    };
-    let _ = outcome.await;
+    // Ends only when the replica's stream does.
+    let _ = send_changes(&store, &repl, &first, id, &tx).await;
     acker.abort();
     repl.unregister(id);
     tracing::info!(replica = %first.replica, "replica disconnected");
+}
+
+/// The full sync (unless the replica can continue), then the changes, for ever; `Err` once the
+/// replica's stream is gone.
+async fn send_changes(
+    store: &Arc<Store>,
+    repl: &Replication,
+    first: &ReplicaAck,
+    id: u64,
+    tx: &Tx,
+) -> Result<(), ()> {
+    let log = &store.events.changes;
+    let mut cursor = if first.run_id == repl.run_id && log.holds(first.offset) {
+        repl.ack(id, first.offset, log.end());
+        first.offset
+    } else {
+        full_sync(store, &repl.run_id, tx).await?
+    };
+    loop {
+        let appended = log.appended.notified();
+        match log.read(cursor, CHANGES_PER_CHUNK) {
+            Err(Behind) => {
+                tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
+                cursor = full_sync(store, &repl.run_id, tx).await?;
+            }
+            Ok((changes, _)) if changes.is_empty() => {
+                tokio::select! {
+                    _ = appended => {}
+                    _ = tokio::time::sleep(HEARTBEAT) => {
+                        let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
+                        tx.send(Ok(beat)).await.map_err(|_| ())?;
+                    }
+                }
+            }
+            Ok((changes, next)) => {
+                // Keys up to the first Resync; a Resync is a full sync from there.
+                let resync = changes.iter().position(|c| *c == Change::Resync);
+                let keys: Vec<Bytes> = changes
+                    .into_iter()
+                    .map_while(|c| match c {
+                        Change::Key(k) => Some(k),
+                        Change::Resync => None,
+                    })
+                    .collect();
+                let reached = resync.map_or(next, |at| cursor + at as u64);
+                send_states(store, &repl.run_id, keys, cursor, reached, tx).await?;
+                cursor = match resync {
+                    Some(_) => full_sync(store, &repl.run_id, tx).await?,
+                    None => reached,
+                };
+            }
+        }
+    }
 }
 
 /// Sends everything this node holds; returns the log offset the replica is at once it has it.

@@ -7,10 +7,10 @@
 //! its full sync is done. A broken stream is reopened with backoff; the follower stops when the
 //! topology gives it another primary or makes it one (a new generation).
 //!
-//! Entries are stored as they are on the primary: value, type and absolute expiry time. The
-//! replica does not expire or evict keys by policy of its own: it has no maxmemory while it
-//! follows (the primary's memory limit already bounds what arrives), and expired keys are removed
-//! when the primary sends their removal (or by its own expiry at the same absolute time).
+//! Entries are stored as they are on the primary: value, type and absolute expiry time. Storing
+//! them never evicts (the replica's own maxmemory is not applied to what its primary sends: the
+//! primary's limit already bounds it), and an expired key goes when the primary sends its removal
+//! or when the replica's own expiry reaches the same absolute time.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

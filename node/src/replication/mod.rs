@@ -100,10 +100,6 @@ impl Replication {
         self.generation.load(Ordering::SeqCst) == generation
     }
 
-    pub fn is_replica(&self) -> bool {
-        !self.primary_addr.lock().is_empty()
-    }
-
     /// Whether this replica holds a full copy of its primary as of some offset (a failover
     /// writer only promotes such a replica).
     pub fn synced(&self) -> bool {
@@ -156,14 +152,26 @@ impl Replication {
         out
     }
 
-    /// Replica side, for stats: (primary address, its run id, offset applied, synced, link up).
-    pub fn link(&self) -> (String, String, u64, bool, bool) {
-        (
-            self.primary_addr.lock().clone(),
-            self.primary_run_id.lock().clone(),
-            self.offset.load(Ordering::Relaxed),
-            self.synced(),
-            self.link_up.load(Ordering::Relaxed),
-        )
+    /// Replica side, for stats.
+    pub fn link(&self) -> Link {
+        Link {
+            primary_addr: self.primary_addr.lock().clone(),
+            primary_run_id: self.primary_run_id.lock().clone(),
+            offset: self.offset.load(Ordering::Relaxed),
+            synced: self.synced(),
+            up: self.link_up.load(Ordering::Relaxed),
+        }
     }
+}
+
+/// A replica's link to its primary, as stats show it.
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    /// Empty: this process follows no primary.
+    pub primary_addr: String,
+    pub primary_run_id: String,
+    /// The offset applied up to.
+    pub offset: u64,
+    pub synced: bool,
+    pub up: bool,
 }

@@ -26,6 +26,14 @@ pub const DEFAULT_BACKLOG_BYTES: usize = 16 << 20;
 /// Per-change overhead counted against the backlog besides the key itself.
 const CHANGE_OVERHEAD: usize = 32;
 
+/// What a change counts against the backlog.
+fn size(change: &Change) -> usize {
+    match change {
+        Change::Key(k) => k.len() + CHANGE_OVERHEAD,
+        Change::Resync => CHANGE_OVERHEAD,
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// This key changed (it may no longer exist).
@@ -73,10 +81,10 @@ impl ChangeLog {
         self.active.load(Ordering::Relaxed)
     }
 
-    /// Starts recording (the first replica connects). Changes before this are in no log: the
-    /// replica's full sync, which starts after this, covers them.
-    pub fn activate(&self) {
-        self.active.store(true, Ordering::SeqCst);
+    /// Starts recording (the first replica connects); whether it was off until now. Changes
+    /// before this are in no log: the replica's full sync, which starts after this, covers them.
+    pub fn activate(&self) -> bool {
+        !self.active.swap(true, Ordering::SeqCst)
     }
 
     pub fn set_backlog_bytes(&self, bytes: usize) {
@@ -87,35 +95,37 @@ impl ChangeLog {
     #[inline]
     pub fn key(&self, key: &[u8]) {
         if self.active() {
-            self.push(Change::Key(Bytes::copy_from_slice(key)));
+            self.push(std::iter::once(Change::Key(Bytes::copy_from_slice(key))));
+        }
+    }
+
+    /// `keys` changed (one op's keys, already copied: recorded under one lock).
+    pub fn keys(&self, keys: Vec<Bytes>) {
+        if self.active() && !keys.is_empty() {
+            self.push(keys.into_iter().map(Change::Key));
         }
     }
 
     /// Every key changed (FLUSHALL; call after it is applied).
     pub fn resync(&self) {
         if self.active() {
-            self.push(Change::Resync);
+            self.push(std::iter::once(Change::Resync));
         }
     }
 
     #[cold]
-    fn push(&self, change: Change) {
-        let size = match &change {
-            Change::Key(k) => k.len() + CHANGE_OVERHEAD,
-            Change::Resync => CHANGE_OVERHEAD,
-        };
+    fn push(&self, changes: impl Iterator<Item = Change>) {
         let cap = self.backlog_bytes.load(Ordering::Relaxed);
         {
             let mut inner = self.inner.lock();
-            inner.changes.push_back(change);
-            inner.bytes += size;
+            for change in changes {
+                inner.bytes += size(&change);
+                inner.changes.push_back(change);
+            }
             while inner.bytes > cap && inner.changes.len() > 1 {
                 let dropped = inner.changes.pop_front().expect("not empty");
                 inner.first += 1;
-                inner.bytes -= match dropped {
-                    Change::Key(k) => k.len() + CHANGE_OVERHEAD,
-                    Change::Resync => CHANGE_OVERHEAD,
-                };
+                inner.bytes -= size(&dropped);
             }
         }
         self.appended.notify_waiters();

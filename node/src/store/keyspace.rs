@@ -84,7 +84,6 @@ impl Store {
             };
             if self.with_shard(key, |s, h, now| s.import(h, key, imported, expire_at, now)) {
                 stored += 1;
-                self.events.changes.key(key);
             }
         }
         stored
