@@ -98,8 +98,9 @@ pub async fn serve<S>(
         }
         // Pub/sub messages that arrived before this round's commands are written before their
         // replies (a message queued before an UNSUBSCRIBE goes out before its reply).
-        if let Some(sub) = session.pushes().cloned()
-            && !write_pushes(&sub, &mut output, &mut stream, auth_deadline, &state, &session).await
+        if let Some(sub) = session.pushes()
+            && !write_pushes(sub, &mut output, &mut stream, auth_deadline, &state, &session, &mut killed)
+                .await
         {
             return;
         }
@@ -185,7 +186,8 @@ pub async fn serve<S>(
                 Pending::Blocking(wait, on_unblock) => {
                     // The replies before it go out first: the client may be waiting for them.
                     if !output.is_empty()
-                        && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await
+                        && !flush(&mut output, &mut stream, auth_deadline, &state, &session, &mut killed)
+                            .await
                     {
                         return;
                     }
@@ -231,12 +233,14 @@ pub async fn serve<S>(
                 return;
             }
             if output.len() >= WRITE_AT
-                && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await
+                && !flush(&mut output, &mut stream, auth_deadline, &state, &session, &mut killed).await
             {
                 return;
             }
         }
-        if !output.is_empty() && !flush(&mut output, &mut stream, auth_deadline, &state, &session).await {
+        if !output.is_empty()
+            && !flush(&mut output, &mut stream, auth_deadline, &state, &session, &mut killed).await
+        {
             return;
         }
         // A large request leaves a large read buffer behind: let it go rather than keep it for
@@ -380,13 +384,14 @@ async fn pushed(session: &Session) {
 /// Writes the client's queued pub/sub messages (a few hundred KiB at a time, at most
 /// [`PUSH_ROUNDS`] times, so a flood of messages cannot keep the client's own commands, an
 /// UNSUBSCRIBE say, from being read); false when the connection must close.
-async fn write_pushes<S: AsyncWrite + Unpin>(
+async fn write_pushes<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
     sub: &crate::pubsub::Subscriber,
     output: &mut Out,
     stream: &mut S,
     auth_deadline: Option<tokio::time::Instant>,
     state: &RouterState,
     session: &Session,
+    killed: &mut std::pin::Pin<&mut K>,
 ) -> bool {
     for _ in 0..PUSH_ROUNDS {
         let batch = sub.take(WRITE_AT, &state.pubsub.limits);
@@ -397,7 +402,7 @@ async fn write_pushes<S: AsyncWrite + Unpin>(
         for m in &batch {
             m.encode(protocol, output);
         }
-        if !flush(output, stream, auth_deadline, state, session).await {
+        if !flush(output, stream, auth_deadline, state, session, killed).await {
             return false;
         }
     }
@@ -411,18 +416,19 @@ const PUSH_ROUNDS: usize = 8;
 /// Writes what `output` holds; false when the connection must close (the write failed, the
 /// client was killed meanwhile (CLIENT KILL, or a pub/sub client past its output limit that
 /// does not read), or a client that has not authenticated ran out of time while not reading its
-/// replies).
-async fn flush<S: AsyncWrite + Unpin>(
+/// replies). `killed` is the connection's one waiter on its kill switch (see `serve`).
+async fn flush<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
     output: &mut Out,
     stream: &mut S,
     auth_deadline: Option<tokio::time::Instant>,
     state: &RouterState,
     session: &Session,
+    killed: &mut std::pin::Pin<&mut K>,
 ) -> bool {
     let write = async {
         tokio::select! {
             r = output.write_to(stream) => Some(r),
-            _ = session.client.killed() => None,
+            _ = killed.as_mut() => None,
         }
     };
     let written = match auth_deadline {
