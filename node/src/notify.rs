@@ -22,6 +22,7 @@ use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STRING, ZSET};
 use shoal_wire::proto::{Frame, Op, Reply, frame, op::Kind, reply};
 
 use crate::commands::CmdResult;
+use crate::commands::zset::add_flags;
 use crate::store::{Store, TtlState};
 
 /// Events one command raised, in order: (class, event, key).
@@ -213,8 +214,8 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
             b.member_there = matches!(crate::commands::frame_of(store, &ask), Some(frame::Kind::Int(1)));
         }
         b"zadd" if flags & ZSET != 0 => {
-            let flagged = |f: &[u8]| args[2..].iter().any(|a| a.eq_ignore_ascii_case(f));
-            if !flagged(b"ch") && !flagged(b"incr") {
+            let (options, _) = add_flags(args);
+            if !options.ch && !options.incr {
                 b.scores = Some(scores(store, args));
             }
         }
@@ -225,9 +226,7 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
 
 /// ZMSCORE of the members a ZADD names (its arguments after the options, in pairs).
 fn scores(store: &Store, args: &[Bytes]) -> Frame {
-    let options = [&b"nx"[..], b"xx", b"gt", b"lt", b"ch", b"incr"];
-    let first =
-        2 + args[2..].iter().take_while(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o))).count();
+    let (_, first) = add_flags(args);
     let mut ask = vec![Bytes::from_static(b"zmscore"), args[1].clone()];
     ask.extend(args[first..].iter().skip(1).step_by(2).cloned());
     Frame { kind: crate::commands::frame_of(store, &ask) }
@@ -334,7 +333,7 @@ fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before:
             }
         }
         b"zadd" => {
-            let incr = args[2..].iter().any(|a| a.eq_ignore_ascii_case(b"incr"));
+            let incr = add_flags(args).0.incr;
             let changed = match &before.scores {
                 _ if incr => !null,
                 None => positive,

@@ -19,7 +19,7 @@ mod object;
 mod random;
 mod scan;
 mod set;
-mod zset;
+pub(crate) mod zset;
 
 use bytes::Bytes;
 use shoal_wire::proto::{Reply, reply};

@@ -217,17 +217,20 @@ fn write<R>(
 
 // --- ZADD, ZINCRBY -----------------------------------------------------------------------------
 
+/// ZADD's options.
 #[derive(Default)]
-struct AddFlags {
-    nx: bool,
-    xx: bool,
-    gt: bool,
-    lt: bool,
-    ch: bool,
-    incr: bool,
+pub(crate) struct AddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
 }
 
-fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
+/// ZADD's options (`args` is the whole command) and where its score/member pairs start: the
+/// options are the arguments after the key up to the first that is not one.
+pub(crate) fn add_flags(args: &[Bytes]) -> (AddFlags, usize) {
     let mut fl = AddFlags::default();
     let mut i = 2;
     while i < args.len() {
@@ -243,6 +246,11 @@ fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
         *flag = true;
         i += 1;
     }
+    (fl, i)
+}
+
+fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
+    let (fl, i) = add_flags(args);
     let elements = args.len() - i;
     if elements % 2 == 1 || elements == 0 {
         return Err(SYNTAX);
