@@ -5,8 +5,9 @@
 //! Command scripts live in `tests/differential/*.redis`: one command per line in redis-cli
 //! syntax (quotes and `\xHH` escapes), `#` comments, `!sleep MS` to let TTLs pass (or a
 //! published message arrive), `!conn N` to run the following lines on another connection (pair
-//! N, opened on first use; 1 is the first) and `!read` to read one message pushed to the current
-//! connection (pub/sub) within a deadline. A (P|S)(UN)SUBSCRIBE is compared over every reply
+//! N, opened on first use; 1 is the first), `!read` to read one message pushed to the current
+//! connection (pub/sub) within a deadline (redis-server must send one) and `!none` to check that
+//! none comes. A (P|S)(UN)SUBSCRIBE is compared over every reply
 //! redis-server gives it (one per channel), and nothing may be left unread on any connection at
 //! the end. Raw protocol cases (malformed input, pipelines, inline commands) are listed below.
 
@@ -87,12 +88,19 @@ async fn run_script(
             continue;
         }
         let (theirs, ours) = pairs.get(current).await;
-        // `!read`: one message pushed to this connection (pub/sub), within a deadline.
-        if line == "!read" {
+        // `!read`: one message pushed to this connection (pub/sub), within a deadline; `!none`: none.
+        if line == "!read" || line == "!none" {
             let (want, got) = (theirs.reply_within(READ_LIMIT).await, ours.reply_within(READ_LIMIT).await);
-            if want != got {
+            // `!read` expects a message (redis-server must send one), `!none` expects none.
+            if want.is_some() != (line == "!read") {
                 mismatches.push(format!(
-                    "{name}:{}: !read\n    redis: {:?}\n    shoal: {:?}",
+                    "{name}:{}: {line}, but redis-server sent {:?}: the script is wrong",
+                    n + 1,
+                    show(&want)
+                ));
+            } else if want != got {
+                mismatches.push(format!(
+                    "{name}:{}: {line}\n    redis: {:?}\n    shoal: {:?}",
                     n + 1,
                     show(&want),
                     show(&got)
