@@ -5,9 +5,8 @@
 //! Command scripts live in `tests/differential/*.redis`: one command per line in redis-cli
 //! syntax (quotes and `\xHH` escapes), `#` comments, `!sleep MS` to let TTLs pass (or a
 //! published message arrive), `!conn N` to run the following lines on another connection (pair
-//! N, opened on first use; 1 is the first), `!read` to read one message pushed to the current
-//! connection (pub/sub) within a deadline (redis-server must send one) and `!none` to check that
-//! none comes. A (P|S)(UN)SUBSCRIBE is compared over every reply
+//! N, opened on first use; 1 is the first) and `!read` to read one message pushed to the current
+//! connection (pub/sub) within a deadline (redis-server must send one). A (P|S)(UN)SUBSCRIBE is compared over every reply
 //! redis-server gives it (one per channel), and nothing may be left unread on any connection at
 //! the end. Raw protocol cases (malformed input, pipelines, inline commands) are listed below.
 
@@ -88,11 +87,11 @@ async fn run_script(
             continue;
         }
         let (theirs, ours) = pairs.get(current).await;
-        // `!read`: one message pushed to this connection (pub/sub), within a deadline; `!none`: none.
-        if line == "!read" || line == "!none" {
+        // `!read`: one message pushed to this connection (pub/sub), within a deadline.
+        if line == "!read" {
             let (want, got) = (theirs.reply_within(READ_LIMIT).await, ours.reply_within(READ_LIMIT).await);
-            // `!read` expects a message (redis-server must send one), `!none` expects none.
-            if want.is_some() != (line == "!read") {
+            // A script expecting a message where redis-server sends none is wrong.
+            if want.is_none() {
                 mismatches.push(format!(
                     "{name}:{}: {line}, but redis-server sent {:?}: the script is wrong",
                     n + 1,
