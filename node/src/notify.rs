@@ -44,7 +44,7 @@ struct Before {
 /// Runs a typed op (not a `Command`: see [`command`]) and raises its events.
 pub fn op(store: &Store, op: Op, run: impl FnOnce(Op) -> Reply) -> Reply {
     let flags = store.events.flags();
-    if flags == 0 || matches!(op.kind, Some(Kind::Command(_)) | None) {
+    if !store.events.publishing() || matches!(op.kind, Some(Kind::Command(_)) | None) {
         return run(op);
     }
     // MSETNX sets every key or none: `set` on each when it did.
@@ -183,7 +183,7 @@ fn emit(store: &Store, raised: Raised, created: &[Bytes]) {
 /// Runs a command on typed values (`args`, name first) and raises its events.
 pub fn command(store: &Store, args: &[Bytes], run: impl FnOnce() -> CmdResult) -> CmdResult {
     let flags = store.events.flags();
-    if flags == 0 || args.len() < 2 {
+    if !store.events.publishing() || args.len() < 2 {
         return run();
     }
     let name = args[0].to_ascii_lowercase();

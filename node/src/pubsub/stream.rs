@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use shoal_wire::proto::{PubSubBatch, SubscribeRequest};
+use shoal_wire::proto::{Delivery, PubSubBatch, SubscribeRequest};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
-use super::{Out, Outbox, PubSub};
+use super::{Out, Outbox, delivery_size};
 use crate::service::NodeState;
 
 /// A reply message is closed at about this many payload bytes.
@@ -36,10 +36,9 @@ pub fn open(
     mut inbound: Streaming<SubscribeRequest>,
     stopping: watch::Receiver<bool>,
 ) -> DeliveryStream {
-    let pubsub = state.pubsub.clone();
-    let (id, outbox, rx) = pubsub.attach();
+    let (id, outbox, rx) = state.pubsub.attach();
     let changes = {
-        let pubsub = pubsub.clone();
+        let pubsub = state.pubsub.clone();
         tokio::spawn(async move {
             // Ends when the router closes its side (or the call breaks).
             while let Ok(Some(req)) = inbound.message().await {
@@ -63,10 +62,9 @@ pub fn open(
             }
         })
     };
-    let mut stop = stopping.clone();
+    let mut stop = stopping;
     Box::pin(Deliveries {
         versions,
-        pubsub,
         state,
         id,
         outbox,
@@ -83,7 +81,6 @@ pub fn open(
 
 struct Deliveries {
     versions: tokio::task::JoinHandle<()>,
-    pubsub: Arc<PubSub>,
     state: Arc<NodeState>,
     id: u64,
     outbox: Arc<Outbox>,
@@ -131,23 +128,19 @@ impl Stream for Deliveries {
         let mut batch = PubSubBatch::default();
         let mut bytes = 0;
         let mut next = Some(first);
+        let outbox = &this.outbox;
+        let take = |d: Delivery, batch: &mut PubSubBatch, bytes: &mut usize| {
+            outbox.taken(&d);
+            *bytes += delivery_size(&d);
+            batch.deliveries.push(d);
+        };
         while let Some(out) = next.take() {
             match out {
-                Out::Delivery(d) => {
-                    this.outbox.taken(&d);
-                    bytes += d.channel.len() + d.pattern.len() + d.payload.len();
-                    batch.deliveries.push(d);
-                }
-                Out::Group(group) => {
-                    for d in group {
-                        this.outbox.taken(&d);
-                        bytes += d.channel.len() + d.pattern.len() + d.payload.len();
-                        batch.deliveries.push(d);
-                    }
-                }
+                Out::Delivery(d) => take(d, &mut batch, &mut bytes),
+                Out::Group(group) => group.into_iter().for_each(|d| take(d, &mut batch, &mut bytes)),
                 Out::Overflow => {
                     this.done = true;
-                    this.pubsub.overflows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    this.state.pubsub.overflows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(
                         router = this.id,
                         "a router is not reading its pub/sub stream; closing it"
@@ -169,6 +162,6 @@ impl Drop for Deliveries {
     fn drop(&mut self) {
         self.changes.abort();
         self.versions.abort();
-        self.pubsub.detach(self.id);
+        self.state.pubsub.detach(self.id);
     }
 }

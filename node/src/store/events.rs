@@ -49,6 +49,13 @@ impl Events {
         self.flags.store(flags, Ordering::Relaxed);
     }
 
+    /// Whether events can be published at all (`K` or `E` is on; classes without a target
+    /// publish nothing): off, the notifier does no work.
+    #[inline]
+    pub fn publishing(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & (KEYSPACE | KEYEVENT) != 0
+    }
+
     /// Whether events of `class` are published at all (one relaxed load: the cost of every
     /// check while notifications are off).
     #[inline]
