@@ -405,7 +405,7 @@ fn bulk_of(f: Option<&Frame>) -> Option<Bytes> {
 
 /// The event a command raises under its own name (`sinterstore`, `zremrangebyrank`, ...).
 fn event_name(name: &[u8]) -> &'static str {
-    const NAMES: [&str; 12] = [
+    const NAMES: [&str; 13] = [
         "sinterstore",
         "sunionstore",
         "sdiffstore",
@@ -418,10 +418,7 @@ fn event_name(name: &[u8]) -> &'static str {
         "zremrangebyscore",
         "zremrangebylex",
         "zpopmin",
+        "zpopmax",
     ];
-    NAMES.iter().find(|n| n.as_bytes() == name).copied().unwrap_or(if name == b"zpopmax" {
-        "zpopmax"
-    } else {
-        ""
-    })
+    NAMES.iter().find(|n| n.as_bytes() == name).copied().unwrap_or("")
 }

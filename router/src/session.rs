@@ -88,7 +88,8 @@ impl Session {
     /// Whether the client is subscribed to anything (Redis's pub/sub mode, which restricts a
     /// RESP2 connection's commands).
     pub fn subscribed(&self) -> bool {
-        self.subscriber.as_ref().is_some_and(|s| !s.sub.subs.lock().is_empty())
+        // The counts the hub keeps on the client handle (CLIENT LIST's sub/psub/ssub).
+        self.client.is_pubsub()
     }
 
     /// The pub/sub messages waiting for this client, if it ever subscribed.

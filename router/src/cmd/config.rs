@@ -280,12 +280,8 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
                     l.soft.store(soft, Ordering::Relaxed);
                     l.soft_seconds.store(seconds, Ordering::Relaxed);
                 }
-                Class::Normal => {
-                    *state.output_limits.lock().first_mut().expect("two classes") = [hard, soft, seconds]
-                }
-                Class::Replica => {
-                    *state.output_limits.lock().last_mut().expect("two classes") = [hard, soft, seconds]
-                }
+                Class::Normal => state.output_limits.lock()[0] = [hard, soft, seconds],
+                Class::Replica => state.output_limits.lock()[1] = [hard, soft, seconds],
             }
         }
         for (p, n) in local {

@@ -314,9 +314,7 @@ fn publish(args: &Args, ctx: &mut Ctx) -> Pending {
     let same_node = ctx.session.last_publish_node.replace(node) == Some(node);
     if same_node || ctx.routing.capturing {
         let call = ctx.call_at(pos, publish);
-        return Pending::later(async move {
-            call.wait().await.map_or_else(Reply::from, |r| reply_int(r).map_or_else(|e| e, Reply::Int))
-        });
+        return Pending::later(async move { receivers(call.wait().await) });
     }
     // Another node than this client's last PUBLISH went to: sent only once the replies before it
     // are in (a reply is awaited after the previous one), so the earlier messages have left
@@ -325,8 +323,13 @@ fn publish(args: &Args, ctx: &mut Ctx) -> Pending {
     let (state, routing, deadline) = (ctx.state.clone(), ctx.routing.clone(), ctx.deadline);
     Pending::Barrier(Box::pin(async move {
         let call = state.backend.at(&routing, pos, publish, deadline);
-        call.wait().await.map_or_else(Reply::from, |r| reply_int(r).map_or_else(|e| e, Reply::Int))
+        receivers(call.wait().await)
     }))
+}
+
+/// PUBLISH's reply: how many clients received the message, or why it was not published.
+fn receivers(reply: Result<proto::Reply, crate::backend::BackendError>) -> Reply {
+    reply.map_or_else(Reply::from, |r| reply_int(r).map_or_else(|e| e, Reply::Int))
 }
 
 fn pubsub_info(args: &Args, ctx: &mut Ctx) -> Pending {
