@@ -70,6 +70,9 @@ pub fn parse_score(b: &[u8]) -> Option<f64> {
 
 /// `%.17g`, as Redis replies with doubles (ZSCORE, WITHSCORES, ZINCRBY).
 pub fn fmt_g17(d: f64) -> String {
+    if d.is_nan() {
+        return "nan".into();
+    }
     if d.is_infinite() {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }

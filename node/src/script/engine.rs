@@ -25,7 +25,7 @@ use shoal_wire::proto::Frame;
 
 use super::Shared;
 use super::call::{self, RunCtx};
-use super::convert::{error_table, frame_to_lua, lua_to_frame, number_arg, status_table};
+use super::convert::{error_table, fmt_g, frame_to_lua, lua_to_frame, number_arg, status_table};
 use crate::commands::F;
 
 /// Instructions between two checks for SCRIPT KILL.
@@ -306,16 +306,20 @@ fn outcome_frame(values: MultiValue, sha: &str, script_resp3: bool) -> Frame {
 fn text(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(String::from_utf8_lossy(&s.as_bytes()).into_owned()),
-        Value::Integer(n) => Some(n.to_string()),
+        // Lua 5.1 has doubles only; mlua shows the integral ones as integers.
+        Value::Integer(n) => Some(number_text(*n as f64)),
         Value::Number(n) => Some(number_text(*n)),
         Value::Error(e) => Some(message(e)),
         _ => None,
     }
 }
 
-/// A Lua number as `tostring` prints it (`%.14g`).
+/// A Lua number as `tostring` prints it (C's `%.14g`; glibc writes a NaN with its sign).
 fn number_text(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { format!("{n}") }
+    match n {
+        n if n.is_nan() => if n.is_sign_negative() { "-nan" } else { "nan" }.to_string(),
+        n => fmt_g(n, 14),
+    }
 }
 
 /// The text of an error raised in Rust or by Lua.
@@ -383,7 +387,8 @@ fn run_call(lua: &Lua, args: MultiValue) -> mlua::Result<Result<Value, String>> 
     for a in args {
         match a {
             Value::String(s) => argv.push(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(n) => argv.push(Bytes::from(n.to_string())),
+            // A Lua 5.1 number is a double (mlua shows integral ones as integers): `%.17g` both.
+            Value::Integer(n) => argv.push(number_arg(n as f64)),
             Value::Number(n) => argv.push(number_arg(n)),
             _ => return Ok(Err("ERR Lua redis lib command arguments must be strings or integers".into())),
         }
@@ -436,8 +441,9 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
         "sha1hex",
         lua.create_function(move |lua, v: Variadic<Value>| match v.as_slice() {
             [Value::String(s)] => Ok(Value::String(lua.create_string(super::sha1_hex(&s.as_bytes()))?)),
+            // As Lua's tostring writes a number (mlua shows integral ones as integers).
             [Value::Integer(n)] => {
-                Ok(Value::String(lua.create_string(super::sha1_hex(n.to_string().as_bytes()))?))
+                Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n as f64).as_bytes()))?))
             }
             [Value::Number(n)] => {
                 Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n).as_bytes()))?))
