@@ -178,7 +178,7 @@ impl Running {
             // A script holds the store: wait without the thread, or answer BUSY once it has
             // held it past busy-reply-threshold.
             Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
-            Err(op) if state.scripts.active() => Step::Held(op),
+            Err(op) if state.scripts.holds_store() => Step::Held(op),
             // A transaction holds it, for a moment: wait here.
             Err(op) => Step::Reply(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
         }

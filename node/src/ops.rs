@@ -258,7 +258,12 @@ pub(crate) fn transaction_with(
         }
     }
     let ready: Vec<bytes::Bytes> = if store.blocked.active() {
-        t.ops.iter().filter(|op| class_of(op) != OpClass::Read).flat_map(owned_keys).collect()
+        // A script's keys are served by the script thread, after it ran, from what it wrote.
+        t.ops
+            .iter()
+            .filter(|op| class_of(op) != OpClass::Read && !matches!(op.kind, Some(Kind::Script(_))))
+            .flat_map(owned_keys)
+            .collect()
     } else {
         Vec::new()
     };

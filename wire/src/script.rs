@@ -3,6 +3,10 @@
 
 use sha1::{Digest, Sha1};
 
+/// Redis's error for an EVALSHA of a script the server does not hold: the node answers it, and
+/// the router recognizes it to send the body from another node.
+pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
 pub fn sha1_hex(body: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha1::digest(body);

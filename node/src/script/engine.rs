@@ -230,11 +230,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The flags of a compiled script.
-    pub fn flags(&self, sha: &str) -> Option<Flags> {
-        self.functions.get(sha).map(|c| c.flags)
-    }
-
     /// Runs the compiled script `sha` with `keys` and `args`; `ctx` is what its calls need.
     pub fn run(&mut self, sha: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
         let Some(compiled) = self.functions.get(sha) else {

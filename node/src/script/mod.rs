@@ -42,7 +42,7 @@ use crate::commands::F;
 use crate::membership::NodeView;
 use crate::store::Store;
 
-pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+pub use shoal_wire::script::NOSCRIPT;
 pub const BUSY: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 /// Redis's default `busy-reply-threshold`, in ms.
@@ -62,6 +62,11 @@ pub struct Shared {
     epoch: Instant,
     /// When the running script started (ms since `epoch`, plus one); 0: none runs.
     running_since: AtomicU64,
+    /// The script thread holds (or is taking) the store's gate: from before it takes it for a
+    /// script or a transaction with scripts until after it lets go, compiling and the
+    /// transaction's plain ops included, so an op that finds the gate taken waits without a
+    /// thread (see `execute.rs`).
+    holding: AtomicBool,
     /// The running script has written (SCRIPT KILL would leave half of its work).
     pub wrote: AtomicBool,
     /// SCRIPT KILL asked the running script to stop (its hook checks).
@@ -104,6 +109,7 @@ impl Scripts {
             flushes: AtomicU64::new(0),
             epoch: Instant::now(),
             running_since: AtomicU64::new(0),
+            holding: AtomicBool::new(false),
             wrote: AtomicBool::new(false),
             kill: AtomicBool::new(false),
             busy_ms: AtomicU64::new(busy_ms),
@@ -193,9 +199,15 @@ impl Scripts {
         }
     }
 
-    /// A script holds the store now.
-    pub fn active(&self) -> bool {
+    /// A script runs now.
+    pub fn running(&self) -> bool {
         self.shared.running_since.load(Ordering::Acquire) != 0
+    }
+
+    /// The script thread holds the store's gate (or is about to): an op that finds it taken
+    /// waits for it without holding a thread.
+    pub fn holds_store(&self) -> bool {
+        self.shared.holding.load(Ordering::Acquire)
     }
 
     /// A script has held the store past `busy-reply-threshold`: other ops are answered BUSY.
@@ -206,7 +218,7 @@ impl Scripts {
 
     /// SCRIPT KILL.
     pub fn kill(&self) -> Kill {
-        if !self.active() {
+        if !self.running() {
             return Kill::NotBusy;
         }
         if self.shared.wrote.load(Ordering::Acquire) {
@@ -222,11 +234,6 @@ impl Scripts {
 
     pub fn set_busy_reply_threshold(&self, ms: u64) {
         self.shared.busy_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Scripts in the cache (INFO's `number_of_cached_scripts`).
-    pub fn cached(&self) -> usize {
-        self.shared.cache.lock().len()
     }
 }
 
@@ -269,6 +276,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
+                    let _holding = Holding::mark(&shared);
                     let exclusive = store.gate.write();
                     started.store(true, Ordering::Release);
                     let reply =
@@ -304,6 +312,23 @@ fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
     Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
 }
 
+/// Marks the script thread as holding the store's gate until dropped (declared before the gate's
+/// guard, so it is dropped after it).
+struct Holding<'a>(&'a AtomicBool);
+
+impl Holding<'_> {
+    fn mark(shared: &Shared) -> Holding<'_> {
+        shared.holding.store(true, Ordering::Release);
+        Holding(&shared.holding)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// Where a script runs: the node's store, its scripting state, and the view and topology version
 /// its op was routed by.
 struct At<'a> {
@@ -317,6 +342,7 @@ struct At<'a> {
 
 /// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
 fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
+    let _holding = Holding::mark(at.shared);
     let _exclusive = at.store.gate.write();
     at.started.store(true, Ordering::Release);
     if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {

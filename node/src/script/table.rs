@@ -23,7 +23,6 @@ pub enum Keys {
 }
 
 pub const ONE: Keys = Keys::Range(1, 1, 1);
-pub const ALL: Keys = Keys::Range(1, -1, 1);
 pub const NONE: Keys = Keys::None;
 
 #[derive(Debug, Clone, Copy)]

@@ -269,14 +269,15 @@ pub fn help_reply(lines: &[&'static str]) -> Pending {
 }
 
 pub fn syntax_error() -> Reply {
-    Reply::error("ERR syntax error")
+    Reply::error(shoal_wire::command::SYNTAX)
 }
 
 pub fn not_integer() -> Reply {
-    Reply::error("ERR value is not an integer or out of range")
+    Reply::error(shoal_wire::command::NOT_INTEGER)
 }
 
-/// Parses a Redis integer argument or answers with Redis's error.
+/// Parses a Redis integer argument or answers with Redis's error (the text the shared argument
+/// builders in `shoal_wire::command` use too).
 pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
     shoal_wire::num::parse_i64(b).ok_or_else(not_integer)
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use shoal_wire::proto::{self, Op, frame, kill_script_reply::Outcome, op::Kind, reply, script_admin::Action};
+use shoal_wire::script::NOSCRIPT;
 use tokio::time::Instant;
 
 use super::spec::*;
@@ -28,8 +29,6 @@ use super::{Args, Ctx, Pending, int_arg, op};
 use crate::backend::{Routing, futures_join};
 use crate::resp::Reply;
 use crate::state::RouterState;
-
-const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
 const SCRIPT_FLAGS: &[&str] = &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
 const SCRIPT_RO_FLAGS: &[&str] =
@@ -168,10 +167,12 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
         let mut reply = match first.wait().await {
             Ok(r) if !needs_resend(&r) => r,
             // Moved, or a slot of it moving: again by the current topology, like EXEC.
-            _ => match send_group(&state, state.backend.routing(), None, &op, &keys, deadline).await {
+            Ok(_) => match send_group(&state, state.backend.routing(), None, &op, &keys, deadline).await {
                 Ok(r) => r,
                 Err(e) => return e,
             },
+            // The node may have run it (a timeout, a broken link): never twice, as EXEC.
+            Err(e) => return e.into(),
         };
         if is_noscript(&reply)
             && let Some(Kind::Script(s)) = &op.kind
