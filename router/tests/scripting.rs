@@ -108,44 +108,57 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
 }
 
 /// A script and a transaction each run whole: no other client's write lands in the middle of
-/// one (a reader sees the two keys always equal), across many concurrent runs.
+/// one. Scripts bump two keys through one router while transactions bump them through another
+/// (the node's other stream); readers on both, with a script and with MULTI/EXEC, always see
+/// the two keys equal. A script that let a transaction's INCR in between its own two (or the
+/// reverse) would show them apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_run_whole_among_concurrent_writers() {
     use redis::AsyncCommands;
-    let router = support::cluster().await;
-    let mut con = support::redis_conn(router.resp_addr).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, a, b, _) = two_routers(dir.path()).await;
+    let mut on_a = support::redis_conn(a.resp).await;
+    let mut on_b = support::redis_conn(b.resp).await;
     let bump = redis::Script::new(
         "local a = redis.call('incr', KEYS[1]) local b = redis.call('incr', KEYS[2]) return {a, b}",
     );
     let check = redis::Script::new("return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}");
     let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let mut con = con.clone();
-        let bump = bump.clone();
+    for writer in 0..4 {
+        let (mut con, bump) = (if writer % 2 == 0 { on_a.clone() } else { on_b.clone() }, bump.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..200 {
-                let (a, b): (i64, i64) =
-                    bump.key("{pair}a").key("{pair}b").invoke_async(&mut con).await.unwrap();
-                assert_eq!(a, b, "both keys moved together");
+                let (x, y): (i64, i64) = if writer % 2 == 0 {
+                    bump.key("{pair}a").key("{pair}b").invoke_async(&mut con).await.unwrap()
+                } else {
+                    redis::pipe()
+                        .atomic()
+                        .incr("{pair}a", 1)
+                        .incr("{pair}b", 1)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap()
+                };
+                assert_eq!(x, y, "both keys moved together");
             }
         }));
     }
     let mut reads = 0;
     while tasks.iter().any(|t| !t.is_finished()) && reads < 5_000 {
-        let (a, b): (Option<i64>, Option<i64>) =
-            check.key("{pair}a").key("{pair}b").invoke_async(&mut con).await.unwrap();
-        assert_eq!(a, b, "a reader never sees one increment without the other");
-        let (x, y): (Option<i64>, Option<i64>) = con.mget(&["{pair}a", "{pair}b"]).await.unwrap();
-        assert_eq!(x, y, "nor does MGET of the two keys (one node, one op batch)");
+        let (x, y): (Option<i64>, Option<i64>) =
+            check.key("{pair}a").key("{pair}b").invoke_async(&mut on_a).await.unwrap();
+        assert_eq!(x, y, "a script never sees one increment without the other");
+        let (x, y): (Option<i64>, Option<i64>) =
+            redis::pipe().atomic().get("{pair}a").get("{pair}b").query_async(&mut on_b).await.unwrap();
+        assert_eq!(x, y, "nor does a transaction");
         reads += 1;
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let total: i64 = con.get("{pair}a").await.unwrap();
+    let total: i64 = on_a.get("{pair}a").await.unwrap();
     assert_eq!(total, 800, "every increment counted once");
     assert!(reads > 0);
-    router.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
