@@ -248,5 +248,6 @@ async fn evictions_raise_evicted() {
     let (channel, key) = &sub.got[0];
     assert_eq!(channel, "__keyevent@0__:evicted");
     assert!(key == "victim" || key.starts_with("filler:") || key == "one-more", "{key}");
+    assert_eq!(c.cmd(&["EXISTS", key]).await, b":0\r\n", "the key the event names is gone");
     router.shutdown().await;
 }
