@@ -157,11 +157,7 @@ async fn wake_ups_match_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_queue_through_two_routers_loses_and_repeats_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
-    }
-    let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
     let a = support::router(&["--nodes", &list]).await;
     let b = support::router(&["--nodes", &list]).await;
     const JOBS: usize = 2000;

@@ -18,11 +18,7 @@ use support::pubsub::{Sub, in_order, publish_all};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_reach_subscribers_on_every_router_in_publish_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
-    }
-    let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
     let a = support::router(&["--nodes", &list]).await;
     let b = support::router(&["--nodes", &list]).await;
     support::pubsub::wait_links(&a).await;

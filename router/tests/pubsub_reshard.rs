@@ -170,11 +170,7 @@ async fn subscribers_on_two_routers_get_every_message_while_scaling_3_5_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_node_restart_its_channels_deliver_again() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
-    }
-    let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let (mut nodes, list) = NodeProc::start_many(dir.path(), 3).await;
     let router = support::router(&["--nodes", &list, "--deadline-ms", "500"]).await;
     wait_links(&router).await;
     // A channel on node 1 (the one restarted) and one on node 0.

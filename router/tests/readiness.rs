@@ -44,12 +44,8 @@ async fn wait_node_up(http: SocketAddr, want: &[f64]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_leaves_the_router_ready_and_its_other_keys_served() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &[]).await);
-    }
+    let (mut nodes, list) = NodeProc::start_many(dir.path(), 3).await;
     let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
-    let list = addrs.join(",");
     let router = RouterProc::start(dir.path(), "router", &["--nodes", &list, "--deadline-ms", "2000"]).await;
     wait_node_up(router.http, &[1.0, 1.0, 1.0]).await;
 

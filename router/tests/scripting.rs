@@ -28,14 +28,10 @@ fn keys_on(topology: &shoal_wire::Topology, id: u32, n: usize) -> Vec<String> {
 
 /// Three node processes and two routers in front of them.
 async fn two_routers(dir: &std::path::Path) -> (Vec<NodeProc>, RouterProc, RouterProc, shoal_wire::Topology) {
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        nodes.push(NodeProc::start(dir, &format!("node{i}"), &[]).await);
-    }
-    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
-    let list = addrs.join(",");
+    let (nodes, list) = NodeProc::start_many(dir, 3).await;
     let a = RouterProc::start(dir, "router-a", &["--nodes", &list]).await;
     let b = RouterProc::start(dir, "router-b", &["--nodes", &list]).await;
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
     (nodes, a, b, shoal_wire::Topology::even(&addrs))
 }
 
@@ -244,24 +240,7 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
             errors
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for n in [5, 2] {
-        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
-        support::wait_scaled(&mut admin, n).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut errors = Vec::new();
-    for c in clients {
-        errors.extend(c.await.unwrap());
-    }
-    assert!(errors.is_empty(), "script errors: {:?}", &errors[..errors.len().min(5)]);
-    let applied = applied.load(Ordering::Relaxed);
-    assert!(applied > 30, "scripts ran during the moves ({applied})");
-    let counted = support::counted_transfers(&mut admin, PAIRS, "script").await;
-    assert_eq!(counted as u64, applied, "every script that answered applied once, no other did");
-    let page = support::http_get(router.http_addr, "/metrics").await;
-    let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");
-    assert!(retries > 0.0, "scripts met moving slots and were sent again");
+    support::scale_during_transfers(&mut admin, router.http_addr, clients, &stop, &applied, PAIRS, "script")
+        .await;
     router.shutdown().await;
 }

@@ -276,25 +276,16 @@ async fn transactions_while_slots_move() {
             errors
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for n in [5, 2] {
-        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
-        support::wait_scaled(&mut admin, n).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut errors = Vec::new();
-    for c in clients {
-        errors.extend(c.await.unwrap());
-    }
-    assert!(errors.is_empty(), "EXEC errors: {:?}", &errors[..errors.len().min(5)]);
-    let applied = applied.load(Ordering::Relaxed);
-    assert!(applied > 30, "transactions ran during the moves ({applied})");
-    let counted = support::counted_transfers(&mut admin, PAIRS, "transaction").await;
-    assert_eq!(counted as u64, applied, "every EXEC that succeeded applied once, no other did");
-    let page = support::http_get(router.http_addr, "/metrics").await;
-    let retries = support::metric_sum(&page, "shoal_router_transaction_retries_total");
-    assert!(retries > 0.0, "transactions met moving slots and were sent again");
+    support::scale_during_transfers(
+        &mut admin,
+        router.http_addr,
+        clients,
+        &stop,
+        &applied,
+        PAIRS,
+        "transaction",
+    )
+    .await;
     router.shutdown().await;
 }
 

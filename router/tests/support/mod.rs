@@ -95,34 +95,32 @@ impl Raw {
 
     /// The next complete reply, or `None` if the server closed first. Waits at most 5 s.
     pub async fn reply(&mut self) -> Option<Vec<u8>> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(n) = frame_len(&self.buf) {
-                return Some(self.buf.drain(..n).collect());
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            self.buf.reserve(64 * 1024);
-            match tokio::time::timeout(left, self.stream.read_buf(&mut self.buf)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return None,
-                Ok(Ok(_)) => {}
-                Err(_) => panic!("no reply within 5 s; have {:?}", String::from_utf8_lossy(&self.buf)),
-            }
+        match self.read_frame(Duration::from_secs(5)).await {
+            Ok(reply) => reply,
+            Err(()) => panic!("no reply within 5 s; have {:?}", String::from_utf8_lossy(&self.buf)),
         }
     }
 
     /// The next complete reply if one arrives within `limit` (`None`: nothing did, or the
     /// server closed).
     pub async fn reply_within(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        self.read_frame(limit).await.ok().flatten()
+    }
+
+    /// The next complete reply within `limit`: `Ok(None)` if the server closed first, `Err` if
+    /// `limit` passed.
+    async fn read_frame(&mut self, limit: Duration) -> Result<Option<Vec<u8>>, ()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(n) = frame_len(&self.buf) {
-                return Some(self.buf.drain(..n).collect());
+                return Ok(Some(self.buf.drain(..n).collect()));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             self.buf.reserve(64 * 1024);
             match tokio::time::timeout(left, self.stream.read_buf(&mut self.buf)).await {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
                 Ok(Ok(_)) => {}
+                Err(_) => return Err(()),
             }
         }
     }
@@ -311,4 +309,40 @@ pub async fn counted_transfers(c: &mut Raw, pairs: usize, what: &str) -> i64 {
         counted += values[2];
     }
     counted
+}
+
+/// Scales the embedded cluster behind `admin` to 5 nodes and then to 2 while `clients` transfer
+/// between the pairs (see [`transfer_pairs`]; each returns the errors it met), stops them, and
+/// checks: no client saw an error, more than 30 transfers were applied during the moves, each
+/// exactly once (the pairs' counts), and the router (`http`) sent groups again because they met
+/// moving slots. `what` names the unit of work in the messages.
+pub async fn scale_during_transfers(
+    admin: &mut Raw,
+    http: SocketAddr,
+    clients: Vec<tokio::task::JoinHandle<Vec<String>>>,
+    stop: &std::sync::atomic::AtomicBool,
+    applied: &std::sync::atomic::AtomicU64,
+    pairs: usize,
+    what: &str,
+) {
+    use std::sync::atomic::Ordering;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        wait_scaled(admin, n).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut errors = Vec::new();
+    for c in clients {
+        errors.extend(c.await.unwrap());
+    }
+    assert!(errors.is_empty(), "{what} errors: {:?}", &errors[..errors.len().min(5)]);
+    let applied = applied.load(Ordering::Relaxed);
+    assert!(applied > 30, "{what}s ran during the moves ({applied})");
+    let counted = counted_transfers(admin, pairs, what).await;
+    assert_eq!(counted as u64, applied, "every {what} that succeeded applied once, no other did");
+    let page = http_get(http, "/metrics").await;
+    let retries = metric_sum(&page, "shoal_router_transaction_retries_total");
+    assert!(retries > 0.0, "{what}s met moving slots and were sent again");
 }

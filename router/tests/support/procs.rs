@@ -99,6 +99,16 @@ impl NodeProc {
         NodeProc::start_at(dir, name, &format!("127.0.0.1:{}", free_port()), args).await
     }
 
+    /// `n` plain nodes (`node0`, `node1`, ...) and their addresses as a `--nodes` list.
+    pub async fn start_many(dir: &Path, n: usize) -> (Vec<NodeProc>, String) {
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            nodes.push(NodeProc::start(dir, &format!("node{i}"), &[]).await);
+        }
+        let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+        (nodes, list)
+    }
+
     /// Like [`NodeProc::start`], on a given address (a node restarting where it was).
     pub async fn start_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> NodeProc {
         let addr = addr.to_string();
