@@ -25,6 +25,15 @@ DOCS = Path(os.environ.get("SHOAL_BENCH_DOCS") or REPO / "docs/benchmarks.md")
 _procs = []
 
 
+def resp_encode(*args):
+    """A command as a RESP array of bulk strings (str arguments are UTF-8 encoded)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
 def say(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
@@ -89,6 +98,16 @@ def start_shoal(router_bin, name, extra=(), unix_socket=None, cpus=None):
     p = start(name, argv + list(extra), cpus=cpus)
     wait_port(resp)
     return p, resp, http
+
+
+def shoal_vs_redis():
+    """Shoal (a router on one worker thread, its embedded nodes) and one redis-server, both pinned
+    to the server CPUs: {name: (port, [pids])}."""
+    _, router_bin = binaries()
+    shoal, shoal_port, _ = start_shoal(router_bin, "shoal", extra=["--threads", "1"], cpus=SERVER_CPUS)
+    redis_port = free_port()
+    redis = redis_server(redis_port, cpus=SERVER_CPUS)
+    return {"shoal": (shoal_port, [shoal.pid]), "redis": (redis_port, [redis.pid])}
 
 
 def stop_all():

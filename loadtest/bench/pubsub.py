@@ -41,20 +41,13 @@ PAYLOAD = b"m" * 32
 PROBES_PER_ROUTER = 5
 
 
-def encode(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-FRAME = encode(b"message", CHANNEL, PAYLOAD)  # a message push in RESP2 is a 3-element array
+FRAME = common.resp_encode(b"message", CHANNEL, PAYLOAD)  # a message push in RESP2 is a 3-element array
 
 
 def subscribe(port):
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(encode(b"SUBSCRIBE", CHANNEL))
+    s.sendall(common.resp_encode(b"SUBSCRIBE", CHANNEL))
     got = b""
     while not got.endswith(b":1\r\n"):
         chunk = s.recv(4096)
@@ -73,7 +66,7 @@ def wait_subscribers(port, n):
     end = time.time() + 30
     with socket.create_connection(("127.0.0.1", port)) as s:
         while time.time() < end:
-            s.sendall(encode(b"PUBSUB", b"NUMSUB", CHANNEL))
+            s.sendall(common.resp_encode(b"PUBSUB", b"NUMSUB", CHANNEL))
             if s.recv(256) == want:
                 return
             time.sleep(0.05)
@@ -228,7 +221,7 @@ def publish_timed(ports, n, rate):
         while time.perf_counter() < due:
             time.sleep(0.0001)
         s = pubs[i % len(pubs)]
-        s.sendall(encode(b"PUBLISH", CHANNEL, b"t:%d" % time.monotonic_ns()))
+        s.sendall(common.resp_encode(b"PUBLISH", CHANNEL, b"t:%d" % time.monotonic_ns()))
         reply = s.recv(64)
         if not reply.startswith(b":"):
             sys.exit(f"[bench] PUBLISH answered {reply!r}")

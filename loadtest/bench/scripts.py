@@ -57,11 +57,7 @@ def main():
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     pipelines = [int(p) for p in args.pipelines.split(",")]
-    _, router_bin = common.binaries()
-    shoal, shoal_port, _ = common.start_shoal(router_bin, "shoal", extra=["--threads", "1"], cpus=common.SERVER_CPUS)
-    redis_port = common.free_port()
-    redis = common.redis_server(redis_port, cpus=common.SERVER_CPUS)
-    targets = {"shoal": (shoal_port, [shoal.pid]), "redis": (redis_port, [redis.pid])}
+    targets = common.shoal_vs_redis()
     shas = {name: load(port) for name, (port, _) in targets.items()}
     if len(set(shas.values())) != 1:
         sys.exit(f"[bench] the targets name the script differently: {shas}")

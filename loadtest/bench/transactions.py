@@ -24,17 +24,10 @@ import common
 VALUE = b"v" * 16
 
 
-def encode(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
 def transaction(c):
     a, b = b"{tx:%d}a" % c, b"{tx:%d}b" % c
-    request = (encode(b"MULTI") + encode(b"SET", a, VALUE) + encode(b"SET", b, VALUE) + encode(b"GET", a)
-               + encode(b"EXEC"))
+    commands = [(b"MULTI",), (b"SET", a, VALUE), (b"SET", b, VALUE), (b"GET", a), (b"EXEC",)]
+    request = b"".join(common.resp_encode(*c) for c in commands)
     reply = b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n+OK\r\n+OK\r\n$%d\r\n%s\r\n" % (len(VALUE), VALUE)
     return request, reply
 
@@ -91,11 +84,7 @@ def main():
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
-    _, router_bin = common.binaries()
-    shoal, shoal_port, _ = common.start_shoal(router_bin, "shoal", extra=["--threads", "1"], cpus=common.SERVER_CPUS)
-    redis_port = common.free_port()
-    redis = common.redis_server(redis_port, cpus=common.SERVER_CPUS)
-    targets = {"shoal": (shoal_port, [shoal.pid]), "redis": (redis_port, [redis.pid])}
+    targets = common.shoal_vs_redis()
     if common.CLIENT_CPUS is not None:
         import os
         os.sched_setaffinity(0, {int(common.CLIENT_CPUS)})

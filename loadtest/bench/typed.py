@@ -56,14 +56,6 @@ BENCH_KEYS = ["mylist", "myset", "myhash", "myzset"]  # what redis-benchmark wri
 PROBE_KEYS = ["probe:list", "probe:set", "probe:hash", "probe:zset"]
 
 
-def resp_encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
 def resp_read(f):
     """One reply from the file `f`; an error reply comes back as ("ERR", text)."""
     line = f.readline()
@@ -88,7 +80,7 @@ def call(port, cmd):
     """Sends one command on a fresh connection; returns (ok, reply or error text)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(resp_encode(cmd))
+            s.sendall(common.resp_encode(*cmd))
             reply = resp_read(s.makefile("rb"))
     except (OSError, ConnectionError) as e:
         return False, f"no reply ({e})"

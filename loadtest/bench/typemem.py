@@ -38,7 +38,7 @@ def datasets(n, small):
                 args = [cmd, key]
                 for i in range(start, min(start + BATCH, n)):
                     args += part(i)
-                f.write(encode(args))
+                f.write(common.resp_encode(*args))
                 count += 1
             return count
         return gen
@@ -49,7 +49,7 @@ def datasets(n, small):
             for j in range(SMALL_FIELDS):
                 i = k * SMALL_FIELDS + j
                 args += ["field:%08d" % i, "v%08d" % i]
-            f.write(encode(args))
+            f.write(common.resp_encode(*args))
         return small
 
     return [
@@ -64,14 +64,6 @@ def datasets(n, small):
         ("small-hashes", f"{small:,} hashes of {SMALL_FIELDS} fields", small * SMALL_FIELDS, smalls,
          [(["HLEN", "hash:%08d" % 0], SMALL_FIELDS), (["HLEN", "hash:%08d" % (small - 1)], SMALL_FIELDS)]),
     ]
-
-
-def encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def cli(port, *args):
