@@ -83,7 +83,7 @@ impl Nodes for GrpcNodes {
 
     async fn progress(&self, node: &NodeInfo) -> Result<(u64, Vec<MigrationProgress>), String> {
         let mut c = client::connect(&node.addr, &ClientOptions::admin()).await.map_err(|e| e.to_string())?;
-        let s = c.stats(StatsRequest {}).await.map_err(|s| s.message().to_string())?.into_inner();
+        let s = c.stats(StatsRequest::default()).await.map_err(|s| s.message().to_string())?.into_inner();
         Ok((s.topology_version, s.migrations))
     }
 }

@@ -63,6 +63,21 @@ pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Durati
                 .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
                 .map(|(r, _)| r.clone())
         };
+        // A lossless hand-over (SHOAL FAILOVER, a primary's SIGTERM): once committed, promote the
+        // replica it names (it has acked everything); while the primary waits for one to catch
+        // up, leave the shard alone (it is paused, not stale).
+        if let Some(s) = &primary.stats {
+            if !s.handover_to.is_empty() && shard.replicas.contains(&s.handover_to) {
+                return Some(Decision {
+                    topology: t.promote(shard.id, &s.handover_to)?,
+                    shard: shard.id,
+                    reason: format!("primary {} handed over to replica {}", shard.addr, s.handover_to),
+                });
+            }
+            if s.handing_over {
+                continue;
+            }
+        }
         match &primary.stats {
             None if primary.down_for >= down_after => {
                 if let Some(r) = best(None) {
@@ -167,8 +182,13 @@ pub async fn watch<R: Registry>(
                     Some(c) => c,
                     None => client::connect(addr, &probe).await.ok()?,
                 };
-                let s =
-                    tokio::time::timeout(probe.connect_timeout, c.stats(StatsRequest {})).await.ok()?.ok()?;
+                let s = tokio::time::timeout(
+                    probe.connect_timeout,
+                    c.stats(StatsRequest { failover_writer: true }),
+                )
+                .await
+                .ok()?
+                .ok()?;
                 Some((c, s.into_inner()))
             }
         });
@@ -190,6 +210,19 @@ pub async fn watch<R: Registry>(
             };
             health.insert(addr.clone(), h);
         }
+        // A member that missed a version (stopped, partitioned, or on a topology source that
+        // lags) is brought up to date: a returning old primary learns it is a replica now.
+        let lagging: Vec<String> = members
+            .iter()
+            .filter(|a| {
+                health.get(*a).and_then(|h| h.stats.as_ref()).is_some_and(|s| s.topology_version < t.version)
+            })
+            .cloned()
+            .collect();
+        if !lagging.is_empty() {
+            tracing::info!(version = t.version, members = ?lagging, "failover: offering the topology to members behind it");
+            offer(&clients, &lagging, &t, options.probe_timeout).await;
+        }
         let Some(decision) = decide(&t, &health, options.down_after) else { continue };
         if let Err(e) = registry.publish(&decision.topology).await {
             tracing::warn!(error = %e, "failover: could not publish");
@@ -197,19 +230,21 @@ pub async fn watch<R: Registry>(
         }
         tracing::warn!(version = decision.topology.version, shard = decision.shard, reason = %decision.reason, "failover");
         // Offered at once (nodes also follow the registry): the new primary serves now.
-        let doc = TopologyDoc { json: decision.topology.to_json() };
-        let limit = options.probe_timeout;
-        let offers = members.iter().map(|addr| {
-            let (doc, cached) = (doc.clone(), clients.get(addr).cloned());
-            async move {
-                if let Some(mut c) = cached {
-                    let _ = tokio::time::timeout(limit, c.update_topology(doc)).await;
-                }
-            }
-        });
-        join_all(offers).await;
+        offer(&clients, &members, &decision.topology, options.probe_timeout).await;
         on_decision(&decision);
     }
+}
+
+/// Offers `t` to `members` (those with a client), each call bounded by `limit`.
+async fn offer(clients: &HashMap<String, client::Client>, members: &[String], t: &Topology, limit: Duration) {
+    let doc = TopologyDoc { json: t.to_json() };
+    let offers = members.iter().filter_map(|addr| clients.get(addr).cloned()).map(|mut c| {
+        let doc = doc.clone();
+        async move {
+            let _ = tokio::time::timeout(limit, c.update_topology(doc)).await;
+        }
+    });
+    join_all(offers).await;
 }
 
 #[cfg(test)]
@@ -271,6 +306,26 @@ mod tests {
         assert_eq!(decide(&cluster(), &h, DOWN).unwrap().topology.nodes[0].addr, "r0b");
         h.remove("r0b");
         assert_eq!(decide(&cluster(), &h, DOWN), None, "no usable replica: wait for the primary");
+    }
+
+    #[test]
+    fn a_hand_over_promotes_the_replica_it_committed_to_and_is_left_alone_before() {
+        let mut h = healthy();
+        // Paused, waiting for a replica: fenced-looking, but neither confirmed nor replaced.
+        let mut paused = stats("master", "run-p0", 10, true, false, "");
+        paused.stats.as_mut().unwrap().handing_over = true;
+        h.insert("p0".into(), paused.clone());
+        assert_eq!(decide(&cluster(), &h, DOWN), None);
+        // Committed to the less advanced replica (the one asked for): that one is promoted.
+        paused.stats.as_mut().unwrap().handover_to = "r0b".into();
+        h.insert("p0".into(), paused.clone());
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!((d.shard, d.topology.nodes[0].addr.as_str()), (0, "r0b"));
+        assert_eq!(d.topology.nodes[0].replicas, vec!["r0a".to_string(), "p0".to_string()]);
+        // A name that is not a replica of the shard is ignored (and the pause respected).
+        paused.stats.as_mut().unwrap().handover_to = "p1".into();
+        h.insert("p0".into(), paused);
+        assert_eq!(decide(&cluster(), &h, DOWN), None);
     }
 
     #[test]

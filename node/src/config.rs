@@ -180,6 +180,18 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_LUA_MEMORY_LIMIT", default_value = "256mb", value_parser = parse_memory)]
     pub lua_memory_limit: u64,
 
+    /// A primary with replicas that did not run for this many milliseconds (SIGSTOP, a frozen VM,
+    /// starvation) stops serving until the failover writer confirms it, since a replica may have
+    /// been promoted meanwhile (0: never). Keep it below the writer's --down-after-ms.
+    #[arg(long, env = "SHOAL_NODE_STALL_FENCE_MS", default_value_t = 500)]
+    pub stall_fence_ms: u64,
+
+    /// On SIGTERM, a primary with replicas first hands its shard over to a caught-up replica
+    /// (when a failover writer is watching), then answers for this many milliseconds more, so
+    /// routers learn of the switch before it stops.
+    #[arg(long, env = "SHOAL_NODE_HANDOVER_LINGER_MS", default_value_t = 1000)]
+    pub handover_linger_ms: u64,
+
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,

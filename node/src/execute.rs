@@ -148,6 +148,8 @@ const GATE_RETRY: Duration = Duration::from_millis(1);
 impl Running {
     fn start(state: &NodeState, batch: Batch) -> Running {
         state.metrics.record_batch(batch.ops.len());
+        // Before the view is taken: a process that was stopped fences itself first.
+        state.membership.check_stall();
         Running {
             id: batch.id,
             version: batch.topology_version,

@@ -173,6 +173,8 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         migrate_rate: args.migrate_rate,
         lua_memory_limit: usize::try_from(args.lua_memory_limit).unwrap_or(usize::MAX),
         busy_reply_threshold: args.busy_reply_threshold,
+        stall_fence: Duration::from_millis(args.stall_fence_ms),
+        handover_linger: Duration::from_millis(args.handover_linger_ms),
         ..Default::default()
     };
     let state =

@@ -197,6 +197,11 @@ pub struct Membership {
     /// primary with replicas; then the version it must see exceeded before it serves (the
     /// failover writer's confirmation, or a promotion of a replica instead); 0 once serving.
     fence_through: AtomicU64,
+    /// Stall detection (`check_stall`): when the ticker last ran (ms since `started`), and how
+    /// long a gap fences a primary with replicas (0: never).
+    started: std::time::Instant,
+    last_tick: AtomicU64,
+    stall_fence_ms: AtomicU64,
 }
 
 /// `fence_through` before any topology: the process has just started.
@@ -234,6 +239,9 @@ impl Membership {
             versions: tokio::sync::watch::channel(0).0,
             replication: Arc::default(),
             fence_through: AtomicU64::new(BOOT),
+            started: std::time::Instant::now(),
+            last_tick: AtomicU64::new(0),
+            stall_fence_ms: AtomicU64::new(0),
         });
         if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match shoal_wire::topology_file::read(&copy) {
@@ -305,6 +313,10 @@ impl Membership {
     fn unfenced(&self, version: u64, has_replicas: bool, primary: bool) -> bool {
         if !primary {
             self.fence_through.store(0, Ordering::SeqCst);
+            return false;
+        }
+        if self.replication.handing_over() {
+            // Paused for a hand-over: only the topology that promotes the replica ends it.
             return false;
         }
         if !has_replicas {
@@ -409,7 +421,26 @@ impl Membership {
         if primary {
             self.replication.stop_following();
             self.start_pulls(id, &t);
-        } else if let (Some(me), Some(p)) = (self.listen.clone(), t.node(id).map(|n| n.addr.clone()))
+        } else if self.replication.handing_over() || self.replication.exiting() {
+            // The hand-over's switch: done. A process on its way out follows nobody.
+            self.replication.end_handover();
+            if self.replication.exiting() {
+                self.replication.stop_following();
+            } else {
+                self.follow_primary(id, &t);
+            }
+        } else {
+            self.follow_primary(id, &t);
+        }
+        if dropped > 0 || settled {
+            self.purge.notify_one();
+        }
+        t.version
+    }
+
+    /// A replica of shard `id` in `t`: follows its primary (a new follower if the primary changed).
+    fn follow_primary(&self, id: u32, t: &Topology) {
+        if let (Some(me), Some(p)) = (self.listen.clone(), t.node(id).map(|n| n.addr.clone()))
             && let Some(generation) = self.replication.follow(&p)
         {
             // A replica's data arrives from its primary (imports included), never from pulls.
@@ -421,10 +452,97 @@ impl Membership {
                 generation,
             ));
         }
-        if dropped > 0 || settled {
-            self.purge.notify_one();
+    }
+
+    /// This process's shard in the topology served, if it is its primary: (version, shard, whether
+    /// the shard has replicas).
+    pub fn primary_of(&self) -> Option<(u64, u32, bool)> {
+        let view = self.view();
+        let t = view.topology.as_ref()?;
+        match self.place(t)? {
+            (id, true) => Some((t.version, id, t.node(id).is_some_and(|n| !n.replicas.is_empty()))),
+            _ => None,
         }
-        t.version
+    }
+
+    /// Installs the topology served again with `serving` set (a pause or a resume at the same
+    /// version, if `at_version` is still the one served), this process being its shard's primary;
+    /// returns the version, or None if nothing was installed. Batches checked against the view
+    /// replaced may still be applying: [`wait_for_retired_views`](Self::wait_for_retired_views).
+    fn reserve(&self, serving: bool, at_version: Option<u64>) -> Option<u64> {
+        let _serial = self.adopting.lock();
+        let old = self.view();
+        let t = old.topology.clone()?;
+        if at_version.is_some_and(|v| v != t.version) || old.serving() == serving {
+            return None;
+        }
+        let (id, true) = self.place(&t)? else { return None };
+        *self.view.write() = Arc::new(NodeView::with_serving(id, t.clone(), serving));
+        self.retired.lock().push(Arc::downgrade(&old));
+        Some(t.version)
+    }
+
+    /// Stops serving ops (they get `moved` with the same version; routers retry) for a hand-over.
+    pub fn pause(&self) -> Option<u64> {
+        self.reserve(false, None)
+    }
+
+    /// Serves again after a pause, if the topology is still `version`.
+    pub fn resume(&self, version: u64) -> bool {
+        self.reserve(true, Some(version)).is_some()
+    }
+
+    /// Fences a primary with replicas after a stall: `stall_fence` long without the ticker
+    /// running means the process was stopped (SIGSTOP, a frozen VM) or starved, long enough that
+    /// the failover writer may have promoted a replica meanwhile. Routers that have not heard of
+    /// that yet would still send writes here, which the resync to the new primary would then
+    /// undo; so, as after a restart, the writer must confirm this node (or have replaced it)
+    /// before it serves again. Called before each batch takes its view, and by the ticker, so
+    /// whichever runs first after the gap fences.
+    pub fn check_stall(&self) {
+        let limit = self.stall_fence_ms.load(Ordering::Relaxed);
+        let last = self.last_tick.load(Ordering::SeqCst);
+        if limit == 0 || last == 0 {
+            return;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        let gap = now.saturating_sub(last);
+        if gap <= limit {
+            return;
+        }
+        // Fence first, then move the tick on: every caller that saw the gap returns only once the
+        // fenced view is in place (installs are serialized), so no batch takes the old view.
+        if let Some((version, _, true)) = self.primary_of()
+            && self.reserve(false, Some(version)).is_some()
+        {
+            self.fence_through.store(version, Ordering::SeqCst);
+            tracing::warn!(
+                gap_ms = gap,
+                version,
+                "this process did not run for a while: fenced until the failover writer confirms it"
+            );
+        }
+        self.last_tick.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Runs the stall ticker (see [`check_stall`](Self::check_stall)) until `stop` resolves;
+    /// `limit` 0 turns stall fencing off.
+    pub async fn run_ticker(self: Arc<Self>, limit: Duration, stop: impl std::future::Future<Output = ()>) {
+        if limit.is_zero() {
+            return;
+        }
+        self.stall_fence_ms.store(limit.as_millis() as u64, Ordering::Relaxed);
+        let mut tick = tokio::time::interval((limit / 10).max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = &mut stop => return,
+            }
+            self.check_stall();
+            self.last_tick.fetch_max(self.started.elapsed().as_millis().max(1) as u64, Ordering::SeqCst);
+        }
     }
 
     fn save_copy(&self, t: &Topology) {
@@ -622,5 +740,45 @@ mod tests {
         assert_eq!(store.get(key.as_bytes()), None, "the stale value must not come back");
         assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0, 0)]), 1, "the pulled copy is taken");
         assert_eq!(store.get(key.as_bytes()).as_deref(), Some(&b"new"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_primary_with_replicas_fences_itself_after_a_stall_until_a_newer_version() {
+        use crate::store::{StoreConfig, SystemClock};
+        let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+        let node = Membership::new(None, Some("127.0.0.1:1".into()), store, None);
+        let mut t = Topology::even(&["127.0.0.1:1".into()]);
+        t.nodes[0].replicas = vec!["127.0.0.1:2".into()];
+        t.version = 1;
+        node.adopt(t.clone());
+        assert!(node.fenced(), "started as a primary with replicas");
+        t.version = 2;
+        node.adopt(t.clone());
+        assert!(node.view().serving(), "confirmed");
+        node.stall_fence_ms.store(100, Ordering::Relaxed);
+        let tick = |node: &Membership| {
+            node.last_tick.store(node.started.elapsed().as_millis() as u64 + 1, Ordering::SeqCst)
+        };
+        tick(&node);
+        node.check_stall();
+        assert!(node.view().serving(), "no gap yet");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        node.check_stall();
+        assert!(!node.view().serving() && node.fenced(), "a gap over the limit fences");
+        assert_eq!(node.view().check(0, 2), Err(2), "ops get `moved` at the same version");
+        node.check_stall();
+        assert!(node.fenced(), "still fenced: only a newer version ends it");
+        t.version = 3;
+        node.adopt(t.clone());
+        assert!(node.view().serving(), "the failover writer's confirmation");
+
+        // Without replicas there is nothing to fear from a stall: no fence.
+        t.nodes[0].replicas.clear();
+        t.version = 4;
+        node.adopt(t);
+        tick(&node);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        node.check_stall();
+        assert!(node.view().serving());
     }
 }

@@ -37,6 +37,13 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
 }
 
+/// Below the failover writer's default down-after (1 s): a primary stopped long enough to be
+/// replaced has fenced itself by the time it runs again.
+pub const DEFAULT_STALL_FENCE: Duration = Duration::from_millis(500);
+/// Routers on a topology file see a switch within its 200 ms poll; the rest learn it from the
+/// `moved` replies sent meanwhile.
+pub const DEFAULT_HANDOVER_LINGER: Duration = Duration::from_millis(1000);
+
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// How often the active expiry task runs.
@@ -58,6 +65,12 @@ pub struct ServeOptions {
     /// Scripts: the Lua VM's memory limit and Redis's busy-reply-threshold (ms).
     pub lua_memory_limit: usize,
     pub busy_reply_threshold: u64,
+    /// A primary with replicas that did not run for this long fences itself until the failover
+    /// writer confirms it (`Membership::check_stall`; zero: never).
+    pub stall_fence: Duration,
+    /// After handing its shard over on SIGTERM, how long a primary keeps answering (`moved`)
+    /// before it stops.
+    pub handover_linger: Duration,
 }
 
 impl Default for ServeOptions {
@@ -73,6 +86,8 @@ impl Default for ServeOptions {
             migrate_rate: DEFAULT_MIGRATE_RATE,
             lua_memory_limit: crate::script::DEFAULT_MEMORY_LIMIT,
             busy_reply_threshold: crate::script::DEFAULT_BUSY_MS,
+            stall_fence: DEFAULT_STALL_FENCE,
+            handover_linger: DEFAULT_HANDOVER_LINGER,
         }
     }
 }
@@ -98,6 +113,12 @@ pub async fn run(
             let _ = stop.wait_for(|s| *s).await;
         }));
     }
+    {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(state.membership.clone().run_ticker(options.stall_fence, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    }
     if let Some(path) = options.topology_file.clone() {
         let mut stop = stop_rx.clone();
         tokio::spawn(state.membership.clone().watch_file(path, Duration::from_millis(200), async move {
@@ -110,8 +131,12 @@ pub async fn run(
             let _ = stop.wait_for(|s| *s).await;
         }));
     }
+    let membership = state.membership.clone();
+    let linger = options.handover_linger;
     let signal = async move {
         shutdown.await;
+        // A primary with replicas hands its shard over first (lossless, no client error).
+        crate::replication::handover::before_exit(&membership, linger).await;
         tracing::info!(%addr, "node shutting down: finishing in-flight batches");
         health.set_not_serving::<NodeServer<NodeService>>().await;
         let _ = stop_tx.send(true);

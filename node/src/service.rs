@@ -110,6 +110,8 @@ impl NodeState {
             run_id: repl.run_id.clone(),
             repl_offset: if replica { link.offset } else { self.store.events.changes.end() },
             fenced: self.membership.fenced(),
+            handing_over: repl.handing_over(),
+            handover_to: repl.handover_to(),
             primary_addr: link.primary_addr,
             primary_run_id: link.primary_run_id,
             synced: link.synced,
@@ -271,6 +273,7 @@ impl Node for NodeService {
         let store = &self.state.store;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let version = req.topology_version;
+        self.state.membership.check_stall();
         let id =
             match crate::ops::block_or_queue(store, &self.state.membership.view(), version, op.clone(), tx) {
                 Ok(reply) => return Ok(Response::new(reply)),
@@ -327,7 +330,10 @@ impl Node for NodeService {
         Ok(Response::new(answer))
     }
 
-    async fn stats(&self, _request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
+    async fn stats(&self, request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
+        if request.get_ref().failover_writer {
+            self.state.membership.replication.saw_writer();
+        }
         Ok(Response::new(self.state.stats()))
     }
 
@@ -413,6 +419,26 @@ impl Node for NodeService {
         )
         .await;
         Ok(Response::new(proto::WaitReply { replicas }))
+    }
+
+    async fn handover(
+        &self,
+        request: Request<proto::HandoverRequest>,
+    ) -> Result<Response<proto::HandoverReply>, Status> {
+        use crate::replication::handover::{self, HandoverError};
+        let req = request.into_inner();
+        let timeout = match req.timeout_ms {
+            0 => handover::DEFAULT_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        let replica = (!req.replica.is_empty()).then_some(req.replica.as_str());
+        match handover::run(&self.state.membership, replica, timeout).await {
+            Ok(s) => Ok(Response::new(proto::HandoverReply { version: s.version, primary: s.primary })),
+            Err(e @ (HandoverError::NotCaughtUp(_) | HandoverError::NotSwitched(..))) => {
+                Err(Status::deadline_exceeded(e.to_string()))
+            }
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
     }
 
     async fn export_slots(&self, request: Request<ExportRequest>) -> Result<Response<ExportStream>, Status> {

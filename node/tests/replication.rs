@@ -81,7 +81,7 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     let v1 = topology(1, &primary, &[&replica]);
     offer(&v1, &[&primary, &replica]).await;
     assert!(matches!(get(&mut p, 1, "old:1").await, reply::Kind::Moved(1)), "fenced primary refuses ops");
-    let stats = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    let stats = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert!(stats.fenced && stats.role == "master");
     let mut v2 = v1.clone();
     v2.version = 2;
@@ -126,11 +126,11 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     // The primary's expiry reaches the replica as a removal.
     until("the expiry", || state(&primary, "short").is_none() && state(&replica, "short").is_none()).await;
 
-    let stats = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    let stats = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(stats.replicas.len(), 1);
     assert_eq!(stats.replicas[0].addr, replica.addr.to_string());
     let mut r = connect(&replica.addr.to_string()).await;
-    let rstats = r.stats(StatsRequest {}).await.unwrap().into_inner();
+    let rstats = r.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(rstats.role, "slave");
     assert_eq!(rstats.primary_addr, primary.addr.to_string());
     assert_eq!(rstats.primary_run_id, stats.run_id);
@@ -159,7 +159,7 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     set(&mut r, 3, "promoted", "yes").await;
     assert_eq!(wait_replicas(&mut r, 1, 5000).await, 1, "the old primary follows the new one");
     until("the old primary's copy", || state(&primary, "promoted").is_some()).await;
-    let old = p.stats(StatsRequest {}).await.unwrap().into_inner();
+    let old = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((old.role.as_str(), old.primary_addr.as_str()), ("slave", replica.addr.to_string().as_str()));
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
@@ -191,4 +191,81 @@ async fn wait_counts_only_replicas_that_have_every_change() {
     set(&mut p, 2, "after", "v").await;
     assert_eq!(wait_replicas(&mut p, 1, 300).await, 0);
     primary.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_without_loss() {
+    let (primary, replica) = (start().await, start().await);
+    let (paddr, raddr) = (primary.addr.to_string(), replica.addr.to_string());
+    let mut p = connect(&paddr).await;
+    let mut t = topology(1, &primary, &[&replica]);
+    offer(&t, &[&primary, &replica]).await;
+    t.version = 2;
+    offer(&t, &[&primary, &replica]).await;
+    until("the full sync", || replica.state.membership.replication.synced()).await;
+    for i in 0..1000 {
+        set(&mut p, 2, &format!("k{i}"), "v").await;
+    }
+    let handover = |replica: &str, timeout_ms| shoal_wire::proto::HandoverRequest {
+        replica: replica.to_string(),
+        timeout_ms,
+    };
+
+    // Without a failover writer watching, nothing pauses.
+    let refused = p.handover(handover("", 1000)).await.expect_err("no writer");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(refused.message().contains("no failover writer"), "{}", refused.message());
+    assert!(matches!(set(&mut p, 2, "still", "serving").await, reply::Kind::Ok(_)));
+
+    // A writer probes; a hand-over to a replica that is not connected gives up at its deadline,
+    // and the primary serves again.
+    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    let started = Instant::now();
+    let late = p.handover(handover("127.0.0.1:1", 300)).await.expect_err("never caught up");
+    assert_eq!(late.code(), tonic::Code::DeadlineExceeded, "{}", late.message());
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    assert!(matches!(set(&mut p, 2, "after-abandon", "v").await, reply::Kind::Ok(_)), "serving again");
+    let s = p.stats(StatsRequest::default()).await.unwrap().into_inner();
+    assert!(!s.handing_over && s.handover_to.is_empty() && !s.fenced);
+
+    // The real one: runs until a writer switches; meanwhile ops get `moved` (routers retry).
+    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    let call = tokio::spawn({
+        let mut p = p.clone();
+        let req = handover(&raddr, 5000);
+        async move { p.handover(req).await }
+    });
+    let committed = loop {
+        let s = p.stats(StatsRequest::default()).await.unwrap().into_inner();
+        if !s.handover_to.is_empty() {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(committed.handover_to, raddr);
+    assert!(committed.handing_over && committed.fenced);
+    assert!(matches!(set(&mut p, 2, "paused", "v").await, reply::Kind::Moved(2)), "paused: no write lands");
+    // Committed means caught up: the replica holds every acknowledged write already.
+    assert_eq!(replica.state.store.len(), primary.state.store.len());
+    for key in ["k0", "k999", "still", "after-abandon"] {
+        assert_eq!(state(&replica, key), state(&primary, key), "key {key}");
+    }
+    assert!(state(&replica, "paused").is_none());
+    // Acting as the failover writer: promote the replica it committed to.
+    let v3 = t.promote(0, &raddr).unwrap();
+    offer(&v3, &[&replica, &primary]).await;
+    let done = call.await.unwrap().expect("the hand-over finishes").into_inner();
+    assert_eq!((done.version, done.primary.as_str()), (3, raddr.as_str()));
+    let mut r = connect(&raddr).await;
+    assert!(matches!(get(&mut r, 3, "k999").await, reply::Kind::Value(v) if v == "v"));
+    assert!(matches!(set(&mut p, 3, "old", "x").await, reply::Kind::Moved(3)));
+    set(&mut r, 3, "new", "primary").await;
+    assert_eq!(wait_replicas(&mut r, 1, 5000).await, 1, "the old primary follows the new one");
+    let old = p.stats(StatsRequest::default()).await.unwrap().into_inner();
+    assert_eq!((old.role.as_str(), old.handing_over, old.handover_to.as_str()), ("slave", false, ""));
+    // A replica cannot hand anything over.
+    let not = p.handover(handover("", 100)).await.expect_err("a replica");
+    assert_eq!(not.code(), tonic::Code::FailedPrecondition);
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
 }

@@ -52,7 +52,7 @@ async fn batches_are_answered_in_order_on_one_stream() {
     assert_eq!(second.id, 2);
     assert_eq!(second.replies[0].kind, Some(reply::Kind::Value(Bytes::from("2"))));
     assert!(matches!(second.replies[1].kind, Some(reply::Kind::Nil(_))));
-    let stats = client.stats(StatsRequest {}).await.unwrap().into_inner();
+    let stats = client.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((stats.keys, stats.ops, stats.batches), (2, 5, 2));
     node.shutdown().await.unwrap();
 }

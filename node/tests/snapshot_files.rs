@@ -99,7 +99,7 @@ async fn damaged_files_are_quarantined_or_salvaged_never_deleted_or_kept() {
     assert_eq!(quarantined(&all, &b), Some(&truncated));
     assert_eq!(quarantined(&all, &c), Some(&Vec::new()));
     assert_eq!(quarantined(&all, &r), Some(&random));
-    let stats = client.stats(StatsRequest {}).await.unwrap().into_inner();
+    let stats = client.stats(StatsRequest::default()).await.unwrap().into_inner();
     let info = stats.snapshot.unwrap();
     for name in [&a, &b, &c, &r] {
         assert!(info.last_error.contains(name.as_str()), "{name} reported: {}", info.last_error);
@@ -143,7 +143,7 @@ async fn damaged_files_are_quarantined_or_salvaged_never_deleted_or_kept() {
     let _node = start_node(&args, log2.path());
     let mut client = support::connect(&addr).await;
     assert_eq!(support::get(&mut client, 0, "a:99").await, reply::Kind::Value("value-99".into()));
-    let info = client.stats(StatsRequest {}).await.unwrap().into_inner().snapshot.unwrap();
+    let info = client.stats(StatsRequest::default()).await.unwrap().into_inner().snapshot.unwrap();
     assert_eq!(info.last_error, "", "a clean start reports nothing");
 }
 

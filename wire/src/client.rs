@@ -8,6 +8,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::proto::node_client::NodeClient;
 
+/// A gRPC client of one node, as [`connect`] opens it.
+pub type Client = NodeClient<Channel>;
+
 /// Largest gRPC message either way. Large items travel in pieces of [`crate::pieces::PIECE_BYTES`]
 /// (a batch is at most a few MiB), so this is a safety net, not a working size.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;

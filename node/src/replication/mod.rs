@@ -18,6 +18,7 @@
 
 pub mod feed;
 pub mod follow;
+pub mod handover;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +54,13 @@ pub struct Replication {
     offset: AtomicU64,
     synced: AtomicBool,
     link_up: AtomicBool,
+    /// Hand-over (`handover.rs`): paused and waiting for a replica; then the replica committed
+    /// to (empty: not committed); when a failover writer last probed this process.
+    handing_over: AtomicBool,
+    handover_to: Mutex<String>,
+    writer_seen: Mutex<Option<Instant>>,
+    /// The process is stopping: a topology that makes it a replica starts no follower.
+    exiting: AtomicBool,
 }
 
 impl Default for Replication {
@@ -68,6 +76,10 @@ impl Default for Replication {
             offset: AtomicU64::new(0),
             synced: AtomicBool::new(false),
             link_up: AtomicBool::new(false),
+            handing_over: AtomicBool::new(false),
+            handover_to: Mutex::default(),
+            writer_seen: Mutex::default(),
+            exiting: AtomicBool::new(false),
         }
     }
 }
@@ -128,6 +140,51 @@ impl Replication {
             }
         }
         self.acked.notify_waiters();
+    }
+
+    /// The synced replica (`only` it, if given) that has acked `offset`, the most advanced first.
+    fn caught_up(&self, offset: u64, only: Option<&str>) -> Option<String> {
+        self.replicas
+            .lock()
+            .values()
+            .filter(|r| r.synced && r.acked >= offset && only.is_none_or(|a| r.addr == a))
+            .max_by(|a, b| a.acked.cmp(&b.acked).then_with(|| b.addr.cmp(&a.addr)))
+            .map(|r| r.addr.clone())
+    }
+
+    /// A failover writer probed this process just now.
+    pub fn saw_writer(&self) {
+        *self.writer_seen.lock() = Some(Instant::now());
+    }
+
+    /// Whether a failover writer probed this process lately (it probes every 100 ms by default).
+    pub fn writer_watching(&self) -> bool {
+        self.writer_seen.lock().is_some_and(|at| at.elapsed() < handover::WRITER_FRESH)
+    }
+
+    /// Whether a hand-over has paused this primary.
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::SeqCst)
+    }
+
+    /// The replica a hand-over committed to (empty: none).
+    pub fn handover_to(&self) -> String {
+        self.handover_to.lock().clone()
+    }
+
+    /// Ends the hand-over state (the switch happened, or the hand-over gave up before committing).
+    pub fn end_handover(&self) {
+        self.handover_to.lock().clear();
+        self.handing_over.store(false, Ordering::SeqCst);
+    }
+
+    /// Marks the process as stopping (no follower starts from now on).
+    pub fn set_exiting(&self) {
+        self.exiting.store(true, Ordering::SeqCst);
+    }
+
+    pub fn exiting(&self) -> bool {
+        self.exiting.load(Ordering::SeqCst)
     }
 
     /// How many connected replicas have acked `offset`.

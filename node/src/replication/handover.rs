@@ -1,0 +1,141 @@
+//! A lossless hand-over of a shard from its primary to a replica (`SHOAL FAILOVER`, and a
+//! primary's SIGTERM, so a rolling restart shows clients nothing).
+//!
+//! 1. The primary stops serving (`Membership::pause`): every op gets `moved` with the version
+//!    it already serves, which routers answer by retrying after a moment; waiting, not failing.
+//! 2. Batches let in before the pause finish (`wait_for_retired_views`); the change log's end is
+//!    then every write acknowledged.
+//! 3. It waits until a synced replica (the one asked for, else the most advanced) has acked that
+//!    end. Until then nothing is decided: at the deadline it serves again and reports the error.
+//! 4. Commit: stats show `handover_to` = that replica. From now on this process never serves
+//!    this version again: the failover writer promotes that replica (a new topology version),
+//!    and no path leads back (a writer that read the commit publishes the promotion whatever
+//!    this process does next).
+//! 5. The promotion arrives (offered by the writer, or from the topology file): this process is
+//!    a replica; routers that still send here get `moved` with the newer version, fetch it and
+//!    retry on the new primary.
+//!
+//! Nothing acknowledged is lost: every acknowledged write is in the log before step 3's end, the
+//! replica promoted has acked it, and no write is acknowledged between the pause and the switch.
+//! A hand-over needs a failover writer watching (its probes mark the process), since only the
+//! writer can publish the switch; without one it is refused at once and nothing pauses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::membership::Membership;
+
+/// A writer that probed within this long is watching (it probes every 100 ms by default).
+pub const WRITER_FRESH: Duration = Duration::from_secs(2);
+
+/// How long a hand-over waits for a replica to catch up and for the switch, unless told.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HandoverError {
+    #[error("this node is not the primary of a shard with replicas")]
+    NotPrimary,
+    #[error("this node does not serve its shard now (fenced, or already handing over)")]
+    NotServing,
+    #[error("no failover writer is watching this node (run `shoal-router failover` or the operator)")]
+    NoWriter,
+    #[error("no replica caught up within {0} ms; the primary serves again")]
+    NotCaughtUp(u64),
+    #[error("replica {0} caught up, but the failover writer did not switch within {1} ms (it will)")]
+    NotSwitched(String, u64),
+}
+
+/// The switch: the topology version that made `primary` the shard's primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Switched {
+    pub version: u64,
+    pub primary: String,
+}
+
+/// Hands this primary's shard over to `replica` (None: the most advanced synced one); see the
+/// module comment. Returns once this process serves the topology that promoted it.
+pub async fn run(
+    membership: &Arc<Membership>,
+    replica: Option<&str>,
+    timeout: Duration,
+) -> Result<Switched, HandoverError> {
+    let repl = membership.replication.clone();
+    let Some((version, shard, true)) = membership.primary_of() else { return Err(HandoverError::NotPrimary) };
+    if !repl.writer_watching() {
+        return Err(HandoverError::NoWriter);
+    }
+    if repl.handing_over.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(HandoverError::NotServing);
+    }
+    if membership.pause().is_none() {
+        repl.end_handover();
+        return Err(HandoverError::NotServing);
+    }
+    let until = Instant::now() + timeout;
+    let ms = timeout.as_millis() as u64;
+    tracing::info!(version, shard, replica = replica.unwrap_or("(most advanced)"), "handing over: paused");
+    let give_up = || {
+        repl.end_handover();
+        membership.resume(version);
+        tracing::warn!(version, shard, "hand-over abandoned: no replica caught up; serving again");
+        Err(HandoverError::NotCaughtUp(ms))
+    };
+    if !membership.wait_for_retired_views(timeout).await {
+        return give_up();
+    }
+    let end = membership.store.events.changes.end();
+    let target = loop {
+        let acked = repl.acked.notified();
+        if let Some(addr) = repl.caught_up(end, replica) {
+            break addr;
+        }
+        tokio::select! {
+            _ = acked => {}
+            // Replicas ack on their heartbeats too; this only bounds a lost wake-up.
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = tokio::time::sleep_until(until) => return give_up(),
+        }
+    };
+    *repl.handover_to.lock() = target.clone();
+    tracing::info!(version, shard, replica = %target, offset = end, "handing over: replica caught up; committed");
+    let mut versions = membership.watch_version();
+    loop {
+        if membership.version() > version && !repl.handing_over() {
+            let view = membership.view();
+            let primary = view
+                .topology
+                .as_ref()
+                .and_then(|t| t.node(shard))
+                .map(|n| n.addr.clone())
+                .unwrap_or_default();
+            tracing::info!(version = view.version(), %primary, "handed over");
+            return Ok(Switched { version: view.version(), primary });
+        }
+        tokio::select! {
+            r = versions.changed() => if r.is_err() { break },
+            _ = tokio::time::sleep_until(until) => break,
+        }
+    }
+    Err(HandoverError::NotSwitched(target, ms))
+}
+
+/// On SIGTERM: hands over first if this process is the primary of a shard with replicas and a
+/// failover writer is watching; then waits `linger` (routers that still send here learn of the
+/// switch from the `moved` replies, not from a closed connection). Logs what it did.
+pub async fn before_exit(membership: &Arc<Membership>, linger: Duration) {
+    let repl = &membership.replication;
+    if !matches!(membership.primary_of(), Some((_, _, true))) {
+        repl.set_exiting();
+        return;
+    }
+    repl.set_exiting();
+    match run(membership, None, DEFAULT_TIMEOUT).await {
+        Ok(s) => {
+            tracing::info!(version = s.version, primary = %s.primary, linger_ms = linger.as_millis() as u64, "handed over before exiting");
+            tokio::time::sleep(linger).await;
+        }
+        Err(e) => tracing::warn!(error = %e, "exiting without a hand-over"),
+    }
+}
