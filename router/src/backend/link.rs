@@ -324,7 +324,7 @@ impl NodePort for NodeLink {
     fn stats(&self) -> BoxFuture<'_, Result<NodeStats, BackendError>> {
         Box::pin(async move {
             let mut client = self.client()?;
-            self.unary(self.shared.ident.deadline, client.stats(StatsRequest {})).await
+            self.unary(self.shared.ident.deadline, client.stats(StatsRequest::default())).await
         })
     }
 
@@ -379,6 +379,36 @@ impl NodePort for NodeLink {
                 self.unary(Duration::from_millis(timeout_ms) + self.shared.ident.deadline, call).await?
             };
             Ok(reply.replicas)
+        })
+    }
+
+    fn hand_over(
+        &self,
+        replica: String,
+        timeout_ms: u64,
+    ) -> BoxFuture<'_, Result<(u64, String), BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            let req = shoal_wire::proto::HandoverRequest { replica, timeout_ms };
+            // The node bounds the hand-over itself (its default is 10 s when timeout_ms is 0).
+            let limit = Duration::from_millis(if timeout_ms == 0 { 10_000 } else { timeout_ms })
+                + self.shared.ident.deadline;
+            match tokio::time::timeout(limit, client.handover(req)).await {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    Ok((r.version, r.primary))
+                }
+                Ok(Err(s))
+                    if matches!(
+                        s.code(),
+                        tonic::Code::FailedPrecondition | tonic::Code::DeadlineExceeded
+                    ) =>
+                {
+                    Err(BackendError::BadReply(s.message().to_string()))
+                }
+                Ok(Err(s)) => Err(self.shared.ident.unavailable(s.message())),
+                Err(_) => Err(self.shared.ident.timeout()),
+            }
         })
     }
 

@@ -56,6 +56,17 @@ pub trait NodePort: Send + Sync + fmt::Debug {
         let _ = (numreplicas, timeout_ms);
         Box::pin(async { Ok(0) })
     }
+    /// SHOAL FAILOVER: the node, a primary, hands its shard over to `replica` (empty: its most
+    /// advanced one) without losing a write; answers the topology version that switched and the
+    /// new primary, or the node's reason why not (`BadReply`).
+    fn hand_over(
+        &self,
+        replica: String,
+        timeout_ms: u64,
+    ) -> BoxFuture<'_, Result<(u64, String), BackendError>> {
+        let _ = (replica, timeout_ms);
+        Box::pin(async { Err(BackendError::BadReply("this node port cannot hand over".into())) })
+    }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);
     fn metrics(&self) -> &LinkMetrics;

@@ -67,6 +67,20 @@ pub const SHOAL_SCALE: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
+pub const SHOAL_FAILOVER: CommandSpec = CommandSpec {
+    name: "shoal|failover",
+    arity: -3,
+    flags: &["admin"],
+    keys: KeySpec::NONE,
+    acl: &["@admin", "@slow", "@dangerous"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "Hand a shard over from its primary to a replica without losing a write",
+    complexity: "O(1)",
+    run: failover,
+    ..CommandSpec::DEFAULT
+};
+
 pub const SHOAL_HELP: CommandSpec = CommandSpec {
     name: "shoal|help",
     arity: 2,
@@ -98,6 +112,7 @@ pub const SHOAL: CommandSpec = CommandSpec {
         &SHOAL_KEYSLOT,
         &super::persistence::SHOAL_SNAPSHOT,
         &SHOAL_SCALE,
+        &SHOAL_FAILOVER,
         &SHOAL_HELP,
     ],
 };
@@ -145,7 +160,11 @@ pub fn topology(_args: &Args, ctx: &mut Ctx) -> Pending {
             }
         );
         for n in &t.nodes {
-            let _ = writeln!(out, "id={} addr={} slots={}", n.id, n.addr, t.ranges_of(n.id));
+            let _ = write!(out, "id={} addr={} slots={}", n.id, n.addr, t.ranges_of(n.id));
+            if !n.replicas.is_empty() {
+                let _ = write!(out, " replicas={}", n.replicas.join(","));
+            }
+            out.push('\n');
         }
         for m in &t.migrations {
             let p = get(m);
@@ -192,6 +211,49 @@ pub fn scale(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
 
+/// `SHOAL FAILOVER <shard> [<replica>]`: a lossless hand-over (`node/src/replication/handover.rs`):
+/// the shard's primary pauses, a replica catches up, the failover writer promotes it. Answers +OK
+/// once the new primary serves (this router routes by the new topology by then).
+pub fn failover(args: &Args, ctx: &mut Ctx) -> Pending {
+    if args.len() > 4 {
+        return Reply::error("ERR syntax error").into();
+    }
+    let shard = match super::int_arg(&args[2]) {
+        Ok(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+        Ok(_) => return Reply::error("ERR invalid shard id").into(),
+        Err(e) => return e.into(),
+    };
+    let replica = args.get(3).map(|a| String::from_utf8_lossy(a).into_owned());
+    let routing = Arc::clone(ctx.routing);
+    let backend = ctx.state.backend.clone();
+    Pending::later(async move {
+        let Some(pos) = routing.topology.nodes.iter().position(|n| n.id == shard) else {
+            return Reply::error(format!(
+                "ERR no shard {shard} in topology version {}",
+                routing.topology.version
+            ));
+        };
+        let node = &routing.topology.nodes[pos];
+        if node.replicas.is_empty() {
+            return Reply::error(format!("ERR shard {shard} has no replicas"));
+        }
+        if let Some(r) = &replica
+            && !node.replicas.contains(r)
+        {
+            return Reply::error(format!("ERR {r} is not a replica of shard {shard}"));
+        }
+        let port = &routing.nodes[pos];
+        match port.hand_over(replica.unwrap_or_default(), 0).await {
+            Ok((version, _)) => {
+                backend.reconcile(&**port, version).await;
+                Reply::OK
+            }
+            Err(crate::backend::BackendError::BadReply(why)) => Reply::error(format!("ERR {why}")),
+            Err(e) => Reply::error(format!("ERR {e}")),
+        }
+    })
+}
+
 /// `SHOAL NODES`: one line per node with its slot count, key count and reachability.
 pub fn nodes(_args: &Args, ctx: &mut Ctx) -> Pending {
     let routing = Arc::clone(ctx.routing);
@@ -231,6 +293,10 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Write a snapshot on every node and wait; one line per node.",
         "SCALE <n>",
         "    Grow or shrink the embedded cluster to <n> nodes, moving data online.",
+        "FAILOVER <shard> [<replica>]",
+        "    Hand <shard> over from its primary to <replica> (default: the most advanced one)",
+        "    without losing a write: the primary pauses, the replica catches up, the failover",
+        "    writer promotes it. Needs `shoal-router failover` or the operator watching.",
         "HELP",
         "    Print this help.",
     ];
