@@ -75,6 +75,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
+    /// The address topologies know this node by (host:port), when it differs from --listen (a
+    /// pod listening on 0.0.0.0 is known by its DNS name or IP). A node finds its place in a
+    /// topology (primary or replica of which shard) by this address, else by --node-id.
+    #[arg(long, env = "SHOAL_NODE_ADVERTISE")]
+    pub advertise: Option<String>,
+
     /// Memory limit: bytes, or with a unit like Redis (100mb, 2gb; k/m/g are powers of 1000,
     /// kb/mb/gb powers of 1024). 0 means no limit. CONFIG SET through a router changes it and the
     /// policy at runtime (not kept across restarts).

@@ -177,8 +177,12 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         handover_linger: Duration::from_millis(args.handover_linger_ms),
         ..Default::default()
     };
-    let state =
-        server::open_state(store, args.listen.to_string(), &options).context("opening the data directory")?;
+    let state = server::open_state(
+        store,
+        args.advertise.clone().unwrap_or_else(|| args.listen.to_string()),
+        &options,
+    )
+    .context("opening the data directory")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
