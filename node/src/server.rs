@@ -265,6 +265,13 @@ impl NodeHandle {
         Ok(NodeHandle { addr, state, stop: Some(stop), task })
     }
 
+    /// Graceful shutdown without handing the shard over first (the whole cluster is stopping,
+    /// or the shard has left the topology).
+    pub async fn shutdown_without_handover(self) -> Result<(), NodeError> {
+        self.state.membership.replication.set_exiting();
+        self.shutdown().await
+    }
+
     /// Graceful shutdown, as on SIGTERM.
     pub async fn shutdown(mut self) -> Result<(), NodeError> {
         if let Some(stop) = self.stop.take() {

@@ -182,6 +182,12 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_SNAPSHOT_INTERVAL", default_value_t = 0)]
     pub snapshot_interval: u64,
 
+    /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
+    /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
+    /// SHOAL FAILOVER hands a shard over to it without losing a write.
+    #[arg(long, env = "SHOAL_EMBEDDED_REPLICAS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4))]
+    pub replicas: u32,
+
     /// Memory limit of each embedded node (see shoal-node --maxmemory).
     #[arg(long, env = "SHOAL_EMBEDDED_MAXMEMORY", default_value = "0", value_parser = parse_memory)]
     pub embedded_maxmemory: u64,

@@ -108,6 +108,7 @@ impl Router {
             (Some(n), _) => {
                 let cluster = EmbeddedCluster::start(EmbeddedOptions {
                     nodes: n,
+                    replicas: args.replicas,
                     maxmemory: args.embedded_maxmemory as usize,
                     policy: args.embedded_maxmemory_policy.clone(),
                     data_dir: args.data_dir.clone(),

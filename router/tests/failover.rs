@@ -10,6 +10,9 @@
 //! - A rolling restart (SIGTERM, then start again, one process at a time, primaries and replicas)
 //!   under load: primaries hand their shard over first, so no client sees an error and every
 //!   acknowledged write is read back; `SHOAL FAILOVER` hands a shard back the same way.
+//! - The embedded cluster with `--replicas 1`: every type of value reaches the replicas, WAIT
+//!   counts them, `SHOAL FAILOVER` hands shards over, and `SHOAL SCALE` grows and shrinks the
+//!   cluster with replicas (new shards get theirs) without losing a key.
 //! - A primary frozen with SIGSTOP is replaced; resumed, it refuses a write routed by the old
 //!   topology (as a router that has not heard of the failover would send it) instead of taking
 //!   a write the resync to the new primary would undo.
@@ -428,4 +431,86 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
     assert_eq!(c.cmd(&["GET", "{b}stale"]).await, b"$-1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}before"]).await, b"$1\r\n1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}after"]).await, b"$1\r\n2\r\n");
+}
+
+/// Writes `n` keys of every type through `c` (pipelined); `check` reads them back.
+async fn typed_keys(c: &mut Raw, n: usize) {
+    let mut pipeline = Vec::new();
+    for i in 0..n {
+        let k = |t: &str| format!("{t}:{i}");
+        pipeline.extend(support::encode(&[b"SET", k("s").as_bytes(), format!("v{i}").as_bytes()]));
+        pipeline.extend(support::encode(&[b"HSET", k("h").as_bytes(), b"f", format!("{i}").as_bytes()]));
+        pipeline.extend(support::encode(&[b"RPUSH", k("l").as_bytes(), b"a", b"b"]));
+        pipeline.extend(support::encode(&[b"SADD", k("set").as_bytes(), b"x", b"y", b"z"]));
+        pipeline.extend(support::encode(&[b"ZADD", k("z").as_bytes(), b"1.5", b"m"]));
+    }
+    c.send(&pipeline).await;
+    for _ in 0..n * 5 {
+        let r = c.reply().await.unwrap();
+        assert!(r == b"+OK\r\n" || r.starts_with(b":"), "{}", String::from_utf8_lossy(&r));
+    }
+}
+
+async fn check_typed_keys(c: &mut Raw, n: usize, when: &str) {
+    for i in (0..n).step_by(7) {
+        assert_eq!(c.cmd(&["GET", &format!("s:{i}")]).await, support::bulk(&format!("v{i}")), "{when}");
+        assert_eq!(c.cmd(&["HGET", &format!("h:{i}"), "f"]).await, support::bulk(&i.to_string()), "{when}");
+        assert_eq!(c.cmd(&["LLEN", &format!("l:{i}")]).await, b":2\r\n", "{when}");
+        assert_eq!(c.cmd(&["SCARD", &format!("set:{i}")]).await, b":3\r\n", "{when}");
+        assert_eq!(c.cmd(&["ZSCORE", &format!("z:{i}"), "m"]).await, support::bulk("1.5"), "{when}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing_a_key() {
+    let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
+    assert!(info.contains("connected_slaves:2\r\n"), "{info}");
+    const N: usize = 600;
+    typed_keys(&mut c, N).await;
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "every shard's replica has every write");
+
+    // A hand-over of shard 0 to its replica, then reads through the new primary.
+    let before = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+    let replica = before
+        .lines()
+        .find(|l| l.starts_with("id=0 "))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("replicas=")))
+        .unwrap()
+        .to_string();
+    assert_eq!(c.cmd(&["SHOAL", "FAILOVER", "0"]).await, b"+OK\r\n");
+    let after = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+    assert!(after.contains(&format!("id=0 addr={replica} ")), "{after}");
+    check_typed_keys(&mut c, N, "after the hand-over").await;
+    assert_eq!(c.cmd(&["SET", "after:failover", "1"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "the old primary follows the new one");
+
+    // Grow with replicas: the new shard gets its replica once the move is done.
+    assert_eq!(c.cmd(&["SHOAL", "SCALE", "3"]).await, b"+OK\r\n");
+    support::wait_scaled(&mut c, 3).await;
+    check_typed_keys(&mut c, N, "after growing to 3").await;
+    let start = Instant::now();
+    loop {
+        let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
+        if info.contains("connected_slaves:3\r\n") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "the new shard's replica did not connect: {info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..N {
+        assert_eq!(c.cmd(&["SET", &format!("x:{i}"), "1"]).await, b"+OK\r\n");
+    }
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "every shard, the new one too");
+    assert_eq!(c.cmd(&["SHOAL", "FAILOVER", "2"]).await, b"+OK\r\n", "the new shard hands over too");
+    check_typed_keys(&mut c, N, "after the new shard's hand-over").await;
+
+    // Shrink: the shard that leaves takes its replica along; nothing is lost.
+    assert_eq!(c.cmd(&["SHOAL", "SCALE", "2"]).await, b"+OK\r\n");
+    support::wait_scaled(&mut c, 2).await;
+    check_typed_keys(&mut c, N, "after shrinking to 2").await;
+    assert_eq!(c.cmd(&["GET", "after:failover"]).await, support::bulk("1"));
+    assert_eq!(c.cmd(&["DBSIZE"]).await, format!(":{}\r\n", N * 6 + 1).into_bytes());
+    router.shutdown().await;
 }

@@ -126,7 +126,8 @@ pub async fn run(
 /// switch from the `moved` replies, not from a closed connection). Logs what it did.
 pub async fn before_exit(membership: &Arc<Membership>, linger: Duration) {
     let repl = &membership.replication;
-    if !matches!(membership.primary_of(), Some((_, _, true))) {
+    // Already exiting: whoever stops this process said no hand-over (`shutdown_without_handover`).
+    if repl.exiting() || !matches!(membership.primary_of(), Some((_, _, true))) {
         repl.set_exiting();
         return;
     }

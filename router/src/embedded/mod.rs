@@ -26,6 +26,8 @@ use shoal_coordinator::Progress;
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
     pub nodes: usize,
+    /// Replicas per shard (each a node of its own); with any, the failover writer runs too.
+    pub replicas: u32,
     /// Memory limit of each node (0: none).
     pub maxmemory: usize,
     /// Eviction policy of each node (Redis's names).
