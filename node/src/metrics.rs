@@ -105,5 +105,68 @@ pub fn render(state: &NodeState) -> String {
             "Snapshots loaded after repairing a damaged header (every entry verified first).",
             files.salvaged,
         );
+    replication(&mut e, &s);
     e.finish()
+}
+
+/// Role, offsets and lag (INFO replication's numbers, as series).
+fn replication(e: &mut Exposition, s: &shoal_wire::proto::NodeStats) {
+    let primary = s.role != "slave";
+    e.family(
+        "shoal_node_replication_role",
+        "gauge",
+        "1 for this process's role: master (a primary) or slave (a replica).",
+    )
+    .sample("shoal_node_replication_role", &[("role", if primary { "master" } else { "slave" })], 1.0)
+    .gauge(
+        "shoal_node_replication_offset",
+        "A primary's change stream offset, or what a replica has applied of its primary's.",
+        s.repl_offset as f64,
+    )
+    .gauge(
+        "shoal_node_fenced",
+        "1 while a primary refuses ops until the failover writer confirms it (a restart, a stall).",
+        if s.fenced { 1.0 } else { 0.0 },
+    )
+    .gauge(
+        "shoal_node_handing_over",
+        "1 while a primary is paused handing its shard over to a replica.",
+        if s.handing_over { 1.0 } else { 0.0 },
+    );
+    if primary {
+        e.gauge(
+            "shoal_node_connected_replicas",
+            "Replicas streaming from this primary.",
+            s.replicas.len() as f64,
+        );
+        let lag_changes = "shoal_node_replica_lag_changes";
+        e.family(lag_changes, "gauge", "How many changes each replica's ack is behind this primary's offset (offsets count changed keys, not bytes).");
+        for r in &s.replicas {
+            e.sample(
+                lag_changes,
+                &[("replica", &r.addr)],
+                s.repl_offset.saturating_sub(r.acked_offset) as f64,
+            );
+        }
+        let lag_seconds = "shoal_node_replica_lag_seconds";
+        e.family(
+            lag_seconds,
+            "gauge",
+            "How long each replica has been behind (0: caught up at its last ack).",
+        );
+        for r in &s.replicas {
+            e.sample(lag_seconds, &[("replica", &r.addr)], r.lag_ms as f64 / 1000.0);
+        }
+    } else {
+        e.gauge(
+            "shoal_node_primary_link_up",
+            "1 while this replica's stream from its primary is open.",
+            if s.primary_link_up { 1.0 } else { 0.0 },
+        )
+        .gauge(
+            "shoal_node_replica_synced",
+            "1 once this replica holds a full copy of its primary (its full sync is done).",
+            if s.synced { 1.0 } else { 0.0 },
+        );
+    }
 }

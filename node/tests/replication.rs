@@ -126,6 +126,24 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     // The primary's expiry reaches the replica as a removal.
     until("the expiry", || state(&primary, "short").is_none() && state(&replica, "short").is_none()).await;
 
+    // /metrics: role, offsets, lag per replica (caught up: 0 changes behind, once the replica
+    // has acked the expiry above).
+    let lag = format!("shoal_node_replica_lag_changes{{replica=\"{}\"}} 0\n", replica.addr);
+    until("the replica's ack of the expiry", || shoal_node::metrics::render(&primary.state).contains(&lag))
+        .await;
+    let page = shoal_node::metrics::render(&primary.state);
+    assert!(page.contains("shoal_node_replication_role{role=\"master\"} 1\n"), "{page}");
+    assert!(page.contains("shoal_node_connected_replicas 1\n"), "{page}");
+    let rpage = shoal_node::metrics::render(&replica.state);
+    assert!(rpage.contains("shoal_node_replication_role{role=\"slave\"} 1\n"), "{rpage}");
+    assert!(
+        rpage.contains("shoal_node_primary_link_up 1\n") && rpage.contains("shoal_node_replica_synced 1\n")
+    );
+    let offset = |page: &str| {
+        page.lines().find_map(|l| l.strip_prefix("shoal_node_replication_offset ")).unwrap().to_string()
+    };
+    assert_eq!(offset(&page), offset(&rpage), "the replica applied up to the primary's offset");
+
     let stats = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!(stats.replicas.len(), 1);
     assert_eq!(stats.replicas[0].addr, replica.addr.to_string());
