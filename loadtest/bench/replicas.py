@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""What replicas cost: redis-benchmark SET/GET against Shoal without replicas (R=0) and with one
+replica per shard (R=1), side by side in one run, and how far the replicas lag under that load.
+
+    python3 loadtest/bench/replicas.py [--rounds 3] [--requests 100000] [--pipelines 1,16]
+                                       [--lag-probes 300] [--write-docs]
+
+Two pairs of targets, every one 3 shards behind one router on one worker thread, redis-benchmark
+on the client CPU (-c 50, -r 100000, 32-byte values):
+- processes: a router (`--threads 1`) and 3 `shoal-node` processes on the server CPU, for R=1 plus
+  3 replica processes and the failover writer on the *client* CPU, as replicas on other machines
+  would be: what a primary pays to feed a replica (the floor, 0.8x, is judged here; the replicas
+  share the load generator's CPU, which if anything slows R=1);
+- embedded: `--embedded-nodes 3 --threads 1` (plus `--replicas 1`: 6 nodes, all in the router's
+  process) on the server CPU: replication's whole cost, primary and replica, on one core.
+Rounds are interleaved and the median rate is reported, as R=1/R=0 within each pair.
+
+Replication lag: during an extra SET run against R=1 (the same redis-benchmark load), this script
+writes a probe key and times `WAIT 1 1000` right after it, on a connection of its own, every 10 ms:
+WAIT answers once the shard's replica has acked everything its primary had applied, so its time
+is how far behind the replica was (plus one round trip). Reported: p50, p99 and max over the
+probes, and how many answered 0 (a replica behind by a second or more).
+"""
+import argparse
+import csv
+import io
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import common
+
+CLIENTS = 50
+KEYS = 100_000
+
+
+def bench(port, test, pipeline, requests):
+    out = subprocess.run(
+        common.pinned(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", test, "-c", str(CLIENTS),
+                       "-r", str(KEYS), "-n", str(requests), "-P", str(pipeline), "-d", "32", "--csv"],
+                      common.CLIENT_CPUS),
+        capture_output=True, text=True, timeout=common.CALL_LIMIT_S, check=True).stdout
+    for row in csv.DictReader(io.StringIO(out)):
+        if row["test"] == test.upper():
+            return float(row["rps"])
+    sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
+
+
+def node_cluster(node_bin, router_bin, replicas):
+    """A topology file, 3 shard primaries (+ a replica each, and the failover writer) and a router,
+    as separate processes; returns the router's RESP port once every shard is served (and, with
+    replicas, every replica has synced: WAIT 1 answers 1)."""
+    import json
+    ports = [common.free_port() for _ in range(3)]
+    rports = [common.free_port() for _ in range(3)] if replicas else []
+    bounds = [(0, 5461), (5462, 10922), (10923, 16383)]
+    nodes = [{"id": i, "addr": f"127.0.0.1:{p}"} for i, p in enumerate(ports)]
+    for i, r in enumerate(rports):
+        nodes[i]["replicas"] = [f"127.0.0.1:{r}"]
+    topology = {"version": 1, "slots": [{"start": a, "end": b, "node": i} for i, (a, b) in enumerate(bounds)],
+                "nodes": nodes}
+    name = "r1" if replicas else "r0"
+    path = common.WORK / f"topology-{name}.json"
+    path.write_text(json.dumps(topology))
+    for i, p in enumerate(ports):
+        common.start(f"{name}-p{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path)],
+                     cpus=common.SERVER_CPUS)
+    for i, p in enumerate(rports):
+        common.start(f"{name}-r{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path)],
+                     cpus=common.CLIENT_CPUS)
+    if replicas:
+        common.start(f"{name}-failover", [str(router_bin), "failover", "--topology-file", str(path)],
+                     cpus=common.CLIENT_CPUS)
+    resp, http = common.free_port(), common.free_port()
+    common.start(f"{name}-router", [str(router_bin), "--topology-file", str(path), "--threads", "1",
+                                    "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}"],
+                 cpus=common.SERVER_CPUS)
+    common.wait_port(resp)
+    deadline = time.time() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", resp)) as s:
+                f = s.makefile("rb")
+                ok = True
+                for tag in (b"{a}", b"{b}", b"{c}"):
+                    s.sendall(common.resp_encode(b"SET", tag + b"ready", b"1"))
+                    ok &= read_reply(f) == b"+OK\r\n"
+                if ok and replicas:
+                    s.sendall(common.resp_encode(b"WAIT", b"1", b"200"))
+                    ok = read_reply(f) == b":1\r\n"
+                if ok:
+                    return resp
+        except OSError:
+            pass
+        if time.time() > deadline:
+            sys.exit(f"[bench] the {name} cluster did not come up")
+        time.sleep(0.1)
+
+
+def read_reply(f):
+    line = f.readline()
+    if not line:
+        raise ConnectionError("closed")
+    if line[:1] == b"$":
+        n = int(line[1:-2])
+        if n >= 0:
+            f.read(n + 2)
+    return line
+
+
+def lag_probes(port, count, stop):
+    """SET + timed WAIT 1 1000 every 10 ms until `count` probes or `stop`; returns (ms list, zeros)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    f = s.makefile("rb")
+    times, zeros = [], 0
+    for i in range(count):
+        if stop.is_set():
+            break
+        s.sendall(common.resp_encode(b"SET", b"lag:probe:%d" % i, b"x"))
+        read_reply(f)
+        t0 = time.perf_counter()
+        s.sendall(common.resp_encode(b"WAIT", b"1", b"1000"))
+        reply = read_reply(f)
+        times.append((time.perf_counter() - t0) * 1000)
+        zeros += reply == b":0\r\n"
+        time.sleep(0.01)
+    s.close()
+    return times, zeros
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--pipelines", default="1,16")
+    ap.add_argument("--lag-probes", type=int, default=300)
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    common.need("redis-benchmark", "run .ci/tools/install apt")
+    node_bin, router_bin = common.binaries()
+    targets = {"processes R=0": node_cluster(node_bin, router_bin, False),
+               "processes R=1": node_cluster(node_bin, router_bin, True)}
+    for name, extra in (("embedded R=0", []), ("embedded R=1", ["--replicas", "1"])):
+        _, port, _ = common.start_shoal(router_bin, name, extra=["--threads", "1", *extra], cpus=common.SERVER_CPUS)
+        targets[name] = port
+    pipelines = [int(p) for p in args.pipelines.split(",")]
+    tests = ["set", "get"]
+    rates = {(t, p, n): [] for t in tests for p in pipelines for n in targets}
+    progress = common.Progress(args.rounds * len(pipelines) * len(targets) + 2)
+    for r in range(args.rounds):
+        for p in pipelines:
+            n_requests = args.requests * (4 if p > 1 else 1)
+            for name, port in targets.items():
+                progress.step(f"round {r + 1}: {name} P={p}")
+                for t in tests:
+                    rates[(t, p, name)].append(bench(port, t, p, n_requests))
+
+    lags = []
+    for pair in ("processes", "embedded"):
+        progress.step(f"replication lag under the SET load ({pair} R=1)")
+        stop = threading.Event()
+        result = {}
+        prober = threading.Thread(target=lambda: result.update(zip(("times", "zeros"), lag_probes(
+            targets[f"{pair} R=1"], args.lag_probes, stop))))
+        prober.start()
+        bench(targets[f"{pair} R=1"], "set", 16, args.requests * 8)
+        stop.set()
+        prober.join()
+        times, zeros = result["times"], result["zeros"]
+        lags.append(f"- {pair}: {len(times)} probes, p50 {pct(times, 0.5):.2f} ms, p99 {pct(times, 0.99):.2f} ms, "
+                    f"max {max(times):.2f} ms; {zeros} answered 0 (a replica a second or more behind).")
+
+    rows = []
+    for pair in ("processes", "embedded"):
+        for p in pipelines:
+            for t in tests:
+                r0 = statistics.median(rates[(t, p, f"{pair} R=0")])
+                r1 = statistics.median(rates[(t, p, f"{pair} R=1")])
+                ratio = r1 / r0
+                verdict = ("meets" if ratio >= 0.8 else f"**misses** ({ratio:.3f}x)") if pair == "processes" else "-"
+                rows.append(f"| {pair} | {t.upper()} | {p} | {r0:,.0f} | {r1:,.0f} | {ratio:.2f}x | {verdict} |")
+    table = "\n".join(["| targets | test | P | R=0 req/s | R=1 req/s | R=1/R=0 | floor: >= 0.8x |",
+                       "|---|---|---|---|---|---|---|", *rows])
+    lag = ("Replication lag under `redis-benchmark -t set -P 16 -c 50` against R=1 (SET, then `WAIT 1 1000` "
+           "timed, every 10 ms):\n" + "\n".join(lags))
+    cmd = (f"python3 loadtest/bench/replicas.py --rounds {args.rounds} --requests {args.requests} "
+           f"--pipelines {args.pipelines} --lag-probes {args.lag_probes}"
+           f"{' --write-docs' if args.write_docs else ''}")
+    body = (f"Machine: {common.machine()}. Command: `{cmd}` (3 shards behind one router on one worker thread, "
+            f"on the server CPU; processes: R=1's replicas and failover writer on the client CPU with "
+            f"redis-benchmark; embedded: everything in the router's process on the server CPU; -c {CLIENTS} "
+            f"-r {KEYS} -d 32; median of {args.rounds} interleaved rounds; load average at the end "
+            f"{common.load_average():.2f}).\n\n{table}\n\n{lag}\n")
+    print(body)
+    if args.write_docs:
+        common.write_docs("replicas", body)
+
+
+if __name__ == "__main__":
+    main()
