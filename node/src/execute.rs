@@ -150,10 +150,17 @@ impl Running {
         state.metrics.record_batch(batch.ops.len());
         // Before the view is taken: a process that was stopped fences itself first.
         state.membership.check_stall();
+        let mut view = state.membership.view();
+        if !view.serving()
+            && let Some(replica) = state.membership.replica_read_view(batch.topology_version)
+        {
+            // A replica, and the router knows it: replica reads (READONLY, --read-from).
+            view = replica;
+        }
         Running {
             id: batch.id,
             version: batch.topology_version,
-            view: state.membership.view(),
+            view,
             ops: batch.ops.into(),
             outbox: VecDeque::new(),
             waiting: None,
@@ -168,6 +175,10 @@ impl Running {
             Fed::Op(op) => op,
             Fed::Failed(e) => return Step::Reply(crate::ops::error(&format!("ERR {e}"))),
         };
+        if self.view.reads_only() && !crate::ops::reads_only(&op) {
+            // A write (or a script) sent to a replica: the router routes it again, to the primary.
+            return Step::Reply(crate::ops::moved(self.view.version()));
+        }
         if crate::script::Scripts::is_script_op(&op) {
             let (rx, started) = state.scripts.submit(op, self.view.clone(), self.version);
             return Step::Script(rx, started);

@@ -42,12 +42,19 @@ pub struct NodeView {
     /// that restarted, until the failover writer confirms it): every op gets `moved`. The roles
     /// above are still the shard's, so the data kept is the shard's.
     serving: bool,
+    /// A replica's view for replica reads (READONLY): only read-only ops, only settled slots.
+    reads_only: bool,
 }
 
 impl NodeView {
     /// No topology: the node serves whatever it is sent (routers with a static `--nodes` list).
     pub fn unmanaged() -> NodeView {
-        NodeView { topology: None, roles: vec![OWNER; SLOT_COUNT].into_boxed_slice(), serving: true }
+        NodeView {
+            topology: None,
+            roles: vec![OWNER; SLOT_COUNT].into_boxed_slice(),
+            serving: true,
+            reads_only: false,
+        }
     }
 
     /// The view of the primary of shard `id` (serving) or of one of its replicas.
@@ -64,7 +71,26 @@ impl NodeView {
                 SlotRole::None => NONE,
             })
             .collect();
-        NodeView { topology: Some(topology), roles, serving }
+        NodeView { topology: Some(topology), roles, serving, reads_only: false }
+    }
+
+    /// A replica of shard `id`: the view replica reads are checked against. It serves the
+    /// shard's settled slots (a slot moving in or out is read from the primary, which knows where
+    /// each key is) and, through [`reads_only`](Self::reads_only), read-only ops only.
+    pub fn replica_reads(id: u32, topology: Arc<Topology>) -> NodeView {
+        let mut view = Self::with_serving(id, topology, true);
+        for role in view.roles.iter_mut() {
+            if *role != OWNER {
+                *role = NONE;
+            }
+        }
+        view.reads_only = true;
+        view
+    }
+
+    /// Whether only read-only ops may run by this view (a replica's, for replica reads).
+    pub fn reads_only(&self) -> bool {
+        self.reads_only
     }
 
     /// Whether ops are served (see `serving`).
@@ -193,6 +219,8 @@ pub struct Membership {
     versions: tokio::sync::watch::Sender<u64>,
     /// Replication: this process's run id, its replicas, its link to its primary.
     pub replication: Arc<crate::replication::Replication>,
+    /// A replica's view for replica reads at the version served (None: not a replica).
+    replica_reads: RwLock<Option<Arc<NodeView>>>,
     /// Fencing of a primary that (re)started: `BOOT` until the first topology that names it a
     /// primary with replicas; then the version it must see exceeded before it serves (the
     /// failover writer's confirmation, or a promotion of a replica instead); 0 once serving.
@@ -238,6 +266,7 @@ impl Membership {
             retired: Mutex::default(),
             versions: tokio::sync::watch::channel(0).0,
             replication: Arc::default(),
+            replica_reads: RwLock::new(None),
             fence_through: AtomicU64::new(BOOT),
             started: std::time::Instant::now(),
             last_tick: AtomicU64::new(0),
@@ -335,6 +364,14 @@ impl Membership {
         version > through
     }
 
+    /// The view a batch of replica reads routed by `version` runs by: this process is a replica
+    /// at exactly that version (a router that routed by another one has another idea of who is
+    /// what) and holds a full copy of its primary (its first sync is done).
+    pub fn replica_read_view(&self, version: u64) -> Option<Arc<NodeView>> {
+        let view = self.replica_reads.read().clone()?;
+        (view.version() == version && self.replication.synced()).then_some(view)
+    }
+
     /// Whether this node is a primary refusing ops until confirmed (see `unfenced`).
     pub fn fenced(&self) -> bool {
         let view = self.view();
@@ -383,6 +420,7 @@ impl Membership {
                 _ => {}
             }
         }
+        *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
         *self.view.write() = new.clone();
         self.versions.send_replace(t.version);
         if old.topology.is_some() {

@@ -196,7 +196,33 @@ pub fn still_served(view: &NodeView, version: u64, op: &Op) -> Result<(), u64> {
     check(view, version, op)
 }
 
-fn moved(version: u64) -> Reply {
+/// Whether `op` only reads (a replica may serve it for replica reads): the plain read kinds, and
+/// the typed commands Redis flags read-only (by the script table's flags, which a router test
+/// keeps in step with the router's specs).
+pub(crate) fn reads_only(op: &Op) -> bool {
+    match &op.kind {
+        Some(
+            Kind::Get(_)
+            | Kind::Exists(_)
+            | Kind::TypeOf(_)
+            | Kind::Strlen(_)
+            | Kind::GetRange(_)
+            | Kind::Ttl(_)
+            | Kind::Scan(_)
+            | Kind::Keys(_)
+            | Kind::RandomKey(_)
+            | Kind::DbSize(_),
+        ) => true,
+        Some(Kind::Command(c)) => c
+            .args
+            .first()
+            .and_then(|name| crate::script::table::lookup(&name.to_ascii_lowercase()))
+            .is_some_and(|cmd| !cmd.writes() && cmd.flags & crate::script::table::NOSCRIPT == 0),
+        _ => false,
+    }
+}
+
+pub(crate) fn moved(version: u64) -> Reply {
     Reply { kind: Some(reply::Kind::Moved(version)) }
 }
 

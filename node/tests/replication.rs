@@ -153,7 +153,15 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     assert_eq!(rstats.primary_addr, primary.addr.to_string());
     assert_eq!(rstats.primary_run_id, stats.run_id);
     assert!(rstats.synced && rstats.primary_link_up);
-    assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Moved(2)), "a replica serves no ops");
+    // Replica reads: a router that routes by the replica's own version may read from it; writes
+    // and routers with another version get `moved` (they route again, to the primary).
+    assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Value(v) if v == "2"), "a replica read");
+    assert!(matches!(run(&mut r, 2, command(&["hget", "h", "f1"])).await, reply::Kind::Frame(_)), "typed read");
+    assert!(matches!(get(&mut r, 1, "s").await, reply::Kind::Moved(2)), "another version: moved");
+    assert!(matches!(set(&mut r, 2, "s", "3").await, reply::Kind::Moved(2)), "a replica takes no write");
+    assert!(matches!(run(&mut r, 2, command(&["hset", "h", "f1", "x"])).await, reply::Kind::Moved(2)));
+    assert!(matches!(run(&mut r, 2, command(&["HSET", "h", "f1", "x"])).await, reply::Kind::Moved(2)));
+    assert_eq!(state(&replica, "s").unwrap().0, Bytes::from("2"), "nothing written on the replica");
     // Nor does it feed replicas of its own (its copy may be partial while it syncs).
     let hello = shoal_wire::proto::ReplicaAck { replica: "127.0.0.1:1".into(), ..Default::default() };
     let refused = r.replicate(tokio_stream::iter([hello])).await.expect_err("a replica refuses to feed");

@@ -182,6 +182,12 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_SNAPSHOT_INTERVAL", default_value_t = 0)]
     pub snapshot_interval: u64,
 
+    /// Who serves read-only commands on one key: the shard's primary, or a replica when one is
+    /// up (replica-preferred; reads may then miss the latest writes). A client's READONLY makes
+    /// its reads go to replicas whatever this says.
+    #[arg(long, env = "SHOAL_READ_FROM", value_enum, default_value_t = crate::state::ReadFrom::Primary)]
+    pub read_from: crate::state::ReadFrom,
+
     /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
     /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
     /// SHOAL FAILOVER hands a shard over to it without losing a write.

@@ -159,6 +159,7 @@ impl Router {
                 .request_buffer_budget
                 .resolve(shoal_telemetry::runtime::memory_limit()),
             tcp_port: resp_addr.port(),
+            read_from: args.read_from,
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");

@@ -34,6 +34,10 @@ pub struct Session {
     pub subscriber: Option<LeaveOnDrop>,
     /// The node this client's last PUBLISH went to (see `cmd/pubsub.rs`).
     pub last_publish_node: Option<u32>,
+    /// READONLY: read-only commands may be served by replicas.
+    pub readonly: bool,
+    /// The command being run may read from a replica (set by `cmd::run`).
+    pub read_replica: bool,
 }
 
 impl Session {
@@ -52,6 +56,8 @@ impl Session {
             http: false,
             subscriber: None,
             last_publish_node: None,
+            readonly: false,
+            read_replica: false,
         }
     }
 
@@ -81,6 +87,7 @@ impl Session {
 
     /// A command arrived now.
     pub fn start_command(&mut self) {
+        self.read_replica = false;
         self.last_command = Instant::now();
         self.client.touch(self.last_command);
     }

@@ -36,6 +36,18 @@ pub struct Settings {
     pub request_buffer_budget: usize,
     /// The RESP TCP port, for INFO.
     pub tcp_port: u16,
+    /// Where read-only commands go when the client did not say (READONLY makes it a replica).
+    pub read_from: ReadFrom,
+}
+
+/// `--read-from`: who serves read-only commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReadFrom {
+    /// The shard's primary (clients that send READONLY read from replicas all the same).
+    #[default]
+    Primary,
+    /// A replica whose link is up, else the primary: reads may miss the latest writes.
+    ReplicaPreferred,
 }
 
 impl Default for Settings {
@@ -54,6 +66,7 @@ impl Default for Settings {
             http_body_timeout: Some(Duration::from_secs(30)),
             request_buffer_budget: 1 << 30,
             tcp_port: 6379,
+            read_from: ReadFrom::Primary,
         }
     }
 }

@@ -13,6 +13,8 @@
 //! - The embedded cluster with `--replicas 1`: every type of value reaches the replicas, WAIT
 //!   counts them, `SHOAL FAILOVER` hands shards over, and `SHOAL SCALE` grows and shrinks the
 //!   cluster with replicas (new shards get theirs) without losing a key.
+//! - Replica reads: a client's READONLY, and a router's `--read-from replica-preferred`, send
+//!   read-only commands to replicas (counted on the replicas' nodes); writes still go to primaries.
 //! - A primary frozen with SIGSTOP is replaced; resumed, it refuses a write routed by the old
 //!   topology (as a router that has not heard of the failover would send it) instead of taking
 //!   a write the resync to the new primary would undo.
@@ -512,5 +514,70 @@ async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing
     check_typed_keys(&mut c, N, "after shrinking to 2").await;
     assert_eq!(c.cmd(&["GET", "after:failover"]).await, support::bulk("1"));
     assert_eq!(c.cmd(&["DBSIZE"]).await, format!(":{}\r\n", N * 6 + 1).into_bytes());
+    router.shutdown().await;
+}
+
+/// Ops the embedded replicas have received (primaries' are not counted).
+async fn replica_ops(router: &shoal_router::Router) -> u64 {
+    router
+        .node_states()
+        .await
+        .iter()
+        .filter(|s| !s.membership.replication.link().primary_addr.is_empty())
+        .map(|s| s.metrics.ops.get())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_clients_and_replica_preferred_routers_read_from_replicas() {
+    let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]).await, b"+OK\r\n");
+        assert_eq!(c.cmd(&["HSET", &format!("h{i}"), "f", &format!("{i}")]).await, b":1\r\n");
+    }
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    async fn read_all(c: &mut Raw) {
+        for i in 0..100 {
+            assert_eq!(c.cmd(&["GET", &format!("k{i}")]).await, support::bulk(&format!("v{i}")));
+            assert_eq!(c.cmd(&["HGET", &format!("h{i}"), "f"]).await, support::bulk(&i.to_string()));
+        }
+    }
+
+    // By default reads go to primaries.
+    let before = replica_ops(&router).await;
+    read_all(&mut c).await;
+    assert_eq!(replica_ops(&router).await, before, "no read reached a replica");
+
+    // READONLY: reads (GET, and typed ones like HGET) are served by replicas, writes are not.
+    assert_eq!(c.cmd(&["READONLY"]).await, b"+OK\r\n");
+    read_all(&mut c).await;
+    let after_reads = replica_ops(&router).await;
+    assert!(after_reads >= before + 200, "every read went to a replica: {before} -> {after_reads}");
+    for i in 0..50 {
+        assert_eq!(c.cmd(&["SET", &format!("w{i}"), "x"]).await, b"+OK\r\n");
+    }
+    assert_eq!(replica_ops(&router).await, after_reads, "writes go to primaries");
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    assert_eq!(c.cmd(&["GET", "w49"]).await, support::bulk("x"), "a replicated write, read on a replica");
+    assert_eq!(c.cmd(&["READWRITE"]).await, b"+OK\r\n");
+    let before = replica_ops(&router).await;
+    read_all(&mut c).await;
+    assert_eq!(replica_ops(&router).await, before, "READWRITE: back to primaries");
+    assert_eq!(c.cmd(&["READONLY", "x"]).await, b"-ERR wrong number of arguments for 'readonly' command\r\n");
+    router.shutdown().await;
+
+    // A router that prefers replicas for every client.
+    let router =
+        support::router(&["--embedded-nodes", "2", "--replicas", "1", "--read-from", "replica-preferred"])
+            .await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    let before = replica_ops(&router).await;
+    for _ in 0..20 {
+        assert_eq!(c.cmd(&["GET", "k"]).await, support::bulk("v"));
+    }
+    assert!(replica_ops(&router).await >= before + 20);
     router.shutdown().await;
 }

@@ -89,6 +89,29 @@ impl Backend {
         KeyCall { backend: self.clone(), routing: routing.clone(), op, deadline, first }
     }
 
+    /// A read-only `op` on a replica of the shard that owns `key` (the first one whose link is
+    /// up), when the slot is not moving; else as [`key`](Self::key). A replica answers `moved`
+    /// unless it serves this very topology version with a full copy (it refuses writes too);
+    /// the call is then routed again like any `moved` one, which sends it to the primary.
+    pub fn key_on_replica(
+        self: &Arc<Self>,
+        routing: &Arc<Routing>,
+        key: Bytes,
+        op: Op,
+        deadline: Instant,
+    ) -> KeyCall {
+        let (pos, from) = routing.locate(&key);
+        let replica = routing.replicas.get(pos).and_then(|r| r.iter().find(|p| p.is_up()));
+        match (from, replica) {
+            (None, Some(port)) => {
+                let call = port.call(op.clone(), routing.version(), deadline);
+                let first = First::Sent { port: port.clone(), call };
+                KeyCall { backend: self.clone(), routing: routing.clone(), op, deadline, first }
+            }
+            _ => self.key(routing, key, op, deadline),
+        }
+    }
+
     /// One op per key, grouped per node: each node gets one group (one batch entry, one wake-up)
     /// and the replies come back in the order of `items`.
     pub fn keys(

@@ -202,6 +202,8 @@ impl Routing {
             topology: self.topology.clone(),
             table: self.table.settled(),
             nodes,
+            // Transactions run on primaries only.
+            replicas: Vec::new(),
             managed: self.managed,
             capturing: true,
         }

@@ -65,6 +65,8 @@ pub struct Routing {
     table: SlotTable,
     /// Ports in `topology.nodes` order.
     pub nodes: Vec<Arc<dyn NodePort>>,
+    /// Each shard's replicas' ports, in the same order (replica reads: READONLY, --read-from).
+    pub replicas: Vec<Vec<Arc<dyn NodePort>>>,
     /// Whether nodes check ownership (a topology source is in use), so `moved` replies can happen.
     pub managed: bool,
     /// A transaction's capturing routing (`capture.rs`): commands run as inside EXEC (a
@@ -182,6 +184,7 @@ impl Backend {
                 table: SlotTable::new(&topology),
                 topology: Arc::new(topology.clone()),
                 nodes: Vec::new(),
+                replicas: Vec::new(),
                 managed,
                 capturing: false,
             })),
@@ -248,8 +251,22 @@ impl Backend {
                 ports.entry((n.id, n.addr.clone())).or_insert_with(|| (self.factory)(n.id, &n.addr)).clone()
             })
             .collect();
+        let replicas: Vec<Vec<Arc<dyn NodePort>>> = topology
+            .nodes
+            .iter()
+            .map(|n| {
+                n.replicas
+                    .iter()
+                    .map(|r| {
+                        ports.entry((n.id, r.clone())).or_insert_with(|| (self.factory)(n.id, r)).clone()
+                    })
+                    .collect()
+            })
+            .collect();
         // Links to nodes that left are dropped (their tasks end once the last user lets go).
-        ports.retain(|(id, addr), _| topology.nodes.iter().any(|n| n.id == *id && &n.addr == addr));
+        ports.retain(|(id, addr), _| {
+            topology.nodes.iter().any(|n| n.id == *id && (&n.addr == addr || n.replicas.contains(addr)))
+        });
         let version = topology.version;
         tracing::info!(
             version,
@@ -261,6 +278,7 @@ impl Backend {
             table: SlotTable::new(&topology),
             topology: Arc::new(topology),
             nodes,
+            replicas,
             managed: self.managed,
             capturing: false,
         });

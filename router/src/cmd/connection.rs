@@ -32,6 +32,34 @@ pub const ECHO: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
+pub const READONLY: CommandSpec = CommandSpec {
+    name: "readonly",
+    arity: 1,
+    flags: &["fast", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "cluster",
+    since: "3.0.0",
+    summary: "Enables read queries for a connection to a Redis Cluster replica node.",
+    complexity: "O(1)",
+    run: readonly,
+    ..CommandSpec::DEFAULT
+};
+
+pub const READWRITE: CommandSpec = CommandSpec {
+    name: "readwrite",
+    arity: 1,
+    flags: &["fast", "loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: FAST_CONN,
+    group: "cluster",
+    since: "3.0.0",
+    summary: "Enables read-write queries for a connection to a Redis Cluster replica node.",
+    complexity: "O(1)",
+    run: readwrite,
+    ..CommandSpec::DEFAULT
+};
+
 pub const HELLO: CommandSpec = CommandSpec {
     name: "hello",
     arity: -1,
@@ -133,6 +161,20 @@ pub fn ping(args: &Args, ctx: &mut Ctx) -> Pending {
 
 pub fn echo(args: &Args, _ctx: &mut Ctx) -> Pending {
     Reply::Bulk(args[1].clone()).into()
+}
+
+/// `READONLY`: this connection's read-only commands on one key may be served by a replica of the
+/// key's shard (as a Redis Cluster client asks of a replica node); they may then miss the
+/// latest writes. Writes still go to the primary.
+pub fn readonly(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.session.readonly = true;
+    Reply::OK.into()
+}
+
+/// `READWRITE`: back to reading from primaries (unless the router's --read-from says otherwise).
+pub fn readwrite(_args: &Args, ctx: &mut Ctx) -> Pending {
+    ctx.session.readonly = false;
+    Reply::OK.into()
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.

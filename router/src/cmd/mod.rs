@@ -81,6 +81,9 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// `op` on the node that owns `key`, queued now.
     pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
+        if self.session.read_replica {
+            return self.state.backend.key_on_replica(self.routing, key.clone(), op, self.deadline);
+        }
         self.state.backend.key(self.routing, key.clone(), op, self.deadline)
     }
 
@@ -230,6 +233,8 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
         return transaction::queue(spec, args, ctx);
     }
     ctx.state.metrics.commands.inc();
+    ctx.session.read_replica = spec.flags.contains(&"readonly")
+        && (ctx.session.readonly || ctx.state.settings.read_from == crate::state::ReadFrom::ReplicaPreferred);
     (spec.run)(args, ctx)
 }
 

@@ -18,6 +18,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &connection::HELLO,
     &connection::AUTH,
     &connection::SELECT,
+    &connection::READONLY,
+    &connection::READWRITE,
     &connection::QUIT,
     &connection::RESET,
     &client::CLIENT,

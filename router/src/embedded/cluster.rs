@@ -316,9 +316,7 @@ impl EmbeddedCluster {
             self.nodes.lock().await.keys().copied().filter(|id| done.node(*id).is_none()).collect();
         for id in gone {
             if let Some(group) = self.nodes.lock().await.remove(&id) {
-                for h in group {
-                    let _ = h.shutdown_without_handover().await;
-                }
+                stop_nodes(group).await;
             }
         }
         Ok(())
@@ -329,10 +327,18 @@ impl EmbeddedCluster {
         // The whole cluster stops: nobody is promoted, no shard is handed over.
         self.stop_failover();
         let nodes = std::mem::take(&mut *self.nodes.lock().await);
-        for node in nodes.into_values().flatten() {
-            if let Err(e) = node.shutdown_without_handover().await {
-                tracing::warn!(error = %e, "embedded node did not stop cleanly");
-            }
+        stop_nodes(nodes.into_values().flatten().collect()).await;
+    }
+}
+
+/// Stops `nodes` without hand-overs, replicas first: a primary's graceful stop waits for its
+/// connections to end, and a replica's stream from it is one.
+async fn stop_nodes(nodes: Vec<NodeHandle>) {
+    let (replicas, primaries): (Vec<NodeHandle>, Vec<NodeHandle>) =
+        nodes.into_iter().partition(|h| !h.state.membership.replication.link().primary_addr.is_empty());
+    for node in replicas.into_iter().chain(primaries) {
+        if let Err(e) = node.shutdown_without_handover().await {
+            tracing::warn!(error = %e, "embedded node did not stop cleanly");
         }
     }
 }
