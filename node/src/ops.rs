@@ -196,29 +196,20 @@ pub fn still_served(view: &NodeView, version: u64, op: &Op) -> Result<(), u64> {
     check(view, version, op)
 }
 
-/// Whether `op` only reads (a replica may serve it for replica reads): the plain read kinds, and
-/// the typed commands Redis flags read-only (by the script table's flags, which a router test
-/// keeps in step with the router's specs).
+/// Whether `op` only reads (a replica may serve it for replica reads): the single-key reads
+/// (`class_of`), the whole-keyspace ones, and typed commands the router flags read-only when the
+/// node's own table (the script table's flags) agrees, so no router mistake writes a replica.
 pub(crate) fn reads_only(op: &Op) -> bool {
     match &op.kind {
-        Some(
-            Kind::Get(_)
-            | Kind::Exists(_)
-            | Kind::TypeOf(_)
-            | Kind::Strlen(_)
-            | Kind::GetRange(_)
-            | Kind::Ttl(_)
-            | Kind::Scan(_)
-            | Kind::Keys(_)
-            | Kind::RandomKey(_)
-            | Kind::DbSize(_),
-        ) => true,
-        Some(Kind::Command(c)) => c
-            .args
-            .first()
-            .and_then(|name| crate::script::table::lookup(&name.to_ascii_lowercase()))
-            .is_some_and(|cmd| !cmd.writes() && cmd.flags & crate::script::table::NOSCRIPT == 0),
-        _ => false,
+        Some(Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_)) => true,
+        Some(Kind::Command(c)) => {
+            c.readonly
+                && c.args
+                    .first()
+                    .and_then(|name| crate::script::table::lookup(&name.to_ascii_lowercase()))
+                    .is_some_and(|cmd| !cmd.writes() && cmd.flags & crate::script::table::NOSCRIPT == 0)
+        }
+        _ => class_of(op) == OpClass::Read,
     }
 }
 

@@ -156,7 +156,19 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     // Replica reads: a router that routes by the replica's own version may read from it; writes
     // and routers with another version get `moved` (they route again, to the primary).
     assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Value(v) if v == "2"), "a replica read");
-    assert!(matches!(run(&mut r, 2, command(&["hget", "h", "f1"])).await, reply::Kind::Frame(_)), "typed read");
+    let hget = Kind::Command(Command {
+        args: ["hget", "h", "f1"].iter().map(|a| Bytes::from(a.to_string())).collect(),
+        readonly: true,
+        ..Default::default()
+    });
+    assert!(matches!(run(&mut r, 2, hget).await, reply::Kind::Frame(_)), "typed read");
+    // A write flagged read-only (a router's mistake) is still refused: the node's table says so.
+    let flagged = Kind::Command(Command {
+        args: ["hset", "h", "f1", "x"].iter().map(|a| Bytes::from(a.to_string())).collect(),
+        readonly: true,
+        ..Default::default()
+    });
+    assert!(matches!(run(&mut r, 2, flagged).await, reply::Kind::Moved(2)));
     assert!(matches!(get(&mut r, 1, "s").await, reply::Kind::Moved(2)), "another version: moved");
     assert!(matches!(set(&mut r, 2, "s", "3").await, reply::Kind::Moved(2)), "a replica takes no write");
     assert!(matches!(run(&mut r, 2, command(&["hset", "h", "f1", "x"])).await, reply::Kind::Moved(2)));

@@ -385,14 +385,7 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
     let options = shoal_wire::client::ClientOptions::default();
     let mut stale = shoal_wire::client::connect(&p0, &options).await.unwrap();
     cluster.signal(0, "STOP");
-    let pid = cluster.nodes[0].as_ref().unwrap().0.id();
-    let stopped = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
-            .unwrap_or(false)
-    };
-    support::wait_until(Duration::from_secs(5), stopped).await;
+    support::wait_stopped(cluster.nodes[0].as_ref().unwrap().0.id()).await;
     // A write by the old version, sent while the primary is frozen (it waits in the socket, ahead
     // of the failover writer's offer of the new topology).
     let set = shoal_wire::proto::Set {

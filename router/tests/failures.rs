@@ -87,15 +87,7 @@ async fn a_frozen_node_times_out_within_the_deadline() {
 
     let pid = proc.0.id().to_string();
     assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
-    // SIGSTOP takes effect when the process is next scheduled: wait until the kernel reports it
-    // stopped, or a busy machine lets the node answer the GET first.
-    let stopped = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
-            .unwrap_or(false)
-    };
-    support::wait_until(Duration::from_secs(5), stopped).await;
+    support::wait_stopped(proc.0.id()).await;
     let started = Instant::now();
     let err = String::from_utf8(c.cmd(&["GET", &k1]).await).unwrap();
     let took = started.elapsed();

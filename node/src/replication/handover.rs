@@ -102,7 +102,9 @@ pub async fn run(
     tracing::info!(version, shard, replica = %target, offset = end, "handing over: replica caught up; committed");
     let mut versions = membership.watch_version();
     loop {
-        if membership.version() > version && !repl.handing_over() {
+        // Adopting the promotion installs the view (this process a replica now) before it says
+        // so to watchers and ends the hand-over state: the view is what to look at.
+        if membership.version() > version && membership.primary_of().is_none() {
             let view = membership.view();
             let primary = view
                 .topology
@@ -115,6 +117,8 @@ pub async fn run(
         }
         tokio::select! {
             r = versions.changed() => if r.is_err() { break },
+            // A bound on any wake-up missed between the check and the wait.
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             _ = tokio::time::sleep_until(until) => break,
         }
     }

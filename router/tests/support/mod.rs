@@ -34,6 +34,18 @@ pub async fn cluster() -> Router {
     router(&["--embedded-nodes", "3"]).await
 }
 
+/// Waits until the kernel reports process `pid` stopped (SIGSTOP takes effect when the process
+/// is next scheduled: on a busy machine it may answer a request first).
+pub async fn wait_stopped(pid: u32) {
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+    };
+    wait_until(Duration::from_secs(5), stopped).await;
+}
+
 /// Polls `cond` every 10 ms until it holds; panics after `limit`.
 pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
