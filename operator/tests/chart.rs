@@ -337,7 +337,12 @@ fn the_image_ships_every_binary_the_pods_run() {
     cc.metadata.namespace = Some("shop".into());
     cc.metadata.uid = Some("0000-1111".into());
     let mut commands: Vec<String> = Vec::new();
-    let sts = resources::node_statefulset(&cc, 1).spec.unwrap().template.spec.unwrap();
+    let sts = resources::node_statefulset(&cc, 0, 1, resources::Placement::Ordinal)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
     let dep = resources::router_deployment(&cc).spec.unwrap().template.spec.unwrap();
     for c in sts.containers.iter().chain(&dep.containers) {
         commands.extend(c.command.clone().unwrap().into_iter().take(1));
