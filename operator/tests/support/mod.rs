@@ -167,6 +167,19 @@ pub fn rewrite(c: &Container, subst: &[(&str, String)]) -> Vec<String> {
     args
 }
 
+/// `$(VAR)` references in `args` replaced by the values in `env`, as the kubelet does for a
+/// container's command and args (an undefined reference stays as it is).
+pub fn expand(args: Vec<String>, env: &[(String, String)]) -> Vec<String> {
+    args.into_iter()
+        .map(|mut a| {
+            for (k, v) in env {
+                a = a.replace(&format!("$({k})"), v);
+            }
+            a
+        })
+        .collect()
+}
+
 /// The container's environment, resolving the downward-API label references and Secret keys it
 /// uses.
 pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(String, String)> {
@@ -186,6 +199,9 @@ pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(Stri
                 labels.get(label).unwrap_or_else(|| panic!("pod has no label {label}")).clone()
             }
             (None, Some(f), _) if f.field_path == "metadata.name" => pod.metadata.name.clone().unwrap(),
+            (None, Some(f), _) if f.field_path == "status.podIP" => {
+                pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running pod has an IP")
+            }
             (None, Some(f), _) if f.field_path == "metadata.namespace" => ns.clone(),
             (None, None, Some(s)) => {
                 let secret = Api::<Secret>::namespaced(client.clone(), &ns).get(&s.name).await.unwrap();
@@ -268,11 +284,14 @@ impl Kubelet {
                         ],
                     );
                     let name = pod.metadata.name.clone().unwrap();
+                    let env = resolve_env(&client, container, pod).await;
+                    let args = expand(args, &env);
                     let child = Command::new(bin("shoal-node"))
                         .args(&args)
-                        .envs(resolve_env(&client, container, pod).await)
+                        .envs(env)
                         .stdout(Stdio::null())
-                        .stderr(log(&root, &name))
+                        // A pod recreated under the same name gets its own log.
+                        .stderr(log(&root, &format!("{name}-{}", &uid[..8.min(uid.len())])))
                         .spawn()
                         .unwrap();
                     running.insert(uid, Proc(child));
@@ -465,12 +484,17 @@ pub async fn router_nodes_up(http: &str) -> Option<Vec<(u32, f64)>> {
 
 /// `shoal_operator_leader` from an operator's /metrics (None while it is not answering).
 pub async fn leader_gauge(port: u16) -> Option<f64> {
+    operator_metric(port, "shoal_operator_leader").await
+}
+
+/// An unlabelled series from an operator's /metrics (None while it is not answering).
+pub async fn operator_metric(port: u16, name: &str) -> Option<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).await.ok()?;
-    body.lines().find_map(|l| l.strip_prefix("shoal_operator_leader ")?.trim().parse().ok())
+    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
