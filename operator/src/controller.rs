@@ -47,6 +47,9 @@ const FIELD_MANAGER: &str = "shoal-operator";
 /// How long the operator lets a primary take to hand its shard over (the node's own default).
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long one eviction may take, its retries included.
+const EVICT_TIMEOUT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
@@ -301,6 +304,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     };
     let shards: Option<Vec<ShardHealth>> =
         stats.as_ref().zip(topology.as_ref()).map(|(stats, t)| health::shards(t, stats));
+    tracing::debug!(cluster = %name, answered = stats.as_ref().map(|s| s.len()), "members probed");
 
     // Act.
     let replicas = match &step {
@@ -324,7 +328,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         let note = format!("StatefulSet {sts} removed: replicasPerShard is {want_replicas}");
         event(&ctx, &cc, EventType::Normal, "ScalingNodes", note).await;
     }
-    node_pdbs(client, &cc, &ns, replica_mode, replicas, shards.as_deref()).await?;
+    node_pdbs(client, &cc, &ns, replica_mode, replicas, keep + 1, shards.as_deref()).await?;
     match &step {
         Step::Bootstrap(nodes) => {
             // `nodes` are ids 0..n in order, which is how `even` numbers them. Primaries only:
@@ -376,12 +380,21 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             }
             None if step == Step::Settled => {
                 let all_synced = health.iter().all(ShardHealth::complete);
-                if let Some(pod) = members::next_restart(&views, t, all_synced) {
-                    restart(&ctx, &cc, &ns, &pod).await?;
+                match members::next_restart(&views, t, all_synced) {
+                    Some(pod) => restart(&ctx, &cc, &ns, &pod).await?,
+                    None => {
+                        let outdated: Vec<&str> =
+                            views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
+                        if !outdated.is_empty() {
+                            tracing::info!(cluster = %name, ?outdated, all_synced, "restarts wait for every shard to be whole");
+                        }
+                    }
                 }
             }
             None => {}
         }
+    } else if replica_mode {
+        tracing::debug!(cluster = %name, ?step, idle, "members and restarts wait for scaling");
     }
     // Routers start once there is a topology to route by; failover writers run while it has
     // replicas (or should).
@@ -424,8 +437,14 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         let patch = serde_json::json!({ "status": new_status });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
+    // A replica copying, or a primary not serving, changes nothing the controller watches:
+    // look again soon until every shard is whole.
+    let whole = shards.as_ref().is_none_or(|s| s.iter().all(ShardHealth::complete));
     Ok(match step {
-        // With replicas, look again soon: syncs and lags change without any object changing.
+        Step::Settled if !observed.moving && replica_mode && !whole => {
+            Action::requeue(ctx.settings.busy_requeue)
+        }
+        // With replicas, look again now and then: lags change without any object changing.
         Step::Settled if !observed.moving && replica_mode => Action::requeue(Duration::from_secs(10)),
         Step::Settled if !observed.moving => Action::requeue(Duration::from_secs(300)),
         _ => Action::requeue(ctx.settings.busy_requeue),
@@ -446,15 +465,16 @@ fn listed_members(t: &Topology, pods: &[PodView]) -> u32 {
 }
 
 /// The node PodDisruptionBudgets: one for all node pods without replicas, one per shard with
-/// them (a pod must match one budget only: the eviction API refuses pods with two), each open
-/// (1) while its shard is redundant and closed (0) while it is not; budgets of the other kind,
-/// and of shards that are gone, are deleted.
+/// them (a pod must match one budget only: the eviction API refuses pods with two) over its
+/// `members` pods, open (one may go) while its shard is redundant and closed while it is not;
+/// budgets of the other kind, and of shards that are gone, are deleted.
 async fn node_pdbs(
     client: &Client,
     cc: &CacheCluster,
     ns: &str,
     replica_mode: bool,
     shards_count: u32,
+    members: u32,
     health: Option<&[ShardHealth]>,
 ) -> Result<(), Error> {
     let mut wanted = Vec::new();
@@ -463,7 +483,7 @@ async fn node_pdbs(
             // A shard not in the topology yet holds no data.
             let open =
                 health.unwrap_or_default().iter().find(|h| h.id == shard).is_none_or(ShardHealth::redundant);
-            wanted.push(resources::shard_pdb(cc, shard, i32::from(open)));
+            wanted.push(resources::shard_pdb(cc, shard, members, open));
         }
     } else {
         wanted.push(resources::pdb(cc, Component::Node));
@@ -486,17 +506,28 @@ async fn node_pdbs(
 /// catch up, and the failover writer promotes `to`).
 async fn hand_over(from: &str, to: &str) -> Result<(), String> {
     let options = ClientOptions { request_timeout: Some(HANDOVER_TIMEOUT * 2), ..ClientOptions::admin() };
-    let mut c = client::connect(from, &options).await.map_err(|e| e.to_string())?;
     let req = HandoverRequest { replica: to.to_string(), timeout_ms: HANDOVER_TIMEOUT.as_millis() as u64 };
-    c.handover(req).await.map_err(|s| s.message().to_string())?;
-    Ok(())
+    // Bounded as a whole (see `health::probe`): a reconcile must never wait on one node forever.
+    let call = async {
+        let mut c = client::connect(from, &options).await.map_err(|e| e.to_string())?;
+        c.handover(req).await.map_err(|s| s.message().to_string())?;
+        Ok(())
+    };
+    tokio::time::timeout(HANDOVER_TIMEOUT * 3, call).await.map_err(|_| format!("{from} did not answer"))?
 }
 
 /// Evicts node pod `pod` so that its StatefulSet recreates it from the current template. An
 /// eviction, not a delete: the shard's PodDisruptionBudget has the last word.
 async fn restart(ctx: &Context, cc: &CacheCluster, ns: &str, pod: &str) -> Result<(), Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    match api.evict(pod, &EvictParams::default()).await {
+    // The client retries a 429 (which here means "the budget says not now") with a backoff that
+    // grows to minutes; the reconcile must not wait that long, the next one asks again.
+    let Ok(evicted) = tokio::time::timeout(EVICT_TIMEOUT, api.evict(pod, &EvictParams::default())).await
+    else {
+        tracing::info!(%pod, "restart deferred: the eviction was not granted yet");
+        return Ok(());
+    };
+    match evicted {
         Ok(_) => {
             ctx.metrics.pod_restarts.inc();
             let note = format!("{pod}: restarting it on its StatefulSet's new template (one pod at a time)");
@@ -743,7 +774,7 @@ mod tests {
                     "PodDisruptionBudgetList",
                     vec![
                         serde_json::to_value(resources::pdb(&cc, Component::Node)).unwrap(),
-                        serde_json::to_value(resources::shard_pdb(&cc, 0, 1)).unwrap(),
+                        serde_json::to_value(resources::shard_pdb(&cc, 0, 2, true)).unwrap(),
                     ],
                 ),
             ),
@@ -787,7 +818,7 @@ mod tests {
         listed.nodes[1].replicas = vec!["127.9.9.4:7001".into()];
         let shard_pdb = |i: u32| {
             echo(Method::PATCH, format!("{POLICY}/poddisruptionbudgets/demo-shard-{i}")).checking(move |p| {
-                assert_eq!(p["spec"]["maxUnavailable"], 0, "the shard is not redundant: no eviction");
+                assert_eq!(p["spec"]["minAvailable"], 2, "the shard is not redundant: both pods stay");
                 assert_eq!(
                     p["spec"]["selector"]["matchLabels"]["apps.kubernetes.io/pod-index"],
                     i.to_string()
@@ -850,7 +881,7 @@ mod tests {
         let (client, fake) = Fake::start(calls);
         let ctx = context(client, AddressMode::PodIp);
         let action = reconcile(Arc::new(cc), ctx.clone()).await.unwrap();
-        assert_eq!(action, Action::requeue(Duration::from_secs(10)), "with replicas: look again soon");
+        assert_eq!(action, Action::requeue(Duration::from_secs(2)), "shards not whole: look again soon");
         assert_eq!(ctx.writers_running(), 1, "the failover writer runs");
         assert!(render_metrics(&ctx).contains("shoal_operator_failover_writers 1"));
         assert!(render_metrics(&ctx).contains("shoal_operator_member_changes_total 1"));

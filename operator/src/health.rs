@@ -25,15 +25,18 @@ pub async fn probe(t: &Topology) -> BTreeMap<String, NodeStats> {
     };
     let asks = members.iter().map(|addr| {
         let options = options.clone();
-        async move {
+        // One bound for the whole exchange: the connect timeout covers the TCP connect only, and
+        // a process that accepts but never answers (stopped, overloaded) would hold the HTTP/2
+        // handshake, and the reconcile, forever.
+        tokio::time::timeout(2 * PROBE_TIMEOUT, async move {
             let mut c = client::connect(addr, &options).await.ok()?;
             // Not `failover_writer`: only the writer's own probes may tell a primary that a
             // writer is watching (which lets it hand over).
-            let s = tokio::time::timeout(PROBE_TIMEOUT, c.stats(StatsRequest::default())).await.ok()?.ok()?;
+            let s = c.stats(StatsRequest::default()).await.ok()?;
             Some(s.into_inner())
-        }
+        })
     });
-    members.iter().cloned().zip(join_all(asks).await).filter_map(|(a, s)| Some((a, s?))).collect()
+    members.iter().cloned().zip(join_all(asks).await).filter_map(|(a, s)| Some((a, s.ok()??))).collect()
 }
 
 /// One shard's health.

@@ -11,7 +11,7 @@
 //! | Service | `<name>` | what clients connect to: RESP 6379, HTTP 8080 |
 //! | ConfigMap | `<name>-topology` | the published topology, mounted into nodes and routers |
 //! | PodDisruptionBudget | `<name>-node` (no replicas) | never two shards down at once |
-//! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it has no synced replica |
+//! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it is not redundant |
 //! | PodDisruptionBudget | `<name>-router` | never two routers down at once |
 //! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers (sidecars too), nodes and the operator |
 //! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) |
@@ -684,13 +684,17 @@ pub fn pdb(cc: &CacheCluster, c: Component) -> PodDisruptionBudget {
     }
 }
 
-/// The PodDisruptionBudget of shard `shard`'s pods (every member), with replicas: at most
-/// `max_unavailable` of them voluntarily down. The operator sets 1 while the shard has a serving
-/// primary and a synced replica, else 0: a pod's readiness says it runs, not that a replica has
-/// caught up, so only the operator's probes can tell when evicting one more pod would leave the
-/// shard's data on no running process. Unhealthy pods may always be evicted (they serve nothing,
-/// and a drain must not hang on a crashing pod).
-pub fn shard_pdb(cc: &CacheCluster, shard: u32, max_unavailable: i32) -> PodDisruptionBudget {
+/// The PodDisruptionBudget of shard `shard`'s `members` pods (primary and replicas), with
+/// replicas: `open`, one of them may go voluntarily at a time (`minAvailable: members - 1`);
+/// closed, none (`minAvailable: members`). The operator opens it while the shard has a serving
+/// primary and a synced replica: a pod's readiness says it runs, not that a replica has caught
+/// up, so only the operator's probes can tell when evicting one more pod would leave the shard's
+/// data on no running process. A whole number of pods, not `maxUnavailable`: the disruption
+/// controller counts a `maxUnavailable` budget against the scale of the pods' controllers, and
+/// the member StatefulSets hold every shard's pods, so a per-shard `maxUnavailable: 1` would
+/// never allow an eviction. Unhealthy pods may always be evicted (they serve nothing, and a
+/// drain must not hang on a crashing pod).
+pub fn shard_pdb(cc: &CacheCluster, shard: u32, members: u32, open: bool) -> PodDisruptionBudget {
     let mut sel = selector_labels(cc, Component::Node);
     sel.insert(POD_INDEX_LABEL.into(), shard.to_string());
     let mut metadata = meta(cc, shard_pdb_name(cc, shard), Some(Component::Node));
@@ -698,7 +702,7 @@ pub fn shard_pdb(cc: &CacheCluster, shard: u32, max_unavailable: i32) -> PodDisr
     PodDisruptionBudget {
         metadata,
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+            min_available: Some(IntOrString::Int((members - u32::from(open && members > 0)) as i32)),
             selector: Some(LabelSelector { match_labels: Some(sel), ..Default::default() }),
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
             ..Default::default()
@@ -1166,15 +1170,24 @@ pub(crate) mod tests {
     #[test]
     fn a_shard_budget_selects_every_member_of_its_shard_only() {
         let cc = cluster(serde_json::json!({"shards": 3, "replicasPerShard": 1}));
-        let p = shard_pdb(&cc, 2, 1);
+        let p = shard_pdb(&cc, 2, 2, true);
         assert_eq!(p.metadata.name.as_deref(), Some("demo-shard-2"));
         assert_eq!(p.metadata.labels.as_ref().unwrap().get(SHARD_LABEL).map(String::as_str), Some("2"));
         let spec = p.spec.unwrap();
-        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            (spec.min_available, spec.max_unavailable),
+            (Some(IntOrString::Int(1)), None),
+            "one of two may go"
+        );
         let sel = spec.selector.unwrap().match_labels.unwrap();
         assert_eq!(sel.get(POD_INDEX_LABEL).map(String::as_str), Some("2"));
         assert_eq!(sel.get("app.kubernetes.io/component").map(String::as_str), Some("node"));
         assert!(!sel.contains_key(MEMBER_LABEL), "primary and replicas alike");
-        assert_eq!(shard_pdb(&cc, 0, 0).spec.unwrap().max_unavailable, Some(IntOrString::Int(0)));
+        assert_eq!(
+            shard_pdb(&cc, 0, 2, false).spec.unwrap().min_available,
+            Some(IntOrString::Int(2)),
+            "closed"
+        );
+        assert_eq!(shard_pdb(&cc, 0, 3, true).spec.unwrap().min_available, Some(IntOrString::Int(2)));
     }
 }

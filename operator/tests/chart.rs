@@ -359,8 +359,9 @@ fn the_rendered_cluster_becomes_member_statefulsets_spread_by_shard_and_per_shar
         assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
         assert!(anti.required_during_scheduling_ignored_during_execution.is_none());
     }
-    let budgets: Vec<String> =
-        (0..cc.spec.shards as u32).map(|i| resources::shard_pdb(&cc, i, 1).metadata.name.unwrap()).collect();
+    let budgets: Vec<String> = (0..cc.spec.shards as u32)
+        .map(|i| resources::shard_pdb(&cc, i, 2, true).metadata.name.unwrap())
+        .collect();
     assert_eq!(budgets, ["rel-shard-0", "rel-shard-1", "rel-shard-2"]);
 
     let persistent = support::repo().join("charts/shoal/ci/persistent-values.yaml");
