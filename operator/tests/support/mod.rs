@@ -255,6 +255,7 @@ impl Kubelet {
                     format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=node");
                 let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else { continue };
                 let mut alive = Vec::new();
+                let mut start = Vec::new();
                 for pod in &list.items {
                     let uid = pod.metadata.uid.clone().unwrap();
                     let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
@@ -269,9 +270,16 @@ impl Kubelet {
                         continue; // not alive: its process is stopped below (SIGTERM)
                     }
                     alive.push(uid.clone());
-                    if running.contains_key(&uid) {
-                        continue;
+                    if !running.contains_key(&uid) {
+                        start.push((pod, uid, ip));
                     }
+                }
+                // Gone pods' processes stop before new ones start, as a StatefulSet never runs
+                // two pods of one ordinal at once: kwok deletes a pod without waiting for its
+                // grace period and may give the replacement the same IP, whose port the old
+                // process (handing over, lingering) still holds.
+                running.retain(|uid, _| alive.contains(uid));
+                for (pod, uid, ip) in start {
                     let container = &pod.spec.as_ref().unwrap().containers[0];
                     let data = root.join(format!("data-{uid}"));
                     let args = rewrite(
@@ -296,7 +304,6 @@ impl Kubelet {
                         .unwrap();
                     running.insert(uid, Proc(child));
                 }
-                running.retain(|uid, _| alive.contains(uid));
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
@@ -336,7 +343,7 @@ pub fn operator(
         .env("KUBECONFIG", kubeconfig)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("POD_NAME", identity)
-        .env("RUST_LOG", "info,kube=warn")
+        .env("RUST_LOG", "info,kube=warn,shoal_operator=debug")
         .stdout(Stdio::null())
         .stderr(log(root, identity))
         .spawn()
