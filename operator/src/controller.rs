@@ -797,6 +797,41 @@ mod tests {
         fake.done();
     }
 
+    #[tokio::test]
+    async fn a_preempted_move_is_stopped_and_counted_and_nothing_starts_after_leadership_ends() {
+        let (client, fake) = Fake::start(vec![]);
+        let ctx = context(client, AddressMode::Dns);
+        let key = ("shop".to_string(), "demo".to_string());
+        let task = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Topology::even(&["a:1".into()]))
+        });
+        ctx.metrics.moves_running.add(1);
+        let mv = Move {
+            task,
+            progress: Arc::default(),
+            what: "resharding 2 -> 3 shards".into(),
+            resharding: true,
+        };
+        ctx.moves.lock().insert(key.clone(), mv);
+        ctx.preempt_move(&key);
+        assert!(!ctx.moves.lock().contains_key(&key), "the next reconcile resumes it from the topology");
+        assert_eq!((ctx.metrics.moves_running.get(), ctx.metrics.moves_preempted.get()), (0, 1));
+        ctx.preempt_move(&key);
+        assert_eq!(ctx.metrics.moves_preempted.get(), 1, "nothing to stop twice");
+
+        ctx.stop_background();
+        let cc = cluster(json!({"shards": 2, "replicasPerShard": 1}));
+        let store = ConfigMapRegistry::new(Api::namespaced(ctx.client.clone(), "shop"), &cc);
+        start_move(&ctx, &cc, store.clone(), None, "x".into(), true);
+        failover::ensure(&ctx, &cc, store);
+        assert!(
+            ctx.moves.lock().is_empty() && ctx.writers_running() == 0,
+            "no longer leading: nothing starts"
+        );
+        fake.done();
+    }
+
     /// Replicas asked for on a settled cluster: the replicas' StatefulSet, per-shard budgets in
     /// place of the cluster-wide one, the replicas listed in the next topology version, and the
     /// failover writer started. Node addresses are pod IPs on loopback where nothing listens,

@@ -218,6 +218,85 @@ mod tests {
         }
     }
 
+    mod store {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        use http::Method;
+        use kube::Api;
+        use serde_json::json;
+
+        use super::super::*;
+        use crate::fake_api::{Fake, call, status};
+        use crate::resources::tests::cluster;
+
+        const CM: &str = "/api/v1/namespaces/shop/configmaps/demo-topology";
+
+        fn configmap(t: &Topology) -> serde_json::Value {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "demo-topology", "namespace": "shop", "resourceVersion": "3"},
+                   "data": {"topology.json": t.to_json()}})
+        }
+
+        fn store(calls: Vec<crate::fake_api::Call>, preempted: Arc<AtomicBool>) -> (WriterStore, Fake) {
+            let (client, fake) = Fake::start(calls);
+            let registry =
+                ConfigMapRegistry::new(Api::namespaced(client, "shop"), &cluster(json!({"shards": 1})));
+            (WriterStore::new(registry, move || preempted.store(true, Ordering::SeqCst)), fake)
+        }
+
+        #[tokio::test]
+        async fn the_move_stops_before_a_decision_is_published_and_reads_are_cached() {
+            let t = super::topology();
+            let mut next = t.clone();
+            next.version += 1;
+            let preempted = Arc::new(AtomicBool::new(false));
+            let seen = preempted.clone();
+            let calls = vec![
+                // One read for two loads within the refresh time.
+                call(Method::GET, CM, 200, configmap(&t)),
+                // The publish reads (compare-and-swap) only once the move was stopped.
+                call(Method::GET, CM, 200, configmap(&t)).checking(move |_| {
+                    assert!(seen.load(Ordering::SeqCst), "the move is stopped before the publish starts");
+                }),
+                call(Method::PUT, CM, 200, configmap(&next)),
+            ];
+            let (writer, fake) = store(calls, preempted.clone());
+            assert_eq!(writer.load().await.unwrap(), Some(t.clone()));
+            assert_eq!(writer.load().await.unwrap(), Some(t.clone()), "from the copy");
+            assert!(!preempted.load(Ordering::SeqCst), "reading stops nothing");
+            writer.publish(&next).await.unwrap();
+            assert_eq!(writer.load().await.unwrap(), Some(next), "what it published, without a read");
+            assert_eq!(writer.replaced(), Some(t), "what the decision replaced, to classify it");
+            fake.done();
+        }
+
+        #[tokio::test]
+        async fn a_refused_publish_drops_the_copy_and_a_missing_configmap_ends_the_writer() {
+            let t = super::topology();
+            let mut newer = t.clone();
+            newer.version += 5;
+            let calls = vec![
+                call(Method::GET, CM, 200, configmap(&t)),
+                // Someone else published meanwhile: refused, and the next load reads again.
+                call(Method::GET, CM, 200, configmap(&newer)),
+                call(Method::GET, CM, 200, configmap(&newer)),
+                call(Method::GET, CM, 404, status(404, "NotFound")),
+            ];
+            let (writer, fake) = store(calls, Arc::new(AtomicBool::new(false)));
+            let gone = writer.gone();
+            assert_eq!(writer.load().await.unwrap().map(|t| t.version), Some(t.version));
+            let mut stale = t.clone();
+            stale.version += 1;
+            assert!(matches!(writer.publish(&stale).await, Err(RegistryError::Stale { .. })));
+            assert_eq!(writer.load().await.unwrap().map(|t| t.version), Some(newer.version));
+            tokio::time::sleep(REFRESH).await;
+            assert_eq!(writer.load().await.unwrap(), None);
+            tokio::time::timeout(Duration::from_secs(1), gone).await.expect("the writer's stop resolves");
+            fake.done();
+        }
+    }
+
     /// Decisions made by the real `decide`, so a change of its wording shows here.
     #[test]
     fn decisions_are_told_apart_by_what_they_did() {
