@@ -364,12 +364,19 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     {
         let synced = |addr: &str| health.iter().flat_map(|h| &h.replicas).any(|r| r.addr == addr && r.synced);
         match members::membership(t, &views, want_replicas, mode == AddressMode::Dns, synced) {
-            Some(Change::Publish { topology: next, why }) => {
-                store.publish(&next).await?;
-                ctx.metrics.member_changes.inc();
-                let note = format!("{why} (topology version {})", next.version);
-                event(&ctx, &cc, EventType::Normal, "MembersChanged", note).await;
-            }
+            Some(Change::Publish { topology: next, why }) => match store.publish(&next).await {
+                Ok(()) => {
+                    ctx.metrics.member_changes.inc();
+                    let note = format!("{why} (topology version {})", next.version);
+                    event(&ctx, &cc, EventType::Normal, "MembersChanged", note).await;
+                }
+                // The failover writer (or a move) published first: the compare-and-swap
+                // refused this one, and the ConfigMap's change brings the next look.
+                Err(shoal_coordinator::RegistryError::Stale { current, .. }) => {
+                    tracing::info!(cluster = %name, current, "members change superseded; looking again");
+                }
+                Err(e) => return Err(e.into()),
+            },
             Some(Change::HandOver { shard, from, to }) => {
                 let note = format!("shard {shard}: primary {from} hands over to {to} (its member goes)");
                 event(&ctx, &cc, EventType::Normal, "HandingOver", note).await;
