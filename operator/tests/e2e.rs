@@ -546,19 +546,34 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
         None,
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut phases = Vec::new();
-    wait_for("every node pod restarted on the new template", Duration::from_secs(180), async || {
-        let list = pods.list(&ListParams::default().labels("app.kubernetes.io/component=node")).await.ok()?;
-        let all_new = list.items.len() == 4
-            && list.items.iter().all(|p| {
-                let args = p.spec.as_ref().map(|s| s.containers[0].args.clone().unwrap_or_default());
-                args.is_some_and(|a| a.windows(2).any(|w| w[0] == "--maxmemory" && w[1] == "96mb"))
-            });
-        all_new.then_some(())
-    })
+    let ccs: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
+    let status = wait_for(
+        "every node pod restarted on the new template, whole",
+        Duration::from_secs(180),
+        async || {
+            let list =
+                pods.list(&ListParams::default().labels("app.kubernetes.io/component=node")).await.ok()?;
+            let all_new = list.items.len() == 4
+                && list.items.iter().all(|p| {
+                    let args = p.spec.as_ref().map(|s| s.containers[0].args.clone().unwrap_or_default());
+                    args.is_some_and(|a| a.windows(2).any(|w| w[0] == "--maxmemory" && w[1] == "96mb"))
+                });
+            // The status of what is published now (the last restart's hand-over included).
+            let t = published(&client).await?;
+            let status = ccs.get(NS_NAME).await.ok()?.status?;
+            let whole = status.phase == "Ready"
+                && status.topology_version == t.version as i64
+                && t.version > topology_before
+                && status.shard_status.len() == 2
+                && status
+                    .shard_status
+                    .iter()
+                    .all(|s| s.primary_serving && s.replicas.len() == 1 && s.replicas[0].synced);
+            (all_new && whole).then_some(status)
+        },
+    )
     .await;
-    let status = wait_status(&client, 2, &mut phases, true, topology_before + 1).await;
-    assert!(status.shard_status.iter().all(|s| s.replicas.len() == 1));
+    assert!(status.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "False"));
     check_keys(&addr).await;
     let events = plane.kubectl(
         &["get", "events", "-n", NS, "--field-selector", "involvedObject.name=demo", "-o", "json"],
