@@ -50,6 +50,10 @@ const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one eviction may take, its retries included.
 const EVICT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a restarted pod may take to be whole again before the next restart stops waiting
+/// for it in particular (it still waits for every shard to be whole).
+const RESTART_PATIENCE: Duration = Duration::from_secs(1800);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
@@ -111,6 +115,8 @@ pub struct Context {
     last_errors: Mutex<HashMap<Key, String>>,
     /// Failover writers, by cluster ([`crate::failover`]).
     pub(crate) writers: Mutex<HashMap<Key, JoinHandle<()>>>,
+    /// The node pod each cluster last evicted for a restart, and when; the next waits for it.
+    restarting: Mutex<HashMap<Key, (String, std::time::Instant)>>,
     /// Set for good by [`Context::stop_background`]: leadership is over, so a reconcile still
     /// finishing starts no new move or writer.
     stopped: std::sync::atomic::AtomicBool,
@@ -126,6 +132,7 @@ impl Context {
             moves: Mutex::default(),
             last_errors: Mutex::default(),
             writers: Mutex::default(),
+            restarting: Mutex::default(),
             stopped: Default::default(),
         }
     }
@@ -387,13 +394,39 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             }
             None if step == Step::Settled => {
                 let all_synced = health.iter().all(ShardHealth::complete);
-                match members::next_restart(&views, t, all_synced) {
-                    Some(pod) => restart(&ctx, &cc, &ns, &pod).await?,
+                let pending = ctx.restarting.lock().get(&key).cloned();
+                if let Some((pod, at)) = &pending {
+                    let member = |addr: &str| {
+                        let s = stats.as_ref()?.get(addr)?;
+                        let whole = health.iter().any(|h| {
+                            (h.primary == addr && h.primary_serving)
+                                || h.replicas.iter().any(|r| r.addr == addr && r.synced)
+                        });
+                        Some((Duration::from_millis(s.uptime_ms), whole))
+                    };
+                    // Also forgotten when the pod is gone for good (scaled away), or after a long
+                    // while (then every shard being whole is the only rule left).
+                    let scaled_away =
+                        at.elapsed() > Duration::from_secs(60) && !views.iter().any(|p| p.name == *pod);
+                    if members::restarted(&views, t, pod, at.elapsed(), member)
+                        || scaled_away
+                        || at.elapsed() > RESTART_PATIENCE
+                    {
+                        ctx.restarting.lock().remove(&key);
+                    }
+                }
+                let waiting = ctx.restarting.lock().get(&key).map(|(pod, _)| pod.clone());
+                match members::next_restart(&views, t, all_synced && waiting.is_none()) {
+                    Some(pod) => {
+                        if restart(&ctx, &cc, &ns, &pod).await? {
+                            ctx.restarting.lock().insert(key.clone(), (pod, std::time::Instant::now()));
+                        }
+                    }
                     None => {
                         let outdated: Vec<&str> =
                             views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
                         if !outdated.is_empty() {
-                            tracing::info!(cluster = %name, ?outdated, all_synced, "restarts wait for every shard to be whole");
+                            tracing::info!(cluster = %name, ?outdated, all_synced, ?waiting, "restarts wait for every shard to be whole");
                         }
                     }
                 }
@@ -524,27 +557,27 @@ async fn hand_over(from: &str, to: &str) -> Result<(), String> {
 }
 
 /// Evicts node pod `pod` so that its StatefulSet recreates it from the current template. An
-/// eviction, not a delete: the shard's PodDisruptionBudget has the last word.
-async fn restart(ctx: &Context, cc: &CacheCluster, ns: &str, pod: &str) -> Result<(), Error> {
+/// eviction, not a delete: the shard's PodDisruptionBudget has the last word. Whether it went.
+async fn restart(ctx: &Context, cc: &CacheCluster, ns: &str, pod: &str) -> Result<bool, Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     // The client retries a 429 (which here means "the budget says not now") with a backoff that
     // grows to minutes; the reconcile must not wait that long, the next one asks again.
     let Ok(evicted) = tokio::time::timeout(EVICT_TIMEOUT, api.evict(pod, &EvictParams::default())).await
     else {
         tracing::info!(%pod, "restart deferred: the eviction was not granted yet");
-        return Ok(());
+        return Ok(false);
     };
     match evicted {
         Ok(_) => {
             ctx.metrics.pod_restarts.inc();
             let note = format!("{pod}: restarting it on its StatefulSet's new template (one pod at a time)");
             event(ctx, cc, EventType::Normal, "RestartingNode", note).await;
-            Ok(())
+            Ok(true)
         }
         // 429: the budget says not now; the next look tries again.
         Err(kube::Error::Api(e)) if e.code == 429 || e.code == 404 => {
             tracing::info!(%pod, reason = %e.message, "restart deferred");
-            Ok(())
+            Ok(false)
         }
         Err(e) => Err(e.into()),
     }

@@ -213,6 +213,25 @@ fn drop_duplicates(next: &mut Topology, before: &Topology) {
     }
 }
 
+/// Whether pod `name`, evicted `elapsed` ago for a restart, is back: a ready pod of that name
+/// whose address the topology names, answered by a process younger than the eviction (so not
+/// the old one, still stopping) that is whole there (`member` gives its uptime and whether it is
+/// a serving primary or a synced replica). Until then no other pod is restarted: the pods'
+/// readiness alone cannot tell (a replacement is Ready long before it has copied its shard).
+pub fn restarted(
+    pods: &[PodView],
+    t: &Topology,
+    name: &str,
+    elapsed: std::time::Duration,
+    member: impl Fn(&str) -> Option<(std::time::Duration, bool)>,
+) -> bool {
+    let Some(addr) = pods.iter().find(|p| p.name == name && p.ready).and_then(|p| p.addr.as_deref()) else {
+        return false;
+    };
+    let listed = t.nodes.iter().any(|n| n.addr == addr || n.replicas.iter().any(|r| r == addr));
+    listed && member(addr).is_some_and(|(uptime, whole)| whole && uptime < elapsed)
+}
+
 /// The pod to restart next to bring pods up to their StatefulSet's template, if one may go now:
 /// every node pod is running and ready, no shard is short of anything (`all_synced`), and
 /// replicas go before primaries (whose pods hand over when deleted).
@@ -442,5 +461,25 @@ mod tests {
         assert_eq!(next_restart(&p, &t, true).as_deref(), Some("demo-node-0"), "then the primaries");
         p[3].ready = false;
         assert_eq!(next_restart(&p, &t, true), None, "not while a pod is down");
+    }
+
+    #[test]
+    fn a_restarted_pod_is_back_once_a_new_process_is_whole_at_its_address() {
+        use std::time::Duration;
+        let t = topology(&[("a0", &["b0"]), ("a1", &["b1"])]);
+        let p = pods();
+        let ago = Duration::from_secs(30);
+        let young = |whole: bool| move |_: &str| Some((Duration::from_secs(5), whole));
+        assert!(restarted(&p, &t, "demo-node-r1-0", ago, young(true)));
+        assert!(!restarted(&p, &t, "demo-node-r1-0", ago, young(false)), "still copying");
+        let old = |_: &str| Some((Duration::from_secs(300), true));
+        assert!(!restarted(&p, &t, "demo-node-r1-0", ago, old), "the old process, still stopping");
+        assert!(!restarted(&p, &t, "demo-node-r1-0", ago, |_: &str| None), "not answering");
+        let mut q = p.clone();
+        q[1].addr = Some("c0".into());
+        assert!(!restarted(&q, &t, "demo-node-r1-0", ago, young(true)), "not listed at its new address yet");
+        q[1].ready = false;
+        assert!(!restarted(&q, &t, "demo-node-r1-0", ago, young(true)));
+        assert!(!restarted(&p, &t, "demo-node-r9-0", ago, young(true)), "no such pod");
     }
 }
