@@ -161,16 +161,32 @@ async fn write_keys(addr: &str) {
     let () = pipe.query_async(&mut c).await.unwrap();
 }
 
+/// Runs `cmd`, retrying while the router answers that the topology is changing (its documented
+/// "try again", as a client would), for at most 5 s; any other error, or a wrong answer, fails.
+async fn query<T: redis::FromRedisValue>(c: &mut redis::aio::MultiplexedConnection, cmd: &redis::Cmd) -> T {
+    for attempt in 0.. {
+        match cmd.query_async(c).await {
+            Ok(v) => return v,
+            Err(e) if e.to_string().contains("try again") && attempt < 20 => {
+                eprintln!("retrying after: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
 async fn check_keys(addr: &str) {
     let mut c = redis(addr).await;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
-    let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(&mut c).await.unwrap();
+    let values: Vec<Option<String>> = query(&mut c, redis::cmd("MGET").arg(&keys)).await;
     for (i, v) in values.iter().enumerate() {
         assert_eq!(v.as_deref(), Some(format!("v{i}").as_str()), "k{i} after resharding");
     }
-    let ttl: i64 = redis::cmd("TTL").arg("session").query_async(&mut c).await.unwrap();
+    let ttl: i64 = query(&mut c, redis::cmd("TTL").arg("session")).await;
     assert!((3000..=3600).contains(&ttl), "TTL kept: {ttl}");
-    let n: usize = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
+    let n: usize = query(&mut c, &redis::cmd("DBSIZE")).await;
     assert_eq!(n, KEYS + 1);
 }
 
@@ -574,6 +590,15 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
     )
     .await;
     assert!(status.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "False"));
+    // Read once the router routes by that topology too: right after a hand-over and the next
+    // members change, a multi-node command may still find a node answering `moved` until its
+    // deadline ("the cluster topology is changing; try again", the router's to handle).
+    let version = status.topology_version as f64;
+    wait_for("the router to route by the last topology", Duration::from_secs(30), async || {
+        let v = support::router_metric(&router.http, "shoal_router_topology_version").await?;
+        (v >= version).then_some(())
+    })
+    .await;
     check_keys(&addr).await;
     let events = plane.kubectl(
         &["get", "events", "-n", NS, "--field-selector", "involvedObject.name=demo", "-o", "json"],

@@ -239,7 +239,9 @@ impl Kubelet {
         let task = tokio::spawn(async move {
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            let mut running: HashMap<String, Proc> = HashMap::new();
+            // Processes by pod uid, with their pod's IP; and processes being stopped, by IP.
+            let mut running: HashMap<String, (String, Proc)> = HashMap::new();
+            let mut stopping: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
             let mut projected = String::new();
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(Some(cm)) = maps.get_opt(&format!("{instance}-topology")).await
@@ -253,7 +255,11 @@ impl Kubelet {
                 }
                 let selector =
                     format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=node");
-                let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else { continue };
+                let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
+                    // The API server may be gone (a failed test tearing down): never spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
                 let mut alive = Vec::new();
                 let mut start = Vec::new();
                 for pod in &list.items {
@@ -274,12 +280,22 @@ impl Kubelet {
                         start.push((pod, uid, ip));
                     }
                 }
-                // Gone pods' processes stop before new ones start, as a StatefulSet never runs
-                // two pods of one ordinal at once: kwok deletes a pod without waiting for its
-                // grace period and may give the replacement the same IP, whose port the old
-                // process (handing over, lingering) still holds.
-                running.retain(|uid, _| alive.contains(uid));
+                // Gone pods' processes stop at once and side by side, as kubelets stop containers
+                // (SIGTERM, up to 10 s, then SIGKILL). kwok deletes a pod without waiting for its
+                // grace period and may give the StatefulSet's replacement the same IP; a real
+                // pod's IP is not reused while the old sandbox lives, so a process starts only
+                // once no stopping process holds its IP.
+                let gone: Vec<String> = running.keys().filter(|uid| !alive.contains(uid)).cloned().collect();
+                for uid in gone {
+                    if let Some((ip, mut proc)) = running.remove(&uid) {
+                        stopping.push((ip, tokio::task::spawn_blocking(move || proc.terminate())));
+                    }
+                }
+                stopping.retain(|(_, stop)| !stop.is_finished());
                 for (pod, uid, ip) in start {
+                    if stopping.iter().any(|(held, _)| *held == ip) {
+                        continue; // next round
+                    }
                     let container = &pod.spec.as_ref().unwrap().containers[0];
                     let data = root.join(format!("data-{uid}"));
                     let args = rewrite(
@@ -302,9 +318,12 @@ impl Kubelet {
                         .stderr(log(&root, &format!("{name}-{}", &uid[..8.min(uid.len())])))
                         .spawn()
                         .unwrap();
-                    running.insert(uid, Proc(child));
+                    running.insert(uid, (ip, Proc(child)));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for (_, stop) in stopping {
+                let _ = stop.await;
             }
         });
         Kubelet { stop, paused, task }
@@ -465,6 +484,16 @@ pub async fn router_pod(
     })
     .await;
     RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), container }
+}
+
+/// An unlabelled series from a router's /metrics (None while it is not answering).
+pub async fn router_metric(http: &str, name: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// A router's `shoal_router_node_up` gauge per node id, from its /metrics (None while it is not
