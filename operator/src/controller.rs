@@ -1,11 +1,14 @@
 //! The reconciler: observe a CacheCluster's objects and pods, decide the next step
-//! ([`scaling::next_step`]), act, and report ([`status::compute`], Kubernetes Events).
+//! ([`scaling::next_step`], then [`members`] for replicas), act, and report
+//! ([`status::compute`], Kubernetes Events).
 //!
 //! A reconcile never blocks on a data move. Moves run as background tasks (one per cluster, the
 //! coordinator library driving the topology in the cluster's ConfigMap); each reconcile looks at
 //! the task's progress and, once it ends, takes the next step. Everything a move needs is in the
 //! published topology, so an operator restarted (or replaced by another leader) mid-move resumes
-//! it from there.
+//! it from there. With replicas, the cluster's failover writer is a background task too
+//! ([`crate::failover`]), and a failover decision stops a running move, which the next reconcile
+//! resumes from the topology the decision published.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,25 +17,42 @@ use std::time::Duration;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use shoal_coordinator::failover::FailoverOptions;
 use shoal_coordinator::{Coordinator, Progress, Registry};
 use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
+use shoal_wire::client::{self, ClientOptions};
+use shoal_wire::proto::HandoverRequest;
 use tokio::task::JoinHandle;
 
 use crate::crd::CacheCluster;
+use crate::health::{self, ShardHealth};
+use crate::members::{self, Change, PodView};
 use crate::registry::ConfigMapRegistry;
-use crate::resources::{self, Component, NODE_GRPC_PORT};
+pub use crate::resources::AddressMode;
+use crate::resources::{self, Component, Placement};
 use crate::scaling::{self, Observed, Step};
-use crate::status;
+use crate::{failover, status};
 
 const FIELD_MANAGER: &str = "shoal-operator";
+
+/// How long the operator lets a primary take to hand its shard over (the node's own default).
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one eviction may take, its retries included.
+const EVICT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a restarted pod may take to be whole again before the next restart stops waiting
+/// for it in particular (it still waits for every shard to be whole).
+const RESTART_PATIENCE: Duration = Duration::from_secs(1800);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -44,17 +64,6 @@ pub enum Error {
     Invalid(String),
 }
 
-/// How the topology names nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum AddressMode {
-    /// `<name>-node-<i>.<name>-node.<namespace>.svc:7001`: stable across pod restarts.
-    Dns,
-    /// The pod's IP: for operators outside the cluster network's DNS (and the test control
-    /// plane, whose fake pods have loopback IPs). A restarted pod's new IP is published as a new
-    /// topology version.
-    PodIp,
-}
-
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub node_addresses: AddressMode,
@@ -62,6 +71,8 @@ pub struct Settings {
     pub step_timeout: Duration,
     /// How often to look again while something is in progress.
     pub busy_requeue: Duration,
+    /// The failover writers' settings (clusters with replicas).
+    pub failover: FailoverOptions,
 }
 
 /// A data move running in the background.
@@ -80,16 +91,35 @@ pub struct Metrics {
     pub moves_started: Counter,
     pub moves_failed: Counter,
     pub moves_running: Gauge,
+    /// Moves stopped by a failover decision (and resumed by the next reconcile).
+    pub moves_preempted: Counter,
     pub leader: Gauge,
+    /// Failover decisions that made a replica primary.
+    pub failovers: Counter,
+    /// Failover decisions that confirmed a primary that started fenced.
+    pub primaries_confirmed: Counter,
+    /// Topology versions that changed shards' replica lists.
+    pub member_changes: Counter,
+    /// Node pods restarted (evicted) to bring them up to their StatefulSet's template.
+    pub pod_restarts: Counter,
 }
+
+type Key = (String, String);
 
 pub struct Context {
     pub client: Client,
     pub settings: Settings,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    moves: Mutex<HashMap<(String, String), Move>>,
-    last_errors: Mutex<HashMap<(String, String), String>>,
+    moves: Mutex<HashMap<Key, Move>>,
+    last_errors: Mutex<HashMap<Key, String>>,
+    /// Failover writers, by cluster ([`crate::failover`]).
+    pub(crate) writers: Mutex<HashMap<Key, JoinHandle<()>>>,
+    /// The node pod each cluster last evicted for a restart, and when; the next waits for it.
+    restarting: Mutex<HashMap<Key, (String, std::time::Instant)>>,
+    /// Set for good by [`Context::stop_background`]: leadership is over, so a reconcile still
+    /// finishing starts no new move or writer.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
@@ -101,14 +131,46 @@ impl Context {
             metrics: Metrics::default(),
             moves: Mutex::default(),
             last_errors: Mutex::default(),
+            writers: Mutex::default(),
+            restarting: Mutex::default(),
+            stopped: Default::default(),
         }
     }
 
-    /// Stops every running move (shutdown or lost leadership); the topology keeps their state.
-    pub fn abort_moves(&self) {
+    /// Whether background work may start (see `stopped`). Checked under the lock of the map
+    /// the work goes in, which `stop_background` drains after setting the flag.
+    pub(crate) fn may_start(&self) -> bool {
+        !self.stopped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stops every running move and failover writer (shutdown or lost leadership); the topology
+    /// keeps the moves' state, and the next leader starts its own writers.
+    pub fn stop_background(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         for (_, m) in self.moves.lock().drain() {
             m.task.abort();
         }
+        for (_, w) in self.writers.lock().drain() {
+            w.abort();
+        }
+    }
+
+    /// Stops the move of cluster `key`, if one runs: a failover decision is about to be
+    /// published (see [`crate::failover`]). The next reconcile resumes it from the topology.
+    pub fn preempt_move(&self, key: &Key) {
+        if let Some(m) = self.moves.lock().remove(key) {
+            m.task.abort();
+            self.metrics.moves_running.add(-1);
+            if m.resharding {
+                self.metrics.moves_preempted.inc();
+            }
+            tracing::info!(cluster = %key.1, what = %m.what, "a failover preempts the move; it resumes from the topology");
+        }
+    }
+
+    /// Failover writers running.
+    fn writers_running(&self) -> usize {
+        self.writers.lock().values().filter(|w| !w.is_finished()).count()
     }
 }
 
@@ -125,6 +187,22 @@ where
     Ok(api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await?)
 }
 
+/// Deletes `name`; gone already is fine.
+async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn event(ctx: &Context, cc: &CacheCluster, type_: EventType, reason: &str, note: String) {
     tracing::info!(cluster = %cc.name_any(), reason, %note, "event");
     let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
@@ -133,29 +211,8 @@ async fn event(ctx: &Context, cc: &CacheCluster, type_: EventType, reason: &str,
     }
 }
 
-/// Ready node pods (not being deleted), by ordinal, with the address the topology uses.
-fn ready_nodes(cc: &CacheCluster, pods: &[Pod], mode: AddressMode) -> BTreeMap<u32, String> {
-    let prefix = format!("{}-", resources::node_name(cc));
-    let ns = cc.namespace().unwrap_or_default();
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .filter_map(|p| {
-            let name = p.metadata.name.as_deref()?;
-            let ordinal: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
-            let addr = match mode {
-                AddressMode::Dns => format!("{name}.{}.{ns}.svc:{NODE_GRPC_PORT}", resources::node_name(cc)),
-                AddressMode::PodIp => format!("{}:{NODE_GRPC_PORT}", p.status.as_ref()?.pod_ip.as_ref()?),
-            };
-            Some((ordinal, addr))
-        })
-        .collect()
-}
+/// The most replicas any shard of `cc` may have.
+pub const MAX_REPLICAS_PER_SHARD: i32 = 5;
 
 pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
@@ -163,27 +220,44 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     let name = cc.name_any();
     let key = (ns.clone(), name.clone());
     let client = &ctx.client;
+    let mode = ctx.settings.node_addresses;
     if cc.spec.shards < 1 {
         return Err(Error::Invalid(format!("spec.shards is {}; it must be at least 1", cc.spec.shards)));
     }
+    if !(0..=MAX_REPLICAS_PER_SHARD).contains(&cc.spec.replicas_per_shard) {
+        return Err(Error::Invalid(format!(
+            "spec.replicasPerShard is {}; it must be 0 to {MAX_REPLICAS_PER_SHARD}",
+            cc.spec.replicas_per_shard
+        )));
+    }
+    let want_replicas = cc.spec.replicas_per_shard as u32;
 
     // Objects whose content does not depend on the scaling state.
     apply(client, &ns, &resources::service_account(&cc, Component::Node)).await?;
     apply(client, &ns, &resources::service_account(&cc, Component::Router)).await?;
     apply(client, &ns, &resources::node_service(&cc)).await?;
     apply(client, &ns, &resources::router_service(&cc)).await?;
-    apply(client, &ns, &resources::pdb(&cc, Component::Node)).await?;
     apply(client, &ns, &resources::pdb(&cc, Component::Router)).await?;
     apply(client, &ns, &resources::node_network_policy(&cc)).await?;
 
     // Observe.
-    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let sts = sts_api.get_opt(&resources::node_name(&cc)).await?;
-    let sts_replicas = sts.as_ref().and_then(|s| s.spec.as_ref()?.replicas).map(|r| r.max(0) as u32);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pods = pods.list(&ListParams::default().labels(&resources::node_selector_string(&cc))).await?.items;
     let store = ConfigMapRegistry::new(Api::<ConfigMap>::namespaced(client.clone(), &ns), &cc);
     let topology = store.load().await?;
+    let replica_mode = members::replica_mode(want_replicas, topology.as_ref());
+    let placement = if replica_mode { Placement::Advertised(mode) } else { Placement::Ordinal };
+    let node_labels = ListParams::default().labels(&resources::node_selector_string(&cc));
+    let sets: BTreeMap<u32, StatefulSet> = Api::<StatefulSet>::namespaced(client.clone(), &ns)
+        .list(&node_labels)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| Some((resources::statefulset_member(&cc, s.metadata.name.as_deref()?)?, s)))
+        .collect();
+    let sts_replicas = sets.get(&0).and_then(|s| s.spec.as_ref()?.replicas).map(|r| r.max(0) as u32);
+    let update_revisions: BTreeMap<u32, String> =
+        sets.iter().filter_map(|(m, s)| Some((*m, s.status.as_ref()?.update_revision.clone()?))).collect();
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns).list(&node_labels).await?.items;
+    let views = members::pod_views(&cc, &pods, mode, &update_revisions);
 
     // A move that ended since the last look.
     let finished = {
@@ -224,12 +298,20 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     let observed = Observed {
         desired: cc.spec.shards as u32,
         statefulset: sts_replicas,
-        ready: ready_nodes(&cc, &pods, ctx.settings.node_addresses),
+        ready: members::ready_primaries(&views, topology.as_ref(), replica_mode),
         topology: topology.clone(),
         moving,
     };
     let step = scaling::next_step(&observed);
     tracing::debug!(cluster = %name, ?step, "next step");
+    // With replicas: what every member of the topology says about itself.
+    let stats = match (&topology, replica_mode) {
+        (Some(t), true) => Some(health::probe(t).await),
+        _ => None,
+    };
+    let shards: Option<Vec<ShardHealth>> =
+        stats.as_ref().zip(topology.as_ref()).map(|(stats, t)| health::shards(t, stats));
+    tracing::debug!(cluster = %name, answered = stats.as_ref().map(|s| s.len()), "members probed");
 
     // Act.
     let replicas = match &step {
@@ -240,10 +322,24 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         }
         _ => sts_replicas.unwrap_or(cc.spec.shards as u32),
     };
-    apply(client, &ns, &resources::node_statefulset(&cc, replicas as i32)).await?;
+    // Member StatefulSets: 0..=replicasPerShard, and any member the topology still names (going
+    // down to fewer replicas, it is dropped from the topology first).
+    let listed = topology.as_ref().map_or(0, |t| listed_members(t, &views));
+    let keep = if replica_mode { want_replicas.max(listed) } else { 0 };
+    for member in 0..=keep {
+        apply(client, &ns, &resources::node_statefulset(&cc, member, replicas as i32, placement)).await?;
+    }
+    for (&member, _) in sets.range(keep + 1..) {
+        let sts = resources::member_name(&cc, member);
+        delete::<StatefulSet>(client, &ns, &sts).await?;
+        let note = format!("StatefulSet {sts} removed: replicasPerShard is {want_replicas}");
+        event(&ctx, &cc, EventType::Normal, "ScalingNodes", note).await;
+    }
+    node_pdbs(client, &cc, &ns, replica_mode, replicas, keep + 1, shards.as_deref()).await?;
     match &step {
         Step::Bootstrap(nodes) => {
-            // `nodes` are ids 0..n in order, which is how `even` numbers them.
+            // `nodes` are ids 0..n in order, which is how `even` numbers them. Primaries only:
+            // replicas are listed in the next version (see `members`).
             let t = Topology::even(&nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
             store.publish(&t).await?;
             let note = format!("first topology: {} shards, version {}", t.nodes.len(), t.version);
@@ -268,10 +364,88 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         }
         Step::ScaleNodes(_) | Step::Wait(_) | Step::Settled => {}
     }
-    // Routers start once there is a topology to route by.
+    // Replicas: members, hand-overs and restarts, only while scaling has nothing under way.
+    let idle = !ctx.moves.lock().contains_key(&key) && matches!(step, Step::Settled | Step::Wait(_));
+    if let (true, true, Some(t), Some(health)) = (replica_mode, idle, &topology, &shards)
+        && t.migrations.is_empty()
+    {
+        let synced = |addr: &str| health.iter().flat_map(|h| &h.replicas).any(|r| r.addr == addr && r.synced);
+        match members::membership(t, &views, want_replicas, mode == AddressMode::Dns, synced) {
+            Some(Change::Publish { topology: next, why }) => match store.publish(&next).await {
+                Ok(()) => {
+                    ctx.metrics.member_changes.inc();
+                    let note = format!("{why} (topology version {})", next.version);
+                    event(&ctx, &cc, EventType::Normal, "MembersChanged", note).await;
+                }
+                // The failover writer (or a move) published first: the compare-and-swap
+                // refused this one, and the ConfigMap's change brings the next look.
+                Err(shoal_coordinator::RegistryError::Stale { current, .. }) => {
+                    tracing::info!(cluster = %name, current, "members change superseded; looking again");
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(Change::HandOver { shard, from, to }) => {
+                let note = format!("shard {shard}: primary {from} hands over to {to} (its member goes)");
+                event(&ctx, &cc, EventType::Normal, "HandingOver", note).await;
+                if let Err(e) = hand_over(&from, &to).await {
+                    event(&ctx, &cc, EventType::Warning, "HandOverFailed", format!("shard {shard}: {e}"))
+                        .await;
+                }
+            }
+            None if step == Step::Settled => {
+                let all_synced = health.iter().all(ShardHealth::complete);
+                let pending = ctx.restarting.lock().get(&key).cloned();
+                if let Some((pod, at)) = &pending {
+                    let member = |addr: &str| {
+                        let s = stats.as_ref()?.get(addr)?;
+                        let whole = health.iter().any(|h| {
+                            (h.primary == addr && h.primary_serving)
+                                || h.replicas.iter().any(|r| r.addr == addr && r.synced)
+                        });
+                        Some((Duration::from_millis(s.uptime_ms), whole))
+                    };
+                    // Also forgotten when the pod is gone for good (scaled away), or after a long
+                    // while (then every shard being whole is the only rule left).
+                    let scaled_away =
+                        at.elapsed() > Duration::from_secs(60) && !views.iter().any(|p| p.name == *pod);
+                    if members::restarted(&views, t, pod, at.elapsed(), member)
+                        || scaled_away
+                        || at.elapsed() > RESTART_PATIENCE
+                    {
+                        ctx.restarting.lock().remove(&key);
+                    }
+                }
+                let waiting = ctx.restarting.lock().get(&key).map(|(pod, _)| pod.clone());
+                match members::next_restart(&views, t, all_synced && waiting.is_none()) {
+                    Some(pod) => {
+                        if restart(&ctx, &cc, &ns, &pod).await? {
+                            ctx.restarting.lock().insert(key.clone(), (pod, std::time::Instant::now()));
+                        }
+                    }
+                    None => {
+                        let outdated: Vec<&str> =
+                            views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
+                        if !outdated.is_empty() {
+                            tracing::info!(cluster = %name, ?outdated, all_synced, ?waiting, "restarts wait for every shard to be whole");
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
+    } else if replica_mode {
+        tracing::debug!(cluster = %name, ?step, idle, "members and restarts wait for scaling");
+    }
+    // Routers start once there is a topology to route by; failover writers run while it has
+    // replicas (or should).
     let published = store.load().await?;
     if published.is_some() {
         apply(client, &ns, &resources::router_deployment(&cc)).await?;
+    }
+    if published.is_some() && members::replica_mode(want_replicas, published.as_ref()) {
+        failover::ensure(&ctx, &cc, store.clone());
+    } else {
+        failover::stop(&ctx, &key);
     }
 
     // Report.
@@ -279,6 +453,9 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         Some(m) => (true, m.progress.lock().clone(), m.resharding),
         None => (false, None, false),
     };
+    // The shards of what is published now (a publish above may have changed members): those
+    // not probed yet count as not synced until the next reconcile probes them.
+    let shards = stats.as_ref().zip(published.as_ref()).map(|(stats, t)| health::shards(t, stats));
     let observed = Observed { topology: published, moving, ..observed };
     let last_error = ctx.last_errors.lock().get(&key).cloned();
     let new_status = status::compute(&status::Inputs {
@@ -291,16 +468,119 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         resharding_task,
         selector: resources::node_selector_string(&cc),
         now: now_rfc3339(),
+        shards: shards.as_deref(),
+        replicas_wanted: want_replicas,
+        pods: &views,
     });
     if cc.status.as_ref() != Some(&new_status) {
         let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns);
         let patch = serde_json::json!({ "status": new_status });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
+    // A replica copying, or a primary not serving, changes nothing the controller watches:
+    // look again soon until every shard is whole.
+    let whole = shards.as_ref().is_none_or(|s| s.iter().all(ShardHealth::complete));
     Ok(match step {
+        Step::Settled if !observed.moving && replica_mode && !whole => {
+            Action::requeue(ctx.settings.busy_requeue)
+        }
+        // With replicas, look again now and then: lags change without any object changing.
+        Step::Settled if !observed.moving && replica_mode => Action::requeue(Duration::from_secs(10)),
         Step::Settled if !observed.moving => Action::requeue(Duration::from_secs(300)),
         _ => Action::requeue(ctx.settings.busy_requeue),
     })
+}
+
+/// The highest member index whose pod the topology names (0 if none).
+fn listed_members(t: &Topology, pods: &[PodView]) -> u32 {
+    pods.iter()
+        .filter(|p| {
+            p.addr
+                .as_deref()
+                .is_some_and(|a| t.nodes.iter().any(|n| n.addr == a || n.replicas.iter().any(|r| r == a)))
+        })
+        .map(|p| p.member)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The node PodDisruptionBudgets: one for all node pods without replicas, one per shard with
+/// them (a pod must match one budget only: the eviction API refuses pods with two) over its
+/// `members` pods, open (one may go) while its shard is redundant and closed while it is not;
+/// budgets of the other kind, and of shards that are gone, are deleted.
+async fn node_pdbs(
+    client: &Client,
+    cc: &CacheCluster,
+    ns: &str,
+    replica_mode: bool,
+    shards_count: u32,
+    members: u32,
+    health: Option<&[ShardHealth]>,
+) -> Result<(), Error> {
+    let mut wanted = Vec::new();
+    if replica_mode {
+        for shard in 0..shards_count {
+            // A shard not in the topology yet holds no data.
+            let open =
+                health.unwrap_or_default().iter().find(|h| h.id == shard).is_none_or(ShardHealth::redundant);
+            wanted.push(resources::shard_pdb(cc, shard, members, open));
+        }
+    } else {
+        wanted.push(resources::pdb(cc, Component::Node));
+    }
+    for pdb in &wanted {
+        apply(client, ns, pdb).await?;
+    }
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let existing = api.list(&ListParams::default().labels(&resources::node_selector_string(cc))).await?.items;
+    for pdb in existing {
+        let Some(name) = pdb.metadata.name.as_deref() else { continue };
+        if !wanted.iter().any(|w| w.metadata.name.as_deref() == Some(name)) {
+            delete::<PodDisruptionBudget>(client, ns, name).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Asks the primary at `from` to hand its shard over to `to` (it pauses, waits for `to` to
+/// catch up, and the failover writer promotes `to`).
+async fn hand_over(from: &str, to: &str) -> Result<(), String> {
+    let options = ClientOptions { request_timeout: Some(HANDOVER_TIMEOUT * 2), ..ClientOptions::admin() };
+    let req = HandoverRequest { replica: to.to_string(), timeout_ms: HANDOVER_TIMEOUT.as_millis() as u64 };
+    // Bounded as a whole (see `health::probe`): a reconcile must never wait on one node forever.
+    let call = async {
+        let mut c = client::connect(from, &options).await.map_err(|e| e.to_string())?;
+        c.handover(req).await.map_err(|s| s.message().to_string())?;
+        Ok(())
+    };
+    tokio::time::timeout(HANDOVER_TIMEOUT * 3, call).await.map_err(|_| format!("{from} did not answer"))?
+}
+
+/// Evicts node pod `pod` so that its StatefulSet recreates it from the current template. An
+/// eviction, not a delete: the shard's PodDisruptionBudget has the last word. Whether it went.
+async fn restart(ctx: &Context, cc: &CacheCluster, ns: &str, pod: &str) -> Result<bool, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    // The client retries a 429 (which here means "the budget says not now") with a backoff that
+    // grows to minutes; the reconcile must not wait that long, the next one asks again.
+    let Ok(evicted) = tokio::time::timeout(EVICT_TIMEOUT, api.evict(pod, &EvictParams::default())).await
+    else {
+        tracing::info!(%pod, "restart deferred: the eviction was not granted yet");
+        return Ok(false);
+    };
+    match evicted {
+        Ok(_) => {
+            ctx.metrics.pod_restarts.inc();
+            let note = format!("{pod}: restarting it on its StatefulSet's new template (one pod at a time)");
+            event(ctx, cc, EventType::Normal, "RestartingNode", note).await;
+            Ok(true)
+        }
+        // 429: the budget says not now; the next look tries again.
+        Err(kube::Error::Api(e)) if e.code == 429 || e.code == 404 => {
+            tracing::info!(%pod, reason = %e.message, "restart deferred");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Starts the coordinator for `cc` in the background: toward `target`, or (None) finishing what
@@ -328,6 +608,11 @@ fn start_move(
             );
             *sink.lock() = Some(p.clone());
         });
+    let key = (cc.namespace().unwrap_or_default(), cc.name_any());
+    let mut moves = ctx.moves.lock();
+    if !ctx.may_start() {
+        return;
+    }
     let task = tokio::spawn(async move {
         let result = match target {
             Some(t) => coordinator.reshard(&t).await,
@@ -337,8 +622,7 @@ fn start_move(
     });
     ctx.metrics.moves_started.inc();
     ctx.metrics.moves_running.add(1);
-    let key = (cc.namespace().unwrap_or_default(), cc.name_any());
-    ctx.moves.lock().insert(key, Move { task, progress, what, resharding });
+    moves.insert(key, Move { task, progress, what, resharding });
 }
 
 pub fn error_policy(cc: Arc<CacheCluster>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -367,7 +651,37 @@ pub fn render_metrics(ctx: &Context) -> String {
             "Resharding runs that failed (retried).",
             m.moves_failed.get(),
         )
+        .counter(
+            "shoal_operator_moves_preempted_total",
+            "Resharding runs stopped by a failover decision (resumed from the topology).",
+            m.moves_preempted.get(),
+        )
         .gauge("shoal_operator_moves_running", "Resharding runs in progress.", m.moves_running.get() as f64)
+        .counter(
+            "shoal_operator_failovers_total",
+            "Failover decisions that made a replica its shard's primary.",
+            m.failovers.get(),
+        )
+        .counter(
+            "shoal_operator_primaries_confirmed_total",
+            "Failover decisions that confirmed a primary that started fenced.",
+            m.primaries_confirmed.get(),
+        )
+        .gauge(
+            "shoal_operator_failover_writers",
+            "Failover writers running (one per CacheCluster with replicas).",
+            ctx.writers_running() as f64,
+        )
+        .counter(
+            "shoal_operator_member_changes_total",
+            "Topology versions published to change shards' replicas.",
+            m.member_changes.get(),
+        )
+        .counter(
+            "shoal_operator_pod_restarts_total",
+            "Node pods restarted to bring them up to their StatefulSet's template.",
+            m.pod_restarts.get(),
+        )
         .gauge(
             "shoal_operator_leader",
             "1 while this replica holds the leader lease.",
@@ -387,12 +701,16 @@ mod tests {
     use crate::resources::tests::cluster;
 
     const NS: &str = "/api/v1/namespaces/shop";
+    const APPS: &str = "/apis/apps/v1/namespaces/shop";
+    const POLICY: &str = "/apis/policy/v1/namespaces/shop";
 
-    fn context(client: Client) -> Arc<Context> {
+    fn context(client: Client, node_addresses: AddressMode) -> Arc<Context> {
         let settings = Settings {
-            node_addresses: AddressMode::Dns,
+            node_addresses,
             step_timeout: Duration::from_secs(60),
             busy_requeue: Duration::from_secs(2),
+            // The writer's first look comes long after the test: its calls are not scripted.
+            failover: FailoverOptions { interval: Duration::from_secs(3600), ..FailoverOptions::default() },
         };
         Arc::new(Context::new(client, settings, Reporter { controller: "test".into(), instance: None }))
     }
@@ -404,8 +722,7 @@ mod tests {
             format!("{NS}/serviceaccounts/demo-router"),
             format!("{NS}/services/demo-node"),
             format!("{NS}/services/demo"),
-            "/apis/policy/v1/namespaces/shop/poddisruptionbudgets/demo-node".into(),
-            "/apis/policy/v1/namespaces/shop/poddisruptionbudgets/demo-router".into(),
+            format!("{POLICY}/poddisruptionbudgets/demo-router"),
             "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-node".into(),
         ]
         .into_iter()
@@ -413,15 +730,24 @@ mod tests {
         .collect()
     }
 
+    fn list(kind: &str, items: Vec<Value>) -> Value {
+        json!({"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items})
+    }
+
+    fn configmap(t: &Topology) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "demo-topology", "namespace": "shop", "resourceVersion": "5"},
+               "data": {"topology.json": t.to_json()}})
+    }
+
     fn status_patch(cc: &CacheCluster, check: impl Fn(&Value) + Send + Sync + 'static) -> Call {
         let path = "/apis/shoal.dev/v1alpha1/namespaces/shop/cacheclusters/demo/status";
         call(Method::PATCH, path, 200, serde_json::to_value(cc).unwrap()).checking(check)
     }
 
-    fn ready_pod(i: u32) -> Value {
-        json!({"metadata": {"name": format!("demo-node-{i}"), "namespace": "shop"},
-               "status": {"podIP": format!("127.0.0.{}", i + 10),
-                          "conditions": [{"type": "Ready", "status": "True"}]}})
+    fn ready_pod(name: &str, ip: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "shop"},
+               "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}})
     }
 
     #[tokio::test]
@@ -429,17 +755,19 @@ mod tests {
         let cc = cluster(json!({"shards": 3}));
         let mut calls = applies();
         calls.extend([
-            call(Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node", 404, status(404, "NotFound")),
-            call(Method::GET, format!("{NS}/pods"), 200, json!({"kind": "PodList", "apiVersion": "v1",
-                                                               "metadata": {}, "items": []})),
             call(Method::GET, format!("{NS}/configmaps/demo-topology"), 404, status(404, "NotFound")),
+            call(Method::GET, format!("{APPS}/statefulsets"), 200, list("StatefulSetList", vec![])),
+            call(Method::GET, format!("{NS}/pods"), 200, list("PodList", vec![])),
             echo(Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events").checking(|ev| {
                 assert_eq!(ev["reason"], "ScalingNodes");
                 assert_eq!(ev["note"], "node StatefulSet: 0 -> 3 pods");
             }),
-            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node").checking(|sts| {
+            echo(Method::PATCH, format!("{APPS}/statefulsets/demo-node")).checking(|sts| {
                 assert_eq!(sts["spec"]["replicas"], 3);
+                assert!(sts["spec"].get("updateStrategy").is_none(), "no replicas: RollingUpdate as ever");
             }),
+            echo(Method::PATCH, format!("{POLICY}/poddisruptionbudgets/demo-node")),
+            call(Method::GET, format!("{POLICY}/poddisruptionbudgets"), 200, list("PodDisruptionBudgetList", vec![])),
             // Still no topology: the router Deployment is not applied (no call for it).
             call(Method::GET, format!("{NS}/configmaps/demo-topology"), 404, status(404, "NotFound")),
             status_patch(&cc, |patch| {
@@ -448,11 +776,14 @@ mod tests {
                 assert_eq!(s["selector"], "app.kubernetes.io/component=node,app.kubernetes.io/instance=demo,app.kubernetes.io/name=shoal");
                 let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
                 assert_eq!(ready["status"], "False");
+                assert_eq!(s["shardStatus"], json!([]), "written empty: a merge patch keeps what it omits");
             }),
         ]);
         let (client, fake) = Fake::start(calls);
-        let action = reconcile(Arc::new(cc), context(client)).await.unwrap();
+        let ctx = context(client, AddressMode::Dns);
+        let action = reconcile(Arc::new(cc), ctx.clone()).await.unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(2)), "busy: look again soon");
+        assert_eq!(ctx.writers_running(), 0, "no replicas, no failover writer");
         fake.done();
     }
 
@@ -460,28 +791,36 @@ mod tests {
     async fn a_settled_cluster_applies_its_routers_reports_ready_and_rests() {
         let cc = cluster(json!({"shards": 3}));
         let addrs: Vec<String> = (0..3).map(|i| format!("demo-node-{i}.demo-node.shop.svc:7001")).collect();
-        let topology = Topology::even(&addrs).to_json();
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "demo-topology", "namespace": "shop", "resourceVersion": "5"},
-                        "data": {"topology.json": topology}});
-        let sts = serde_json::to_value(resources::node_statefulset(&cc, 3)).unwrap();
+        let cm = configmap(&Topology::even(&addrs));
+        let sts = serde_json::to_value(resources::node_statefulset(&cc, 0, 3, Placement::Ordinal)).unwrap();
+        let pods =
+            (0..3).map(|i| ready_pod(&format!("demo-node-{i}"), &format!("127.0.0.{}", i + 10))).collect();
         let mut calls = applies();
         calls.extend([
-            call(Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node", 200, sts),
-            call(
-                Method::GET,
-                format!("{NS}/pods"),
-                200,
-                json!({"kind": "PodList", "apiVersion": "v1",
-                "metadata": {}, "items": [ready_pod(0), ready_pod(1), ready_pod(2)]}),
-            ),
             call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, cm.clone()),
+            call(Method::GET, format!("{APPS}/statefulsets"), 200, list("StatefulSetList", vec![sts])),
+            call(Method::GET, format!("{NS}/pods"), 200, list("PodList", pods)),
             // Settled: the StatefulSet keeps its size, no event, no move.
-            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/statefulsets/demo-node").checking(|sts| {
+            echo(Method::PATCH, format!("{APPS}/statefulsets/demo-node")).checking(|sts| {
                 assert_eq!(sts["spec"]["replicas"], 3);
             }),
+            echo(Method::PATCH, format!("{POLICY}/poddisruptionbudgets/demo-node")),
+            // A shard budget left from when the cluster had replicas goes.
+            call(
+                Method::GET,
+                format!("{POLICY}/poddisruptionbudgets"),
+                200,
+                list(
+                    "PodDisruptionBudgetList",
+                    vec![
+                        serde_json::to_value(resources::pdb(&cc, Component::Node)).unwrap(),
+                        serde_json::to_value(resources::shard_pdb(&cc, 0, 2, true)).unwrap(),
+                    ],
+                ),
+            ),
+            echo(Method::DELETE, format!("{POLICY}/poddisruptionbudgets/demo-shard-0")),
             call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, cm),
-            echo(Method::PATCH, "/apis/apps/v1/namespaces/shop/deployments/demo-router"),
+            echo(Method::PATCH, format!("{APPS}/deployments/demo-router")),
             status_patch(&cc, |patch| {
                 let s = &patch["status"];
                 assert_eq!(
@@ -493,8 +832,135 @@ mod tests {
             }),
         ]);
         let (client, fake) = Fake::start(calls);
-        let action = reconcile(Arc::new(cc), context(client)).await.unwrap();
+        let action = reconcile(Arc::new(cc), context(client, AddressMode::Dns)).await.unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(300)), "settled: rest");
+        fake.done();
+    }
+
+    #[tokio::test]
+    async fn a_preempted_move_is_stopped_and_counted_and_nothing_starts_after_leadership_ends() {
+        let (client, fake) = Fake::start(vec![]);
+        let ctx = context(client, AddressMode::Dns);
+        let key = ("shop".to_string(), "demo".to_string());
+        let task = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Topology::even(&["a:1".into()]))
+        });
+        ctx.metrics.moves_running.add(1);
+        let mv = Move {
+            task,
+            progress: Arc::default(),
+            what: "resharding 2 -> 3 shards".into(),
+            resharding: true,
+        };
+        ctx.moves.lock().insert(key.clone(), mv);
+        ctx.preempt_move(&key);
+        assert!(!ctx.moves.lock().contains_key(&key), "the next reconcile resumes it from the topology");
+        assert_eq!((ctx.metrics.moves_running.get(), ctx.metrics.moves_preempted.get()), (0, 1));
+        ctx.preempt_move(&key);
+        assert_eq!(ctx.metrics.moves_preempted.get(), 1, "nothing to stop twice");
+
+        ctx.stop_background();
+        let cc = cluster(json!({"shards": 2, "replicasPerShard": 1}));
+        let store = ConfigMapRegistry::new(Api::namespaced(ctx.client.clone(), "shop"), &cc);
+        start_move(&ctx, &cc, store.clone(), None, "x".into(), true);
+        failover::ensure(&ctx, &cc, store);
+        assert!(
+            ctx.moves.lock().is_empty() && ctx.writers_running() == 0,
+            "no longer leading: nothing starts"
+        );
+        fake.done();
+    }
+
+    /// Replicas asked for on a settled cluster: the replicas' StatefulSet, per-shard budgets in
+    /// place of the cluster-wide one, the replicas listed in the next topology version, and the
+    /// failover writer started. Node addresses are pod IPs on loopback where nothing listens,
+    /// so every probe fails fast: primaries not serving, budgets closed, Degraded.
+    #[tokio::test]
+    async fn replicas_get_their_statefulset_budgets_topology_entries_and_a_failover_writer() {
+        let cc = cluster(json!({"shards": 2, "replicasPerShard": 1}));
+        let t = Topology::even(&["127.9.9.1:7001".into(), "127.9.9.2:7001".into()]);
+        let sts = serde_json::to_value(resources::node_statefulset(&cc, 0, 2, Placement::Ordinal)).unwrap();
+        let pods = vec![
+            ready_pod("demo-node-0", "127.9.9.1"),
+            ready_pod("demo-node-1", "127.9.9.2"),
+            ready_pod("demo-node-r1-0", "127.9.9.3"),
+            ready_pod("demo-node-r1-1", "127.9.9.4"),
+        ];
+        let mut listed = t.clone();
+        listed.version = 2;
+        listed.nodes[0].replicas = vec!["127.9.9.3:7001".into()];
+        listed.nodes[1].replicas = vec!["127.9.9.4:7001".into()];
+        let shard_pdb = |i: u32| {
+            echo(Method::PATCH, format!("{POLICY}/poddisruptionbudgets/demo-shard-{i}")).checking(move |p| {
+                assert_eq!(p["spec"]["minAvailable"], 2, "the shard is not redundant: both pods stay");
+                assert_eq!(
+                    p["spec"]["selector"]["matchLabels"]["apps.kubernetes.io/pod-index"],
+                    i.to_string()
+                );
+                assert_eq!(p["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+            })
+        };
+        let mut calls = applies();
+        calls.extend([
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, configmap(&t)),
+            call(Method::GET, format!("{APPS}/statefulsets"), 200, list("StatefulSetList", vec![sts])),
+            call(Method::GET, format!("{NS}/pods"), 200, list("PodList", pods)),
+            echo(Method::PATCH, format!("{APPS}/statefulsets/demo-node")).checking(|sts| {
+                assert_eq!(sts["spec"]["updateStrategy"]["type"], "OnDelete");
+                let c = &sts["spec"]["template"]["spec"]["containers"][0];
+                let args = c["args"].to_string();
+                assert!(args.contains(r#""--advertise","$(POD_IP):7001""#), "{args}");
+                assert_eq!(c["env"], json!([{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]));
+            }),
+            echo(Method::PATCH, format!("{APPS}/statefulsets/demo-node-r1")).checking(|sts| {
+                assert_eq!(sts["spec"]["replicas"], 2);
+                assert_eq!(sts["spec"]["selector"]["matchLabels"]["shoal.dev/member"], "1");
+                assert_eq!(sts["spec"]["serviceName"], "demo-node");
+            }),
+            shard_pdb(0),
+            shard_pdb(1),
+            call(
+                Method::GET,
+                format!("{POLICY}/poddisruptionbudgets"),
+                200,
+                list("PodDisruptionBudgetList", vec![serde_json::to_value(resources::pdb(&cc, Component::Node)).unwrap()]),
+            ),
+            echo(Method::DELETE, format!("{POLICY}/poddisruptionbudgets/demo-node")),
+            // The replicas listed: one version up, compare-and-swap on what was read.
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, configmap(&t)),
+            call(Method::PUT, format!("{NS}/configmaps/demo-topology"), 200, configmap(&listed)).checking(|cm| {
+                assert_eq!(cm["metadata"]["resourceVersion"], "5");
+                let t = Topology::from_json(cm["data"]["topology.json"].as_str().unwrap()).unwrap();
+                assert_eq!(t.version, 2);
+                assert_eq!(t.nodes[0].replicas, ["127.9.9.3:7001"]);
+                assert_eq!(t.nodes[1].replicas, ["127.9.9.4:7001"]);
+            }),
+            echo(Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events").checking(|ev| {
+                assert_eq!(ev["reason"], "MembersChanged");
+                assert!(ev["note"].as_str().unwrap().contains("replicas [\"127.9.9.3:7001\"] added"), "{ev}");
+            }),
+            call(Method::GET, format!("{NS}/configmaps/demo-topology"), 200, configmap(&listed)),
+            echo(Method::PATCH, format!("{APPS}/deployments/demo-router")),
+            status_patch(&cc, |patch| {
+                let s = &patch["status"];
+                assert_eq!(s["phase"], "Degraded", "{s}");
+                let d = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").unwrap();
+                assert_eq!(d["reason"], "ShardsNotRedundant");
+                assert_eq!(d["message"], "shard 0: primary 127.9.9.1:7001 is not serving; shard 1: primary 127.9.9.2:7001 is not serving");
+                let shards = s["shardStatus"].as_array().unwrap();
+                assert_eq!(shards[0]["primaryPod"], "demo-node-0");
+                assert_eq!(shards[0]["primaryServing"], false);
+            }),
+        ]);
+        let (client, fake) = Fake::start(calls);
+        let ctx = context(client, AddressMode::PodIp);
+        let action = reconcile(Arc::new(cc), ctx.clone()).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(2)), "shards not whole: look again soon");
+        assert_eq!(ctx.writers_running(), 1, "the failover writer runs");
+        assert!(render_metrics(&ctx).contains("shoal_operator_failover_writers 1"));
+        assert!(render_metrics(&ctx).contains("shoal_operator_member_changes_total 1"));
+        ctx.stop_background();
         fake.done();
     }
 }

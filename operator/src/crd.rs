@@ -1,8 +1,10 @@
 //! The `CacheCluster` custom resource (`shoal.dev/v1alpha1`, short name `cc`).
 //!
 //! `spec.shards` is the number of storage nodes; the scale subresource maps it to `kubectl scale`
-//! and HPAs (`.spec.shards`, `.status.shards`, `.status.selector`). The schema is generated from
-//! these types (`crdgen` writes it into the chart), with validation the API server enforces.
+//! and HPAs (`.spec.shards`, `.status.shards`, `.status.selector`). `spec.replicasPerShard` gives
+//! each shard that many replicas, which follow its primary and replace it when it fails. The
+//! schema is generated from these types (`crdgen` writes it into the chart), with validation the
+//! API server enforces.
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
@@ -38,6 +40,12 @@ pub const DEFAULT_IMAGE: &str = "ghcr.io/shoal-dev/shoal:0.1.0";
         description = "Wanted shards"
     ),
     printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".spec.replicasPerShard",
+        description = "Replicas per shard"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "integer",
         json_path = ".status.readyShards",
@@ -53,6 +61,17 @@ pub struct CacheClusterSpec {
     /// (and their keys) online.
     #[schemars(range(min = 1, max = 1000))]
     pub shards: i32,
+    /// Replicas per shard: each follows its shard's primary (a full copy, then every change) and
+    /// the operator's failover writer promotes one when the primary fails or hands over (a
+    /// deleted or drained primary's pod). 0: a shard is one node, whose data is lost with its
+    /// pod unless storage is a PersistentVolumeClaim.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 5))]
+    pub replicas_per_shard: i32,
+    /// How the pods of one shard (its primary and replicas) are kept apart, so that one machine
+    /// or zone going down does not take a whole shard.
+    #[serde(default)]
+    pub shard_spread: ShardSpread,
     /// Router replicas (stateless; clients connect to the Service in front of them).
     #[serde(default = "default_routers")]
     #[schemars(range(min = 1, max = 1000))]
@@ -165,6 +184,41 @@ impl Encoding {
     }
 }
 
+/// How the scheduler keeps a shard's pods apart: pod anti-affinity per key against the pods of
+/// the same shard (pods carry their shard as the StatefulSet pod-index label).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardSpread {
+    /// Preferred: apart when the cluster allows, never blocking scheduling (the first key weighs
+    /// most). Required: a pod waits (Pending) rather than share a domain with a pod of its shard,
+    /// so every key needs replicasPerShard + 1 domains (and nodes without a key's label count as
+    /// none). None: no rule per shard.
+    #[serde(default)]
+    pub mode: SpreadMode,
+    /// Node labels that name failure domains, most important first.
+    #[serde(default = "default_spread_keys")]
+    #[schemars(length(max = 4))]
+    pub topology_keys: Vec<String>,
+}
+
+impl Default for ShardSpread {
+    fn default() -> Self {
+        ShardSpread { mode: SpreadMode::default(), topology_keys: default_spread_keys() }
+    }
+}
+
+fn default_spread_keys() -> Vec<String> {
+    vec!["kubernetes.io/hostname".into(), "topology.kubernetes.io/zone".into()]
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub enum SpreadMode {
+    #[default]
+    Preferred,
+    Required,
+    None,
+}
+
 /// Redis's eviction policies that Shoal implements.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -237,7 +291,7 @@ pub struct CacheClusterStatus {
     /// Shards in the published topology (the scale subresource's status replicas).
     #[serde(default)]
     pub shards: i32,
-    /// Node pods that are ready.
+    /// Shards whose primary's pod is ready.
     #[serde(default)]
     pub ready_shards: i32,
     /// Label selector of the node pods (for the scale subresource and HPAs).
@@ -255,6 +309,45 @@ pub struct CacheClusterStatus {
     /// Ready, Resharding, Degraded.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// Each shard's primary and replicas as the operator last probed them (with replicas only).
+    /// Named so because `.status.shards` is the count the scale subresource reads. Always
+    /// written, empty too: the status is a merge patch, which would keep a list it omits.
+    #[serde(default)]
+    pub shard_status: Vec<ShardStatus>,
+}
+
+/// One shard as the operator last saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    /// The shard's id in the topology.
+    pub id: i64,
+    /// The primary's address, as the topology names it.
+    pub primary: String,
+    /// The pod at that address, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_pod: Option<String>,
+    /// Whether the primary answered and serves (not fenced, not handing over).
+    pub primary_serving: bool,
+    #[serde(default)]
+    pub replicas: Vec<ReplicaStatus>,
+}
+
+/// One replica of a shard.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Its full sync is done and it follows the shard's current primary: it could take over.
+    pub synced: bool,
+    /// Changes of the primary's stream it has not applied yet (unknown if either did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
+    /// Milliseconds since it last acked while behind, as its primary counts (0: caught up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<i64>,
 }
 
 /// A status condition, as in Kubernetes' `metav1.Condition`.
@@ -294,9 +387,15 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, ["Shards", "Ready", "Topology", "Phase", "Age"]);
+        assert_eq!(columns, ["Shards", "Replicas", "Ready", "Topology", "Phase", "Age"]);
         let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["properties"]["shards"]["minimum"].as_f64(), Some(1.0));
+        let replicas = &spec["properties"]["replicasPerShard"];
+        assert_eq!((replicas["minimum"].as_f64(), replicas["maximum"].as_f64()), (Some(0.0), Some(5.0)));
+        assert_eq!(
+            spec["properties"]["shardSpread"]["properties"]["mode"]["enum"],
+            serde_json::json!(["Preferred", "Required", "None"])
+        );
         assert_eq!(spec["required"], serde_json::json!(["shards"]));
         let text = crd.to_string();
         assert!(text.contains("x-kubernetes-validations"), "CEL rules are in the schema");
@@ -364,6 +463,12 @@ mod tests {
         assert_eq!(spec.maxmemory, "0");
         assert_eq!(spec.maxmemory_policy, EvictionPolicy::Noeviction);
         assert_eq!(spec.storage.kind, StorageKind::EmptyDir);
+        assert_eq!(spec.replicas_per_shard, 0, "no replicas unless asked: what a cluster was before");
+        assert_eq!(spec.shard_spread.mode, SpreadMode::Preferred);
+        assert_eq!(
+            spec.shard_spread.topology_keys,
+            ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+        );
         let policy: EvictionPolicy = serde_json::from_value(serde_json::json!("allkeys-lru")).unwrap();
         assert_eq!(policy.as_str(), "allkeys-lru");
     }

@@ -15,6 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
+use shoal_coordinator::failover::FailoverOptions;
 use shoal_operator::controller::{self, AddressMode, Context, Settings};
 use shoal_operator::crd::CacheCluster;
 use shoal_operator::resources;
@@ -26,7 +27,8 @@ use shoal_telemetry::{http, logging, shutdown};
     name = "shoal-operator",
     version,
     about = "Shoal's Kubernetes operator: reconciles CacheCluster resources (shoal.dev/v1alpha1) into nodes, \
-             routers and a topology, and reshards online when spec.shards changes (kubectl scale)."
+             routers and a topology, reshards online when spec.shards changes (kubectl scale), and runs the \
+             failover writer of clusters with replicas."
 )]
 struct Cli {
     /// Watch only this namespace (default: all namespaces).
@@ -54,6 +56,11 @@ struct Cli {
     /// Give up on a resharding step after this many seconds (it is retried from the topology).
     #[arg(long, env = "SHOAL_OPERATOR_STEP_TIMEOUT_SECS", default_value_t = 3600)]
     step_timeout_secs: u64,
+    /// With replicas: how long a shard's primary may be unreachable before the failover writer
+    /// promotes a replica.
+    #[arg(long, env = "SHOAL_OPERATOR_FAILOVER_DOWN_AFTER_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    failover_down_after_ms: u64,
     /// Log format: text or json (level from RUST_LOG, default info).
     #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -73,6 +80,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         node_addresses: cli.node_addresses,
         step_timeout: Duration::from_secs(cli.step_timeout_secs),
         busy_requeue: Duration::from_secs(2),
+        failover: FailoverOptions {
+            down_after: Duration::from_millis(cli.failover_down_after_ms),
+            ..FailoverOptions::default()
+        },
     };
     let reporter = Reporter { controller: "shoal-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(Context::new(client.clone(), settings, reporter));
@@ -132,9 +143,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing::info!(%identity, "leading: reconciling CacheClusters");
 
     // Stop reconciling on SIGTERM, or as soon as the lease is lost (another replica leads then).
+    // Moves and failover writers stop at once: only the leader may publish topologies, and the
+    // next leader starts its own (the topology's compare-and-swap refuses a late publish anyway).
     let mut watch_leader = leader.clone();
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lost_flag = lost.clone();
+    let stop_ctx = ctx.clone();
     let stop = async move {
         tokio::select! {
             _ = signal => tracing::info!("shutting down"),
@@ -144,6 +158,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::error!("lost the leader lease; stopping");
             }
         }
+        stop_ctx.stop_background();
     };
 
     let (cc_api, sts_api, dep_api, cm_api, pod_api) = match &cli.namespace {
@@ -184,7 +199,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         })
         .await;
 
-    ctx.abort_moves();
+    ctx.stop_background();
     ctx.metrics.leader.set(0);
     drop(leader);
     let _ = lease_task.await; // releases the lease for the next leader

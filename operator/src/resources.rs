@@ -4,30 +4,53 @@
 //!
 //! | Object | Name | Why |
 //! |---|---|---|
-//! | StatefulSet | `<name>-node` | nodes with stable ordinals = topology node ids |
-//! | Service (headless) | `<name>-node` | stable DNS per node (`<name>-node-<i>.<name>-node`) |
+//! | StatefulSet | `<name>-node` | member 0 of every shard: ordinal = shard id |
+//! | StatefulSet | `<name>-node-r<m>` | member m (1..=replicasPerShard) of every shard, same ordinals |
+//! | Service (headless) | `<name>-node` | stable DNS per node pod (`<pod>.<name>-node`), all members |
 //! | Deployment | `<name>-router` | stateless routers |
 //! | Service | `<name>` | what clients connect to: RESP 6379, HTTP 8080 |
 //! | ConfigMap | `<name>-topology` | the published topology, mounted into nodes and routers |
-//! | PodDisruptionBudget | `<name>-node`, `<name>-router` | never two shards down at once |
+//! | PodDisruptionBudget | `<name>-node` (no replicas) | never two shards down at once |
+//! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it is not redundant |
+//! | PodDisruptionBudget | `<name>-router` | never two routers down at once |
 //! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers (sidecars too), nodes and the operator |
 //! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) |
 //!
 //! Nodes and routers read the topology from the mounted ConfigMap and learn newer versions from
 //! each other over gRPC (`moved` replies), so they need no Kubernetes API access at all: their
 //! ServiceAccounts get no Role and no token, which is stricter than a Role to read one ConfigMap.
+//!
+//! **Layout with replicas: one StatefulSet per member index.** Pod `<name>-node-r<m>-<i>` is
+//! member m of shard i (member 0 keeps the name `<name>-node-<i>` it always had), so every
+//! StatefulSet holds one pod of each shard and changing `shards` scales them all alike: new
+//! shards get their replicas, removed shards' replicas go with them (the highest ordinals), and
+//! changing `replicasPerShard` adds or removes whole StatefulSets without renaming any pod. One
+//! StatefulSet of shards×(R+1) pods would instead renumber every pod when R changes. Which member
+//! is a shard's primary is the failover writer's business, not the layout's: after a failover
+//! the primary may be any member, so these pods find their place by address (`--advertise`, the
+//! address the topology names them by) rather than by ordinal. The same pod-index label on every
+//! member of a shard is what the per-shard spread constraints and PodDisruptionBudgets select on.
+//!
+//! Without replicas the node StatefulSet is exactly what it was before replicas existed (ordinal
+//! = node id through `SHOAL_NODE_ID`, RollingUpdate), so upgrading the operator rolls no pod.
+//! With replicas the node StatefulSets use `OnDelete` and the operator restarts outdated pods
+//! itself (`members::next_restart`), one at a time and only while every shard has a synced
+//! replica: StatefulSets rolling on their own would restart member 0 and member 1 of the same
+//! shard together, and a pod's readiness does not say whether its replacement has caught up.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    Deployment, DeploymentSpec, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, GRPCAction, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretKeySelector, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServiceAccount,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
@@ -38,7 +61,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{CacheCluster, StorageKind};
+use crate::crd::{CacheCluster, SpreadMode, StorageKind};
 
 pub const NODE_GRPC_PORT: i32 = 7001;
 pub const NODE_METRICS_PORT: i32 = 9090;
@@ -54,6 +77,34 @@ pub const OPERATOR_NAME_LABEL: &str = "shoal-operator";
 /// Label (value: the CacheCluster's name) of application pods that run a router as a sidecar;
 /// the NetworkPolicy lets them reach the nodes.
 pub const SIDECAR_LABEL: &str = "shoal.dev/router-of";
+/// Label of node pods placed by address: their member index (0 = the `<name>-node` StatefulSet).
+pub const MEMBER_LABEL: &str = "shoal.dev/member";
+/// Label of the per-shard PodDisruptionBudgets: the shard id.
+pub const SHARD_LABEL: &str = "shoal.dev/shard";
+/// The label the StatefulSet controller gives each pod: its ordinal, which is its shard id in
+/// every node StatefulSet.
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+/// How topologies address nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AddressMode {
+    /// `<pod>.<name>-node.<namespace>.svc:7001`: stable across pod restarts.
+    Dns,
+    /// The pod's IP: for operators outside the cluster network's DNS (and the test control
+    /// plane, whose fake pods have loopback IPs). A restarted pod's new IP is published as a new
+    /// topology version.
+    PodIp,
+}
+
+/// How node pods find their place in the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// By ordinal (`SHOAL_NODE_ID` = pod index): every shard is one node, the primary. The pod
+    /// template of clusters without replicas, unchanged since before replicas existed.
+    Ordinal,
+    /// By address (`--advertise`): primary or replica of a shard, whichever the topology says.
+    Advertised(AddressMode),
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Component {
@@ -72,6 +123,57 @@ impl Component {
 
 pub fn node_name(cc: &CacheCluster) -> String {
     format!("{}-node", cc.name_any())
+}
+
+/// The StatefulSet of member `member` of every shard: `<name>-node` for member 0 (the name the
+/// nodes always had), `<name>-node-r<m>` for the replicas' members.
+pub fn member_name(cc: &CacheCluster, member: u32) -> String {
+    match member {
+        0 => node_name(cc),
+        m => format!("{}-r{m}", node_name(cc)),
+    }
+}
+
+/// The member index of a node StatefulSet, from its name (see [`member_name`]).
+pub fn statefulset_member(cc: &CacheCluster, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(&node_name(cc))?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    plain_number(rest.strip_prefix("-r")?).filter(|&m| m > 0)
+}
+
+/// Member and shard of a node pod, from its name (`<name>-node-<i>`, `<name>-node-r<m>-<i>`).
+pub fn pod_place(cc: &CacheCluster, pod: &str) -> Option<(u32, u32)> {
+    let rest = pod.strip_prefix(&node_name(cc))?.strip_prefix('-')?;
+    match rest.strip_prefix('r').and_then(|r| r.split_once('-')) {
+        Some((m, i)) => {
+            let member: u32 = m.parse().ok().filter(|&m| m > 0)?;
+            Some((member, plain_number(i)?))
+        }
+        None => Some((0, plain_number(rest)?)),
+    }
+}
+
+/// A decimal number as a StatefulSet writes ordinals (no sign, no leading zeros).
+fn plain_number(s: &str) -> Option<u32> {
+    let n: u32 = s.parse().ok()?;
+    (n.to_string() == s).then_some(n)
+}
+
+/// The name of member `member`'s pod of shard `shard`.
+pub fn pod_name(cc: &CacheCluster, member: u32, shard: u32) -> String {
+    format!("{}-{shard}", member_name(cc, member))
+}
+
+/// A node pod's stable DNS address (through the headless Service), as topologies name it.
+pub fn dns_address(cc: &CacheCluster, pod: &str) -> String {
+    format!("{pod}.{}.{}.svc:{NODE_GRPC_PORT}", node_name(cc), cc.namespace().unwrap_or_default())
+}
+
+/// The per-shard PodDisruptionBudget of shard `shard`.
+pub fn shard_pdb_name(cc: &CacheCluster, shard: u32) -> String {
+    format!("{}-shard-{shard}", cc.name_any())
 }
 
 pub fn router_name(cc: &CacheCluster) -> String {
@@ -215,7 +317,7 @@ pub fn topology_file() -> String {
 }
 
 /// The node container's arguments.
-pub fn node_args(cc: &CacheCluster) -> Vec<String> {
+pub fn node_args(cc: &CacheCluster, placement: Placement) -> Vec<String> {
     let s = &cc.spec;
     let mut args: Vec<String> = [
         "--listen",
@@ -241,6 +343,21 @@ pub fn node_args(cc: &CacheCluster) -> Vec<String> {
     if let Some(rate) = &s.migrate_rate {
         args.extend(["--migrate-rate".to_string(), rate.clone()]);
     }
+    // The kubelet expands $(VAR) from the container's environment (see `node_env`).
+    match placement {
+        Placement::Ordinal => {}
+        Placement::Advertised(AddressMode::Dns) => args.extend([
+            "--advertise".to_string(),
+            format!(
+                "$(POD_NAME).{}.{}.svc:{NODE_GRPC_PORT}",
+                node_name(cc),
+                cc.namespace().unwrap_or_default()
+            ),
+        ]),
+        Placement::Advertised(AddressMode::PodIp) => {
+            args.extend(["--advertise".to_string(), format!("$(POD_IP):{NODE_GRPC_PORT}")])
+        }
+    }
     // `--flag=value`: list-max-listpack-size may be negative.
     if let Some(encoding) = &s.encoding {
         args.extend(encoding.flags().into_iter().map(|(flag, v)| format!("{flag}={v}")));
@@ -248,8 +365,73 @@ pub fn node_args(cc: &CacheCluster) -> Vec<String> {
     args
 }
 
-pub fn node_statefulset(cc: &CacheCluster, replicas: i32) -> StatefulSet {
+/// The node container's environment: its ordinal as the node id, or what its advertised address
+/// is made of.
+fn node_env(placement: Placement) -> Vec<EnvVar> {
+    let field = |name: &str, path: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match placement {
+        // The pod's ordinal is its id in the topology.
+        Placement::Ordinal => vec![field("SHOAL_NODE_ID", &format!("metadata.labels['{POD_INDEX_LABEL}']"))],
+        // No node id: a pod that is not (yet) in the topology by its address must wait for a
+        // version that names it, not take its ordinal's shard for its own (it may be a replica).
+        Placement::Advertised(AddressMode::Dns) => vec![field("POD_NAME", "metadata.name")],
+        Placement::Advertised(AddressMode::PodIp) => vec![field("POD_IP", "status.podIP")],
+    }
+}
+
+/// Keeps a shard's pods (same pod-index in every member StatefulSet) in different domains: pod
+/// anti-affinity per topology key, against node pods of this cluster with the pod's own
+/// pod-index (`matchLabelKeys`). Not topology spread constraints: the node pods already have
+/// those for the whole cluster on the same keys, and the API server takes one constraint per
+/// (key, whenUnsatisfiable).
+fn shard_affinity(cc: &CacheCluster) -> Option<Affinity> {
+    let spread = &cc.spec.shard_spread;
+    let term = |key: &String| PodAffinityTerm {
+        label_selector: Some(selector(cc, Component::Node)),
+        // Merged with the pod's own value: only pods of its shard count.
+        match_label_keys: Some(vec![POD_INDEX_LABEL.into()]),
+        topology_key: key.clone(),
+        ..Default::default()
+    };
+    let anti = match spread.mode {
+        SpreadMode::None => return None,
+        // The first key weighs most.
+        SpreadMode::Preferred => PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(
+                spread
+                    .topology_keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, key)| WeightedPodAffinityTerm {
+                        weight: 100 / (i as i32 + 1),
+                        pod_affinity_term: term(key),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        SpreadMode::Required => PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(
+                spread.topology_keys.iter().map(term).collect(),
+            ),
+            ..Default::default()
+        },
+    };
+    Some(Affinity { pod_anti_affinity: Some(anti), ..Default::default() })
+}
+
+/// The StatefulSet of member `member` of every shard (see the module docs), with `replicas` pods.
+/// Members beyond 0 exist only with replicas, whose pods are placed by address.
+pub fn node_statefulset(cc: &CacheCluster, member: u32, replicas: i32, placement: Placement) -> StatefulSet {
     let s = &cc.spec;
+    let advertised = matches!(placement, Placement::Advertised(_));
     let persistent = s.storage.kind == StorageKind::PersistentVolumeClaim;
     let mut volumes = vec![topology_volume(cc)];
     if !persistent {
@@ -264,19 +446,8 @@ pub fn node_statefulset(cc: &CacheCluster, replicas: i32) -> StatefulSet {
         image: Some(s.image.clone()),
         image_pull_policy: s.image_pull_policy.clone(),
         command: Some(vec!["shoal-node".into()]),
-        args: Some(node_args(cc)),
-        env: Some(vec![EnvVar {
-            // The pod's ordinal is its id in the topology.
-            name: "SHOAL_NODE_ID".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.labels['apps.kubernetes.io/pod-index']".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+        args: Some(node_args(cc, placement)),
+        env: Some(node_env(placement)),
         ports: Some(vec![port("grpc", NODE_GRPC_PORT), port("metrics", NODE_METRICS_PORT)]),
         readiness_probe: Some(Probe {
             grpc: Some(GRPCAction { port: NODE_GRPC_PORT, service: None }),
@@ -317,14 +488,31 @@ pub fn node_statefulset(cc: &CacheCluster, replicas: i32) -> StatefulSet {
             ..Default::default()
         }]
     });
+    // Member 0 keeps the selector it always had (selectors are immutable); it also matches the
+    // other members' pods, which the StatefulSet controller leaves alone (it only claims pods
+    // named after its own StatefulSet). The others select their member label.
+    let mut pod_labels = labels(cc, Some(Component::Node));
+    let mut sts_selector = selector(cc, Component::Node);
+    if advertised {
+        pod_labels.insert(MEMBER_LABEL.into(), member.to_string());
+    }
+    if member > 0 {
+        sts_selector
+            .match_labels
+            .get_or_insert_with(Default::default)
+            .insert(MEMBER_LABEL.into(), member.to_string());
+    }
     StatefulSet {
-        metadata: meta(cc, node_name(cc), Some(Component::Node)),
+        metadata: meta(cc, member_name(cc, member), Some(Component::Node)),
         spec: Some(StatefulSetSpec {
             replicas: Some(replicas),
             service_name: Some(node_name(cc)),
             // Ordinals still give stable ids; pods need not wait for each other.
             pod_management_policy: Some("Parallel".into()),
-            selector: selector(cc, Component::Node),
+            selector: sts_selector,
+            // With replicas the operator restarts outdated pods itself (see the module docs).
+            update_strategy: advertised
+                .then(|| StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None }),
             // A shard that leaves has had its slots moved away first: its claim holds nothing
             // anyone needs, and a stale copy must never come back with a later scale-up.
             persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
@@ -332,17 +520,16 @@ pub fn node_statefulset(cc: &CacheCluster, replicas: i32) -> StatefulSet {
                 when_deleted: Some("Delete".into()),
             }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(cc, Some(Component::Node))),
-                    ..Default::default()
-                }),
+                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..Default::default() }),
                 spec: Some(PodSpec {
                     service_account_name: Some(node_name(cc)),
                     automount_service_account_token: Some(false),
                     security_context: Some(pod_security()),
-                    // Time for the final snapshot of every acknowledged write.
+                    // Time for a primary's hand-over to a replica (at most 10 s) and the final
+                    // snapshot of every acknowledged write.
                     termination_grace_period_seconds: Some(60),
                     topology_spread_constraints: Some(spread(cc, Component::Node)),
+                    affinity: if advertised { shard_affinity(cc) } else { None },
                     containers: vec![container],
                     volumes: Some(volumes),
                     ..Default::default()
@@ -497,6 +684,33 @@ pub fn pdb(cc: &CacheCluster, c: Component) -> PodDisruptionBudget {
     }
 }
 
+/// The PodDisruptionBudget of shard `shard`'s `members` pods (primary and replicas), with
+/// replicas: `open`, one of them may go voluntarily at a time (`minAvailable: members - 1`);
+/// closed, none (`minAvailable: members`). The operator opens it while the shard has a serving
+/// primary and a synced replica: a pod's readiness says it runs, not that a replica has caught
+/// up, so only the operator's probes can tell when evicting one more pod would leave the shard's
+/// data on no running process. A whole number of pods, not `maxUnavailable`: the disruption
+/// controller counts a `maxUnavailable` budget against the scale of the pods' controllers, and
+/// the member StatefulSets hold every shard's pods, so a per-shard `maxUnavailable: 1` would
+/// never allow an eviction. Unhealthy pods may always be evicted (they serve nothing, and a
+/// drain must not hang on a crashing pod).
+pub fn shard_pdb(cc: &CacheCluster, shard: u32, members: u32, open: bool) -> PodDisruptionBudget {
+    let mut sel = selector_labels(cc, Component::Node);
+    sel.insert(POD_INDEX_LABEL.into(), shard.to_string());
+    let mut metadata = meta(cc, shard_pdb_name(cc, shard), Some(Component::Node));
+    metadata.labels.get_or_insert_with(Default::default).insert(SHARD_LABEL.into(), shard.to_string());
+    PodDisruptionBudget {
+        metadata,
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int((members - u32::from(open && members > 0)) as i32)),
+            selector: Some(LabelSelector { match_labels: Some(sel), ..Default::default() }),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// Node gRPC only from this cluster's routers and nodes (migrations pull node to node) and from
 /// the operator's pods in any namespace; metrics from anywhere (Prometheus).
 pub fn node_network_policy(cc: &CacheCluster) -> NetworkPolicy {
@@ -579,7 +793,7 @@ pub(crate) mod tests {
     #[test]
     fn every_pod_meets_the_restricted_profile_and_has_no_api_token() {
         let cc = cluster(serde_json::json!({"shards": 3}));
-        let sts = node_statefulset(&cc, 3);
+        let sts = node_statefulset(&cc, 0, 3, Placement::Ordinal);
         let dep = router_deployment(&cc);
         for spec in
             [pod_spec(&sts.spec.as_ref().unwrap().template), pod_spec(&dep.spec.as_ref().unwrap().template)]
@@ -604,7 +818,7 @@ pub(crate) mod tests {
     #[test]
     fn selectors_use_name_instance_component_only_and_owner_is_the_cluster() {
         let cc = cluster(serde_json::json!({"shards": 3}));
-        let sts = node_statefulset(&cc, 3);
+        let sts = node_statefulset(&cc, 0, 3, Placement::Ordinal);
         let sel = sts.spec.as_ref().unwrap().selector.match_labels.clone().unwrap();
         assert_eq!(
             sel.keys().collect::<Vec<_>>(),
@@ -633,7 +847,7 @@ pub(crate) mod tests {
             "shards": 3, "maxmemory": "2gb", "maxmemoryPolicy": "allkeys-lru", "migrateRate": "32mb",
             "storage": {"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "fast"}
         }));
-        let sts = node_statefulset(&cc, 4);
+        let sts = node_statefulset(&cc, 0, 4, Placement::Ordinal);
         let spec = sts.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(4));
         let c = &pod_spec(&spec.template).containers[0];
@@ -659,7 +873,7 @@ pub(crate) mod tests {
         assert!(!pod_spec(&spec.template).volumes.as_ref().unwrap().iter().any(|v| v.name == "data"));
 
         cc.spec.storage = Storage::default();
-        let sts = node_statefulset(&cc, 3);
+        let sts = node_statefulset(&cc, 0, 3, Placement::Ordinal);
         let spec = sts.spec.as_ref().unwrap();
         assert!(spec.volume_claim_templates.is_none());
         assert!(
@@ -675,7 +889,7 @@ pub(crate) mod tests {
     #[test]
     fn nodes_get_only_the_encoding_thresholds_that_are_set() {
         let encoding_args = |cc: &CacheCluster| -> Vec<String> {
-            node_args(cc).into_iter().filter(|a| a.contains("-max-")).collect()
+            node_args(cc, Placement::Ordinal).into_iter().filter(|a| a.contains("-max-")).collect()
         };
         assert!(encoding_args(&cluster(serde_json::json!({"shards": 3}))).is_empty(), "node defaults");
         assert!(encoding_args(&cluster(serde_json::json!({"shards": 3, "encoding": {}}))).is_empty());
@@ -712,8 +926,10 @@ pub(crate) mod tests {
     fn an_encoding_change_changes_the_node_pod_template() {
         // The operator applies the StatefulSet on every reconcile; a different pod template is
         // what rolls the node pods (RollingUpdate, one at a time), as a maxmemory change does.
-        let template =
-            |cc: &CacheCluster| serde_json::to_value(node_statefulset(cc, 3).spec.unwrap().template).unwrap();
+        let template = |cc: &CacheCluster| {
+            serde_json::to_value(node_statefulset(cc, 0, 3, Placement::Ordinal).spec.unwrap().template)
+                .unwrap()
+        };
         let before = cluster(serde_json::json!({"shards": 3, "maxmemory": "1gb"}));
         let more_memory = cluster(serde_json::json!({"shards": 3, "maxmemory": "2gb"}));
         let encoded = cluster(serde_json::json!({"shards": 3, "maxmemory": "1gb",
@@ -778,5 +994,200 @@ pub(crate) mod tests {
             rules[1].from.is_none()
                 && rules[1].ports.as_ref().unwrap()[0].port == Some(IntOrString::Int(NODE_METRICS_PORT))
         );
+    }
+
+    #[test]
+    fn member_statefulsets_and_pods_are_named_and_parsed_back() {
+        let cc = cluster(serde_json::json!({"shards": 3, "replicasPerShard": 2}));
+        assert_eq!(
+            (member_name(&cc, 0), member_name(&cc, 2)),
+            ("demo-node".to_string(), "demo-node-r2".to_string())
+        );
+        assert_eq!(pod_name(&cc, 1, 7), "demo-node-r1-7");
+        for (member, shard) in [(0, 0), (0, 12), (1, 0), (2, 999)] {
+            assert_eq!(pod_place(&cc, &pod_name(&cc, member, shard)), Some((member, shard)));
+            assert_eq!(statefulset_member(&cc, &member_name(&cc, member)), Some(member));
+        }
+        for bad in [
+            "demo-node",
+            "demo-node-",
+            "demo-node-r1",
+            "demo-node-r0-1",
+            "demo-node-01",
+            "demo-node-+1",
+            "demo-node-r1-x",
+            "demo-router-1",
+            "other-node-1",
+            "demo-node-r-1",
+        ] {
+            assert_eq!(pod_place(&cc, bad), None, "{bad}");
+        }
+        for bad in ["demo-node-r0", "demo-node-x", "demo-router", "demo-node-r01"] {
+            assert_eq!(statefulset_member(&cc, bad), None, "{bad}");
+        }
+        assert_eq!(dns_address(&cc, "demo-node-r1-2"), "demo-node-r1-2.demo-node.shop.svc:7001");
+        assert_eq!(shard_pdb_name(&cc, 4), "demo-shard-4");
+    }
+
+    #[test]
+    fn without_replicas_the_node_statefulset_is_what_it_always_was() {
+        // Upgrading the operator must not roll the pods of clusters without replicas: their
+        // template is exactly the one from before replicas existed.
+        let cc = cluster(serde_json::json!({"shards": 3}));
+        let sts = node_statefulset(&cc, 0, 3, Placement::Ordinal);
+        let spec = sts.spec.as_ref().unwrap();
+        assert!(spec.update_strategy.is_none());
+        let pod = spec.template.spec.as_ref().unwrap();
+        let c = &pod.containers[0];
+        assert!(!c.args.as_ref().unwrap().iter().any(|a| a == "--advertise"));
+        let env: Vec<&str> = c.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(env, ["SHOAL_NODE_ID"]);
+        assert!(
+            !spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap().contains_key(MEMBER_LABEL)
+        );
+        let keys: Vec<&str> = pod
+            .topology_spread_constraints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|t| t.topology_key.as_str())
+            .collect();
+        assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
+        assert!(
+            pod.topology_spread_constraints.as_ref().unwrap().iter().all(|t| t.match_label_keys.is_none())
+        );
+    }
+
+    #[test]
+    fn with_replicas_pods_advertise_their_address_and_spread_by_shard() {
+        let cc = cluster(serde_json::json!({"shards": 3, "replicasPerShard": 1}));
+        let args = |p: Placement| node_args(&cc, p).join(" ");
+        assert!(
+            args(Placement::Advertised(AddressMode::Dns))
+                .ends_with("--advertise $(POD_NAME).demo-node.shop.svc:7001")
+        );
+        assert!(args(Placement::Advertised(AddressMode::PodIp)).ends_with("--advertise $(POD_IP):7001"));
+
+        let sts = node_statefulset(&cc, 1, 3, Placement::Advertised(AddressMode::Dns));
+        assert_eq!(sts.metadata.name.as_deref(), Some("demo-node-r1"));
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!(spec.service_name.as_deref(), Some("demo-node"), "one headless Service for every member");
+        assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
+        let selector = spec.selector.match_labels.as_ref().unwrap();
+        let labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(selector.get(MEMBER_LABEL).map(String::as_str), Some("1"));
+        assert!(selector.iter().all(|(k, v)| labels.get(k) == Some(v)), "the template matches its selector");
+        let pod = spec.template.spec.as_ref().unwrap();
+        let env = pod.containers[0].env.as_ref().unwrap();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0].name, "POD_NAME", "no node id: a replica must not take its ordinal's shard");
+        let keys: Vec<&str> = pod
+            .topology_spread_constraints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|t| t.topology_key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
+            "the cluster-wide spread"
+        );
+        let preferred = pod
+            .affinity
+            .as_ref()
+            .unwrap()
+            .pod_anti_affinity
+            .as_ref()
+            .unwrap()
+            .preferred_during_scheduling_ignored_during_execution
+            .clone()
+            .unwrap();
+        let weights: Vec<(i32, &str)> =
+            preferred.iter().map(|w| (w.weight, w.pod_affinity_term.topology_key.as_str())).collect();
+        assert_eq!(weights, [(100, "kubernetes.io/hostname"), (50, "topology.kubernetes.io/zone")]);
+        let term = &preferred[0].pod_affinity_term;
+        assert_eq!(
+            term.match_label_keys.as_deref(),
+            Some(&[POD_INDEX_LABEL.to_string()][..]),
+            "same shard only"
+        );
+        assert_eq!(
+            term.label_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()
+                .get("app.kubernetes.io/component")
+                .map(String::as_str),
+            Some("node"),
+            "every member's pods count"
+        );
+
+        // Member 0 keeps its selector (immutable) and gets the member label on its pods.
+        let zero = node_statefulset(&cc, 0, 3, Placement::Advertised(AddressMode::Dns));
+        let spec = zero.spec.as_ref().unwrap();
+        assert!(!spec.selector.match_labels.as_ref().unwrap().contains_key(MEMBER_LABEL));
+        assert_eq!(
+            spec.template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .labels
+                .as_ref()
+                .unwrap()
+                .get(MEMBER_LABEL)
+                .map(String::as_str),
+            Some("0")
+        );
+
+        let required = cluster(serde_json::json!({"shards": 3, "replicasPerShard": 1,
+            "shardSpread": {"mode": "Required", "topologyKeys": ["topology.kubernetes.io/zone"]}}));
+        let anti = shard_affinity(&required).unwrap().pod_anti_affinity.unwrap();
+        assert!(anti.preferred_during_scheduling_ignored_during_execution.is_none());
+        let terms = anti.required_during_scheduling_ignored_during_execution.unwrap();
+        assert_eq!(
+            terms.iter().map(|t| t.topology_key.as_str()).collect::<Vec<_>>(),
+            ["topology.kubernetes.io/zone"]
+        );
+        let none =
+            cluster(serde_json::json!({"shards": 3, "replicasPerShard": 1, "shardSpread": {"mode": "None"}}));
+        assert!(shard_affinity(&none).is_none());
+        assert!(
+            node_statefulset(&cc, 0, 3, Placement::Ordinal)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .affinity
+                .is_none(),
+            "no replicas: the template as it was"
+        );
+    }
+
+    #[test]
+    fn a_shard_budget_selects_every_member_of_its_shard_only() {
+        let cc = cluster(serde_json::json!({"shards": 3, "replicasPerShard": 1}));
+        let p = shard_pdb(&cc, 2, 2, true);
+        assert_eq!(p.metadata.name.as_deref(), Some("demo-shard-2"));
+        assert_eq!(p.metadata.labels.as_ref().unwrap().get(SHARD_LABEL).map(String::as_str), Some("2"));
+        let spec = p.spec.unwrap();
+        assert_eq!(
+            (spec.min_available, spec.max_unavailable),
+            (Some(IntOrString::Int(1)), None),
+            "one of two may go"
+        );
+        let sel = spec.selector.unwrap().match_labels.unwrap();
+        assert_eq!(sel.get(POD_INDEX_LABEL).map(String::as_str), Some("2"));
+        assert_eq!(sel.get("app.kubernetes.io/component").map(String::as_str), Some("node"));
+        assert!(!sel.contains_key(MEMBER_LABEL), "primary and replicas alike");
+        assert_eq!(
+            shard_pdb(&cc, 0, 2, false).spec.unwrap().min_available,
+            Some(IntOrString::Int(2)),
+            "closed"
+        );
+        assert_eq!(shard_pdb(&cc, 0, 3, true).spec.unwrap().min_available, Some(IntOrString::Int(2)));
     }
 }

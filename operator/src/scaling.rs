@@ -10,6 +10,11 @@
 //!   queue), then the next step starts from the new topology.
 //! - A node whose address changed (a restarted pod with a new IP) gets a topology version with
 //!   the new address and no migration.
+//!
+//! With replicas, "node i is ready" means shard i's primary (whichever pod the topology names)
+//! is, and a shard in the topology keeps its primary and replicas in every target: moves change
+//! which slots a shard owns, never who serves it (the failover writer's business). New shards
+//! join without replicas; [`crate::members`] lists theirs once the move is done.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +27,7 @@ pub struct Observed {
     pub desired: u32,
     /// The node StatefulSet's `spec.replicas`, if it exists.
     pub statefulset: Option<u32>,
-    /// Ready node pods: ordinal → gRPC address.
+    /// Shards whose node (with replicas: whose primary) runs on a ready pod: shard → address.
     pub ready: BTreeMap<u32, String>,
     /// The published topology, if any.
     pub topology: Option<Topology>,
@@ -47,7 +52,17 @@ pub enum Step {
 }
 
 fn targets(o: &Observed, n: u32) -> Option<Vec<NodeInfo>> {
-    (0..n).map(|id| o.ready.get(&id).map(|addr| NodeInfo::new(id, addr.clone()))).collect()
+    (0..n)
+        .map(|id| {
+            let addr = o.ready.get(&id)?;
+            // A shard keeps its replicas as long as its primary stays.
+            let replicas = match o.topology.as_ref().and_then(|t| t.node(id)) {
+                Some(n) if n.addr == *addr => n.replicas.clone(),
+                _ => Vec::new(),
+            };
+            Some(NodeInfo { id, addr: addr.clone(), replicas })
+        })
+        .collect()
 }
 
 fn not_ready(o: &Observed, ids: impl Iterator<Item = u32>) -> Vec<u32> {
@@ -214,5 +229,59 @@ mod tests {
             moving: false,
         };
         assert_eq!(next_step(&o), Step::ScaleNodes(3), "shards holding slots are brought back");
+    }
+
+    /// Shards of `topo(n)` with replicas, shard 1 failed over to its replica.
+    fn replicated(n: u32) -> Topology {
+        let mut t = topo(n);
+        for node in t.nodes.iter_mut() {
+            node.replicas = vec![format!("10.0.1.{}:7001", node.id)];
+        }
+        let mut t = t.promote(1, "10.0.1.1:7001").unwrap();
+        t.version = 7;
+        t
+    }
+
+    /// What the reconciler reports as ready with replicas: each shard's primary.
+    fn ready_primaries(t: &Topology, extra: impl IntoIterator<Item = u32>) -> BTreeMap<u32, String> {
+        let mut r: BTreeMap<u32, String> = t.nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
+        r.extend(ready(extra));
+        r
+    }
+
+    #[test]
+    fn with_replicas_moves_keep_every_shards_primary_and_replicas_and_new_shards_start_bare() {
+        let t = replicated(2);
+        let mut o = Observed {
+            desired: 3,
+            statefulset: Some(2),
+            ready: ready_primaries(&t, []),
+            topology: Some(t.clone()),
+            moving: false,
+        };
+        assert_eq!(next_step(&o), Step::ScaleNodes(3));
+        o.statefulset = Some(3);
+        assert!(matches!(next_step(&o), Step::Wait(_)), "shard 2's member 0 is not up yet");
+        o.ready = ready_primaries(&t, [2]);
+        let Step::Reshard(target) = next_step(&o) else { panic!("{:?}", next_step(&o)) };
+        assert_eq!(target[..2], t.nodes[..], "shard 1 stays on its promoted replica, replicas kept");
+        assert_eq!(target[2], NodeInfo::new(2, "10.0.0.2:7001"), "replicas come after the move");
+
+        // Settled at 3 with replicas listed: nothing to do. Down to 2: shards 0 and 1 as they are.
+        let t3 = replicated(3);
+        let o = Observed {
+            desired: 3,
+            statefulset: Some(3),
+            ready: ready_primaries(&t3, []),
+            topology: Some(t3.clone()),
+            moving: false,
+        };
+        assert_eq!(next_step(&o), Step::Settled);
+        let o = Observed { desired: 2, ..o };
+        assert_eq!(next_step(&o), Step::Reshard(t3.nodes[..2].to_vec()));
+        // A primary that is down (before its replica is promoted) holds the move back.
+        let mut down = o.clone();
+        down.ready.remove(&1);
+        assert_eq!(next_step(&down), Step::Wait("waiting for node pods [1] to be ready".into()));
     }
 }

@@ -2,13 +2,17 @@
 //!
 //! Phases: `Pending` (nothing running yet), `Creating` (first nodes starting), `Resharding` (slots
 //! moving, or about to: the wanted shard count differs from the topology), `Degraded` (a node of
-//! the topology is not ready), `Ready`. Conditions `Ready`, `Resharding` and `Degraded` tell the
-//! same story with reasons and messages; a condition keeps its `lastTransitionTime` until its
-//! status changes.
+//! the topology is not ready; with replicas also a shard whose primary does not serve, or that
+//! has no synced replica while replicas are wanted), `Ready`. Conditions `Ready`, `Resharding`
+//! and `Degraded` tell the same story with reasons and messages; a condition keeps its
+//! `lastTransitionTime` until its status changes. With replicas `.status.shardStatus` lists each
+//! shard's primary and replicas (synced, lag) as last probed.
 
 use shoal_coordinator::Progress;
 
-use crate::crd::{CacheClusterStatus, Condition};
+use crate::crd::{CacheClusterStatus, Condition, ReplicaStatus, ShardStatus};
+use crate::health::ShardHealth;
+use crate::members::PodView;
 use crate::scaling::{Observed, Step};
 
 /// Everything that goes into one status.
@@ -27,6 +31,13 @@ pub struct Inputs<'a> {
     pub selector: String,
     /// RFC 3339 "now".
     pub now: String,
+    /// With replicas: each shard's health as probed (None without replicas).
+    pub shards: Option<&'a [ShardHealth]>,
+    /// `spec.replicasPerShard`: a shard without a synced replica is degraded only if it should
+    /// have one.
+    pub replicas_wanted: u32,
+    /// The node pods (for naming the pod at each address).
+    pub pods: &'a [PodView],
 }
 
 pub fn compute(i: &Inputs) -> CacheClusterStatus {
@@ -34,6 +45,15 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
     let t = o.topology.as_ref();
     let topology_nodes: Vec<u32> = t.map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
     let not_ready: Vec<u32> = topology_nodes.iter().copied().filter(|id| !o.ready.contains_key(id)).collect();
+    let problems: Vec<String> = i
+        .shards
+        .unwrap_or_default()
+        .iter()
+        // Replicas on their way out (none wanted): a shard without a synced one is fine.
+        .filter(|h| i.replicas_wanted > 0 || !h.primary_serving)
+        .filter_map(ShardHealth::problem)
+        .collect();
+    let degraded = !not_ready.is_empty() || !problems.is_empty();
     let resharding = i.resharding_task
         || t.is_some_and(|t| !t.migrations.is_empty() || t.nodes.len() as u32 != o.desired.max(1))
         || matches!(i.step, Step::Reshard(_) | Step::Resume);
@@ -41,7 +61,7 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         (None, None) => "Pending",
         (None, Some(_)) => "Creating",
         (Some(_), _) if resharding => "Resharding",
-        (Some(_), _) if !not_ready.is_empty() => "Degraded",
+        (Some(_), _) if degraded => "Degraded",
         (Some(_), _) if matches!(i.step, Step::Settled) => "Ready",
         // Shrinking the StatefulSet after a scale-down's move.
         (Some(_), _) if matches!(i.step, Step::ScaleNodes(_)) => "Resharding",
@@ -94,15 +114,48 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         condition(
             i,
             "Degraded",
-            !not_ready.is_empty(),
-            if not_ready.is_empty() { "AllNodesReady" } else { "NodesNotReady" },
-            if not_ready.is_empty() {
-                "every node of the topology is ready".into()
-            } else {
-                format!("node pods {not_ready:?} of the topology are not ready")
+            degraded,
+            match (not_ready.is_empty(), problems.is_empty()) {
+                (false, _) => "NodesNotReady",
+                (true, false) => "ShardsNotRedundant",
+                (true, true) => "AllNodesReady",
+            },
+            match (not_ready.is_empty(), problems.is_empty()) {
+                (true, true) if i.shards.is_some() => {
+                    "every shard has a serving primary and a synced replica".into()
+                }
+                (true, true) => "every node of the topology is ready".into(),
+                (false, true) => format!("node pods {not_ready:?} of the topology are not ready"),
+                (true, false) => problems.join("; "),
+                (false, false) => {
+                    format!("node pods {not_ready:?} of the topology are not ready; {}", problems.join("; "))
+                }
             },
         ),
     ];
+    let pod_at = |addr: &str| i.pods.iter().find(|p| p.addr.as_deref() == Some(addr)).map(|p| p.name.clone());
+    let shard_status = i
+        .shards
+        .unwrap_or_default()
+        .iter()
+        .map(|h| ShardStatus {
+            id: i64::from(h.id),
+            primary: h.primary.clone(),
+            primary_pod: pod_at(&h.primary),
+            primary_serving: h.primary_serving,
+            replicas: h
+                .replicas
+                .iter()
+                .map(|r| ReplicaStatus {
+                    address: r.addr.clone(),
+                    pod: pod_at(&r.addr),
+                    synced: r.synced,
+                    lag: r.lag.map(|l| l.min(i64::MAX as u64) as i64),
+                    lag_ms: r.lag_ms.map(|l| l.min(i64::MAX as u64) as i64),
+                })
+                .collect(),
+        })
+        .collect();
     CacheClusterStatus {
         shards: topology_nodes.len() as i32,
         ready_shards: o.ready.len() as i32,
@@ -111,6 +164,7 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         phase: phase.into(),
         observed_generation: i.generation,
         conditions,
+        shard_status,
     }
 }
 
@@ -159,6 +213,9 @@ mod tests {
             resharding_task: false,
             selector: "s".into(),
             now: "2026-11-21T10:00:00Z".into(),
+            shards: None,
+            replicas_wanted: 0,
+            pods: &[],
         }
     }
 
@@ -247,5 +304,85 @@ mod tests {
         o.statefulset = Some(3);
         let s = compute(&inputs(&o, &Step::Wait("waiting".into()), None));
         assert_eq!((s.phase.as_str(), s.shards), ("Creating", 0));
+    }
+
+    fn shard(id: u32, serving: bool, synced: &[bool]) -> ShardHealth {
+        ShardHealth {
+            id,
+            primary: format!("a{id}"),
+            primary_serving: serving,
+            replicas: synced
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| crate::health::ReplicaHealth {
+                    addr: format!("r{k}-{id}"),
+                    synced: s,
+                    lag: s.then_some(3),
+                    lag_ms: Some(0),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn with_replicas_a_shard_without_a_synced_replica_or_serving_primary_is_degraded_until_it_has() {
+        let o = observed(2, 2, Some(2));
+        let pods = vec![PodView {
+            name: "demo-node-r1-0".into(),
+            shard: 0,
+            member: 1,
+            addr: Some("r0-0".into()),
+            ready: true,
+            terminating: false,
+            outdated: false,
+        }];
+        let healthy = [shard(0, true, &[true]), shard(1, true, &[true])];
+        let mut i = inputs(&o, &Step::Settled, None);
+        i.replicas_wanted = 1;
+        i.pods = &pods;
+        i.shards = Some(&healthy);
+        let s = compute(&i);
+        assert_eq!(s.phase, "Ready");
+        assert_eq!(cond(&s, "Degraded").message, "every shard has a serving primary and a synced replica");
+        assert_eq!(s.shard_status.len(), 2);
+        let r = &s.shard_status[0].replicas[0];
+        assert_eq!(
+            (r.pod.as_deref(), r.synced, r.lag, r.lag_ms),
+            (Some("demo-node-r1-0"), true, Some(3), Some(0))
+        );
+        assert_eq!(s.shard_status[1].replicas[0].pod, None, "no pod at that address");
+
+        // Shard 0's primary failed over; its new replica is still copying.
+        let failing = [shard(0, true, &[false]), shard(1, true, &[true])];
+        let mut later = inputs(&o, &Step::Settled, Some(&s));
+        later.replicas_wanted = 1;
+        later.shards = Some(&failing);
+        later.now = "2026-11-21T10:01:00Z".into();
+        let d = compute(&later);
+        assert_eq!(d.phase, "Degraded");
+        let c = cond(&d, "Degraded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "ShardsNotRedundant"));
+        assert_eq!(c.message, "shard 0: no synced replica");
+        assert_eq!(c.last_transition_time, "2026-11-21T10:01:00Z");
+        assert_eq!(cond(&d, "Ready").status, "False");
+
+        let down = [shard(0, false, &[true]), shard(1, true, &[true])];
+        later.shards = Some(&down);
+        assert_eq!(cond(&compute(&later), "Degraded").message, "shard 0: primary a0 is not serving");
+
+        // Synced again: Ready.
+        let mut again = inputs(&o, &Step::Settled, Some(&d));
+        again.replicas_wanted = 1;
+        again.shards = Some(&healthy);
+        again.now = "2026-11-21T10:02:00Z".into();
+        let r = compute(&again);
+        assert_eq!(r.phase, "Ready");
+        assert_eq!(cond(&r, "Degraded").last_transition_time, "2026-11-21T10:02:00Z");
+
+        // Going back to no replicas: shards without a synced one are fine then.
+        let leaving = [shard(0, true, &[]), shard(1, true, &[false])];
+        let mut none = inputs(&o, &Step::Settled, None);
+        none.shards = Some(&leaving);
+        assert_eq!(compute(&none).phase, "Ready");
     }
 }

@@ -115,6 +115,7 @@ fn rbac_is_least_privilege_and_follows_the_watch_scope() {
     let verbs =
         |g: &str, r: &str| grants.iter().find(|(gg, rr, _)| gg == g && rr == r).map(|(_, _, v)| v.clone());
     assert_eq!(verbs("", "pods"), Some(vec!["get", "list", "watch"]), "pods are only read");
+    assert_eq!(verbs("", "pods/eviction"), Some(vec!["create"]), "restarts are evictions, never deletes");
     assert_eq!(verbs("shoal.dev", "cacheclusters"), Some(vec!["get", "list", "watch"]));
     assert!(verbs("shoal.dev", "cacheclusters/status").unwrap().contains(&"patch"));
     assert!(verbs("apps", "statefulsets").unwrap().contains(&"create"));
@@ -169,6 +170,11 @@ fn the_cluster_and_its_password() {
     let docs = docs.unwrap();
     let cc = one(&docs, "CacheCluster");
     assert_eq!(cc["spec"]["shards"], 3);
+    assert_eq!(cc["spec"]["replicasPerShard"], 1, "the chart's clusters have a replica per shard");
+    assert_eq!(
+        cc["spec"]["shardSpread"],
+        serde_json::json!({"mode": "Preferred", "topologyKeys": ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]})
+    );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
     assert!(cc["spec"].get("encoding").is_none(), "no thresholds set: the nodes' defaults");
     let secret = one(&docs, "Secret");
@@ -193,6 +199,11 @@ fn the_cluster_and_its_password() {
         serde_json::json!({"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "standard"})
     );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0-test");
+    assert_eq!(cc["spec"]["replicasPerShard"], 2);
+    assert_eq!(
+        cc["spec"]["shardSpread"],
+        serde_json::json!({"mode": "Required", "topologyKeys": ["kubernetes.io/hostname"]})
+    );
     assert_eq!(
         cc["spec"]["encoding"],
         serde_json::json!({"hashMaxListpackEntries": 1024, "listMaxListpackSize": -3})
@@ -287,6 +298,11 @@ fn the_values_schema_refuses_bad_values() {
         (vec!["--set", "cluster.maxmemoryPolicy=lru"], "/cluster/maxmemoryPolicy"),
         (vec!["--set", "cluster.maxmemory=lots"], "/cluster/maxmemory"),
         (vec!["--set", "operator.nodeAddresses=ip"], "/operator/nodeAddresses"),
+        (vec!["--set", "operator.failoverDownAfterMs=50"], "/operator/failoverDownAfterMs"),
+        (vec!["--set", "cluster.replicasPerShard=6"], "/cluster/replicasPerShard"),
+        (vec!["--set", "cluster.replicasPerShard=-1"], "/cluster/replicasPerShard"),
+        (vec!["--set", "cluster.shardSpread.mode=Sometimes"], "/cluster/shardSpread/mode"),
+        (vec!["--set", "cluster.shardSpread.zones=3"], "additional properties 'zones'"),
         (vec!["--set", "clutser.shards=3"], "additional properties 'clutser'"),
         (vec!["--set", "cluster.encoding.setMaxIntsetEntries=-1"], "/cluster/encoding/setMaxIntsetEntries"),
         (
@@ -306,6 +322,64 @@ fn the_values_schema_refuses_bad_values() {
         let err = result.expect_err(&format!("{args:?} must be refused"));
         assert!(err.contains(complaint), "{args:?}: {err}");
     }
+}
+
+/// The CacheCluster the chart renders, as the operator would turn it into objects (the operator's
+/// own builders): with the default values, a replica StatefulSet next to the nodes', each pod
+/// advertising its DNS name and kept apart from its shard's other pods by preferred
+/// anti-affinity, and a PodDisruptionBudget per shard; with the persistent variant, two
+/// replica StatefulSets and required anti-affinity; without replicas, the one budget of old.
+#[test]
+fn the_rendered_cluster_becomes_member_statefulsets_spread_by_shard_and_per_shard_budgets() {
+    use shoal_operator::crd::CacheCluster;
+    use shoal_operator::resources::{self, AddressMode, Placement};
+
+    let rendered = |args: &[&str]| -> Option<(CacheCluster, Vec<Value>)> {
+        let docs = render(args)?.unwrap();
+        let mut cc: CacheCluster = serde_json::from_value(one(&docs, "CacheCluster").clone()).unwrap();
+        cc.metadata.uid = Some("0000-1111".into());
+        Some((cc, docs))
+    };
+    let Some((cc, docs)) = rendered(&[]) else { return };
+    let args = one(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--failover-down-after-ms=1000"), "{args}");
+    let dns = Placement::Advertised(AddressMode::Dns);
+    assert_eq!(cc.spec.replicas_per_shard, 1);
+    for member in 0..=1 {
+        let sts = resources::node_statefulset(&cc, member, cc.spec.shards, dns);
+        assert_eq!(sts.metadata.name.unwrap(), resources::member_name(&cc, member));
+        let spec = sts.spec.unwrap();
+        assert_eq!(spec.update_strategy.unwrap().type_.as_deref(), Some("OnDelete"));
+        let pod = spec.template.spec.unwrap();
+        let args = pod.containers[0].args.clone().unwrap().join(" ");
+        assert!(args.contains("--advertise $(POD_NAME).rel-node.shoal-system.svc:7001"), "{args}");
+        let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+        let preferred = anti.preferred_during_scheduling_ignored_during_execution.unwrap();
+        let keys: Vec<&str> = preferred.iter().map(|w| w.pod_affinity_term.topology_key.as_str()).collect();
+        assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
+        assert!(anti.required_during_scheduling_ignored_during_execution.is_none());
+    }
+    let budgets: Vec<String> = (0..cc.spec.shards as u32)
+        .map(|i| resources::shard_pdb(&cc, i, 2, true).metadata.name.unwrap())
+        .collect();
+    assert_eq!(budgets, ["rel-shard-0", "rel-shard-1", "rel-shard-2"]);
+
+    let persistent = support::repo().join("charts/shoal/ci/persistent-values.yaml");
+    let (cc, _) = rendered(&["-f", persistent.to_str().unwrap()]).unwrap();
+    assert_eq!(cc.spec.replicas_per_shard, 2);
+    let pod = resources::node_statefulset(&cc, 2, 4, dns).spec.unwrap().template.spec.unwrap();
+    let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+    let required = anti.required_during_scheduling_ignored_during_execution.unwrap();
+    assert_eq!(
+        required.iter().map(|t| t.topology_key.as_str()).collect::<Vec<_>>(),
+        ["kubernetes.io/hostname"]
+    );
+
+    let (cc, _) = rendered(&["--set", "cluster.replicasPerShard=0"]).unwrap();
+    assert_eq!(cc.spec.replicas_per_shard, 0);
+    let pod = resources::node_statefulset(&cc, 0, 3, Placement::Ordinal).spec.unwrap().template.spec.unwrap();
+    assert!(pod.affinity.is_none());
+    assert_eq!(resources::pdb(&cc, resources::Component::Node).metadata.name.as_deref(), Some("rel-node"));
 }
 
 /// No Docker engine runs here, so the Dockerfile is checked against what runs from it: it must
@@ -337,7 +411,12 @@ fn the_image_ships_every_binary_the_pods_run() {
     cc.metadata.namespace = Some("shop".into());
     cc.metadata.uid = Some("0000-1111".into());
     let mut commands: Vec<String> = Vec::new();
-    let sts = resources::node_statefulset(&cc, 1).spec.unwrap().template.spec.unwrap();
+    let sts = resources::node_statefulset(&cc, 0, 1, resources::Placement::Ordinal)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
     let dep = resources::router_deployment(&cc).spec.unwrap().template.spec.unwrap();
     for c in sts.containers.iter().chain(&dep.containers) {
         commands.extend(c.command.clone().unwrap().into_iter().take(1));

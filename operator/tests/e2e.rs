@@ -11,25 +11,33 @@
 //!
 //! Needs the tools from `.ci/tools/install etcd kube kwok kubectl` and `cargo build --bins`.
 //! Without the tools it fails under CI and is skipped (with a message) elsewhere.
+//!
+//! Two scenarios, one control plane each, run one after the other: a cluster without replicas
+//! (created, one node down, scaled 3 → 5 → 2 across a leader change, deleted) and one with a
+//! replica per shard (its primary's pod deleted and replaced by the replica, scaled 2 → 3 → 2).
 
 mod support;
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use shoal_coordinator::{Registry, RegistryError};
 use shoal_operator::crd::CacheCluster;
 use shoal_operator::registry::ConfigMapRegistry;
 use shoal_wire::Topology;
-use support::{Kubelet, Plane, leader_gauge, repo, wait_for};
+use support::{Kubelet, Plane, leader_gauge, operator_metric, repo, wait_for};
 
 const NS: &str = "shoal-e2e";
 const KEYS: usize = 3000;
+
+/// The scenarios run one at a time: each starts a control plane and a dozen processes, and two
+/// at once would overload the small machines the tests run on.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The published topology (from the ConfigMap), if any.
 async fn published(client: &Client) -> Option<Topology> {
@@ -49,8 +57,22 @@ async fn wait_ready(
     shards: i32,
     phases: &mut Vec<String>,
 ) -> shoal_operator::crd::CacheClusterStatus {
+    wait_status(client, shards, phases, false, 0).await
+}
+
+/// [`wait_ready`], and with `replicated` also every shard's primary serving with all its
+/// replicas (at least one) synced, as `.status.shardStatus` reports, for topology version
+/// `min_version` or later.
+async fn wait_status(
+    client: &Client,
+    shards: i32,
+    phases: &mut Vec<String>,
+    replicated: bool,
+    min_version: u64,
+) -> shoal_operator::crd::CacheClusterStatus {
     let api: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
-    wait_for(&format!("Ready with {shards} shards"), Duration::from_secs(120), async || {
+    let what = format!("Ready with {shards} shards{}", if replicated { ", replicas synced" } else { "" });
+    wait_for(&what, Duration::from_secs(120), async || {
         if let (Some(t), Some(r)) = (published(client).await, sts_replicas(client).await) {
             let needed = t.nodes.iter().map(|n| n.id + 1).max().unwrap_or(0) as i32;
             assert!(
@@ -64,7 +86,16 @@ async fn wait_ready(
         if phases.last() != Some(&status.phase) {
             phases.push(status.phase.clone());
         }
-        (status.phase == "Ready" && status.shards == shards && status.ready_shards == shards)
+        let synced = status.shard_status.len() == shards as usize
+            && status
+                .shard_status
+                .iter()
+                .all(|s| s.primary_serving && !s.replicas.is_empty() && s.replicas.iter().all(|r| r.synced));
+        (status.phase == "Ready"
+            && status.topology_version >= min_version as i64
+            && status.shards == shards
+            && status.ready_shards == shards
+            && (synced || !replicated))
             .then_some(status)
     })
     .await
@@ -130,16 +161,32 @@ async fn write_keys(addr: &str) {
     let () = pipe.query_async(&mut c).await.unwrap();
 }
 
+/// Runs `cmd`, retrying while the router answers that the topology is changing (its documented
+/// "try again", as a client would), for at most 5 s; any other error, or a wrong answer, fails.
+async fn query<T: redis::FromRedisValue>(c: &mut redis::aio::MultiplexedConnection, cmd: &redis::Cmd) -> T {
+    for attempt in 0.. {
+        match cmd.query_async(c).await {
+            Ok(v) => return v,
+            Err(e) if e.to_string().contains("try again") && attempt < 20 => {
+                eprintln!("retrying after: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
 async fn check_keys(addr: &str) {
     let mut c = redis(addr).await;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
-    let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(&mut c).await.unwrap();
+    let values: Vec<Option<String>> = query(&mut c, redis::cmd("MGET").arg(&keys)).await;
     for (i, v) in values.iter().enumerate() {
         assert_eq!(v.as_deref(), Some(format!("v{i}").as_str()), "k{i} after resharding");
     }
-    let ttl: i64 = redis::cmd("TTL").arg("session").query_async(&mut c).await.unwrap();
+    let ttl: i64 = query(&mut c, redis::cmd("TTL").arg("session")).await;
     assert!((3000..=3600).contains(&ttl), "TTL kept: {ttl}");
-    let n: usize = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
+    let n: usize = query(&mut c, &redis::cmd("DBSIZE")).await;
     assert_eq!(n, KEYS + 1);
 }
 
@@ -171,6 +218,7 @@ async fn store_scenarios(client: &Client, cc: &CacheCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_creates_scales_and_deletes_a_cache_cluster() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(plane) = Plane::up("e2e") else { return };
     let dir = support::TestDir::new();
     let root = dir.path();
@@ -336,5 +384,229 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
         .then_some(())
     })
     .await;
+    kubelet.stop().await;
+}
+
+/// The node pod (by name) whose IP is `addr`'s host.
+async fn pod_at(client: &Client, addr: &str) -> String {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let list = pods.list(&ListParams::default().labels("app.kubernetes.io/component=node")).await.unwrap();
+    list.items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(host))
+        .and_then(|p| p.metadata.name)
+        .unwrap_or_else(|| panic!("no node pod at {addr}"))
+}
+
+/// Every shard of the published topology has `replicas` replicas, each a pod of its shard's
+/// replica StatefulSet or (after a failover) its member 0.
+async fn check_members(client: &Client, shards: usize, replicas: usize) -> Topology {
+    let t = published(client).await.expect("a topology");
+    assert_eq!((t.nodes.len(), t.migrations.len()), (shards, 0), "{t:?}");
+    for n in &t.nodes {
+        assert_eq!(n.replicas.len(), replicas, "shard {}: {n:?}", n.id);
+        let mut pods = vec![pod_at(client, &n.addr).await];
+        for r in &n.replicas {
+            pods.push(pod_at(client, r).await);
+        }
+        pods.sort();
+        assert_eq!(pods, [format!("demo-node-{}", n.id), format!("demo-node-r1-{}", n.id)], "shard {}", n.id);
+    }
+    t
+}
+
+/// A CacheCluster with a replica per shard: comes up with each shard's replica synced, keys
+/// written through a router survive the deletion of a shard's primary's pod (its replica is
+/// promoted, the cluster is Degraded until the pod that comes back has synced as the new
+/// replica, then Ready), survive resharding 2 → 3 → 2 with the replicas following their
+/// shards (new shards get theirs, removed shards' go), and survive the operator restarting every
+/// node pod for a changed setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(plane) = Plane::up("e2e-replicas") else { return };
+    let dir = support::TestDir::new();
+    let root = dir.path();
+    let client = plane.client().await;
+    plane.kubectl(
+        &["apply", "--server-side", "-f", &repo().join("charts/shoal/crds").display().to_string()],
+        None,
+    );
+    plane.kubectl(
+        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
+        None,
+    );
+    plane.kubectl(&["create", "namespace", NS], None);
+    let args: Vec<String> =
+        ["--node-addresses", "pod-ip", "--lease-seconds", "6", "--lease-namespace", "default"]
+            .map(String::from)
+            .into();
+    let (_op, port) = support::operator(&plane.kubeconfig, &root, "operator", &args, &[]);
+    wait_for("the operator to lead", Duration::from_secs(30), async || {
+        (leader_gauge(port).await == Some(1.0)).then_some(())
+    })
+    .await;
+    let topology_file = root.join("topology.json");
+    let kubelet = Kubelet::start(client.clone(), NS, "demo", root.clone(), topology_file.clone());
+    plane.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: shoal.dev/v1alpha1\nkind: CacheCluster\nmetadata: {{name: demo, namespace: {NS}}}\n\
+             spec: {{shards: 2, replicasPerShard: 1, routers: 1, maxmemory: 64mb}}\n"
+        )),
+    );
+    let mut phases = Vec::new();
+    wait_status(&client, 2, &mut phases, true, 0).await;
+    let before = check_members(&client, 2, 1).await;
+    let table = plane.kubectl(&["get", "cc", "-n", NS], None);
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SHARDS", "REPLICAS", "READY", "TOPOLOGY", "PHASE", "AGE"], "{table}");
+    assert!(table.lines().nth(1).unwrap_or_default().split_whitespace().nth(2) == Some("1"), "{table}");
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS);
+    // Each shard is redundant: one of its two pods may go, as the disruption controller counts.
+    for shard in 0..2 {
+        let name = format!("demo-shard-{shard}");
+        wait_for(&format!("{name} to allow one disruption"), Duration::from_secs(30), async || {
+            let status = pdbs.get(&name).await.ok()?.status?;
+            (status.expected_pods == 2 && status.disruptions_allowed == 1).then_some(())
+        })
+        .await;
+    }
+    assert!(pdbs.get_opt("demo-node").await.unwrap().is_none(), "one budget per pod: the shards' only");
+
+    let router = support::router_pod(&client, NS, "demo", &root, &topology_file).await;
+    let addr = router.resp.clone();
+    write_keys(&addr).await;
+    let mut c = redis(&addr).await;
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query_async(&mut c).await.unwrap();
+    assert_eq!(acked, 1, "every shard's replica has every key");
+
+    // Delete the pod of shard 0's primary, as a drain or a node going away would.
+    let old_primary = before.nodes[0].addr.clone();
+    let victim = pod_at(&client, &old_primary).await;
+    plane.kubectl(&["delete", "pod", &victim, "-n", NS, "--wait=false"], None);
+    let promoted = wait_for("shard 0's replica to be promoted", Duration::from_secs(60), async || {
+        let t = published(&client).await?;
+        (t.nodes[0].addr != old_primary).then_some(t)
+    })
+    .await;
+    assert_eq!(promoted.nodes[0].addr, before.nodes[0].replicas[0], "its replica took over");
+    assert_eq!(promoted.nodes[1], before.nodes[1], "shard 1 untouched");
+    // The status of the promoted topology or later: Degraded while the pod that replaced the
+    // old primary's copies from the new one, then Ready.
+    let mut phases = Vec::new();
+    let status = wait_status(&client, 2, &mut phases, true, promoted.version).await;
+    assert_eq!(status.shard_status[0].primary, promoted.nodes[0].addr);
+    assert!(phases.contains(&"Degraded".to_string()), "Degraded until the new replica synced: {phases:?}");
+    assert_eq!(phases.last().map(String::as_str), Some("Ready"));
+    check_keys(&addr).await;
+    let after = check_members(&client, 2, 1).await;
+    assert_eq!(after.nodes[0].addr, promoted.nodes[0].addr, "the operator leaves the primary where it is");
+    let events = plane.kubectl(
+        &["get", "events", "-n", NS, "--field-selector", "involvedObject.name=demo", "-o", "json"],
+        None,
+    );
+    assert!(events.contains("\"reason\": \"FailedOver\""), "a FailedOver event");
+    assert!(
+        events.contains(&format!("handed over to replica {}", promoted.nodes[0].addr)),
+        "its note says how"
+    );
+    assert!(events.contains("\"reason\": \"MembersChanged\""), "replicas listed by the operator");
+    assert!(operator_metric(port, "shoal_operator_failovers_total").await >= Some(1.0));
+    assert_eq!(operator_metric(port, "shoal_operator_failover_writers").await, Some(1.0));
+
+    // Shards with replicas scale: 2 -> 3 (the new shard gets its replica), 3 -> 2 (its goes).
+    plane.kubectl(&["scale", "cachecluster/demo", "-n", NS, "--replicas=3"], None);
+    let mut phases = Vec::new();
+    wait_status(&client, 3, &mut phases, true, 0).await;
+    assert!(phases.contains(&"Resharding".to_string()), "phases seen: {phases:?}");
+    check_members(&client, 3, 1).await;
+    check_keys(&addr).await;
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), NS);
+    for name in ["demo-node", "demo-node-r1"] {
+        assert_eq!(sts.get(name).await.unwrap().spec.unwrap().replicas, Some(3), "{name}");
+    }
+    assert!(pdbs.get_opt("demo-shard-2").await.unwrap().is_some());
+
+    plane.kubectl(&["scale", "cachecluster/demo", "-n", NS, "--replicas=2"], None);
+    let mut phases = Vec::new();
+    wait_status(&client, 2, &mut phases, true, 0).await;
+    check_members(&client, 2, 1).await;
+    check_keys(&addr).await;
+    wait_for("the third shard's pods and budget to go", Duration::from_secs(60), async || {
+        let sizes = (
+            sts.get("demo-node").await.ok()?.spec?.replicas,
+            sts.get("demo-node-r1").await.ok()?.spec?.replicas,
+        );
+        let budget = pdbs.get_opt("demo-shard-2").await.ok()?;
+        (sizes == (Some(2), Some(2)) && budget.is_none()).then_some(())
+    })
+    .await;
+
+    // A node setting changes: the operator restarts every node pod on the new template itself,
+    // one at a time (evictions), replicas first, each shard whole again before the next; every
+    // key survives on emptyDir.
+    let topology_before = published(&client).await.unwrap().version;
+    plane.kubectl(
+        &[
+            "patch",
+            "cachecluster/demo",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"maxmemory":"96mb"}}"#,
+        ],
+        None,
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let ccs: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
+    let status = wait_for(
+        "every node pod restarted on the new template, whole",
+        Duration::from_secs(180),
+        async || {
+            let list =
+                pods.list(&ListParams::default().labels("app.kubernetes.io/component=node")).await.ok()?;
+            let all_new = list.items.len() == 4
+                && list.items.iter().all(|p| {
+                    let args = p.spec.as_ref().map(|s| s.containers[0].args.clone().unwrap_or_default());
+                    args.is_some_and(|a| a.windows(2).any(|w| w[0] == "--maxmemory" && w[1] == "96mb"))
+                });
+            // The status of what is published now (the last restart's hand-over included).
+            let t = published(&client).await?;
+            let status = ccs.get(NS_NAME).await.ok()?.status?;
+            let whole = status.phase == "Ready"
+                && status.topology_version == t.version as i64
+                && t.version > topology_before
+                && status.shard_status.len() == 2
+                && status
+                    .shard_status
+                    .iter()
+                    .all(|s| s.primary_serving && s.replicas.len() == 1 && s.replicas[0].synced);
+            (all_new && whole).then_some(status)
+        },
+    )
+    .await;
+    assert!(status.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "False"));
+    // Read once the router routes by that topology too: right after a hand-over and the next
+    // members change, a multi-node command may still find a node answering `moved` until its
+    // deadline ("the cluster topology is changing; try again", the router's to handle).
+    let version = status.topology_version as f64;
+    wait_for("the router to route by the last topology", Duration::from_secs(30), async || {
+        let v = support::router_metric(&router.http, "shoal_router_topology_version").await?;
+        (v >= version).then_some(())
+    })
+    .await;
+    check_keys(&addr).await;
+    let events = plane.kubectl(
+        &["get", "events", "-n", NS, "--field-selector", "involvedObject.name=demo", "-o", "json"],
+        None,
+    );
+    let restarts = events.matches("\"reason\": \"RestartingNode\"").count();
+    assert!(restarts >= 1, "restarts are the operator's (Events aggregate repeats): {restarts}");
+    assert!(operator_metric(port, "shoal_operator_pod_restarts_total").await >= Some(4.0));
+    drop(router);
     kubelet.stop().await;
 }

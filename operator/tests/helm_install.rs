@@ -2,7 +2,8 @@
 //! variant in `charts/shoal/ci/` rendered and applied with `--dry-run=server`; the sidecar
 //! example validated the same way; then a real `helm install`, the operator running with the
 //! chart's own ServiceAccount and RBAC (a token for that account), the CacheCluster reaching
-//! Ready with real node and router processes (see `support`), the `helm test` hook's command
+//! Ready with real node and router processes (see `support`) and, as the chart's default, a
+//! synced replica per shard, the `helm test` hook's command
 //! passing against it, and `helm uninstall` removing everything.
 
 mod support;
@@ -123,9 +124,13 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
     let topology_file = root.join("topology.json");
     let kubelet = Kubelet::start(client.clone(), NS, "rel", root.clone(), topology_file.clone());
     let ccs: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
-    wait_for("the chart's CacheCluster to be Ready", Duration::from_secs(120), async || {
+    // The chart's default: a replica per shard, each synced (the operator, on the chart's RBAC,
+    // also made the replicas' StatefulSet and the per-shard budgets).
+    wait_for("the chart's CacheCluster to be Ready, replicas synced", Duration::from_secs(120), async || {
         let s = ccs.get("rel").await.ok()?.status?;
-        (s.phase == "Ready" && s.shards == 2).then_some(())
+        let synced = s.shard_status.len() == 2
+            && s.shard_status.iter().all(|sh| sh.replicas.len() == 1 && sh.replicas.iter().all(|r| r.synced));
+        (s.phase == "Ready" && s.shards == 2 && synced).then_some(())
     })
     .await;
     let (_router, addr) = support::router(&client, NS, "rel", &root, &topology_file).await;
@@ -168,6 +173,11 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
     wait_for("everything removed", Duration::from_secs(60), async || {
         let gone = ccs.get_opt("rel").await.ok()?.is_none()
             && Api::<StatefulSet>::namespaced(client.clone(), NS).get_opt("rel-node").await.ok()?.is_none()
+            && Api::<StatefulSet>::namespaced(client.clone(), NS)
+                .get_opt("rel-node-r1")
+                .await
+                .ok()?
+                .is_none()
             && Api::<Deployment>::namespaced(client.clone(), NS).get_opt("rel-router").await.ok()?.is_none()
             && Api::<Deployment>::namespaced(client.clone(), NS)
                 .get_opt("rel-shoal-operator")

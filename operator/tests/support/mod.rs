@@ -167,6 +167,19 @@ pub fn rewrite(c: &Container, subst: &[(&str, String)]) -> Vec<String> {
     args
 }
 
+/// `$(VAR)` references in `args` replaced by the values in `env`, as the kubelet does for a
+/// container's command and args (an undefined reference stays as it is).
+pub fn expand(args: Vec<String>, env: &[(String, String)]) -> Vec<String> {
+    args.into_iter()
+        .map(|mut a| {
+            for (k, v) in env {
+                a = a.replace(&format!("$({k})"), v);
+            }
+            a
+        })
+        .collect()
+}
+
 /// The container's environment, resolving the downward-API label references and Secret keys it
 /// uses.
 pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(String, String)> {
@@ -186,6 +199,9 @@ pub async fn resolve_env(client: &Client, c: &Container, pod: &Pod) -> Vec<(Stri
                 labels.get(label).unwrap_or_else(|| panic!("pod has no label {label}")).clone()
             }
             (None, Some(f), _) if f.field_path == "metadata.name" => pod.metadata.name.clone().unwrap(),
+            (None, Some(f), _) if f.field_path == "status.podIP" => {
+                pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a running pod has an IP")
+            }
             (None, Some(f), _) if f.field_path == "metadata.namespace" => ns.clone(),
             (None, None, Some(s)) => {
                 let secret = Api::<Secret>::namespaced(client.clone(), &ns).get(&s.name).await.unwrap();
@@ -223,7 +239,9 @@ impl Kubelet {
         let task = tokio::spawn(async move {
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            let mut running: HashMap<String, Proc> = HashMap::new();
+            // Processes by pod uid, with their pod's IP; and processes being stopped, by IP.
+            let mut running: HashMap<String, (String, Proc)> = HashMap::new();
+            let mut stopping: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
             let mut projected = String::new();
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(Some(cm)) = maps.get_opt(&format!("{instance}-topology")).await
@@ -237,8 +255,13 @@ impl Kubelet {
                 }
                 let selector =
                     format!("app.kubernetes.io/instance={instance},app.kubernetes.io/component=node");
-                let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else { continue };
+                let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
+                    // The API server may be gone (a failed test tearing down): never spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
                 let mut alive = Vec::new();
+                let mut start = Vec::new();
                 for pod in &list.items {
                     let uid = pod.metadata.uid.clone().unwrap();
                     let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
@@ -253,8 +276,25 @@ impl Kubelet {
                         continue; // not alive: its process is stopped below (SIGTERM)
                     }
                     alive.push(uid.clone());
-                    if running.contains_key(&uid) {
-                        continue;
+                    if !running.contains_key(&uid) {
+                        start.push((pod, uid, ip));
+                    }
+                }
+                // Gone pods' processes stop at once and side by side, as kubelets stop containers
+                // (SIGTERM, up to 10 s, then SIGKILL). kwok deletes a pod without waiting for its
+                // grace period and may give the StatefulSet's replacement the same IP; a real
+                // pod's IP is not reused while the old sandbox lives, so a process starts only
+                // once no stopping process holds its IP.
+                let gone: Vec<String> = running.keys().filter(|uid| !alive.contains(uid)).cloned().collect();
+                for uid in gone {
+                    if let Some((ip, mut proc)) = running.remove(&uid) {
+                        stopping.push((ip, tokio::task::spawn_blocking(move || proc.terminate())));
+                    }
+                }
+                stopping.retain(|(_, stop)| !stop.is_finished());
+                for (pod, uid, ip) in start {
+                    if stopping.iter().any(|(held, _)| *held == ip) {
+                        continue; // next round
                     }
                     let container = &pod.spec.as_ref().unwrap().containers[0];
                     let data = root.join(format!("data-{uid}"));
@@ -268,17 +308,22 @@ impl Kubelet {
                         ],
                     );
                     let name = pod.metadata.name.clone().unwrap();
+                    let env = resolve_env(&client, container, pod).await;
+                    let args = expand(args, &env);
                     let child = Command::new(bin("shoal-node"))
                         .args(&args)
-                        .envs(resolve_env(&client, container, pod).await)
+                        .envs(env)
                         .stdout(Stdio::null())
-                        .stderr(log(&root, &name))
+                        // A pod recreated under the same name gets its own log.
+                        .stderr(log(&root, &format!("{name}-{}", &uid[..8.min(uid.len())])))
                         .spawn()
                         .unwrap();
-                    running.insert(uid, Proc(child));
+                    running.insert(uid, (ip, Proc(child)));
                 }
-                running.retain(|uid, _| alive.contains(uid));
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for (_, stop) in stopping {
+                let _ = stop.await;
             }
         });
         Kubelet { stop, paused, task }
@@ -317,7 +362,7 @@ pub fn operator(
         .env("KUBECONFIG", kubeconfig)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("POD_NAME", identity)
-        .env("RUST_LOG", "info,kube=warn")
+        .env("RUST_LOG", "info,kube=warn,shoal_operator=debug")
         .stdout(Stdio::null())
         .stderr(log(root, identity))
         .spawn()
@@ -441,6 +486,16 @@ pub async fn router_pod(
     RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), container }
 }
 
+/// An unlabelled series from a router's /metrics (None while it is not answering).
+pub async fn router_metric(http: &str, name: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// A router's `shoal_router_node_up` gauge per node id, from its /metrics (None while it is not
 /// answering).
 pub async fn router_nodes_up(http: &str) -> Option<Vec<(u32, f64)>> {
@@ -465,12 +520,17 @@ pub async fn router_nodes_up(http: &str) -> Option<Vec<(u32, f64)>> {
 
 /// `shoal_operator_leader` from an operator's /metrics (None while it is not answering).
 pub async fn leader_gauge(port: u16) -> Option<f64> {
+    operator_metric(port, "shoal_operator_leader").await
+}
+
+/// An unlabelled series from an operator's /metrics (None while it is not answering).
+pub async fn operator_metric(port: u16, name: &str) -> Option<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).await.ok()?;
-    body.lines().find_map(|l| l.strip_prefix("shoal_operator_leader ")?.trim().parse().ok())
+    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
