@@ -255,14 +255,23 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     assert!(refused.message().contains("no failover writer"), "{}", refused.message());
     assert!(matches!(set(&mut p, 2, "still", "serving").await, reply::Kind::Ok(_)));
 
-    // A writer probes; a hand-over to a replica that is not connected gives up at its deadline,
-    // and the primary serves again.
+    // A writer probes; a replica the topology does not list is no candidate.
     p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    let unlisted = p.handover(handover("127.0.0.1:1", 300)).await.expect_err("not listed");
+    assert_eq!(unlisted.code(), tonic::Code::FailedPrecondition);
+    assert!(unlisted.message().contains("is not a replica of this shard"), "{}", unlisted.message());
+    // A hand-over to a listed replica that never catches up (here: one that is not even
+    // connected) gives up at its deadline, and the primary serves again.
+    let mut lagging = t.clone();
+    lagging.nodes[0].replicas.push("127.0.0.1:2".into());
+    lagging.version = 3;
+    offer(&lagging, &[&primary, &replica]).await;
+    t = lagging;
     let started = Instant::now();
-    let late = p.handover(handover("127.0.0.1:1", 300)).await.expect_err("never caught up");
+    let late = p.handover(handover("127.0.0.1:2", 300)).await.expect_err("never caught up");
     assert_eq!(late.code(), tonic::Code::DeadlineExceeded, "{}", late.message());
     assert!(started.elapsed() >= Duration::from_millis(290));
-    assert!(matches!(set(&mut p, 2, "after-abandon", "v").await, reply::Kind::Ok(_)), "serving again");
+    assert!(matches!(set(&mut p, 3, "after-abandon", "v").await, reply::Kind::Ok(_)), "serving again");
     let s = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert!(!s.handing_over && s.handover_to.is_empty() && !s.fenced);
 
@@ -282,7 +291,7 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     };
     assert_eq!(committed.handover_to, raddr);
     assert!(committed.handing_over && committed.fenced);
-    assert!(matches!(set(&mut p, 2, "paused", "v").await, reply::Kind::Moved(2)), "paused: no write lands");
+    assert!(matches!(set(&mut p, 3, "paused", "v").await, reply::Kind::Moved(3)), "paused: no write lands");
     // Committed means caught up: the replica holds every acknowledged write already.
     assert_eq!(replica.state.store.len(), primary.state.store.len());
     for key in ["k0", "k999", "still", "after-abandon"] {
@@ -293,11 +302,11 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     let v3 = t.promote(0, &raddr).unwrap();
     offer(&v3, &[&replica, &primary]).await;
     let done = call.await.unwrap().expect("the hand-over finishes").into_inner();
-    assert_eq!((done.version, done.primary.as_str()), (3, raddr.as_str()));
+    assert_eq!((done.version, done.primary.as_str()), (4, raddr.as_str()));
     let mut r = connect(&raddr).await;
-    assert!(matches!(get(&mut r, 3, "k999").await, reply::Kind::Value(v) if v == "v"));
-    assert!(matches!(set(&mut p, 3, "old", "x").await, reply::Kind::Moved(3)));
-    set(&mut r, 3, "new", "primary").await;
+    assert!(matches!(get(&mut r, 4, "k999").await, reply::Kind::Value(v) if v == "v"));
+    assert!(matches!(set(&mut p, 4, "old", "x").await, reply::Kind::Moved(4)));
+    set(&mut r, 4, "new", "primary").await;
     assert_eq!(wait_replicas(&mut r, 1, 5000).await, 1, "the old primary follows the new one");
     let old = p.stats(StatsRequest::default()).await.unwrap().into_inner();
     assert_eq!((old.role.as_str(), old.handing_over, old.handover_to.as_str()), ("slave", false, ""));

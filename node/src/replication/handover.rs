@@ -41,6 +41,8 @@ pub enum HandoverError {
     NotServing,
     #[error("no failover writer is watching this node (run `shoal-router failover` or the operator)")]
     NoWriter,
+    #[error("{0} is not a replica of this shard in the topology served")]
+    NotListed(String),
     #[error("no replica caught up within {0} ms; the primary serves again")]
     NotCaughtUp(u64),
     #[error("replica {0} caught up, but the failover writer did not switch within {1} ms (it will)")]
@@ -66,6 +68,20 @@ pub async fn run(
     if !repl.writer_watching() {
         return Err(HandoverError::NoWriter);
     }
+    // Only a replica the topology lists can be promoted (the writer ignores any other): a
+    // replica still connected but dropped from the shard is no candidate.
+    let listed: Vec<String> = membership
+        .view()
+        .topology
+        .as_ref()
+        .and_then(|t| t.node(shard))
+        .map(|n| n.replicas.clone())
+        .unwrap_or_default();
+    if let Some(r) = replica
+        && !listed.iter().any(|l| l == r)
+    {
+        return Err(HandoverError::NotListed(r.to_string()));
+    }
     if repl.handing_over.swap(true, std::sync::atomic::Ordering::SeqCst) {
         return Err(HandoverError::NotServing);
     }
@@ -88,7 +104,7 @@ pub async fn run(
     let end = membership.store.events.changes.end();
     let target = loop {
         let acked = repl.acked.notified();
-        if let Some(addr) = repl.caught_up(end, replica) {
+        if let Some(addr) = repl.caught_up(end, replica, &listed) {
             break addr;
         }
         tokio::select! {

@@ -142,12 +142,14 @@ impl Replication {
         self.acked.notify_waiters();
     }
 
-    /// The synced replica (`only` it, if given) that has acked `offset`, the most advanced first.
-    fn caught_up(&self, offset: u64, only: Option<&str>) -> Option<String> {
+    /// The synced replica among `listed` (`only` it, if given) that has acked `offset`, the most
+    /// advanced first.
+    fn caught_up(&self, offset: u64, only: Option<&str>, listed: &[String]) -> Option<String> {
         self.replicas
             .lock()
             .values()
             .filter(|r| r.synced && r.acked >= offset && only.is_none_or(|a| r.addr == a))
+            .filter(|r| listed.contains(&r.addr))
             .max_by(|a, b| a.acked.cmp(&b.acked).then_with(|| b.addr.cmp(&a.addr)))
             .map(|r| r.addr.clone())
     }
