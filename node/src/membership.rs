@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -225,8 +225,10 @@ pub struct Membership {
     /// primary with replicas; then the version it must see exceeded before it serves (the
     /// failover writer's confirmation, or a promotion of a replica instead); 0 once serving.
     fence_through: AtomicU64,
-    /// Stall detection (`check_stall`): when the ticker last ran (ms since `started`), and how
-    /// long a gap fences a primary with replicas (0: never).
+    /// Stall detection (`check_stall`): whether this process is a primary with replicas (the
+    /// only kind a stall can fence, so the others skip the clock read per batch), when the ticker
+    /// last ran (ms since `started`), and how long a gap fences (0: never).
+    guarded: AtomicBool,
     started: std::time::Instant,
     last_tick: AtomicU64,
     stall_fence_ms: AtomicU64,
@@ -268,6 +270,7 @@ impl Membership {
             replication: Arc::default(),
             replica_reads: RwLock::new(None),
             fence_through: AtomicU64::new(BOOT),
+            guarded: AtomicBool::new(false),
             started: std::time::Instant::now(),
             last_tick: AtomicU64::new(0),
             stall_fence_ms: AtomicU64::new(0),
@@ -398,6 +401,7 @@ impl Membership {
         let t = Arc::new(t);
         let has_replicas = t.node(id).is_some_and(|n| !n.replicas.is_empty());
         let serving = self.unfenced(t.version, has_replicas, primary);
+        self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
         // Before the new view lets any op in: a slot coming back to this node must not show what
         // it held on an earlier stay (entries given away but not reclaimed yet are stale), and a
@@ -459,16 +463,15 @@ impl Membership {
         if primary {
             self.replication.stop_following();
             self.start_pulls(id, &t);
-        } else if self.replication.handing_over() || self.replication.exiting() {
-            // The hand-over's switch: done. A process on its way out follows nobody.
+        } else {
+            // A replica now: a hand-over in progress is done (its switch), and a process on its
+            // way out follows nobody.
             self.replication.end_handover();
             if self.replication.exiting() {
                 self.replication.stop_following();
             } else {
                 self.follow_primary(id, &t);
             }
-        } else {
-            self.follow_primary(id, &t);
         }
         if dropped > 0 || settled {
             self.purge.notify_one();
@@ -538,6 +541,9 @@ impl Membership {
     /// before it serves again. Called before each batch takes its view, and by the ticker, so
     /// whichever runs first after the gap fences.
     pub fn check_stall(&self) {
+        if !self.guarded.load(Ordering::Relaxed) {
+            return;
+        }
         let limit = self.stall_fence_ms.load(Ordering::Relaxed);
         let last = self.last_tick.load(Ordering::SeqCst);
         if limit == 0 || last == 0 {
