@@ -206,7 +206,7 @@ pub(crate) fn reads_only(op: &Op) -> bool {
             c.readonly
                 && c.args
                     .first()
-                    .and_then(|name| crate::script::table::lookup(&name.to_ascii_lowercase()))
+                    .and_then(|name| crate::script::table::lookup(name))
                     .is_some_and(|cmd| !cmd.writes() && cmd.flags & crate::script::table::NOSCRIPT == 0)
         }
         _ => class_of(op) == OpClass::Read,

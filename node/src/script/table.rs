@@ -248,13 +248,14 @@ pub static NOT_ALLOWED: &[&str] = &[
     "watch",
 ];
 
-/// The command `name` (lower case) if scripts may call it on a node.
+/// The command `name` (any case, as commands arrive) if scripts may call it on a node.
 pub fn lookup(name: &[u8]) -> Option<&'static ScriptCommand> {
+    let lower = || name.iter().map(u8::to_ascii_lowercase);
     COMMANDS
-        .binary_search_by(|c| c.name.as_bytes().cmp(name))
+        .binary_search_by(|c| c.name.bytes().cmp(lower()))
         .ok()
         .map(|i| &COMMANDS[i])
-        .or_else(|| SERVER.iter().find(|c| c.name.as_bytes() == name))
+        .or_else(|| SERVER.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name)))
 }
 
 #[cfg(test)]
@@ -269,6 +270,8 @@ mod tests {
         assert!(!lookup(b"get").unwrap().writes());
         assert!(lookup(b"time").is_some());
         assert!(lookup(b"nosuch").is_none());
+        assert_eq!(lookup(b"HSet").unwrap().name, "hset", "any case, as commands arrive");
+        assert_eq!(lookup(b"TIME").unwrap().name, "time");
     }
 
     #[test]
