@@ -111,6 +111,7 @@ pub fn render(state: &NodeState) -> String {
 
 /// Role, offsets and lag (INFO replication's numbers, as series).
 fn replication(e: &mut Exposition, s: &shoal_wire::proto::NodeStats) {
+    use shoal_wire::proto::ReplicaInfo;
     let primary = s.role != "slave";
     e.family(
         "shoal_node_replication_role",
@@ -126,12 +127,12 @@ fn replication(e: &mut Exposition, s: &shoal_wire::proto::NodeStats) {
     .gauge(
         "shoal_node_fenced",
         "1 while a primary refuses ops until the failover writer confirms it (a restart, a stall).",
-        if s.fenced { 1.0 } else { 0.0 },
+        flag(s.fenced),
     )
     .gauge(
         "shoal_node_handing_over",
         "1 while a primary is paused handing its shard over to a replica.",
-        if s.handing_over { 1.0 } else { 0.0 },
+        flag(s.handing_over),
     );
     if primary {
         e.gauge(
@@ -139,34 +140,40 @@ fn replication(e: &mut Exposition, s: &shoal_wire::proto::NodeStats) {
             "Replicas streaming from this primary.",
             s.replicas.len() as f64,
         );
-        let lag_changes = "shoal_node_replica_lag_changes";
-        e.family(lag_changes, "gauge", "How many changes each replica's ack is behind this primary's offset (offsets count changed keys, not bytes).");
-        for r in &s.replicas {
-            e.sample(
-                lag_changes,
-                &[("replica", &r.addr)],
-                s.repl_offset.saturating_sub(r.acked_offset) as f64,
-            );
-        }
-        let lag_seconds = "shoal_node_replica_lag_seconds";
-        e.family(
-            lag_seconds,
-            "gauge",
-            "How long each replica has been behind (0: caught up at its last ack).",
+        let per_replica =
+            |e: &mut Exposition, name: &str, help: &str, value: &dyn Fn(&ReplicaInfo) -> f64| {
+                e.family(name, "gauge", help);
+                for r in &s.replicas {
+                    e.sample(name, &[("replica", &r.addr)], value(r));
+                }
+            };
+        per_replica(
+            e,
+            "shoal_node_replica_lag_changes",
+            "How many changes each replica's ack is behind this primary's offset (offsets count changed keys, not bytes).",
+            &|r| s.repl_offset.saturating_sub(r.acked_offset) as f64,
         );
-        for r in &s.replicas {
-            e.sample(lag_seconds, &[("replica", &r.addr)], r.lag_ms as f64 / 1000.0);
-        }
+        per_replica(
+            e,
+            "shoal_node_replica_lag_seconds",
+            "How long each replica has been behind (0: caught up at its last ack).",
+            &|r| r.lag_ms as f64 / 1000.0,
+        );
     } else {
         e.gauge(
             "shoal_node_primary_link_up",
             "1 while this replica's stream from its primary is open.",
-            if s.primary_link_up { 1.0 } else { 0.0 },
+            flag(s.primary_link_up),
         )
         .gauge(
             "shoal_node_replica_synced",
             "1 once this replica holds a full copy of its primary (its full sync is done).",
-            if s.synced { 1.0 } else { 0.0 },
+            flag(s.synced),
         );
     }
+}
+
+/// A boolean as a gauge's value.
+fn flag(on: bool) -> f64 {
+    if on { 1.0 } else { 0.0 }
 }

@@ -44,6 +44,18 @@ async fn offer(t: &Topology, nodes: &[&NodeHandle]) {
     }
 }
 
+/// A replica for `primary`: started, both given a topology naming them (version 1, which fences
+/// the primary, then 2, which confirms it), and synced. Returns it and the topology at 2.
+async fn add_replica(primary: &NodeHandle) -> (NodeHandle, Topology) {
+    let replica = start().await;
+    let mut t = topology(1, primary, &[&replica]);
+    offer(&t, &[primary, &replica]).await;
+    t.version = 2;
+    offer(&t, &[primary, &replica]).await;
+    until("the full sync", || replica.state.membership.replication.synced()).await;
+    (replica, t)
+}
+
 /// The key's value, TTL and type on a node (straight from its store).
 fn state(node: &NodeHandle, key: &str) -> Option<(Bytes, u64, u32)> {
     node.state.store.fetch(key.as_bytes()).map(|(v, ttl, t)| (v, ttl, t as u32))
@@ -67,6 +79,12 @@ fn command(args: &[&str]) -> Kind {
         args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
         ..Default::default()
     })
+}
+
+/// A typed command the router flags read-only (as it does HGET's).
+fn read_command(args: &[&str]) -> Kind {
+    let Kind::Command(c) = command(args) else { unreachable!() };
+    Kind::Command(Command { readonly: true, ..c })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,19 +174,12 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     // Replica reads: a router that routes by the replica's own version may read from it; writes
     // and routers with another version get `moved` (they route again, to the primary).
     assert!(matches!(get(&mut r, 2, "s").await, reply::Kind::Value(v) if v == "2"), "a replica read");
-    let hget = Kind::Command(Command {
-        args: ["hget", "h", "f1"].iter().map(|a| Bytes::from(a.to_string())).collect(),
-        readonly: true,
-        ..Default::default()
-    });
-    assert!(matches!(run(&mut r, 2, hget).await, reply::Kind::Frame(_)), "typed read");
+    assert!(
+        matches!(run(&mut r, 2, read_command(&["hget", "h", "f1"])).await, reply::Kind::Frame(_)),
+        "typed read"
+    );
     // A write flagged read-only (a router's mistake) is still refused: the node's table says so.
-    let flagged = Kind::Command(Command {
-        args: ["hset", "h", "f1", "x"].iter().map(|a| Bytes::from(a.to_string())).collect(),
-        readonly: true,
-        ..Default::default()
-    });
-    assert!(matches!(run(&mut r, 2, flagged).await, reply::Kind::Moved(2)));
+    assert!(matches!(run(&mut r, 2, read_command(&["hset", "h", "f1", "x"])).await, reply::Kind::Moved(2)));
     assert!(matches!(get(&mut r, 1, "s").await, reply::Kind::Moved(2)), "another version: moved");
     assert!(matches!(set(&mut r, 2, "s", "3").await, reply::Kind::Moved(2)), "a replica takes no write");
     assert!(matches!(run(&mut r, 2, command(&["hset", "h", "f1", "x"])).await, reply::Kind::Moved(2)));
@@ -211,12 +222,7 @@ async fn wait_counts_only_replicas_that_have_every_change() {
     let started = Instant::now();
     assert_eq!(wait_replicas(&mut p, 1, 200).await, 0);
     assert!(started.elapsed() >= Duration::from_millis(190));
-    let replica = start().await;
-    let mut t = topology(1, &primary, &[&replica]);
-    offer(&t, &[&primary, &replica]).await;
-    t.version = 2;
-    offer(&t, &[&primary, &replica]).await;
-    until("the full sync", || replica.state.membership.replication.synced()).await;
+    let (replica, _) = add_replica(&primary).await;
     for i in 0..2000 {
         set(&mut p, 2, &format!("k{i}"), "v").await;
     }
@@ -233,14 +239,10 @@ async fn wait_counts_only_replicas_that_have_every_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_without_loss() {
-    let (primary, replica) = (start().await, start().await);
+    let primary = start().await;
+    let (replica, mut t) = add_replica(&primary).await;
     let (paddr, raddr) = (primary.addr.to_string(), replica.addr.to_string());
     let mut p = connect(&paddr).await;
-    let mut t = topology(1, &primary, &[&replica]);
-    offer(&t, &[&primary, &replica]).await;
-    t.version = 2;
-    offer(&t, &[&primary, &replica]).await;
-    until("the full sync", || replica.state.membership.replication.synced()).await;
     for i in 0..1000 {
         set(&mut p, 2, &format!("k{i}"), "v").await;
     }
