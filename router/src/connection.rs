@@ -125,7 +125,13 @@ pub async fn serve<S>(
                         return;
                     }
                     session.start_command();
-                    let mut ctx = Ctx { state: &state, session: &mut session, routing: &routing, deadline };
+                    let mut ctx = Ctx {
+                        state: &state,
+                        session: &mut session,
+                        routing: &routing,
+                        deadline,
+                        read_replica: false,
+                    };
                     let reply = match admitted.map_or_else(|| cmd::admit(&args, &mut ctx), Ok) {
                         Ok(spec) if admitted.is_none() && state.pause.holds(spec) => {
                             // Reply to the commands before it, then wait (top of the loop).

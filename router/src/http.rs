@@ -134,7 +134,13 @@ impl Api<'_> {
     async fn run(&mut self, args: Vec<Bytes>) -> Reply {
         let routing = self.state.backend.routing();
         let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
-        let mut ctx = Ctx { state: self.state, session: &mut self.session, routing: &routing, deadline };
+        let mut ctx = Ctx {
+            state: self.state,
+            session: &mut self.session,
+            routing: &routing,
+            deadline,
+            read_replica: false,
+        };
         cmd::dispatch(&args, &mut ctx).resolve().await
     }
 

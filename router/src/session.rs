@@ -36,8 +36,6 @@ pub struct Session {
     pub last_publish_node: Option<u32>,
     /// READONLY: read-only commands may be served by replicas.
     pub readonly: bool,
-    /// The command being run may read from a replica (set by `cmd::run`).
-    pub read_replica: bool,
 }
 
 impl Session {
@@ -57,7 +55,6 @@ impl Session {
             subscriber: None,
             last_publish_node: None,
             readonly: false,
-            read_replica: false,
         }
     }
 
@@ -87,7 +84,6 @@ impl Session {
 
     /// A command arrived now.
     pub fn start_command(&mut self) {
-        self.read_replica = false;
         self.last_command = Instant::now();
         self.client.touch(self.last_command);
     }

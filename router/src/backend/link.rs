@@ -390,9 +390,8 @@ impl NodePort for NodeLink {
         Box::pin(async move {
             let mut client = self.client()?;
             let req = shoal_wire::proto::HandoverRequest { replica, timeout_ms };
-            // The node bounds the hand-over itself (its default is 10 s when timeout_ms is 0).
-            let limit = Duration::from_millis(if timeout_ms == 0 { 10_000 } else { timeout_ms })
-                + self.shared.ident.deadline;
+            // The node bounds the hand-over by `timeout_ms` itself; this only bounds the call.
+            let limit = Duration::from_millis(timeout_ms) + self.shared.ident.deadline;
             match tokio::time::timeout(limit, client.handover(req)).await {
                 Ok(Ok(r)) => {
                     let r = r.into_inner();

@@ -57,7 +57,7 @@ pub trait NodePort: Send + Sync + fmt::Debug {
         Box::pin(async { Ok(0) })
     }
     /// SHOAL FAILOVER: the node, a primary, hands its shard over to `replica` (empty: its most
-    /// advanced one) without losing a write; answers the topology version that switched and the
+    /// advanced one) within `timeout_ms` without losing a write; answers the topology version that switched and the
     /// new primary, or the node's reason why not (`BadReply`).
     fn hand_over(
         &self,

@@ -76,12 +76,15 @@ pub struct Ctx<'a> {
     pub routing: &'a Arc<Routing>,
     /// When calls made by this command give up.
     pub deadline: Instant,
+    /// This command may read from a replica (set by [`run`]: a read-only command, and READONLY
+    /// or `--read-from replica-preferred`).
+    pub read_replica: bool,
 }
 
 impl Ctx<'_> {
     /// `op` on the node that owns `key`, queued now.
     pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
-        if self.session.read_replica {
+        if self.read_replica {
             return self.state.backend.key_on_replica(self.routing, key.clone(), op, self.deadline);
         }
         self.state.backend.key(self.routing, key.clone(), op, self.deadline)
@@ -233,7 +236,7 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
         return transaction::queue(spec, args, ctx);
     }
     ctx.state.metrics.commands.inc();
-    ctx.session.read_replica = spec.flags.contains(&"readonly")
+    ctx.read_replica = spec.flags.contains(&"readonly")
         && (ctx.session.readonly || ctx.state.settings.read_from == crate::state::ReadFrom::ReplicaPreferred);
     (spec.run)(args, ctx)
 }

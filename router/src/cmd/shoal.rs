@@ -211,6 +211,9 @@ pub fn scale(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
 
+/// How long SHOAL FAILOVER lets the node wait for a replica to catch up and for the switch.
+const HANDOVER_TIMEOUT_MS: u64 = 10_000;
+
 /// `SHOAL FAILOVER <shard> [<replica>]`: a lossless hand-over (`node/src/replication/handover.rs`):
 /// the shard's primary pauses, a replica catches up, the failover writer promotes it. Answers +OK
 /// once the new primary serves (this router routes by the new topology by then).
@@ -243,7 +246,7 @@ pub fn failover(args: &Args, ctx: &mut Ctx) -> Pending {
             return Reply::error(format!("ERR {r} is not a replica of shard {shard}"));
         }
         let port = &routing.nodes[pos];
-        match port.hand_over(replica.unwrap_or_default(), 0).await {
+        match port.hand_over(replica.unwrap_or_default(), HANDOVER_TIMEOUT_MS).await {
             Ok((version, _)) => {
                 backend.reconcile(&**port, version).await;
                 Reply::OK

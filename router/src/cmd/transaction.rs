@@ -206,8 +206,14 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     let captured = Arc::new(ctx.routing.capture(&capture));
     let mut replies: Vec<BoxReply> = Vec::with_capacity(multi.queued.len());
     {
-        let mut sub =
-            Ctx { state: ctx.state, session: &mut *ctx.session, routing: &captured, deadline: ctx.deadline };
+        let mut sub = Ctx {
+            state: ctx.state,
+            session: &mut *ctx.session,
+            routing: &captured,
+            deadline: ctx.deadline,
+            // Transactions run on primaries.
+            read_replica: false,
+        };
         for (spec, args) in &multi.queued {
             let mut reply: BoxReply = Box::pin(run(spec, args, &mut sub).resolve());
             // One poll records the calls a reply makes when first polled rather than when built.
