@@ -220,7 +220,9 @@ pub async fn watch<R: Registry>(
             .cloned()
             .collect();
         if !lagging.is_empty() {
-            tracing::info!(version = t.version, members = ?lagging, "failover: offering the topology to members behind it");
+            // Debug: a member that keeps refusing would log this every round (the node logs the
+            // topology it adopts itself).
+            tracing::debug!(version = t.version, members = ?lagging, "failover: offering the topology to members behind it");
             offer(&clients, &lagging, &t, options.probe_timeout).await;
         }
         let Some(decision) = decide(&t, &health, options.down_after) else { continue };
