@@ -34,6 +34,26 @@ def resp_encode(*args):
     return b"".join(out)
 
 
+def resp_read(f):
+    """One reply from the file `f`; an error reply comes back as ("ERR", text)."""
+    line = f.readline()
+    if not line:
+        raise ConnectionError("server closed the connection")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"-":
+        return ("ERR", rest.decode(errors="replace"))
+    if kind in (b"+", b":"):
+        return rest.decode(errors="replace")
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2].decode(errors="replace")
+    if kind in (b"*", b"%", b"~", b">"):
+        n = int(rest)
+        n = n * 2 if kind == b"%" else n
+        return None if n < 0 else [resp_read(f) for _ in range(n)]
+    raise ConnectionError(f"unexpected reply {line!r}")
+
+
 def say(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

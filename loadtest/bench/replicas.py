@@ -87,10 +87,10 @@ def node_cluster(node_bin, router_bin, replicas):
                 ok = True
                 for tag in (b"{a}", b"{b}", b"{c}"):
                     s.sendall(common.resp_encode(b"SET", tag + b"ready", b"1"))
-                    ok &= read_reply(f) == b"+OK\r\n"
+                    ok &= common.resp_read(f) == "OK"
                 if ok and replicas:
                     s.sendall(common.resp_encode(b"WAIT", b"1", b"200"))
-                    ok = read_reply(f) == b":1\r\n"
+                    ok = common.resp_read(f) == "1"
                 if ok:
                     return resp
         except OSError:
@@ -98,17 +98,6 @@ def node_cluster(node_bin, router_bin, replicas):
         if time.time() > deadline:
             sys.exit(f"[bench] the {name} cluster did not come up")
         time.sleep(0.1)
-
-
-def read_reply(f):
-    line = f.readline()
-    if not line:
-        raise ConnectionError("closed")
-    if line[:1] == b"$":
-        n = int(line[1:-2])
-        if n >= 0:
-            f.read(n + 2)
-    return line
 
 
 def lag_probes(port, count, stop):
@@ -121,12 +110,12 @@ def lag_probes(port, count, stop):
         if stop.is_set():
             break
         s.sendall(common.resp_encode(b"SET", b"lag:probe:%d" % i, b"x"))
-        read_reply(f)
+        common.resp_read(f)
         t0 = time.perf_counter()
         s.sendall(common.resp_encode(b"WAIT", b"1", b"1000"))
-        reply = read_reply(f)
+        reply = common.resp_read(f)
         times.append((time.perf_counter() - t0) * 1000)
-        zeros += reply == b":0\r\n"
+        zeros += reply == "0"
         time.sleep(0.01)
     s.close()
     return times, zeros

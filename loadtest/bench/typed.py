@@ -56,32 +56,12 @@ BENCH_KEYS = ["mylist", "myset", "myhash", "myzset"]  # what redis-benchmark wri
 PROBE_KEYS = ["probe:list", "probe:set", "probe:hash", "probe:zset"]
 
 
-def resp_read(f):
-    """One reply from the file `f`; an error reply comes back as ("ERR", text)."""
-    line = f.readline()
-    if not line:
-        raise ConnectionError("server closed the connection")
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"-":
-        return ("ERR", rest.decode(errors="replace"))
-    if kind in (b"+", b":"):
-        return rest.decode(errors="replace")
-    if kind == b"$":
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode(errors="replace")
-    if kind in (b"*", b"%", b"~", b">"):
-        n = int(rest)
-        n = n * 2 if kind == b"%" else n
-        return None if n < 0 else [resp_read(f) for _ in range(n)]
-    raise ConnectionError(f"unexpected reply {line!r}")
-
-
 def call(port, cmd):
     """Sends one command on a fresh connection; returns (ok, reply or error text)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(common.resp_encode(*cmd))
-            reply = resp_read(s.makefile("rb"))
+            reply = common.resp_read(s.makefile("rb"))
     except (OSError, ConnectionError) as e:
         return False, f"no reply ({e})"
     if isinstance(reply, tuple):
