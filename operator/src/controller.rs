@@ -494,11 +494,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
 /// The highest member index whose pod the topology names (0 if none).
 fn listed_members(t: &Topology, pods: &[PodView]) -> u32 {
     pods.iter()
-        .filter(|p| {
-            p.addr
-                .as_deref()
-                .is_some_and(|a| t.nodes.iter().any(|n| n.addr == a || n.replicas.iter().any(|r| r == a)))
-        })
+        .filter(|p| p.addr.as_deref().is_some_and(|a| t.member(a).is_some()))
         .map(|p| p.member)
         .max()
         .unwrap_or(0)
