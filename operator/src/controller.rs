@@ -33,7 +33,7 @@ use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{HandoverRequest, NodeStats};
 use tokio::task::JoinHandle;
 
-use crate::crd::CacheCluster;
+use crate::crd::{CacheCluster, MAX_REPLICAS_PER_SHARD};
 use crate::health::{self, ShardHealth};
 use crate::members::{self, Change, PodView};
 use crate::registry::ConfigMapRegistry;
@@ -210,9 +210,6 @@ async fn event(ctx: &Context, cc: &CacheCluster, type_: EventType, reason: &str,
         tracing::warn!(error = %e, "could not record an event");
     }
 }
-
-/// The most replicas any shard of `cc` may have.
-pub const MAX_REPLICAS_PER_SHARD: i32 = 5;
 
 pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
