@@ -30,10 +30,10 @@ use shoal_coordinator::{Coordinator, Progress, Registry};
 use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
-use shoal_wire::proto::HandoverRequest;
+use shoal_wire::proto::{HandoverRequest, NodeStats};
 use tokio::task::JoinHandle;
 
-use crate::crd::CacheCluster;
+use crate::crd::{CacheCluster, MAX_REPLICAS_PER_SHARD};
 use crate::health::{self, ShardHealth};
 use crate::members::{self, Change, PodView};
 use crate::registry::ConfigMapRegistry;
@@ -211,9 +211,6 @@ async fn event(ctx: &Context, cc: &CacheCluster, type_: EventType, reason: &str,
     }
 }
 
-/// The most replicas any shard of `cc` may have.
-pub const MAX_REPLICAS_PER_SHARD: i32 = 5;
-
 pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     let ns = cc.namespace().ok_or_else(|| Error::Invalid("a CacheCluster is namespaced".into()))?;
@@ -366,10 +363,10 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }
     // Replicas: members, hand-overs and restarts, only while scaling has nothing under way.
     let idle = !ctx.moves.lock().contains_key(&key) && matches!(step, Step::Settled | Step::Wait(_));
-    if let (true, true, Some(t), Some(health)) = (replica_mode, idle, &topology, &shards)
+    if let (true, true, Some(t), Some(stats), Some(health)) = (replica_mode, idle, &topology, &stats, &shards)
         && t.migrations.is_empty()
     {
-        let synced = |addr: &str| health.iter().flat_map(|h| &h.replicas).any(|r| r.addr == addr && r.synced);
+        let synced = |addr: &str| health::synced(health, addr);
         match members::membership(t, &views, want_replicas, mode == AddressMode::Dns, synced) {
             Some(Change::Publish { topology: next, why }) => match store.publish(&next).await {
                 Ok(()) => {
@@ -392,45 +389,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
                         .await;
                 }
             }
-            None if step == Step::Settled => {
-                let all_synced = health.iter().all(ShardHealth::complete);
-                let pending = ctx.restarting.lock().get(&key).cloned();
-                if let Some((pod, at)) = &pending {
-                    let member = |addr: &str| {
-                        let s = stats.as_ref()?.get(addr)?;
-                        let whole = health.iter().any(|h| {
-                            (h.primary == addr && h.primary_serving)
-                                || h.replicas.iter().any(|r| r.addr == addr && r.synced)
-                        });
-                        Some((Duration::from_millis(s.uptime_ms), whole))
-                    };
-                    // Also forgotten when the pod is gone for good (scaled away), or after a long
-                    // while (then every shard being whole is the only rule left).
-                    let scaled_away =
-                        at.elapsed() > Duration::from_secs(60) && !views.iter().any(|p| p.name == *pod);
-                    if members::restarted(&views, t, pod, at.elapsed(), member)
-                        || scaled_away
-                        || at.elapsed() > RESTART_PATIENCE
-                    {
-                        ctx.restarting.lock().remove(&key);
-                    }
-                }
-                let waiting = ctx.restarting.lock().get(&key).map(|(pod, _)| pod.clone());
-                match members::next_restart(&views, t, all_synced && waiting.is_none()) {
-                    Some(pod) => {
-                        if restart(&ctx, &cc, &ns, &pod).await? {
-                            ctx.restarting.lock().insert(key.clone(), (pod, std::time::Instant::now()));
-                        }
-                    }
-                    None => {
-                        let outdated: Vec<&str> =
-                            views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
-                        if !outdated.is_empty() {
-                            tracing::info!(cluster = %name, ?outdated, all_synced, ?waiting, "restarts wait for every shard to be whole");
-                        }
-                    }
-                }
-            }
+            None if step == Step::Settled => restart_outdated(&ctx, &cc, &views, t, stats, health).await?,
             None => {}
         }
     } else if replica_mode {
@@ -491,14 +450,58 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     })
 }
 
+/// With replicas, on a settled cluster: forgets the pod restarted last once it is back (or gone
+/// for good, or after [`RESTART_PATIENCE`]), then evicts the next outdated pod if one may go now
+/// ([`members::next_restart`]).
+async fn restart_outdated(
+    ctx: &Context,
+    cc: &CacheCluster,
+    views: &[PodView],
+    t: &Topology,
+    stats: &BTreeMap<String, NodeStats>,
+    shards: &[ShardHealth],
+) -> Result<(), Error> {
+    let ns = cc.namespace().unwrap_or_default();
+    let key = (ns.clone(), cc.name_any());
+    let all_synced = shards.iter().all(ShardHealth::complete);
+    let mut waiting = ctx.restarting.lock().get(&key).cloned();
+    if let Some((pod, at)) = &waiting {
+        let member = |addr: &str| {
+            let s = stats.get(addr)?;
+            Some((Duration::from_millis(s.uptime_ms), health::whole(shards, addr)))
+        };
+        // Also forgotten when the pod is gone for good (scaled away), or after a long while (then
+        // every shard being whole is the only rule left).
+        let scaled_away = at.elapsed() > Duration::from_secs(60) && !views.iter().any(|p| p.name == *pod);
+        if members::restarted(views, t, pod, at.elapsed(), member)
+            || scaled_away
+            || at.elapsed() > RESTART_PATIENCE
+        {
+            ctx.restarting.lock().remove(&key);
+            waiting = None;
+        }
+    }
+    match members::next_restart(views, t, all_synced && waiting.is_none()) {
+        Some(pod) => {
+            if restart(ctx, cc, &ns, &pod).await? {
+                ctx.restarting.lock().insert(key, (pod, std::time::Instant::now()));
+            }
+        }
+        None => {
+            let outdated: Vec<&str> = views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
+            if !outdated.is_empty() {
+                let waiting = waiting.map(|(pod, _)| pod);
+                tracing::info!(cluster = %key.1, ?outdated, all_synced, ?waiting, "restarts wait for every shard to be whole");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The highest member index whose pod the topology names (0 if none).
 fn listed_members(t: &Topology, pods: &[PodView]) -> u32 {
     pods.iter()
-        .filter(|p| {
-            p.addr
-                .as_deref()
-                .is_some_and(|a| t.nodes.iter().any(|n| n.addr == a || n.replicas.iter().any(|r| r == a)))
-        })
+        .filter(|p| p.addr.as_deref().is_some_and(|a| t.member(a).is_some()))
         .map(|p| p.member)
         .max()
         .unwrap_or(0)

@@ -11,6 +11,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// The image the chart and the operator default to.
+/// The most replicas any shard may have (`spec.replicasPerShard`).
+pub const MAX_REPLICAS_PER_SHARD: i32 = 5;
+
 pub const DEFAULT_IMAGE: &str = "ghcr.io/shoal-dev/shoal:0.1.0";
 
 // Each printcolumn(...) repeats the same keys, which clippy takes for duplicated attributes.
@@ -66,7 +69,7 @@ pub struct CacheClusterSpec {
     /// deleted or drained primary's pod). 0: a shard is one node, whose data is lost with its
     /// pod unless storage is a PersistentVolumeClaim.
     #[serde(default)]
-    #[schemars(range(min = 0, max = 5))]
+    #[schemars(range(min = 0, max = MAX_REPLICAS_PER_SHARD))]
     pub replicas_per_shard: i32,
     /// How the pods of one shard (its primary and replicas) are kept apart, so that one machine
     /// or zone going down does not take a whole shard.

@@ -83,6 +83,17 @@ impl ShardHealth {
     }
 }
 
+/// Whether `addr` is a replica synced with its shard's primary, in `shards`.
+pub fn synced(shards: &[ShardHealth], addr: &str) -> bool {
+    shards.iter().flat_map(|h| &h.replicas).any(|r| r.addr == addr && r.synced)
+}
+
+/// Whether the process at `addr` does its whole part, in `shards`: a serving primary or a synced
+/// replica.
+pub fn whole(shards: &[ShardHealth], addr: &str) -> bool {
+    shards.iter().any(|h| h.primary == addr && h.primary_serving) || synced(shards, addr)
+}
+
 /// Each shard of `t` as `stats` (from [`probe`]) show it.
 pub fn shards(t: &Topology, stats: &BTreeMap<String, NodeStats>) -> Vec<ShardHealth> {
     t.nodes
@@ -160,6 +171,8 @@ mod tests {
         assert!(h[0].redundant() && h[0].complete() && h[0].problem().is_none());
         assert_eq!((h[0].replicas[0].lag, h[0].replicas[0].lag_ms), (Some(10), Some(40)));
         assert!(!h[1].redundant(), "r1 is still in its full sync");
+        assert!(synced(&h, "r0") && !synced(&h, "r1") && !synced(&h, "p0"));
+        assert!(whole(&h, "p0") && whole(&h, "r0") && whole(&h, "p1") && !whole(&h, "r1") && !whole(&h, "x"));
         assert_eq!(h[1].problem().as_deref(), Some("shard 1: no synced replica"));
     }
 

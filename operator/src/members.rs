@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use shoal_wire::{NodeInfo, Topology};
+use shoal_wire::{Member, NodeInfo, Topology};
 
 use crate::crd::CacheCluster;
 use crate::resources::{self, AddressMode, NODE_GRPC_PORT};
@@ -204,13 +204,15 @@ pub fn membership(
 
 /// Removes replicas added to `next` whose address another shard already lists in `before`.
 fn drop_duplicates(next: &mut Topology, before: &Topology) {
-    let listed_elsewhere = |addr: &str, shard: u32| {
-        before.nodes.iter().any(|n| n.id != shard && (n.addr == addr || n.replicas.iter().any(|r| r == addr)))
-    };
     for node in next.nodes.iter_mut() {
         let old = before.node(node.id).map(|n| n.replicas.clone()).unwrap_or_default();
-        node.replicas.retain(|r| old.contains(r) || !listed_elsewhere(r, node.id));
+        node.replicas.retain(|r| old.contains(r) || shard_listing(before, r).is_none_or(|s| s == node.id));
     }
+}
+
+/// The shard whose primary or replica `addr` is in `t`.
+fn shard_listing(t: &Topology, addr: &str) -> Option<u32> {
+    t.member(addr).map(|(Member::Primary { shard } | Member::Replica { shard })| shard)
 }
 
 /// Whether pod `name`, evicted `elapsed` ago for a restart, is back: a ready pod of that name
@@ -228,8 +230,7 @@ pub fn restarted(
     let Some(addr) = pods.iter().find(|p| p.name == name && p.ready).and_then(|p| p.addr.as_deref()) else {
         return false;
     };
-    let listed = t.nodes.iter().any(|n| n.addr == addr || n.replicas.iter().any(|r| r == addr));
-    listed && member(addr).is_some_and(|(uptime, whole)| whole && uptime < elapsed)
+    t.member(addr).is_some() && member(addr).is_some_and(|(uptime, whole)| whole && uptime < elapsed)
 }
 
 /// The pod to restart next to bring pods up to their StatefulSet's template, if one may go now:
@@ -239,7 +240,8 @@ pub fn next_restart(pods: &[PodView], t: &Topology, all_synced: bool) -> Option<
     if !all_synced || pods.iter().any(|p| p.terminating || !p.ready) {
         return None;
     }
-    let is_primary = |p: &PodView| t.nodes.iter().any(|n| Some(n.addr.as_str()) == p.addr.as_deref());
+    let is_primary =
+        |p: &PodView| matches!(p.addr.as_deref().and_then(|a| t.member(a)), Some(Member::Primary { .. }));
     let mut outdated: Vec<&PodView> = pods.iter().filter(|p| p.outdated).collect();
     outdated.sort_by_key(|p| (is_primary(p), p.shard, p.member));
     outdated.first().map(|p| p.name.clone())

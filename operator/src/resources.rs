@@ -346,14 +346,10 @@ pub fn node_args(cc: &CacheCluster, placement: Placement) -> Vec<String> {
     // The kubelet expands $(VAR) from the container's environment (see `node_env`).
     match placement {
         Placement::Ordinal => {}
-        Placement::Advertised(AddressMode::Dns) => args.extend([
-            "--advertise".to_string(),
-            format!(
-                "$(POD_NAME).{}.{}.svc:{NODE_GRPC_PORT}",
-                node_name(cc),
-                cc.namespace().unwrap_or_default()
-            ),
-        ]),
+        // The address the operator lists the pod by (`members::pod_views`).
+        Placement::Advertised(AddressMode::Dns) => {
+            args.extend(["--advertise".to_string(), dns_address(cc, "$(POD_NAME)")])
+        }
         Placement::Advertised(AddressMode::PodIp) => {
             args.extend(["--advertise".to_string(), format!("$(POD_IP):{NODE_GRPC_PORT}")])
         }
@@ -1029,6 +1025,11 @@ pub(crate) mod tests {
         assert_eq!(shard_pdb_name(&cc, 4), "demo-shard-4");
     }
 
+    /// The topology keys of a pod's spread constraints, in order.
+    fn spread_keys(pod: &PodSpec) -> Vec<&str> {
+        pod.topology_spread_constraints.iter().flatten().map(|t| t.topology_key.as_str()).collect()
+    }
+
     #[test]
     fn without_replicas_the_node_statefulset_is_what_it_always_was() {
         // Upgrading the operator must not roll the pods of clusters without replicas: their
@@ -1045,14 +1046,7 @@ pub(crate) mod tests {
         assert!(
             !spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap().contains_key(MEMBER_LABEL)
         );
-        let keys: Vec<&str> = pod
-            .topology_spread_constraints
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|t| t.topology_key.as_str())
-            .collect();
-        assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
+        assert_eq!(spread_keys(pod), ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
         assert!(
             pod.topology_spread_constraints.as_ref().unwrap().iter().all(|t| t.match_label_keys.is_none())
         );
@@ -1081,15 +1075,8 @@ pub(crate) mod tests {
         let env = pod.containers[0].env.as_ref().unwrap();
         assert_eq!(env.len(), 1);
         assert_eq!(env[0].name, "POD_NAME", "no node id: a replica must not take its ordinal's shard");
-        let keys: Vec<&str> = pod
-            .topology_spread_constraints
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|t| t.topology_key.as_str())
-            .collect();
         assert_eq!(
-            keys,
+            spread_keys(pod),
             ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
             "the cluster-wide spread"
         );

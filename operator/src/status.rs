@@ -96,6 +96,16 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         Some(e) => format!("{reshard_msg}; last attempt failed (retrying): {e}"),
         None => reshard_msg,
     };
+    let not_ready_msg = || format!("node pods {not_ready:?} of the topology are not ready");
+    let (degraded_reason, degraded_msg) = match (not_ready.is_empty(), problems.is_empty()) {
+        (true, true) if i.shards.is_some() => {
+            ("AllNodesReady", "every shard has a serving primary and a synced replica".to_string())
+        }
+        (true, true) => ("AllNodesReady", "every node of the topology is ready".to_string()),
+        (true, false) => ("ShardsNotRedundant", problems.join("; ")),
+        (false, true) => ("NodesNotReady", not_ready_msg()),
+        (false, false) => ("NodesNotReady", format!("{}; {}", not_ready_msg(), problems.join("; "))),
+    };
     let conditions = vec![
         condition(i, "Ready", phase == "Ready", if phase == "Ready" { "Serving" } else { phase }, ready_msg),
         condition(
@@ -111,27 +121,7 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
             },
             reshard_msg,
         ),
-        condition(
-            i,
-            "Degraded",
-            degraded,
-            match (not_ready.is_empty(), problems.is_empty()) {
-                (false, _) => "NodesNotReady",
-                (true, false) => "ShardsNotRedundant",
-                (true, true) => "AllNodesReady",
-            },
-            match (not_ready.is_empty(), problems.is_empty()) {
-                (true, true) if i.shards.is_some() => {
-                    "every shard has a serving primary and a synced replica".into()
-                }
-                (true, true) => "every node of the topology is ready".into(),
-                (false, true) => format!("node pods {not_ready:?} of the topology are not ready"),
-                (true, false) => problems.join("; "),
-                (false, false) => {
-                    format!("node pods {not_ready:?} of the topology are not ready; {}", problems.join("; "))
-                }
-            },
-        ),
+        condition(i, "Degraded", degraded, degraded_reason, degraded_msg),
     ];
     let pod_at = |addr: &str| i.pods.iter().find(|p| p.addr.as_deref() == Some(addr)).map(|p| p.name.clone());
     let shard_status = i

@@ -103,6 +103,19 @@ async fn wait_status(
 
 const NS_NAME: &str = "demo";
 
+/// The chart's CRD applied and established, and the test namespace created.
+fn install_crd(plane: &Plane) {
+    plane.kubectl(
+        &["apply", "--server-side", "-f", &repo().join("charts/shoal/crds").display().to_string()],
+        None,
+    );
+    plane.kubectl(
+        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
+        None,
+    );
+    plane.kubectl(&["create", "namespace", NS], None);
+}
+
 /// Stops node pod 1's process, checks the router while it is down, and brings it back.
 async fn one_node_down(client: &Client, kubelet: &Kubelet, router: &support::RouterPod) {
     let all_up = async || {
@@ -224,15 +237,7 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
     let root = dir.path();
     let client = plane.client().await;
 
-    plane.kubectl(
-        &["apply", "--server-side", "-f", &repo().join("charts/shoal/crds").display().to_string()],
-        None,
-    );
-    plane.kubectl(
-        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
-        None,
-    );
-    plane.kubectl(&["create", "namespace", NS], None);
+    install_crd(&plane);
 
     // The API server enforces the CRD's validation.
     for (spec, complaint) in [
@@ -429,15 +434,7 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
     let dir = support::TestDir::new();
     let root = dir.path();
     let client = plane.client().await;
-    plane.kubectl(
-        &["apply", "--server-side", "-f", &repo().join("charts/shoal/crds").display().to_string()],
-        None,
-    );
-    plane.kubectl(
-        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
-        None,
-    );
-    plane.kubectl(&["create", "namespace", NS], None);
+    install_crd(&plane);
     let args: Vec<String> =
         ["--node-addresses", "pod-ip", "--lease-seconds", "6", "--lease-namespace", "default"]
             .map(String::from)

@@ -486,24 +486,31 @@ pub async fn router_pod(
     RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), container }
 }
 
-/// An unlabelled series from a router's /metrics (None while it is not answering).
-pub async fn router_metric(http: &str, name: &str) -> Option<f64> {
+/// The whole HTTP response of `addr`'s /metrics (None while it is not answering).
+async fn scrape(addr: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).await.ok()?;
+    Some(body)
+}
+
+/// An unlabelled series from `addr`'s /metrics (None while it is not answering).
+async fn metric(addr: &str, name: &str) -> Option<f64> {
+    let body = scrape(addr).await?;
     body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// An unlabelled series from a router's /metrics (None while it is not answering).
+pub async fn router_metric(http: &str, name: &str) -> Option<f64> {
+    metric(http, name).await
 }
 
 /// A router's `shoal_router_node_up` gauge per node id, from its /metrics (None while it is not
 /// answering).
 pub async fn router_nodes_up(http: &str) -> Option<Vec<(u32, f64)>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
+    let body = scrape(http).await?;
     if !body.starts_with("HTTP/1.1 200") {
         return None;
     }
@@ -525,12 +532,7 @@ pub async fn leader_gauge(port: u16) -> Option<f64> {
 
 /// An unlabelled series from an operator's /metrics (None while it is not answering).
 pub async fn operator_metric(port: u16, name: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
-    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    metric(&format!("127.0.0.1:{port}"), name).await
 }
 
 pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
