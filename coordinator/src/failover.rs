@@ -63,20 +63,59 @@ pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Durati
                 .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
                 .map(|(r, _)| r.clone())
         };
-        // A lossless hand-over (SHOAL FAILOVER, a primary's SIGTERM): once committed, promote the
-        // replica it names (it has acked everything); while the primary waits for one to catch
-        // up, leave the shard alone (it is paused, not stale).
-        if let Some(s) = &primary.stats {
-            if !s.handover_to.is_empty() && shard.replicas.contains(&s.handover_to) {
+        // A lossless hand-over (SHOAL FAILOVER, a primary's SIGTERM): while the primary waits
+        // for a replica to catch up, leave the shard alone (it is paused, not stale); once it has
+        // committed (at the version in use), promote the replica it names, which has acked
+        // everything. If that replica has gone since, promoting it would hand the shard to a
+        // dead member and leave the data with the paused primary: promote another replica that
+        // holds as much (same run, same offset: the primary is paused, so nothing came after),
+        // else confirm the primary, which ends its hand-over and serves again.
+        if let Some(s) = &primary.stats
+            && (s.handing_over || !s.handover_to.is_empty())
+        {
+            if s.handover_to.is_empty()
+                || !shard.replicas.contains(&s.handover_to)
+                || s.topology_version != t.version
+            {
+                continue;
+            }
+            let target = health.get(&s.handover_to).cloned().unwrap_or_default();
+            if target.stats.as_ref().is_some_and(|r| r.role == "slave" && r.synced) {
                 return Some(Decision {
                     topology: t.promote(shard.id, &s.handover_to)?,
                     shard: shard.id,
                     reason: format!("primary {} handed over to replica {}", shard.addr, s.handover_to),
                 });
             }
-            if s.handing_over {
+            if target.stats.is_some() || target.down_for < down_after {
                 continue;
             }
+            let equal = shard.replicas.iter().find(|r| {
+                health.get(*r).and_then(|h| h.stats.as_ref()).is_some_and(|r| {
+                    r.role == "slave"
+                        && r.synced
+                        && r.primary_run_id == s.run_id
+                        && r.repl_offset >= s.repl_offset
+                })
+            });
+            return Some(match equal {
+                Some(r) => Decision {
+                    topology: t.promote(shard.id, r)?,
+                    shard: shard.id,
+                    reason: format!(
+                        "primary {} handed over to replica {r}: {} it had chosen is unreachable",
+                        shard.addr, s.handover_to
+                    ),
+                },
+                None => Decision {
+                    topology: t.next_version(),
+                    shard: shard.id,
+                    reason: format!(
+                        "primary {} confirmed: replica {} it was handing over to is unreachable",
+                        shard.addr, s.handover_to
+                    ),
+                },
+            });
         }
         match &primary.stats {
             None if primary.down_for >= down_after => {
@@ -102,18 +141,14 @@ pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Durati
                             shard.addr
                         ),
                     },
-                    None => {
-                        let mut next = t.clone();
-                        next.version += 1;
-                        Decision {
-                            topology: next,
-                            shard: shard.id,
-                            reason: format!(
-                                "primary {} started and no replica holds more; confirmed",
-                                shard.addr
-                            ),
-                        }
-                    }
+                    None => Decision {
+                        topology: t.next_version(),
+                        shard: shard.id,
+                        reason: format!(
+                            "primary {} started and no replica holds more; confirmed",
+                            shard.addr
+                        ),
+                    },
                 };
                 return Some(decision);
             }
@@ -262,6 +297,7 @@ mod tests {
                 fenced,
                 synced,
                 primary_run_id: following.into(),
+                topology_version: cluster().version,
                 ..Default::default()
             }),
             down_for: Duration::ZERO,
@@ -324,9 +360,45 @@ mod tests {
         let d = decide(&cluster(), &h, DOWN).unwrap();
         assert_eq!((d.shard, d.topology.nodes[0].addr.as_str()), (0, "r0b"));
         assert_eq!(d.topology.nodes[0].replicas, vec!["r0a".to_string(), "p0".to_string()]);
+        // A commit made at another version than the one in use is not this topology's business.
+        let mut older = paused.clone();
+        older.stats.as_mut().unwrap().topology_version = 0;
+        h.insert("p0".into(), older);
+        assert_eq!(decide(&cluster(), &h, DOWN), None);
         // A name that is not a replica of the shard is ignored (and the pause respected).
         paused.stats.as_mut().unwrap().handover_to = "p1".into();
         h.insert("p0".into(), paused);
+        assert_eq!(decide(&cluster(), &h, DOWN), None);
+    }
+
+    #[test]
+    fn a_hand_over_to_a_replica_that_died_goes_to_an_equal_replica_or_back_to_the_primary() {
+        let mut h = healthy();
+        let mut committed = stats("master", "run-p0", 10, true, false, "");
+        committed.stats.as_mut().unwrap().handing_over = true;
+        committed.stats.as_mut().unwrap().handover_to = "r0a".into();
+        h.insert("p0".into(), committed);
+        // The chosen replica stops answering: not promoted (a dead primary would hold the shard),
+        // and nothing is decided before it has been gone for `down_after`.
+        h.insert("r0a".into(), Health { stats: None, down_for: Duration::from_millis(200) });
+        assert_eq!(decide(&cluster(), &h, DOWN), None);
+        h.get_mut("r0a").unwrap().down_for = DOWN;
+        // r0b is at offset 9 of the paused primary's 10: it lacks acknowledged writes, so the
+        // primary is confirmed (same members, next version) and serves again.
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!(d.topology.nodes, cluster().nodes);
+        assert_eq!(d.topology.version, cluster().version + 1);
+        assert!(d.reason.contains("confirmed"), "{}", d.reason);
+        // r0b at the primary's offset holds everything: promoted instead.
+        h.insert("r0b".into(), stats("slave", "run-r0b", 10, false, true, "run-p0"));
+        let d = decide(&cluster(), &h, DOWN).unwrap();
+        assert_eq!(d.topology.nodes[0].addr, "r0b");
+        // ... but not one at that offset of another run (a copy of some other primary's data).
+        h.insert("r0b".into(), stats("slave", "run-r0b", 10, false, true, "run-old"));
+        assert_eq!(decide(&cluster(), &h, DOWN).unwrap().topology.nodes[0].addr, "p0");
+        // A chosen replica that answers but has lost its copy (restarted, resyncing) is no
+        // candidate either; wait for it (it is up, so it may still catch up).
+        h.insert("r0a".into(), stats("slave", "run-r0a-2", 0, false, false, ""));
         assert_eq!(decide(&cluster(), &h, DOWN), None);
     }
 

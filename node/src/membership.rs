@@ -348,8 +348,15 @@ impl Membership {
             return false;
         }
         if self.replication.handing_over() {
-            // Paused for a hand-over: only the topology that promotes the replica ends it.
-            return false;
+            if self.replication.handover_to().is_empty() {
+                // Paused, waiting for a replica to catch up: the hand-over commits or resumes.
+                return false;
+            }
+            // Committed, and the newer version still names this process primary: the failover
+            // writer did not switch (the replica committed to is gone, see `failover::decide`),
+            // so the hand-over is over and this process, which holds every write, serves again.
+            self.replication.end_handover();
+            tracing::warn!(version, "hand-over not taken: the failover writer confirmed this primary");
         }
         if !has_replicas {
             self.fence_through.store(0, Ordering::SeqCst);
@@ -400,6 +407,10 @@ impl Membership {
         }
         let t = Arc::new(t);
         let has_replicas = t.node(id).is_some_and(|n| !n.replicas.is_empty());
+        // A primary that served (or paused to hand over) holds the shard's data: if it is made
+        // a replica, it says so (see `Replication::keep_own_copy`).
+        let held_the_shard = old.topology.as_ref().and_then(|o| self.place(o)).is_some_and(|(_, p)| p)
+            && (old.serving() || self.replication.handing_over());
         let serving = self.unfenced(t.version, has_replicas, primary);
         self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
@@ -467,6 +478,9 @@ impl Membership {
             // A replica now: a hand-over in progress is done (its switch), and a process on its
             // way out follows nobody.
             self.replication.end_handover();
+            if held_the_shard {
+                self.replication.keep_own_copy(self.store.events.changes.end());
+            }
             if self.replication.exiting() {
                 self.replication.stop_following();
             } else {
@@ -531,6 +545,14 @@ impl Membership {
     /// Serves again after a pause, if the topology is still `version`.
     pub fn resume(&self, version: u64) -> bool {
         self.reserve(true, Some(version)).is_some()
+    }
+
+    /// Serves again after a hand-over that did not commit, at the version served now (a newer
+    /// one may have arrived meanwhile), unless a fence (a restart, a stall) holds since.
+    pub fn resume_after_handover(&self) -> bool {
+        let version = self.version();
+        let through = self.fence_through.load(Ordering::SeqCst);
+        (through == 0 || version > through) && self.resume(version)
     }
 
     /// Fences a primary with replicas after a stall: `stall_fence` long without the ticker

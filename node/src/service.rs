@@ -359,6 +359,13 @@ impl Node for NodeService {
         }
     }
 
+    async fn ping(
+        &self,
+        _request: Request<proto::PingRequest>,
+    ) -> Result<Response<proto::PingReply>, Status> {
+        Ok(Response::new(proto::PingReply {}))
+    }
+
     async fn get_topology(
         &self,
         _request: Request<GetTopologyRequest>,
@@ -437,6 +444,7 @@ impl Node for NodeService {
             Err(e @ (HandoverError::NotCaughtUp(_) | HandoverError::NotSwitched(..))) => {
                 Err(Status::deadline_exceeded(e.to_string()))
             }
+            Err(e @ HandoverError::Confirmed(_)) => Err(Status::aborted(e.to_string())),
             Err(e) => Err(Status::failed_precondition(e.to_string())),
         }
     }

@@ -318,3 +318,71 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_replica_dies_after_the_commit_ends_with_the_primary_serving_its_data() {
+    let primary = start().await;
+    let (replica, t) = add_replica(&primary).await;
+    let (paddr, raddr) = (primary.addr.to_string(), replica.addr.to_string());
+    let mut p = connect(&paddr).await;
+    for i in 0..200 {
+        set(&mut p, 2, &format!("k{i}"), "v").await;
+    }
+    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    let call = tokio::spawn({
+        let mut p = p.clone();
+        let req = shoal_wire::proto::HandoverRequest { replica: raddr.clone(), timeout_ms: 5000 };
+        async move { p.handover(req).await }
+    });
+    until("the commit", || !primary.state.membership.replication.handover_to().is_empty()).await;
+    // The replica it committed to dies; the writer (acted here) confirms the primary instead:
+    // the same members one version later.
+    replica.shutdown().await.unwrap();
+    offer(&t.next_version(), &[&primary]).await;
+    let refused = call.await.unwrap().expect_err("no switch happened");
+    assert_eq!(refused.code(), tonic::Code::Aborted, "{}", refused.message());
+    assert!(refused.message().contains("serves again"), "{}", refused.message());
+    let s = p.stats(StatsRequest::default()).await.unwrap().into_inner();
+    assert!(!s.handing_over && s.handover_to.is_empty() && !s.fenced, "{s:?}");
+    assert!(matches!(get(&mut p, 3, "k199").await, reply::Kind::Value(v) if v == "v"));
+    assert!(matches!(set(&mut p, 3, "after", "v").await, reply::Kind::Ok(_)), "serving at version 3");
+
+    // Had the writer promoted it just before it died, the old primary, now a replica of a dead
+    // node, still says it holds a full copy of its own run, up to its log's end: the writer can
+    // promote it back instead of confirming the dead one's empty restart.
+    let end = primary.state.store.events.changes.end();
+    let demoted = t.next_version().promote(0, &raddr).unwrap();
+    offer(&demoted, &[&primary]).await;
+    let s = p.stats(StatsRequest::default()).await.unwrap().into_inner();
+    assert_eq!((s.role.as_str(), s.synced, s.repl_offset), ("slave", true, end), "{s:?}");
+    assert_eq!(s.primary_run_id, s.run_id);
+    primary.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_given_up_after_a_newer_version_arrived_serves_at_that_version() {
+    let primary = start().await;
+    let (replica, t) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    // A listed replica that never connects: the hand-over waits, then gives up.
+    let mut lagging = t.clone();
+    lagging.nodes[0].replicas.push("127.0.0.1:2".into());
+    lagging.version = 3;
+    offer(&lagging, &[&primary, &replica]).await;
+    let call = tokio::spawn({
+        let mut p = p.clone();
+        let req = shoal_wire::proto::HandoverRequest { replica: "127.0.0.1:2".into(), timeout_ms: 600 };
+        async move { p.handover(req).await }
+    });
+    until("the pause", || primary.state.membership.replication.handing_over()).await;
+    // Meanwhile a newer version (a move's progress, say) arrives: still paused...
+    offer(&lagging.next_version(), &[&primary]).await;
+    assert!(matches!(set(&mut p, 4, "paused", "v").await, reply::Kind::Moved(4)));
+    // ... and serving at it once the hand-over gives up.
+    let late = call.await.unwrap().expect_err("never caught up");
+    assert_eq!(late.code(), tonic::Code::DeadlineExceeded, "{}", late.message());
+    assert!(matches!(set(&mut p, 4, "after", "v").await, reply::Kind::Ok(_)));
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}

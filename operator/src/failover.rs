@@ -212,6 +212,7 @@ mod tests {
                 fenced,
                 synced,
                 primary_run_id: following.into(),
+                topology_version: topology().version,
                 ..Default::default()
             }),
             down_for: Duration::ZERO,

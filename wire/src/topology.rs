@@ -278,6 +278,11 @@ impl Topology {
         Some(next)
     }
 
+    /// The same topology one version later (a failover writer's confirmation of a primary).
+    pub fn next_version(&self) -> Topology {
+        Topology { version: self.version + 1, ..self.clone() }
+    }
+
     /// Slots in migrations, in total.
     pub fn migrating_slots(&self) -> usize {
         self.migrations.iter().map(Migration::len).sum()

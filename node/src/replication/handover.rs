@@ -14,6 +14,9 @@
 //! 5. The promotion arrives (offered by the writer, or from the topology file): this process is
 //!    a replica; routers that still send here get `moved` with the newer version, fetch it and
 //!    retry on the new primary.
+//!    If the replica dies between 4 and 5, the writer promotes another replica that holds as
+//!    much, or confirms this primary: a newer version naming it primary ends the hand-over
+//!    (`Membership::unfenced`) and it serves again, with every write.
 //!
 //! Nothing acknowledged is lost: every acknowledged write is in the log before step 3's end, the
 //! replica promoted has acked it, and no write is acknowledged between the pause and the switch.
@@ -45,6 +48,10 @@ pub enum HandoverError {
     NotListed(String),
     #[error("no replica caught up within {0} ms; the primary serves again")]
     NotCaughtUp(u64),
+    #[error(
+        "replica {0} caught up but became unreachable; the failover writer kept this primary, which serves again"
+    )]
+    Confirmed(String),
     #[error("replica {0} caught up, but the failover writer did not switch within {1} ms (it will)")]
     NotSwitched(String, u64),
 }
@@ -94,7 +101,7 @@ pub async fn run(
     tracing::info!(version, shard, replica = replica.unwrap_or("(most advanced)"), "handing over: paused");
     let give_up = || {
         repl.end_handover();
-        membership.resume(version);
+        membership.resume_after_handover();
         tracing::warn!(version, shard, "hand-over abandoned: no replica caught up; serving again");
         Err(HandoverError::NotCaughtUp(ms))
     };
@@ -130,6 +137,10 @@ pub async fn run(
                 .unwrap_or_default();
             tracing::info!(version = view.version(), %primary, "handed over");
             return Ok(Switched { version: view.version(), primary });
+        }
+        if membership.version() > version && !repl.handing_over() {
+            // A newer version still made this process primary: the writer confirmed it instead.
+            return Err(HandoverError::Confirmed(target));
         }
         tokio::select! {
             r = versions.changed() => if r.is_err() { break },

@@ -112,6 +112,17 @@ impl Replication {
         self.generation.load(Ordering::SeqCst) == generation
     }
 
+    /// A primary that held its shard's data is made a replica: until its new primary's full
+    /// sync replaces it, it reports a synced copy of its own run up to `offset` (the end of its
+    /// change log). The failover writer can then promote it back if the new primary dies or
+    /// restarts empty before any other replica copied it (without this, a demoted primary would
+    /// look like an empty replica and the empty restart would be confirmed).
+    pub fn keep_own_copy(&self, offset: u64) {
+        *self.primary_run_id.lock() = self.run_id.clone();
+        self.offset.store(offset, Ordering::Relaxed);
+        self.synced.store(true, Ordering::Relaxed);
+    }
+
     /// Whether this replica holds a full copy of its primary as of some offset (a failover
     /// writer only promotes such a replica).
     pub fn synced(&self) -> bool {
