@@ -55,6 +55,14 @@ pub struct Progress {
 
 type ProgressFn = Box<dyn Fn(&Progress) + Send + Sync>;
 
+/// A topology published after the one a step works on.
+enum Newer {
+    /// The same migrations (a failover writer replaced a primary): the step follows it.
+    SameMove(Topology),
+    /// No migrations left: someone else finished the move.
+    Settled(Topology),
+}
+
 /// How the coordinator reaches nodes: it offers them topologies and reads their migration
 /// progress. [`GrpcNodes`] in production; tests drive the coordinator with fake nodes.
 pub trait Nodes: Send + Sync {
@@ -162,8 +170,10 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
             }
             let next = plan::plan(&current, target)?;
             if next.migrations.is_empty() && next.nodes == current.nodes {
-                // Already there; make sure every node serves it.
-                self.offer_all(&current, &current.nodes).await?;
+                // Already there; make sure every node serves it (or a newer version of it).
+                if self.offer_all(&current, &current.nodes).await?.is_some() {
+                    continue;
+                }
                 return Ok(current);
             }
             tracing::info!(
@@ -172,45 +182,102 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
                 migrations = next.migrations.len(),
                 "publishing a resharding plan"
             );
-            self.store.publish(&next).await?;
+            match self.store.publish(&next).await {
+                // Someone else published meanwhile (a failover writer): plan again from theirs.
+                Err(RegistryError::Stale { .. }) => continue,
+                r => r?,
+            }
             return self.finish(&next, report).await;
         }
     }
 
     /// Finishes the step in flight, if any. Returns the topology the cluster ends on.
     pub async fn resume(&self) -> Result<Topology, CoordinatorError> {
-        let current = self.store.load().await?.ok_or(CoordinatorError::NoTopology)?;
+        let mut current = self.store.load().await?.ok_or(CoordinatorError::NoTopology)?;
         if current.migrations.is_empty() {
-            self.offer_all(&current, &current.nodes).await?;
+            while let Some(newer) = self.offer_all(&current, &current.nodes).await? {
+                current = newer;
+            }
             return Ok(current);
         }
         self.finish(&current, &self.on_progress).await
     }
 
     /// Steps 2-4 for the published topology `t`.
+    ///
+    /// A failover writer may publish while a move runs (a shard's primary replaced): the same
+    /// migrations at a newer version, with other members. The step then carries on from that
+    /// version (offered to its members; the receivers restart their pulls for it, which repeat
+    /// harmlessly) instead of waiting for reports that now come at another version, and the final
+    /// topology is built from it, so the promotion is kept.
     async fn finish(
         &self,
         t: &Topology,
         report: &(dyn Fn(&Progress) + Send + Sync),
     ) -> Result<Topology, CoordinatorError> {
-        self.offer_all(t, &t.nodes).await?;
-        self.wait_for_migrations(t, report).await?;
-        let done = plan::finalize(t);
-        tracing::info!(version = done.version, "migrations complete; publishing the final topology");
-        self.store.publish(&done).await?;
+        let mut t = t.clone();
+        let mut done = loop {
+            if let Some(newer) = self.offer_all(&t, &t.nodes).await? {
+                t = newer;
+                continue;
+            }
+            if let Some(newer) = self.wait_for_migrations(&t, report).await? {
+                t = newer;
+                continue;
+            }
+            let done = plan::finalize(&t);
+            tracing::info!(version = done.version, "migrations complete; publishing the final topology");
+            match self.store.publish(&done).await {
+                Ok(()) => break done,
+                Err(e @ RegistryError::Stale { .. }) => match self.newer_than(&t).await? {
+                    Some(Newer::SameMove(newer)) => t = newer,
+                    Some(Newer::Settled(newer)) => return Ok(newer),
+                    None => return Err(e.into()),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        };
         // Leaving nodes too, so they stop serving and drop what they gave away; they may already
         // be gone, which is fine.
-        let (staying, leaving): (Vec<NodeInfo>, Vec<NodeInfo>) =
-            t.nodes.iter().cloned().partition(|n| done.node(n.id).is_some());
-        self.offer_all(&done, &staying).await?;
+        let leaving: Vec<NodeInfo> = t.nodes.iter().filter(|n| done.node(n.id).is_none()).cloned().collect();
+        while let Some(newer) = self.offer_all(&done, &done.nodes).await? {
+            done = newer;
+        }
         for n in &leaving {
             let _ = tokio::time::timeout(Duration::from_secs(2), self.nodes.offer(n, &done)).await;
         }
         Ok(done)
     }
 
-    /// Offers `t` to each of `nodes` until every one serves version `t.version` or later.
-    async fn offer_all(&self, t: &Topology, nodes: &[NodeInfo]) -> Result<(), CoordinatorError> {
+    /// What the registry holds if it is newer than `t`: the same move (a failover changed
+    /// members), or a topology with no move left (another coordinator finished it).
+    async fn newer_than(&self, t: &Topology) -> Result<Option<Newer>, CoordinatorError> {
+        let Some(current) = self.store.load().await? else { return Ok(None) };
+        if current.version <= t.version {
+            return Ok(None);
+        }
+        Ok(if current.migrations == t.migrations {
+            tracing::info!(
+                from = t.version,
+                to = current.version,
+                "a newer version of the move was published (a failover); following it"
+            );
+            Some(Newer::SameMove(current))
+        } else if current.migrations.is_empty() {
+            Some(Newer::Settled(current))
+        } else {
+            None
+        })
+    }
+
+    /// Offers `t` to each of `nodes` until every one serves version `t.version` or later; or,
+    /// while some cannot be reached, until a newer version of the same move is published (a
+    /// failover writer replaced a primary that is down): returns that one then.
+    async fn offer_all(
+        &self,
+        t: &Topology,
+        nodes: &[NodeInfo],
+    ) -> Result<Option<Topology>, CoordinatorError> {
         let deadline = tokio::time::Instant::now() + self.step_timeout;
         let mut pending: Vec<&NodeInfo> = nodes.iter().collect();
         let mut warned = false;
@@ -233,6 +300,9 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
             }
             pending = still;
             if !pending.is_empty() {
+                if let Some(Newer::SameMove(newer)) = self.newer_than(t).await? {
+                    return Ok(Some(newer));
+                }
                 warned = true;
                 if tokio::time::Instant::now() >= deadline {
                     let ids: Vec<u32> = pending.iter().map(|n| n.id).collect();
@@ -244,15 +314,16 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
                 tokio::time::sleep(self.poll).await;
             }
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Polls the receivers until every migration of `t` reports done at version `t.version`.
+    /// Polls the receivers until every migration of `t` reports done at version `t.version`
+    /// (`None`), or a newer version of the same move is published (that one).
     async fn wait_for_migrations(
         &self,
         t: &Topology,
         report: &(dyn Fn(&Progress) + Send + Sync),
-    ) -> Result<(), CoordinatorError> {
+    ) -> Result<Option<Topology>, CoordinatorError> {
         let deadline = tokio::time::Instant::now() + self.step_timeout;
         let receivers: Vec<u32> = {
             let mut ids: Vec<u32> = t.migrations.iter().map(|m| m.to).collect();
@@ -263,10 +334,14 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
         let mut last = Progress::default();
         loop {
             let mut reported: HashMap<(u32, u32, u32, u32), MigrationProgress> = HashMap::new();
+            // A receiver ahead of `t`, or one that is down, may mean a failover was published:
+            // then the registry is read (only then: it may be an API server).
+            let mut look = false;
             for id in &receivers {
                 let Some(node) = t.node(*id) else { continue };
                 match self.nodes.progress(node).await {
                     Ok((version, migrations)) if version >= t.version => {
+                        look |= version > t.version;
                         for p in migrations.into_iter().filter(|p| p.version == t.version) {
                             reported.insert((p.start, p.end, p.from, p.to), p);
                         }
@@ -275,8 +350,14 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
                         // Behind (restarted from an older file?): offer the topology again.
                         let _ = self.nodes.offer(node, t).await;
                     }
-                    Err(e) => tracing::debug!(node = id, error = %e, "receiver unreachable"),
+                    Err(e) => {
+                        look = true;
+                        tracing::debug!(node = id, error = %e, "receiver unreachable");
+                    }
                 }
+            }
+            if look && let Some(Newer::SameMove(newer)) = self.newer_than(t).await? {
+                return Ok(Some(newer));
             }
             let progress = summarize(t, &reported);
             // Time alone passing is not news.
@@ -287,7 +368,7 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
                 last = progress.clone();
             }
             if progress.migrations_done == progress.migrations {
-                return Ok(());
+                return Ok(None);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(CoordinatorError::Timeout(
@@ -347,6 +428,8 @@ mod tests {
         down: u32,
         /// Offers of a settled topology refused (the node crashes as the move ends).
         refuse_settled: u32,
+        /// Polls a pull takes, if not `PULL_POLLS`.
+        pull_polls: Option<u32>,
     }
 
     #[derive(Debug, Default)]
@@ -371,14 +454,14 @@ mod tests {
             n.down = down_for;
             n.topology = n.saved.clone();
             n.pulls.clear();
-            if let Some(t) = &n.topology {
-                Self::start_pulls(id, t, &mut n.pulls);
+            if let Some(t) = n.topology.clone() {
+                Self::start_pulls(id, &t, n);
             }
         }
 
-        fn start_pulls(id: u32, t: &Topology, pulls: &mut HashMap<(u32, u32, u32, u32), u32>) {
+        fn start_pulls(id: u32, t: &Topology, n: &mut FakeNode) {
             for m in t.migrations.iter().filter(|m| m.to == id) {
-                pulls.entry(key(m)).or_insert(PULL_POLLS);
+                n.pulls.entry(key(m)).or_insert(n.pull_polls.unwrap_or(PULL_POLLS));
             }
         }
 
@@ -406,7 +489,7 @@ mod tests {
                 n.topology = Some(t.clone());
                 n.saved = Some(t.clone());
                 n.pulls.clear();
-                Fakes::start_pulls(node.id, t, &mut n.pulls);
+                Fakes::start_pulls(node.id, t, n);
                 self.adopted.lock().push((node.id, t.version));
             }
             Ok(n.topology.as_ref().map_or(0, |t| t.version))
@@ -461,6 +544,68 @@ mod tests {
         for &id in ids {
             assert_eq!(fakes.version(id), done.version, "node {id} serves the final version");
         }
+    }
+
+    /// Waits until the registry holds a plan (migrations in flight); returns it.
+    async fn published_plan(c: &Coordinator<Arc<MemoryRegistry>, Arc<Fakes>>) -> Topology {
+        for _ in 0..5000 {
+            if let Some(t) = c.store().load().await.unwrap().filter(|t| !t.migrations.is_empty()) {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("no plan was published");
+    }
+
+    /// What a failover writer publishes for shard `id`: its replica `addr` is the primary now.
+    fn promoted(t: &Topology, id: u32, addr: &str) -> Topology {
+        let mut next = t.next_version();
+        next.nodes.iter_mut().find(|n| n.id == id).unwrap().addr = addr.to_string();
+        next
+    }
+
+    #[tokio::test]
+    async fn a_failover_of_an_unreachable_receiver_during_a_move_is_followed_and_kept() {
+        let fakes = Fakes::new(0..4);
+        let c = Arc::new(bootstrap(&fakes).await.with_timeout(Duration::from_secs(5)));
+        // The joining shard's primary is unreachable from the start: the plan cannot reach it.
+        fakes.nodes.lock().get_mut(&3).unwrap().down = u32::MAX;
+        let task = tokio::spawn({
+            let c = c.clone();
+            async move { c.reshard(&infos(&[0, 1, 2, 3])).await }
+        });
+        let plan = published_plan(&c).await;
+        // The writer promotes its replica (reachable: the fake answers again, as the new member).
+        let failover = promoted(&plan, 3, "fake:3-replica");
+        c.store().publish(&failover).await.unwrap();
+        fakes.nodes.lock().get_mut(&3).unwrap().down = 0;
+        let done = task.await.unwrap().expect("the move finishes on the newer version");
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+        assert_eq!(done.version, failover.version + 1);
+        assert_eq!(done.node(3).unwrap().addr, "fake:3-replica", "the promotion is kept");
+    }
+
+    #[tokio::test]
+    async fn a_failover_published_while_slots_are_pulled_is_followed_and_kept() {
+        let fakes = Fakes::new(0..4);
+        let c = Arc::new(bootstrap(&fakes).await.with_timeout(Duration::from_secs(5)));
+        // Slow pulls: the failover lands while the move waits for them.
+        fakes.nodes.lock().get_mut(&3).unwrap().pull_polls = Some(200);
+        let task = tokio::spawn({
+            let c = c.clone();
+            async move { c.reshard(&infos(&[0, 1, 2, 3])).await }
+        });
+        let plan = published_plan(&c).await;
+        let failover = promoted(&plan, 1, "fake:1-replica");
+        c.store().publish(&failover).await.unwrap();
+        // The writer offers it to the members; the receiver restarts its pulls at that version.
+        for id in 0..4 {
+            let _ = fakes.offer(&NodeInfo::new(id, format!("fake:{id}")), &failover).await;
+        }
+        let done = task.await.unwrap().expect("the move finishes on the newer version");
+        assert_settled(&fakes, &done, &[0, 1, 2, 3]);
+        assert!(done.version > failover.version);
+        assert_eq!(done.node(1).unwrap().addr, "fake:1-replica", "the promotion is kept");
     }
 
     #[tokio::test]

@@ -69,13 +69,30 @@ impl Registry for FileRegistry {
         FileRegistry::read(&self.path)
     }
 
+    /// Compare-and-swap across processes (`shoal-router reshard` and `shoal-router failover`
+    /// may both publish): the version check and the write happen under an exclusive lock on
+    /// `<file>.lock`, so of two writers of the same version one gets `Stale`.
     async fn publish(&self, t: &Topology) -> Result<(), RegistryError> {
-        if let Some(current) = FileRegistry::read(&self.path)?
-            && current.version >= t.version
-        {
-            return Err(RegistryError::Stale { current: current.version, new: t.version });
-        }
-        FileRegistry::write(&self.path, t)
+        let (path, t) = (self.path.clone(), t.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut name = path.clone().into_os_string();
+            name.push(".lock");
+            let lock =
+                std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&name).map_err(
+                    |e| RegistryError::Other(format!("cannot open {}: {e}", name.to_string_lossy())),
+                )?;
+            lock.lock()
+                .map_err(|e| RegistryError::Other(format!("cannot lock {}: {e}", name.to_string_lossy())))?;
+            if let Some(current) = FileRegistry::read(&path)?
+                && current.version >= t.version
+            {
+                return Err(RegistryError::Stale { current: current.version, new: t.version });
+            }
+            FileRegistry::write(&path, &t)
+            // The lock is released when `lock` is dropped.
+        })
+        .await
+        .map_err(|e| RegistryError::Other(e.to_string()))?
     }
 }
 
@@ -102,12 +119,23 @@ impl Registry for MemoryRegistry {
     }
 
     async fn publish(&self, t: &Topology) -> Result<(), RegistryError> {
-        let current = self.tx.borrow().as_ref().map(|c| c.version);
-        if let Some(current) = current.filter(|&c| c >= t.version) {
-            return Err(RegistryError::Stale { current, new: t.version });
+        // Checked and replaced under the channel's lock: two publishers of one version (the
+        // failover writer and a move in the embedded cluster) cannot both succeed.
+        let mut stale = None;
+        self.tx.send_if_modified(|current| match current.as_ref().map(|c| c.version) {
+            Some(v) if v >= t.version => {
+                stale = Some(v);
+                false
+            }
+            _ => {
+                *current = Some(t.clone());
+                true
+            }
+        });
+        match stale {
+            Some(current) => Err(RegistryError::Stale { current, new: t.version }),
+            None => Ok(()),
         }
-        self.tx.send_replace(Some(t.clone()));
-        Ok(())
     }
 }
 
