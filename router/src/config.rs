@@ -182,9 +182,10 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_SNAPSHOT_INTERVAL", default_value_t = 0)]
     pub snapshot_interval: u64,
 
-    /// Who serves read-only commands on one key: the shard's primary, or a replica when one is
-    /// up (replica-preferred; reads may then miss the latest writes). A client's READONLY makes
-    /// its reads go to replicas whatever this says.
+    /// Who serves read-only commands on one key: the shard's primary, a replica when one is up
+    /// (replica-preferred), or the member with the shortest measured round trip from this router
+    /// (nearest). Replica reads may miss the latest writes. A client's READONLY makes its reads go
+    /// to replicas when this says primary.
     #[arg(long, env = "SHOAL_READ_FROM", value_enum, default_value_t = crate::state::ReadFrom::Primary)]
     pub read_from: crate::state::ReadFrom,
 

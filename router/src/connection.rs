@@ -130,7 +130,7 @@ pub async fn serve<S>(
                         session: &mut session,
                         routing: &routing,
                         deadline,
-                        read_replica: false,
+                        read_from: crate::state::ReadFrom::Primary,
                     };
                     let reply = match admitted.map_or_else(|| cmd::admit(&args, &mut ctx), Ok) {
                         Ok(spec) if admitted.is_none() && state.pause.holds(spec) => {

@@ -139,7 +139,7 @@ impl Api<'_> {
             session: &mut self.session,
             routing: &routing,
             deadline,
-            read_replica: false,
+            read_from: crate::state::ReadFrom::Primary,
         };
         cmd::dispatch(&args, &mut ctx).resolve().await
     }

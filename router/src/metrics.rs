@@ -181,6 +181,21 @@ pub async fn render(state: &RouterState) -> String {
     for (i, link) in links.iter().enumerate() {
         e.histogram_samples("shoal_router_node_batch_ops", &[("node", &ids[i])], &link.metrics().batch_ops);
     }
+    e.family(
+        "shoal_router_member_rtt_seconds",
+        "gauge",
+        "Measured round trip to each shard member, primary or replica (a ping a second, smoothed; --read-from nearest picks the lowest).",
+    );
+    for (i, link) in links.iter().enumerate() {
+        let replicas = routing.replicas.get(i).map_or(&[][..], Vec::as_slice);
+        let members = std::iter::once(("primary", link)).chain(replicas.iter().map(|r| ("replica", r)));
+        for (role, m) in members {
+            if let Some(rtt) = m.rtt() {
+                let labels = [("node", ids[i].as_str()), ("addr", m.ident().addr.as_str()), ("role", role)];
+                e.sample("shoal_router_member_rtt_seconds", &labels, rtt.as_secs_f64());
+            }
+        }
+    }
     if state.embedded.is_none() {
         return e.finish();
     }

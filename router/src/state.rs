@@ -48,6 +48,10 @@ pub enum ReadFrom {
     Primary,
     /// A replica whose link is up, else the primary: reads may miss the latest writes.
     ReplicaPreferred,
+    /// The member (primary or replica) with the shortest measured round trip from this router
+    /// (each link pings its node every second): for routers placed near some members, e.g. in
+    /// the same zone. Replica reads may miss the latest writes.
+    Nearest,
 }
 
 impl Default for Settings {

@@ -522,7 +522,7 @@ async fn replica_ops(router: &shoal_router::Router) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readonly_clients_and_replica_preferred_routers_read_from_replicas() {
+async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_replicas() {
     let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
     let mut c = Raw::connect(router.resp_addr).await;
     for i in 0..100 {
@@ -572,5 +572,41 @@ async fn readonly_clients_and_replica_preferred_routers_read_from_replicas() {
         assert_eq!(c.cmd(&["GET", "k"]).await, support::bulk("v"));
     }
     assert!(replica_ops(&router).await >= before + 20);
+    router.shutdown().await;
+
+    // A router that reads from the nearest member: it measures every member (2 primaries and
+    // their replicas) within a second or so, and reads are served wherever that leads.
+    let router =
+        support::router(&["--embedded-nodes", "2", "--replicas", "1", "--read-from", "nearest"]).await;
+    let mut c = Raw::connect(router.resp_addr).await;
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]).await, b"+OK\r\n");
+        assert_eq!(c.cmd(&["HSET", &format!("h{i}"), "f", &format!("{i}")]).await, b":1\r\n");
+    }
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    let start = Instant::now();
+    let rtts = loop {
+        let page = support::http_get(router.http_addr, "/metrics").await;
+        let rtts: Vec<(String, f64)> = page
+            .lines()
+            .filter(|l| l.starts_with("shoal_router_member_rtt_seconds{"))
+            .map(|l| {
+                let role = if l.contains("role=\"primary\"") { "primary" } else { "replica" };
+                (role.to_string(), l.rsplit(' ').next().unwrap().parse().unwrap())
+            })
+            .collect();
+        if rtts.len() == 4 {
+            break rtts;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "not every member measured: {rtts:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rtts.iter().filter(|(role, _)| role == "replica").count(), 2, "{rtts:?}");
+    assert!(rtts.iter().all(|(_, s)| *s > 0.0 && *s < 1.0), "loopback round trips: {rtts:?}");
+    read_all(&mut c).await;
+    // Writes still go to primaries only.
+    let before = replica_ops(&router).await;
+    assert_eq!(c.cmd(&["SET", "w", "x"]).await, b"+OK\r\n");
+    assert_eq!(replica_ops(&router).await, before);
     router.shutdown().await;
 }

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::moving;
 use super::port::{NodeCall, NodePort};
 use super::{Backend, BackendError, Routing};
+use crate::state::ReadFrom;
 
 /// What one attempt at a call came to.
 pub(super) enum Outcome<T> {
@@ -90,7 +91,8 @@ impl Backend {
     }
 
     /// A read-only `op` on a replica of the shard that owns `key` (the first one whose link is
-    /// up), when the slot is not moving; else as [`key`](Self::key). A replica answers `moved`
+    /// up; with `ReadFrom::Nearest`, the member with the shortest round trip, which may be the
+    /// primary), when the slot is not moving; else as [`key`](Self::key). A replica answers `moved`
     /// unless it serves this very topology version with a full copy (it refuses writes too);
     /// the call is then routed again like any `moved` one, which sends it to the primary.
     pub fn key_on_replica(
@@ -98,10 +100,15 @@ impl Backend {
         routing: &Arc<Routing>,
         key: Bytes,
         op: Op,
+        policy: ReadFrom,
         deadline: Instant,
     ) -> KeyCall {
         let (pos, from) = routing.locate(&key);
-        let replica = routing.replicas.get(pos).and_then(|r| r.iter().find(|p| p.is_up()));
+        let replicas = routing.replicas.get(pos).map_or(&[][..], Vec::as_slice);
+        let replica = match policy {
+            ReadFrom::Nearest => nearest(&routing.nodes[pos], replicas),
+            _ => replicas.iter().find(|p| p.is_up()),
+        };
         match (from, replica) {
             (None, Some(port)) => {
                 let call = port.call(op.clone(), routing.version(), deadline);
@@ -192,6 +199,22 @@ impl Backend {
 }
 
 /// The one node all `keys` live on, if their slots are settled there.
+/// The replica to read from under `--read-from nearest`: the one with the shortest measured
+/// round trip, if it is shorter than the primary's (None: read from the primary). A member not
+/// measured yet (just connected, or its last ping failed) counts as farthest.
+pub(super) fn nearest<'a>(
+    primary: &Arc<dyn NodePort>,
+    replicas: &'a [Arc<dyn NodePort>],
+) -> Option<&'a Arc<dyn NodePort>> {
+    let far = std::time::Duration::MAX;
+    let (best, rtt) = replicas
+        .iter()
+        .filter(|p| p.is_up())
+        .map(|p| (p, p.rtt().unwrap_or(far)))
+        .min_by_key(|(_, rtt)| *rtt)?;
+    (rtt < primary.rtt().unwrap_or(far)).then_some(best)
+}
+
 fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
     let mut node = None;
     for key in keys {

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use shoal_wire::Topology;
@@ -134,6 +135,10 @@ impl NodePort for CapturePort {
 
     fn last_error(&self) -> String {
         self.real.last_error()
+    }
+
+    fn rtt(&self) -> Option<Duration> {
+        self.real.rtt()
     }
 
     fn call(&self, op: Op, _version: u64, deadline: Instant) -> NodeCall<Reply> {

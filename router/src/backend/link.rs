@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -39,8 +39,8 @@ use shoal_wire::Topology;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
-    Batch, BatchReply, BlockRequest, GetTopologyRequest, NodeSettings, NodeStats, Op, Reply, SnapshotInfo,
-    SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient, reply,
+    Batch, BatchReply, BlockRequest, GetTopologyRequest, NodeSettings, NodeStats, Op, PingRequest, Reply,
+    SnapshotInfo, SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient, reply,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -178,6 +178,10 @@ struct Shared {
     client: Mutex<Option<NodeClient<Channel>>>,
     /// When the node's stream last delivered a message: calls measure their deadline from it.
     progress: Arc<Progress>,
+    /// The link's round trip (a smoothed Ping time, microseconds; 0: not measured since the
+    /// last connect), for `--read-from nearest`; and which connection the pinger belongs to.
+    rtt_us: AtomicU64,
+    connection: AtomicU64,
 }
 
 impl Shared {
@@ -215,6 +219,8 @@ impl NodeLink {
             last_error: Mutex::new("not connected yet".into()),
             client: Mutex::new(None),
             progress: Arc::new(Progress::new()),
+            rtt_us: AtomicU64::new(0),
+            connection: AtomicU64::new(0),
         });
         tokio::spawn(manage(shared.clone(), queue_rx));
         Arc::new(NodeLink { shared, queue })
@@ -279,6 +285,11 @@ impl NodePort for NodeLink {
 
     fn last_error(&self) -> String {
         self.shared.last_error.lock().clone()
+    }
+
+    fn rtt(&self) -> Option<Duration> {
+        let us = self.shared.rtt_us.load(Ordering::Relaxed);
+        (us > 0 && self.is_up()).then(|| Duration::from_micros(us))
     }
 
     fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<Reply> {
@@ -453,8 +464,10 @@ async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
             Ok((client, batches, replies)) => {
                 backoff = MIN_BACKOFF;
                 s.metrics.connects.inc();
-                *s.client.lock() = Some(client);
+                *s.client.lock() = Some(client.clone());
                 s.up.store(true, Ordering::Release);
+                let connection = s.connection.fetch_add(1, Ordering::AcqRel) + 1;
+                tokio::spawn(ping(s.clone(), client, connection));
                 s.connected_once.store(true, Ordering::Release);
                 tracing::info!(node = s.ident.id, addr = %s.ident.addr, "connected to node");
                 let reason = Writer::new(&s).run(&mut queue, batches, replies).await;
@@ -492,6 +505,35 @@ async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
             }
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// How often a connected link measures its round trip.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// Times a Ping on the link's channel now and every [`PING_EVERY`] while connection
+/// `connection` lasts, into `rtt_us` (smoothed: a quarter of each new sample). A ping that fails
+/// or takes longer than the call deadline forgets the estimate (unknown counts as farthest).
+async fn ping(s: Arc<Shared>, mut client: NodeClient<Channel>, connection: u64) {
+    s.rtt_us.store(0, Ordering::Relaxed);
+    let current =
+        |s: &Shared| s.connection.load(Ordering::Acquire) == connection && s.up.load(Ordering::Acquire);
+    while current(&s) {
+        let sent = Instant::now();
+        let answered = tokio::time::timeout(s.ident.deadline, client.ping(PingRequest {})).await;
+        if !current(&s) {
+            break;
+        }
+        match answered {
+            Ok(Ok(_)) => {
+                let sample = (sent.elapsed().as_micros() as u64).max(1);
+                let old = s.rtt_us.load(Ordering::Relaxed);
+                let new = if old == 0 { sample } else { (old * 3 + sample) / 4 };
+                s.rtt_us.store(new.max(1), Ordering::Relaxed);
+            }
+            _ => s.rtt_us.store(0, Ordering::Relaxed),
+        }
+        tokio::time::sleep(PING_EVERY).await;
     }
 }
 

@@ -26,6 +26,11 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     fn is_up(&self) -> bool;
     /// Why the node is not up, for errors and `SHOAL NODES`.
     fn last_error(&self) -> String;
+    /// The link's measured round trip (None: not measured, or the link is down). Used by
+    /// `--read-from nearest`.
+    fn rtt(&self) -> Option<Duration> {
+        None
+    }
     /// Queues `op`, routed by topology `version`. Never blocks.
     fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<Reply>;
     /// Queues `ops` as one group: they reach the node together and are answered together, in

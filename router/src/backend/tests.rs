@@ -40,6 +40,8 @@ struct FakeNode {
     hook: Mutex<Option<Hook>>,
     /// Ops received: `(kind, batch version)`.
     log: Mutex<Vec<(String, u64)>>,
+    /// The round trip the link reports (`--read-from nearest`).
+    rtt: Mutex<Option<Duration>>,
 }
 
 impl std::fmt::Debug for FakeNode {
@@ -67,6 +69,7 @@ impl FakeNode {
             script: Mutex::default(),
             hook: Mutex::default(),
             log: Mutex::default(),
+            rtt: Mutex::default(),
         });
         node.adopt(t);
         node
@@ -118,6 +121,9 @@ impl NodePort for FakeNode {
     }
     fn last_error(&self) -> String {
         String::new()
+    }
+    fn rtt(&self) -> Option<Duration> {
+        *self.rtt.lock()
     }
     fn call(&self, op: Op, version: u64, _deadline: Instant) -> NodeCall<Reply> {
         NodeCall::done(self.apply(op, version), self.ident.clone())
@@ -529,4 +535,26 @@ async fn atomic_calls_run_only_where_every_key_shares_a_settled_node() {
         f.nodes.iter().all(|n| pair.iter().all(|k| n.store.get(k).is_none())),
         "nothing was half applied"
     );
+}
+
+#[test]
+fn nearest_reads_from_the_replica_with_the_shortest_round_trip_if_the_primary_is_farther() {
+    let t = Topology::even(&["fake:0".into()]);
+    let (primary, a, b) = (FakeNode::new(0, &t), FakeNode::new(1, &t), FakeNode::new(2, &t));
+    let primary: Arc<dyn NodePort> = primary.clone();
+    let replicas: Vec<Arc<dyn NodePort>> = vec![a.clone(), b.clone()];
+    let ms = Duration::from_millis;
+    let pick = |p: &Arc<dyn NodePort>| super::calls::nearest(p, &replicas).map(|r| r.ident().id);
+    // Nothing measured yet: the primary.
+    assert_eq!(pick(&primary), None);
+    // A measured replica beats an unmeasured primary; the shorter of two wins.
+    *a.rtt.lock() = Some(ms(3));
+    assert_eq!(pick(&primary), Some(1));
+    *b.rtt.lock() = Some(ms(1));
+    assert_eq!(pick(&primary), Some(2));
+    // A primary nearer than every replica (or as near) serves the read itself.
+    let near = FakeNode::new(0, &t);
+    *near.rtt.lock() = Some(ms(1));
+    let near: Arc<dyn NodePort> = near;
+    assert_eq!(pick(&near), None);
 }

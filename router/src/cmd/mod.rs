@@ -61,7 +61,7 @@ use tokio::time::Instant;
 use crate::backend::{AllCall, AtCall, AtomicCall, BackendError, KeyCall, MultiCall, Routing};
 use crate::resp::Reply;
 use crate::session::Session;
-use crate::state::RouterState;
+use crate::state::{ReadFrom, RouterState};
 
 pub use registry::{COMMANDS, lookup};
 pub use spec::CommandSpec;
@@ -76,16 +76,22 @@ pub struct Ctx<'a> {
     pub routing: &'a Arc<Routing>,
     /// When calls made by this command give up.
     pub deadline: Instant,
-    /// This command may read from a replica (set by [`run`]: a read-only command, and READONLY
-    /// or `--read-from replica-preferred`).
-    pub read_replica: bool,
+    /// Where this command's one-key read goes (set by [`run`]: `Primary` unless it is a
+    /// read-only command and the client sent READONLY or the router has a `--read-from` policy).
+    pub read_from: ReadFrom,
 }
 
 impl Ctx<'_> {
     /// `op` on the node that owns `key`, queued now.
     pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
-        if self.read_replica {
-            return self.state.backend.key_on_replica(self.routing, key.clone(), op, self.deadline);
+        if self.read_from != ReadFrom::Primary {
+            return self.state.backend.key_on_replica(
+                self.routing,
+                key.clone(),
+                op,
+                self.read_from,
+                self.deadline,
+            );
         }
         self.state.backend.key(self.routing, key.clone(), op, self.deadline)
     }
@@ -236,8 +242,12 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
         return transaction::queue(spec, args, ctx);
     }
     ctx.state.metrics.commands.inc();
-    ctx.read_replica = spec.flags.contains(&"readonly")
-        && (ctx.session.readonly || ctx.state.settings.read_from == crate::state::ReadFrom::ReplicaPreferred);
+    ctx.read_from = match ctx.state.settings.read_from {
+        _ if !spec.flags.contains(&"readonly") => ReadFrom::Primary,
+        // READONLY: replicas, as in Redis Cluster (nearest ones if the router says so).
+        ReadFrom::Primary if ctx.session.readonly => ReadFrom::ReplicaPreferred,
+        policy => policy,
+    };
     (spec.run)(args, ctx)
 }
 

@@ -212,7 +212,7 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
             routing: &captured,
             deadline: ctx.deadline,
             // Transactions run on primaries.
-            read_replica: false,
+            read_from: crate::state::ReadFrom::Primary,
         };
         for (spec, args) in &multi.queued {
             let mut reply: BoxReply = Box::pin(run(spec, args, &mut sub).resolve());
