@@ -33,6 +33,11 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 const CHANGES_PER_CHUNK: usize = 1024;
 /// Chunks are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
+/// Under load a feed sends at most one chunk per this long: changes made meanwhile go together
+/// in the next one, so what each chunk costs the primary (a wake-up, a frame each way, the
+/// replica's ack to read) is shared by many writes. A feed that has sent nothing for this long
+/// sends at once, so an idle primary's WAIT is not slowed.
+const CHUNK_GAP: Duration = Duration::from_millis(1);
 
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
 
@@ -85,8 +90,15 @@ async fn send_changes(
     } else {
         full_sync(store, &repl.run_id, tx).await?
     };
+    let mut last_sent: Option<tokio::time::Instant> = None;
     loop {
         let appended = log.appended.notified();
+        if let Some(due) = last_sent.map(|at| at + CHUNK_GAP)
+            && log.end() > cursor
+            && tokio::time::Instant::now() < due
+        {
+            tokio::time::sleep_until(due).await;
+        }
         match log.read(cursor, CHANGES_PER_CHUNK) {
             Err(Behind) => {
                 tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
@@ -113,6 +125,7 @@ async fn send_changes(
                     .collect();
                 let reached = resync.map_or(next, |at| cursor + at as u64);
                 send_states(store, &repl.run_id, keys, cursor, reached, tx).await?;
+                last_sent = Some(tokio::time::Instant::now());
                 cursor = match resync {
                     Some(_) => full_sync(store, &repl.run_id, tx).await?,
                     None => reached,
