@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{MigrationProgress, StatsRequest, TopologyDoc};
 use shoal_wire::{Migration, NodeInfo, Topology};
@@ -75,13 +76,21 @@ pub trait Nodes: Send + Sync {
     ) -> impl Future<Output = Result<(u64, Vec<MigrationProgress>), String>> + Send;
 }
 
-/// Nodes over gRPC (`UpdateTopology`, `Stats`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcNodes;
+/// Nodes over gRPC (`UpdateTopology`, `Stats`), every call carrying `secret`.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcNodes {
+    pub secret: Option<ClusterSecret>,
+}
+
+impl GrpcNodes {
+    fn options(&self) -> ClientOptions {
+        ClientOptions::admin().with_secret(self.secret.clone())
+    }
+}
 
 impl Nodes for GrpcNodes {
     async fn offer(&self, node: &NodeInfo, t: &Topology) -> Result<u64, String> {
-        let mut c = client::connect(&node.addr, &ClientOptions::admin()).await.map_err(|e| e.to_string())?;
+        let mut c = client::connect(&node.addr, &self.options()).await.map_err(|e| e.to_string())?;
         let ack = c
             .update_topology(TopologyDoc { json: t.to_json() })
             .await
@@ -90,7 +99,7 @@ impl Nodes for GrpcNodes {
     }
 
     async fn progress(&self, node: &NodeInfo) -> Result<(u64, Vec<MigrationProgress>), String> {
-        let mut c = client::connect(&node.addr, &ClientOptions::admin()).await.map_err(|e| e.to_string())?;
+        let mut c = client::connect(&node.addr, &self.options()).await.map_err(|e| e.to_string())?;
         let s = c.stats(StatsRequest::default()).await.map_err(|s| s.message().to_string())?.into_inner();
         Ok((s.topology_version, s.migrations))
     }
@@ -113,8 +122,9 @@ impl<S, N> std::fmt::Debug for Coordinator<S, N> {
 }
 
 impl<S: Registry> Coordinator<S> {
-    pub fn new(store: S) -> Coordinator<S> {
-        Coordinator::with_nodes(store, GrpcNodes)
+    /// A coordinator that reaches nodes over gRPC, its calls carrying `secret`.
+    pub fn new(store: S, secret: Option<ClusterSecret>) -> Coordinator<S> {
+        Coordinator::with_nodes(store, GrpcNodes { secret })
     }
 }
 

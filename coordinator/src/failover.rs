@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest, TopologyDoc};
 
@@ -159,7 +160,7 @@ pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Durati
 }
 
 /// Settings of the watcher.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct FailoverOptions {
     /// How long a primary may be unreachable before a replica replaces it.
     pub down_after: Duration,
@@ -167,6 +168,8 @@ pub struct FailoverOptions {
     pub interval: Duration,
     /// How long one stats call may take.
     pub probe_timeout: Duration,
+    /// The cluster secret the writer's calls carry.
+    pub secret: Option<ClusterSecret>,
 }
 
 impl Default for FailoverOptions {
@@ -175,6 +178,7 @@ impl Default for FailoverOptions {
             down_after: Duration::from_millis(1000),
             interval: Duration::from_millis(100),
             probe_timeout: Duration::from_millis(300),
+            secret: None,
         }
     }
 }
@@ -193,6 +197,7 @@ pub async fn watch<R: Registry>(
         connect_timeout: options.probe_timeout,
         request_timeout: Some(options.probe_timeout),
         keep_alive: false,
+        secret: options.secret.clone(),
     };
     let mut clients = HashMap::new();
     loop {

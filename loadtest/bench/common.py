@@ -23,6 +23,9 @@ WORK = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
 CALL_LIMIT_S = 600
 DOCS = Path(os.environ.get("SHOAL_BENCH_DOCS") or REPO / "docs/benchmarks.md")
 _procs = []
+# Nodes require a cluster secret; every Shoal process these scripts start (all inherit this
+# environment) shares this one, unless the caller set its own.
+os.environ.setdefault("SHOAL_CLUSTER_SECRET", "shoal-bench-cluster-secret")
 
 
 def resp_encode(*args):

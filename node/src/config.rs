@@ -27,6 +27,8 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub auth: shoal_wire::auth::SecretArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -197,6 +199,12 @@ pub struct ServeArgs {
     /// routers learn of the switch before it stops.
     #[arg(long, env = "SHOAL_NODE_HANDOVER_LINGER_MS", default_value_t = 1000)]
     pub handover_linger_ms: u64,
+
+    /// Serve without a cluster secret: any process that reaches this port can read, write and
+    /// flush keys and push topologies. Only for a network nobody else can reach; by default the
+    /// node refuses to start without --cluster-secret(-file) / SHOAL_CLUSTER_SECRET.
+    #[arg(long, env = "SHOAL_NODE_NO_AUTH")]
+    pub no_auth: bool,
 
     /// Active expiry period in milliseconds.
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]

@@ -10,6 +10,7 @@ use shoal_node::snapshot::bake::{self, InputFormat};
 use shoal_node::store::{Store, SystemClock};
 use shoal_node::{metrics, server};
 use shoal_telemetry::{http, logging, runtime, shutdown};
+use shoal_wire::auth::ClusterSecret;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -17,7 +18,8 @@ fn main() -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Bake(args)) => run_bake(args),
         Some(Command::Get(args)) => {
-            let result = runtime::build(Some(1))?.block_on(run_get(args));
+            let secret = cli.auth.secret()?;
+            let result = runtime::build(Some(1))?.block_on(run_get(args, secret));
             if let Err(e) = &result
                 && let Some(not_served) = e.downcast_ref::<NotServed>()
             {
@@ -76,7 +78,7 @@ enum Found {
 
 /// The topology the node at `client` serves by (`None`: it follows none and serves every key).
 async fn node_topology(
-    client: &mut shoal_wire::proto::node_client::NodeClient<tonic::transport::Channel>,
+    client: &mut shoal_wire::client::Client,
 ) -> anyhow::Result<Option<shoal_wire::Topology>> {
     match client.get_topology(shoal_wire::proto::GetTopologyRequest {}).await {
         Ok(doc) => Ok(Some(shoal_wire::Topology::from_json(&doc.into_inner().json)?)),
@@ -86,9 +88,10 @@ async fn node_topology(
 }
 
 /// One GET, routed by the topology the node serves by, as a router at its version would send it.
-async fn get_once(args: &GetArgs) -> anyhow::Result<Found> {
+async fn get_once(args: &GetArgs, secret: &Option<ClusterSecret>) -> anyhow::Result<Found> {
     use shoal_wire::proto::{Batch, Get, Op, op::Kind, reply};
-    let mut client = shoal_wire::client::connect(&args.node, &Default::default()).await?;
+    let options = shoal_wire::client::ClientOptions::default().with_secret(secret.clone());
+    let mut client = shoal_wire::client::connect(&args.node, &options).await?;
     let key = bytes::Bytes::from(args.key.clone());
     let slot = shoal_wire::key_slot(&key);
     let mut topology = node_topology(&mut client).await?;
@@ -136,10 +139,10 @@ async fn get_once(args: &GetArgs) -> anyhow::Result<Found> {
 }
 
 /// `shoal-node get`: one GET over the node's Execute stream, retried while `--wait` allows.
-async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
+async fn run_get(args: &GetArgs, secret: Option<ClusterSecret>) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.wait.max(0.0));
     loop {
-        let outcome = get_once(args).await;
+        let outcome = get_once(args, &secret).await;
         let done = match (&outcome, &args.expect) {
             (Ok(Found::Value(v)), Some(want)) => v.as_ref() == want.as_bytes(),
             (Ok(Found::Value(_)), None) => true,
@@ -161,7 +164,20 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
+    let secret = cli.auth.secret()?;
     let args = cli.serve;
+    match (&secret, args.no_auth) {
+        (Some(_), true) => anyhow::bail!("--no-auth and a cluster secret: choose one"),
+        (None, false) => anyhow::bail!(
+            "shoal-node needs the cluster secret every member of the cluster shares: set \
+             SHOAL_CLUSTER_SECRET or --cluster-secret-file (or --no-auth, only on a network \
+             nobody else reaches)"
+        ),
+        (None, true) => tracing::warn!(
+            "serving without a cluster secret (--no-auth): anyone who reaches the port has the data"
+        ),
+        (Some(_), false) => {}
+    }
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
     let options = server::ServeOptions {
         expire_interval: args.expire_interval(),
@@ -175,6 +191,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         busy_reply_threshold: args.busy_reply_threshold,
         stall_fence: Duration::from_millis(args.stall_fence_ms),
         handover_linger: Duration::from_millis(args.handover_linger_ms),
+        cluster_secret: secret,
         ..Default::default()
     };
     let state = server::open_state(

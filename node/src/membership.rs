@@ -22,6 +22,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::proto::MigrationProgress;
 use shoal_wire::{Member, Migration, SLOT_COUNT, SlotRole, Topology};
 use tokio::sync::Notify;
@@ -232,6 +233,8 @@ pub struct Membership {
     started: std::time::Instant,
     last_tick: AtomicU64,
     stall_fence_ms: AtomicU64,
+    /// The cluster secret this node's own calls to other nodes carry (replication, slot pulls).
+    pub secret: Option<ClusterSecret>,
 }
 
 /// `fence_through` before any topology: the process has just started.
@@ -242,12 +245,14 @@ const TOPOLOGY_COPY: &str = "topology.json";
 
 impl Membership {
     /// `id` names this node in topologies (else it is found by its `listen` address). The copy of
-    /// the topology in `data_dir`, if any, is adopted at once.
+    /// the topology in `data_dir`, if any, is adopted at once. `secret` goes on every call this
+    /// node makes to others.
     pub fn new(
         id: Option<u32>,
         listen: Option<String>,
         store: Arc<Store>,
         data_dir: Option<PathBuf>,
+        secret: Option<ClusterSecret>,
     ) -> Arc<Membership> {
         let membership = Arc::new(Membership {
             id,
@@ -274,6 +279,7 @@ impl Membership {
             started: std::time::Instant::now(),
             last_tick: AtomicU64::new(0),
             stall_fence_ms: AtomicU64::new(0),
+            secret,
         });
         if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match shoal_wire::topology_file::read(&copy) {
@@ -505,6 +511,7 @@ impl Membership {
                 me,
                 p,
                 generation,
+                self.secret.clone(),
             ));
         }
     }
@@ -784,7 +791,7 @@ mod tests {
     async fn a_slot_coming_back_shows_nothing_from_its_earlier_stay() {
         use crate::store::{StoreConfig, SystemClock};
         let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
-        let node = Membership::new(Some(0), None, store.clone(), None);
+        let node = Membership::new(Some(0), None, store.clone(), None, None);
         let mut t = moving();
         let (moving_out, mut back) = (t.clone(), t.clone());
         t.slots = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]).slots;
@@ -812,7 +819,7 @@ mod tests {
     async fn a_primary_with_replicas_fences_itself_after_a_stall_until_a_newer_version() {
         use crate::store::{StoreConfig, SystemClock};
         let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
-        let node = Membership::new(None, Some("127.0.0.1:1".into()), store, None);
+        let node = Membership::new(None, Some("127.0.0.1:1".into()), store, None, None);
         let mut t = Topology::even(&["127.0.0.1:1".into()]);
         t.nodes[0].replicas = vec!["127.0.0.1:2".into()];
         t.version = 1;

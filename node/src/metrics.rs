@@ -11,6 +11,8 @@ pub struct NodeMetrics {
     pub batch_size: Histogram,
     /// Open `Execute` streams (one per connected router).
     pub streams: Gauge,
+    /// Calls refused for want of the cluster secret (`shoal_wire::auth::Check` counts them).
+    pub unauthenticated: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for NodeMetrics {
@@ -20,6 +22,7 @@ impl Default for NodeMetrics {
             batches: Counter::default(),
             batch_size: Histogram::new(SIZE_BUCKETS),
             streams: Gauge::default(),
+            unauthenticated: Default::default(),
         }
     }
 }
@@ -48,6 +51,11 @@ pub fn render(state: &NodeState) -> String {
         .counter("shoal_node_keyspace_misses_total", "Reads that did not find their key.", s.keyspace_misses)
         .counter("shoal_node_ops_total", "Operations applied.", s.ops)
         .counter("shoal_node_batches_total", "Batches applied.", s.batches)
+        .counter(
+            "shoal_node_unauthenticated_calls_total",
+            "gRPC calls refused for want of the cluster secret.",
+            state.metrics.unauthenticated.load(std::sync::atomic::Ordering::Relaxed),
+        )
         .histogram("shoal_node_batch_ops", "Operations per batch received.", &state.metrics.batch_size)
         .gauge(
             "shoal_node_streams",

@@ -64,7 +64,8 @@ async fn pull_once(
     from: &str,
     resume: &mut u16,
 ) -> Result<(), String> {
-    let mut client = client::connect(from, &ClientOptions::default()).await.map_err(|e| e.to_string())?;
+    let options = ClientOptions::default().with_secret(membership.secret.clone());
+    let mut client = client::connect(from, &options).await.map_err(|e| e.to_string())?;
     // A batch checked against the view from before the move (a FLUSHALL, say) must not run over
     // entries this pull stores.
     if !membership.wait_for_retired_views(Duration::from_secs(5)).await {

@@ -10,11 +10,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shoal_wire::auth::{Check, ClusterSecret};
 use shoal_wire::client::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use shoal_wire::proto::node_server::NodeServer;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -71,6 +73,9 @@ pub struct ServeOptions {
     /// After handing its shard over on SIGTERM, how long a primary keeps answering (`moved`)
     /// before it stops.
     pub handover_linger: Duration,
+    /// Calls without this secret are refused (`shoal_wire::auth`); None: none is asked for
+    /// (in-process tests; the `shoal-node` binary asks for one unless told `--no-auth`).
+    pub cluster_secret: Option<ClusterSecret>,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +93,7 @@ impl Default for ServeOptions {
             busy_reply_threshold: crate::script::DEFAULT_BUSY_MS,
             stall_fence: DEFAULT_STALL_FENCE,
             handover_linger: DEFAULT_HANDOVER_LINGER,
+            cluster_secret: None,
         }
     }
 }
@@ -106,6 +112,9 @@ pub async fn run(
     let service = NodeServer::new(NodeService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Every RPC is checked (the gRPC health service is not: it tells nothing and probes use it).
+    let check = Check::new(options.cluster_secret.clone(), state.metrics.unauthenticated.clone());
+    let service = InterceptedService::new(service, check);
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
     {
         let mut stop = stop_rx.clone();
@@ -230,8 +239,13 @@ pub fn open_state(
     options: &ServeOptions,
 ) -> Result<Arc<NodeState>, NodeError> {
     let persistence = Persistence::open(store.clone(), options.data_dir.clone(), options.snapshot_keep)?;
-    let membership =
-        Membership::new(options.node_id, Some(advertised), store.clone(), options.data_dir.clone());
+    let membership = Membership::new(
+        options.node_id,
+        Some(advertised),
+        store.clone(),
+        options.data_dir.clone(),
+        options.cluster_secret.clone(),
+    );
     membership.set_migrate_rate(options.migrate_rate);
     if let Some(path) = &options.topology_file {
         match shoal_wire::topology_file::read(path) {

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -29,6 +29,7 @@ use shoal_coordinator::failover::FailoverOptions;
 use shoal_coordinator::{Coordinator, Progress, Registry};
 use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{HandoverRequest, NodeStats};
 use tokio::task::JoinHandle;
@@ -73,6 +74,8 @@ pub struct Settings {
     pub busy_requeue: Duration,
     /// The failover writers' settings (clusters with replicas).
     pub failover: FailoverOptions,
+    /// The key each cluster's node secret is derived from (`--secret-key-file`).
+    pub secret_key: Arc<[u8]>,
 }
 
 /// A data move running in the background.
@@ -229,6 +232,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }
     let want_replicas = cc.spec.replicas_per_shard as u32;
 
+    // The secret every node of the cluster requires (made once, kept across upgrades).
+    let secret = cluster_secret(&ctx, &ns, &cc).await?;
     // Objects whose content does not depend on the scaling state.
     apply(client, &ns, &resources::service_account(&cc, Component::Node)).await?;
     apply(client, &ns, &resources::service_account(&cc, Component::Router)).await?;
@@ -303,7 +308,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     tracing::debug!(cluster = %name, ?step, "next step");
     // With replicas: what every member of the topology says about itself.
     let stats = match (&topology, replica_mode) {
-        (Some(t), true) => Some(health::probe(t).await),
+        (Some(t), true) => Some(health::probe(t, &secret).await),
         _ => None,
     };
     let shards: Option<Vec<ShardHealth>> =
@@ -342,7 +347,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             let note = format!("first topology: {} shards, version {}", t.nodes.len(), t.version);
             event(&ctx, &cc, EventType::Normal, "TopologyPublished", note).await;
             // Offer it to every node now rather than waiting for their file to change.
-            start_move(&ctx, &cc, store.clone(), None, "publishing the first topology".into(), false);
+            let what = "publishing the first topology".to_string();
+            start_move(&ctx, &cc, store.clone(), &secret, None, what, false);
         }
         Step::Reshard(target) => {
             let from = topology.as_ref().map_or(0, |t| t.nodes.len());
@@ -352,12 +358,12 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
                 format!("resharding {from} -> {} shards", target.len())
             };
             event(&ctx, &cc, EventType::Normal, "ReshardingStarted", what.clone()).await;
-            start_move(&ctx, &cc, store.clone(), Some(target.clone()), what, true);
+            start_move(&ctx, &cc, store.clone(), &secret, Some(target.clone()), what, true);
         }
         Step::Resume => {
             let what = "finishing the move in the published topology".to_string();
             event(&ctx, &cc, EventType::Normal, "ReshardingResumed", what.clone()).await;
-            start_move(&ctx, &cc, store.clone(), None, what, true);
+            start_move(&ctx, &cc, store.clone(), &secret, None, what, true);
         }
         Step::ScaleNodes(_) | Step::Wait(_) | Step::Settled => {}
     }
@@ -384,7 +390,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             Some(Change::HandOver { shard, from, to }) => {
                 let note = format!("shard {shard}: primary {from} hands over to {to} (its member goes)");
                 event(&ctx, &cc, EventType::Normal, "HandingOver", note).await;
-                if let Err(e) = hand_over(&from, &to).await {
+                if let Err(e) = hand_over(&from, &to, &secret).await {
                     event(&ctx, &cc, EventType::Warning, "HandOverFailed", format!("shard {shard}: {e}"))
                         .await;
                 }
@@ -402,7 +408,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         apply(client, &ns, &resources::router_deployment(&cc)).await?;
     }
     if published.is_some() && members::replica_mode(want_replicas, published.as_ref()) {
-        failover::ensure(&ctx, &cc, store.clone());
+        failover::ensure(&ctx, &cc, store.clone(), &secret);
     } else {
         failover::stop(&ctx, &key);
     }
@@ -545,10 +551,33 @@ async fn node_pdbs(
     Ok(())
 }
 
+/// The cluster's secret, and its Secret made sure of. The value is derived from the operator's
+/// key (`resources::derive_cluster_secret`), so the operator never reads a Secret (its RBAC has
+/// `create` on Secrets and nothing else); the Secret is created with it for the pods, and a
+/// 409 means it is there already. Never rewritten: nodes and routers read it at start.
+async fn cluster_secret(ctx: &Context, ns: &str, cc: &CacheCluster) -> Result<ClusterSecret, Error> {
+    let secret = resources::derive_cluster_secret(&ctx.settings.secret_key, cc);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api.create(&PostParams::default(), &resources::cluster_secret(cc, secret.expose())).await {
+        Ok(_) => {
+            let note =
+                format!("Secret {}: the secret every node requires", resources::cluster_secret_name(cc));
+            event(ctx, cc, EventType::Normal, "SecretCreated", note).await;
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(secret)
+}
+
 /// Asks the primary at `from` to hand its shard over to `to` (it pauses, waits for `to` to
 /// catch up, and the failover writer promotes `to`).
-async fn hand_over(from: &str, to: &str) -> Result<(), String> {
-    let options = ClientOptions { request_timeout: Some(HANDOVER_TIMEOUT * 2), ..ClientOptions::admin() };
+async fn hand_over(from: &str, to: &str, secret: &ClusterSecret) -> Result<(), String> {
+    let options = ClientOptions {
+        request_timeout: Some(HANDOVER_TIMEOUT * 2),
+        secret: Some(secret.clone()),
+        ..ClientOptions::admin()
+    };
     let req = HandoverRequest { replica: to.to_string(), timeout_ms: HANDOVER_TIMEOUT.as_millis() as u64 };
     // Bounded as a whole (see `health::probe`): a reconcile must never wait on one node forever.
     let call = async {
@@ -592,6 +621,7 @@ fn start_move(
     ctx: &Arc<Context>,
     cc: &CacheCluster,
     store: ConfigMapRegistry,
+    secret: &ClusterSecret,
     target: Option<Vec<shoal_wire::NodeInfo>>,
     what: String,
     resharding: bool,
@@ -599,8 +629,9 @@ fn start_move(
     let progress: Arc<Mutex<Option<Progress>>> = Arc::default();
     let sink = progress.clone();
     let cluster = cc.name_any();
-    let coordinator =
-        Coordinator::new(store).with_timeout(ctx.settings.step_timeout).with_progress(move |p| {
+    let coordinator = Coordinator::new(store, Some(secret.clone()))
+        .with_timeout(ctx.settings.step_timeout)
+        .with_progress(move |p| {
             tracing::info!(
                 %cluster,
                 version = p.version,
@@ -714,23 +745,57 @@ mod tests {
             busy_requeue: Duration::from_secs(2),
             // The writer's first look comes long after the test: its calls are not scripted.
             failover: FailoverOptions { interval: Duration::from_secs(3600), ..FailoverOptions::default() },
+            secret_key: Arc::from(&b"test operator key"[..]),
         };
         Arc::new(Context::new(client, settings, Reporter { controller: "test".into(), instance: None }))
     }
 
-    /// The objects applied before observing, in order (server-side apply PATCHes).
+    /// The cluster secret's Secret created (409: it exists, as it does after the first
+    /// reconcile), then the objects applied before observing, in order (server-side apply
+    /// PATCHes).
     fn applies() -> Vec<Call> {
-        [
-            format!("{NS}/serviceaccounts/demo-node"),
-            format!("{NS}/serviceaccounts/demo-router"),
-            format!("{NS}/services/demo-node"),
-            format!("{NS}/services/demo"),
-            format!("{POLICY}/poddisruptionbudgets/demo-router"),
-            "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-node".into(),
-        ]
-        .into_iter()
-        .map(|p| echo(Method::PATCH, p))
-        .collect()
+        let made = call(Method::POST, format!("{NS}/secrets"), 409, status(409, "AlreadyExists"));
+        std::iter::once(made)
+            .chain(
+                [
+                    format!("{NS}/serviceaccounts/demo-node"),
+                    format!("{NS}/serviceaccounts/demo-router"),
+                    format!("{NS}/services/demo-node"),
+                    format!("{NS}/services/demo"),
+                    format!("{POLICY}/poddisruptionbudgets/demo-router"),
+                    "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-node".into(),
+                ]
+                .into_iter()
+                .map(|p| echo(Method::PATCH, p)),
+            )
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_cluster_secret_is_derived_and_its_secret_created_never_read() {
+        let cc = cluster(json!({"shards": 3}));
+        let (client, fake) = Fake::start(vec![
+            echo(Method::POST, format!("{NS}/secrets")).checking(|s| {
+                assert_eq!(s["metadata"]["name"], "demo-cluster-secret");
+                assert_eq!(s["metadata"]["ownerReferences"][0]["kind"], "CacheCluster");
+                let value = s["stringData"]["secret"].as_str().unwrap();
+                let derived =
+                    resources::derive_cluster_secret(b"test operator key", &cluster(json!({"shards": 3})));
+                assert_eq!(value, derived.expose());
+            }),
+            echo(Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .checking(|ev| assert_eq!(ev["reason"], "SecretCreated")),
+            // There already: the same value, and nothing read.
+            call(Method::POST, format!("{NS}/secrets"), 409, status(409, "AlreadyExists")),
+            call(Method::POST, format!("{NS}/secrets"), 403, status(403, "Forbidden")),
+        ]);
+        let ctx = context(client, AddressMode::Dns);
+        let first = cluster_secret(&ctx, "shop", &cc).await.unwrap();
+        assert_eq!(first.expose().len(), 64);
+        assert_eq!(cluster_secret(&ctx, "shop", &cc).await.unwrap(), first);
+        let denied = cluster_secret(&ctx, "shop", &cc).await.unwrap_err();
+        assert!(denied.to_string().contains("Forbidden"), "{denied}");
+        fake.done();
     }
 
     fn list(kind: &str, items: Vec<Value>) -> Value {
@@ -866,8 +931,9 @@ mod tests {
         ctx.stop_background();
         let cc = cluster(json!({"shards": 2, "replicasPerShard": 1}));
         let store = ConfigMapRegistry::new(Api::namespaced(ctx.client.clone(), "shop"), &cc);
-        start_move(&ctx, &cc, store.clone(), None, "x".into(), true);
-        failover::ensure(&ctx, &cc, store);
+        let secret = ClusterSecret::generate();
+        start_move(&ctx, &cc, store.clone(), &secret, None, "x".into(), true);
+        failover::ensure(&ctx, &cc, store, &secret);
         assert!(
             ctx.moves.lock().is_empty() && ctx.writers_running() == 0,
             "no longer leading: nothing starts"
@@ -914,7 +980,8 @@ mod tests {
                 let c = &sts["spec"]["template"]["spec"]["containers"][0];
                 let args = c["args"].to_string();
                 assert!(args.contains(r#""--advertise","$(POD_IP):7001""#), "{args}");
-                assert_eq!(c["env"], json!([{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]));
+                assert_eq!(c["env"][0], json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
+                assert_eq!(c["env"][1]["valueFrom"]["secretKeyRef"]["name"], "demo-cluster-secret");
             }),
             echo(Method::PATCH, format!("{APPS}/statefulsets/demo-node-r1")).checking(|sts| {
                 assert_eq!(sts["spec"]["replicas"], 2);

@@ -26,9 +26,10 @@ use std::time::Duration;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
-use shoal_coordinator::failover::{self, Decision};
+use shoal_coordinator::failover::{self, Decision, FailoverOptions};
 use shoal_coordinator::{Registry, RegistryError};
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use tokio::time::Instant;
 
 use crate::controller::Context;
@@ -131,7 +132,7 @@ pub fn classify(before: Option<&Topology>, d: &Decision) -> Kind {
 }
 
 /// Starts the failover writer of `cc` unless one is running.
-pub fn ensure(ctx: &Arc<Context>, cc: &CacheCluster, store: ConfigMapRegistry) {
+pub fn ensure(ctx: &Arc<Context>, cc: &CacheCluster, store: ConfigMapRegistry, secret: &ClusterSecret) {
     let key = (cc.namespace().unwrap_or_default(), cc.name_any());
     let mut writers = ctx.writers.lock();
     if !ctx.may_start() || writers.get(&key).is_some_and(|w| !w.is_finished()) {
@@ -147,7 +148,7 @@ pub fn ensure(ctx: &Arc<Context>, cc: &CacheCluster, store: ConfigMapRegistry) {
     });
     let object = cc.object_ref(&());
     let cluster = cc.name_any();
-    let options = ctx.settings.failover;
+    let options = FailoverOptions { secret: Some(secret.clone()), ..ctx.settings.failover.clone() };
     tracing::info!(%cluster, down_after_ms = options.down_after.as_millis() as u64, "starting the failover writer");
     let task = tokio::spawn(async move {
         let gone = writer.gone();

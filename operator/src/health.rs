@@ -8,20 +8,22 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest};
 
 /// How long one member may take to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
 
-/// Stats of every member of `t` that answered, by address.
-pub async fn probe(t: &Topology) -> BTreeMap<String, NodeStats> {
+/// Stats of every member of `t` that answered, by address (calls carry `secret`).
+pub async fn probe(t: &Topology, secret: &ClusterSecret) -> BTreeMap<String, NodeStats> {
     let members: Vec<String> =
         t.nodes.iter().flat_map(|n| std::iter::once(n.addr.clone()).chain(n.replicas.clone())).collect();
     let options = ClientOptions {
         connect_timeout: PROBE_TIMEOUT,
         request_timeout: Some(PROBE_TIMEOUT),
         keep_alive: false,
+        secret: Some(secret.clone()),
     };
     let asks = members.iter().map(|addr| {
         let options = options.clone();

@@ -1,6 +1,7 @@
 //! `shoal-operator`: reconciles CacheCluster resources. See the crate docs for the design.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,11 @@ struct Cli {
     #[arg(long, env = "SHOAL_OPERATOR_FAILOVER_DOWN_AFTER_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(100..))]
     failover_down_after_ms: u64,
+    /// A file holding the operator's key (at least 32 bytes; the chart makes one, kept across
+    /// upgrades): each cluster's node secret is derived from it. Changing it changes what the
+    /// operator sends to existing clusters' nodes, whose Secrets keep the old values.
+    #[arg(long, env = "SHOAL_OPERATOR_SECRET_KEY_FILE")]
+    secret_key_file: PathBuf,
     /// Log format: text or json (level from RUST_LOG, default info).
     #[arg(long, env = "SHOAL_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -76,6 +82,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let client = Client::try_default().await.context("no Kubernetes API (set KUBECONFIG or run in a pod)")?;
     let identity =
         cli.identity.clone().unwrap_or_else(|| format!("shoal-operator-{:08x}", fastrand::u32(..)));
+    let key = std::fs::read(&cli.secret_key_file)
+        .with_context(|| format!("cannot read the operator key {}", cli.secret_key_file.display()))?;
+    let key: Vec<u8> = key.trim_ascii().to_vec();
+    anyhow::ensure!(
+        key.len() >= 32,
+        "the operator key in {} has {} bytes; it needs at least 32",
+        cli.secret_key_file.display(),
+        key.len()
+    );
     let settings = Settings {
         node_addresses: cli.node_addresses,
         step_timeout: Duration::from_secs(cli.step_timeout_secs),
@@ -84,6 +99,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             down_after: Duration::from_millis(cli.failover_down_after_ms),
             ..FailoverOptions::default()
         },
+        secret_key: Arc::from(key),
     };
     let reporter = Reporter { controller: "shoal-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(Context::new(client.clone(), settings, reporter));

@@ -48,9 +48,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, GRPCAction, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServiceAccount,
-    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
@@ -60,6 +60,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
+
+use shoal_wire::auth::ClusterSecret;
 
 use crate::crd::{CacheCluster, SpreadMode, StorageKind};
 
@@ -361,9 +363,62 @@ pub fn node_args(cc: &CacheCluster, placement: Placement) -> Vec<String> {
     args
 }
 
+/// The cluster secret (`shoal_wire::auth`) of `cc`: HMAC-SHA256 of the cluster's namespace, name
+/// and uid under the operator's key, in hex. Derived rather than generated and stored, so the
+/// operator knows every cluster's secret without reading Secrets, and a new operator replica
+/// (or a restarted one) agrees with the old. The same name recreated (a new uid) gets another.
+pub fn derive_cluster_secret(key: &[u8], cc: &CacheCluster) -> ClusterSecret {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+    let what = format!(
+        "shoal cluster secret v1\0{}\0{}\0{}",
+        cc.namespace().unwrap_or_default(),
+        cc.name_any(),
+        cc.uid().unwrap_or_default()
+    );
+    let tag = ring::hmac::sign(&key, what.as_bytes());
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    ClusterSecret::new(&hex).expect("64 hex digits make a valid secret")
+}
+
+/// The Secret holding the cluster secret that every node requires and every router sends (the
+/// operator derives it, [`derive_cluster_secret`]). Created once and never changed by the
+/// operator; deleted, it is made again, with the same value, at the next reconcile.
+pub fn cluster_secret_name(cc: &CacheCluster) -> String {
+    format!("{}-cluster-secret", cc.name_any())
+}
+
+/// The key of the secret's value in that Secret.
+pub const CLUSTER_SECRET_KEY: &str = "secret";
+
+/// The Secret object, holding `value`.
+pub fn cluster_secret(cc: &CacheCluster, value: &str) -> Secret {
+    Secret {
+        metadata: meta(cc, cluster_secret_name(cc), None),
+        string_data: Some(BTreeMap::from([(CLUSTER_SECRET_KEY.to_string(), value.to_string())])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// `SHOAL_CLUSTER_SECRET` from the cluster's Secret, for node and router containers.
+fn cluster_secret_env(cc: &CacheCluster) -> EnvVar {
+    EnvVar {
+        name: "SHOAL_CLUSTER_SECRET".into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: cluster_secret_name(cc),
+                key: CLUSTER_SECRET_KEY.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The node container's environment: its ordinal as the node id, or what its advertised address
-/// is made of.
-fn node_env(placement: Placement) -> Vec<EnvVar> {
+/// is made of; and the cluster secret.
+fn node_env(cc: &CacheCluster, placement: Placement) -> Vec<EnvVar> {
     let field = |name: &str, path: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -372,14 +427,16 @@ fn node_env(placement: Placement) -> Vec<EnvVar> {
         }),
         ..Default::default()
     };
-    match placement {
+    let mut env = match placement {
         // The pod's ordinal is its id in the topology.
         Placement::Ordinal => vec![field("SHOAL_NODE_ID", &format!("metadata.labels['{POD_INDEX_LABEL}']"))],
         // No node id: a pod that is not (yet) in the topology by its address must wait for a
         // version that names it, not take its ordinal's shard for its own (it may be a replica).
         Placement::Advertised(AddressMode::Dns) => vec![field("POD_NAME", "metadata.name")],
         Placement::Advertised(AddressMode::PodIp) => vec![field("POD_IP", "status.podIP")],
-    }
+    };
+    env.push(cluster_secret_env(cc));
+    env
 }
 
 /// Keeps a shard's pods (same pod-index in every member StatefulSet) in different domains: pod
@@ -443,7 +500,7 @@ pub fn node_statefulset(cc: &CacheCluster, member: u32, replicas: i32, placement
         image_pull_policy: s.image_pull_policy.clone(),
         command: Some(vec!["shoal-node".into()]),
         args: Some(node_args(cc, placement)),
-        env: Some(node_env(placement)),
+        env: Some(node_env(cc, placement)),
         ports: Some(vec![port("grpc", NODE_GRPC_PORT), port("metrics", NODE_METRICS_PORT)]),
         readiness_probe: Some(Probe {
             grpc: Some(GRPCAction { port: NODE_GRPC_PORT, service: None }),
@@ -568,7 +625,7 @@ fn service_port(name: &str, port: i32) -> ServicePort {
 
 pub fn router_deployment(cc: &CacheCluster) -> Deployment {
     let s = &cc.spec;
-    let mut env = Vec::new();
+    let mut env = vec![cluster_secret_env(cc)];
     match &s.password_secret_ref {
         Some(secret) => env.push(EnvVar {
             name: "SHOAL_REQUIREPASS".into(),
@@ -940,6 +997,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn cluster_secrets_are_derived_per_cluster_and_per_key() {
+        let cc = cluster(serde_json::json!({"shards": 1}));
+        let a = derive_cluster_secret(b"key one", &cc);
+        assert_eq!(a, derive_cluster_secret(b"key one", &cc), "the same for every operator replica");
+        assert_eq!(a.expose().len(), 64);
+        assert!(a.expose().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, derive_cluster_secret(b"key two", &cc), "another key");
+        let mut other = cc.clone();
+        other.metadata.uid = Some("2222-3333".into());
+        assert_ne!(a, derive_cluster_secret(b"key one", &other), "the same name recreated");
+        other = cc.clone();
+        other.metadata.name = Some("other".into());
+        assert_ne!(a, derive_cluster_secret(b"key one", &other), "another cluster");
+        let s = cluster_secret(&cc, a.expose());
+        assert_eq!(s.metadata.name.as_deref(), Some("demo-cluster-secret"));
+        assert_eq!(s.string_data.unwrap()[CLUSTER_SECRET_KEY], a.expose());
+    }
+
+    #[test]
     fn routers_take_the_password_from_the_secret_or_open_protected_mode() {
         let mut cc = cluster(serde_json::json!({"shards": 1, "routers": 3}));
         let env = |cc: &CacheCluster| {
@@ -947,9 +1023,14 @@ pub(crate) mod tests {
             assert_eq!(d.spec.as_ref().unwrap().replicas, Some(cc.spec.routers));
             pod_spec(&d.spec.unwrap().template).containers[0].env.clone().unwrap()
         };
-        assert_eq!(env(&cc)[0].name, "SHOAL_PROTECTED_MODE");
+        // First the cluster secret (from the Secret the operator keeps), then the password.
+        let secret = &env(&cc)[0];
+        assert_eq!(secret.name, "SHOAL_CLUSTER_SECRET");
+        let from = secret.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        assert_eq!((from.name.as_str(), from.key.as_str()), ("demo-cluster-secret", CLUSTER_SECRET_KEY));
+        assert_eq!(env(&cc)[1].name, "SHOAL_PROTECTED_MODE");
         cc.spec.password_secret_ref = Some(SecretKeyRef { name: "pw".into(), key: "password".into() });
-        let e = &env(&cc)[0];
+        let e = &env(&cc)[1];
         assert_eq!(e.name, "SHOAL_REQUIREPASS");
         assert_eq!(e.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "pw");
         assert!(e.value.is_none(), "never the password itself");
@@ -1033,7 +1114,8 @@ pub(crate) mod tests {
     #[test]
     fn without_replicas_the_node_statefulset_is_what_it_always_was() {
         // Upgrading the operator must not roll the pods of clusters without replicas: their
-        // template is exactly the one from before replicas existed.
+        // template is exactly the one from before replicas existed, plus the cluster secret
+        // (which did roll them once, with the upgrade that brought node authentication).
         let cc = cluster(serde_json::json!({"shards": 3}));
         let sts = node_statefulset(&cc, 0, 3, Placement::Ordinal);
         let spec = sts.spec.as_ref().unwrap();
@@ -1042,7 +1124,7 @@ pub(crate) mod tests {
         let c = &pod.containers[0];
         assert!(!c.args.as_ref().unwrap().iter().any(|a| a == "--advertise"));
         let env: Vec<&str> = c.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(env, ["SHOAL_NODE_ID"]);
+        assert_eq!(env, ["SHOAL_NODE_ID", "SHOAL_CLUSTER_SECRET"]);
         assert!(
             !spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap().contains_key(MEMBER_LABEL)
         );
@@ -1073,8 +1155,9 @@ pub(crate) mod tests {
         assert!(selector.iter().all(|(k, v)| labels.get(k) == Some(v)), "the template matches its selector");
         let pod = spec.template.spec.as_ref().unwrap();
         let env = pod.containers[0].env.as_ref().unwrap();
-        assert_eq!(env.len(), 1);
+        assert_eq!(env.len(), 2);
         assert_eq!(env[0].name, "POD_NAME", "no node id: a replica must not take its ordinal's shard");
+        assert_eq!(env[1].name, "SHOAL_CLUSTER_SECRET");
         assert_eq!(
             spread_keys(pod),
             ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],

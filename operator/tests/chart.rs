@@ -119,7 +119,7 @@ fn rbac_is_least_privilege_and_follows_the_watch_scope() {
     assert_eq!(verbs("shoal.dev", "cacheclusters"), Some(vec!["get", "list", "watch"]));
     assert!(verbs("shoal.dev", "cacheclusters/status").unwrap().contains(&"patch"));
     assert!(verbs("apps", "statefulsets").unwrap().contains(&"create"));
-    assert_eq!(verbs("", "secrets"), None, "never Secrets");
+    assert_eq!(verbs("", "secrets"), Some(vec!["create"]), "Secrets are made, never read");
     assert_eq!(verbs("coordination.k8s.io", "leases"), None, "the Lease is namespaced");
     let lease = find(&docs, "Role");
     assert_eq!(lease.len(), 1);
@@ -177,18 +177,37 @@ fn the_cluster_and_its_password() {
     );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
     assert!(cc["spec"].get("encoding").is_none(), "no thresholds set: the nodes' defaults");
-    let secret = one(&docs, "Secret");
+    // Two Secrets: the cluster's password and the operator's key (cluster secrets derive from it).
+    let password = |docs: &[Value]| {
+        find(docs, "Secret").into_iter().find(|s| s["data"].get("password").is_some()).cloned().unwrap()
+    };
+    assert_eq!(find(&docs, "Secret").len(), 2);
+    let secret = password(&docs);
     assert_eq!(cc["spec"]["passwordSecretRef"]["name"], secret["metadata"]["name"]);
     let generated = secret["data"]["password"].as_str().unwrap();
     assert_eq!(generated.len(), 44, "32 random characters, base64");
     let again = render(&[]).unwrap().unwrap();
-    assert_ne!(one(&again, "Secret")["data"]["password"].as_str().unwrap(), generated, "random per install");
+    assert_ne!(password(&again)["data"]["password"].as_str().unwrap(), generated, "random per install");
+    let key = find(&docs, "Secret")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "rel-shoal-operator-key")
+        .unwrap();
+    assert_eq!(key["data"]["key"].as_str().unwrap().len(), 64, "48 random characters, base64");
+    let operator = one(&docs, "Deployment");
+    let pod = &operator["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "rel-shoal-operator-key");
+    assert!(
+        pod["containers"][0]["args"].to_string().contains("--secret-key-file=/etc/shoal/operator-key/key")
+    );
 
     let docs =
         render(&["-f", support::repo().join("charts/shoal/ci/persistent-values.yaml").to_str().unwrap()])
             .unwrap()
             .unwrap();
-    assert!(find(&docs, "Secret").is_empty(), "an existing Secret is used, not generated");
+    assert!(
+        find(&docs, "Secret").iter().all(|s| s["data"].get("password").is_none()),
+        "an existing password Secret is used, not generated"
+    );
     let cc = one(&docs, "CacheCluster");
     assert_eq!(
         cc["spec"]["passwordSecretRef"],
@@ -213,7 +232,7 @@ fn the_cluster_and_its_password() {
 
     let docs =
         render(&["--set", "cluster.auth.enabled=false", "--set", "cluster.enabled=true"]).unwrap().unwrap();
-    assert!(find(&docs, "Secret").is_empty());
+    assert!(find(&docs, "Secret").iter().all(|s| s["data"].get("password").is_none()), "no password");
     assert!(one(&docs, "CacheCluster")["spec"].get("passwordSecretRef").is_none());
     let docs = render(&[
         "--set",

@@ -21,7 +21,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
@@ -114,6 +114,22 @@ fn install_crd(plane: &Plane) {
         None,
     );
     plane.kubectl(&["create", "namespace", NS], None);
+}
+
+/// The operator made the cluster's secret (a Secret it owns), every node process got it from its
+/// pod's environment, and a node refuses a call without it while it serves one with it.
+async fn nodes_require_the_cluster_secret(client: &Client) {
+    use shoal_wire::client::{self, ClientOptions};
+    let secret = Api::<Secret>::namespaced(client.clone(), NS).get("demo-cluster-secret").await.unwrap();
+    assert_eq!(secret.metadata.owner_references.unwrap()[0].name, NS_NAME, "owned by its CacheCluster");
+    let value = String::from_utf8(secret.data.unwrap()["secret"].0.clone()).unwrap();
+    let secret = shoal_wire::auth::ClusterSecret::new(&value).unwrap();
+    let node = published(client).await.unwrap().nodes[0].addr.clone();
+    let mut anonymous = client::connect(&node, &ClientOptions::admin()).await.unwrap();
+    let refused = anonymous.stats(shoal_wire::proto::StatsRequest::default()).await.unwrap_err();
+    assert!(refused.message().contains("requires the cluster secret"), "{}", refused.message());
+    let mut member = client::connect(&node, &ClientOptions::admin().with_secret(Some(secret))).await.unwrap();
+    assert!(member.stats(shoal_wire::proto::StatsRequest::default()).await.is_ok());
 }
 
 /// Stops node pod 1's process, checks the router while it is down, and brings it back.
@@ -320,6 +336,7 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
         Api::<Deployment>::namespaced(client.clone(), NS).get_opt("demo-router").await.unwrap().is_some()
     );
     assert_eq!(published(&client).await.unwrap().nodes.len(), 3);
+    nodes_require_the_cluster_secret(&client).await;
 
     // A router process, from the router pod's own spec.
     let router = support::router_pod(&client, NS, "demo", &root, &topology_file).await;

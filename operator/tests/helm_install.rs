@@ -109,8 +109,25 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
     let kubeconfig = kubeconfig_with_token(&plane, token.trim(), &root);
     let dep = Api::<Deployment>::namespaced(client.clone(), NS).get("rel-shoal-operator").await.unwrap();
     let container = dep.spec.unwrap().template.spec.unwrap().containers[0].clone();
-    let args: Vec<String> =
-        container.args.clone().unwrap().into_iter().filter(|a| !a.starts_with("--metrics-listen")).collect();
+    // The key Secret the chart generated, projected where the Deployment mounts it.
+    let key = Api::<Secret>::namespaced(client.clone(), NS).get("rel-shoal-operator-key").await.unwrap();
+    let key = key.data.unwrap()["key"].0.clone();
+    assert!(key.len() >= 32, "the chart's operator key has {} bytes", key.len());
+    std::fs::write(root.join("operator-key"), &key).unwrap();
+    let args: Vec<String> = container
+        .args
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter(|a| !a.starts_with("--metrics-listen"))
+        .map(|a| match a.strip_prefix("--secret-key-file=") {
+            Some(path) => {
+                assert_eq!(path, "/etc/shoal/operator-key/key", "the mounted Secret");
+                format!("--secret-key-file={}", root.join("operator-key").display())
+            }
+            None => a,
+        })
+        .collect();
     // The Deployment's own pod supplies the environment (POD_NAMESPACE picks the Lease's home).
     let pod = wait_for("the operator pod", Duration::from_secs(60), async || {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

@@ -119,6 +119,9 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_UNIX_SOCKET_PERM", default_value = "770", value_parser = parse_octal)]
     pub unix_socket_perm: u32,
 
+    #[command(flatten)]
+    pub auth: shoal_wire::auth::SecretArgs,
+
     /// Require clients to AUTH with this password (user "default").
     #[arg(long, env = "SHOAL_REQUIREPASS", hide_env_values = true)]
     pub requirepass: Option<String>,

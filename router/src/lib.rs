@@ -57,6 +57,7 @@ use crate::backend::{Backend, LinkOptions};
 use crate::config::RouterArgs;
 use crate::embedded::{EmbeddedCluster, EmbeddedOptions};
 use crate::state::{RouterState, Settings};
+use shoal_wire::auth::ClusterSecret;
 
 /// A running router (and its embedded nodes, if any).
 pub struct Router {
@@ -104,6 +105,19 @@ impl Router {
     pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
         let (stop, stopped) = watch::channel(false);
         let mut watchers = Vec::new();
+        let given = args.auth.secret()?;
+        // An embedded cluster has a secret of its own unless one is given (its nodes' ports are on
+        // loopback, where other local processes could reach them).
+        let secret = match (&given, args.embedded()) {
+            (None, Some(_)) => Some(ClusterSecret::generate()),
+            (None, None) => {
+                tracing::warn!(
+                    "no cluster secret (SHOAL_CLUSTER_SECRET, --cluster-secret-file): nodes that require one will refuse this router"
+                );
+                None
+            }
+            _ => given,
+        };
         let (embedded, topology, managed) = match (args.embedded(), &args.topology_file) {
             (Some(n), _) => {
                 let cluster = EmbeddedCluster::start(EmbeddedOptions {
@@ -114,6 +128,7 @@ impl Router {
                     data_dir: args.data_dir.clone(),
                     snapshot_interval: (args.snapshot_interval > 0)
                         .then(|| Duration::from_secs(args.snapshot_interval)),
+                    secret: secret.clone().expect("generated above"),
                 })
                 .await?;
                 let topology = cluster.subscribe().borrow().clone().context("no topology")?;
@@ -164,7 +179,7 @@ impl Router {
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
         }
-        let links = LinkOptions { deadline: settings.deadline, ..LinkOptions::default() };
+        let links = LinkOptions { deadline: settings.deadline, secret, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
         let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
         // Follow the topology source: the embedded coordinator's store, or the file.

@@ -36,7 +36,7 @@ fn log_file(root: &Path, name: &str) -> Stdio {
 }
 
 fn start_node(root: &Path, topology: &Path, addr: &str, name: &str) -> Proc {
-    let child = Command::new(support::workspace_bin("shoal-node"))
+    let child = support::shoal("shoal-node")
         .args(["--listen", addr, "--topology-file", topology.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(log_file(root, name))
@@ -48,6 +48,7 @@ fn start_node(root: &Path, topology: &Path, addr: &str, name: &str) -> Proc {
 async fn stats(addr: &str) -> Option<shoal_wire::proto::NodeStats> {
     let options = shoal_wire::client::ClientOptions {
         connect_timeout: Duration::from_millis(300),
+        secret: Some(support::secret()),
         ..Default::default()
     };
     let mut c = shoal_wire::client::connect(addr, &options).await.ok()?;
@@ -115,7 +116,7 @@ impl Cluster {
             })
             .collect();
         let failover = Proc(
-            Command::new(support::workspace_bin("shoal-router"))
+            support::shoal("shoal-router")
                 .args(["failover", "--topology-file", topology.to_str().unwrap(), "--down-after-ms", "1000"])
                 .stdout(Stdio::null())
                 .stderr(log_file(&root, "failover"))
@@ -124,7 +125,7 @@ impl Cluster {
         );
         let resp: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
         let router = Proc(
-            Command::new(support::workspace_bin("shoal-router"))
+            support::shoal("shoal-router")
                 .args(["--topology-file", topology.to_str().unwrap(), "--resp", &resp.to_string()])
                 .args(["--http", &format!("127.0.0.1:{}", support::free_port()), "--deadline-ms", "2000"])
                 .stdout(Stdio::null())
@@ -382,7 +383,7 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
     let old = read_topology(&cluster.topology);
     // A client straight on the primary's gRPC port, as a router that will not hear of the
     // failover would be: connected before the freeze.
-    let options = shoal_wire::client::ClientOptions::default();
+    let options = shoal_wire::client::ClientOptions::default().with_secret(Some(support::secret()));
     let mut stale = shoal_wire::client::connect(&p0, &options).await.unwrap();
     cluster.signal(0, "STOP");
     support::wait_stopped(cluster.nodes[0].as_ref().unwrap().0.id()).await;

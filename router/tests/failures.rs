@@ -71,7 +71,7 @@ async fn a_frozen_node_times_out_within_the_deadline() {
     // A real node process, frozen with SIGSTOP: its TCP connection stays open but nothing answers.
     let port = support::free_port();
     let frozen_addr = format!("127.0.0.1:{port}");
-    let child = Command::new(support::workspace_bin("shoal-node"))
+    let child = support::shoal("shoal-node")
         .args(["--listen", &frozen_addr])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -108,7 +108,7 @@ async fn a_frozen_node_times_out_within_the_deadline() {
 async fn node_sigterm_exits_zero_after_in_flight_work() {
     let port = support::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(support::workspace_bin("shoal-node"))
+    let mut child = support::shoal("shoal-node")
         .args(["--listen", &addr])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -143,7 +143,7 @@ async fn node_sigterm_exits_zero_after_in_flight_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn router_sigterm_with_embedded_nodes_exits_zero_quietly() {
     let (resp, http) = (support::free_port(), support::free_port());
-    let mut child = Command::new(support::workspace_bin("shoal-router"))
+    let mut child = support::shoal("shoal-router")
         .args(["--resp", &format!("127.0.0.1:{resp}"), "--http", &format!("127.0.0.1:{http}")])
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")

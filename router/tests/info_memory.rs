@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use support::{Proc, Raw};
 
@@ -55,7 +55,7 @@ async fn separate_nodes_are_summed() {
     let nodes: Vec<Proc> = addrs
         .iter()
         .map(|a| {
-            let child = Command::new(support::workspace_bin("shoal-node"))
+            let child = support::shoal("shoal-node")
                 .args(["--listen", a])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

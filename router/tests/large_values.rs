@@ -6,7 +6,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ impl Bed {
         let mut addrs = Vec::new();
         for _ in 0..n {
             let addr = format!("127.0.0.1:{}", support::free_port());
-            let child = Command::new(support::workspace_bin("shoal-node"))
+            let child = support::shoal("shoal-node")
                 .args(["--listen", &addr])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -46,7 +46,7 @@ impl Bed {
         }
         let resp: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
         let http: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
-        let router = Command::new(support::workspace_bin("shoal-router"))
+        let router = support::shoal("shoal-router")
             .args(["--nodes", &addrs.join(","), "--resp", &resp.to_string(), "--http", &http.to_string()])
             .args(router_flags)
             .stdout(Stdio::null())

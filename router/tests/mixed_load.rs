@@ -13,7 +13,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ async fn mixed_sizes_and_deep_pipelines_leave_streams_intact_and_memory_bounded(
     for _ in 0..3 {
         let addr = format!("127.0.0.1:{}", support::free_port());
         procs.push(Proc(
-            Command::new(support::workspace_bin("shoal-node"))
+            support::shoal("shoal-node")
                 .args(["--listen", &addr])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -147,7 +147,7 @@ async fn mixed_sizes_and_deep_pipelines_leave_streams_intact_and_memory_bounded(
     let resp: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
     let http: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
     let router = Proc(
-        Command::new(support::workspace_bin("shoal-router"))
+        support::shoal("shoal-router")
             .args(["--nodes", &addrs.join(","), "--resp", &resp.to_string(), "--http", &http.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

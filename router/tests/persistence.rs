@@ -77,7 +77,7 @@ async fn embedded_cluster_restarts_warm() {
 }
 
 fn start_node(addr: &str, dir: &std::path::Path) -> Child {
-    Command::new(support::workspace_bin("shoal-node"))
+    support::shoal("shoal-node")
         .args(["--listen", addr, "--data-dir", dir.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -173,7 +173,7 @@ async fn baked_csv_is_served_at_start() {
     )
     .unwrap();
     let data = dir.path().join("data");
-    let out = Command::new(support::workspace_bin("shoal-node"))
+    let out = support::shoal("shoal-node")
         .args(["bake", csv.to_str().unwrap(), "-o", &format!("{}/", data.display())])
         .output()
         .unwrap();
@@ -195,7 +195,7 @@ async fn baked_csv_is_served_at_start() {
 
     // A bad row is reported with its line number and nothing is written.
     std::fs::write(&csv, "a,1\nb,2\nc,3,not-a-number\n").unwrap();
-    let out = Command::new(support::workspace_bin("shoal-node"))
+    let out = support::shoal("shoal-node")
         .args(["bake", csv.to_str().unwrap(), "-o", dir.path().join("other/").to_str().unwrap()])
         .output()
         .unwrap();

@@ -86,7 +86,7 @@ impl Bed {
         };
         let (resp, http) = (support::free_port(), support::free_port());
         let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
-        let child = Command::new(support::workspace_bin("shoal-router"))
+        let child = support::shoal("shoal-router")
             .args(["--topology-file", router_topology.to_str().unwrap(), "--resp", &resp.to_string()])
             .args(["--http", &format!("127.0.0.1:{http}"), "--deadline-ms", "2000"])
             .stdout(Stdio::null())
@@ -124,7 +124,7 @@ impl Bed {
     /// (Re)starts node `id` with its data directory and waits until it accepts connections.
     async fn run_node(&mut self, id: u32) {
         let node = &self.nodes[id as usize];
-        let child = Command::new(support::workspace_bin("shoal-node"))
+        let child = support::shoal("shoal-node")
             .args(["--listen", &node.addr, "--node-id", &id.to_string()])
             .args(["--data-dir", node.dir.to_str().unwrap()])
             .args(["--topology-file", self.topology.to_str().unwrap()])
@@ -174,7 +174,7 @@ impl Bed {
     }
 
     fn coordinator(&self, args: &[&str]) -> Coordinator {
-        let child = Command::new(support::workspace_bin("shoal-router"))
+        let child = support::shoal("shoal-router")
             .args(["reshard", "--topology-file", self.topology.to_str().unwrap(), "--timeout-secs", "120"])
             .args(args)
             .stdout(Stdio::null())

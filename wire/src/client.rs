@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::auth::{Attach, ClusterSecret};
 use crate::proto::node_client::NodeClient;
 
-/// A gRPC client of one node, as [`connect`] opens it.
-pub type Client = NodeClient<Channel>;
+/// A gRPC client of one node, as [`connect`] opens it: every call carries the cluster secret
+/// its options name ([`crate::auth`]).
+pub type Client = NodeClient<InterceptedService<Channel, Attach>>;
 
 /// Largest gRPC message either way. Large items travel in pieces of [`crate::pieces::PIECE_BYTES`]
 /// (a batch is at most a few MiB), so this is a safety net, not a working size.
@@ -27,15 +30,27 @@ pub struct ClientOptions {
     pub request_timeout: Option<Duration>,
     /// HTTP/2 pings on idle connections, so a dead peer is noticed within about 10 s.
     pub keep_alive: bool,
+    /// The cluster secret every call carries (`crate::auth`; None: none).
+    pub secret: Option<ClusterSecret>,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { connect_timeout: Duration::from_secs(2), request_timeout: None, keep_alive: true }
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: None,
+            keep_alive: true,
+            secret: None,
+        }
     }
 }
 
 impl ClientOptions {
+    /// The same options, sending `secret`.
+    pub fn with_secret(self, secret: Option<ClusterSecret>) -> ClientOptions {
+        ClientOptions { secret, ..self }
+    }
+
     /// For short administrative calls (topology offers, stats polls).
     pub fn admin() -> ClientOptions {
         ClientOptions {
@@ -56,8 +71,8 @@ pub enum ConnectError {
     Transport(String),
 }
 
-/// Connects to the node at `addr` (`host:port`).
-pub async fn connect(addr: &str, options: &ClientOptions) -> Result<NodeClient<Channel>, ConnectError> {
+/// Connects to the node at `addr` (`host:port`); every call carries `options.secret`.
+pub async fn connect(addr: &str, options: &ClientOptions) -> Result<Client, ConnectError> {
     let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| ConnectError::BadAddress { addr: addr.to_string(), reason: e.to_string() })?
         .connect_timeout(options.connect_timeout)
@@ -74,7 +89,7 @@ pub async fn connect(addr: &str, options: &ClientOptions) -> Result<NodeClient<C
             .keep_alive_while_idle(true);
     }
     let channel = endpoint.connect().await.map_err(|e| ConnectError::Transport(innermost(&e)))?;
-    Ok(NodeClient::new(channel)
+    Ok(NodeClient::with_interceptor(channel, Attach::with(options.secret.as_ref()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }

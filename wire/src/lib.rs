@@ -15,7 +15,8 @@
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
 //!   document in a file (read, atomic replace, watch).
-//! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts).
+//! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts);
+//!   [`auth`]: the cluster secret every call to a node carries and every node checks.
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
@@ -23,6 +24,7 @@
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
 //! built from the current [`topology::Topology`], and sends a [`proto::Op`] to that node's stream.
 
+pub mod auth;
 pub mod client;
 pub mod clock;
 pub mod command;

@@ -32,6 +32,10 @@
 {{- default (printf "%s-password" (include "shoal.clusterName" .)) .Values.cluster.auth.existingSecret }}
 {{- end }}
 
+{{- define "shoal.operatorKeySecret" -}}
+{{ include "shoal.operatorName" . }}-key
+{{- end }}
+
 {{- define "shoal.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ReplicaAck, ReplicationChunk};
@@ -25,12 +26,19 @@ use super::Replication;
 use crate::store::Store;
 use crate::store::object::ValueType;
 
-/// Follows `primary` as generation `generation` until that generation ends.
-pub async fn run(store: Arc<Store>, repl: Arc<Replication>, me: String, primary: String, generation: u64) {
+/// Follows `primary` as generation `generation` until that generation ends; calls carry `secret`.
+pub async fn run(
+    store: Arc<Store>,
+    repl: Arc<Replication>,
+    me: String,
+    primary: String,
+    generation: u64,
+    secret: Option<ClusterSecret>,
+) {
     let mut backoff = Duration::from_millis(20);
     tracing::info!(primary = %primary, "following a primary");
     while repl.current(generation) {
-        match follow_once(&store, &repl, &me, &primary, generation).await {
+        match follow_once(&store, &repl, &me, &primary, generation, &secret).await {
             Ok(()) => backoff = Duration::from_millis(20),
             Err(e) => {
                 tracing::debug!(primary = %primary, error = %e, "replication link down; retrying");
@@ -52,8 +60,13 @@ async fn follow_once(
     me: &str,
     primary: &str,
     generation: u64,
+    secret: &Option<ClusterSecret>,
 ) -> Result<(), String> {
-    let options = ClientOptions { connect_timeout: Duration::from_millis(500), ..ClientOptions::default() };
+    let options = ClientOptions {
+        connect_timeout: Duration::from_millis(500),
+        secret: secret.clone(),
+        ..ClientOptions::default()
+    };
     let mut client = client::connect(primary, &options).await.map_err(|e| e.to_string())?;
     let (acks, rx) = mpsc::channel(64);
     let run_id = if repl.synced() { repl.primary_run_id.lock().clone() } else { String::new() };

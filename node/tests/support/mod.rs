@@ -41,10 +41,13 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Starts `shoal-node` with `args`, its stderr (the log) going to `log`.
+/// Starts `shoal-node` with `args`, its stderr (the log) going to `log`. Without a cluster
+/// secret (`--no-auth`): these tests are about other things, and `tests/auth.rs` about that.
 pub fn start_node(args: &[&str], log: &Path) -> Proc {
     let log = std::fs::File::create(log).unwrap();
-    Proc(Command::new(node_bin()).args(args).stdout(Stdio::null()).stderr(log).spawn().unwrap())
+    let mut c = Command::new(node_bin());
+    c.args(args).arg("--no-auth").env_remove("SHOAL_CLUSTER_SECRET");
+    Proc(c.stdout(Stdio::null()).stderr(log).spawn().unwrap())
 }
 
 /// Connects to the node at `addr`, retrying for up to 20 s while it starts.

@@ -356,8 +356,18 @@ pub fn operator(
     env: &[(String, String)],
 ) -> (Proc, u16) {
     let port = free_port();
+    // Operators sharing `root` share a key (as the chart's replicas share its Secret), so a new
+    // leader derives the same cluster secrets.
+    let mut args = args.to_vec();
+    if !args.iter().any(|a| a.starts_with("--secret-key-file")) {
+        let key = root.join("operator-key");
+        if !key.exists() {
+            std::fs::write(&key, "an operator key for the tests, 32+ bytes long").unwrap();
+        }
+        args.push(format!("--secret-key-file={}", key.display()));
+    }
     let child = Command::new(bin("shoal-operator"))
-        .args(args)
+        .args(&args)
         .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
         .env("KUBECONFIG", kubeconfig)
         .envs(env.iter().map(|(k, v)| (k, v)))

@@ -36,17 +36,17 @@ use parking_lot::Mutex;
 use prost::Message;
 use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
     Batch, BatchReply, BlockRequest, GetTopologyRequest, NodeSettings, NodeStats, Op, PingRequest, Reply,
-    SnapshotInfo, SnapshotRequest, StatsRequest, TopologyDoc, node_client::NodeClient, reply,
+    SnapshotInfo, SnapshotRequest, StatsRequest, TopologyDoc, reply,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 use super::BackendError;
 use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort, Progress};
@@ -74,11 +74,13 @@ pub struct LinkOptions {
     pub deadline: Duration,
     /// Calls queued per node before new ones are refused.
     pub queue_capacity: usize,
+    /// The cluster secret every call to the nodes carries.
+    pub secret: Option<ClusterSecret>,
 }
 
 impl Default for LinkOptions {
     fn default() -> Self {
-        LinkOptions { deadline: Duration::from_secs(1), queue_capacity: 65_536 }
+        LinkOptions { deadline: Duration::from_secs(1), queue_capacity: 65_536, secret: None }
     }
 }
 
@@ -175,13 +177,14 @@ struct Shared {
     /// instead of failing at once.
     connected_once: AtomicBool,
     last_error: Mutex<String>,
-    client: Mutex<Option<NodeClient<Channel>>>,
+    client: Mutex<Option<client::Client>>,
     /// When the node's stream last delivered a message: calls measure their deadline from it.
     progress: Arc<Progress>,
     /// The link's round trip (a smoothed Ping time, microseconds; 0: not measured since the
     /// last connect), for `--read-from nearest`; and which connection the pinger belongs to.
     rtt_us: AtomicU64,
     connection: AtomicU64,
+    secret: Option<ClusterSecret>,
 }
 
 impl Shared {
@@ -221,6 +224,7 @@ impl NodeLink {
             progress: Arc::new(Progress::new()),
             rtt_us: AtomicU64::new(0),
             connection: AtomicU64::new(0),
+            secret: options.secret.clone(),
         });
         tokio::spawn(manage(shared.clone(), queue_rx));
         Arc::new(NodeLink { shared, queue })
@@ -256,7 +260,7 @@ impl NodeLink {
         }
     }
 
-    fn client(&self) -> Result<NodeClient<Channel>, BackendError> {
+    fn client(&self) -> Result<client::Client, BackendError> {
         self.shared.client.lock().clone().ok_or_else(|| self.shared.unavailable())
     }
 
@@ -460,7 +464,7 @@ impl Inflight {
 async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
     let mut backoff = MIN_BACKOFF;
     loop {
-        match connect(&s.ident.addr).await {
+        match connect(&s.ident.addr, s.secret.clone()).await {
             Ok((client, batches, replies)) => {
                 backoff = MIN_BACKOFF;
                 s.metrics.connects.inc();
@@ -514,7 +518,7 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 /// Times a Ping on the link's channel now and every [`PING_EVERY`] while connection
 /// `connection` lasts, into `rtt_us` (smoothed: a quarter of each new sample). A ping that fails
 /// or takes longer than the call deadline forgets the estimate (unknown counts as farthest).
-async fn ping(s: Arc<Shared>, mut client: NodeClient<Channel>, connection: u64) {
+async fn ping(s: Arc<Shared>, mut client: client::Client, connection: u64) {
     s.rtt_us.store(0, Ordering::Relaxed);
     let current =
         |s: &Shared| s.connection.load(Ordering::Acquire) == connection && s.up.load(Ordering::Acquire);
@@ -537,10 +541,10 @@ async fn ping(s: Arc<Shared>, mut client: NodeClient<Channel>, connection: u64) 
     }
 }
 
-type Connected = (NodeClient<Channel>, mpsc::Sender<Batch>, Streaming<BatchReply>);
+type Connected = (client::Client, mpsc::Sender<Batch>, Streaming<BatchReply>);
 
-async fn connect(addr: &str) -> Result<Connected, String> {
-    let options = ClientOptions::default();
+async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Connected, String> {
+    let options = ClientOptions::default().with_secret(secret);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (batches, batch_rx) = mpsc::channel(BATCHES_AHEAD);
     let response =

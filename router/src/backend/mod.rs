@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use shoal_telemetry::metrics::Counter;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::proto::NodeStats;
 use shoal_wire::{SlotTable, Topology, key_slot};
 
@@ -159,6 +160,8 @@ pub struct Backend {
     pub metrics: BackendMetrics,
     /// The version routed by, for whoever follows topology changes (the pub/sub hub).
     versions: tokio::sync::watch::Sender<u64>,
+    /// The cluster secret the links send (the pub/sub links take it from here).
+    secret: Option<ClusterSecret>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -172,13 +175,28 @@ impl Backend {
     /// topology comes from a source that nodes follow too (so they may answer `moved`). Needs a
     /// Tokio runtime.
     pub fn new(topology: Topology, options: LinkOptions, managed: bool) -> Arc<Backend> {
+        let secret = options.secret.clone();
         let factory: PortFactory =
             Box::new(move |id, addr| NodeLink::spawn(id, addr.to_string(), &options) as Arc<dyn NodePort>);
-        Backend::with_ports(topology, managed, factory)
+        Backend::build(topology, managed, factory, secret)
+    }
+
+    /// The cluster secret calls to the nodes carry.
+    pub fn secret(&self) -> Option<ClusterSecret> {
+        self.secret.clone()
     }
 
     /// Like [`new`](Self::new), with ports made by `factory`.
     pub fn with_ports(topology: Topology, managed: bool, factory: PortFactory) -> Arc<Backend> {
+        Backend::build(topology, managed, factory, None)
+    }
+
+    fn build(
+        topology: Topology,
+        managed: bool,
+        factory: PortFactory,
+        secret: Option<ClusterSecret>,
+    ) -> Arc<Backend> {
         let backend = Backend {
             routing: RwLock::new(Arc::new(Routing {
                 table: SlotTable::new(&topology),
@@ -194,6 +212,7 @@ impl Backend {
             managed,
             metrics: BackendMetrics::default(),
             versions: tokio::sync::watch::channel(0).0,
+            secret,
         };
         backend.install(topology);
         Arc::new(backend)

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use shoal_coordinator::Progress;
+use shoal_wire::auth::ClusterSecret;
 
 /// How to run the embedded cluster (from the router's command line).
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct EmbeddedOptions {
     pub policy: String,
     pub data_dir: Option<PathBuf>,
     pub snapshot_interval: Option<Duration>,
+    /// The secret the nodes require and every call among them (and from the router) carries.
+    pub secret: ClusterSecret,
 }
 
 /// Why the embedded cluster could not start.

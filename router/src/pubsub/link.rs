@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use shoal_wire::Topology;
+use shoal_wire::auth::ClusterSecret;
 use shoal_wire::client::{self, ClientOptions};
-use shoal_wire::proto::node_client::NodeClient;
 use shoal_wire::proto::{
     Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
 };
@@ -33,7 +33,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 use super::Hub;
 use crate::backend::{Backend, BackendError};
@@ -55,7 +54,7 @@ pub struct Link {
     pub id: u32,
     pub addr: String,
     changes: mpsc::UnboundedSender<Change>,
-    client: Mutex<Option<NodeClient<Channel>>>,
+    client: Mutex<Option<client::Client>>,
     up: AtomicBool,
     retired: watch::Sender<bool>,
 }
@@ -140,10 +139,10 @@ impl Link {
     }
 }
 
-type Stream = (NodeClient<Channel>, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
+type Stream = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
 
-async fn connect(addr: &str) -> Result<Stream, String> {
-    let options = ClientOptions::default();
+async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Stream, String> {
+    let options = ClientOptions::default().with_secret(secret);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::unbounded_channel();
     let response =
@@ -170,7 +169,7 @@ async fn run(
         if *stop.borrow() {
             return;
         }
-        match connect(&link.addr).await {
+        match connect(&link.addr, backend.secret()).await {
             Ok((client, requests, mut replies)) => {
                 connected_once = true;
                 backoff = MIN_BACKOFF;

@@ -21,7 +21,10 @@ use tokio::net::TcpStream;
 /// Starts a router with `extra` flags, RESP and HTTP on free loopback ports, and waits until all
 /// its nodes are connected.
 pub async fn router(extra: &[&str]) -> Router {
-    let mut argv = vec!["shoal-router", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    // The tests' cluster secret: node processes started by `shoal` require it (nodes started in
+    // this process ask for none and ignore it; an embedded cluster uses it instead of its own).
+    let mut argv =
+        vec!["shoal-router", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--cluster-secret", SECRET];
     argv.extend_from_slice(extra);
     let cli = Cli::try_parse_from(argv).expect("valid flags");
     let router = Router::start(&cli.serve).await.expect("router starts");
@@ -193,6 +196,22 @@ pub fn frame_len(b: &[u8]) -> Option<usize> {
 /// A free loopback TCP port (bound and released; fine for tests on one machine).
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The cluster secret of every cluster a test starts as processes (nodes require one).
+pub const SECRET: &str = "shoal-test-cluster-secret";
+
+/// [`SECRET`] as clients send it.
+pub fn secret() -> shoal_wire::auth::ClusterSecret {
+    shoal_wire::auth::ClusterSecret::new(SECRET).unwrap()
+}
+
+/// A command running workspace binary `name`, with the tests' cluster secret in its environment
+/// (`SHOAL_CLUSTER_SECRET`, which every Shoal binary reads).
+pub fn shoal(name: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(workspace_bin(name));
+    c.env("SHOAL_CLUSTER_SECRET", SECRET);
+    c
 }
 
 /// Path of a workspace binary (`shoal-node`, `shoal-router`), built by `cargo build`, or the one

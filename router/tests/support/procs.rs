@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Raw, free_port, workspace_bin};
+use super::{Raw, free_port};
 
 /// A `shoal-router` process with RESP and HTTP on free loopback ports. Killed when dropped.
 pub struct RouterProc {
@@ -26,7 +26,7 @@ impl RouterProc {
         let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
         let http: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(workspace_bin("shoal-router"))
+        let child = super::shoal("shoal-router")
             .args(["--resp", &resp.to_string(), "--http", &http.to_string()])
             .args(args)
             .env("NO_COLOR", "1")
@@ -113,7 +113,7 @@ impl NodeProc {
     pub async fn start_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> NodeProc {
         let addr = addr.to_string();
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        let child = Command::new(workspace_bin("shoal-node"))
+        let child = super::shoal("shoal-node")
             .args(["--listen", &addr])
             .args(args)
             .stdout(Stdio::null())
