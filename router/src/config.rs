@@ -126,6 +126,12 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_REQUIREPASS", hide_env_values = true)]
     pub requirepass: Option<String>,
 
+    /// Serve /metrics only to scrapes that carry `Authorization: Bearer <this token>` (from any
+    /// address; Prometheus's `authorization.credentials`). Without it, /metrics follows the API's
+    /// rule (the password, or protected mode).
+    #[arg(long, env = "SHOAL_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// Without a password, refuse TCP clients that are not on the loopback interface (like Redis).
     #[arg(long, env = "SHOAL_PROTECTED_MODE", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,

@@ -13,7 +13,8 @@
 //! Keys are percent-decoded path segments (so any byte string can be a key: `/keys/a%2Fb`).
 //! Requests run through the same command layer as RESP, so semantics and errors are the same.
 //! With `--requirepass`, API routes and `/metrics` need `Authorization: Bearer <password>` (or
-//! Basic with user `default`); without one, protected mode refuses non-loopback clients as on the
+//! Basic with user `default`); with `--metrics-token`, `/metrics` needs `Bearer <token>` instead,
+//! from any address; without one, protected mode refuses non-loopback clients as on the
 //! RESP port. `/healthz` and `/readyz` answer anyone (they are the pod's probes).
 
 use std::net::SocketAddr;
@@ -53,7 +54,11 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
         // /healthz and /readyz answer anyone (kubelet probes carry no credentials and do not
         // come from loopback); /metrics is guarded like the API below.
         if path == "/metrics" {
-            if let Some(refused) = refuse(&req, peer, &state) {
+            let refused = match &state.settings.metrics_token {
+                Some(token) => refuse_scrape(&req, token),
+                None => refuse(&req, peer, &state),
+            };
+            if let Some(refused) = refused {
                 return refused;
             }
             return response(
@@ -264,6 +269,19 @@ fn refuse(req: &Request<Incoming>, peer: SocketAddr, state: &RouterState) -> Opt
         return Some(r);
     }
     None
+}
+
+/// `/metrics` with `--metrics-token`: the request must carry `Bearer <token>` (the password does
+/// not stand in for it, nor does coming from loopback).
+fn refuse_scrape(req: &Request<Incoming>, token: &str) -> Option<HttpResponse> {
+    let given = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "));
+    if given.is_some_and(|g| shoal_wire::auth::constant_time_eq(g.trim().as_bytes(), token.as_bytes())) {
+        return None;
+    }
+    let mut r = error(StatusCode::UNAUTHORIZED, "a metrics token is required (--metrics-token)");
+    r.headers_mut()
+        .insert(WWW_AUTHENTICATE, "Bearer realm=\"shoal-metrics\"".parse().expect("static header"));
+    Some(r)
 }
 
 fn authorized(req: &Request<Incoming>, state: &RouterState) -> bool {

@@ -160,6 +160,7 @@ impl Router {
 
         let settings = Settings {
             requirepass: args.requirepass.clone().filter(|p| !p.is_empty()),
+            metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
             protected_mode: args.protected_mode,
             deadline: args.deadline(),
             maxclients: args.maxclients,

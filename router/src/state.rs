@@ -20,6 +20,8 @@ pub const QUERY_BUFFER_ALLOWANCE: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub requirepass: Option<String>,
+    /// `--metrics-token`: when set, `/metrics` wants exactly this Bearer token, whoever asks.
+    pub metrics_token: Option<String>,
     pub protected_mode: bool,
     pub deadline: Duration,
     pub maxclients: usize,
@@ -58,6 +60,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             requirepass: None,
+            metrics_token: None,
             protected_mode: true,
             deadline: Duration::from_secs(1),
             maxclients: 10_000,
@@ -94,18 +97,9 @@ impl Settings {
         }
         match &self.requirepass {
             None => true,
-            Some(p) => constant_time_eq(p.as_bytes(), password),
+            Some(p) => shoal_wire::auth::constant_time_eq(p.as_bytes(), password),
         }
     }
-}
-
-/// Compares without an early exit, so timing does not reveal how much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
-    for (i, &x) in a.iter().enumerate() {
-        diff |= x ^ b.get(i).copied().unwrap_or(0);
-    }
-    diff == 0
 }
 
 /// The process-wide budget for buffered request bytes: HTTP bodies being read (from the first

@@ -2,7 +2,8 @@
 //!
 //! - It follows the API's access rule (Redis's, as on the RESP port): without a password,
 //!   protected mode admits only loopback clients; with `--requirepass`, the same Bearer/Basic
-//!   credentials as the API. `/healthz` and `/readyz` stay open (they are the pod's probes).
+//!   credentials as the API; with `--metrics-token`, exactly that Bearer token from anywhere.
+//!   `/healthz` and `/readyz` stay open (they are the pod's probes).
 //! - Nodes' own `shoal_node_*` series are there only for embedded nodes; separately run nodes
 //!   publish them themselves, and the router's per-node link series (`shoal_router_node_*`) stay.
 
@@ -66,6 +67,34 @@ async fn with_a_password_metrics_need_it() {
         assert_eq!(status(&r), 200, "{src} {headers:?}: {r}");
         assert!(body(&r).contains("shoal_router_commands_total"), "{r}");
     }
+    for probe in ["/healthz", "/readyz"] {
+        assert_eq!(status(&get_from("127.0.0.2", router.http, probe, "").await), 200, "{probe} is a probe");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_metrics_token_a_scrape_needs_exactly_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--embedded-nodes", "1", "--requirepass", "s3cret", "--metrics-token", "scrape-t0ken"];
+    let router = RouterProc::start(dir.path(), "router", &args).await;
+    for (src, headers) in [
+        ("127.0.0.1", ""),                                      // loopback alone is not enough
+        ("127.0.0.1", "Authorization: Bearer s3cret\r\n"),      // nor is the password
+        ("127.0.0.2", "Authorization: Bearer scrape-t0ke\r\n"), // nor a prefix of the token
+        ("127.0.0.2", "Authorization: Basic ZGVmYXVsdDpzM2NyZXQ=\r\n"),
+    ] {
+        let r = get_from(src, router.http, "/metrics", headers).await;
+        assert_eq!(status(&r), 401, "{src} {headers:?}: {r}");
+        assert!(r.contains("www-authenticate: Bearer realm=\"shoal-metrics\""), "{r}");
+        assert!(!body(&r).contains("shoal_"), "no series without the token: {r}");
+    }
+    // The token, from anywhere (Prometheus scrapes from another pod).
+    let r = get_from("127.0.0.2", router.http, "/metrics", "Authorization: Bearer scrape-t0ken\r\n").await;
+    assert_eq!(status(&r), 200, "{r}");
+    assert!(body(&r).contains("shoal_router_commands_total"), "{r}");
+    // The API keeps its own rule: the password, not the token.
+    let api = get_from("127.0.0.2", router.http, "/keys/k", "Authorization: Bearer scrape-t0ken\r\n").await;
+    assert_eq!(status(&api), 401, "{api}");
     for probe in ["/healthz", "/readyz"] {
         assert_eq!(status(&get_from("127.0.0.2", router.http, probe, "").await), 200, "{probe} is a probe");
     }

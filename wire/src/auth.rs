@@ -82,8 +82,15 @@ impl ClusterSecret {
 
     /// Whether `given` is this secret, in time that does not depend on where they differ.
     pub fn matches(&self, given: &[u8]) -> bool {
-        self.0.as_bytes().ct_eq(given).into()
+        constant_time_eq(self.0.as_bytes(), given)
     }
+}
+
+/// Whether `a` and `b` are equal, in time that does not depend on where they differ (passwords,
+/// tokens and secrets are compared with it, so timing does not reveal how much of a guess was
+/// right; only the length may show).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.ct_eq(b).into()
 }
 
 /// The secret a binary was given: the file's content if a file is named, else the value, else
