@@ -59,7 +59,11 @@ pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Durati
                     let usable = s.role == "slave"
                         && s.synced
                         && exclude_run.is_none_or(|run| s.primary_run_id != run);
-                    usable.then_some((r, s.repl_offset))
+                    // A demoted primary still holding its own run (`keep_own_copy`) counts only
+                    // when no replica holds a copy of another run: its offset is in its own log,
+                    // not comparable with theirs, and it lacks whatever its successor acked.
+                    let copy_of_another = s.primary_run_id != s.run_id;
+                    usable.then_some((r, (copy_of_another, s.repl_offset)))
                 })
                 .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
                 .map(|(r, _)| r.clone())
@@ -405,6 +409,24 @@ mod tests {
         // candidate either; wait for it (it is up, so it may still catch up).
         h.insert("r0a".into(), stats("slave", "run-r0a-2", 0, false, false, ""));
         assert_eq!(decide(&cluster(), &h, DOWN), None);
+    }
+
+    #[test]
+    fn a_demoted_primary_holding_its_own_run_is_promoted_only_when_no_replica_holds_another() {
+        // p0 was demoted (partitioned, replaced by r0a) and still reports a copy of its own run
+        // at a high offset of its own log; r0a then died. r0b follows r0a's run: it holds what
+        // r0a acked since (WAIT included), so it wins whatever the offsets say.
+        let mut t = cluster();
+        t.nodes[0].addr = "r0a".into();
+        t.nodes[0].replicas = vec!["r0b".into(), "p0".into()];
+        let mut h = healthy();
+        h.insert("r0a".into(), Health { stats: None, down_for: DOWN });
+        h.insert("p0".into(), stats("slave", "run-p0", 999, false, true, "run-p0"));
+        h.insert("r0b".into(), stats("slave", "run-r0b", 5, false, true, "run-r0a"));
+        assert_eq!(decide(&t, &h, DOWN).unwrap().topology.nodes[0].addr, "r0b");
+        // Nobody copied r0a (r0b lost its copy): the old primary's own data is the best left.
+        h.insert("r0b".into(), stats("slave", "run-r0b", 0, false, false, ""));
+        assert_eq!(decide(&t, &h, DOWN).unwrap().topology.nodes[0].addr, "p0");
     }
 
     #[test]
