@@ -377,7 +377,12 @@ impl Membership {
             );
             return false;
         }
-        version > through
+        self.fence_lifted(version)
+    }
+
+    /// Whether `version` is past the fence (`fence_through`: 0 none, `BOOT` until confirmed).
+    fn fence_lifted(&self, version: u64) -> bool {
+        version > self.fence_through.load(Ordering::SeqCst)
     }
 
     /// The view a batch of replica reads routed by `version` runs by: this process is a replica
@@ -558,8 +563,7 @@ impl Membership {
     /// one may have arrived meanwhile), unless a fence (a restart, a stall) holds since.
     pub fn resume_after_handover(&self) -> bool {
         let version = self.version();
-        let through = self.fence_through.load(Ordering::SeqCst);
-        (through == 0 || version > through) && self.resume(version)
+        self.fence_lifted(version) && self.resume(version)
     }
 
     /// Fences a primary with replicas after a stall: `stall_fence` long without the ticker
