@@ -15,6 +15,8 @@ pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 #[command(
     name = "shoal-router",
     version,
+    // A flag given twice takes its last value (wrappers and tests append overrides).
+    args_override_self = true,
     about = "Shoal router: speaks RESP (TCP and Unix socket) and HTTP to clients, routes each key to its node over gRPC.",
     after_help = "Start a whole local cluster with 3 in-process nodes:\n  shoal-router --embedded-nodes 3\n\
                   Front a running cluster:\n  shoal-router --nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
@@ -103,13 +105,21 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_EMBEDDED_NODES")]
     pub embedded_nodes: Option<usize>,
 
-    /// RESP (Redis protocol) listen address.
+    /// RESP (Redis protocol) listen address; `off` for none (TLS clients only, with --tls-port).
     #[arg(long, env = "SHOAL_RESP", default_value = DEFAULT_RESP)]
-    pub resp: SocketAddr,
+    pub resp: Bind,
 
-    /// HTTP listen address (key/value API, /metrics, /healthz, /readyz).
+    /// HTTP listen address (key/value API, /metrics, /healthz, /readyz); `off` for none.
     #[arg(long, env = "SHOAL_HTTP", default_value = DEFAULT_HTTP)]
-    pub http: SocketAddr,
+    pub http: Bind,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
+    /// Serve /metrics (and /healthz, /readyz) on this address too, apart from the API, e.g. on a
+    /// port only the monitoring network reaches. The API port keeps serving them as well.
+    #[arg(long, env = "SHOAL_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 
     /// Also serve RESP on this Unix socket (the sidecar transport).
     #[arg(long, env = "SHOAL_UNIX_SOCKET")]
@@ -223,6 +233,107 @@ pub struct RouterArgs {
     pub log_format: LogFormat,
 }
 
+/// Client TLS, with Redis's option names (rustls; TLS 1.2 and 1.3). The files are re-read when
+/// they change, so a rotated certificate (cert-manager) is served to new connections within
+/// seconds while open connections keep theirs.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// Serve RESP over TLS on this port (on --resp's address) or address (host:port).
+    #[arg(long, env = "SHOAL_TLS_PORT")]
+    pub tls_port: Option<ListenAt>,
+
+    /// Serve the HTTP API over TLS (HTTPS) on this port (on --http's address) or address.
+    #[arg(long, env = "SHOAL_HTTPS")]
+    pub https: Option<ListenAt>,
+
+    /// The server certificate chain (PEM).
+    #[arg(long, env = "SHOAL_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The server certificate's private key (PEM).
+    #[arg(long, env = "SHOAL_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// The CA (PEM) client certificates must chain to.
+    #[arg(long, env = "SHOAL_TLS_CA_CERT_FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+
+    /// Whether TLS clients must present a certificate signed by the CA: yes (Redis's default),
+    /// optional (checked if presented), or no.
+    #[arg(long, env = "SHOAL_TLS_AUTH_CLIENTS", default_value = "yes")]
+    pub tls_auth_clients: shoal_wire::tls::ClientAuth,
+
+    /// A TLS client that has not completed its handshake within this many ms is disconnected.
+    #[arg(long, env = "SHOAL_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 5000)]
+    pub tls_handshake_timeout_ms: u64,
+}
+
+impl TlsArgs {
+    /// The certificate files, if a TLS port is asked for; an error names what is missing.
+    pub fn files(&self) -> Result<Option<shoal_wire::tls::TlsFiles>, String> {
+        if self.tls_port.is_none() && self.https.is_none() {
+            return Ok(None);
+        }
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Ok(Some(shoal_wire::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: self.tls_ca_cert_file.clone(),
+            })),
+            _ => Err("--tls-port and --https need --tls-cert-file and --tls-key-file".into()),
+        }
+    }
+
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.tls_handshake_timeout_ms.max(1))
+    }
+}
+
+/// A listen address that can be turned off (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bind(pub Option<SocketAddr>);
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+            return Ok(Bind(None));
+        }
+        s.parse().map(|a| Bind(Some(a))).map_err(|_| format!("expected host:port or off, not {s:?}"))
+    }
+}
+
+/// A port on another listener's address, or an address of its own (Redis's `tls-port` is a
+/// port; a router may also want its own address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenAt {
+    Port(u16),
+    Addr(SocketAddr),
+}
+
+impl std::str::FromStr for ListenAt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(port) = s.parse() {
+            return Ok(ListenAt::Port(port));
+        }
+        s.parse().map(ListenAt::Addr).map_err(|_| format!("expected a port or host:port, not {s:?}"))
+    }
+}
+
+impl ListenAt {
+    /// The address: a bare port goes on `beside`'s IP (loopback when that listener is off).
+    pub fn resolve(self, beside: Bind) -> SocketAddr {
+        match self {
+            ListenAt::Addr(a) => a,
+            ListenAt::Port(p) => {
+                let ip = beside.0.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |a| a.ip());
+                SocketAddr::new(ip, p)
+            }
+        }
+    }
+}
+
 /// `--request-buffer-budget`: a size, or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Budget {
@@ -312,7 +423,8 @@ mod tests {
     #[test]
     fn defaults_and_overrides() {
         let cli = Cli::try_parse_from(["shoal-router"]).unwrap();
-        assert_eq!(cli.serve.resp.to_string(), DEFAULT_RESP);
+        assert_eq!(cli.serve.resp, Bind(Some(DEFAULT_RESP.parse().unwrap())));
+        assert_eq!(cli.serve.tls.files(), Ok(None), "no TLS port: no TLS");
         assert_eq!(cli.serve.embedded(), Some(3), "no --nodes: an embedded cluster");
         assert_eq!(cli.serve.unix_socket_perm, 0o770);
         assert!(cli.serve.protected_mode);
@@ -338,6 +450,41 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["shoal-router", "--unix-socket-perm", "0o660"]).unwrap();
         assert_eq!(cli.serve.unix_socket_perm, 0o660);
+    }
+
+    #[test]
+    fn tls_ports() {
+        let cli = Cli::try_parse_from([
+            "shoal-router",
+            "--resp",
+            "0.0.0.0:6379",
+            "--http",
+            "off",
+            "--tls-port",
+            "6380",
+            "--https",
+            "127.0.0.2:8443",
+            "--tls-cert-file",
+            "c.pem",
+            "--tls-key-file",
+            "k.pem",
+            "--tls-auth-clients",
+            "optional",
+        ])
+        .unwrap();
+        let tls = &cli.serve.tls;
+        assert_eq!(cli.serve.http, Bind(None));
+        assert_eq!(tls.tls_port.unwrap().resolve(cli.serve.resp).to_string(), "0.0.0.0:6380");
+        assert_eq!(tls.https.unwrap().resolve(cli.serve.http).to_string(), "127.0.0.2:8443");
+        assert_eq!(ListenAt::Port(1).resolve(Bind(None)).to_string(), "127.0.0.1:1");
+        assert_eq!(tls.tls_auth_clients, shoal_wire::tls::ClientAuth::Optional);
+        let files = tls.files().unwrap().unwrap();
+        assert_eq!((files.cert.to_str(), files.ca), (Some("c.pem"), None));
+        let cli = Cli::try_parse_from(["shoal-router", "--tls-port", "6380"]).unwrap();
+        assert!(cli.serve.tls.files().unwrap_err().contains("--tls-cert-file"));
+        assert_eq!(cli.serve.tls.tls_auth_clients, shoal_wire::tls::ClientAuth::Yes, "Redis's default");
+        assert!(Cli::try_parse_from(["shoal-router", "--tls-auth-clients", "maybe"]).is_err());
+        assert!(Cli::try_parse_from(["shoal-router", "--resp", "nowhere"]).is_err());
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! With `--requirepass`, API routes and `/metrics` need `Authorization: Bearer <password>` (or
 //! Basic with user `default`); with `--metrics-token`, `/metrics` needs `Bearer <token>` instead,
 //! from any address; without one, protected mode refuses non-loopback clients as on the
-//! RESP port. `/healthz` and `/readyz` answer anyone (they are the pod's probes).
+//! RESP port. `/healthz` and `/readyz` answer anyone (they are the pod's probes). With
+//! `--metrics-addr`, that address serves only the ops endpoints ([`handle_ops`]). `--https`
+//! serves the same API over TLS.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -127,6 +129,28 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
         (["keys"], _) | (["keys", "_mget"], _) => not_allowed("POST"),
         _ => error(StatusCode::NOT_FOUND, "no such route"),
     }
+}
+
+/// Handles a request to `--metrics-addr`: only `/metrics` (guarded by `--metrics-token` when one
+/// is set, else by who can reach the address: that is what a separate address is for),
+/// `/healthz` and `/readyz`.
+pub async fn handle_ops(req: Request<Incoming>, state: Arc<RouterState>) -> HttpResponse {
+    if req.method() != Method::GET {
+        return not_allowed("GET");
+    }
+    let path = req.uri().path();
+    if path == "/metrics" {
+        if let Some(refused) = state.settings.metrics_token.as_ref().and_then(|t| refuse_scrape(&req, t)) {
+            return refused;
+        }
+        return response(
+            StatusCode::OK,
+            shoal_telemetry::metrics::CONTENT_TYPE,
+            crate::metrics::render(&state).await,
+        );
+    }
+    ops_endpoint(path, || state.ready(), String::new)
+        .unwrap_or_else(|| error(StatusCode::NOT_FOUND, "this address serves /metrics, /healthz and /readyz"))
 }
 
 /// A request's view of the command layer.

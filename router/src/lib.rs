@@ -61,8 +61,14 @@ use shoal_wire::auth::ClusterSecret;
 
 /// A running router (and its embedded nodes, if any).
 pub struct Router {
-    pub resp_addr: SocketAddr,
-    pub http_addr: SocketAddr,
+    /// The plaintext RESP and HTTP listeners (`None`: turned off).
+    resp: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    /// RESP over TLS (`--tls-port`) and HTTPS (`--https`).
+    pub tls_addr: Option<SocketAddr>,
+    pub https_addr: Option<SocketAddr>,
+    /// `--metrics-addr`: /metrics apart from the API.
+    pub metrics_addr: Option<SocketAddr>,
     pub unix_socket: Option<PathBuf>,
     /// The socket file this router created (removed at shutdown only if it is still ours).
     socket_file: Option<server::SocketFile>,
@@ -75,8 +81,10 @@ pub struct Router {
 impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Router")
-            .field("resp_addr", &self.resp_addr)
-            .field("http_addr", &self.http_addr)
+            .field("resp", &self.resp)
+            .field("http", &self.http)
+            .field("tls", &self.tls_addr)
+            .field("https", &self.https_addr)
             .finish()
     }
 }
@@ -97,6 +105,14 @@ async fn wait_for_topology(path: &std::path::Path) -> anyhow::Result<shoal_wire:
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         waited += Duration::from_millis(200);
+    }
+}
+
+/// Binds a TCP listener if one is asked for.
+async fn bind(addr: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    match addr {
+        Some(a) => Ok(Some(TcpListener::bind(a).await.with_context(|| format!("cannot listen on {a}"))?)),
+        None => Ok(None),
     }
 }
 
@@ -143,10 +159,16 @@ impl Router {
             }
         };
 
-        let resp =
-            TcpListener::bind(args.resp).await.with_context(|| format!("cannot listen on {}", args.resp))?;
-        let http =
-            TcpListener::bind(args.http).await.with_context(|| format!("cannot listen on {}", args.http))?;
+        let tls_files = args.tls.files().map_err(anyhow::Error::msg)?;
+        let tls_config = |alpn| -> anyhow::Result<_> {
+            let files = tls_files.as_ref().expect("asked for only with a TLS listener");
+            shoal_wire::tls::reloading_server(files, args.tls.tls_auth_clients, alpn).context("client TLS")
+        };
+        let resp = bind(args.resp.0).await?;
+        let http = bind(args.http.0).await?;
+        let tls = bind(args.tls.tls_port.map(|p| p.resolve(args.resp))).await?;
+        let https = bind(args.tls.https.map(|p| p.resolve(args.http))).await?;
+        let metrics_listener = bind(args.metrics_addr).await?;
         let (unix, socket_file) = match &args.unix_socket {
             Some(path) => {
                 let (listener, file) = server::bind_unix(path, args.unix_socket_perm)
@@ -155,8 +177,11 @@ impl Router {
             }
             None => (None, None),
         };
-        let resp_addr = server::bound(&resp);
-        let http_addr = server::bound(&http);
+        let resp_addr = resp.as_ref().map(server::bound);
+        let http_addr = http.as_ref().map(server::bound);
+        let tls_addr = tls.as_ref().map(server::bound);
+        let https_addr = https.as_ref().map(server::bound);
+        let metrics_addr = metrics_listener.as_ref().map(server::bound);
 
         let settings = Settings {
             requirepass: args.requirepass.clone().filter(|p| !p.is_empty()),
@@ -171,10 +196,11 @@ impl Router {
             http_max_body: args.http_max_body as usize,
             auth_timeout: args.auth_timeout(),
             http_body_timeout: args.http_body_timeout(),
+            tls_handshake_timeout: args.tls.handshake_timeout(),
             request_buffer_budget: args
                 .request_buffer_budget
                 .resolve(shoal_telemetry::runtime::memory_limit()),
-            tcp_port: resp_addr.port(),
+            tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
             read_from: args.read_from,
         };
         if settings.request_buffer_budget != usize::MAX {
@@ -211,26 +237,65 @@ impl Router {
                 shoal_wire::topology_file::watch(path, Duration::from_millis(200), adopt, stopped).await
             }));
         }
-        let mut tasks = vec![tokio::spawn(server::serve(resp, state.clone(), stopped.clone()))];
+        let mut tasks = Vec::new();
+        if let Some(resp) = resp {
+            tasks.push(tokio::spawn(server::serve(resp, state.clone(), stopped.clone())));
+        }
+        let until_stopped = |mut stop: watch::Receiver<bool>| async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Some(tcp) = tls {
+            let config = tls_config(&[])?;
+            tasks.push(tokio::spawn(config.clone().watch("resp", until_stopped(stopped.clone()))));
+            let listener = server::TlsListener { tcp, config };
+            tasks.push(tokio::spawn(server::serve(listener, state.clone(), stopped.clone())));
+        }
         tokio::spawn(state.pubsub.clone().follow(state.backend.clone()));
         tasks.extend(watchers);
         if let Some(unix) = unix {
             tasks.push(tokio::spawn(server::serve(unix, state.clone(), stopped.clone())));
         }
-        let http_state = state.clone();
-        let mut http_stop = stopped.clone();
-        tasks.push(tokio::spawn(shoal_telemetry::http::serve(
-            http,
-            move |req, peer| http::handle(req, peer, http_state.clone()),
-            async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            },
-            Duration::from_secs(5),
-        )));
-        tracing::info!(%resp_addr, %http_addr, unix = ?args.unix_socket, nodes, "router serving");
+        let api = |tls: Option<shoal_telemetry::http::Tls>, listener| {
+            let state = state.clone();
+            tokio::spawn(shoal_telemetry::http::serve_on(
+                listener,
+                tls,
+                move |req, peer| http::handle(req, peer, state.clone()),
+                until_stopped(stopped.clone()),
+                Duration::from_secs(5),
+            ))
+        };
+        if let Some(http) = http {
+            tasks.push(api(None, http));
+        }
+        if let Some(https) = https {
+            let config = tls_config(&[b"http/1.1"])?;
+            tasks.push(tokio::spawn(config.clone().watch("https", until_stopped(stopped.clone()))));
+            let tls = shoal_telemetry::http::Tls {
+                acceptor: Arc::new(move || config.acceptor()),
+                handshake_timeout: state.settings.tls_handshake_timeout,
+            };
+            tasks.push(api(Some(tls), https));
+        }
+        if let Some(listener) = metrics_listener {
+            let state = state.clone();
+            tasks.push(tokio::spawn(shoal_telemetry::http::serve(
+                listener,
+                move |req, _peer| http::handle_ops(req, state.clone()),
+                until_stopped(stopped.clone()),
+                Duration::from_secs(2),
+            )));
+        }
+        tracing::info!(
+            resp = ?resp_addr, http = ?http_addr, tls = ?tls_addr, https = ?https_addr, metrics = ?metrics_addr,
+            unix = ?args.unix_socket, nodes, "router serving"
+        );
         Ok(Router {
-            resp_addr,
-            http_addr,
+            resp: resp_addr,
+            http: http_addr,
+            tls_addr,
+            https_addr,
+            metrics_addr,
             unix_socket: args.unix_socket.clone(),
             socket_file,
             state,
@@ -238,6 +303,16 @@ impl Router {
             stop,
             tasks,
         })
+    }
+
+    /// The plaintext RESP address (tests and tools; panics if `--resp off`).
+    pub fn resp_addr(&self) -> SocketAddr {
+        self.resp.expect("the plaintext RESP listener is off (--resp off)")
+    }
+
+    /// The plaintext HTTP address (panics if `--http off`).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http.expect("the plaintext HTTP listener is off (--http off)")
     }
 
     /// The state of every embedded node (tests, introspection).

@@ -13,6 +13,9 @@ use crate::state::RouterState;
 pub struct RouterMetrics {
     pub connections: Counter,
     pub rejected_connections: Counter,
+    /// TLS clients whose handshake failed (untrusted or expired certificate, plaintext on the
+    /// TLS port) or timed out.
+    pub tls_handshake_failures: Counter,
     pub commands: Counter,
     pub protocol_errors: Counter,
     pub auth_failures: Counter,
@@ -32,6 +35,7 @@ impl Default for RouterMetrics {
         RouterMetrics {
             connections: Counter::default(),
             rejected_connections: Counter::default(),
+            tls_handshake_failures: Counter::default(),
             commands: Counter::default(),
             protocol_errors: Counter::default(),
             auth_failures: Counter::default(),
@@ -55,6 +59,11 @@ pub async fn render(state: &RouterState) -> String {
             "shoal_router_rejected_connections_total",
             "Connections refused (maxclients).",
             m.rejected_connections.get(),
+        )
+        .counter(
+            "shoal_router_tls_handshake_failures_total",
+            "TLS clients whose handshake failed (untrusted or expired certificate, not TLS) or timed out.",
+            m.tls_handshake_failures.get(),
         )
         .gauge("shoal_router_connected_clients", "Clients connected now.", state.connected_clients() as f64)
         .counter("shoal_router_commands_total", "Commands dispatched.", m.commands.get())

@@ -1,6 +1,7 @@
-//! The RESP accept loop, one for every kind of listener (TCP, Unix socket; a TLS listener plugs
-//! in by implementing [`Listener`]), with the admission rules Redis applies before a client may
-//! send anything: protected mode and `maxclients`.
+//! The RESP accept loop, one for every kind of listener (TCP, Unix socket, TLS over TCP: each
+//! implements [`Listener`]), with the admission rules Redis applies before a client may send
+//! anything: `maxclients`, the TLS handshake (in the connection's task, bounded in time) and
+//! protected mode.
 //!
 //! Also the Unix socket's file: [`bind_unix`] refuses a path another process serves and replaces
 //! a stale one, and [`SocketFile::remove_if_ours`] removes it at exit only if it is still ours.
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal_wire::tls::{Accept, Reloading, rustls, server::TlsStream};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
@@ -43,8 +45,10 @@ pub fn protected_mode_allows(ip: IpAddr) -> bool {
 
 /// A connection a [`Listener`] accepted.
 #[derive(Debug)]
-pub struct Accepted<S> {
-    pub stream: S,
+pub struct Accepted<H> {
+    /// Completes with the stream to speak RESP on (at once for plain sockets; after the
+    /// handshake for TLS).
+    pub stream: H,
     /// The peer as CLIENT INFO's `addr` shows it (`ip:port`, or `path:0` on a Unix socket).
     pub peer: String,
     /// This end as CLIENT INFO's `laddr` shows it (the address the connection reached, which for
@@ -59,6 +63,8 @@ pub struct Accepted<S> {
 /// implementation.
 pub trait Listener: Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// What [`Listener::accept`] hands over: the stream once ready.
+    type Handshake: Future<Output = io::Result<Self::Stream>> + Send + 'static;
 
     /// For logs: `tcp`, `unix`, ...
     fn kind(&self) -> &'static str;
@@ -66,11 +72,12 @@ pub trait Listener: Send + Sync + 'static {
     /// The local address as CLIENT INFO's `laddr` shows it.
     fn local(&self) -> String;
 
-    fn accept(&self) -> impl Future<Output = io::Result<Accepted<Self::Stream>>> + Send;
+    fn accept(&self) -> impl Future<Output = io::Result<Accepted<Self::Handshake>>> + Send;
 }
 
 impl Listener for TcpListener {
     type Stream = TcpStream;
+    type Handshake = std::future::Ready<io::Result<TcpStream>>;
 
     fn kind(&self) -> &'static str {
         "tcp"
@@ -80,11 +87,42 @@ impl Listener for TcpListener {
         self.local_addr().map(|a| a.to_string()).unwrap_or_default()
     }
 
-    async fn accept(&self) -> io::Result<Accepted<TcpStream>> {
+    async fn accept(&self) -> io::Result<Accepted<Self::Handshake>> {
         let (stream, peer) = TcpListener::accept(self).await?;
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(|a| a.to_string());
-        Ok(Accepted { stream, peer: peer.to_string(), local, trusted: protected_mode_allows(peer.ip()) })
+        Ok(Accepted {
+            stream: std::future::ready(Ok(stream)),
+            peer: peer.to_string(),
+            local,
+            trusted: protected_mode_allows(peer.ip()),
+        })
+    }
+}
+
+/// RESP over TLS: a TCP listener whose connections start with a handshake, with the
+/// certificates of the moment (re-read from disk when they change).
+pub struct TlsListener {
+    pub tcp: TcpListener,
+    pub config: Arc<Reloading<rustls::ServerConfig>>,
+}
+
+impl Listener for TlsListener {
+    type Stream = TlsStream<TcpStream>;
+    type Handshake = Accept<TcpStream>;
+
+    fn kind(&self) -> &'static str {
+        "tls"
+    }
+
+    fn local(&self) -> String {
+        self.tcp.local()
+    }
+
+    async fn accept(&self) -> io::Result<Accepted<Self::Handshake>> {
+        let Accepted { stream, peer, local, trusted } = Listener::accept(&self.tcp).await?;
+        let stream = stream.await?;
+        Ok(Accepted { stream: self.config.acceptor().accept(stream), peer, local, trusted })
     }
 }
 
@@ -97,6 +135,7 @@ pub struct UnixSocket {
 
 impl Listener for UnixSocket {
     type Stream = UnixStream;
+    type Handshake = std::future::Ready<io::Result<UnixStream>>;
 
     fn kind(&self) -> &'static str {
         "unix"
@@ -106,9 +145,14 @@ impl Listener for UnixSocket {
         self.path.clone()
     }
 
-    async fn accept(&self) -> io::Result<Accepted<UnixStream>> {
+    async fn accept(&self) -> io::Result<Accepted<Self::Handshake>> {
         let (stream, _) = self.listener.accept().await?;
-        Ok(Accepted { stream, peer: format!("{}:0", self.path), local: None, trusted: true })
+        Ok(Accepted {
+            stream: std::future::ready(Ok(stream)),
+            peer: format!("{}:0", self.path),
+            local: None,
+            trusted: true,
+        })
     }
 }
 
@@ -129,38 +173,71 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
             },
             _ = shutdown.changed() => return,
         };
-        let Accepted { stream, peer, local: reached, trusted } = accepted;
-        let open = state.settings.requirepass.is_none();
-        if open && state.settings.protected_mode && !trusted {
-            tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
-            state.metrics.rejected_connections.inc();
-            refuse(stream, PROTECTED_MODE_DENIED.as_bytes());
-            continue;
-        }
+        let Accepted { stream: handshake, peer, local: reached, trusted } = accepted;
+        // A slot is taken before the handshake, so handshakes in progress count against
+        // maxclients (a flood of slow TLS clients cannot pile up tasks).
         let Some(slot) = state.admit() else {
-            refuse(stream, MAX_CLIENTS_REACHED);
+            refuse(handshake, MAX_CLIENTS_REACHED, state.settings.tls_handshake_timeout);
             continue;
         };
-        let client = ClientHandle::new(
-            state.next_client_id(),
-            peer,
-            reached.unwrap_or_else(|| local.clone()),
-            kind == "unix",
-        );
-        let session = Session::new(Arc::new(client), open);
-        let (state, shutdown) = (state.clone(), shutdown.clone());
+        let (state, shutdown, local) = (state.clone(), shutdown.clone(), local.clone());
         tokio::spawn(async move {
+            let Some(stream) = handshake_within(handshake, &state, &peer, kind).await else { return };
+            let open = state.settings.requirepass.is_none();
+            if open && state.settings.protected_mode && !trusted {
+                tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
+                state.metrics.rejected_connections.inc();
+                refuse(std::future::ready(Ok(stream)), PROTECTED_MODE_DENIED.as_bytes(), Duration::ZERO);
+                return;
+            }
+            let client = ClientHandle::new(
+                state.next_client_id(),
+                peer,
+                reached.unwrap_or_else(|| local.clone()),
+                kind == "unix",
+            );
+            let session = Session::new(Arc::new(client), open);
             connection::serve(stream, state, session, shutdown).await;
             drop(slot);
         });
     }
 }
 
+/// The stream once its handshake completes within the TLS handshake timeout; `None` (logged,
+/// counted) if it fails or takes too long.
+async fn handshake_within<S>(
+    handshake: impl Future<Output = io::Result<S>>,
+    state: &RouterState,
+    peer: &str,
+    kind: &'static str,
+) -> Option<S> {
+    match tokio::time::timeout(state.settings.tls_handshake_timeout, handshake).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            // An untrusted or expired client certificate, a plaintext client on the TLS port...
+            tracing::info!(%peer, listener = kind, error = %e, "TLS handshake failed");
+            state.metrics.tls_handshake_failures.inc();
+            None
+        }
+        Err(_) => {
+            tracing::info!(%peer, listener = kind, "TLS handshake timed out");
+            state.metrics.tls_handshake_failures.inc();
+            None
+        }
+    }
+}
+
 /// Answers a refused client with one error line and closes the connection (in the background,
-/// bounded: a client that does not read cannot hold the task).
-fn refuse<S: AsyncWrite + Unpin + Send + 'static>(mut stream: S, message: &'static [u8]) {
+/// bounded: a client that does not read, or does not finish its TLS handshake within
+/// `handshake` more, cannot hold the task).
+fn refuse<S: AsyncWrite + Unpin + Send + 'static>(
+    stream: impl Future<Output = io::Result<S>> + Send + 'static,
+    message: &'static [u8],
+    handshake: Duration,
+) {
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT + handshake, async {
+            let Ok(mut stream) = stream.await else { return };
             let _ = stream.write_all(message).await;
             let _ = stream.shutdown().await;
         })

@@ -34,6 +34,8 @@ pub struct Settings {
     pub auth_timeout: Option<Duration>,
     /// An HTTP request body must arrive completely within this long.
     pub http_body_timeout: Option<Duration>,
+    /// A TLS client must complete its handshake within this long (a pre-authentication limit).
+    pub tls_handshake_timeout: Duration,
     /// Process-wide cap on buffered request bytes (see [`BufferBudget`]); `usize::MAX`: none.
     pub request_buffer_budget: usize,
     /// The RESP TCP port, for INFO.
@@ -71,6 +73,7 @@ impl Default for Settings {
             http_max_body: 64 * 1024 * 1024,
             auth_timeout: Some(Duration::from_secs(10)),
             http_body_timeout: Some(Duration::from_secs(30)),
+            tls_handshake_timeout: Duration::from_secs(5),
             request_buffer_budget: 1 << 30,
             tcp_port: 6379,
             read_from: ReadFrom::Primary,

@@ -138,7 +138,7 @@ async fn wake_ups_match_redis() {
     for resp3 in [false, true] {
         for (n, steps) in scenarios.iter().enumerate() {
             let want = run_against(redis_addr, steps, resp3).await;
-            let got = run_against(router.resp_addr, steps, resp3).await;
+            let got = run_against(router.resp_addr(), steps, resp3).await;
             for (i, (w, g)) in want.iter().zip(&got).enumerate() {
                 assert_eq!(
                     String::from_utf8_lossy(g),
@@ -165,7 +165,7 @@ async fn a_job_queue_through_two_routers_loses_and_repeats_nothing() {
     let mut consumers = Vec::new();
     for q in 0..QUEUES {
         for _ in 0..2 {
-            let addr = b.resp_addr;
+            let addr = b.resp_addr();
             consumers.push(tokio::spawn(async move {
                 let mut c = Raw::connect(addr).await;
                 let mut got = Vec::new();
@@ -186,7 +186,7 @@ async fn a_job_queue_through_two_routers_loses_and_repeats_nothing() {
     }
     let mut producers = Vec::new();
     for p in 0..2 {
-        let addr = a.resp_addr;
+        let addr = a.resp_addr();
         producers.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
             for j in (p..JOBS).step_by(2) {
@@ -216,11 +216,11 @@ async fn a_job_queue_through_two_routers_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_stops_waiting() {
     let router = support::cluster().await;
-    let mut producer = Raw::connect(router.resp_addr).await;
-    let mut gone = Raw::connect(router.resp_addr).await;
+    let mut producer = Raw::connect(router.resp_addr()).await;
+    let mut gone = Raw::connect(router.resp_addr()).await;
     send(&mut gone, "BLPOP {g}q 0").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut next = Raw::connect(router.resp_addr).await;
+    let mut next = Raw::connect(router.resp_addr()).await;
     send(&mut next, "BLPOP {g}q 0").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(gone);
@@ -228,7 +228,7 @@ async fn a_client_that_goes_away_stops_waiting() {
     assert_eq!(producer.cmd(&["RPUSH", "{g}q", "one"]).await, b":1\r\n");
     assert_eq!(next.reply().await.unwrap(), b"*2\r\n$4\r\n{g}q\r\n$3\r\none\r\n");
     // Nobody waits now: the element stays.
-    let mut gone_too = Raw::connect(router.resp_addr).await;
+    let mut gone_too = Raw::connect(router.resp_addr()).await;
     send(&mut gone_too, "BLPOP {g}q 0").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(gone_too);
@@ -243,7 +243,7 @@ async fn a_client_that_goes_away_stops_waiting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_clients_follow_their_keys_while_slots_move() {
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     const CLIENTS: usize = 30;
     let mut waiters = Vec::new();
@@ -289,7 +289,7 @@ async fn blocked_clients_follow_their_keys_while_slots_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_clients_hold_no_thread() {
     let router = support::router(&["--embedded-nodes", "3", "--threads", "1"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut blocked = Vec::new();
     for i in 0..300 {
         let mut c = Raw::connect(addr).await;

@@ -19,7 +19,7 @@ fn check(addr: &str, password: Option<&str>) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_on_a_healthy_cluster_and_fails_clearly_otherwise() {
     let router = support::cluster().await;
-    let addr = router.resp_addr.to_string();
+    let addr = router.resp_addr().to_string();
     let (ok, out) = tokio::task::spawn_blocking(move || check(&addr, None)).await.unwrap();
     assert!(ok, "{out}");
     for step in ["ok   PING", "ok   SET EX, GET, TTL", "ok   MSET/MGET over 32 slots", "ok   DEL"] {
@@ -30,12 +30,12 @@ async fn check_passes_on_a_healthy_cluster_and_fails_clearly_otherwise() {
     let nodes: std::collections::BTreeSet<usize> =
         shoal_router::check::spread_keys("x").iter().map(|k| routing.locate(k.as_bytes()).0).collect();
     assert_eq!(nodes.len(), 3);
-    let mut c = support::Raw::connect(router.resp_addr).await;
+    let mut c = support::Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["DBSIZE"]).await, b":0\r\n", "the check cleans up after itself");
     router.shutdown().await;
 
     let secured = support::router(&["--embedded-nodes", "2", "--requirepass", "s3cret"]).await;
-    let addr = secured.resp_addr.to_string();
+    let addr = secured.resp_addr().to_string();
     let (ok, out) = tokio::task::spawn_blocking({
         let addr = addr.clone();
         move || check(&addr, Some("s3cret"))

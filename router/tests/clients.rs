@@ -82,7 +82,7 @@ async fn connect(addr: SocketAddr) -> Raw {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_list_shows_every_connection_with_redis_s_fields() {
     let router = router().await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut a = connect(addr).await;
     let mut b = connect(addr).await;
     let mut c = connect(addr).await;
@@ -158,7 +158,7 @@ async fn client_list_fields_are_redis_7_0_s_in_its_order() {
     let keys =
         |line: &str| fields(line.lines().next().unwrap()).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
     let theirs = keys(&text(&connect(redis_addr).await.cmd(&["CLIENT", "LIST"]).await));
-    let ours = keys(&text(&connect(router.resp_addr).await.cmd(&["CLIENT", "LIST"]).await));
+    let ours = keys(&text(&connect(router.resp_addr()).await.cmd(&["CLIENT", "LIST"]).await));
     // Redis 7.2 added lib-name and lib-ver at the end, for CLIENT SETINFO, which Shoal accepts.
     let mut want = theirs.clone();
     want.extend(["lib-name".to_string(), "lib-ver".to_string()]);
@@ -186,7 +186,7 @@ async fn client_help_is_redis_s_for_the_subcommands_served() {
     let (_redis, redis_addr) = support::redis_server().await;
     let router = router().await;
     let theirs = help_blocks(&connect(redis_addr).await.cmd(&["CLIENT", "HELP"]).await);
-    let ours = help_blocks(&connect(router.resp_addr).await.cmd(&["CLIENT", "HELP"]).await);
+    let ours = help_blocks(&connect(router.resp_addr()).await.cmd(&["CLIENT", "HELP"]).await);
     let unserved = ["CACHING", "GETREDIR", "REPLY", "TRACKING", "TRACKINGINFO"];
     let word = |b: &Vec<String>| b[0].split(' ').next().unwrap().to_string();
     let want: Vec<_> = theirs.into_iter().filter(|b| !unserved.contains(&word(b).as_str())).collect();
@@ -197,7 +197,7 @@ async fn client_help_is_redis_s_for_the_subcommands_served() {
     ours.remove(setinfo);
     assert_eq!(ours, want);
     // And every subcommand listed is served.
-    let mut con = connect(router.resp_addr).await;
+    let mut con = connect(router.resp_addr()).await;
     for sub in ours.iter().skip(1).map(word) {
         let reply = con.cmd(&["CLIENT", &sub, "x", "y", "z", "w"]).await;
         assert!(!String::from_utf8_lossy(&reply).contains("unknown subcommand '"), "{sub}");
@@ -208,7 +208,7 @@ async fn client_help_is_redis_s_for_the_subcommands_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_kill_closes_the_chosen_connections() {
     let router = router().await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut me = connect(addr).await;
 
     // By ID: the victim, idle, sees EOF; others stay.
@@ -276,7 +276,7 @@ async fn client_kill_closes_the_chosen_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_write_holds_writes_while_reads_answer() {
     let router = router().await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = connect(addr).await;
     let mut writer = connect(addr).await;
     let mut reader = connect(addr).await;
@@ -324,7 +324,7 @@ async fn pause_write_holds_writes_while_reads_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_all_holds_every_command_until_it_ends() {
     let router = router().await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = connect(addr).await;
     let mut reader = connect(addr).await;
     assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "600", "ALL"]).await, b"+OK\r\n");

@@ -18,7 +18,7 @@ fn keys_on(router: &shoal_router::Router, pos: usize, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_land_on_all_three_nodes() {
     let router = cluster().await;
-    let mut con = redis_conn(router.resp_addr).await;
+    let mut con = redis_conn(router.resp_addr()).await;
     for i in 0..300 {
         let _: () = con.set(format!("user:{i}"), i).await.unwrap();
     }
@@ -44,7 +44,7 @@ async fn keys_land_on_all_three_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_node_mget_mset_del_keep_argument_order() {
     let router = cluster().await;
-    let mut con = redis_conn(router.resp_addr).await;
+    let mut con = redis_conn(router.resp_addr()).await;
     let keys: Vec<String> = (0..3).flat_map(|pos| keys_on(&router, pos, 4)).collect();
     let pairs: Vec<(String, String)> = keys.iter().map(|k| (k.clone(), format!("v-{k}"))).collect();
     let _: () = con.mset(&pairs).await.unwrap();
@@ -87,7 +87,7 @@ async fn cross_node_mget_mset_del_keep_argument_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelines_answer_in_order() {
     let router = cluster().await;
-    let mut con = redis_conn(router.resp_addr).await;
+    let mut con = redis_conn(router.resp_addr()).await;
     let mut pipe = redis::pipe();
     for i in 0..500 {
         pipe.set(format!("p{i}"), i).ignore();
@@ -105,7 +105,7 @@ async fn pipelines_answer_in_order() {
         assert_eq!(get, &(i + 1).to_string());
     }
     // A raw pipeline in a single write, across nodes.
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     let mut bytes = Vec::new();
     for i in 0..200 {
         bytes.extend(support::encode(&[b"ECHO", i.to_string().as_bytes()]));
@@ -121,7 +121,7 @@ async fn pipelines_answer_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resp3_after_hello() {
     let router = cluster().await;
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     assert_eq!(raw.cmd(&["GET", "missing"]).await, b"$-1\r\n");
     let hello = raw.cmd(&["HELLO", "3"]).await;
     let text = String::from_utf8_lossy(&hello);
@@ -134,7 +134,7 @@ async fn resp3_after_hello() {
     assert_eq!(raw.cmd(&["GET", "missing"]).await, b"$-1\r\n");
 
     // The redis crate negotiating RESP3 itself.
-    let client = redis::Client::open(format!("redis://{}/?protocol=resp3", router.resp_addr)).unwrap();
+    let client = redis::Client::open(format!("redis://{}/?protocol=resp3", router.resp_addr())).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = con.set("r3", "x").await.unwrap();
     let v: Option<String> = con.get("r3").await.unwrap();
@@ -147,7 +147,7 @@ async fn resp3_after_hello() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_gates_everything_but_auth_hello_quit_reset() {
     let router = support::router(&["--embedded-nodes", "3", "--requirepass", "s3cret"]).await;
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     assert_eq!(raw.cmd(&["GET", "k"]).await, b"-NOAUTH Authentication required.\r\n");
     assert_eq!(raw.cmd(&["PING"]).await, b"-NOAUTH Authentication required.\r\n");
     assert_eq!(raw.cmd(&["NOPE"]).await, b"-ERR unknown command 'NOPE', with args beginning with: \r\n");
@@ -165,7 +165,7 @@ async fn auth_gates_everything_but_auth_hello_quit_reset() {
         b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
     );
     let page = support::http_raw(
-        router.http_addr,
+        router.http_addr(),
         b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer s3cret\r\n\r\n",
     )
     .await;
@@ -178,20 +178,20 @@ async fn auth_gates_everything_but_auth_hello_quit_reset() {
     assert_eq!(raw.cmd(&["GET", "k"]).await, b"$1\r\nv\r\n");
 
     // Before AUTH, requests are held to 10 arguments ...
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     raw.send(b"*11\r\n").await;
     assert_eq!(raw.until_close().await, b"-ERR Protocol error: unauthenticated multibulk length\r\n");
     // ... of 16 KiB each ...
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     raw.send(b"*2\r\n$4\r\nAUTH\r\n$20000\r\n").await;
     assert_eq!(raw.until_close().await, b"-ERR Protocol error: unauthenticated bulk length\r\n");
     // ... and 1 MiB of buffered input (an endless inline line is cut at 64 KiB first).
-    let mut raw = Raw::connect(router.resp_addr).await;
+    let mut raw = Raw::connect(router.resp_addr()).await;
     raw.send(&vec![b'a'; 70 * 1024]).await;
     assert_eq!(raw.until_close().await, b"-ERR Protocol error: too big inline request\r\n");
 
     // The redis crate with a password in the URL.
-    let client = redis::Client::open(format!("redis://:s3cret@{}/", router.resp_addr)).unwrap();
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", router.resp_addr())).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let v: String = con.get("k").await.unwrap();
     assert_eq!(v, "v");
@@ -208,24 +208,24 @@ async fn connect_from(src: &str, dst: std::net::SocketAddr) -> Raw {
 async fn protected_mode_refuses_other_addresses_without_a_password() {
     // Redis trusts only 127.0.0.1 and ::1; 127.0.0.2 stands in for a remote client.
     let router = cluster().await;
-    let mut raw = connect_from("127.0.0.2", router.resp_addr).await;
+    let mut raw = connect_from("127.0.0.2", router.resp_addr()).await;
     let out = raw.until_close().await;
     assert!(
         out.starts_with(b"-DENIED Shoal is running in protected mode"),
         "{}",
         String::from_utf8_lossy(&out)
     );
-    let mut local = Raw::connect(router.resp_addr).await;
+    let mut local = Raw::connect(router.resp_addr()).await;
     assert_eq!(local.cmd(&["PING"]).await, b"+PONG\r\n");
     router.shutdown().await;
 
     let router = support::router(&["--embedded-nodes", "1", "--protected-mode", "no"]).await;
-    let mut raw = connect_from("127.0.0.2", router.resp_addr).await;
+    let mut raw = connect_from("127.0.0.2", router.resp_addr()).await;
     assert_eq!(raw.cmd(&["PING"]).await, b"+PONG\r\n");
     router.shutdown().await;
 
     let router = support::router(&["--embedded-nodes", "1", "--requirepass", "pw"]).await;
-    let mut raw = connect_from("127.0.0.2", router.resp_addr).await;
+    let mut raw = connect_from("127.0.0.2", router.resp_addr()).await;
     assert_eq!(
         raw.cmd(&["PING"]).await,
         b"-NOAUTH Authentication required.\r\n",
@@ -252,7 +252,7 @@ async fn unix_socket_with_mode_set_before_listen() {
     let _: () = con.set("via-uds", "yes").await.unwrap();
     let v: String = con.get("via-uds").await.unwrap();
     assert_eq!(v, "yes");
-    let mut tcp = redis_conn(router.resp_addr).await;
+    let mut tcp = redis_conn(router.resp_addr()).await;
     let v: String = tcp.get("via-uds").await.unwrap();
     assert_eq!(v, "yes", "same data over TCP");
     router.shutdown().await;
@@ -272,16 +272,16 @@ async fn limits_are_enforced_and_configurable() {
         "4kb",
     ])
     .await;
-    let mut a = Raw::connect(router.resp_addr).await;
-    let mut b = Raw::connect(router.resp_addr).await;
+    let mut a = Raw::connect(router.resp_addr()).await;
+    let mut b = Raw::connect(router.resp_addr()).await;
     assert_eq!(a.cmd(&["PING"]).await, b"+PONG\r\n");
     assert_eq!(b.cmd(&["PING"]).await, b"+PONG\r\n");
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.until_close().await, b"-ERR max number of clients reached\r\n");
     drop(b);
     support::wait_until(std::time::Duration::from_secs(5), || router.state.connected_clients() < 2).await;
 
-    let mut big = Raw::connect(router.resp_addr).await;
+    let mut big = Raw::connect(router.resp_addr()).await;
     big.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000\r\n").await;
     assert_eq!(big.until_close().await, b"-ERR Protocol error: invalid bulk length\r\n");
 
@@ -290,7 +290,7 @@ async fn limits_are_enforced_and_configurable() {
     for i in 0..8 {
         assert_eq!(a.cmd(&["SET", &format!("k{i}"), &value]).await, b"+OK\r\n");
     }
-    let mut greedy = Raw::connect(router.resp_addr).await;
+    let mut greedy = Raw::connect(router.resp_addr()).await;
     greedy.send(&support::encode(&[b"MGET", b"k0", b"k1", b"k2", b"k3", b"k4", b"k5", b"k6", b"k7"])).await;
     assert!(greedy.until_close().await.is_empty());
     assert_eq!(a.cmd(&["PING"]).await, b"+PONG\r\n");
@@ -300,7 +300,7 @@ async fn limits_are_enforced_and_configurable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_is_a_happy_client() {
     let router = cluster().await;
-    let port = router.resp_addr.port().to_string();
+    let port = router.resp_addr().port().to_string();
     let cli = |args: &[&str]| {
         let out =
             Command::new("redis-cli").args(["-p", &port]).args(args).output().expect("redis-cli installed");
@@ -351,7 +351,7 @@ async fn redis_cli_is_a_happy_client() {
 async fn large_binary_values_round_trip() {
     // The reply (128 MiB back) gets no size allowance, and debug builds are slow: a roomy deadline.
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "30000"]).await;
-    let mut con = redis_conn(router.resp_addr).await;
+    let mut con = redis_conn(router.resp_addr()).await;
     // 128 MiB of every byte value, through RESP, the batched gRPC stream and the store, and back.
     let value: Vec<u8> = (0..128 * 1024 * 1024).map(|i: usize| (i % 251) as u8).collect();
     let _: () = con.set("big", &value).await.unwrap();

@@ -160,7 +160,7 @@ async fn command_scripts_match_redis_byte_for_byte() {
         commands += text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).count();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         for resp3 in [false, true] {
-            mismatches.extend(run_script(&name, &text, redis_addr, router.resp_addr, resp3).await);
+            mismatches.extend(run_script(&name, &text, redis_addr, router.resp_addr(), resp3).await);
         }
     }
     assert!(commands > 300, "only {commands} commands compared");
@@ -202,7 +202,7 @@ async fn raw_protocol_matches_redis_byte_for_byte() {
     let mut mismatches = Vec::new();
     for case in CLOSING_CASES.iter().chain(OPEN_CASES) {
         let mut theirs = Raw::connect(redis_addr).await;
-        let mut ours = Raw::connect(router.resp_addr).await;
+        let mut ours = Raw::connect(router.resp_addr()).await;
         theirs.send(case).await;
         ours.send(case).await;
         let (want, got) = (theirs.until_close().await, ours.until_close().await);

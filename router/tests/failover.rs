@@ -460,7 +460,7 @@ async fn check_typed_keys(c: &mut Raw, n: usize, when: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing_a_key() {
     let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
     assert!(info.contains("connected_slaves:2\r\n"), "{info}");
     const N: usize = 600;
@@ -525,7 +525,7 @@ async fn replica_ops(router: &shoal_router::Router) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_replicas() {
     let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     for i in 0..100 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]).await, b"+OK\r\n");
         assert_eq!(c.cmd(&["HSET", &format!("h{i}"), "f", &format!("{i}")]).await, b":1\r\n");
@@ -565,7 +565,7 @@ async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_re
     let router =
         support::router(&["--embedded-nodes", "2", "--replicas", "1", "--read-from", "replica-preferred"])
             .await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
     let before = replica_ops(&router).await;
@@ -579,7 +579,7 @@ async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_re
     // their replicas) within a second or so, and reads are served wherever that leads.
     let router =
         support::router(&["--embedded-nodes", "2", "--replicas", "1", "--read-from", "nearest"]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     for i in 0..100 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]).await, b"+OK\r\n");
         assert_eq!(c.cmd(&["HSET", &format!("h{i}"), "f", &format!("{i}")]).await, b":1\r\n");
@@ -587,7 +587,7 @@ async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_re
     assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
     let start = Instant::now();
     let rtts = loop {
-        let page = support::http_get(router.http_addr, "/metrics").await;
+        let page = support::http_get(router.http_addr(), "/metrics").await;
         let rtts: Vec<(String, f64)> = page
             .lines()
             .filter(|l| l.starts_with("shoal_router_member_rtt_seconds{"))

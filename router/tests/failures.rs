@@ -34,7 +34,7 @@ async fn a_stopped_node_fails_fast_and_recovers() {
     let list = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
     let router = support::router(&["--nodes", &list, "--deadline-ms", "500"]).await;
     let (k0, k1, k2) = (key_on(&router, 0), key_on(&router, 1), key_on(&router, 2));
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     for k in [&k0, &k1, &k2] {
         assert_eq!(c.cmd(&["SET", k, "v"]).await, b"+OK\r\n");
     }
@@ -52,7 +52,7 @@ async fn a_stopped_node_fails_fast_and_recovers() {
         mget.starts_with("-ERR node 1"),
         "a multi-key command touching the node fails as a whole: {mget}"
     );
-    let ready = support::http_get(router.http_addr, "/readyz").await;
+    let ready = support::http_get(router.http_addr(), "/readyz").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "one node down: the router can still serve: {ready}");
 
     // The node comes back (empty: it was stopped without persistence) and the router reconnects.
@@ -82,7 +82,7 @@ async fn a_frozen_node_times_out_within_the_deadline() {
     let list = format!("{},{}", healthy.addr, frozen_addr);
     let router = support::router(&["--nodes", &list, "--deadline-ms", "300"]).await;
     let (k0, k1) = (key_on(&router, 0), key_on(&router, 1));
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["SET", &k1, "v"]).await, b"+OK\r\n");
 
     let pid = proc.0.id().to_string();
@@ -93,7 +93,7 @@ async fn a_frozen_node_times_out_within_the_deadline() {
     let took = started.elapsed();
     assert_eq!(err, format!("-ERR node 1 ({frozen_addr}) did not answer within 300 ms\r\n"));
     assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(1000), "{took:?}");
-    let mut other = Raw::connect(router.resp_addr).await;
+    let mut other = Raw::connect(router.resp_addr()).await;
     let started = Instant::now();
     assert_eq!(other.cmd(&["SET", &k0, "fine"]).await, b"+OK\r\n");
     assert!(started.elapsed() < Duration::from_millis(200), "the healthy node is not held up");
@@ -115,7 +115,7 @@ async fn node_sigterm_exits_zero_after_in_flight_work() {
         .spawn()
         .unwrap();
     let router = support::router(&["--nodes", &addr]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     // Keep a pipeline in flight while the node is told to stop.
     let mut pipeline = Vec::new();
     for i in 0..2000 {

@@ -25,7 +25,7 @@ fn body(resp: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkvss_routes() {
     let router = support::cluster().await;
-    let a = router.http_addr;
+    let a = router.http_addr();
     let created = http_raw(a, &request("POST", "/keys", br#"{"key":"fruit","value":"apple"}"#, "")).await;
     assert_eq!(status(&created), 201, "{created}");
     let again = http_raw(a, &request("POST", "/keys", br#"{"key":"fruit","value":"pear"}"#, "")).await;
@@ -43,7 +43,7 @@ async fn mkvss_routes() {
     assert_eq!(body(&http_get(a, "/keys/fruit/ttl").await), r#"{"key":"fruit","ttl":-1}"#);
     assert_eq!(status(&http_get(a, "/keys/nothing/ttl").await), 404);
     // The same data is visible over RESP.
-    let mut raw = support::Raw::connect(router.resp_addr).await;
+    let mut raw = support::Raw::connect(router.resp_addr()).await;
     assert_eq!(raw.cmd(&["GET", "bin/key"]).await, b"$5\r\n\xff\x01raw\r\n");
 
     let mget =
@@ -76,7 +76,7 @@ async fn mkvss_routes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors() {
     let router = support::router(&["--embedded-nodes", "2", "--http-max-body", "1kb"]).await;
-    let a = router.http_addr;
+    let a = router.http_addr();
     let bad_json = http_raw(a, &request("POST", "/keys", b"{not json", "")).await;
     assert_eq!(status(&bad_json), 400);
     assert!(body(&bad_json).contains("expected {\\\"key\\\",\\\"value\\\"}"), "{bad_json}");
@@ -98,7 +98,7 @@ async fn bad_requests_get_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ops_endpoints_and_auth() {
     let router = support::router(&["--embedded-nodes", "3", "--requirepass", "pw"]).await;
-    let a = router.http_addr;
+    let a = router.http_addr();
     assert_eq!(body(&http_get(a, "/healthz").await), "ok\n");
     assert_eq!(status(&http_get(a, "/readyz").await), 200);
     assert_eq!(status(&http_get(a, "/keys/k").await), 401, "API routes need the password");

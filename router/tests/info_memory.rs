@@ -35,7 +35,7 @@ fn assert_close(reported: u64, before: u64, after: u64, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_nodes_count_the_router_process_once() {
     let router = support::cluster().await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let value = "x".repeat(4096);
     for i in 0..2000 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), &value]).await, b"+OK\r\n");
@@ -65,7 +65,7 @@ async fn separate_nodes_are_summed() {
         })
         .collect();
     let router = support::router(&["--nodes", &addrs.join(",")]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let pids: Vec<String> = nodes.iter().map(|n| n.0.id().to_string()).collect();
     let nodes_rss = || pids.iter().map(|p| rss_of(p)).sum::<u64>();
     let before = nodes_rss();

@@ -41,7 +41,7 @@ async fn maxclients_counts_and_refuses_the_same_on_tcp_and_unix() {
     let router = support::router(&["--embedded-nodes", "1", "--unix-socket", p, "--maxclients", "1"]).await;
 
     // One TCP client takes the only slot: a Unix client is refused, with the text, and closed.
-    let mut tcp = Raw::connect(router.resp_addr).await;
+    let mut tcp = Raw::connect(router.resp_addr()).await;
     assert_eq!(tcp.cmd(&["PING"]).await, b"+PONG\r\n");
     let refused = until_close(UnixStream::connect(&path).await.unwrap()).await;
     assert_eq!(refused, b"-ERR max number of clients reached\r\n");
@@ -54,7 +54,7 @@ async fn maxclients_counts_and_refuses_the_same_on_tcp_and_unix() {
     let mut pong = [0u8; 7];
     tokio::time::timeout(Duration::from_secs(5), unix.read_exact(&mut pong)).await.unwrap().unwrap();
     assert_eq!(&pong, b"+PONG\r\n");
-    let refused = until_close(tokio::net::TcpStream::connect(router.resp_addr).await.unwrap()).await;
+    let refused = until_close(tokio::net::TcpStream::connect(router.resp_addr()).await.unwrap()).await;
     assert_eq!(refused, b"-ERR max number of clients reached\r\n");
     drop(unix);
     router.shutdown().await;
@@ -68,11 +68,11 @@ async fn protected_mode_applies_to_tcp_only() {
     // 127.0.0.2 stands in for a remote client (Redis trusts only 127.0.0.1 and ::1).
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let remote = socket.connect(router.resp_addr).await.unwrap();
+    let remote = socket.connect(router.resp_addr()).await.unwrap();
     let refused = until_close(remote).await;
     assert!(refused.starts_with(b"-DENIED Shoal is running in protected mode"), "{refused:?}");
     assert_eq!(unix_ping(&path).await, b"+PONG\r\n", "a Unix socket client is local: no protected mode");
-    let mut local = Raw::connect(router.resp_addr).await;
+    let mut local = Raw::connect(router.resp_addr()).await;
     assert_eq!(local.cmd(&["PING"]).await, b"+PONG\r\n");
     router.shutdown().await;
 }

@@ -25,7 +25,7 @@ async fn embedded_cluster_restarts_warm() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
     let router = support::router(&["--embedded-nodes", "3", "--data-dir", &d]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     for i in 0..300 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]).await, b"+OK\r\n");
     }
@@ -46,7 +46,7 @@ async fn embedded_cluster_restarts_warm() {
     let info = c.cmd(&["INFO", "persistence"]).await;
     assert_eq!(info_field(&info, "rdb_last_bgsave_status"), "ok");
     assert!(info_field(&info, "rdb_saves").parse::<u64>().unwrap() >= 9);
-    let metrics = support::http_get(router.http_addr, "/metrics").await;
+    let metrics = support::http_get(router.http_addr(), "/metrics").await;
     for series in
         ["shoal_node_snapshots_written_total{node=\"2\"}", "shoal_node_snapshot_last_bytes{node=\"0\"}"]
     {
@@ -57,7 +57,7 @@ async fn embedded_cluster_restarts_warm() {
     router.shutdown().await;
 
     let router = support::router(&["--embedded-nodes", "3", "--data-dir", &d]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["GET", "k42"]).await, b"$3\r\nv42\r\n");
     assert_eq!(c.cmd(&["GET", "k7"]).await, b"$-1\r\n", "deleted stays deleted");
     assert_eq!(c.cmd(&["GET", "after-save"]).await, b"$29\r\nkept by the shutdown snapshot\r\n");
@@ -70,7 +70,7 @@ async fn embedded_cluster_restarts_warm() {
 
     // Without a data directory, saving is refused with a clear error.
     let router = support::cluster().await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let err = String::from_utf8(c.cmd(&["SAVE"]).await).unwrap();
     assert!(err.starts_with("-ERR node 0") && err.contains("no --data-dir"), "{err}");
     router.shutdown().await;
@@ -97,7 +97,7 @@ async fn sigterm_and_restart_under_write_load_loses_no_acknowledged_write() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..4 {
-        let (acked, stop, addr): (_, _, SocketAddr) = (acked.clone(), stop.clone(), router.resp_addr);
+        let (acked, stop, addr): (_, _, SocketAddr) = (acked.clone(), stop.clone(), router.resp_addr());
         writers.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
             let mut errors = 0;
@@ -141,7 +141,7 @@ async fn sigterm_and_restart_under_write_load_loses_no_acknowledged_write() {
 
     let acked = acked.lock().clone();
     assert!(acked.len() > during, "writes continued after the restart");
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let mut lost = Vec::new();
     for (k, v) in &acked {
         let got = c.cmd(&["GET", k]).await;
@@ -184,7 +184,7 @@ async fn baked_csv_is_served_at_start() {
     let addr = format!("127.0.0.1:{}", support::free_port());
     let _node = Proc(start_node(&addr, &data));
     let router = support::router(&["--nodes", &addr]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["GET", "plain"]).await, b"$5\r\nhello\r\n");
     assert_eq!(c.cmd(&["GET", "comma,key"]).await, b"$5\r\na,b,c\r\n");
     assert_eq!(c.cmd(&["GET", "quoted"]).await, b"$13\r\nshe said \"hi\"\r\n");

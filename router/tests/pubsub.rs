@@ -24,14 +24,14 @@ async fn messages_reach_subscribers_on_every_router_in_publish_order() {
     support::pubsub::wait_links(&a).await;
     support::pubsub::wait_links(&b).await;
 
-    let mut a_channel = Sub::new(a.resp_addr, &["news"], &[]).await;
-    let mut a_pattern = Sub::new(a.resp_addr, &[], &["n*"]).await;
-    let mut b_channel = Sub::new(b.resp_addr, &["news"], &[]).await;
-    let mut b_both = Sub::new(b.resp_addr, &["news"], &["ne*"]).await;
+    let mut a_channel = Sub::new(a.resp_addr(), &["news"], &[]).await;
+    let mut a_pattern = Sub::new(a.resp_addr(), &[], &["n*"]).await;
+    let mut b_channel = Sub::new(b.resp_addr(), &["news"], &[]).await;
+    let mut b_both = Sub::new(b.resp_addr(), &["news"], &["ne*"]).await;
 
     const N: usize = 1000;
     let mut publishers = Vec::new();
-    for (name, addr) in [("A", a.resp_addr), ("B", b.resp_addr)] {
+    for (name, addr) in [("A", a.resp_addr()), ("B", b.resp_addr())] {
         publishers.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
             let payloads: Vec<String> = (0..N).map(|i| format!("{name}:{i}")).collect();
@@ -64,7 +64,7 @@ async fn messages_reach_subscribers_on_every_router_in_publish_order() {
     assert!(a_channel.conn.reply_within(Duration::from_millis(200)).await.is_none());
 
     // PUBSUB sees both routers' clients, whichever router is asked.
-    let mut admin = Raw::connect(a.resp_addr).await;
+    let mut admin = Raw::connect(a.resp_addr()).await;
     assert_eq!(admin.cmd(&["PUBSUB", "NUMSUB", "news"]).await, b"*2\r\n$4\r\nnews\r\n:3\r\n");
     assert_eq!(admin.cmd(&["PUBSUB", "NUMPAT"]).await, b":2\r\n");
     // A subscriber that goes away is forgotten on every node.
@@ -83,15 +83,15 @@ async fn messages_reach_subscribers_on_every_router_in_publish_order() {
 async fn http_publishes_and_refuses_to_subscribe() {
     let router = support::cluster().await;
     support::pubsub::wait_links(&router).await;
-    let mut sub = Sub::new(router.resp_addr, &["alerts"], &[]).await;
+    let mut sub = Sub::new(router.resp_addr(), &["alerts"], &[]).await;
     let request =
         "POST /channels/alerts HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nfire!";
-    let response = support::http_raw(router.http_addr, request.as_bytes()).await;
+    let response = support::http_raw(router.http_addr(), request.as_bytes()).await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.ends_with("{\"receivers\":1}"), "{response}");
     sub.until(1, Duration::from_secs(5)).await;
     assert_eq!(sub.got[0], ("alerts".to_string(), "fire!".to_string()));
-    let response = support::http_get(router.http_addr, "/channels/alerts").await;
+    let response = support::http_get(router.http_addr(), "/channels/alerts").await;
     assert!(response.starts_with("HTTP/1.1 400") && response.contains("use RESP"), "{response}");
     router.shutdown().await;
 }
@@ -104,11 +104,11 @@ async fn redis_crate_async_pubsub() {
 
     let router = support::cluster().await;
     support::pubsub::wait_links(&router).await;
-    let client = redis::Client::open(support::redis_url(router.resp_addr)).unwrap();
+    let client = redis::Client::open(support::redis_url(router.resp_addr())).unwrap();
     let mut pubsub = client.get_async_pubsub().await.unwrap();
     pubsub.subscribe("orders").await.unwrap();
     pubsub.psubscribe("order*").await.unwrap();
-    let mut con = support::redis_conn(router.resp_addr).await;
+    let mut con = support::redis_conn(router.resp_addr()).await;
     for i in 0..20 {
         let receivers: i64 = con.publish("orders", format!("o{i}")).await.unwrap();
         assert_eq!(receivers, 2);
@@ -139,7 +139,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
 
     let router = support::cluster().await;
     support::pubsub::wait_links(&router).await;
-    let mut admin = Raw::connect(router.resp_addr).await;
+    let mut admin = Raw::connect(router.resp_addr()).await;
     assert_eq!(
         admin.cmd(&["CONFIG", "SET", "client-output-buffer-limit", "pubsub 4mb 0 0"]).await,
         b"+OK\r\n"
@@ -148,12 +148,12 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
     // hold megabytes on its behalf).
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(16 * 1024).unwrap();
-    let mut slow = socket.connect(router.resp_addr).await.unwrap();
+    let mut slow = socket.connect(router.resp_addr()).await.unwrap();
     slow.write_all(&support::encode(&[b"SUBSCRIBE", b"firehose"])).await.unwrap();
     let mut confirmation = vec![0u8; 64];
     let n = slow.read(&mut confirmation).await.unwrap();
     assert!(confirmation[..n].starts_with(b"*3\r\n$9\r\nsubscribe"));
-    let fast = Sub::new(router.resp_addr, &["firehose"], &[]).await;
+    let fast = Sub::new(router.resp_addr(), &["firehose"], &[]).await;
 
     // 64 MiB in 64 KiB messages, far past what the slow client's socket and limit can hold. The
     // reader counts fixed-size frames instead of parsing them, to keep up in a debug build.
@@ -187,7 +187,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
             (seqs, stream)
         }
     });
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let payloads: Vec<String> = (0..MESSAGES).map(payload).collect();
     let mut counts = Vec::new();
     for (i, chunk) in payloads.chunks(16).enumerate() {
@@ -215,7 +215,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
         }
     }
     assert!(drained < 24 << 20, "what reached the slow client is bounded ({drained} bytes)");
-    let page = support::http_get(router.http_addr, "/metrics").await;
+    let page = support::http_get(router.http_addr(), "/metrics").await;
     assert_eq!(support::metric_sum(&page, "shoal_router_pubsub_disconnected_total"), 1.0);
     let listed = String::from_utf8(admin.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).await).unwrap();
     assert_eq!(listed.matches("sub=1").count(), 1, "only the reader is subscribed: {listed}");
@@ -227,9 +227,9 @@ async fn a_subscriber_that_does_not_read_is_cut_off_and_others_are_not() {
 async fn evictions_raise_evicted() {
     let router = support::router(&["--embedded-nodes", "1"]).await;
     support::pubsub::wait_links(&router).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Ee"]).await, b"+OK\r\n");
-    let mut sub = Sub::new(router.resp_addr, &["__keyevent@0__:evicted"], &[]).await;
+    let mut sub = Sub::new(router.resp_addr(), &["__keyevent@0__:evicted"], &[]).await;
     assert_eq!(c.cmd(&["SET", "victim", "v"]).await, b"+OK\r\n");
     let value = "x".repeat(1024);
     for i in 0..200 {

@@ -76,7 +76,7 @@ async fn subscribers_on_two_routers_get_every_message_while_scaling_3_5_2() {
     wait_links(&a).await;
     wait_links(&b).await;
     // Data to move, so each step takes a while (about 30 MB at the default pull rate).
-    let mut loader = Raw::connect(a.resp_addr).await;
+    let mut loader = Raw::connect(a.resp_addr()).await;
     let value = "v".repeat(100);
     for chunk in (0..300_000).collect::<Vec<usize>>().chunks(2000) {
         let mut request = Vec::new();
@@ -93,16 +93,16 @@ async fn subscribers_on_two_routers_get_every_message_while_scaling_3_5_2() {
     let names: Vec<&str> = channels.iter().map(String::as_str).collect();
     let target = Arc::new(AtomicUsize::new(0));
     let collectors = vec![
-        ("a-channels", collect(Sub::new(a.resp_addr, &names, &[]).await, target.clone())),
-        ("a-pattern", collect(Sub::new(a.resp_addr, &[], &["ch:*"]).await, target.clone())),
-        ("b-channels", collect(Sub::new(b.resp_addr, &names, &[]).await, target.clone())),
+        ("a-channels", collect(Sub::new(a.resp_addr(), &names, &[]).await, target.clone())),
+        ("a-pattern", collect(Sub::new(a.resp_addr(), &[], &["ch:*"]).await, target.clone())),
+        ("b-channels", collect(Sub::new(b.resp_addr(), &names, &[]).await, target.clone())),
     ];
 
     // Two publishers, one per router: each round publishes to every channel (one node each,
     // spread over the cluster), pipelined; every reply is kept.
     let stop = Arc::new(AtomicBool::new(false));
     let mut publishers = Vec::new();
-    for (name, addr) in [("A", a.resp_addr), ("B", b.resp_addr)] {
+    for (name, addr) in [("A", a.resp_addr()), ("B", b.resp_addr())] {
         let (stop, channels) = (stop.clone(), channels.clone());
         publishers.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
@@ -132,7 +132,7 @@ async fn subscribers_on_two_routers_get_every_message_while_scaling_3_5_2() {
         }));
     }
 
-    let mut admin = Raw::connect(a.resp_addr).await;
+    let mut admin = Raw::connect(a.resp_addr()).await;
     for n in [5, 2] {
         assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
         let out = support::wait_scaled(&mut admin, n).await;
@@ -179,8 +179,8 @@ async fn after_a_node_restart_its_channels_deliver_again() {
         (0..).map(|i| format!("c{i}")).find(|c| routing.locate(c.as_bytes()).0 == node).unwrap()
     };
     let (victim, steady) = (on(1), on(0));
-    let mut sub = Sub::new(router.resp_addr, &[&victim, &steady], &[]).await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut sub = Sub::new(router.resp_addr(), &[&victim, &steady], &[]).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     assert_eq!(c.cmd(&["PUBLISH", &victim, "before"]).await, b":1\r\n");
     // (A message the node acknowledged but had not sent on yet would die with it: wait.)
     sub.until(1, Duration::from_secs(5)).await;

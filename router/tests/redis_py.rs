@@ -24,12 +24,12 @@ fn run_client(port: u16, password: Option<&str>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_client_works() {
     let router = support::cluster().await;
-    let port = router.resp_addr.port();
+    let port = router.resp_addr().port();
     tokio::task::spawn_blocking(move || run_client(port, None)).await.unwrap();
     router.shutdown().await;
 
     let router = support::router(&["--embedded-nodes", "3", "--requirepass", "py-secret"]).await;
-    let port = router.resp_addr.port();
+    let port = router.resp_addr().port();
     tokio::task::spawn_blocking(move || run_client(port, Some("py-secret"))).await.unwrap();
     router.shutdown().await;
 }

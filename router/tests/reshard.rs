@@ -10,7 +10,7 @@ use support::workload::{self, Workload};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "2000"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     workload::preload(addr).await;
     let mut load = Workload::start(addr, 3, 2).await;
@@ -27,7 +27,7 @@ async fn scaling_3_5_2_4_keeps_every_write_and_shows_no_errors() {
     load.stop().await;
 
     // The moves show in the router's metrics, and in the nodes' (as the router reports them).
-    let page = support::http_get(router.http_addr, "/metrics").await;
+    let page = support::http_get(router.http_addr(), "/metrics").await;
     let m = |name| support::metric_sum(&page, name);
     assert!(m("shoal_router_topology_changes_total") >= 6.0, "two versions per step");
     assert_eq!(m("shoal_router_migrations"), 0.0);
@@ -59,7 +59,7 @@ async fn typed_values_move_whole_while_scaling() {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "3000"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     let mut con = support::redis_conn(addr).await;
 

@@ -206,7 +206,7 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = support::Raw::connect(addr).await;
     // Filler (12 MB), so that slots take a while to move and scripts meet them moving.
     support::fill(&mut admin, 3000, 4096).await;
@@ -240,7 +240,15 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
             errors
         }));
     }
-    support::scale_during_transfers(&mut admin, router.http_addr, clients, &stop, &applied, PAIRS, "script")
-        .await;
+    support::scale_during_transfers(
+        &mut admin,
+        router.http_addr(),
+        clients,
+        &stop,
+        &applied,
+        PAIRS,
+        "script",
+    )
+    .await;
     router.shutdown().await;
 }

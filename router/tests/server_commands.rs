@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commandstats_slowlog_and_config() {
     let router = support::cluster().await;
-    let mut con = support::redis_conn(router.resp_addr).await;
+    let mut con = support::redis_conn(router.resp_addr()).await;
     for i in 0..7 {
         let _: () = con.hset("stats:h", format!("f{i}"), i).await.unwrap();
     }
@@ -123,7 +123,7 @@ async fn encoding(con: &mut redis::aio::MultiplexedConnection, key: &str) -> Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_set_reaches_every_node() {
     let router = support::cluster().await;
-    let mut con = support::redis_conn(router.resp_addr).await;
+    let mut con = support::redis_conn(router.resp_addr()).await;
     // Keys spread over the three nodes (different slots), so every node must have the change.
     let keys: Vec<String> = (0..12).map(|i| format!("enc:{i}")).collect();
     for k in &keys {

@@ -48,7 +48,7 @@ async fn resharding_soak_loses_nothing_and_undoes_no_delete() {
         std::env::var("SHOAL_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(150),
     );
     let router = support::router(&["--embedded-nodes", "3"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     workload::preload(addr).await;
     let busy = [burner(), burner()];

@@ -105,7 +105,7 @@ async fn watch_races_match_redis() {
     ];
     for (n, steps) in scenarios.iter().enumerate() {
         let mut redis = [Raw::connect(redis_addr).await, Raw::connect(redis_addr).await];
-        let mut shoal = [Raw::connect(router.resp_addr).await, Raw::connect(router.resp_addr).await];
+        let mut shoal = [Raw::connect(router.resp_addr()).await, Raw::connect(router.resp_addr()).await];
         redis[0].cmd(&["FLUSHALL"]).await;
         shoal[0].cmd(&["FLUSHALL"]).await;
         for &(who, line) in steps.iter() {
@@ -132,7 +132,7 @@ async fn watch_races_match_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_do_not_interleave() {
     let router = support::cluster().await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     admin.cmd(&["MSET", "{bank}a", "1000", "{bank}b", "1000"]).await;
     let done = Arc::new(AtomicBool::new(false));
@@ -203,7 +203,7 @@ async fn concurrent_transactions_do_not_interleave() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_values_inside_a_transaction() {
     let router = support::cluster().await;
-    let mut c = Raw::connect(router.resp_addr).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
     let value = vec![b'x'; 3 << 20];
     let mut request = support::encode(&[b"MULTI"]);
     request.extend(support::encode(&[b"SET", b"{big}v", &value]));
@@ -229,7 +229,7 @@ async fn large_values_inside_a_transaction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_while_slots_move() {
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
-    let addr = router.resp_addr;
+    let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     // Filler (12 MB), so that slots take a while to move and transactions meet them moving.
     support::fill(&mut admin, 3000, 4096).await;
@@ -278,7 +278,7 @@ async fn transactions_while_slots_move() {
     }
     support::scale_during_transfers(
         &mut admin,
-        router.http_addr,
+        router.http_addr(),
         clients,
         &stop,
         &applied,
@@ -295,7 +295,7 @@ async fn transactions_while_slots_move() {
 async fn client_list_shows_open_transactions_like_redis() {
     let (_redis, redis_addr) = support::redis_server().await;
     let router = support::cluster().await;
-    for addr in [redis_addr, router.resp_addr] {
+    for addr in [redis_addr, router.resp_addr()] {
         let mut t = Raw::connect(addr).await;
         let mut other = Raw::connect(addr).await;
         let id = String::from_utf8(t.cmd(&["CLIENT", "ID"]).await).unwrap();

@@ -44,6 +44,35 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = HttpResponse> + Send + 'static,
 {
+    serve_on(listener, None, handler, shutdown, drain).await
+}
+
+/// HTTPS: how each connection's TLS handshake is made.
+#[derive(Clone)]
+pub struct Tls {
+    /// The acceptor with the certificates of the moment (they may be rotated while serving).
+    pub acceptor: Arc<dyn Fn() -> tokio_rustls::TlsAcceptor + Send + Sync>,
+    /// A client that has not finished its handshake by then is disconnected.
+    pub handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("handshake_timeout", &self.handshake_timeout).finish()
+    }
+}
+
+/// [`serve`], with TLS on every connection when `tls` is given (HTTPS).
+pub async fn serve_on<H, F>(
+    listener: TcpListener,
+    tls: Option<Tls>,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = HttpResponse> + Send + 'static,
+{
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
@@ -70,15 +99,38 @@ pub async fn serve<H, F>(
             let fut = handler(req, peer);
             async move { Ok::<_, Infallible>(fut.await) }
         });
-        let conn = http1::Builder::new()
+        let http = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
             .max_buf_size(MAX_HEADER_BYTES.max(8192))
             .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+            .clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let ended = match tls {
+                None => watcher.watch(http.serve_connection(TokioIo::new(stream), service)).await,
+                // The handshake runs in the connection's task (a slow client holds no one up) and
+                // is bounded in time, holding a connection permit meanwhile.
+                Some(tls) => {
+                    let stream =
+                        match tokio::time::timeout(tls.handshake_timeout, (tls.acceptor)().accept(stream))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, %peer, "https handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "https handshake timed out");
+                                return;
+                            }
+                        };
+                    watcher.watch(http.serve_connection(TokioIo::new(stream), service)).await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, %peer, "http connection ended with an error");
             }
             drop(permit);

@@ -16,7 +16,8 @@
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
 //!   document in a file (read, atomic replace, watch).
 //! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts);
-//!   [`auth`]: the cluster secret every call to a node carries and every node checks.
+//!   [`auth`]: the cluster secret every call to a node carries and every node checks;
+//!   [`tls`]: certificates from files, re-read when they change (client ports, node links).
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
@@ -36,6 +37,7 @@ pub mod pieces;
 pub mod script;
 pub mod settings;
 pub mod slot;
+pub mod tls;
 pub mod topology;
 pub mod topology_file;
 

@@ -90,6 +90,8 @@ impl Out {
             self.seal();
             self.write_parts(w).await?;
         }
+        // A no-op on sockets; a TLS stream may still hold the last record until flushed.
+        w.flush().await?;
         if self.buf.capacity() > KEEP_CAPACITY {
             self.buf = BytesMut::new();
         }

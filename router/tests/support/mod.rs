@@ -83,8 +83,8 @@ pub fn encode(args: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A raw RESP connection that returns replies as the exact bytes received.
-pub struct Raw {
-    pub stream: TcpStream,
+pub struct Raw<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -92,8 +92,45 @@ impl Raw {
     pub async fn connect(addr: SocketAddr) -> Raw {
         Raw::from_stream(TcpStream::connect(addr).await.unwrap())
     }
+}
 
-    pub fn from_stream(stream: TcpStream) -> Raw {
+/// A raw RESP connection over TLS to `addr` (certificate checked for `localhost` against
+/// `ca`), presenting `client` (certificate, key PEM files) if given.
+#[allow(dead_code)]
+pub async fn tls_raw(
+    addr: SocketAddr,
+    ca: &str,
+    client: Option<(&str, &str)>,
+) -> Raw<shoal_wire::tls::client::TlsStream<TcpStream>> {
+    use shoal_wire::tls::rustls::pki_types::pem::PemObject;
+    use shoal_wire::tls::rustls::{self, pki_types};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(shoal_wire::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                pki_types::CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect(),
+                pki_types::PrivateKeyDer::from_pem_file(key).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let stream = shoal_wire::tls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(shoal_wire::tls::server_name("localhost").unwrap(), tcp)
+        .await
+        .expect("TLS handshake");
+    Raw::from_stream(stream)
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Raw<S> {
+    pub fn from_stream(stream: S) -> Raw<S> {
         Raw { stream, buf: Vec::new() }
     }
 
