@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{MigrationProgress, StatsRequest, TopologyDoc};
 use shoal_wire::{Migration, NodeInfo, Topology};
@@ -76,15 +76,15 @@ pub trait Nodes: Send + Sync {
     ) -> impl Future<Output = Result<(u64, Vec<MigrationProgress>), String>> + Send;
 }
 
-/// Nodes over gRPC (`UpdateTopology`, `Stats`), every call carrying `secret`.
+/// Nodes over gRPC (`UpdateTopology`, `Stats`), every call carrying `credentials`.
 #[derive(Debug, Clone, Default)]
 pub struct GrpcNodes {
-    pub secret: Option<ClusterSecret>,
+    pub credentials: Credentials,
 }
 
 impl GrpcNodes {
     fn options(&self) -> ClientOptions {
-        ClientOptions::admin().with_secret(self.secret.clone())
+        ClientOptions::admin().with_credentials(self.credentials.clone())
     }
 }
 
@@ -122,9 +122,9 @@ impl<S, N> std::fmt::Debug for Coordinator<S, N> {
 }
 
 impl<S: Registry> Coordinator<S> {
-    /// A coordinator that reaches nodes over gRPC, its calls carrying `secret`.
-    pub fn new(store: S, secret: Option<ClusterSecret>) -> Coordinator<S> {
-        Coordinator::with_nodes(store, GrpcNodes { secret })
+    /// A coordinator that reaches nodes over gRPC, its calls carrying `credentials`.
+    pub fn new(store: S, credentials: Credentials) -> Coordinator<S> {
+        Coordinator::with_nodes(store, GrpcNodes { credentials })
     }
 }
 

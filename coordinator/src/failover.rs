@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest, TopologyDoc};
 
@@ -172,8 +172,8 @@ pub struct FailoverOptions {
     pub interval: Duration,
     /// How long one stats call may take.
     pub probe_timeout: Duration,
-    /// The cluster secret the writer's calls carry.
-    pub secret: Option<ClusterSecret>,
+    /// What the writer's calls carry (cluster secret, node-link TLS).
+    pub credentials: Credentials,
 }
 
 impl Default for FailoverOptions {
@@ -182,7 +182,7 @@ impl Default for FailoverOptions {
             down_after: Duration::from_millis(1000),
             interval: Duration::from_millis(100),
             probe_timeout: Duration::from_millis(300),
-            secret: None,
+            credentials: Credentials::default(),
         }
     }
 }
@@ -201,7 +201,7 @@ pub async fn watch<R: Registry>(
         connect_timeout: options.probe_timeout,
         request_timeout: Some(options.probe_timeout),
         keep_alive: false,
-        secret: options.secret.clone(),
+        credentials: options.credentials.clone(),
     };
     let mut clients = HashMap::new();
     loop {

@@ -32,6 +32,7 @@
 pub mod commands;
 pub mod config;
 pub mod execute;
+pub mod link_tls;
 pub mod membership;
 pub mod metrics;
 pub mod migrate;

@@ -10,7 +10,7 @@ use shoal_node::snapshot::bake::{self, InputFormat};
 use shoal_node::store::{Store, SystemClock};
 use shoal_node::{metrics, server};
 use shoal_telemetry::{http, logging, runtime, shutdown};
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -18,8 +18,8 @@ fn main() -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Bake(args)) => run_bake(args),
         Some(Command::Get(args)) => {
-            let secret = cli.auth.secret()?;
-            let result = runtime::build(Some(1))?.block_on(run_get(args, secret));
+            let credentials = cli.auth.credentials()?;
+            let result = runtime::build(Some(1))?.block_on(run_get(args, credentials));
             if let Err(e) = &result
                 && let Some(not_served) = e.downcast_ref::<NotServed>()
             {
@@ -88,9 +88,9 @@ async fn node_topology(
 }
 
 /// One GET, routed by the topology the node serves by, as a router at its version would send it.
-async fn get_once(args: &GetArgs, secret: &Option<ClusterSecret>) -> anyhow::Result<Found> {
+async fn get_once(args: &GetArgs, credentials: &Credentials) -> anyhow::Result<Found> {
     use shoal_wire::proto::{Batch, Get, Op, op::Kind, reply};
-    let options = shoal_wire::client::ClientOptions::default().with_secret(secret.clone());
+    let options = shoal_wire::client::ClientOptions::default().with_credentials(credentials.clone());
     let mut client = shoal_wire::client::connect(&args.node, &options).await?;
     let key = bytes::Bytes::from(args.key.clone());
     let slot = shoal_wire::key_slot(&key);
@@ -139,10 +139,10 @@ async fn get_once(args: &GetArgs, secret: &Option<ClusterSecret>) -> anyhow::Res
 }
 
 /// `shoal-node get`: one GET over the node's Execute stream, retried while `--wait` allows.
-async fn run_get(args: &GetArgs, secret: Option<ClusterSecret>) -> anyhow::Result<()> {
+async fn run_get(args: &GetArgs, credentials: Credentials) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(args.wait.max(0.0));
     loop {
-        let outcome = get_once(args, &secret).await;
+        let outcome = get_once(args, &credentials).await;
         let done = match (&outcome, &args.expect) {
             (Ok(Found::Value(v)), Some(want)) => v.as_ref() == want.as_bytes(),
             (Ok(Found::Value(_)), None) => true,
@@ -165,18 +165,25 @@ async fn run_get(args: &GetArgs, secret: Option<ClusterSecret>) -> anyhow::Resul
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let secret = cli.auth.secret()?;
+    let link_tls = match cli.auth.link_tls_files()? {
+        Some(files) => Some(shoal_wire::tls::LinkTls::load(&files).context("node-link TLS")?),
+        None => None,
+    };
     let args = cli.serve;
-    match (&secret, args.no_auth) {
-        (Some(_), true) => anyhow::bail!("--no-auth and a cluster secret: choose one"),
-        (None, false) => anyhow::bail!(
-            "shoal-node needs the cluster secret every member of the cluster shares: set \
-             SHOAL_CLUSTER_SECRET or --cluster-secret-file (or --no-auth, only on a network \
-             nobody else reaches)"
+    match (secret.is_some() || link_tls.is_some(), args.no_auth) {
+        (true, true) => {
+            anyhow::bail!("--no-auth with a cluster secret or node-link certificates: choose one")
+        }
+        (false, false) => anyhow::bail!(
+            "shoal-node needs the cluster secret every member of the cluster shares (set \
+             SHOAL_CLUSTER_SECRET or --cluster-secret-file) or node-link certificates \
+             (--link-tls-cert-file, --link-tls-key-file, --link-tls-ca-file); or --no-auth, only \
+             on a network nobody else reaches"
         ),
-        (None, true) => tracing::warn!(
+        (false, true) => tracing::warn!(
             "serving without a cluster secret (--no-auth): anyone who reaches the port has the data"
         ),
-        (Some(_), false) => {}
+        (true, false) => {}
     }
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
     let options = server::ServeOptions {
@@ -192,6 +199,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         stall_fence: Duration::from_millis(args.stall_fence_ms),
         handover_linger: Duration::from_millis(args.handover_linger_ms),
         cluster_secret: secret,
+        link_tls,
         ..Default::default()
     };
     let state = server::open_state(

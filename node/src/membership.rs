@@ -22,7 +22,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::proto::MigrationProgress;
 use shoal_wire::{Member, Migration, SLOT_COUNT, SlotRole, Topology};
 use tokio::sync::Notify;
@@ -233,8 +233,9 @@ pub struct Membership {
     started: std::time::Instant,
     last_tick: AtomicU64,
     stall_fence_ms: AtomicU64,
-    /// The cluster secret this node's own calls to other nodes carry (replication, slot pulls).
-    pub secret: Option<ClusterSecret>,
+    /// What this node's own calls to other nodes carry (replication, slot pulls): the cluster
+    /// secret, and the node-link client certificate when links use TLS.
+    pub credentials: Credentials,
 }
 
 /// `fence_through` before any topology: the process has just started.
@@ -252,7 +253,7 @@ impl Membership {
         listen: Option<String>,
         store: Arc<Store>,
         data_dir: Option<PathBuf>,
-        secret: Option<ClusterSecret>,
+        credentials: Credentials,
     ) -> Arc<Membership> {
         let membership = Arc::new(Membership {
             id,
@@ -279,7 +280,7 @@ impl Membership {
             started: std::time::Instant::now(),
             last_tick: AtomicU64::new(0),
             stall_fence_ms: AtomicU64::new(0),
-            secret,
+            credentials,
         });
         if let Some(copy) = membership.data_dir.as_ref().map(|d| d.join(TOPOLOGY_COPY)) {
             match shoal_wire::topology_file::read(&copy) {
@@ -516,7 +517,7 @@ impl Membership {
                 me,
                 p,
                 generation,
-                self.secret.clone(),
+                self.credentials.clone(),
             ));
         }
     }
@@ -795,7 +796,7 @@ mod tests {
     async fn a_slot_coming_back_shows_nothing_from_its_earlier_stay() {
         use crate::store::{StoreConfig, SystemClock};
         let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
-        let node = Membership::new(Some(0), None, store.clone(), None, None);
+        let node = Membership::new(Some(0), None, store.clone(), None, Credentials::default());
         let mut t = moving();
         let (moving_out, mut back) = (t.clone(), t.clone());
         t.slots = Topology::even(&["127.0.0.1:1".into(), "127.0.0.1:2".into()]).slots;
@@ -823,7 +824,7 @@ mod tests {
     async fn a_primary_with_replicas_fences_itself_after_a_stall_until_a_newer_version() {
         use crate::store::{StoreConfig, SystemClock};
         let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
-        let node = Membership::new(None, Some("127.0.0.1:1".into()), store, None, None);
+        let node = Membership::new(None, Some("127.0.0.1:1".into()), store, None, Credentials::default());
         let mut t = Topology::even(&["127.0.0.1:1".into()]);
         t.nodes[0].replicas = vec!["127.0.0.1:2".into()];
         t.version = 1;

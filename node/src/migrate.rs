@@ -64,7 +64,7 @@ async fn pull_once(
     from: &str,
     resume: &mut u16,
 ) -> Result<(), String> {
-    let options = ClientOptions::default().with_secret(membership.secret.clone());
+    let options = ClientOptions::default().with_credentials(membership.credentials.clone());
     let mut client = client::connect(from, &options).await.map_err(|e| e.to_string())?;
     // A batch checked against the view from before the move (a FLUSHALL, say) must not run over
     // entries this pull stores.

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shoal_wire::auth::{Check, ClusterSecret};
+use shoal_wire::auth::{Check, ClusterSecret, Credentials};
 use shoal_wire::client::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use shoal_wire::proto::node_server::NodeServer;
+use shoal_wire::tls::LinkTls;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -76,6 +77,8 @@ pub struct ServeOptions {
     /// Calls without this secret are refused (`shoal_wire::auth`); None: none is asked for
     /// (in-process tests; the `shoal-node` binary asks for one unless told `--no-auth`).
     pub cluster_secret: Option<ClusterSecret>,
+    /// Mutual TLS on this node's port and on its calls to other nodes (`--link-tls-*`).
+    pub link_tls: Option<LinkTls>,
 }
 
 impl Default for ServeOptions {
@@ -94,6 +97,7 @@ impl Default for ServeOptions {
             stall_fence: DEFAULT_STALL_FENCE,
             handover_linger: DEFAULT_HANDOVER_LINGER,
             cluster_secret: None,
+            link_tls: None,
         }
     }
 }
@@ -151,16 +155,33 @@ pub async fn run(
         let _ = stop_tx.send(true);
     };
     tracing::info!(%addr, shards = state.store.shard_count(), "node serving gRPC");
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = Server::builder()
+    let router = Server::builder()
         // Large windows so one router stream can carry big batches without stalling on
         // flow-control round trips.
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(health_service)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, signal);
+        .add_service(service);
+    let link_tls = options.link_tls.clone();
+    let links_stop = stop_rx.clone();
+    let served = async move {
+        match &link_tls {
+            None => {
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                router.serve_with_incoming_shutdown(incoming, signal).await
+            }
+            Some(tls) => {
+                let mut stop = links_stop.clone();
+                let stopped = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                tokio::spawn(tls.server.clone().watch("node links", stopped));
+                let incoming = crate::link_tls::incoming(listener, tls.server.clone(), links_stop);
+                router.serve_with_incoming_shutdown(incoming, signal).await
+            }
+        }
+    };
     // The drain deadline starts with the shutdown signal, not with the server.
     let mut stopping = stop_rx;
     let drain_deadline = async move {
@@ -244,7 +265,10 @@ pub fn open_state(
         Some(advertised),
         store.clone(),
         options.data_dir.clone(),
-        options.cluster_secret.clone(),
+        Credentials {
+            secret: options.cluster_secret.clone(),
+            tls: options.link_tls.as_ref().map(|t| t.client.clone()),
+        },
     );
     membership.set_migrate_rate(options.migrate_rate);
     if let Some(path) = &options.topology_file {

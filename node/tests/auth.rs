@@ -1,6 +1,8 @@
 //! The cluster secret on a node's gRPC port: every RPC is refused without it (and with a wrong
 //! one), with a clear status, and counted; with it, the same calls are served. Also the
-//! `shoal-node` binary's refusal to start without a secret unless told `--no-auth`.
+//! `shoal-node` binary's refusal to start without a secret unless told `--no-auth`. And node-link
+//! mutual TLS: without a certificate from the cluster's CA no call reaches a service; replicas
+//! follow their primary over it.
 
 mod support;
 
@@ -12,13 +14,14 @@ use bytes::Bytes;
 use shoal_node::server::{NodeHandle, ServeOptions};
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::client::{self, Client, ClientOptions};
 use shoal_wire::proto::{
     Batch, BlockRequest, ExportRequest, Flush, GetTopologyRequest, HandoverRequest, KillScriptRequest,
     NodeSettings, Op, PingRequest, PubSubQuery, ReplicaAck, Set, SnapshotRequest, StatsRequest,
     SubscribeRequest, TopologyDoc, WaitRequest, op::Kind, reply,
 };
+use shoal_wire::tls::{LinkTls, TlsFiles};
 use tonic::Code;
 
 async fn start(secret: &ClusterSecret) -> NodeHandle {
@@ -169,6 +172,114 @@ async fn a_replica_sends_its_secret_to_its_primary() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(primary.state.metrics.unauthenticated.load(Ordering::Relaxed), 0);
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}
+
+/// Test certificates (wire/testdata/certs.sh, made with openssl).
+fn certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wire/testdata/certs.sh");
+    let out = std::process::Command::new("bash").arg(script).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+fn files(dir: &tempfile::TempDir, name: &str) -> TlsFiles {
+    TlsFiles {
+        cert: dir.path().join(format!("{name}.crt")),
+        key: dir.path().join(format!("{name}.key")),
+        ca: Some(dir.path().join("ca.crt")),
+    }
+}
+
+/// A node whose port speaks mutual TLS only (no cluster secret), presenting `node.crt`.
+async fn start_tls(certs: &tempfile::TempDir) -> NodeHandle {
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+    let options =
+        ServeOptions { link_tls: Some(LinkTls::load(&files(certs, "node")).unwrap()), ..Default::default() };
+    NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, options).await.unwrap()
+}
+
+fn tls_options(certs: &tempfile::TempDir, name: &str) -> ClientOptions {
+    let tls = shoal_wire::tls::reloading_client(&files(certs, name), shoal_wire::tls::GRPC_ALPN).unwrap();
+    ClientOptions::default().with_credentials(Credentials { secret: None, tls: Some(tls) })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_node_link_tls_every_rpc_needs_a_certificate_from_the_cluster_ca() {
+    let certs = certs();
+    let node = start_tls(&certs).await;
+    let addr = node.addr.to_string();
+
+    // Plaintext gRPC: every call fails at the transport; nothing reaches a service.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .connect_lazy();
+    let mut plain = shoal_wire::proto::node_client::NodeClient::with_interceptor(
+        channel,
+        shoal_wire::auth::Attach::with(None),
+    );
+    let codes = every_rpc(&mut plain, &addr).await;
+    assert_eq!(codes.len(), 15);
+    for (rpc, code) in &codes {
+        assert_ne!(*code, Code::Ok, "{rpc} over plaintext");
+    }
+    // Certificates the node does not accept: refused in the handshake (with TLS 1.3 the client
+    // may only learn it at its first call), so no call is served.
+    for (who, name) in [("another CA's", "rogue"), ("an expired", "expired")] {
+        if let Ok(mut c) = client::connect(&addr, &tls_options(&certs, name)).await {
+            for (rpc, code) in every_rpc(&mut c, &addr).await {
+                assert_ne!(code, Code::Ok, "{rpc} with {who} certificate");
+            }
+        }
+    }
+    assert_eq!(node.state.membership.version(), 0, "no topology was adopted");
+    assert_eq!(node.state.store.len(), 0);
+
+    // A certificate from the cluster's CA: every call gets past the transport.
+    let mut c = client::connect(&addr, &tls_options(&certs, "client")).await.expect("a member's certificate");
+    let codes = every_rpc(&mut c, &addr).await;
+    for (rpc, code) in &codes {
+        assert!(![Code::Unauthenticated, Code::Unavailable].contains(code), "{rpc}: {code:?}");
+    }
+    assert_eq!(node.state.membership.version(), 7, "the topology offered over mutual TLS was adopted");
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_follows_its_primary_over_mutual_tls() {
+    let certs = certs();
+    let primary = start_tls(&certs).await;
+    let replica = start_tls(&certs).await;
+    let mut t = Topology::even(&[primary.addr.to_string()]);
+    t.nodes[0].replicas = vec![replica.addr.to_string()];
+    let options = tls_options(&certs, "node");
+    for v in [1, 2] {
+        t.version = v;
+        for n in [&primary, &replica] {
+            let mut c = client::connect(&n.addr.to_string(), &options).await.unwrap();
+            c.update_topology(TopologyDoc { json: t.to_json() }).await.unwrap();
+        }
+    }
+    let mut p = client::connect(&primary.addr.to_string(), &options).await.unwrap();
+    let set = op(Kind::Set(Set { key: Bytes::from("r"), value: Bytes::from("1"), ..Default::default() }));
+    let replies = p
+        .execute(tokio_stream::iter(vec![Batch { id: 1, ops: vec![set], topology_version: 2 }]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(replies.replies[0].kind, Some(reply::Kind::Ok(_))), "{replies:?}");
+    let start = std::time::Instant::now();
+    while replica.state.store.fetch(b"r").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the replica never got the write over TLS");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
 }

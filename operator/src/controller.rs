@@ -29,7 +29,7 @@ use shoal_coordinator::failover::FailoverOptions;
 use shoal_coordinator::{Coordinator, Progress, Registry};
 use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{HandoverRequest, NodeStats};
 use tokio::task::JoinHandle;
@@ -575,7 +575,7 @@ async fn cluster_secret(ctx: &Context, ns: &str, cc: &CacheCluster) -> Result<Cl
 async fn hand_over(from: &str, to: &str, secret: &ClusterSecret) -> Result<(), String> {
     let options = ClientOptions {
         request_timeout: Some(HANDOVER_TIMEOUT * 2),
-        secret: Some(secret.clone()),
+        credentials: Credentials::secret(Some(secret.clone())),
         ..ClientOptions::admin()
     };
     let req = HandoverRequest { replica: to.to_string(), timeout_ms: HANDOVER_TIMEOUT.as_millis() as u64 };
@@ -629,7 +629,7 @@ fn start_move(
     let progress: Arc<Mutex<Option<Progress>>> = Arc::default();
     let sink = progress.clone();
     let cluster = cc.name_any();
-    let coordinator = Coordinator::new(store, Some(secret.clone()))
+    let coordinator = Coordinator::new(store, Credentials::secret(Some(secret.clone())))
         .with_timeout(ctx.settings.step_timeout)
         .with_progress(move |p| {
             tracing::info!(

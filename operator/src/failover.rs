@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use shoal_coordinator::failover::{self, Decision, FailoverOptions};
 use shoal_coordinator::{Registry, RegistryError};
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 use tokio::time::Instant;
 
 use crate::controller::Context;
@@ -148,7 +148,10 @@ pub fn ensure(ctx: &Arc<Context>, cc: &CacheCluster, store: ConfigMapRegistry, s
     });
     let object = cc.object_ref(&());
     let cluster = cc.name_any();
-    let options = FailoverOptions { secret: Some(secret.clone()), ..ctx.settings.failover.clone() };
+    let options = FailoverOptions {
+        credentials: Credentials::secret(Some(secret.clone())),
+        ..ctx.settings.failover.clone()
+    };
     tracing::info!(%cluster, down_after_ms = options.down_after.as_millis() as u64, "starting the failover writer");
     let task = tokio::spawn(async move {
         let gone = writer.gone();

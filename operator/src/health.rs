@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest};
 
@@ -23,7 +23,7 @@ pub async fn probe(t: &Topology, secret: &ClusterSecret) -> BTreeMap<String, Nod
         connect_timeout: PROBE_TIMEOUT,
         request_timeout: Some(PROBE_TIMEOUT),
         keep_alive: false,
-        secret: Some(secret.clone()),
+        credentials: Credentials::secret(Some(secret.clone())),
     };
     let asks = members.iter().map(|addr| {
         let options = options.clone();

@@ -57,7 +57,7 @@ use crate::backend::{Backend, LinkOptions};
 use crate::config::RouterArgs;
 use crate::embedded::{EmbeddedCluster, EmbeddedOptions};
 use crate::state::{RouterState, Settings};
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 
 /// A running router (and its embedded nodes, if any).
 pub struct Router {
@@ -121,19 +121,23 @@ impl Router {
     pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
         let (stop, stopped) = watch::channel(false);
         let mut watchers = Vec::new();
-        let given = args.auth.secret()?;
+        let given = args.auth.credentials()?;
         // An embedded cluster has a secret of its own unless one is given (its nodes' ports are on
         // loopback, where other local processes could reach them).
-        let secret = match (&given, args.embedded()) {
-            (None, Some(_)) => Some(ClusterSecret::generate()),
-            (None, None) => {
+        let secret = match (&given.secret, &given.tls, args.embedded()) {
+            (None, _, Some(_)) => Some(ClusterSecret::generate()),
+            (None, None, None) => {
                 tracing::warn!(
-                    "no cluster secret (SHOAL_CLUSTER_SECRET, --cluster-secret-file): nodes that require one will refuse this router"
+                    "no cluster secret (SHOAL_CLUSTER_SECRET, --cluster-secret-file) and no node-link certificates (--link-tls-*): nodes that require one will refuse this router"
                 );
                 None
             }
-            _ => given,
+            _ => given.secret.clone(),
         };
+        // Embedded nodes serve plain gRPC on loopback (with their secret); separate nodes get the
+        // node-link certificates too.
+        let tls = if args.embedded().is_some() { None } else { given.tls.clone() };
+        let credentials = Credentials { secret: secret.clone(), tls };
         let (embedded, topology, managed) = match (args.embedded(), &args.topology_file) {
             (Some(n), _) => {
                 let cluster = EmbeddedCluster::start(EmbeddedOptions {
@@ -206,7 +210,7 @@ impl Router {
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
         }
-        let links = LinkOptions { deadline: settings.deadline, secret, ..LinkOptions::default() };
+        let links = LinkOptions { deadline: settings.deadline, credentials, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
         let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
         // Follow the topology source: the embedded coordinator's store, or the file.

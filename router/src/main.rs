@@ -8,16 +8,16 @@ use shoal_telemetry::{logging, runtime, shutdown};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
-    let secret = cli.serve.auth.secret()?;
+    let credentials = cli.serve.auth.credentials()?;
     match &cli.command {
         Some(Command::Reshard(args)) => {
-            return runtime::build(Some(2))?.block_on(shoal_router::reshard::run(args, secret));
+            return runtime::build(Some(2))?.block_on(shoal_router::reshard::run(args, credentials));
         }
         Some(Command::Check(args)) => {
             return runtime::build(Some(1))?.block_on(shoal_router::check::run(args));
         }
         Some(Command::Failover(args)) => {
-            return runtime::build(Some(2))?.block_on(shoal_router::reshard::failover(args, secret));
+            return runtime::build(Some(2))?.block_on(shoal_router::reshard::failover(args, credentials));
         }
         None => {}
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use shoal_coordinator::{Coordinator, FileRegistry, Progress, Registry};
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::{NodeInfo, Topology};
 
 use crate::config::{FailoverArgs, ReshardArgs};
@@ -53,12 +53,12 @@ pub fn target_nodes(specs: &[String], current: Option<&Topology>) -> anyhow::Res
 
 /// `shoal-router failover`: the failover writer for separately started nodes, on the topology
 /// file, until SIGTERM (see `shoal_coordinator::failover`).
-pub async fn failover(args: &FailoverArgs, secret: Option<ClusterSecret>) -> anyhow::Result<()> {
+pub async fn failover(args: &FailoverArgs, credentials: Credentials) -> anyhow::Result<()> {
     let registry = FileRegistry::new(&args.topology_file);
     let options = shoal_coordinator::failover::FailoverOptions {
         down_after: Duration::from_millis(args.down_after_ms),
         interval: Duration::from_millis(args.interval_ms.max(10)),
-        secret,
+        credentials,
         ..Default::default()
     };
     tracing::info!(file = %args.topology_file.display(), down_after_ms = args.down_after_ms, "watching for failovers");
@@ -72,7 +72,7 @@ pub async fn failover(args: &FailoverArgs, secret: Option<ClusterSecret>) -> any
     Ok(())
 }
 
-pub async fn run(args: &ReshardArgs, secret: Option<ClusterSecret>) -> anyhow::Result<()> {
+pub async fn run(args: &ReshardArgs, credentials: Credentials) -> anyhow::Result<()> {
     let store = FileRegistry::new(&args.topology_file);
     let report = |p: &Progress| {
         let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
@@ -92,7 +92,7 @@ pub async fn run(args: &ReshardArgs, secret: Option<ClusterSecret>) -> anyhow::R
             p.bytes_moved as f64 / 1e6 / secs,
         )
     };
-    let coordinator = Coordinator::new(store.clone(), secret)
+    let coordinator = Coordinator::new(store.clone(), credentials)
         .with_timeout(Duration::from_secs(args.timeout_secs))
         .with_progress(report);
     let current = store.load().await?;

@@ -48,7 +48,7 @@ fn start_node(root: &Path, topology: &Path, addr: &str, name: &str) -> Proc {
 async fn stats(addr: &str) -> Option<shoal_wire::proto::NodeStats> {
     let options = shoal_wire::client::ClientOptions {
         connect_timeout: Duration::from_millis(300),
-        secret: Some(support::secret()),
+        credentials: shoal_wire::auth::Credentials::secret(Some(support::secret())),
         ..Default::default()
     };
     let mut c = shoal_wire::client::connect(addr, &options).await.ok()?;

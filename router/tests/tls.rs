@@ -1,6 +1,6 @@
 //! Client TLS with real clients: RESP over TLS (`--tls-port`) with redis-cli (OpenSSL), redis-py
 //! (`ssl=True`) and the `redis` crate (rustls); HTTPS (`--https`) with curl. Certificates are made
-//! fresh for each test by `tests/tls/certs.sh` (the openssl tool): a CA, server and client
+//! fresh for each test by `wire/testdata/certs.sh` (the openssl tool): a CA, server and client
 //! certificates, an expired one, one from a CA nobody trusts, and a second CA for rotation.
 
 mod support;
@@ -21,7 +21,7 @@ struct Certs {
 impl Certs {
     fn new() -> Certs {
         let dir = tempfile::tempdir().unwrap();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls/certs.sh");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wire/testdata/certs.sh");
         let out = Command::new("bash").arg(script).arg(dir.path()).output().expect("bash runs");
         assert!(
             out.status.success(),
@@ -342,4 +342,47 @@ async fn https_api_with_plaintext_ports_off_and_metrics_on_their_own_address() {
     assert!(support::http_get(metrics, "/readyz").await.starts_with("HTTP/1.1 200"));
     assert!(support::http_get(metrics, "/keys/web").await.starts_with("HTTP/1.1 404"), "no API there");
     router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_reaches_its_nodes_over_mutual_tls() {
+    use shoal_node::server::{NodeHandle, ServeOptions};
+    use shoal_node::store::{Store, StoreConfig, SystemClock};
+    let certs = Certs::new();
+    let files = |name: &str| shoal_wire::tls::TlsFiles {
+        cert: certs.dir.path().join(format!("{name}.crt")),
+        key: certs.dir.path().join(format!("{name}.key")),
+        ca: Some(certs.dir.path().join("ca.crt")),
+    };
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let store = std::sync::Arc::new(Store::new(StoreConfig::default(), std::sync::Arc::new(SystemClock)));
+        let link_tls = Some(shoal_wire::tls::LinkTls::load(&files("node")).unwrap());
+        let options = ServeOptions { link_tls, ..Default::default() };
+        nodes.push(NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, options).await.unwrap());
+    }
+    let list = nodes.iter().map(|n| n.addr.to_string()).collect::<Vec<_>>().join(",");
+    let (cert, key, ca) = (certs.path("client.crt"), certs.path("client.key"), certs.path("ca.crt"));
+    let router = support::router(&[
+        "--nodes",
+        &list,
+        "--link-tls-cert-file",
+        &cert,
+        "--link-tls-key-file",
+        &key,
+        "--link-tls-ca-file",
+        &ca,
+    ])
+    .await;
+    let mut c = support::Raw::connect(router.resp_addr()).await;
+    for i in 0..50 {
+        let k = format!("mtls:{i}");
+        assert_eq!(c.cmd(&["SET", &k, &k]).await, b"+OK\r\n");
+    }
+    assert!(nodes.iter().all(|n| n.state.store.len() > 0), "keys on both nodes, written over mutual TLS");
+    assert_eq!(c.cmd(&["GET", "mtls:7"]).await, b"$6\r\nmtls:7\r\n");
+    router.shutdown().await;
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
 }

@@ -121,6 +121,17 @@ pub struct SecretArgs {
     /// --cluster-secret.
     #[arg(long, env = "SHOAL_CLUSTER_SECRET_FILE", global = true)]
     pub cluster_secret_file: Option<std::path::PathBuf>,
+    /// Mutual TLS on node links: this process's certificate (PEM). A node serves its gRPC port
+    /// over TLS and accepts only peers whose certificate chains to --link-tls-ca-file; routers,
+    /// nodes and tools present it when they call a node. Re-read when the file changes.
+    #[arg(long, env = "SHOAL_LINK_TLS_CERT_FILE", global = true)]
+    pub link_tls_cert_file: Option<std::path::PathBuf>,
+    /// The key of --link-tls-cert-file (PEM).
+    #[arg(long, env = "SHOAL_LINK_TLS_KEY_FILE", global = true)]
+    pub link_tls_key_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) every member's node-link certificate chains to.
+    #[arg(long, env = "SHOAL_LINK_TLS_CA_FILE", global = true)]
+    pub link_tls_ca_file: Option<std::path::PathBuf>,
 }
 
 #[cfg(feature = "cli")]
@@ -128,6 +139,53 @@ impl SecretArgs {
     /// The secret given, if any.
     pub fn secret(&self) -> Result<Option<ClusterSecret>, SecretError> {
         from_flags(self.cluster_secret.as_deref(), self.cluster_secret_file.as_deref())
+    }
+
+    /// The node-link certificate files, if given (all three or none).
+    pub fn link_tls_files(&self) -> Result<Option<crate::tls::TlsFiles>, LinkError> {
+        match (&self.link_tls_cert_file, &self.link_tls_key_file, &self.link_tls_ca_file) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => {
+                Ok(Some(crate::tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: Some(ca.clone()) }))
+            }
+            _ => Err(LinkError::Incomplete),
+        }
+    }
+
+    /// What this process's calls to nodes carry: the secret and, with certificate files, mutual
+    /// TLS (the files re-read when they change).
+    pub fn credentials(&self) -> Result<Credentials, LinkError> {
+        let tls = match self.link_tls_files()? {
+            Some(files) => Some(crate::tls::reloading_client(&files, crate::tls::GRPC_ALPN)?),
+            None => None,
+        };
+        Ok(Credentials { secret: self.secret()?, tls })
+    }
+}
+
+/// Why the node-link flags cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("{0}")]
+    Secret(#[from] SecretError),
+    #[error("node-link TLS needs --link-tls-cert-file, --link-tls-key-file and --link-tls-ca-file together")]
+    Incomplete,
+    #[error("node-link TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+}
+
+/// What a process's calls to nodes carry: the cluster secret (metadata on every call) and, when
+/// node links use certificates, the mutual-TLS client config (re-read when its files change).
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub secret: Option<ClusterSecret>,
+    pub tls: Option<Arc<crate::tls::Reloading<crate::tls::rustls::ClientConfig>>>,
+}
+
+impl Credentials {
+    /// Only a secret (no TLS).
+    pub fn secret(secret: Option<ClusterSecret>) -> Credentials {
+        Credentials { secret, tls: None }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::auth::{Attach, ClusterSecret};
+use crate::auth::{Attach, ClusterSecret, Credentials};
 use crate::proto::node_client::NodeClient;
 
 /// A gRPC client of one node, as [`connect`] opens it: every call carries the cluster secret
@@ -30,8 +30,9 @@ pub struct ClientOptions {
     pub request_timeout: Option<Duration>,
     /// HTTP/2 pings on idle connections, so a dead peer is noticed within about 10 s.
     pub keep_alive: bool,
-    /// The cluster secret every call carries (`crate::auth`; None: none).
-    pub secret: Option<ClusterSecret>,
+    /// What every call carries: the cluster secret, and mutual TLS when node links use
+    /// certificates ([`crate::auth::Credentials`]).
+    pub credentials: Credentials,
 }
 
 impl Default for ClientOptions {
@@ -40,15 +41,20 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(2),
             request_timeout: None,
             keep_alive: true,
-            secret: None,
+            credentials: Credentials::default(),
         }
     }
 }
 
 impl ClientOptions {
-    /// The same options, sending `secret`.
+    /// The same options, sending `secret` (no TLS).
     pub fn with_secret(self, secret: Option<ClusterSecret>) -> ClientOptions {
-        ClientOptions { secret, ..self }
+        self.with_credentials(Credentials::secret(secret))
+    }
+
+    /// The same options, with `credentials`.
+    pub fn with_credentials(self, credentials: Credentials) -> ClientOptions {
+        ClientOptions { credentials, ..self }
     }
 
     /// For short administrative calls (topology offers, stats polls).
@@ -71,7 +77,8 @@ pub enum ConnectError {
     Transport(String),
 }
 
-/// Connects to the node at `addr` (`host:port`); every call carries `options.secret`.
+/// Connects to the node at `addr` (`host:port`); every call carries `options.credentials`: over
+/// mutual TLS (the node's certificate checked for `host`) when they hold a TLS config.
 pub async fn connect(addr: &str, options: &ClientOptions) -> Result<Client, ConnectError> {
     let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| ConnectError::BadAddress { addr: addr.to_string(), reason: e.to_string() })?
@@ -88,8 +95,35 @@ pub async fn connect(addr: &str, options: &ClientOptions) -> Result<Client, Conn
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
     }
-    let channel = endpoint.connect().await.map_err(|e| ConnectError::Transport(innermost(&e)))?;
-    Ok(NodeClient::with_interceptor(channel, Attach::with(options.secret.as_ref()))
+    let channel = match &options.credentials.tls {
+        None => endpoint.connect().await,
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let name = crate::tls::server_name(host)
+                .map_err(|reason| ConnectError::BadAddress { addr: addr.to_string(), reason })?;
+            let (tls, limit) = (tls.clone(), options.connect_timeout);
+            // tonic dials through this for every (re)connection, so a rotated certificate is
+            // picked up at the next reconnect.
+            let dial = tower::service_fn(move |uri: tonic::transport::Uri| {
+                let (tls, name) = (tls.clone(), name.clone());
+                async move {
+                    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                    let handshake = async {
+                        let tcp = tokio::net::TcpStream::connect(&authority).await?;
+                        tcp.set_nodelay(true)?;
+                        tls.connector().connect(name, tcp).await
+                    };
+                    let stream = tokio::time::timeout(limit, handshake).await.map_err(|_| {
+                        std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS connect timed out")
+                    })??;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            });
+            endpoint.connect_with_connector(dial).await
+        }
+    };
+    let channel = channel.map_err(|e| ConnectError::Transport(innermost(&e)))?;
+    Ok(NodeClient::with_interceptor(channel, Attach::with(options.credentials.secret.as_ref()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }

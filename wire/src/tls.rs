@@ -25,6 +25,9 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 pub use tokio_rustls::{Accept, TlsAcceptor, TlsConnector, client, server};
 pub use {rustls, tokio_rustls};
 
+/// The ALPN protocol of gRPC (HTTP/2) on node links.
+pub const GRPC_ALPN: &[&[u8]] = &[b"h2"];
+
 /// How often [`Reloading::watch`] looks at the files.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -184,6 +187,8 @@ pub struct Reloading<C> {
     build: Build<C>,
     /// The config in use and the file contents it was built from.
     current: RwLock<(Arc<C>, Vec<Vec<u8>>)>,
+    /// When [`Reloading::fresh`] last looked at the files.
+    checked: parking_lot::Mutex<std::time::Instant>,
 }
 
 impl<C> std::fmt::Debug for Reloading<C> {
@@ -199,7 +204,30 @@ impl<C: Send + Sync + 'static> Reloading<C> {
     ) -> Result<Arc<Self>, TlsError> {
         let contents = paths.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
         let config = Arc::new(build(&contents)?);
-        Ok(Arc::new(Reloading { paths, build: Box::new(build), current: RwLock::new((config, contents)) }))
+        Ok(Arc::new(Reloading {
+            paths,
+            build: Box::new(build),
+            current: RwLock::new((config, contents)),
+            checked: parking_lot::Mutex::new(std::time::Instant::now()),
+        }))
+    }
+
+    /// The current config, after re-reading the files if [`RELOAD_INTERVAL`] has passed since
+    /// the last look (for users that make few connections and run no [`Reloading::watch`]:
+    /// node-link clients).
+    pub fn fresh(&self) -> Arc<C> {
+        let due = {
+            let mut checked = self.checked.lock();
+            let due = checked.elapsed() >= RELOAD_INTERVAL;
+            if due {
+                *checked = std::time::Instant::now();
+            }
+            due
+        };
+        if due && let Err(e) = self.reload() {
+            tracing::warn!(error = %e, files = ?self.paths, "TLS files changed but cannot be used; still using the previous ones");
+        }
+        self.current()
     }
 
     /// The config new connections use.
@@ -273,9 +301,26 @@ impl Reloading<ServerConfig> {
 }
 
 impl Reloading<ClientConfig> {
-    /// A connector with the current config.
+    /// A connector with the current config (re-read if due: see [`Reloading::fresh`]).
     pub fn connector(&self) -> TlsConnector {
-        TlsConnector::from(self.current())
+        TlsConnector::from(self.fresh())
+    }
+}
+
+/// Mutual TLS on node links, from one set of files: a node's gRPC port serves `server` (peers
+/// must present a certificate from the CA) and its own calls to other nodes present `client`.
+#[derive(Debug, Clone)]
+pub struct LinkTls {
+    pub server: Arc<Reloading<ServerConfig>>,
+    pub client: Arc<Reloading<ClientConfig>>,
+}
+
+impl LinkTls {
+    pub fn load(files: &TlsFiles) -> Result<LinkTls, TlsError> {
+        Ok(LinkTls {
+            server: reloading_server(files, ClientAuth::Yes, GRPC_ALPN)?,
+            client: reloading_client(files, GRPC_ALPN)?,
+        })
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ReplicaAck, ReplicationChunk};
@@ -33,12 +33,12 @@ pub async fn run(
     me: String,
     primary: String,
     generation: u64,
-    secret: Option<ClusterSecret>,
+    credentials: Credentials,
 ) {
     let mut backoff = Duration::from_millis(20);
     tracing::info!(primary = %primary, "following a primary");
     while repl.current(generation) {
-        match follow_once(&store, &repl, &me, &primary, generation, &secret).await {
+        match follow_once(&store, &repl, &me, &primary, generation, &credentials).await {
             Ok(()) => backoff = Duration::from_millis(20),
             Err(e) => {
                 tracing::debug!(primary = %primary, error = %e, "replication link down; retrying");
@@ -60,11 +60,11 @@ async fn follow_once(
     me: &str,
     primary: &str,
     generation: u64,
-    secret: &Option<ClusterSecret>,
+    credentials: &Credentials,
 ) -> Result<(), String> {
     let options = ClientOptions {
         connect_timeout: Duration::from_millis(500),
-        secret: secret.clone(),
+        credentials: credentials.clone(),
         ..ClientOptions::default()
     };
     let mut client = client::connect(primary, &options).await.map_err(|e| e.to_string())?;

@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use prost::Message;
 use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::{self, ReplyAssembler};
 use shoal_wire::proto::{
@@ -75,12 +75,16 @@ pub struct LinkOptions {
     /// Calls queued per node before new ones are refused.
     pub queue_capacity: usize,
     /// The cluster secret every call to the nodes carries.
-    pub secret: Option<ClusterSecret>,
+    pub credentials: Credentials,
 }
 
 impl Default for LinkOptions {
     fn default() -> Self {
-        LinkOptions { deadline: Duration::from_secs(1), queue_capacity: 65_536, secret: None }
+        LinkOptions {
+            deadline: Duration::from_secs(1),
+            queue_capacity: 65_536,
+            credentials: Credentials::default(),
+        }
     }
 }
 
@@ -184,7 +188,7 @@ struct Shared {
     /// last connect), for `--read-from nearest`; and which connection the pinger belongs to.
     rtt_us: AtomicU64,
     connection: AtomicU64,
-    secret: Option<ClusterSecret>,
+    credentials: Credentials,
 }
 
 impl Shared {
@@ -224,7 +228,7 @@ impl NodeLink {
             progress: Arc::new(Progress::new()),
             rtt_us: AtomicU64::new(0),
             connection: AtomicU64::new(0),
-            secret: options.secret.clone(),
+            credentials: options.credentials.clone(),
         });
         tokio::spawn(manage(shared.clone(), queue_rx));
         Arc::new(NodeLink { shared, queue })
@@ -464,7 +468,7 @@ impl Inflight {
 async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
     let mut backoff = MIN_BACKOFF;
     loop {
-        match connect(&s.ident.addr, s.secret.clone()).await {
+        match connect(&s.ident.addr, s.credentials.clone()).await {
             Ok((client, batches, replies)) => {
                 backoff = MIN_BACKOFF;
                 s.metrics.connects.inc();
@@ -543,8 +547,8 @@ async fn ping(s: Arc<Shared>, mut client: client::Client, connection: u64) {
 
 type Connected = (client::Client, mpsc::Sender<Batch>, Streaming<BatchReply>);
 
-async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Connected, String> {
-    let options = ClientOptions::default().with_secret(secret);
+async fn connect(addr: &str, credentials: Credentials) -> Result<Connected, String> {
+    let options = ClientOptions::default().with_credentials(credentials);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (batches, batch_rx) = mpsc::channel(BATCHES_AHEAD);
     let response =

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use shoal_telemetry::metrics::Counter;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::proto::NodeStats;
 use shoal_wire::{SlotTable, Topology, key_slot};
 
@@ -161,7 +161,7 @@ pub struct Backend {
     /// The version routed by, for whoever follows topology changes (the pub/sub hub).
     versions: tokio::sync::watch::Sender<u64>,
     /// The cluster secret the links send (the pub/sub links take it from here).
-    secret: Option<ClusterSecret>,
+    credentials: Credentials,
 }
 
 impl std::fmt::Debug for Backend {
@@ -175,27 +175,27 @@ impl Backend {
     /// topology comes from a source that nodes follow too (so they may answer `moved`). Needs a
     /// Tokio runtime.
     pub fn new(topology: Topology, options: LinkOptions, managed: bool) -> Arc<Backend> {
-        let secret = options.secret.clone();
+        let credentials = options.credentials.clone();
         let factory: PortFactory =
             Box::new(move |id, addr| NodeLink::spawn(id, addr.to_string(), &options) as Arc<dyn NodePort>);
-        Backend::build(topology, managed, factory, secret)
+        Backend::build(topology, managed, factory, credentials)
     }
 
     /// The cluster secret calls to the nodes carry.
-    pub fn secret(&self) -> Option<ClusterSecret> {
-        self.secret.clone()
+    pub fn credentials(&self) -> Credentials {
+        self.credentials.clone()
     }
 
     /// Like [`new`](Self::new), with ports made by `factory`.
     pub fn with_ports(topology: Topology, managed: bool, factory: PortFactory) -> Arc<Backend> {
-        Backend::build(topology, managed, factory, None)
+        Backend::build(topology, managed, factory, Credentials::default())
     }
 
     fn build(
         topology: Topology,
         managed: bool,
         factory: PortFactory,
-        secret: Option<ClusterSecret>,
+        credentials: Credentials,
     ) -> Arc<Backend> {
         let backend = Backend {
             routing: RwLock::new(Arc::new(Routing {
@@ -212,7 +212,7 @@ impl Backend {
             managed,
             metrics: BackendMetrics::default(),
             versions: tokio::sync::watch::channel(0).0,
-            secret,
+            credentials,
         };
         backend.install(topology);
         Arc::new(backend)

@@ -23,7 +23,7 @@ use shoal_coordinator::{Coordinator, MemoryRegistry, Progress, Registry, Registr
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
 use shoal_node::service::NodeState;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::proto::NodeSettings;
 use shoal_wire::{NodeInfo, Topology};
 
@@ -102,7 +102,7 @@ impl EmbeddedCluster {
             nodes: tokio::sync::Mutex::new(BTreeMap::new()),
             replicas,
             failover: Mutex::default(),
-            coordinator: Coordinator::new(store.clone(), Some(secret.clone())),
+            coordinator: Coordinator::new(store.clone(), Credentials::secret(Some(secret.clone()))),
             store,
             config: Mutex::new(config),
             data_dir,
@@ -177,8 +177,10 @@ impl EmbeddedCluster {
         let registry = self.store.clone();
         let secret = self.secret.clone();
         tokio::spawn(async move {
-            let options =
-                shoal_coordinator::failover::FailoverOptions { secret: Some(secret), ..Default::default() };
+            let options = shoal_coordinator::failover::FailoverOptions {
+                credentials: Credentials::secret(Some(secret)),
+                ..Default::default()
+            };
             let log = |d: &shoal_coordinator::failover::Decision| {
                 tracing::warn!(version = d.topology.version, shard = d.shard, reason = %d.reason, "embedded failover");
             };

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use shoal_wire::Topology;
-use shoal_wire::auth::ClusterSecret;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
     Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
@@ -141,8 +141,8 @@ impl Link {
 
 type Stream = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
 
-async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Stream, String> {
-    let options = ClientOptions::default().with_secret(secret);
+async fn connect(addr: &str, credentials: Credentials) -> Result<Stream, String> {
+    let options = ClientOptions::default().with_credentials(credentials);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::unbounded_channel();
     let response =
@@ -169,7 +169,7 @@ async fn run(
         if *stop.borrow() {
             return;
         }
-        match connect(&link.addr, backend.secret()).await {
+        match connect(&link.addr, backend.credentials()).await {
             Ok((client, requests, mut replies)) => {
                 connected_once = true;
                 backoff = MIN_BACKOFF;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Test certificates, made fresh by each test run with the openssl command-line tool:
+# Test certificates, made fresh by each test run with the openssl command-line tool (router and
+# node tests share it):
 #   certs.sh DIR
 # DIR/ca.{crt,key}          the CA the router trusts for client certificates and clients trust
 # DIR/server.{crt,key}      the router's certificate (localhost, 127.0.0.1), signed by ca
@@ -7,6 +8,7 @@
 # DIR/expired.{crt,key}     a client certificate signed by ca that expired in 2020
 # DIR/other-ca.{crt,key}    a CA nobody trusts; DIR/rogue.{crt,key} a client certificate it signed
 # DIR/ca2.{crt,key}, DIR/server2.{crt,key}   a second CA and server certificate (rotation)
+# DIR/node.{crt,key}        a node-link certificate signed by ca, for server and client use
 set -euo pipefail
 dir="$1"
 mkdir -p "$dir"
@@ -59,5 +61,6 @@ ca ca2 "Shoal test CA 2"
 leaf server ca serverAuth
 leaf server2 ca2 serverAuth
 leaf client ca clientAuth
+leaf node ca serverAuth,clientAuth
 leaf rogue other-ca clientAuth
 leaf expired ca clientAuth -startdate 20200101000000Z -enddate 20200102000000Z
