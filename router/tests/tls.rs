@@ -379,7 +379,7 @@ async fn a_router_reaches_its_nodes_over_mutual_tls() {
         let k = format!("mtls:{i}");
         assert_eq!(c.cmd(&["SET", &k, &k]).await, b"+OK\r\n");
     }
-    assert!(nodes.iter().all(|n| n.state.store.len() > 0), "keys on both nodes, written over mutual TLS");
+    assert!(nodes.iter().all(|n| !n.state.store.is_empty()), "keys on both nodes, written over mutual TLS");
     assert_eq!(c.cmd(&["GET", "mtls:7"]).await, b"$6\r\nmtls:7\r\n");
     router.shutdown().await;
     for n in nodes {
