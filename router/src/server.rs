@@ -130,7 +130,7 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
             _ = shutdown.changed() => return,
         };
         let Accepted { stream, peer, local: reached, trusted } = accepted;
-        let open = state.settings.requirepass.is_none();
+        let open = state.acl.default_open();
         if open && state.settings.protected_mode && !trusted {
             tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
             state.metrics.rejected_connections.inc();
