@@ -334,7 +334,7 @@ pub fn getuser(args: &Args, ctx: &mut Ctx) -> Pending {
     let Some(cell) = ctx.state.acl.user(&args[2]) else { return Reply::Nil.into() };
     let u = cell.get();
     Reply::Map(vec![
-        (Reply::bulk("flags"), Reply::Array(u.flags().into_iter().map(Reply::bulk).collect())),
+        (Reply::bulk("flags"), Reply::Set(u.flags().into_iter().map(Reply::bulk).collect())),
         (
             Reply::bulk("passwords"),
             Reply::Array(u.passwords().iter().map(|p| Reply::bulk(p.clone())).collect()),
@@ -428,9 +428,11 @@ pub fn log_cmd(args: &Args, ctx: &mut Ctx) -> Pending {
             _ => return Reply::error("ERR value is not an integer or out of range").into(),
         },
         Some(_) => {
-            return Reply::error(
-                "ERR unknown subcommand or wrong number of arguments for 'log'. Try ACL HELP.",
-            )
+            // Redis names the subcommand as the client wrote it.
+            return Reply::error_fmt(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.",
+                text(&args[1])
+            ))
             .into();
         }
     };
