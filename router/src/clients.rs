@@ -28,6 +28,8 @@ pub struct Names {
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
+    /// The ACL user (`None`: `default`).
+    pub user: Option<String>,
 }
 
 /// One connection as other connections see it.
@@ -235,7 +237,7 @@ impl ClientHandle {
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r \
-             cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+             cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.peer,
             self.local,
@@ -248,6 +250,7 @@ impl ClientHandle {
             self.subscriptions[2].load(Ordering::Relaxed),
             self.multi.load(Ordering::Relaxed),
             cmd,
+            names.user.as_deref().unwrap_or("default"),
             self.protocol.load(Ordering::Relaxed),
             text(&names.lib_name),
             text(&names.lib_ver),

@@ -136,6 +136,12 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_REQUIREPASS", hide_env_values = true)]
     pub requirepass: Option<String>,
 
+    /// ACL users from this file (`user <name> <rules>` lines, as Redis's aclfile), loaded at
+    /// start and re-read when it changes; ACL SAVE writes it, ACL LOAD re-reads it. As in Redis,
+    /// its `default` user replaces the one --requirepass sets.
+    #[arg(long, env = "SHOAL_ACLFILE")]
+    pub aclfile: Option<PathBuf>,
+
     /// Serve /metrics only to scrapes that carry `Authorization: Bearer <this token>` (from any
     /// address; Prometheus's `authorization.credentials`). Without it, /metrics follows the API's
     /// rule (the password, or protected mode).

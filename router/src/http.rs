@@ -12,8 +12,11 @@
 //!
 //! Keys are percent-decoded path segments (so any byte string can be a key: `/keys/a%2Fb`).
 //! Requests run through the same command layer as RESP, so semantics and errors are the same.
-//! With `--requirepass`, API routes and `/metrics` need `Authorization: Bearer <password>` (or
-//! Basic with user `default`); with `--metrics-token`, `/metrics` needs `Bearer <token>` instead,
+//! With `--requirepass` (or an ACL default user with a password), API routes and `/metrics` need
+//! `Authorization: Basic base64(user:password)` for any ACL user, or `Bearer <token>` where the
+//! token is the password of a user (the first by name that has it; with `--requirepass` alone,
+//! the default user's); requests then run as that user, under its ACL rules (403 with the NOPERM
+//! text when refused). With `--metrics-token`, `/metrics` needs `Bearer <token>` instead,
 //! from any address; without one, protected mode refuses non-loopback clients as on the
 //! RESP port. `/healthz` and `/readyz` answer anyone (they are the pod's probes). With
 //! `--metrics-addr`, that address serves only the ops endpoints ([`handle_ops`]). `--https`
@@ -32,6 +35,7 @@ use serde::Deserialize;
 use serde_json::json;
 use shoal_telemetry::http::{HttpResponse, ops_endpoint, response};
 
+use crate::acl::UserCell;
 use crate::cmd::{self, Ctx};
 use crate::resp::Reply;
 use crate::server::protected_mode_allows;
@@ -58,7 +62,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
         if path == "/metrics" {
             let refused = match &state.settings.metrics_token {
                 Some(token) => refuse_scrape(&req, token),
-                None => refuse(&req, peer, &state),
+                None => refuse(&req, peer, &state).err(),
             };
             if let Some(refused) = refused {
                 return refused;
@@ -74,16 +78,18 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
         }
     }
     state.metrics.http_requests.inc();
-    if let Some(refused) = refuse(&req, peer, &state) {
-        return refused;
-    }
+    let user = match refuse(&req, peer, &state) {
+        Ok(user) => user,
+        Err(refused) => return refused,
+    };
     let ttl = match ttl_param(req.uri().query()) {
         Ok(t) => t,
         Err(r) => return r,
     };
     let method = req.method().clone();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let session = Session::http(state.next_client_id(), peer.to_string());
+    let mut session = Session::http(state.next_client_id(), peer.to_string());
+    session.set_user(user);
     let mut api = Api { state: &state, session };
     match (segments.as_slice(), &method) {
         (["keys"], &Method::POST) => match body(req, &state).await {
@@ -276,23 +282,33 @@ fn with_ttl(args: &mut Vec<Bytes>, ttl: Option<i64>) {
     }
 }
 
-/// The access rule of the API and `/metrics`, as on the RESP port: without a password, protected
-/// mode admits only loopback clients; with one, the request must carry it (Bearer, or Basic with
-/// user `default`). `None` when the request may proceed, else the refusal.
-fn refuse(req: &Request<Incoming>, peer: SocketAddr, state: &RouterState) -> Option<HttpResponse> {
-    let open = state.settings.requirepass.is_none();
+/// The access rule of the API and `/metrics`, as on the RESP port: when the default user needs
+/// no password, protected mode admits only loopback clients; credentials, when given, must be
+/// valid, and are required when the default user has a password. `Ok` with the ACL user the
+/// request acts as (`None`: `default`), else the refusal.
+fn refuse(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    state: &RouterState,
+) -> Result<Option<Arc<UserCell>>, HttpResponse> {
+    let open = state.acl.default_open();
     if open && state.settings.protected_mode && !protected_mode_allows(peer.ip()) {
-        return Some(error(
+        return Err(error(
             StatusCode::FORBIDDEN,
             "protected mode: only loopback clients are accepted without a password",
         ));
     }
-    if !open && !authorized(req, state) {
+    let unauthorized = || {
         let mut r = error(StatusCode::UNAUTHORIZED, "authentication required");
         r.headers_mut().insert(WWW_AUTHENTICATE, "Basic realm=\"shoal\"".parse().expect("static header"));
-        return Some(r);
+        r
+    };
+    match credentials(req, state) {
+        Credentials::None if open => Ok(None),
+        Credentials::None | Credentials::Invalid => Err(unauthorized()),
+        Credentials::User(cell) if Arc::ptr_eq(&cell, state.acl.default_user()) => Ok(None),
+        Credentials::User(cell) => Ok(Some(cell)),
     }
-    None
 }
 
 /// `/metrics` with `--metrics-token`: the request must carry `Bearer <token>` (the password does
@@ -308,18 +324,31 @@ fn refuse_scrape(req: &Request<Incoming>, token: &str) -> Option<HttpResponse> {
     Some(r)
 }
 
-fn authorized(req: &Request<Incoming>, state: &RouterState) -> bool {
-    let Some(value) = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
-    if let Some(token) = value.strip_prefix("Bearer ") {
-        return state.settings.check_password(b"default", token.trim().as_bytes());
-    }
-    if let Some(b64) = value.strip_prefix("Basic ")
+enum Credentials {
+    None,
+    Invalid,
+    User(Arc<UserCell>),
+}
+
+/// The ACL user a request's `Authorization` names: `Basic base64(user:password)` is that user
+/// (as AUTH user password); `Bearer <token>` is the first user, by name, that is on and has the
+/// token as one of its passwords (so a service's token is its user's password; `--requirepass`
+/// alone makes it the default user's, as before).
+fn credentials(req: &Request<Incoming>, state: &RouterState) -> Credentials {
+    let Some(value) = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        return Credentials::None;
+    };
+    let found = if let Some(token) = value.strip_prefix("Bearer ") {
+        state.acl.by_password(token.trim().as_bytes())
+    } else if let Some(b64) = value.strip_prefix("Basic ")
         && let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim())
         && let Some(colon) = raw.iter().position(|&c| c == b':')
     {
-        return state.settings.check_password(&raw[..colon], &raw[colon + 1..]);
-    }
-    false
+        state.acl.authenticate(&raw[..colon], &raw[colon + 1..])
+    } else {
+        None
+    };
+    found.map_or(Credentials::Invalid, Credentials::User)
 }
 
 /// `?ttl=SECONDS`: a positive integer, or absent.
@@ -446,6 +475,7 @@ fn failure(reply: Reply) -> HttpResponse {
         Reply::Error(text) => match text.split(' ').next() {
             Some("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
             Some("WRONGTYPE") => error(StatusCode::CONFLICT, &text),
+            Some("NOPERM") => error(StatusCode::FORBIDDEN, &text),
             _ => error(StatusCode::BAD_REQUEST, &text),
         },
         other => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("unexpected reply {other:?}")),

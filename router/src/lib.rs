@@ -23,7 +23,10 @@
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
+//! - [`acl`]: ACL users (rules, permission checks, describe format, ACL file, ACL LOG); the ACL
+//!   command and the `--aclfile` follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`].
 
+pub mod acl;
 pub mod backend;
 pub mod check;
 pub mod clients;
@@ -206,6 +209,7 @@ impl Router {
                 .resolve(shoal_telemetry::runtime::memory_limit()),
             tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
             read_from: args.read_from,
+            aclfile: args.aclfile.clone(),
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
@@ -241,6 +245,7 @@ impl Router {
                 shoal_wire::topology_file::watch(path, Duration::from_millis(200), adopt, stopped).await
             }));
         }
+        watchers.extend(cmd::acl::follow_file(&state, stopped.clone())?);
         let mut tasks = Vec::new();
         if let Some(resp) = resp {
             tasks.push(tokio::spawn(server::serve(resp, state.clone(), stopped.clone())));

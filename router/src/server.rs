@@ -183,7 +183,7 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
         let (state, shutdown, local) = (state.clone(), shutdown.clone(), local.clone());
         tokio::spawn(async move {
             let Some(stream) = handshake_within(handshake, &state, &peer, kind).await else { return };
-            let open = state.settings.requirepass.is_none();
+            let open = state.acl.default_open();
             if open && state.settings.protected_mode && !trusted {
                 tracing::warn!(%peer, listener = kind, "refused a non-loopback client in protected mode");
                 state.metrics.rejected_connections.inc();

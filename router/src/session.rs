@@ -17,6 +17,8 @@ pub struct Session {
     /// Read for every reply; [`Session::set_protocol`] keeps the handle's copy in step.
     protocol: Protocol,
     pub authenticated: bool,
+    /// The ACL user this connection acts as (`None`: the `default` user).
+    pub user: Option<Arc<crate::acl::UserCell>>,
     /// What other connections see of this one (CLIENT LIST, CLIENT KILL).
     pub client: Arc<ClientHandle>,
     /// Peer address as CLIENT INFO shows it (`ip:port`, or `path:0` on a Unix socket).
@@ -45,6 +47,7 @@ impl Session {
             id: client.id,
             protocol: Protocol::Resp2,
             authenticated,
+            user: None,
             peer: client.peer.clone(),
             last_command: client.created,
             client,
@@ -63,6 +66,12 @@ impl Session {
         let mut session = Session::new(Arc::new(ClientHandle::new(id, peer, "http".into(), false)), true);
         session.http = true;
         session
+    }
+
+    /// Acts as `user` from now on (`None`: the default user); CLIENT LIST shows it.
+    pub fn set_user(&mut self, user: Option<Arc<crate::acl::UserCell>>) {
+        self.client.update_names(|n| n.user = user.as_ref().map(|u| u.name.clone()));
+        self.user = user;
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -109,6 +118,7 @@ impl Session {
         self.client.set_multi(None);
         self.set_protocol(Protocol::Resp2);
         self.authenticated = !password_required;
+        self.set_user(None);
         self.set_name(None);
     }
 }

@@ -42,6 +42,8 @@ pub struct Settings {
     pub tcp_port: u16,
     /// Where read-only commands go when the client did not say (READONLY makes it a replica).
     pub read_from: ReadFrom,
+    /// `--aclfile`: the ACL users' file.
+    pub aclfile: Option<std::path::PathBuf>,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -77,6 +79,7 @@ impl Default for Settings {
             request_buffer_budget: 1 << 30,
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
+            aclfile: None,
         }
     }
 }
@@ -229,6 +232,8 @@ pub struct RouterState {
     /// `client-output-buffer-limit` of the `normal` and `replica` classes (hard, soft, seconds),
     /// as CONFIG SET last set them (shown, not enforced: see `cmd/config.rs`).
     pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
+    /// ACL users (`default` carries `--requirepass`).
+    pub acl: crate::acl::Acl,
 }
 
 impl RouterState {
@@ -240,7 +245,6 @@ impl RouterState {
         let settings_deadline = settings.deadline;
         Arc::new(RouterState {
             buffers: BufferBudget::new(settings.request_buffer_budget),
-            settings,
             backend,
             metrics: RouterMetrics::default(),
             started: Instant::now(),
@@ -255,6 +259,8 @@ impl RouterState {
             pause: crate::pause::Pause::default(),
             pubsub: crate::pubsub::Hub::new(settings_deadline),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
+            acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
+            settings,
         })
     }
 

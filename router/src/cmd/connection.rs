@@ -209,7 +209,7 @@ pub fn hello(args: &Args, ctx: &mut Ctx) -> Pending {
         }
     }
     if let Some((user, pass)) = credentials
-        && !authenticate(ctx, user, pass)
+        && !authenticate(ctx, "hello", user, pass)
     {
         return wrongpass().into();
     }
@@ -249,7 +249,7 @@ pub fn auth(args: &Args, ctx: &mut Ctx) -> Pending {
         return syntax_error().into();
     }
     let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
-        if ctx.state.settings.requirepass.is_none() {
+        if ctx.state.acl.default_nopass() {
             return Reply::error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure \
                  your configuration is correct?",
@@ -260,19 +260,26 @@ pub fn auth(args: &Args, ctx: &mut Ctx) -> Pending {
     } else {
         (&args[1], &args[2])
     };
-    if authenticate(ctx, user, pass) { Reply::OK.into() } else { wrongpass().into() }
+    if authenticate(ctx, "auth", user, pass) { Reply::OK.into() } else { wrongpass().into() }
 }
 
-/// Checks a password for AUTH or HELLO AUTH: a match authenticates the session, a mismatch is
-/// counted in `shoal_router_auth_failures_total`.
-fn authenticate(ctx: &mut Ctx, user: &[u8], pass: &[u8]) -> bool {
-    let ok = ctx.state.settings.check_password(user, pass);
-    if ok {
-        ctx.session.authenticated = true;
-    } else {
-        ctx.state.metrics.auth_failures.inc();
+/// Checks a user and password for AUTH or HELLO AUTH: a match authenticates the session as that
+/// user; a mismatch (or a user that does not exist or is off) is counted in
+/// `shoal_router_auth_failures_total` and logged in ACL LOG.
+fn authenticate(ctx: &mut Ctx, command: &str, user: &[u8], pass: &[u8]) -> bool {
+    match ctx.state.acl.authenticate(user, pass) {
+        Some(cell) => {
+            ctx.session.authenticated = true;
+            let default = std::sync::Arc::ptr_eq(&cell, ctx.state.acl.default_user());
+            ctx.session.set_user((!default).then_some(cell));
+            true
+        }
+        None => {
+            ctx.state.metrics.auth_failures.inc();
+            super::acl::log_auth_failure(ctx, command, user);
+            false
+        }
     }
-    ok
 }
 
 /// SELECT: Shoal has one database, 0.
@@ -294,7 +301,7 @@ pub fn quit(_args: &Args, _ctx: &mut Ctx) -> Pending {
 pub fn reset(_args: &Args, ctx: &mut Ctx) -> Pending {
     // Out of pub/sub: answered once the nodes know (a PUBSUB right after agrees).
     let left = ctx.session.subscriber.take().map(|s| s.leave());
-    ctx.session.reset(ctx.state.settings.requirepass.is_some());
+    ctx.session.reset(!ctx.state.acl.default_open());
     super::transaction::release(ctx.state, ctx.session.watched.take());
     match left {
         Some(left) => Pending::later(async move {

@@ -3,7 +3,7 @@
 //!
 //! [`dispatch`] does what Redis's `processCommand` does before running a command, in the same
 //! order and with the same texts: look the name up (unknown command / unknown subcommand), check
-//! arity, check authentication. The command's `run` function then parses its arguments and either
+//! arity, check authentication, check the user's ACL rules ([`acl::check`]). The command's `run` function then parses its arguments and either
 //! answers at once or queues ops on node links and returns a [`Pending`] reply.
 //!
 //! Each command file declares its [`spec::CommandSpec`] beside its handler; [`registry`] lists
@@ -12,6 +12,7 @@
 //!
 //! Front ends share this layer: RESP connections and the HTTP API both call [`dispatch`].
 
+pub mod acl;
 mod bits;
 mod blocking;
 mod client;
@@ -222,6 +223,9 @@ fn gate(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
     if !ctx.session.authenticated && !spec.no_auth() {
         return Err(Reply::error("NOAUTH Authentication required."));
     }
+    // ACL rules, after authentication as in Redis's `processCommand` (a refusal inside MULTI
+    // flags the transaction, in `admit`).
+    acl::check(spec, args, ctx)?;
     // CLIENT LIST shows it from here on, also while CLIENT PAUSE holds it.
     ctx.session.client.set_command(ctx.session.last_command_slot);
     // RESP2 pub/sub mode: only the pub/sub commands, PING, QUIT and RESET (RESP3 mixes pushes

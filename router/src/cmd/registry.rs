@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
 use super::{
-    bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
+    acl, bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
     keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets, shoal,
     slowlog, strings, transaction, ttl, zsets,
 };
@@ -27,6 +27,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &info::INFO,
     &config::CONFIG,
     &slowlog::SLOWLOG,
+    &acl::ACL,
     &latency::LATENCY,
     &latency::MEMORY,
     &keys::DBSIZE,

@@ -1,0 +1,328 @@
+//! Redis's command table as ACL rules see it: every Redis 7.0.15 command and subcommand (those
+//! Shoal does not serve too, since rules may name them and Redis's describe format counts them),
+//! their ACL categories, and their key specs, from which the keys a command touches and whether
+//! it reads or writes each one are found (Redis 7's per-key permission check).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+pub use super::table::REDIS_COMMANDS;
+
+/// ACL category bits, in Redis's order (`ACL CAT` lists them so; the describe format tries them
+/// in this order).
+pub mod cat {
+    pub const KEYSPACE: u32 = 1 << 0;
+    pub const READ: u32 = 1 << 1;
+    pub const WRITE: u32 = 1 << 2;
+    pub const SET: u32 = 1 << 3;
+    pub const SORTEDSET: u32 = 1 << 4;
+    pub const LIST: u32 = 1 << 5;
+    pub const HASH: u32 = 1 << 6;
+    pub const STRING: u32 = 1 << 7;
+    pub const BITMAP: u32 = 1 << 8;
+    pub const HYPERLOGLOG: u32 = 1 << 9;
+    pub const GEO: u32 = 1 << 10;
+    pub const STREAM: u32 = 1 << 11;
+    pub const PUBSUB: u32 = 1 << 12;
+    pub const ADMIN: u32 = 1 << 13;
+    pub const FAST: u32 = 1 << 14;
+    pub const SLOW: u32 = 1 << 15;
+    pub const BLOCKING: u32 = 1 << 16;
+    pub const DANGEROUS: u32 = 1 << 17;
+    pub const CONNECTION: u32 = 1 << 18;
+    pub const TRANSACTION: u32 = 1 << 19;
+    pub const SCRIPTING: u32 = 1 << 20;
+}
+
+/// Category names in Redis's order; bit `i` is `CATEGORIES[i]`.
+pub const CATEGORIES: [&str; 21] = [
+    "keyspace",
+    "read",
+    "write",
+    "set",
+    "sortedset",
+    "list",
+    "hash",
+    "string",
+    "bitmap",
+    "hyperloglog",
+    "geo",
+    "stream",
+    "pubsub",
+    "admin",
+    "fast",
+    "slow",
+    "blocking",
+    "dangerous",
+    "connection",
+    "transaction",
+    "scripting",
+];
+
+/// A category's bit, by name (case-insensitive).
+pub fn category(name: &str) -> Option<u32> {
+    CATEGORIES.iter().position(|c| c.eq_ignore_ascii_case(name)).map(|i| 1 << i)
+}
+
+/// One command (or `parent|sub` subcommand) of Redis's table.
+#[derive(Debug)]
+pub struct RedisCommand {
+    pub name: &'static str,
+    pub arity: i32,
+    pub categories: u32,
+    /// Runs before authentication (AUTH, HELLO): never refused by ACL rules.
+    pub no_auth: bool,
+    /// Has subcommands (CLIENT, CONFIG, ...).
+    pub container: bool,
+    pub keys: &'static [KeySpecDef],
+}
+
+/// Where a key spec starts looking (Redis's `begin_search`).
+#[derive(Debug, Clone, Copy)]
+pub enum Begin {
+    Index(usize),
+    /// After this keyword, searched from this index (negative: from the end, backwards).
+    Keyword(&'static [u8], i32),
+    Unknown,
+}
+
+/// How a key spec finds its keys from where it starts (Redis's `find_keys`).
+#[derive(Debug, Clone, Copy)]
+pub enum Find {
+    Range { last: i32, step: i32, limit: i32 },
+    Keynum { index: i32, first: i32, step: i32 },
+    Unknown,
+}
+
+/// A key spec: where its keys are, and whether the command reads (`ACCESS`) or writes
+/// (`INSERT`, `DELETE`, `UPDATE`) them: what `%R~` and `%W~` patterns are checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpecDef {
+    pub begin: Begin,
+    pub find: Find,
+    pub read: bool,
+    pub write: bool,
+    /// Not a key (SPUBLISH's channel, for cluster routing only): never checked.
+    pub not_key: bool,
+    pub incomplete: bool,
+    /// The flags depend on the arguments (SET ... GET, BITFIELD): see [`keys`].
+    pub variable: bool,
+}
+
+impl KeySpecDef {
+    pub const DEFAULT: KeySpecDef = KeySpecDef {
+        begin: Begin::Unknown,
+        find: Find::Unknown,
+        read: false,
+        write: false,
+        not_key: false,
+        incomplete: false,
+        variable: false,
+    };
+}
+
+/// A command's position in [`REDIS_COMMANDS`]: its bit in a user's command bitmap.
+pub type CommandId = usize;
+
+static BY_NAME: LazyLock<HashMap<&'static str, CommandId>> =
+    LazyLock::new(|| REDIS_COMMANDS.iter().enumerate().map(|(i, c)| (c.name, i)).collect());
+
+/// A command by its full name (`get`, `client|kill`), case-insensitive.
+pub fn lookup(name: &str) -> Option<CommandId> {
+    BY_NAME.get(name.to_ascii_lowercase().as_str()).copied()
+}
+
+/// The subcommands of a container command (they follow it in the sorted table).
+pub fn subcommands(id: CommandId) -> impl Iterator<Item = CommandId> {
+    let prefix = format!("{}|", REDIS_COMMANDS[id].name);
+    (id + 1..REDIS_COMMANDS.len()).take_while(move |&i| REDIS_COMMANDS[i].name.starts_with(&prefix))
+}
+
+/// The command a client's arguments name, as Redis's `lookupCommand` finds it: the subcommand of
+/// a container when one is given and exists, else the command itself (`None`: unknown).
+pub fn resolve(args: &[impl AsRef<[u8]>]) -> Option<CommandId> {
+    let name = std::str::from_utf8(args.first()?.as_ref()).ok()?;
+    let id = lookup(name)?;
+    if !REDIS_COMMANDS[id].container || args.len() < 2 {
+        return Some(id);
+    }
+    let sub = std::str::from_utf8(args[1].as_ref()).ok()?;
+    lookup(&format!("{}|{}", REDIS_COMMANDS[id].name, sub))
+}
+
+/// One key a command touches: its argument index and what the command does with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyUse {
+    pub index: usize,
+    pub read: bool,
+    pub write: bool,
+}
+
+/// The keys of a command's arguments (`args[0]` is the name), by its key specs, as Redis's
+/// `getKeysFromCommandWithSpecs`; specs whose flags depend on the arguments use the command's
+/// own rule (SET with GET reads its key; BITFIELD with only GETs does not write it).
+pub fn keys(id: CommandId, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
+    let cmd = &REDIS_COMMANDS[id];
+    let argc = args.len();
+    let mut out = Vec::new();
+    for spec in cmd.keys {
+        if spec.not_key {
+            continue;
+        }
+        let first = match spec.begin {
+            Begin::Index(i) => i,
+            Begin::Keyword(word, from) => {
+                let found = if from > 0 {
+                    (from as usize..argc).find(|&i| args[i].as_ref().eq_ignore_ascii_case(word))
+                } else {
+                    let start = argc as i64 + from as i64;
+                    (1..=start.max(0) as usize).rev().find(|&i| args[i].as_ref().eq_ignore_ascii_case(word))
+                };
+                match found {
+                    Some(i) => i + 1,
+                    None => continue,
+                }
+            }
+            Begin::Unknown => continue,
+        };
+        let (first, last, step) = match spec.find {
+            Find::Range { last, step, limit } => {
+                let end = if last >= 0 {
+                    first as i64 + last as i64
+                } else if limit == 0 {
+                    argc as i64 + last as i64
+                } else {
+                    first as i64 + ((argc as i64 - first as i64) / limit as i64 + last as i64)
+                };
+                (first, end, step.max(1))
+            }
+            Find::Keynum { index, first: skip, step } => {
+                let Some(n) = args
+                    .get(first + index as usize)
+                    .and_then(|a| shoal_wire::num::parse_i64(a.as_ref()))
+                    .filter(|&n| n >= 0)
+                else {
+                    continue; // a bad count: the command refuses it itself
+                };
+                let start = first + skip as usize;
+                (start, start as i64 + (n - 1) * step.max(1) as i64, step.max(1))
+            }
+            Find::Unknown => continue,
+        };
+        let (read, write) =
+            if spec.variable { variable_flags(cmd.name, args) } else { (spec.read, spec.write) };
+        let mut i = first as i64;
+        while i <= last {
+            if i as usize >= argc || (i as usize) < first {
+                break;
+            }
+            out.push(KeyUse { index: i as usize, read, write });
+            i += step as i64;
+        }
+    }
+    out
+}
+
+/// The flags of a key spec marked VARIABLE_FLAGS, from the command's arguments (Redis's
+/// `setGetKeys` and `bitfieldGetKeys`).
+fn variable_flags(name: &str, args: &[impl AsRef<[u8]>]) -> (bool, bool) {
+    match name {
+        "set" => {
+            let get = args.iter().skip(3).any(|a| a.as_ref().eq_ignore_ascii_case(b"get"));
+            (get, true)
+        }
+        "bitfield" => {
+            let mut i = 2;
+            let mut readonly = true;
+            while i < args.len() {
+                let rem = args.len() - i - 1;
+                let a = args[i].as_ref();
+                if a.eq_ignore_ascii_case(b"get") && rem >= 2 {
+                    i += 3;
+                } else if a.eq_ignore_ascii_case(b"overflow") && rem >= 1 {
+                    i += 2;
+                } else {
+                    readonly = false;
+                    break;
+                }
+            }
+            (true, !readonly)
+        }
+        _ => (true, true),
+    }
+}
+
+/// One channel a command names: its argument index, and whether it is a pattern (PSUBSCRIBE),
+/// which must equal an allowed pattern rather than match it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelUse {
+    pub index: usize,
+    pub pattern: bool,
+}
+
+/// The channels a command publishes to or subscribes to (Redis's `getChannelsFromCommand`;
+/// unsubscribing is never refused).
+pub fn channels(id: CommandId, argc: usize) -> Vec<ChannelUse> {
+    let (from, to, pattern) = match REDIS_COMMANDS[id].name {
+        "publish" | "spublish" => (1, 2.min(argc), false),
+        "subscribe" | "ssubscribe" => (1, argc, false),
+        "psubscribe" => (1, argc, true),
+        _ => return Vec::new(),
+    };
+    (from..to).map(|index| ChannelUse { index, pattern }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uses(cmd: &str, args: &[&str]) -> Vec<(usize, bool, bool)> {
+        let id = resolve(args).unwrap_or_else(|| panic!("{cmd}"));
+        keys(id, args).into_iter().map(|k| (k.index, k.read, k.write)).collect()
+    }
+
+    #[test]
+    fn table_and_lookup() {
+        assert!(REDIS_COMMANDS.windows(2).all(|w| w[0].name < w[1].name), "sorted");
+        let client = lookup("CLIENT").unwrap();
+        assert!(REDIS_COMMANDS[client].container);
+        assert!(subcommands(client).any(|s| REDIS_COMMANDS[s].name == "client|kill"));
+        assert!(!subcommands(client).any(|s| REDIS_COMMANDS[s].name == "clients"));
+        assert_eq!(REDIS_COMMANDS[resolve(&["client", "KILL"]).unwrap()].name, "client|kill");
+        assert!(resolve(&["client", "nope"]).is_none());
+        assert_eq!(REDIS_COMMANDS[resolve(&["client"]).unwrap()].name, "client");
+        assert!(REDIS_COMMANDS[lookup("auth").unwrap()].no_auth);
+        assert_eq!(category("Read"), Some(cat::READ));
+        assert_eq!(category("nope"), None);
+    }
+
+    #[test]
+    fn key_flags_follow_the_specs() {
+        assert_eq!(uses("get", &["get", "k"]), [(1, true, false)]);
+        assert_eq!(uses("set", &["set", "k", "v"]), [(1, false, true)], "SET overwrites");
+        assert_eq!(uses("set", &["set", "k", "v", "GET"]), [(1, true, true)], "SET ... GET reads too");
+        assert_eq!(uses("mset", &["mset", "a", "1", "b", "2"]), [(1, false, true), (3, false, true)]);
+        assert_eq!(uses("lmove", &["lmove", "s", "d", "left", "left"]), [(1, true, true), (2, false, true)]);
+        assert_eq!(
+            uses("eval", &["eval", "s", "2", "a", "b", "x"]),
+            [(3, true, true), (4, true, true)],
+            "numkeys"
+        );
+        assert_eq!(uses("eval", &["eval", "s", "x"]), [], "a bad count finds no keys");
+        assert_eq!(uses("bitfield", &["bitfield", "k", "get", "u8", "0"]), [(1, true, false)]);
+        assert_eq!(uses("bitfield", &["bitfield", "k", "set", "u8", "0", "1"]), [(1, true, true)]);
+        assert_eq!(uses("del", &["del", "a", "b"]), [(1, false, true), (2, false, true)]);
+        assert_eq!(uses("spublish", &["spublish", "c", "m"]), [], "a shard channel is not a key");
+    }
+
+    #[test]
+    fn channel_positions() {
+        let p = lookup("psubscribe").unwrap();
+        assert_eq!(
+            channels(p, 3),
+            [ChannelUse { index: 1, pattern: true }, ChannelUse { index: 2, pattern: true }]
+        );
+        assert_eq!(channels(lookup("publish").unwrap(), 3), [ChannelUse { index: 1, pattern: false }]);
+        assert!(channels(lookup("unsubscribe").unwrap(), 3).is_empty());
+    }
+}

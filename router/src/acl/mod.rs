@@ -1,0 +1,286 @@
+//! Redis 6/7 ACL users, as redis-server 7.0.15 has them (pure logic; the commands are in
+//! `cmd/acl.rs`, the checks in `cmd::dispatch`).
+//!
+//! - [`commands`]: Redis's command table (every command and subcommand, generated into
+//!   `table.rs` by `gen_table.py` from redis-server's `COMMAND`): categories and key specs.
+//! - [`user`]: one user, its rules (`on`, `>pass`, `~pat`, `%R~pat`, `&chan`, `+@cat`, ...), the
+//!   permission check and Redis's describe format.
+//! - [`file`]: the ACL file (`user <name> <rules>` lines): parse and write.
+//! - [`log`]: ACL LOG.
+//!
+//! [`Acl`] holds the users of one router. A connection holds its user's [`UserCell`], so that
+//! ACL SETUSER changes what its connections may do at their next command, as in Redis.
+
+pub mod commands;
+pub mod file;
+pub mod log;
+mod table;
+pub mod user;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+pub use user::{Denied, RuleError, User};
+
+/// A user as connections hold it: rules replaced in place by ACL SETUSER and ACL LOAD.
+#[derive(Debug)]
+pub struct UserCell {
+    pub name: String,
+    rules: RwLock<Arc<User>>,
+    /// Deleted (ACL DELUSER, ACL LOAD, a changed ACL file): its connections are closed.
+    removed: AtomicBool,
+}
+
+impl UserCell {
+    fn new(user: User) -> Arc<UserCell> {
+        Arc::new(UserCell {
+            name: user.name.clone(),
+            rules: RwLock::new(Arc::new(user)),
+            removed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn get(&self) -> Arc<User> {
+        self.rules.read().clone()
+    }
+
+    pub fn removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+}
+
+/// Why an ACL SETUSER was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SetUserError {
+    #[error("Usernames can't contain spaces or null characters")]
+    BadName,
+    #[error("Error in ACL SETUSER modifier '{rule}': {error}")]
+    Rule { rule: String, error: RuleError },
+}
+
+/// The users of one router.
+#[derive(Debug)]
+pub struct Acl {
+    users: RwLock<BTreeMap<String, Arc<UserCell>>>,
+    /// The `default` user, which always exists (ACL LOAD copies into it, as Redis does).
+    default: Arc<UserCell>,
+    pub log: Mutex<log::AclLog>,
+    /// `--aclfile`.
+    pub file: Option<PathBuf>,
+}
+
+/// Whether a name may be a user's (Redis refuses spaces and NUL bytes).
+pub fn valid_name(name: &str) -> bool {
+    !name.bytes().any(|b| b == b' ' || b == 0)
+}
+
+impl Acl {
+    /// The users Redis starts with: `default`, with `requirepass` as its password if given.
+    pub fn new(requirepass: Option<&str>, file: Option<PathBuf>) -> Acl {
+        let default = UserCell::new(User::default_user(requirepass));
+        let users = BTreeMap::from([("default".to_string(), default.clone())]);
+        Acl { users: RwLock::new(users), default, log: Mutex::new(log::AclLog::default()), file }
+    }
+
+    pub fn default_user(&self) -> &Arc<UserCell> {
+        &self.default
+    }
+
+    /// Whether a new connection starts authenticated (the default user is on and `nopass`).
+    pub fn default_open(&self) -> bool {
+        let d = self.default.get();
+        d.enabled && d.nopass
+    }
+
+    /// Whether the default user needs no password (Redis's protected mode applies then).
+    pub fn default_nopass(&self) -> bool {
+        self.default.get().nopass
+    }
+
+    pub fn user(&self, name: &[u8]) -> Option<Arc<UserCell>> {
+        let name = std::str::from_utf8(name).ok()?;
+        self.users.read().get(name).cloned()
+    }
+
+    /// Checks a user/password pair (AUTH): the user, if it exists, is on and the password is
+    /// one of its own.
+    pub fn authenticate(&self, name: &[u8], password: &[u8]) -> Option<Arc<UserCell>> {
+        let cell = self.user(name)?;
+        let u = cell.get();
+        (u.enabled && u.check_password(password)).then_some(cell)
+    }
+
+    /// The first user (by name) that is on and has `password` (HTTP `Bearer` tokens); users
+    /// without a password (`nopass`) are not matched by a token.
+    pub fn by_password(&self, password: &[u8]) -> Option<Arc<UserCell>> {
+        let users = self.users.read();
+        users
+            .values()
+            .find(|c| {
+                let u = c.get();
+                u.enabled && !u.nopass && u.check_password(password)
+            })
+            .cloned()
+    }
+
+    /// ACL SETUSER: every rule applies, or none does.
+    pub fn set_user(&self, name: &str, rules: &[String]) -> Result<(), SetUserError> {
+        if !valid_name(name) {
+            return Err(SetUserError::BadName);
+        }
+        let mut users = self.users.write();
+        let mut user = users.get(name).map_or_else(|| User::new(name), |c| (*c.get()).clone());
+        for rule in rules {
+            user.apply(rule).map_err(|error| SetUserError::Rule { rule: rule.clone(), error })?;
+        }
+        match users.get(name) {
+            Some(cell) => *cell.rules.write() = Arc::new(user),
+            None => {
+                users.insert(name.to_string(), UserCell::new(user));
+            }
+        }
+        Ok(())
+    }
+
+    /// ACL DELUSER: removes the users that exist (never `default`, which the caller refuses),
+    /// and returns them (their connections are to be closed).
+    pub fn delete(&self, names: &[String]) -> Vec<Arc<UserCell>> {
+        let mut users = self.users.write();
+        let mut gone = Vec::new();
+        for n in names {
+            if n == "default" {
+                continue;
+            }
+            if let Some(cell) = users.remove(n) {
+                cell.removed.store(true, Ordering::Release);
+                gone.push(cell);
+            }
+        }
+        gone
+    }
+
+    /// Every user, by name.
+    pub fn users(&self) -> Vec<Arc<User>> {
+        self.users.read().values().map(|c| c.get()).collect()
+    }
+
+    /// Replaces every user with `loaded` (ACL LOAD, a changed ACL file). The default user's
+    /// rules are copied into the one that exists (connections keep it); it gets Redis's
+    /// initial rules when `loaded` has none. With `keep_same`, users that are still defined
+    /// keep their connections (their rules change in place); otherwise, as Redis's ACL LOAD
+    /// does, every other user is replaced and its connections closed. Returns the users whose
+    /// connections are to be closed.
+    pub fn replace(&self, loaded: Vec<User>, keep_same: bool) -> Vec<Arc<UserCell>> {
+        let mut users = self.users.write();
+        let mut next = BTreeMap::new();
+        let mut default = User::default_user(None);
+        for u in loaded {
+            if u.name == "default" {
+                default = u;
+                continue;
+            }
+            let cell = match users.get(&u.name) {
+                Some(old) if keep_same => {
+                    *old.rules.write() = Arc::new(u);
+                    old.clone()
+                }
+                _ => UserCell::new(u),
+            };
+            next.insert(cell.name.clone(), cell);
+        }
+        *self.default.rules.write() = Arc::new(default);
+        next.insert("default".to_string(), self.default.clone());
+        let old = std::mem::replace(&mut *users, next);
+        let mut gone = Vec::new();
+        for (name, cell) in old {
+            if name != "default" && !users.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                cell.removed.store(true, Ordering::Release);
+                gone.push(cell);
+            }
+        }
+        gone
+    }
+
+    /// The ACL file's text for the current users.
+    pub fn save_text(&self) -> String {
+        file::render(&self.users())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(r: &[&str]) -> Vec<String> {
+        r.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn requirepass_is_the_default_users_password() {
+        let open = Acl::new(None, None);
+        assert!(open.default_open());
+        assert!(open.authenticate(b"default", b"anything").is_some());
+        let locked = Acl::new(Some("s3cret"), None);
+        assert!(!locked.default_open() && !locked.default_nopass());
+        assert!(locked.authenticate(b"default", b"s3cret").is_some());
+        assert!(locked.authenticate(b"default", b"s3cre").is_none());
+        assert!(locked.authenticate(b"bob", b"s3cret").is_none());
+    }
+
+    #[test]
+    fn setuser_is_all_or_nothing_and_shared_with_connections() {
+        let acl = Acl::new(None, None);
+        acl.set_user("bob", &rules(&["on", ">pw"])).unwrap();
+        let held = acl.authenticate(b"bob", b"pw").expect("on, with that password");
+        let err = acl.set_user("bob", &rules(&["off", "+nosuch"])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Error in ACL SETUSER modifier '+nosuch': Unknown command or category name in ACL"
+        );
+        assert!(held.get().enabled, "nothing applied");
+        acl.set_user("bob", &rules(&["off"])).unwrap();
+        assert!(!held.get().enabled, "a connection sees the change");
+        assert!(acl.authenticate(b"bob", b"pw").is_none(), "off");
+        assert!(matches!(acl.set_user("a b", &[]), Err(SetUserError::BadName)));
+        let gone = acl.delete(&rules(&["bob", "nobody", "default"]));
+        assert_eq!(gone.len(), 1);
+        assert!(held.removed());
+        assert!(acl.user(b"default").is_some());
+    }
+
+    #[test]
+    fn replace_keeps_default_and_maybe_the_others() {
+        let acl = Acl::new(None, None);
+        acl.set_user("a", &rules(&["on", "nopass"])).unwrap();
+        acl.set_user("b", &rules(&["on", "nopass"])).unwrap();
+        let a = acl.user(b"a").unwrap();
+        let b = acl.user(b"b").unwrap();
+        let mut new_a = User::new("a");
+        new_a.apply("+@all").unwrap();
+        let mut new_default = User::new("default");
+        new_default.apply(">x").unwrap();
+        let gone = acl.replace(vec![new_a.clone(), new_default], true);
+        assert_eq!(gone.len(), 1);
+        assert!(b.removed() && !a.removed());
+        assert_eq!(a.get().describe(), new_a.describe());
+        assert!(!acl.default_nopass(), "the default user took the file's rules");
+        let gone = acl.replace(vec![new_a], false);
+        assert!(a.removed(), "Redis's ACL LOAD replaces every other user");
+        assert_eq!(gone.len(), 1);
+        assert!(acl.default_open(), "no default user in the file: Redis's initial one");
+    }
+
+    #[test]
+    fn tokens_match_users_with_that_password() {
+        let acl = Acl::new(None, None);
+        acl.set_user("svc", &rules(&["on", ">tok"])).unwrap();
+        acl.set_user("zed", &rules(&["off", ">tok2"])).unwrap();
+        assert_eq!(acl.by_password(b"tok").unwrap().name, "svc");
+        assert!(acl.by_password(b"tok2").is_none(), "off");
+        assert!(acl.by_password(b"whatever").is_none(), "the nopass default user is no token's");
+    }
+}
