@@ -49,10 +49,11 @@ def bench(port, test, pipeline, requests):
     sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
 
 
-def node_cluster(node_bin, router_bin, replicas):
+def node_cluster(node_bin, router_bin, replicas, extra=(), name=None):
     """A topology file, 3 shard primaries (+ a replica each, and the failover writer) and a router,
     as separate processes; returns the router's RESP port once every shard is served (and, with
-    replicas, every replica has synced: WAIT 1 answers 1)."""
+    replicas, every replica has synced: WAIT 1 answers 1). `extra` flags go to every process (e.g.
+    node-link TLS)."""
     import json
     ports = [common.free_port() for _ in range(3)]
     rports = [common.free_port() for _ in range(3)] if replicas else []
@@ -62,21 +63,21 @@ def node_cluster(node_bin, router_bin, replicas):
         nodes[i]["replicas"] = [f"127.0.0.1:{r}"]
     topology = {"version": 1, "slots": [{"start": a, "end": b, "node": i} for i, (a, b) in enumerate(bounds)],
                 "nodes": nodes}
-    name = "r1" if replicas else "r0"
+    name = name or ("r1" if replicas else "r0")
     path = common.WORK / f"topology-{name}.json"
     path.write_text(json.dumps(topology))
     for i, p in enumerate(ports):
-        common.start(f"{name}-p{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path)],
+        common.start(f"{name}-p{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path), *extra],
                      cpus=common.SERVER_CPUS)
     for i, p in enumerate(rports):
-        common.start(f"{name}-r{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path)],
-                     cpus=common.CLIENT_CPUS)
+        common.start(f"{name}-r{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path),
+                                      *extra], cpus=common.CLIENT_CPUS)
     if replicas:
-        common.start(f"{name}-failover", [str(router_bin), "failover", "--topology-file", str(path)],
+        common.start(f"{name}-failover", [str(router_bin), "failover", "--topology-file", str(path), *extra],
                      cpus=common.CLIENT_CPUS)
     resp, http = common.free_port(), common.free_port()
     common.start(f"{name}-router", [str(router_bin), "--topology-file", str(path), "--threads", "1",
-                                    "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}"],
+                                    "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}", *extra],
                  cpus=common.SERVER_CPUS)
     common.wait_port(resp)
     deadline = time.time() + 60
