@@ -241,6 +241,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     apply(client, &ns, &resources::router_service(&cc)).await?;
     apply(client, &ns, &resources::pdb(&cc, Component::Router)).await?;
     apply(client, &ns, &resources::node_network_policy(&cc)).await?;
+    apply(client, &ns, &resources::router_network_policy(&cc)).await?;
 
     // Observe.
     let store = ConfigMapRegistry::new(Api::<ConfigMap>::namespaced(client.clone(), &ns), &cc);
@@ -764,6 +765,7 @@ mod tests {
                     format!("{NS}/services/demo"),
                     format!("{POLICY}/poddisruptionbudgets/demo-router"),
                     "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-node".into(),
+                    "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/demo-router".into(),
                 ]
                 .into_iter()
                 .map(|p| echo(Method::PATCH, p)),

@@ -109,6 +109,20 @@ pub struct CacheClusterSpec {
     /// then only the NetworkPolicy and your network stand between clients and the data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
+    /// Client TLS on the routers: RESP over TLS on 6380 and HTTPS on 8443, with the certificate
+    /// in a Secret (re-read when it changes, e.g. renewed by cert-manager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClientTls>,
+    /// ACL users: a Secret holding an ACL file in Redis's format (`user <name> on >pass ~keys
+    /// +@read ...`, one user per line), mounted into every router and re-read when it changes.
+    /// A `default` user there overrides passwordSecretRef.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl_secret_ref: Option<AclSecretRef>,
+    /// Who may reach the routers' client ports (NetworkPolicy peers: pod and namespace
+    /// selectors, IP blocks). Unset: anyone; the routers' NetworkPolicy then still closes every
+    /// other port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_peers: Option<Vec<k8s_openapi::api::networking::v1::NetworkPolicyPeer>>,
     /// Most bytes per second a node pulls while slots move to it (Redis syntax, e.g. 8mb).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+(b|k|kb|m|mb|g|gb|K|KB|M|MB|G|GB)?$')"))]
@@ -281,6 +295,47 @@ pub struct SecretKeyRef {
     /// The key holding the password.
     #[serde(default = "default_password_key")]
     pub key: String,
+}
+
+/// Client TLS of the routers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTls {
+    /// A Secret of type kubernetes.io/tls: `tls.crt`, `tls.key` and, to check client
+    /// certificates, `ca.crt` (what a cert-manager Certificate writes).
+    #[x_kube(validation = Rule::new("self != ''").message("secretName must not be empty"))]
+    pub secret_name: String,
+    /// Redis's tls-auth-clients: whether clients must present a certificate signed by `ca.crt`
+    /// (yes), may (optional), or are not asked (no).
+    #[serde(default = "default_auth_clients")]
+    #[x_kube(validation = Rule::new("self in ['no', 'optional', 'yes']").message("authClients is no, optional or yes"))]
+    pub auth_clients: String,
+    /// Keep the plaintext RESP port and HTTP API. false: clients must use TLS; the plaintext HTTP
+    /// port then serves only /metrics, /healthz and /readyz (the probes').
+    #[serde(default = "default_true")]
+    pub plaintext: bool,
+}
+
+fn default_auth_clients() -> String {
+    "no".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A Secret key holding an ACL file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclSecretRef {
+    pub name: String,
+    /// The key holding the ACL file.
+    #[serde(default = "default_acl_key")]
+    pub key: String,
+}
+
+fn default_acl_key() -> String {
+    "users.acl".into()
 }
 
 fn default_password_key() -> String {

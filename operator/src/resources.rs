@@ -14,6 +14,7 @@
 //! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it is not redundant |
 //! | PodDisruptionBudget | `<name>-router` | never two routers down at once |
 //! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers (sidecars too), nodes and the operator |
+//! | NetworkPolicy | `<name>-router` | router client ports only from `spec.clientPeers` (anyone if unset); nothing else |
 //! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) |
 //!
 //! Nodes and routers read the topology from the mounted ConfigMap and learn newer versions from
@@ -46,10 +47,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, GRPCAction, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Service, ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
     VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::{
@@ -69,6 +70,13 @@ pub const NODE_GRPC_PORT: i32 = 7001;
 pub const NODE_METRICS_PORT: i32 = 9090;
 pub const ROUTER_RESP_PORT: i32 = 6379;
 pub const ROUTER_HTTP_PORT: i32 = 8080;
+/// RESP over TLS and HTTPS, with `spec.tls`.
+pub const ROUTER_TLS_PORT: i32 = 6380;
+pub const ROUTER_HTTPS_PORT: i32 = 8443;
+/// Where a router finds its TLS Secret and its ACL file.
+pub const ROUTER_TLS_DIR: &str = "/etc/shoal/tls";
+pub const ROUTER_ACL_DIR: &str = "/etc/shoal/acl";
+pub const ROUTER_ACL_FILE: &str = "/etc/shoal/acl/users.acl";
 /// The key of the topology document in its ConfigMap, and where the ConfigMap is mounted.
 pub const TOPOLOGY_KEY: &str = "topology.json";
 pub const TOPOLOGY_DIR: &str = "/etc/shoal/topology";
@@ -646,28 +654,15 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
             ..Default::default()
         }),
     }
+    let (args, ports, mounts, volumes) = router_listeners(cc);
     let container = Container {
         name: "router".into(),
         image: Some(s.image.clone()),
         image_pull_policy: s.image_pull_policy.clone(),
         command: Some(vec!["shoal-router".into()]),
-        args: Some(
-            [
-                "--topology-file",
-                &topology_file(),
-                "--resp",
-                &format!("0.0.0.0:{ROUTER_RESP_PORT}"),
-                "--http",
-                &format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
-                "--log-format",
-                "json",
-            ]
-            .iter()
-            .map(|a| a.to_string())
-            .collect(),
-        ),
+        args: Some(args),
         env: Some(env),
-        ports: Some(vec![port("resp", ROUTER_RESP_PORT), port("http", ROUTER_HTTP_PORT)]),
+        ports: Some(ports),
         // /readyz: the router can serve (listening, topology known). Not "every node up": one node
         // pod restarting must not take every router out of the Service.
         readiness_probe: Some(http_probe("/readyz", ROUTER_HTTP_PORT, 5)),
@@ -677,7 +672,7 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
         }),
         resources: s.router_resources.clone(),
         security_context: Some(container_security()),
-        volume_mounts: Some(vec![topology_mount()]),
+        volume_mounts: Some(mounts),
         ..Default::default()
     };
     Deployment {
@@ -697,7 +692,7 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
                     termination_grace_period_seconds: Some(30),
                     topology_spread_constraints: Some(spread(cc, Component::Router)),
                     containers: vec![container],
-                    volumes: Some(vec![topology_volume(cc)]),
+                    volumes: Some(volumes),
                     ..Default::default()
                 }),
             },
@@ -707,13 +702,96 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
     }
 }
 
-/// The Service clients use: RESP on 6379, HTTP on 8080.
+/// A router's arguments, container ports, volume mounts and volumes: the topology, and with
+/// `spec.tls` the TLS listeners and their Secret (plaintext RESP and the HTTP API off unless
+/// `plaintext`; the HTTP port then serves only the probes' and Prometheus's endpoints), with
+/// `spec.aclSecretRef` the ACL file.
+fn router_listeners(cc: &CacheCluster) -> (Vec<String>, Vec<ContainerPort>, Vec<VolumeMount>, Vec<Volume>) {
+    let s = &cc.spec;
+    let plaintext = s.tls.as_ref().is_none_or(|t| t.plaintext);
+    let mut args: Vec<String> = vec!["--topology-file".into(), topology_file()];
+    if plaintext {
+        args.extend(["--resp".into(), format!("0.0.0.0:{ROUTER_RESP_PORT}")]);
+        args.extend(["--http".into(), format!("0.0.0.0:{ROUTER_HTTP_PORT}")]);
+    } else {
+        args.extend(["--resp".into(), "off".into(), "--http".into(), "off".into()]);
+        args.extend(["--metrics-addr".into(), format!("0.0.0.0:{ROUTER_HTTP_PORT}")]);
+    }
+    let mut ports = vec![port("http", ROUTER_HTTP_PORT)];
+    if plaintext {
+        ports.insert(0, port("resp", ROUTER_RESP_PORT));
+    }
+    let mut mounts = vec![topology_mount()];
+    let mut volumes = vec![topology_volume(cc)];
+    if let Some(tls) = &s.tls {
+        args.extend([
+            "--tls-port".into(),
+            format!("0.0.0.0:{ROUTER_TLS_PORT}"),
+            "--https".into(),
+            format!("0.0.0.0:{ROUTER_HTTPS_PORT}"),
+            "--tls-cert-file".into(),
+            format!("{ROUTER_TLS_DIR}/tls.crt"),
+            "--tls-key-file".into(),
+            format!("{ROUTER_TLS_DIR}/tls.key"),
+            "--tls-auth-clients".into(),
+            tls.auth_clients.clone(),
+        ]);
+        if tls.auth_clients != "no" {
+            args.extend(["--tls-ca-cert-file".into(), format!("{ROUTER_TLS_DIR}/ca.crt")]);
+        }
+        ports.extend([port("resp-tls", ROUTER_TLS_PORT), port("https", ROUTER_HTTPS_PORT)]);
+        // The whole Secret, not a subPath: a subPath mount never sees a rotated certificate.
+        mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: ROUTER_TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    if let Some(acl) = &s.acl_secret_ref {
+        args.extend(["--aclfile".into(), ROUTER_ACL_FILE.into()]);
+        mounts.push(VolumeMount {
+            name: "acl".into(),
+            mount_path: ROUTER_ACL_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "acl".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(acl.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: acl.key.clone(),
+                    path: "users.acl".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    args.extend(["--log-format".into(), "json".into()]);
+    (args, ports, mounts, volumes)
+}
+
+/// The Service clients use: RESP on 6379 and HTTP on 8080; with TLS, RESP over TLS on 6380 and
+/// HTTPS on 8443 (and without plaintext, 8080 for metrics only).
 pub fn router_service(cc: &CacheCluster) -> Service {
+    let ports = router_listeners(cc).1;
+    let ports = ports.iter().map(|p| service_port(p.name.as_deref().unwrap_or(""), p.container_port));
     Service {
         metadata: meta(cc, cc.name_any(), Some(Component::Router)),
         spec: Some(ServiceSpec {
             selector: Some(selector_labels(cc, Component::Router)),
-            ports: Some(vec![service_port("resp", ROUTER_RESP_PORT), service_port("http", ROUTER_HTTP_PORT)]),
+            ports: Some(ports.collect()),
             ..Default::default()
         }),
         ..Default::default()
@@ -810,6 +888,40 @@ pub fn node_network_policy(cc: &CacheCluster) -> NetworkPolicy {
                 },
                 NetworkPolicyIngressRule { from: None, ports: Some(vec![tcp(NODE_METRICS_PORT)]) },
             ]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Routers: the client ports (plaintext and TLS) only from `spec.clientPeers` (anyone if unset),
+/// the metrics-only port (TLS without plaintext) from anywhere (Prometheus, the kubelet's
+/// probes); nothing else.
+pub fn router_network_policy(cc: &CacheCluster) -> NetworkPolicy {
+    let plaintext = cc.spec.tls.as_ref().is_none_or(|t| t.plaintext);
+    let tcp = |p: i32| NetworkPolicyPort {
+        port: Some(IntOrString::Int(p)),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    let (client, ops): (Vec<_>, Vec<_>) = router_listeners(cc)
+        .1
+        .iter()
+        .map(|p| p.container_port)
+        .partition(|p| plaintext || *p != ROUTER_HTTP_PORT);
+    let mut ingress = vec![NetworkPolicyIngressRule {
+        from: cc.spec.client_peers.clone(),
+        ports: Some(client.into_iter().map(tcp).collect()),
+    }];
+    if !ops.is_empty() {
+        ingress
+            .push(NetworkPolicyIngressRule { from: None, ports: Some(ops.into_iter().map(tcp).collect()) });
+    }
+    NetworkPolicy {
+        metadata: meta(cc, router_name(cc), Some(Component::Router)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(selector(cc, Component::Router)),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(ingress),
             ..Default::default()
         }),
     }
@@ -1034,6 +1146,77 @@ pub(crate) mod tests {
         assert_eq!(e.name, "SHOAL_REQUIREPASS");
         assert_eq!(e.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "pw");
         assert!(e.value.is_none(), "never the password itself");
+    }
+
+    #[test]
+    fn routers_serve_tls_from_the_secret_and_acl_users_from_theirs() {
+        let parts = |cc: &CacheCluster| {
+            let d = router_deployment(cc);
+            let pod = pod_spec(&d.spec.unwrap().template).clone();
+            let c = pod.containers[0].clone();
+            let ports: Vec<i32> = c.ports.unwrap().iter().map(|p| p.container_port).collect();
+            (c.args.unwrap().join(" "), ports, pod.volumes.unwrap(), c.volume_mounts.unwrap())
+        };
+        let plain = cluster(serde_json::json!({"shards": 1}));
+        let (args, ports, volumes, _) = parts(&plain);
+        assert!(
+            args.contains("--resp 0.0.0.0:6379 --http 0.0.0.0:8080") && !args.contains("--tls"),
+            "{args}"
+        );
+        assert_eq!((ports, volumes.len()), (vec![ROUTER_RESP_PORT, ROUTER_HTTP_PORT], 1));
+
+        let cc = cluster(serde_json::json!({"shards": 1, "tls": {"secretName": "demo-tls"},
+            "aclSecretRef": {"name": "demo-users"}}));
+        let (args, ports, volumes, mounts) = parts(&cc);
+        assert!(args.contains("--tls-port 0.0.0.0:6380 --https 0.0.0.0:8443"), "{args}");
+        assert!(
+            args.contains("--tls-cert-file /etc/shoal/tls/tls.crt --tls-key-file /etc/shoal/tls/tls.key")
+        );
+        assert!(
+            args.contains("--tls-auth-clients no") && !args.contains("ca.crt"),
+            "no CA unless clients are checked"
+        );
+        assert!(args.contains("--resp 0.0.0.0:6379"), "plaintext stays by default: {args}");
+        assert!(args.contains("--aclfile /etc/shoal/acl/users.acl"));
+        assert_eq!(ports, vec![ROUTER_RESP_PORT, ROUTER_HTTP_PORT, ROUTER_TLS_PORT, ROUTER_HTTPS_PORT]);
+        let tls = volumes.iter().find(|v| v.name == "tls").unwrap().secret.clone().unwrap();
+        assert_eq!(tls.secret_name.as_deref(), Some("demo-tls"));
+        assert!(tls.items.is_none(), "the whole Secret: rotated files show up");
+        let acl = volumes.iter().find(|v| v.name == "acl").unwrap().secret.clone().unwrap();
+        assert_eq!(acl.items.unwrap()[0].key, "users.acl");
+        assert!(mounts.iter().all(|m| m.sub_path.is_none() && m.read_only == Some(true)));
+        let svc: Vec<i32> = router_service(&cc).spec.unwrap().ports.unwrap().iter().map(|p| p.port).collect();
+        assert_eq!(svc, ports, "the Service exposes every listener");
+
+        // TLS only: plaintext RESP and the API are off; 8080 serves metrics and probes only.
+        let cc = cluster(serde_json::json!({"shards": 1,
+            "tls": {"secretName": "demo-tls", "authClients": "yes", "plaintext": false},
+            "clientPeers": [{"podSelector": {"matchLabels": {"app": "shop"}}}]}));
+        let (args, ports, _, _) = parts(&cc);
+        assert!(args.contains("--resp off --http off --metrics-addr 0.0.0.0:8080"), "{args}");
+        assert!(args.contains("--tls-auth-clients yes --tls-ca-cert-file /etc/shoal/tls/ca.crt"), "{args}");
+        assert_eq!(ports, vec![ROUTER_HTTP_PORT, ROUTER_TLS_PORT, ROUTER_HTTPS_PORT]);
+        let np = router_network_policy(&cc).spec.unwrap();
+        let rules = np.ingress.unwrap();
+        let ports_of = |r: &NetworkPolicyIngressRule| -> Vec<IntOrString> {
+            r.ports.clone().unwrap().into_iter().map(|p| p.port.unwrap()).collect()
+        };
+        assert_eq!(
+            ports_of(&rules[0]),
+            vec![IntOrString::Int(ROUTER_TLS_PORT), IntOrString::Int(ROUTER_HTTPS_PORT)]
+        );
+        let from = rules[0].from.clone().unwrap();
+        assert_eq!(
+            from[0].pod_selector.clone().unwrap().match_labels.unwrap()["app"],
+            "shop",
+            "clients only"
+        );
+        assert_eq!(ports_of(&rules[1]), vec![IntOrString::Int(ROUTER_HTTP_PORT)]);
+        assert!(rules[1].from.is_none(), "metrics and probes from anywhere");
+        // Without clientPeers: the client ports from anyone, nothing else open.
+        let np = router_network_policy(&plain).spec.unwrap();
+        assert_eq!(np.ingress.as_ref().unwrap().len(), 1);
+        assert!(np.ingress.unwrap()[0].from.is_none());
     }
 
     #[test]

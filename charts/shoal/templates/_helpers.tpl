@@ -76,3 +76,13 @@ fsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* The routers' TLS Secret: the existing one, or the one the chart makes (cert-manager or Helm). */}}
+{{- define "shoal.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "shoal.clusterName" .)) .Values.cluster.tls.existingSecret }}
+{{- end }}
+
+{{/* The ACL file's Secret. */}}
+{{- define "shoal.aclSecret" -}}
+{{- default (printf "%s-users" (include "shoal.clusterName" .)) .Values.cluster.acl.existingSecret }}
+{{- end }}
