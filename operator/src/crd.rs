@@ -306,18 +306,22 @@ pub struct ClientTls {
     #[x_kube(validation = Rule::new("self != ''").message("secretName must not be empty"))]
     pub secret_name: String,
     /// Redis's tls-auth-clients: whether clients must present a certificate signed by `ca.crt`
-    /// (yes), may (optional), or are not asked (no).
-    #[serde(default = "default_auth_clients")]
+    /// (yes), may (optional), or are not asked (no, when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self in ['no', 'optional', 'yes']").message("authClients is no, optional or yes"))]
-    pub auth_clients: String,
+    pub auth_clients: Option<String>,
     /// Keep the plaintext RESP port and HTTP API. false: clients must use TLS; the plaintext HTTP
     /// port then serves only /metrics, /healthz and /readyz (the probes').
     #[serde(default = "default_true")]
     pub plaintext: bool,
 }
 
-fn default_auth_clients() -> String {
-    "no".into()
+impl ClientTls {
+    /// tls-auth-clients as the router takes it (`no` when unset). (No schema default: `no`
+    /// would be read back as a boolean by the API server's YAML.)
+    pub fn auth_clients(&self) -> &str {
+        self.auth_clients.as_deref().unwrap_or("no")
+    }
 }
 
 fn default_true() -> bool {

@@ -734,9 +734,9 @@ fn router_listeners(cc: &CacheCluster) -> (Vec<String>, Vec<ContainerPort>, Vec<
             "--tls-key-file".into(),
             format!("{ROUTER_TLS_DIR}/tls.key"),
             "--tls-auth-clients".into(),
-            tls.auth_clients.clone(),
+            tls.auth_clients().into(),
         ]);
-        if tls.auth_clients != "no" {
+        if tls.auth_clients() != "no" {
             args.extend(["--tls-ca-cert-file".into(), format!("{ROUTER_TLS_DIR}/ca.crt")]);
         }
         ports.extend([port("resp-tls", ROUTER_TLS_PORT), port("https", ROUTER_HTTPS_PORT)]);

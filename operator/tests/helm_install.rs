@@ -103,6 +103,13 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
             "cluster.shards=2",
             "--set",
             "cluster.routers=1",
+            // TLS (a certificate Helm generates) and two restricted users from the chart's Secret.
+            "--set",
+            "cluster.tls.enabled=true",
+            "--set",
+            "cluster.acl.users[0]=user dash on >dash-pw ~* +@read",
+            "--set",
+            "cluster.acl.users[1]=user shop on >shop-pw ~shop:* +@all -@dangerous",
         ],
     );
     let token = plane.kubectl(&["create", "token", "rel-shoal-operator", "-n", NS, "--duration=1h"], None);
@@ -150,7 +157,8 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
         (s.phase == "Ready" && s.shards == 2 && synced).then_some(())
     })
     .await;
-    let (_router, addr) = support::router(&client, NS, "rel", &root, &topology_file).await;
+    let router = support::router_pod(&client, NS, "rel", &root, &topology_file).await;
+    let addr = router.resp.clone();
 
     // `helm test`: run the hook's own command against the router.
     let hooks = helm(&plane, &["get", "hooks", "rel", "-n", NS]);
@@ -184,6 +192,46 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
         .unwrap();
     let refusal = String::from_utf8_lossy(&anonymous.stderr);
     assert!(!anonymous.status.success() && refusal.contains("NOAUTH"), "{refusal}");
+
+    // TLS with the chart's certificate: redis-cli --tls trusting the generated CA.
+    let tls = Api::<Secret>::namespaced(client.clone(), NS).get("rel-tls").await.unwrap().data.unwrap();
+    std::fs::write(root.join("ca.crt"), &tls["ca.crt"].0).unwrap();
+    let password = support::resolve_env(&client, &c, &pod)
+        .await
+        .into_iter()
+        .find(|(k, _)| k == "SHOAL_REQUIREPASS")
+        .unwrap()
+        .1;
+    let cli = |addr: &str, extra: &[&str], cmd: &[&str]| {
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", host, "-p", port, "--no-auth-warning"])
+            .args(extra)
+            .args(cmd)
+            .output()
+            .expect("redis-cli installed");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+            .trim()
+            .to_string()
+    };
+    let tls_addr = router.tls.clone().expect("the router pod serves TLS");
+    let ca = root.join("ca.crt").display().to_string();
+    let tls_args = ["--tls", "--cacert", &ca, "-a", &password];
+    assert_eq!(cli(&tls_addr, &tls_args, &["SET", "shop:1", "over tls"]), "OK");
+    assert_eq!(cli(&tls_addr, &tls_args, &["GET", "shop:1"]), "over tls");
+    // The users from the chart's Secret can do only what their rules say.
+    let dash = ["--user", "dash", "--pass", "dash-pw"];
+    assert_eq!(cli(&addr, &dash, &["GET", "shop:1"]), "over tls");
+    let denied = cli(&addr, &dash, &["SET", "shop:1", "x"]);
+    assert!(denied.contains("NOPERM") && denied.contains("'set' command"), "{denied}");
+    let shop = ["--user", "shop", "--pass", "shop-pw"];
+    assert_eq!(cli(&addr, &shop, &["SET", "shop:2", "mine"]), "OK");
+    let denied = cli(&addr, &shop, &["GET", "orders:1"]);
+    assert!(denied.contains("NOPERM") && denied.contains("keys"), "{denied}");
+    let denied = cli(&addr, &shop, &["FLUSHALL"]);
+    assert!(denied.contains("NOPERM"), "{denied}");
+    let wrong = cli(&addr, &["--user", "shop", "--pass", "nope"], &["PING"]);
+    assert!(wrong.contains("WRONGPASS"), "{wrong}");
 
     // Uninstall: the chart's objects go, and the CacheCluster's go with it (owner references).
     helm(&plane, &["uninstall", "rel", "-n", NS, "--wait", "--timeout", "60s"]);

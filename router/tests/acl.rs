@@ -206,3 +206,33 @@ async fn http_basic_and_bearer_act_as_acl_users() {
     assert!(r.starts_with("HTTP/1.1 404"), "{r}");
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_file_without_a_default_user_keeps_the_requirepass_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("users.acl");
+    std::fs::write(&file, "user app on >apppw ~app:* +@all\n").unwrap();
+    let path = file.display().to_string();
+    let router =
+        support::router(&["--embedded-nodes", "1", "--requirepass", "rootpw", "--aclfile", &path]).await;
+    let mut anonymous = Raw::connect(router.resp_addr()).await;
+    assert_eq!(anonymous.cmd(&["GET", "app:1"]).await, b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(anonymous.cmd(&["AUTH", "rootpw"]).await, b"+OK\r\n", "the default user keeps its password");
+    let mut app = Raw::connect(router.resp_addr()).await;
+    assert_eq!(app.cmd(&["AUTH", "app", "apppw"]).await, b"+OK\r\n");
+    assert_eq!(app.cmd(&["SET", "app:1", "v"]).await, b"+OK\r\n");
+    let denied = app.cmd(&["SET", "other", "v"]).await;
+    assert!(denied.starts_with(b"-NOPERM"), "{}", String::from_utf8_lossy(&denied));
+    // A file that does define `default` replaces it, as in Redis.
+    std::fs::write(&file, "user default on >filepw ~* +@all\nuser app on >apppw ~app:* +@all\n").unwrap();
+    support::wait_until(Duration::from_secs(5), || {
+        let mut c = std::net::TcpStream::connect(router.resp_addr()).unwrap();
+        use std::io::{Read, Write};
+        c.write_all(b"AUTH filepw\r\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = c.read(&mut buf).unwrap_or(0);
+        &buf[..n] == b"+OK\r\n"
+    })
+    .await;
+    router.shutdown().await;
+}

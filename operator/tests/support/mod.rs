@@ -400,6 +400,8 @@ pub struct RouterPod {
     pub resp: String,
     /// Its HTTP address.
     pub http: String,
+    /// Its RESP-over-TLS address, when the pod serves TLS.
+    pub tls: Option<String>,
     /// The pod's container, for its probes and ports.
     pub container: Container,
 }
@@ -472,15 +474,27 @@ pub async fn router_pod(
     })
     .await;
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
-    let (resp, http) = (free_port(), free_port());
-    let args = rewrite(
+    let (resp, http, tls) = (free_port(), free_port(), free_port());
+    let mut args = rewrite(
         &container,
         &[
             ("--resp", format!("127.0.0.1:{resp}")),
             ("--http", format!("127.0.0.1:{http}")),
+            ("--tls-port", format!("127.0.0.1:{tls}")),
+            ("--https", format!("127.0.0.1:{}", free_port())),
             ("--topology-file", topology_file.display().to_string()),
         ],
     );
+    // Secret volumes (TLS certificate, ACL file) written where the process can read them, and
+    // the paths in the arguments pointed there.
+    for (mount, local) in secret_volumes(client, &pod, &container, root).await {
+        for a in args.iter_mut() {
+            if let Some(rest) = a.strip_prefix(&mount) {
+                *a = format!("{}{rest}", local.display());
+            }
+        }
+    }
+    let tls = args.iter().any(|a| a == "--tls-port").then(|| format!("127.0.0.1:{tls}"));
     let child = Command::new(bin("shoal-router"))
         .args(&args)
         .envs(resolve_env(client, &container, &pod).await)
@@ -493,7 +507,47 @@ pub async fn router_pod(
         std::net::TcpStream::connect(&addr).ok().map(|_| ())
     })
     .await;
-    RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), container }
+    RouterPod { proc: Proc(child), resp: addr, http: format!("127.0.0.1:{http}"), tls, container }
+}
+
+/// The pod's Secret volumes that `container` mounts, written under `root` as the kubelet would
+/// project them (every key, or the volume's `items`): (mount path, local directory).
+pub async fn secret_volumes(
+    client: &Client,
+    pod: &Pod,
+    container: &Container,
+    root: &Path,
+) -> Vec<(String, PathBuf)> {
+    let ns = pod.metadata.namespace.clone().unwrap();
+    let mut out = Vec::new();
+    for v in pod.spec.as_ref().unwrap().volumes.iter().flatten() {
+        let Some(source) = &v.secret else { continue };
+        let Some(mount) = container.volume_mounts.iter().flatten().find(|m| m.name == v.name) else {
+            continue;
+        };
+        let name = source.secret_name.clone().unwrap();
+        let secret = wait_for(&format!("Secret {name}"), Duration::from_secs(30), async || {
+            Api::<Secret>::namespaced(client.clone(), &ns).get(&name).await.ok()
+        })
+        .await;
+        let data = secret.data.unwrap_or_default();
+        let dir = root.join(format!("volume-{}", v.name));
+        std::fs::create_dir_all(&dir).unwrap();
+        match &source.items {
+            Some(items) => {
+                for item in items {
+                    std::fs::write(dir.join(&item.path), &data[&item.key].0).unwrap();
+                }
+            }
+            None => {
+                for (key, value) in &data {
+                    std::fs::write(dir.join(key), &value.0).unwrap();
+                }
+            }
+        }
+        out.push((mount.mount_path.clone(), dir));
+    }
+    out
 }
 
 /// The whole HTTP response of `addr`'s /metrics (None while it is not answering).

@@ -71,6 +71,8 @@ pub struct Acl {
     pub log: Mutex<log::AclLog>,
     /// `--aclfile`.
     pub file: Option<PathBuf>,
+    /// `--requirepass`: the default user's password when a loaded file defines no `default`.
+    requirepass: Option<String>,
 }
 
 /// Whether a name may be a user's (Redis refuses spaces and NUL bytes).
@@ -83,7 +85,13 @@ impl Acl {
     pub fn new(requirepass: Option<&str>, file: Option<PathBuf>) -> Acl {
         let default = UserCell::new(User::default_user(requirepass));
         let users = BTreeMap::from([("default".to_string(), default.clone())]);
-        Acl { users: RwLock::new(users), default, log: Mutex::new(log::AclLog::default()), file }
+        Acl {
+            users: RwLock::new(users),
+            default,
+            log: Mutex::new(log::AclLog::default()),
+            file,
+            requirepass: requirepass.map(str::to_string),
+        }
     }
 
     pub fn default_user(&self) -> &Arc<UserCell> {
@@ -169,15 +177,17 @@ impl Acl {
     }
 
     /// Replaces every user with `loaded` (ACL LOAD, a changed ACL file). The default user's
-    /// rules are copied into the one that exists (connections keep it); it gets Redis's
-    /// initial rules when `loaded` has none. With `keep_same`, users that are still defined
+    /// rules are copied into the one that exists (connections keep it); when `loaded` has none
+    /// it gets Redis's initial rules, with `--requirepass` as its password if one was given
+    /// (Redis would leave it `nopass`: a file of other users must not open the cluster to
+    /// anyone; see docs/compatibility.md). With `keep_same`, users that are still defined
     /// keep their connections (their rules change in place); otherwise, as Redis's ACL LOAD
     /// does, every other user is replaced and its connections closed. Returns the users whose
     /// connections are to be closed.
     pub fn replace(&self, loaded: Vec<User>, keep_same: bool) -> Vec<Arc<UserCell>> {
         let mut users = self.users.write();
         let mut next = BTreeMap::new();
-        let mut default = User::default_user(None);
+        let mut default = User::default_user(self.requirepass.as_deref());
         for u in loaded {
             if u.name == "default" {
                 default = u;

@@ -559,9 +559,9 @@ pub fn follow_file(
 ) -> Result<Option<tokio::task::JoinHandle<()>>, file::FileError> {
     let Some(path) = state.acl.file.clone() else { return Ok(None) };
     let users = file::read(&path)?;
-    if state.settings.requirepass.is_some() {
+    if state.settings.requirepass.is_some() && users.iter().any(|u| u.name == "default") {
         tracing::warn!(
-            "--requirepass is ignored with --aclfile: the file's default user applies (as in Redis, where the ACL file \
+            "--requirepass is ignored: the ACL file defines the default user (as in Redis, where the ACL file \
              replaces the default user that requirepass set)"
         );
     }
