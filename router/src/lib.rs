@@ -23,6 +23,7 @@
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
+//! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
 //! - [`acl`]: ACL users (rules, permission checks, describe format, ACL file, ACL LOG); the ACL
 //!   command and the `--aclfile` follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`].
 
@@ -34,6 +35,7 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod embedded;
+pub mod fuzzing;
 pub mod http;
 pub mod metrics;
 pub mod pause;

@@ -167,15 +167,55 @@ impl TlsFiles {
     /// the certificate (mutual TLS).
     fn client(&self, contents: &[Vec<u8>], alpn: &[&[u8]]) -> Result<ClientConfig, TlsError> {
         let ca = self.ca.as_ref().ok_or(TlsError::CaRequired("yes"))?;
-        let certs = certificates(&self.cert, &contents[0])?;
-        let key = private_key(&self.key, &contents[1])?;
-        let mut config = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(VERSIONS)?
-            .with_root_certificates(roots(ca, &contents[2])?)
-            .with_client_auth_cert(certs, key)?;
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(config)
+        let identity = (certificates(&self.cert, &contents[0])?, private_key(&self.key, &contents[1])?);
+        client_with(roots(ca, &contents[2])?, Some(identity), alpn)
     }
+}
+
+fn client_with(
+    roots: Arc<RootCertStore>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((certs, key)) => builder.with_client_auth_cert(certs, key)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// A server config from PEM bytes (tests and fuzzing; servers use [`reloading_server`]).
+pub fn server_config(
+    cert: &[u8],
+    key: &[u8],
+    ca: Option<&[u8]>,
+    auth: ClientAuth,
+    alpn: &[&[u8]],
+) -> Result<ServerConfig, TlsError> {
+    let files = TlsFiles { cert: "cert.pem".into(), key: "key.pem".into(), ca: ca.map(|_| "ca.pem".into()) };
+    let mut contents = vec![cert.to_vec(), key.to_vec()];
+    contents.extend(ca.map(<[u8]>::to_vec));
+    files.server(&contents, auth, alpn)
+}
+
+/// A client config from PEM bytes trusting `ca`, presenting `identity` (certificate, key) if
+/// given (tests, tools, fuzzing).
+pub fn client_config(
+    ca: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, TlsError> {
+    let identity = match identity {
+        Some((cert, key)) => {
+            Some((certificates(Path::new("cert.pem"), cert)?, private_key(Path::new("key.pem"), key)?))
+        }
+        None => None,
+    };
+    client_with(roots(Path::new("ca.pem"), ca)?, identity, alpn)
 }
 
 /// Builds a config from the files' contents.

@@ -102,25 +102,10 @@ pub async fn tls_raw(
     ca: &str,
     client: Option<(&str, &str)>,
 ) -> Raw<shoal_wire::tls::client::TlsStream<TcpStream>> {
-    use shoal_wire::tls::rustls::pki_types::pem::PemObject;
-    use shoal_wire::tls::rustls::{self, pki_types};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(shoal_wire::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                pki_types::CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect(),
-                pki_types::PrivateKeyDer::from_pem_file(key).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
+    let read = |path: &str| std::fs::read(path).unwrap();
+    let identity = client.map(|(cert, key)| (read(cert), read(key)));
+    let identity = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+    let config = shoal_wire::tls::client_config(&read(ca), identity, &[]).unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let stream = shoal_wire::tls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(shoal_wire::tls::server_name("localhost").unwrap(), tcp)
