@@ -1,21 +1,22 @@
 //! Redis 6/7 ACL users, as redis-server 7.0.15 has them (pure logic; the commands are in
 //! `cmd/acl.rs`, the checks in `cmd::dispatch`).
 //!
-//! - [`commands`]: Redis's command table (every command and subcommand, generated into
-//!   `table.rs` by `gen_table.py` from redis-server's `COMMAND`): categories and key specs.
-//! - [`user`]: one user, its rules (`on`, `>pass`, `~pat`, `%R~pat`, `&chan`, `+@cat`, ...), the
-//!   permission check and Redis's describe format.
+//! - [`commands`]: Redis's command table (categories, key specs), from
+//!   [`shoal_wire::acl::commands`], which nodes share for the calls of scripts.
+//! - [`user`]: one user, its rules (`on`, `>pass`, `~pat`, `%R~pat`, `&chan`, `+@cat`, ...) and
+//!   Redis's describe format; its permissions and their check are
+//!   [`shoal_wire::acl::Permissions`].
 //! - [`file`]: the ACL file (`user <name> <rules>` lines): parse and write.
 //! - [`log`]: ACL LOG.
 //!
 //! [`Acl`] holds the users of one router. A connection holds its user's [`UserCell`], so that
 //! ACL SETUSER changes what its connections may do at their next command, as in Redis.
 
-pub mod commands;
 pub mod file;
 pub mod log;
-mod table;
 pub mod user;
+
+pub use shoal_wire::acl::commands;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
