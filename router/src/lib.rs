@@ -23,8 +23,10 @@
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
-//! - [`acl`]: ACL users (rules, permission checks, describe format, ACL file, ACL LOG); the ACL
-//!   command and the `--aclfile` follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`].
+//! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
+//!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
+//!   follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`]. A script carries its user's
+//!   permissions to the node (when restricted), which checks its calls and reports refusals.
 
 pub mod acl;
 pub mod backend;
