@@ -12,7 +12,8 @@
 //! - [`commands`]: Redis commands on typed values (hashes, ...), sent as `Command` ops and answered
 //!   with `Frame` replies the router encodes for RESP2 or RESP3.
 //! - [`script`]: Lua scripts (EVAL, EVALSHA, SCRIPT ...) on a thread of the node's own, holding the
-//!   store's gate while they run; `redis.call` applies ops like a router's.
+//!   store's gate while they run; `redis.call` applies ops like a router's, after checking them
+//!   against the ACL permissions of the script's user (`shoal_wire::acl`) when the op carries them.
 //! - [`service`]: the tonic service's RPCs and the shared [`service::NodeState`]; [`execute`]: the
 //!   `Execute` stream (applying batches in order, waiting on scripts without a thread).
 //! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]

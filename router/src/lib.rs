@@ -24,8 +24,10 @@
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
 //! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
-//! - [`acl`]: ACL users (rules, permission checks, describe format, ACL file, ACL LOG); the ACL
-//!   command and the `--aclfile` follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`].
+//! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
+//!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
+//!   follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`]. A script carries its user's
+//!   permissions to the node (when restricted), which checks its calls and reports refusals.
 
 pub mod acl;
 pub mod backend;

@@ -146,6 +146,76 @@ async fn acl_log_records_refusals_and_deluser_disconnects() {
     router.shutdown().await;
 }
 
+/// ACL LOG's entries without the fields that differ between two servers (age, client info):
+/// `count reason context object username` each.
+fn log_entries(log: &str) -> Vec<String> {
+    log.split("*14\r\n")
+        .skip(1)
+        .map(|e| {
+            let lines: Vec<&str> = e.split("\r\n").collect();
+            let field = |name: &str| {
+                let i = lines.iter().position(|l| *l == name).unwrap_or_else(|| panic!("{name} in {e}"));
+                lines[i + 1].trim_start_matches(':').to_string()
+            };
+            let value = |name: &str| {
+                let i = lines.iter().position(|l| *l == name).unwrap_or_else(|| panic!("{name} in {e}"));
+                lines[i + 2].to_string()
+            };
+            format!(
+                "{} {} {} {} {}",
+                field("count"),
+                value("reason"),
+                value("context"),
+                value("object"),
+                value("username")
+            )
+        })
+        .collect()
+}
+
+/// Refusals inside scripts (checked on the nodes) reach the router's ACL LOG with context `lua`,
+/// grouped and ordered as redis-server groups and orders them; scripts of an unrestricted user
+/// log nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_log_records_script_refusals_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::router(&["--embedded-nodes", "3"]).await;
+    let mut logs = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut admin = Raw::connect(addr).await;
+        admin.cmd(&["ACL", "LOG", "RESET"]).await;
+        admin.cmd(&["ACL", "SETUSER", "lu", "on", ">pw", "~k*", "&ch*", "+@all", "-set"]).await;
+        let mut u = Raw::connect(addr).await;
+        assert_eq!(text(u.cmd(&["AUTH", "lu", "pw"]).await), "+OK\r\n");
+        for script in [
+            "return redis.call('set','k1','v')",
+            "return redis.pcall('get','x1')",
+            "return redis.pcall('get','x1')",
+            "return redis.call('publish','zz','m')",
+            "return redis.call('get','k1')",
+        ] {
+            u.cmd(&["EVAL", script, "1", "k1"]).await;
+        }
+        u.cmd(&["MULTI"]).await;
+        u.cmd(&["EVAL", "return redis.pcall('get','x2')", "1", "k1"]).await;
+        u.cmd(&["EXEC"]).await;
+        // The default user is unrestricted: its scripts are not checked, nothing is logged.
+        admin.cmd(&["EVAL", "return redis.call('set','k1','v')", "1", "k1"]).await;
+        let log = text(admin.cmd(&["ACL", "LOG"]).await);
+        assert!(log.contains("id=") && log.contains(" user=lu "), "client info: {log}");
+        logs.push(log_entries(&log));
+        admin.cmd(&["ACL", "DELUSER", "lu"]).await;
+        admin.cmd(&["DEL", "k1"]).await;
+    }
+    assert_eq!(
+        logs[1],
+        ["1 key lua x2 lu", "1 channel lua zz lu", "2 key lua x1 lu", "1 command lua set lu"],
+        "Shoal's"
+    );
+    assert_eq!(logs[0], logs[1], "as redis-server");
+    router.shutdown().await;
+}
+
 fn basic(user: &str, pass: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
 }

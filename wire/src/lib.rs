@@ -11,7 +11,10 @@
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
-//! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET on the router).
+//! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET and ACL patterns).
+//! - [`acl`]: Redis's ACL permissions (command table with categories and key specs, a user's
+//!   command/key/channel rules and their check), for the router's clients and for the calls of a
+//!   script on a node alike.
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
 //!   document in a file (read, atomic replace, watch).
@@ -25,6 +28,7 @@
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
 //! built from the current [`topology::Topology`], and sends a [`proto::Op`] to that node's stream.
 
+pub mod acl;
 pub mod auth;
 pub mod client;
 pub mod clock;

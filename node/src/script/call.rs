@@ -1,7 +1,8 @@
 //! `redis.call` and `redis.pcall`: one command from a script, checked as Redis's `scriptCall`
 //! checks it (known command, arity, `noscript`, writes in read-only scripts, memory, keys served
 //! here) and applied to the store as the same op a router would send for it (string commands
-//! through `shoal_wire::command`, typed ones through the node's command table). The script holds
+//! through `shoal_wire::command`, typed ones through the node's command table), after the user's
+//! ACL rules ([`super::acl`]). The script holds
 //! the store's gate, so the op runs with nothing in between; a write touches watched keys like
 //! any write, and the keys it wrote serve blocked clients once the script is done.
 
@@ -31,6 +32,10 @@ pub struct RunCtx {
     pub written: Vec<Bytes>,
     /// Where the first write is recorded (SCRIPT KILL may no longer stop the script then).
     pub shared: Arc<super::Shared>,
+    /// The permissions of the user running the script, when restricted: every call is checked.
+    pub perms: Option<Arc<shoal_wire::acl::Permissions>>,
+    /// The refusals met so far (for the router's ACL LOG).
+    pub denials: Vec<proto::AclDenial>,
 }
 
 pub const UNKNOWN: &str = "ERR Unknown Redis command called from script";
@@ -70,6 +75,11 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
     }
     if cmd.flags & NOSCRIPT != 0 {
         return Err(NOT_ALLOWED.into());
+    }
+    // The user's ACL rules, where Redis's `scriptCall` checks them: after arity and `noscript`,
+    // before read-only scripts, memory and the cluster's keys.
+    if let Some(perms) = &ctx.perms {
+        super::acl::check(perms, args, &mut ctx.denials)?;
     }
     if cmd.writes() && ctx.readonly {
         return Err(READ_ONLY.into());

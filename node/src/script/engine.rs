@@ -165,10 +165,11 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// A script's outcome: its reply, and whether (and what) it wrote.
+/// A script's outcome: its reply, whether (and what) it wrote, and the ACL refusals its calls met.
 pub struct Outcome {
     pub reply: Frame,
     pub written: Vec<Bytes>,
+    pub denials: Vec<shoal_wire::proto::AclDenial>,
 }
 
 impl Engine {
@@ -233,7 +234,11 @@ impl Engine {
     /// Runs the compiled script `sha` with `keys` and `args`; `ctx` is what its calls need.
     pub fn run(&mut self, sha: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
         let Some(compiled) = self.functions.get(sha) else {
-            return Outcome { reply: F::error(super::NOSCRIPT.into()), written: Vec::new() };
+            return Outcome {
+                reply: F::error(super::NOSCRIPT.into()),
+                written: Vec::new(),
+                denials: Vec::new(),
+            };
         };
         ctx.readonly |= compiled.flags.no_writes;
         ctx.allow_oom |= compiled.flags.allow_oom;
@@ -250,11 +255,12 @@ impl Engine {
             }
             Err(e) => F::error(format!("ERR Error running script {sha}: {}", message(&e))),
         };
-        let written = self.lua.remove_app_data::<RunCtx>().map(|c| c.written).unwrap_or_default();
+        let (written, denials) =
+            self.lua.remove_app_data::<RunCtx>().map(|c| (c.written, c.denials)).unwrap_or_default();
         let _ = self.globals.raw_set("KEYS", Value::Nil);
         let _ = self.globals.raw_set("ARGV", Value::Nil);
         let _ = self.lua.gc_step();
-        Outcome { reply, written }
+        Outcome { reply, written, denials }
     }
 
     fn set_arguments(&self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {

@@ -13,6 +13,9 @@
 //! - [`engine`]: the Lua 5.1 VM (mlua, Lua built from source): sandbox, the `redis` library,
 //!   running a script and wording its errors as Redis does.
 //! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
+//! - [`acl`]: the ACL check of each call against the rules of the user running the script
+//!   (carried by the `Script` op when restricted); the refusals go back with the reply
+//!   (`ScriptDenied`) for the router's ACL LOG.
 //! - [`table`]: the commands scripts may call (arity, flags, keys).
 //! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`bit`]: the libraries.
 //!
@@ -21,6 +24,7 @@
 //! `KillScript` call, which needs no stream) stops it, unless it has written: then it is
 //! `UNKILLABLE`, as in Redis. One script thread per node: other nodes never wait for it.
 
+pub mod acl;
 pub mod bit;
 pub mod call;
 pub mod cjson;
@@ -72,6 +76,8 @@ pub struct Shared {
     /// SCRIPT KILL asked the running script to stop (its hook checks).
     pub kill: AtomicBool,
     busy_ms: AtomicU64,
+    /// Users' permissions as scripts carried them, parsed (only the script thread uses it).
+    acl: Mutex<acl::Cache>,
 }
 
 /// What SCRIPT KILL found.
@@ -113,6 +119,7 @@ impl Scripts {
             wrote: AtomicBool::new(false),
             kill: AtomicBool::new(false),
             busy_ms: AtomicU64::new(busy_ms),
+            acl: Mutex::new(acl::Cache::default()),
         });
         Scripts { shared, store, memory_limit: memory_limit.into(), jobs: Mutex::new(None) }
     }
@@ -367,6 +374,17 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         }
         shared.cache.lock().insert(sha.clone(), body);
     }
+    let perms = match shared.acl.lock().get(&s.acl) {
+        Ok(p) => p,
+        // Rules this node cannot read (a router of another version): refuse rather than run the
+        // script unchecked.
+        Err(e) => {
+            return (
+                frame(F::error(format!("ERR the script's ACL rules are not valid here: {e}"))),
+                Vec::new(),
+            );
+        }
+    };
     shared.kill.store(false, Ordering::Relaxed);
     shared.wrote.store(false, Ordering::Relaxed);
     shared.running_since.store(shared.now() + 1, Ordering::Release);
@@ -379,8 +397,16 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         resp3: false,
         written: Vec::new(),
         shared: shared.clone(),
+        perms,
+        denials: Vec::new(),
     };
     let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
     shared.running_since.store(0, Ordering::Release);
-    (frame(outcome.reply), outcome.written)
+    let reply = if outcome.denials.is_empty() {
+        frame(outcome.reply)
+    } else {
+        let denied = proto::ScriptDenied { frame: Some(outcome.reply), denials: outcome.denials };
+        Reply { kind: Some(reply::Kind::ScriptDenied(denied)) }
+    };
+    (reply, outcome.written)
 }

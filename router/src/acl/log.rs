@@ -32,7 +32,16 @@ pub struct AclLog {
 
 impl AclLog {
     /// Records a refusal at `now_ms`.
-    pub fn add(&mut self, mut entry: Entry, now_ms: u64) {
+    pub fn add(&mut self, entry: Entry, now_ms: u64) {
+        self.add_times(entry, 1, now_ms);
+    }
+
+    /// Records `times` refusals alike at `now_ms` (a script's calls, reported together by the
+    /// node), as `times` calls of [`AclLog::add`] would.
+    pub fn add_times(&mut self, mut entry: Entry, times: u64, now_ms: u64) {
+        if times == 0 {
+            return;
+        }
         entry.at_ms = now_ms;
         let same = self.entries.iter().position(|e| {
             e.reason == entry.reason
@@ -43,13 +52,13 @@ impl AclLog {
         });
         if let Some(i) = same {
             let mut e = self.entries.remove(i).expect("found above");
-            e.count += 1;
+            e.count += times;
             e.at_ms = now_ms;
             e.client_info = entry.client_info;
             self.entries.push_front(e);
             return;
         }
-        entry.count = 1;
+        entry.count = times;
         self.entries.push_front(entry);
         self.entries.truncate(MAX_ENTRIES);
     }
@@ -98,5 +107,11 @@ mod tests {
         assert_eq!(log.latest(1000).len(), MAX_ENTRIES);
         log.reset();
         assert!(log.latest(10).is_empty());
+        log.add_times(entry("set"), 3, 1000);
+        log.add_times(entry("set"), 2, 2000);
+        log.add_times(entry("get"), 0, 2000);
+        let l = log.latest(10);
+        assert_eq!(l.len(), 1, "nothing for zero times");
+        assert_eq!((l[0].count, l[0].at_ms), (5, 2000));
     }
 }

@@ -1,21 +1,22 @@
 //! Redis 6/7 ACL users, as redis-server 7.0.15 has them (pure logic; the commands are in
 //! `cmd/acl.rs`, the checks in `cmd::dispatch`).
 //!
-//! - [`commands`]: Redis's command table (every command and subcommand, generated into
-//!   `table.rs` by `gen_table.py` from redis-server's `COMMAND`): categories and key specs.
-//! - [`user`]: one user, its rules (`on`, `>pass`, `~pat`, `%R~pat`, `&chan`, `+@cat`, ...), the
-//!   permission check and Redis's describe format.
+//! - [`commands`]: Redis's command table (categories, key specs), from
+//!   [`shoal_wire::acl::commands`], which nodes share for the calls of scripts.
+//! - [`user`]: one user, its rules (`on`, `>pass`, `~pat`, `%R~pat`, `&chan`, `+@cat`, ...) and
+//!   Redis's describe format; its permissions and their check are
+//!   [`shoal_wire::acl::Permissions`].
 //! - [`file`]: the ACL file (`user <name> <rules>` lines): parse and write.
 //! - [`log`]: ACL LOG.
 //!
 //! [`Acl`] holds the users of one router. A connection holds its user's [`UserCell`], so that
 //! ACL SETUSER changes what its connections may do at their next command, as in Redis.
 
-pub mod commands;
 pub mod file;
 pub mod log;
-mod table;
 pub mod user;
+
+pub use shoal_wire::acl::commands;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ pub struct UserCell {
     rules: RwLock<Arc<User>>,
     /// Deleted (ACL DELUSER, ACL LOAD, a changed ACL file): its connections are closed.
     removed: AtomicBool,
+    /// The permissions a script of this user carries to a node, for the rules they were written
+    /// from: describing takes a walk over Redis's table, so it is done once per change of rules.
+    script_rules: Mutex<Option<(Arc<User>, Arc<str>)>>,
 }
 
 impl UserCell {
@@ -41,6 +45,7 @@ impl UserCell {
             name: user.name.clone(),
             rules: RwLock::new(Arc::new(user)),
             removed: AtomicBool::new(false),
+            script_rules: Mutex::new(None),
         })
     }
 
@@ -50,6 +55,25 @@ impl UserCell {
 
     pub fn removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
+    }
+
+    /// What a `Script` op carries for this user: nothing when every command, key and channel is
+    /// allowed (the common case costs nothing), else the permissions a node checks the script's
+    /// calls against.
+    pub fn script_rules(&self) -> Arc<str> {
+        let user = self.get();
+        if user.unrestricted() {
+            return Arc::from("");
+        }
+        let mut cached = self.script_rules.lock();
+        match &*cached {
+            Some((from, text)) if Arc::ptr_eq(from, &user) => text.clone(),
+            _ => {
+                let text: Arc<str> = Arc::from(user.perms().describe());
+                *cached = Some((user, text.clone()));
+                text
+            }
+        }
     }
 }
 
@@ -282,6 +306,23 @@ mod tests {
         assert!(a.removed(), "Redis's ACL LOAD replaces every other user");
         assert_eq!(gone.len(), 1);
         assert!(acl.default_open(), "no default user in the file: Redis's initial one");
+    }
+
+    #[test]
+    fn script_rules_are_empty_for_unrestricted_users() {
+        let acl = Acl::new(None, None);
+        assert_eq!(&*acl.default_user().script_rules(), "", "the default user sends nothing");
+        acl.set_user("all", &rules(&["on", "nopass", "~*", "&*", "+@all"])).unwrap();
+        assert_eq!(&*acl.user(b"all").unwrap().script_rules(), "");
+        acl.set_user("u", &rules(&["on", ">p", "~k*", "+@all", "-set"])).unwrap();
+        let u = acl.user(b"u").unwrap();
+        let sent = u.script_rules();
+        assert_eq!(&*sent, "~k* resetchannels +@all -set", "permissions only, no password hash");
+        assert!(Arc::ptr_eq(&sent, &u.script_rules()), "described once per change of rules");
+        acl.set_user("u", &rules(&["allchannels"])).unwrap();
+        assert_eq!(&*u.script_rules(), "~k* &* +@all -set", "a change of rules is seen");
+        let parsed = shoal_wire::acl::Permissions::parse(&u.script_rules()).unwrap();
+        assert_eq!(&parsed, u.get().perms(), "a node parses back the same permissions");
     }
 
     #[test]

@@ -1,178 +1,11 @@
 //! One ACL user: its flags, password hashes and permissions; the rules that change them
-//! (`ACL SETUSER`'s modifiers, the ACL file's words); the permission check; and the describe
-//! format of `ACL LIST`, `ACL GETUSER` and the ACL file, as Redis 7.0 prints it.
+//! (`ACL SETUSER`'s modifiers, the ACL file's words); and the describe format of `ACL LIST`,
+//! `ACL GETUSER` and the ACL file, as Redis 7.0 prints it. The permissions themselves (commands,
+//! keys, channels, their rules and check) are [`shoal_wire::acl::Permissions`], which nodes share
+//! to check a script's calls; this file adds what only the router needs.
 
-use std::collections::BTreeMap;
-
-use shoal_wire::glob::glob_match;
-
-use super::commands::{self, CATEGORIES, CommandId, REDIS_COMMANDS};
-
-/// Enough 64-bit words for one bit per command of Redis's table.
-const WORDS: usize = 8;
-
-/// Why a rule was refused; the texts are Redis's (`ERR Error in ACL SETUSER modifier '...': <text>`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RuleError {
-    #[error("Syntax error")]
-    Syntax,
-    #[error("Unknown command or category name in ACL")]
-    UnknownCommand,
-    #[error("Allowing first-arg of a subcommand is not supported")]
-    FirstArgOfSubcommand,
-    #[error(
-        "The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters"
-    )]
-    BadHash,
-    #[error("The password you are trying to remove from the user does not exist")]
-    NoSuchPassword,
-    #[error(
-        "Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid and does not have any effect. Try 'resetkeys' to start with an empty list of patterns"
-    )]
-    KeyAfterAll,
-    #[error(
-        "Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any effect. Try 'resetchannels' to start with an empty list of channels"
-    )]
-    ChannelAfterAll,
-    /// Redis 7 selectors (`(...)`, `clearselectors`) are not supported by Shoal.
-    #[error("Selectors are not supported by Shoal")]
-    Selectors,
-}
-
-/// Why a command was refused, with the argument index of the key or channel that was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Denied {
-    Command,
-    Key(usize),
-    Channel(usize),
-}
-
-/// Which commands a user may run: Redis's bitmap of command ids, plus the reserved "future
-/// commands" bit that only `+@all` sets (it makes the describe format start with `+@all`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Commands {
-    bits: [u64; WORDS],
-    future: bool,
-    /// `+select|0`: first arguments allowed for an otherwise refused command without subcommands.
-    first_args: BTreeMap<CommandId, Vec<String>>,
-}
-
-impl Commands {
-    fn get(&self, id: CommandId) -> bool {
-        self.bits[id / 64] & (1 << (id % 64)) != 0
-    }
-
-    fn set(&mut self, id: CommandId, on: bool) {
-        if on {
-            self.bits[id / 64] |= 1 << (id % 64);
-        } else {
-            self.bits[id / 64] &= !(1 << (id % 64));
-        }
-    }
-
-    /// Redis's `ACLChangeSelectorPerm`: the command and all its subcommands, first args dropped.
-    fn change(&mut self, id: CommandId, on: bool) {
-        self.set(id, on);
-        self.first_args.remove(&id);
-        if REDIS_COMMANDS[id].container {
-            for sub in commands::subcommands(id) {
-                self.set(sub, on);
-            }
-        }
-    }
-
-    fn all(&mut self, on: bool) {
-        self.bits = if on { [u64::MAX; WORDS] } else { [0; WORDS] };
-        self.future = on;
-        self.first_args.clear();
-    }
-
-    fn category(&mut self, flag: u32, on: bool) {
-        for (id, cmd) in REDIS_COMMANDS.iter().enumerate() {
-            if cmd.categories & flag != 0 {
-                self.change(id, on);
-            }
-        }
-    }
-
-    /// Commands of the category this allows and refuses.
-    fn count(&self, flag: u32) -> (usize, usize) {
-        let (mut on, mut off) = (0, 0);
-        for (id, cmd) in REDIS_COMMANDS.iter().enumerate() {
-            if cmd.categories & flag != 0 {
-                if self.get(id) { on += 1 } else { off += 1 }
-            }
-        }
-        (on, off)
-    }
-
-    /// Redis 7.0's `ACLDescribeSelectorCommandRules`: `+@all` or `-@all`, then the categories
-    /// that best fit the bitmap (each time the one with the fewest exceptions), then single
-    /// commands for what is left. Where several single commands remain, Redis prints them in
-    /// its hash table's order, which changes from one Redis process to the next; Shoal prints
-    /// them in name order.
-    fn describe(&self) -> String {
-        let mut rules = String::new();
-        let mut fake = Commands::default();
-        let additive = !self.future;
-        fake.all(!additive);
-        rules.push_str(if additive { "-@all " } else { "+@all " });
-        let mut temp = Commands { bits: self.bits, ..Commands::default() };
-        loop {
-            let mut best = None;
-            let (mut min_diff, mut max_same) = (usize::MAX, 0);
-            for (i, _) in CATEGORIES.iter().enumerate() {
-                let (on, off) = temp.count(1 << i);
-                let (diff, same) = if additive { (off, on) } else { (on, off) };
-                if same > diff && (diff < min_diff || (diff == min_diff && same > max_same)) {
-                    best = Some(i);
-                    min_diff = diff;
-                    max_same = same;
-                }
-            }
-            let Some(i) = best else { break };
-            fake.category(1 << i, additive);
-            temp.category(1 << i, !additive);
-            rules.push_str(if additive { "+@" } else { "-@" });
-            rules.push_str(CATEGORIES[i]);
-            rules.push(' ');
-        }
-        for (id, cmd) in REDIS_COMMANDS.iter().enumerate() {
-            let on = self.get(id);
-            if on != fake.get(id) {
-                rules.push(if on { '+' } else { '-' });
-                rules.push_str(cmd.name);
-                rules.push(' ');
-                fake.change(id, on);
-            }
-            if !on && let Some(args) = self.first_args.get(&id) {
-                for arg in args {
-                    rules.push_str(&format!("+{}|{} ", cmd.name, arg));
-                }
-            }
-        }
-        rules.pop();
-        rules
-    }
-}
-
-/// A key pattern and what it allows: `~p` both, `%R~p` reading, `%W~p` writing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct KeyPattern {
-    pattern: String,
-    read: bool,
-    write: bool,
-}
-
-impl KeyPattern {
-    fn describe(&self) -> String {
-        match (self.read, self.write) {
-            (true, true) => format!("~{}", self.pattern),
-            (true, false) => format!("%R~{}", self.pattern),
-            _ => format!("%W~{}", self.pattern),
-        }
-    }
-}
+use shoal_wire::acl::commands::CommandId;
+pub use shoal_wire::acl::{Denied, Permissions, RuleError};
 
 /// One user. Passwords are kept as SHA-256 hex, as Redis keeps them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,11 +16,7 @@ pub struct User {
     /// `sanitize-payload` (true) or `skip-sanitize-payload` (false) when a rule set one.
     sanitize: Option<bool>,
     passwords: Vec<String>,
-    commands: Commands,
-    allkeys: bool,
-    keys: Vec<KeyPattern>,
-    allchannels: bool,
-    channels: Vec<String>,
+    perms: Permissions,
 }
 
 /// SHA-256 of a password, in lowercase hex (how Redis stores and prints passwords).
@@ -210,11 +39,7 @@ impl User {
             nopass: false,
             sanitize: None,
             passwords: Vec::new(),
-            commands: Commands::default(),
-            allkeys: false,
-            keys: Vec::new(),
-            allchannels: false,
-            channels: Vec::new(),
+            perms: Permissions::default(),
         }
     }
 
@@ -248,30 +73,11 @@ impl User {
             }
             "sanitize-payload" => self.sanitize = Some(true),
             "skip-sanitize-payload" => self.sanitize = Some(false),
-            "allkeys" => {
-                self.allkeys = true;
-                self.keys.clear();
-            }
-            "resetkeys" => {
-                self.allkeys = false;
-                self.keys.clear();
-            }
-            "allchannels" => {
-                self.allchannels = true;
-                self.channels.clear();
-            }
-            "resetchannels" => {
-                self.allchannels = false;
-                self.channels.clear();
-            }
-            "allcommands" | "+@all" => self.commands.all(true),
-            "nocommands" | "-@all" => self.commands.all(false),
             "reset" => {
                 for r in ["resetpass", "resetkeys", "resetchannels", "off", "sanitize-payload", "-@all"] {
                     self.apply(r)?;
                 }
             }
-            "clearselectors" => return Err(RuleError::Selectors),
             _ => return self.apply_prefixed(rule),
         }
         Ok(())
@@ -311,89 +117,8 @@ impl User {
                     return Err(RuleError::NoSuchPassword);
                 }
             }
-            '~' | '%' => self.add_key_pattern(rule)?,
-            '&' => {
-                if self.allchannels {
-                    return Err(RuleError::ChannelAfterAll);
-                }
-                if rest == "*" {
-                    return self.apply("allchannels");
-                }
-                if !self.channels.iter().any(|c| c == rest) {
-                    self.channels.push(rest.to_string());
-                }
-            }
-            '+' | '-' => self.command_rule(first == '+', rest)?,
-            '(' => return Err(RuleError::Selectors),
-            _ => return Err(RuleError::Syntax),
-        }
-        Ok(())
-    }
-
-    fn add_key_pattern(&mut self, rule: &str) -> Result<(), RuleError> {
-        if self.allkeys {
-            return Err(RuleError::KeyAfterAll);
-        }
-        let (read, write, pattern) = if let Some(rest) = rule.strip_prefix('%') {
-            let (mut read, mut write) = (false, false);
-            let mut pattern = None;
-            for (i, c) in rest.char_indices() {
-                match c {
-                    'R' | 'r' if !read => read = true,
-                    'W' | 'w' if !write => write = true,
-                    '~' => {
-                        pattern = Some(&rest[i + 1..]);
-                        break;
-                    }
-                    _ => return Err(RuleError::Syntax),
-                }
-            }
-            match pattern {
-                Some(p) if read || write => (read, write, p),
-                _ => return Err(RuleError::Syntax),
-            }
-        } else {
-            (true, true, &rule[1..])
-        };
-        if pattern == "*" && read && write {
-            return self.apply("allkeys");
-        }
-        match self.keys.iter_mut().find(|k| k.pattern == pattern) {
-            Some(k) => {
-                k.read |= read;
-                k.write |= write;
-            }
-            None => self.keys.push(KeyPattern { pattern: pattern.to_string(), read, write }),
-        }
-        Ok(())
-    }
-
-    /// `+cmd`, `-cmd`, `+cmd|sub`, `+@category`, `-@category`.
-    fn command_rule(&mut self, allow: bool, name: &str) -> Result<(), RuleError> {
-        if let Some(cat) = name.strip_prefix('@') {
-            let flag = commands::category(cat).ok_or(RuleError::UnknownCommand)?;
-            self.commands.category(flag, allow);
-            return Ok(());
-        }
-        let split = name.rfind('|').filter(|_| allow);
-        let Some(bar) = split else {
-            let id = commands::lookup(name).ok_or(RuleError::UnknownCommand)?;
-            self.commands.change(id, allow);
-            return Ok(());
-        };
-        let (parent, sub) = (&name[..bar], &name[bar + 1..]);
-        let id = commands::lookup(parent).ok_or(RuleError::UnknownCommand)?;
-        if parent.contains('|') {
-            return Err(RuleError::FirstArgOfSubcommand);
-        }
-        if REDIS_COMMANDS[id].container {
-            let sub_id = commands::lookup(name).ok_or(RuleError::UnknownCommand)?;
-            self.commands.change(sub_id, true);
-        } else {
-            let args = self.commands.first_args.entry(id).or_default();
-            if !args.iter().any(|a| a.eq_ignore_ascii_case(sub)) {
-                args.push(sub.to_string());
-            }
+            // Everything else is about what the user may do.
+            _ => return self.perms.apply(rule),
         }
         Ok(())
     }
@@ -410,59 +135,24 @@ impl User {
             .fold(false, |ok, p| shoal_wire::auth::constant_time_eq(p.as_bytes(), h.as_bytes()) | ok)
     }
 
+    /// The user's permissions (what a script of theirs carries to a node, when restricted).
+    pub fn perms(&self) -> &Permissions {
+        &self.perms
+    }
+
     /// Whether every command and key and channel is allowed (checks can be skipped).
     pub fn unrestricted(&self) -> bool {
-        self.allkeys && self.allchannels && self.commands.bits == [u64::MAX; WORDS]
+        self.perms.unrestricted()
     }
 
-    /// Whether the user may run Redis command `id` with these arguments (Redis's
-    /// `ACLSelectorCheckCmd`).
+    /// Whether the user may run Redis command `id` with these arguments.
     pub fn check(&self, id: CommandId, args: &[impl AsRef<[u8]>]) -> Result<(), Denied> {
-        let cmd = &REDIS_COMMANDS[id];
-        if !cmd.no_auth && !self.commands.get(id) {
-            let at = if cmd.name.contains('|') { 2 } else { 1 };
-            let allowed = self.commands.first_args.get(&id).is_some_and(|allowed| {
-                args.get(at)
-                    .is_some_and(|a| allowed.iter().any(|f| f.as_bytes().eq_ignore_ascii_case(a.as_ref())))
-            });
-            if !allowed {
-                return Err(Denied::Command);
-            }
-        }
-        if !self.allkeys {
-            for k in commands::keys(id, args) {
-                let key = args[k.index].as_ref();
-                let ok = self.keys.iter().any(|p| {
-                    (p.read || !k.read) && (p.write || !k.write) && glob_match(p.pattern.as_bytes(), key)
-                });
-                if !ok {
-                    return Err(Denied::Key(k.index));
-                }
-            }
-        }
-        if !self.allchannels {
-            for c in commands::channels(id, args.len()) {
-                let channel = args[c.index].as_ref();
-                let ok = self.channels.iter().any(|p| {
-                    if c.pattern { p.as_bytes() == channel } else { glob_match(p.as_bytes(), channel) }
-                });
-                if !ok {
-                    return Err(Denied::Channel(c.index));
-                }
-            }
-        }
-        Ok(())
+        self.perms.check(id, args)
     }
 
-    /// For commands Shoal has and Redis does not (SHOAL): allowed when the rules started from
-    /// `+@all` (as Redis treats commands newer than the rules) and no command of the command's
-    /// categories was taken away.
+    /// See [`Permissions::allows_extension`].
     pub fn allows_extension(&self, categories: &[&str]) -> bool {
-        self.commands.future
-            && categories.iter().all(|c| {
-                commands::category(c.trim_start_matches('@'))
-                    .is_none_or(|flag| self.commands.count(flag).1 == 0)
-            })
+        self.perms.allows_extension(categories)
     }
 
     pub fn flags(&self) -> Vec<&'static str> {
@@ -484,23 +174,17 @@ impl User {
 
     /// `~a %R~b`, or `~*` (GETUSER's `keys`).
     pub fn describe_keys(&self) -> String {
-        if self.allkeys {
-            return "~*".into();
-        }
-        self.keys.iter().map(KeyPattern::describe).collect::<Vec<_>>().join(" ")
+        self.perms.describe_keys()
     }
 
     /// `&a &b`, or `&*` (GETUSER's `channels`).
     pub fn describe_channels(&self) -> String {
-        if self.allchannels {
-            return "&*".into();
-        }
-        self.channels.iter().map(|c| format!("&{c}")).collect::<Vec<_>>().join(" ")
+        self.perms.describe_channels()
     }
 
     /// The command rules (GETUSER's `commands`).
     pub fn describe_commands(&self) -> String {
-        self.commands.describe()
+        self.perms.describe_commands()
     }
 
     /// The rules after `user <name> ` in ACL LIST and the ACL file (Redis's `ACLDescribeUser`).
@@ -515,25 +199,7 @@ impl User {
             out.push_str(p);
             out.push(' ');
         }
-        if self.allkeys {
-            out.push_str("~* ");
-        } else {
-            for k in &self.keys {
-                out.push_str(&k.describe());
-                out.push(' ');
-            }
-        }
-        if self.allchannels {
-            out.push_str("&* ");
-        } else {
-            out.push_str("resetchannels ");
-            for c in &self.channels {
-                out.push('&');
-                out.push_str(c);
-                out.push(' ');
-            }
-        }
-        out.push_str(&self.commands.describe());
+        out.push_str(&self.perms.describe());
         out
     }
 }
@@ -551,12 +217,7 @@ mod tests {
     }
 
     fn id(name: &str) -> CommandId {
-        commands::lookup(name).unwrap()
-    }
-
-    #[test]
-    fn the_table_fits_the_bitmap() {
-        assert!(REDIS_COMMANDS.len() <= WORDS * 64);
+        shoal_wire::acl::commands::lookup(name).unwrap()
     }
 
     #[test]

@@ -300,6 +300,38 @@ fn log_entry(ctx: &Ctx, reason: &'static str, context: Context, object: String, 
     ctx.state.acl.log.lock().add(entry, ctx.state.clock.now_ms());
 }
 
+/// The refusals a script's calls met on a node, for ACL LOG (context `lua`, as Redis logs
+/// them), with the client's info as it is when the script's reply arrives.
+pub fn log_script_denials(
+    state: &RouterState,
+    client: &crate::clients::ClientHandle,
+    user: &str,
+    denials: &[shoal_wire::proto::AclDenial],
+) {
+    let client_info = client.info_line().trim_end().to_string();
+    let now = state.clock.now_ms();
+    let mut log = state.acl.log.lock();
+    for d in denials {
+        let reason = match d.reason.as_str() {
+            "command" => "command",
+            "key" => "key",
+            "channel" => "channel",
+            // A reason this router does not know (a node of another version): not logged.
+            _ => continue,
+        };
+        let entry = Entry {
+            count: 1,
+            reason,
+            context: "lua",
+            object: text(&d.object),
+            username: user.to_string(),
+            at_ms: 0,
+            client_info: client_info.clone(),
+        };
+        log.add_times(entry, d.count, now);
+    }
+}
+
 /// A failed AUTH or HELLO AUTH, for ACL LOG.
 pub fn log_auth_failure(ctx: &Ctx, command: &str, user: &[u8]) {
     let context = if ctx.session.multi.is_some() { Context::Multi } else { Context::Toplevel };

@@ -151,7 +151,11 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     };
     let split = 3 + numkeys as usize;
     let keys = args[3..split].to_vec();
-    let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly };
+    // The user's permissions travel with the script (empty for an unrestricted user), so the
+    // node checks each of its calls as Redis does; EVAL inside MULTI comes here too, at EXEC.
+    let user = super::acl::session_user(ctx);
+    let acl = user.script_rules().to_string();
+    let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly, acl };
     let routing = ctx.routing.clone();
     // A script without keys runs on any node; spread them.
     let pos = match (keys.is_empty(), super::one_node(&routing, &keys)) {
@@ -163,6 +167,7 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     // Sent now, with the commands dispatched before it (they share the node's stream, in order).
     let first = routing.nodes[pos].call(op.clone(), routing.version(), ctx.deadline);
     let (state, deadline) = (ctx.state.clone(), ctx.deadline);
+    let client = ctx.session.client.clone();
     Pending::later(async move {
         let mut reply = match first.wait().await {
             Ok(r) if !needs_resend(&r) => r,
@@ -188,6 +193,10 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
         }
         match reply.kind {
             Some(reply::Kind::Frame(f)) => from_frame(f),
+            Some(reply::Kind::ScriptDenied(d)) => {
+                super::acl::log_script_denials(&state, &client, &user.name, &d.denials);
+                d.frame.map_or_else(|| super::unexpected(None), from_frame)
+            }
             Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
             other => super::unexpected(other),
         }

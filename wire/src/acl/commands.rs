@@ -199,7 +199,7 @@ pub fn keys(id: CommandId, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
             Find::Keynum { index, first: skip, step } => {
                 let Some(n) = args
                     .get(first + index as usize)
-                    .and_then(|a| shoal_wire::num::parse_i64(a.as_ref()))
+                    .and_then(|a| crate::num::parse_i64(a.as_ref()))
                     .filter(|&n| n >= 0)
                 else {
                     continue; // a bad count: the command refuses it itself

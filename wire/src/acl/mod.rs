@@ -1,0 +1,18 @@
+//! Redis 7.0.15's ACL permissions, as pure logic shared by the router (which checks every
+//! command a client sends) and the nodes (which check every `redis.call`/`redis.pcall` of a
+//! script against the rules of the user who ran it).
+//!
+//! - [`commands`]: Redis's command table (every command and subcommand, generated into
+//!   `table.rs` by `gen_table.py` from redis-server's `COMMAND`): categories and key specs, and
+//!   the keys and channels a command's arguments name.
+//! - [`perms`]: a user's permissions (commands, key patterns, channel patterns), the rules that
+//!   change them, the check of one command, and their describe format.
+//!
+//! Users themselves (names, passwords, `on`/`off`), ACL LOG and the ACL commands are the
+//! router's (`router/src/acl/`).
+
+pub mod commands;
+pub mod perms;
+mod table;
+
+pub use perms::{Denied, Permissions, RuleError};
