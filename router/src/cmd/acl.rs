@@ -32,7 +32,7 @@ pub const ACL_CAT: CommandSpec = CommandSpec {
 pub const ACL_DELUSER: CommandSpec = CommandSpec {
     name: "acl|deluser",
     arity: -3,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -46,7 +46,7 @@ pub const ACL_DELUSER: CommandSpec = CommandSpec {
 pub const ACL_DRYRUN: CommandSpec = CommandSpec {
     name: "acl|dryrun",
     arity: -4,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -74,7 +74,7 @@ pub const ACL_GENPASS: CommandSpec = CommandSpec {
 pub const ACL_GETUSER: CommandSpec = CommandSpec {
     name: "acl|getuser",
     arity: 3,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -102,7 +102,7 @@ pub const ACL_HELP: CommandSpec = CommandSpec {
 pub const ACL_LIST: CommandSpec = CommandSpec {
     name: "acl|list",
     arity: 2,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -116,7 +116,7 @@ pub const ACL_LIST: CommandSpec = CommandSpec {
 pub const ACL_LOAD: CommandSpec = CommandSpec {
     name: "acl|load",
     arity: 2,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -130,7 +130,7 @@ pub const ACL_LOAD: CommandSpec = CommandSpec {
 pub const ACL_LOG: CommandSpec = CommandSpec {
     name: "acl|log",
     arity: -2,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -144,7 +144,7 @@ pub const ACL_LOG: CommandSpec = CommandSpec {
 pub const ACL_SAVE: CommandSpec = CommandSpec {
     name: "acl|save",
     arity: 2,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -158,7 +158,7 @@ pub const ACL_SAVE: CommandSpec = CommandSpec {
 pub const ACL_SETUSER: CommandSpec = CommandSpec {
     name: "acl|setuser",
     arity: -3,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
@@ -172,7 +172,7 @@ pub const ACL_SETUSER: CommandSpec = CommandSpec {
 pub const ACL_USERS: CommandSpec = CommandSpec {
     name: "acl|users",
     arity: 2,
-    flags: &["admin", "noscript", "loading", "stale"],
+    flags: ADMIN_FLAGS,
     keys: KeySpec::NONE,
     acl: ADMIN_ACL,
     group: "server",
