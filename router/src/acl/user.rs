@@ -216,10 +216,6 @@ mod tests {
         u
     }
 
-    fn id(name: &str) -> CommandId {
-        shoal_wire::acl::commands::lookup(name).unwrap()
-    }
-
     #[test]
     fn describe_like_redis_7_0() {
         // Each expected line is what redis-server 7.0.15 printed for the same rules (where several
