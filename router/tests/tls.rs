@@ -386,3 +386,26 @@ async fn a_router_reaches_its_nodes_over_mutual_tls() {
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_authentication_limits_hold_on_the_tls_port() {
+    let certs = Certs::new();
+    let router = tls_router(&certs, &["--tls-auth-clients", "no", "--requirepass", "s3cret"]).await;
+    let (tls, ca) = (router.tls_addr.unwrap(), certs.path("ca.crt"));
+    // The same limits and texts as on the plaintext port, before any allocation they bound.
+    let cases: [(&[u8], &[u8]); 3] = [
+        (b"*11\r\n", b"-ERR Protocol error: unauthenticated multibulk length\r\n"),
+        (b"*2\r\n$4\r\nAUTH\r\n$20000\r\n", b"-ERR Protocol error: unauthenticated bulk length\r\n"),
+        (&[b'a'; 70 * 1024], b"-ERR Protocol error: too big inline request\r\n"),
+    ];
+    for (sent, answer) in cases {
+        let mut c = support::tls_raw(tls, &ca, None).await;
+        c.send(sent).await;
+        assert_eq!(c.until_close().await, answer);
+    }
+    let mut c = support::tls_raw(tls, &ca, None).await;
+    assert_eq!(c.cmd(&["GET", "k"]).await, b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(c.cmd(&["AUTH", "s3cret"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
+    router.shutdown().await;
+}
