@@ -120,6 +120,9 @@ pub struct Context {
     pub(crate) writers: Mutex<HashMap<Key, JoinHandle<()>>>,
     /// The node pod each cluster last evicted for a restart, and when; the next waits for it.
     restarting: Mutex<HashMap<Key, (String, std::time::Instant)>>,
+    /// When each cluster's Secret (by the cluster's uid) was last made sure of, so reconciles in
+    /// between do not POST it again ([`SECRET_RECHECK`]).
+    secrets_made: Mutex<HashMap<String, std::time::Instant>>,
     /// Set for good by [`Context::stop_background`]: leadership is over, so a reconcile still
     /// finishing starts no new move or writer.
     stopped: std::sync::atomic::AtomicBool,
@@ -136,6 +139,7 @@ impl Context {
             last_errors: Mutex::default(),
             writers: Mutex::default(),
             restarting: Mutex::default(),
+            secrets_made: Mutex::default(),
             stopped: Default::default(),
         }
     }
@@ -552,12 +556,21 @@ async fn node_pdbs(
     Ok(())
 }
 
+/// How long a cluster's Secret, once made sure of, is taken to exist: a reconcile does not POST
+/// it again before then (a Secret deleted by hand is back within this long).
+const SECRET_RECHECK: Duration = Duration::from_secs(600);
+
 /// The cluster's secret, and its Secret made sure of. The value is derived from the operator's
 /// key (`resources::derive_cluster_secret`), so the operator never reads a Secret (its RBAC has
 /// `create` on Secrets and nothing else); the Secret is created with it for the pods, and a
-/// 409 means it is there already. Never rewritten: nodes and routers read it at start.
+/// 409 means it is there already (at most every [`SECRET_RECHECK`] per cluster). Never
+/// rewritten: nodes and routers read it at start.
 async fn cluster_secret(ctx: &Context, ns: &str, cc: &CacheCluster) -> Result<ClusterSecret, Error> {
     let secret = resources::derive_cluster_secret(&ctx.settings.secret_key, cc);
+    let uid = cc.metadata.uid.clone().unwrap_or_default();
+    if ctx.secrets_made.lock().get(&uid).is_some_and(|at| at.elapsed() < SECRET_RECHECK) {
+        return Ok(secret);
+    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.create(&PostParams::default(), &resources::cluster_secret(cc, secret.expose())).await {
         Ok(_) => {
@@ -568,6 +581,7 @@ async fn cluster_secret(ctx: &Context, ns: &str, cc: &CacheCluster) -> Result<Cl
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
+    ctx.secrets_made.lock().insert(uid, std::time::Instant::now());
     Ok(secret)
 }
 
@@ -794,7 +808,12 @@ mod tests {
         let ctx = context(client, AddressMode::Dns);
         let first = cluster_secret(&ctx, "shop", &cc).await.unwrap();
         assert_eq!(first.expose().len(), 64);
+        // Made sure of: the next reconciles do not ask again (no call expected) ...
         assert_eq!(cluster_secret(&ctx, "shop", &cc).await.unwrap(), first);
+        // ... until SECRET_RECHECK has passed.
+        ctx.secrets_made.lock().clear();
+        assert_eq!(cluster_secret(&ctx, "shop", &cc).await.unwrap(), first);
+        ctx.secrets_made.lock().clear();
         let denied = cluster_secret(&ctx, "shop", &cc).await.unwrap_err();
         assert!(denied.to_string().contains("Forbidden"), "{denied}");
         fake.done();
