@@ -309,6 +309,25 @@ fn tls_certificates_acl_users_and_client_peers() {
         spec["tls"],
         serde_json::json!({"secretName": "mine", "authClients": "yes", "plaintext": false})
     );
+    // `helm test` then checks over TLS, trusting the Secret's ca.crt.
+    let check = one(&docs, "Pod");
+    let args: Vec<&str> = check["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"rel.shoal-system.svc:6380") && args.contains(&"/etc/shoal/tls/ca.crt"),
+        "{args:?}"
+    );
+    assert_eq!(check["spec"]["volumes"][0]["secret"]["secretName"], "mine");
+    let plain = render(&["--set", "cluster.tls.enabled=true"]).unwrap().unwrap();
+    let args = one(&plain, "Pod")["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array().unwrap().contains(&Value::from("rel.shoal-system.svc:6379")),
+        "plaintext kept: {args}"
+    );
 
     // ACL users: rendered into a Secret holding the file, which the cluster names.
     let docs = render(&[

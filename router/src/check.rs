@@ -3,12 +3,13 @@
 //!
 //! Steps, each printed as it passes: connect (retrying until the timeout), AUTH if a password is
 //! given, PING, SET with EX, GET, TTL, then MSET/MGET/DEL over keys in 32 slots spread across
-//! the whole slot space, so that every shard of any realistic cluster answers.
+//! the whole slot space, so that every shard of any realistic cluster answers. With `--tls` it
+//! speaks TLS (checking the router's certificate against `--tls-ca-cert-file`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use crate::config::CheckArgs;
@@ -23,8 +24,13 @@ enum Reply {
     Array(Vec<Reply>),
 }
 
+/// A plain or TLS connection.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Stream = BufReader<Box<dyn Io>>;
+
 struct Conn {
-    stream: BufReader<TcpStream>,
+    stream: Stream,
 }
 
 impl Conn {
@@ -42,7 +48,7 @@ impl Conn {
     }
 }
 
-async fn line(r: &mut BufReader<TcpStream>) -> anyhow::Result<String> {
+async fn line(r: &mut Stream) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     loop {
         let b = r.read_u8().await.context("connection closed")?;
@@ -55,9 +61,7 @@ async fn line(r: &mut BufReader<TcpStream>) -> anyhow::Result<String> {
     }
 }
 
-fn read_reply(
-    r: &mut BufReader<TcpStream>,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<Reply>> + Send + '_>> {
+fn read_reply(r: &mut Stream) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<Reply>> + Send + '_>> {
     Box::pin(async move {
         let l = line(r).await?;
         let (kind, rest) = l.split_at(1.min(l.len()));
@@ -116,6 +120,28 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => bail!("cannot connect to {}: {e}", args.addr),
+        }
+    };
+    let stream: Box<dyn Io> = match &args.tls_ca_cert_file {
+        None => Box::new(stream),
+        Some(ca) => {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))
+            };
+            let identity = match (&args.tls_cert_file, &args.tls_key_file) {
+                (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+                _ => None,
+            };
+            let identity = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+            let config = shoal_wire::tls::client_config(&read(ca)?, identity, &[])?;
+            let host = args.addr.rsplit_once(':').map_or(args.addr.as_str(), |(h, _)| h);
+            let name = shoal_wire::tls::server_name(host).map_err(anyhow::Error::msg)?;
+            let tls = shoal_wire::tls::TlsConnector::from(std::sync::Arc::new(config))
+                .connect(name, stream)
+                .await
+                .with_context(|| format!("TLS handshake with {}", args.addr))?;
+            println!("ok   TLS handshake ({host}'s certificate is trusted)");
+            Box::new(tls)
         }
     };
     let mut c = Conn { stream: BufReader::new(stream) };

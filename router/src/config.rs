@@ -69,6 +69,16 @@ pub struct CheckArgs {
     /// Keep trying to connect for this long (the Service may not have endpoints yet).
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
+    /// Speak TLS, trusting this CA (PEM) for the router's certificate (checked for --addr's
+    /// host).
+    #[arg(long, env = "SHOAL_CHECK_TLS_CA_CERT_FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// With TLS, present this client certificate (PEM) ...
+    #[arg(long, requires_all = ["tls_key_file", "tls_ca_cert_file"])]
+    pub tls_cert_file: Option<PathBuf>,
+    /// ... and its key.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -409,3 +409,32 @@ async fn pre_authentication_limits_hold_on_the_tls_port() {
     assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_command_speaks_tls() {
+    let certs = Certs::new();
+    let router = tls_router(&certs, &[]).await;
+    let addr = format!("localhost:{}", router.tls_addr.unwrap().port());
+    let run = |ca: String, client: bool| {
+        let (addr, cert, key) = (addr.clone(), certs.path("client.crt"), certs.path("client.key"));
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal-router"));
+            cmd.args(["check", "--addr", &addr, "--timeout-secs", "2", "--tls-ca-cert-file", &ca]);
+            if client {
+                cmd.args(["--tls-cert-file", &cert, "--tls-key-file", &key]);
+            }
+            let out = cmd.env_remove("SHOAL_REQUIREPASS").output().unwrap();
+            (
+                out.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            )
+        })
+    };
+    let (ok, out) = run(certs.path("ca.crt"), true).await.unwrap();
+    assert!(ok && out.contains("ok   TLS handshake") && out.contains("ok   MSET/MGET"), "{out}");
+    let (ok, out) = run(certs.path("ca.crt"), false).await.unwrap();
+    assert!(!ok, "tls-auth-clients yes: a certificate is needed: {out}");
+    let (ok, out) = run(certs.path("other-ca.crt"), true).await.unwrap();
+    assert!(!ok && out.contains("TLS handshake"), "{out}");
+    router.shutdown().await;
+}
