@@ -8,6 +8,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -69,10 +70,11 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Accepts on `listener` until `stop` flips, yielding connections whose TLS handshake (with the
-/// certificates of the moment) succeeded. Failed handshakes are logged.
+/// certificates of the moment) succeeded. Failed handshakes are logged and counted in `refused`.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<Reloading<ServerConfig>>,
+    refused: Arc<AtomicU64>,
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<io::Result<LinkStream>> {
     let (tx, rx) = mpsc::channel(64);
@@ -95,14 +97,20 @@ pub fn incoming(
                 _ = stopped(&mut stop) => return,
             };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (config.acceptor(), tx.clone());
+            let (acceptor, tx, refused) = (config.acceptor(), tx.clone(), refused.clone());
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(LinkStream(stream))).await;
                     }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "node-link TLS handshake refused"),
-                    Err(_) => tracing::info!(%peer, "node-link TLS handshake timed out"),
+                    Ok(Err(e)) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(%peer, error = %e, "node-link TLS handshake refused");
+                    }
+                    Err(_) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(%peer, "node-link TLS handshake timed out");
+                    }
                 }
                 drop(permit);
             });

@@ -13,6 +13,9 @@ pub struct NodeMetrics {
     pub streams: Gauge,
     /// Calls refused for want of the cluster secret (`shoal_wire::auth::Check` counts them).
     pub unauthenticated: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Connections refused in the node-link TLS handshake (no certificate from the cluster's CA,
+    /// an expired one, plaintext) or that did not finish it in time.
+    pub link_tls_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for NodeMetrics {
@@ -23,6 +26,7 @@ impl Default for NodeMetrics {
             batch_size: Histogram::new(SIZE_BUCKETS),
             streams: Gauge::default(),
             unauthenticated: Default::default(),
+            link_tls_refused: Default::default(),
         }
     }
 }
@@ -55,6 +59,11 @@ pub fn render(state: &NodeState) -> String {
             "shoal_node_unauthenticated_calls_total",
             "gRPC calls refused for want of the cluster secret.",
             state.metrics.unauthenticated.load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .counter(
+            "shoal_node_link_tls_refused_total",
+            "Connections refused in the node-link TLS handshake (certificate not from the cluster's CA, expired, plaintext, too slow).",
+            state.metrics.link_tls_refused.load(std::sync::atomic::Ordering::Relaxed),
         )
         .histogram("shoal_node_batch_ops", "Operations per batch received.", &state.metrics.batch_size)
         .gauge(

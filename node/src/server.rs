@@ -165,6 +165,7 @@ pub async fn run(
         .add_service(service);
     let link_tls = options.link_tls.clone();
     let links_stop = stop_rx.clone();
+    let refused = state.metrics.link_tls_refused.clone();
     let served = async move {
         match &link_tls {
             None => {
@@ -177,7 +178,7 @@ pub async fn run(
                     let _ = stop.wait_for(|s| *s).await;
                 };
                 tokio::spawn(tls.server.clone().watch("node links", stopped));
-                let incoming = crate::link_tls::incoming(listener, tls.server.clone(), links_stop);
+                let incoming = crate::link_tls::incoming(listener, tls.server.clone(), refused, links_stop);
                 router.serve_with_incoming_shutdown(incoming, signal).await
             }
         }

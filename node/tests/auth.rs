@@ -237,6 +237,12 @@ async fn with_node_link_tls_every_rpc_needs_a_certificate_from_the_cluster_ca() 
     }
     assert_eq!(node.state.membership.version(), 0, "no topology was adopted");
     assert_eq!(node.state.store.len(), 0);
+    let refused = node.state.metrics.link_tls_refused.load(Ordering::Relaxed);
+    assert!(
+        refused >= 3,
+        "plaintext, another CA's and an expired certificate refused and counted: {refused}"
+    );
+    assert!(shoal_node::metrics::render(&node.state).contains("shoal_node_link_tls_refused_total"));
 
     // A certificate from the cluster's CA: every call gets past the transport.
     let mut c = client::connect(&addr, &tls_options(&certs, "client")).await.expect("a member's certificate");
