@@ -79,84 +79,11 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Splits a line into words like redis.conf lines (Redis's `sdssplitargs`): spaces separate,
-/// "double quotes" take `\n`, `\xHH` escapes, 'single quotes' take `\'`. `None`: unbalanced.
+/// Splits a line into words like redis.conf lines (Redis's `sdssplitargs`, the same rules as
+/// inline commands: [`crate::resp::parse::split_args`]). `None`: unbalanced quotes.
 pub fn split_args(line: &str) -> Option<Vec<String>> {
-    let b = line.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    loop {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i >= b.len() {
-            return Some(out);
-        }
-        let mut word = Vec::new();
-        let (mut dq, mut sq) = (false, false);
-        loop {
-            let c = b.get(i).copied();
-            if dq {
-                match c {
-                    None => return None,
-                    Some(b'\\')
-                        if i + 3 < b.len()
-                            && b[i + 1] == b'x'
-                            && b[i + 2].is_ascii_hexdigit()
-                            && b[i + 3].is_ascii_hexdigit() =>
-                    {
-                        word.push(u8::from_str_radix(std::str::from_utf8(&b[i + 2..i + 4]).ok()?, 16).ok()?);
-                        i += 3;
-                    }
-                    Some(b'\\') if i + 1 < b.len() => {
-                        i += 1;
-                        word.push(match b[i] {
-                            b'n' => b'\n',
-                            b'r' => b'\r',
-                            b't' => b'\t',
-                            b'b' => 8,
-                            b'a' => 7,
-                            other => other,
-                        });
-                    }
-                    Some(b'"') => {
-                        if b.get(i + 1).is_some_and(|c| !c.is_ascii_whitespace()) {
-                            return None;
-                        }
-                        i += 1;
-                        break;
-                    }
-                    Some(c) => word.push(c),
-                }
-            } else if sq {
-                match c {
-                    None => return None,
-                    Some(b'\\') if b.get(i + 1) == Some(&b'\'') => {
-                        i += 1;
-                        word.push(b'\'');
-                    }
-                    Some(b'\'') => {
-                        if b.get(i + 1).is_some_and(|c| !c.is_ascii_whitespace()) {
-                            return None;
-                        }
-                        i += 1;
-                        break;
-                    }
-                    Some(c) => word.push(c),
-                }
-            } else {
-                match c {
-                    None => break,
-                    Some(c) if c.is_ascii_whitespace() => break,
-                    Some(b'"') => dq = true,
-                    Some(b'\'') => sq = true,
-                    Some(c) => word.push(c),
-                }
-            }
-            i += 1;
-        }
-        out.push(String::from_utf8_lossy(&word).into_owned());
-    }
+    let words = crate::resp::parse::split_args(line.as_bytes())?;
+    Some(words.iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect())
 }
 
 #[cfg(test)]
