@@ -53,6 +53,12 @@ impl UserCell {
         self.rules.read().clone()
     }
 
+    /// Whether the user may run anything on any key and channel, read in place (dispatch asks
+    /// this for every command; most users are such).
+    pub fn unrestricted(&self) -> bool {
+        self.rules.read().unrestricted()
+    }
+
     pub fn removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
     }

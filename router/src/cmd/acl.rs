@@ -236,7 +236,12 @@ fn text(b: &[u8]) -> String {
 
 /// The user a session acts as (`None` in the session: the default user).
 pub fn session_user(ctx: &Ctx) -> Arc<UserCell> {
-    ctx.session.user.clone().unwrap_or_else(|| ctx.state.acl.default_user().clone())
+    session_cell(ctx).clone()
+}
+
+/// The session's user, borrowed (no reference count touched on the dispatch path).
+fn session_cell<'a>(ctx: &'a Ctx) -> &'a Arc<UserCell> {
+    ctx.session.user.as_ref().unwrap_or_else(|| ctx.state.acl.default_user())
 }
 
 /// Where a refusal happened, for ACL LOG's `context`.
@@ -250,15 +255,15 @@ pub enum Context {
 /// Checks the session's user may run `spec` with `args` (Redis's `ACLCheckAllPerm`); a refusal
 /// is logged in ACL LOG and answered with Redis's NOPERM text.
 pub fn check(spec: &CommandSpec, args: &Args, ctx: &Ctx) -> Result<(), Reply> {
-    let cell = session_user(ctx);
+    let cell = session_cell(ctx);
     if cell.removed() {
         // Its connections are being closed (ACL DELUSER): nothing more runs for them.
         return Err(Reply::error("NOAUTH Authentication required."));
     }
-    let user = cell.get();
-    if user.unrestricted() {
+    if cell.unrestricted() {
         return Ok(());
     }
+    let user = cell.get();
     let denied = match table::lookup(spec.name) {
         Some(id) => user.check(id, args).err(),
         // A command Redis does not have (SHOAL).
