@@ -133,28 +133,27 @@ async fn a_replica_sends_its_secret_to_its_primary() {
     // Two nodes with the secret: the replica's full sync and following work (its calls carry
     // the secret it was started with), where one without it is refused.
     let secret = ClusterSecret::new("replication-needs-the-secret").unwrap();
-    let primary = start(&secret).await;
-    let replica = start(&secret).await;
+    let (primary, replica) = (start(&secret).await, start(&secret).await);
+    let options = ClientOptions::default().with_secret(Some(secret.clone()));
+    replica_gets_a_write(&primary, &replica, &options).await;
+    assert_eq!(primary.state.metrics.unauthenticated.load(Ordering::Relaxed), 0);
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}
+
+/// Makes `replica` the replica of `primary`'s one shard (both offered the topology through
+/// `options`), writes a key on the primary and waits (10 s at most) for the replica to hold it.
+async fn replica_gets_a_write(primary: &NodeHandle, replica: &NodeHandle, options: &ClientOptions) {
     let mut t = Topology::even(&[primary.addr.to_string()]);
     t.nodes[0].replicas = vec![replica.addr.to_string()];
     for v in [1, 2] {
         t.version = v;
-        for n in [&primary, &replica] {
-            let mut c = client::connect(
-                &n.addr.to_string(),
-                &ClientOptions::default().with_secret(Some(secret.clone())),
-            )
-            .await
-            .unwrap();
+        for n in [primary, replica] {
+            let mut c = client::connect(&n.addr.to_string(), options).await.unwrap();
             c.update_topology(TopologyDoc { json: t.to_json() }).await.unwrap();
         }
     }
-    let mut p = client::connect(
-        &primary.addr.to_string(),
-        &ClientOptions::default().with_secret(Some(secret.clone())),
-    )
-    .await
-    .unwrap();
+    let mut p = client::connect(&primary.addr.to_string(), options).await.unwrap();
     let set = op(Kind::Set(Set { key: Bytes::from("r"), value: Bytes::from("1"), ..Default::default() }));
     let replies = p
         .execute(tokio_stream::iter(vec![Batch { id: 1, ops: vec![set], topology_version: 2 }]))
@@ -171,9 +170,6 @@ async fn a_replica_sends_its_secret_to_its_primary() {
         assert!(start.elapsed() < Duration::from_secs(10), "the replica never got the write");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(primary.state.metrics.unauthenticated.load(Ordering::Relaxed), 0);
-    primary.shutdown().await.unwrap();
-    replica.shutdown().await.unwrap();
 }
 
 /// Test certificates (wire/testdata/certs.sh, made with openssl).
@@ -257,35 +253,8 @@ async fn with_node_link_tls_every_rpc_needs_a_certificate_from_the_cluster_ca() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_follows_its_primary_over_mutual_tls() {
     let certs = certs();
-    let primary = start_tls(&certs).await;
-    let replica = start_tls(&certs).await;
-    let mut t = Topology::even(&[primary.addr.to_string()]);
-    t.nodes[0].replicas = vec![replica.addr.to_string()];
-    let options = tls_options(&certs, "node");
-    for v in [1, 2] {
-        t.version = v;
-        for n in [&primary, &replica] {
-            let mut c = client::connect(&n.addr.to_string(), &options).await.unwrap();
-            c.update_topology(TopologyDoc { json: t.to_json() }).await.unwrap();
-        }
-    }
-    let mut p = client::connect(&primary.addr.to_string(), &options).await.unwrap();
-    let set = op(Kind::Set(Set { key: Bytes::from("r"), value: Bytes::from("1"), ..Default::default() }));
-    let replies = p
-        .execute(tokio_stream::iter(vec![Batch { id: 1, ops: vec![set], topology_version: 2 }]))
-        .await
-        .unwrap()
-        .into_inner()
-        .message()
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(replies.replies[0].kind, Some(reply::Kind::Ok(_))), "{replies:?}");
-    let start = std::time::Instant::now();
-    while replica.state.store.fetch(b"r").is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10), "the replica never got the write over TLS");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (primary, replica) = (start_tls(&certs).await, start_tls(&certs).await);
+    replica_gets_a_write(&primary, &replica, &tls_options(&certs, "node")).await;
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
 }
