@@ -94,18 +94,6 @@ impl Settings {
     pub fn query_buffer_limit(&self, authenticated: bool) -> usize {
         if authenticated { self.query_buffer_limit } else { UNAUTH_QUERY_BUFFER_LIMIT }
     }
-
-    /// Checks a user/password pair. Only the `default` user exists; without a configured
-    /// password it accepts anything, as Redis's `nopass` default user does.
-    pub fn check_password(&self, user: &[u8], password: &[u8]) -> bool {
-        if user != b"default" {
-            return false;
-        }
-        match &self.requirepass {
-            None => true,
-            Some(p) => shoal_wire::auth::constant_time_eq(p.as_bytes(), password),
-        }
-    }
 }
 
 /// The process-wide budget for buffered request bytes: HTTP bodies being read (from the first
@@ -313,18 +301,6 @@ impl Drop for ClientSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords() {
-        let open = Settings::default();
-        assert!(open.check_password(b"default", b"anything"));
-        assert!(!open.check_password(b"bob", b"anything"));
-        let locked = Settings { requirepass: Some("s3cret".into()), ..Settings::default() };
-        assert!(locked.check_password(b"default", b"s3cret"));
-        assert!(!locked.check_password(b"default", b"s3cre"));
-        assert!(!locked.check_password(b"default", b"s3cret!"));
-        assert!(!locked.check_password(b"default", b""));
-    }
 
     #[test]
     fn the_buffer_budget_is_shared_and_given_back() {
