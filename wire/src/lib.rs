@@ -24,6 +24,8 @@
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
+//! - [`fast`]: the sidecar fast path's binary frames (docs/fast-path.md), for the router and
+//!   `shoal-client` alike.
 //!
 //! Data flow: a router computes `slot::key_slot(key)`, looks the slot up in a [`topology::SlotTable`]
 //! built from the current [`topology::Topology`], and sends a [`proto::Op`] to that node's stream.
@@ -33,6 +35,7 @@ pub mod auth;
 pub mod client;
 pub mod clock;
 pub mod command;
+pub mod fast;
 pub mod glob;
 pub mod notify;
 pub mod num;

@@ -1,0 +1,647 @@
+//! The sidecar fast path: a binary, pipelined frame protocol (spec: docs/fast-path.md).
+//!
+//! RESP spends most of a small request's bytes and parsing on lengths written as text and on
+//! CRLFs; a sidecar talking to its own router over a Unix socket needs none of that. Every frame
+//! here starts with a fixed 24-byte little-endian header, so a reader learns a frame's whole
+//! length from one fixed-size read, checks it against its limits *before* allocating, and slices
+//! key and value out of the receive buffer without copying.
+//!
+//! - A connection opens with an 8-byte [`Preamble`] each way (magic + version), then the client
+//!   sends [`Op::Hello`] (user, password) and nothing else is served until it succeeds.
+//! - Requests carry an id; replies carry the same id and may come back out of order.
+//! - [`RequestHeader`] / [`ReplyHeader`] are the two headers; [`decode_request`] and
+//!   [`decode_reply`] cut complete frames out of a buffer; [`put_request`] and [`put_items`]
+//!   build them (the client's side, and tests).
+//!
+//! Both the router (server side) and `shoal-client` use this module, so they cannot disagree on a
+//! byte.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// The first byte of a fast-path connection. RESP requests start with `*` or an inline command's
+/// printable bytes, so a router can tell the two protocols apart by this byte on one socket.
+pub const MAGIC: [u8; 4] = [0xF5, b'S', b'H', b'F'];
+/// The protocol version this build speaks.
+pub const VERSION: u16 = 1;
+/// Bytes in a preamble, a request header and a reply header.
+pub const PREAMBLE_LEN: usize = 8;
+pub const HEADER_LEN: usize = 24;
+/// The length an array item has when it is a nil (MGET of a missing key).
+pub const NIL_ITEM: u32 = u32::MAX;
+
+/// Before [`Op::Hello`] succeeds a frame's key and value together may hold at most this many
+/// bytes (a user name and a password), like RESP's unauthenticated bulk limit.
+pub const UNAUTH_MAX_BODY: usize = 16 * 1024;
+
+/// `flags` bits of SET.
+pub mod set_flags {
+    /// Only if the key does not exist.
+    pub const NX: u8 = 1;
+    /// Only if the key exists.
+    pub const XX: u8 = 2;
+    /// Keep the key's current TTL (`arg` must be 0).
+    pub const KEEPTTL: u8 = 4;
+    /// Answer the old value (SET ... GET).
+    pub const GET: u8 = 8;
+}
+
+/// `flags` bits of CMD.
+pub mod cmd_flags {
+    /// Encode the reply in RESP3 instead of RESP2.
+    pub const RESP3: u8 = 1;
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// key = user (empty: `default`), value = password (empty: none).
+    Hello = 0x01,
+    /// No key; answers [`Status::Ok`].
+    Ping = 0x02,
+    /// key; answers a value or nil.
+    Get = 0x10,
+    /// key, value, arg = TTL in milliseconds (0: none), flags [`set_flags`].
+    Set = 0x11,
+    /// key; answers the number of keys removed.
+    Del = 0x12,
+    /// key, arg = delta; answers the new value.
+    IncrBy = 0x13,
+    /// key, arg = TTL in milliseconds (PEXPIRE); answers 1 or 0.
+    Expire = 0x14,
+    /// value = `arg` items (keys); answers an array of values or nils.
+    MGet = 0x20,
+    /// value = `arg` items (key, value, key, value, ...); answers OK.
+    MSet = 0x21,
+    /// value = `arg` items (a Redis command and its arguments); answers its RESP reply.
+    Cmd = 0x30,
+}
+
+impl Op {
+    pub fn from_u8(b: u8) -> Option<Op> {
+        Some(match b {
+            0x01 => Op::Hello,
+            0x02 => Op::Ping,
+            0x10 => Op::Get,
+            0x11 => Op::Set,
+            0x12 => Op::Del,
+            0x13 => Op::IncrBy,
+            0x14 => Op::Expire,
+            0x20 => Op::MGet,
+            0x21 => Op::MSet,
+            0x30 => Op::Cmd,
+            _ => return None,
+        })
+    }
+
+    /// Whether the value region holds `arg` length-prefixed items instead of one value.
+    pub fn has_items(self) -> bool {
+        matches!(self, Op::MGet | Op::MSet | Op::Cmd)
+    }
+
+    /// Whether the key region must be non-empty.
+    pub fn needs_key(self) -> bool {
+        matches!(self, Op::Get | Op::Set | Op::Del | Op::IncrBy | Op::Expire)
+    }
+}
+
+/// What a reply carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Done, no body (SET, MSET, PING, HELLO).
+    Ok = 0,
+    /// body = a value (GET, SET ... GET).
+    Value = 1,
+    /// No such key, or a conditional SET that did not apply.
+    Nil = 2,
+    /// `int` = the answer (DEL, INCRBY, EXPIRE).
+    Int = 3,
+    /// body = Redis's error text without the leading `-` (`WRONGTYPE ...`, `ERR ...`).
+    Err = 4,
+    /// `int` = item count, body = items (MGET); an item's length [`NIL_ITEM`] is a nil.
+    Array = 5,
+    /// body = the RESP-encoded reply (CMD).
+    Resp = 6,
+}
+
+impl Status {
+    pub fn from_u8(b: u8) -> Option<Status> {
+        Some(match b {
+            0 => Status::Ok,
+            1 => Status::Value,
+            2 => Status::Nil,
+            3 => Status::Int,
+            4 => Status::Err,
+            5 => Status::Array,
+            6 => Status::Resp,
+            _ => return None,
+        })
+    }
+}
+
+/// Why bytes are not a valid frame. The server answers the frame's id with [`Status::Err`] when
+/// it can still find the next frame (a bad op, bad items), and closes the connection when it
+/// cannot (a bad magic, an oversized length it will not read past).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("Protocol error: not a Shoal fast-path preamble")]
+    BadMagic,
+    #[error("Protocol error: unsupported fast-path version {0} (this router speaks {VERSION})")]
+    UnsupportedVersion(u16),
+    #[error("Protocol error: unknown op 0x{0:02x}")]
+    UnknownOp(u8),
+    #[error("Protocol error: unknown reply status {0}")]
+    UnknownStatus(u8),
+    #[error("Protocol error: reserved header bytes must be zero")]
+    Reserved,
+    #[error("Protocol error: {what} of {len} bytes exceeds the limit of {max}")]
+    TooLarge { what: &'static str, len: u64, max: u64 },
+    #[error("Protocol error: unauthenticated frame of {0} bytes")]
+    Unauthenticated(u64),
+    #[error("Protocol error: {0} items exceed the limit of {1}")]
+    TooManyItems(i64, usize),
+    #[error("Protocol error: the items do not fill the value region exactly")]
+    BadItems,
+    #[error("Protocol error: this op needs a key")]
+    MissingKey,
+}
+
+/// Limits checked on every request header before its body is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Whether HELLO has succeeded (else [`UNAUTH_MAX_BODY`] applies).
+    pub authenticated: bool,
+    /// Largest key or value (`proto-max-bulk-len`).
+    pub max_bulk: usize,
+    /// Most items in one MGET/MSET/CMD (`--max-args`).
+    pub max_items: usize,
+}
+
+/// The 8 bytes each side sends first: [`MAGIC`], the version (u16 LE), two zero bytes. The
+/// server answers with its own preamble (the version it will speak) before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    pub version: u16,
+}
+
+impl Preamble {
+    pub fn encode(self) -> [u8; PREAMBLE_LEN] {
+        let v = self.version.to_le_bytes();
+        [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], v[0], v[1], 0, 0]
+    }
+
+    /// Reads a preamble from the front of `buf`: `Ok(None)` until 8 bytes are there.
+    pub fn decode(buf: &mut BytesMut) -> Result<Option<Preamble>, FrameError> {
+        let have = buf.len().min(MAGIC.len());
+        if buf[..have] != MAGIC[..have] {
+            return Err(FrameError::BadMagic);
+        }
+        if buf.len() < PREAMBLE_LEN {
+            return Ok(None);
+        }
+        let version = u16::from_le_bytes([buf[4], buf[5]]);
+        if buf[6] != 0 || buf[7] != 0 {
+            return Err(FrameError::Reserved);
+        }
+        buf.advance(PREAMBLE_LEN);
+        Ok(Some(Preamble { version }))
+    }
+}
+
+/// A request header (24 bytes, little-endian):
+///
+/// | offset | size | field |
+/// |---|---|---|
+/// | 0 | 1 | op |
+/// | 1 | 1 | flags |
+/// | 2 | 2 | reserved (0) |
+/// | 4 | 4 | id |
+/// | 8 | 4 | key length |
+/// | 12 | 4 | value length |
+/// | 16 | 8 | arg (i64: TTL ms, delta, or item count) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub op: u8,
+    pub flags: u8,
+    pub id: u32,
+    pub key_len: u32,
+    pub val_len: u32,
+    pub arg: i64,
+}
+
+impl RequestHeader {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = self.op;
+        h[1] = self.flags;
+        h[4..8].copy_from_slice(&self.id.to_le_bytes());
+        h[8..12].copy_from_slice(&self.key_len.to_le_bytes());
+        h[12..16].copy_from_slice(&self.val_len.to_le_bytes());
+        h[16..24].copy_from_slice(&self.arg.to_le_bytes());
+        h
+    }
+
+    pub fn decode(h: &[u8; HEADER_LEN]) -> Result<RequestHeader, FrameError> {
+        if h[2] != 0 || h[3] != 0 {
+            return Err(FrameError::Reserved);
+        }
+        Ok(RequestHeader {
+            op: h[0],
+            flags: h[1],
+            id: u32_at(h, 4),
+            key_len: u32_at(h, 8),
+            val_len: u32_at(h, 12),
+            arg: i64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+/// A reply header (24 bytes, little-endian):
+///
+/// | offset | size | field |
+/// |---|---|---|
+/// | 0 | 1 | status |
+/// | 1 | 1 | flags (0) |
+/// | 2 | 2 | reserved (0) |
+/// | 4 | 4 | id of the request |
+/// | 8 | 4 | body length |
+/// | 12 | 4 | reserved (0) |
+/// | 16 | 8 | int (i64: Int's value, Array's item count) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyHeader {
+    pub status: Status,
+    pub id: u32,
+    pub body_len: u32,
+    pub int: i64,
+}
+
+impl ReplyHeader {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = self.status as u8;
+        h[4..8].copy_from_slice(&self.id.to_le_bytes());
+        h[8..12].copy_from_slice(&self.body_len.to_le_bytes());
+        h[16..24].copy_from_slice(&self.int.to_le_bytes());
+        h
+    }
+
+    pub fn decode(h: &[u8; HEADER_LEN]) -> Result<ReplyHeader, FrameError> {
+        let status = Status::from_u8(h[0]).ok_or(FrameError::UnknownStatus(h[0]))?;
+        if h[1] != 0 || h[2] != 0 || h[3] != 0 || h[12..16] != [0; 4] {
+            return Err(FrameError::Reserved);
+        }
+        Ok(ReplyHeader {
+            status,
+            id: u32_at(h, 4),
+            body_len: u32_at(h, 8),
+            int: i64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+fn u32_at(h: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(h[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// A whole request, its key and value sliced out of the receive buffer (no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// `Err(byte)`: an op this build does not know; the frame is still well delimited, so the
+    /// server answers its id with an error and carries on.
+    pub op: Result<Op, u8>,
+    pub flags: u8,
+    pub id: u32,
+    pub key: Bytes,
+    pub value: Bytes,
+    pub arg: i64,
+}
+
+impl Request {
+    /// The value region's items (MGET, MSET, CMD): exactly `arg` of them, filling it exactly.
+    pub fn items(&self, max_items: usize) -> Result<Vec<Bytes>, FrameError> {
+        split_items(&self.value, self.arg, max_items)
+    }
+}
+
+/// Splits `arg` length-prefixed items (u32 LE length, bytes) out of `region`, without copying.
+/// Nil items are not allowed in requests.
+pub fn split_items(region: &Bytes, count: i64, max_items: usize) -> Result<Vec<Bytes>, FrameError> {
+    if count < 0 || count as u64 > max_items as u64 {
+        return Err(FrameError::TooManyItems(count, max_items));
+    }
+    // Each item takes at least its 4-byte length: a count the region cannot hold is refused
+    // before the vector is allocated.
+    if count as u64 * 4 > region.len() as u64 {
+        return Err(FrameError::BadItems);
+    }
+    let mut items = Vec::with_capacity(count as usize);
+    let mut at = 0usize;
+    for _ in 0..count {
+        let Some(len) = region.get(at..at + 4) else { return Err(FrameError::BadItems) };
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        at += 4;
+        if len > region.len() - at {
+            return Err(FrameError::BadItems);
+        }
+        items.push(region.slice(at..at + len));
+        at += len;
+    }
+    if at != region.len() {
+        return Err(FrameError::BadItems);
+    }
+    Ok(items)
+}
+
+/// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (`wanted`
+/// then says how many the frame needs in all, a read hint). Lengths are checked against
+/// `limits` from the header alone, before the body is waited for.
+pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, FrameError> {
+    let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
+    let h = RequestHeader::decode(head.try_into().expect("header length"))?;
+    check_request(&h, limits)?;
+    let total = HEADER_LEN + h.key_len as usize + h.val_len as usize;
+    if buf.len() < total {
+        buf.reserve(total - buf.len());
+        return Ok(None);
+    }
+    let mut frame = buf.split_to(total).freeze();
+    frame.advance(HEADER_LEN);
+    let key = frame.split_to(h.key_len as usize);
+    Ok(Some(Request {
+        op: Op::from_u8(h.op).ok_or(h.op),
+        flags: h.flags,
+        id: h.id,
+        key,
+        value: frame,
+        arg: h.arg,
+    }))
+}
+
+fn check_request(h: &RequestHeader, limits: &Limits) -> Result<(), FrameError> {
+    let body = h.key_len as u64 + h.val_len as u64;
+    if !limits.authenticated && body > UNAUTH_MAX_BODY as u64 {
+        return Err(FrameError::Unauthenticated(body));
+    }
+    let max = limits.max_bulk as u64;
+    if h.key_len as u64 > max {
+        return Err(FrameError::TooLarge { what: "key", len: h.key_len as u64, max });
+    }
+    // A list op's value region holds many bulk strings: bound it by their most (and still by
+    // what one u32 can say).
+    let max_value = match Op::from_u8(h.op) {
+        Some(op) if op.has_items() => max.saturating_mul(2).min(u32::MAX as u64),
+        _ => max,
+    };
+    if h.val_len as u64 > max_value {
+        return Err(FrameError::TooLarge { what: "value", len: h.val_len as u64, max: max_value });
+    }
+    Ok(())
+}
+
+/// A whole reply as a client receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: Status,
+    pub id: u32,
+    pub int: i64,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// An Array reply's items (`None`: nil).
+    pub fn items(&self) -> Result<Vec<Option<Bytes>>, FrameError> {
+        let count = self.int;
+        if count < 0 || count as u64 * 4 > self.body.len() as u64 {
+            return Err(FrameError::BadItems);
+        }
+        let mut out = Vec::with_capacity(count as usize);
+        let mut at = 0usize;
+        for _ in 0..count {
+            let Some(len) = self.body.get(at..at + 4) else { return Err(FrameError::BadItems) };
+            let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+            at += 4;
+            if len == NIL_ITEM {
+                out.push(None);
+                continue;
+            }
+            let len = len as usize;
+            if len > self.body.len() - at {
+                return Err(FrameError::BadItems);
+            }
+            out.push(Some(self.body.slice(at..at + len)));
+            at += len;
+        }
+        if at != self.body.len() {
+            return Err(FrameError::BadItems);
+        }
+        Ok(out)
+    }
+}
+
+/// Cuts the next complete reply out of `buf` (the client's side); bodies over `max_body` are
+/// refused before they are waited for.
+pub fn decode_reply(buf: &mut BytesMut, max_body: usize) -> Result<Option<Reply>, FrameError> {
+    let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
+    let h = ReplyHeader::decode(head.try_into().expect("header length"))?;
+    if h.body_len as u64 > max_body as u64 {
+        return Err(FrameError::TooLarge {
+            what: "reply body",
+            len: h.body_len as u64,
+            max: max_body as u64,
+        });
+    }
+    let total = HEADER_LEN + h.body_len as usize;
+    if buf.len() < total {
+        buf.reserve(total - buf.len());
+        return Ok(None);
+    }
+    let mut frame = buf.split_to(total).freeze();
+    frame.advance(HEADER_LEN);
+    Ok(Some(Reply { status: h.status, id: h.id, int: h.int, body: frame }))
+}
+
+/// Appends one request (header, key, value) to `out`.
+pub fn put_request(out: &mut BytesMut, op: Op, flags: u8, id: u32, key: &[u8], value: &[u8], arg: i64) {
+    let h = RequestHeader {
+        op: op as u8,
+        flags,
+        id,
+        key_len: key.len() as u32,
+        val_len: value.len() as u32,
+        arg,
+    };
+    out.reserve(HEADER_LEN + key.len() + value.len());
+    out.put_slice(&h.encode());
+    out.put_slice(key);
+    out.put_slice(value);
+}
+
+/// The byte length of `items` once [`put_items`] writes them.
+pub fn items_len<T: AsRef<[u8]>>(items: &[T]) -> usize {
+    items.iter().map(|i| 4 + i.as_ref().len()).sum()
+}
+
+/// Appends items (u32 LE length, bytes) to `out`: the value region of MGET, MSET and CMD.
+pub fn put_items<T: AsRef<[u8]>>(out: &mut BytesMut, items: &[T]) {
+    out.reserve(items_len(items));
+    for item in items {
+        let item = item.as_ref();
+        out.put_u32_le(item.len() as u32);
+        out.put_slice(item);
+    }
+}
+
+/// Appends one reply item (an Array's element; `None`: nil) to `out`.
+pub fn put_reply_item(out: &mut BytesMut, item: Option<&[u8]>) {
+    match item {
+        None => out.put_u32_le(NIL_ITEM),
+        Some(v) => {
+            out.put_u32_le(v.len() as u32);
+            out.put_slice(v);
+        }
+    }
+}
+
+/// Fuzz entry: decodes requests out of arbitrary bytes under tight and loose limits; it must
+/// never panic, never loop, and every frame it yields must be consistent with its header.
+pub fn fuzz_check(data: &[u8]) {
+    for authenticated in [false, true] {
+        let limits = Limits { authenticated, max_bulk: 1 << 16, max_items: 1 << 10 };
+        let mut buf = BytesMut::from(data);
+        let _ = Preamble::decode(&mut buf.clone());
+        loop {
+            let before = buf.len();
+            match decode_request(&mut buf, &limits) {
+                Ok(Some(req)) => {
+                    assert!(buf.len() < before, "a decoded frame consumes bytes");
+                    assert!(req.key.len() <= limits.max_bulk);
+                    if let Ok(items) = req.items(limits.max_items) {
+                        assert_eq!(items_len(&items), req.value.len());
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let mut buf = BytesMut::from(data);
+        while let Ok(Some(reply)) = decode_reply(&mut buf, 1 << 16) {
+            let _ = reply.items();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOOSE: Limits = Limits { authenticated: true, max_bulk: 1 << 20, max_items: 1000 };
+
+    #[test]
+    fn request_round_trip_in_pieces() {
+        let mut wire = BytesMut::new();
+        put_request(&mut wire, Op::Set, set_flags::NX, 7, b"key", b"value", 1500);
+        let mut items = BytesMut::new();
+        put_items(&mut items, &[&b"a"[..], b"", b"ccc"]);
+        put_request(&mut wire, Op::MGet, 0, 8, b"", &items, 3);
+        // Fed one byte at a time, the decoder waits, then yields both frames whole.
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for b in wire.iter() {
+            buf.put_u8(*b);
+            while let Some(r) = decode_request(&mut buf, &LOOSE).unwrap() {
+                got.push(r);
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].op, Ok(Op::Set));
+        assert_eq!((got[0].flags, got[0].id, got[0].arg), (set_flags::NX, 7, 1500));
+        assert_eq!((&got[0].key[..], &got[0].value[..]), (&b"key"[..], &b"value"[..]));
+        assert_eq!(got[1].op, Ok(Op::MGet));
+        let items = got[1].items(LOOSE.max_items).unwrap();
+        assert_eq!(items, vec![Bytes::from_static(b"a"), Bytes::new(), Bytes::from_static(b"ccc")]);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn lengths_are_checked_before_the_body_arrives() {
+        let h = RequestHeader { op: Op::Set as u8, flags: 0, id: 1, key_len: 3, val_len: u32::MAX, arg: 0 };
+        let mut buf = BytesMut::from(&h.encode()[..]);
+        assert!(matches!(decode_request(&mut buf, &LOOSE), Err(FrameError::TooLarge { what: "value", .. })));
+        let tight = Limits { authenticated: false, ..LOOSE };
+        let h = RequestHeader { op: Op::Hello as u8, flags: 0, id: 1, key_len: 8, val_len: 20_000, arg: 0 };
+        let mut buf = BytesMut::from(&h.encode()[..]);
+        assert_eq!(decode_request(&mut buf, &tight), Err(FrameError::Unauthenticated(20_008)));
+        let mut bad = h.encode();
+        bad[2] = 1;
+        assert_eq!(decode_request(&mut BytesMut::from(&bad[..]), &LOOSE), Err(FrameError::Reserved));
+    }
+
+    #[test]
+    fn unknown_ops_are_still_delimited() {
+        let mut buf = BytesMut::new();
+        let h = RequestHeader { op: 0x7f, flags: 0, id: 9, key_len: 2, val_len: 0, arg: 0 };
+        buf.put_slice(&h.encode());
+        buf.put_slice(b"xy");
+        put_request(&mut buf, Op::Ping, 0, 10, b"", b"", 0);
+        let first = decode_request(&mut buf, &LOOSE).unwrap().unwrap();
+        assert_eq!((first.op, first.id), (Err(0x7f), 9));
+        assert_eq!(decode_request(&mut buf, &LOOSE).unwrap().unwrap().op, Ok(Op::Ping));
+    }
+
+    #[test]
+    fn items_must_fill_the_region_exactly() {
+        let mut region = BytesMut::new();
+        put_items(&mut region, &[&b"ab"[..], b"c"]);
+        let region = region.freeze();
+        assert_eq!(split_items(&region, 2, 10).unwrap().len(), 2);
+        assert_eq!(split_items(&region, 1, 10), Err(FrameError::BadItems));
+        assert_eq!(split_items(&region, 3, 10), Err(FrameError::BadItems));
+        assert_eq!(split_items(&region, 2, 1), Err(FrameError::TooManyItems(2, 1)));
+        assert_eq!(split_items(&region, -1, 10), Err(FrameError::TooManyItems(-1, 10)));
+        // A huge claimed count is refused without allocating for it.
+        assert_eq!(split_items(&region, 1_000_000, usize::MAX), Err(FrameError::BadItems));
+        let truncated = region.slice(..region.len() - 1);
+        assert_eq!(split_items(&truncated, 2, 10), Err(FrameError::BadItems));
+    }
+
+    #[test]
+    fn replies_round_trip_with_nils() {
+        let mut body = BytesMut::new();
+        put_reply_item(&mut body, Some(b"v1"));
+        put_reply_item(&mut body, None);
+        put_reply_item(&mut body, Some(b""));
+        let h = ReplyHeader { status: Status::Array, id: 3, body_len: body.len() as u32, int: 3 };
+        let mut buf = BytesMut::new();
+        buf.put_slice(&h.encode());
+        buf.put_slice(&body);
+        assert_eq!(
+            decode_reply(&mut buf.clone(), 4),
+            Err(FrameError::TooLarge { what: "reply body", len: 14, max: 4 })
+        );
+        let r = decode_reply(&mut buf, 1 << 10).unwrap().unwrap();
+        assert_eq!((r.status, r.id), (Status::Array, 3));
+        assert_eq!(r.items().unwrap(), vec![Some(Bytes::from_static(b"v1")), None, Some(Bytes::new())]);
+    }
+
+    #[test]
+    fn preamble_is_checked_byte_by_byte() {
+        let p = Preamble { version: VERSION }.encode();
+        let mut buf = BytesMut::from(&p[..3]);
+        assert_eq!(Preamble::decode(&mut buf), Ok(None));
+        buf.extend_from_slice(&p[3..]);
+        assert_eq!(Preamble::decode(&mut buf), Ok(Some(Preamble { version: VERSION })));
+        assert_eq!(
+            Preamble::decode(&mut BytesMut::from(&b"*1\r\n$4\r\nPING\r\n"[..])),
+            Err(FrameError::BadMagic)
+        );
+    }
+
+    #[test]
+    fn fuzz_entry_survives_garbage() {
+        let mut wire = BytesMut::new();
+        put_request(&mut wire, Op::Get, 0, 1, b"k", b"", 0);
+        fuzz_check(&wire);
+        fuzz_check(&[0xff; 64]);
+        fuzz_check(&[]);
+    }
+}
