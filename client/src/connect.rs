@@ -198,7 +198,15 @@ where
         }
         Protocol::Fast => {
             w.write_all(&Preamble { version: fast::VERSION }.encode()).await?;
-            read_at_least(&mut r, &mut buf, 1, config.connect_timeout).await?;
+            // A router without the fast path says nothing: it reads the preamble as the start of
+            // an inline RESP command and waits for its line end.
+            read_at_least(&mut r, &mut buf, 1, config.connect_timeout).await.map_err(|e| match e {
+                Error::Timeout => Error::Protocol(format!(
+                    "no answer to the fast-path preamble within {:?}: does this router serve the fast path?",
+                    config.connect_timeout
+                )),
+                e => e,
+            })?;
             if buf[0] != fast::MAGIC[0] {
                 // A router without the fast path parses the preamble as RESP and may answer
                 // with an error line: show it, it says what is wrong.
