@@ -147,22 +147,25 @@ impl Config {
 pub(crate) async fn connect(config: &Config) -> Result<Conn> {
     let limit = config.connect_timeout;
     let opts = ConnOptions { max_in_flight: config.max_in_flight, max_reply: config.max_reply };
-    let dial = async {
-        match &config.endpoint {
-            Endpoint::Tcp(addr) => {
-                let s = TcpStream::connect(addr).await?;
-                // Requests are small and latency-bound; the writer already coalesces them.
-                s.set_nodelay(true)?;
-                let (r, w) = s.into_split();
-                handshake(config, r, w, opts).await
-            }
-            Endpoint::Unix(path) => {
-                let (r, w) = UnixStream::connect(path).await?.into_split();
-                handshake(config, r, w, opts).await
-            }
+    // The dial has its own deadline; the handshake's reads each have theirs (so a router that
+    // never answers the fast-path preamble gets the specific error, not a bare timeout).
+    match &config.endpoint {
+        Endpoint::Tcp(addr) => {
+            let s =
+                tokio::time::timeout(limit, TcpStream::connect(addr)).await.map_err(|_| Error::Timeout)??;
+            // Requests are small and latency-bound; the writer already coalesces them.
+            s.set_nodelay(true)?;
+            let (r, w) = s.into_split();
+            handshake(config, r, w, opts).await
         }
-    };
-    tokio::time::timeout(limit, dial).await.map_err(|_| Error::Timeout)?
+        Endpoint::Unix(path) => {
+            let s = tokio::time::timeout(limit, UnixStream::connect(path))
+                .await
+                .map_err(|_| Error::Timeout)??;
+            let (r, w) = s.into_split();
+            handshake(config, r, w, opts).await
+        }
+    }
 }
 
 async fn handshake<R, W>(config: &Config, mut r: R, mut w: W, opts: ConnOptions) -> Result<Conn>
