@@ -216,6 +216,8 @@ pub struct Store {
     pub blocked: blocked::Blocked,
     /// Keyspace notifications and the pub/sub sink (shared with the shards).
     pub events: Arc<events::Events>,
+    /// Reads, writes and bytes per slot (counted by `ops.rs`, where ops run).
+    pub slot_traffic: slots::SlotCounters,
 }
 
 impl fmt::Debug for Store {
@@ -257,6 +259,7 @@ impl Store {
             watches,
             blocked: blocked::Blocked::default(),
             events,
+            slot_traffic: slots::SlotCounters::default(),
         }
     }
 
@@ -483,6 +486,30 @@ impl Store {
         (0..self.shards.len())
             .map(|i| self.with_shard_at(i, |s| s.purge_expired(now, budget_per_shard)))
             .sum()
+    }
+
+    /// Keys per slot (all `SLOT_COUNT` of them): memory values plus the base's live entries, as
+    /// [`len`](Self::len) counts them. A walk over every entry, one bounded chunk per shard lock
+    /// at a time (SHOAL SLOT-STATS is an occasional admin command; keeping a count per slot up to
+    /// date on every insert and delete would cost every write instead).
+    pub fn keys_per_slot(&self) -> Vec<u64> {
+        const CHUNK: usize = 4096;
+        let mut counts = vec![0i64; shoal_wire::SLOT_COUNT];
+        for shard in self.shards.iter() {
+            let mut pos = Some(0);
+            while let Some(p) = pos {
+                pos = shard.lock().count_slots(p, CHUNK, &mut counts);
+            }
+        }
+        if let Some(base) = self.base() {
+            for (slot, n) in counts.iter_mut().enumerate() {
+                let slot = slot as u16;
+                if !self.slots.has(slot, BASE_MASKED) {
+                    *n += base.slot_range(slot, slot).len() as i64;
+                }
+            }
+        }
+        counts.into_iter().map(|n| n.max(0) as u64).collect()
     }
 
     pub fn stats(&self) -> StoreStats {

@@ -730,6 +730,24 @@ impl Shard {
         ((end < self.slab.len()).then_some(end), end - start)
     }
 
+    /// Adds, per slot, this shard's memory values in slab positions `from..from + limit` and
+    /// subtracts the entries that hide or replace a base entry (so that memory plus the base
+    /// counts every key once, as `Store::len` does). Returns where to continue.
+    pub fn count_slots(&self, from: usize, limit: usize, counts: &mut [i64]) -> Option<usize> {
+        let start = from.min(self.slab.len());
+        let end = start.saturating_add(limit).min(self.slab.len());
+        for e in self.slab[start..end].iter().flatten() {
+            let slot = usize::from(shoal_wire::key_slot(e.key()));
+            if !e.is_tombstone() && !self.is_dropping(e) {
+                counts[slot] += 1;
+            }
+            if e.in_base() {
+                counts[slot] -= 1;
+            }
+        }
+        (end < self.slab.len()).then_some(end)
+    }
+
     /// Every memory entry (tombstones included), in slab order, with its position.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &Entry)> {
         self.slab.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e)))

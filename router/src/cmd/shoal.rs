@@ -128,6 +128,7 @@ pub const SHOAL: CommandSpec = CommandSpec {
         &SHOAL_SCALE,
         &SHOAL_FAILOVER,
         &SHOAL_HOTKEYS,
+        &super::slotstats::SHOAL_SLOT_STATS,
         &SHOAL_HELP,
     ],
 };
@@ -359,6 +360,10 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    This router's <n> (default 10) heaviest keys by commands (default) or by request and",
         "    reply bytes, each as [key, count, error]: the true count is between count-error and",
         "    count. Counts halve every --hotkeys-decay-secs.",
+        "SLOT-STATS [SLOTSRANGE <first> <last> | ORDERBY <metric> [LIMIT <n>] [ASC|DESC]]",
+        "    Per slot, from the node that owns it: key-count, reads, writes, network-bytes-in,",
+        "    network-bytes-out (as Redis 8's CLUSTER SLOT-STATS; <metric> is one of those, or",
+        "    bytes for in+out). Default: every slot.",
         "HELP",
         "    Print this help.",
     ];
