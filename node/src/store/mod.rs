@@ -31,6 +31,7 @@ pub mod float;
 pub use shoal_wire::glob;
 pub mod hll;
 mod keyspace;
+pub mod lag;
 pub mod object;
 pub mod persist;
 mod shard;
@@ -218,6 +219,8 @@ pub struct Store {
     pub events: Arc<events::Events>,
     /// Reads, writes and bytes per slot (counted by `ops.rs`, where ops run).
     pub slot_traffic: slots::SlotCounters,
+    /// How late expired keys were removed (shared with the shards).
+    pub expiry_lag: Arc<lag::ExpiryLag>,
 }
 
 impl fmt::Debug for Store {
@@ -234,11 +237,13 @@ impl Store {
         let watches = Arc::new(watch::Watches::default());
         let events = Arc::new(events::Events::default());
         events.set_flags(config.notify_keyspace_events);
+        let expiry_lag = Arc::new(lag::ExpiryLag::default());
         let shards = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
                 shard.limits = config.limits.clone();
                 shard.events = events.clone();
+                shard.lag = expiry_lag.clone();
                 Mutex::new(shard)
             })
             .collect();
@@ -260,6 +265,7 @@ impl Store {
             blocked: blocked::Blocked::default(),
             events,
             slot_traffic: slots::SlotCounters::default(),
+            expiry_lag,
         }
     }
 
@@ -486,6 +492,17 @@ impl Store {
         (0..self.shards.len())
             .map(|i| self.with_shard_at(i, |s| s.purge_expired(now, budget_per_shard)))
             .sum()
+    }
+
+    /// How long the key overdue longest has been (ms past its expiry time, still stored: active
+    /// expiry is behind or held off); 0 when none is. One look per shard (the stale heap pairs it
+    /// passes are dropped, as the next purge would).
+    pub fn oldest_overdue_ms(&self) -> u64 {
+        let now = self.clock.now_ms();
+        (0..self.shards.len())
+            .filter_map(|i| self.with_shard_at(i, |s| s.oldest_overdue(now)))
+            .min()
+            .map_or(0, |at| now.saturating_sub(at))
     }
 
     /// Keys per slot (all `SLOT_COUNT` of them): memory values plus the base's live entries, as
