@@ -336,3 +336,31 @@ pub async fn render(state: &RouterState) -> String {
     }
     e.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_labels_stay_distinct_and_printable() {
+        assert_eq!(key_label(b"user:42"), "user:42");
+        assert_eq!(key_label(b"a\\x00"), "a\\\\x00", "a literal backslash-x is not a byte escape");
+        assert_eq!(key_label(b"a\x00"), "a\\x00");
+        assert_eq!(key_label("é\n\"".as_bytes()), "\\xc3\\xa9\\x0a\"");
+        let long = key_label(&[b'k'; 300]);
+        assert_eq!((long.len(), long.ends_with("...")), (131, true));
+
+        let hot = crate::hotkeys::HotKeys::new(64);
+        for i in 0..20u8 {
+            for _ in 0..=i {
+                hot.record(&[b'k', i], 1);
+            }
+        }
+        let mut e = Exposition::new();
+        hotkey_series(&mut e, &hot);
+        let page = e.finish();
+        let ops = page.lines().filter(|l| l.starts_with("shoal_router_hotkey_ops{")).count();
+        assert_eq!(ops, HOTKEY_SERIES, "bounded series");
+        assert!(page.contains("shoal_router_hotkey_ops{key=\"k\\\\x13\"} 20"), "{page}");
+    }
+}
