@@ -131,6 +131,12 @@ impl NodeView {
         }
     }
 
+    /// Whether this node owns `slot` (moving in or settled): the node that answers for it in
+    /// SHOAL SLOT-STATS.
+    pub fn owns(&self, slot: u16) -> bool {
+        matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], OWNER | INCOMING)
+    }
+
     /// For ops about the whole keyspace: the router must route by exactly this node's version.
     pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
         match &self.topology {

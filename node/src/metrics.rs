@@ -65,6 +65,11 @@ pub fn render(state: &NodeState) -> String {
             "Connections refused in the node-link TLS handshake (certificate not from the cluster's CA, expired, plaintext, too slow).",
             state.metrics.link_tls_refused.load(std::sync::atomic::Ordering::Relaxed),
         )
+        .gauge(
+            "shoal_node_oldest_overdue_seconds",
+            "How long the key overdue longest has been stored past its expiry time (0: none is).",
+            s.oldest_overdue_ms as f64 / 1000.0,
+        )
         .histogram("shoal_node_batch_ops", "Operations per batch received.", &state.metrics.batch_size)
         .gauge(
             "shoal_node_streams",
@@ -122,6 +127,14 @@ pub fn render(state: &NodeState) -> String {
             "Snapshots loaded after repairing a damaged header (every entry verified first).",
             files.salvaged,
         );
+    let lag = &state.store.expiry_lag;
+    e.family(
+        "shoal_node_expiry_lag_seconds",
+        "histogram",
+        "How late expired keys were removed (removal time minus expiry time), by active expiry (the background cycle) or lazy expiry (an op found the key expired).",
+    )
+    .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "active")], &lag.active)
+    .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "lazy")], &lag.lazy);
     replication(&mut e, &s);
     e.finish()
 }

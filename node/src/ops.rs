@@ -1,6 +1,7 @@
 //! Applies wire ops to the store: the one place where `proto` types meet `store` types, and where
 //! store errors become wire errors (their `Display` is already Redis's text).
 
+use prost::Message as _;
 use shoal_wire::ops::{OpClass, class_of, key_of, keys_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
@@ -384,7 +385,14 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
         }
         // Whole-keyspace ops must see every node at one version (a router that missed a new node
         // would leave its keys out of DBSIZE, KEYS or FLUSHALL).
-        Some(Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_)) => {
+        Some(
+            Kind::Scan(_)
+            | Kind::Keys(_)
+            | Kind::RandomKey(_)
+            | Kind::DbSize(_)
+            | Kind::Flush(_)
+            | Kind::SlotStats(_),
+        ) => {
             view.check_version(batch_version)?;
         }
         _ => {}
@@ -394,7 +402,83 @@ fn check(view: &NodeView, batch_version: u64, op: &Op) -> Result<(), u64> {
 
 /// Runs one op that [`check`] admitted, raising its keyspace notifications (`notify.rs`).
 fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
-    crate::notify::op(store, op, |op| apply_op(store, view, op))
+    // Per-slot traffic (SHOAL SLOT-STATS), counted here where every op a client caused runs
+    // (batches, transactions, scripts' calls). A one-key op costs a CRC16 and a few relaxed adds;
+    // only ops naming several keys gather them.
+    let Some(counted) = Counted::of(&op) else {
+        return crate::notify::op(store, op, |op| apply_op(store, view, op));
+    };
+    let reply = crate::notify::op(store, op, |op| apply_op(store, view, op));
+    counted.record(store, reply.encoded_len() as u64);
+    reply
+}
+
+/// What [`apply`] counts of an op before running it: its keys' slots, read or write, its size.
+enum Counted {
+    One { slot: u16, write: bool, bytes_in: u64 },
+    Many { slots: Vec<u16>, write: bool, bytes_in: u64 },
+}
+
+impl Counted {
+    fn of(op: &Op) -> Option<Counted> {
+        let write = class_of(op) != OpClass::Read;
+        if let Some(key) = key_of(op) {
+            // WATCH is bookkeeping, not traffic on the key.
+            if matches!(op.kind, Some(Kind::Watch(_))) {
+                return None;
+            }
+            return Some(Counted::One {
+                slot: shoal_wire::key_slot(key),
+                write,
+                bytes_in: op.encoded_len() as u64,
+            });
+        }
+        // Migration plumbing and watches are not client traffic; a transaction's ops are counted
+        // one by one as they run.
+        let slots: Vec<u16> = match &op.kind {
+            Some(Kind::MsetNx(_) | Kind::Command(_)) => {
+                keys_of(op).into_iter().map(shoal_wire::key_slot).collect()
+            }
+            _ => return None,
+        };
+        (!slots.is_empty()).then(|| Counted::Many { slots, write, bytes_in: op.encoded_len() as u64 })
+    }
+
+    fn record(self, store: &Store, bytes_out: u64) {
+        match self {
+            Counted::One { slot, write, bytes_in } => {
+                store.slot_traffic.record(slot, write, bytes_in, bytes_out)
+            }
+            Counted::Many { slots, write, bytes_in } => {
+                let n = slots.len() as u64;
+                for slot in slots {
+                    store.slot_traffic.record(slot, write, bytes_in / n, bytes_out / n);
+                }
+            }
+        }
+    }
+}
+
+/// SHOAL SLOT-STATS: the numbers of the slots in the range that this node owns.
+fn slot_stats(store: &Store, view: &NodeView, o: proto::SlotStats) -> Reply {
+    let last = o.last_slot.min(shoal_wire::SLOT_COUNT as u32 - 1);
+    let owned: Vec<u16> = (o.first_slot..=last).map(|s| s as u16).filter(|&s| view.owns(s)).collect();
+    let keys = if owned.is_empty() { Vec::new() } else { store.keys_per_slot() };
+    let slots = owned
+        .into_iter()
+        .map(|slot| {
+            let t = store.slot_traffic.get(slot);
+            proto::SlotStat {
+                slot: u32::from(slot),
+                keys: keys[usize::from(slot)],
+                reads: t.reads,
+                writes: t.writes,
+                bytes_in: t.bytes_in,
+                bytes_out: t.bytes_out,
+            }
+        })
+        .collect();
+    Reply { kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots })) }
 }
 
 fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
@@ -469,6 +553,7 @@ fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         }
         Kind::RandomKey(_) => value_or_nil(store.random_key()),
         Kind::DbSize(_) => int(store.len()),
+        Kind::SlotStats(o) => slot_stats(store, view, o),
         Kind::Flush(_) => {
             // A flush racing a move could let copies still in flight bring flushed keys back.
             if view.topology.as_ref().is_some_and(|t| !t.migrations.is_empty()) {

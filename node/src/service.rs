@@ -77,6 +77,7 @@ impl NodeState {
             pubsub_routers: self.pubsub.routers() as u64,
             keys: s.keys,
             volatile_keys: s.volatile_keys,
+            oldest_overdue_ms: self.store.oldest_overdue_ms(),
             used_memory: s.used_memory,
             maxmemory: self.store.maxmemory() as u64,
             maxmemory_policy: self.store.policy().to_string(),

@@ -224,6 +224,17 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_READ_FROM", value_enum, default_value_t = crate::state::ReadFrom::Primary)]
     pub read_from: crate::state::ReadFrom,
 
+    /// Counters of the hot-key sketch (`SHOAL HOTKEYS`, `shoal_router_hotkey_*`), per ranking (by
+    /// commands, by bytes); 0 turns hot-key tracking off. Each ranking's error is at most about
+    /// its total weight / capacity.
+    #[arg(long, env = "SHOAL_HOTKEYS_CAPACITY", default_value_t = 256)]
+    pub hotkeys_capacity: usize,
+
+    /// Every this many seconds the hot-key counts are halved, so the ranking follows recent
+    /// traffic (0: never; counts then cover the router's whole life).
+    #[arg(long, env = "SHOAL_HOTKEYS_DECAY_SECS", default_value_t = 60)]
+    pub hotkeys_decay_secs: u64,
+
     /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
     /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
     /// SHOAL FAILOVER hands a shard over to it without losing a write.

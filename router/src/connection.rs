@@ -234,6 +234,9 @@ pub async fn serve<S>(
             let before = output.len();
             reply.encode(protocol, &mut output);
             reply_size = reply_size.max(output.len() - before);
+            if let Some(spec) = slot.and_then(crate::stats::spec_at).filter(|_| session.authenticated) {
+                state.hotkeys.record_command(spec, &args, output.len() - before);
+            }
             if output.len() > state.settings.output_buffer_limit {
                 tracing::warn!(peer = %session.peer, bytes = output.len(), "client output buffer limit reached; closing");
                 return;

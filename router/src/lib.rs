@@ -22,7 +22,8 @@
 //!   feature `embedded`, on by default; production builds leave it and the store out).
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
-//! - [`metrics`]: the `/metrics` text.
+//! - [`metrics`]: the `/metrics` text. [`hotkeys`]: the hot-key sketch (`SHOAL HOTKEYS`), fed
+//!   by [`connection`] once each reply is encoded.
 //! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
 //! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
 //!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
@@ -38,6 +39,7 @@ pub mod config;
 pub mod connection;
 pub mod embedded;
 pub mod fuzzing;
+pub mod hotkeys;
 pub mod http;
 pub mod metrics;
 pub mod pause;
@@ -214,6 +216,9 @@ impl Router {
             tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
             read_from: args.read_from,
             aclfile: args.aclfile.clone(),
+            hotkeys_capacity: args.hotkeys_capacity,
+            hotkeys_decay: (args.hotkeys_decay_secs > 0)
+                .then(|| Duration::from_secs(args.hotkeys_decay_secs)),
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
@@ -250,6 +255,19 @@ impl Router {
             }));
         }
         watchers.extend(cmd::acl::follow_file(&state, stopped.clone())?);
+        if let Some(period) = state.settings.hotkeys_decay.filter(|_| state.hotkeys.enabled()) {
+            // The hot-key counts' decay clock: each step halves them (lazily, see hotkeys.rs).
+            let (state, mut stop) = (state.clone(), stopped.clone());
+            watchers.push(tokio::spawn(async move {
+                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                loop {
+                    tokio::select! {
+                        _ = every.tick() => state.hotkeys.tick(),
+                        _ = stop.changed() => return,
+                    }
+                }
+            }));
+        }
         let mut tasks = Vec::new();
         if let Some(resp) = resp {
             tasks.push(tokio::spawn(server::serve(resp, state.clone(), stopped.clone())));

@@ -48,6 +48,59 @@ impl Default for RouterMetrics {
     }
 }
 
+/// Hot keys shown as series: only the top few, so a scrape's label values stay bounded.
+pub const HOTKEY_SERIES: usize = 10;
+
+/// `shoal_router_hotkey_ops{key}` and `shoal_router_hotkey_bytes{key}`: the [`HOTKEY_SERIES`]
+/// heaviest keys of each ranking (the sketch's overestimates; SHOAL HOTKEYS gives the bounds).
+fn hotkey_series(e: &mut Exposition, hot: &crate::hotkeys::HotKeys) {
+    use crate::hotkeys::By;
+    if !hot.enabled() {
+        return;
+    }
+    for (name, by, help) in [
+        (
+            "shoal_router_hotkey_ops",
+            By::Ops,
+            "Commands naming the key, decayed (this router's heaviest keys).",
+        ),
+        (
+            "shoal_router_hotkey_bytes",
+            By::Bytes,
+            "Request and reply bytes of commands naming the key, decayed (this router's heaviest keys).",
+        ),
+    ] {
+        e.family(name, "gauge", help);
+        let mut seen = std::collections::HashSet::new();
+        for k in hot.top(by, HOTKEY_SERIES) {
+            let label = key_label(&k.key);
+            // Two keys cut to the same label would make two series with one label set.
+            if seen.insert(label.clone()) {
+                e.sample(name, &[("key", &label)], k.count as f64);
+            }
+        }
+    }
+}
+
+/// A key as a label value: printable ASCII as is, `\` doubled, other bytes as `\xNN` (so that
+/// binary keys stay distinct and the text stays valid UTF-8), cut after 128 bytes of key. The
+/// exposition escapes `\` and `"` again, as its format wants.
+pub fn key_label(key: &[u8]) -> String {
+    const MAX: usize = 128;
+    let mut out = String::with_capacity(key.len().min(MAX) + 8);
+    for &b in key.iter().take(MAX) {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if key.len() > MAX {
+        out.push_str("...");
+    }
+    out
+}
+
 /// Renders everything; with embedded nodes, asks each node for its stats (bounded by the call
 /// deadline).
 pub async fn render(state: &RouterState) -> String {
@@ -124,6 +177,7 @@ pub async fn render(state: &RouterState) -> String {
             "Slot ranges moving in the topology routed by.",
             routing.topology.migrations.len() as f64,
         );
+    hotkey_series(&mut e, &state.hotkeys);
     let c = &state.backend.metrics;
     e.counter("shoal_router_topology_changes_total", "Topologies adopted.", c.topology_changes.get())
         .counter(
@@ -281,4 +335,32 @@ pub async fn render(state: &RouterState) -> String {
         }
     }
     e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_labels_stay_distinct_and_printable() {
+        assert_eq!(key_label(b"user:42"), "user:42");
+        assert_eq!(key_label(b"a\\x00"), "a\\\\x00", "a literal backslash-x is not a byte escape");
+        assert_eq!(key_label(b"a\x00"), "a\\x00");
+        assert_eq!(key_label("é\n\"".as_bytes()), "\\xc3\\xa9\\x0a\"");
+        let long = key_label(&[b'k'; 300]);
+        assert_eq!((long.len(), long.ends_with("...")), (131, true));
+
+        let hot = crate::hotkeys::HotKeys::new(64);
+        for i in 0..20u8 {
+            for _ in 0..=i {
+                hot.record(&[b'k', i], 1);
+            }
+        }
+        let mut e = Exposition::new();
+        hotkey_series(&mut e, &hot);
+        let page = e.finish();
+        let ops = page.lines().filter(|l| l.starts_with("shoal_router_hotkey_ops{")).count();
+        assert_eq!(ops, HOTKEY_SERIES, "bounded series");
+        assert!(page.contains("shoal_router_hotkey_ops{key=\"k\\\\x13\"} 20"), "{page}");
+    }
 }

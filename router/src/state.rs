@@ -44,6 +44,9 @@ pub struct Settings {
     pub read_from: ReadFrom,
     /// `--aclfile`: the ACL users' file.
     pub aclfile: Option<std::path::PathBuf>,
+    /// `--hotkeys-capacity` (0: off) and `--hotkeys-decay-secs` (`None`: no decay).
+    pub hotkeys_capacity: usize,
+    pub hotkeys_decay: Option<Duration>,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -80,6 +83,8 @@ impl Default for Settings {
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
             aclfile: None,
+            hotkeys_capacity: 256,
+            hotkeys_decay: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -222,6 +227,8 @@ pub struct RouterState {
     pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
     /// ACL users (`default` carries `--requirepass`).
     pub acl: crate::acl::Acl,
+    /// The keys this router's clients use most (`SHOAL HOTKEYS`).
+    pub hotkeys: crate::hotkeys::HotKeys,
 }
 
 impl RouterState {
@@ -248,6 +255,7 @@ impl RouterState {
             pubsub: crate::pubsub::Hub::new(settings_deadline),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
+            hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             settings,
         })
     }

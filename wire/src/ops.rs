@@ -46,6 +46,7 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
         Kind::Command(o) if o.scratch || !o.keys.is_empty() => return None,
         Kind::Command(o) => o.args.get((o.key_index as usize).max(1))?,
         Kind::Scan(_) | Kind::Keys(_) | Kind::RandomKey(_) | Kind::DbSize(_) | Kind::Flush(_) => return None,
+        Kind::SlotStats(_) => return None,
         Kind::MsetNx(_) | Kind::Import(_) | Kind::Piece(_) | Kind::Assembled(_) => return None,
         // The router watches (and releases) one key per op.
         Kind::Watch(o) if o.keys.len() == 1 => &o.keys[0],

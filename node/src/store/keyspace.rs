@@ -261,7 +261,7 @@ impl Store {
                     let e = s.entry(p);
                     if e.is_expired(now) {
                         let h = s.hash(e.key());
-                        s.expire_at_pos(h, p);
+                        s.expire_at_pos(h, p, now, super::lag::Removal::Lazy);
                         return None;
                     }
                     Some(Bytes::copy_from_slice(e.key()))

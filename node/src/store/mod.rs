@@ -31,6 +31,7 @@ pub mod float;
 pub use shoal_wire::glob;
 pub mod hll;
 mod keyspace;
+pub mod lag;
 pub mod object;
 pub mod persist;
 mod shard;
@@ -216,6 +217,10 @@ pub struct Store {
     pub blocked: blocked::Blocked,
     /// Keyspace notifications and the pub/sub sink (shared with the shards).
     pub events: Arc<events::Events>,
+    /// Reads, writes and bytes per slot (counted by `ops.rs`, where ops run).
+    pub slot_traffic: slots::SlotCounters,
+    /// How late expired keys were removed (shared with the shards).
+    pub expiry_lag: Arc<lag::ExpiryLag>,
 }
 
 impl fmt::Debug for Store {
@@ -232,11 +237,13 @@ impl Store {
         let watches = Arc::new(watch::Watches::default());
         let events = Arc::new(events::Events::default());
         events.set_flags(config.notify_keyspace_events);
+        let expiry_lag = Arc::new(lag::ExpiryLag::default());
         let shards = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
                 shard.limits = config.limits.clone();
                 shard.events = events.clone();
+                shard.lag = expiry_lag.clone();
                 Mutex::new(shard)
             })
             .collect();
@@ -257,6 +264,8 @@ impl Store {
             watches,
             blocked: blocked::Blocked::default(),
             events,
+            slot_traffic: slots::SlotCounters::default(),
+            expiry_lag,
         }
     }
 
@@ -483,6 +492,41 @@ impl Store {
         (0..self.shards.len())
             .map(|i| self.with_shard_at(i, |s| s.purge_expired(now, budget_per_shard)))
             .sum()
+    }
+
+    /// How long the key overdue longest has been (ms past its expiry time, still stored: active
+    /// expiry is behind or held off); 0 when none is. One look per shard (the stale heap pairs it
+    /// passes are dropped, as the next purge would).
+    pub fn oldest_overdue_ms(&self) -> u64 {
+        let now = self.clock.now_ms();
+        (0..self.shards.len())
+            .filter_map(|i| self.with_shard_at(i, |s| s.oldest_overdue(now)))
+            .min()
+            .map_or(0, |at| now.saturating_sub(at))
+    }
+
+    /// Keys per slot (all `SLOT_COUNT` of them): memory values plus the base's live entries, as
+    /// [`len`](Self::len) counts them. A walk over every entry, one bounded chunk per shard lock
+    /// at a time (SHOAL SLOT-STATS is an occasional admin command; keeping a count per slot up to
+    /// date on every insert and delete would cost every write instead).
+    pub fn keys_per_slot(&self) -> Vec<u64> {
+        const CHUNK: usize = 4096;
+        let mut counts = vec![0i64; shoal_wire::SLOT_COUNT];
+        for shard in self.shards.iter() {
+            let mut pos = Some(0);
+            while let Some(p) = pos {
+                pos = shard.lock().count_slots(p, CHUNK, &mut counts);
+            }
+        }
+        if let Some(base) = self.base() {
+            for (slot, n) in counts.iter_mut().enumerate() {
+                let slot = slot as u16;
+                if !self.slots.has(slot, BASE_MASKED) {
+                    *n += base.slot_range(slot, slot).len() as i64;
+                }
+            }
+        }
+        counts.into_iter().map(|n| n.max(0) as u64).collect()
     }
 
     pub fn stats(&self) -> StoreStats {

@@ -27,6 +27,7 @@ use shoal_wire::notify;
 
 use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
 use super::events::Events;
+use super::lag::{ExpiryLag, Removal};
 use super::object::{Limits, Object, ValueType};
 use super::slots::{BASE_MASKED, DROPPING, INCOMING, SlotFlags};
 use super::watch::Watches;
@@ -97,6 +98,8 @@ pub struct Shard {
     watches: Arc<Watches>,
     /// Keyspace notifications: the shard raises `expired` and `evicted` itself.
     pub events: Arc<Events>,
+    /// How late expired keys are removed (shared by the store's shards).
+    pub lag: Arc<ExpiryLag>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -113,6 +116,7 @@ impl Shard {
             slots,
             watches,
             events: Arc::default(),
+            lag: Arc::default(),
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -294,7 +298,7 @@ impl Shard {
             return InMemory::Tombstone;
         }
         if e.is_expired(now) {
-            self.expire_at_pos(hash, pos);
+            self.expire_at_pos(hash, pos, now, Removal::Lazy);
             return InMemory::Expired;
         }
         InMemory::Live(pos)
@@ -526,9 +530,11 @@ impl Shard {
         self.remove(hash, pos);
     }
 
-    /// Removes the key at `pos` because its TTL has passed: counted in `expired_keys`, and the
-    /// `expired` keyspace event (Redis raises it after the delete).
-    pub fn expire_at_pos(&mut self, hash: u64, pos: u32) {
+    /// Removes the key at `pos` because its TTL has passed (found at `now`, by `how`): counted in
+    /// `expired_keys` and in the lateness histograms, and the `expired` keyspace event (Redis
+    /// raises it after the delete).
+    pub fn expire_at_pos(&mut self, hash: u64, pos: u32, now: u64, how: Removal) {
+        self.lag.record(how, self.entry(pos).expire_at, now);
         let key = (self.events.wants(notify::EXPIRED) || self.events.changes.active())
             .then(|| self.entry(pos).key().to_vec());
         self.delete(hash, pos);
@@ -637,7 +643,7 @@ impl Shard {
             self.expiry.pop();
             work += 1;
             if let Some(pos) = self.find_by_expiry(hash, at) {
-                self.expire_at_pos(hash, pos);
+                self.expire_at_pos(hash, pos, now, Removal::Active);
                 removed += 1;
             }
         }
@@ -660,6 +666,7 @@ impl Shard {
                     continue;
                 }
                 self.insert_raw(hash, Entry::tombstone(e.key, true));
+                self.lag.record(Removal::Active, at, now);
                 self.expired += 1;
                 self.events.emit(notify::EXPIRED, "expired", e.key);
                 self.events.changes.key(e.key);
@@ -667,6 +674,35 @@ impl Shard {
             }
         }
         removed
+    }
+
+    /// The expiry time of the key that has been overdue longest at `now` (still stored past its
+    /// TTL: active expiry has not reached it yet), memory or base; `None` when none is. Drops the
+    /// stale heap pairs it meets on the way (they would be dropped by the next purge anyway).
+    pub fn oldest_overdue(&mut self, now: u64) -> Option<u64> {
+        let memory =
+            self.soonest_expiring().map(|(_, pos)| self.entry(pos).expire_at).filter(|&at| at <= now);
+        let mut base_due = None;
+        if let Some(base) = self.base.clone() {
+            while let Some(&Reverse((at, i))) = self.base_expiry.peek() {
+                if at > now {
+                    break;
+                }
+                // As purge_expired judges it: a base key masked or governed by memory is not due.
+                let live = base.entry(i as usize).is_some_and(|e| {
+                    !self.slots.has(e.slot, BASE_MASKED) && self.find(self.hash(e.key), e.key).is_none()
+                });
+                if live {
+                    base_due = Some(at);
+                    break;
+                }
+                self.base_expiry.pop();
+            }
+        }
+        match (memory, base_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The volatile entry that expires soonest (for `volatile-ttl` eviction), dropping stale pairs.
@@ -730,6 +766,24 @@ impl Shard {
         ((end < self.slab.len()).then_some(end), end - start)
     }
 
+    /// Adds, per slot, this shard's memory values in slab positions `from..from + limit` and
+    /// subtracts the entries that hide or replace a base entry (so that memory plus the base
+    /// counts every key once, as `Store::len` does). Returns where to continue.
+    pub fn count_slots(&self, from: usize, limit: usize, counts: &mut [i64]) -> Option<usize> {
+        let start = from.min(self.slab.len());
+        let end = start.saturating_add(limit).min(self.slab.len());
+        for e in self.slab[start..end].iter().flatten() {
+            let slot = usize::from(shoal_wire::key_slot(e.key()));
+            if !e.is_tombstone() && !self.is_dropping(e) {
+                counts[slot] += 1;
+            }
+            if e.in_base() {
+                counts[slot] -= 1;
+            }
+        }
+        (end < self.slab.len()).then_some(end)
+    }
+
     /// Every memory entry (tombstones included), in slab order, with its position.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &Entry)> {
         self.slab.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e)))
@@ -757,6 +811,7 @@ impl Shard {
             misses,
             limits: self.limits.clone(),
             events: self.events.clone(),
+            lag: self.lag.clone(),
             ..Shard::new(self.hasher.clone(), self.slots.clone(), self.watches.clone())
         };
         n

@@ -7,7 +7,7 @@
 //!   (until the next restart, whose snapshot no longer has them), even if the slot comes back.
 //! - `DROPPING`: memory entries of the slot are being reclaimed.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use shoal_wire::SLOT_COUNT;
 
@@ -42,5 +42,55 @@ impl SlotFlags {
 
     pub fn clear(&self, slot: u16, flag: u8) {
         self.0[usize::from(slot)].fetch_and(!flag, Ordering::AcqRel);
+    }
+}
+
+/// Per-slot traffic since the node started (SHOAL SLOT-STATS): ops that read a key of the slot,
+/// ops that write one, and the encoded bytes of those ops and their replies. Plain arrays of
+/// relaxed atomics (a few hundred KiB): an op adds to its slot's counters without a lock, and
+/// ops on different slots rarely share a cache line's worth of contention.
+#[derive(Debug)]
+pub struct SlotCounters {
+    reads: Box<[AtomicU64]>,
+    writes: Box<[AtomicU64]>,
+    bytes_in: Box<[AtomicU64]>,
+    bytes_out: Box<[AtomicU64]>,
+}
+
+/// One slot's traffic, as [`SlotCounters::get`] reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotTraffic {
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl Default for SlotCounters {
+    fn default() -> Self {
+        let zeros = || (0..SLOT_COUNT).map(|_| AtomicU64::new(0)).collect();
+        SlotCounters { reads: zeros(), writes: zeros(), bytes_in: zeros(), bytes_out: zeros() }
+    }
+}
+
+impl SlotCounters {
+    /// One op on a key of `slot`.
+    #[inline]
+    pub fn record(&self, slot: u16, write: bool, bytes_in: u64, bytes_out: u64) {
+        let i = usize::from(slot) & (SLOT_COUNT - 1);
+        let ops = if write { &self.writes } else { &self.reads };
+        ops[i].fetch_add(1, Ordering::Relaxed);
+        self.bytes_in[i].fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes_out[i].fetch_add(bytes_out, Ordering::Relaxed);
+    }
+
+    pub fn get(&self, slot: u16) -> SlotTraffic {
+        let i = usize::from(slot) & (SLOT_COUNT - 1);
+        SlotTraffic {
+            reads: self.reads[i].load(Ordering::Relaxed),
+            writes: self.writes[i].load(Ordering::Relaxed),
+            bytes_in: self.bytes_in[i].load(Ordering::Relaxed),
+            bytes_out: self.bytes_out[i].load(Ordering::Relaxed),
+        }
     }
 }

@@ -367,6 +367,7 @@ fn parse_output_limits(value: &[u8]) -> Result<Vec<(Class, u64, u64, u64)>, &'st
 
 pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {
     ctx.state.stats.reset();
+    ctx.state.hotkeys.reset();
     Reply::OK.into()
 }
 

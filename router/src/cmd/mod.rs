@@ -43,6 +43,7 @@ pub mod scripting;
 mod set;
 mod sets;
 mod shoal;
+mod slotstats;
 mod slowlog;
 pub mod spec;
 mod strings;

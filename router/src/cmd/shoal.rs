@@ -81,6 +81,20 @@ pub const SHOAL_FAILOVER: CommandSpec = CommandSpec {
     ..CommandSpec::DEFAULT
 };
 
+pub const SHOAL_HOTKEYS: CommandSpec = CommandSpec {
+    name: "shoal|hotkeys",
+    arity: -2,
+    flags: &["loading", "stale"],
+    keys: KeySpec::NONE,
+    acl: &["@slow"],
+    group: "shoal",
+    since: "0.1.0",
+    summary: "The keys this router's clients use most, by commands or by bytes",
+    complexity: "O(C log C) where C is --hotkeys-capacity",
+    run: hotkeys,
+    ..CommandSpec::DEFAULT
+};
+
 pub const SHOAL_HELP: CommandSpec = CommandSpec {
     name: "shoal|help",
     arity: 2,
@@ -103,7 +117,7 @@ pub const SHOAL: CommandSpec = CommandSpec {
     acl: &["@slow"],
     group: "shoal",
     since: "0.1.0",
-    summary: "Shoal cluster administration (TOPOLOGY, NODES, KEYSLOT)",
+    summary: "Shoal cluster administration (TOPOLOGY, NODES, KEYSLOT, HOTKEYS, ...)",
     complexity: "Depends on subcommand.",
     run: container,
     subcommands: &[
@@ -113,6 +127,8 @@ pub const SHOAL: CommandSpec = CommandSpec {
         &super::persistence::SHOAL_SNAPSHOT,
         &SHOAL_SCALE,
         &SHOAL_FAILOVER,
+        &SHOAL_HOTKEYS,
+        &super::slotstats::SHOAL_SLOT_STATS,
         &SHOAL_HELP,
     ],
 };
@@ -279,6 +295,46 @@ pub fn nodes(_args: &Args, ctx: &mut Ctx) -> Pending {
     })
 }
 
+/// `SHOAL HOTKEYS [COUNT n] [BY OPS|BYTES]`: this router's heaviest keys, heaviest first, each
+/// as `[key, count, error]` (the true, decayed weight is within `count - error ..= count`).
+pub fn hotkeys(args: &Args, ctx: &mut Ctx) -> Pending {
+    use crate::hotkeys::By;
+    let hot = &ctx.state.hotkeys;
+    if !hot.enabled() {
+        return Reply::error("ERR hot-key tracking is off (--hotkeys-capacity 0)").into();
+    }
+    let (mut count, mut by) = (10usize, By::Ops);
+    let mut rest = args[2..].iter();
+    while let Some(word) = rest.next() {
+        let Some(value) = rest.next() else { return super::syntax_error().into() };
+        if word.eq_ignore_ascii_case(b"count") {
+            count = match super::int_arg(value) {
+                Ok(n) if n >= 1 => (n as usize).min(hot.capacity()),
+                Ok(_) => return Reply::error("ERR COUNT must be positive").into(),
+                Err(e) => return e.into(),
+            };
+        } else if word.eq_ignore_ascii_case(b"by") {
+            by = if value.eq_ignore_ascii_case(b"ops") {
+                By::Ops
+            } else if value.eq_ignore_ascii_case(b"bytes") {
+                By::Bytes
+            } else {
+                return super::syntax_error().into();
+            };
+        } else {
+            return super::syntax_error().into();
+        }
+    }
+    let rows = hot
+        .top(by, count)
+        .into_iter()
+        .map(|k| {
+            Reply::Array(vec![Reply::Bulk(k.key), Reply::Int(k.count as i64), Reply::Int(k.error as i64)])
+        })
+        .collect();
+    Reply::Array(rows).into()
+}
+
 pub fn keyslot(args: &Args, _ctx: &mut Ctx) -> Pending {
     Reply::Int(i64::from(key_slot(&args[2]))).into()
 }
@@ -300,6 +356,14 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Hand <shard> over from its primary to <replica> (default: the most advanced one)",
         "    without losing a write: the primary pauses, the replica catches up, the failover",
         "    writer promotes it. Needs `shoal-router failover` or the operator watching.",
+        "HOTKEYS [COUNT <n>] [BY OPS|BYTES]",
+        "    This router's <n> (default 10) heaviest keys by commands (default) or by request and",
+        "    reply bytes, each as [key, count, error]: the true count is between count-error and",
+        "    count. Counts halve every --hotkeys-decay-secs.",
+        "SLOT-STATS [SLOTSRANGE <first> <last> | ORDERBY <metric> [LIMIT <n>] [ASC|DESC]]",
+        "    Per slot, from the node that owns it: key-count, reads, writes, network-bytes-in,",
+        "    network-bytes-out (as Redis 8's CLUSTER SLOT-STATS; <metric> is one of those, or",
+        "    bytes for in+out). Default: every slot.",
         "HELP",
         "    Print this help.",
     ];
