@@ -11,6 +11,9 @@
 //! backend (topology changes are handled there, never in `cmd/`) and encoded by [`resp::reply`]
 //! into [`resp::Out`] (vectored writes).
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
+//! So does the binary fast path ([`fast`], spec in docs/fast-path.md): a connection whose first
+//! byte is `0xF5` (which cannot start RESP) is handed by [`connection`] to [`fast`], which maps
+//! its typed frames onto command arguments and replies out of order, matched by id.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
 //!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
@@ -37,6 +40,7 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod embedded;
+pub mod fast;
 pub mod fuzzing;
 pub mod http;
 pub mod metrics;
@@ -214,6 +218,7 @@ impl Router {
             tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
             read_from: args.read_from,
             aclfile: args.aclfile.clone(),
+            fast_max_in_flight: args.fast_max_in_flight as usize,
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");

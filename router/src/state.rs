@@ -44,6 +44,8 @@ pub struct Settings {
     pub read_from: ReadFrom,
     /// `--aclfile`: the ACL users' file.
     pub aclfile: Option<std::path::PathBuf>,
+    /// `--fast-max-in-flight`: requests one fast-path connection may have running at once.
+    pub fast_max_in_flight: usize,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -80,6 +82,7 @@ impl Default for Settings {
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
             aclfile: None,
+            fast_max_in_flight: crate::fast::DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }

@@ -60,6 +60,19 @@ impl Out {
         self.parts.push_back(b.clone());
     }
 
+    /// Appends everything `other` holds (its shared values stay shared; the fast path frames a
+    /// RESP-encoded reply this way once it knows its length).
+    pub fn append(&mut self, mut other: Out) {
+        if other.parts.is_empty() {
+            self.buf.put_slice(&other.buf);
+            return;
+        }
+        other.seal();
+        self.seal();
+        self.parts_len += other.parts_len;
+        self.parts.append(&mut other.parts);
+    }
+
     /// Moves what `buf` holds into `parts` (no copy: it keeps its allocation).
     fn seal(&mut self) {
         if !self.buf.is_empty() {
