@@ -598,7 +598,9 @@ pub async fn serve<S>(
                 tracing::debug!(peer = %session.peer, error = %refusal, "fast path: closing");
                 state.metrics.fast_errors.inc();
                 put_error(&mut out, id, &refusal.to_string());
-                let _ = flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await;
+                // Bounded on its own (the auth deadline may be what passed): the client may not read.
+                let last = flush(&mut out, &mut stream, None, &state, &mut killed);
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), last).await;
             }
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
             return;
