@@ -557,7 +557,8 @@ pub async fn serve<S>(
                 }
                 client.set_held(false);
             }
-            let started = Instant::now();
+            // From when the request was taken up (a CLIENT PAUSE hold included, as on RESP).
+            let started = session.last_command;
             let slot = session.last_command_slot;
             let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
             let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;

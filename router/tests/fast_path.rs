@@ -529,3 +529,29 @@ async fn bad_frames_close_only_their_connection() {
     assert!(good.until_close().await.is_empty());
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_speaks_it_too_and_the_auth_timeout_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &["--requirepass", "pw", "--auth-timeout-ms", "300"]).await;
+    // Over TCP: the same negotiation (a loopback client, so protected mode does not apply).
+    let mut tcp = tokio::net::TcpStream::connect(router.resp_addr()).await.unwrap();
+    let mut out = BytesMut::from(&Preamble { version: fast::VERSION }.encode()[..]);
+    fast::put_request(&mut out, Op::Hello, 0, 1, b"", b"pw", 0);
+    fast::put_request(&mut out, Op::Ping, 0, 2, b"", b"", 0);
+    tcp.write_all(&out).await.unwrap();
+    let mut got = vec![0u8; fast::PREAMBLE_LEN + 2 * fast::HEADER_LEN];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut got)).await.unwrap().unwrap();
+    let mut buf = BytesMut::from(&got[fast::PREAMBLE_LEN..]);
+    for id in [1, 2] {
+        let r = fast::decode_reply(&mut buf, 1024).unwrap().unwrap();
+        assert_eq!((r.id, r.status), (id, Status::Ok));
+    }
+    // No HELLO within --auth-timeout-ms: an Err with id 0, then closed.
+    let mut idle = Fast::connect(&path).await;
+    let got = idle.until_close().await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, 0);
+    assert!(text(&got[0]).contains("authentication timeout"), "{got:?}");
+    router.shutdown().await;
+}
