@@ -34,11 +34,15 @@
 //! after it can be delimited). A bad preamble closes at once without a reply.
 //!
 //! Through CMD, commands that change the connection's protocol state or block it (MULTI, WATCH,
-//! SUBSCRIBE, AUTH, HELLO, RESET, QUIT, MONITOR, CLIENT REPLY/TRACKING and every `@blocking`
-//! command) are refused with [`Refusal::NotOverFastPath`]: with replies out of order and no
-//! push channel they cannot mean what they mean on RESP.
+//! SUBSCRIBE, AUTH, HELLO, RESET, QUIT, MONITOR, CLIENT REPLY/TRACKING, every `@blocking`
+//! command and any other that would block, such as WAIT) are refused with
+//! [`Refusal::NotOverFastPath`]: with replies out of order and no push channel they cannot mean
+//! what they mean on RESP.
 //!
-//! Not done here: the slow log (commands are timed and counted per command in INFOSTATS, but
+//! Costs per request beyond dispatch's own: none for a reply that is ready at once; a reply still
+//! on its way takes one task slot in the connection's `FuturesUnordered` (an allocation).
+//!
+//! Not done here: the slow log (commands are timed and counted per command in INFO, but
 //! SLOWLOG does not list fast-path requests).
 
 use std::sync::Arc;
@@ -561,8 +565,15 @@ pub async fn serve<S>(
             let started = session.last_command;
             let slot = session.last_command_slot;
             let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
+            if let Pending::Blocking(..) = pending {
+                // A blocking command outside `@blocking` (WAIT): dropping its wait withdraws it.
+                drop(pending);
+                state.metrics.fast_errors.inc();
+                put_error(&mut out, id, &Refusal::NotOverFastPath(spec.name).to_string());
+                continue;
+            }
             let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
-            let barrier = large || matches!(pending, Pending::Barrier(_) | Pending::Blocking(..));
+            let barrier = large || matches!(pending, Pending::Barrier(_));
             match pending {
                 Pending::Ready(reply) | Pending::Close(reply) => {
                     if shape == Shape::Hello && matches!(reply, Reply::Simple(_)) {
