@@ -555,3 +555,42 @@ async fn tcp_speaks_it_too_and_the_auth_timeout_applies() {
     assert!(text(&got[0]).contains("authentication timeout"), "{got:?}");
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_and_client_pause_behave_as_on_resp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &[]).await;
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    // A value over the node link's piece size (it travels in pieces: a barrier), pipelined
+    // between small requests on the same key: each reads what the one before it wrote.
+    let big: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    let mut out = BytesMut::new();
+    let set_small = f.put(&mut out, Op::Set, 0, b"big", b"small", 0);
+    let set_big = f.put(&mut out, Op::Set, set_flags::GET, b"big", &big, 0);
+    let get_big = f.put(&mut out, Op::Get, 0, b"big", b"", 0);
+    let mut keys = BytesMut::new();
+    fast::put_items(&mut keys, &[&b"big"[..], b"none"]);
+    let mget = f.put(&mut out, Op::MGet, 0, b"", &keys, 2);
+    f.s.write_all(&out).await.unwrap();
+    let mut replies = std::collections::HashMap::new();
+    for _ in 0..4 {
+        let r = f.recv().await.unwrap();
+        replies.insert(r.id, r);
+    }
+    assert_eq!(replies[&set_small].status, Status::Ok);
+    assert_eq!((replies[&set_big].status, &replies[&set_big].body[..]), (Status::Value, &b"small"[..]));
+    assert_eq!((replies[&get_big].status, replies[&get_big].body == big), (Status::Value, true));
+    let items = replies[&mget].items().unwrap();
+    assert_eq!((items[0].as_deref() == Some(&big[..]), items[1].is_none()), (true, true));
+
+    // CLIENT PAUSE WRITE holds a fast-path SET until it ends; reads still run.
+    let mut resp = Raw::from_stream(UnixStream::connect(&path).await.unwrap());
+    assert_eq!(resp.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]).await, b"+OK\r\n");
+    let started = std::time::Instant::now();
+    assert_eq!(f.call(Op::Get, 0, b"big", b"", 0).await.status, Status::Value);
+    assert!(started.elapsed() < Duration::from_millis(300), "a read is not held");
+    assert_eq!(f.call(Op::Set, 0, b"p", b"1", 0).await.status, Status::Ok);
+    assert!(started.elapsed() >= Duration::from_millis(300), "the write waited for the pause");
+    router.shutdown().await;
+}
