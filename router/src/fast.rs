@@ -459,7 +459,7 @@ pub async fn serve<S>(
         if routing.topology.version != state.backend.version() {
             routing = state.backend.routing();
         }
-        let deadline = tokio::time::Instant::now() + state.settings.deadline;
+        let mut deadline = tokio::time::Instant::now() + state.settings.deadline;
         // Whether the frames in `input` ran out (as opposed to a limit stopping the loop).
         let mut starved = false;
         while fatal.is_none() && !stopping && barriers == 0 && in_flight.len() < max_in_flight {
@@ -560,6 +560,8 @@ pub async fn serve<S>(
                     _ = shutdown.changed() => return,
                 }
                 client.set_held(false);
+                // The command's time starts now, not before the pause.
+                deadline = tokio::time::Instant::now() + state.settings.deadline;
             }
             // From when the request was taken up (a CLIENT PAUSE hold included, as on RESP).
             let started = session.last_command;
