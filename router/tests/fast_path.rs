@@ -594,3 +594,26 @@ async fn large_values_and_client_pause_behave_as_on_resp() {
     assert!(started.elapsed() >= Duration::from_millis(300), "the write waited for the pause");
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxclients_counts_fast_clients_and_a_small_in_flight_bound_still_answers_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &["--maxclients", "1", "--fast-max-in-flight", "2"]).await;
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    // The one slot is the fast client's: a RESP client is refused as on any listener.
+    let mut resp = Raw::from_stream(UnixStream::connect(&path).await.unwrap());
+    assert_eq!(resp.until_close().await, b"-ERR max number of clients reached\r\n");
+    // Two at a time, 300 pipelined: the router stops reading while two run, and answers all.
+    let mut out = BytesMut::new();
+    let ids: HashSet<u32> =
+        (0..300).map(|i| f.put(&mut out, Op::IncrBy, 0, format!("c{}", i % 7).as_bytes(), b"", 1)).collect();
+    f.s.write_all(&out).await.unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..300 {
+        let r = f.recv().await.unwrap();
+        assert_eq!(r.status, Status::Int);
+        assert!(ids.contains(&r.id) && seen.insert(r.id));
+    }
+    router.shutdown().await;
+}
