@@ -408,11 +408,6 @@ pub fn peek_id(buf: &[u8]) -> u32 {
     buf.get(4..8).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
-/// Appends a reply header to `out` (the server's side).
-pub fn put_reply_header(out: &mut BytesMut, status: Status, id: u32, body_len: u32, int: i64) {
-    out.put_slice(&ReplyHeader { status, id, body_len, int }.encode());
-}
-
 fn check_request(h: &RequestHeader, limits: &Limits) -> Result<(), FrameError> {
     let body = h.key_len as u64 + h.val_len as u64;
     if !limits.authenticated && body > UNAUTH_MAX_BODY as u64 {

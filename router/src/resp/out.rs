@@ -162,4 +162,26 @@ mod tests {
         assert!(got[9..100_009].iter().all(|&c| c == b'x'));
         assert_eq!(&got[100_009..], b"\r\n:1\r\n");
     }
+
+    #[test]
+    fn append_keeps_shared_values_shared_and_the_order() {
+        let big = Bytes::from(vec![b'y'; SHARE_FROM]);
+        let mut body = Out::new();
+        body.put_slice(b"$16384\r\n");
+        body.put_bytes(&big);
+        body.put_slice(b"\r\n");
+        let mut out = Out::new();
+        out.put_slice(b"head");
+        out.append(body);
+        out.put_slice(b"tail");
+        assert!(out.parts.iter().any(|p| p.as_ptr() == big.as_ptr()), "the value is not copied");
+        let all = out.into_bytes();
+        assert!(all.starts_with(b"head$16384\r\nyy") && all.ends_with(b"yy\r\ntail"));
+        assert_eq!(all.len(), 4 + 8 + SHARE_FROM + 2 + 4);
+        let mut small = Out::new();
+        small.put_slice(b"x");
+        let mut out = Out::new();
+        out.append(small);
+        assert_eq!(&out.into_bytes()[..], b"x");
+    }
 }
