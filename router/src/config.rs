@@ -187,6 +187,11 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_CLIENT_OUTPUT_BUFFER_LIMIT", default_value = "1gb", value_parser = parse_memory)]
     pub client_output_buffer_limit: u64,
 
+    /// Requests one fast-path connection (docs/fast-path.md) may have running at once; it
+    /// reads no more until some complete (its share of the output-buffer bound).
+    #[arg(long, env = "SHOAL_FAST_MAX_IN_FLIGHT", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub fast_max_in_flight: u32,
+
     /// Largest HTTP request body.
     #[arg(long, env = "SHOAL_HTTP_MAX_BODY", default_value = "64mb", value_parser = parse_memory)]
     pub http_max_body: u64,

@@ -18,6 +18,8 @@
 //! starts with `POST` or `Host:` is an HTTP client (or a cross-protocol attack) and is dropped
 //! without a reply, as Redis does.
 //!
+//! A connection whose first byte is 0xF5 speaks the binary fast path instead: [`crate::fast`].
+//!
 //! CLIENT KILL: the connection's [`crate::clients::ClientHandle`] wakes it wherever it waits
 //! (reading, or held by a pause) and it closes; a connection busy with a round closes after it.
 //! CLIENT PAUSE: a command the pause covers is held (after the replies of the commands before
@@ -77,6 +79,8 @@ pub async fn serve<S>(
     // read would take the switch's lock twice per round.
     let killed = client.killed();
     tokio::pin!(killed);
+    // Until the first bytes arrive: whether they are RESP or the binary fast path.
+    let mut negotiated = false;
     loop {
         if client.is_killed() {
             return;
@@ -304,6 +308,15 @@ pub async fn serve<S>(
             }
             // A pub/sub message: written at the top of the next round.
             _ = pushed(&session) => {}
+        }
+        if !negotiated && !input.is_empty() {
+            negotiated = true;
+            // 0xF5 cannot start a RESP request (nor an inline command): this client speaks the
+            // fast path (docs/fast-path.md), on a connection admitted like any other.
+            if input[0] == shoal_wire::fast::MAGIC[0] {
+                drop(buffered);
+                return crate::fast::serve(stream, input, state.clone(), session, shutdown).await;
+            }
         }
         if input.is_empty() && input.capacity() > KEEP_BUFFER {
             input = BytesMut::with_capacity(READ_CHUNK);

@@ -11,6 +11,9 @@
 //! backend (topology changes are handled there, never in `cmd/`) and encoded by [`resp::reply`]
 //! into [`resp::Out`] (vectored writes).
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
+//! So does the binary fast path ([`fast`], spec in docs/fast-path.md): a connection whose first
+//! byte is `0xF5` (which cannot start RESP) is handed by [`connection`] to [`fast`], which maps
+//! its typed frames onto command arguments and replies out of order, matched by id.
 //!
 //! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
 //!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
@@ -38,6 +41,7 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod embedded;
+pub mod fast;
 pub mod fuzzing;
 pub mod hotkeys;
 pub mod http;
@@ -219,6 +223,7 @@ impl Router {
             hotkeys_capacity: args.hotkeys_capacity,
             hotkeys_decay: (args.hotkeys_decay_secs > 0)
                 .then(|| Duration::from_secs(args.hotkeys_decay_secs)),
+            fast_max_in_flight: args.fast_max_in_flight as usize,
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");

@@ -28,6 +28,10 @@ pub struct RouterMetrics {
     pub buffer_refusals: Counter,
     /// Seconds from a command's dispatch to its reply being ready.
     pub command_seconds: Histogram,
+    /// Fast-path (docs/fast-path.md) connections, requests, and error replies or refused frames.
+    pub fast_connections: Counter,
+    pub fast_requests: Counter,
+    pub fast_errors: Counter,
 }
 
 impl Default for RouterMetrics {
@@ -44,6 +48,9 @@ impl Default for RouterMetrics {
             http_body_timeouts: Counter::default(),
             buffer_refusals: Counter::default(),
             command_seconds: Histogram::new(LATENCY_BUCKETS),
+            fast_connections: Counter::default(),
+            fast_requests: Counter::default(),
+            fast_errors: Counter::default(),
         }
     }
 }
@@ -161,6 +168,17 @@ pub async fn render(state: &RouterState) -> String {
             "shoal_router_request_buffer_refusals_total",
             "Clients refused (RESP: disconnected; HTTP: 503) because the request buffer budget was exhausted.",
             m.buffer_refusals.get(),
+        )
+        .counter(
+            "shoal_router_fast_connections_total",
+            "Connections that negotiated the binary fast path (docs/fast-path.md).",
+            m.fast_connections.get(),
+        )
+        .counter("shoal_router_fast_requests_total", "Fast-path requests received.", m.fast_requests.get())
+        .counter(
+            "shoal_router_fast_errors_total",
+            "Fast-path error replies (Status::Err) and frames that closed their connection.",
+            m.fast_errors.get(),
         )
         .histogram(
             "shoal_router_command_duration_seconds",

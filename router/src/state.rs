@@ -47,6 +47,8 @@ pub struct Settings {
     /// `--hotkeys-capacity` (0: off) and `--hotkeys-decay-secs` (`None`: no decay).
     pub hotkeys_capacity: usize,
     pub hotkeys_decay: Option<Duration>,
+    /// `--fast-max-in-flight`: requests one fast-path connection may have running at once.
+    pub fast_max_in_flight: usize,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -85,6 +87,7 @@ impl Default for Settings {
             aclfile: None,
             hotkeys_capacity: 256,
             hotkeys_decay: Some(Duration::from_secs(60)),
+            fast_max_in_flight: crate::fast::DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }

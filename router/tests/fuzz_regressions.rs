@@ -40,3 +40,36 @@ fn saved_tls_fuzz_inputs_still_pass() {
     // Plaintext to the TLS port gets nothing back in plaintext.
     assert!(harness.run(b"\x00*1\r\n$4\r\nPING\r\n").windows(4).all(|w| w != b"PONG"));
 }
+
+/// The `fast_frames` target's saved inputs, through the codec's property and the fast-path
+/// connection harness.
+#[test]
+fn saved_fast_path_fuzz_inputs_still_pass() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/fast_frames");
+    let harness = shoal_router::fuzzing::FastHarness::new();
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shoal_wire::fast::fuzz_check(&data);
+            harness.run(&data)
+        }));
+        assert!(result.is_ok(), "regression input {} fails again", path.display());
+        n += 1;
+    }
+    assert!(n >= 5, "the saved inputs are there");
+    // The harness really reaches the fast path: after the preamble and HELLO, PING is answered.
+    let mut ping = vec![0u8];
+    let mut frame = bytes::BytesMut::new();
+    shoal_wire::fast::put_request(&mut frame, shoal_wire::fast::Op::Ping, 0, 42, b"", b"", 0);
+    ping.extend_from_slice(&frame);
+    let got = harness.run(&ping);
+    let mut buf = bytes::BytesMut::from(&got[shoal_wire::fast::PREAMBLE_LEN..]);
+    let hello = shoal_wire::fast::decode_reply(&mut buf, 1 << 20).unwrap().unwrap();
+    let pong = shoal_wire::fast::decode_reply(&mut buf, 1 << 20).unwrap().unwrap();
+    assert_eq!(
+        (hello.status, pong.id, pong.status),
+        (shoal_wire::fast::Status::Ok, 42, shoal_wire::fast::Status::Ok)
+    );
+}

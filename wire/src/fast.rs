@@ -327,15 +327,28 @@ impl Request {
 /// Splits `arg` length-prefixed items (u32 LE length, bytes) out of `region`, without copying.
 /// Nil items are not allowed in requests.
 pub fn split_items(region: &Bytes, count: i64, max_items: usize) -> Result<Vec<Bytes>, FrameError> {
+    let mut items = Vec::new();
+    split_items_into(region, count, max_items, &mut items)?;
+    Ok(items)
+}
+
+/// [`split_items`] appending to `items` (a server reuses one vector for every request's
+/// arguments). On an error `items` may hold some of them.
+pub fn split_items_into(
+    region: &Bytes,
+    count: i64,
+    max_items: usize,
+    items: &mut Vec<Bytes>,
+) -> Result<(), FrameError> {
     if count < 0 || count as u64 > max_items as u64 {
         return Err(FrameError::TooManyItems(count, max_items));
     }
     // Each item takes at least its 4-byte length: a count the region cannot hold is refused
-    // before the vector is allocated.
+    // before the vector grows.
     if count as u64 * 4 > region.len() as u64 {
         return Err(FrameError::BadItems);
     }
-    let mut items = Vec::with_capacity(count as usize);
+    items.reserve(count as usize);
     let mut at = 0usize;
     for _ in 0..count {
         let Some(len) = region.get(at..at + 4) else { return Err(FrameError::BadItems) };
@@ -350,7 +363,7 @@ pub fn split_items(region: &Bytes, count: i64, max_items: usize) -> Result<Vec<B
     if at != region.len() {
         return Err(FrameError::BadItems);
     }
-    Ok(items)
+    Ok(())
 }
 
 /// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (`wanted`
@@ -376,6 +389,23 @@ pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Requ
         value: frame,
         arg: h.arg,
     }))
+}
+
+/// The whole length (header included) of the request at the front of `buf`, its header checked
+/// against `limits` as [`decode_request`] checks it, without reserving room for its body: a
+/// server holds that room against its memory budget before [`decode_request`] reserves it.
+/// `Ok(None)`: not even a whole header yet.
+pub fn request_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, FrameError> {
+    let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
+    let h = RequestHeader::decode(head.try_into().expect("header length"))?;
+    check_request(&h, limits)?;
+    Ok(Some(HEADER_LEN + h.key_len as usize + h.val_len as usize))
+}
+
+/// The id bytes of a request header at the front of `buf`, even one whose other fields are
+/// refused (so the refusal can name the request); 0 before a whole id has arrived.
+pub fn peek_id(buf: &[u8]) -> u32 {
+    buf.get(4..8).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
 fn check_request(h: &RequestHeader, limits: &Limits) -> Result<(), FrameError> {
@@ -574,6 +604,21 @@ mod tests {
         let mut bad = h.encode();
         bad[2] = 1;
         assert_eq!(decode_request(&mut BytesMut::from(&bad[..]), &LOOSE), Err(FrameError::Reserved));
+    }
+
+    #[test]
+    fn request_len_checks_without_reserving() {
+        let mut wire = BytesMut::new();
+        put_request(&mut wire, Op::Set, 0, 5, b"k", b"vv", 0);
+        assert_eq!(request_len(&wire[..10], &LOOSE), Ok(None));
+        assert_eq!(request_len(&wire, &LOOSE), Ok(Some(HEADER_LEN + 3)));
+        assert_eq!(peek_id(&wire), 5);
+        let h = RequestHeader { op: Op::Set as u8, flags: 0, id: 6, key_len: 1, val_len: u32::MAX, arg: 0 };
+        let small = BytesMut::with_capacity(HEADER_LEN);
+        let mut buf = small;
+        buf.put_slice(&h.encode());
+        assert!(matches!(request_len(&buf, &LOOSE), Err(FrameError::TooLarge { .. })));
+        assert_eq!(buf.capacity(), HEADER_LEN, "nothing reserved");
     }
 
     #[test]

@@ -60,6 +60,19 @@ impl Out {
         self.parts.push_back(b.clone());
     }
 
+    /// Appends everything `other` holds (its shared values stay shared; the fast path frames a
+    /// RESP-encoded reply this way once it knows its length).
+    pub fn append(&mut self, mut other: Out) {
+        if other.parts.is_empty() {
+            self.buf.put_slice(&other.buf);
+            return;
+        }
+        other.seal();
+        self.seal();
+        self.parts_len += other.parts_len;
+        self.parts.append(&mut other.parts);
+    }
+
     /// Moves what `buf` holds into `parts` (no copy: it keeps its allocation).
     fn seal(&mut self) {
         if !self.buf.is_empty() {
@@ -148,5 +161,27 @@ mod tests {
         assert_eq!(&got[..9], b"$100000\r\n");
         assert!(got[9..100_009].iter().all(|&c| c == b'x'));
         assert_eq!(&got[100_009..], b"\r\n:1\r\n");
+    }
+
+    #[test]
+    fn append_keeps_shared_values_shared_and_the_order() {
+        let big = Bytes::from(vec![b'y'; SHARE_FROM]);
+        let mut body = Out::new();
+        body.put_slice(b"$16384\r\n");
+        body.put_bytes(&big);
+        body.put_slice(b"\r\n");
+        let mut out = Out::new();
+        out.put_slice(b"head");
+        out.append(body);
+        out.put_slice(b"tail");
+        assert!(out.parts.iter().any(|p| p.as_ptr() == big.as_ptr()), "the value is not copied");
+        let all = out.into_bytes();
+        assert!(all.starts_with(b"head$16384\r\nyy") && all.ends_with(b"yy\r\ntail"));
+        assert_eq!(all.len(), 4 + 8 + SHARE_FROM + 2 + 4);
+        let mut small = Out::new();
+        small.put_slice(b"x");
+        let mut out = Out::new();
+        out.append(small);
+        assert_eq!(&out.into_bytes()[..], b"x");
     }
 }

@@ -1,0 +1,790 @@
+//! The binary fast path, server side (spec: docs/fast-path.md; frames: [`shoal_wire::fast`]).
+//!
+//! [`crate::connection`] hands a connection here when its first byte is [`fast::MAGIC`]`[0]`
+//! (0xF5, which cannot start RESP), on any RESP listener: the connection was admitted by the same
+//! accept loop (maxclients, protected mode, TLS), is listed in CLIENT LIST and has its kill
+//! switch. Then:
+//!
+//! 1. Preambles: the client's is read, this router's (version [`fast::VERSION`]) is written; a
+//!    client asking for another version gets ours and the connection closes.
+//! 2. `HELLO` (user, password) is checked by dispatching `AUTH user password`, so ACL users,
+//!    `--requirepass`, the failure counter and ACL LOG behave exactly as for RESP. Until it
+//!    succeeds frames are limited to [`fast::UNAUTH_MAX_BODY`] bytes and any other op is answered
+//!    `NOAUTH` and closes the connection; a failed HELLO answers `WRONGPASS` and may be retried.
+//!    With a password required, `--auth-timeout-ms` applies until HELLO succeeds.
+//! 3. Requests: each op becomes the command arguments RESP would carry (`SET k v PX ms NX`, built
+//!    into one reused vector, numbers written into a shared arena rather than a `String`), goes
+//!    through [`cmd::admit`] / [`cmd::run`] (ACL, CLIENT PAUSE, errors and texts as on RESP), and
+//!    its reply is mapped to a status ([`put_reply`]).
+//!
+//! Requests run concurrently: every complete frame in the read buffer is dispatched before any
+//! reply is awaited (so a pipeline's ops reach the node queues together and share batches), up
+//! to `--fast-max-in-flight` at once; replies are written as they complete, matched by id, in
+//! one vectored write per batch of ready replies ([`Out`]: headers copied into one buffer, large
+//! values written where they lie). A request whose command takes several dependent steps (a
+//! [`Pending::Barrier`]) or is sent in pieces must not be overtaken: nothing after it is
+//! dispatched until it completes, as on RESP. Ops on one key are queued on its node in request
+//! order, so a client that pipelines `SET k` then `GET k` reads its write; the *replies* may
+//! arrive in any order.
+//!
+//! Errors: an op the router does not know, bad flags, a key or value where the op takes none,
+//! items that do not fill their region: `Status::Err` for that id, and the connection carries
+//! on. A frame the decoder refuses (reserved bytes set, a length over the limits): the replies
+//! of the requests before it, then `Status::Err` for its id, then the connection closes (nothing
+//! after it can be delimited). A bad preamble closes at once without a reply.
+//!
+//! Through CMD, commands that change the connection's protocol state or block it (MULTI, WATCH,
+//! SUBSCRIBE, AUTH, HELLO, RESET, QUIT, MONITOR, CLIENT REPLY/TRACKING, every `@blocking`
+//! command and any other that would block, such as WAIT) are refused with
+//! [`Refusal::NotOverFastPath`]: with replies out of order and no push channel they cannot mean
+//! what they mean on RESP.
+//!
+//! Costs per request beyond dispatch's own: none for a reply that is ready at once; a reply still
+//! on its way takes one task slot in the connection's `FuturesUnordered` (an allocation).
+//!
+//! Not done here: the slow log (commands are timed and counted per command in INFO, but
+//! SLOWLOG does not list fast-path requests).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use shoal_wire::fast::{self, FrameError, Limits, Op, Preamble, Request, Status, set_flags};
+use shoal_wire::pieces::PIECE_BYTES;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::backend::Routing;
+use crate::cmd::{self, CommandSpec, Ctx, Pending};
+use crate::resp::{Out, Protocol, Reply};
+use crate::session::Session;
+use crate::state::{QUERY_BUFFER_ALLOWANCE, ReadFrom, RouterState};
+
+/// `--fast-max-in-flight`'s default: requests one connection may have running at once (RESP's
+/// pipeline round is 1024 commands too).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+const READ_CHUNK: usize = 64 * 1024;
+/// Ready replies are written once this many bytes wait (else when no more are ready).
+const WRITE_AT: usize = 256 * 1024;
+/// A read buffer larger than this is let go once empty rather than kept for an idle client.
+const KEEP_BUFFER: usize = 256 * 1024;
+
+/// Why a request is answered with `Status::Err` before reaching a command. The text is the
+/// reply's body (error code first, as Redis's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("ERR {0}")]
+    Frame(#[from] FrameError),
+    #[error("ERR Protocol error: flags 0x{0:02x} are not defined for this op")]
+    Flags(u8),
+    #[error("ERR Protocol error: this op takes no key")]
+    UnexpectedKey,
+    #[error("ERR Protocol error: this op takes no value")]
+    UnexpectedValue,
+    #[error("ERR Protocol error: this op takes no arg (it must be 0)")]
+    UnexpectedArg,
+    #[error("ERR Protocol error: CMD needs at least a command name")]
+    EmptyCommand,
+    #[error("NOAUTH HELLO must succeed before any other fast-path request")]
+    NoHello,
+    #[error(
+        "ERR '{0}' is not available over the fast path (it blocks or changes the connection's protocol state); use RESP"
+    )]
+    NotOverFastPath(&'static str),
+    #[error("ERR reply too large for one fast-path frame")]
+    ReplyTooLarge,
+    #[error(
+        "ERR request buffer budget exhausted: the router holds too much unprocessed request data from all clients (--request-buffer-budget); closing the connection, try again later"
+    )]
+    BudgetExhausted,
+    #[error(
+        "ERR authentication timeout: no successful HELLO within --auth-timeout-ms; closing the connection"
+    )]
+    AuthTimeout,
+}
+
+/// Commands CMD refuses (besides every `@blocking` one): see the module docs.
+const NOT_OVER_FAST_PATH: &[&str] = &[
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "auth",
+    "hello",
+    "reset",
+    "quit",
+    "monitor",
+    "client|reply",
+    "client|tracking",
+];
+
+fn refused_over_cmd(spec: &CommandSpec) -> Option<&'static str> {
+    let refused = NOT_OVER_FAST_PATH.contains(&spec.name) || spec.acl.contains(&"@blocking");
+    refused.then_some(spec.name)
+}
+
+/// How a request's reply is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A typed op: the reply maps to a status.
+    Typed,
+    /// HELLO: as a typed op, and a success opens the connection.
+    Hello,
+    /// CMD: the reply's RESP encoding in this version.
+    Cmd(Protocol),
+}
+
+/// Fixed argument words, shared rather than allocated per request.
+mod word {
+    use bytes::Bytes;
+    pub const AUTH: Bytes = Bytes::from_static(b"AUTH");
+    pub const DEFAULT: Bytes = Bytes::from_static(b"default");
+    pub const PING: Bytes = Bytes::from_static(b"PING");
+    pub const GET: Bytes = Bytes::from_static(b"GET");
+    pub const SET: Bytes = Bytes::from_static(b"SET");
+    pub const PX: Bytes = Bytes::from_static(b"PX");
+    pub const NX: Bytes = Bytes::from_static(b"NX");
+    pub const XX: Bytes = Bytes::from_static(b"XX");
+    pub const KEEPTTL: Bytes = Bytes::from_static(b"KEEPTTL");
+    pub const DEL: Bytes = Bytes::from_static(b"DEL");
+    pub const INCRBY: Bytes = Bytes::from_static(b"INCRBY");
+    pub const PEXPIRE: Bytes = Bytes::from_static(b"PEXPIRE");
+    pub const MGET: Bytes = Bytes::from_static(b"MGET");
+    pub const MSET: Bytes = Bytes::from_static(b"MSET");
+}
+
+/// Decimal text of `n` as a `Bytes` cut from `arena` (one allocation per few hundred numbers,
+/// not one per request).
+fn number(arena: &mut BytesMut, n: i64) -> Bytes {
+    let text = shoal_wire::num::IntText::new(n);
+    if arena.capacity() - arena.len() < 20 {
+        *arena = BytesMut::with_capacity(4096);
+    }
+    arena.put_slice(text.as_bytes());
+    arena.split().freeze()
+}
+
+/// Builds the command arguments of `req` into `args` (cleared first): what RESP would carry.
+fn build_args(
+    req: &Request,
+    args: &mut Vec<Bytes>,
+    arena: &mut BytesMut,
+    max_items: usize,
+) -> Result<Shape, Refusal> {
+    args.clear();
+    let op = req.op.map_err(FrameError::UnknownOp)?;
+    let allowed = match op {
+        Op::Set => set_flags::NX | set_flags::XX | set_flags::KEEPTTL | set_flags::GET,
+        Op::Cmd => fast::cmd_flags::RESP3,
+        _ => 0,
+    };
+    if req.flags & !allowed != 0 {
+        return Err(Refusal::Flags(req.flags & !allowed));
+    }
+    if op.needs_key() && req.key.is_empty() {
+        return Err(FrameError::MissingKey.into());
+    }
+    if !op.needs_key() && op != Op::Hello && !req.key.is_empty() {
+        return Err(Refusal::UnexpectedKey);
+    }
+    let takes_value = matches!(op, Op::Hello | Op::Set) || op.has_items();
+    if !takes_value && !req.value.is_empty() {
+        return Err(Refusal::UnexpectedValue);
+    }
+    let takes_arg = matches!(op, Op::Set | Op::IncrBy | Op::Expire) || op.has_items();
+    if !takes_arg && req.arg != 0 {
+        return Err(Refusal::UnexpectedArg);
+    }
+    let key = || req.key.clone();
+    match op {
+        Op::Hello => {
+            let user = if req.key.is_empty() { word::DEFAULT } else { key() };
+            args.extend([word::AUTH, user, req.value.clone()]);
+            return Ok(Shape::Hello);
+        }
+        Op::Ping => args.push(word::PING),
+        Op::Get => args.extend([word::GET, key()]),
+        Op::Set => {
+            args.extend([word::SET, key(), req.value.clone()]);
+            // 0 is "no TTL"; a negative one reaches SET, which answers Redis's own error.
+            if req.arg != 0 {
+                args.extend([word::PX, number(arena, req.arg)]);
+            }
+            for (bit, w) in [
+                (set_flags::NX, word::NX),
+                (set_flags::XX, word::XX),
+                (set_flags::KEEPTTL, word::KEEPTTL),
+                (set_flags::GET, word::GET),
+            ] {
+                if req.flags & bit != 0 {
+                    args.push(w);
+                }
+            }
+        }
+        Op::Del => args.extend([word::DEL, key()]),
+        Op::IncrBy => args.extend([word::INCRBY, key(), number(arena, req.arg)]),
+        Op::Expire => args.extend([word::PEXPIRE, key(), number(arena, req.arg)]),
+        Op::MGet | Op::MSet => {
+            args.push(if op == Op::MGet { word::MGET } else { word::MSET });
+            fast::split_items_into(&req.value, req.arg, max_items, args)?;
+        }
+        Op::Cmd => {
+            fast::split_items_into(&req.value, req.arg, max_items, args)?;
+            if args.is_empty() {
+                return Err(Refusal::EmptyCommand);
+            }
+            let resp3 = req.flags & fast::cmd_flags::RESP3 != 0;
+            return Ok(Shape::Cmd(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 }));
+        }
+    }
+    Ok(Shape::Typed)
+}
+
+fn header(out: &mut Out, status: Status, id: u32, body_len: usize, int: i64) {
+    let body_len = u32::try_from(body_len).expect("checked by the caller");
+    out.put_slice(&fast::ReplyHeader { status, id, body_len, int }.encode());
+}
+
+/// Appends an `Err` reply.
+fn put_error(out: &mut Out, id: u32, text: &str) {
+    // Error texts are short; one longer than a frame can say is cut (never the case in practice).
+    let text = &text.as_bytes()[..text.len().min(u32::MAX as usize)];
+    header(out, Status::Err, id, text.len(), 0);
+    out.put_slice(text);
+}
+
+/// Appends the reply for request `id`; true if it is an error.
+fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
+    const MAX: usize = u32::MAX as usize;
+    if let Shape::Cmd(protocol) = shape {
+        let failed = is_error(&reply);
+        let mut body = Out::new();
+        reply.encode(protocol, &mut body);
+        if body.len() > MAX {
+            put_error(out, id, &Refusal::ReplyTooLarge.to_string());
+            return true;
+        }
+        header(out, Status::Resp, id, body.len(), 0);
+        out.append(body);
+        return failed;
+    }
+    match reply {
+        Reply::Simple(_) => header(out, Status::Ok, id, 0, 0),
+        Reply::Bulk(v) => {
+            header(out, Status::Value, id, v.len(), 0);
+            out.put_bytes(&v);
+        }
+        Reply::Nil | Reply::NilArray => header(out, Status::Nil, id, 0, 0),
+        Reply::Int(n) => header(out, Status::Int, id, 0, n),
+        Reply::Error(text) => {
+            put_error(out, id, &text);
+            return true;
+        }
+        Reply::Failure(e) => {
+            put_error(out, id, &format!("ERR {e}"));
+            return true;
+        }
+        Reply::Array(items) if items.iter().all(|i| matches!(i, Reply::Bulk(_) | Reply::Nil)) => {
+            let len: usize = items
+                .iter()
+                .map(|i| match i {
+                    Reply::Bulk(v) => 4 + v.len(),
+                    _ => 4,
+                })
+                .sum();
+            if len > MAX {
+                put_error(out, id, &Refusal::ReplyTooLarge.to_string());
+                return true;
+            }
+            header(out, Status::Array, id, len, items.len() as i64);
+            for item in &items {
+                match item {
+                    Reply::Bulk(v) => {
+                        out.put_slice(&(v.len() as u32).to_le_bytes());
+                        out.put_bytes(v);
+                    }
+                    _ => out.put_slice(&fast::NIL_ITEM.to_le_bytes()),
+                }
+            }
+        }
+        // No typed op answers anything else; were one to, the client still gets it whole.
+        other => return put_reply(out, id, Shape::Cmd(Protocol::Resp2), other),
+    }
+    false
+}
+
+fn is_error(reply: &Reply) -> bool {
+    match reply {
+        Reply::Error(_) | Reply::Failure(_) => true,
+        Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
+        _ => false,
+    }
+}
+
+/// A request running: what its reply needs once the command's reply is in.
+struct Done {
+    id: u32,
+    shape: Shape,
+    started: Instant,
+    slot: Option<usize>,
+    barrier: bool,
+    reply: Reply,
+}
+
+async fn track(
+    id: u32,
+    shape: Shape,
+    started: Instant,
+    slot: Option<usize>,
+    barrier: bool,
+    p: Pending,
+) -> Done {
+    let reply = p.resolve().await;
+    Done { id, shape, started, slot, barrier, reply }
+}
+
+/// Counts the request in the command stats and appends its reply.
+fn finish(state: &RouterState, out: &mut Out, done: Done) {
+    let took = done.started.elapsed();
+    state.metrics.command_seconds.observe(took.as_secs_f64());
+    let failed = put_reply(out, done.id, done.shape, done.reply);
+    if failed {
+        state.metrics.fast_errors.inc();
+    }
+    if let Some(slot) = done.slot {
+        state.stats.record(slot, took, failed);
+    }
+}
+
+fn ctx<'a>(
+    state: &'a Arc<RouterState>,
+    session: &'a mut Session,
+    routing: &'a Arc<Routing>,
+    deadline: tokio::time::Instant,
+) -> Ctx<'a> {
+    Ctx { state, session, routing, deadline, read_from: ReadFrom::Primary }
+}
+
+/// Serves a fast-path connection whose first bytes (the preamble's start) are in `input`.
+pub async fn serve<S>(
+    mut stream: S,
+    mut input: BytesMut,
+    state: Arc<RouterState>,
+    mut session: Session,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    state.metrics.fast_connections.inc();
+    let client = session.client.clone();
+    let killed = client.killed();
+    tokio::pin!(killed);
+    let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
+    let mut out = Out::new();
+    // Like RESP: with a password required, the clock runs from the connection until HELLO.
+    let mut auth_deadline = state
+        .settings
+        .auth_timeout
+        .filter(|_| !session.authenticated)
+        .map(|t| tokio::time::Instant::now() + t);
+
+    // The preamble: 8 bytes, so no buffer limit is needed while waiting for it.
+    loop {
+        match Preamble::decode(&mut input) {
+            Ok(Some(theirs)) => {
+                out.put_slice(&Preamble { version: fast::VERSION }.encode());
+                if !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await {
+                    return;
+                }
+                if theirs.version != fast::VERSION {
+                    tracing::debug!(peer = %session.peer, version = theirs.version, "fast path: unsupported version; closing");
+                    state.metrics.fast_errors.inc();
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(peer = %session.peer, error = %e, "fast path: bad preamble; closing");
+                state.metrics.protocol_errors.inc();
+                state.metrics.fast_errors.inc();
+                return;
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = &mut killed => return,
+            _ = expiry(auth_deadline) => {
+                state.metrics.auth_timeouts.inc();
+                return;
+            }
+            read = stream.read_buf(&mut input) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
+
+    let max_in_flight = state.settings.fast_max_in_flight.max(1);
+    let mut routing = state.backend.routing();
+    let mut args: Vec<Bytes> = Vec::new();
+    let mut arena = BytesMut::new();
+    let mut hello = false;
+    let mut in_flight = FuturesUnordered::new();
+    // Requests in flight that later ones must not overtake (see the module docs).
+    let mut barriers = 0usize;
+    // The client closed its sending side: answer what it sent, then close.
+    let mut eof = false;
+    // Shutting down: answer what is in flight, read nothing more.
+    let mut stopping = false;
+    // A frame that cannot be delimited or a request that ends the connection: its id and error,
+    // written after the replies in flight.
+    let mut fatal: Option<(u32, Refusal)> = None;
+    loop {
+        if client.is_killed() {
+            return;
+        }
+        if routing.topology.version != state.backend.version() {
+            routing = state.backend.routing();
+        }
+        let mut deadline = tokio::time::Instant::now() + state.settings.deadline;
+        // Whether the frames in `input` ran out (as opposed to a limit stopping the loop).
+        let mut starved = false;
+        while fatal.is_none() && !stopping && barriers == 0 && in_flight.len() < max_in_flight {
+            let limits = Limits {
+                authenticated: hello,
+                max_bulk: state.settings.proto_max_bulk_len,
+                max_items: state.settings.max_args,
+            };
+            // The frame's whole size is checked against the limits and held against the
+            // process-wide budget before the decoder reserves room for it.
+            match fast::request_len(&input, &limits) {
+                Err(e) => {
+                    state.metrics.protocol_errors.inc();
+                    fatal = Some((fast::peek_id(&input), e.into()));
+                    break;
+                }
+                Ok(Some(total)) if total > input.len() => {
+                    if total > state.settings.query_buffer_limit(hello) {
+                        let e = FrameError::TooLarge {
+                            what: "frame",
+                            len: total as u64,
+                            max: state.settings.query_buffer_limit(hello) as u64,
+                        };
+                        fatal = Some((fast::peek_id(&input), e.into()));
+                        break;
+                    }
+                    if !buffered.reserve(input.len(), input.capacity(), total - input.len()) {
+                        state.metrics.buffer_refusals.inc();
+                        fatal = Some((fast::peek_id(&input), Refusal::BudgetExhausted));
+                        break;
+                    }
+                }
+                Ok(_) => {}
+            }
+            let req = match fast::decode_request(&mut input, &limits) {
+                Ok(Some(req)) => req,
+                Ok(None) => {
+                    starved = true;
+                    break;
+                }
+                Err(e) => {
+                    // Not reached: request_len checked the same header.
+                    fatal = Some((fast::peek_id(&input), e.into()));
+                    break;
+                }
+            };
+            state.metrics.fast_requests.inc();
+            let id = req.id;
+            let shape = match build_args(&req, &mut args, &mut arena, limits.max_items) {
+                Ok(shape) => shape,
+                Err(refusal) => {
+                    state.metrics.fast_errors.inc();
+                    put_error(&mut out, id, &refusal.to_string());
+                    continue;
+                }
+            };
+            if !hello && shape != Shape::Hello {
+                fatal = Some((id, Refusal::NoHello));
+                break;
+            }
+            if let Shape::Cmd(protocol) = shape
+                && session.protocol() != protocol
+            {
+                // A node encodes some replies (scripts') for the session's protocol.
+                session.set_protocol(protocol);
+            }
+            session.start_command();
+            let admitted = cmd::admit(&args, &mut ctx(&state, &mut session, &routing, deadline));
+            let spec = match admitted {
+                Ok(spec) => spec,
+                Err(reply) => {
+                    finish(
+                        &state,
+                        &mut out,
+                        Done { id, shape, started: session.last_command, slot: None, barrier: false, reply },
+                    );
+                    continue;
+                }
+            };
+            if matches!(shape, Shape::Cmd(_))
+                && let Some(name) = refused_over_cmd(spec)
+            {
+                state.metrics.fast_errors.inc();
+                put_error(&mut out, id, &Refusal::NotOverFastPath(name).to_string());
+                continue;
+            }
+            if state.pause.holds(spec) {
+                // CLIENT PAUSE: the replies so far go out, then this connection waits (reading
+                // nothing more), as a RESP connection does.
+                if !out.is_empty() && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await
+                {
+                    return;
+                }
+                client.set_held(true);
+                tokio::select! {
+                    _ = state.pause.wait(spec) => {}
+                    _ = &mut killed => return,
+                    _ = shutdown.changed() => return,
+                }
+                client.set_held(false);
+                // The command's time starts now, not before the pause.
+                deadline = tokio::time::Instant::now() + state.settings.deadline;
+            }
+            // From when the request was taken up (a CLIENT PAUSE hold included, as on RESP).
+            let started = session.last_command;
+            let slot = session.last_command_slot;
+            let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
+            if let Pending::Blocking(..) = pending {
+                // A blocking command outside `@blocking` (WAIT): dropping its wait withdraws it.
+                drop(pending);
+                state.metrics.fast_errors.inc();
+                put_error(&mut out, id, &Refusal::NotOverFastPath(spec.name).to_string());
+                continue;
+            }
+            let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
+            let barrier = large || matches!(pending, Pending::Barrier(_));
+            match pending {
+                Pending::Ready(reply) | Pending::Close(reply) => {
+                    if shape == Shape::Hello && matches!(reply, Reply::Simple(_)) {
+                        hello = true;
+                        auth_deadline = None;
+                    }
+                    finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply });
+                }
+                other => {
+                    barriers += barrier as usize;
+                    in_flight.push(track(id, shape, started, slot, barrier, other));
+                }
+            }
+            if out.len() >= WRITE_AT
+                && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await
+            {
+                return;
+            }
+        }
+        // Every reply already in, without waiting: written together below.
+        while let Some(Some(done)) = in_flight.next().now_or_never() {
+            barriers -= done.barrier as usize;
+            finish(&state, &mut out, done);
+            if out.len() > state.settings.output_buffer_limit {
+                tracing::warn!(peer = %session.peer, bytes = out.len(), "client output buffer limit reached; closing");
+                return;
+            }
+        }
+        if !out.is_empty() && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await {
+            return;
+        }
+        if in_flight.is_empty() && (fatal.is_some() || stopping || (eof && starved)) {
+            if let Some((id, refusal)) = fatal.take() {
+                tracing::debug!(peer = %session.peer, error = %refusal, "fast path: closing");
+                state.metrics.fast_errors.inc();
+                put_error(&mut out, id, &refusal.to_string());
+                // Bounded on its own (the auth deadline may be what passed): the client may not read.
+                let last = flush(&mut out, &mut stream, None, &state, &mut killed);
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), last).await;
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
+            return;
+        }
+        let reading =
+            !eof && !stopping && fatal.is_none() && barriers == 0 && in_flight.len() < max_in_flight;
+        if reading {
+            if input.is_empty() && input.capacity() > KEEP_BUFFER {
+                input = BytesMut::new();
+            }
+            if input.capacity() - input.len() < READ_CHUNK / 2 {
+                if !buffered.reserve(input.len(), input.capacity(), READ_CHUNK) {
+                    state.metrics.buffer_refusals.inc();
+                    fatal = Some((0, Refusal::BudgetExhausted));
+                    continue;
+                }
+                input.reserve(READ_CHUNK);
+            }
+            buffered.set(input.capacity());
+        }
+        tokio::select! {
+            biased;
+            _ = &mut killed => return,
+            _ = expiry(auth_deadline) => {
+                state.metrics.auth_timeouts.inc();
+                tracing::info!(peer = %session.peer, "fast path: no HELLO within the auth timeout; closing");
+                fatal = Some((0, Refusal::AuthTimeout));
+                // In-flight HELLOs are not waited for: the time is up.
+                in_flight.clear();
+                barriers = 0;
+            }
+            done = in_flight.next(), if !in_flight.is_empty() => {
+                if let Some(done) = done {
+                    barriers -= done.barrier as usize;
+                    finish(&state, &mut out, done);
+                }
+            }
+            read = stream.read_buf(&mut input), if reading => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(_) => {}
+            },
+            changed = shutdown.changed(), if !stopping => {
+                if changed.is_err() || *shutdown.borrow() {
+                    stopping = true;
+                }
+            }
+        }
+    }
+}
+
+/// Completes at `deadline`; never without one.
+async fn expiry(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes what `out` holds; false when the connection must close (the write failed, the client
+/// was killed meanwhile, or one that has not said HELLO ran out of time while not reading).
+async fn flush<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
+    out: &mut Out,
+    stream: &mut S,
+    auth_deadline: Option<tokio::time::Instant>,
+    state: &RouterState,
+    killed: &mut std::pin::Pin<&mut K>,
+) -> bool {
+    let write = async {
+        tokio::select! {
+            r = out.write_to(stream) => Some(r),
+            _ = killed.as_mut() => None,
+        }
+    };
+    let written = match auth_deadline {
+        Some(at) => tokio::time::timeout_at(at, write).await.ok(),
+        None => Some(write.await),
+    };
+    match written {
+        Some(Some(Ok(()))) => true,
+        Some(Some(Err(_)) | None) => false,
+        None => {
+            state.metrics.auth_timeouts.inc();
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(op: Op, flags: u8, key: &[u8], value: &[u8], arg: i64) -> Request {
+        let mut buf = BytesMut::new();
+        fast::put_request(&mut buf, op, flags, 1, key, value, arg);
+        let limits = Limits { authenticated: true, max_bulk: 1 << 20, max_items: 100 };
+        fast::decode_request(&mut buf, &limits).unwrap().unwrap()
+    }
+
+    fn built(r: &Request) -> Result<(Shape, Vec<String>), Refusal> {
+        let (mut args, mut arena) = (Vec::new(), BytesMut::new());
+        let shape = build_args(r, &mut args, &mut arena, 100)?;
+        Ok((shape, args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect()))
+    }
+
+    #[test]
+    fn ops_become_the_arguments_resp_would_carry() {
+        let set = req(Op::Set, set_flags::NX | set_flags::GET, b"k", b"v", 1500);
+        assert_eq!(
+            built(&set).unwrap(),
+            (
+                Shape::Typed,
+                vec!["SET", "k", "v", "PX", "1500", "NX", "GET"].into_iter().map(String::from).collect()
+            )
+        );
+        let hello = req(Op::Hello, 0, b"", b"pw", 0);
+        assert_eq!(built(&hello).unwrap().1, vec!["AUTH", "default", "pw"]);
+        assert_eq!(built(&req(Op::IncrBy, 0, b"n", b"", -3)).unwrap().1, vec!["INCRBY", "n", "-3"]);
+        assert_eq!(built(&req(Op::Expire, 0, b"n", b"", 10)).unwrap().1, vec!["PEXPIRE", "n", "10"]);
+        let mut items = BytesMut::new();
+        fast::put_items(&mut items, &[&b"HSET"[..], b"h", b"f", b"v"]);
+        let cmd = req(Op::Cmd, fast::cmd_flags::RESP3, b"", &items, 4);
+        assert_eq!(
+            built(&cmd).unwrap(),
+            (
+                Shape::Cmd(Protocol::Resp3),
+                vec!["HSET", "h", "f", "v"].into_iter().map(String::from).collect()
+            )
+        );
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_by_id() {
+        assert_eq!(built(&req(Op::Get, 0, b"", b"", 0)), Err(Refusal::Frame(FrameError::MissingKey)));
+        assert_eq!(built(&req(Op::Get, 0, b"k", b"x", 0)), Err(Refusal::UnexpectedValue));
+        assert_eq!(built(&req(Op::Del, 0, b"k", b"", 1)), Err(Refusal::UnexpectedArg));
+        assert_eq!(built(&req(Op::Ping, 0, b"k", b"", 0)), Err(Refusal::UnexpectedKey));
+        assert_eq!(built(&req(Op::Get, 0x80, b"k", b"", 0)), Err(Refusal::Flags(0x80)));
+        assert_eq!(built(&req(Op::Cmd, 0, b"", b"", 0)), Err(Refusal::EmptyCommand));
+        assert_eq!(
+            built(&req(Op::MGet, 0, b"", b"\x01\0\0\0", 1)),
+            Err(Refusal::Frame(FrameError::BadItems))
+        );
+        let mut unknown = req(Op::Ping, 0, b"", b"", 0);
+        unknown.op = Err(0x7f);
+        assert_eq!(built(&unknown).unwrap_err().to_string(), "ERR Protocol error: unknown op 0x7f");
+    }
+
+    #[test]
+    fn replies_map_to_statuses() {
+        let decode = |out: Out| {
+            let mut buf = BytesMut::from(&out.into_bytes()[..]);
+            fast::decode_reply(&mut buf, 1 << 20).unwrap().unwrap()
+        };
+        let mut out = Out::new();
+        put_reply(&mut out, 7, Shape::Typed, Reply::Array(vec![Reply::bulk("a"), Reply::Nil]));
+        let r = decode(out);
+        assert_eq!((r.status, r.id, r.int), (Status::Array, 7, 2));
+        assert_eq!(r.items().unwrap(), vec![Some(Bytes::from("a")), None]);
+        let mut out = Out::new();
+        assert!(put_reply(&mut out, 8, Shape::Typed, Reply::error("WRONGTYPE x")));
+        let r = decode(out);
+        assert_eq!((r.status, &r.body[..]), (Status::Err, &b"WRONGTYPE x"[..]));
+        let mut out = Out::new();
+        put_reply(&mut out, 9, Shape::Cmd(Protocol::Resp2), Reply::Int(3));
+        let r = decode(out);
+        assert_eq!((r.status, &r.body[..]), (Status::Resp, &b":3\r\n"[..]));
+        let big = Bytes::from(vec![b'x'; 100_000]);
+        let mut out = Out::new();
+        put_reply(&mut out, 10, Shape::Typed, Reply::Bulk(big.clone()));
+        let r = decode(out);
+        assert_eq!((r.status, r.body.len()), (Status::Value, big.len()));
+    }
+}
