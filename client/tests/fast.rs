@@ -1,10 +1,7 @@
 //! The fast-path client against a real router's Unix socket.
 //!
-//! PENDING until the router's fast-path server is merged: each test first asks the router
-//! whether it negotiates the fast path ([`fast_path_served`]); a router that answers the 0xF5
-//! preamble with RESP error text does not, and the test says so on stderr and returns. Any
-//! other answer (the router's preamble, or nothing at all) runs the test for real, so these
-//! tests fail rather than skip on a half-working server.
+//! Each test first checks that the router answers the 0xF5 preamble with its own
+//! ([`fast_path_served`]): a router that took it for RESP fails the test there, with what it said.
 
 mod support;
 
@@ -16,26 +13,25 @@ use shoal_wire::fast;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-/// Whether the router on `sock` answers the fast-path preamble with its own. `false` only when
-/// it answers with RESP error text (a router without the fast path); panics on anything else.
+/// Asserts that the router on `sock` answers the fast-path preamble with its own (and returns
+/// true, so each test reads `if fast_path_served(..)`).
 async fn fast_path_served(sock: &Path) -> bool {
     let mut s = UnixStream::connect(sock).await.unwrap();
     s.write_all(&fast::Preamble { version: fast::VERSION }.encode()).await.unwrap();
     let mut buf = Vec::new();
-    let limit = Duration::from_secs(2);
-    if tokio::time::timeout(limit, s.read_buf(&mut buf)).await.is_err() {
-        // Silence: a RESP-only router is waiting for the end of what it takes for an inline
-        // command; a line end makes it answer (a fast-path router has already answered).
+    if tokio::time::timeout(Duration::from_secs(2), s.read_buf(&mut buf)).await.is_err() {
+        // Silence: a RESP-only router is waiting for the end of an inline command; a line end
+        // makes it say what it took the preamble for.
         s.write_all(b"\r\n").await.unwrap();
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_buf(&mut buf)).await;
     }
-    if buf.first() == Some(&fast::MAGIC[0]) {
-        return true;
-    }
-    let text = String::from_utf8_lossy(&buf);
-    assert!(text.starts_with('-'), "neither a fast-path preamble nor RESP error text: {text:?}");
-    eprintln!("PENDING: this router does not serve the fast path yet (it answered {text:?}); test skipped");
-    false
+    assert_eq!(
+        buf.first(),
+        Some(&fast::MAGIC[0]),
+        "the router did not answer the fast-path preamble with its own: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    true
 }
 
 fn config(sock: &Path) -> Config {
