@@ -36,6 +36,7 @@ pub mod persist;
 mod shard;
 pub mod slots;
 mod strings;
+pub mod tracking;
 mod typed;
 pub mod watch;
 
