@@ -23,6 +23,8 @@
 //! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text.
+//! - [`nearcache`]: `--near-cache`, string values kept in the router and invalidated by the
+//!   nodes (GET and MGET look there first; writes through the backend drop their keys).
 //! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
 //! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
 //!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
@@ -40,6 +42,7 @@ pub mod embedded;
 pub mod fuzzing;
 pub mod http;
 pub mod metrics;
+pub mod nearcache;
 pub mod pause;
 pub mod pubsub;
 pub mod reshard;
@@ -214,6 +217,8 @@ impl Router {
             tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
             read_from: args.read_from,
             aclfile: args.aclfile.clone(),
+            near_cache: args.near_cache as usize,
+            near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");

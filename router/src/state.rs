@@ -44,6 +44,9 @@ pub struct Settings {
     pub read_from: ReadFrom,
     /// `--aclfile`: the ACL users' file.
     pub aclfile: Option<std::path::PathBuf>,
+    /// `--near-cache` in bytes (0: off) and its lease (`--near-cache-lease-ms`).
+    pub near_cache: usize,
+    pub near_cache_lease: Duration,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -80,6 +83,8 @@ impl Default for Settings {
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
             aclfile: None,
+            near_cache: 0,
+            near_cache_lease: crate::nearcache::DEFAULT_LEASE,
         }
     }
 }
@@ -222,6 +227,8 @@ pub struct RouterState {
     pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
     /// ACL users (`default` carries `--requirepass`).
     pub acl: crate::acl::Acl,
+    /// The near cache (`--near-cache`; `None`: off).
+    pub near: Option<Arc<crate::nearcache::NearCache>>,
 }
 
 impl RouterState {
@@ -231,7 +238,14 @@ impl RouterState {
         embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     ) -> Arc<RouterState> {
         let settings_deadline = settings.deadline;
+        let near = (settings.near_cache > 0).then(|| {
+            Arc::new(crate::nearcache::NearCache::new(settings.near_cache, settings.near_cache_lease))
+        });
+        if let Some(near) = &near {
+            backend.set_near_cache(near.clone());
+        }
         Arc::new(RouterState {
+            near: near.clone(),
             buffers: BufferBudget::new(settings.request_buffer_budget),
             backend,
             metrics: RouterMetrics::default(),
@@ -245,7 +259,7 @@ impl RouterState {
             stats: crate::stats::CommandStats::default(),
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
-            pubsub: crate::pubsub::Hub::new(settings_deadline),
+            pubsub: crate::pubsub::Hub::new(settings_deadline, near),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             settings,

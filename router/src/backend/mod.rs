@@ -115,6 +115,17 @@ impl Routing {
     }
 }
 
+#[cold]
+fn near_write(near: &crate::nearcache::NearCache, op: &shoal_wire::proto::Op) {
+    use shoal_wire::ops::{OpClass, class_of, keys_of};
+    use shoal_wire::proto::op::Kind;
+    match (&op.kind, class_of(op)) {
+        (Some(Kind::Flush(_)), _) => near.flush(),
+        (_, OpClass::Read) => {}
+        _ => keys_of(op).into_iter().for_each(|k| near.invalidate(k)),
+    }
+}
+
 /// Awaits every future concurrently, keeping their order.
 pub async fn futures_join<T>(futures: Vec<port::BoxFuture<'_, T>>) -> Vec<T> {
     let mut slots: Vec<Option<T>> = futures.iter().map(|_| None).collect();
@@ -162,6 +173,8 @@ pub struct Backend {
     versions: tokio::sync::watch::Sender<u64>,
     /// The cluster secret the links send (the pub/sub links take it from here).
     credentials: Credentials,
+    /// The near cache, whose entries writes sent through here drop first (`--near-cache`).
+    pub(crate) near: std::sync::OnceLock<Arc<crate::nearcache::NearCache>>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -213,9 +226,25 @@ impl Backend {
             metrics: BackendMetrics::default(),
             versions: tokio::sync::watch::channel(0).0,
             credentials,
+            near: std::sync::OnceLock::new(),
         };
         backend.install(topology);
         Arc::new(backend)
+    }
+
+    /// Turns on the near cache's write hook (once, at start).
+    pub fn set_near_cache(&self, near: Arc<crate::nearcache::NearCache>) {
+        let _ = self.near.set(near);
+    }
+
+    /// Before `op` is sent: a write drops what the near cache holds of its keys, so this
+    /// router's clients read their own writes (the node's invalidation comes later, on another
+    /// stream). Off, one branch.
+    #[inline]
+    pub(crate) fn before_send(&self, op: &shoal_wire::proto::Op) {
+        if let Some(near) = self.near.get() {
+            near_write(near, op);
+        }
     }
 
     pub fn routing(&self) -> Arc<Routing> {
