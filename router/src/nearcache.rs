@@ -374,6 +374,12 @@ impl NearCache {
         }
     }
 
+    /// Nodes whose cached values may be served now (stream up, heard from within the lease).
+    pub fn fresh_nodes(&self) -> usize {
+        let now = self.now_ms();
+        self.leases.read().values().filter(|l| l.fresh(now, self.lease_ms)).count()
+    }
+
     pub fn hit_ratio(&self) -> f64 {
         let (h, m) = (self.metrics.hits.get() as f64, self.metrics.misses.get() as f64);
         if h + m == 0.0 { 0.0 } else { h / (h + m) }
