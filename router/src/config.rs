@@ -231,9 +231,10 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_NEAR_CACHE", default_value = "0", value_parser = parse_memory)]
     pub near_cache: u64,
 
-    /// Near cache: serve cached values of a node only while its stream delivered something (it
-    /// sends a heartbeat every 100 ms) less than this many ms ago; this bounds how stale a read
-    /// can be when invalidations are delayed.
+    /// Near cache: serve cached values of a node only until this many ms after the latest ping
+    /// the node answered on its stream was sent (the router pings every 100 ms; the answer comes
+    /// behind the invalidations queued before it). This bounds how stale a read can be when
+    /// invalidations are delayed.
     #[arg(long, env = "SHOAL_NEAR_CACHE_LEASE_MS", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub near_cache_lease_ms: u64,

@@ -13,10 +13,14 @@
 //!   ring of key hashes; a ticket older than the ring's oldest entry is refused).
 //! - Writes through this router drop the key's entry before they are sent (also an invalidation
 //!   in the above sense), so a client reads its own writes.
-//! - Hits are served only while the owner's stream is fresh: something (at least the node's
-//!   ~100 ms heartbeat) arrived less than the lease ago. A stream that broke empties that node's
-//!   entries; a topology change voids every entry (each entry carries the version it was read
-//!   at), so entries never outlive an owner change, a failover or a slot move.
+//! - Hits are served only while the owner's stream is fresh: the link pings the node on it every
+//!   100 ms with this router's clock, and the node answers behind every invalidation it queued
+//!   before; hits are allowed for a lease after the send time of the latest ping answered. So a
+//!   value is never served longer than the lease after the node queued its invalidation,
+//!   however the stream is delayed, with no clock shared between machines. A stream that broke
+//!   empties that node's entries; a topology change voids every entry (each entry carries the
+//!   version it was read at), so entries never outlive an owner change, a failover or a slot
+//!   move.
 //! - Memory is bounded in bytes (keys, values and a fixed overhead per entry), per shard, with
 //!   CLOCK eviction (an entry read since the hand last passed gets a second chance).
 //!
@@ -37,7 +41,9 @@ use shoal_telemetry::metrics::Counter;
 pub const ENTRY_OVERHEAD: usize = 96;
 /// Invalidations remembered per shard for the race check (older tickets are refused).
 const RECENT: usize = 1024;
-/// Default lease: three missed heartbeats (the node sends one every 100 ms).
+/// How often the links ping their node (`SubscribeRequest.ping`).
+pub const PING_EVERY: Duration = Duration::from_millis(100);
+/// Default lease: three ping periods.
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(300);
 const SHARDS: usize = 16;
 
@@ -62,7 +68,7 @@ pub struct NearMetrics {
 pub struct NodeLease {
     /// The stream is open and the node has been asked to track.
     up: AtomicBool,
-    /// Ms since the cache's start when the last message arrived.
+    /// When (ms since the cache's start) the latest ping the node answered was sent.
     heard: AtomicU64,
     /// Bumped when the stream breaks: entries and tickets of an older generation are void.
     generation: AtomicU64,
@@ -233,10 +239,16 @@ impl NearCache {
             .clone()
     }
 
-    /// The node's stream delivered something (a heartbeat at least): hits may be served for
-    /// another lease.
-    pub fn heard(&self, lease: &NodeLease) {
-        lease.heard.store(self.now_ms(), Ordering::Release);
+    /// What to ping the node with now (this cache's clock, never 0).
+    pub fn ping(&self) -> u64 {
+        self.now_ms() + 1
+    }
+
+    /// The node answered `ping` (a value from [`ping`](Self::ping)): every invalidation it
+    /// queued before the ping reached it has been applied here, so hits may be served until a
+    /// lease after the ping was *sent* (a pong that took long buys little).
+    pub fn pong(&self, lease: &NodeLease, ping: u64) {
+        lease.heard.fetch_max(ping - 1, Ordering::AcqRel);
         lease.up.store(true, Ordering::Release);
     }
 
@@ -397,7 +409,7 @@ mod tests {
     fn cache(capacity: usize) -> (NearCache, Arc<NodeLease>) {
         let c = NearCache::new(capacity, Duration::from_secs(60));
         let lease = c.lease_of(1, "n1");
-        c.heard(&lease);
+        c.pong(&lease, c.ping());
         (c, lease)
     }
 
@@ -485,16 +497,16 @@ mod tests {
     fn a_silent_node_serves_no_hits() {
         let c = NearCache::new(1 << 20, Duration::from_millis(30));
         let lease = c.lease_of(1, "n1");
-        c.heard(&lease);
+        c.pong(&lease, c.ping());
         let t = c.ticket(&lease, 1).unwrap();
         assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
         assert_eq!(c.get(b"k", 1), Some(b("v")));
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(c.get(b"k", 1), None, "past the lease without a heartbeat");
-        c.heard(&lease);
+        assert_eq!(c.get(b"k", 1), None, "past the lease without an answered ping");
+        c.pong(&lease, c.ping());
         assert_eq!(c.get(b"k", 1), Some(b("v")), "heard again: served again");
         c.node_down(&lease);
-        c.heard(&lease);
+        c.pong(&lease, c.ping());
         assert_eq!(c.get(b"k", 1), None, "a broken stream emptied the node's entries");
     }
 }

@@ -83,7 +83,7 @@ pub struct Outbox {
     bytes: AtomicUsize,
     closed: AtomicBool,
     /// The router's tracking token once it asked for near-cache invalidations here (0: none):
-    /// heartbeats go out only then, and the stream's end disables its tracking.
+    /// the stream's end disables its tracking.
     pub tracking_token: AtomicU64,
 }
 
@@ -116,9 +116,9 @@ impl Outbox {
         self.push(Delivery { topology_version: version, ..Default::default() });
     }
 
-    /// Tells a tracking router the stream is alive (see `Delivery.heartbeat`).
-    pub fn push_heartbeat(&self) {
-        self.push(Delivery { heartbeat: true, ..Default::default() });
+    /// Answers a router's ping, behind everything queued so far (see `SubscribeRequest.ping`).
+    pub fn push_pong(&self, ping: u64) {
+        self.push(Delivery { pong: ping, ..Default::default() });
     }
 
     /// A delivery left the queue (handed to the stream).

@@ -30,8 +30,6 @@ use crate::store::Store;
 const BATCH_BYTES: usize = 1 << 20;
 /// While stopping, how often the stream checks whether the `Execute` streams have ended.
 const STOP_POLL: Duration = Duration::from_millis(10);
-/// How often a tracking router hears that its stream is alive (its lease is a few of these).
-pub const HEARTBEAT: Duration = Duration::from_millis(100);
 
 /// The router asks for (or, with token 0, stops) near-cache invalidations on stream `id`.
 fn track(store: &Store, id: u64, outbox: &Arc<Outbox>, t: Tracking) {
@@ -72,27 +70,17 @@ pub fn open(
                 if let Some(t) = req.tracking.take() {
                     track(&store, id, &outbox, t);
                 }
+                // After the tracking change and behind every invalidation queued so far.
+                if req.ping != 0 {
+                    outbox.push_pong(req.ping);
+                }
                 pubsub.apply(id, req);
             }
             pubsub.detach(id);
             untrack(&store, id, &outbox);
         })
     };
-    // A tracking router learns every ~100 ms that its stream is alive: it serves cached values
-    // only while it keeps hearing from the node (docs/near-cache.md).
-    let heartbeats = {
-        let outbox = outbox.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if outbox.tracking_token.load(Ordering::Relaxed) != 0 {
-                    outbox.push_heartbeat();
-                }
-            }
-        })
-    };
+
     // The router learns every topology this node adopts, from the one it serves now on.
     let versions = {
         let (outbox, mut versions) = (outbox.clone(), state.membership.watch_version());
@@ -110,7 +98,6 @@ pub fn open(
     };
     let mut stop = stopping;
     Box::pin(Deliveries {
-        heartbeats,
         versions,
         state,
         id,
@@ -127,7 +114,6 @@ pub fn open(
 }
 
 struct Deliveries {
-    heartbeats: tokio::task::JoinHandle<()>,
     versions: tokio::task::JoinHandle<()>,
     state: Arc<NodeState>,
     id: u64,
@@ -210,7 +196,6 @@ impl Drop for Deliveries {
     fn drop(&mut self) {
         self.changes.abort();
         self.versions.abort();
-        self.heartbeats.abort();
         self.state.pubsub.detach(self.id);
         untrack(&self.state.store, self.id, &self.outbox);
     }

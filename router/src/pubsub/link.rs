@@ -140,12 +140,15 @@ impl Link {
     }
 }
 
-/// Applies the near-cache deliveries of a batch (invalidations, heartbeats) and takes them out.
-/// Any message renews the node's lease; invalidations are applied before the batch's other
-/// deliveries are handed on, in the order the node sent them.
+/// Applies the near-cache deliveries of a batch (invalidations, pongs) and takes them out, in
+/// the order the node sent them (a pong renews the node's lease only after the invalidations
+/// queued before it were applied).
 fn near_cache(near: &NearCache, lease: &NodeLease, deliveries: &mut Vec<Delivery>) {
-    near.heard(lease);
     deliveries.retain(|d| {
+        if d.pong != 0 {
+            near.pong(lease, d.pong);
+            return false;
+        }
         if d.invalidate_all {
             near.metrics.invalidations.inc();
             near.flush();
@@ -158,7 +161,7 @@ fn near_cache(near: &NearCache, lease: &NodeLease, deliveries: &mut Vec<Delivery
             }
             return false;
         }
-        !d.heartbeat
+        true
     });
 }
 
@@ -202,12 +205,21 @@ async fn run(
                 waiting.append(&mut early);
                 let id = hub.ack_id();
                 acks.insert(id, waiting);
-                // With a near cache, this stream also carries the node's invalidations (and its
-                // heartbeats, which keep the cache's lease on the node alive).
+                // With a near cache, this stream also carries the node's invalidations, and
+                // pings whose answers keep the cache's lease on the node alive.
                 let lease = hub.near.as_ref().map(|near| near.lease_of(link.id, &link.addr));
                 let tracking =
                     hub.near.as_ref().map(|near| Tracking { token: near.token, ..Default::default() });
-                let _ = requests.send(SubscribeRequest { changes: state, ack: id, replace: true, tracking });
+                let ping = hub.near.as_ref().map_or(0, |near| near.ping());
+                let _ = requests.send(SubscribeRequest {
+                    changes: state,
+                    ack: id,
+                    replace: true,
+                    tracking,
+                    ping,
+                });
+                let mut pings = tokio::time::interval(crate::nearcache::PING_EVERY);
+                pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 link.up.store(true, Ordering::Release);
                 tracing::debug!(node = link.id, addr = %link.addr, "pub/sub stream open");
                 let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
@@ -257,6 +269,10 @@ async fn run(
                             }
                             None => return,
                         },
+                        _ = pings.tick(), if hub.near.is_some() => {
+                            let ping = hub.near.as_ref().map_or(0, |near| near.ping());
+                            let _ = requests.send(SubscribeRequest { ping, ..Default::default() });
+                        }
                         _ = stop.wait_for(|s| *s) => return,
                         // Retired: keep reading until the node ends the stream (or the grace ends).
                         _ = retired.changed() => {}
