@@ -594,11 +594,15 @@ fn value(v: bytes::Bytes) -> Reply {
 /// A GET for a router's near cache: registered for invalidation *before* the read (see
 /// store/tracking.rs), and answered as `tracked` (with the TTL) only if the router tracks here and
 /// this node owns the slot outright; otherwise as a plain GET, which the router does not cache.
+const TRACKED_VALUE_MAX: usize = 512 << 10;
+
 fn tracked_get(store: &Store, view: &NodeView, o: proto::Get) -> Reply {
     let tracked =
         view.owns_outright(shoal_wire::key_slot(&o.key)) && store.watches.tracking.track(o.track, &o.key);
     match store.get_with_expiry(&o.key) {
-        Ok(Some((v, at))) if tracked => {
+        // A large value keeps its zero-copy path in pieces (`Value` only); routers do not cache
+        // values this large anyway.
+        Ok(Some((v, at))) if tracked && v.len() <= TRACKED_VALUE_MAX => {
             let ttl_ms = if at == 0 { 0 } else { at.saturating_sub(store.now_ms()).max(1) };
             Reply { kind: Some(reply::Kind::Tracked(proto::Tracked { value: v, ttl_ms })) }
         }
