@@ -20,16 +20,19 @@
 //! BCAST routers register prefixes instead and hear of every change of a key with one of them,
 //! with no per-key state.
 //!
-//! The table is bounded ([`DEFAULT_MAX_KEYS`], like Redis's `tracking-table-max-keys`): a new
-//! registration in a full table first invalidates (and forgets) another key. Off (no router
-//! tracking) every hook is one relaxed atomic load.
+//! The table is bounded ([`DEFAULT_MAX_KEYS`], like Redis's `tracking-table-max-keys`; split
+//! evenly over 16 shards so that writes to different keys rarely share a lock): a new
+//! registration in a full shard first invalidates (and forgets) another key of it. Off (no
+//! router tracking) every hook is one relaxed atomic load.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use std::hash::BuildHasher;
+
+use parking_lot::{Mutex, RwLock};
 
 /// Keys tracked at most (Redis's `tracking-table-max-keys` defaults to 1M too).
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -52,19 +55,27 @@ struct Router {
 }
 
 #[derive(Debug, Default)]
-struct Inner {
-    routers: HashMap<u64, Router>,
-    /// Default mode: each tracked key and the tokens of the routers holding it.
-    keys: HashMap<Bytes, Vec<u64>>,
+struct Routers {
+    map: HashMap<u64, Router>,
     /// Routers in BCAST mode (a touch of an untracked key checks prefixes only if any).
     bcast: usize,
 }
 
+/// Default mode: tracked keys and the tokens of the routers holding each.
+type Keys = HashMap<Bytes, Vec<u64>>;
+
+/// Key tables, so that writes on different keys rarely meet on one lock.
+const SHARDS: usize = 16;
+
+/// Locks are taken in one order: `routers` (shared, except to register a router), then one key
+/// shard.
 #[derive(Debug)]
 pub struct Tracking {
     /// Some router tracks (a relaxed load is every hook's cost while none does).
     active: AtomicBool,
-    inner: Mutex<Inner>,
+    routers: RwLock<Routers>,
+    keys: Box<[Mutex<Keys>]>,
+    hasher: std::hash::RandomState,
     max_keys: AtomicUsize,
     tracked: AtomicUsize,
     /// Invalidations queued for routers (one per key per router; an `invalidate_all` counts 1).
@@ -75,7 +86,9 @@ impl Default for Tracking {
     fn default() -> Self {
         Tracking {
             active: AtomicBool::new(false),
-            inner: Mutex::default(),
+            routers: RwLock::default(),
+            keys: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
             max_keys: AtomicUsize::new(DEFAULT_MAX_KEYS),
             tracked: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
@@ -102,22 +115,26 @@ impl Tracking {
         self.len() == 0
     }
 
+    fn shard(&self, key: &[u8]) -> &Mutex<Keys> {
+        &self.keys[(self.hasher.hash_one(key) as usize) % SHARDS]
+    }
+
     /// Stream `stream` tracks for router `token` from now on (`prefixes`: BCAST mode). A router
     /// that registers again (a new stream after a reconnect) starts from nothing: its earlier
     /// registrations are answered with an `invalidate_all` on the new stream, since the router
     /// may have cached values while invalidations on the old stream were lost.
     pub fn enable(&self, token: u64, stream: u64, target: Arc<dyn Target>, prefixes: Option<Vec<Bytes>>) {
-        let mut inner = self.inner.lock();
+        let mut routers = self.routers.write();
         let bcast = prefixes.is_some();
-        let previous = inner.routers.insert(token, Router { stream, target: target.clone(), prefixes });
+        let previous = routers.map.insert(token, Router { stream, target: target.clone(), prefixes });
         if previous.as_ref().is_some_and(|p| p.prefixes.is_some()) {
-            inner.bcast -= 1;
+            routers.bcast -= 1;
         }
         if bcast {
-            inner.bcast += 1;
+            routers.bcast += 1;
         }
         if previous.is_some() {
-            self.forget_router(&mut inner, token);
+            self.forget_router(token);
             target.invalidate_all();
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -127,24 +144,29 @@ impl Tracking {
     /// Stream `stream` ended: its router no longer hears of changes (unless it registered again
     /// on another stream since).
     pub fn disable(&self, token: u64, stream: u64) {
-        let mut inner = self.inner.lock();
-        if inner.routers.get(&token).is_none_or(|r| r.stream != stream) {
+        let mut routers = self.routers.write();
+        if routers.map.get(&token).is_none_or(|r| r.stream != stream) {
             return;
         }
-        let r = inner.routers.remove(&token).expect("present");
+        let r = routers.map.remove(&token).expect("present");
         if r.prefixes.is_some() {
-            inner.bcast -= 1;
+            routers.bcast -= 1;
         }
-        self.forget_router(&mut inner, token);
-        self.active.store(!inner.routers.is_empty(), Ordering::Relaxed);
+        self.forget_router(token);
+        self.active.store(!routers.map.is_empty(), Ordering::Relaxed);
     }
 
-    fn forget_router(&self, inner: &mut Inner, token: u64) {
-        inner.keys.retain(|_, holders| {
-            holders.retain(|t| *t != token);
-            !holders.is_empty()
-        });
-        self.tracked.store(inner.keys.len(), Ordering::Relaxed);
+    /// Drops every registration of `token` (the caller holds `routers` exclusively).
+    fn forget_router(&self, token: u64) {
+        for shard in self.keys.iter() {
+            let mut keys = shard.lock();
+            let before = keys.len();
+            keys.retain(|_, holders| {
+                holders.retain(|t| *t != token);
+                !holders.is_empty()
+            });
+            self.tracked.fetch_sub(before - keys.len(), Ordering::Relaxed);
+        }
     }
 
     /// Registers that router `token` is about to read `key` (call before reading it). Whether the
@@ -154,26 +176,29 @@ impl Tracking {
         if !self.active() {
             return false;
         }
-        let mut inner = self.inner.lock();
-        let Some(router) = inner.routers.get(&token) else { return false };
+        let routers = self.routers.read();
+        let Some(router) = routers.map.get(&token) else { return false };
         if let Some(prefixes) = &router.prefixes {
             return prefixes.iter().any(|p| key.starts_with(p));
         }
-        if let Some(holders) = inner.keys.get_mut(key) {
+        let mut keys = self.shard(key).lock();
+        if let Some(holders) = keys.get_mut(key) {
             if !holders.contains(&token) {
                 holders.push(token);
             }
             return true;
         }
-        // Full: make room by invalidating other keys (their holders drop them and read again).
-        let max = self.max_keys.load(Ordering::Relaxed);
-        while inner.keys.len() >= max {
-            let Some(victim) = inner.keys.keys().next().cloned() else { break };
-            let holders = inner.keys.remove(&victim).expect("just seen");
-            self.send(&inner, &victim, &holders);
+        // Full: make room by invalidating other keys of this shard (their holders drop them
+        // and read again).
+        let max = (self.max_keys.load(Ordering::Relaxed) / SHARDS).max(1);
+        while keys.len() >= max {
+            let Some(victim) = keys.keys().next().cloned() else { break };
+            let holders = keys.remove(&victim).expect("just seen");
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+            self.send(&routers, &victim, &holders);
         }
-        inner.keys.insert(Bytes::copy_from_slice(key), vec![token]);
-        self.tracked.store(inner.keys.len(), Ordering::Relaxed);
+        keys.insert(Bytes::copy_from_slice(key), vec![token]);
+        self.tracked.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -187,30 +212,30 @@ impl Tracking {
 
     #[cold]
     fn touch_slow(&self, key: &[u8]) {
-        let mut inner = self.inner.lock();
-        let holders = inner.keys.remove(key);
-        if holders.is_none() && inner.bcast == 0 {
+        let routers = self.routers.read();
+        let holders = self.shard(key).lock().remove(key);
+        if holders.is_some() {
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+        } else if routers.bcast == 0 {
             return;
         }
-        self.tracked.store(inner.keys.len(), Ordering::Relaxed);
-        let holders = holders.unwrap_or_default();
-        self.send(&inner, key, &holders);
+        self.send(&routers, key, &holders.unwrap_or_default());
     }
 
     /// Queues the invalidation of `key` for `holders` and for the BCAST routers it concerns.
-    fn send(&self, inner: &Inner, key: &[u8], holders: &[u64]) {
+    fn send(&self, routers: &Routers, key: &[u8], holders: &[u64]) {
         let key = Bytes::copy_from_slice(key);
         let mut n = 0;
         for token in holders {
-            if let Some(r) = inner.routers.get(token)
+            if let Some(r) = routers.map.get(token)
                 && r.prefixes.is_none()
             {
                 r.target.invalidate(vec![key.clone()]);
                 n += 1;
             }
         }
-        if inner.bcast != 0 {
-            for r in inner.routers.values() {
+        if routers.bcast != 0 {
+            for r in routers.map.values() {
                 if let Some(prefixes) = &r.prefixes
                     && prefixes.iter().any(|p| key.starts_with(p))
                 {
@@ -227,13 +252,16 @@ impl Tracking {
         if !self.active() {
             return;
         }
-        let mut inner = self.inner.lock();
-        inner.keys.clear();
-        self.tracked.store(0, Ordering::Relaxed);
-        for r in inner.routers.values() {
+        let routers = self.routers.read();
+        for shard in self.keys.iter() {
+            let mut keys = shard.lock();
+            self.tracked.fetch_sub(keys.len(), Ordering::Relaxed);
+            keys.clear();
+        }
+        for r in routers.map.values() {
             r.target.invalidate_all();
         }
-        self.sent.fetch_add(inner.routers.len() as u64, Ordering::Relaxed);
+        self.sent.fetch_add(routers.map.len() as u64, Ordering::Relaxed);
     }
 
     /// `slots` are no longer owned outright here (moving out, given away, the node demoted):
@@ -247,20 +275,23 @@ impl Tracking {
         for &s in slots {
             left[usize::from(s) % shoal_wire::SLOT_COUNT] = true;
         }
-        let mut inner = self.inner.lock();
-        let gone: Vec<Bytes> =
-            inner.keys.keys().filter(|k| left[usize::from(shoal_wire::key_slot(k))]).cloned().collect();
-        for key in gone {
-            let holders = inner.keys.remove(&key).expect("listed");
-            for token in &holders {
-                if let Some(r) = inner.routers.get(token) {
-                    r.target.invalidate(vec![key.clone()]);
-                    self.sent.fetch_add(1, Ordering::Relaxed);
+        let routers = self.routers.read();
+        for shard in self.keys.iter() {
+            let mut keys = shard.lock();
+            let gone: Vec<Bytes> =
+                keys.keys().filter(|k| left[usize::from(shoal_wire::key_slot(k))]).cloned().collect();
+            for key in gone {
+                let holders = keys.remove(&key).expect("listed");
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                for token in &holders {
+                    if let Some(r) = routers.map.get(token) {
+                        r.target.invalidate(vec![key.clone()]);
+                        self.sent.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
-        self.tracked.store(inner.keys.len(), Ordering::Relaxed);
-        for r in inner.routers.values().filter(|r| r.prefixes.is_some()) {
+        for r in routers.map.values().filter(|r| r.prefixes.is_some()) {
             r.target.invalidate_all();
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -329,17 +360,20 @@ mod tests {
     #[test]
     fn a_full_table_invalidates_to_make_room() {
         let t = Tracking::default();
-        t.set_max_keys(2);
+        t.set_max_keys(SHARDS); // one key per shard
         let r = Arc::new(Recorder::default());
         t.enable(1, 10, r.clone(), None);
-        t.track(1, b"a");
-        t.track(1, b"b");
-        assert!(r.take().is_empty());
-        t.track(1, b"c");
+        let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            assert!(t.track(1, k.as_bytes()));
+        }
         let evicted = r.take();
-        assert_eq!(evicted.len(), 1, "one key made room");
-        assert!(evicted[0] == "a" || evicted[0] == "b");
-        assert_eq!(t.len(), 2);
+        assert!(t.len() <= SHARDS, "bounded: {}", t.len());
+        assert_eq!(evicted.len() + t.len(), keys.len(), "every key made room for is invalidated");
+        let mut unique = evicted.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), evicted.len(), "once each");
         t.touch(evicted[0].as_bytes());
         assert!(r.take().is_empty(), "an evicted key was forgotten");
     }
