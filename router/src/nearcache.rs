@@ -18,9 +18,10 @@
 //!   before; hits are allowed for a lease after the send time of the latest ping answered. So a
 //!   value is never served longer than the lease after the node queued its invalidation,
 //!   however the stream is delayed, with no clock shared between machines. A stream that broke
-//!   empties that node's entries; a topology change voids every entry (each entry carries the
-//!   version it was read at), so entries never outlive an owner change, a failover or a slot
-//!   move.
+//!   empties that node's entries. Each entry carries the topology version it was read at: once
+//!   any node reports a newer version no hit is served until the router routes by it, and then
+//!   entries of slots whose owner changed (or that are moving) go, the others carry over; so
+//!   entries never outlive an owner change, a failover or a slot move.
 //! - Memory is bounded in bytes (keys, values and a fixed overhead per entry), per shard, with
 //!   CLOCK eviction (an entry read since the hand last passed gets a second chance).
 //!
@@ -180,6 +181,8 @@ pub struct NearCache {
     seq: AtomicU64,
     /// The sequence number of the latest flush: tickets taken before it are void.
     flushed: AtomicU64,
+    /// The newest topology version some node reported (hits wait until it is routed by).
+    newest: AtomicU64,
     /// This router's identity in the nodes' tracking tables.
     pub token: u64,
     lease_ms: u64,
@@ -196,6 +199,7 @@ impl NearCache {
             hasher: std::hash::RandomState::new(),
             seq: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            newest: AtomicU64::new(0),
             token: fastrand::u64(1..),
             lease_ms: lease.as_millis().max(1) as u64,
             start: Instant::now(),
@@ -268,6 +272,36 @@ impl NearCache {
         }
     }
 
+    /// A node serves topology `version`: until this router routes by it (or a newer one), no hit
+    /// is served (slots may have changed owners, so a key's writes may go where its entry is not
+    /// tracked), while what is cached stays for [`adopted`](Self::adopted) to sort out.
+    pub fn saw_version(&self, version: u64) {
+        self.newest.fetch_max(version, Ordering::AcqRel);
+    }
+
+    /// The router routes by `new` (after `old`): entries of slots whose owner did not change
+    /// (`changed[slot]` false) carry over, the others go. Entries of any other version go too.
+    pub fn adopted(&self, old: u64, new: u64, changed: &[bool]) {
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            let mut gone = Vec::new();
+            for (k, e) in s.map.iter_mut() {
+                if e.version == new {
+                    continue;
+                }
+                let slot = usize::from(shoal_wire::key_slot(k));
+                if e.version == old && !changed.get(slot).copied().unwrap_or(true) {
+                    e.version = new;
+                } else {
+                    gone.push(k.clone());
+                }
+            }
+            for k in gone {
+                s.remove(&k, &self.metrics);
+            }
+        }
+    }
+
     /// A cached value of `key` to serve now (routed by topology `version`), if there is one.
     pub fn get(&self, key: &[u8], version: u64) -> Option<Bytes> {
         let (_, shard) = self.locate(key);
@@ -278,9 +312,15 @@ impl NearCache {
             return None;
         };
         let expired = e.expires.is_some_and(|at| at <= Instant::now());
-        let void = e.version != version || e.lease.generation.load(Ordering::Acquire) != e.generation;
+        let void = e.lease.generation.load(Ordering::Acquire) != e.generation;
         if expired || void {
             s.remove(key, &self.metrics);
+            drop(s);
+            self.metrics.misses.inc();
+            return None;
+        }
+        // Another version: left for `adopted` (it carries entries of unchanged slots over).
+        if e.version != version || version < self.newest.load(Ordering::Acquire) {
             drop(s);
             self.metrics.misses.inc();
             return None;
@@ -420,7 +460,7 @@ mod tests {
         let t = c.ticket(&lease, 1).unwrap();
         assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
         assert_eq!(c.get(b"k", 1), Some(b("v")));
-        assert_eq!(c.get(b"k", 2), None, "another topology version voids it");
+        assert_eq!(c.get(b"k", 2), None, "not served by another topology version");
         let t = c.ticket(&lease, 1).unwrap();
         assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
         c.invalidate(b"k");
@@ -481,6 +521,26 @@ mod tests {
         // Too large for a shard: not inserted.
         let t = c.ticket(&lease, 1).unwrap();
         assert!(!c.insert(&b("big"), &Bytes::from(vec![0u8; cap]), 0, &t, 1));
+    }
+
+    #[test]
+    fn a_topology_change_keeps_only_the_slots_whose_owner_stayed() {
+        let (c, lease) = cache(1 << 20);
+        for k in ["a", "b", "c"] {
+            let t = c.ticket(&lease, 1).unwrap();
+            assert!(c.insert(&b(k), &b("v"), 0, &t, 1));
+        }
+        c.saw_version(2);
+        assert_eq!(c.get(b"a", 1), None, "a node serves a newer topology: no hits until adopted");
+        let mut changed = vec![false; shoal_wire::SLOT_COUNT];
+        changed[usize::from(shoal_wire::key_slot(b"b"))] = true;
+        c.adopted(1, 2, &changed);
+        assert_eq!(c.get(b"a", 2), Some(b("v")), "its owner did not change");
+        assert_eq!(c.get(b"b", 2), None, "its slot moved");
+        assert_eq!(c.metrics.entries.load(Ordering::Relaxed), 2);
+        // An entry of another version than the one replaced goes.
+        c.adopted(5, 6, &vec![false; shoal_wire::SLOT_COUNT]);
+        assert_eq!(c.metrics.entries.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -115,6 +115,23 @@ impl Routing {
     }
 }
 
+/// Per slot: whether its owner (node id and address) differs between two routings, or it is
+/// moving in the new one (a key's near-cache entry must then go).
+fn owner_changes(old: &Routing, new: &Routing) -> Vec<bool> {
+    let owner = |r: &Routing, slot: u16| {
+        let n = r.topology.nodes.get(r.table.node_of(slot));
+        n.map(|n| (n.id, n.addr.clone()))
+    };
+    (0..shoal_wire::SLOT_COUNT as u16)
+        .map(|slot| {
+            old.nodes.is_empty()
+                || new.table.moving_from(slot).is_some()
+                || old.table.moving_from(slot).is_some()
+                || owner(old, slot) != owner(new, slot)
+        })
+        .collect()
+}
+
 #[cold]
 fn near_write(near: &crate::nearcache::NearCache, op: &shoal_wire::proto::Op) {
     use shoal_wire::ops::{OpClass, class_of, keys_of};
@@ -316,6 +333,7 @@ impl Backend {
             topology.nodes.iter().any(|n| n.id == *id && (&n.addr == addr || n.replicas.contains(addr)))
         });
         let version = topology.version;
+        let previous = routing.clone();
         tracing::info!(
             version,
             nodes = topology.nodes.len(),
@@ -332,6 +350,14 @@ impl Backend {
         });
         self.version.store(version, Ordering::Release);
         self.metrics.topology_changes.inc();
+        let current = routing.clone();
+        drop(routing);
+        drop(ports);
+        // The near cache keeps what it holds of slots whose owner did not change (outside the
+        // routing locks: it walks every entry).
+        if let Some(near) = self.near.get() {
+            near.adopted(previous.version(), current.version(), &owner_changes(&previous, &current));
+        }
         self.versions.send_replace(version);
         true
     }

@@ -242,14 +242,12 @@ async fn run(
                                 }
                                 deliveries.retain(|d| {
                                     if d.topology_version != 0 {
-                                        // A node is ahead: slots may have changed owners, and the
+                                        // A node is ahead: slots may have changed owners, and
                                         // entries cached by our version may no longer be
-                                        // invalidated by whoever takes the writes. Drop them now,
-                                        // not once the new topology is fetched.
-                                        if d.topology_version > backend.version()
-                                            && let Some(near) = &hub.near
-                                        {
-                                            near.flush();
+                                        // invalidated by whoever takes the writes. No hits from
+                                        // now until the new topology is adopted.
+                                        if let Some(near) = &hub.near {
+                                            near.saw_version(d.topology_version);
                                         }
                                         link.catch_up(&backend, d.topology_version);
                                         return false;
