@@ -1,7 +1,8 @@
 //! The router's near cache (`--near-cache`), end to end: a write through one router reaches
 //! another router's cached reads within the documented bound (docs/near-cache.md); a random
 //! workload over two caching routers, with a reshard in the middle, never reads a value older
-//! than that bound, nor across a node restart; a node restart does not leave stale values cached.
+//! than that bound, nor across a node restart or a failover; a node restart does not leave stale
+//! values cached.
 
 mod support;
 
@@ -429,6 +430,71 @@ async fn random_reads_and_writes_across_a_node_restart_stay_within_the_bound() {
     assert!(late > 50, "the restarted node's keys were read after it came back");
     let hits: u64 = [&a, &b].iter().map(|r| r.state.near.as_ref().unwrap().metrics.hits.get()).sum();
     assert!(hits > 100, "the caches served: {hits}");
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// The random workload on two caching routers while shard 0 is handed over to its replica
+/// (`SHOAL FAILOVER`): the new primary tracks nothing the old one registered, so the routers must
+/// not serve the old primary's entries past the change; no read is older than the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_and_writes_across_a_failover_stay_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap().to_string();
+    let a = support::router(&[
+        "--embedded-nodes",
+        "2",
+        "--replicas",
+        "1",
+        "--data-dir",
+        &data,
+        "--deadline-ms",
+        "3000",
+        "--near-cache",
+        "16mb",
+    ])
+    .await;
+    let topology = dir.path().join("topology.json");
+    let b = support::router(&[
+        "--topology-file",
+        topology.to_str().unwrap(),
+        "--deadline-ms",
+        "3000",
+        "--near-cache",
+        "16mb",
+    ])
+    .await;
+    for r in [&a, &b] {
+        wait_links(r).await;
+        near_ready(r, 2).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (writers, readers) = workload([a.resp_addr(), b.resp_addr()], stop.clone(), Arc::default()).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut admin = Raw::connect(a.resp_addr()).await;
+    let before = a.state.backend.routing().topology.nodes[0].addr.clone();
+    assert_eq!(admin.cmd(&["SHOAL", "FAILOVER", "0"]).await, b"+OK\r\n");
+    support::wait_until(Duration::from_secs(10), || {
+        b.state.backend.routing().topology.nodes[0].addr != before
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (acks, reads) = collect(writers, readers).await;
+    let (problems, worst) = check(&acks, &reads);
+    let hits: u64 = [&a, &b].iter().map(|r| r.state.near.as_ref().unwrap().metrics.hits.get()).sum();
+    eprintln!(
+        "{} writes, {} reads, {hits} hits, worst lag {worst:?}",
+        acks.values().map(Vec::len).sum::<usize>(),
+        reads.len()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} reads too old, e.g. {:?}",
+        problems.len(),
+        &problems[..problems.len().min(10)]
+    );
+    assert!(reads.len() > 1000 && hits > 100);
     b.shutdown().await;
     a.shutdown().await;
 }
