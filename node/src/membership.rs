@@ -184,6 +184,12 @@ impl NodeView {
         }
     }
 
+    /// Whether this node serves `slot` as its settled owner (not moving either way): the only
+    /// case where a router may cache what it reads here (`Get.track`).
+    pub fn owns_outright(&self, slot: u16) -> bool {
+        self.serving && (self.topology.is_none() || self.roles[usize::from(slot) & (SLOT_COUNT - 1)] == OWNER)
+    }
+
     /// Whether `slot` is moving into or out of this node (a transaction waits until it is not).
     pub fn is_moving(&self, slot: u16) -> bool {
         self.topology.is_some()
@@ -455,6 +461,14 @@ impl Membership {
         }
         *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
         *self.view.write() = new.clone();
+        // Routers caching keys of slots this node no longer owns outright (moving out, given
+        // away, demoted) must stop: writes to them may now land on another node, which never
+        // heard of these registrations.
+        if self.store.watches.tracking.active() {
+            let left: Vec<u16> =
+                (0..SLOT_COUNT as u16).filter(|&s| old.owns_outright(s) && !new.owns_outright(s)).collect();
+            self.store.watches.tracking.slots_left(&left);
+        }
         self.versions.send_replace(t.version);
         if old.topology.is_some() {
             self.retired.lock().push(Arc::downgrade(&old));
@@ -552,6 +566,11 @@ impl Membership {
         }
         let (id, true) = self.place(&t)? else { return None };
         *self.view.write() = Arc::new(NodeView::with_serving(id, t.clone(), serving));
+        if !serving {
+            // Handing the shard over: the next writes happen on another process, which tracks
+            // nothing for the routers caching from this one.
+            self.store.watches.tracking.touch_all();
+        }
         self.retired.lock().push(Arc::downgrade(&old));
         Some(t.version)
     }

@@ -122,6 +122,16 @@ pub fn render(state: &NodeState) -> String {
             state.pubsub.overflows.load(std::sync::atomic::Ordering::Relaxed),
         )
         .gauge("shoal_node_pubsub_routers", "Routers with a Subscribe stream open.", s.pubsub_routers as f64)
+        .gauge(
+            "shoal_node_tracking_keys",
+            "Keys some router's near cache is registered for (invalidated on their next change).",
+            state.store.watches.tracking.len() as f64,
+        )
+        .counter(
+            "shoal_node_tracking_invalidations_total",
+            "Near-cache invalidations queued for routers (one per key per router; a flush counts one).",
+            state.store.watches.tracking.sent.load(std::sync::atomic::Ordering::Relaxed),
+        )
         .counter(
             "shoal_node_snapshot_salvaged_total",
             "Snapshots loaded after repairing a damaged header (every entry verified first).",

@@ -49,7 +49,12 @@ fn apply_gated(
 ) -> Reply {
     match check(view, batch_version, &op) {
         // The common case: nobody watches, nobody is blocked and no replica follows this node.
-        Ok(()) if !store.watches.active() && !store.blocked.active() && !store.events.changes.active() => {
+        Ok(())
+            if !store.watches.active()
+                && !store.blocked.active()
+                && !store.events.changes.active()
+                && !store.watches.tracking.active() =>
+        {
             apply(store, view, op)
         }
         Ok(()) => {
@@ -97,10 +102,18 @@ fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
     if write && store.watches.active() {
         touch_keys(store, &op);
     }
-    let written = (write && store.events.changes.active()).then(|| owned_keys(&op));
+    let written = (write && (store.events.changes.active() || store.watches.tracking.active()))
+        .then(|| owned_keys(&op));
     let reply = apply(store, view, op);
     if let Some(keys) = written {
-        store.events.changes.keys(keys);
+        // Routers caching these keys hear of the write now, after it is applied and before its
+        // reply leaves (see store/tracking.rs for why after).
+        if store.watches.tracking.active() {
+            keys.iter().for_each(|k| store.watches.tracking.touch(k));
+        }
+        if store.events.changes.active() {
+            store.events.changes.keys(keys);
+        }
     }
     reply
 }
@@ -221,9 +234,9 @@ pub(crate) fn moved(version: u64) -> Reply {
 /// Tells the watches that `op` writes its keys.
 fn touch_keys(store: &Store, op: &Op) {
     match &op.kind {
-        Some(Kind::Flush(_)) => store.watches.touch_all(),
+        Some(Kind::Flush(_)) => store.watches.touch_all_watched(),
         Some(Kind::Watch(_) | Kind::Fetch(_)) => {}
-        _ => keys_of(op).into_iter().for_each(|k| store.watches.touch(k)),
+        _ => keys_of(op).into_iter().for_each(|k| store.watches.touch_watched(k)),
     }
 }
 
@@ -491,6 +504,7 @@ fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
     }
     let Some(kind) = op.kind else { return error("ERR empty operation") };
     match kind {
+        Kind::Get(o) if o.track != 0 => tracked_get(store, view, o),
         Kind::Get(o) if o.nil_if_not_string => value_or_nil(store.get(&o.key)),
         Kind::Get(o) => result_value(store.get_checked(&o.key)),
         Kind::Set(o) => {
@@ -662,6 +676,27 @@ fn value(v: bytes::Bytes) -> Reply {
     Reply { kind: Some(reply::Kind::Value(v)) }
 }
 
+/// A GET for a router's near cache: registered for invalidation *before* the read (see
+/// store/tracking.rs), and answered as `tracked` (with the TTL) only if the router tracks here and
+/// this node owns the slot outright; otherwise as a plain GET, which the router does not cache.
+const TRACKED_VALUE_MAX: usize = 512 << 10;
+
+fn tracked_get(store: &Store, view: &NodeView, o: proto::Get) -> Reply {
+    let tracked =
+        view.owns_outright(shoal_wire::key_slot(&o.key)) && store.watches.tracking.track(o.track, &o.key);
+    match store.get_with_expiry(&o.key) {
+        // A large value keeps its zero-copy path in pieces (`Value` only); routers do not cache
+        // values this large anyway.
+        Ok(Some((v, at))) if tracked && v.len() <= TRACKED_VALUE_MAX => {
+            let ttl_ms = if at == 0 { 0 } else { at.saturating_sub(store.now_ms()).max(1) };
+            Reply { kind: Some(reply::Kind::Tracked(proto::Tracked { value: v, ttl_ms })) }
+        }
+        Ok(v) => value_or_nil(v.map(|(v, _)| v)),
+        Err(_) if o.nil_if_not_string => nil(),
+        Err(e) => store_error(e),
+    }
+}
+
 fn value_or_nil(v: Option<bytes::Bytes>) -> Reply {
     v.map_or_else(nil, value)
 }
@@ -723,6 +758,164 @@ mod tests {
 
     fn op(kind: Kind) -> Op {
         Op { kind: Some(kind), ..Default::default() }
+    }
+
+    /// A router stream tracking on `store`: what its queue received, as text.
+    fn tracking_stream(
+        store: &Store,
+        pubsub: &crate::pubsub::PubSub,
+        token: u64,
+        prefixes: Option<Vec<Bytes>>,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out> {
+        let (id, outbox, rx) = pubsub.attach();
+        store.watches.tracking.enable(token, id, outbox, prefixes);
+        rx
+    }
+
+    fn invalidations(rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            let list = match o {
+                crate::pubsub::Out::Delivery(d) => vec![d],
+                crate::pubsub::Out::Group(g) => g,
+                crate::pubsub::Out::Overflow => break,
+            };
+            for d in list {
+                out.extend(d.invalidate.iter().map(|k| String::from_utf8_lossy(k).into_owned()));
+                if d.invalidate_all {
+                    out.push("*".into());
+                }
+            }
+        }
+        out
+    }
+
+    fn set(key: &str, value: &str, ttl_ms: Option<i64>) -> Op {
+        op(Kind::Set(Set {
+            key: Bytes::from(key.to_string()),
+            value: Bytes::from(value.to_string()),
+            expiry: ttl_ms.map(|ms| Expiry { ms, relative: true }),
+            ..Default::default()
+        }))
+    }
+
+    fn tracked_get(key: &str, token: u64) -> Op {
+        op(Kind::Get(Get { key: Bytes::from(key.to_string()), track: token, ..Default::default() }))
+    }
+
+    #[test]
+    fn a_tracked_read_hears_of_each_kind_of_change_once() {
+        let clock = ManualClock::new(5_000);
+        let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
+        let pubsub = crate::pubsub::PubSub::default();
+        let view = NodeView::unmanaged();
+        let mut rx = tracking_stream(&store, &pubsub, 7, None);
+        let run = |ops: Vec<Op>| apply_batch(&store, &view, 0, ops);
+        let del = |k: &str| op(Kind::Del(proto::Del { key: Bytes::from(k.to_string()) }));
+
+        // An untracked token or a missing key: a plain reply.
+        run(vec![set("k", "v1", Some(10_000))]);
+        assert_eq!(run(vec![tracked_get("k", 99)])[0].kind, Some(reply::Kind::Value(Bytes::from("v1"))));
+        let r = run(vec![tracked_get("k", 7)]);
+        assert_eq!(
+            r[0].kind,
+            Some(reply::Kind::Tracked(proto::Tracked { value: Bytes::from("v1"), ttl_ms: 10_000 })),
+            "the value with its remaining TTL"
+        );
+        run(vec![tracked_get("k", 7)]);
+        assert!(invalidations(&mut rx).is_empty(), "reads invalidate nothing");
+        run(vec![set("k", "v2", None), set("k", "v3", None)]);
+        assert_eq!(invalidations(&mut rx), ["k"], "one invalidation, then forgotten");
+
+        // Delete.
+        run(vec![tracked_get("k", 7)]);
+        run(vec![del("k")]);
+        assert_eq!(invalidations(&mut rx), ["k"]);
+
+        // Expiry (lazy: the key is found expired by a later op).
+        run(vec![set("t", "x", Some(100)), tracked_get("t", 7)]);
+        clock.advance(200);
+        assert_eq!(
+            run(vec![op(Kind::Exists(proto::Exists { key: Bytes::from("t") }))])[0].kind,
+            Some(reply::Kind::Int(0))
+        );
+        assert_eq!(invalidations(&mut rx), ["t"]);
+
+        // Active expiry.
+        run(vec![set("a", "x", Some(100)), tracked_get("a", 7)]);
+        clock.advance(200);
+        store.purge_expired(100);
+        assert_eq!(invalidations(&mut rx), ["a"]);
+
+        // Flush: one invalidate-all.
+        run(vec![set("f", "x", None), tracked_get("f", 7)]);
+        run(vec![op(Kind::Flush(proto::Flush {}))]);
+        assert_eq!(invalidations(&mut rx), ["*"]);
+        assert_eq!(store.watches.tracking.len(), 0);
+
+        // A typed command (through the node's command table) changing a tracked key.
+        run(vec![set("h", "x", None), tracked_get("h", 7), del("h")]);
+        assert_eq!(invalidations(&mut rx), ["h"]);
+        run(vec![tracked_get("h", 7)]);
+        run(vec![op(Kind::Command(proto::Command {
+            args: vec![Bytes::from("HSET"), Bytes::from("h"), Bytes::from("f"), Bytes::from("v")],
+            keys: vec![Bytes::from("h")],
+            ..Default::default()
+        }))]);
+        assert_eq!(invalidations(&mut rx), ["h"], "a key read while missing is tracked too");
+        // A typed value is answered plainly (not cached).
+        assert!(matches!(run(vec![tracked_get("h", 7)])[0].kind, Some(reply::Kind::Error(_))));
+    }
+
+    #[test]
+    fn eviction_invalidates_tracked_keys() {
+        let clock = ManualClock::new(5_000);
+        let config = StoreConfig {
+            maxmemory: 64 << 10,
+            policy: crate::store::EvictionPolicy::AllKeysRandom,
+            ..StoreConfig::default()
+        };
+        let store = Store::new(config, Arc::new(clock.clone()));
+        let pubsub = crate::pubsub::PubSub::default();
+        let view = NodeView::unmanaged();
+        let mut rx = tracking_stream(&store, &pubsub, 7, None);
+        let value = "x".repeat(1000);
+        let tracked: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        for k in &tracked {
+            apply_batch(&store, &view, 0, vec![set(k, &value, None), tracked_get(k, 7)]);
+        }
+        assert!(invalidations(&mut rx).is_empty());
+        for i in 0..500 {
+            apply_batch(&store, &view, 0, vec![set(&format!("filler{i}"), &value, None)]);
+        }
+        let gone: Vec<String> =
+            tracked.iter().filter(|k| store.get(k.as_bytes()).is_none()).cloned().collect();
+        assert!(!gone.is_empty(), "the limit evicted some tracked keys");
+        let mut heard = invalidations(&mut rx);
+        heard.sort();
+        let mut expected = gone.clone();
+        expected.sort();
+        assert_eq!(heard, expected, "each evicted tracked key invalidated once");
+    }
+
+    #[test]
+    fn bcast_hears_every_change_under_its_prefixes() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+        let pubsub = crate::pubsub::PubSub::default();
+        let view = NodeView::unmanaged();
+        let mut rx = tracking_stream(&store, &pubsub, 7, Some(vec![Bytes::from("user:")]));
+        apply_batch(
+            &store,
+            &view,
+            0,
+            vec![
+                set("user:1", "a", None),
+                set("user:1", "b", None),
+                set("other", "c", None),
+                set("user:2", "d", None),
+            ],
+        );
+        assert_eq!(invalidations(&mut rx), ["user:1", "user:1", "user:2"]);
     }
 
     #[test]

@@ -239,6 +239,20 @@ pub struct RouterArgs {
     /// traffic (0: never; counts then cover the router's whole life).
     #[arg(long, env = "SHOAL_HOTKEYS_DECAY_SECS", default_value_t = 60)]
     pub hotkeys_decay_secs: u64,
+    /// Near cache: keep up to this much of the string values read by GET and MGET in the router's
+    /// memory (Redis memory syntax: 64mb, 1gb) and serve repeated reads without a node hop; the
+    /// nodes invalidate entries when their keys change (docs/near-cache.md says how stale a read
+    /// can be). 0: off.
+    #[arg(long, env = "SHOAL_NEAR_CACHE", default_value = "0", value_parser = parse_memory)]
+    pub near_cache: u64,
+
+    /// Near cache: serve cached values of a node only until this many ms after the latest ping
+    /// the node answered on its stream was sent (the router pings every 100 ms; the answer comes
+    /// behind the invalidations queued before it). This bounds how stale a read can be when
+    /// invalidations are delayed.
+    #[arg(long, env = "SHOAL_NEAR_CACHE_LEASE_MS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub near_cache_lease_ms: u64,
 
     /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
     /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
@@ -525,6 +539,9 @@ mod tests {
         assert_eq!(cli.serve.auth_timeout(), Some(Duration::from_secs(10)));
         assert_eq!(cli.serve.http_body_timeout(), Some(Duration::from_secs(30)));
         assert_eq!(cli.serve.request_buffer_budget, Budget::Auto);
+        assert_eq!((cli.serve.near_cache, cli.serve.near_cache_lease_ms), (0, 300), "off by default");
+        let near = Cli::try_parse_from(["shoal-router", "--near-cache", "64mb"]).unwrap();
+        assert_eq!(near.serve.near_cache, 64 << 20);
         assert_eq!(Budget::Auto.resolve(None), 1 << 30);
         assert_eq!(Budget::Auto.resolve(Some(256 << 20)), 128 << 20, "half a small container");
         assert_eq!(Budget::Auto.resolve(Some(64 << 30)), 1 << 30, "at most 1gb");

@@ -27,6 +27,8 @@
 //! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
 //! - [`metrics`]: the `/metrics` text. [`hotkeys`]: the hot-key sketch (`SHOAL HOTKEYS`), fed
 //!   by [`connection`] once each reply is encoded.
+//! - [`nearcache`]: `--near-cache`, string values kept in the router and invalidated by the
+//!   nodes (GET and MGET look there first; writes through the backend drop their keys).
 //! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
 //! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
 //!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
@@ -46,6 +48,7 @@ pub mod fuzzing;
 pub mod hotkeys;
 pub mod http;
 pub mod metrics;
+pub mod nearcache;
 pub mod pause;
 pub mod pubsub;
 pub mod reshard;
@@ -224,6 +227,8 @@ impl Router {
             hotkeys_decay: (args.hotkeys_decay_secs > 0)
                 .then(|| Duration::from_secs(args.hotkeys_decay_secs)),
             fast_max_in_flight: args.fast_max_in_flight as usize,
+            near_cache: args.near_cache as usize,
+            near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
         };
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");

@@ -114,6 +114,9 @@ pub async fn render(state: &RouterState) -> String {
     let m = &state.metrics;
     let routing = state.backend.routing();
     let mut e = Exposition::new();
+    if let Some(near) = &state.near {
+        near_cache(&mut e, near);
+    }
     e.counter("shoal_router_connections_total", "Client connections accepted.", m.connections.get())
         .counter(
             "shoal_router_rejected_connections_total",
@@ -353,6 +356,34 @@ pub async fn render(state: &RouterState) -> String {
         }
     }
     e.finish()
+}
+
+/// `--near-cache` series (only when it is on).
+fn near_cache(e: &mut Exposition, near: &crate::nearcache::NearCache) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &near.metrics;
+    e.counter("shoal_router_near_cache_hits_total", "GET/MGET keys served from the near cache.", m.hits.get())
+        .counter(
+            "shoal_router_near_cache_misses_total",
+            "GET/MGET keys the near cache could not serve (absent, expired, or the owner's lease lapsed).",
+            m.misses.get(),
+        )
+        .gauge("shoal_router_near_cache_hit_ratio", "hits / (hits + misses) since start.", near.hit_ratio())
+        .counter("shoal_router_near_cache_inserts_total", "Values cached.", m.inserts.get())
+        .counter(
+            "shoal_router_near_cache_refused_total",
+            "Fetched values not cached because their key was invalidated (or the owner changed) while the fetch was on its way.",
+            m.refused.get(),
+        )
+        .counter(
+            "shoal_router_near_cache_invalidations_total",
+            "Invalidations received from nodes (one per key; an invalidate-all counts one).",
+            m.invalidations.get(),
+        )
+        .counter("shoal_router_near_cache_evictions_total", "Entries evicted to stay within --near-cache.", m.evictions.get())
+        .gauge("shoal_router_near_cache_bytes", "Bytes the near cache holds (keys, values, overhead).", m.bytes.load(Relaxed) as f64)
+        .gauge("shoal_router_near_cache_entries", "Entries in the near cache.", m.entries.load(Relaxed) as f64)
+        .gauge("shoal_router_near_cache_capacity_bytes", "--near-cache.", near.capacity() as f64);
 }
 
 #[cfg(test)]

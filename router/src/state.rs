@@ -49,6 +49,9 @@ pub struct Settings {
     pub hotkeys_decay: Option<Duration>,
     /// `--fast-max-in-flight`: requests one fast-path connection may have running at once.
     pub fast_max_in_flight: usize,
+    /// `--near-cache` in bytes (0: off) and its lease (`--near-cache-lease-ms`).
+    pub near_cache: usize,
+    pub near_cache_lease: Duration,
 }
 
 /// `--read-from`: who serves read-only commands.
@@ -88,6 +91,8 @@ impl Default for Settings {
             hotkeys_capacity: 256,
             hotkeys_decay: Some(Duration::from_secs(60)),
             fast_max_in_flight: crate::fast::DEFAULT_MAX_IN_FLIGHT,
+            near_cache: 0,
+            near_cache_lease: crate::nearcache::DEFAULT_LEASE,
         }
     }
 }
@@ -232,6 +237,8 @@ pub struct RouterState {
     pub acl: crate::acl::Acl,
     /// The keys this router's clients use most (`SHOAL HOTKEYS`).
     pub hotkeys: crate::hotkeys::HotKeys,
+    /// The near cache (`--near-cache`; `None`: off).
+    pub near: Option<Arc<crate::nearcache::NearCache>>,
 }
 
 impl RouterState {
@@ -241,7 +248,14 @@ impl RouterState {
         embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     ) -> Arc<RouterState> {
         let settings_deadline = settings.deadline;
+        let near = (settings.near_cache > 0).then(|| {
+            Arc::new(crate::nearcache::NearCache::new(settings.near_cache, settings.near_cache_lease))
+        });
+        if let Some(near) = &near {
+            backend.set_near_cache(near.clone());
+        }
         Arc::new(RouterState {
+            near: near.clone(),
             buffers: BufferBudget::new(settings.request_buffer_budget),
             backend,
             metrics: RouterMetrics::default(),
@@ -255,7 +269,7 @@ impl RouterState {
             stats: crate::stats::CommandStats::default(),
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
-            pubsub: crate::pubsub::Hub::new(settings_deadline),
+            pubsub: crate::pubsub::Hub::new(settings_deadline, near),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),

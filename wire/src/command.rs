@@ -92,7 +92,7 @@ pub fn int_arg(b: &[u8]) -> Result<i64, ArgError> {
 }
 
 pub fn get(args: &[Bytes], _now: i64) -> Result<OneKey, ArgError> {
-    one(args, Kind::Get(proto::Get { key: args[1].clone(), nil_if_not_string: false }), Answer::Plain)
+    one(args, Kind::Get(proto::Get { key: args[1].clone(), ..Default::default() }), Answer::Plain)
 }
 
 pub fn getdel(args: &[Bytes], _now: i64) -> Result<OneKey, ArgError> {

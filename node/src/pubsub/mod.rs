@@ -82,6 +82,9 @@ pub struct Outbox {
     tx: mpsc::UnboundedSender<Out>,
     bytes: AtomicUsize,
     closed: AtomicBool,
+    /// The router's tracking token once it asked for near-cache invalidations here (0: none):
+    /// the stream's end disables its tracking.
+    pub tracking_token: AtomicU64,
 }
 
 impl Outbox {
@@ -113,6 +116,11 @@ impl Outbox {
         self.push(Delivery { topology_version: version, ..Default::default() });
     }
 
+    /// Answers a router's ping, behind everything queued so far (see `SubscribeRequest.ping`).
+    pub fn push_pong(&self, ping: u64) {
+        self.push(Delivery { pong: ping, ..Default::default() });
+    }
+
     /// A delivery left the queue (handed to the stream).
     fn taken(&self, d: &Delivery) {
         self.bytes.fetch_sub(delivery_size(d), Ordering::Relaxed);
@@ -120,7 +128,22 @@ impl Outbox {
 }
 
 fn delivery_size(d: &Delivery) -> usize {
-    d.channel.len() + d.pattern.len() + d.payload.len() + 16
+    d.channel.len()
+        + d.pattern.len()
+        + d.payload.len()
+        + d.invalidate.iter().map(|k| k.len() + 4).sum::<usize>()
+        + 16
+}
+
+/// A tracking router's invalidations ride its pub/sub queue, in order with everything else.
+impl crate::store::tracking::Target for Outbox {
+    fn invalidate(&self, keys: Vec<Bytes>) {
+        self.push(Delivery { invalidate: keys, ..Default::default() });
+    }
+
+    fn invalidate_all(&self) {
+        self.push(Delivery { invalidate_all: true, ..Default::default() });
+    }
 }
 
 /// The registry (one per node).
@@ -141,7 +164,12 @@ impl PubSub {
     pub fn attach(&self) -> (u64, Arc<Outbox>, mpsc::UnboundedReceiver<Out>) {
         let id = self.next_router.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::unbounded_channel();
-        let outbox = Arc::new(Outbox { tx, bytes: AtomicUsize::new(0), closed: AtomicBool::new(false) });
+        let outbox = Arc::new(Outbox {
+            tx,
+            bytes: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            tracking_token: AtomicU64::new(0),
+        });
         self.registry.write().routers.insert(id, outbox.clone());
         (id, outbox, rx)
     }
@@ -330,14 +358,13 @@ mod tests {
         use PubSubKind::*;
         ps.apply(
             a,
-            SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 2)], ack: 7, replace: false },
+            SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 2)], ack: 7, ..Default::default() },
         );
         ps.apply(
             b,
             SubscribeRequest {
                 changes: vec![sub(PubsubChannel, "news", 1), sub(PubsubPattern, "n*", 3)],
-                ack: 0,
-                replace: false,
+                ..Default::default()
             },
         );
         assert_eq!(drain(&mut rx_a), [(0, "".into(), "".into(), "".into(), 7)], "the ack");
@@ -358,16 +385,16 @@ mod tests {
         assert_eq!(f.items[1].kind, Some(frame::Kind::Int(3)));
         assert_eq!(f.items[3].kind, Some(frame::Kind::Int(0)));
         // A count of 0 removes; a detached router's registrations go with it.
-        ps.apply(
-            a,
-            SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 0)], ack: 0, replace: false },
-        );
+        ps.apply(a, SubscribeRequest { changes: vec![sub(PubsubChannel, "news", 0)], ..Default::default() });
         assert_eq!(ps.publish(b"news", b"x", false), 4);
         ps.detach(b);
         assert_eq!(ps.publish(b"news", b"x", false), 0);
         assert_eq!(ps.routers(), 1);
         // A whole state replaces what the stream had.
-        ps.apply(a, SubscribeRequest { changes: vec![sub(PubsubShard, "s", 1)], ack: 0, replace: true });
+        ps.apply(
+            a,
+            SubscribeRequest { changes: vec![sub(PubsubShard, "s", 1)], replace: true, ..Default::default() },
+        );
         assert_eq!(ps.publish(b"s", b"x", true), 1);
     }
 
@@ -377,11 +404,7 @@ mod tests {
         let (a, outbox, mut rx) = ps.attach();
         ps.apply(
             a,
-            SubscribeRequest {
-                changes: vec![sub(PubSubKind::PubsubChannel, "c", 1)],
-                ack: 0,
-                replace: false,
-            },
+            SubscribeRequest { changes: vec![sub(PubSubKind::PubsubChannel, "c", 1)], ..Default::default() },
         );
         let big = vec![b'x'; 1 << 20];
         for _ in 0..(ROUTER_BUFFER_LIMIT >> 20) + 2 {

@@ -15,18 +15,43 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use shoal_wire::proto::{Delivery, PubSubBatch, SubscribeRequest};
+use std::sync::atomic::Ordering;
+
+use shoal_wire::proto::{Delivery, PubSubBatch, SubscribeRequest, Tracking};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
 use super::{Out, Outbox, delivery_size};
 use crate::service::NodeState;
+use crate::store::Store;
 
 /// A reply message is closed at about this many payload bytes.
 const BATCH_BYTES: usize = 1 << 20;
 /// While stopping, how often the stream checks whether the `Execute` streams have ended.
 const STOP_POLL: Duration = Duration::from_millis(10);
+
+/// The router asks for (or, with token 0, stops) near-cache invalidations on stream `id`.
+fn track(store: &Store, id: u64, outbox: &Arc<Outbox>, t: Tracking) {
+    let previous = outbox.tracking_token.swap(t.token, Ordering::Relaxed);
+    if previous != 0 && previous != t.token {
+        store.watches.tracking.disable(previous, id);
+    }
+    if t.token != 0 {
+        let prefixes = t.bcast.then_some(t.prefixes);
+        store.watches.tracking.enable(t.token, id, outbox.clone(), prefixes);
+    } else if previous != 0 {
+        store.watches.tracking.disable(previous, id);
+    }
+}
+
+/// Stream `id` ended: its router's tracking here ends with it (unless it has a newer stream).
+fn untrack(store: &Store, id: u64, outbox: &Outbox) {
+    let token = outbox.tracking_token.swap(0, Ordering::Relaxed);
+    if token != 0 {
+        store.watches.tracking.disable(token, id);
+    }
+}
 
 pub type DeliveryStream = Pin<Box<dyn Stream<Item = Result<PubSubBatch, Status>> + Send>>;
 
@@ -38,15 +63,24 @@ pub fn open(
 ) -> DeliveryStream {
     let (id, outbox, rx) = state.pubsub.attach();
     let changes = {
-        let pubsub = state.pubsub.clone();
+        let (pubsub, store, outbox) = (state.pubsub.clone(), state.store.clone(), outbox.clone());
         tokio::spawn(async move {
             // Ends when the router closes its side (or the call breaks).
-            while let Ok(Some(req)) = inbound.message().await {
+            while let Ok(Some(mut req)) = inbound.message().await {
+                if let Some(t) = req.tracking.take() {
+                    track(&store, id, &outbox, t);
+                }
+                // After the tracking change and behind every invalidation queued so far.
+                if req.ping != 0 {
+                    outbox.push_pong(req.ping);
+                }
                 pubsub.apply(id, req);
             }
             pubsub.detach(id);
+            untrack(&store, id, &outbox);
         })
     };
+
     // The router learns every topology this node adopts, from the one it serves now on.
     let versions = {
         let (outbox, mut versions) = (outbox.clone(), state.membership.watch_version());
@@ -163,5 +197,6 @@ impl Drop for Deliveries {
         self.changes.abort();
         self.versions.abort();
         self.state.pubsub.detach(self.id);
+        untrack(&self.state.store, self.id, &self.outbox);
     }
 }

@@ -145,7 +145,7 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
     let each_key = |kind: fn(Bytes) -> Kind| args[1..].iter().map(move |k| op(kind(k.clone())));
     Ok(match name {
         "mget" => {
-            let replies = each_key(|key| Kind::Get(proto::Get { key, nil_if_not_string: true }))
+            let replies = each_key(|key| Kind::Get(proto::Get { key, nil_if_not_string: true, track: 0 }))
                 .map(|o| to_frame(apply(ctx, o, write), Answer::Plain))
                 .collect();
             F::array(replies)

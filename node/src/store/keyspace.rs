@@ -312,6 +312,7 @@ impl Store {
         for i in 0..self.shards.len() {
             self.with_shard_at(i, |s| s.clear());
         }
+        self.watches.tracking.touch_all();
         self.events.changes.resync();
         n
     }

@@ -37,6 +37,7 @@ pub mod persist;
 mod shard;
 pub mod slots;
 mod strings;
+pub mod tracking;
 mod typed;
 pub mod watch;
 

@@ -801,7 +801,8 @@ impl Shard {
 
     /// Drops everything, the base included, returning the number of memory values dropped.
     pub fn clear(&mut self) -> usize {
-        self.watches.touch_all();
+        // Tracking routers hear of a flush once, from `Store::flush`, not once per shard.
+        self.watches.touch_all_watched();
         let n = self.values();
         let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
         *self = Shard {

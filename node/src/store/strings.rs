@@ -60,6 +60,17 @@ impl Store {
         })
     }
 
+    /// GET for a router's near cache: the value and its expiry (Unix ms, 0: none); WRONGTYPE for
+    /// a typed value.
+    pub fn get_with_expiry(&self, key: &[u8]) -> Result<Option<(Bytes, u64)>, StoreError> {
+        self.with_shard(key, |s, h, now| {
+            s.read(h, key, now, |v| {
+                string(v.value_type).map(|()| (Bytes::copy_from_slice(v.value), v.expire_at))
+            })
+            .transpose()
+        })
+    }
+
     pub fn set(&self, key: &[u8], value: &[u8], opts: SetOptions) -> Result<SetOutcome, StoreError> {
         self.check_len(key.len())?;
         self.check_len(value.len())?;

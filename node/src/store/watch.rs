@@ -41,13 +41,22 @@ pub struct Watches {
     count: AtomicUsize,
     next: AtomicU64,
     keys: Mutex<HashMap<Bytes, Watch>>,
+    /// Routers' near-cache tracking: it needs to hear of the same changes (the shards' removals
+    /// reach it through [`touch`](Self::touch); the ops layer tells it of writes after applying
+    /// them, see `super::tracking`).
+    pub tracking: super::tracking::Tracking,
 }
 
 impl Default for Watches {
     fn default() -> Self {
         // Below 2^63: the counter never wraps in practice.
         let start = fastrand::u64(..) >> 1;
-        Watches { count: AtomicUsize::new(0), next: AtomicU64::new(start), keys: Mutex::new(HashMap::new()) }
+        Watches {
+            count: AtomicUsize::new(0),
+            next: AtomicU64::new(start),
+            keys: Mutex::new(HashMap::new()),
+            tracking: super::tracking::Tracking::default(),
+        }
     }
 }
 
@@ -62,9 +71,18 @@ impl Watches {
         self.count.load(Ordering::Relaxed) != 0
     }
 
-    /// `key` changed.
+    /// `key` changed (the shards call it under their lock as they remove a key, so watchers
+    /// and tracking routers both hear of it).
     #[inline]
     pub fn touch(&self, key: &[u8]) {
+        self.touch_watched(key);
+        self.tracking.touch(key);
+    }
+
+    /// `key` is about to change: watchers only (the ops layer, before a write; tracking hears
+    /// of it after the write is applied, or a read between the two could be cached stale).
+    #[inline]
+    pub fn touch_watched(&self, key: &[u8]) {
         if self.active() {
             self.touch_slow(key);
         }
@@ -77,8 +95,14 @@ impl Watches {
         }
     }
 
-    /// Every key changed (FLUSHALL).
+    /// Every key changed (FLUSHALL, as the shards clear): watchers and tracking routers.
     pub fn touch_all(&self) {
+        self.touch_all_watched();
+        self.tracking.touch_all();
+    }
+
+    /// Every key is about to change: watchers only (see [`touch_watched`](Self::touch_watched)).
+    pub fn touch_all_watched(&self) {
         if self.active() {
             for w in self.keys.lock().values_mut() {
                 w.version = self.version();

@@ -77,6 +77,7 @@ impl Backend {
 
     /// `op` on the node that owns `key`.
     pub fn key(self: &Arc<Self>, routing: &Arc<Routing>, key: Bytes, op: Op, deadline: Instant) -> KeyCall {
+        self.before_send(&op);
         let (pos, from) = routing.locate(&key);
         let first = match from {
             None => {
@@ -132,6 +133,7 @@ impl Backend {
         let mut total = 0;
         for (i, (key, op)) in items.enumerate() {
             total = i + 1;
+            self.before_send(&op);
             let (pos, from) = routing.locate(&key);
             // Moving keys take their own path; a large op travels on its own (in pieces).
             if from.is_some() || shoal_wire::pieces::op_is_large(&op) {
@@ -162,6 +164,9 @@ impl Backend {
         make: impl Fn() -> Op + Send + Sync + 'static,
         deadline: Instant,
     ) -> AllCall {
+        if self.near.get().is_some() {
+            self.before_send(&make());
+        }
         let calls = send_all(routing, &make, deadline);
         AllCall { backend: self.clone(), routing: routing.clone(), make: Box::new(make), deadline, calls }
     }
@@ -170,6 +175,7 @@ impl Backend {
     /// the routing changes, it goes to the node at that position (modulo the node count) of the
     /// current topology.
     pub fn at(self: &Arc<Self>, routing: &Arc<Routing>, pos: usize, op: Op, deadline: Instant) -> AtCall {
+        self.before_send(&op);
         let port = routing.nodes[pos % routing.len()].clone();
         let call = port.call(op.clone(), routing.version(), deadline);
         AtCall { backend: self.clone(), routing: routing.clone(), pos, op, deadline, port, call }
@@ -186,6 +192,7 @@ impl Backend {
         op: Op,
         deadline: Instant,
     ) -> AtomicCall {
+        self.before_send(&op);
         let first = match one_node(routing, &keys) {
             Some(pos) => {
                 let port = routing.nodes[pos].clone();

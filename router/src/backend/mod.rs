@@ -115,6 +115,34 @@ impl Routing {
     }
 }
 
+/// Per slot: whether its owner (node id and address) differs between two routings, or it is
+/// moving in the new one (a key's near-cache entry must then go).
+fn owner_changes(old: &Routing, new: &Routing) -> Vec<bool> {
+    let owner = |r: &Routing, slot: u16| {
+        let n = r.topology.nodes.get(r.table.node_of(slot));
+        n.map(|n| (n.id, n.addr.clone()))
+    };
+    (0..shoal_wire::SLOT_COUNT as u16)
+        .map(|slot| {
+            old.nodes.is_empty()
+                || new.table.moving_from(slot).is_some()
+                || old.table.moving_from(slot).is_some()
+                || owner(old, slot) != owner(new, slot)
+        })
+        .collect()
+}
+
+#[cold]
+fn near_write(near: &crate::nearcache::NearCache, op: &shoal_wire::proto::Op) {
+    use shoal_wire::ops::{OpClass, class_of, keys_of};
+    use shoal_wire::proto::op::Kind;
+    match (&op.kind, class_of(op)) {
+        (Some(Kind::Flush(_)), _) => near.flush(),
+        (_, OpClass::Read) => {}
+        _ => keys_of(op).into_iter().for_each(|k| near.invalidate(k)),
+    }
+}
+
 /// Awaits every future concurrently, keeping their order.
 pub async fn futures_join<T>(futures: Vec<port::BoxFuture<'_, T>>) -> Vec<T> {
     let mut slots: Vec<Option<T>> = futures.iter().map(|_| None).collect();
@@ -162,6 +190,8 @@ pub struct Backend {
     versions: tokio::sync::watch::Sender<u64>,
     /// The cluster secret the links send (the pub/sub links take it from here).
     credentials: Credentials,
+    /// The near cache, whose entries writes sent through here drop first (`--near-cache`).
+    pub(crate) near: std::sync::OnceLock<Arc<crate::nearcache::NearCache>>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -213,9 +243,25 @@ impl Backend {
             metrics: BackendMetrics::default(),
             versions: tokio::sync::watch::channel(0).0,
             credentials,
+            near: std::sync::OnceLock::new(),
         };
         backend.install(topology);
         Arc::new(backend)
+    }
+
+    /// Turns on the near cache's write hook (once, at start).
+    pub fn set_near_cache(&self, near: Arc<crate::nearcache::NearCache>) {
+        let _ = self.near.set(near);
+    }
+
+    /// Before `op` is sent: a write drops what the near cache holds of its keys, so this
+    /// router's clients read their own writes (the node's invalidation comes later, on another
+    /// stream). Off, one branch.
+    #[inline]
+    pub(crate) fn before_send(&self, op: &shoal_wire::proto::Op) {
+        if let Some(near) = self.near.get() {
+            near_write(near, op);
+        }
     }
 
     pub fn routing(&self) -> Arc<Routing> {
@@ -287,6 +333,7 @@ impl Backend {
             topology.nodes.iter().any(|n| n.id == *id && (&n.addr == addr || n.replicas.contains(addr)))
         });
         let version = topology.version;
+        let previous = routing.clone();
         tracing::info!(
             version,
             nodes = topology.nodes.len(),
@@ -303,6 +350,14 @@ impl Backend {
         });
         self.version.store(version, Ordering::Release);
         self.metrics.topology_changes.inc();
+        let current = routing.clone();
+        drop(routing);
+        drop(ports);
+        // The near cache keeps what it holds of slots whose owner did not change (outside the
+        // routing locks: it walks every entry).
+        if let Some(near) = self.near.get() {
+            near.adopted(previous.version(), current.version(), &owner_changes(&previous, &current));
+        }
         self.versions.send_replace(version);
         true
     }

@@ -358,6 +358,7 @@ pub fn plain(r: proto::Reply) -> Reply {
         Some(reply::Kind::Ok(_)) => Reply::OK,
         Some(reply::Kind::Nil(_)) | None => Reply::Nil,
         Some(reply::Kind::Value(v)) => Reply::Bulk(v),
+        Some(reply::Kind::Tracked(t)) => Reply::Bulk(t.value),
         Some(reply::Kind::Int(n)) => Reply::Int(n),
         Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
         Some(reply::Kind::Keys(k)) => Reply::Array(k.keys.into_iter().map(Reply::Bulk).collect()),

@@ -27,7 +27,7 @@ use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
-    Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
+    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription, Tracking,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -36,6 +36,7 @@ use tonic::Streaming;
 
 use super::Hub;
 use crate::backend::{Backend, BackendError};
+use crate::nearcache::{NearCache, NodeLease};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -139,6 +140,31 @@ impl Link {
     }
 }
 
+/// Applies the near-cache deliveries of a batch (invalidations, pongs) and takes them out, in
+/// the order the node sent them (a pong renews the node's lease only after the invalidations
+/// queued before it were applied).
+fn near_cache(near: &NearCache, lease: &NodeLease, deliveries: &mut Vec<Delivery>) {
+    deliveries.retain(|d| {
+        if d.pong != 0 {
+            near.pong(lease, d.pong);
+            return false;
+        }
+        if d.invalidate_all {
+            near.metrics.invalidations.inc();
+            near.flush();
+            return false;
+        }
+        if !d.invalidate.is_empty() {
+            for key in &d.invalidate {
+                near.metrics.invalidations.inc();
+                near.invalidate(key);
+            }
+            return false;
+        }
+        true
+    });
+}
+
 type Stream = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
 
 async fn connect(addr: &str, credentials: Credentials) -> Result<Stream, String> {
@@ -179,7 +205,21 @@ async fn run(
                 waiting.append(&mut early);
                 let id = hub.ack_id();
                 acks.insert(id, waiting);
-                let _ = requests.send(SubscribeRequest { changes: state, ack: id, replace: true });
+                // With a near cache, this stream also carries the node's invalidations, and
+                // pings whose answers keep the cache's lease on the node alive.
+                let lease = hub.near.as_ref().map(|near| near.lease_of(link.id, &link.addr));
+                let tracking =
+                    hub.near.as_ref().map(|near| Tracking { token: near.token, ..Default::default() });
+                let ping = hub.near.as_ref().map_or(0, |near| near.ping());
+                let _ = requests.send(SubscribeRequest {
+                    changes: state,
+                    ack: id,
+                    replace: true,
+                    tracking,
+                    ping,
+                });
+                let mut pings = tokio::time::interval(crate::nearcache::PING_EVERY);
+                pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 link.up.store(true, Ordering::Release);
                 tracing::debug!(node = link.id, addr = %link.addr, "pub/sub stream open");
                 let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
@@ -197,8 +237,18 @@ async fn run(
                         message = replies.message() => match message {
                             Ok(Some(batch)) => {
                                 let mut deliveries = batch.deliveries;
+                                if let (Some(near), Some(lease)) = (&hub.near, &lease) {
+                                    near_cache(near, lease, &mut deliveries);
+                                }
                                 deliveries.retain(|d| {
                                     if d.topology_version != 0 {
+                                        // A node is ahead: slots may have changed owners, and
+                                        // entries cached by our version may no longer be
+                                        // invalidated by whoever takes the writes. No hits from
+                                        // now until the new topology is adopted.
+                                        if let Some(near) = &hub.near {
+                                            near.saw_version(d.topology_version);
+                                        }
                                         link.catch_up(&backend, d.topology_version);
                                         return false;
                                     }
@@ -222,10 +272,14 @@ async fn run(
                                     acks.insert(id, vec![tx]);
                                     id
                                 });
-                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, replace: false });
+                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, ..Default::default() });
                             }
                             None => return,
                         },
+                        _ = pings.tick(), if hub.near.is_some() => {
+                            let ping = hub.near.as_ref().map_or(0, |near| near.ping());
+                            let _ = requests.send(SubscribeRequest { ping, ..Default::default() });
+                        }
                         _ = stop.wait_for(|s| *s) => return,
                         // Retired: keep reading until the node ends the stream (or the grace ends).
                         _ = retired.changed() => {}
@@ -233,6 +287,11 @@ async fn run(
                     }
                 };
                 link.up.store(false, Ordering::Release);
+                // Invalidations sent while the stream is down are lost: forget what this node
+                // told us, and serve nothing of it until a new stream is tracking.
+                if let (Some(near), Some(lease)) = (&hub.near, &lease) {
+                    near.node_down(lease);
+                }
                 *link.client.lock() = None;
                 // Waiters are released (dropped senders): the state is sent again on reconnect.
                 drop(acks);

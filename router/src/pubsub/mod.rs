@@ -128,10 +128,12 @@ pub struct Hub {
     deadline: Duration,
     /// Set at shutdown: links stop.
     stop: watch::Sender<bool>,
+    /// The near cache (`--near-cache`), whose invalidations the links receive.
+    pub near: Option<Arc<crate::nearcache::NearCache>>,
 }
 
 impl Hub {
-    pub fn new(deadline: Duration) -> Arc<Hub> {
+    pub fn new(deadline: Duration, near: Option<Arc<crate::nearcache::NearCache>>) -> Arc<Hub> {
         Arc::new(Hub {
             local: RwLock::default(),
             links: Mutex::default(),
@@ -140,6 +142,7 @@ impl Hub {
             next_ack: AtomicU64::new(1),
             deadline,
             stop: watch::channel(false).0,
+            near,
         })
     }
 
@@ -418,7 +421,7 @@ mod tests {
 
     #[test]
     fn replies_counts_and_deliveries_follow_redis() {
-        let hub = Hub::new(Duration::from_millis(10));
+        let hub = Hub::new(Duration::from_millis(10), None);
         let client = Arc::new(ClientHandle::new(1, "a".into(), "l".into(), false));
         let sub = Subscriber::new(client.clone());
         let (r, _) = hub.change(&sub, Kind::Channel, &names(&["x", "y", "x"]), true);

@@ -1,0 +1,572 @@
+//! The router's near cache (`--near-cache <size>`): string values read by GET and MGET, kept in
+//! the router's memory and served without a node hop, kept coherent by the nodes'
+//! invalidations (node/src/store/tracking.rs). docs/near-cache.md states what a reader can see.
+//!
+//! - A miss is fetched with the router's tracking token (`Get.track`); the node registers the
+//!   key for this router *before* reading it and answers `tracked` (value and remaining TTL) only
+//!   if it did. Only such replies are inserted, with a local expiry no later than the key's.
+//! - Invalidations come on the owner's `Subscribe` stream ([`crate::pubsub::link`]), a different
+//!   stream from the reply's, so one may overtake a reply that read the old value. A fetch takes
+//!   a [`Ticket`] first (the invalidation sequence number, the topology version, the owner
+//!   stream's generation); the reply is inserted only if no invalidation of that key, no flush
+//!   and no topology change happened since (invalidations are remembered per shard, a bounded
+//!   ring of key hashes; a ticket older than the ring's oldest entry is refused).
+//! - Writes through this router drop the key's entry before they are sent (also an invalidation
+//!   in the above sense), so a client reads its own writes.
+//! - Hits are served only while the owner's stream is fresh: the link pings the node on it every
+//!   100 ms with this router's clock, and the node answers behind every invalidation it queued
+//!   before; hits are allowed for a lease after the send time of the latest ping answered. So a
+//!   value is never served longer than the lease after the node queued its invalidation,
+//!   however the stream is delayed, with no clock shared between machines. A stream that broke
+//!   empties that node's entries. Each entry carries the topology version it was read at: once
+//!   any node reports a newer version no hit is served until the router routes by it, and then
+//!   entries of slots whose owner changed (or that are moving) go, the others carry over; so
+//!   entries never outlive an owner change, a failover or a slot move.
+//! - Memory is bounded in bytes (keys, values and a fixed overhead per entry), per shard, with
+//!   CLOCK eviction (an entry read since the hand last passed gets a second chance).
+//!
+//! Off (no `--near-cache`), the request path pays one `Option` check in GET, MGET and the
+//! backend's write hook.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use shoal_telemetry::metrics::Counter;
+
+/// Bytes an entry costs besides its key and value (map slot, ring slot, bookkeeping).
+pub const ENTRY_OVERHEAD: usize = 96;
+/// Invalidations remembered per shard for the race check (older tickets are refused).
+const RECENT: usize = 1024;
+/// How often the links ping their node (`SubscribeRequest.ping`).
+pub const PING_EVERY: Duration = Duration::from_millis(100);
+/// Default lease: three ping periods.
+pub const DEFAULT_LEASE: Duration = Duration::from_millis(300);
+const SHARDS: usize = 16;
+
+/// Counters for /metrics.
+#[derive(Debug, Default)]
+pub struct NearMetrics {
+    pub hits: Counter,
+    pub misses: Counter,
+    pub inserts: Counter,
+    /// Replies not inserted because the key changed (or might have) while they were on the way.
+    pub refused: Counter,
+    /// Invalidations received from nodes (keys; an invalidate-all counts one).
+    pub invalidations: Counter,
+    pub evictions: Counter,
+    pub bytes: AtomicUsize,
+    pub entries: AtomicUsize,
+}
+
+/// What this router knows of one node's `Subscribe` stream: whether invalidations flow, and
+/// when it last heard from it.
+#[derive(Debug)]
+pub struct NodeLease {
+    /// The stream is open and the node has been asked to track.
+    up: AtomicBool,
+    /// When (ms since the cache's start) the latest ping the node answered was sent.
+    heard: AtomicU64,
+    /// Bumped when the stream breaks: entries and tickets of an older generation are void.
+    generation: AtomicU64,
+}
+
+impl NodeLease {
+    fn fresh(&self, now_ms: u64, lease_ms: u64) -> bool {
+        self.up.load(Ordering::Acquire)
+            && now_ms.saturating_sub(self.heard.load(Ordering::Acquire)) < lease_ms
+    }
+}
+
+/// Taken before a miss is fetched: what must not have changed for its reply to be inserted.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    seq: u64,
+    version: u64,
+    lease: Arc<NodeLease>,
+    generation: u64,
+    sent: Instant,
+}
+
+#[derive(Debug)]
+struct Entry {
+    value: Bytes,
+    expires: Option<Instant>,
+    version: u64,
+    lease: Arc<NodeLease>,
+    generation: u64,
+    /// Read since the CLOCK hand last passed.
+    referenced: bool,
+    /// Tells this entry from an earlier one of the same key in the ring.
+    id: u64,
+}
+
+fn cost(key: &[u8], value: &[u8]) -> usize {
+    key.len() + value.len() + ENTRY_OVERHEAD
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Bytes, Entry>,
+    /// CLOCK ring: keys in insertion order, with their entry's id (stale pairs are skipped).
+    ring: VecDeque<(Bytes, u64)>,
+    bytes: usize,
+    /// (sequence number, key hash) of recent invalidations, oldest first.
+    recent: VecDeque<(u64, u64)>,
+    /// The newest sequence number that left `recent` (tickets older than it are refused).
+    forgotten: u64,
+    next_id: u64,
+}
+
+impl Shard {
+    fn remove(&mut self, key: &[u8], metrics: &NearMetrics) -> bool {
+        match self.map.remove(key) {
+            Some(e) => {
+                let c = cost(key, &e.value);
+                self.bytes -= c;
+                metrics.bytes.fetch_sub(c, Ordering::Relaxed);
+                metrics.entries.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn remember(&mut self, seq: u64, hash: u64) {
+        self.recent.push_back((seq, hash));
+        if self.recent.len() > RECENT
+            && let Some((s, _)) = self.recent.pop_front()
+        {
+            self.forgotten = s;
+        }
+    }
+
+    /// Evicts with the CLOCK hand until `need` more bytes fit in `cap`; false if they cannot.
+    fn make_room(&mut self, need: usize, cap: usize, metrics: &NearMetrics) -> bool {
+        if need > cap {
+            return false;
+        }
+        // Each ring slot is visited at most twice (once to clear its bit, once to evict).
+        let mut budget = self.ring.len() * 2 + 1;
+        while self.bytes + need > cap && budget > 0 {
+            budget -= 1;
+            let Some((key, id)) = self.ring.pop_front() else { break };
+            match self.map.get_mut(&key) {
+                Some(e) if e.id == id && e.referenced => {
+                    e.referenced = false;
+                    self.ring.push_back((key, id));
+                }
+                Some(e) if e.id == id => {
+                    self.remove(&key, metrics);
+                    metrics.evictions.inc();
+                }
+                _ => {} // a stale slot: its entry went or was replaced
+            }
+        }
+        self.bytes + need <= cap
+    }
+}
+
+/// The near cache of one router.
+#[derive(Debug)]
+pub struct NearCache {
+    shards: Box<[Mutex<Shard>]>,
+    shard_cap: usize,
+    hasher: std::hash::RandomState,
+    /// Invalidation sequence: every invalidation and flush takes the next number.
+    seq: AtomicU64,
+    /// The sequence number of the latest flush: tickets taken before it are void.
+    flushed: AtomicU64,
+    /// The newest topology version some node reported (hits wait until it is routed by).
+    newest: AtomicU64,
+    /// This router's identity in the nodes' tracking tables.
+    pub token: u64,
+    lease_ms: u64,
+    start: Instant,
+    leases: RwLock<HashMap<(u32, String), Arc<NodeLease>>>,
+    pub metrics: NearMetrics,
+}
+
+impl NearCache {
+    pub fn new(capacity: usize, lease: Duration) -> NearCache {
+        NearCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shard_cap: capacity / SHARDS,
+            hasher: std::hash::RandomState::new(),
+            seq: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            newest: AtomicU64::new(0),
+            token: fastrand::u64(1..),
+            lease_ms: lease.as_millis().max(1) as u64,
+            start: Instant::now(),
+            leases: RwLock::default(),
+            metrics: NearMetrics::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.shard_cap * SHARDS
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn locate(&self, key: &[u8]) -> (u64, &Mutex<Shard>) {
+        let h = self.hasher.hash_one(key);
+        (h, &self.shards[(h as usize) % SHARDS])
+    }
+
+    /// The lease of node `id` at `addr` (created on first use).
+    pub fn lease_of(&self, id: u32, addr: &str) -> Arc<NodeLease> {
+        if let Some(l) = self.leases.read().get(&(id, addr.to_string())) {
+            return l.clone();
+        }
+        self.leases
+            .write()
+            .entry((id, addr.to_string()))
+            .or_insert_with(|| {
+                Arc::new(NodeLease {
+                    up: AtomicBool::new(false),
+                    heard: AtomicU64::new(0),
+                    generation: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// What to ping the node with now (this cache's clock, never 0).
+    pub fn ping(&self) -> u64 {
+        self.now_ms() + 1
+    }
+
+    /// The node answered `ping` (a value from [`ping`](Self::ping)): every invalidation it
+    /// queued before the ping reached it has been applied here, so hits may be served until a
+    /// lease after the ping was *sent* (a pong that took long buys little).
+    pub fn pong(&self, lease: &NodeLease, ping: u64) {
+        lease.heard.fetch_max(ping - 1, Ordering::AcqRel);
+        lease.up.store(true, Ordering::Release);
+    }
+
+    /// The node's stream broke (or is being replaced): nothing of it is served any more, and
+    /// fetches in flight are not inserted.
+    pub fn node_down(&self, lease: &Arc<NodeLease>) {
+        lease.up.store(false, Ordering::Release);
+        lease.generation.fetch_add(1, Ordering::AcqRel);
+        self.flushed.store(self.seq.fetch_add(1, Ordering::AcqRel) + 1, Ordering::Release);
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            let gone: Vec<Bytes> =
+                s.map.iter().filter(|(_, e)| Arc::ptr_eq(&e.lease, lease)).map(|(k, _)| k.clone()).collect();
+            for k in gone {
+                s.remove(&k, &self.metrics);
+            }
+        }
+    }
+
+    /// A node serves topology `version`: until this router routes by it (or a newer one), no hit
+    /// is served (slots may have changed owners, so a key's writes may go where its entry is not
+    /// tracked), while what is cached stays for [`adopted`](Self::adopted) to sort out.
+    pub fn saw_version(&self, version: u64) {
+        self.newest.fetch_max(version, Ordering::AcqRel);
+    }
+
+    /// The router routes by `new` (after `old`): entries of slots whose owner did not change
+    /// (`changed[slot]` false) carry over, the others go. Entries of any other version go too.
+    pub fn adopted(&self, old: u64, new: u64, changed: &[bool]) {
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            let mut gone = Vec::new();
+            for (k, e) in s.map.iter_mut() {
+                if e.version == new {
+                    continue;
+                }
+                let slot = usize::from(shoal_wire::key_slot(k));
+                if e.version == old && !changed.get(slot).copied().unwrap_or(true) {
+                    e.version = new;
+                } else {
+                    gone.push(k.clone());
+                }
+            }
+            for k in gone {
+                s.remove(&k, &self.metrics);
+            }
+        }
+    }
+
+    /// A cached value of `key` to serve now (routed by topology `version`), if there is one.
+    pub fn get(&self, key: &[u8], version: u64) -> Option<Bytes> {
+        let (_, shard) = self.locate(key);
+        let mut s = shard.lock();
+        let Some(e) = s.map.get_mut(key) else {
+            drop(s);
+            self.metrics.misses.inc();
+            return None;
+        };
+        let expired = e.expires.is_some_and(|at| at <= Instant::now());
+        let void = e.lease.generation.load(Ordering::Acquire) != e.generation;
+        if expired || void {
+            s.remove(key, &self.metrics);
+            drop(s);
+            self.metrics.misses.inc();
+            return None;
+        }
+        // Another version: left for `adopted` (it carries entries of unchanged slots over).
+        if e.version != version || version < self.newest.load(Ordering::Acquire) {
+            drop(s);
+            self.metrics.misses.inc();
+            return None;
+        }
+        if !e.lease.fresh(self.now_ms(), self.lease_ms) {
+            // Silent node: invalidations may be late; ask it (the reply replaces the entry).
+            drop(s);
+            self.metrics.misses.inc();
+            return None;
+        }
+        e.referenced = true;
+        let v = e.value.clone();
+        drop(s);
+        self.metrics.hits.inc();
+        Some(v)
+    }
+
+    /// Before fetching a miss from the node behind `lease` at topology `version`: the ticket
+    /// its reply is inserted with, or `None` when that node's invalidations do not flow now
+    /// (fetch without tracking; nothing is inserted).
+    pub fn ticket(&self, lease: &Arc<NodeLease>, version: u64) -> Option<Ticket> {
+        // The sequence number first: a stream break after it voids the ticket (it bumps the
+        // generation and the flush number).
+        let seq = self.seq.load(Ordering::Acquire);
+        if !lease.up.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(Ticket {
+            seq,
+            version,
+            lease: lease.clone(),
+            generation: lease.generation.load(Ordering::Acquire),
+            sent: Instant::now(),
+        })
+    }
+
+    /// A tracked reply for `key` fetched with `ticket`, while routing by `version` now. Inserted
+    /// unless something may have changed the key since the ticket was taken.
+    pub fn insert(&self, key: &Bytes, value: &Bytes, ttl_ms: u64, ticket: &Ticket, version: u64) -> bool {
+        let need = cost(key, value);
+        let (hash, shard) = self.locate(key);
+        let mut s = shard.lock();
+        let raced = version != ticket.version
+            || self.flushed.load(Ordering::Acquire) > ticket.seq
+            || s.forgotten > ticket.seq
+            || s.recent.iter().rev().take_while(|(seq, _)| *seq > ticket.seq).any(|(_, h)| *h == hash)
+            || ticket.lease.generation.load(Ordering::Acquire) != ticket.generation;
+        if raced {
+            drop(s);
+            self.metrics.refused.inc();
+            return false;
+        }
+        s.remove(key, &self.metrics);
+        if !s.make_room(need, self.shard_cap, &self.metrics) {
+            return false;
+        }
+        s.next_id += 1;
+        let id = s.next_id;
+        let entry = Entry {
+            value: value.clone(),
+            // From when the fetch was sent: never later than the node's expiry.
+            expires: (ttl_ms != 0).then(|| ticket.sent + Duration::from_millis(ttl_ms)),
+            version: ticket.version,
+            lease: ticket.lease.clone(),
+            generation: ticket.generation,
+            referenced: false,
+            id,
+        };
+        s.map.insert(key.clone(), entry);
+        s.ring.push_back((key.clone(), id));
+        // Keys invalidated and cached again leave stale ring slots; compact before they pile up.
+        if s.ring.len() > 2 * s.map.len() + 64 {
+            let Shard { ring, map, .. } = &mut *s;
+            ring.retain(|(k, id)| map.get(k).is_some_and(|e| e.id == *id));
+        }
+        s.bytes += need;
+        drop(s);
+        self.metrics.bytes.fetch_add(need, Ordering::Relaxed);
+        self.metrics.entries.fetch_add(1, Ordering::Relaxed);
+        self.metrics.inserts.inc();
+        true
+    }
+
+    /// `key` changed (a node's invalidation, or a write through this router about to be sent).
+    pub fn invalidate(&self, key: &[u8]) {
+        let (hash, shard) = self.locate(key);
+        let mut s = shard.lock();
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        s.remember(seq, hash);
+        s.remove(key, &self.metrics);
+    }
+
+    /// Everything may have changed (FLUSHALL through this router, a node's invalidate-all).
+    pub fn flush(&self) {
+        self.flushed.store(self.seq.fetch_add(1, Ordering::AcqRel) + 1, Ordering::Release);
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            let keys: Vec<Bytes> = s.map.keys().cloned().collect();
+            for k in keys {
+                s.remove(&k, &self.metrics);
+            }
+            s.ring.clear();
+        }
+    }
+
+    /// Nodes whose cached values may be served now (stream up, heard from within the lease).
+    pub fn fresh_nodes(&self) -> usize {
+        let now = self.now_ms();
+        self.leases.read().values().filter(|l| l.fresh(now, self.lease_ms)).count()
+    }
+
+    pub fn hit_ratio(&self) -> f64 {
+        let (h, m) = (self.metrics.hits.get() as f64, self.metrics.misses.get() as f64);
+        if h + m == 0.0 { 0.0 } else { h / (h + m) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::from(s.to_string())
+    }
+
+    fn cache(capacity: usize) -> (NearCache, Arc<NodeLease>) {
+        let c = NearCache::new(capacity, Duration::from_secs(60));
+        let lease = c.lease_of(1, "n1");
+        c.pong(&lease, c.ping());
+        (c, lease)
+    }
+
+    #[test]
+    fn inserts_and_hits_until_invalidated() {
+        let (c, lease) = cache(1 << 20);
+        assert_eq!(c.get(b"k", 1), None);
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
+        assert_eq!(c.get(b"k", 1), Some(b("v")));
+        assert_eq!(c.get(b"k", 2), None, "not served by another topology version");
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
+        c.invalidate(b"k");
+        assert_eq!(c.get(b"k", 1), None);
+        assert_eq!((c.metrics.hits.get(), c.metrics.entries.load(Ordering::Relaxed)), (1, 0));
+    }
+
+    #[test]
+    fn an_invalidation_that_overtakes_the_reply_prevents_the_insert() {
+        let (c, lease) = cache(1 << 20);
+        let t = c.ticket(&lease, 1).unwrap();
+        c.invalidate(b"k"); // arrives on the Subscribe stream before the reply
+        c.invalidate(b"other");
+        assert!(!c.insert(&b("k"), &b("old"), 0, &t, 1), "the reply may hold the old value");
+        assert_eq!(c.get(b"k", 1), None);
+        assert!(c.insert(&b("other2"), &b("x"), 0, &t, 1), "other keys' invalidations do not matter");
+        // A ticket taken after the invalidation inserts.
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(c.insert(&b("k"), &b("new"), 0, &t, 1));
+        // A flush, a topology change or the stream breaking void tickets in flight.
+        let t = c.ticket(&lease, 1).unwrap();
+        c.flush();
+        assert!(!c.insert(&b("k"), &b("x"), 0, &t, 1));
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(!c.insert(&b("k"), &b("x"), 0, &t, 2), "routing changed meanwhile");
+        let t = c.ticket(&lease, 1).unwrap();
+        c.node_down(&lease);
+        assert!(!c.insert(&b("k"), &b("x"), 0, &t, 1));
+        assert!(c.ticket(&lease, 1).is_none(), "no tracking while the stream is down");
+    }
+
+    #[test]
+    fn a_ticket_older_than_the_remembered_invalidations_is_refused() {
+        let (c, lease) = cache(1 << 20);
+        let t = c.ticket(&lease, 1).unwrap();
+        for i in 0..(RECENT * SHARDS * 2) {
+            c.invalidate(format!("x{i}").as_bytes());
+        }
+        assert!(!c.insert(&b("k"), &b("v"), 0, &t, 1), "cannot tell whether k was among them");
+    }
+
+    #[test]
+    fn bytes_are_bounded_and_clock_keeps_what_is_read() {
+        let cap = SHARDS * 4 * (ENTRY_OVERHEAD + 10);
+        let (c, lease) = cache(cap);
+        let mut inserted = 0;
+        for i in 0..2000 {
+            let k = b(&format!("k{i:04}"));
+            let t = c.ticket(&lease, 1).unwrap();
+            inserted += c.insert(&k, &b("v"), 0, &t, 1) as usize;
+            // k0000 is read all the time: CLOCK keeps it.
+            let _ = c.get(b"k0000", 1);
+            assert!(c.metrics.bytes.load(Ordering::Relaxed) <= cap);
+        }
+        assert_eq!(inserted, 2000);
+        assert!(c.metrics.evictions.get() > 1900);
+        assert_eq!(c.get(b"k0000", 1), Some(b("v")), "a hot entry survives");
+        // Too large for a shard: not inserted.
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(!c.insert(&b("big"), &Bytes::from(vec![0u8; cap]), 0, &t, 1));
+    }
+
+    #[test]
+    fn a_topology_change_keeps_only_the_slots_whose_owner_stayed() {
+        let (c, lease) = cache(1 << 20);
+        for k in ["a", "b", "c"] {
+            let t = c.ticket(&lease, 1).unwrap();
+            assert!(c.insert(&b(k), &b("v"), 0, &t, 1));
+        }
+        c.saw_version(2);
+        assert_eq!(c.get(b"a", 1), None, "a node serves a newer topology: no hits until adopted");
+        let mut changed = vec![false; shoal_wire::SLOT_COUNT];
+        changed[usize::from(shoal_wire::key_slot(b"b"))] = true;
+        c.adopted(1, 2, &changed);
+        assert_eq!(c.get(b"a", 2), Some(b("v")), "its owner did not change");
+        assert_eq!(c.get(b"b", 2), None, "its slot moved");
+        assert_eq!(c.metrics.entries.load(Ordering::Relaxed), 2);
+        // An entry of another version than the one replaced goes.
+        c.adopted(5, 6, &vec![false; shoal_wire::SLOT_COUNT]);
+        assert_eq!(c.metrics.entries.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn entries_expire_with_their_ttl() {
+        let (c, lease) = cache(1 << 20);
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(c.insert(&b("k"), &b("v"), 30, &t, 1));
+        assert_eq!(c.get(b"k", 1), Some(b("v")));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.get(b"k", 1), None, "expired locally at the key's expiry");
+    }
+
+    #[test]
+    fn a_silent_node_serves_no_hits() {
+        let c = NearCache::new(1 << 20, Duration::from_millis(30));
+        let lease = c.lease_of(1, "n1");
+        c.pong(&lease, c.ping());
+        let t = c.ticket(&lease, 1).unwrap();
+        assert!(c.insert(&b("k"), &b("v"), 0, &t, 1));
+        assert_eq!(c.get(b"k", 1), Some(b("v")));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.get(b"k", 1), None, "past the lease without an answered ping");
+        c.pong(&lease, c.ping());
+        assert_eq!(c.get(b"k", 1), Some(b("v")), "heard again: served again");
+        c.node_down(&lease);
+        c.pong(&lease, c.ping());
+        assert_eq!(c.get(b"k", 1), None, "a broken stream emptied the node's entries");
+    }
+}
