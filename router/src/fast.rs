@@ -339,6 +339,9 @@ struct Done {
     slot: Option<usize>,
     barrier: bool,
     reply: Reply,
+    /// A one-key op's key and request bytes, for the hot-key sketch once the reply's size is
+    /// known (`None`: hot keys off, or counted at dispatch: ops with several keys).
+    hot: Option<(Bytes, usize)>,
 }
 
 async fn track(
@@ -347,17 +350,22 @@ async fn track(
     started: Instant,
     slot: Option<usize>,
     barrier: bool,
+    hot: Option<(Bytes, usize)>,
     p: Pending,
 ) -> Done {
     let reply = p.resolve().await;
-    Done { id, shape, started, slot, barrier, reply }
+    Done { id, shape, started, slot, barrier, reply, hot }
 }
 
 /// Counts the request in the command stats and appends its reply.
 fn finish(state: &RouterState, out: &mut Out, done: Done) {
     let took = done.started.elapsed();
     state.metrics.command_seconds.observe(took.as_secs_f64());
+    let before = out.len();
     let failed = put_reply(out, done.id, done.shape, done.reply);
+    if let Some((key, request)) = done.hot {
+        state.hotkeys.record(&key, (request + out.len() - before) as u64);
+    }
     if failed {
         state.metrics.fast_errors.inc();
     }
@@ -534,7 +542,15 @@ pub async fn serve<S>(
                     finish(
                         &state,
                         &mut out,
-                        Done { id, shape, started: session.last_command, slot: None, barrier: false, reply },
+                        Done {
+                            id,
+                            shape,
+                            started: session.last_command,
+                            slot: None,
+                            barrier: false,
+                            reply,
+                            hot: None,
+                        },
                     );
                     continue;
                 }
@@ -566,6 +582,20 @@ pub async fn serve<S>(
             // From when the request was taken up (a CLIENT PAUSE hold included, as on RESP).
             let started = session.last_command;
             let slot = session.last_command_slot;
+            // Hot keys, as RESP counts them (authenticated requests; request and reply bytes).
+            let hot = if state.hotkeys.enabled() && session.authenticated {
+                match req.op {
+                    Ok(Op::Get | Op::Set | Op::Del | Op::IncrBy | Op::Expire) => {
+                        Some((req.key.clone(), req.key.len() + req.value.len()))
+                    }
+                    _ => {
+                        state.hotkeys.record_command(spec, &args, 0);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
             let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
             if let Pending::Blocking(..) = pending {
                 // A blocking command outside `@blocking` (WAIT): dropping its wait withdraws it.
@@ -582,11 +612,11 @@ pub async fn serve<S>(
                         hello = true;
                         auth_deadline = None;
                     }
-                    finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply });
+                    finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply, hot });
                 }
                 other => {
                     barriers += barrier as usize;
-                    in_flight.push(track(id, shape, started, slot, barrier, other));
+                    in_flight.push(track(id, shape, started, slot, barrier, hot, other));
                 }
             }
             if out.len() >= WRITE_AT

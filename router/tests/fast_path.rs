@@ -617,3 +617,46 @@ async fn maxclients_counts_fast_clients_and_a_small_in_flight_bound_still_answer
     }
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_path_requests_feed_the_hot_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &[]).await;
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    let big = vec![b'v'; 4096];
+    // "hot" is read 60 times, "wide" 10 times with a 4 KiB value, "cold" keys once each.
+    assert_eq!(f.call(Op::Set, 0, b"hot", b"1", 0).await.status, Status::Ok);
+    assert_eq!(f.call(Op::Set, 0, b"wide", &big, 0).await.status, Status::Ok);
+    for i in 0..60 {
+        assert_eq!(f.call(Op::Get, 0, b"hot", b"", 0).await.status, Status::Value);
+        if i % 6 == 0 {
+            assert_eq!(f.call(Op::Get, 0, b"wide", b"", 0).await.body.len(), 4096);
+        }
+    }
+    for i in 0..20 {
+        f.items_call(Op::MGet, 0, &[format!("cold{i}").into_bytes()]).await;
+    }
+    let mut resp = redis::Client::open(format!("redis+unix://{}", path.display()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let by_ops: Vec<(Vec<u8>, i64, i64)> =
+        redis::cmd("SHOAL").arg("HOTKEYS").arg("COUNT").arg(2).query_async(&mut resp).await.unwrap();
+    assert_eq!(by_ops[0].0, b"hot", "{by_ops:?}");
+    assert!((61 - by_ops[0].2..=61).contains(&by_ops[0].1), "count within the error bound: {by_ops:?}");
+    let by_bytes: Vec<(Vec<u8>, i64, i64)> = redis::cmd("SHOAL")
+        .arg("HOTKEYS")
+        .arg("COUNT")
+        .arg(1)
+        .arg("BY")
+        .arg("BYTES")
+        .query_async(&mut resp)
+        .await
+        .unwrap();
+    // The reply's value bytes count: 11 reads of 4 KiB outweigh 61 of one byte.
+    assert_eq!(by_bytes[0].0, b"wide", "{by_bytes:?}");
+    assert!(by_bytes[0].1 >= 11 * 4096, "{by_bytes:?}");
+    router.shutdown().await;
+}
