@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every Shoal process: shoal-operator, shoal-node and shoal-router (the Helm chart
-# and the operator's pods pick the binary with `command:`).
+# and the operator's pods pick the binary with `command:`), plus shoal-client's two small tools:
+# shoal-bench (load check) and shoal-sidecar-demo (the app of charts/shoal/examples/sidecar.yaml).
 #
 #   docker build -t ghcr.io/shoal-dev/shoal:0.1.0 .
 #
@@ -16,10 +17,13 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin shoal-node --bin shoal-operator \
+# shoal-client's tools: the library and tokio only, no storage engine or Kubernetes client.
+ && cargo build --release --locked -p shoal-client --bin shoal-bench --bin shoal-sidecar-demo \
 # The router without the embedded cluster: it links no storage engine.
  && cargo build --release --locked -p shoal-router --bin shoal-router --no-default-features \
  && mkdir -p /out \
- && cp target/release/shoal-node target/release/shoal-router target/release/shoal-operator /out/
+ && cp target/release/shoal-node target/release/shoal-router target/release/shoal-operator \
+       target/release/shoal-bench target/release/shoal-sidecar-demo /out/
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.source="https://github.com/shoal-dev/shoal" \

@@ -555,9 +555,117 @@ fn the_image_ships_every_binary_the_pods_run() {
         }
         assert!(commands.contains(&"shoal-operator".to_string()));
     }
+    // The sidecar example's containers, its optional load-check Job's too.
+    let (_, example) = support::sidecar_example();
+    for (_, spec) in support::pod_templates(&example) {
+        for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+            commands.extend(c.command.clone().unwrap().into_iter().take(1));
+        }
+    }
+    for b in ["shoal-router", "shoal-sidecar-demo", "shoal-bench"] {
+        assert!(commands.iter().any(|c| c == b), "nothing runs {b} ({commands:?})");
+    }
     for c in &commands {
         assert!(built.contains(c), "pods run {c} but the Dockerfile does not build it ({built:?})");
     }
     let user = format!("USER {0}:{0}", resources::RUN_AS);
     assert!(dockerfile.lines().any(|l| l.trim() == user), "the image must run as {user}");
+}
+
+/// The sidecar example: the app container is `shoal-sidecar-demo` and the optional Job is
+/// `shoal-bench --transport fast`, both on the socket their router sidecar serves (a volume they
+/// share), signed in as `shop` with the password from the app's Secret, on keys the `shop` user's
+/// rules (`~shop:*`, in the example's header) allow. The Job stays commented out as shipped.
+#[test]
+fn the_sidecar_example_runs_the_demo_and_the_bench_on_the_routers_socket() {
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    let (shipped, full) = support::sidecar_example();
+    assert!(shipped.contains("user shop on >REPLACE-ME ~shop:* +@all -@dangerous"));
+    let kinds = |yaml: &str| support::pod_templates(yaml).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(kinds(&shipped), ["shop"], "the optional Job ships commented out");
+    assert_eq!(kinds(&full), ["shop", "shop-bench"]);
+
+    fn env(c: &Container, name: &str) -> Option<String> {
+        c.env.iter().flatten().find(|e| e.name == name).and_then(|e| e.value.clone())
+    }
+    fn secret(c: &Container, name: &str) -> Option<(String, String)> {
+        let e = c.env.iter().flatten().find(|e| e.name == name)?;
+        let s = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
+        Some((s.name.clone(), s.key.clone()))
+    }
+    /// The router sidecar's socket path, checked to be on an emptyDir that `app` mounts too.
+    fn socket(spec: &PodSpec, app: &Container) -> String {
+        let router = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(router.command.as_deref(), Some(&["shoal-router".to_string()][..]));
+        assert_eq!(router.restart_policy.as_deref(), Some("Always"), "a native sidecar");
+        let args = router.args.clone().unwrap();
+        let sock = args.iter().find_map(|a| a.strip_prefix("--unix-socket=")).unwrap().to_string();
+        let dir = std::path::Path::new(&sock).parent().unwrap().to_str().unwrap().to_string();
+        let mount = |c: &Container| {
+            c.volume_mounts.iter().flatten().find(|m| m.mount_path == dir).map(|m| m.name.clone())
+        };
+        let volume = mount(router).expect("the router's socket directory is a volume");
+        assert_eq!(mount(app), Some(volume.clone()), "{} shares the socket's volume", app.name);
+        let v = spec.volumes.iter().flatten().find(|v| v.name == volume).unwrap();
+        assert!(v.empty_dir.is_some(), "{v:?}");
+        // The app signs in as its own user; the router holds the cluster's password for default.
+        assert!(args.iter().any(|a| a.starts_with("--aclfile=")), "{args:?}");
+        assert_eq!(secret(router, "SHOAL_REQUIREPASS"), Some(("cache-password".into(), "password".into())));
+        assert_eq!(
+            secret(router, "SHOAL_CLUSTER_SECRET"),
+            Some(("cache-cluster-secret".into(), "secret".into()))
+        );
+        sock
+    }
+    let credentials = |c: &Container| {
+        assert_eq!(env(c, "SHOAL_USER").as_deref(), Some("shop"), "{}", c.name);
+        assert_eq!(secret(c, "SHOAL_PASSWORD"), Some(("shop-redis".into(), "password".into())), "{}", c.name);
+    };
+
+    let pods = support::pod_templates(&full);
+    let (_, spec) = &pods[0];
+    let app = &spec.containers[0];
+    assert_eq!(app.name, "app");
+    assert_eq!(app.image.as_deref(), spec.init_containers.as_ref().unwrap()[0].image.as_deref(), "one image");
+    assert_eq!(app.command.as_deref(), Some(&["shoal-sidecar-demo".to_string()][..]));
+    assert_eq!(env(app, "SHOAL_SOCKET"), Some(socket(spec, app)));
+    credentials(app);
+    assert!(env(app, "SHOAL_KEY_PREFIX").unwrap().starts_with("shop:"), "inside ~shop:*");
+    assert_eq!(env(app, "SHOAL_STAY").as_deref(), Some("1"), "a Deployment's container stays up");
+    let rounds: u64 = env(app, "SHOAL_ROUNDS").unwrap().parse().unwrap();
+    assert!((1..=1_000_000).contains(&rounds));
+
+    let (_, spec) = &pods[1];
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    let bench = &spec.containers[0];
+    assert_eq!(bench.command.as_deref(), Some(&["shoal-bench".to_string()][..]));
+    let sock = socket(spec, bench);
+    let args = bench.args.clone().unwrap();
+    assert_eq!(
+        args,
+        [
+            "--transport",
+            "fast",
+            "-s",
+            &sock,
+            "-n",
+            "100000",
+            "--duration",
+            "30",
+            "--json",
+            "--key-prefix",
+            "shop:bench:"
+        ]
+    );
+    credentials(bench);
+    // The header's `kubectl exec` load check is the same command line.
+    let exec: String = shipped
+        .lines()
+        .skip_while(|l| !l.contains("kubectl exec deploy/shop -c app -- shoal-bench"))
+        .take(2)
+        .map(|l| l.trim_start_matches('#').trim().trim_end_matches('\\').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(exec.ends_with(&format!("-- shoal-bench {}", args.join(" "))), "{exec}");
 }

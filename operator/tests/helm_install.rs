@@ -1,10 +1,12 @@
 //! The Helm chart against a real API server (`.ci/kube/up`): `helm lint --strict`; every values
 //! variant in `charts/shoal/ci/` rendered and applied with `--dry-run=server`; the sidecar
-//! example validated the same way; then a real `helm install`, the operator running with the
-//! chart's own ServiceAccount and RBAC (a token for that account), the CacheCluster reaching
-//! Ready with real node and router processes (see `support`) and, as the chart's default, a
-//! synced replica per shard, the `helm test` hook's command
-//! passing against it, and `helm uninstall` removing everything.
+//! example validated the same way, its optional load-check Job uncommented too; then a real
+//! `helm install`, the operator running with the chart's own ServiceAccount and RBAC (a token
+//! for that account), the CacheCluster reaching Ready with real node and router processes (see
+//! `support`) and, as the chart's default, a synced replica per shard, the `helm test` hook's
+//! command passing against it, the sidecar example's router sidecar, app (`shoal-sidecar-demo`,
+//! on the fast path) and load check (`shoal-bench`) run with their own arguments, env and
+//! Secrets against it, and `helm uninstall` removing everything.
 
 mod support;
 
@@ -12,8 +14,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerPort, Pod, PodSpec, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 use shoal_operator::crd::CacheCluster;
 use support::{Kubelet, Plane, cache, repo, wait_for};
@@ -28,6 +32,82 @@ fn helm(plane: &Plane, args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs the router sidecar (first init container) of an example pod `spec` here, as the kubelet
+/// would: its env and Secret volumes resolved, its socket and loopback ports moved under `dir`,
+/// the topology file the stand-in kubelet keeps; returns once its own startup probe passes.
+async fn sidecar_router(
+    client: &kube::Client,
+    spec: &PodSpec,
+    dir: &Path,
+    topology_file: &Path,
+) -> (support::Proc, Pod, std::path::PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("shop-0".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: Some(spec.clone()),
+        ..Default::default()
+    };
+    let router = &spec.init_containers.as_ref().unwrap()[0];
+    let volumes = support::secret_volumes(client, &pod, router, dir).await;
+    let sock = dir.join("shoal.sock");
+    let http = format!("127.0.0.1:{}", support::free_port());
+    let probe = router.startup_probe.clone().expect("the sidecar's startup probe");
+    let probe_port = match &probe.http_get.as_ref().unwrap().port {
+        IntOrString::Int(p) => *p,
+        other => panic!("{other:?}"),
+    };
+    let args: Vec<String> = router
+        .args
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|a| {
+            let (flag, value) = a.split_once('=').expect("--flag=value");
+            let value = match flag {
+                "--topology-file" => topology_file.display().to_string(),
+                "--unix-socket" => sock.display().to_string(),
+                "--resp" => format!("127.0.0.1:{}", support::free_port()),
+                "--http" => {
+                    assert_eq!(value, format!("127.0.0.1:{probe_port}"), "the probe checks this listener");
+                    http.clone()
+                }
+                _ => volumes
+                    .iter()
+                    .find_map(|(mount, local)| {
+                        value.strip_prefix(mount.as_str()).map(|rest| format!("{}{rest}", local.display()))
+                    })
+                    .unwrap_or_else(|| value.to_string()),
+            };
+            format!("{flag}={value}")
+        })
+        .collect();
+    let child = std::process::Command::new(support::bin(&router.command.as_ref().unwrap()[0]))
+        .args(&args)
+        .env_clear()
+        .envs(support::resolve_env(client, router, &pod).await)
+        .stdout(std::process::Stdio::null())
+        .stderr(support::log(dir, "router"))
+        .spawn()
+        .unwrap();
+    let proc = support::Proc(child);
+    // The probe's port, named for probe_http.
+    let mut probed = router.clone();
+    probed.ports = Some(vec![ContainerPort {
+        name: Some("http".into()),
+        container_port: probe_port,
+        ..Default::default()
+    }]);
+    wait_for("the sidecar router's startup probe", Duration::from_secs(60), async || {
+        support::probe_http(&probe, &probed, &[("http", &http)]).await.then_some(())
+    })
+    .await;
+    (proc, pod, sock)
 }
 
 /// A kubeconfig like `plane`'s but authenticating as `token`.
@@ -78,8 +158,12 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
             plane.kubectl(&["apply", "--dry-run=server", "-n", "shoal-apps", "-f", "-"], Some(&manifests));
         assert!(out.contains("(server dry run)"), "{out}");
     }
-    let example = repo().join("charts/shoal/examples/sidecar.yaml");
-    plane.kubectl(&["apply", "--dry-run=server", "-n", "shoal-apps", "-f", example.to_str().unwrap()], None);
+    // The sidecar example as shipped, and with its optional load-check Job uncommented.
+    let (example, with_job) = support::sidecar_example();
+    for (yaml, objects) in [(&example, 1), (&with_job, 2)] {
+        let out = plane.kubectl(&["apply", "--dry-run=server", "-n", "shoal-apps", "-f", "-"], Some(yaml));
+        assert_eq!(out.matches("(server dry run)").count(), objects, "{out}");
+    }
 
     // A real install. The operator Deployment's pods are kwok's (nothing runs in them), so the
     // operator runs here, with the arguments and the ServiceAccount the chart gives it.
@@ -232,6 +316,71 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
     assert!(denied.contains("NOPERM"), "{denied}");
     let wrong = cli(&addr, &["--user", "shop", "--pass", "nope"], &["PING"]);
     assert!(wrong.contains("WRONGPASS"), "{wrong}");
+
+    // The sidecar example against this cluster (its names: "cache" becomes "rel"): its router
+    // sidecar with the example's own arguments, env and Secret volumes; the app container's
+    // command (shoal-sidecar-demo) signed in as shop from the app's Secret, over the fast path;
+    // then the optional Job's shoal-bench the same way.
+    let shop_secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shop-redis", "namespace": NS},
+        "stringData": {"password": "shop-pw"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS).create(&Default::default(), &shop_secret).await.unwrap();
+    let local = with_job.replace("cache-", "rel-").replace("router-of: cache", "router-of: rel");
+    let pods = support::pod_templates(&local);
+    let (_, spec) = &pods[0];
+    let (_sidecar, pod, sock) = sidecar_router(&client, spec, &root.join("shop"), &topology_file).await;
+    let app = &spec.containers[0];
+    let mut env = support::resolve_env(&client, app, &pod).await;
+    let rounds: u64 = env.iter().find(|(k, _)| k == "SHOAL_ROUNDS").unwrap().1.parse().unwrap();
+    let prefix = env.iter().find(|(k, _)| k == "SHOAL_KEY_PREFIX").unwrap().1.clone();
+    for (k, v) in env.iter_mut() {
+        match k.as_str() {
+            "SHOAL_SOCKET" => *v = sock.display().to_string(),
+            "SHOAL_STAY" => *v = "0".into(), // exit after the rounds here
+            _ => {}
+        }
+    }
+    let out = std::process::Command::new(support::bin(&app.command.as_ref().unwrap()[0]))
+        .args(app.args.iter().flatten())
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(&format!("connected to {} over Fast\n", sock.display())), "{text}");
+    let hits = format!("{prefix}hits");
+    assert!(text.trim_end().ends_with(&format!("{hits} = {rounds}")), "{text}");
+    let last = format!("{prefix}{}", rounds - 1);
+    assert_eq!(cli(&addr, &shop, &["GET", &last]), format!("value {}", rounds - 1));
+    assert_eq!(cli(&addr, &shop, &["GET", &hits]), rounds.to_string());
+
+    let (_, spec) = &pods[1];
+    let (_bench_sidecar, pod, sock) =
+        sidecar_router(&client, spec, &root.join("shop-bench"), &topology_file).await;
+    let bench = &spec.containers[0];
+    let env = support::resolve_env(&client, bench, &pod).await;
+    // The Job's command line, with this machine's socket, fewer requests, and 10 keys (so its
+    // random SETs surely write each).
+    let mut args = support::rewrite(bench, &[("-s", sock.display().to_string()), ("-n", "2000".into())]);
+    args.extend(["-r".into(), "10".into()]);
+    let out = std::process::Command::new(support::bin(&bench.command.as_ref().unwrap()[0]))
+        .args(&args)
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(text.trim()).expect("--json: one document");
+    assert_eq!(report["transport"], "fast");
+    for t in report["tests"].as_array().unwrap() {
+        assert_eq!((&t["requests"], &t["errors"]), (&2000.into(), &0.into()), "{t}");
+    }
+    let written = cli(&addr, &shop, &["EXISTS", "shop:bench:0", "shop:bench:1", "shop:bench:2"]);
+    assert_eq!(written, "3", "the bench's SETs landed under its prefix");
 
     // Uninstall: the chart's objects go, and the CacheCluster's go with it (owner references).
     helm(&plane, &["uninstall", "rel", "-n", NS, "--wait", "--timeout", "60s"]);

@@ -63,6 +63,9 @@ struct Args {
     /// Keys: key:0 .. key:<r-1>, picked at random.
     #[arg(short = 'r', long, default_value_t = 10_000)]
     keyspace: u64,
+    /// The keys' prefix (`key:`), e.g. one the user's ACL key pattern allows (`shop:bench:`).
+    #[arg(long, default_value = "key:")]
+    key_prefix: String,
     /// SET value size in bytes.
     #[arg(short = 'd', long, default_value_t = 32)]
     data_size: usize,
@@ -178,6 +181,7 @@ async fn run_test(args: &Args, client: &Client, test: Test) -> Outcome {
         .map(|w| {
             let (client, issued, done, value) = (client.clone(), issued.clone(), done.clone(), value.clone());
             let (n, keyspace, get_ratio) = (args.requests, args.keyspace.max(1), args.get_ratio);
+            let prefix = args.key_prefix.clone();
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
                 let mut errors = 0u64;
@@ -185,7 +189,7 @@ async fn run_test(args: &Args, client: &Client, test: Test) -> Outcome {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
                 // Bounded twice: by the shared count and by the deadline.
                 while issued.fetch_add(1, Ordering::Relaxed) < n && Instant::now() < end {
-                    let key = format!("key:{}", rng.next() % keyspace);
+                    let key = format!("{prefix}{}", rng.next() % keyspace);
                     let get = match test {
                         Test::Get => true,
                         Test::Set => false,

@@ -642,3 +642,41 @@ impl Drop for TestDir {
         }
     }
 }
+
+/// `charts/shoal/examples/sidecar.yaml` as shipped, and with its optional part (the commented
+/// documents after the `# ---` line) uncommented, as a user who wants the load check would.
+pub fn sidecar_example() -> (String, String) {
+    let text = std::fs::read_to_string(repo().join("charts/shoal/examples/sidecar.yaml")).unwrap();
+    let at = text.find("\n# ---\n").expect("the example's optional part starts at a `# ---` line") + 1;
+    let optional: String = text[at..]
+        .lines()
+        .map(|l| l.strip_prefix("# ").or_else(|| l.strip_prefix('#')).unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let full = format!("{}{optional}", &text[..at]);
+    (text, full)
+}
+
+/// The pod templates of `yaml`'s Deployments and Jobs: (object name, pod spec).
+pub fn pod_templates(yaml: &str) -> Vec<(String, k8s_openapi::api::core::v1::PodSpec)> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        let (kind, spec) = match v["kind"].as_str() {
+            Some("Deployment") => {
+                let d: Deployment = serde_yaml::from_value(v).unwrap();
+                (d.metadata.name.unwrap(), d.spec.unwrap().template.spec.unwrap())
+            }
+            Some("Job") => {
+                let j: Job = serde_yaml::from_value(v).unwrap();
+                (j.metadata.name.unwrap(), j.spec.unwrap().template.spec.unwrap())
+            }
+            _ => continue,
+        };
+        out.push((kind, spec));
+    }
+    out
+}
