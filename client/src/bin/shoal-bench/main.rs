@@ -1,10 +1,17 @@
 //! `shoal-bench`: GET/SET load over RESP (TCP, Unix socket) or the fast path, through
 //! `shoal-client`, with latency percentiles and, given the server's pids, its CPU per request.
 //!
-//! Pipelining is concurrency on multiplexed connections: `-c` connections, `-P` requests in
-//! flight on each, so `c × P` worker tasks each send one request and wait for it. The client's
-//! writer coalesces what the workers queue into one write, as a pipelining client would.
+//! Two engines keep `-P` requests in flight on each of `-c` connections:
+//! - `raw` (the default; [`raw`]): one task per connection writes every request its window has
+//!   room for in one write and parses the replies by hand, as redis-benchmark does. Cheap per
+//!   request, so at deep pipelines the server, not this process, is what is measured.
+//! - `client`: through `shoal-client`'s pool, `c × P` worker tasks each sending one request and
+//!   waiting for it (the client's writer coalesces them): what an application using the crate
+//!   sees, at the client library's own cost per request.
+//!
 //! Every run is bounded by `-n` requests and by `--duration`, whichever ends first.
+
+mod raw;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +33,14 @@ enum Transport {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// Hand-encoded pipelined frames, one task per connection.
+    Raw,
+    /// shoal-client's pool, one task per request in flight.
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Test {
     Set,
     Get,
@@ -38,6 +53,9 @@ enum Test {
 struct Args {
     #[arg(long, value_enum, default_value = "resp-tcp")]
     transport: Transport,
+    /// How the load is sent (see above).
+    #[arg(long, value_enum, default_value = "raw")]
+    engine: Engine,
     /// RESP TCP address.
     #[arg(long, env = "SHOAL_ADDR", default_value = "127.0.0.1:6379")]
     addr: String,
@@ -146,6 +164,9 @@ async fn run(args: &Args) -> Result<Vec<Outcome>, String> {
             (Endpoint::Unix(path), p)
         }
     };
+    if args.engine == Engine::Raw {
+        return run_raw(args, &endpoint, protocol == Protocol::Fast).await;
+    }
     let config = Config::new(endpoint.clone(), protocol)
         .auth(args.user.clone(), args.password.clone())
         .connections(args.connections)
@@ -167,6 +188,125 @@ async fn run(args: &Args) -> Result<Vec<Outcome>, String> {
         outcomes.push(o);
     }
     Ok(outcomes)
+}
+
+/// The raw engine: `-c` connections opened first, then each test on all of them.
+async fn run_raw(args: &Args, endpoint: &Endpoint, fast: bool) -> Result<Vec<Outcome>, String> {
+    let ticks = clock_ticks();
+    let mut outcomes = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        conns.push(
+            RawConn::connect(endpoint).await.map_err(|e| format!("cannot connect to {endpoint}: {e}"))?,
+        );
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        let load = raw_load(args, Test::Get, fast, i, Instant::now());
+        c.open(&load).await?;
+    }
+    for &test in &args.tests {
+        let cpu_before = server_cpu(&args.server_pids, ticks)?;
+        let issued = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+        let progress = (!args.quiet && !args.json).then(|| tokio::spawn(progress(test, done.clone(), start)));
+        let tasks: Vec<_> = conns
+            .drain(..)
+            .enumerate()
+            .map(|(i, mut c)| {
+                let load = raw_load(args, test, fast, i, end);
+                let (issued, done) = (issued.clone(), done.clone());
+                tokio::spawn(async move {
+                    let m = c.drive(&load, &issued, &done).await;
+                    (c, m)
+                })
+            })
+            .collect();
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+        let (mut errors, mut first_error) = (0, None);
+        for t in tasks {
+            let (c, m) = t.await.map_err(|e| format!("a connection's task failed: {e}"))?;
+            hist.add(m.hist).expect("same bounds");
+            errors += m.errors;
+            first_error = first_error.or(m.first_error);
+            conns.push(c);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if let Some(p) = progress {
+            p.abort();
+        }
+        let mut o = Outcome {
+            test,
+            requests: done.load(Ordering::Relaxed),
+            errors,
+            first_error,
+            seconds,
+            hist,
+            server_cpu_us_per_req: None,
+        };
+        let cpu_after = server_cpu(&args.server_pids, ticks)?;
+        if let (Some(a), Some(b)) = (cpu_before, cpu_after)
+            && o.requests > 0
+        {
+            o.server_cpu_us_per_req = Some((b - a).as_secs_f64() * 1e6 / o.requests as f64);
+        }
+        outcomes.push(o);
+    }
+    Ok(outcomes)
+}
+
+fn raw_load(args: &Args, test: Test, fast: bool, conn: usize, end: Instant) -> raw::Load {
+    raw::Load {
+        fast,
+        pipeline: args.pipeline.max(1),
+        requests: args.requests,
+        end,
+        keyspace: args.keyspace.max(1),
+        prefix: args.key_prefix.as_bytes().to_vec(),
+        value: vec![b'x'; args.data_size],
+        get_ratio: match test {
+            Test::Get => 1.0,
+            Test::Set => 0.0,
+            Test::Mixed => args.get_ratio,
+        },
+        seed: 0x9E37_79B9_7F4A_7C15 ^ (conn as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+        user: args.user.clone(),
+        password: args.password.clone(),
+    }
+}
+
+/// A raw engine's connection.
+enum RawConn {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl RawConn {
+    async fn connect(endpoint: &Endpoint) -> std::io::Result<RawConn> {
+        Ok(match endpoint {
+            Endpoint::Tcp(addr) => {
+                let s = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                s.set_nodelay(true)?;
+                RawConn::Tcp(s)
+            }
+            Endpoint::Unix(path) => RawConn::Unix(tokio::net::UnixStream::connect(path).await?),
+        })
+    }
+
+    async fn open(&mut self, load: &raw::Load) -> Result<(), String> {
+        match self {
+            RawConn::Tcp(s) => raw::open(s, load).await,
+            RawConn::Unix(s) => raw::open(s, load).await,
+        }
+    }
+
+    async fn drive(&mut self, load: &raw::Load, issued: &AtomicU64, done: &Arc<AtomicU64>) -> raw::Measured {
+        match self {
+            RawConn::Tcp(s) => raw::drive(s, load, issued, done).await,
+            RawConn::Unix(s) => raw::drive(s, load, issued, done).await,
+        }
+    }
 }
 
 async fn run_test(args: &Args, client: &Client, test: Test) -> Outcome {

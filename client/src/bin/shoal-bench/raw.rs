@@ -1,0 +1,288 @@
+//! `shoal-bench --engine raw`: one task per connection keeps `-P` requests in flight with
+//! hand-encoded frames, the way redis-benchmark drives a server. Measuring a server's CPU per
+//! request at deep pipelines needs a load generator much cheaper per request than the server;
+//! the client library's engine (a task and a reply channel per request) is not.
+//!
+//! Each round writes `-P` requests in one write and reads until all `-P` replies are in, as
+//! redis-benchmark's `-P` does: the server reads whole batches, which is what deep pipelining
+//! is for. Latency is taken per read: a request's time is from the write it went out in to the
+//! read its reply came in.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use hdrhistogram::Histogram;
+use shoal_wire::fast::{self, Op, Preamble, Status};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// What one connection measured.
+pub struct Measured {
+    pub hist: Histogram<u64>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// The load one connection sends.
+pub struct Load {
+    pub fast: bool,
+    pub pipeline: usize,
+    pub requests: u64,
+    pub end: Instant,
+    pub keyspace: u64,
+    pub prefix: Vec<u8>,
+    pub value: Vec<u8>,
+    /// Share of GETs (1.0: all GETs, 0.0: all SETs).
+    pub get_ratio: f64,
+    pub seed: u64,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+/// Opens the protocol (fast-path preamble and HELLO, or RESP AUTH) on `s`.
+pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, load: &Load) -> Result<(), String> {
+    let mut input = BytesMut::with_capacity(4096);
+    let user = load.user.as_deref().unwrap_or("");
+    let pass = load.password.as_deref().unwrap_or("");
+    if load.fast {
+        let mut out = BytesMut::new();
+        out.extend_from_slice(&Preamble { version: fast::VERSION }.encode());
+        fast::put_request(&mut out, Op::Hello, 0, 0, user.as_bytes(), pass.as_bytes(), 0);
+        s.write_all(&out).await.map_err(|e| e.to_string())?;
+        loop {
+            if input.len() >= fast::PREAMBLE_LEN {
+                break;
+            }
+            read_more(s, &mut input).await?;
+        }
+        Preamble::decode(&mut input).map_err(|e| e.to_string())?;
+        loop {
+            if let Some(r) = fast::decode_reply(&mut input, 1 << 20).map_err(|e| e.to_string())? {
+                return match r.status {
+                    Status::Ok => Ok(()),
+                    _ => Err(format!("HELLO refused: {}", String::from_utf8_lossy(&r.body))),
+                };
+            }
+            read_more(s, &mut input).await?;
+        }
+    }
+    if load.password.is_some() {
+        let mut out = BytesMut::new();
+        let args: Vec<&[u8]> = if user.is_empty() {
+            vec![b"AUTH", pass.as_bytes()]
+        } else {
+            vec![b"AUTH", user.as_bytes(), pass.as_bytes()]
+        };
+        resp_command(&mut out, &args);
+        s.write_all(&out).await.map_err(|e| e.to_string())?;
+        loop {
+            match resp_reply(&input) {
+                Some((len, error)) => {
+                    if error {
+                        return Err(format!("AUTH refused: {}", String::from_utf8_lossy(&input[1..len - 2])));
+                    }
+                    return Ok(());
+                }
+                None => read_more(s, &mut input).await?,
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read_more<S: AsyncRead + Unpin>(s: &mut S, input: &mut BytesMut) -> Result<(), String> {
+    input.reserve(64 * 1024);
+    match s.read_buf(input).await {
+        Ok(0) => Err("the server closed the connection".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Drives one connection until `issued` reaches the request count or the deadline passes, and
+/// every request it sent is answered.
+pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    load: &Load,
+    issued: &AtomicU64,
+    done: &Arc<AtomicU64>,
+) -> Measured {
+    let mut m = Measured {
+        hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
+        errors: 0,
+        first_error: None,
+    };
+    let mut rng = load.seed | 1;
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    let mut input = BytesMut::with_capacity(64 * 1024);
+    let mut key = Vec::with_capacity(load.prefix.len() + 20);
+    // Fast-path replies may come in any order: a request's id is its slot in `sent_at`.
+    let mut sent_at: Vec<Instant> = vec![Instant::now(); load.pipeline];
+    let mut free: Vec<u32> = (0..load.pipeline as u32).rev().collect();
+    // RESP replies come in order: the send time of each request in flight, oldest first.
+    let mut fifo: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
+    let mut in_flight = 0usize;
+    let mut exhausted = false;
+    loop {
+        let now = Instant::now();
+        while !exhausted && in_flight < load.pipeline && (in_flight == 0 || !out.is_empty()) {
+            if issued.fetch_add(1, Ordering::Relaxed) >= load.requests || now >= load.end {
+                exhausted = true;
+                break;
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            key.clear();
+            key.extend_from_slice(&load.prefix);
+            push_decimal(&mut key, rng % load.keyspace.max(1));
+            let get = load.get_ratio >= 1.0 || ((rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
+            if load.fast {
+                let id = free.pop().expect("a free slot while under the window");
+                sent_at[id as usize] = now;
+                if get {
+                    fast::put_request(&mut out, Op::Get, 0, id, &key, b"", 0);
+                } else {
+                    fast::put_request(&mut out, Op::Set, 0, id, &key, &load.value, 0);
+                }
+            } else {
+                fifo.push_back(now);
+                if get {
+                    resp_command(&mut out, &[b"GET", &key]);
+                } else {
+                    resp_command(&mut out, &[b"SET", &key, &load.value]);
+                }
+            }
+            in_flight += 1;
+        }
+        if !out.is_empty() {
+            if let Err(e) = s.write_all(&out).await {
+                m.errors += in_flight as u64;
+                m.first_error.get_or_insert(e.to_string());
+                return m;
+            }
+            out.clear();
+        }
+        if in_flight == 0 {
+            return m;
+        }
+        if let Err(e) = read_more(s, &mut input).await {
+            m.errors += in_flight as u64;
+            m.first_error.get_or_insert(e);
+            return m;
+        }
+        let arrived = Instant::now();
+        let mut answered = 0u64;
+        loop {
+            if load.fast {
+                match fast::decode_reply(&mut input, 1 << 30) {
+                    Ok(Some(r)) => {
+                        let Some(at) = sent_at.get(r.id as usize) else {
+                            m.errors += 1;
+                            m.first_error.get_or_insert(format!("a reply for unknown id {}", r.id));
+                            return m;
+                        };
+                        m.hist.saturating_record(arrived.duration_since(*at).as_nanos() as u64);
+                        free.push(r.id);
+                        if r.status == Status::Err {
+                            m.errors += 1;
+                            m.first_error
+                                .get_or_insert_with(|| String::from_utf8_lossy(&r.body).into_owned());
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        m.errors += in_flight as u64;
+                        m.first_error.get_or_insert(e.to_string());
+                        return m;
+                    }
+                }
+            } else {
+                let Some((len, error)) = resp_reply(&input) else { break };
+                if error {
+                    m.errors += 1;
+                    m.first_error
+                        .get_or_insert_with(|| String::from_utf8_lossy(&input[1..len - 2]).into_owned());
+                }
+                input.advance(len);
+                let at = fifo.pop_front().expect("a request for each reply");
+                m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64);
+            }
+            in_flight -= 1;
+            answered += 1;
+        }
+        done.fetch_add(answered, Ordering::Relaxed);
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn resp_command(out: &mut BytesMut, args: &[&[u8]]) {
+    let mut head = Vec::with_capacity(16);
+    head.push(b'*');
+    push_decimal(&mut head, args.len() as u64);
+    head.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&head);
+    for a in args {
+        head.clear();
+        head.push(b'$');
+        push_decimal(&mut head, a.len() as u64);
+        head.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&head);
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The length of the first complete reply in `buf` and whether it is an error, for the replies
+/// GET, SET and AUTH give (simple string, error, bulk string or nil). `None`: incomplete.
+fn resp_reply(buf: &[u8]) -> Option<(usize, bool)> {
+    let line = buf.windows(2).position(|w| w == b"\r\n")?;
+    match buf.first()? {
+        b'$' => {
+            let n: i64 = std::str::from_utf8(&buf[1..line]).ok()?.parse().ok()?;
+            if n < 0 {
+                return Some((line + 2, false));
+            }
+            let total = line + 2 + n as usize + 2;
+            (buf.len() >= total).then_some((total, false))
+        }
+        b'-' => Some((line + 2, true)),
+        _ => Some((line + 2, false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_replies_are_delimited() {
+        assert_eq!(resp_reply(b"+OK\r\n$3\r\n"), Some((5, false)));
+        assert_eq!(resp_reply(b"$3\r\nabc\r\n+OK"), Some((9, false)));
+        assert_eq!(resp_reply(b"$3\r\nab"), None);
+        assert_eq!(resp_reply(b"$-1\r\n"), Some((5, false)));
+        assert_eq!(resp_reply(b"-ERR x\r\n"), Some((8, true)));
+        assert_eq!(resp_reply(b"+O"), None);
+        let mut out = BytesMut::new();
+        resp_command(&mut out, &[b"GET", b"key:12"]);
+        assert_eq!(&out[..], b"*2\r\n$3\r\nGET\r\n$6\r\nkey:12\r\n");
+        let mut d = Vec::new();
+        push_decimal(&mut d, 0);
+        push_decimal(&mut d, 1234567890123);
+        assert_eq!(d, b"01234567890123");
+    }
+}
