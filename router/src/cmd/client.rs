@@ -247,7 +247,7 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
         return Reply::error("ERR OPTIN and OPTOUT are not compatible with BCAST").into();
     }
     if o.optin && o.optout {
-        return Reply::error("ERR You can't use both OPTIN and OPTOUT").into();
+        return Reply::error("ERR You can't specify both OPTIN mode and OPTOUT mode").into();
     }
     if let Some(old) = &ctx.session.tracking
         && ((o.optin && old.options.optout) || (o.optout && old.options.optin))
@@ -263,10 +263,14 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
         let mut all: Vec<Bytes> =
             ctx.session.tracking.as_ref().map(|t| t.options.prefixes.clone()).unwrap_or_default();
         for (i, p) in o.prefixes.iter().enumerate() {
-            for q in all.iter().chain(o.prefixes[i + 1..].iter()) {
+            let others = all
+                .iter()
+                .map(|q| (q, "an existing"))
+                .chain(o.prefixes[i + 1..].iter().map(|q| (q, "another provided")));
+            for (q, which) in others {
                 if p.starts_with(q) || q.starts_with(p) {
                     return Reply::error_fmt(format!(
-                        "ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single client \
+                        "ERR Prefix '{}' overlaps with {which} prefix '{}'. Prefixes for a single client \
                          must not overlap.",
                         String::from_utf8_lossy(p),
                         String::from_utf8_lossy(q)

@@ -264,8 +264,9 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
 /// tracking client's read remembers its keys, and registers the ones this router did not hold
 /// yet on their nodes, queued before the command's own ops so the node registers first.
 fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
+    // Redis's `resetClient`: CLIENT CACHING applies to the next command, CLIENT ones excepted.
     let caching =
-        if spec.name == "client|caching" { ctx.session.caching } else { ctx.session.caching.take() };
+        if spec.name.starts_with("client|") { ctx.session.caching } else { ctx.session.caching.take() };
     let keys = || spec_keys(spec, args);
     if spec.flags.contains(&"write") {
         for key in keys() {
