@@ -48,13 +48,17 @@ pub struct Session {
 #[derive(Debug)]
 pub struct Tracked {
     pub options: crate::tracking::Options,
-    pub table: Arc<crate::tracking::ClientTracking>,
+    pub hub: Arc<crate::pubsub::Hub>,
     pub id: u64,
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        self.table.disable(self.id);
+        self.hub.tracking.disable(self.id);
+        if self.options.bcast {
+            // The nodes need not send this client's prefixes any more (not waited for).
+            drop(self.hub.want_tracking(true));
+        }
     }
 }
 

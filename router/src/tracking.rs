@@ -55,7 +55,15 @@ struct Table {
     keys: HashMap<Bytes, Vec<u64>>,
     /// Keys in the order they entered the table (eviction order; stale names are skipped).
     order: VecDeque<Bytes>,
+    /// BCAST clients with NOLOOP that wrote a key through this router: the node's invalidation
+    /// of it skips them once (BCAST clients hear only the nodes' invalidations, one per change).
+    skip: HashMap<Bytes, Vec<u64>>,
 }
+
+/// At most this many keys wait in `skip` (a write whose invalidation never comes, e.g. one that
+/// failed, would otherwise stay); past it they are dropped (the client then hears of its own
+/// write, which is safe).
+const SKIP_MAX: usize = 4096;
 
 /// Who a push for a client goes to: its own connection, or the redirect target's (found
 /// among the clients with a push queue: [`ClientTracking::queues`]).
@@ -81,6 +89,19 @@ impl ClientTracking {
             queues: Mutex::default(),
             limits,
             sent: AtomicUsize::new(0),
+        }
+    }
+
+    /// `tracking-table-max-keys` (0: no limit, as in Redis). A smaller bound applies at the
+    /// next read that adds a key.
+    pub fn set_max_keys(&self, max: u64) {
+        self.max_keys.store(if max == 0 { usize::MAX } else { max as usize }, Ordering::Relaxed);
+    }
+
+    pub fn max_keys(&self) -> u64 {
+        match self.max_keys.load(Ordering::Relaxed) {
+            usize::MAX => 0,
+            n => n as u64,
         }
     }
 
@@ -110,6 +131,10 @@ impl ClientTracking {
         if t.clients.remove(&id).is_none() {
             return;
         }
+        t.skip.retain(|_, ids| {
+            ids.retain(|c| *c != id);
+            !ids.is_empty()
+        });
         t.keys.retain(|_, holders| {
             holders.retain(|c| *c != id);
             !holders.is_empty()
@@ -165,18 +190,47 @@ impl ClientTracking {
         let mut t = self.table.lock();
         let holders = t.keys.remove(key).unwrap_or_default();
         self.send_key(&t, key, &holders, writer);
+        let matches = |c: &Client| {
+            c.options.bcast
+                && (c.options.prefixes.is_empty() || c.options.prefixes.iter().any(|p| key.starts_with(p)))
+        };
+        if writer != 0 {
+            // BCAST clients hear of this write from the node (it sends every change of a
+            // registered prefix): only NOLOOP's "not my own write" is noted here.
+            if t.clients.get(&writer).is_some_and(|c| c.options.noloop && matches(c)) {
+                if t.skip.len() >= SKIP_MAX {
+                    t.skip.clear();
+                }
+                t.skip.entry(Bytes::copy_from_slice(key)).or_default().push(writer);
+            }
+            return;
+        }
+        let skipped = t.skip.remove(key).unwrap_or_default();
         let bcast: Vec<u64> = t
             .clients
             .iter()
-            .filter(|(_, c)| {
-                c.options.bcast
-                    && (c.options.prefixes.is_empty()
-                        || c.options.prefixes.iter().any(|p| key.starts_with(p)))
-            })
+            .filter(|(id, c)| matches(c) && !skipped.contains(id))
             .map(|(id, _)| *id)
             .collect();
-        self.send_key(&t, key, &bcast, writer);
-        drop(t);
+        self.send_key(&t, key, &bcast, 0);
+    }
+
+    /// The prefixes the nodes must send every change of for this router's BCAST clients (an
+    /// empty prefix: every key); `None` when no client is in BCAST mode.
+    pub fn bcast_prefixes(&self) -> Option<Vec<Bytes>> {
+        let t = self.table.lock();
+        let mut out: Vec<Bytes> = Vec::new();
+        let mut any = false;
+        for c in t.clients.values().filter(|c| c.options.bcast) {
+            any = true;
+            if c.options.prefixes.is_empty() {
+                return Some(vec![Bytes::new()]);
+            }
+            out.extend(c.options.prefixes.iter().cloned());
+        }
+        out.sort();
+        out.dedup();
+        any.then_some(out)
     }
 
     /// Everything may have changed: every tracking client gets a flush-all invalidation (a
@@ -188,6 +242,7 @@ impl ClientTracking {
         let mut t = self.table.lock();
         t.keys.clear();
         t.order.clear();
+        t.skip.clear();
         let ids: Vec<u64> = t.clients.keys().copied().collect();
         for id in ids {
             self.push(&t, id, Message { kind: Kind::InvalidateAll, ..blank() });

@@ -295,9 +295,16 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
     };
     let flags = 1 | if o.bcast { 4 } else { 0 };
     ctx.session.client.set_tracking(flags, o.redirect as i64);
+    let before = hub.tracking.bcast_prefixes();
     hub.tracking.enable(ctx.session.id, o.clone(), sub);
-    ctx.session.tracking = Some(Tracked { options: o, table: hub.tracking.clone(), id: ctx.session.id });
-    let registered = hub.want_tracking();
+    let changed = hub.tracking.bcast_prefixes() != before;
+    // Replacing the session's earlier state must not disable the client it re-enabled.
+    if let Some(mut old) = ctx.session.tracking.take() {
+        old.id = 0;
+    }
+    ctx.session.tracking = Some(Tracked { options: o, hub: hub.clone(), id: ctx.session.id });
+    // BCAST: the reply waits until the nodes send the new prefixes' changes.
+    let registered = hub.want_tracking(changed);
     Pending::later(async move {
         registered.await;
         Reply::OK

@@ -27,7 +27,7 @@ use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
-    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription, Tracking,
+    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -226,10 +226,7 @@ async fn run(
                 // CLIENT TRACKING's keys were registered on the old stream (or none was): every
                 // tracking client forgets what it cached, as after a FLUSHALL.
                 hub.tracking.flush_all();
-                let tracking = hub
-                    .tracking_on
-                    .load(Ordering::Acquire)
-                    .then(|| Tracking { token: hub.token, ..Default::default() });
+                let tracking = hub.tracking_request();
                 let ping = hub.near.as_ref().map_or(0, |near| near.ping());
                 let _ = requests.send(SubscribeRequest {
                     changes: state,
@@ -291,7 +288,7 @@ async fn run(
                                     acks.insert(id, vec![tx]);
                                     id
                                 });
-                                let tracking = change.tracking.then(|| Tracking { token: hub.token, ..Default::default() });
+                                let tracking = if change.tracking { hub.tracking_request() } else { None };
                                 let _ = requests.send(SubscribeRequest { changes: change.subs, ack, tracking, ..Default::default() });
                             }
                             None => return,

@@ -158,10 +158,24 @@ impl Hub {
         })
     }
 
-    /// The first CLIENT TRACKING ON: every link registers this router for tracking on its node;
+    /// What the links send the nodes: this router's token, in BCAST mode with the prefixes of
+    /// its BCAST clients if it has any (its other keys register per key all the same).
+    pub fn tracking_request(&self) -> Option<shoal_wire::proto::Tracking> {
+        if !self.tracking_on.load(Ordering::Acquire) {
+            return None;
+        }
+        let prefixes = self.tracking.bcast_prefixes();
+        Some(shoal_wire::proto::Tracking {
+            token: self.token,
+            bcast: prefixes.is_some(),
+            prefixes: prefixes.unwrap_or_default(),
+        })
+    }
+
+    /// The first CLIENT TRACKING ON (or a change of the BCAST prefixes): every link registers this router for tracking on its node;
     /// completes when the nodes have acknowledged it (so the client's next read registers).
-    pub fn want_tracking(&self) -> impl Future<Output = ()> + Send + use<> {
-        let acks = if self.tracking_on.swap(true, Ordering::AcqRel) {
+    pub fn want_tracking(&self, prefixes_changed: bool) -> impl Future<Output = ()> + Send + use<> {
+        let acks = if self.tracking_on.swap(true, Ordering::AcqRel) && !prefixes_changed {
             Vec::new()
         } else {
             let links = self.links.lock();
