@@ -144,6 +144,13 @@ async fn noloop_optin_redirect_and_bcast() {
     other.ok(&["SET", "n", "3"]).await;
     other.expect_push(&inv("n")).await;
 
+    // Reads queued in MULTI are tracked when EXEC runs them.
+    other.ok(&["MULTI"]).await;
+    assert_eq!(other.cmd(&["GET", "tx"]).await, b"+QUEUED\r\n");
+    assert_eq!(other.cmd(&["EXEC"]).await, b"*1\r\n_\r\n");
+    writer.ok(&["SET", "tx", "1"]).await;
+    other.expect_push(&inv("tx")).await;
+
     // OPTIN: only reads after CLIENT CACHING YES are tracked (the next command only).
     let mut optin = Client::connect(addr, true).await;
     optin.ok(&["CLIENT", "TRACKING", "ON", "OPTIN"]).await;

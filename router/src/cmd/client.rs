@@ -495,12 +495,15 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
 
-/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the subcommands Shoal
-/// does not serve (CACHING, GETREDIR, REPLY, TRACKING, TRACKINGINFO), and with
-/// SETINFO where Redis 7.2 lists it.
+/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the one subcommand Shoal
+/// does not serve (REPLY), and with SETINFO where Redis 7.2 lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CACHING (YES|NO)",
+        "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+        "GETREDIR",
+        "    Return the client ID we are redirecting to when tracking is enabled.",
         "GETNAME",
         "    Return the name of the current connection.",
         "ID",
@@ -537,6 +540,11 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    * LIB-VER: the client lib version.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+        "         [OPTIN] [OPTOUT] [NOLOOP]",
+        "    Control server assisted client side caching.",
+        "TRACKINGINFO",
+        "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "HELP",
