@@ -98,6 +98,11 @@ impl ClientHandle {
         }
     }
 
+    /// Whether the connection speaks RESP3 now (HELLO 3).
+    pub fn is_resp3(&self) -> bool {
+        self.protocol.load(Ordering::Relaxed) >= 3
+    }
+
     /// CLIENT TRACKING's flags (see the field) and `redir=`.
     pub fn set_tracking(&self, flags: u8, redir: i64) {
         self.tracking.store(flags, Ordering::Relaxed);

@@ -264,7 +264,8 @@ impl ClientTracking {
 
     fn push(&self, t: &Table, id: u64, m: Message) {
         let Some(c) = t.clients.get(&id) else { return };
-        let target = if c.options.redirect != 0 {
+        let redirected = c.options.redirect != 0;
+        let target = if redirected {
             match self.queues.lock().get(&c.options.redirect).and_then(|w| w.upgrade()) {
                 Some(s) => s,
                 // The redirect target went away: Redis flags the client `R` and drops the
@@ -274,6 +275,11 @@ impl ClientTracking {
         } else {
             c.own.clone()
         };
+        // Redis's `sendTrackingMessage`: RESP3 gets a push; RESP2 only as a pub/sub message to a
+        // redirect target in pub/sub mode (anything else would corrupt its reply stream).
+        if !target.client.is_resp3() && !(redirected && target.client.is_pubsub()) {
+            return;
+        }
         target.push_all(std::slice::from_ref(&m), &self.limits);
         self.sent.fetch_add(1, Ordering::Relaxed);
     }
@@ -301,7 +307,20 @@ mod tests {
     }
 
     fn client(id: u64) -> Arc<Subscriber> {
-        Subscriber::new(Arc::new(crate::clients::ClientHandle::new(id, "p".into(), "l".into(), false)))
+        let handle = crate::clients::ClientHandle::new(id, "p".into(), "l".into(), false);
+        handle.set_protocol(crate::resp::Protocol::Resp3);
+        Subscriber::new(Arc::new(handle))
+    }
+
+    #[test]
+    fn a_resp2_client_hears_nothing_without_a_redirect_in_pub_sub_mode() {
+        let t = ClientTracking::new(Arc::new(Limits::default()));
+        let plain =
+            Subscriber::new(Arc::new(crate::clients::ClientHandle::new(1, "p".into(), "l".into(), false)));
+        t.enable(1, Options::default(), plain.clone());
+        t.read(1, &[b("k")]);
+        t.invalidate(b"k", 0);
+        assert!(plain.take(1 << 20, &Limits::default()).is_empty(), "RESP2 has no pushes");
     }
 
     #[test]

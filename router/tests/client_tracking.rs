@@ -144,6 +144,14 @@ async fn noloop_optin_redirect_and_bcast() {
     other.ok(&["SET", "n", "3"]).await;
     other.expect_push(&inv("n")).await;
 
+    // RESP2 without REDIRECT: no pushes (they would corrupt its replies), as in Redis.
+    let mut resp2 = Client::connect(addr, false).await;
+    resp2.ok(&["CLIENT", "TRACKING", "ON"]).await;
+    resp2.cmd(&["GET", "q"]).await;
+    writer.ok(&["SET", "q", "1"]).await;
+    resp2.expect_quiet().await;
+    assert_eq!(resp2.cmd(&["PING"]).await, b"+PONG\r\n");
+
     // Reads queued in MULTI are tracked when EXEC runs them.
     other.ok(&["MULTI"]).await;
     assert_eq!(other.cmd(&["GET", "tx"]).await, b"+QUEUED\r\n");

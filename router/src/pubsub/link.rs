@@ -223,9 +223,6 @@ async fn run(
                 // With a near cache, this stream also carries the node's invalidations, and
                 // pings whose answers keep the cache's lease on the node alive.
                 let lease = hub.near.as_ref().map(|near| near.lease_of(link.id, &link.addr));
-                // CLIENT TRACKING's keys were registered on the old stream (or none was): every
-                // tracking client forgets what it cached, as after a FLUSHALL.
-                hub.tracking.flush_all();
                 let tracking = hub.tracking_request();
                 let ping = hub.near.as_ref().map_or(0, |near| near.ping());
                 let _ = requests.send(SubscribeRequest {
@@ -270,6 +267,13 @@ async fn run(
                                     }
                                     if d.ack == 0 {
                                         return true;
+                                    }
+                                    if d.ack == id {
+                                        // The node tracks for this stream from here on; reads
+                                        // it applied before (while the stream was down or
+                                        // opening) registered nowhere: every tracking client
+                                        // forgets what it cached, as after a FLUSHALL.
+                                        hub.tracking.flush_all();
                                     }
                                     for tx in acks.remove(&d.ack).unwrap_or_default() {
                                         let _ = tx.send(());
