@@ -283,3 +283,19 @@ sys.exit("the cached value was never invalidated")
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_node_stream_flushes_tracking_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, list) = support::procs::NodeProc::start_many(dir.path(), 2).await;
+    let r = support::router(&["--nodes", &list, "--deadline-ms", "500"]).await;
+    wait_links(&r).await;
+    let mut c = Client::connect(r.resp_addr(), true).await;
+    c.ok(&["CLIENT", "TRACKING", "ON"]).await;
+    c.cmd(&["GET", "k"]).await;
+    // The node's invalidations stop with its stream: the client must drop everything, since a
+    // write it would not hear of may follow.
+    nodes[1].kill();
+    c.expect_push(FLUSH).await;
+    assert_eq!(r.state.pubsub.tracking.len(), 0);
+}
