@@ -277,7 +277,8 @@ impl ClientTracking {
         };
         // Redis's `sendTrackingMessage`: RESP3 gets a push; RESP2 only as a pub/sub message to a
         // redirect target in pub/sub mode (anything else would corrupt its reply stream).
-        if !target.client.is_resp3() && !(redirected && target.client.is_pubsub()) {
+        let deliverable = target.client.is_resp3() || (redirected && target.client.is_pubsub());
+        if !deliverable {
             return;
         }
         target.push_all(std::slice::from_ref(&m), &self.limits);

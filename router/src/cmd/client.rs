@@ -282,6 +282,13 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
         all.extend(o.prefixes.iter().cloned());
         o.prefixes = all;
     }
+    if ctx.session.http {
+        // Nothing would ever deliver its invalidations.
+        return Reply::error(
+            "ERR CLIENT TRACKING needs a connection: each HTTP request is a session of its own; use RESP",
+        )
+        .into();
+    }
     // Where its own pushes are queued (the connection writes them between replies).
     let hub = ctx.state.pubsub.clone();
     let sub = match &ctx.session.subscriber {
