@@ -66,6 +66,10 @@ pub struct ClientHandle {
     kill: Notify,
     /// Subscriptions: channels, patterns, shard channels (`sub=`, `psub=`, `ssub=`; flag `P`).
     subscriptions: [AtomicUsize; 3],
+    /// CLIENT TRACKING: 1 on (flag `t`), 2 broken redirect (`R`), 4 BCAST (`B`).
+    tracking: AtomicU8,
+    /// CLIENT TRACKING REDIRECT's id (`redir=`; -1 without tracking, 0 without redirect).
+    redir: AtomicI64,
 }
 
 impl ClientHandle {
@@ -89,7 +93,20 @@ impl ClientHandle {
             killed: AtomicBool::new(false),
             kill: Notify::new(),
             subscriptions: Default::default(),
+            tracking: AtomicU8::new(0),
+            redir: AtomicI64::new(-1),
         }
+    }
+
+    /// Whether the connection speaks RESP3 now (HELLO 3).
+    pub fn is_resp3(&self) -> bool {
+        self.protocol.load(Ordering::Relaxed) >= 3
+    }
+
+    /// CLIENT TRACKING's flags (see the field) and `redir=`.
+    pub fn set_tracking(&self, flags: u8, redir: i64) {
+        self.tracking.store(flags, Ordering::Relaxed);
+        self.redir.store(redir, Ordering::Relaxed);
     }
 
     /// The client's subscription counts changed (channels, patterns, shard channels).
@@ -206,6 +223,12 @@ impl ClientHandle {
         if self.held.load(Ordering::Relaxed) || self.blocked.load(Ordering::Relaxed) {
             f.push('b');
         }
+        let tracking = self.tracking.load(Ordering::Relaxed);
+        for (bit, c) in [(1, 't'), (2, 'R'), (4, 'B')] {
+            if tracking & bit != 0 {
+                f.push(c);
+            }
+        }
         if self.unix {
             f.push('U');
         }
@@ -237,7 +260,7 @@ impl ClientHandle {
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r \
-             cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
+             cmd={} user={} redir={} resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.peer,
             self.local,
@@ -251,6 +274,7 @@ impl ClientHandle {
             self.multi.load(Ordering::Relaxed),
             cmd,
             names.user.as_deref().unwrap_or("default"),
+            self.redir.load(Ordering::Relaxed),
             self.protocol.load(Ordering::Relaxed),
             text(&names.lib_name),
             text(&names.lib_ver),

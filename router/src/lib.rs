@@ -57,6 +57,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod stats;
+pub mod tracking;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

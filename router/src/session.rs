@@ -38,6 +38,47 @@ pub struct Session {
     pub last_publish_node: Option<u32>,
     /// READONLY: read-only commands may be served by replicas.
     pub readonly: bool,
+    /// CLIENT TRACKING ON: its options (the table entry goes with it).
+    pub tracking: Option<Tracked>,
+    /// CLIENT CACHING YES|NO, for the next command only.
+    pub caching: Option<bool>,
+}
+
+/// A client's CLIENT TRACKING state; dropping it (OFF, RESET, disconnect) leaves the table.
+#[derive(Debug)]
+pub struct Tracked {
+    pub options: crate::tracking::Options,
+    pub hub: Arc<crate::pubsub::Hub>,
+    pub id: u64,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.hub.tracking.disable(self.id);
+        if self.options.bcast {
+            // The nodes need not send this client's prefixes any more (not waited for).
+            drop(self.hub.want_tracking(true));
+        }
+    }
+}
+
+impl Session {
+    /// Whether this command's reads are tracked (CLIENT TRACKING default mode, with OPTIN /
+    /// OPTOUT as CLIENT CACHING said for this command).
+    pub fn tracks_reads(&self) -> bool {
+        match &self.tracking {
+            Some(t) if !t.options.bcast => {
+                if t.options.optin {
+                    self.caching == Some(true)
+                } else if t.options.optout {
+                    self.caching != Some(false)
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Session {
@@ -58,6 +99,8 @@ impl Session {
             subscriber: None,
             last_publish_node: None,
             readonly: false,
+            tracking: None,
+            caching: None,
         }
     }
 
@@ -114,6 +157,9 @@ impl Session {
     /// the watches.
     pub fn reset(&mut self, password_required: bool) {
         self.subscriber = None;
+        self.tracking = None;
+        self.caching = None;
+        self.client.set_tracking(0, -1);
         self.multi = None;
         self.client.set_multi(None);
         self.set_protocol(Protocol::Resp2);

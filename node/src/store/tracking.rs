@@ -17,8 +17,10 @@
 //! slot leaving the node (the node adopts a topology where it no longer owns it outright)
 //! invalidates the keys tracked in it.
 //!
-//! BCAST routers register prefixes instead and hear of every change of a key with one of them,
-//! with no per-key state.
+//! BCAST routers register prefixes and hear of every change of a key with one of them, with no
+//! per-key state; their other keys register per key as in default mode (a router whose clients
+//! use CLIENT TRACKING BCAST still tracks its near cache's and its default-mode clients' keys).
+//! Re-registering on the same stream (new prefixes) keeps the key registrations.
 //!
 //! The table is bounded ([`DEFAULT_MAX_KEYS`], like Redis's `tracking-table-max-keys`; split
 //! evenly over 16 shards so that writes to different keys rarely share a lock): a new
@@ -133,7 +135,9 @@ impl Tracking {
         if bcast {
             routers.bcast += 1;
         }
-        if previous.is_some() {
+        // The same stream changing its prefixes (a router whose clients BCAST) keeps its key
+        // registrations: no invalidation was lost.
+        if previous.is_some_and(|p| p.stream != stream) {
             self.forget_router(token);
             target.invalidate_all();
             self.sent.fetch_add(1, Ordering::Relaxed);
@@ -178,8 +182,10 @@ impl Tracking {
         }
         let routers = self.routers.read();
         let Some(router) = routers.map.get(&token) else { return false };
-        if let Some(prefixes) = &router.prefixes {
-            return prefixes.iter().any(|p| key.starts_with(p));
+        // A key its prefixes cover needs no registration (every change of it is sent); others
+        // register per key, so a router may track keys and prefixes at once.
+        if router.prefixes.as_ref().is_some_and(|ps| ps.iter().any(|p| key.starts_with(p))) {
+            return true;
         }
         let mut keys = self.shard(key).lock();
         if let Some(holders) = keys.get_mut(key) {
@@ -227,8 +233,9 @@ impl Tracking {
         let key = Bytes::copy_from_slice(key);
         let mut n = 0;
         for token in holders {
+            // A holder whose prefixes match hears of it below, once.
             if let Some(r) = routers.map.get(token)
-                && r.prefixes.is_none()
+                && !r.prefixes.as_ref().is_some_and(|ps| ps.iter().any(|p| key.starts_with(p)))
             {
                 r.target.invalidate(vec![key.clone()]);
                 n += 1;
@@ -348,13 +355,22 @@ mod tests {
         let t = Tracking::default();
         let r = Arc::new(Recorder::default());
         t.enable(1, 10, r.clone(), Some(vec![Bytes::from("user:")]));
-        assert!(t.track(1, b"user:1") && !t.track(1, b"other"));
+        assert!(t.track(1, b"user:1"));
+        assert!(t.is_empty(), "no per-key state for a covered key");
+        assert!(t.track(1, b"other"), "others register per key");
         t.touch(b"user:1");
         t.touch(b"user:1");
         t.touch(b"other");
+        t.touch(b"other");
         t.touch(b"user:2");
-        assert_eq!(r.take(), ["user:1", "user:1", "user:2"]);
-        assert!(t.is_empty(), "no per-key state");
+        assert_eq!(r.take(), ["user:1", "user:1", "other", "user:2"]);
+        // New prefixes on the same stream keep the registrations, without an invalidate-all.
+        t.track(1, b"kept");
+        t.enable(1, 10, r.clone(), Some(vec![Bytes::from("order:")]));
+        t.touch(b"kept");
+        t.touch(b"user:3");
+        t.touch(b"order:1");
+        assert_eq!(r.take(), ["kept", "order:1"]);
     }
 
     #[test]

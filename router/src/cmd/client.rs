@@ -3,7 +3,12 @@
 
 use super::spec::*;
 use super::{Args, Ctx, Pending, clients, syntax_error};
+use bytes::Bytes;
+
+use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Reply;
+use crate::session::Tracked;
+use crate::tracking::Options;
 
 pub const CLIENT_SETNAME: CommandSpec = CommandSpec {
     name: "client|setname",
@@ -125,6 +130,262 @@ pub fn unblock(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::Int(i64::from(done)).into()
 }
 
+pub const CLIENT_TRACKING: CommandSpec = CommandSpec {
+    name: "client|tracking",
+    arity: -3,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "6.0.0",
+    summary: "Enable or disable server assisted client side caching support",
+    complexity: "O(1). Some options may introduce additional complexity.",
+    run: tracking,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_CACHING: CommandSpec = CommandSpec {
+    name: "client|caching",
+    arity: 3,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "6.0.0",
+    summary: "Instruct the server about tracking or not keys in the next request",
+    complexity: "O(1)",
+    run: caching,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_GETREDIR: CommandSpec = CommandSpec {
+    name: "client|getredir",
+    arity: 2,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "6.0.0",
+    summary: "Get tracking notifications redirection client ID if any",
+    complexity: "O(1)",
+    run: getredir,
+    ..CommandSpec::DEFAULT
+};
+
+pub const CLIENT_TRACKINGINFO: CommandSpec = CommandSpec {
+    name: "client|trackinginfo",
+    arity: 2,
+    flags: SUB_FLAGS,
+    keys: KeySpec::NONE,
+    acl: SLOW_CONN,
+    group: "connection",
+    since: "6.2.0",
+    summary: "Return information about server assisted client side caching for the current connection",
+    complexity: "O(1)",
+    run: trackinginfo,
+    ..CommandSpec::DEFAULT
+};
+
+/// `CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p ...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]`:
+/// Redis 7.0's `clientCommand` checks, in its order and with its texts.
+pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mut o = Options::default();
+    let mut j = 3;
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        let a = &args[j];
+        if a.eq_ignore_ascii_case(b"redirect") && more {
+            j += 1;
+            if o.redirect != 0 {
+                return Reply::error("ERR A client can only redirect to a single other client").into();
+            }
+            let id = match super::int_arg(&args[j]) {
+                Ok(id) => id,
+                Err(e) => return e.into(),
+            };
+            if id <= 0 || ctx.state.clients.get(id as u64).is_none() {
+                return Reply::error("ERR The client ID you want redirect to does not exist").into();
+            }
+            o.redirect = id as u64;
+        } else if a.eq_ignore_ascii_case(b"bcast") {
+            o.bcast = true;
+        } else if a.eq_ignore_ascii_case(b"optin") {
+            o.optin = true;
+        } else if a.eq_ignore_ascii_case(b"optout") {
+            o.optout = true;
+        } else if a.eq_ignore_ascii_case(b"noloop") {
+            o.noloop = true;
+        } else if a.eq_ignore_ascii_case(b"prefix") && more {
+            j += 1;
+            o.prefixes.push(args[j].clone());
+        } else {
+            return syntax_error().into();
+        }
+        j += 1;
+    }
+    if args[2].eq_ignore_ascii_case(b"off") {
+        ctx.session.tracking = None;
+        ctx.session.client.set_tracking(0, -1);
+        return Reply::OK.into();
+    }
+    if !args[2].eq_ignore_ascii_case(b"on") {
+        return syntax_error().into();
+    }
+    if !o.bcast && !o.prefixes.is_empty() {
+        return Reply::error("ERR PREFIX option requires BCAST mode to be enabled").into();
+    }
+    if let Some(old) = &ctx.session.tracking
+        && old.options.bcast != o.bcast
+    {
+        return Reply::error(
+            "ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then \
+             re-enabling it with a different mode.",
+        )
+        .into();
+    }
+    if o.bcast && (o.optin || o.optout) {
+        return Reply::error("ERR OPTIN and OPTOUT are not compatible with BCAST").into();
+    }
+    if o.optin && o.optout {
+        return Reply::error("ERR You can't specify both OPTIN mode and OPTOUT mode").into();
+    }
+    if let Some(old) = &ctx.session.tracking
+        && ((o.optin && old.options.optout) || (o.optout && old.options.optin))
+    {
+        return Reply::error(
+            "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then \
+             re-enabling it with a different mode.",
+        )
+        .into();
+    }
+    if o.bcast {
+        // Redis's `checkPrefixCollisionsOrReply`: prefixes of one client must not overlap.
+        let mut all: Vec<Bytes> =
+            ctx.session.tracking.as_ref().map(|t| t.options.prefixes.clone()).unwrap_or_default();
+        for (i, p) in o.prefixes.iter().enumerate() {
+            let others = all
+                .iter()
+                .map(|q| (q, "an existing"))
+                .chain(o.prefixes[i + 1..].iter().map(|q| (q, "another provided")));
+            for (q, which) in others {
+                if p.starts_with(q) || q.starts_with(p) {
+                    return Reply::error_fmt(format!(
+                        "ERR Prefix '{}' overlaps with {which} prefix '{}'. Prefixes for a single client \
+                         must not overlap.",
+                        String::from_utf8_lossy(p),
+                        String::from_utf8_lossy(q)
+                    ))
+                    .into();
+                }
+            }
+        }
+        all.extend(o.prefixes.iter().cloned());
+        o.prefixes = all;
+    }
+    if ctx.session.http {
+        // Nothing would ever deliver its invalidations.
+        return Reply::error(
+            "ERR CLIENT TRACKING needs a connection: each HTTP request is a session of its own; use RESP",
+        )
+        .into();
+    }
+    // Where its own pushes are queued (the connection writes them between replies).
+    let hub = ctx.state.pubsub.clone();
+    let sub = match &ctx.session.subscriber {
+        Some(s) => s.sub.clone(),
+        None => {
+            let sub = Subscriber::new(ctx.session.client.clone());
+            hub.tracking.register_queue(ctx.session.id, &sub);
+            ctx.session.subscriber = Some(LeaveOnDrop { hub: hub.clone(), sub: sub.clone() });
+            sub
+        }
+    };
+    let flags = 1 | if o.bcast { 4 } else { 0 };
+    ctx.session.client.set_tracking(flags, o.redirect as i64);
+    let before = hub.tracking.bcast_prefixes();
+    hub.tracking.enable(ctx.session.id, o.clone(), sub);
+    let changed = hub.tracking.bcast_prefixes() != before;
+    // Replacing the session's earlier state must not disable the client it re-enabled.
+    if let Some(mut old) = ctx.session.tracking.take() {
+        old.id = 0;
+    }
+    ctx.session.tracking = Some(Tracked { options: o, hub: hub.clone(), id: ctx.session.id });
+    // BCAST: the reply waits until the nodes send the new prefixes' changes.
+    let registered = hub.want_tracking(changed);
+    Pending::later(async move {
+        registered.await;
+        Reply::OK
+    })
+}
+
+pub fn caching(args: &Args, ctx: &mut Ctx) -> Pending {
+    let Some(t) = &ctx.session.tracking else {
+        return Reply::error(
+            "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT \
+             mode enabled",
+        )
+        .into();
+    };
+    let yes = if args[2].eq_ignore_ascii_case(b"yes") {
+        if !t.options.optin {
+            return Reply::error(
+                "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            )
+            .into();
+        }
+        true
+    } else if args[2].eq_ignore_ascii_case(b"no") {
+        if !t.options.optout {
+            return Reply::error(
+                "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            )
+            .into();
+        }
+        false
+    } else {
+        return syntax_error().into();
+    };
+    ctx.session.caching = Some(yes);
+    Reply::OK.into()
+}
+
+pub fn getredir(_args: &Args, ctx: &mut Ctx) -> Pending {
+    Reply::Int(ctx.session.tracking.as_ref().map_or(-1, |t| t.options.redirect as i64)).into()
+}
+
+pub fn trackinginfo(_args: &Args, ctx: &mut Ctx) -> Pending {
+    let t = ctx.session.tracking.as_ref();
+    let mut flags = vec![Reply::bulk(if t.is_some() { "on" } else { "off" })];
+    if let Some(t) = t {
+        let o = &t.options;
+        if o.bcast {
+            flags.push(Reply::bulk("bcast"));
+        }
+        if o.optin {
+            flags.push(Reply::bulk("optin"));
+            if ctx.session.caching == Some(true) {
+                flags.push(Reply::bulk("caching-yes"));
+            }
+        }
+        if o.optout {
+            flags.push(Reply::bulk("optout"));
+            if ctx.session.caching == Some(false) {
+                flags.push(Reply::bulk("caching-no"));
+            }
+        }
+        if o.noloop {
+            flags.push(Reply::bulk("noloop"));
+        }
+    }
+    let prefixes = t.map_or_else(Vec::new, |t| t.options.prefixes.iter().cloned().map(Reply::Bulk).collect());
+    Reply::Map(vec![
+        (Reply::bulk("flags"), Reply::Set(flags)),
+        (Reply::bulk("redirect"), Reply::Int(t.map_or(-1, |t| t.options.redirect as i64))),
+        (Reply::bulk("prefixes"), Reply::Array(prefixes)),
+    ])
+    .into()
+}
+
 pub const CLIENT_HELP: CommandSpec = CommandSpec {
     name: "client|help",
     arity: 2,
@@ -162,6 +423,10 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &clients::CLIENT_UNPAUSE,
         &CLIENT_NO_EVICT,
         &CLIENT_UNBLOCK,
+        &CLIENT_TRACKING,
+        &CLIENT_CACHING,
+        &CLIENT_GETREDIR,
+        &CLIENT_TRACKINGINFO,
         &CLIENT_HELP,
     ],
 };
@@ -237,12 +502,15 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
 
-/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the subcommands Shoal
-/// does not serve (CACHING, GETREDIR, REPLY, TRACKING, TRACKINGINFO), and with
-/// SETINFO where Redis 7.2 lists it.
+/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the one subcommand Shoal
+/// does not serve (REPLY), and with SETINFO where Redis 7.2 lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CACHING (YES|NO)",
+        "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+        "GETREDIR",
+        "    Return the client ID we are redirecting to when tracking is enabled.",
         "GETNAME",
         "    Return the name of the current connection.",
         "ID",
@@ -279,6 +547,11 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    * LIB-VER: the client lib version.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+        "         [OPTIN] [OPTOUT] [NOLOOP]",
+        "    Control server assisted client side caching.",
+        "TRACKINGINFO",
+        "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "HELP",

@@ -120,6 +120,8 @@ enum Param {
     /// `normal` and `replica` are kept and shown (Shoal's per-round reply limit is
     /// `--client-output-buffer-limit`, and it has no replicas yet).
     OutputLimit,
+    /// `tracking-table-max-keys`: CLIENT TRACKING's table in this router (crate::tracking).
+    TrackingMaxKeys,
 }
 
 /// Parameter names in the order CONFIG GET lists them (Redis's aliases included).
@@ -151,6 +153,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("client-output-buffer-limit", Param::OutputLimit),
     ("busy-reply-threshold", Param::Node(Setting::BusyReplyThreshold)),
     ("lua-time-limit", Param::Node(Setting::BusyReplyThreshold)),
+    ("tracking-table-max-keys", Param::TrackingMaxKeys),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with
@@ -203,6 +206,7 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Port => state.settings.tcp_port.to_string(),
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                     Param::OutputLimit => output_limits(&state),
+                    Param::TrackingMaxKeys => state.pubsub.tracking.max_keys().to_string(),
                 };
                 (Reply::bulk(name), Reply::Bulk(Bytes::from(value)))
             })
@@ -249,7 +253,7 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
                 Ok(l) => limits = Some(l),
                 Err(why) => return failed(name, why).into(),
             },
-            Param::SlowerThan | Param::SlowlogMaxLen => {
+            Param::SlowerThan | Param::SlowlogMaxLen | Param::TrackingMaxKeys => {
                 let min = if p == Param::SlowerThan { -1 } else { 0 };
                 match shoal_wire::num::parse_i64(value) {
                     Some(n) if n >= min => local.push((p, n)),
@@ -287,6 +291,7 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         for (p, n) in local {
             match p {
                 Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
+                Param::TrackingMaxKeys => state.pubsub.tracking.set_max_keys(n as u64),
                 _ => {
                     state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
                     state.stats.slowlog_trim();

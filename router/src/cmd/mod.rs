@@ -253,7 +253,52 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
         ReadFrom::Primary if ctx.session.readonly => ReadFrom::ReplicaPreferred,
         policy => policy,
     };
+    if ctx.state.pubsub.tracking.active() {
+        client_tracking(spec, args, ctx);
+    }
     (spec.run)(args, ctx)
+}
+
+/// CLIENT TRACKING (crate::tracking): a write invalidates its keys for the clients holding
+/// them before it is sent (the writer's own push comes before its reply, as in Redis); a
+/// tracking client's read remembers its keys, and registers the ones this router did not hold
+/// yet on their nodes, queued before the command's own ops so the node registers first.
+fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
+    // Redis's `resetClient`: CLIENT CACHING applies to the next command, CLIENT ones excepted.
+    let caching =
+        if spec.name.starts_with("client|") { ctx.session.caching } else { ctx.session.caching.take() };
+    let keys = || spec_keys(spec, args);
+    if spec.flags.contains(&"write") {
+        for key in keys() {
+            ctx.state.pubsub.tracking.invalidate(key, ctx.session.id);
+        }
+        return;
+    }
+    if !spec.flags.contains(&"readonly") || spec.keys.first <= 0 {
+        return;
+    }
+    let saved = std::mem::replace(&mut ctx.session.caching, caching);
+    let tracks = ctx.session.tracks_reads();
+    ctx.session.caching = saved;
+    if !tracks {
+        return;
+    }
+    let keys: Vec<Bytes> = keys().cloned().collect();
+    let hub = &ctx.state.pubsub;
+    for key in hub.tracking.read(ctx.session.id, &keys) {
+        let track = proto::Get { key: key.clone(), nil_if_not_string: true, track: hub.token };
+        // Only its place in the node's queue matters (before the read); the reply is dropped.
+        drop(ctx.state.backend.key(ctx.routing, key, op(Kind::Get(track)), ctx.deadline));
+    }
+}
+
+/// The keys of a command by its key spec (first, last, step).
+fn spec_keys<'a>(spec: &CommandSpec, args: &'a Args) -> impl Iterator<Item = &'a Bytes> {
+    let ks = spec.keys;
+    let (first, step) = (ks.first.max(0) as usize, ks.step.max(1) as usize);
+    let last = if ks.last < 0 { args.len() as i64 + i64::from(ks.last) } else { i64::from(ks.last) };
+    let end = if ks.first <= 0 { 0 } else { (last.max(0) as usize + 1).min(args.len()) };
+    args.get(first..end.max(first)).unwrap_or(&[]).iter().step_by(step)
 }
 
 /// `-ERR unknown command 'x', with args beginning with: 'a' 'b' `, built like Redis: at most 128

@@ -292,6 +292,8 @@ fn change(args: &Args, ctx: &mut Ctx, add: bool) -> Pending {
         }
         None => {
             let sub = Subscriber::new(ctx.session.client.clone());
+            // A CLIENT TRACKING REDIRECT target is found by its id.
+            hub.tracking.register_queue(ctx.session.id, &sub);
             ctx.session.subscriber = Some(LeaveOnDrop { hub: hub.clone(), sub: sub.clone() });
             sub
         }

@@ -27,7 +27,7 @@ use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
-    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription, Tracking,
+    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -37,6 +37,7 @@ use tonic::Streaming;
 use super::Hub;
 use crate::backend::{Backend, BackendError};
 use crate::nearcache::{NearCache, NodeLease};
+use crate::tracking::ClientTracking;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -48,6 +49,8 @@ const RETIRE_GRACE: Duration = Duration::from_secs(30);
 pub struct Change {
     pub subs: Vec<Subscription>,
     pub ack: Option<oneshot::Sender<()>>,
+    /// Register this router for tracking on the node (the first CLIENT TRACKING ON).
+    pub tracking: bool,
 }
 
 #[derive(Debug)]
@@ -143,21 +146,33 @@ impl Link {
 /// Applies the near-cache deliveries of a batch (invalidations, pongs) and takes them out, in
 /// the order the node sent them (a pong renews the node's lease only after the invalidations
 /// queued before it were applied).
-fn near_cache(near: &NearCache, lease: &NodeLease, deliveries: &mut Vec<Delivery>) {
+fn near_cache(
+    near: Option<(&NearCache, &NodeLease)>,
+    clients: &ClientTracking,
+    deliveries: &mut Vec<Delivery>,
+) {
     deliveries.retain(|d| {
         if d.pong != 0 {
-            near.pong(lease, d.pong);
+            if let Some((near, lease)) = near {
+                near.pong(lease, d.pong);
+            }
             return false;
         }
         if d.invalidate_all {
-            near.metrics.invalidations.inc();
-            near.flush();
+            if let Some((near, _)) = near {
+                near.metrics.invalidations.inc();
+                near.flush();
+            }
+            clients.flush_all();
             return false;
         }
         if !d.invalidate.is_empty() {
             for key in &d.invalidate {
-                near.metrics.invalidations.inc();
-                near.invalidate(key);
+                if let Some((near, _)) = near {
+                    near.metrics.invalidations.inc();
+                    near.invalidate(key);
+                }
+                clients.invalidate(key, 0);
             }
             return false;
         }
@@ -208,8 +223,7 @@ async fn run(
                 // With a near cache, this stream also carries the node's invalidations, and
                 // pings whose answers keep the cache's lease on the node alive.
                 let lease = hub.near.as_ref().map(|near| near.lease_of(link.id, &link.addr));
-                let tracking =
-                    hub.near.as_ref().map(|near| Tracking { token: near.token, ..Default::default() });
+                let tracking = hub.tracking_request();
                 let ping = hub.near.as_ref().map_or(0, |near| near.ping());
                 let _ = requests.send(SubscribeRequest {
                     changes: state,
@@ -237,9 +251,8 @@ async fn run(
                         message = replies.message() => match message {
                             Ok(Some(batch)) => {
                                 let mut deliveries = batch.deliveries;
-                                if let (Some(near), Some(lease)) = (&hub.near, &lease) {
-                                    near_cache(near, lease, &mut deliveries);
-                                }
+                                let near = hub.near.as_deref().zip(lease.as_deref());
+                                near_cache(near, &hub.tracking, &mut deliveries);
                                 deliveries.retain(|d| {
                                     if d.topology_version != 0 {
                                         // A node is ahead: slots may have changed owners, and
@@ -254,6 +267,13 @@ async fn run(
                                     }
                                     if d.ack == 0 {
                                         return true;
+                                    }
+                                    if d.ack == id {
+                                        // The node tracks for this stream from here on; reads
+                                        // it applied before (while the stream was down or
+                                        // opening) registered nowhere: every tracking client
+                                        // forgets what it cached, as after a FLUSHALL.
+                                        hub.tracking.flush_all();
                                     }
                                     for tx in acks.remove(&d.ack).unwrap_or_default() {
                                         let _ = tx.send(());
@@ -272,7 +292,8 @@ async fn run(
                                     acks.insert(id, vec![tx]);
                                     id
                                 });
-                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, ..Default::default() });
+                                let tracking = if change.tracking { hub.tracking_request() } else { None };
+                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, tracking, ..Default::default() });
                             }
                             None => return,
                         },
@@ -292,6 +313,7 @@ async fn run(
                 if let (Some(near), Some(lease)) = (&hub.near, &lease) {
                     near.node_down(lease);
                 }
+                hub.tracking.flush_all();
                 *link.client.lock() = None;
                 // Waiters are released (dropped senders): the state is sent again on reconnect.
                 drop(acks);

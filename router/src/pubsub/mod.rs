@@ -26,7 +26,7 @@ pub mod subscriber;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,7 +53,8 @@ struct Local {
 impl Local {
     fn of(&mut self, kind: Kind) -> &mut Holders {
         match kind {
-            Kind::Channel => &mut self.channels,
+            // Tracking messages are never subscribed to.
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
@@ -61,7 +62,7 @@ impl Local {
 
     fn get(&self, kind: Kind) -> &Holders {
         match kind {
-            Kind::Channel => &self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &self.channels,
             Kind::Pattern => &self.patterns,
             Kind::Shard => &self.shard,
         }
@@ -97,7 +98,7 @@ impl Local {
 
 fn wire_kind(kind: Kind) -> PubSubKind {
     match kind {
-        Kind::Channel => PubSubKind::PubsubChannel,
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => PubSubKind::PubsubChannel,
         Kind::Pattern => PubSubKind::PubsubPattern,
         Kind::Shard => PubSubKind::PubsubShard,
     }
@@ -110,7 +111,7 @@ fn registration(kind: Kind, name: Bytes, clients: usize) -> Subscription {
 /// The reply words of each kind: (subscribe, unsubscribe).
 fn words(kind: Kind) -> (&'static str, &'static str) {
     match kind {
-        Kind::Channel => ("subscribe", "unsubscribe"),
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => ("subscribe", "unsubscribe"),
         Kind::Pattern => ("psubscribe", "punsubscribe"),
         Kind::Shard => ("ssubscribe", "sunsubscribe"),
     }
@@ -130,6 +131,14 @@ pub struct Hub {
     stop: watch::Sender<bool>,
     /// The near cache (`--near-cache`), whose invalidations the links receive.
     pub near: Option<Arc<crate::nearcache::NearCache>>,
+    /// CLIENT TRACKING's table, which hears of the same invalidations (crate::tracking).
+    pub tracking: Arc<crate::tracking::ClientTracking>,
+    /// This router's tracking token on the nodes (the near cache's when it is on).
+    pub token: u64,
+    /// Whether the links register this router for tracking on their nodes: from the start with
+    /// a near cache, else from the first CLIENT TRACKING ON (so that routers whose clients
+    /// never track cost the nodes nothing).
+    pub tracking_on: AtomicBool,
 }
 
 impl Hub {
@@ -142,8 +151,44 @@ impl Hub {
             next_ack: AtomicU64::new(1),
             deadline,
             stop: watch::channel(false).0,
+            token: near.as_ref().map_or_else(|| fastrand::u64(1..), |n| n.token),
+            tracking_on: AtomicBool::new(near.is_some()),
+            tracking: Arc::new(crate::tracking::ClientTracking::new(Arc::new(Limits::default()))),
             near,
         })
+    }
+
+    /// What the links send the nodes: this router's token, in BCAST mode with the prefixes of
+    /// its BCAST clients if it has any (its other keys register per key all the same).
+    pub fn tracking_request(&self) -> Option<shoal_wire::proto::Tracking> {
+        if !self.tracking_on.load(Ordering::Acquire) {
+            return None;
+        }
+        let prefixes = self.tracking.bcast_prefixes();
+        Some(shoal_wire::proto::Tracking {
+            token: self.token,
+            bcast: prefixes.is_some(),
+            prefixes: prefixes.unwrap_or_default(),
+        })
+    }
+
+    /// The first CLIENT TRACKING ON (or a change of the BCAST prefixes): every link registers this router for tracking on its node;
+    /// completes when the nodes have acknowledged it (so the client's next read registers).
+    pub fn want_tracking(&self, prefixes_changed: bool) -> impl Future<Output = ()> + Send + use<> {
+        let acks = if self.tracking_on.swap(true, Ordering::AcqRel) && !prefixes_changed {
+            Vec::new()
+        } else {
+            let links = self.links.lock();
+            let mut acks = Vec::with_capacity(links.len());
+            for link in links.values() {
+                let (tx, rx) = oneshot::channel();
+                if link.send(Change { subs: Vec::new(), ack: Some(tx), tracking: true }) {
+                    acks.push(rx);
+                }
+            }
+            acks
+        };
+        self.acked(acks)
     }
 
     fn ack_id(&self) -> u64 {
@@ -221,7 +266,7 @@ impl Hub {
         let mut acks = Vec::with_capacity(links.len());
         for link in links.values() {
             let (tx, rx) = oneshot::channel();
-            if link.send(Change { subs: changes.clone(), ack: Some(tx) }) {
+            if link.send(Change { subs: changes.clone(), ack: Some(tx), tracking: false }) {
                 acks.push(rx);
             }
         }
@@ -369,7 +414,15 @@ impl Hub {
                 }
             }
             tokio::select! {
-                changed = versions.changed() => if changed.is_err() { return },
+                changed = versions.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // Slots may have changed owners: keys CLIENT TRACKING registered on the old
+                    // owners may be written where nobody tracks them. Flush-all, as Redis does
+                    // when it cannot tell which keys changed.
+                    self.tracking.flush_all();
+                }
                 _ = stop.wait_for(|s| *s) => return,
             }
         }

@@ -27,6 +27,11 @@ pub enum Kind {
     Pattern,
     /// SSUBSCRIBE; `smessage`.
     Shard,
+    /// CLIENT TRACKING: the key in `payload` changed (`invalidate` push in RESP3, a
+    /// `__redis__:invalidate` message in RESP2, for a REDIRECT target). Never subscribed to.
+    Invalidate,
+    /// CLIENT TRACKING: everything may have changed (a null key list, as on FLUSHALL).
+    InvalidateAll,
 }
 
 /// A message waiting for its client.
@@ -48,6 +53,22 @@ impl Message {
     /// Appends the push as Redis writes it (`>` in RESP3, an array in RESP2), without building a
     /// reply value first (the hot path of a busy subscriber).
     pub fn encode(&self, protocol: Protocol, out: &mut Out) {
+        if matches!(self.kind, Kind::Invalidate | Kind::InvalidateAll) {
+            // Redis's `sendTrackingMessage`: one key per message, or a null for flush-all.
+            out.put_slice(match protocol {
+                Protocol::Resp3 => b">2\r\n$10\r\ninvalidate\r\n",
+                Protocol::Resp2 => b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n",
+            });
+            match (self.kind, protocol) {
+                (Kind::InvalidateAll, Protocol::Resp3) => out.put_slice(b"_\r\n"),
+                (Kind::InvalidateAll, Protocol::Resp2) => out.put_slice(b"$-1\r\n"),
+                _ => {
+                    out.put_slice(b"*1\r\n");
+                    Reply::Bulk(self.payload.clone()).encode(protocol, out);
+                }
+            }
+            return;
+        }
         let head: &[u8] = match (self.kind, protocol) {
             (Kind::Channel, Protocol::Resp2) => b"*3\r\n$7\r\nmessage\r\n",
             (Kind::Channel, Protocol::Resp3) => b">3\r\n$7\r\nmessage\r\n",
@@ -55,6 +76,7 @@ impl Message {
             (Kind::Pattern, Protocol::Resp3) => b">4\r\n$8\r\npmessage\r\n",
             (Kind::Shard, Protocol::Resp2) => b"*3\r\n$8\r\nsmessage\r\n",
             (Kind::Shard, Protocol::Resp3) => b">3\r\n$8\r\nsmessage\r\n",
+            (Kind::Invalidate | Kind::InvalidateAll, _) => unreachable!("encoded above"),
         };
         out.put_slice(head);
         if self.kind == Kind::Pattern {
@@ -79,6 +101,7 @@ impl Message {
                 Reply::Bulk(self.channel.clone()),
                 Reply::Bulk(self.payload.clone()),
             ],
+            Kind::Invalidate | Kind::InvalidateAll => unreachable!("not a pub/sub message"),
             Kind::Shard => {
                 vec![b("smessage"), Reply::Bulk(self.channel.clone()), Reply::Bulk(self.payload.clone())]
             }
@@ -116,7 +139,7 @@ pub struct Subscriptions {
 impl Subscriptions {
     pub fn of(&mut self, kind: Kind) -> &mut Vec<Bytes> {
         match kind {
-            Kind::Channel => &mut self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
