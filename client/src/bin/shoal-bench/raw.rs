@@ -124,13 +124,22 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     let mut fifo: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     let mut in_flight = 0usize;
     let mut exhausted = false;
+    // Requests this connection has claimed from the shared count and not sent yet (claimed a
+    // window at a time: one atomic add per batch, not per request).
+    let mut claimed = 0u64;
     loop {
         let now = Instant::now();
         while !exhausted && in_flight < load.pipeline && (in_flight == 0 || !out.is_empty()) {
-            if issued.fetch_add(1, Ordering::Relaxed) >= load.requests || now >= load.end {
+            if claimed == 0 {
+                let want = load.pipeline as u64;
+                let from = issued.fetch_add(want, Ordering::Relaxed);
+                claimed = want.min(load.requests.saturating_sub(from));
+            }
+            if claimed == 0 || now >= load.end {
                 exhausted = true;
                 break;
             }
+            claimed -= 1;
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
@@ -231,33 +240,50 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 }
 
 fn resp_command(out: &mut BytesMut, args: &[&[u8]]) {
-    let mut head = Vec::with_capacity(16);
-    head.push(b'*');
-    push_decimal(&mut head, args.len() as u64);
-    head.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&head);
+    put_len(out, b'*', args.len());
     for a in args {
-        head.clear();
-        head.push(b'$');
-        push_decimal(&mut head, a.len() as u64);
-        head.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&head);
+        put_len(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
 }
 
+/// `<kind><n>\r\n` without an allocation.
+fn put_len(out: &mut BytesMut, kind: u8, n: usize) {
+    let mut line = [0u8; 24];
+    line[0] = kind;
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - i;
+    line[1..1 + len].copy_from_slice(&digits[i..]);
+    line[1 + len..3 + len].copy_from_slice(b"\r\n");
+    out.extend_from_slice(&line[..3 + len]);
+}
+
 /// The length of the first complete reply in `buf` and whether it is an error, for the replies
 /// GET, SET and AUTH give (simple string, error, bulk string or nil). `None`: incomplete.
 fn resp_reply(buf: &[u8]) -> Option<(usize, bool)> {
-    let line = buf.windows(2).position(|w| w == b"\r\n")?;
+    // Replies' lines hold no CR before their end.
+    let line = buf.iter().position(|&b| b == b'\r')?;
+    if buf.len() < line + 2 {
+        return None;
+    }
     match buf.first()? {
         b'$' => {
-            let n: i64 = std::str::from_utf8(&buf[1..line]).ok()?.parse().ok()?;
-            if n < 0 {
+            if buf.get(1) == Some(&b'-') {
                 return Some((line + 2, false));
             }
-            let total = line + 2 + n as usize + 2;
+            let n = buf[1..line].iter().fold(0usize, |n, d| n * 10 + (d.wrapping_sub(b'0') as usize % 10));
+            let total = line + 2 + n + 2;
             (buf.len() >= total).then_some((total, false))
         }
         b'-' => Some((line + 2, true)),
