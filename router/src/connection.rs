@@ -439,7 +439,7 @@ const PUSH_ROUNDS: usize = 8;
 /// client was killed meanwhile (CLIENT KILL, or a pub/sub client past its output limit that
 /// does not read), or a client that has not authenticated ran out of time while not reading its
 /// replies). `killed` is the connection's one waiter on its kill switch (see `serve`).
-async fn flush<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
+pub(crate) async fn flush<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
     output: &mut Out,
     stream: &mut S,
     auth_deadline: Option<tokio::time::Instant>,

@@ -58,6 +58,7 @@ use tokio::sync::watch;
 
 use crate::backend::Routing;
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
+use crate::connection::flush;
 use crate::resp::{Out, Protocol, Reply};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, ReadFrom, RouterState};
@@ -411,7 +412,7 @@ pub async fn serve<S>(
         match Preamble::decode(&mut input) {
             Ok(Some(theirs)) => {
                 out.put_slice(&Preamble { version: fast::VERSION }.encode());
-                if !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await {
+                if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await {
                     return;
                 }
                 if theirs.version != fast::VERSION {
@@ -565,7 +566,8 @@ pub async fn serve<S>(
             if state.pause.holds(spec) {
                 // CLIENT PAUSE: the replies so far go out, then this connection waits (reading
                 // nothing more), as a RESP connection does.
-                if !out.is_empty() && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await
+                if !out.is_empty()
+                    && !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await
                 {
                     return;
                 }
@@ -620,7 +622,7 @@ pub async fn serve<S>(
                 }
             }
             if out.len() >= WRITE_AT
-                && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await
+                && !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await
             {
                 return;
             }
@@ -634,7 +636,9 @@ pub async fn serve<S>(
                 return;
             }
         }
-        if !out.is_empty() && !flush(&mut out, &mut stream, auth_deadline, &state, &mut killed).await {
+        if !out.is_empty()
+            && !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await
+        {
             return;
         }
         if in_flight.is_empty() && (fatal.is_some() || stopping || (eof && starved)) {
@@ -643,7 +647,7 @@ pub async fn serve<S>(
                 state.metrics.fast_errors.inc();
                 put_error(&mut out, id, &refusal.to_string());
                 // Bounded on its own (the auth deadline may be what passed): the client may not read.
-                let last = flush(&mut out, &mut stream, None, &state, &mut killed);
+                let last = flush(&mut out, &mut stream, None, &state, &session, &mut killed);
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), last).await;
             }
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
@@ -700,35 +704,6 @@ async fn expiry(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Writes what `out` holds; false when the connection must close (the write failed, the client
-/// was killed meanwhile, or one that has not said HELLO ran out of time while not reading).
-async fn flush<S: AsyncWrite + Unpin, K: std::future::Future<Output = ()>>(
-    out: &mut Out,
-    stream: &mut S,
-    auth_deadline: Option<tokio::time::Instant>,
-    state: &RouterState,
-    killed: &mut std::pin::Pin<&mut K>,
-) -> bool {
-    let write = async {
-        tokio::select! {
-            r = out.write_to(stream) => Some(r),
-            _ = killed.as_mut() => None,
-        }
-    };
-    let written = match auth_deadline {
-        Some(at) => tokio::time::timeout_at(at, write).await.ok(),
-        None => Some(write.await),
-    };
-    match written {
-        Some(Some(Ok(()))) => true,
-        Some(Some(Err(_)) | None) => false,
-        None => {
-            state.metrics.auth_timeouts.inc();
-            false
-        }
     }
 }
 

@@ -8,12 +8,14 @@
 //! is for. Latency is taken per read: a request's time is from the write it went out in to the
 //! read its reply came in.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
+use shoal_client::resp;
 use shoal_wire::fast::{self, Op, Preamble, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -74,7 +76,7 @@ pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, load: &Load) -> 
         } else {
             vec![b"AUTH", user.as_bytes(), pass.as_bytes()]
         };
-        resp_command(&mut out, &args);
+        resp::encode(&mut out, &args);
         s.write_all(&out).await.map_err(|e| e.to_string())?;
         loop {
             match resp_reply(&input) {
@@ -145,7 +147,8 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
             rng ^= rng << 17;
             key.clear();
             key.extend_from_slice(&load.prefix);
-            push_decimal(&mut key, rng % load.keyspace.max(1));
+            // Formatting into the reused buffer allocates nothing.
+            let _ = write!(key, "{}", rng % load.keyspace.max(1));
             let get = load.get_ratio >= 1.0 || ((rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
             if load.fast {
                 let id = free.pop().expect("a free slot while under the window");
@@ -158,9 +161,9 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
             } else {
                 fifo.push_back(now);
                 if get {
-                    resp_command(&mut out, &[b"GET", &key]);
+                    resp::encode(&mut out, &[&b"GET"[..], &key]);
                 } else {
-                    resp_command(&mut out, &[b"SET", &key, &load.value]);
+                    resp::encode(&mut out, &[&b"SET"[..], &key, &load.value]);
                 }
             }
             in_flight += 1;
@@ -225,70 +228,11 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
-
-fn resp_command(out: &mut BytesMut, args: &[&[u8]]) {
-    put_len(out, b'*', args.len());
-    for a in args {
-        put_len(out, b'$', a.len());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// `<kind><n>\r\n` without an allocation.
-fn put_len(out: &mut BytesMut, kind: u8, n: usize) {
-    let mut line = [0u8; 24];
-    line[0] = kind;
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let len = digits.len() - i;
-    line[1..1 + len].copy_from_slice(&digits[i..]);
-    line[1 + len..3 + len].copy_from_slice(b"\r\n");
-    out.extend_from_slice(&line[..3 + len]);
-}
-
-/// The length of the first complete reply in `buf` and whether it is an error, for the replies
-/// GET, SET and AUTH give (simple string, error, bulk string or nil). `None`: incomplete.
+/// The length of the first complete reply in `buf` and whether it is an error (`None`:
+/// incomplete), by the client crate's own RESP framing.
 fn resp_reply(buf: &[u8]) -> Option<(usize, bool)> {
-    // Replies' lines hold no CR before their end.
-    let line = buf.iter().position(|&b| b == b'\r')?;
-    if buf.len() < line + 2 {
-        return None;
-    }
-    match buf.first()? {
-        b'$' => {
-            if buf.get(1) == Some(&b'-') {
-                return Some((line + 2, false));
-            }
-            let n = buf[1..line].iter().fold(0usize, |n, d| n * 10 + (d.wrapping_sub(b'0') as usize % 10));
-            let total = line + 2 + n + 2;
-            (buf.len() >= total).then_some((total, false))
-        }
-        b'-' => Some((line + 2, true)),
-        _ => Some((line + 2, false)),
-    }
+    let len = resp::frame_len(buf, usize::MAX).ok().flatten()?;
+    Some((len, buf[0] == b'-'))
 }
 
 #[cfg(test)]
@@ -303,12 +247,5 @@ mod tests {
         assert_eq!(resp_reply(b"$-1\r\n"), Some((5, false)));
         assert_eq!(resp_reply(b"-ERR x\r\n"), Some((8, true)));
         assert_eq!(resp_reply(b"+O"), None);
-        let mut out = BytesMut::new();
-        resp_command(&mut out, &[b"GET", b"key:12"]);
-        assert_eq!(&out[..], b"*2\r\n$3\r\nGET\r\n$6\r\nkey:12\r\n");
-        let mut d = Vec::new();
-        push_decimal(&mut d, 0);
-        push_decimal(&mut d, 1234567890123);
-        assert_eq!(d, b"01234567890123");
     }
 }
