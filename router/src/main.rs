@@ -5,12 +5,6 @@ use shoal_router::Router;
 use shoal_router::config::{Cli, Command};
 use shoal_telemetry::{logging, runtime, shutdown};
 
-/// A request's work in the router is many small, short-lived allocations; mimalloc serves them from
-/// per-thread pages without glibc's locking and coalescing (docs/benchmarks.md#allocator). Embedded
-/// nodes share it; `shoal-node` keeps glibc's, which packs small typed values tighter.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
