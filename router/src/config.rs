@@ -230,9 +230,10 @@ pub struct RouterArgs {
     pub read_from: crate::state::ReadFrom,
 
     /// Counters of the hot-key sketch (`SHOAL HOTKEYS`, `shoal_router_hotkey_*`), per ranking (by
-    /// commands, by bytes); 0 turns hot-key tracking off. Each ranking's error is at most about
-    /// its total weight / capacity.
-    #[arg(long, env = "SHOAL_HOTKEYS_CAPACITY", default_value_t = 256)]
+    /// commands, by bytes), e.g. 256; 0 (the default) turns hot-key tracking off: counting every
+    /// command's keys cost up to a third of the throughput at pipeline depth 16
+    /// (docs/benchmarks.md). Each ranking's error is at most about its total weight / capacity.
+    #[arg(long, env = "SHOAL_HOTKEYS_CAPACITY", default_value_t = 0)]
     pub hotkeys_capacity: usize,
 
     /// Every this many seconds the hot-key counts are halved, so the ranking follows recent

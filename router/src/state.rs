@@ -88,7 +88,7 @@ impl Default for Settings {
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
             aclfile: None,
-            hotkeys_capacity: 256,
+            hotkeys_capacity: 0,
             hotkeys_decay: Some(Duration::from_secs(60)),
             fast_max_in_flight: crate::fast::DEFAULT_MAX_IN_FLIGHT,
             near_cache: 0,

@@ -621,7 +621,7 @@ async fn maxclients_counts_fast_clients_and_a_small_in_flight_bound_still_answer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_path_requests_feed_the_hot_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let (router, path) = router(dir.path(), &[]).await;
+    let (router, path) = router(dir.path(), &["--hotkeys-capacity", "256"]).await;
     let mut f = Fast::connect(&path).await;
     assert_eq!(f.hello("", "").await.status, Status::Ok);
     let big = vec![b'v'; 4096];

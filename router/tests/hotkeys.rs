@@ -105,7 +105,9 @@ fn check_top(reported: &[(Vec<u8>, i64, i64)], exact: &HashMap<String, u64>, wha
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_keys_and_slot_stats_follow_a_skewed_workload() {
     // No decay: the counts must cover the whole run for the exact comparison.
-    let router = support::router(&["--embedded-nodes", "3", "--hotkeys-decay-secs", "0"]).await;
+    let router =
+        support::router(&["--embedded-nodes", "3", "--hotkeys-capacity", "256", "--hotkeys-decay-secs", "0"])
+            .await;
     let mut c = support::redis_conn(router.resp_addr()).await;
     let mut model = Model::default();
 
