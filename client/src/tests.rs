@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::resp::{self, Value};
 use crate::{Client, Config, Endpoint, Error, Protocol};
 
-/// A fake RESP server's connection: answers PING, ECHO x, SLOW (after 400 ms), HANG (never
+/// A fake RESP server's connection: answers PING, ECHO x, SLOW (after 1200 ms), HANG (never
 /// answers, keeps reading) and CLOSE (closes the connection); counts the requests it has read in `seen`.
 async fn fake_resp<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, seen: Arc<AtomicUsize>) {
     let mut buf = BytesMut::new();
@@ -30,7 +30,7 @@ async fn fake_resp<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, seen: Arc<Atomic
                 }
                 b"HANG" => continue,
                 b"SLOW" => {
-                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
                     b"+SLOW\r\n".to_vec()
                 }
                 b"CLOSE" => return,
@@ -100,9 +100,11 @@ async fn a_request_without_an_answer_times_out_and_the_connection_stays_usable()
     assert_eq!(client.live_connections(), 1, "a timeout does not tear the connection down");
     // A late reply still lines up the stream: the timed-out SLOW's answer is consumed by its
     // (abandoned) waiter, and the ECHO after it gets its own answer, not SLOW's.
-    // (A fresh client: the fake never answers HANG, and RESP's replies come in order.)
+    // (A fresh client: the fake never answers HANG, and RESP's replies come in order.) SLOW
+    // answers 200 ms after its 1 s deadline, so ECHO, queued behind it, has 800 ms to spare even
+    // on a loaded machine.
     let client =
-        Client::connect(config(ep, Protocol::Resp).timeout(Duration::from_millis(200))).await.unwrap();
+        Client::connect(config(ep, Protocol::Resp).timeout(Duration::from_millis(1000))).await.unwrap();
     assert!(matches!(client.cmd(&["SLOW"]).await, Err(Error::Timeout)));
     let v = client.cmd(&["ECHO", "mine"]).await.unwrap();
     assert_eq!(v.as_bytes(), Some(&b"mine"[..]));
