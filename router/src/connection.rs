@@ -238,7 +238,11 @@ pub async fn serve<S>(
             let before = output.len();
             reply.encode(protocol, &mut output);
             reply_size = reply_size.max(output.len() - before);
-            if let Some(spec) = slot.and_then(crate::stats::spec_at).filter(|_| session.authenticated) {
+            // Off (the default), hot keys cost this one branch.
+            if state.hotkeys.enabled()
+                && session.authenticated
+                && let Some(spec) = slot.and_then(crate::stats::spec_at)
+            {
                 state.hotkeys.record_command(spec, &args, output.len() - before);
             }
             if output.len() > state.settings.output_buffer_limit {
