@@ -223,26 +223,20 @@ impl HotKeys {
         s.bytes.add(hash, key, bytes);
     }
 
-    /// A command's keys, as its spec declares them (`first`, `last`, `step`, as COMMAND INFO), and
-    /// its request and reply bytes, split evenly over them.
+    /// A command's keys, as its spec declares them ([`crate::cmd::spec_keys`]), and its request
+    /// and reply bytes, split evenly over them.
     pub fn record_command(&self, spec: &crate::cmd::CommandSpec, args: &[Bytes], reply_bytes: usize) {
         if self.capacity == 0 {
             return;
         }
-        let ks = spec.keys;
-        if ks.first <= 0 || ks.step <= 0 || args.len() <= ks.first as usize {
+        let keys = crate::cmd::spec_keys(spec, args);
+        let n = keys.len();
+        if n == 0 {
             return;
         }
-        let last = if ks.last < 0 { args.len() as i64 + i64::from(ks.last) } else { i64::from(ks.last) };
-        let last = (last.max(0) as usize).min(args.len() - 1);
-        let first = ks.first as usize;
-        if last < first {
-            return;
-        }
-        let keys = (last - first) / ks.step as usize + 1;
         let request: usize = args.iter().map(|a| a.len()).sum();
-        let share = ((request + reply_bytes) / keys) as u64;
-        for key in args[first..=last].iter().step_by(ks.step as usize) {
+        let share = ((request + reply_bytes) / n) as u64;
+        for key in keys {
             self.record(key, share);
         }
     }

@@ -292,8 +292,9 @@ fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
     }
 }
 
-/// The keys of a command by its key spec (first, last, step).
-fn spec_keys<'a>(spec: &CommandSpec, args: &'a Args) -> impl Iterator<Item = &'a Bytes> {
+/// The keys of a command by its key spec (first, last, step, as COMMAND INFO gives them): none
+/// when the spec declares none (`first` 0) or the arguments stop before `first`.
+pub(crate) fn spec_keys<'a>(spec: &CommandSpec, args: &'a Args) -> impl ExactSizeIterator<Item = &'a Bytes> {
     let ks = spec.keys;
     let (first, step) = (ks.first.max(0) as usize, ks.step.max(1) as usize);
     let last = if ks.last < 0 { args.len() as i64 + i64::from(ks.last) } else { i64::from(ks.last) };
