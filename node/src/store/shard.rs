@@ -699,10 +699,7 @@ impl Shard {
                 self.base_expiry.pop();
             }
         }
-        match (memory, base_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        memory.into_iter().chain(base_due).min()
     }
 
     /// The volatile entry that expires soonest (for `volatile-ttl` eviction), dropping stale pairs.
