@@ -139,6 +139,42 @@ fn check(acks: &Acks, reads: &Reads) -> (Vec<String>, Duration) {
     (problems, worst)
 }
 
+/// Router A running the cluster's nodes (`nodes_flags`, data in `dir`) and router B reading its
+/// topology file, both with a near cache, linked and hearing from all `n` nodes.
+async fn two_caching_routers(
+    dir: &tempfile::TempDir,
+    nodes_flags: &[&str],
+    n: usize,
+) -> (shoal_router::Router, shoal_router::Router) {
+    let data = dir.path().to_str().unwrap();
+    let common = ["--deadline-ms", "3000", "--near-cache", "16mb"];
+    let a_flags: Vec<&str> = nodes_flags.iter().copied().chain(["--data-dir", data]).chain(common).collect();
+    let a = support::router(&a_flags).await;
+    let topology = dir.path().join("topology.json");
+    let b_flags: Vec<&str> =
+        ["--topology-file", topology.to_str().unwrap()].into_iter().chain(common).collect();
+    let b = support::router(&b_flags).await;
+    for r in [&a, &b] {
+        wait_links(r).await;
+        near_ready(r, n).await;
+    }
+    (a, b)
+}
+
+/// What [`check`] found: nothing.
+fn assert_none_too_old(problems: &[String]) {
+    assert!(
+        problems.is_empty(),
+        "{} reads too old, e.g. {:?}",
+        problems.len(),
+        &problems[..problems.len().min(10)]
+    );
+}
+
+fn hits(r: &shoal_router::Router) -> u64 {
+    r.state.near.as_ref().unwrap().metrics.hits.get()
+}
+
 const KEYS: usize = 16;
 const OPS: usize = 20_000;
 type Tasks<T> = Vec<tokio::task::JoinHandle<T>>;
@@ -230,32 +266,7 @@ async fn collect(writers: Tasks<Acks>, readers: Tasks<Reads>) -> (Acks, Reads) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_reads_and_writes_on_two_caching_routers_while_resharding_stay_within_the_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap().to_string();
-    let a = support::router(&[
-        "--embedded-nodes",
-        "3",
-        "--data-dir",
-        &data,
-        "--deadline-ms",
-        "3000",
-        "--near-cache",
-        "16mb",
-    ])
-    .await;
-    let topology = dir.path().join("topology.json");
-    let b = support::router(&[
-        "--topology-file",
-        topology.to_str().unwrap(),
-        "--deadline-ms",
-        "3000",
-        "--near-cache",
-        "16mb",
-    ])
-    .await;
-    wait_links(&a).await;
-    wait_links(&b).await;
-    near_ready(&a, 3).await;
-    near_ready(&b, 3).await;
+    let (a, b) = two_caching_routers(&dir, &["--embedded-nodes", "3"], 3).await;
     // Data to move, so the reshard takes a while.
     let mut loader = Raw::connect(a.resp_addr()).await;
     support::fill(&mut loader, 20_000, 200).await;
@@ -273,21 +284,13 @@ async fn random_reads_and_writes_on_two_caching_routers_while_resharding_stay_wi
 
     let (acks, reads) = collect(writers, readers).await;
     let (problems, worst) = check(&acks, &reads);
-    let (ha, hb) = (
-        a.state.near.as_ref().unwrap().metrics.hits.get(),
-        b.state.near.as_ref().unwrap().metrics.hits.get(),
-    );
+    let (ha, hb) = (hits(&a), hits(&b));
     eprintln!(
         "{} writes, {} reads, hits {ha} + {hb}, worst lag {worst:?}",
         acks.values().map(Vec::len).sum::<usize>(),
         reads.len()
     );
-    assert!(
-        problems.is_empty(),
-        "{} reads too old, e.g. {:?}",
-        problems.len(),
-        &problems[..problems.len().min(10)]
-    );
+    assert_none_too_old(&problems);
     assert!(reads.len() > 1000 && ha + hb > 100, "the workload ran and the caches served");
     b.shutdown().await;
     a.shutdown().await;
@@ -421,14 +424,9 @@ async fn random_reads_and_writes_across_a_node_restart_stay_within_the_bound() {
         acks.values().map(Vec::len).sum::<usize>(),
         steady.len() + before.len() + after.len()
     );
-    assert!(
-        problems.is_empty(),
-        "{} reads too old, e.g. {:?}",
-        problems.len(),
-        &problems[..problems.len().min(10)]
-    );
+    assert_none_too_old(&problems);
     assert!(late > 50, "the restarted node's keys were read after it came back");
-    let hits: u64 = [&a, &b].iter().map(|r| r.state.near.as_ref().unwrap().metrics.hits.get()).sum();
+    let hits = hits(&a) + hits(&b);
     assert!(hits > 100, "the caches served: {hits}");
     b.shutdown().await;
     a.shutdown().await;
@@ -440,34 +438,7 @@ async fn random_reads_and_writes_across_a_node_restart_stay_within_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_reads_and_writes_across_a_failover_stay_within_the_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap().to_string();
-    let a = support::router(&[
-        "--embedded-nodes",
-        "2",
-        "--replicas",
-        "1",
-        "--data-dir",
-        &data,
-        "--deadline-ms",
-        "3000",
-        "--near-cache",
-        "16mb",
-    ])
-    .await;
-    let topology = dir.path().join("topology.json");
-    let b = support::router(&[
-        "--topology-file",
-        topology.to_str().unwrap(),
-        "--deadline-ms",
-        "3000",
-        "--near-cache",
-        "16mb",
-    ])
-    .await;
-    for r in [&a, &b] {
-        wait_links(r).await;
-        near_ready(r, 2).await;
-    }
+    let (a, b) = two_caching_routers(&dir, &["--embedded-nodes", "2", "--replicas", "1"], 2).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (writers, readers) = workload([a.resp_addr(), b.resp_addr()], stop.clone(), Arc::default()).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -482,18 +453,13 @@ async fn random_reads_and_writes_across_a_failover_stay_within_the_bound() {
     stop.store(true, Ordering::Relaxed);
     let (acks, reads) = collect(writers, readers).await;
     let (problems, worst) = check(&acks, &reads);
-    let hits: u64 = [&a, &b].iter().map(|r| r.state.near.as_ref().unwrap().metrics.hits.get()).sum();
+    let hits = hits(&a) + hits(&b);
     eprintln!(
         "{} writes, {} reads, {hits} hits, worst lag {worst:?}",
         acks.values().map(Vec::len).sum::<usize>(),
         reads.len()
     );
-    assert!(
-        problems.is_empty(),
-        "{} reads too old, e.g. {:?}",
-        problems.len(),
-        &problems[..problems.len().min(10)]
-    );
+    assert_none_too_old(&problems);
     assert!(reads.len() > 1000 && hits > 100);
     b.shutdown().await;
     a.shutdown().await;

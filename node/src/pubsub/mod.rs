@@ -14,6 +14,12 @@
 //! A router's queue ([`Outbox`]) is bounded in bytes: a router that stops reading has its stream
 //! closed once it passes [`ROUTER_BUFFER_LIMIT`] (never grown without bound); the router
 //! reconnects and registers again, and what was queued for it is lost.
+//!
+//! A tracking router's invalidations ride the same queue, but never close it: past
+//! [`TRACKING_BUFFER_LIMIT`] bytes of them queued, the next one becomes a single
+//! `invalidate_all`, and until the router has taken that, further invalidations are covered by
+//! it and not queued. A router slow to read tracking traffic loses its cache, not the pub/sub
+//! messages its subscribers wait for.
 
 pub mod stream;
 
@@ -33,6 +39,9 @@ use crate::store::events::Sink;
 
 /// What one router may have queued and not read before its stream is closed.
 pub const ROUTER_BUFFER_LIMIT: usize = 64 << 20;
+/// What one router may have queued of invalidations before they coalesce into one
+/// `invalidate_all` (a share of [`ROUTER_BUFFER_LIMIT`], so that they alone never close it).
+pub const TRACKING_BUFFER_LIMIT: usize = ROUTER_BUFFER_LIMIT / 4;
 
 /// Per name: each router registered on it, with its count of subscribed clients.
 type Holders = Vec<(u64, u32)>;
@@ -85,6 +94,12 @@ pub struct Outbox {
     /// The router's tracking token once it asked for near-cache invalidations here (0: none):
     /// the stream's end disables its tracking.
     pub tracking_token: AtomicU64,
+    /// Bytes of invalidations queued and not yet taken.
+    tracking_bytes: AtomicUsize,
+    /// An `invalidate_all` is queued and not yet taken: it covers every change made meanwhile
+    /// (the router drops everything from this node when it gets there and refuses replies to
+    /// reads sent before), so invalidations are not queued behind it.
+    flush_queued: AtomicBool,
 }
 
 impl Outbox {
@@ -124,25 +139,41 @@ impl Outbox {
     /// A delivery left the queue (handed to the stream).
     fn taken(&self, d: &Delivery) {
         self.bytes.fetch_sub(delivery_size(d), Ordering::Relaxed);
+        if !d.invalidate.is_empty() {
+            self.tracking_bytes.fetch_sub(invalidation_size(&d.invalidate), Ordering::Relaxed);
+        }
+        if d.invalidate_all {
+            self.flush_queued.store(false, Ordering::SeqCst);
+        }
     }
 }
 
 fn delivery_size(d: &Delivery) -> usize {
-    d.channel.len()
-        + d.pattern.len()
-        + d.payload.len()
-        + d.invalidate.iter().map(|k| k.len() + 4).sum::<usize>()
-        + 16
+    d.channel.len() + d.pattern.len() + d.payload.len() + invalidation_size(&d.invalidate) + 16
+}
+
+fn invalidation_size(keys: &[Bytes]) -> usize {
+    keys.iter().map(|k| k.len() + 4).sum()
 }
 
 /// A tracking router's invalidations ride its pub/sub queue, in order with everything else.
 impl crate::store::tracking::Target for Outbox {
     fn invalidate(&self, keys: Vec<Bytes>) {
+        if self.flush_queued.load(Ordering::SeqCst) {
+            return;
+        }
+        let size = invalidation_size(&keys);
+        if self.tracking_bytes.fetch_add(size, Ordering::Relaxed) + size > TRACKING_BUFFER_LIMIT {
+            self.tracking_bytes.fetch_sub(size, Ordering::Relaxed);
+            return self.invalidate_all();
+        }
         self.push(Delivery { invalidate: keys, ..Default::default() });
     }
 
     fn invalidate_all(&self) {
-        self.push(Delivery { invalidate_all: true, ..Default::default() });
+        if !self.flush_queued.swap(true, Ordering::SeqCst) {
+            self.push(Delivery { invalidate_all: true, ..Default::default() });
+        }
     }
 }
 
@@ -169,6 +200,8 @@ impl PubSub {
             bytes: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             tracking_token: AtomicU64::new(0),
+            tracking_bytes: AtomicUsize::new(0),
+            flush_queued: AtomicBool::new(false),
         });
         self.registry.write().routers.insert(id, outbox.clone());
         (id, outbox, rx)
@@ -416,5 +449,55 @@ mod tests {
             seen_overflow |= matches!(o, Out::Overflow);
         }
         assert!(seen_overflow, "the stream is told to close");
+    }
+
+    #[test]
+    fn invalidations_a_router_does_not_read_coalesce_without_closing_its_stream() {
+        use crate::store::tracking::Target;
+        let ps = PubSub::default();
+        let (a, outbox, mut rx) = ps.attach();
+        ps.apply(
+            a,
+            SubscribeRequest { changes: vec![sub(PubSubKind::PubsubChannel, "c", 1)], ..Default::default() },
+        );
+        let key = Bytes::from(vec![b'k'; 1 << 10]);
+        for _ in 0..(ROUTER_BUFFER_LIMIT >> 10) + 2 {
+            outbox.invalidate(vec![key.clone()]);
+        }
+        assert!(!outbox.closed.load(Ordering::Relaxed), "tracking traffic alone never closes the stream");
+        assert_eq!(ps.publish(b"c", b"still here", false), 1);
+        let mut queued = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            let Out::Delivery(d) = o else { panic!("only single deliveries queued, not {o:?}") };
+            queued.push(d);
+        }
+        let flushes: Vec<usize> = (0..queued.len()).filter(|&i| queued[i].invalidate_all).collect();
+        let keys = queued.iter().filter(|d| !d.invalidate.is_empty()).count();
+        assert_eq!(flushes.len(), 1, "one invalidate_all stands for the rest");
+        assert!(keys > 0 && keys < (TRACKING_BUFFER_LIMIT >> 10) + 1, "{keys} invalidations queued");
+        assert_eq!(
+            &queued[flushes[0] + 1..].iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
+            &[Bytes::from("still here")]
+        );
+        // Until the router has taken the invalidate_all, later changes are covered by it; after,
+        // they are queued one by one again.
+        for d in &queued[..flushes[0]] {
+            outbox.taken(d);
+        }
+        outbox.invalidate(vec![key.clone()]);
+        outbox.invalidate_all();
+        assert!(rx.try_recv().is_err(), "covered by the queued invalidate_all");
+        for d in &queued[flushes[0]..] {
+            outbox.taken(d);
+        }
+        outbox.invalidate(vec![key.clone()]);
+        assert!(matches!(rx.try_recv(), Ok(Out::Delivery(d)) if d.invalidate == [key]));
+        assert_eq!(
+            outbox.bytes.load(Ordering::Relaxed),
+            delivery_size(&Delivery {
+                invalidate: vec![Bytes::from(vec![b'k'; 1 << 10])],
+                ..Default::default()
+            })
+        );
     }
 }

@@ -8,8 +8,9 @@
 //! (default mode: one invalidation per registration). Register-before-read and
 //! invalidate-after-write mean that whatever order a read and a write take, either the read saw
 //! the write or the write's invalidation finds the registration: no cached value outlives a
-//! change unannounced. Invalidations are queued synchronously (an unbounded queue per router
-//! stream), so they are on the router's stream before the reply of the write leaves the node.
+//! change unannounced. Invalidations are queued synchronously (on the router stream's queue,
+//! where too many unread ones coalesce into one `invalidate_all`: `crate::pubsub::Outbox`), so
+//! they are on the router's stream before the reply of the write leaves the node.
 //!
 //! Where changes are seen: the ops layer touches the keys of every write op after applying it
 //! (`ops.rs`); the shards touch keys they remove themselves (expiry, eviction, delete,
