@@ -331,11 +331,22 @@ pub(crate) fn fast_frame(op: fast::Op, flags: u8, key: &[u8], value: &[u8], arg:
     out
 }
 
-/// Encodes a fast-path request whose value region is `items`.
+/// Encodes a fast-path request whose value region is `items`, written in place after the header
+/// (not built apart and copied in).
 pub(crate) fn fast_items_frame<T: AsRef<[u8]>>(op: fast::Op, flags: u8, items: &[T]) -> BytesMut {
-    let mut region = BytesMut::with_capacity(fast::items_len(items));
-    fast::put_items(&mut region, items);
-    fast_frame(op, flags, b"", &region, items.len() as i64)
+    let val_len = fast::items_len(items);
+    let header = fast::RequestHeader {
+        op: op as u8,
+        flags,
+        id: 0,
+        key_len: 0,
+        val_len: val_len as u32,
+        arg: items.len() as i64,
+    };
+    let mut out = BytesMut::with_capacity(fast::HEADER_LEN + val_len);
+    out.extend_from_slice(&header.encode());
+    fast::put_items(&mut out, items);
+    out
 }
 
 /// Encodes a RESP request.
