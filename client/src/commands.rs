@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_wire::fast::{self, Op, Status, set_flags};
+use shoal_wire::num::IntText;
 
 use crate::conn::{Protocol, Reply, fast_frame, fast_items_frame, lossy, resp_frame};
 use crate::error::{Error, Result};
@@ -126,10 +127,9 @@ impl Client {
         let not_done = || if opts.get { SetOutcome::Previous(None) } else { SetOutcome::NotStored };
         match self.protocol() {
             Protocol::Resp => {
-                let ms;
+                let ms = ttl.map(IntText::new);
                 let mut args: Vec<&[u8]> = vec![b"SET", key, value];
-                if let Some(t) = ttl {
-                    ms = t.to_string();
+                if let Some(ms) = &ms {
                     args.extend([&b"PX"[..], ms.as_bytes()]);
                 }
                 match opts.condition {
@@ -188,7 +188,7 @@ impl Client {
         let key = key.as_ref();
         match self.protocol() {
             Protocol::Resp => {
-                let d = delta.to_string();
+                let d = IntText::new(delta);
                 self.resp_int("INCRBY", &[b"INCRBY", key, d.as_bytes()]).await
             }
             Protocol::Fast => self.fast_int("INCRBY", fast_frame(Op::IncrBy, 0, key, b"", delta)).await,
@@ -201,7 +201,7 @@ impl Client {
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let n = match self.protocol() {
             Protocol::Resp => {
-                let ms = ms.to_string();
+                let ms = IntText::new(ms);
                 self.resp_int("PEXPIRE", &[b"PEXPIRE", key, ms.as_bytes()]).await?
             }
             Protocol::Fast => self.fast_int("EXPIRE", fast_frame(Op::Expire, 0, key, b"", ms)).await?,
@@ -274,11 +274,11 @@ impl Client {
                 if r.status != Status::Resp {
                     return unexpected("CMD", r.status);
                 }
-                let mut body = BytesMut::from(&r.body[..]);
-                match resp::decode(&mut body, usize::MAX)? {
+                // Parsed where it lies: bulk strings are slices of the reply's body.
+                match resp::decode_exact(&r.body)? {
                     Some(Value::Error(e)) => Err(Error::Server(e)),
-                    Some(v) if body.is_empty() => Ok(v),
-                    _ => Err(Error::Protocol("CMD's body is not exactly one RESP reply".into())),
+                    Some(v) => Ok(v),
+                    None => Err(Error::Protocol("CMD's body is not exactly one RESP reply".into())),
                 }
             }
         }

@@ -8,7 +8,10 @@
 //! ```
 //!
 //! The writer registers a request's oneshot *before* writing its bytes, so the reader never
-//! sees a reply it cannot match. RESP answers in order, so RESP requests wait in a FIFO; the
+//! sees a reply it cannot match. A registration holds its request's slot under the in-flight
+//! bound until its reply comes (or the connection closes), even after its caller timed out: a
+//! server that stops answering fills the slots and new callers time out waiting for one, instead
+//! of registrations piling up without bound. RESP answers in order, so RESP requests wait in a FIFO; the
 //! fast path answers by id, possibly out of order, so the writer gives each frame an id (patched
 //! into its header) and the reader looks it up. When either task hits an error or the end of the
 //! stream, the connection is closed for good: every request in flight fails with that error, and
@@ -44,7 +47,19 @@ pub(crate) enum Reply {
     Fast(fast::Reply),
 }
 
-type Waiter = oneshot::Sender<Result<Reply>>;
+/// A registered request: where its answer goes, and its slot under the in-flight bound (freed
+/// when the answer is delivered, or dropped with the connection's pending requests).
+struct Waiter {
+    tx: oneshot::Sender<Result<Reply>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Waiter {
+    /// Hands the caller its answer (a caller that gave up is simply not there to take it).
+    fn answer(self, r: Result<Reply>) {
+        let _ = self.tx.send(r);
+    }
+}
 
 /// The requests a connection waits answers for.
 struct Pending {
@@ -58,10 +73,10 @@ struct Pending {
 impl Pending {
     fn fail_all(&mut self, err: Error) {
         for w in self.fifo.drain(..) {
-            let _ = w.send(Err(err.clone()));
+            w.answer(Err(err.clone()));
         }
         for (_, w) in self.by_id.drain() {
-            let _ = w.send(Err(err.clone()));
+            w.answer(Err(err.clone()));
         }
         self.closed.get_or_insert(err);
     }
@@ -162,7 +177,8 @@ impl Conn {
         }
     }
 
-    /// Requests sent and not yet answered (or waiting for a slot).
+    /// Requests holding a slot: queued, or sent and not yet answered (also those whose callers
+    /// timed out: the server still has them).
     pub(crate) fn load(&self) -> usize {
         self.max_in_flight - self.in_flight.available_permits()
     }
@@ -172,17 +188,17 @@ impl Conn {
         let work = async {
             // The bound on requests in flight: a caller past it waits here, before anything is
             // queued, so a slow server pushes back instead of growing the queues.
-            let _permit: OwnedSemaphorePermit =
-                self.in_flight.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
+            let slot = self.in_flight.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
             if self.is_closed() {
                 return Err(Error::Closed);
             }
             let (tx, rx) = oneshot::channel();
-            self.jobs.send(Job { frame, waiter: tx }).map_err(|_| Error::Closed)?;
+            self.jobs.send(Job { frame, waiter: Waiter { tx, _slot: slot } }).map_err(|_| Error::Closed)?;
             rx.await.map_err(|_| Error::Closed)?
         };
-        // On a timeout the waiter stays registered: its reply, when it comes, still lines up
-        // the stream (RESP) or is dropped by id (fast path).
+        // On a timeout the waiter stays registered, with its slot: its reply, when it comes,
+        // still lines up the stream (RESP) or is dropped by id (fast path), and its id is not
+        // reused before then. (One still queued when its caller gave up is not sent at all.)
         tokio::time::timeout_at(deadline, work).await.map_err(|_| Error::Timeout)?
     }
 }
@@ -220,7 +236,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             // many tasks' small requests cost one syscall).
             while let Some(Job { mut frame, waiter }) = next.take() {
                 if let Some(err) = &pending.closed {
-                    let _ = waiter.send(Err(err.clone()));
+                    waiter.answer(Err(err.clone()));
+                } else if waiter.tx.is_closed() {
+                    // Its caller timed out while it was queued: nothing waits for its answer,
+                    // so it is not sent (and its slot is free again).
                 } else {
                     match protocol {
                         Protocol::Resp => pending.fifo.push_back(waiter),
@@ -285,9 +304,7 @@ fn resp_replies(buf: &mut BytesMut, max_reply: usize, done: &Done) -> Result<()>
     while let Some(v) = resp::decode(buf, max_reply)? {
         let waiter = done.pending.lock().expect("pending lock").fifo.pop_front();
         match waiter {
-            Some(w) => {
-                let _ = w.send(Ok(Reply::Resp(v)));
-            }
+            Some(w) => w.answer(Ok(Reply::Resp(v))),
             None => return Err(Error::Protocol(format!("a reply no request asked for: {v:?}"))),
         }
     }
@@ -300,9 +317,7 @@ fn fast_replies(buf: &mut BytesMut, max_reply: usize, done: &Done) -> Result<()>
         // so an unknown id means the server is confused: the stream is not trustworthy.
         let waiter = done.pending.lock().expect("pending lock").by_id.remove(&r.id);
         match waiter {
-            Some(w) => {
-                let _ = w.send(Ok(Reply::Fast(r)));
-            }
+            Some(w) => w.answer(Ok(Reply::Fast(r))),
             None => return Err(Error::Protocol(format!("a reply to unknown request id {}", r.id))),
         }
     }
@@ -316,11 +331,22 @@ pub(crate) fn fast_frame(op: fast::Op, flags: u8, key: &[u8], value: &[u8], arg:
     out
 }
 
-/// Encodes a fast-path request whose value region is `items`.
+/// Encodes a fast-path request whose value region is `items`, written in place after the header
+/// (not built apart and copied in).
 pub(crate) fn fast_items_frame<T: AsRef<[u8]>>(op: fast::Op, flags: u8, items: &[T]) -> BytesMut {
-    let mut region = BytesMut::with_capacity(fast::items_len(items));
-    fast::put_items(&mut region, items);
-    fast_frame(op, flags, b"", &region, items.len() as i64)
+    let val_len = fast::items_len(items);
+    let header = fast::RequestHeader {
+        op: op as u8,
+        flags,
+        id: 0,
+        key_len: 0,
+        val_len: val_len as u32,
+        arg: items.len() as i64,
+    };
+    let mut out = BytesMut::with_capacity(fast::HEADER_LEN + val_len);
+    out.extend_from_slice(&header.encode());
+    fast::put_items(&mut out, items);
+    out
 }
 
 /// Encodes a RESP request.

@@ -6,6 +6,7 @@
 //! [`Value`], slicing bulk strings out of the frozen frame without copying them.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use shoal_wire::num::IntText;
 
 use crate::error::{Error, Result};
 
@@ -64,19 +65,8 @@ pub fn encode<A: AsRef<[u8]>>(out: &mut BytesMut, args: &[A]) {
 
 fn put_len(out: &mut BytesMut, kind: u8, n: usize) {
     out.put_u8(kind);
-    // itoa by hand: format! would allocate per argument on the hot path.
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put_slice(&digits[i..]);
+    // On the stack: format! would allocate per argument on the hot path.
+    out.put_slice(IntText::new(n as i64).as_bytes());
     out.put_slice(b"\r\n");
 }
 
@@ -89,6 +79,15 @@ pub fn decode(buf: &mut BytesMut, max_bulk: usize) -> Result<Option<Value>> {
     let v = parse(&frame, &mut at);
     debug_assert_eq!(at, len);
     Ok(Some(v))
+}
+
+/// `b` as exactly one whole reply, its bulk strings sliced out of `b` (no copy); `None` if `b`
+/// holds less or more than one.
+pub(crate) fn decode_exact(b: &Bytes) -> Result<Option<Value>> {
+    match frame_len(b, usize::MAX)? {
+        Some(len) if len == b.len() => Ok(Some(parse(b, &mut 0))),
+        _ => Ok(None),
+    }
 }
 
 /// Where the first complete reply in `b` ends, if it is all there.

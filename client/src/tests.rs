@@ -185,6 +185,24 @@ async fn in_flight_bound_holds_callers_back() {
 }
 
 #[tokio::test]
+async fn requests_that_timed_out_keep_their_slots_until_answered() {
+    // A server that never answers: a timed-out request stays registered (its answer may yet
+    // come) and keeps its slot, so only max_in_flight of them ever reach it and the later ones
+    // time out waiting for a slot: the registrations stay bounded.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let ep = tcp_server(seen.clone()).await;
+    let client =
+        Client::connect(config(ep, Protocol::Resp).max_in_flight(2).timeout(Duration::from_millis(100)))
+            .await
+            .unwrap();
+    for _ in 0..5 {
+        assert!(matches!(client.cmd(&["HANG"]).await, Err(Error::Timeout)));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "only max_in_flight requests reach the server");
+}
+
+#[tokio::test]
 async fn the_least_loaded_connection_is_picked() {
     let seen = Arc::new(AtomicUsize::new(0));
     let ep = tcp_server(seen.clone()).await;

@@ -34,6 +34,29 @@ pub async fn router(socket: &Path, extra: &[&str]) -> Router {
     router
 }
 
+/// Stops `old`, waits until none of `c`'s connections pretends to be live, makes a request
+/// (`SET after 2`) while no router is up, then starts a new router on the same socket: the
+/// waiting request must be served by it within 5 s of its start. Returns the new router.
+pub async fn restart_with_a_request_waiting(c: &Client, old: Router, socket: &Path) -> Router {
+    old.shutdown().await;
+    let start = Instant::now();
+    while c.live_connections() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "connections still live after the router stopped");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A request made while the router is down waits for the new one instead of failing.
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.set("after", "2").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let restarted = Instant::now();
+    let new = router(socket, &[]).await;
+    waiting.await.unwrap().expect("served by the restarted router");
+    assert!(restarted.elapsed() < Duration::from_secs(5), "recovered in {:?}", restarted.elapsed());
+    new
+}
+
 fn bulk(s: &str) -> Value {
     Value::Bulk(s.as_bytes().to_vec().into())
 }

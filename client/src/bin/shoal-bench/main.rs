@@ -178,14 +178,8 @@ async fn run(args: &Args) -> Result<Vec<Outcome>, String> {
     let mut outcomes = Vec::new();
     for &test in &args.tests {
         let cpu_before = server_cpu(&args.server_pids, ticks)?;
-        let mut o = run_test(args, &client, test).await;
-        let cpu_after = server_cpu(&args.server_pids, ticks)?;
-        if let (Some(a), Some(b)) = (cpu_before, cpu_after)
-            && o.requests > 0
-        {
-            o.server_cpu_us_per_req = Some((b - a).as_secs_f64() * 1e6 / o.requests as f64);
-        }
-        outcomes.push(o);
+        let o = run_test(args, &client, test).await;
+        outcomes.push(with_server_cpu(o, cpu_before, server_cpu(&args.server_pids, ticks)?));
     }
     Ok(outcomes)
 }
@@ -223,7 +217,7 @@ async fn run_raw(args: &Args, endpoint: &Endpoint, fast: bool) -> Result<Vec<Out
                 })
             })
             .collect();
-        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+        let mut hist = histogram();
         let (mut errors, mut first_error) = (0, None);
         for t in tasks {
             let (c, m) = t.await.map_err(|e| format!("a connection's task failed: {e}"))?;
@@ -236,7 +230,7 @@ async fn run_raw(args: &Args, endpoint: &Endpoint, fast: bool) -> Result<Vec<Out
         if let Some(p) = progress {
             p.abort();
         }
-        let mut o = Outcome {
+        let o = Outcome {
             test,
             requests: done.load(Ordering::Relaxed),
             errors,
@@ -245,13 +239,7 @@ async fn run_raw(args: &Args, endpoint: &Endpoint, fast: bool) -> Result<Vec<Out
             hist,
             server_cpu_us_per_req: None,
         };
-        let cpu_after = server_cpu(&args.server_pids, ticks)?;
-        if let (Some(a), Some(b)) = (cpu_before, cpu_after)
-            && o.requests > 0
-        {
-            o.server_cpu_us_per_req = Some((b - a).as_secs_f64() * 1e6 / o.requests as f64);
-        }
-        outcomes.push(o);
+        outcomes.push(with_server_cpu(o, cpu_before, server_cpu(&args.server_pids, ticks)?));
     }
     Ok(outcomes)
 }
@@ -323,7 +311,7 @@ async fn run_test(args: &Args, client: &Client, test: Test) -> Outcome {
             let (n, keyspace, get_ratio) = (args.requests, args.keyspace.max(1), args.get_ratio);
             let prefix = args.key_prefix.clone();
             tokio::spawn(async move {
-                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+                let mut hist = histogram();
                 let mut errors = 0u64;
                 let mut first_error = None;
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
@@ -349,7 +337,7 @@ async fn run_test(args: &Args, client: &Client, test: Test) -> Outcome {
             })
         })
         .collect();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    let mut hist = histogram();
     let (mut errors, mut first_error) = (0, None);
     for t in tasks {
         if let Ok((h, e, fe)) = t.await {
@@ -416,6 +404,22 @@ fn clock_ticks() -> u64 {
         .and_then(|s| s.trim().parse().ok())
         .filter(|&t| t > 0)
         .unwrap_or(100)
+}
+
+/// A latency histogram in nanoseconds, 1 ns to 60 s (every engine's, so they add up).
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// `o` with its server CPU per request: the listed pids' CPU time between `before` and `after`
+/// ([`server_cpu`] readings around the test) over its requests.
+fn with_server_cpu(mut o: Outcome, before: Option<Duration>, after: Option<Duration>) -> Outcome {
+    if let (Some(a), Some(b)) = (before, after)
+        && o.requests > 0
+    {
+        o.server_cpu_us_per_req = Some((b - a).as_secs_f64() * 1e6 / o.requests as f64);
+    }
+    o
 }
 
 /// utime + stime of every listed pid (`None` if none is listed).

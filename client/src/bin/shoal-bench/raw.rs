@@ -110,11 +110,7 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     issued: &AtomicU64,
     done: &Arc<AtomicU64>,
 ) -> Measured {
-    let mut m = Measured {
-        hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
-        errors: 0,
-        first_error: None,
-    };
+    let mut m = Measured { hist: crate::histogram(), errors: 0, first_error: None };
     let mut rng = load.seed | 1;
     let mut out = BytesMut::with_capacity(64 * 1024);
     let mut input = BytesMut::with_capacity(64 * 1024);
