@@ -79,7 +79,7 @@ pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, load: &Load) -> 
         resp::encode(&mut out, &args);
         s.write_all(&out).await.map_err(|e| e.to_string())?;
         loop {
-            match resp_reply(&input) {
+            match resp_reply(&input)? {
                 Some((len, error)) => {
                     if error {
                         return Err(format!("AUTH refused: {}", String::from_utf8_lossy(&input[1..len - 2])));
@@ -116,7 +116,8 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut key = Vec::with_capacity(load.prefix.len() + 20);
     // Fast-path replies may come in any order: a request's id is its slot in `sent_at`.
-    let mut sent_at: Vec<Instant> = vec![Instant::now(); load.pipeline];
+    // `None`: the id is not in flight (a reply for it would be a server bug).
+    let mut sent_at: Vec<Option<Instant>> = vec![None; load.pipeline];
     let mut free: Vec<u32> = (0..load.pipeline as u32).rev().collect();
     // RESP replies come in order: the send time of each request in flight, oldest first.
     let mut fifo: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
@@ -148,7 +149,7 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
             let get = load.get_ratio >= 1.0 || ((rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
             if load.fast {
                 let id = free.pop().expect("a free slot while under the window");
-                sent_at[id as usize] = now;
+                sent_at[id as usize] = Some(now);
                 if get {
                     fast::put_request(&mut out, Op::Get, 0, id, &key, b"", 0);
                 } else {
@@ -186,12 +187,13 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
             if load.fast {
                 match fast::decode_reply(&mut input, 1 << 30) {
                     Ok(Some(r)) => {
-                        let Some(at) = sent_at.get(r.id as usize) else {
+                        let Some(at) = sent_at.get_mut(r.id as usize).and_then(Option::take) else {
                             m.errors += 1;
-                            m.first_error.get_or_insert(format!("a reply for unknown id {}", r.id));
+                            m.first_error
+                                .get_or_insert(format!("a reply for id {}, which is not in flight", r.id));
                             return m;
                         };
-                        m.hist.saturating_record(arrived.duration_since(*at).as_nanos() as u64);
+                        m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64);
                         free.push(r.id);
                         if r.status == Status::Err {
                             m.errors += 1;
@@ -207,14 +209,26 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                 }
             } else {
-                let Some((len, error)) = resp_reply(&input) else { break };
+                let (len, error) = match resp_reply(&input) {
+                    Ok(Some(reply)) => reply,
+                    Ok(None) => break,
+                    Err(e) => {
+                        m.errors += in_flight as u64;
+                        m.first_error.get_or_insert(e);
+                        return m;
+                    }
+                };
+                let Some(at) = fifo.pop_front() else {
+                    m.errors += 1;
+                    m.first_error.get_or_insert("a reply to no request".into());
+                    return m;
+                };
                 if error {
                     m.errors += 1;
                     m.first_error
                         .get_or_insert_with(|| String::from_utf8_lossy(&input[1..len - 2]).into_owned());
                 }
                 input.advance(len);
-                let at = fifo.pop_front().expect("a request for each reply");
                 m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64);
             }
             in_flight -= 1;
@@ -224,11 +238,14 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// The length of the first complete reply in `buf` and whether it is an error (`None`:
-/// incomplete), by the client crate's own RESP framing.
-fn resp_reply(buf: &[u8]) -> Option<(usize, bool)> {
-    let len = resp::frame_len(buf, usize::MAX).ok().flatten()?;
-    Some((len, buf[0] == b'-'))
+/// The length of the first complete reply in `buf` and whether it is an error (`Ok(None)`:
+/// incomplete; `Err`: not RESP), by the client crate's own RESP framing.
+fn resp_reply(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
+    match resp::frame_len(buf, usize::MAX) {
+        Ok(Some(len)) => Ok(Some((len, buf[0] == b'-'))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("malformed reply: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -237,11 +254,12 @@ mod tests {
 
     #[test]
     fn resp_replies_are_delimited() {
-        assert_eq!(resp_reply(b"+OK\r\n$3\r\n"), Some((5, false)));
-        assert_eq!(resp_reply(b"$3\r\nabc\r\n+OK"), Some((9, false)));
-        assert_eq!(resp_reply(b"$3\r\nab"), None);
-        assert_eq!(resp_reply(b"$-1\r\n"), Some((5, false)));
-        assert_eq!(resp_reply(b"-ERR x\r\n"), Some((8, true)));
-        assert_eq!(resp_reply(b"+O"), None);
+        assert_eq!(resp_reply(b"+OK\r\n$3\r\n"), Ok(Some((5, false))));
+        assert_eq!(resp_reply(b"$3\r\nabc\r\n+OK"), Ok(Some((9, false))));
+        assert_eq!(resp_reply(b"$3\r\nab"), Ok(None));
+        assert_eq!(resp_reply(b"$-1\r\n"), Ok(Some((5, false))));
+        assert_eq!(resp_reply(b"-ERR x\r\n"), Ok(Some((8, true))));
+        assert_eq!(resp_reply(b"+O"), Ok(None));
+        assert!(resp_reply(b"?what\r\n").is_err(), "not RESP: an error, not a wait for more");
     }
 }
