@@ -376,7 +376,7 @@ where
 const MAX_READ_WHILE_BLOCKED: usize = 1 << 20;
 
 /// Completes at `deadline`; never without one.
-async fn expiry(deadline: Option<tokio::time::Instant>) {
+pub(crate) async fn expiry(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

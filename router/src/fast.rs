@@ -58,7 +58,7 @@ use tokio::sync::watch;
 
 use crate::backend::Routing;
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
-use crate::connection::flush;
+use crate::connection::{expiry, flush};
 use crate::resp::{Out, Protocol, Reply};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, ReadFrom, RouterState};
@@ -696,14 +696,6 @@ pub async fn serve<S>(
                 }
             }
         }
-    }
-}
-
-/// Completes at `deadline`; never without one.
-async fn expiry(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
