@@ -477,21 +477,23 @@ pub async fn serve<S>(
                 max_bulk: state.settings.proto_max_bulk_len,
                 max_items: state.settings.max_args,
             };
-            // The frame's whole size is checked against the limits and held against the
-            // process-wide budget before the decoder reserves room for it.
-            match fast::request_len(&input, &limits) {
+            // The frame's whole size is checked against the limits (once: the frame is then cut
+            // out unchecked) and held against the process-wide budget before room is reserved
+            // for it.
+            let total = match fast::request_len(&input, &limits) {
                 Err(e) => {
                     state.metrics.protocol_errors.inc();
                     fatal = Some((fast::peek_id(&input), e.into()));
                     break;
                 }
+                Ok(None) => {
+                    starved = true;
+                    break;
+                }
                 Ok(Some(total)) if total > input.len() => {
-                    if total > state.settings.query_buffer_limit(hello) {
-                        let e = FrameError::TooLarge {
-                            what: "frame",
-                            len: total as u64,
-                            max: state.settings.query_buffer_limit(hello) as u64,
-                        };
+                    let max = state.settings.query_buffer_limit(hello);
+                    if total > max {
+                        let e = FrameError::TooLarge { what: "frame", len: total as u64, max: max as u64 };
                         fatal = Some((fast::peek_id(&input), e.into()));
                         break;
                     }
@@ -500,21 +502,13 @@ pub async fn serve<S>(
                         fatal = Some((fast::peek_id(&input), Refusal::BudgetExhausted));
                         break;
                     }
-                }
-                Ok(_) => {}
-            }
-            let req = match fast::decode_request(&mut input, &limits) {
-                Ok(Some(req)) => req,
-                Ok(None) => {
+                    input.reserve(total - input.len());
                     starved = true;
                     break;
                 }
-                Err(e) => {
-                    // Not reached: request_len checked the same header.
-                    fatal = Some((fast::peek_id(&input), e.into()));
-                    break;
-                }
+                Ok(Some(total)) => total,
             };
+            let req = fast::take_request(&mut input, total);
             state.metrics.fast_requests.inc();
             let id = req.id;
             let shape = match build_args(&req, &mut args, &mut arena, limits.max_items) {

@@ -246,14 +246,19 @@ impl RequestHeader {
         if h[2] != 0 || h[3] != 0 {
             return Err(FrameError::Reserved);
         }
-        Ok(RequestHeader {
+        Ok(RequestHeader::fields(h))
+    }
+
+    /// The fields, the reserved bytes not looked at.
+    fn fields(h: &[u8; HEADER_LEN]) -> RequestHeader {
+        RequestHeader {
             op: h[0],
             flags: h[1],
             id: u32_at(h, 4),
             key_len: u32_at(h, 8),
             val_len: u32_at(h, 12),
             arg: i64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
-        })
+        }
     }
 }
 
@@ -366,40 +371,38 @@ pub fn split_items_into(
     Ok(())
 }
 
-/// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (`wanted`
-/// then says how many the frame needs in all, a read hint). Lengths are checked against
-/// `limits` from the header alone, before the body is waited for.
+/// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (room for
+/// the whole frame is then reserved). Lengths are checked against `limits` from the header
+/// alone, before the body is waited for.
 pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, FrameError> {
-    let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
-    let h = RequestHeader::decode(head.try_into().expect("header length"))?;
-    check_request(&h, limits)?;
-    let total = HEADER_LEN + h.key_len as usize + h.val_len as usize;
+    let Some(total) = request_len(buf, limits)? else { return Ok(None) };
     if buf.len() < total {
         buf.reserve(total - buf.len());
         return Ok(None);
     }
-    let mut frame = buf.split_to(total).freeze();
-    frame.advance(HEADER_LEN);
-    let key = frame.split_to(h.key_len as usize);
-    Ok(Some(Request {
-        op: Op::from_u8(h.op).ok_or(h.op),
-        flags: h.flags,
-        id: h.id,
-        key,
-        value: frame,
-        arg: h.arg,
-    }))
+    Ok(Some(take_request(buf, total)))
 }
 
 /// The whole length (header included) of the request at the front of `buf`, its header checked
 /// against `limits` as [`decode_request`] checks it, without reserving room for its body: a
-/// server holds that room against its memory budget before [`decode_request`] reserves it.
+/// server holds that room against its memory budget before reserving it.
 /// `Ok(None)`: not even a whole header yet.
 pub fn request_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, FrameError> {
     let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
     let h = RequestHeader::decode(head.try_into().expect("header length"))?;
     check_request(&h, limits)?;
     Ok(Some(HEADER_LEN + h.key_len as usize + h.val_len as usize))
+}
+
+/// Cuts the request at the front of `buf` whose length [`request_len`] found to be `total`
+/// (so its header is not checked again), all of it there.
+pub fn take_request(buf: &mut BytesMut, total: usize) -> Request {
+    let h = RequestHeader::fields(buf[..HEADER_LEN].try_into().expect("header length"));
+    debug_assert_eq!(total, HEADER_LEN + h.key_len as usize + h.val_len as usize);
+    let mut frame = buf.split_to(total).freeze();
+    frame.advance(HEADER_LEN);
+    let key = frame.split_to(h.key_len as usize);
+    Request { op: Op::from_u8(h.op).ok_or(h.op), flags: h.flags, id: h.id, key, value: frame, arg: h.arg }
 }
 
 /// The id bytes of a request header at the front of `buf`, even one whose other fields are
