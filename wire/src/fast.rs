@@ -348,21 +348,39 @@ pub fn split_items_into(
     if count < 0 || count as u64 > max_items as u64 {
         return Err(FrameError::TooManyItems(count, max_items));
     }
-    // Each item takes at least its 4-byte length: a count the region cannot hold is refused
-    // before the vector grows.
-    if count as u64 * 4 > region.len() as u64 {
+    // A nil's length is no exception here: larger than any region, it is refused as such.
+    each_item(region, count, false, items, |item| item.expect("no nils"))
+}
+
+/// Appends to `out` the `count` items (u32 LE length, bytes; with `nils`, the length
+/// [`NIL_ITEM`] is a nil, `None`) that must fill `region` exactly, each as `item` makes it. A
+/// count the region cannot hold (each item takes at least its 4-byte length) is refused before
+/// `out` grows. The requests' and the replies' item lists both.
+fn each_item<T>(
+    region: &Bytes,
+    count: i64,
+    nils: bool,
+    out: &mut Vec<T>,
+    item: impl Fn(Option<Bytes>) -> T,
+) -> Result<(), FrameError> {
+    if count < 0 || count as u64 * 4 > region.len() as u64 {
         return Err(FrameError::BadItems);
     }
-    items.reserve(count as usize);
+    out.reserve(count as usize);
     let mut at = 0usize;
     for _ in 0..count {
         let Some(len) = region.get(at..at + 4) else { return Err(FrameError::BadItems) };
-        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
         at += 4;
+        if nils && len == NIL_ITEM {
+            out.push(item(None));
+            continue;
+        }
+        let len = len as usize;
         if len > region.len() - at {
             return Err(FrameError::BadItems);
         }
-        items.push(region.slice(at..at + len));
+        out.push(item(Some(region.slice(at..at + len))));
         at += len;
     }
     if at != region.len() {
@@ -444,30 +462,8 @@ pub struct Reply {
 impl Reply {
     /// An Array reply's items (`None`: nil).
     pub fn items(&self) -> Result<Vec<Option<Bytes>>, FrameError> {
-        let count = self.int;
-        if count < 0 || count as u64 * 4 > self.body.len() as u64 {
-            return Err(FrameError::BadItems);
-        }
-        let mut out = Vec::with_capacity(count as usize);
-        let mut at = 0usize;
-        for _ in 0..count {
-            let Some(len) = self.body.get(at..at + 4) else { return Err(FrameError::BadItems) };
-            let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
-            at += 4;
-            if len == NIL_ITEM {
-                out.push(None);
-                continue;
-            }
-            let len = len as usize;
-            if len > self.body.len() - at {
-                return Err(FrameError::BadItems);
-            }
-            out.push(Some(self.body.slice(at..at + len)));
-            at += len;
-        }
-        if at != self.body.len() {
-            return Err(FrameError::BadItems);
-        }
+        let mut out = Vec::new();
+        each_item(&self.body, self.int, true, &mut out, |item| item)?;
         Ok(out)
     }
 }
@@ -525,17 +521,6 @@ pub fn put_items<T: AsRef<[u8]>>(out: &mut BytesMut, items: &[T]) {
     }
 }
 
-/// Appends one reply item (an Array's element; `None`: nil) to `out`.
-pub fn put_reply_item(out: &mut BytesMut, item: Option<&[u8]>) {
-    match item {
-        None => out.put_u32_le(NIL_ITEM),
-        Some(v) => {
-            out.put_u32_le(v.len() as u32);
-            out.put_slice(v);
-        }
-    }
-}
-
 /// Fuzz entry: decodes requests out of arbitrary bytes under tight and loose limits; it must
 /// never panic, never loop, and every frame it yields must be consistent with its header.
 pub fn fuzz_check(data: &[u8]) {
@@ -568,6 +553,18 @@ mod tests {
     use super::*;
 
     const LOOSE: Limits = Limits { authenticated: true, max_bulk: 1 << 20, max_items: 1000 };
+
+    /// Appends one reply item (an Array's element; `None`: nil) to `out`. (The router writes
+    /// its replies' items into its own output buffer: `shoal_router::fast`'s `put_reply`.)
+    fn put_reply_item(out: &mut BytesMut, item: Option<&[u8]>) {
+        match item {
+            None => out.put_u32_le(NIL_ITEM),
+            Some(v) => {
+                out.put_u32_le(v.len() as u32);
+                out.put_slice(v);
+            }
+        }
+    }
 
     #[test]
     fn request_round_trip_in_pieces() {
