@@ -315,7 +315,7 @@ pub async fn serve<S>(
             // fast path (docs/fast-path.md), on a connection admitted like any other.
             if input[0] == shoal_wire::fast::MAGIC[0] {
                 drop(buffered);
-                return crate::fast::serve(stream, input, state.clone(), session, shutdown).await;
+                return crate::fast::serve(stream, input, state.clone(), session, auth_deadline, shutdown).await;
             }
         }
         if input.is_empty() && input.capacity() > KEEP_BUFFER {

@@ -385,11 +385,14 @@ fn ctx<'a>(
 }
 
 /// Serves a fast-path connection whose first bytes (the preamble's start) are in `input`.
+/// `auth_deadline`: the RESP side's (with a password required), so that, as on RESP, the clock
+/// runs from the connection until HELLO, not from the client's first bytes.
 pub async fn serve<S>(
     mut stream: S,
     mut input: BytesMut,
     state: Arc<RouterState>,
     mut session: Session,
+    mut auth_deadline: Option<tokio::time::Instant>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -400,12 +403,6 @@ pub async fn serve<S>(
     tokio::pin!(killed);
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut out = Out::new();
-    // Like RESP: with a password required, the clock runs from the connection until HELLO.
-    let mut auth_deadline = state
-        .settings
-        .auth_timeout
-        .filter(|_| !session.authenticated)
-        .map(|t| tokio::time::Instant::now() + t);
 
     // The preamble: 8 bytes, so no buffer limit is needed while waiting for it.
     loop {
