@@ -597,8 +597,6 @@ pub async fn serve<S>(
                 put_error(&mut out, id, &Refusal::NotOverFastPath(spec.name).to_string());
                 continue;
             }
-            let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
-            let barrier = large || matches!(pending, Pending::Barrier(_));
             match pending {
                 Pending::Ready(reply) | Pending::Close(reply) => {
                     if shape == Shape::Hello && matches!(reply, Reply::Simple(_)) {
@@ -608,6 +606,9 @@ pub async fn serve<S>(
                     finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply, hot });
                 }
                 other => {
+                    // Sent in pieces, or in dependent steps: later requests must not overtake it.
+                    let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
+                    let barrier = large || matches!(other, Pending::Barrier(_));
                     barriers += barrier as usize;
                     in_flight.push(track(id, shape, started, slot, barrier, hot, other));
                 }
