@@ -18,8 +18,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-/// The first byte of a fast-path connection. RESP requests start with `*` or an inline command's
-/// printable bytes, so a router can tell the two protocols apart by this byte on one socket.
+/// The first bytes of a fast-path connection (the preamble's). RESP requests start with `*` or an
+/// inline command's printable bytes, never 0xF5, so a router tells the two protocols apart on one
+/// socket by the first byte alone.
 pub const MAGIC: [u8; 4] = [0xF5, b'S', b'H', b'F'];
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 1;
