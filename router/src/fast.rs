@@ -268,7 +268,7 @@ fn put_error(out: &mut Out, id: u32, text: &str) {
 fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
     const MAX: usize = u32::MAX as usize;
     if let Shape::Cmd(protocol) = shape {
-        let failed = is_error(&reply);
+        let failed = reply.is_error();
         let mut body = Out::new();
         reply.encode(protocol, &mut body);
         if body.len() > MAX {
@@ -322,14 +322,6 @@ fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
         other => return put_reply(out, id, Shape::Cmd(Protocol::Resp2), other),
     }
     false
-}
-
-fn is_error(reply: &Reply) -> bool {
-    match reply {
-        Reply::Error(_) | Reply::Failure(_) => true,
-        Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
-        _ => false,
-    }
 }
 
 /// A request running: what its reply needs once the command's reply is in.
