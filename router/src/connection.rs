@@ -224,12 +224,7 @@ pub async fn serve<S>(
             let took = started.elapsed();
             state.metrics.command_seconds.observe(took.as_secs_f64());
             if let Some(slot) = slot {
-                let failed = match &reply {
-                    Reply::Error(_) | Reply::Failure(_) => true,
-                    Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
-                    _ => false,
-                };
-                state.stats.record(slot, took, failed);
+                state.stats.record(slot, took, reply.is_error());
                 state.stats.maybe_log(took, &args, || {
                     let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
                     (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
@@ -319,7 +314,8 @@ pub async fn serve<S>(
             // fast path (docs/fast-path.md), on a connection admitted like any other.
             if input[0] == shoal_wire::fast::MAGIC[0] {
                 drop(buffered);
-                return crate::fast::serve(stream, input, state.clone(), session, shutdown).await;
+                return crate::fast::serve(stream, input, state.clone(), session, auth_deadline, shutdown)
+                    .await;
             }
         }
         if input.is_empty() && input.capacity() > KEEP_BUFFER {
@@ -380,7 +376,7 @@ where
 const MAX_READ_WHILE_BLOCKED: usize = 1 << 20;
 
 /// Completes at `deadline`; never without one.
-async fn expiry(deadline: Option<tokio::time::Instant>) {
+pub(crate) async fn expiry(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

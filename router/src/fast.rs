@@ -58,7 +58,7 @@ use tokio::sync::watch;
 
 use crate::backend::Routing;
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
-use crate::connection::flush;
+use crate::connection::{expiry, flush};
 use crate::resp::{Out, Protocol, Reply};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, ReadFrom, RouterState};
@@ -268,7 +268,7 @@ fn put_error(out: &mut Out, id: u32, text: &str) {
 fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
     const MAX: usize = u32::MAX as usize;
     if let Shape::Cmd(protocol) = shape {
-        let failed = is_error(&reply);
+        let failed = reply.is_error();
         let mut body = Out::new();
         reply.encode(protocol, &mut body);
         if body.len() > MAX {
@@ -324,14 +324,6 @@ fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
     false
 }
 
-fn is_error(reply: &Reply) -> bool {
-    match reply {
-        Reply::Error(_) | Reply::Failure(_) => true,
-        Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
-        _ => false,
-    }
-}
-
 /// A request running: what its reply needs once the command's reply is in.
 struct Done {
     id: u32,
@@ -385,11 +377,14 @@ fn ctx<'a>(
 }
 
 /// Serves a fast-path connection whose first bytes (the preamble's start) are in `input`.
+/// `auth_deadline`: the RESP side's (with a password required), so that, as on RESP, the clock
+/// runs from the connection until HELLO, not from the client's first bytes.
 pub async fn serve<S>(
     mut stream: S,
     mut input: BytesMut,
     state: Arc<RouterState>,
     mut session: Session,
+    mut auth_deadline: Option<tokio::time::Instant>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -400,12 +395,6 @@ pub async fn serve<S>(
     tokio::pin!(killed);
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut out = Out::new();
-    // Like RESP: with a password required, the clock runs from the connection until HELLO.
-    let mut auth_deadline = state
-        .settings
-        .auth_timeout
-        .filter(|_| !session.authenticated)
-        .map(|t| tokio::time::Instant::now() + t);
 
     // The preamble: 8 bytes, so no buffer limit is needed while waiting for it.
     loop {
@@ -477,21 +466,23 @@ pub async fn serve<S>(
                 max_bulk: state.settings.proto_max_bulk_len,
                 max_items: state.settings.max_args,
             };
-            // The frame's whole size is checked against the limits and held against the
-            // process-wide budget before the decoder reserves room for it.
-            match fast::request_len(&input, &limits) {
+            // The frame's whole size is checked against the limits (once: the frame is then cut
+            // out unchecked) and held against the process-wide budget before room is reserved
+            // for it.
+            let total = match fast::request_len(&input, &limits) {
                 Err(e) => {
                     state.metrics.protocol_errors.inc();
                     fatal = Some((fast::peek_id(&input), e.into()));
                     break;
                 }
+                Ok(None) => {
+                    starved = true;
+                    break;
+                }
                 Ok(Some(total)) if total > input.len() => {
-                    if total > state.settings.query_buffer_limit(hello) {
-                        let e = FrameError::TooLarge {
-                            what: "frame",
-                            len: total as u64,
-                            max: state.settings.query_buffer_limit(hello) as u64,
-                        };
+                    let max = state.settings.query_buffer_limit(hello);
+                    if total > max {
+                        let e = FrameError::TooLarge { what: "frame", len: total as u64, max: max as u64 };
                         fatal = Some((fast::peek_id(&input), e.into()));
                         break;
                     }
@@ -500,21 +491,13 @@ pub async fn serve<S>(
                         fatal = Some((fast::peek_id(&input), Refusal::BudgetExhausted));
                         break;
                     }
-                }
-                Ok(_) => {}
-            }
-            let req = match fast::decode_request(&mut input, &limits) {
-                Ok(Some(req)) => req,
-                Ok(None) => {
+                    input.reserve(total - input.len());
                     starved = true;
                     break;
                 }
-                Err(e) => {
-                    // Not reached: request_len checked the same header.
-                    fatal = Some((fast::peek_id(&input), e.into()));
-                    break;
-                }
+                Ok(Some(total)) => total,
             };
+            let req = fast::take_request(&mut input, total);
             state.metrics.fast_requests.inc();
             let id = req.id;
             let shape = match build_args(&req, &mut args, &mut arena, limits.max_items) {
@@ -606,8 +589,6 @@ pub async fn serve<S>(
                 put_error(&mut out, id, &Refusal::NotOverFastPath(spec.name).to_string());
                 continue;
             }
-            let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
-            let barrier = large || matches!(pending, Pending::Barrier(_));
             match pending {
                 Pending::Ready(reply) | Pending::Close(reply) => {
                     if shape == Shape::Hello && matches!(reply, Reply::Simple(_)) {
@@ -617,6 +598,9 @@ pub async fn serve<S>(
                     finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply, hot });
                 }
                 other => {
+                    // Sent in pieces, or in dependent steps: later requests must not overtake it.
+                    let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
+                    let barrier = large || matches!(other, Pending::Barrier(_));
                     barriers += barrier as usize;
                     in_flight.push(track(id, shape, started, slot, barrier, hot, other));
                 }
@@ -696,14 +680,6 @@ pub async fn serve<S>(
                 }
             }
         }
-    }
-}
-
-/// Completes at `deadline`; never without one.
-async fn expiry(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

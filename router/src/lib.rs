@@ -29,7 +29,8 @@
 //!   by [`connection`] once each reply is encoded.
 //! - [`nearcache`]: `--near-cache`, string values kept in the router and invalidated by the
 //!   nodes (GET and MGET look there first; writes through the backend drop their keys).
-//! - [`fuzzing`]: the TLS-wrapped RESP path as the `tls_resp` fuzz target drives it.
+//! - [`fuzzing`]: the TLS-wrapped RESP path and the binary fast path as the `tls_resp` and
+//!   `fast_frames` fuzz targets drive them.
 //! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
 //!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
 //!   follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`]. A script carries its user's

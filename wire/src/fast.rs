@@ -18,8 +18,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-/// The first byte of a fast-path connection. RESP requests start with `*` or an inline command's
-/// printable bytes, so a router can tell the two protocols apart by this byte on one socket.
+/// The first bytes of a fast-path connection (the preamble's). RESP requests start with `*` or an
+/// inline command's printable bytes, never 0xF5, so a router tells the two protocols apart on one
+/// socket by the first byte alone.
 pub const MAGIC: [u8; 4] = [0xF5, b'S', b'H', b'F'];
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 1;
@@ -246,14 +247,19 @@ impl RequestHeader {
         if h[2] != 0 || h[3] != 0 {
             return Err(FrameError::Reserved);
         }
-        Ok(RequestHeader {
+        Ok(RequestHeader::fields(h))
+    }
+
+    /// The fields, the reserved bytes not looked at.
+    fn fields(h: &[u8; HEADER_LEN]) -> RequestHeader {
+        RequestHeader {
             op: h[0],
             flags: h[1],
             id: u32_at(h, 4),
             key_len: u32_at(h, 8),
             val_len: u32_at(h, 12),
             arg: i64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
-        })
+        }
     }
 }
 
@@ -343,21 +349,39 @@ pub fn split_items_into(
     if count < 0 || count as u64 > max_items as u64 {
         return Err(FrameError::TooManyItems(count, max_items));
     }
-    // Each item takes at least its 4-byte length: a count the region cannot hold is refused
-    // before the vector grows.
-    if count as u64 * 4 > region.len() as u64 {
+    // A nil's length is no exception here: larger than any region, it is refused as such.
+    each_item(region, count, false, items, |item| item.expect("no nils"))
+}
+
+/// Appends to `out` the `count` items (u32 LE length, bytes; with `nils`, the length
+/// [`NIL_ITEM`] is a nil, `None`) that must fill `region` exactly, each as `item` makes it. A
+/// count the region cannot hold (each item takes at least its 4-byte length) is refused before
+/// `out` grows. The requests' and the replies' item lists both.
+fn each_item<T>(
+    region: &Bytes,
+    count: i64,
+    nils: bool,
+    out: &mut Vec<T>,
+    item: impl Fn(Option<Bytes>) -> T,
+) -> Result<(), FrameError> {
+    if count < 0 || count as u64 * 4 > region.len() as u64 {
         return Err(FrameError::BadItems);
     }
-    items.reserve(count as usize);
+    out.reserve(count as usize);
     let mut at = 0usize;
     for _ in 0..count {
         let Some(len) = region.get(at..at + 4) else { return Err(FrameError::BadItems) };
-        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
         at += 4;
+        if nils && len == NIL_ITEM {
+            out.push(item(None));
+            continue;
+        }
+        let len = len as usize;
         if len > region.len() - at {
             return Err(FrameError::BadItems);
         }
-        items.push(region.slice(at..at + len));
+        out.push(item(Some(region.slice(at..at + len))));
         at += len;
     }
     if at != region.len() {
@@ -366,40 +390,38 @@ pub fn split_items_into(
     Ok(())
 }
 
-/// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (`wanted`
-/// then says how many the frame needs in all, a read hint). Lengths are checked against
-/// `limits` from the header alone, before the body is waited for.
+/// Cuts the next complete request out of `buf`. `Ok(None)`: more bytes are needed (room for
+/// the whole frame is then reserved). Lengths are checked against `limits` from the header
+/// alone, before the body is waited for.
 pub fn decode_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Request>, FrameError> {
-    let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
-    let h = RequestHeader::decode(head.try_into().expect("header length"))?;
-    check_request(&h, limits)?;
-    let total = HEADER_LEN + h.key_len as usize + h.val_len as usize;
+    let Some(total) = request_len(buf, limits)? else { return Ok(None) };
     if buf.len() < total {
         buf.reserve(total - buf.len());
         return Ok(None);
     }
-    let mut frame = buf.split_to(total).freeze();
-    frame.advance(HEADER_LEN);
-    let key = frame.split_to(h.key_len as usize);
-    Ok(Some(Request {
-        op: Op::from_u8(h.op).ok_or(h.op),
-        flags: h.flags,
-        id: h.id,
-        key,
-        value: frame,
-        arg: h.arg,
-    }))
+    Ok(Some(take_request(buf, total)))
 }
 
 /// The whole length (header included) of the request at the front of `buf`, its header checked
 /// against `limits` as [`decode_request`] checks it, without reserving room for its body: a
-/// server holds that room against its memory budget before [`decode_request`] reserves it.
+/// server holds that room against its memory budget before reserving it.
 /// `Ok(None)`: not even a whole header yet.
 pub fn request_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, FrameError> {
     let Some(head) = buf.get(..HEADER_LEN) else { return Ok(None) };
     let h = RequestHeader::decode(head.try_into().expect("header length"))?;
     check_request(&h, limits)?;
     Ok(Some(HEADER_LEN + h.key_len as usize + h.val_len as usize))
+}
+
+/// Cuts the request at the front of `buf` whose length [`request_len`] found to be `total`
+/// (so its header is not checked again), all of it there.
+pub fn take_request(buf: &mut BytesMut, total: usize) -> Request {
+    let h = RequestHeader::fields(buf[..HEADER_LEN].try_into().expect("header length"));
+    debug_assert_eq!(total, HEADER_LEN + h.key_len as usize + h.val_len as usize);
+    let mut frame = buf.split_to(total).freeze();
+    frame.advance(HEADER_LEN);
+    let key = frame.split_to(h.key_len as usize);
+    Request { op: Op::from_u8(h.op).ok_or(h.op), flags: h.flags, id: h.id, key, value: frame, arg: h.arg }
 }
 
 /// The id bytes of a request header at the front of `buf`, even one whose other fields are
@@ -441,30 +463,8 @@ pub struct Reply {
 impl Reply {
     /// An Array reply's items (`None`: nil).
     pub fn items(&self) -> Result<Vec<Option<Bytes>>, FrameError> {
-        let count = self.int;
-        if count < 0 || count as u64 * 4 > self.body.len() as u64 {
-            return Err(FrameError::BadItems);
-        }
-        let mut out = Vec::with_capacity(count as usize);
-        let mut at = 0usize;
-        for _ in 0..count {
-            let Some(len) = self.body.get(at..at + 4) else { return Err(FrameError::BadItems) };
-            let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
-            at += 4;
-            if len == NIL_ITEM {
-                out.push(None);
-                continue;
-            }
-            let len = len as usize;
-            if len > self.body.len() - at {
-                return Err(FrameError::BadItems);
-            }
-            out.push(Some(self.body.slice(at..at + len)));
-            at += len;
-        }
-        if at != self.body.len() {
-            return Err(FrameError::BadItems);
-        }
+        let mut out = Vec::new();
+        each_item(&self.body, self.int, true, &mut out, |item| item)?;
         Ok(out)
     }
 }
@@ -522,17 +522,6 @@ pub fn put_items<T: AsRef<[u8]>>(out: &mut BytesMut, items: &[T]) {
     }
 }
 
-/// Appends one reply item (an Array's element; `None`: nil) to `out`.
-pub fn put_reply_item(out: &mut BytesMut, item: Option<&[u8]>) {
-    match item {
-        None => out.put_u32_le(NIL_ITEM),
-        Some(v) => {
-            out.put_u32_le(v.len() as u32);
-            out.put_slice(v);
-        }
-    }
-}
-
 /// Fuzz entry: decodes requests out of arbitrary bytes under tight and loose limits; it must
 /// never panic, never loop, and every frame it yields must be consistent with its header.
 pub fn fuzz_check(data: &[u8]) {
@@ -565,6 +554,18 @@ mod tests {
     use super::*;
 
     const LOOSE: Limits = Limits { authenticated: true, max_bulk: 1 << 20, max_items: 1000 };
+
+    /// Appends one reply item (an Array's element; `None`: nil) to `out`. (The router writes
+    /// its replies' items into its own output buffer: `shoal_router::fast`'s `put_reply`.)
+    fn put_reply_item(out: &mut BytesMut, item: Option<&[u8]>) {
+        match item {
+            None => out.put_u32_le(NIL_ITEM),
+            Some(v) => {
+                out.put_u32_le(v.len() as u32);
+                out.put_slice(v);
+            }
+        }
+    }
 
     #[test]
     fn request_round_trip_in_pieces() {

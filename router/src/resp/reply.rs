@@ -87,6 +87,15 @@ impl Reply {
         Reply::Error(text.into())
     }
 
+    /// Whether this is an error (a pre-encoded one too), as the command stats count failures.
+    pub fn is_error(&self) -> bool {
+        match self {
+            Reply::Error(_) | Reply::Failure(_) => true,
+            Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
+            _ => false,
+        }
+    }
+
     /// An error built at runtime, with CR/LF replaced by spaces so the reply stays one line (as
     /// Redis's `addReplyErrorFormat` does).
     pub fn error_fmt(text: String) -> Reply {
