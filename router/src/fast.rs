@@ -440,7 +440,7 @@ pub async fn serve<S>(
     let mut args: Vec<Bytes> = Vec::new();
     let mut arena = BytesMut::new();
     let mut hello = false;
-    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight = Unfinished(FuturesUnordered::new());
     // Requests in flight that later ones must not overtake (see the module docs).
     let mut barriers = 0usize;
     // The client closed its sending side: answer what it sent, then close.
@@ -683,9 +683,66 @@ pub async fn serve<S>(
     }
 }
 
+/// The requests in flight. When the connection ends with some still running (CLIENT KILL, a
+/// failed write, the output limit), they are finished in a task of their own and their replies
+/// dropped: a command of several dependent steps (a cross-node MSETNX or script, a value sent in
+/// pieces) cut off between two steps would leave its write half-applied. (RESP gets the same by
+/// resolving a round's commands before it closes.) Each is bounded by the backend deadline.
+struct Unfinished<F: std::future::Future + Send + 'static>(FuturesUnordered<F>)
+where
+    F::Output: Send;
+
+impl<F: std::future::Future + Send + 'static> std::ops::Deref for Unfinished<F>
+where
+    F::Output: Send,
+{
+    type Target = FuturesUnordered<F>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> std::ops::DerefMut for Unfinished<F>
+where
+    F::Output: Send,
+{
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> Drop for Unfinished<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let mut rest = std::mem::take(&mut self.0);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { while rest.next().await.is_some() {} });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn requests_in_flight_when_the_connection_ends_still_finish() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let in_flight = Unfinished(FuturesUnordered::new());
+        in_flight.push(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        drop(in_flight);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst), "the dropped request ran to its end");
+    }
 
     fn req(op: Op, flags: u8, key: &[u8], value: &[u8], arg: i64) -> Request {
         let mut buf = BytesMut::new();
