@@ -760,27 +760,35 @@ mod tests {
         Op { kind: Some(kind), ..Default::default() }
     }
 
-    /// A router stream tracking on `store`: what its queue received, as text.
+    /// A router stream tracking on `store`, read the way the Subscribe stream reads it.
+    struct TrackingStream {
+        outbox: Arc<crate::pubsub::Outbox>,
+        rx: tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out>,
+    }
+
     fn tracking_stream(
         store: &Store,
         pubsub: &crate::pubsub::PubSub,
         token: u64,
         prefixes: Option<Vec<Bytes>>,
-    ) -> tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out> {
+    ) -> TrackingStream {
         let (id, outbox, rx) = pubsub.attach();
-        store.watches.tracking.enable(token, id, outbox, prefixes);
-        rx
+        store.watches.tracking.enable(token, id, outbox.clone(), prefixes);
+        TrackingStream { outbox, rx }
     }
 
-    fn invalidations(rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out>) -> Vec<String> {
+    /// What the stream's queue received since the last call, as text; each delivery is marked
+    /// taken as the stream does (a taken `invalidate_all` lets later invalidations queue again).
+    fn invalidations(stream: &mut TrackingStream) -> Vec<String> {
         let mut out = Vec::new();
-        while let Ok(o) = rx.try_recv() {
+        while let Ok(o) = stream.rx.try_recv() {
             let list = match o {
                 crate::pubsub::Out::Delivery(d) => vec![d],
                 crate::pubsub::Out::Group(g) => g,
                 crate::pubsub::Out::Overflow => break,
             };
             for d in list {
+                stream.outbox.taken(&d);
                 out.extend(d.invalidate.iter().map(|k| String::from_utf8_lossy(k).into_owned()));
                 if d.invalidate_all {
                     out.push("*".into());

@@ -137,7 +137,7 @@ impl Outbox {
     }
 
     /// A delivery left the queue (handed to the stream).
-    fn taken(&self, d: &Delivery) {
+    pub(crate) fn taken(&self, d: &Delivery) {
         self.bytes.fetch_sub(delivery_size(d), Ordering::Relaxed);
         if !d.invalidate.is_empty() {
             self.tracking_bytes.fetch_sub(invalidation_size(&d.invalidate), Ordering::Relaxed);
