@@ -25,6 +25,7 @@
 //! CLIENT PAUSE: a command the pause covers is held (after the replies of the commands before
 //! it are written), and the connection reads nothing more until the pause lets it run.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,6 +34,7 @@ use shoal_wire::pieces::PIECE_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
+use crate::cmd::lane::{Lane, LaneCall};
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
 use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
@@ -63,10 +65,14 @@ pub async fn serve<S>(
     let mut reply_size = 0usize;
     let mut parser = RequestParser::new();
     let mut routing = state.backend.routing();
-    // Each command's reply to come, with what its stats and the slow log need: when it started,
-    // its stats slot and its arguments.
-    type InFlight = (Pending, Protocol, Instant, Option<usize>, Vec<bytes::Bytes>);
+    // Each command's reply to come (`None`: in a lane, not in yet), with what its stats and the
+    // slow log need: when it started, its stats slot and its arguments.
+    type InFlight = (Option<Pending>, Protocol, Instant, Option<usize>, Vec<bytes::Bytes>);
     let mut pending: Vec<InFlight> = Vec::new();
+    // One-key commands joined to be sent together (`cmd::lane`; tags: positions in `pending`),
+    // and the lanes sent this round, in order.
+    let mut lane: Lane<usize> = Lane::default();
+    let mut lanes: VecDeque<LaneCall<usize>> = VecDeque::new();
     let mut buffered = state.buffers.hold(QUERY_BUFFER_ALLOWANCE);
     let mut auth_deadline: Option<tokio::time::Instant> = None;
     let client = session.client.clone();
@@ -143,15 +149,23 @@ pub async fn serve<S>(
                             more_input = true;
                             break;
                         }
-                        Ok(spec) => cmd::run(spec, &args, &mut ctx),
-                        Err(refused) => refused.into(),
+                        Ok(spec) => match lane.join(spec, &args, &mut ctx, pending.len()) {
+                            Ok(None) => None,
+                            Ok(Some((_, reply))) => Some(reply.into()),
+                            Err(_) => {
+                                // What joined goes first: ops keep their order on every node.
+                                lanes.extend(lane.send(&ctx));
+                                Some(cmd::run(spec, &args, &mut ctx))
+                            }
+                        },
+                        Err(refused) => Some(refused.into()),
                     };
                     // A command this large sends an op in pieces, over several batches: later
                     // commands wait for it, so none of their ops can overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
                     large_request |= large;
-                    let barrier = large || matches!(reply, Pending::Barrier(_) | Pending::Blocking(..));
-                    close = matches!(reply, Pending::Close(_));
+                    let barrier = large || matches!(reply, Some(Pending::Barrier(_) | Pending::Blocking(..)));
+                    close = matches!(reply, Some(Pending::Close(_)));
                     let slot = session.last_command_slot;
                     pending.push((reply, session.protocol(), session.last_command, slot, args));
                     if close {
@@ -168,7 +182,7 @@ pub async fn serve<S>(
                     state.metrics.protocol_errors.inc();
                     tracing::debug!(peer = %session.peer, error = %e, "protocol error; closing");
                     pending.push((
-                        Reply::error_fmt(format!("ERR {e}")).into(),
+                        Some(Reply::error_fmt(format!("ERR {e}")).into()),
                         session.protocol(),
                         Instant::now(),
                         None,
@@ -182,6 +196,16 @@ pub async fn serve<S>(
         if pending.len() >= round_limit {
             more_input = true;
         }
+        if !lane.is_empty() {
+            let ctx = Ctx {
+                state: &state,
+                session: &mut session,
+                routing: &routing,
+                deadline,
+                read_from: crate::state::ReadFrom::Primary,
+            };
+            lanes.extend(lane.send(&ctx));
+        }
         // Not authenticated (a password is required): the clock runs from the connection (or
         // RESET) on, whatever the client sends meanwhile, and covers writing to a client that
         // does not read its replies as well as waiting for its next request.
@@ -191,7 +215,17 @@ pub async fn serve<S>(
             auth_deadline.get_or_insert_with(|| tokio::time::Instant::now() + limit);
         }
         reply_size = 0;
-        for (reply, protocol, started, slot, args) in pending.drain(..) {
+        for i in 0..pending.len() {
+            if pending[i].0.is_none() {
+                // The first command of the next lane: all of its replies are in together.
+                let call = lanes.pop_front().expect("a lane for every joined command");
+                for (at, reply) in call.wait().await {
+                    pending[at].0 = Some(Pending::Ready(reply));
+                }
+            }
+            let entry = &mut pending[i];
+            let reply = entry.0.take().expect("filled above");
+            let (protocol, started, slot, args) = (entry.1, entry.2, entry.3, std::mem::take(&mut entry.4));
             let reply = match reply {
                 Pending::Blocking(wait, on_unblock) => {
                     // The replies before it go out first: the client may be waiting for them.
@@ -250,6 +284,7 @@ pub async fn serve<S>(
                 return;
             }
         }
+        pending.clear();
         if !output.is_empty()
             && !flush(&mut output, &mut stream, auth_deadline, &state, &session, &mut killed).await
         {

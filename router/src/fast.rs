@@ -57,6 +57,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::backend::Routing;
+use crate::cmd::lane::{Lane, LaneCall, Replies};
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
 use crate::connection::{expiry, flush};
 use crate::resp::{Out, Protocol, Reply};
@@ -324,46 +325,78 @@ fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> bool {
     false
 }
 
-/// A request running: what its reply needs once the command's reply is in.
-struct Done {
+/// What a request's reply needs once the command's reply is in.
+struct Meta {
     id: u32,
     shape: Shape,
     started: Instant,
     slot: Option<usize>,
-    barrier: bool,
-    reply: Reply,
     /// A one-key op's key and request bytes, for the hot-key sketch once the reply's size is
     /// known (`None`: hot keys off, or counted at dispatch: ops with several keys).
     hot: Option<(Bytes, usize)>,
 }
 
-async fn track(
-    id: u32,
-    shape: Shape,
-    started: Instant,
-    slot: Option<usize>,
-    barrier: bool,
-    hot: Option<(Bytes, usize)>,
-    p: Pending,
-) -> Done {
-    let reply = p.resolve().await;
-    Done { id, shape, started, slot, barrier, reply, hot }
+/// Work in flight: one request run as usual, or a lane of one-key commands sent together.
+enum Job {
+    One { meta: Meta, barrier: bool, pending: Pending },
+    Lane(LaneCall<Meta>),
+}
+
+/// A job's replies.
+enum Finished {
+    One { meta: Meta, barrier: bool, reply: Reply },
+    Lane(Replies<Meta>),
+}
+
+impl Finished {
+    /// Requests it answers.
+    fn len(&self) -> usize {
+        match self {
+            Finished::One { .. } => 1,
+            Finished::Lane(replies) => replies.len(),
+        }
+    }
+
+    fn barrier(&self) -> bool {
+        matches!(self, Finished::One { barrier: true, .. })
+    }
+}
+
+async fn track(job: Job) -> Finished {
+    match job {
+        Job::One { meta, barrier, pending } => {
+            Finished::One { meta, barrier, reply: pending.resolve().await }
+        }
+        Job::Lane(call) => Finished::Lane(call.wait().await),
+    }
 }
 
 /// Counts the request in the command stats and appends its reply.
-fn finish(state: &RouterState, out: &mut Out, done: Done) {
-    let took = done.started.elapsed();
+fn finish(state: &RouterState, out: &mut Out, meta: Meta, reply: Reply) {
+    let took = meta.started.elapsed();
     state.metrics.command_seconds.observe(took.as_secs_f64());
     let before = out.len();
-    let failed = put_reply(out, done.id, done.shape, done.reply);
-    if let Some((key, request)) = done.hot {
+    let failed = put_reply(out, meta.id, meta.shape, reply);
+    if let Some((key, request)) = meta.hot {
         state.hotkeys.record(&key, (request + out.len() - before) as u64);
     }
     if failed {
         state.metrics.fast_errors.inc();
     }
-    if let Some(slot) = done.slot {
+    if let Some(slot) = meta.slot {
         state.stats.record(slot, took, failed);
+    }
+}
+
+/// Appends every reply of a finished job.
+fn finish_all(state: &RouterState, out: &mut Out, done: Finished) {
+    match done {
+        Finished::One { meta, reply, .. } => finish(state, out, meta, reply),
+        Finished::Lane(replies) => {
+            for (meta, reply) in replies {
+                finish(state, out, meta, reply);
+            }
+        }
     }
 }
 
@@ -441,6 +474,9 @@ pub async fn serve<S>(
     let mut arena = BytesMut::new();
     let mut hello = false;
     let mut in_flight = Unfinished(FuturesUnordered::new());
+    // Requests in flight (a lane's count each), and one-key commands joined and not yet sent.
+    let mut waiting = 0usize;
+    let mut lane: Lane<Meta> = Lane::default();
     // Requests in flight that later ones must not overtake (see the module docs).
     let mut barriers = 0usize;
     // The client closed its sending side: answer what it sent, then close.
@@ -460,7 +496,7 @@ pub async fn serve<S>(
         let mut deadline = tokio::time::Instant::now() + state.settings.deadline;
         // Whether the frames in `input` ran out (as opposed to a limit stopping the loop).
         let mut starved = false;
-        while fatal.is_none() && !stopping && barriers == 0 && in_flight.len() < max_in_flight {
+        while fatal.is_none() && !stopping && barriers == 0 && waiting + lane.len() < max_in_flight {
             let limits = Limits {
                 authenticated: hello,
                 max_bulk: state.settings.proto_max_bulk_len,
@@ -523,19 +559,8 @@ pub async fn serve<S>(
             let spec = match admitted {
                 Ok(spec) => spec,
                 Err(reply) => {
-                    finish(
-                        &state,
-                        &mut out,
-                        Done {
-                            id,
-                            shape,
-                            started: session.last_command,
-                            slot: None,
-                            barrier: false,
-                            reply,
-                            hot: None,
-                        },
-                    );
+                    let meta = Meta { id, shape, started: session.last_command, slot: None, hot: None };
+                    finish(&state, &mut out, meta, reply);
                     continue;
                 }
             };
@@ -546,7 +571,55 @@ pub async fn serve<S>(
                 put_error(&mut out, id, &Refusal::NotOverFastPath(name).to_string());
                 continue;
             }
-            if state.pause.holds(spec) {
+            // Hot keys, as RESP counts them (authenticated requests; request and reply bytes).
+            let hot = if state.hotkeys.enabled() && session.authenticated {
+                match req.op {
+                    Ok(Op::Get | Op::Set | Op::Del | Op::IncrBy | Op::Expire) => {
+                        Some((req.key.clone(), req.key.len() + req.value.len()))
+                    }
+                    _ => {
+                        state.hotkeys.record_command(spec, &args, 0);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let meta =
+                Meta { id, shape, started: session.last_command, slot: session.last_command_slot, hot };
+            let held = state.pause.holds(spec);
+            let meta = if held || shape == Shape::Hello {
+                meta
+            } else {
+                match lane.join(spec, &args, &mut ctx(&state, &mut session, &routing, deadline), meta) {
+                    Ok(None) => continue,
+                    Ok(Some((meta, reply))) => {
+                        // Answered at once (a near-cache hit): written once enough wait, the
+                        // lane sent first so nothing waits behind the write.
+                        finish(&state, &mut out, meta, reply);
+                        if out.len() >= WRITE_AT {
+                            if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
+                                waiting += call.len();
+                                in_flight.push(track(Job::Lane(call)));
+                            }
+                            if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed)
+                                .await
+                            {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    Err(meta) => meta,
+                }
+            };
+            // Run as usual: what joined the lane goes first, so that ops keep their order on
+            // every node queue.
+            if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
+                waiting += call.len();
+                in_flight.push(track(Job::Lane(call)));
+            }
+            if held {
                 // CLIENT PAUSE: the replies so far go out, then this connection waits (reading
                 // nothing more), as a RESP connection does.
                 if !out.is_empty()
@@ -564,23 +637,6 @@ pub async fn serve<S>(
                 // The command's time starts now, not before the pause.
                 deadline = tokio::time::Instant::now() + state.settings.deadline;
             }
-            // From when the request was taken up (a CLIENT PAUSE hold included, as on RESP).
-            let started = session.last_command;
-            let slot = session.last_command_slot;
-            // Hot keys, as RESP counts them (authenticated requests; request and reply bytes).
-            let hot = if state.hotkeys.enabled() && session.authenticated {
-                match req.op {
-                    Ok(Op::Get | Op::Set | Op::Del | Op::IncrBy | Op::Expire) => {
-                        Some((req.key.clone(), req.key.len() + req.value.len()))
-                    }
-                    _ => {
-                        state.hotkeys.record_command(spec, &args, 0);
-                        None
-                    }
-                }
-            } else {
-                None
-            };
             let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
             if let Pending::Blocking(..) = pending {
                 // A blocking command outside `@blocking` (WAIT): dropping its wait withdraws it.
@@ -595,14 +651,15 @@ pub async fn serve<S>(
                         hello = true;
                         auth_deadline = None;
                     }
-                    finish(&state, &mut out, Done { id, shape, started, slot, barrier: false, reply, hot });
+                    finish(&state, &mut out, meta, reply);
                 }
-                other => {
+                pending => {
                     // Sent in pieces, or in dependent steps: later requests must not overtake it.
                     let large = args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES;
-                    let barrier = large || matches!(other, Pending::Barrier(_));
+                    let barrier = large || matches!(pending, Pending::Barrier(_));
                     barriers += barrier as usize;
-                    in_flight.push(track(id, shape, started, slot, barrier, hot, other));
+                    waiting += 1;
+                    in_flight.push(track(Job::One { meta, barrier, pending }));
                 }
             }
             if out.len() >= WRITE_AT
@@ -611,10 +668,16 @@ pub async fn serve<S>(
                 return;
             }
         }
+        // What joined the lane goes now, before anything is awaited.
+        if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
+            waiting += call.len();
+            in_flight.push(track(Job::Lane(call)));
+        }
         // Every reply already in, without waiting: written together below.
         while let Some(Some(done)) = in_flight.next().now_or_never() {
-            barriers -= done.barrier as usize;
-            finish(&state, &mut out, done);
+            barriers -= done.barrier() as usize;
+            waiting -= done.len();
+            finish_all(&state, &mut out, done);
             if out.len() > state.settings.output_buffer_limit {
                 tracing::warn!(peer = %session.peer, bytes = out.len(), "client output buffer limit reached; closing");
                 return;
@@ -637,8 +700,7 @@ pub async fn serve<S>(
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
             return;
         }
-        let reading =
-            !eof && !stopping && fatal.is_none() && barriers == 0 && in_flight.len() < max_in_flight;
+        let reading = !eof && !stopping && fatal.is_none() && barriers == 0 && waiting < max_in_flight;
         if reading {
             if input.is_empty() && input.capacity() > KEEP_BUFFER {
                 input = BytesMut::new();
@@ -663,11 +725,13 @@ pub async fn serve<S>(
                 // In-flight HELLOs are not waited for: the time is up.
                 in_flight.clear();
                 barriers = 0;
+                waiting = 0;
             }
             done = in_flight.next(), if !in_flight.is_empty() => {
                 if let Some(done) = done {
-                    barriers -= done.barrier as usize;
-                    finish(&state, &mut out, done);
+                    barriers -= done.barrier() as usize;
+                    waiting -= done.len();
+                    finish_all(&state, &mut out, done);
                 }
             }
             read = stream.read_buf(&mut input), if reading => match read {

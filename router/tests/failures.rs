@@ -47,6 +47,17 @@ async fn a_stopped_node_fails_fast_and_recovers() {
     assert!(err.starts_with(&format!("-ERR node 1 ({}) is unavailable", addrs[1])), "{err}");
     assert_eq!(c.cmd(&["GET", &k0]).await, b"$1\r\nv\r\n", "other nodes unaffected");
     assert_eq!(c.cmd(&["GET", &k2]).await, b"$1\r\nv\r\n");
+    // Pipelined one-key commands travel together (one group per node): the stopped node's
+    // command fails alone, its neighbours' are answered.
+    let mut pipeline = Vec::new();
+    for k in [&k0, &k1, &k2] {
+        pipeline.extend(support::encode(&[b"GET", k.as_bytes()]));
+    }
+    c.send(&pipeline).await;
+    assert_eq!(c.reply().await.unwrap(), b"$1\r\nv\r\n");
+    let err = String::from_utf8(c.reply().await.unwrap()).unwrap();
+    assert!(err.starts_with("-ERR node 1"), "{err}");
+    assert_eq!(c.reply().await.unwrap(), b"$1\r\nv\r\n");
     let mget = String::from_utf8(c.cmd(&["MGET", &k0, &k1]).await).unwrap();
     assert!(
         mget.starts_with("-ERR node 1"),

@@ -345,35 +345,47 @@ impl MultiCall {
     /// Every op's reply, in argument order; the first failure (a node error reply included)
     /// becomes the error. Ops the routing got wrong are settled one by one.
     pub async fn gather(self) -> Result<Vec<Reply>, BackendError> {
+        self.each().await.into_iter().collect()
+    }
+
+    /// Every op's own result, in argument order: a node that failed fails only its own ops (the
+    /// lane's commands are independent of each other). Ops the routing got wrong are settled
+    /// one by one.
+    pub async fn each(self) -> Vec<Result<Reply, BackendError>> {
         let MultiCall { backend, routing, deadline, total, groups, alone } = self;
-        let mut out: Vec<Option<Reply>> = (0..total).map(|_| None).collect();
+        let mut out: Vec<Option<Result<Reply, BackendError>>> = (0..total).map(|_| None).collect();
         let mut again = Vec::new();
         for Group { port, items, call } in groups {
             match call.wait().await {
                 Ok(replies) => {
                     for ((i, key, op), r) in items.into_iter().zip(replies) {
-                        match outcome(&backend, &port, &routing, Ok(r))? {
-                            Outcome::Done(r) => out[i] = Some(r),
+                        match outcome(&backend, &port, &routing, Ok(r)) {
+                            Ok(Outcome::Done(r)) => out[i] = Some(Ok(r)),
                             // Refused: this op alone goes through the settle loop.
                             _ => again.push((i, backend.key(&backend.routing(), key, op, deadline))),
                         }
                     }
                 }
-                Err(e) => match outcome(&backend, &port, &routing, Err(e))? {
-                    Outcome::Stale => {
+                Err(e) => match outcome(&backend, &port, &routing, Err(e)) {
+                    Ok(_) => {
+                        // The node left the cluster: route its ops again.
                         let current = backend.routing();
                         again.extend(
                             items.into_iter().map(|(i, k, op)| (i, backend.key(&current, k, op, deadline))),
                         );
                     }
-                    _ => unreachable!("errors are stale or returned"),
+                    Err(e) => {
+                        for (i, _, _) in items {
+                            out[i] = Some(Err(e.clone()));
+                        }
+                    }
                 },
             }
         }
         for (i, call) in alone.into_iter().chain(again) {
-            out[i] = Some(call.wait().await?);
+            out[i] = Some(call.wait().await);
         }
-        Ok(out.into_iter().map(|r| r.unwrap_or_default()).collect())
+        out.into_iter().map(|r| r.unwrap_or_else(|| Ok(Reply::default()))).collect()
     }
 }
 

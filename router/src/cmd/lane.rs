@@ -1,0 +1,236 @@
+//! The lane: one-key string commands from one read buffer, sent as one group per node.
+//!
+//! Run one by one ([`super::run`]), each pipelined GET or SET costs its own backend call: an op
+//! queued on its node's link, a oneshot, a deadline timer, and a task slot in the connection
+//! while it waits. A connection that has many such commands at hand (the fast path's read
+//! buffer) instead joins them to a [`Lane`] and sends it once: [`Backend::keys`] puts each
+//! node's share in one group (one batch entry, one wake-up, one timer), and the replies come
+//! back together, in order, each converted as its command would have converted it.
+//!
+//! What joins: commands whose `run` is exactly "build one op with a [`command`] builder and
+//! send it to the key's owner" ([`builder`]); GET also through the near cache (a hit is
+//! answered at once, a miss is a tracked read). A command that does not join runs as usual; the
+//! caller sends the lane first, so ops keep their order on every node queue. What the lane
+//! keeps from [`super::run`]: the command counter, client tracking's hooks, the near cache's
+//! write invalidation (in [`Backend::keys`]). Replica reads (READONLY, `--read-from`) and
+//! values large enough to travel in pieces do not join.
+//!
+//! [`Backend::keys`]: crate::backend::Backend::keys
+
+use bytes::Bytes;
+use shoal_wire::command::{self, Builder};
+use shoal_wire::pieces::PIECE_BYTES;
+use shoal_wire::proto::{self, Op};
+
+use super::get::{near_cache, near_fetch, near_settle};
+use super::{Args, CommandSpec, Ctx, answer, plain};
+use crate::backend::{Backend, BackendError, KeyCall, MultiCall};
+use crate::nearcache::{NearCache, Ticket};
+use crate::resp::Reply;
+use crate::state::ReadFrom;
+use std::sync::Arc;
+
+/// The builder of a command that may join the lane: its router `run` is `one_key` with this
+/// builder (GET's near cache is handled here).
+pub fn builder(spec: &CommandSpec) -> Option<Builder> {
+    Some(match spec.name {
+        "get" => command::get,
+        "set" => command::set,
+        "incr" => command::incr,
+        "decr" => command::decr,
+        "incrby" => command::incrby,
+        "decrby" => command::decrby,
+        "expire" => command::expire,
+        "pexpire" => command::pexpire,
+        "getdel" => command::getdel,
+        "setnx" => command::setnx,
+        "setex" => command::setex,
+        "psetex" => command::psetex,
+        "ttl" => command::ttl,
+        "pttl" => command::pttl,
+        "strlen" => command::strlen,
+        "append" => command::append,
+        _ => return None,
+    })
+}
+
+/// How one joined command's reply is made from its node's.
+struct Waiting<T> {
+    tag: T,
+    answer: fn(proto::Reply) -> Reply,
+    /// A near-cache miss: the key and the ticket to insert the value with.
+    near: Option<(Bytes, Option<Ticket>)>,
+}
+
+/// Commands joined and not yet sent.
+pub struct Lane<T> {
+    items: Vec<(Bytes, Op)>,
+    waiting: Vec<Waiting<T>>,
+}
+
+impl<T> Default for Lane<T> {
+    fn default() -> Self {
+        Lane { items: Vec::new(), waiting: Vec::new() }
+    }
+}
+
+impl<T> Lane<T> {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Joins the command `spec` (admitted, not held by CLIENT PAUSE) if it may join: `Ok(None)`
+    /// queued, `Ok(Some(reply))` answered at once (an argument error, a near-cache hit),
+    /// `Err(tag)` it does not join (run it as usual, after [`send`](Self::send)).
+    pub fn join(
+        &mut self,
+        spec: &'static CommandSpec,
+        args: &Args,
+        ctx: &mut Ctx,
+        tag: T,
+    ) -> Result<Option<(T, Reply)>, T> {
+        let Some(build) = builder(spec) else { return Err(tag) };
+        let readonly = spec.flags.contains(&"readonly");
+        let replica_read =
+            readonly && (ctx.session.readonly || ctx.state.settings.read_from != ReadFrom::Primary);
+        if ctx.session.multi.is_some()
+            || replica_read
+            || ctx.routing.capturing
+            || args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES
+        {
+            return Err(tag);
+        }
+        // What `run` does before a command's own function.
+        ctx.read_from = ReadFrom::Primary;
+        ctx.state.metrics.commands.inc();
+        if ctx.state.pubsub.tracking.active() {
+            super::client_tracking(spec, args, ctx);
+        }
+        let near = if spec.name == "get" { near_cache(ctx) } else { None };
+        if let Some(near) = near {
+            let key = &args[1];
+            if let Some(v) = near.get(key, ctx.routing.version()) {
+                return Ok(Some((tag, Reply::Bulk(v))));
+            }
+            if let Some((op, ticket)) = near_fetch(near, ctx, key, false) {
+                self.items.push((key.clone(), op));
+                self.waiting.push(Waiting { tag, answer: plain, near: Some((key.clone(), ticket)) });
+                return Ok(None);
+            }
+        }
+        match build(args, ctx.now_ms()) {
+            Ok(b) => {
+                self.items.push((b.key, b.op));
+                self.waiting.push(Waiting { tag, answer: answer(b.answer), near: None });
+                Ok(None)
+            }
+            Err(e) => Ok(Some((tag, Reply::error(e)))),
+        }
+    }
+
+    /// Queues everything joined on the nodes now (one group per node; a lone command as its
+    /// own call, which costs no more than running it as usual); `None` if nothing joined.
+    pub fn send(&mut self, ctx: &Ctx) -> Option<LaneCall<T>> {
+        let sent = match self.items.len() {
+            0 => return None,
+            1 => {
+                let (key, op) = self.items.pop().expect("one");
+                let w = self.waiting.pop().expect("one per item");
+                Sent::One(ctx.state.backend.key(ctx.routing, key, op, ctx.deadline), w)
+            }
+            _ => Sent::Many(
+                ctx.state.backend.keys(ctx.routing, self.items.drain(..), ctx.deadline),
+                std::mem::take(&mut self.waiting),
+            ),
+        };
+        let near = ctx.state.near.clone();
+        Some(LaneCall { sent, backend: ctx.state.backend.clone(), near })
+    }
+}
+
+enum Sent<T> {
+    One(KeyCall, Waiting<T>),
+    Many(MultiCall, Vec<Waiting<T>>),
+}
+
+/// A lane in flight.
+pub struct LaneCall<T> {
+    sent: Sent<T>,
+    backend: Arc<Backend>,
+    near: Option<Arc<NearCache>>,
+}
+
+impl<T> LaneCall<T> {
+    /// How many commands it carries.
+    pub fn len(&self) -> usize {
+        match &self.sent {
+            Sent::One(..) => 1,
+            Sent::Many(_, waiting) => waiting.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every command's reply, in the order they joined.
+    pub async fn wait(self) -> Replies<T> {
+        let LaneCall { sent, backend, near } = self;
+        let settle = |w: Waiting<T>, r: Result<proto::Reply, BackendError>| {
+            let reply = match r {
+                Ok(r) => match (&w.near, &near) {
+                    (Some((key, ticket)), Some(near)) => {
+                        (w.answer)(near_settle(near, &backend, key, ticket.as_ref(), r))
+                    }
+                    _ => (w.answer)(r),
+                },
+                Err(e) => e.into(),
+            };
+            (w.tag, reply)
+        };
+        match sent {
+            Sent::One(call, w) => Replies::One(std::iter::once(settle(w, call.wait().await))),
+            Sent::Many(call, waiting) => {
+                let replies = call.each().await;
+                Replies::Many(
+                    waiting
+                        .into_iter()
+                        .zip(replies)
+                        .map(|(w, r)| settle(w, r))
+                        .collect::<Vec<_>>()
+                        .into_iter(),
+                )
+            }
+        }
+    }
+}
+
+/// A lane's replies with their tags, in the order the commands joined.
+pub enum Replies<T> {
+    One(std::iter::Once<(T, Reply)>),
+    Many(std::vec::IntoIter<(T, Reply)>),
+}
+
+impl<T> Iterator for Replies<T> {
+    type Item = (T, Reply);
+
+    fn next(&mut self) -> Option<(T, Reply)> {
+        match self {
+            Replies::One(it) => it.next(),
+            Replies::Many(it) => it.next(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Replies::One(it) => it.size_hint(),
+            Replies::Many(it) => it.size_hint(),
+        }
+    }
+}
+
+impl<T> ExactSizeIterator for Replies<T> {}
