@@ -372,8 +372,8 @@ async fn track(job: Job) -> Finished {
 }
 
 /// Counts the request in the command stats and appends its reply.
-fn finish(state: &RouterState, out: &mut Out, meta: Meta, reply: Reply) {
-    let took = meta.started.elapsed();
+fn finish(state: &RouterState, out: &mut Out, meta: Meta, reply: Reply, now: Instant) {
+    let took = now.saturating_duration_since(meta.started);
     state.metrics.command_seconds.observe(took.as_secs_f64());
     let before = out.len();
     let failed = put_reply(out, meta.id, meta.shape, reply);
@@ -389,12 +389,15 @@ fn finish(state: &RouterState, out: &mut Out, meta: Meta, reply: Reply) {
 }
 
 /// Appends every reply of a finished job.
+/// Appends every reply of a finished job (timed by one clock read: a lane's replies arrive
+/// together).
 fn finish_all(state: &RouterState, out: &mut Out, done: Finished) {
+    let now = Instant::now();
     match done {
-        Finished::One { meta, reply, .. } => finish(state, out, meta, reply),
+        Finished::One { meta, reply, .. } => finish(state, out, meta, reply, now),
         Finished::Lane(replies) => {
             for (meta, reply) in replies {
-                finish(state, out, meta, reply);
+                finish(state, out, meta, reply, now);
             }
         }
     }
@@ -494,6 +497,7 @@ pub async fn serve<S>(
             routing = state.backend.routing();
         }
         let mut deadline = tokio::time::Instant::now() + state.settings.deadline;
+        let mut taken_up = Instant::now();
         // Whether the frames in `input` ran out (as opposed to a limit stopping the loop).
         let mut starved = false;
         while fatal.is_none() && !stopping && barriers == 0 && waiting + lane.len() < max_in_flight {
@@ -554,13 +558,14 @@ pub async fn serve<S>(
                 // A node encodes some replies (scripts') for the session's protocol.
                 session.set_protocol(protocol);
             }
-            session.start_command();
+            // One clock read per read buffer: its requests were all taken up together.
+            session.start_command_at(taken_up);
             let admitted = cmd::admit(&args, &mut ctx(&state, &mut session, &routing, deadline));
             let spec = match admitted {
                 Ok(spec) => spec,
                 Err(reply) => {
                     let meta = Meta { id, shape, started: session.last_command, slot: None, hot: None };
-                    finish(&state, &mut out, meta, reply);
+                    finish(&state, &mut out, meta, reply, Instant::now());
                     continue;
                 }
             };
@@ -596,7 +601,7 @@ pub async fn serve<S>(
                     Ok(Some((meta, reply))) => {
                         // Answered at once (a near-cache hit): written once enough wait, the
                         // lane sent first so nothing waits behind the write.
-                        finish(&state, &mut out, meta, reply);
+                        finish(&state, &mut out, meta, reply, Instant::now());
                         if out.len() >= WRITE_AT {
                             if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
                                 waiting += call.len();
@@ -634,8 +639,10 @@ pub async fn serve<S>(
                     _ = shutdown.changed() => return,
                 }
                 client.set_held(false);
-                // The command's time starts now, not before the pause.
+                // The command's time starts now, not before the pause (its duration includes
+                // the hold, as on RESP); later requests were taken up now too.
                 deadline = tokio::time::Instant::now() + state.settings.deadline;
+                taken_up = Instant::now();
             }
             let pending = cmd::run(spec, &args, &mut ctx(&state, &mut session, &routing, deadline));
             if let Pending::Blocking(..) = pending {
@@ -651,7 +658,7 @@ pub async fn serve<S>(
                         hello = true;
                         auth_deadline = None;
                     }
-                    finish(&state, &mut out, meta, reply);
+                    finish(&state, &mut out, meta, reply, Instant::now());
                 }
                 pending => {
                     // Sent in pieces, or in dependent steps: later requests must not overtake it.

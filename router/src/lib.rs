@@ -9,7 +9,9 @@
 //! group), which queues ops on each node's [`backend::link::NodeLink`] → the link batches ops from
 //! all connections onto the node's stream → replies come back in order, are settled by the
 //! backend (topology changes are handled there, never in `cmd/`) and encoded by [`resp::reply`]
-//! into [`resp::Out`] (vectored writes).
+//! into [`resp::Out`] (vectored writes). Pipelined one-key string commands (GET, SET, INCR, ...)
+//! take a shortcut through that flow: [`cmd::lane`] joins the ones a read buffer holds and sends
+//! them as one group per node (one backend call, not one each); the others run as above.
 //! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
 //! So does the binary fast path ([`fast`], spec in docs/fast-path.md): a connection whose first
 //! byte is `0xF5` (which cannot start RESP) is handed by [`connection`] to [`fast`], which maps

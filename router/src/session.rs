@@ -136,8 +136,14 @@ impl Session {
 
     /// A command arrived now.
     pub fn start_command(&mut self) {
-        self.last_command = Instant::now();
-        self.client.touch(self.last_command);
+        self.start_command_at(Instant::now());
+    }
+
+    /// [`start_command`](Self::start_command) with a time already read (requests taken up
+    /// together).
+    pub fn start_command_at(&mut self, at: Instant) {
+        self.last_command = at;
+        self.client.touch(at);
     }
 
     /// Whether the client is subscribed to anything (Redis's pub/sub mode, which restricts a

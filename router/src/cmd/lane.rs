@@ -66,11 +66,14 @@ struct Waiting<T> {
 pub struct Lane<T> {
     items: Vec<(Bytes, Op)>,
     waiting: Vec<Waiting<T>>,
+    /// The router's clock (Unix ms) for the builders, read once per lane: its commands arrived
+    /// together.
+    now_ms: Option<i64>,
 }
 
 impl<T> Default for Lane<T> {
     fn default() -> Self {
-        Lane { items: Vec::new(), waiting: Vec::new() }
+        Lane { items: Vec::new(), waiting: Vec::new(), now_ms: None }
     }
 }
 
@@ -122,7 +125,8 @@ impl<T> Lane<T> {
                 return Ok(None);
             }
         }
-        match build(args, ctx.now_ms()) {
+        let now_ms = *self.now_ms.get_or_insert_with(|| ctx.now_ms());
+        match build(args, now_ms) {
             Ok(b) => {
                 self.items.push((b.key, b.op));
                 self.waiting.push(Waiting { tag, answer: answer(b.answer), near: None });
@@ -135,6 +139,7 @@ impl<T> Lane<T> {
     /// Queues everything joined on the nodes now (one group per node; a lone command as its
     /// own call, which costs no more than running it as usual); `None` if nothing joined.
     pub fn send(&mut self, ctx: &Ctx) -> Option<LaneCall<T>> {
+        self.now_ms = None;
         let sent = match self.items.len() {
             0 => return None,
             1 => {
