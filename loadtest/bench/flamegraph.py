@@ -29,6 +29,15 @@ import common
 import sidecar
 
 PATHS = ["fast-get", "resp-uds-get", "resp-p1-get", "http-get"]
+# Where a sample's time is counted: the first of these its stack meets, from the leaf up.
+CATEGORIES = [
+    ("kernel (syscalls, network stack)", ("_[k]",)),
+    ("allocator", ("malloc", "_int_free", "cfree", "realloc", "unlink_chunk", "tcache")),
+    ("node: store and ops", ("shoal_node::",)),
+    ("gRPC: HTTP/2 and protobuf", ("tonic::", "h2::", "hyper::", "prost::", "tonic_prost")),
+    ("router", ("shoal_router::", "shoal_wire::")),
+    ("tokio runtime", ("tokio::",)),
+]
 TOOLS = Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache/shoal") / "tools"
 
 
@@ -60,6 +69,19 @@ def load(path, bench_bin, sock, resp_port, http_port, seconds):
         argv = ["wrk", "-t1", "-c50", f"-d{seconds + 2}s", "-s", str(script), f"http://127.0.0.1:{http_port}"]
     return subprocess.Popen(common.pinned(argv, common.CLIENT_CPUS), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+
+
+def breakdown(folded):
+    """Shares of the samples by CATEGORIES, as text."""
+    totals = {name: 0 for name, _ in CATEGORIES}
+    totals["other"] = 0
+    for line in folded.decode(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")[::-1]
+        name = next((n for f in frames for n, marks in CATEGORIES if any(m in f for m in marks)), "other")
+        totals[name] += int(count)
+    all_samples = sum(totals.values()) or 1
+    return ", ".join(f"{name} {100 * n / all_samples:.0f}%" for name, n in totals.items())
 
 
 def main():
@@ -98,13 +120,16 @@ def main():
         common.stop_all()
         common.say(f"[{i}/{len(paths)}] {path}: folding and drawing")
         script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True, check=True)
-        folded = subprocess.run([str(tools / "inferno-collapse-perf")], input=script.stdout, capture_output=True,
+        folded = subprocess.run([str(tools / "inferno-collapse-perf"), "--kernel"], input=script.stdout, capture_output=True,
                                 check=True)
         title = f"shoal-router (3 embedded nodes, 1 worker thread): {path}"
-        svg = subprocess.run([str(tools / "inferno-flamegraph"), "--title", title, "--width", "1600"],
+        # Frames under 0.2% of the samples are left out: the graph stays readable and small.
+        svg = subprocess.run([str(tools / "inferno-flamegraph"), "--title", title, "--width", "1600",
+                              "--minwidth", "0.2"],
                              input=folded.stdout, capture_output=True, check=True)
         (out / f"{path}.svg").write_bytes(svg.stdout)
         common.say(f"[{i}/{len(paths)}] {path}: {out / (path + '.svg')} ({len(svg.stdout) // 1024} KiB)")
+        print(f"{path}: {breakdown(folded.stdout)}", flush=True)
 
 
 if __name__ == "__main__":
