@@ -103,6 +103,16 @@ impl ClientHandle {
         self.protocol.load(Ordering::Relaxed) >= 3
     }
 
+    /// CLIENT TRACKING REDIRECT's target is gone (`R` in the flags until tracking is turned on
+    /// again, `broken_redirect` in CLIENT TRACKINGINFO).
+    pub fn mark_redirect_broken(&self) {
+        self.tracking.fetch_or(2, Ordering::Relaxed);
+    }
+
+    pub fn redirect_broken(&self) -> bool {
+        self.tracking.load(Ordering::Relaxed) & 2 != 0
+    }
+
     /// CLIENT TRACKING's flags (see the field) and `redir=`.
     pub fn set_tracking(&self, flags: u8, redir: i64) {
         self.tracking.store(flags, Ordering::Relaxed);

@@ -46,6 +46,9 @@ struct Client {
     options: Options,
     /// Where its own pushes go (RESP3; also a redirect target's queue is looked up by id).
     own: Arc<Subscriber>,
+    /// The REDIRECT target's connection while it lasts (a target that never opened a push
+    /// queue is not gone for that).
+    target: Option<std::sync::Weak<crate::clients::ClientHandle>>,
 }
 
 #[derive(Debug, Default)]
@@ -119,9 +122,15 @@ impl ClientTracking {
 
     /// Client `id` tracks with `options` from now on (replacing earlier options, keeping the
     /// keys it holds).
-    pub fn enable(&self, id: u64, options: Options, own: Arc<Subscriber>) {
+    pub fn enable(
+        &self,
+        id: u64,
+        options: Options,
+        own: Arc<Subscriber>,
+        target: Option<std::sync::Weak<crate::clients::ClientHandle>>,
+    ) {
         let mut t = self.table.lock();
-        t.clients.insert(id, Client { options, own });
+        t.clients.insert(id, Client { options, own, target });
         self.active.store(true, Ordering::Relaxed);
     }
 
@@ -268,9 +277,20 @@ impl ClientTracking {
         let target = if redirected {
             match self.queues.lock().get(&c.options.redirect).and_then(|w| w.upgrade()) {
                 Some(s) => s,
-                // The redirect target went away: Redis flags the client `R` and drops the
-                // message (its tracking-redir-broken push is not sent here).
-                None => return,
+                // The redirect target went away: as Redis, the client is flagged `R`, the
+                // invalidation is dropped, and a RESP3 client is told on its own connection.
+                None if c.target.as_ref().is_some_and(|t| t.strong_count() > 0) => return,
+                None => {
+                    c.own.client.mark_redirect_broken();
+                    if c.own.client.is_resp3() {
+                        let id = Bytes::from(c.options.redirect.to_string());
+                        c.own.push_all(
+                            &[Message { kind: Kind::RedirBroken, payload: id, ..blank() }],
+                            &self.limits,
+                        );
+                    }
+                    return;
+                }
             }
         } else {
             c.own.clone()
@@ -318,7 +338,7 @@ mod tests {
         let t = ClientTracking::new(Arc::new(Limits::default()));
         let plain =
             Subscriber::new(Arc::new(crate::clients::ClientHandle::new(1, "p".into(), "l".into(), false)));
-        t.enable(1, Options::default(), plain.clone());
+        t.enable(1, Options::default(), plain.clone(), None);
         t.read(1, &[b("k")]);
         t.invalidate(b"k", 0);
         assert!(plain.take(1 << 20, &Limits::default()).is_empty(), "RESP2 has no pushes");
@@ -328,8 +348,8 @@ mod tests {
     fn one_push_per_read_noloop_and_the_bound() {
         let t = ClientTracking::new(Arc::new(Limits::default()));
         let (a, c) = (client(1), client(2));
-        t.enable(1, Options::default(), a.clone());
-        t.enable(2, Options { noloop: true, ..Default::default() }, c.clone());
+        t.enable(1, Options::default(), a.clone(), None);
+        t.enable(2, Options { noloop: true, ..Default::default() }, c.clone(), None);
         assert_eq!(t.read(1, &[b("k")]), vec![b("k")]);
         assert!(t.read(2, &[b("k")]).is_empty(), "already registered for the router");
         t.invalidate(b"k", 2);

@@ -208,6 +208,43 @@ async fn noloop_optin_redirect_and_bcast() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_whose_target_is_gone_is_reported_as_redis_does() {
+    let r = support::cluster().await;
+    wait_links(&r).await;
+    let addr = r.resp_addr();
+    let mut writer = Client::connect(addr, false).await;
+    // A target that has a push queue (it subscribed), then goes away.
+    let mut target = Client::connect(addr, false).await;
+    let id = String::from_utf8(target.cmd(&["CLIENT", "ID"]).await).unwrap();
+    let id = id.trim_start_matches(':').trim().to_string();
+    target.cmd(&["SUBSCRIBE", "__redis__:invalidate"]).await;
+    let mut c = Client::connect(addr, true).await;
+    c.ok(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]).await;
+    c.cmd(&["GET", "gone"]).await;
+    drop(target);
+    let list = || r.state.clients.get(id.parse().unwrap()).is_none();
+    support::wait_until(ARRIVES, list).await;
+    // Before the write: nothing broken yet.
+    let info = String::from_utf8(c.cmd(&["CLIENT", "INFO"]).await).unwrap();
+    assert!(info.contains(" flags=t "), "{info}");
+    writer.ok(&["SET", "gone", "1"]).await;
+    // Redis's `sendTrackingMessage`: the invalidation is dropped and the RESP3 client told.
+    c.expect_push(format!(">2\r\n$21\r\ntracking-redir-broken\r\n:{id}\r\n").as_bytes()).await;
+    c.expect_quiet().await;
+    let info = String::from_utf8(c.cmd(&["CLIENT", "INFO"]).await).unwrap();
+    assert!(info.contains(" flags=tR ") && info.contains(&format!(" redir={id} ")), "{info}");
+    let tracking = String::from_utf8(c.cmd(&["CLIENT", "TRACKINGINFO"]).await).unwrap();
+    assert!(tracking.contains("$15\r\nbroken_redirect\r\n"), "{tracking}");
+    // Turning tracking on again (without the redirect) clears the flag, and pushes come home.
+    c.ok(&["CLIENT", "TRACKING", "ON"]).await;
+    let info = String::from_utf8(c.cmd(&["CLIENT", "INFO"]).await).unwrap();
+    assert!(info.contains(" flags=t "), "{info}");
+    c.cmd(&["GET", "gone"]).await;
+    writer.ok(&["SET", "gone", "2"]).await;
+    c.expect_push(&inv("gone")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_table_invalidates_its_oldest_keys() {
     let r = support::cluster().await;
     wait_links(&r).await;

@@ -303,7 +303,8 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
     let flags = 1 | if o.bcast { 4 } else { 0 };
     ctx.session.client.set_tracking(flags, o.redirect as i64);
     let before = hub.tracking.bcast_prefixes();
-    hub.tracking.enable(ctx.session.id, o.clone(), sub);
+    let target = ctx.state.clients.get(o.redirect).map(|c| std::sync::Arc::downgrade(&c));
+    hub.tracking.enable(ctx.session.id, o.clone(), sub, target);
     let changed = hub.tracking.bcast_prefixes() != before;
     // Replacing the session's earlier state must not disable the client it re-enabled.
     if let Some(mut old) = ctx.session.tracking.take() {
@@ -375,6 +376,9 @@ pub fn trackinginfo(_args: &Args, ctx: &mut Ctx) -> Pending {
         }
         if o.noloop {
             flags.push(Reply::bulk("noloop"));
+        }
+        if ctx.session.client.redirect_broken() {
+            flags.push(Reply::bulk("broken_redirect"));
         }
     }
     let prefixes = t.map_or_else(Vec::new, |t| t.options.prefixes.iter().cloned().map(Reply::Bulk).collect());

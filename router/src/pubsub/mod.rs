@@ -54,7 +54,7 @@ impl Local {
     fn of(&mut self, kind: Kind) -> &mut Holders {
         match kind {
             // Tracking messages are never subscribed to.
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &mut self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
@@ -62,7 +62,7 @@ impl Local {
 
     fn get(&self, kind: Kind) -> &Holders {
         match kind {
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &self.channels,
             Kind::Pattern => &self.patterns,
             Kind::Shard => &self.shard,
         }
@@ -98,7 +98,9 @@ impl Local {
 
 fn wire_kind(kind: Kind) -> PubSubKind {
     match kind {
-        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => PubSubKind::PubsubChannel,
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+            PubSubKind::PubsubChannel
+        }
         Kind::Pattern => PubSubKind::PubsubPattern,
         Kind::Shard => PubSubKind::PubsubShard,
     }
@@ -111,7 +113,9 @@ fn registration(kind: Kind, name: Bytes, clients: usize) -> Subscription {
 /// The reply words of each kind: (subscribe, unsubscribe).
 fn words(kind: Kind) -> (&'static str, &'static str) {
     match kind {
-        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => ("subscribe", "unsubscribe"),
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+            ("subscribe", "unsubscribe")
+        }
         Kind::Pattern => ("psubscribe", "punsubscribe"),
         Kind::Shard => ("ssubscribe", "sunsubscribe"),
     }

@@ -32,6 +32,9 @@ pub enum Kind {
     Invalidate,
     /// CLIENT TRACKING: everything may have changed (a null key list, as on FLUSHALL).
     InvalidateAll,
+    /// CLIENT TRACKING REDIRECT: the target (its id, as text, in `payload`) is gone, so an
+    /// invalidation could not be delivered (`tracking-redir-broken`, RESP3 only).
+    RedirBroken,
 }
 
 /// A message waiting for its client.
@@ -53,6 +56,13 @@ impl Message {
     /// Appends the push as Redis writes it (`>` in RESP3, an array in RESP2), without building a
     /// reply value first (the hot path of a busy subscriber).
     pub fn encode(&self, protocol: Protocol, out: &mut Out) {
+        if self.kind == Kind::RedirBroken {
+            // Redis's `sendTrackingMessage` sends it to RESP3 clients only.
+            out.put_slice(b">2\r\n$21\r\ntracking-redir-broken\r\n:");
+            out.put_slice(&self.payload);
+            out.put_slice(b"\r\n");
+            return;
+        }
         if matches!(self.kind, Kind::Invalidate | Kind::InvalidateAll) {
             // Redis's `sendTrackingMessage`: one key per message, or a null for flush-all.
             out.put_slice(match protocol {
@@ -76,7 +86,7 @@ impl Message {
             (Kind::Pattern, Protocol::Resp3) => b">4\r\n$8\r\npmessage\r\n",
             (Kind::Shard, Protocol::Resp2) => b"*3\r\n$8\r\nsmessage\r\n",
             (Kind::Shard, Protocol::Resp3) => b">3\r\n$8\r\nsmessage\r\n",
-            (Kind::Invalidate | Kind::InvalidateAll, _) => unreachable!("encoded above"),
+            (Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken, _) => unreachable!("encoded above"),
         };
         out.put_slice(head);
         if self.kind == Kind::Pattern {
@@ -101,7 +111,9 @@ impl Message {
                 Reply::Bulk(self.channel.clone()),
                 Reply::Bulk(self.payload.clone()),
             ],
-            Kind::Invalidate | Kind::InvalidateAll => unreachable!("not a pub/sub message"),
+            Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+                unreachable!("not a pub/sub message")
+            }
             Kind::Shard => {
                 vec![b("smessage"), Reply::Bulk(self.channel.clone()), Reply::Bulk(self.payload.clone())]
             }
@@ -139,7 +151,7 @@ pub struct Subscriptions {
 impl Subscriptions {
     pub fn of(&mut self, kind: Kind) -> &mut Vec<Bytes> {
         match kind {
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll => &mut self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
