@@ -173,6 +173,17 @@ async fn noloop_optin_redirect_and_bcast() {
     optin.expect_push(&inv("o")).await;
     optin.expect_quiet().await;
 
+    // OPTOUT: every read is tracked except the one command after CLIENT CACHING NO.
+    let mut optout = Client::connect(addr, true).await;
+    optout.ok(&["CLIENT", "TRACKING", "ON", "OPTOUT"]).await;
+    optout.ok(&["CLIENT", "CACHING", "NO"]).await;
+    optout.cmd(&["GET", "x1"]).await;
+    optout.cmd(&["GET", "x2"]).await;
+    writer.ok(&["SET", "x1", "1"]).await;
+    writer.ok(&["SET", "x2", "1"]).await;
+    optout.expect_push(&inv("x2")).await;
+    optout.expect_quiet().await;
+
     // REDIRECT to a RESP2 connection subscribed to __redis__:invalidate.
     let mut sink = Client::connect(addr, false).await;
     let id = String::from_utf8(sink.cmd(&["CLIENT", "ID"]).await).unwrap();
