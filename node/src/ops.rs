@@ -436,8 +436,9 @@ impl Counted {
     fn of(op: &Op) -> Option<Counted> {
         let write = class_of(op) != OpClass::Read;
         if let Some(key) = key_of(op) {
-            // WATCH is bookkeeping, not traffic on the key.
-            if matches!(op.kind, Some(Kind::Watch(_))) {
+            // WATCH is bookkeeping, and FETCH a slot migration's copy of the key: neither is
+            // client traffic on it.
+            if matches!(op.kind, Some(Kind::Watch(_) | Kind::Fetch(_))) {
                 return None;
             }
             return Some(Counted::One {
@@ -809,6 +810,18 @@ mod tests {
 
     fn tracked_get(key: &str, token: u64) -> Op {
         op(Kind::Get(Get { key: Bytes::from(key.to_string()), track: token, ..Default::default() }))
+    }
+
+    #[test]
+    fn slot_traffic_counts_client_ops_not_migration_copies() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+        let view = NodeView::unmanaged();
+        let slot = shoal_wire::key_slot(b"k");
+        apply_batch(&store, &view, 0, vec![set("k", "v", None), tracked_get("k", 0)]);
+        let fetch = op(Kind::Fetch(proto::Fetch { key: Bytes::from("k") }));
+        apply_batch(&store, &view, 0, vec![fetch]);
+        let t = store.slot_traffic.get(slot);
+        assert_eq!((t.writes, t.reads), (1, 1), "the migration's FETCH is not a client read or write");
     }
 
     #[test]
