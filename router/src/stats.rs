@@ -35,8 +35,16 @@ static SLOT_OF: LazyLock<Vec<(usize, usize)>> = LazyLock::new(|| {
 
 /// The stats slot of `spec`.
 pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
+    // A pipeline repeats its command: the last answer on this thread first.
+    thread_local!(static LAST: std::cell::Cell<(usize, Option<usize>)> = const { std::cell::Cell::new((0, None)) });
     let addr = spec as *const CommandSpec as usize;
-    SLOT_OF.binary_search_by_key(&addr, |&(a, _)| a).ok().map(|i| SLOT_OF[i].1)
+    let (last, slot) = LAST.get();
+    if last == addr {
+        return slot;
+    }
+    let slot = SLOT_OF.binary_search_by_key(&addr, |&(a, _)| a).ok().map(|i| SLOT_OF[i].1);
+    LAST.set((addr, slot));
+    slot
 }
 
 /// The spec in stats slot `slot` (CLIENT LIST's `cmd`).

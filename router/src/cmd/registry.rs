@@ -1,7 +1,6 @@
 //! Every command the router understands: the registry of the specs that each command file
 //! declares beside its handler. Adding a command is one spec in its file and one line here.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use super::spec::CommandSpec;
@@ -205,7 +204,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
 
 /// Finds a command by name, ignoring case.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    static BY_NAME: LazyLock<HashMap<&'static str, &'static CommandSpec>> =
+    // foldhash (hashbrown's default): every command looks its name up here.
+    static BY_NAME: LazyLock<hashbrown::HashMap<&'static str, &'static CommandSpec>> =
         LazyLock::new(|| COMMANDS.iter().map(|c| (c.name, *c)).collect());
     if name.len() > 32 {
         return None;
