@@ -86,12 +86,21 @@ fn found_nothing(reply: &Reply) -> bool {
 }
 
 /// Runs the non-blocking form of a blocked command (checked at the router's version) and, when
-/// it found something, touches what it wrote. The registry lock is held by the caller.
+/// it found something, touches what it wrote. The registry lock is held by the caller. Only an
+/// attempt that found something (or failed) counts in the slot stats: a command that waits is
+/// one command, however often it looks.
 fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Reply {
     if let Err(v) = check(view, version, op) {
         return moved(v);
     }
-    apply_seen(store, view, op.clone(), true)
+    let counted = Counted::of(op);
+    let reply = apply_seen_with(store, view, op.clone(), true, false);
+    if let Some(counted) = counted
+        && !found_nothing(&reply)
+    {
+        counted.record(store, reply.encoded_len() as u64);
+    }
+    reply
 }
 
 /// Applies `op`, which [`check`] admitted, where watchers and replicas see it: a write touches
@@ -99,12 +108,17 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
 /// change log after it ran (replicas read the keys' state as the write left it). A FLUSHALL
 /// records itself (`Store::flush`).
 fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
+    apply_seen_with(store, view, op, write, true)
+}
+
+/// [`apply_seen`], counted in the slot stats or not (`count`).
+fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: bool, count: bool) -> Reply {
     if write && store.watches.active() {
         touch_keys(store, &op);
     }
     let written = (write && (store.events.changes.active() || store.watches.tracking.active()))
         .then(|| owned_keys(&op));
-    let reply = apply(store, view, op);
+    let reply = if count { apply(store, view, op) } else { apply_uncounted(store, view, op) };
     if let Some(keys) = written {
         // Routers caching these keys hear of the write now, after it is applied and before its
         // reply leaves (see store/tracking.rs for why after).
@@ -419,11 +433,16 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     // (batches, transactions, scripts' calls). A one-key op costs a CRC16 and a few relaxed adds;
     // only ops naming several keys gather them.
     let Some(counted) = Counted::of(&op) else {
-        return crate::notify::op(store, op, |op| apply_op(store, view, op));
+        return apply_uncounted(store, view, op);
     };
-    let reply = crate::notify::op(store, op, |op| apply_op(store, view, op));
+    let reply = apply_uncounted(store, view, op);
     counted.record(store, reply.encoded_len() as u64);
     reply
+}
+
+/// [`apply`] without the slot stats.
+fn apply_uncounted(store: &Store, view: &NodeView, op: Op) -> Reply {
+    crate::notify::op(store, op, |op| apply_op(store, view, op))
 }
 
 /// What [`apply`] counts of an op before running it: its keys' slots, read or write, its size.
@@ -810,6 +829,29 @@ mod tests {
 
     fn tracked_get(key: &str, token: u64) -> Op {
         op(Kind::Get(Get { key: Bytes::from(key.to_string()), track: token, ..Default::default() }))
+    }
+
+    #[test]
+    fn a_blocked_command_counts_once_in_the_slot_stats() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+        let view = NodeView::unmanaged();
+        let command = |args: &[&str], key: &str| {
+            op(Kind::Command(proto::Command {
+                args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+                keys: vec![Bytes::from(key.to_string())],
+                ..Default::default()
+            }))
+        };
+        let slot = shoal_wire::key_slot(b"list");
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let queued = block_or_queue(&store, &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
+        assert!(queued.is_err(), "nothing to pop: it waits");
+        assert_eq!(store.slot_traffic.get(slot).writes, 0, "waiting is not a command run");
+        // The push serves the waiter (apply serves blocked clients after a write): one push,
+        // one pop counted.
+        apply_batch(&store, &view, 0, vec![command(&["RPUSH", "list", "a"], "list")]);
+        assert!(rx.try_recv().is_ok(), "the waiter was served");
+        assert_eq!(store.slot_traffic.get(slot).writes, 2, "the push and the one pop that found something");
     }
 
     #[test]
