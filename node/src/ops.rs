@@ -312,6 +312,8 @@ pub(crate) fn transaction_with(
     } else {
         Vec::new()
     };
+    // Replicas get the transaction's keys as one unit (dropped before the gate is).
+    let _unit = store.events.changes.unit();
     let replies = t
         .ops
         .into_iter()

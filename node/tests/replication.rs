@@ -12,7 +12,8 @@ use shoal_node::server::{NodeHandle, ServeOptions};
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::proto::node_client::NodeClient;
 use shoal_wire::proto::{
-    Command, Del, Expiry, Flush, Set, StatsRequest, TopologyDoc, WaitRequest, op::Kind, reply,
+    Batch, Command, Del, Expiry, Flush, Op, Set, StatsRequest, TopologyDoc, Transaction, WaitRequest,
+    op::Kind, reply,
 };
 use shoal_wire::{NodeInfo, Topology};
 use support::{connect, get, run, set};
@@ -212,6 +213,69 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     assert_eq!((old.role.as_str(), old.primary_addr.as_str()), ("slave", replica.addr.to_string().as_str()));
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
+}
+
+/// A replica never holds part of a transaction: the primary ships a transaction's keys in one
+/// cut and the replica applies a cut as one unit, so a reader of the replica (under its gate, as
+/// replica reads run) sees every transaction whole, whatever the chunk boundaries fall on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_never_holds_part_of_a_transaction() {
+    let primary = start().await;
+    let (replica, t) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    let set_op = |key: &str, value: &str| Op {
+        kind: Some(Kind::Set(Set {
+            key: Bytes::from(key.to_string()),
+            value: Bytes::from(value.to_string()),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let observer = {
+        let (store, stop) = (replica.state.store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut looks = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && looks < 50_000_000 {
+                let gate = store.gate.read();
+                let values: Vec<Option<Bytes>> =
+                    ["a", "b", "c"].iter().map(|k| store.fetch(k.as_bytes()).map(|s| s.0)).collect();
+                drop(gate);
+                assert!(
+                    values[0] == values[1] && values[1] == values[2],
+                    "part of a transaction: {values:?}"
+                );
+                looks += 1;
+            }
+            looks
+        })
+    };
+    for i in 0..300 {
+        let v = i.to_string();
+        let unit =
+            Transaction { ops: ["a", "b", "c"].iter().map(|k| set_op(k, &v)).collect(), watches: Vec::new() };
+        let mut ops = vec![Op { kind: Some(Kind::Transaction(unit)), ..Default::default() }];
+        // Single-key writes between the transactions, so cut and chunk edges fall anywhere.
+        ops.extend((0..40).map(|j| set_op(&format!("noise:{j}"), &v)));
+        let batch = Batch { id: 1, ops, topology_version: t.version };
+        let mut replies = p.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
+        let mut answered = 0;
+        while let Some(m) = replies.message().await.unwrap() {
+            answered += m.replies.len();
+            if !m.more {
+                break;
+            }
+        }
+        assert_eq!(answered, 41);
+    }
+    until("the last transaction on the replica", || {
+        state(&replica, "c").map(|s| s.0) == Some(Bytes::from("299"))
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let looks = observer.join().expect("the replica never showed part of a transaction");
+    assert!(looks > 0);
+    assert_eq!(state(&replica, "a"), state(&primary, "a"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

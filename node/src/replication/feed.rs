@@ -5,9 +5,19 @@
 //!    the backlog): a full sync: `full_start`, every live entry (the slot export, memory over
 //!    the base snapshot), then `full_done` carrying the log offset taken *before* the export
 //!    began; changes from there on are sent again after it, so none falls between the two;
-//! 2. then, forever, the changes from its offset on: each key the log names, read from the store
-//!    as it is now (gone: in `deleted`), several changes of one key sent once. A `Resync` change
-//!    (FLUSHALL) or a replica that fell out of the backlog starts a full sync again.
+//! 2. then, forever, the changes from its offset on, in *cuts*: each key the log names, read from
+//!    the store as it is now (gone: in `deleted`), several changes of one key sent once. A cut
+//!    is taken under the store's gate held shared, so no transaction or script runs while it
+//!    reads the log up to its end and then the keys: a transaction's or script's keys (one
+//!    [`Change::Unit`]) are all in it or none, and no unit that ran after the log was read shows
+//!    in any key read. The replica applies a cut as one unit (its chunks carry `more` until the
+//!    last), so a replica never holds part of a transaction or script, even when its primary
+//!    dies mid-cut. (Single-key writes run on during a cut: its keys are each as new as their
+//!    own last change, not all of one instant.) A cut is bounded ([`CUT_CHANGES`],
+//!    [`CUT_BYTES`]); a replica further behind than that gets the log's changes in cuts that end
+//!    before the log does, which keep units whole but may show effects of later units too: it
+//!    has not caught up anyway. A `Resync` change (FLUSHALL) or a replica that fell out of the
+//!    backlog starts a full sync again.
 //!
 //! Idle, a feed sends an empty chunk every [`HEARTBEAT`] so the replica acks (WAIT sees idle
 //! replicas as caught up) and a dead replica's stream is noticed. The stream to the replica is a
@@ -29,9 +39,11 @@ use crate::store::changes::{Behind, Change};
 
 /// How often an idle feed sends an empty chunk.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
-/// Changes read from the log per chunk.
-const CHANGES_PER_CHUNK: usize = 1024;
-/// Chunks are cut at about this many bytes of values.
+/// Changes one cut takes from the log at most ...
+pub const CUT_CHANGES: usize = 16 * 1024;
+/// ... and bytes of keys and values (it is held whole on both sides until applied).
+pub const CUT_BYTES: usize = 64 << 20;
+/// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
 /// Under load a feed sends at most one chunk per this long: changes made meanwhile go together
 /// in the next one, so what each chunk costs the primary (a wake-up, a frame each way, the
@@ -99,40 +111,120 @@ async fn send_changes(
         {
             tokio::time::sleep_until(due).await;
         }
-        match log.read(cursor, CHANGES_PER_CHUNK) {
-            Err(Behind) => {
-                tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
-                cursor = full_sync(store, &repl.run_id, tx).await?;
-            }
-            Ok((changes, _)) if changes.is_empty() => {
-                tokio::select! {
-                    _ = appended => {}
-                    _ = tokio::time::sleep(HEARTBEAT) => {
-                        let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
-                        tx.send(Ok(beat)).await.map_err(|_| ())?;
-                    }
+        if !log.holds(cursor) {
+            tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
+            cursor = full_sync(store, &repl.run_id, tx).await?;
+            continue;
+        }
+        if log.end() <= cursor {
+            tokio::select! {
+                _ = appended => {}
+                _ = tokio::time::sleep(HEARTBEAT) => {
+                    let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
+                    tx.send(Ok(beat)).await.map_err(|_| ())?;
                 }
             }
-            Ok((changes, next)) => {
-                // Keys up to the first Resync; a Resync is a full sync from there.
-                let resync = changes.iter().position(|c| *c == Change::Resync);
-                let keys: Vec<Bytes> = changes
-                    .into_iter()
-                    .map_while(|c| match c {
-                        Change::Key(k) => Some(k),
-                        Change::Resync => None,
-                    })
-                    .collect();
-                let reached = resync.map_or(next, |at| cursor + at as u64);
-                send_states(store, &repl.run_id, keys, cursor, reached, tx).await?;
-                last_sent = Some(tokio::time::Instant::now());
-                cursor = match resync {
-                    Some(_) => full_sync(store, &repl.run_id, tx).await?,
-                    None => reached,
-                };
+            continue;
+        }
+        // Under the gate: off the async threads (a script may hold it for a while).
+        let taken = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || take_cut(&store, cursor)).await.map_err(|_| ())?
+        };
+        let Ok(cut) = taken else {
+            tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
+            cursor = full_sync(store, &repl.run_id, tx).await?;
+            continue;
+        };
+        let resync = cut.resync;
+        let reached = cut.reached;
+        send_cut(&repl.run_id, cut, cursor, tx).await?;
+        last_sent = Some(tokio::time::Instant::now());
+        cursor = if resync { full_sync(store, &repl.run_id, tx).await? } else { reached };
+    }
+}
+
+/// The states of the keys the log names from an offset on (see the module docs).
+#[derive(Debug, Default)]
+pub struct Cut {
+    pub entries: Vec<ExportEntry>,
+    pub deleted: Vec<Bytes>,
+    /// The offset after the changes it covers.
+    pub reached: u64,
+    /// It ends at a `Resync` (FLUSHALL): a full sync follows.
+    pub resync: bool,
+}
+
+/// Takes the cut from `from` on: under the store's gate held shared (no transaction or script
+/// runs meanwhile), the log up to its end (or the bounds), then each named key's state.
+pub fn take_cut(store: &Store, from: u64) -> Result<Cut, Behind> {
+    let _shared = store.gate.read();
+    let (changes, _) = store.events.changes.read(from, CUT_CHANGES)?;
+    let mut cut = Cut { reached: from, ..Default::default() };
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0;
+    for change in changes {
+        let keys = match change {
+            Change::Resync => {
+                cut.resync = true;
+                break;
+            }
+            Change::Key(k) => vec![k],
+            Change::Unit(keys) => keys,
+        };
+        for key in keys {
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            match store.fetch(&key) {
+                Some((value, expire_at, value_type)) => {
+                    bytes += key.len() + value.len() + 16;
+                    cut.entries.push(ExportEntry {
+                        slot: u32::from(shoal_wire::key_slot(&key)),
+                        key,
+                        value,
+                        expire_at_ms: expire_at,
+                        partial: false,
+                        value_type: value_type as u32,
+                    });
+                }
+                None => {
+                    bytes += key.len() + 8;
+                    cut.deleted.push(key);
+                }
+            }
+        }
+        cut.reached += 1;
+        if bytes >= CUT_BYTES {
+            break;
+        }
+    }
+    Ok(cut)
+}
+
+/// Sends a cut in messages of about [`CHUNK_BYTES`] (large values in pieces), every one but the
+/// last marked `more`; the last carries the offset it reaches.
+async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> {
+    let fresh =
+        || ReplicationChunk { run_id: run_id.to_string(), offset: from, more: true, ..Default::default() };
+    let mut chunk = fresh();
+    let mut size = 0;
+    let mut parts = Vec::new();
+    for entry in cut.entries {
+        pieces::push_entry(entry, &mut parts);
+        for part in parts.drain(..) {
+            size += part.key.len() + part.value.len() + 16;
+            chunk.entries.push(part);
+            if size >= CHUNK_BYTES {
+                tx.send(Ok(std::mem::replace(&mut chunk, fresh()))).await.map_err(|_| ())?;
+                size = 0;
             }
         }
     }
+    chunk.deleted = cut.deleted;
+    chunk.offset = cut.reached;
+    chunk.more = false;
+    tx.send(Ok(chunk)).await.map_err(|_| ())
 }
 
 /// Sends everything this node holds; returns the log offset the replica is at once it has it.
@@ -158,55 +250,6 @@ async fn full_sync(store: &Arc<Store>, run_id: &str, tx: &Tx) -> Result<u64, ()>
     tx.send(Ok(done)).await.map_err(|_| ())?;
     tracing::info!(keys, ms = started.elapsed().as_millis() as u64, offset = start, "full sync sent");
     Ok(start)
-}
-
-/// Sends the current state of `keys` (changes `from..reached`); the last chunk carries `reached`.
-async fn send_states(
-    store: &Store,
-    run_id: &str,
-    mut keys: Vec<Bytes>,
-    from: u64,
-    reached: u64,
-    tx: &Tx,
-) -> Result<(), ()> {
-    keys.sort_unstable();
-    keys.dedup();
-    let mut chunk = ReplicationChunk { run_id: run_id.to_string(), offset: from, ..Default::default() };
-    let mut size = 0;
-    let mut parts = Vec::new();
-    for key in keys {
-        match store.fetch(&key) {
-            Some((value, expire_at, value_type)) => {
-                let entry = ExportEntry {
-                    slot: u32::from(shoal_wire::key_slot(&key)),
-                    key,
-                    value,
-                    expire_at_ms: expire_at,
-                    partial: false,
-                    value_type: value_type as u32,
-                };
-                pieces::push_entry(entry, &mut parts);
-                for part in parts.drain(..) {
-                    size += part.key.len() + part.value.len() + 16;
-                    chunk.entries.push(part);
-                }
-            }
-            None => {
-                size += key.len() + 8;
-                chunk.deleted.push(key);
-            }
-        }
-        if size >= CHUNK_BYTES {
-            let full = std::mem::replace(
-                &mut chunk,
-                ReplicationChunk { run_id: run_id.to_string(), offset: from, ..Default::default() },
-            );
-            tx.send(Ok(full)).await.map_err(|_| ())?;
-            size = 0;
-        }
-    }
-    chunk.offset = reached;
-    tx.send(Ok(chunk)).await.map_err(|_| ())
 }
 
 /// WAIT: how many replicas have acked every change applied before this call, waiting up to

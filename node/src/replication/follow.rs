@@ -7,6 +7,10 @@
 //! its full sync is done. A broken stream is reopened with backoff; the follower stops when the
 //! topology gives it another primary or makes it one (a new generation).
 //!
+//! A cut (the chunks up to one without `more`) is applied as one unit, under the store's gate
+//! held exclusively: replica reads never see part of one, and a primary that dies mid-cut
+//! leaves nothing of it here (see `feed.rs`: a transaction's or script's keys travel in one cut).
+//!
 //! Entries are stored as they are on the primary: value, type and absolute expiry time. Storing
 //! them never evicts (the replica's own maxmemory is not applied to what its primary sends: the
 //! primary's limit already bounds it), and an expired key goes when the primary sends its removal
@@ -79,6 +83,8 @@ async fn follow_once(
         .into_inner();
     let mut assembler = EntryAssembler::default();
     let mut in_full_sync = false;
+    // The cut being received: its chunks are applied together once the last one is in.
+    let mut pending = ReplicationChunk::default();
     loop {
         let chunk = tokio::select! {
             next = stream.message() => match next {
@@ -107,7 +113,12 @@ async fn follow_once(
         }
         let full_done = chunk.full_done;
         let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
-        apply(store, &mut assembler, chunk).await?;
+        pending.entries.extend(chunk.entries);
+        pending.deleted.extend(chunk.deleted);
+        if chunk.more {
+            continue;
+        }
+        apply(store, &mut assembler, std::mem::take(&mut pending)).await?;
         if full_done {
             in_full_sync = false;
             *repl.primary_run_id.lock() = chunk_run_id;
@@ -139,6 +150,7 @@ async fn apply(
     let store = store.clone();
     let deleted = chunk.deleted;
     tokio::task::spawn_blocking(move || {
+        let _exclusive = store.gate.write();
         for e in &whole {
             let Some(t) = ValueType::from_u32(e.value_type) else {
                 tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");

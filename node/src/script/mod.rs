@@ -351,6 +351,8 @@ struct At<'a> {
 fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     let _holding = Holding::mark(at.shared);
     let _exclusive = at.store.gate.write();
+    // Replicas get the script's keys as one unit (dropped before the gate is).
+    let _unit = at.store.events.changes.unit();
     at.started.store(true, Ordering::Release);
     if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
         return refused;

@@ -9,10 +9,16 @@
 //! full copy again from there (reading states after the flush record cannot mistake a key
 //! written before the flush for one written after it).
 //!
+//! A transaction or a script records its keys as one [`Change::Unit`] (they are collected on
+//! the thread that runs it while a [`UnitGuard`] lives), so that a feed never ships part of one:
+//! the feed reads every change up to the log's end and their keys' states while no transaction
+//! or script can run, and the replica applies what it gets as one unit.
+//!
 //! The log is off until the first replica connects (then each change costs a lock and a copy of
 //! the key; off, one relaxed load). It keeps at most `backlog_bytes` of key names: a replica
 //! whose offset has left the backlog gets a full sync instead.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -30,6 +36,7 @@ const CHANGE_OVERHEAD: usize = 32;
 fn size(change: &Change) -> usize {
     match change {
         Change::Key(k) => k.len() + CHANGE_OVERHEAD,
+        Change::Unit(keys) => keys.iter().map(|k| k.len() + CHANGE_OVERHEAD).sum(),
         Change::Resync => CHANGE_OVERHEAD,
     }
 }
@@ -38,6 +45,8 @@ fn size(change: &Change) -> usize {
 pub enum Change {
     /// This key changed (it may no longer exist).
     Key(Bytes),
+    /// These keys changed together (a transaction or a script): shipped together.
+    Unit(Vec<Bytes>),
     /// Everything changed (FLUSHALL): send everything again.
     Resync,
 }
@@ -94,16 +103,31 @@ impl ChangeLog {
     /// `key` changed (call after the change is applied).
     #[inline]
     pub fn key(&self, key: &[u8]) {
-        if self.active() {
+        if self.active() && !in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             self.push(std::iter::once(Change::Key(Bytes::copy_from_slice(key))));
         }
     }
 
     /// `keys` changed (one op's keys, already copied: recorded under one lock).
     pub fn keys(&self, keys: Vec<Bytes>) {
-        if self.active() && !keys.is_empty() {
-            self.push(keys.into_iter().map(Change::Key));
+        if !self.active() || keys.is_empty() {
+            return;
         }
+        let mut keys = Some(keys);
+        if !in_unit(|unit| unit.extend(keys.take().expect("once"))) {
+            self.push(keys.expect("not taken").into_iter().map(Change::Key));
+        }
+    }
+
+    /// Collects the changes recorded on this thread until the guard drops, then records them as
+    /// one [`Change::Unit`] (a transaction or a script; take it under the store's exclusive gate
+    /// and drop it before the gate). A guard taken inside another adds to the outer one.
+    pub fn unit(&self) -> UnitGuard<'_> {
+        let outer = UNIT.with(|u| {
+            let mut u = u.borrow_mut();
+            u.is_none().then(|| *u = Some(Vec::new())).is_some()
+        });
+        UnitGuard { log: self, outer }
     }
 
     /// Every key changed (FLUSHALL; call after it is applied).
@@ -156,9 +180,84 @@ impl ChangeLog {
     }
 }
 
+thread_local! {
+    /// The keys of the unit this thread is running, if any (see [`ChangeLog::unit`]).
+    static UNIT: RefCell<Option<Vec<Bytes>>> = const { RefCell::new(None) };
+}
+
+/// Runs `add` on this thread's unit; false if no unit is open.
+fn in_unit(add: impl FnOnce(&mut Vec<Bytes>)) -> bool {
+    UNIT.with(|u| match u.borrow_mut().as_mut() {
+        Some(unit) => {
+            add(unit);
+            true
+        }
+        None => false,
+    })
+}
+
+/// An open unit (see [`ChangeLog::unit`]).
+pub struct UnitGuard<'a> {
+    log: &'a ChangeLog,
+    outer: bool,
+}
+
+impl Drop for UnitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.outer {
+            return;
+        }
+        let mut keys = UNIT.with(|u| u.borrow_mut().take()).unwrap_or_default();
+        keys.sort_unstable();
+        keys.dedup();
+        match keys.len() {
+            0 => {}
+            1 => self.log.push(keys.into_iter().map(Change::Key)),
+            _ => self.log.push(std::iter::once(Change::Unit(keys))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_is_one_change_and_other_threads_are_not_in_it() {
+        let log = std::sync::Arc::new(ChangeLog::default());
+        log.activate();
+        log.key(b"before");
+        {
+            let _unit = log.unit();
+            log.key(b"b");
+            log.keys(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+            {
+                let _inner = log.unit();
+                log.key(b"c");
+            }
+            // Another thread's change (an expiry, say) is its own.
+            let other = log.clone();
+            std::thread::spawn(move || other.key(b"elsewhere")).join().unwrap();
+            assert_eq!(log.end(), 2, "nothing of the unit is recorded before it ends");
+        }
+        log.key(b"after");
+        let (changes, _) = log.read(0, 10).unwrap();
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(
+            changes,
+            vec![
+                Change::Key(b("before")),
+                Change::Key(b("elsewhere")),
+                Change::Unit(vec![b("a"), b("b"), b("c")]),
+                Change::Key(b("after")),
+            ]
+        );
+        {
+            let _unit = log.unit();
+            log.key(b"alone");
+        }
+        assert_eq!(log.read(4, 10).unwrap().0, vec![Change::Key(b("alone"))], "a unit of one key is a key");
+    }
 
     #[test]
     fn records_only_once_active_and_numbers_changes() {
