@@ -126,10 +126,17 @@ async fn send_changes(
             }
             continue;
         }
-        // Under the gate: off the async threads (a script may hold it for a while).
-        let taken = {
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || take_cut(&store, cursor)).await.map_err(|_| ())?
+        // Under the gate: here when it is free at once (the common case), else off the async
+        // threads (a script or transaction holds it, a script possibly for a while).
+        let inline = store.gate.try_read().map(|shared| take_cut(store, cursor, shared));
+        let taken = match inline {
+            Some(taken) => taken,
+            None => {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || take_cut(&store, cursor, store.gate.read()))
+                    .await
+                    .map_err(|_| ())?
+            }
         };
         let Ok(cut) = taken else {
             tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
@@ -155,13 +162,16 @@ pub struct Cut {
     pub resync: bool,
 }
 
-/// Takes the cut from `from` on: under the store's gate held shared (no transaction or script
-/// runs meanwhile), the log up to its end (or the bounds), then each named key's state.
-pub fn take_cut(store: &Store, from: u64) -> Result<Cut, Behind> {
-    let _shared = store.gate.read();
+/// Takes the cut from `from` on: under the store's gate held shared (`_shared`: no transaction
+/// or script runs meanwhile), the log up to its end (or the bounds), then each named key's state.
+pub fn take_cut(
+    store: &Store,
+    from: u64,
+    _shared: parking_lot::RwLockReadGuard<'_, ()>,
+) -> Result<Cut, Behind> {
     let (changes, _) = store.events.changes.read(from, CUT_CHANGES)?;
     let mut cut = Cut { reached: from, ..Default::default() };
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = hashbrown::HashSet::new();
     let mut bytes = 0;
     for change in changes {
         let keys = match change {
