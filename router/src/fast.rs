@@ -612,6 +612,8 @@ pub async fn serve<S>(
                             {
                                 return;
                             }
+                            // Later requests are taken up after the write.
+                            taken_up = Instant::now();
                         }
                         continue;
                     }
@@ -669,10 +671,11 @@ pub async fn serve<S>(
                     in_flight.push(track(Job::One { meta, barrier, pending }));
                 }
             }
-            if out.len() >= WRITE_AT
-                && !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await
-            {
-                return;
+            if out.len() >= WRITE_AT {
+                if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await {
+                    return;
+                }
+                taken_up = Instant::now();
             }
         }
         // What joined the lane goes now, before anything is awaited.

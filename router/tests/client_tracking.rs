@@ -218,6 +218,38 @@ async fn noloop_optin_redirect_and_bcast() {
     other.expect_push(&inv("plain")).await;
 }
 
+/// A tracking client that pipelines a write and then a read of the same key is told of the next
+/// change by someone else, and not of its own earlier write: its read registers after its write
+/// reached the node (the registration must not overtake the write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_write_then_read_registers_after_the_write() {
+    let r = support::cluster().await;
+    wait_links(&r).await;
+    let addr = r.resp_addr();
+    let mut writer = Client::connect(addr, false).await;
+    let mut c = Client::connect(addr, true).await;
+    c.ok(&["CLIENT", "TRACKING", "ON"]).await;
+    for round in 0..20 {
+        let key = format!("pw{round}");
+        let mut pipeline = support::encode(&[b"SET", key.as_bytes(), b"mine"]);
+        pipeline.extend(support::encode(&[b"GET", key.as_bytes()]));
+        c.raw.send(&pipeline).await;
+        let mut replies = Vec::new();
+        while replies.len() < 2 {
+            let r = c.raw.reply().await.expect("a reply");
+            if r.starts_with(b">") {
+                c.pushes.push(r);
+            } else {
+                replies.push(r);
+            }
+        }
+        assert_eq!(replies, vec![b"+OK\r\n".to_vec(), b"$4\r\nmine\r\n".to_vec()]);
+        c.expect_quiet().await;
+        writer.ok(&["SET", &key, "theirs"]).await;
+        c.expect_push(&inv(&key)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_whose_target_is_gone_is_reported_as_redis_does() {
     let r = support::cluster().await;

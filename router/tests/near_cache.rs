@@ -34,6 +34,37 @@ fn bulk_text(r: &[u8]) -> Option<String> {
     Some(s.split("\r\n").nth(1).unwrap().to_string())
 }
 
+/// A client that pipelines a write and a read of a cached key reads its write: the write's
+/// command (sent to the node together with others) drops the key from the near cache as soon
+/// as it is taken up, not when its group is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_write_then_read_of_a_cached_key_reads_the_write() {
+    let r = support::router(&["--embedded-nodes", "3", "--near-cache", "64mb"]).await;
+    wait_links(&r).await;
+    near_ready(&r, 3).await;
+    let mut c = Raw::connect(r.resp_addr()).await;
+    let near = r.state.near.clone().unwrap();
+    for round in 0..50 {
+        let (old, new) = (format!("v{round}"), format!("v{}", round + 1));
+        assert_eq!(c.cmd(&["SET", "k", &old]).await, b"+OK\r\n");
+        // Cached (a miss fills it, the next read hits).
+        assert_eq!(bulk_text(&c.cmd(&["GET", "k"]).await).as_deref(), Some(old.as_str()));
+        let hits = near.metrics.hits.get();
+        assert_eq!(bulk_text(&c.cmd(&["GET", "k"]).await).as_deref(), Some(old.as_str()));
+        assert_eq!(near.metrics.hits.get(), hits + 1, "the key is cached");
+        let mut pipeline = support::encode(&[b"SET", b"k", new.as_bytes()]);
+        pipeline.extend(support::encode(&[b"GET", b"k"]));
+        pipeline.extend(support::encode(&[b"APPEND", b"k", b"!"]));
+        pipeline.extend(support::encode(&[b"GET", b"k"]));
+        c.send(&pipeline).await;
+        assert_eq!(c.reply().await.unwrap(), b"+OK\r\n");
+        assert_eq!(bulk_text(&c.reply().await.unwrap()).as_deref(), Some(new.as_str()), "round {round}");
+        c.reply().await.unwrap();
+        assert_eq!(bulk_text(&c.reply().await.unwrap()), Some(format!("{new}!")), "round {round}");
+    }
+    r.shutdown().await;
+}
+
 /// Router A (embedded nodes, no cache) writes; router B (same nodes, near cache) reads. Each
 /// write's new value is read through B within the bound after A acknowledged it, and reads in
 /// between return the previous value, never anything else.

@@ -11,9 +11,11 @@
 //! send it to the key's owner" ([`builder`]); GET also through the near cache (a hit is
 //! answered at once, a miss is a tracked read). A command that does not join runs as usual; the
 //! caller sends the lane first, so ops keep their order on every node queue. What the lane
-//! keeps from [`super::run`]: the command counter, client tracking's hooks, the near cache's
-//! write invalidation (in [`Backend::keys`]). Replica reads (READONLY, `--read-from`) and
-//! values large enough to travel in pieces do not join.
+//! keeps from [`super::run`]: the command counter and the near cache's write invalidation (at
+//! join, so a later GET in the lane does not read the cache, and again in [`Backend::keys`]).
+//! Replica reads (READONLY, `--read-from`), values large enough to travel in pieces, and every
+//! command while some client uses CLIENT TRACKING (its registrations are queued at once and
+//! must not overtake the lane) do not join.
 //!
 //! [`Backend::keys`]: crate::backend::Backend::keys
 
@@ -100,9 +102,13 @@ impl<T> Lane<T> {
         let readonly = spec.flags.contains(&"readonly");
         let replica_read =
             readonly && (ctx.session.readonly || ctx.state.settings.read_from != ReadFrom::Primary);
+        // Client tracking queues a read's registration on the node at once, which must not
+        // overtake the lane's earlier ops (a pipelined write of the key would consume it): with
+        // any client tracking, commands run as usual.
         if ctx.session.multi.is_some()
             || replica_read
             || ctx.routing.capturing
+            || ctx.state.pubsub.tracking.active()
             || args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES
         {
             return Err(tag);
@@ -110,9 +116,6 @@ impl<T> Lane<T> {
         // What `run` does before a command's own function.
         ctx.read_from = ReadFrom::Primary;
         ctx.state.metrics.commands.inc();
-        if ctx.state.pubsub.tracking.active() {
-            super::client_tracking(spec, args, ctx);
-        }
         let near = if spec.name == "get" { near_cache(ctx) } else { None };
         if let Some(near) = near {
             let key = &args[1];
@@ -128,6 +131,12 @@ impl<T> Lane<T> {
         let now_ms = *self.now_ms.get_or_insert_with(|| ctx.now_ms());
         match build(args, now_ms) {
             Ok(b) => {
+                if !readonly {
+                    // The near cache forgets the key now, not when the lane is sent: a GET of
+                    // it later in this lane must not be answered from the cache (sending
+                    // forgets it again, after any fetch that raced this).
+                    ctx.state.backend.before_send(&b.op);
+                }
                 self.items.push((b.key, b.op));
                 self.waiting.push(Waiting { tag, answer: answer(b.answer), near: None });
                 Ok(None)

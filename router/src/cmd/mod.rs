@@ -264,7 +264,7 @@ pub fn run(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
 /// them before it is sent (the writer's own push comes before its reply, as in Redis); a
 /// tracking client's read remembers its keys, and registers the ones this router did not hold
 /// yet on their nodes, queued before the command's own ops so the node registers first.
-pub(crate) fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
+fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
     // Redis's `resetClient`: CLIENT CACHING applies to the next command, CLIENT ones excepted.
     let caching =
         if spec.name.starts_with("client|") { ctx.session.caching } else { ctx.session.caching.take() };
