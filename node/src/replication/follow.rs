@@ -85,6 +85,8 @@ async fn follow_once(
     let mut in_full_sync = false;
     // The cut being received: its chunks are applied together once the last one is in.
     let mut pending = ReplicationChunk::default();
+    // A full sync is done and the first cut after it has not been applied yet.
+    let mut awaiting_cut = false;
     loop {
         let chunk = tokio::select! {
             next = stream.message() => match next {
@@ -122,6 +124,12 @@ async fn follow_once(
         if full_done {
             in_full_sync = false;
             *repl.primary_run_id.lock() = chunk_run_id;
+            // Not synced yet: the export may hold part of a transaction or script that ran while
+            // it was read; the first cut after it (or an idle primary's heartbeat, when nothing
+            // ran) brings every such unit whole.
+            awaiting_cut = true;
+        } else if awaiting_cut && !in_full_sync {
+            awaiting_cut = false;
             repl.synced.store(true, Ordering::Relaxed);
         }
         if !in_full_sync && repl.synced() {
