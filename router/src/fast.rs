@@ -362,6 +362,20 @@ impl Finished {
     }
 }
 
+/// Sends what joined `lane`, if anything, as one job; returns how many requests it carries.
+fn send_lane<F>(
+    lane: &mut Lane<Meta>,
+    ctx: &Ctx,
+    in_flight: &mut FuturesUnordered<F>,
+    track: impl FnOnce(Job) -> F,
+) -> usize {
+    lane.send(ctx).map_or(0, |call| {
+        let n = call.len();
+        in_flight.push(track(Job::Lane(call)));
+        n
+    })
+}
+
 async fn track(job: Job) -> Finished {
     match job {
         Job::One { meta, barrier, pending } => {
@@ -603,10 +617,12 @@ pub async fn serve<S>(
                         // lane sent first so nothing waits behind the write.
                         finish(&state, &mut out, meta, reply, Instant::now());
                         if out.len() >= WRITE_AT {
-                            if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
-                                waiting += call.len();
-                                in_flight.push(track(Job::Lane(call)));
-                            }
+                            waiting += send_lane(
+                                &mut lane,
+                                &ctx(&state, &mut session, &routing, deadline),
+                                &mut in_flight,
+                                track,
+                            );
                             if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed)
                                 .await
                             {
@@ -622,10 +638,8 @@ pub async fn serve<S>(
             };
             // Run as usual: what joined the lane goes first, so that ops keep their order on
             // every node queue.
-            if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
-                waiting += call.len();
-                in_flight.push(track(Job::Lane(call)));
-            }
+            waiting +=
+                send_lane(&mut lane, &ctx(&state, &mut session, &routing, deadline), &mut in_flight, track);
             if held {
                 // CLIENT PAUSE: the replies so far go out, then this connection waits (reading
                 // nothing more), as a RESP connection does.
@@ -679,10 +693,8 @@ pub async fn serve<S>(
             }
         }
         // What joined the lane goes now, before anything is awaited.
-        if let Some(call) = lane.send(&ctx(&state, &mut session, &routing, deadline)) {
-            waiting += call.len();
-            in_flight.push(track(Job::Lane(call)));
-        }
+        waiting +=
+            send_lane(&mut lane, &ctx(&state, &mut session, &routing, deadline), &mut in_flight, track);
         // Every reply already in, without waiting: written together below.
         while let Some(Some(done)) = in_flight.next().now_or_never() {
             barriers -= done.barrier() as usize;
