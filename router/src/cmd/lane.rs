@@ -32,28 +32,16 @@ use crate::resp::Reply;
 use crate::state::ReadFrom;
 use std::sync::Arc;
 
-/// The builder of a command that may join the lane: its router `run` is `one_key` with this
-/// builder (GET's near cache is handled here).
+/// Commands that may join the lane: those whose router `run` is `one_key` with the builder
+/// `shoal_wire::command::builder` gives for their name (GET's near cache is handled here).
+const JOINS: &[&str] = &[
+    "get", "set", "incr", "decr", "incrby", "decrby", "expire", "pexpire", "getdel", "setnx", "setex",
+    "psetex", "ttl", "pttl", "strlen", "append",
+];
+
+/// The builder of a command that may join the lane.
 pub fn builder(spec: &CommandSpec) -> Option<Builder> {
-    Some(match spec.name {
-        "get" => command::get,
-        "set" => command::set,
-        "incr" => command::incr,
-        "decr" => command::decr,
-        "incrby" => command::incrby,
-        "decrby" => command::decrby,
-        "expire" => command::expire,
-        "pexpire" => command::pexpire,
-        "getdel" => command::getdel,
-        "setnx" => command::setnx,
-        "setex" => command::setex,
-        "psetex" => command::psetex,
-        "ttl" => command::ttl,
-        "pttl" => command::pttl,
-        "strlen" => command::strlen,
-        "append" => command::append,
-        _ => return None,
-    })
+    JOINS.contains(&spec.name).then(|| command::builder(spec.name.as_bytes())).flatten()
 }
 
 /// How one joined command's reply is made from its node's.
