@@ -502,7 +502,7 @@ fn slot_stats(store: &Store, view: &NodeView, o: proto::SlotStats) -> Reply {
     let slots = owned
         .into_iter()
         .map(|slot| {
-            let t = store.slot_traffic.get(slot);
+            let t = if o.reset { store.slot_traffic.take(slot) } else { store.slot_traffic.get(slot) };
             proto::SlotStat {
                 slot: u32::from(slot),
                 keys: keys[usize::from(slot)],

@@ -228,5 +228,19 @@ async fn hot_keys_and_slot_stats_follow_a_skewed_workload() {
         .unwrap();
     assert!(slot_rows(asc).iter().all(|(_, m)| m["key-count"] == 0));
 
+    // CONFIG RESETSTAT starts every node's traffic counters again (the keys stay), as Redis 8's
+    // resets CLUSTER SLOT-STATS; counting goes on from zero.
+    let ok: String = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
+    assert_eq!(ok, "OK");
+    let _: Option<String> = redis::cmd("GET").arg(key(0)).query_async(&mut c).await.unwrap();
+    let all: Value = redis::cmd("SHOAL").arg("SLOT-STATS").query_async(&mut c).await.unwrap();
+    let rows = slot_rows(all);
+    let sum = |f: &str| rows.iter().map(|(_, m)| m[f]).sum::<i64>();
+    assert_eq!(sum("key-count"), dbsize, "keys are not counters");
+    assert_eq!((sum("reads"), sum("writes")), (1, 0), "only the GET after the reset counts");
+    let head_slot = rows.iter().find(|(_, m)| m["reads"] == 1).map(|(s, _)| *s);
+    assert_eq!(head_slot, Some(shoal_wire::key_slot(key(0).as_bytes())));
+    assert!(rows.iter().filter(|(_, m)| m["reads"] == 0).all(|(_, m)| m["network-bytes-in"] == 0));
+
     router.shutdown().await;
 }

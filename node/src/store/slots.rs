@@ -45,7 +45,7 @@ impl SlotFlags {
     }
 }
 
-/// Per-slot traffic since the node started (SHOAL SLOT-STATS): ops that read a key of the slot,
+/// Per-slot traffic since the node started or the last CONFIG RESETSTAT (SHOAL SLOT-STATS): ops that read a key of the slot,
 /// ops that write one, and the encoded bytes of those ops and their replies. Plain arrays of
 /// relaxed atomics (a few hundred KiB): an op adds to its slot's counters without a lock, and
 /// ops on different slots rarely share a cache line's worth of contention.
@@ -82,6 +82,18 @@ impl SlotCounters {
         ops[i].fetch_add(1, Ordering::Relaxed);
         self.bytes_in[i].fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out[i].fetch_add(bytes_out, Ordering::Relaxed);
+    }
+
+    /// Reads a slot's traffic and starts its counters again from zero (CONFIG RESETSTAT). An op
+    /// counted meanwhile may land on either side of the reset: each counter is swapped on its own.
+    pub fn take(&self, slot: u16) -> SlotTraffic {
+        let i = usize::from(slot) & (SLOT_COUNT - 1);
+        SlotTraffic {
+            reads: self.reads[i].swap(0, Ordering::Relaxed),
+            writes: self.writes[i].swap(0, Ordering::Relaxed),
+            bytes_in: self.bytes_in[i].swap(0, Ordering::Relaxed),
+            bytes_out: self.bytes_out[i].swap(0, Ordering::Relaxed),
+        }
     }
 
     pub fn get(&self, slot: u16) -> SlotTraffic {

@@ -370,10 +370,18 @@ fn parse_output_limits(value: &[u8]) -> Result<Vec<(Class, u64, u64, u64)>, &'st
     Ok(out)
 }
 
+/// The router's statistics (commandstats, latency, hot keys) and every node's slot traffic
+/// counters (SHOAL SLOT-STATS) start again from zero.
 pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {
     ctx.state.stats.reset();
     ctx.state.hotkeys.reset();
-    Reply::OK.into()
+    let calls = ctx.call_all(super::slotstats::reset_op);
+    Pending::later(async move {
+        match calls.gather().await {
+            Ok(_) => Reply::OK,
+            Err(e) => e.into(),
+        }
+    })
 }
 
 pub fn rewrite(_args: &Args, _ctx: &mut Ctx) -> Pending {

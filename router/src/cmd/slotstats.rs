@@ -127,7 +127,11 @@ pub fn slot_stats(args: &Args, ctx: &mut Ctx) -> Pending {
         Request::OrderBy { .. } => (0, (SLOT_COUNT - 1) as u16),
     };
     let make = move || {
-        op(Kind::SlotStats(proto::SlotStats { first_slot: u32::from(first), last_slot: u32::from(last) }))
+        op(Kind::SlotStats(proto::SlotStats {
+            first_slot: u32::from(first),
+            last_slot: u32::from(last),
+            reset: false,
+        }))
     };
     let calls = ctx.call_all(make);
     Pending::later(async move {
@@ -167,6 +171,11 @@ pub fn slot_stats(args: &Args, ctx: &mut Ctx) -> Pending {
         }
         Reply::Array(rows.iter().map(row).collect())
     })
+}
+
+/// CONFIG RESETSTAT's op: every slot a node owns starts counting again from zero.
+pub fn reset_op() -> proto::Op {
+    op(Kind::SlotStats(proto::SlotStats { first_slot: 0, last_slot: (SLOT_COUNT - 1) as u32, reset: true }))
 }
 
 fn row(s: &proto::SlotStat) -> Reply {
