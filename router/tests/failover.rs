@@ -15,6 +15,8 @@
 //!   cluster with replicas (new shards get theirs) without losing a key.
 //! - Replica reads: a client's READONLY, and a router's `--read-from replica-preferred`, send
 //!   read-only commands to replicas (counted on the replicas' nodes); writes still go to primaries.
+//! - A primary SIGKILLed while it ships a large transaction leaves the promoted replica all of it
+//!   or none of it.
 //! - A primary frozen with SIGSTOP is replaced; resumed, it refuses a write routed by the old
 //!   topology (as a router that has not heard of the failover would send it) instead of taking
 //!   a write the resync to the new primary would undo.
@@ -427,6 +429,54 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
     assert_eq!(c.cmd(&["GET", "{b}stale"]).await, b"$-1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}before"]).await, b"$1\r\n1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}after"]).await, b"$1\r\n2\r\n");
+}
+
+/// A primary SIGKILLed while it ships a large transaction to its replica (the transaction's cut
+/// spans dozens of messages, of which the replica has received the first few) leaves the promoted
+/// replica with none of the transaction, never some of its keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transaction() {
+    let mut cluster = Cluster::start().await;
+    let (resp, r0) = (cluster.resp, cluster.addrs[1].clone());
+    assert!(shoal_wire::key_slot(b"{b}") < 8192, "the keys below are shard 0's");
+    const KEYS: usize = 96;
+    let key = |i: usize| format!("{{b}}unit:{i}");
+    let mut c = Raw::connect(resp).await;
+    for i in 0..KEYS {
+        assert_eq!(c.cmd(&["SET", &key(i), "old"]).await, b"+OK\r\n");
+    }
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    // 96 values of 512 KiB: the cut holding them is sent as ~48 messages of 1 MiB.
+    let big = "n".repeat(512 * 1024);
+    assert_eq!(c.cmd(&["MULTI"]).await, b"+OK\r\n");
+    for i in 0..KEYS {
+        assert_eq!(c.cmd(&["SET", &key(i), &big]).await, b"+QUEUED\r\n");
+    }
+    // The replica is frozen while the primary ships the cut: the first messages (what the
+    // stream's flow-control window lets through) wait in its socket, the rest never leave, and
+    // the primary dies mid-cut.
+    cluster.signal(1, "STOP");
+    support::wait_stopped(cluster.nodes[1].as_ref().unwrap().0.id()).await;
+    let exec = c.cmd(&["EXEC"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.signal(0, "KILL");
+    cluster.signal(1, "CONT");
+    assert!(exec.starts_with(format!("*{KEYS}\r\n+OK\r\n").as_bytes()), "{:?}", &exec[..exec.len().min(64)]);
+    let start = Instant::now();
+    let promoted = format!("id=0 addr={r0} ");
+    while !String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap().contains(&promoted) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the killed primary was not replaced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut lengths = Vec::with_capacity(KEYS);
+    for i in 0..KEYS {
+        let reply = c.cmd(&["STRLEN", &key(i)]).await;
+        lengths.push(String::from_utf8(reply).unwrap());
+    }
+    let new = format!(":{}\r\n", big.len());
+    let held = lengths.iter().filter(|l| **l == new).count();
+    assert!(lengths.iter().all(|l| *l == new || l == ":3\r\n"), "{lengths:?}");
+    assert_eq!(held, 0, "the promoted replica holds {held} of the transaction's {KEYS} keys");
 }
 
 /// Writes `n` keys of every type through `c` (pipelined); `check` reads them back.
