@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_node::server::{NodeHandle, ServeOptions};
+use shoal_node::store::object::ValueType;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::proto::node_client::NodeClient;
 use shoal_wire::proto::{
@@ -276,6 +277,43 @@ async fn a_replica_never_holds_part_of_a_transaction() {
     let looks = observer.join().expect("the replica never showed part of a transaction");
     assert!(looks > 0);
     assert_eq!(state(&replica, "a"), state(&primary, "a"));
+}
+
+/// WAIT that arrives while a transaction or script holds the store's gate counts that unit: a
+/// client blocked on one of its keys is served inside it and may send WAIT before the unit is
+/// recorded, so WAIT reads the log's end under the gate, after the unit is in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_counts_a_unit_that_holds_the_gate_when_it_arrives() {
+    let primary = start().await;
+    let (replica, _) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    let store = primary.state.store.clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    // A unit as a transaction runs one: under the exclusive gate, its keys recorded together when
+    // the guard drops, just before the gate is let go.
+    let unit = std::thread::spawn(move || {
+        let _exclusive = store.gate.write();
+        let _unit = store.events.changes.unit();
+        let key: &[u8] = b"unit-key";
+        store.with_keys(&[key], |l| l.restore(key, b"1", 0, ValueType::String)).unwrap();
+        store.events.changes.key(key);
+        held_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+    });
+    held_rx.recv().unwrap();
+    let waiting = tokio::spawn(async move { wait_replicas(&mut p, 1, 5000).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "WAIT answered while a unit it must count held the gate");
+    release_tx.send(()).unwrap();
+    unit.join().unwrap();
+    assert_eq!(waiting.await.unwrap(), 1);
+    assert_eq!(
+        state(&replica, "unit-key").map(|s| s.0),
+        Some(Bytes::from("1")),
+        "WAIT 1 answered: the replica has it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
