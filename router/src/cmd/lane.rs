@@ -144,9 +144,10 @@ impl<T> Lane<T> {
                 let w = self.waiting.pop().expect("one per item");
                 Sent::One(ctx.state.backend.key(ctx.routing, key, op, ctx.deadline), w)
             }
-            _ => Sent::Many(
+            n => Sent::Many(
                 ctx.state.backend.keys(ctx.routing, self.items.drain(..), ctx.deadline),
-                std::mem::take(&mut self.waiting),
+                // The next lane is likely as long: room for it now, not by doubling as it joins.
+                std::mem::replace(&mut self.waiting, Vec::with_capacity(n)),
             ),
         };
         let near = ctx.state.near.clone();
