@@ -178,6 +178,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "8mb", value_parser = parse_memory)]
     pub migrate_rate: u64,
 
+    /// Count reads, writes and bytes per slot for SHOAL SLOT-STATS (Redis 8's
+    /// cluster-slot-stats-enabled; CONFIG SET changes it). Off by default, as in Redis: it costs a
+    /// cache miss per op under random keys. Key counts are reported either way.
+    #[arg(long, env = "SHOAL_NODE_SLOT_STATS")]
+    pub slot_stats: bool,
+
     /// After a script has held the node this many milliseconds, other commands are answered BUSY
     /// and SCRIPT KILL can stop it (Redis's busy-reply-threshold; CONFIG SET changes it).
     #[arg(long, env = "SHOAL_NODE_BUSY_REPLY_THRESHOLD", default_value_t = crate::script::DEFAULT_BUSY_MS)]

@@ -93,7 +93,7 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
     if let Err(v) = check(view, version, op) {
         return moved(v);
     }
-    let counted = Counted::of(op);
+    let counted = if store.slot_traffic.enabled() { Counted::of(op) } else { None };
     let reply = apply_seen_with(store, view, op.clone(), true, false);
     if let Some(counted) = counted
         && !found_nothing(&reply)
@@ -434,6 +434,9 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     // Per-slot traffic (SHOAL SLOT-STATS), counted here where every op a client caused runs
     // (batches, transactions, scripts' calls). A one-key op costs a CRC16 and a few relaxed adds;
     // only ops naming several keys gather them.
+    if !store.slot_traffic.enabled() {
+        return apply_uncounted(store, view, op);
+    }
     let Some(counted) = Counted::of(&op) else {
         return apply_uncounted(store, view, op);
     };
@@ -844,6 +847,7 @@ mod tests {
                 ..Default::default()
             }))
         };
+        store.slot_traffic.set_enabled(true);
         let slot = shoal_wire::key_slot(b"list");
         let (tx, mut rx) = tokio::sync::oneshot::channel();
         let queued = block_or_queue(&store, &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
@@ -861,6 +865,10 @@ mod tests {
         let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
         let view = NodeView::unmanaged();
         let slot = shoal_wire::key_slot(b"k");
+        // Off (the default, as Redis 8's cluster-slot-stats-enabled): nothing is counted.
+        apply_batch(&store, &view, 0, vec![set("k", "v", None)]);
+        assert_eq!(store.slot_traffic.get(slot), Default::default());
+        store.slot_traffic.set_enabled(true);
         apply_batch(&store, &view, 0, vec![set("k", "v", None), tracked_get("k", 0)]);
         let fetch = op(Kind::Fetch(proto::Fetch { key: Bytes::from("k") }));
         apply_batch(&store, &view, 0, vec![fetch]);

@@ -138,6 +138,7 @@ impl NodeState {
             list_max_listpack_size: Some(l.list_max_listpack_size),
             notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
             busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
+            cluster_slot_stats_enabled: Some(self.store.slot_traffic.enabled()),
         }
     }
 
@@ -162,6 +163,9 @@ impl NodeState {
         store.events.set_flags(now.notify_keyspace_events);
         if let Some(ms) = change.busy_reply_threshold {
             self.scripts.set_busy_reply_threshold(ms);
+        }
+        if let Some(on) = change.cluster_slot_stats_enabled {
+            self.store.slot_traffic.set_enabled(on);
         }
         if change != &NodeSettings::default() {
             tracing::info!(?change, "settings changed");

@@ -15,6 +15,7 @@ pub const NOT_INTEGER: &str = "argument couldn't be parsed into an integer";
 pub const NOT_MEMORY: &str = "argument must be a memory value";
 pub const NOT_NON_NEGATIVE: &str = "argument must be between 0 and 9223372036854775807 inclusive";
 pub const NOT_INT32: &str = "argument must be between -2147483648 and 2147483647 inclusive";
+pub const NOT_YES_NO: &str = "argument must be 'yes' or 'no'";
 pub const NOT_POLICY: &str = "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
     volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction";
 /// Shoal's own: a policy Redis has and Shoal does not.
@@ -34,10 +35,11 @@ pub enum Setting {
     ListMaxListpackSize,
     NotifyKeyspaceEvents,
     BusyReplyThreshold,
+    ClusterSlotStatsEnabled,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 10] = [
+    pub const ALL: [Setting; 11] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -48,6 +50,7 @@ impl Setting {
         Setting::ListMaxListpackSize,
         Setting::NotifyKeyspaceEvents,
         Setting::BusyReplyThreshold,
+        Setting::ClusterSlotStatsEnabled,
     ];
 
     /// Redis's name (lower case).
@@ -63,6 +66,7 @@ impl Setting {
             Setting::ListMaxListpackSize => "list-max-listpack-size",
             Setting::NotifyKeyspaceEvents => "notify-keyspace-events",
             Setting::BusyReplyThreshold => "busy-reply-threshold",
+            Setting::ClusterSlotStatsEnabled => "cluster-slot-stats-enabled",
         }
     }
 
@@ -95,6 +99,7 @@ impl Setting {
                 into.notify_keyspace_events = Some(String::from_utf8_lossy(value).into_owned());
             }
             Setting::BusyReplyThreshold => into.busy_reply_threshold = Some(parse_count(value)?),
+            Setting::ClusterSlotStatsEnabled => into.cluster_slot_stats_enabled = Some(parse_yes_no(value)?),
         }
         Ok(())
     }
@@ -112,6 +117,9 @@ impl Setting {
             Setting::ListMaxListpackSize => s.list_max_listpack_size.map(|v| v.to_string()),
             Setting::NotifyKeyspaceEvents => s.notify_keyspace_events.clone(),
             Setting::BusyReplyThreshold => s.busy_reply_threshold.map(|v| v.to_string()),
+            Setting::ClusterSlotStatsEnabled => {
+                s.cluster_slot_stats_enabled.map(|on| if on { "yes" } else { "no" }.to_string())
+            }
         }
     }
 }
@@ -133,6 +141,17 @@ pub fn parse_byte_limit(value: &[u8]) -> Result<u64, &'static str> {
 pub fn parse_list_size(value: &[u8]) -> Result<i64, &'static str> {
     let n = parse_i64(value).ok_or(NOT_INTEGER)?;
     if i32::try_from(n).is_err() { Err(NOT_INT32) } else { Ok(n) }
+}
+
+/// A boolean setting: `yes` or `no`, any case (Redis's).
+pub fn parse_yes_no(value: &[u8]) -> Result<bool, &'static str> {
+    if value.eq_ignore_ascii_case(b"yes") {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case(b"no") {
+        Ok(false)
+    } else {
+        Err(NOT_YES_NO)
+    }
 }
 
 /// An eviction policy name (any case) as its lower-case name.
@@ -205,6 +224,9 @@ mod tests {
         assert_eq!(parse_policy(b"AllKeys-LRU"), Ok("allkeys-lru"));
         assert_eq!(parse_policy(b"allkeys-lfu"), Err(LFU_POLICY));
         assert_eq!(parse_policy(b"foo"), Err(NOT_POLICY));
+        assert_eq!(parse_yes_no(b"YES"), Ok(true));
+        assert_eq!(parse_yes_no(b"no"), Ok(false));
+        assert_eq!(parse_yes_no(b"1"), Err(NOT_YES_NO));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   (until the next restart, whose snapshot no longer has them), even if the slot comes back.
 //! - `DROPPING`: memory entries of the slot are being reclaimed.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use shoal_wire::SLOT_COUNT;
 
@@ -45,16 +45,28 @@ impl SlotFlags {
     }
 }
 
-/// Per-slot traffic since the node started or the last CONFIG RESETSTAT (SHOAL SLOT-STATS): ops that read a key of the slot,
-/// ops that write one, and the encoded bytes of those ops and their replies. Plain arrays of
-/// relaxed atomics (a few hundred KiB): an op adds to its slot's counters without a lock, and
-/// ops on different slots rarely share a cache line's worth of contention.
+/// Per-slot traffic since the node started or the last CONFIG RESETSTAT (SHOAL SLOT-STATS): ops
+/// that read a key of the slot, ops that write one, and the encoded bytes of those ops and their
+/// replies. One 32-byte cell of relaxed atomics per slot (512 KiB in all): an op adds to its
+/// slot's counters without a lock, touching one cache line (four separate arrays cost a cache miss
+/// each on every op, ~8% of a node's time under random keys).
+///
+/// Counting is off unless asked for (`--slot-stats`, or CONFIG SET cluster-slot-stats-enabled yes,
+/// as in Redis 8, whose default is off too): with random keys the slot's cell is a cache miss on
+/// every op (about 8% of a node's time under a pipelined GET load, docs/benchmarks.md).
 #[derive(Debug)]
 pub struct SlotCounters {
-    reads: Box<[AtomicU64]>,
-    writes: Box<[AtomicU64]>,
-    bytes_in: Box<[AtomicU64]>,
-    bytes_out: Box<[AtomicU64]>,
+    cells: Box<[SlotCell]>,
+    enabled: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(32))]
+struct SlotCell {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
 }
 
 /// One slot's traffic, as [`SlotCounters::get`] reads it.
@@ -68,41 +80,53 @@ pub struct SlotTraffic {
 
 impl Default for SlotCounters {
     fn default() -> Self {
-        let zeros = || (0..SLOT_COUNT).map(|_| AtomicU64::new(0)).collect();
-        SlotCounters { reads: zeros(), writes: zeros(), bytes_in: zeros(), bytes_out: zeros() }
+        SlotCounters {
+            cells: (0..SLOT_COUNT).map(|_| SlotCell::default()).collect(),
+            enabled: AtomicBool::new(false),
+        }
     }
 }
 
 impl SlotCounters {
+    /// Whether ops are counted.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
     /// One op on a key of `slot`.
     #[inline]
     pub fn record(&self, slot: u16, write: bool, bytes_in: u64, bytes_out: u64) {
-        let i = usize::from(slot) & (SLOT_COUNT - 1);
-        let ops = if write { &self.writes } else { &self.reads };
-        ops[i].fetch_add(1, Ordering::Relaxed);
-        self.bytes_in[i].fetch_add(bytes_in, Ordering::Relaxed);
-        self.bytes_out[i].fetch_add(bytes_out, Ordering::Relaxed);
+        let c = &self.cells[usize::from(slot) & (SLOT_COUNT - 1)];
+        let ops = if write { &c.writes } else { &c.reads };
+        ops.fetch_add(1, Ordering::Relaxed);
+        c.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        c.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
     }
 
     /// Reads a slot's traffic and starts its counters again from zero (CONFIG RESETSTAT). An op
     /// counted meanwhile may land on either side of the reset: each counter is swapped on its own.
     pub fn take(&self, slot: u16) -> SlotTraffic {
-        let i = usize::from(slot) & (SLOT_COUNT - 1);
+        let c = &self.cells[usize::from(slot) & (SLOT_COUNT - 1)];
         SlotTraffic {
-            reads: self.reads[i].swap(0, Ordering::Relaxed),
-            writes: self.writes[i].swap(0, Ordering::Relaxed),
-            bytes_in: self.bytes_in[i].swap(0, Ordering::Relaxed),
-            bytes_out: self.bytes_out[i].swap(0, Ordering::Relaxed),
+            reads: c.reads.swap(0, Ordering::Relaxed),
+            writes: c.writes.swap(0, Ordering::Relaxed),
+            bytes_in: c.bytes_in.swap(0, Ordering::Relaxed),
+            bytes_out: c.bytes_out.swap(0, Ordering::Relaxed),
         }
     }
 
     pub fn get(&self, slot: u16) -> SlotTraffic {
-        let i = usize::from(slot) & (SLOT_COUNT - 1);
+        let c = &self.cells[usize::from(slot) & (SLOT_COUNT - 1)];
         SlotTraffic {
-            reads: self.reads[i].load(Ordering::Relaxed),
-            writes: self.writes[i].load(Ordering::Relaxed),
-            bytes_in: self.bytes_in[i].load(Ordering::Relaxed),
-            bytes_out: self.bytes_out[i].load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            bytes_in: c.bytes_in.load(Ordering::Relaxed),
+            bytes_out: c.bytes_out.load(Ordering::Relaxed),
         }
     }
 }

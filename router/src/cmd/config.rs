@@ -154,6 +154,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("busy-reply-threshold", Param::Node(Setting::BusyReplyThreshold)),
     ("lua-time-limit", Param::Node(Setting::BusyReplyThreshold)),
     ("tracking-table-max-keys", Param::TrackingMaxKeys),
+    // Redis 8's (7.0 has no such parameter): SHOAL SLOT-STATS counts reads, writes and bytes.
+    ("cluster-slot-stats-enabled", Param::Node(Setting::ClusterSlotStatsEnabled)),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with
