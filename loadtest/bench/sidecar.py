@@ -119,8 +119,8 @@ def main():
     ap.add_argument("--wrk-seconds", type=int, default=8)
     ap.add_argument("--keys", type=int, default=KEYS, help="keys written first and then read")
     ap.add_argument("--parts", default="fast,near,p1,http")
-    ap.add_argument("--baseline-router", help="another shoal-router build to run beside this one in the p1 and "
-                    "http parts (an A/B of a change)")
+    ap.add_argument("--baseline-router", help="another shoal-router build to run beside this one in the fast, "
+                    "p1 and http parts (an A/B of a change)")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     KEYS = args.keys
@@ -146,14 +146,17 @@ def main():
     shoal_pids, redis_pids = [shoal.pid], [redis.pid]
     base = None
     if args.baseline_router:
+        base_sock = common.WORK / "baseline.sock"
         base, base_port, base_http = common.start_shoal(args.baseline_router, "baseline", extra=["--threads", "1"],
-                                                        cpus=common.SERVER_CPUS)
+                                                        unix_socket=base_sock, cpus=common.SERVER_CPUS)
         base_pids = [base.pid]
     for target in (["-p", str(shoal_port)], ["-p", str(redis_port)]) + ((["-p", str(base_port)],) if base else ()):
         load_keys(target)
     if "fast" in parts:  # shoal-bench's own key names, for its GETs
         shoal_bench(bench_bin, shoal_pids, "resp-uds", sock, "set", 64, KEYS * 4)
         shoal_bench(bench_bin, redis_pids, "resp-uds", redis_sock, "set", 64, KEYS * 4)
+        if base:
+            shoal_bench(bench_bin, base_pids, "resp-uds", base_sock, "set", 64, KEYS * 4)
 
     steps = []  # (key, thunk) run once per round, interleaved
     n = args.requests
@@ -165,6 +168,9 @@ def main():
                           lambda t=test: shoal_bench(bench_bin, shoal_pids, "fast", sock, t, DEPTH, n)[:2]))
             steps.append((("fast", test, "shoal resp-uds"),
                           lambda t=test: shoal_bench(bench_bin, shoal_pids, "resp-uds", sock, t, DEPTH, n)[:2]))
+            if base:
+                steps.append((("fast", test, "shoal baseline build fast"),
+                              lambda t=test: shoal_bench(bench_bin, base_pids, "fast", base_sock, t, DEPTH, n)[:2]))
     if near:
         near_pids = [near.pid]
         # Write every key, then a first pass of GETs fills the near-cache; measured passes hit it.
@@ -217,6 +223,9 @@ def main():
         a, b = med.get(("fast", test, "shoal fast")), med.get(("fast", test, "redis uds"))
         if a and b:
             ratios.append(f"fast path/redis CPU per request at P={DEPTH}, {test.upper()}: {a[1] / b[1]:.2f}x")
+        a, b = med.get(("fast", test, "shoal fast")), med.get(("fast", test, "shoal baseline build fast"))
+        if a and b:
+            ratios.append(f"fast path CPU per request {test.upper()}, this build/baseline build: {a[1] / b[1]:.2f}x")
         a, b = med.get(("p1", test, "shoal")), med.get(("p1", test, "redis"))
         if a and b:
             ratios.append(f"RESP TCP P=1 {test.upper()} Shoal/redis: {a[0] / b[0]:.2f}x")
