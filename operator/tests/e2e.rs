@@ -109,10 +109,7 @@ fn install_crd(plane: &Plane) {
         &["apply", "--server-side", "-f", &repo().join("charts/shoal/crds").display().to_string()],
         None,
     );
-    plane.kubectl(
-        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
-        None,
-    );
+    plane.wait_established("crd/cacheclusters.shoal.dev");
     plane.kubectl(&["create", "namespace", NS], None);
 }
 

@@ -143,10 +143,7 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
     assert!(variants.len() >= 3);
     helm(&plane, &["lint", "--strict", chart]);
     plane.kubectl(&["apply", "--server-side", "-f", &format!("{chart}/crds")], None);
-    plane.kubectl(
-        &["wait", "--for", "condition=established", "--timeout=30s", "crd/cacheclusters.shoal.dev"],
-        None,
-    );
+    plane.wait_established("crd/cacheclusters.shoal.dev");
     plane.kubectl(&["create", "namespace", "shoal-apps"], None);
     let mut renders = vec![helm(&plane, &["template", "t", chart, "-n", "shoal-apps"])];
     for v in &variants {

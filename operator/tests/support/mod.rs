@@ -80,6 +80,22 @@ impl Plane {
         out
     }
 
+    /// Waits until the CRD `crd` (`crd/<name>`) is established. `kubectl wait` fails at once,
+    /// instead of waiting, on a CRD whose status has no conditions yet (the API server has not got
+    /// to it: a busy machine), so it is tried again, for at most a minute.
+    pub fn wait_established(&self, crd: &str) {
+        let started = Instant::now();
+        loop {
+            let (established, out) =
+                self.try_kubectl(&["wait", "--for", "condition=established", "--timeout=30s", crd], None);
+            if established {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{crd} was not established: {out}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Runs kubectl; whether it succeeded, and its stdout and stderr.
     pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
         let mut child = Command::new("kubectl")
