@@ -303,8 +303,14 @@ async fn wait_counts_a_unit_that_holds_the_gate_when_it_arrives() {
         release_rx.recv().unwrap();
     });
     held_rx.recv().unwrap();
+    let mut q = connect(&primary.addr.to_string()).await;
     let waiting = tokio::spawn(async move { wait_replicas(&mut p, 1, 5000).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A WAIT whose timeout runs out while the unit still holds the gate answers then, counting no
+    // replica (none can be said to hold what the unit wrote).
+    let started = Instant::now();
+    assert_eq!(wait_replicas(&mut q, 1, 100).await, 0);
+    assert!(started.elapsed() < Duration::from_secs(2), "the WAIT outlived its timeout");
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiting.is_finished(), "WAIT answered while a unit it must count held the gate");
     release_tx.send(()).unwrap();
     unit.join().unwrap();

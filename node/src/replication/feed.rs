@@ -265,25 +265,33 @@ async fn full_sync(store: &Arc<Store>, run_id: &str, tx: &Tx) -> Result<u64, ()>
 /// WAIT: how many replicas have acked every change applied before this call, waiting up to
 /// `timeout` (None: no limit) for `wanted` of them.
 pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: Option<Duration>) -> u32 {
+    let until = timeout.map(|t| tokio::time::Instant::now() + t);
     // The log's end is read under the store's gate held shared: a transaction or script (which
     // holds it exclusively) records its unit just before it lets go, and a client blocked on one
     // of its keys may have been served inside it, its reply already sent: that client's WAIT must
-    // count the unit. (Inline when the gate is free, the common case; else off the async threads.)
+    // count the unit. (Inline when the gate is free, the common case; else off the async threads,
+    // for at most the WAIT's timeout.)
     let inline = store.gate.try_read().map(|_shared| store.events.changes.end());
     let target = match inline {
         Some(end) => end,
         None => {
             let store = store.clone();
-            tokio::task::spawn_blocking(move || {
-                let _shared = store.gate.read();
-                store.events.changes.end()
+            let waited = tokio::task::spawn_blocking(move || {
+                let shared = match timeout {
+                    Some(t) => store.gate.try_read_for(t),
+                    None => Some(store.gate.read()),
+                };
+                shared.map(|_shared| store.events.changes.end())
             })
-            .await
-            // A panic there counts no replica (none has acked past the end of the offsets).
-            .unwrap_or(u64::MAX)
+            .await;
+            match waited {
+                Ok(Some(end)) => end,
+                // Still held when the timeout ran out (a long script): no replica can be said to
+                // hold what the unit running meanwhile wrote, so none is counted.
+                _ => return 0,
+            }
         }
     };
-    let until = timeout.map(|t| tokio::time::Instant::now() + t);
     loop {
         let acked = repl.acked.notified();
         let count = repl.count_acked(target);
