@@ -132,8 +132,8 @@ impl Backend {
         // every item so far, and an item is ~180 bytes).
         let share = items.size_hint().0 / routing.len().max(1);
         let room = share + share / 4 + 4;
-        let mut per_node: Vec<Vec<(usize, Bytes, Op)>> =
-            (0..routing.len()).map(|_| Vec::with_capacity(room)).collect();
+        // (Reserved on a node's first item: a node that gets none allocates nothing.)
+        let mut per_node: Vec<Vec<(usize, Bytes, Op)>> = (0..routing.len()).map(|_| Vec::new()).collect();
         let mut alone = Vec::new();
         let mut total = 0;
         for (i, (key, op)) in items.enumerate() {
@@ -144,7 +144,11 @@ impl Backend {
             if from.is_some() || shoal_wire::pieces::op_is_large(&op) {
                 alone.push((i, self.key(routing, key, op, deadline)));
             } else {
-                per_node[pos].push((i, key, op));
+                let group = &mut per_node[pos];
+                if group.capacity() == 0 {
+                    group.reserve(room);
+                }
+                group.push((i, key, op));
             }
         }
         let version = routing.version();
