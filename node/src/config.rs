@@ -238,6 +238,7 @@ impl ServeArgs {
             policy: self.maxmemory_policy.parse().expect("clap checked the policy name"),
             limits: self.limits(),
             notify_keyspace_events: self.notify_keyspace_events,
+            slot_stats: self.slot_stats,
             ..StoreConfig::default()
         }
     }

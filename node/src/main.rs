@@ -186,7 +186,6 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         (true, false) => {}
     }
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
-    store.slot_traffic.set_enabled(args.slot_stats);
     let options = server::ServeOptions {
         expire_interval: args.expire_interval(),
         snapshot_interval: args.snapshot_interval(),

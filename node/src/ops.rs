@@ -501,11 +501,16 @@ impl Counted {
 fn slot_stats(store: &Store, view: &NodeView, o: proto::SlotStats) -> Reply {
     let last = o.last_slot.min(shoal_wire::SLOT_COUNT as u32 - 1);
     let owned: Vec<u16> = (o.first_slot..=last).map(|s| s as u16).filter(|&s| view.owns(s)).collect();
+    if o.reset {
+        // CONFIG RESETSTAT: no numbers wanted back (counting keys walks the whole store).
+        owned.iter().for_each(|&slot| store.slot_traffic.reset(slot));
+        return Reply { kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots: Vec::new() })) };
+    }
     let keys = if owned.is_empty() { Vec::new() } else { store.keys_per_slot() };
     let slots = owned
         .into_iter()
         .map(|slot| {
-            let t = if o.reset { store.slot_traffic.take(slot) } else { store.slot_traffic.get(slot) };
+            let t = store.slot_traffic.get(slot);
             proto::SlotStat {
                 slot: u32::from(slot),
                 keys: keys[usize::from(slot)],

@@ -207,6 +207,9 @@ pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result
     if let Some(v) = &change.notify_keyspace_events {
         config.notify_keyspace_events = shoal_wire::notify::parse(v.as_bytes()).unwrap_or_default();
     }
+    if let Some(on) = change.cluster_slot_stats_enabled {
+        config.slot_stats = on;
+    }
     Ok(())
 }
 

@@ -513,6 +513,13 @@ async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing
     let mut c = Raw::connect(router.resp_addr()).await;
     let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
     assert!(info.contains("connected_slaves:2\r\n"), "{info}");
+    // A node setting reaches the replicas too (a promoted one serves with it), and the shards
+    // SHOAL SCALE starts below (checked at the end).
+    assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-slot-stats-enabled", "yes"]).await, b"+OK\r\n");
+    let cluster = router.state.embedded.clone().expect("an embedded cluster");
+    let nodes = cluster.node_states().await;
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.iter().all(|n| n.store.slot_traffic.enabled()), "a primary or replica missed CONFIG SET");
     const N: usize = 600;
     typed_keys(&mut c, N).await;
     assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "every shard's replica has every write");
@@ -550,6 +557,12 @@ async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing
     }
     assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "every shard, the new one too");
     assert_eq!(c.cmd(&["SHOAL", "FAILOVER", "2"]).await, b"+OK\r\n", "the new shard hands over too");
+    let nodes = cluster.node_states().await;
+    assert_eq!(nodes.len(), 6);
+    assert!(
+        nodes.iter().all(|n| n.store.slot_traffic.enabled()),
+        "a node SHOAL SCALE started missed the setting"
+    );
     check_typed_keys(&mut c, N, "after the new shard's hand-over").await;
 
     // Shrink: the shard that leaves takes its replica along; nothing is lost.

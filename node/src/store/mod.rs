@@ -149,6 +149,8 @@ pub struct StoreConfig {
     pub limits: object::Limits,
     /// Keyspace notification classes (`shoal_wire::notify` flags; 0: off).
     pub notify_keyspace_events: u32,
+    /// Count per-slot traffic for SHOAL SLOT-STATS (`cluster-slot-stats-enabled`).
+    pub slot_stats: bool,
 }
 
 impl Default for StoreConfig {
@@ -160,6 +162,7 @@ impl Default for StoreConfig {
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             limits: object::Limits::default(),
             notify_keyspace_events: 0,
+            slot_stats: false,
         }
     }
 }
@@ -239,6 +242,8 @@ impl Store {
         let events = Arc::new(events::Events::default());
         events.set_flags(config.notify_keyspace_events);
         let expiry_lag = Arc::new(lag::ExpiryLag::default());
+        let slot_traffic = slots::SlotCounters::default();
+        slot_traffic.set_enabled(config.slot_stats);
         let shards = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
@@ -265,7 +270,7 @@ impl Store {
             watches,
             blocked: blocked::Blocked::default(),
             events,
-            slot_traffic: slots::SlotCounters::default(),
+            slot_traffic,
             expiry_lag,
         }
     }

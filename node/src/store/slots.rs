@@ -47,8 +47,8 @@ impl SlotFlags {
 
 /// Per-slot traffic since the node started or the last CONFIG RESETSTAT (SHOAL SLOT-STATS): ops
 /// that read a key of the slot, ops that write one, and the encoded bytes of those ops and their
-/// replies. One 32-byte cell of relaxed atomics per slot (512 KiB in all): an op adds to its
-/// slot's counters without a lock, touching one cache line (four separate arrays cost a cache miss
+/// replies. One 32-byte cell of relaxed atomics per slot (512 KiB in all, two cells per cache
+/// line): an op adds to its slot's counters without a lock, touching one cache line (four separate arrays cost a cache miss
 /// each on every op, ~8% of a node's time under random keys).
 ///
 /// Counting is off unless asked for (`--slot-stats`, or CONFIG SET cluster-slot-stats-enabled yes,
@@ -108,15 +108,12 @@ impl SlotCounters {
         c.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
     }
 
-    /// Reads a slot's traffic and starts its counters again from zero (CONFIG RESETSTAT). An op
-    /// counted meanwhile may land on either side of the reset: each counter is swapped on its own.
-    pub fn take(&self, slot: u16) -> SlotTraffic {
+    /// Starts a slot's counters again from zero (CONFIG RESETSTAT). An op counted meanwhile may
+    /// land on either side of the reset: each counter is cleared on its own.
+    pub fn reset(&self, slot: u16) {
         let c = &self.cells[usize::from(slot) & (SLOT_COUNT - 1)];
-        SlotTraffic {
-            reads: c.reads.swap(0, Ordering::Relaxed),
-            writes: c.writes.swap(0, Ordering::Relaxed),
-            bytes_in: c.bytes_in.swap(0, Ordering::Relaxed),
-            bytes_out: c.bytes_out.swap(0, Ordering::Relaxed),
+        for counter in [&c.reads, &c.writes, &c.bytes_in, &c.bytes_out] {
+            counter.store(0, Ordering::Relaxed);
         }
     }
 

@@ -307,7 +307,10 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let (state, routing) = (Arc::clone(ctx.state), Arc::clone(ctx.routing));
     Pending::later(async move {
-        let answers = futures_join(routing.nodes.iter().map(|n| n.configure(change.clone())).collect()).await;
+        // Primaries and their replicas alike: a replica promoted later serves with the same
+        // settings (and replica reads already do).
+        let members = routing.nodes.iter().chain(routing.replicas.iter().flatten());
+        let answers = futures_join(members.map(|n| n.configure(change.clone())).collect()).await;
         let failures: Vec<String> =
             answers.iter().filter_map(|a| a.as_ref().err()).map(|e| e.to_string()).collect();
         if !failures.is_empty() {
@@ -380,7 +383,14 @@ pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {
     let calls = ctx.call_all(super::slotstats::reset_op);
     Pending::later(async move {
         match calls.gather().await {
-            Ok(_) => Reply::OK,
+            Ok(replies) => replies
+                .into_iter()
+                .find_map(|r| match r.kind {
+                    Some(shoal_wire::proto::reply::Kind::SlotStats(_)) => None,
+                    Some(shoal_wire::proto::reply::Kind::Error(e)) => Some(Reply::error_fmt(e)),
+                    other => Some(super::unexpected(other)),
+                })
+                .unwrap_or(Reply::OK),
             Err(e) => e.into(),
         }
     })
