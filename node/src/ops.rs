@@ -93,7 +93,7 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
     if let Err(v) = check(view, version, op) {
         return moved(v);
     }
-    let counted = if store.slot_traffic.enabled() { Counted::of(op) } else { None };
+    let counted = Counted::of(store, op);
     let reply = apply_seen_with(store, view, op.clone(), true, false);
     if let Some(counted) = counted
         && !found_nothing(&reply)
@@ -434,10 +434,7 @@ fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
     // Per-slot traffic (SHOAL SLOT-STATS), counted here where every op a client caused runs
     // (batches, transactions, scripts' calls). A one-key op costs a CRC16 and a few relaxed adds;
     // only ops naming several keys gather them.
-    if !store.slot_traffic.enabled() {
-        return apply_uncounted(store, view, op);
-    }
-    let Some(counted) = Counted::of(&op) else {
+    let Some(counted) = Counted::of(store, &op) else {
         return apply_uncounted(store, view, op);
     };
     let reply = apply_uncounted(store, view, op);
@@ -457,7 +454,11 @@ enum Counted {
 }
 
 impl Counted {
-    fn of(op: &Op) -> Option<Counted> {
+    /// `None` when counting is off (`cluster-slot-stats-enabled`) or `op` is not client traffic.
+    fn of(store: &Store, op: &Op) -> Option<Counted> {
+        if !store.slot_traffic.enabled() {
+            return None;
+        }
         let write = class_of(op) != OpClass::Read;
         if let Some(key) = key_of(op) {
             // WATCH is bookkeeping, and FETCH a slot migration's copy of the key: neither is

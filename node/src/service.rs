@@ -152,6 +152,7 @@ impl NodeState {
             policy: store.policy(),
             limits: store.limits(),
             notify_keyspace_events: store.events.flags(),
+            slot_stats: store.slot_traffic.enabled(),
             ..store.config().clone()
         };
         apply_settings(&mut now, change)?;
@@ -161,11 +162,9 @@ impl NodeState {
         store.set_policy(now.policy);
         store.set_maxmemory(now.maxmemory);
         store.events.set_flags(now.notify_keyspace_events);
+        store.slot_traffic.set_enabled(now.slot_stats);
         if let Some(ms) = change.busy_reply_threshold {
             self.scripts.set_busy_reply_threshold(ms);
-        }
-        if let Some(on) = change.cluster_slot_stats_enabled {
-            self.store.slot_traffic.set_enabled(on);
         }
         if change != &NodeSettings::default() {
             tracing::info!(?change, "settings changed");

@@ -48,8 +48,8 @@ impl SlotFlags {
 /// Per-slot traffic since the node started or the last CONFIG RESETSTAT (SHOAL SLOT-STATS): ops
 /// that read a key of the slot, ops that write one, and the encoded bytes of those ops and their
 /// replies. One 32-byte cell of relaxed atomics per slot (512 KiB in all, two cells per cache
-/// line): an op adds to its slot's counters without a lock, touching one cache line (four separate arrays cost a cache miss
-/// each on every op, ~8% of a node's time under random keys).
+/// line): an op adds to its slot's counters without a lock, touching one cache line (four
+/// separate arrays touched four).
 ///
 /// Counting is off unless asked for (`--slot-stats`, or CONFIG SET cluster-slot-stats-enabled yes,
 /// as in Redis 8, whose default is off too): with random keys the slot's cell is a cache miss on
