@@ -126,18 +126,7 @@ async fn send_changes(
             }
             continue;
         }
-        // Under the gate: here when it is free at once (the common case), else off the async
-        // threads (a script or transaction holds it, a script possibly for a while).
-        let inline = store.gate.try_read().map(|shared| take_cut(store, cursor, shared));
-        let taken = match inline {
-            Some(taken) => taken,
-            None => {
-                let store = store.clone();
-                tokio::task::spawn_blocking(move || take_cut(&store, cursor, store.gate.read()))
-                    .await
-                    .map_err(|_| ())?
-            }
-        };
+        let taken = under_gate(store, None, move |s, shared| take_cut(s, cursor, shared)).await.ok_or(())?;
         let Ok(cut) = taken else {
             tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
             cursor = full_sync(store, &repl.run_id, tx).await?;
@@ -262,6 +251,31 @@ async fn full_sync(store: &Arc<Store>, run_id: &str, tx: &Tx) -> Result<u64, ()>
     Ok(start)
 }
 
+/// Runs `f` under the store's gate held shared: right here when the gate is free (the common
+/// case), else on a blocking thread (a transaction or script holds it, a script possibly for a
+/// while), waiting at most `limit` for it. `None` if the gate stayed held that long (or the
+/// blocking thread failed).
+async fn under_gate<R: Send + 'static>(
+    store: &Arc<Store>,
+    limit: Option<Duration>,
+    f: impl for<'a> FnOnce(&'a Store, parking_lot::RwLockReadGuard<'a, ()>) -> R + Send + 'static,
+) -> Option<R> {
+    if let Some(shared) = store.gate.try_read() {
+        return Some(f(store, shared));
+    }
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        let shared = match limit {
+            Some(t) => store.gate.try_read_for(t)?,
+            None => store.gate.read(),
+        };
+        Some(f(&store, shared))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 /// WAIT: how many replicas have acked every change applied before this call, waiting up to
 /// `timeout` (None: no limit) for `wanted` of them.
 pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: Option<Duration>) -> u32 {
@@ -269,28 +283,10 @@ pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: 
     // The log's end is read under the store's gate held shared: a transaction or script (which
     // holds it exclusively) records its unit just before it lets go, and a client blocked on one
     // of its keys may have been served inside it, its reply already sent: that client's WAIT must
-    // count the unit. (Inline when the gate is free, the common case; else off the async threads,
-    // for at most the WAIT's timeout.)
-    let inline = store.gate.try_read().map(|_shared| store.events.changes.end());
-    let target = match inline {
-        Some(end) => end,
-        None => {
-            let store = store.clone();
-            let waited = tokio::task::spawn_blocking(move || {
-                let shared = match timeout {
-                    Some(t) => store.gate.try_read_for(t),
-                    None => Some(store.gate.read()),
-                };
-                shared.map(|_shared| store.events.changes.end())
-            })
-            .await;
-            match waited {
-                Ok(Some(end)) => end,
-                // Still held when the timeout ran out (a long script): no replica can be said to
-                // hold what the unit running meanwhile wrote, so none is counted.
-                _ => return 0,
-            }
-        }
+    // count the unit. Still held when the timeout runs out (a long script): no replica can be said
+    // to hold what the unit running meanwhile wrote, so none is counted.
+    let Some(target) = under_gate(store, timeout, |s, _shared| s.events.changes.end()).await else {
+        return 0;
     };
     loop {
         let acked = repl.acked.notified();
