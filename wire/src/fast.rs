@@ -364,7 +364,8 @@ fn each_item<T>(
     out: &mut Vec<T>,
     item: impl Fn(Option<Bytes>) -> T,
 ) -> Result<(), FrameError> {
-    if count < 0 || count as u64 * 4 > region.len() as u64 {
+    // (Divided, not multiplied: a count near i64::MAX must not overflow.)
+    if count < 0 || count as u64 > region.len() as u64 / 4 {
         return Err(FrameError::BadItems);
     }
     out.reserve(count as usize);
