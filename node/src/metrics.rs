@@ -146,6 +146,11 @@ pub fn render(state: &NodeState) -> String {
     .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "active")], &lag.active)
     .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "lazy")], &lag.lazy);
     replication(&mut e, &s);
+    e.counter(
+        "shoal_node_replica_partial_cuts_dropped_total",
+        "Cuts of the primary's change stream whose first messages this process received as a replica and whose last never came (the stream broke); none of such a cut is applied.",
+        s.partial_cuts_dropped,
+    );
     e.finish()
 }
 

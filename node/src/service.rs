@@ -117,6 +117,7 @@ impl NodeState {
             primary_run_id: link.primary_run_id,
             synced: link.synced,
             primary_link_up: link.up,
+            partial_cuts_dropped: repl.partial_cuts_dropped(),
             replicas: if replica { Vec::new() } else { repl.replicas() },
             ..Default::default()
         }

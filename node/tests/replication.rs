@@ -159,6 +159,8 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     assert!(
         rpage.contains("shoal_node_primary_link_up 1\n") && rpage.contains("shoal_node_replica_synced 1\n")
     );
+    // No stream broke mid-cut (router/tests/failover.rs kills a primary mid-cut).
+    assert!(rpage.contains("shoal_node_replica_partial_cuts_dropped_total 0\n"), "{rpage}");
     let offset = |page: &str| {
         page.lines().find_map(|l| l.strip_prefix("shoal_node_replication_offset ")).unwrap().to_string()
     };

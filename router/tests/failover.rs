@@ -477,6 +477,10 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     let held = lengths.iter().filter(|l| **l == new).count();
     assert!(lengths.iter().all(|l| *l == new || l == ":3\r\n"), "{lengths:?}");
     assert_eq!(held, 0, "the promoted replica holds {held} of the transaction's {KEYS} keys");
+    // And the case was the one meant: the replica had received the cut's first messages (a
+    // replica that received nothing of it would hold none of it trivially).
+    let dropped = stats(&r0).await.expect("the promoted replica answers").partial_cuts_dropped;
+    assert_eq!(dropped, 1, "the replica dropped one half-received cut");
 }
 
 /// Writes `n` keys of every type through `c` (pipelined); `check` reads them back.

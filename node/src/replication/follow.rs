@@ -48,6 +48,11 @@ pub async fn run(
                 tracing::debug!(primary = %primary, error = %e, "replication link down; retrying");
             }
         }
+        // What arrived of an unfinished cut went with `follow_once`'s state, unapplied.
+        if repl.mid_cut.swap(false, Ordering::Relaxed) {
+            repl.partial_cuts_dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(primary = %primary, "the stream ended mid-cut; nothing of that cut was applied");
+        }
         repl.link_up.store(false, Ordering::Relaxed);
         if !repl.current(generation) {
             break;
@@ -118,8 +123,10 @@ async fn follow_once(
         pending.entries.extend(chunk.entries);
         pending.deleted.extend(chunk.deleted);
         if chunk.more {
+            repl.mid_cut.store(true, Ordering::Relaxed);
             continue;
         }
+        repl.mid_cut.store(false, Ordering::Relaxed);
         apply(store, &mut assembler, std::mem::take(&mut pending)).await?;
         if full_done {
             in_full_sync = false;

@@ -61,6 +61,10 @@ pub struct Replication {
     writer_seen: Mutex<Option<Instant>>,
     /// The process is stopping: a topology that makes it a replica starts no follower.
     exiting: AtomicBool,
+    /// Replica side: the follower holds the first messages of a cut (not applied until its last).
+    mid_cut: AtomicBool,
+    /// Cuts dropped because the stream ended mid-cut (stats: `partial_cuts_dropped`).
+    partial_cuts_dropped: AtomicU64,
 }
 
 impl Default for Replication {
@@ -80,6 +84,8 @@ impl Default for Replication {
             handover_to: Mutex::default(),
             writer_seen: Mutex::default(),
             exiting: AtomicBool::new(false),
+            mid_cut: AtomicBool::new(false),
+            partial_cuts_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -223,6 +229,11 @@ impl Replication {
     }
 
     /// Replica side, for stats.
+    /// Cuts a broken stream left half-received (none of each was applied).
+    pub fn partial_cuts_dropped(&self) -> u64 {
+        self.partial_cuts_dropped.load(Ordering::Relaxed)
+    }
+
     pub fn link(&self) -> Link {
         Link {
             primary_addr: self.primary_addr.lock().clone(),
