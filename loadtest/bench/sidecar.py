@@ -120,7 +120,7 @@ def main():
     ap.add_argument("--keys", type=int, default=KEYS, help="keys written first and then read")
     ap.add_argument("--parts", default="fast,near,p1,http")
     ap.add_argument("--baseline-router", help="another shoal-router build to run beside this one in the fast, "
-                    "p1 and http parts (an A/B of a change)")
+                    "near, p1 and http parts (an A/B of a change)")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     KEYS = args.keys
@@ -144,12 +144,17 @@ def main():
         near, _, _ = common.start_shoal(router_bin, "near", extra=["--threads", "1", "--near-cache", "64mb"],
                                         unix_socket=near_sock, cpus=common.SERVER_CPUS)
     shoal_pids, redis_pids = [shoal.pid], [redis.pid]
-    base = None
+    base = base_near = None
     if args.baseline_router:
         base_sock = common.WORK / "baseline.sock"
         base, base_port, base_http = common.start_shoal(args.baseline_router, "baseline", extra=["--threads", "1"],
                                                         unix_socket=base_sock, cpus=common.SERVER_CPUS)
         base_pids = [base.pid]
+        if near:
+            base_near_sock = common.WORK / "baseline-near.sock"
+            base_near, _, _ = common.start_shoal(args.baseline_router, "baseline-near",
+                                                 extra=["--threads", "1", "--near-cache", "64mb"],
+                                                 unix_socket=base_near_sock, cpus=common.SERVER_CPUS)
     for target in (["-p", str(shoal_port)], ["-p", str(redis_port)]) + ((["-p", str(base_port)],) if base else ()):
         load_keys(target)
     if "fast" in parts:  # shoal-bench's own key names, for its GETs
@@ -171,13 +176,16 @@ def main():
             if base:
                 steps.append((("fast", test, "shoal baseline build fast"),
                               lambda t=test: shoal_bench(bench_bin, base_pids, "fast", base_sock, t, DEPTH, n)[:2]))
-    if near:
-        near_pids = [near.pid]
+    near_runs = [("shoal fast, near-cache hits", near, near_sock)]
+    if base_near:
+        near_runs.append(("shoal baseline build fast, near-cache hits", base_near, base_near_sock))
+    for label, proc, path in near_runs if near else ():
+        pids = [proc.pid]
         # Write every key, then a first pass of GETs fills the near-cache; measured passes hit it.
-        shoal_bench(bench_bin, near_pids, "fast", near_sock, "set", 64, KEYS * 4)
-        shoal_bench(bench_bin, near_pids, "fast", near_sock, "get", 64, KEYS * 4)
-        steps.append((("near", "get", "shoal fast, near-cache hits"),
-                      lambda: shoal_bench(bench_bin, near_pids, "fast", near_sock, "get", DEPTH, n)[:2]))
+        shoal_bench(bench_bin, pids, "fast", path, "set", 64, KEYS * 4)
+        shoal_bench(bench_bin, pids, "fast", path, "get", 64, KEYS * 4)
+        steps.append((("near", "get", label),
+                      lambda pids=pids, path=path: shoal_bench(bench_bin, pids, "fast", path, "get", DEPTH, n)[:2]))
     if "p1" in parts:
         for test in ("set", "get"):
             steps.append((("p1", test, "redis"),
@@ -234,6 +242,10 @@ def main():
         ratios.append(f"HTTP GET (wrk)/RESP GET P=1: {a[0] / b[0]:.2f}x")
     if ("near", "get", "shoal fast, near-cache hits") in med:
         ratios.append(f"near-cache hit: {med[('near', 'get', 'shoal fast, near-cache hits')][1]:.2f} CPU-µs")
+        a, b = med[("near", "get", "shoal fast, near-cache hits")], med.get(
+            ("near", "get", "shoal baseline build fast, near-cache hits"))
+        if b:
+            ratios.append(f"near-cache hit CPU, this build/baseline build: {a[1] / b[1]:.2f}x")
     lines += ["", "Ratios: " + "; ".join(ratios) + "."]
     body = "\n".join(lines)
     print(body)
