@@ -107,7 +107,7 @@ impl<T> Lane<T> {
         let near = if spec.name == "get" { near_cache(ctx) } else { None };
         if let Some(near) = near {
             let key = &args[1];
-            if let Some(v) = near.get(key, ctx.routing.version()) {
+            if let Some(v) = near.get_at(key, ctx.routing.version(), ctx.session.last_command) {
                 return Ok(Some((tag, Reply::Bulk(v))));
             }
             if let Some((op, ticket)) = near_fetch(near, ctx, key, false) {
