@@ -34,7 +34,7 @@ use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{HandoverRequest, NodeStats};
 use tokio::task::JoinHandle;
 
-use crate::crd::{CacheCluster, MAX_REPLICAS_PER_SHARD};
+use crate::crd::{CacheCluster, MAX_REPLICAS_PER_SHARD, PodRestart};
 use crate::health::{self, ShardHealth};
 use crate::members::{self, Change, PodView};
 use crate::registry::ConfigMapRegistry;
@@ -119,7 +119,9 @@ pub struct Context {
     /// Failover writers, by cluster ([`crate::failover`]).
     pub(crate) writers: Mutex<HashMap<Key, JoinHandle<()>>>,
     /// The node pod each cluster last evicted for a restart, and when; the next waits for it.
-    restarting: Mutex<HashMap<Key, (String, std::time::Instant)>>,
+    /// Also in the cluster's status (`status.restarting`), where a new leader finds it; this
+    /// copy covers reconciles that run on an object read before that status was written.
+    restarting: Mutex<HashMap<Key, PodRestart>>,
     /// When each cluster's Secret (by the cluster's uid) was last made sure of, so reconciles in
     /// between do not POST it again ([`SECRET_RECHECK`]).
     secrets_made: Mutex<HashMap<String, std::time::Instant>>,
@@ -321,6 +323,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     tracing::debug!(cluster = %name, answered = stats.as_ref().map(|s| s.len()), "members probed");
 
     // Act.
+    // Set when restarts were looked at: the pod waited for now (`status.restarting`).
+    let mut restarting: Option<Option<PodRestart>> = None;
     let replicas = match &step {
         Step::ScaleNodes(n) => {
             let note = format!("node StatefulSet: {} -> {n} pods", sts_replicas.unwrap_or(0));
@@ -400,7 +404,9 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
                         .await;
                 }
             }
-            None if step == Step::Settled => restart_outdated(&ctx, &cc, &views, t, stats, health).await?,
+            None if step == Step::Settled => {
+                restarting = Some(restart_outdated(&ctx, &cc, &views, t, stats, health).await?);
+            }
             None => {}
         }
     } else if replica_mode {
@@ -428,7 +434,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     let shards = stats.as_ref().zip(published.as_ref()).map(|(stats, t)| health::shards(t, stats));
     let observed = Observed { topology: published, moving, ..observed };
     let last_error = ctx.last_errors.lock().get(&key).cloned();
-    let new_status = status::compute(&status::Inputs {
+    let mut new_status = status::compute(&status::Inputs {
         generation: cc.metadata.generation,
         previous: cc.status.as_ref(),
         observed: &observed,
@@ -442,6 +448,9 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         replicas_wanted: want_replicas,
         pods: &views,
     });
+    if let Some(restarting) = restarting {
+        new_status.restarting = restarting;
+    }
     if cc.status.as_ref() != Some(&new_status) {
         let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns);
         let patch = serde_json::json!({ "status": new_status });
@@ -463,7 +472,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
 
 /// With replicas, on a settled cluster: forgets the pod restarted last once it is back (or gone
 /// for good, or after [`RESTART_PATIENCE`]), then evicts the next outdated pod if one may go now
-/// ([`members::next_restart`]).
+/// ([`members::next_restart`]). Returns the pod waited for now (for `status.restarting`).
 async fn restart_outdated(
     ctx: &Context,
     cc: &CacheCluster,
@@ -471,22 +480,22 @@ async fn restart_outdated(
     t: &Topology,
     stats: &BTreeMap<String, NodeStats>,
     shards: &[ShardHealth],
-) -> Result<(), Error> {
+) -> Result<Option<PodRestart>, Error> {
     let ns = cc.namespace().unwrap_or_default();
     let key = (ns.clone(), cc.name_any());
     let all_synced = shards.iter().all(ShardHealth::complete);
-    let mut waiting = ctx.restarting.lock().get(&key).cloned();
-    if let Some((pod, at)) = &waiting {
+    let recorded = cc.status.as_ref().and_then(|s| s.restarting.as_ref());
+    let mut waiting = waited_for(ctx.restarting.lock().get(&key), recorded);
+    if let Some(r) = &waiting {
         let member = |addr: &str| {
             let s = stats.get(addr)?;
             Some((Duration::from_millis(s.uptime_ms), health::whole(shards, addr)))
         };
         // Also forgotten when the pod is gone for good (scaled away), or after a long while (then
         // every shard being whole is the only rule left).
-        let scaled_away = at.elapsed() > Duration::from_secs(60) && !views.iter().any(|p| p.name == *pod);
-        if members::restarted(views, t, pod, at.elapsed(), member)
-            || scaled_away
-            || at.elapsed() > RESTART_PATIENCE
+        let elapsed = r.elapsed();
+        let scaled_away = elapsed > Duration::from_secs(60) && !views.iter().any(|p| p.name == r.pod);
+        if members::restarted(views, t, &r.pod, elapsed, member) || scaled_away || elapsed > RESTART_PATIENCE
         {
             ctx.restarting.lock().remove(&key);
             waiting = None;
@@ -495,18 +504,36 @@ async fn restart_outdated(
     match members::next_restart(views, t, all_synced && waiting.is_none()) {
         Some(pod) => {
             if restart(ctx, cc, &ns, &pod).await? {
-                ctx.restarting.lock().insert(key, (pod, std::time::Instant::now()));
+                let r = PodRestart { pod, evicted_at: now_rfc3339() };
+                ctx.restarting.lock().insert(key, r.clone());
+                // Into the status at once, not only with this reconcile's report: an operator
+                // stopped right now leaves its successor waiting for this pod too. A failed write
+                // is tried again by the report.
+                let patch = serde_json::json!({ "status": { "restarting": &r } });
+                let api: Api<CacheCluster> = Api::namespaced(ctx.client.clone(), &ns);
+                if let Err(e) =
+                    api.patch_status(&cc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+                {
+                    tracing::warn!(pod = %r.pod, error = %e, "could not record the restart in the status yet");
+                }
+                waiting = Some(r);
             }
         }
         None => {
             let outdated: Vec<&str> = views.iter().filter(|p| p.outdated).map(|p| p.name.as_str()).collect();
             if !outdated.is_empty() {
-                let waiting = waiting.map(|(pod, _)| pod);
+                let waiting = waiting.as_ref().map(|r| r.pod.as_str());
                 tracing::info!(cluster = %key.1, ?outdated, all_synced, ?waiting, "restarts wait for every shard to be whole");
             }
         }
     }
-    Ok(())
+    Ok(waiting)
+}
+
+/// The restarted pod to wait for: this process's own record (fresher than an object read before
+/// its status write landed), else the one in the status (written by an earlier leader).
+fn waited_for(own: Option<&PodRestart>, recorded: Option<&PodRestart>) -> Option<PodRestart> {
+    own.or(recorded).cloned()
 }
 
 /// The highest member index whose pod the topology names (0 if none).
@@ -746,6 +773,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::crd::CacheClusterStatus;
     use crate::fake_api::{Call, Fake, call, echo, status};
     use crate::resources::tests::cluster;
 
@@ -1052,6 +1080,76 @@ mod tests {
         assert!(render_metrics(&ctx).contains("shoal_operator_failover_writers 1"));
         assert!(render_metrics(&ctx).contains("shoal_operator_member_changes_total 1"));
         ctx.stop_background();
+        fake.done();
+    }
+
+    /// One shard whose primary and replica pods are both on an older template, both whole.
+    fn outdated_shard() -> (Topology, Vec<PodView>, BTreeMap<String, NodeStats>, Vec<ShardHealth>) {
+        let mut t = Topology::even(&["p:1".to_string()]);
+        t.nodes[0].replicas = vec!["r:1".into()];
+        let pod = |name: &str, member, addr: &str| PodView {
+            name: name.into(),
+            shard: 0,
+            member,
+            addr: Some(addr.into()),
+            ready: true,
+            terminating: false,
+            outdated: true,
+        };
+        let views = vec![pod("demo-node-0", 0, "p:1"), pod("demo-node-r1-0", 1, "r:1")];
+        // Both processes have run for an hour: neither is a restarted one.
+        let old = NodeStats { uptime_ms: 3_600_000, ..Default::default() };
+        let stats = BTreeMap::from([("p:1".to_string(), old.clone()), ("r:1".to_string(), old)]);
+        let replica =
+            health::ReplicaHealth { addr: "r:1".into(), synced: true, lag: Some(0), lag_ms: Some(0) };
+        let shards = vec![ShardHealth {
+            id: 0,
+            primary: "p:1".into(),
+            primary_serving: true,
+            replicas: vec![replica],
+        }];
+        (t, views, stats, shards)
+    }
+
+    #[tokio::test]
+    async fn a_restart_is_recorded_in_the_status_and_a_new_leader_waits_for_it() {
+        let (t, views, stats, shards) = outdated_shard();
+        let cc = cluster(json!({"shards": 1, "replicasPerShard": 1}));
+        let evicted = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+        let (client, fake) = Fake::start(vec![
+            // The replica goes first.
+            call(Method::POST, format!("{NS}/pods/demo-node-r1-0/eviction"), 201, evicted),
+            echo(Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events")
+                .checking(|ev| assert_eq!(ev["reason"], "RestartingNode")),
+            // Recorded at once, before the reconcile's report.
+            status_patch(&cc, |p| {
+                assert_eq!(p["status"]["restarting"]["pod"], "demo-node-r1-0");
+                let at = p["status"]["restarting"]["evictedAt"].as_str().unwrap();
+                assert!(at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{at}");
+                assert_eq!(p["status"].as_object().unwrap().len(), 1, "nothing else is written: {p}");
+            }),
+        ]);
+        let first = context(client.clone(), AddressMode::Dns);
+        let waiting = restart_outdated(&first, &cc, &views, &t, &stats, &shards).await.unwrap();
+        let waiting = waiting.expect("the evicted pod is waited for");
+        assert_eq!(waiting.pod, "demo-node-r1-0");
+        // The same operator, on an object read before that status landed: its own record holds
+        // the next restart back (no call is scripted).
+        assert_eq!(
+            restart_outdated(&first, &cc, &views, &t, &stats, &shards).await.unwrap(),
+            Some(waiting.clone())
+        );
+
+        // A new leader (nothing in memory) reads the status: it waits for that pod too, although
+        // every pod looks ready and whole (the old process may still answer while it stops).
+        let mut recorded = cc.clone();
+        recorded.status =
+            Some(CacheClusterStatus { restarting: Some(waiting.clone()), ..Default::default() });
+        let second = context(client, AddressMode::Dns);
+        assert_eq!(
+            restart_outdated(&second, &recorded, &views, &t, &stats, &shards).await.unwrap(),
+            Some(waiting)
+        );
         fake.done();
     }
 }

@@ -376,6 +376,35 @@ pub struct CacheClusterStatus {
     /// written, empty too: the status is a merge patch, which would keep a list it omits.
     #[serde(default)]
     pub shard_status: Vec<ShardStatus>,
+    /// The node pod the operator evicted last to restart it on its StatefulSet's new template:
+    /// the next restart waits until that pod is whole again. Kept here, not only in the
+    /// operator's memory, so that a restarted operator or a new leader waits for it too. Written
+    /// as null when there is none (the status is a merge patch).
+    #[serde(default)]
+    pub restarting: Option<PodRestart>,
+}
+
+/// A node pod evicted for a restart (`status.restarting`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRestart {
+    pub pod: String,
+    /// When it was evicted (RFC 3339, the operator's clock).
+    pub evicted_at: String,
+}
+
+impl PodRestart {
+    /// How long ago it was evicted by this clock; an unreadable time counts as long ago (the
+    /// wait for the pod then ends, and only the rule that every shard is whole remains).
+    pub fn elapsed(&self) -> std::time::Duration {
+        match self.evicted_at.parse::<k8s_openapi::jiff::Timestamp>() {
+            Ok(at) => k8s_openapi::jiff::Timestamp::now()
+                .duration_since(at)
+                .try_into()
+                .unwrap_or(std::time::Duration::ZERO),
+            Err(_) => std::time::Duration::MAX,
+        }
+    }
 }
 
 /// One shard as the operator last saw it.
@@ -533,5 +562,27 @@ mod tests {
         );
         let policy: EvictionPolicy = serde_json::from_value(serde_json::json!("allkeys-lru")).unwrap();
         assert_eq!(policy.as_str(), "allkeys-lru");
+    }
+
+    #[test]
+    fn a_status_without_a_restart_says_null_so_that_the_merge_patch_clears_it() {
+        let v = serde_json::to_value(CacheClusterStatus::default()).unwrap();
+        assert!(v.as_object().unwrap().contains_key("restarting") && v["restarting"].is_null(), "{v}");
+    }
+
+    #[test]
+    fn a_restart_s_age_comes_from_its_recorded_time() {
+        let ago = |secs: i64| {
+            let at = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+            PodRestart { pod: "p".into(), evicted_at: at.to_string() }
+        };
+        let age = ago(90).elapsed();
+        assert!(
+            age >= std::time::Duration::from_secs(90) && age < std::time::Duration::from_secs(120),
+            "{age:?}"
+        );
+        assert_eq!(ago(-60).elapsed(), std::time::Duration::ZERO, "a time ahead of this clock");
+        let unreadable = PodRestart { pod: "p".into(), evicted_at: "yesterday".into() };
+        assert_eq!(unreadable.elapsed(), std::time::Duration::MAX);
     }
 }

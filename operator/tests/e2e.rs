@@ -574,10 +574,16 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let ccs: Api<CacheCluster> = Api::namespaced(client.clone(), NS);
+    // The pods the status named as restarting (the pod waited for, kept where a new leader
+    // would find it).
+    let mut named = std::collections::BTreeSet::new();
     let status = wait_for(
         "every node pod restarted on the new template, whole",
         Duration::from_secs(180),
         async || {
+            if let Some(r) = ccs.get(NS_NAME).await.ok().and_then(|c| c.status?.restarting) {
+                named.insert(r.pod);
+            }
             let list =
                 pods.list(&ListParams::default().labels("app.kubernetes.io/component=node")).await.ok()?;
             let all_new = list.items.len() == 4
@@ -601,6 +607,11 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
     )
     .await;
     assert!(status.conditions.iter().any(|c| c.type_ == "Degraded" && c.status == "False"));
+    assert!(named.iter().all(|p| p.starts_with("demo-node-")) && !named.is_empty(), "{named:?}");
+    wait_for("the status to stop naming a restarting pod", Duration::from_secs(30), async || {
+        ccs.get(NS_NAME).await.ok()?.status?.restarting.is_none().then_some(())
+    })
+    .await;
     // Read once the router routes by that topology too: right after a hand-over and the next
     // members change, a multi-node command may still find a node answering `moved` until its
     // deadline ("the cluster topology is changing; try again", the router's to handle).
