@@ -3,7 +3,7 @@
 replica per shard (R=1), side by side in one run, and how far the replicas lag under that load.
 
     python3 loadtest/bench/replicas.py [--rounds 3] [--requests 100000] [--pipelines 1,16]
-                                       [--lag-probes 300] [--write-docs]
+                                       [--lag-probes 300] [--baseline-node NODE] [--write-docs]
 
 Two pairs of targets, every one 3 shards behind one router on one worker thread, redis-benchmark
 on the client CPU (-c 50, -r 100000, 32-byte values):
@@ -14,6 +14,8 @@ on the client CPU (-c 50, -r 100000, 32-byte values):
 - embedded: `--embedded-nodes 3 --threads 1` (plus `--replicas 1`: 6 nodes, all in the router's
   process) on the server CPU: replication's whole cost, primary and replica, on one core.
 Rounds are interleaved and the median rate is reported, as R=1/R=0 within each pair.
+`--baseline-node` adds a third pair, the processes pair with another `shoal-node` build (an A/B
+of a change to what replication costs a primary), and reports each build's R=1/R=0 side by side.
 
 Replication lag: during an extra SET run against R=1 (the same redis-benchmark load), this script
 writes a probe key and times `WAIT 1 1000` right after it, on a connection of its own, every 10 ms:
@@ -133,12 +135,19 @@ def main():
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--pipelines", default="1,16")
     ap.add_argument("--lag-probes", type=int, default=300)
+    ap.add_argument("--baseline-node", help="another shoal-node build to run as a third pair of process "
+                    "targets (an A/B of a change)")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     common.need("redis-benchmark", "run .ci/tools/install apt")
     node_bin, router_bin = common.binaries()
     targets = {"processes R=0": node_cluster(node_bin, router_bin, False),
                "processes R=1": node_cluster(node_bin, router_bin, True)}
+    pairs = ["processes", "embedded"]
+    if args.baseline_node:
+        pairs.append("baseline processes")
+        targets["baseline processes R=0"] = node_cluster(args.baseline_node, router_bin, False, name="b0")
+        targets["baseline processes R=1"] = node_cluster(args.baseline_node, router_bin, True, name="b1")
     for name, extra in (("embedded R=0", []), ("embedded R=1", ["--replicas", "1"])):
         _, port, _ = common.start_shoal(router_bin, name, extra=["--threads", "1", *extra], cpus=common.SERVER_CPUS)
         targets[name] = port
@@ -170,21 +179,26 @@ def main():
                     f"max {max(times):.2f} ms; {zeros} answered 0 (a replica a second or more behind).")
 
     rows = []
-    for pair in ("processes", "embedded"):
+    ratios = {}
+    for pair in pairs:
         for p in pipelines:
             for t in tests:
                 r0 = statistics.median(rates[(t, p, f"{pair} R=0")])
                 r1 = statistics.median(rates[(t, p, f"{pair} R=1")])
-                ratio = r1 / r0
+                ratio = ratios[(pair, t, p)] = r1 / r0
                 verdict = ("meets" if ratio >= 0.8 else f"**misses** ({ratio:.3f}x)") if pair == "processes" else "-"
                 rows.append(f"| {pair} | {t.upper()} | {p} | {r0:,.0f} | {r1:,.0f} | {ratio:.2f}x | {verdict} |")
     table = "\n".join(["| targets | test | P | R=0 req/s | R=1 req/s | R=1/R=0 | floor: >= 0.8x |",
                        "|---|---|---|---|---|---|---|", *rows])
+    if args.baseline_node:
+        table += "\n\nR=1/R=0 of this node build against the baseline build's (processes): " + "; ".join(
+            f"{t.upper()} P={p} {ratios[('processes', t, p)]:.2f}x vs {ratios[('baseline processes', t, p)]:.2f}x"
+            for p in pipelines for t in tests) + "."
     lag = ("Replication lag under `redis-benchmark -t set -P 16 -c 50` against R=1 (SET, then `WAIT 1 1000` "
            "timed, every 10 ms):\n" + "\n".join(lags))
     cmd = (f"python3 loadtest/bench/replicas.py --rounds {args.rounds} --requests {args.requests} "
            f"--pipelines {args.pipelines} --lag-probes {args.lag_probes}"
-           f"{' --write-docs' if args.write_docs else ''}")
+           f"{' --baseline-node NODE' if args.baseline_node else ''}{' --write-docs' if args.write_docs else ''}")
     body = (f"Machine: {common.machine()}. Command: `{cmd}` (3 shards behind one router on one worker thread, "
             f"on the server CPU; processes: R=1's replicas and failover writer on the client CPU with "
             f"redis-benchmark; embedded: everything in the router's process on the server CPU; -c {CLIENTS} "
