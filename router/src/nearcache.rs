@@ -43,8 +43,9 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use shoal_telemetry::metrics::Counter;
 
-/// Bytes an entry costs besides its key and value (map slot, ring slot, bookkeeping).
-pub const ENTRY_OVERHEAD: usize = 96;
+/// Bytes an entry costs besides its key and value: its table slot (the entry and a control
+/// byte), its ring slot, and the allocator's header on its key-and-value allocation.
+pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 1 + std::mem::size_of::<(u64, u64)>() + 16;
 /// Invalidations remembered per shard for the race check (older tickets are refused).
 const RECENT: usize = 1024;
 /// How often the links ping their node (`SubscribeRequest.ping`).
@@ -620,6 +621,12 @@ mod tests {
         // Nothing else is referenced: both buffers are unique again once the slices go.
         drop((key, value));
         assert!(read.is_unique() && reply.is_unique(), "the entry pins a buffer it was cut from");
+    }
+
+    #[test]
+    fn the_per_entry_overhead_is_what_the_docs_say() {
+        // docs/near-cache.md states it; a change of `Entry` must change the docs too.
+        assert_eq!(ENTRY_OVERHEAD, 129);
     }
 
     #[test]
