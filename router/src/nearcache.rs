@@ -209,16 +209,17 @@ impl Shard {
         while self.bytes + need > cap && budget > 0 {
             budget -= 1;
             let Some((hash, id)) = self.ring.pop_front() else { break };
-            match self.map.find_mut(hash, |e| e.id == id) {
-                Some(e) if e.referenced => {
-                    e.referenced = false;
+            match self.map.find_entry(hash, |e| e.id == id) {
+                Ok(mut found) if found.get().referenced => {
+                    found.get_mut().referenced = false;
                     self.ring.push_back((hash, id));
                 }
-                Some(_) => {
-                    self.remove_where(hash, |e| e.id == id, metrics);
+                Ok(found) => {
+                    let (e, _) = found.remove();
+                    self.forget(&e, metrics);
                     metrics.evictions.inc();
                 }
-                None => {} // a stale slot: its entry went or was replaced
+                Err(_) => {} // a stale slot: its entry went or was replaced
             }
         }
         self.bytes + need <= cap

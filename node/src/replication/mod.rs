@@ -228,12 +228,12 @@ impl Replication {
         out
     }
 
-    /// Replica side, for stats.
     /// Cuts a broken stream left half-received (none of each was applied).
     pub fn partial_cuts_dropped(&self) -> u64 {
         self.partial_cuts_dropped.load(Ordering::Relaxed)
     }
 
+    /// Replica side, for stats.
     pub fn link(&self) -> Link {
         Link {
             primary_addr: self.primary_addr.lock().clone(),
