@@ -448,9 +448,12 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         replicas_wanted: want_replicas,
         pods: &views,
     });
-    if let Some(restarting) = restarting {
-        new_status.restarting = restarting;
-    }
+    // Restarts not looked at this time: still the pod waited for, by this process's own record
+    // first. The object this reconcile read may predate the status write that named the pod, and
+    // writing its stale value back would erase the name a new leader needs.
+    new_status.restarting = restarting.unwrap_or_else(|| {
+        waited_for(ctx.restarting.lock().get(&key), cc.status.as_ref().and_then(|s| s.restarting.as_ref()))
+    });
     if cc.status.as_ref() != Some(&new_status) {
         let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns);
         let patch = serde_json::json!({ "status": new_status });
