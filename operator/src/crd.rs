@@ -389,7 +389,8 @@ pub struct CacheClusterStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PodRestart {
     pub pod: String,
-    /// When it was evicted (RFC 3339, the operator's clock).
+    /// When it was evicted (RFC 3339, the operator's clock; recorded just before the eviction is
+    /// asked for).
     pub evicted_at: String,
 }
 
