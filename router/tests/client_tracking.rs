@@ -92,11 +92,7 @@ impl Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_through_another_router_invalidates_a_client_tracking_through_this_one() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap().to_string();
-    let a = support::router(&["--embedded-nodes", "3", "--data-dir", &data]).await;
-    let topology = dir.path().join("topology.json");
-    let b = support::router(&["--topology-file", topology.to_str().unwrap()]).await;
-    wait_links(&b).await;
+    let (a, b) = support::two_routers(&dir, &["--embedded-nodes", "3"], &[]).await;
     let mut wa = Client::connect(a.resp_addr(), false).await;
     let mut rb = Client::connect(b.resp_addr(), true).await;
     rb.ok(&["CLIENT", "TRACKING", "ON"]).await;

@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::pubsub::wait_links;
-
 /// Where the jars are: `SHOAL_LETTUCE_LIB`, else `$SHOAL_CACHE/lettuce/lib`, else
 /// `~/.cache/shoal/lettuce/lib` (the install script's layout).
 fn lettuce_lib() -> PathBuf {
@@ -64,12 +62,7 @@ async fn lettuce_client_and_its_client_side_cache_work_through_two_routers() {
 
     // Router A owns the embedded nodes; router B joins the same cluster through its topology file.
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap().to_string();
-    let a = support::router(&["--embedded-nodes", "3", "--data-dir", &data]).await;
-    let topology = dir.path().join("topology.json");
-    let b = support::router(&["--topology-file", topology.to_str().unwrap()]).await;
-    wait_links(&a).await;
-    wait_links(&b).await;
+    let (a, b) = support::two_routers(&dir, &["--embedded-nodes", "3"], &[]).await;
 
     let mut java = Command::new("java");
     java.arg("-cp")

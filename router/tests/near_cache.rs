@@ -78,11 +78,7 @@ async fn a_pipelined_write_then_read_of_a_cached_key_reads_the_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_through_one_router_reaches_another_routers_cache_within_the_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap().to_string();
-    let a = support::router(&["--embedded-nodes", "3", "--data-dir", &data]).await;
-    let topology = dir.path().join("topology.json");
-    let b = support::router(&["--topology-file", topology.to_str().unwrap(), "--near-cache", "64mb"]).await;
-    wait_links(&b).await;
+    let (a, b) = support::two_routers(&dir, &["--embedded-nodes", "3"], &["--near-cache", "64mb"]).await;
     near_ready(&b, 3).await;
     let (mut wa, mut rb) = (Raw::connect(a.resp_addr()).await, Raw::connect(b.resp_addr()).await);
     const KEYS: usize = 40;
@@ -184,16 +180,10 @@ async fn two_caching_routers(
     nodes_flags: &[&str],
     n: usize,
 ) -> (shoal_router::Router, shoal_router::Router) {
-    let data = dir.path().to_str().unwrap();
     let common = ["--deadline-ms", "3000", "--near-cache", "16mb"];
-    let a_flags: Vec<&str> = nodes_flags.iter().copied().chain(["--data-dir", data]).chain(common).collect();
-    let a = support::router(&a_flags).await;
-    let topology = dir.path().join("topology.json");
-    let b_flags: Vec<&str> =
-        ["--topology-file", topology.to_str().unwrap()].into_iter().chain(common).collect();
-    let b = support::router(&b_flags).await;
+    let a_flags: Vec<&str> = nodes_flags.iter().copied().chain(common).collect();
+    let (a, b) = support::two_routers(dir, &a_flags, &common).await;
     for r in [&a, &b] {
-        wait_links(r).await;
         near_ready(r, n).await;
     }
     (a, b)

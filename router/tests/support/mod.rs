@@ -37,6 +37,25 @@ pub async fn cluster() -> Router {
     router(&["--embedded-nodes", "3"]).await
 }
 
+/// Two routers sharing one cluster: A runs it (`a_flags`: its embedded-cluster flags and any
+/// others; the nodes' data goes in `dir`, where they also publish their topology file) and B
+/// joins through that file (`b_flags`: its other flags). Returns once both have their data and
+/// pub/sub links to every node.
+pub async fn two_routers(dir: &tempfile::TempDir, a_flags: &[&str], b_flags: &[&str]) -> (Router, Router) {
+    let data = dir.path().to_str().expect("utf-8 temp dir");
+    let a_flags: Vec<&str> = a_flags.iter().copied().chain(["--data-dir", data]).collect();
+    let a = router(&a_flags).await;
+    let topology = dir.path().join("topology.json");
+    let topology = topology.to_str().expect("utf-8 temp dir");
+    let b_flags: Vec<&str> =
+        ["--topology-file", topology].into_iter().chain(b_flags.iter().copied()).collect();
+    let b = router(&b_flags).await;
+    for r in [&a, &b] {
+        pubsub::wait_links(r).await;
+    }
+    (a, b)
+}
+
 /// Waits until the kernel reports process `pid` stopped (SIGSTOP takes effect when the process
 /// is next scheduled: on a busy machine it may answer a request first).
 pub async fn wait_stopped(pid: u32) {
