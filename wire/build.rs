@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Keys and values travel as `bytes::Bytes`: slices of the received buffer, no copies.
         .bytes(".")
+        // prost's codec, reserving room for a batch's ops before decoding them (src/codec.rs).
+        .codec_path("crate::codec::ShoalCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -20,7 +20,8 @@
 //!   document in a file (read, atomic replace, watch).
 //! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts);
 //!   [`auth`]: the cluster secret every call to a node carries and every node checks;
-//!   [`tls`]: certificates from files, re-read when they change (client ports, node links).
+//!   [`tls`]: certificates from files, re-read when they change (client ports, node links);
+//!   [`codec`]: the gRPC codec (prost's, presizing a batch's ops before decoding them).
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
@@ -34,6 +35,7 @@ pub mod acl;
 pub mod auth;
 pub mod client;
 pub mod clock;
+pub mod codec;
 pub mod command;
 pub mod fast;
 pub mod glob;
