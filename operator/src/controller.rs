@@ -701,7 +701,7 @@ async fn restart(ctx: &Context, cc: &CacheCluster, ns: &str, pod: &str) -> Resul
     // grows to minutes; the reconcile must not wait that long, the next one asks again.
     let Ok(evicted) = tokio::time::timeout(EVICT_TIMEOUT, api.evict(pod, &EvictParams::default())).await
     else {
-        tracing::info!(%pod, "restart deferred: the eviction was not granted yet");
+        tracing::info!(%pod, "no answer to the eviction in time; the record stays until the pod shows whether it went");
         return Ok(Eviction::Unanswered);
     };
     match evicted {

@@ -97,8 +97,8 @@ fn presize<U: Any>(item: &mut U, bytes: &[u8]) {
 }
 
 /// How many times length-delimited field `field` occurs at the top level of the message in
-/// `bytes`; counts up to the first malformed byte. Never more than `bytes.len()` (each occurrence
-/// takes at least two bytes), so a hostile count cannot make the reservation large.
+/// `bytes`; counts up to the first malformed byte. Never more than half of `bytes.len()` (each
+/// occurrence takes at least two bytes), so a hostile count cannot make the reservation large.
 fn count_field(mut bytes: &[u8], field: u32) -> usize {
     let mut count = 0;
     while bytes.has_remaining() {
@@ -179,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn other_messages_are_decoded_as_prost_would() {
+    fn presize_leaves_other_messages_alone() {
         let mut r = Reply::default();
         presize(&mut r, &[0x12, 0x00]);
         assert_eq!(r, Reply::default());
