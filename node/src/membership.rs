@@ -433,8 +433,8 @@ impl Membership {
         let has_replicas = t.node(id).is_some_and(|n| !n.replicas.is_empty());
         // A primary that served (or paused to hand over) holds the shard's data: if it is made
         // a replica, it says so (see `Replication::keep_own_copy`).
-        let held_the_shard = old.topology.as_ref().and_then(|o| self.place(o)).is_some_and(|(_, p)| p)
-            && (old.serving() || self.replication.handing_over());
+        let was_primary = old.topology.as_ref().and_then(|o| self.place(o)).is_some_and(|(_, p)| p);
+        let held_the_shard = was_primary && (old.serving() || self.replication.handing_over());
         let serving = self.unfenced(t.version, has_replicas, primary);
         self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
@@ -458,6 +458,11 @@ impl Membership {
                 OWNER => self.store.keep_slot(slot),
                 _ => {}
             }
+        }
+        // A replica promoted: its follower stops, and a change of its in progress lands, before
+        // the new view lets a write in (see `Replication::end_generation`).
+        if primary {
+            self.replication.stop_following();
         }
         *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
         *self.view.write() = new.clone();
@@ -504,11 +509,14 @@ impl Membership {
         );
         self.save_copy(&t);
         if primary {
-            self.replication.stop_following();
             self.start_pulls(id, &t);
         } else {
             // A replica now: a hand-over in progress is done (its switch), and a process on its
-            // way out follows nobody.
+            // way out follows nobody. A demoted primary's feeds end first, before its follower
+            // (below) replaces its store.
+            if was_primary {
+                self.replication.end_generation();
+            }
             self.replication.end_handover();
             if held_the_shard {
                 self.replication.keep_own_copy(self.store.events.changes.end());

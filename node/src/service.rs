@@ -404,6 +404,9 @@ impl Node for NodeService {
             .ok_or_else(|| Status::invalid_argument("a replica names itself in its first message"))?;
         // Only a serving primary feeds replicas: a fenced one may hold stale data (a replica
         // copying it would lose what it has), and a replica's copy may be partial (mid-sync).
+        // The generation is read first: a demotion installs the view, then ends the generation,
+        // so a feed that saw this process serving starts under a generation that ends with it.
+        let generation = self.state.membership.replication.generation();
         if !self.state.membership.view().serving() {
             return Err(Status::unavailable(
                 "this node does not serve its shard now (a replica, or a primary fenced until the failover writer confirms it)",
@@ -413,6 +416,7 @@ impl Node for NodeService {
         tokio::spawn(crate::replication::feed::run(
             self.state.store.clone(),
             self.state.membership.replication.clone(),
+            generation,
             first,
             acks,
             tx,

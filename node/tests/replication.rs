@@ -496,3 +496,64 @@ async fn a_hand_over_given_up_after_a_newer_version_arrived_serves_at_that_versi
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
 }
+
+/// A primary demoted to replica ends the replication streams it serves before its new primary's
+/// full sync empties its store: a replica that had not learned of the new topology yet (here the
+/// test, speaking the protocol itself) is left with what it had, never sent `full_start` and a
+/// copy of a store being replaced. The hand-over race this closes: the promoted replica got the
+/// demoted primary's full sync through its old stream and emptied itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_ends_its_feeds_before_its_new_primary_replaces_its_store() {
+    use shoal_wire::proto::ReplicaAck;
+    let primary = start().await;
+    let (replica, t) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    for i in 0..200 {
+        set(&mut p, 2, &format!("k{i}"), "v").await;
+    }
+    let (acks, rx) = tokio::sync::mpsc::channel(8);
+    acks.send(ReplicaAck { replica: "127.0.0.1:1".into(), ..Default::default() }).await.unwrap();
+    let mut stream = p.replicate(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(first.full_start, "a new listener is sent everything first");
+    loop {
+        let chunk =
+            tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
+        if chunk.full_done {
+            break;
+        }
+    }
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+
+    // The replica is promoted and the primary demoted: it follows the new primary, whose full
+    // sync first empties its store. The stream above must end, having sent nothing of that.
+    let v3 = t.promote(0, &replica.addr.to_string()).unwrap();
+    offer(&v3, &[&replica, &primary]).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = tokio::time::timeout(left, stream.message())
+            .await
+            .expect("a demoted primary kept its replication stream open");
+        match next {
+            Ok(Some(chunk)) => {
+                assert!(!chunk.full_start, "a demoted primary sent a full sync");
+                assert!(
+                    chunk.entries.is_empty() && chunk.deleted.is_empty(),
+                    "a demoted primary sent changes"
+                );
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    // And it did become its new primary's replica, with every key.
+    until("the old primary's resync", || {
+        primary.state.membership.replication.synced()
+            && primary.state.store.len() == replica.state.store.len()
+    })
+    .await;
+    assert_eq!(state(&primary, "k199"), state(&replica, "k199"));
+    drop(acks);
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}

@@ -53,10 +53,15 @@ const CHUNK_GAP: Duration = Duration::from_millis(1);
 
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
 
-/// Serves one replica until it goes away. `first` is its opening message; `acks` the rest.
+/// Serves one replica until it goes away, or until this process stops being a primary:
+/// `generation` is [`Replication::generation`] read before the process was seen serving, and a
+/// demotion ends it (a demoted primary's store is about to be replaced by its new primary's, and
+/// none of that may reach a replica still listening here). `first` is the replica's opening
+/// message; `acks` the rest.
 pub async fn run(
     store: Arc<Store>,
     repl: Arc<Replication>,
+    generation: u64,
     first: ReplicaAck,
     mut acks: tonic::Streaming<ReplicaAck>,
     tx: Tx,
@@ -80,17 +85,22 @@ pub async fn run(
         })
     };
     // Ends only when the replica's stream does.
-    let _ = send_changes(&store, &repl, &first, id, &tx).await;
+    let _ = send_changes(&store, &repl, generation, &first, id, &tx).await;
     acker.abort();
     repl.unregister(id);
-    tracing::info!(replica = %first.replica, "replica disconnected");
+    if repl.current(generation) {
+        tracing::info!(replica = %first.replica, "replica disconnected");
+    } else {
+        tracing::info!(replica = %first.replica, "no longer a primary: replication stream closed");
+    }
 }
 
 /// The full sync (unless the replica can continue), then the changes, for ever; `Err` once the
-/// replica's stream is gone.
+/// replica's stream is gone or `generation` has ended.
 async fn send_changes(
     store: &Arc<Store>,
-    repl: &Replication,
+    repl: &Arc<Replication>,
+    generation: u64,
     first: &ReplicaAck,
     id: u64,
     tx: &Tx,
@@ -100,10 +110,13 @@ async fn send_changes(
         repl.ack(id, first.offset, log.end());
         first.offset
     } else {
-        full_sync(store, &repl.run_id, tx).await?
+        full_sync(store, repl, generation, tx).await?
     };
     let mut last_sent: Option<tokio::time::Instant> = None;
     loop {
+        if !repl.current(generation) {
+            return Err(());
+        }
         let appended = log.appended.notified();
         if let Some(due) = last_sent.map(|at| at + CHUNK_GAP)
             && log.end() > cursor
@@ -113,7 +126,7 @@ async fn send_changes(
         }
         if !log.holds(cursor) {
             tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
-            cursor = full_sync(store, &repl.run_id, tx).await?;
+            cursor = full_sync(store, repl, generation, tx).await?;
             continue;
         }
         if log.end() <= cursor {
@@ -126,17 +139,25 @@ async fn send_changes(
             }
             continue;
         }
-        let taken = under_gate(store, None, move |s, shared| take_cut(s, cursor, shared)).await.ok_or(())?;
+        // Checked under the gate: a demoted primary's follower empties the store under it
+        // exclusively, after the generation ended, so a cut taken here holds none of that.
+        let r = repl.clone();
+        let taken = under_gate(store, None, move |s, shared| {
+            r.current(generation).then(|| take_cut(s, cursor, shared))
+        })
+        .await
+        .flatten()
+        .ok_or(())?;
         let Ok(cut) = taken else {
             tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
-            cursor = full_sync(store, &repl.run_id, tx).await?;
+            cursor = full_sync(store, repl, generation, tx).await?;
             continue;
         };
         let resync = cut.resync;
         let reached = cut.reached;
         send_cut(&repl.run_id, cut, cursor, tx).await?;
         last_sent = Some(tokio::time::Instant::now());
-        cursor = if resync { full_sync(store, &repl.run_id, tx).await? } else { reached };
+        cursor = if resync { full_sync(store, repl, generation, tx).await? } else { reached };
     }
 }
 
@@ -227,9 +248,16 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
 }
 
 /// Sends everything this node holds; returns the log offset the replica is at once it has it.
-async fn full_sync(store: &Arc<Store>, run_id: &str, tx: &Tx) -> Result<u64, ()> {
+/// Stops (`Err`) if `generation` ends meanwhile: what the export reads after that may be a
+/// demoted primary's store being emptied, so nothing read after it is sent (each message is
+/// checked once read) and the replica never gets `full_done`.
+async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: &Tx) -> Result<u64, ()> {
+    let run_id = &repl.run_id;
     let start = store.events.changes.end();
     let started = std::time::Instant::now();
+    if !repl.current(generation) {
+        return Err(());
+    }
     let begin = ReplicationChunk { run_id: run_id.to_string(), full_start: true, ..Default::default() };
     tx.send(Ok(begin)).await.map_err(|_| ())?;
     let (etx, mut erx) = mpsc::channel(4);
@@ -240,9 +268,15 @@ async fn full_sync(store: &Arc<Store>, run_id: &str, tx: &Tx) -> Result<u64, ()>
     let mut keys = 0u64;
     while let Some(chunk) = erx.recv().await {
         let Ok(chunk) = chunk else { return Err(()) };
+        if !repl.current(generation) {
+            return Err(());
+        }
         keys += chunk.entries.iter().filter(|e| !e.partial).count() as u64;
         let c = ReplicationChunk { run_id: run_id.to_string(), entries: chunk.entries, ..Default::default() };
         tx.send(Ok(c)).await.map_err(|_| ())?;
+    }
+    if !repl.current(generation) {
+        return Err(());
     }
     let done =
         ReplicationChunk { run_id: run_id.to_string(), offset: start, full_done: true, ..Default::default() };

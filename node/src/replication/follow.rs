@@ -20,10 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bytes::Bytes;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::EntryAssembler;
-use shoal_wire::proto::{ReplicaAck, ReplicationChunk};
+use shoal_wire::proto::{ExportEntry, ReplicaAck, ReplicationChunk};
 use tokio::sync::mpsc;
 
 use super::Replication;
@@ -115,8 +116,16 @@ async fn follow_once(
             in_full_sync = true;
             repl.synced.store(false, Ordering::Relaxed);
             assembler = EntryAssembler::default();
-            let s = store.clone();
-            tokio::task::spawn_blocking(move || s.flush()).await.map_err(|e| e.to_string())?;
+            let (s, r) = (store.clone(), repl.clone());
+            let flushed = tokio::task::spawn_blocking(move || {
+                r.while_current(generation, || {
+                    let _exclusive = s.gate.write();
+                    s.flush();
+                })
+            });
+            if flushed.await.map_err(|e| e.to_string())?.is_none() {
+                return Ok(());
+            }
         }
         let full_done = chunk.full_done;
         let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
@@ -127,7 +136,9 @@ async fn follow_once(
             continue;
         }
         repl.mid_cut.store(false, Ordering::Relaxed);
-        apply(store, &mut assembler, std::mem::take(&mut pending)).await?;
+        if !apply(store, repl, generation, &mut assembler, std::mem::take(&mut pending)).await? {
+            return Ok(());
+        }
         if full_done {
             in_full_sync = false;
             *repl.primary_run_id.lock() = chunk_run_id;
@@ -147,12 +158,15 @@ async fn follow_once(
     }
 }
 
-/// Stores a chunk's entries (replacing what the keys held) and removes its deleted keys.
+/// Stores a chunk's entries (replacing what the keys held) and removes its deleted keys, unless
+/// generation `generation` has ended (`Ok(false)`: nothing changed).
 async fn apply(
     store: &Arc<Store>,
+    repl: &Arc<Replication>,
+    generation: u64,
     assembler: &mut EntryAssembler,
     chunk: ReplicationChunk,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let mut whole = Vec::with_capacity(chunk.entries.len());
     for e in chunk.entries {
         if let Some(e) = assembler.feed(e).map_err(|e| e.to_string())? {
@@ -160,27 +174,32 @@ async fn apply(
         }
     }
     if whole.is_empty() && chunk.deleted.is_empty() {
-        return Ok(());
+        return Ok(repl.current(generation));
     }
-    let store = store.clone();
+    let (store, repl) = (store.clone(), repl.clone());
     let deleted = chunk.deleted;
     tokio::task::spawn_blocking(move || {
-        let _exclusive = store.gate.write();
-        for e in &whole {
-            let Some(t) = ValueType::from_u32(e.value_type) else {
-                tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
-                continue;
-            };
-            let key: &[u8] = &e.key;
-            if let Err(err) = store.with_keys(&[key], |l| l.restore(key, &e.value, e.expire_at_ms, t)) {
-                tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
-            }
-        }
-        for key in &deleted {
-            let key: &[u8] = key;
-            store.with_keys(&[key], |l| l.delete(key));
-        }
+        repl.while_current(generation, || apply_now(&store, &whole, &deleted)).is_some()
     })
     .await
     .map_err(|e| e.to_string())
+}
+
+/// [`apply`]'s change, under the store's gate held exclusively.
+fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) {
+    let _exclusive = store.gate.write();
+    for e in whole {
+        let Some(t) = ValueType::from_u32(e.value_type) else {
+            tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
+            continue;
+        };
+        let key: &[u8] = &e.key;
+        if let Err(err) = store.with_keys(&[key], |l| l.restore(key, &e.value, e.expire_at_ms, t)) {
+            tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
+        }
+    }
+    for key in deleted {
+        let key: &[u8] = key;
+        store.with_keys(&[key], |l| l.delete(key));
+    }
 }

@@ -63,6 +63,8 @@ pub struct Replication {
     exiting: AtomicBool,
     /// Replica side: the follower holds the first messages of a cut (not applied until its last).
     mid_cut: AtomicBool,
+    /// Held by a follower while it changes the store (see [`while_current`](Self::while_current)).
+    applying: Mutex<()>,
     /// Cuts dropped because the stream ended mid-cut (stats: `partial_cuts_dropped`).
     partial_cuts_dropped: AtomicU64,
 }
@@ -85,6 +87,7 @@ impl Default for Replication {
             writer_seen: Mutex::default(),
             exiting: AtomicBool::new(false),
             mid_cut: AtomicBool::new(false),
+            applying: Mutex::new(()),
             partial_cuts_dropped: AtomicU64::new(0),
         }
     }
@@ -92,30 +95,63 @@ impl Default for Replication {
 
 impl Replication {
     /// Follows `primary` from now on (a new generation), unless it already does; returns the
-    /// generation a new follower must run as, if one must start.
+    /// generation a new follower must run as, if one must start. Once it returns, the previous
+    /// generation's follower changes the store no more, and this process's feeds (it was a
+    /// primary) send nothing more: see [`end_generation`](Self::end_generation).
     pub fn follow(&self, primary: &str) -> Option<u64> {
-        let mut current = self.primary_addr.lock();
-        if *current == primary {
-            return None;
+        {
+            let mut current = self.primary_addr.lock();
+            if *current == primary {
+                return None;
+            }
+            *current = primary.to_string();
         }
-        *current = primary.to_string();
-        self.link_up.store(false, Ordering::Relaxed);
-        Some(self.generation.fetch_add(1, Ordering::SeqCst) + 1)
+        Some(self.end_generation())
     }
 
-    /// Stops following (this process is a primary now, or in no shard).
+    /// Stops following (this process is a primary now, or in no shard); as [`follow`](Self::follow),
+    /// the follower that ends changes the store no more once this returns.
     pub fn stop_following(&self) {
-        let mut current = self.primary_addr.lock();
-        if !current.is_empty() {
+        {
+            let mut current = self.primary_addr.lock();
+            if current.is_empty() {
+                return;
+            }
             current.clear();
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            self.link_up.store(false, Ordering::Relaxed);
         }
+        self.end_generation();
     }
 
-    /// Whether a follower of generation `generation` should keep going.
+    /// Ends the generation: the follower of the last one and every feed that started under it
+    /// stop. Waits for a follower's change to the store in progress, so that none of the old
+    /// generation lands after this returns. Without that wait, a replica promoted while its
+    /// follower was between its generation check and its change would serve, as primary, a store
+    /// its old primary then changed, and a demoted primary's full sync (its first step is to
+    /// empty the store) could reach a replica through a feed still open.
+    pub fn end_generation(&self) -> u64 {
+        self.link_up.store(false, Ordering::Relaxed);
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        drop(self.applying.lock());
+        generation
+    }
+
+    /// Whether a follower (or a feed) of generation `generation` should keep going.
     pub fn current(&self, generation: u64) -> bool {
         self.generation.load(Ordering::SeqCst) == generation
+    }
+
+    /// The generation now: a feed starts under it and ends with it (this process stopped being
+    /// a primary).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f`, a follower's change to the store, if generation `generation` is still current;
+    /// the generation cannot end while `f` runs (see [`end_generation`](Self::end_generation)).
+    /// `None`: it had ended, nothing ran.
+    pub fn while_current<R>(&self, generation: u64, f: impl FnOnce() -> R) -> Option<R> {
+        let _applying = self.applying.lock();
+        self.current(generation).then(f)
     }
 
     /// A primary that held its shard's data is made a replica: until its new primary's full
@@ -255,4 +291,45 @@ pub struct Link {
     pub offset: u64,
     pub synced: bool,
     pub up: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Replication;
+
+    #[test]
+    fn a_generation_ends_only_after_its_followers_change_in_progress() {
+        let repl = Arc::new(Replication::default());
+        let old = repl.follow("p").expect("a first primary");
+        let (started, wait_started) = std::sync::mpsc::channel();
+        let (finish, wait_finish) = std::sync::mpsc::channel::<()>();
+        let applier = {
+            let repl = repl.clone();
+            std::thread::spawn(move || {
+                repl.while_current(old, || {
+                    started.send(()).unwrap();
+                    wait_finish.recv().unwrap();
+                    "applied"
+                })
+            })
+        };
+        wait_started.recv().unwrap();
+        let switch = {
+            let repl = repl.clone();
+            std::thread::spawn(move || repl.follow("q"))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!switch.is_finished(), "the generation ended while its follower was changing the store");
+        finish.send(()).unwrap();
+        assert_eq!(applier.join().unwrap(), Some("applied"));
+        let new = switch.join().unwrap().expect("a new primary, a new generation");
+        assert_eq!(repl.while_current(old, || ()), None, "the old generation changes nothing more");
+        assert_eq!(repl.while_current(new, || 1), Some(1));
+        repl.stop_following();
+        assert!(!repl.current(new));
+        assert_eq!(repl.follow("q"), Some(repl.generation()), "following again starts a generation");
+    }
 }

@@ -21,6 +21,8 @@ use tokio::net::TcpStream;
 /// Starts a router with `extra` flags, RESP and HTTP on free loopback ports, and waits until all
 /// its nodes are connected.
 pub async fn router(extra: &[&str]) -> Router {
+    // Silent unless RUST_LOG asks (then the in-process nodes' and router's logs go to stderr).
+    shoal_telemetry::logging::init(shoal_telemetry::logging::LogFormat::Text, "off");
     // The tests' cluster secret: node processes started by `shoal` require it (nodes started in
     // this process ask for none and ignore it; an embedded cluster uses it instead of its own).
     let mut argv =
