@@ -28,8 +28,8 @@ use shoal_wire::proto::{ExportEntry, ReplicaAck, ReplicationChunk};
 use tokio::sync::mpsc;
 
 use super::Replication;
-use crate::store::Store;
 use crate::store::object::ValueType;
+use crate::store::{Restore, Store};
 
 /// Follows `primary` as generation `generation` until that generation ends; calls carry `secret`.
 pub async fn run(
@@ -188,15 +188,18 @@ async fn apply(
 /// [`apply`]'s change, under the store's gate held exclusively.
 fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) {
     let _exclusive = store.gate.write();
-    for e in whole {
-        let Some(t) = ValueType::from_u32(e.value_type) else {
-            tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
-            continue;
-        };
-        let key: &[u8] = &e.key;
-        if let Err(err) = store.with_keys(&[key], |l| l.restore(key, &e.value, e.expire_at_ms, t)) {
-            tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
-        }
+    let entries: Vec<Restore<'_>> = whole
+        .iter()
+        .filter_map(|e| {
+            let Some(value_type) = ValueType::from_u32(e.value_type) else {
+                tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
+                return None;
+            };
+            Some(Restore { key: &e.key, value: &e.value, value_type, expire_at: e.expire_at_ms })
+        })
+        .collect();
+    for (key, err) in store.restore_all(&entries) {
+        tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
     }
     for key in deleted {
         let key: &[u8] = key;

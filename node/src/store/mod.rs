@@ -54,7 +54,7 @@ pub use float::FloatError;
 pub use keyspace::{ExpireFlags, ScanPage, TtlState};
 pub use shoal_wire::clock::{Clock, ManualClock, SystemClock};
 pub use strings::{SetCondition, SetExpiry, SetOptions, SetOutcome};
-pub use typed::{KeyInfo, Locked, StrSlot};
+pub use typed::{KeyInfo, Locked, Restore, StrSlot};
 
 pub use shard::Presence;
 use shard::Shard;

@@ -93,6 +93,30 @@ impl Store {
         self.settle(before, after);
         r
     }
+
+    /// Stores replicated entries (key, serialized value, type, absolute expiry), each replacing
+    /// what its key held, as [`Locked::restore`] does, locking each shard once for all of its keys
+    /// rather than once per key: a replica applies its primary's cuts this way. Entries of one
+    /// key keep their order. Returns the entries that could not be stored, with why (the others
+    /// are stored).
+    pub fn restore_all<'e>(&self, entries: &[Restore<'e>]) -> Vec<(&'e [u8], StoreError)> {
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
+        for (i, e) in entries.iter().enumerate() {
+            by_shard[self.shard_of(e.key)].push(i);
+        }
+        let mut failed = Vec::new();
+        for group in by_shard.iter().filter(|g| !g.is_empty()) {
+            // Every key of the group lives in the first one's shard: one lock serves them all.
+            self.with_keys(&[entries[group[0]].key], |l| {
+                for e in group.iter().map(|&i| &entries[i]) {
+                    if let Err(err) = l.restore(e.key, e.value, e.expire_at, e.value_type) {
+                        failed.push((e.key, err));
+                    }
+                }
+            });
+        }
+        failed
+    }
 }
 
 /// The shards of a multi-key command, locked (see [`Store::with_keys`]). Every key the command
@@ -102,6 +126,17 @@ pub struct Locked<'a> {
     indices: Vec<usize>,
     guards: Vec<parking_lot::MutexGuard<'a, Shard>>,
     now: u64,
+}
+
+/// One replicated entry for [`Store::restore_all`].
+#[derive(Debug, Clone, Copy)]
+pub struct Restore<'e> {
+    pub key: &'e [u8],
+    /// The value as the primary serialized it (a string's bytes as they are).
+    pub value: &'e [u8],
+    pub value_type: ValueType,
+    /// Absolute expiry time in ms (0: none).
+    pub expire_at: u64,
 }
 
 impl Locked<'_> {
@@ -373,7 +408,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::{ManualClock, StoreConfig};
+    use crate::store::{ManualClock, StoreConfig, TtlState};
 
     fn hset(store: &Store, key: &str, f: &str, v: &str) -> Result<bool, StoreError> {
         store.write_object(key.as_bytes(), ValueType::Hash, |slot, limits| {
@@ -414,6 +449,42 @@ mod tests {
         store.set(b"h2", b"plain", Default::default()).unwrap();
         assert_eq!(store.get(b"h2"), Some("plain".into()));
         assert_eq!(store.key_info(b"h2").unwrap().encoding, "embstr");
+    }
+
+    #[test]
+    fn replicated_entries_are_restored_shard_by_shard_in_order_and_failures_named() {
+        let store =
+            Store::new(StoreConfig { shards: 8, ..Default::default() }, Arc::new(ManualClock::new(1_000)));
+        let mut hash = Object::empty(ValueType::Hash);
+        let Object::Hash(h) = &mut hash else { unreachable!() };
+        assert!(h.set(b"f", b"v", &store.limits()));
+        let hash = hash.serialize();
+        let keys: Vec<String> = (0..40).map(|i| format!("key:{i}")).collect();
+        fn string<'a>(key: &'a str, value: &'a str) -> Restore<'a> {
+            Restore {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                value_type: ValueType::String,
+                expire_at: 0,
+            }
+        }
+        // The keys spread over every shard; key:7 twice (the later one wins), key:8 with an
+        // expiry, a hash, and a value its type cannot read.
+        let mut entries: Vec<Restore<'_>> = keys.iter().map(|k| string(k, "first")).collect();
+        entries.push(string("key:7", "second"));
+        entries.push(Restore { expire_at: 61_000, ..string("key:8", "expiring") });
+        entries.push(Restore { key: b"h", value: &hash, value_type: ValueType::Hash, expire_at: 0 });
+        entries.push(Restore { key: b"bad", value: b"\xff\x00", value_type: ValueType::Hash, expire_at: 0 });
+        let failed = store.restore_all(&entries);
+        assert_eq!(failed, vec![(&b"bad"[..], StoreError::BadValue)]);
+        assert_eq!(store.get(b"key:0"), Some("first".into()));
+        assert_eq!(store.get(b"key:39"), Some("first".into()));
+        assert_eq!(store.get(b"key:7"), Some("second".into()));
+        assert_eq!(store.get(b"key:8"), Some("expiring".into()));
+        assert_eq!(store.ttl(b"key:8"), TtlState::ExpiresAt(61_000));
+        assert_eq!(store.type_of(b"h"), "hash");
+        assert!(!store.exists(b"bad"));
+        assert_eq!(store.len(), 41, "the 40 keys and the hash; nothing for the bad value");
     }
 
     #[test]
