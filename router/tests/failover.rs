@@ -458,7 +458,15 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     cluster.signal(1, "STOP");
     support::wait_stopped(cluster.nodes[1].as_ref().unwrap().0.id()).await;
     let exec = c.cmd(&["EXEC"]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The primary dies once at least one whole message of the cut is in the kernel between the
+    // two (its send queue, the frozen replica's receive queue): a killed process's socket still
+    // delivers what it had written, so the replica gets the cut's first messages, never its end.
+    let (replica_pid, primary_port) = (cluster.nodes[1].as_ref().unwrap().0.id(), port_of(&cluster.addrs[0]));
+    let start = Instant::now();
+    while queued_between(replica_pid, primary_port) < 2 << 20 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the primary did not start sending the cut");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cluster.signal(0, "KILL");
     cluster.signal(1, "CONT");
     assert!(exec.starts_with(format!("*{KEYS}\r\n+OK\r\n").as_bytes()), "{:?}", &exec[..exec.len().min(64)]);
@@ -481,6 +489,57 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     // replica that received nothing of it would hold none of it trivially).
     let dropped = stats(&r0).await.expect("the promoted replica answers").partial_cuts_dropped;
     assert_eq!(dropped, 1, "the replica dropped one half-received cut");
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Bytes in flight on the TCP connections from process `pid` to local port `port`: what that
+/// process has not read yet plus what the other end has written but not had acknowledged (from
+/// `/proc`: the sockets `pid`'s descriptors name, matched in `/proc/net/tcp`).
+fn queued_between(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|l| Some(l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string()))
+        .collect();
+    // Each line: sl, local "ADDR:PORT", remote "ADDR:PORT", st, "tx_queue:rx_queue", ..., inode (10th).
+    struct Socket {
+        local: u16,
+        remote: u16,
+        tx: usize,
+        rx: usize,
+        inode: String,
+    }
+    let hex_port = |f: &str| u16::from_str_radix(f.rsplit(':').next()?, 16).ok();
+    let sockets: Vec<Socket> = std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (tx, rx) = f.get(4)?.split_once(':')?;
+            Some(Socket {
+                local: hex_port(f.get(1)?)?,
+                remote: hex_port(f.get(2)?)?,
+                tx: usize::from_str_radix(tx, 16).ok()?,
+                rx: usize::from_str_radix(rx, 16).ok()?,
+                inode: f.get(9)?.to_string(),
+            })
+        })
+        .collect();
+    let mine: Vec<&Socket> =
+        sockets.iter().filter(|s| s.remote == port && inodes.contains(&s.inode)).collect();
+    let unread: usize = mine.iter().map(|s| s.rx).sum();
+    let unacked: usize = sockets
+        .iter()
+        .filter(|s| s.local == port && mine.iter().any(|m| m.local == s.remote))
+        .map(|s| s.tx)
+        .sum();
+    unread + unacked
 }
 
 /// Writes `n` keys of every type through `c` (pipelined); `check` reads them back.
