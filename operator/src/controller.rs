@@ -1147,6 +1147,18 @@ mod tests {
     }
 
     /// One shard whose primary and replica pods are both on an older template, both whole.
+    #[test]
+    fn the_pod_waited_for_is_this_process_record_first_then_the_status() {
+        let pod = |name: &str| PodRestart { pod: name.into(), evicted_at: "2026-11-21T09:59:00Z".into() };
+        let (own, recorded) = (pod("demo-node-r1-0"), pod("demo-node-r0-1"));
+        // The status this reconcile read may predate the write that named this process's pod.
+        assert_eq!(waited_for(Some(&own), Some(&recorded)), Some(own.clone()));
+        // A new leader has only the status.
+        assert_eq!(waited_for(None, Some(&recorded)), Some(recorded));
+        assert_eq!(waited_for(Some(&own), None), Some(own));
+        assert_eq!(waited_for(None, None), None);
+    }
+
     fn outdated_shard() -> (Topology, Vec<PodView>, BTreeMap<String, NodeStats>, Vec<ShardHealth>) {
         let mut t = Topology::even(&["p:1".to_string()]);
         t.nodes[0].replicas = vec!["r:1".into()];

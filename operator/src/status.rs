@@ -155,8 +155,9 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         observed_generation: i.generation,
         conditions,
         shard_status,
-        // Carried over; the controller sets it when it restarts pods.
-        restarting: i.previous.and_then(|p| p.restarting.clone()),
+        // Not this function's: the controller decides it on every reconcile (its own record
+        // of the pod it evicted first, then the status's), in one place.
+        restarting: None,
     }
 }
 
@@ -213,18 +214,6 @@ mod tests {
 
     fn cond<'a>(s: &'a CacheClusterStatus, t: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
-    }
-
-    #[test]
-    fn the_restart_waited_for_is_carried_over() {
-        let o = observed(3, 3, Some(3));
-        let restart = crate::crd::PodRestart {
-            pod: "demo-node-r1-0".into(),
-            evicted_at: "2026-11-21T09:59:00Z".into(),
-        };
-        let previous = CacheClusterStatus { restarting: Some(restart.clone()), ..Default::default() };
-        assert_eq!(compute(&inputs(&o, &Step::Settled, Some(&previous))).restarting, Some(restart));
-        assert_eq!(compute(&inputs(&o, &Step::Settled, None)).restarting, None);
     }
 
     #[test]
