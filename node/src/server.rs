@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 
 use shoal_wire::auth::{Check, ClusterSecret, Credentials};
 use shoal_wire::client::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
+use shoal_wire::local::{LinkIo, LocalListener};
 use shoal_wire::proto::node_server::NodeServer;
 use shoal_wire::tls::LinkTls;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -169,8 +171,11 @@ pub async fn run(
     let served = async move {
         match &link_tls {
             None => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-                router.serve_with_incoming_shutdown(incoming, signal).await
+                // Clients in this process (an embedded cluster's router and nodes) reach it
+                // through in-memory pipes instead (`shoal_wire::local`); registered while served.
+                let pipes = Pipes(LocalListener::bind(&addr.to_string()));
+                let tcp = TcpIncoming::from(listener).with_nodelay(Some(true)).map(|c| c.map(LinkIo::Tcp));
+                router.serve_with_incoming_shutdown(tcp.merge(pipes), signal).await
             }
             Some(tls) => {
                 let mut stop = links_stop.clone();
@@ -208,6 +213,20 @@ pub async fn run(
     }
     tracing::info!(%addr, "node stopped");
     result
+}
+
+/// The pipes dialled to this node from its own process, as connections to serve.
+struct Pipes(LocalListener);
+
+impl tokio_stream::Stream for Pipes {
+    type Item = std::io::Result<LinkIo>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_accept(cx).map(|pipe| pipe.map(|p| Ok(LinkIo::Pipe(p))))
+    }
 }
 
 /// Active expiry: every `interval`, each shard drops up to a budget of expired keys; passes repeat

@@ -161,3 +161,43 @@ async fn export_streams_a_slot_range_from_memory_and_snapshot_in_order() {
     assert_eq!(bad.unwrap_err().code(), tonic::Code::InvalidArgument);
     node.shutdown().await.unwrap();
 }
+
+/// Established TCP connections accepted on local port `port` (from `/proc/net/tcp`).
+fn accepted_on(port: u16) -> usize {
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local =
+                f.get(1).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            local == Some(port) && f.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// A client in the node's own process (an embedded cluster's router and nodes) reaches it
+/// through an in-memory pipe (`shoal_wire::local`), not a loopback TCP connection; once the node
+/// stops, a dial goes over TCP again and finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_in_the_nodes_process_reaches_it_through_a_pipe() {
+    use shoal_wire::client::{self, ClientOptions};
+    let node = start(ServeOptions::default()).await;
+    let (addr, port) = (node.addr.to_string(), node.addr.port());
+    let mut c = client::connect(&addr, &ClientOptions::default()).await.unwrap();
+    let batch = Batch { id: 1, ops: vec![set("k", "v"), get("k")], ..Default::default() };
+    let mut replies = c.execute(tokio_stream::iter(vec![batch])).await.unwrap().into_inner();
+    let reply = replies.message().await.unwrap().unwrap();
+    assert!(matches!(&reply.replies[1].kind, Some(reply::Kind::Value(v)) if v == "v"), "{reply:?}");
+    assert_eq!(accepted_on(port), 0, "no TCP connection was accepted");
+    // The count is a real one: a TCP client shows in it.
+    let mut tcp = NodeClient::connect(format!("http://{addr}")).await.unwrap();
+    tcp.stats(StatsRequest::default()).await.unwrap();
+    assert_eq!(accepted_on(port), 1);
+    drop((c, replies, tcp));
+    node.shutdown().await.unwrap();
+    assert!(!shoal_wire::local::is_local(&addr), "a stopped node unregisters");
+    let options = ClientOptions { connect_timeout: Duration::from_millis(500), ..Default::default() };
+    assert!(client::connect(&addr, &options).await.is_err(), "nothing listens there any more");
+}

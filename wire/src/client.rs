@@ -96,6 +96,26 @@ pub async fn connect(addr: &str, options: &ClientOptions) -> Result<Client, Conn
             .keep_alive_while_idle(true);
     }
     let channel = match &options.credentials.tls {
+        // A node of this process: an in-memory pipe ([`crate::local`]), dialled again at every
+        // reconnection, over TCP once the node has stopped serving it.
+        None if crate::local::is_local(addr) => {
+            let addr = addr.to_string();
+            let dial = tower::service_fn(move |_: tonic::transport::Uri| {
+                let addr = addr.clone();
+                async move {
+                    let io = match crate::local::dial(&addr) {
+                        Some(pipe) => crate::local::LinkIo::Pipe(pipe),
+                        None => {
+                            let tcp = tokio::net::TcpStream::connect(&addr).await?;
+                            tcp.set_nodelay(true)?;
+                            crate::local::LinkIo::Tcp(tcp)
+                        }
+                    };
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(io))
+                }
+            });
+            endpoint.connect_with_connector(dial).await
+        }
         None => endpoint.connect().await,
         Some(tls) => {
             let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);

@@ -21,7 +21,9 @@
 //! - [`client`]: the one constructor of gRPC clients to nodes (message limits, timeouts);
 //!   [`auth`]: the cluster secret every call to a node carries and every node checks;
 //!   [`tls`]: certificates from files, re-read when they change (client ports, node links);
-//!   [`codec`]: the gRPC codec (prost's, presizing a batch's ops before decoding them).
+//!   [`codec`]: the gRPC codec (prost's, presizing a batch's ops before decoding them);
+//!   [`local`]: in-memory pipes to nodes served in the same process (embedded clusters), which
+//!   `client::connect` takes instead of loopback TCP.
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
@@ -39,6 +41,7 @@ pub mod codec;
 pub mod command;
 pub mod fast;
 pub mod glob;
+pub mod local;
 pub mod notify;
 pub mod num;
 pub mod ops;
