@@ -1146,7 +1146,6 @@ mod tests {
         fake.done();
     }
 
-    /// One shard whose primary and replica pods are both on an older template, both whole.
     #[test]
     fn the_pod_waited_for_is_this_process_record_first_then_the_status() {
         let pod = |name: &str| PodRestart { pod: name.into(), evicted_at: "2026-11-21T09:59:00Z".into() };
@@ -1159,6 +1158,7 @@ mod tests {
         assert_eq!(waited_for(None, None), None);
     }
 
+    /// One shard whose primary and replica pods are both on an older template, both whole.
     fn outdated_shard() -> (Topology, Vec<PodView>, BTreeMap<String, NodeStats>, Vec<ShardHealth>) {
         let mut t = Topology::even(&["p:1".to_string()]);
         t.nodes[0].replicas = vec!["r:1".into()];

@@ -458,12 +458,13 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     cluster.signal(1, "STOP");
     support::wait_stopped(cluster.nodes[1].as_ref().unwrap().0.id()).await;
     let exec = c.cmd(&["EXEC"]).await;
-    // The primary dies once at least one whole message of the cut is in the kernel between the
-    // two (its send queue, the frozen replica's receive queue): a killed process's socket still
-    // delivers what it had written, so the replica gets the cut's first messages, never its end.
+    // The primary dies once at least one whole message of the cut (about 1 MiB) is in the
+    // kernel between the two (its send queue, the frozen replica's receive queue): a killed
+    // process's socket still delivers what it had written, so the replica gets the cut's first
+    // messages, never its end.
     let (replica_pid, primary_port) = (cluster.nodes[1].as_ref().unwrap().0.id(), port_of(&cluster.addrs[0]));
     let start = Instant::now();
-    while queued_between(replica_pid, primary_port) < 2 << 20 {
+    while queued_between(replica_pid, primary_port) < (1 << 20) + (256 << 10) {
         assert!(start.elapsed() < Duration::from_secs(20), "the primary did not start sending the cut");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -139,21 +139,34 @@ async fn follow_once(
         if !apply(store, repl, generation, &mut assembler, std::mem::take(&mut pending)).await? {
             return Ok(());
         }
-        if full_done {
-            in_full_sync = false;
-            *repl.primary_run_id.lock() = chunk_run_id;
-            // Not synced yet: the export may hold part of a transaction or script that ran while
-            // it was read; the first cut after it (or an idle primary's heartbeat, when nothing
-            // ran) brings every such unit whole.
-            awaiting_cut = true;
-        } else if awaiting_cut && !in_full_sync {
-            awaiting_cut = false;
-            repl.synced.store(true, Ordering::Relaxed);
-        }
-        if !in_full_sync && repl.synced() {
-            repl.offset.store(offset, Ordering::Relaxed);
-            let ack = ReplicaAck { offset, ..Default::default() };
-            acks.send(ack).await.map_err(|e| e.to_string())?;
+        // What the replica reports (its primary's run, synced, its offset) is written under the
+        // same rule as the store: never for a generation that has ended, or a follower finishing
+        // late could mark a replica synced that its next follower has just begun to refill.
+        let ack = repl.while_current(generation, || {
+            if full_done {
+                in_full_sync = false;
+                *repl.primary_run_id.lock() = chunk_run_id;
+                // Not synced yet: the export may hold part of a transaction or script that ran
+                // while it was read; the first cut after it (or an idle primary's heartbeat, when
+                // nothing ran) brings every such unit whole.
+                awaiting_cut = true;
+            } else if awaiting_cut && !in_full_sync {
+                awaiting_cut = false;
+                repl.synced.store(true, Ordering::Relaxed);
+            }
+            let ack = !in_full_sync && repl.synced();
+            if ack {
+                repl.offset.store(offset, Ordering::Relaxed);
+            }
+            ack
+        });
+        match ack {
+            None => return Ok(()),
+            Some(true) => {
+                let ack = ReplicaAck { offset, ..Default::default() };
+                acks.send(ack).await.map_err(|e| e.to_string())?;
+            }
+            Some(false) => {}
         }
     }
 }

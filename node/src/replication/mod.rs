@@ -99,14 +99,18 @@ impl Replication {
     /// generation's follower changes the store no more, and this process's feeds (it was a
     /// primary) send nothing more: see [`end_generation`](Self::end_generation).
     pub fn follow(&self, primary: &str) -> Option<u64> {
-        {
+        // The address and the generation change together (a concurrent `stop_following` either
+        // precedes both or ends this generation too); the wait comes after.
+        let generation = {
             let mut current = self.primary_addr.lock();
             if *current == primary {
                 return None;
             }
             *current = primary.to_string();
-        }
-        Some(self.end_generation())
+            self.next_generation()
+        };
+        self.wait_for_changes();
+        Some(generation)
     }
 
     /// Stops following (this process is a primary now, or in no shard); as [`follow`](Self::follow),
@@ -118,8 +122,9 @@ impl Replication {
                 return;
             }
             current.clear();
+            self.next_generation();
         }
-        self.end_generation();
+        self.wait_for_changes();
     }
 
     /// Ends the generation: the follower of the last one and every feed that started under it
@@ -128,11 +133,25 @@ impl Replication {
     /// follower was between its generation check and its change would serve, as primary, a store
     /// its old primary then changed, and a demoted primary's full sync (its first step is to
     /// empty the store) could reach a replica through a feed still open.
+    ///
+    /// The wait blocks the caller (topology adoption, which is synchronous) for at most one
+    /// change: a cut (bounded by `feed::CUT_BYTES`) or a full sync's flush. A replica the writer
+    /// promotes is synced, so it is applying cuts, not starting a full sync, and its cuts are
+    /// what its primary wrote in the last moments: the wait is that short in practice.
     pub fn end_generation(&self) -> u64 {
-        self.link_up.store(false, Ordering::Relaxed);
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        drop(self.applying.lock());
+        let generation = self.next_generation();
+        self.wait_for_changes();
         generation
+    }
+
+    fn next_generation(&self) -> u64 {
+        self.link_up.store(false, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Returns once no follower is changing the store under a generation checked before now.
+    fn wait_for_changes(&self) {
+        drop(self.applying.lock());
     }
 
     /// Whether a follower (or a feed) of generation `generation` should keep going.
