@@ -105,8 +105,26 @@ impl Default for ServeOptions {
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves; returns once drained.
-pub async fn run(
+///
+/// Without node-link TLS, clients in this process reach it through in-memory pipes instead
+/// (`shoal_wire::local`): its address is registered here, before the returned future first
+/// runs, so that a client dialling as soon as [`NodeHandle::start`] returns takes a pipe too.
+pub fn run(
     listener: TcpListener,
+    state: Arc<NodeState>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = Result<(), NodeError>> + Send {
+    let pipes = match (&options.link_tls, listener.local_addr()) {
+        (None, Ok(addr)) => Pipes(Some(LocalListener::bind(&addr.to_string()))),
+        _ => Pipes(None),
+    };
+    serve(listener, pipes, state, options, shutdown)
+}
+
+async fn serve(
+    listener: TcpListener,
+    pipes: Pipes,
     state: Arc<NodeState>,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -171,9 +189,8 @@ pub async fn run(
     let served = async move {
         match &link_tls {
             None => {
-                // Clients in this process (an embedded cluster's router and nodes) reach it
-                // through in-memory pipes instead (`shoal_wire::local`); registered while served.
-                let pipes = Pipes(LocalListener::bind(&addr.to_string()));
+                // Clients in this process (an embedded cluster's router and nodes) come through
+                // the pipes registered in `run`, the others over TCP.
                 let tcp = TcpIncoming::from(listener).with_nodelay(Some(true)).map(|c| c.map(LinkIo::Tcp));
                 router.serve_with_incoming_shutdown(tcp.merge(pipes), signal).await
             }
@@ -215,8 +232,9 @@ pub async fn run(
     result
 }
 
-/// The pipes dialled to this node from its own process, as connections to serve.
-struct Pipes(LocalListener);
+/// The pipes dialled to this node from its own process, as connections to serve (none with
+/// node-link TLS).
+struct Pipes(Option<LocalListener>);
 
 impl tokio_stream::Stream for Pipes {
     type Item = std::io::Result<LinkIo>;
@@ -225,7 +243,10 @@ impl tokio_stream::Stream for Pipes {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.poll_accept(cx).map(|pipe| pipe.map(|p| Ok(LinkIo::Pipe(p))))
+        match &mut self.0 {
+            Some(listener) => listener.poll_accept(cx).map(|pipe| pipe.map(|p| Ok(LinkIo::Pipe(p)))),
+            None => std::task::Poll::Ready(None),
+        }
     }
 }
 
