@@ -114,11 +114,11 @@ async fn follow_once(
         repl.link_up.store(true, Ordering::Relaxed);
         if chunk.full_start {
             in_full_sync = true;
-            repl.synced.store(false, Ordering::Relaxed);
             assembler = EntryAssembler::default();
             let (s, r) = (store.clone(), repl.clone());
             let flushed = tokio::task::spawn_blocking(move || {
                 r.while_current(generation, || {
+                    r.synced.store(false, Ordering::Relaxed);
                     let _exclusive = s.gate.write();
                     s.flush();
                 })
