@@ -33,6 +33,12 @@ use shoal_wire::proto::StatsRequest;
 use shoal_wire::{NodeInfo, Topology};
 use support::{Proc, Raw};
 
+/// One test of this file at a time: each runs a cluster of processes (or an embedded one) whose
+/// timing matters (a primary that does not run for 500 ms fences itself), and two of them side by
+/// side on a 2-core machine, with debug builds starting a dozen processes at once, starved each
+/// other's nodes for seconds in looped runs.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn log_file(root: &Path, name: &str) -> Stdio {
     Stdio::from(std::fs::File::create(root.join(format!("{name}.log"))).unwrap())
 }
@@ -268,6 +274,7 @@ async fn read_back(resp: SocketAddr, seen: &[Arc<Mutex<Seen>>], all: bool) -> (u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_within_the_window_and_loses_no_replicated_write() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start().await;
     let (resp, [p0, r0, ..]) = (cluster.resp, cluster.addrs.clone());
     let mut c = Raw::connect(resp).await;
@@ -317,6 +324,7 @@ async fn a_killed_primary_is_replaced_within_the_window_and_loses_no_replicated_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_load_shows_no_error_and_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start().await;
     let resp = cluster.resp;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -374,6 +382,7 @@ async fn a_rolling_restart_under_load_shows_no_error_and_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topology() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // p0 hears of topologies only from offers: resumed, it does not know of the failover until
     // the failover writer offers it the new topology (it does so for every member behind).
     let mut cluster = Cluster::start_with(&[0]).await;
@@ -436,6 +445,7 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
 /// replica with none of the transaction, never some of its keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transaction() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start().await;
     let (resp, r0) = (cluster.resp, cluster.addrs[1].clone());
     assert!(shoal_wire::key_slot(b"{b}") < 8192, "the keys below are shard 0's");
@@ -573,6 +583,7 @@ async fn check_typed_keys(c: &mut Raw, n: usize, when: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing_a_key() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
     let mut c = Raw::connect(router.resp_addr()).await;
     let info = String::from_utf8(c.cmd(&["INFO", "replication"]).await).unwrap();
@@ -651,6 +662,7 @@ async fn replica_ops(router: &shoal_router::Router) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readonly_clients_and_replica_preferred_and_nearest_routers_read_from_replicas() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
     let mut c = Raw::connect(router.resp_addr()).await;
     for i in 0..100 {
