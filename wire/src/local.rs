@@ -7,7 +7,8 @@
 //! largest cost after its clients' own sockets).
 //!
 //! - A node registers with [`LocalListener::bind`] and serves what [`LocalListener`] yields
-//!   next to its TCP listener ([`LinkIo`] is either); dropping the listener (the server stopped)
+//!   next to its TCP listener ([`LinkIo`] is any node-link connection: TCP, mutual TLS over TCP,
+//!   or a pipe); dropping the listener (the server stopped)
 //!   unregisters it, so a later dial of that address goes over TCP again (and finds whatever
 //!   listens there now, or nothing).
 //! - Only plaintext links: a node with node-link TLS does not register, and a client with TLS
@@ -58,7 +59,8 @@ impl LocalListener {
         LocalListener { addr: addr.to_string(), id, incoming }
     }
 
-    /// The next pipe dialled (`None` never: the registry keeps the sender while registered).
+    /// The next pipe dialled; `None` once a newer registration of the address replaced this one
+    /// (no dial reaches it any more).
     pub fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<Option<DuplexStream>> {
         self.incoming.poll_recv(cx)
     }
@@ -87,10 +89,12 @@ pub fn dial(addr: &str) -> Option<DuplexStream> {
     Some(client)
 }
 
-/// A plaintext node link: a TCP connection or an in-process pipe.
+/// A node-link connection, as a node serves it (and as a client dials a pipe or TCP).
 #[derive(Debug)]
 pub enum LinkIo {
     Tcp(TcpStream),
+    /// Mutual TLS over TCP, handshake done (`node/src/link_tls.rs`).
+    Tls(Box<crate::tls::server::TlsStream<TcpStream>>),
     Pipe(DuplexStream),
 }
 
@@ -99,27 +103,33 @@ impl LinkIo {
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match self {
             LinkIo::Tcp(t) => t.peer_addr().ok(),
+            LinkIo::Tls(t) => t.get_ref().0.peer_addr().ok(),
             LinkIo::Pipe(_) => None,
         }
     }
 }
 
-// Both variants are `Unpin`, so each call is passed on through a plain `Pin::new`.
+/// Passes a call on to whichever connection `$io` is (every variant is `Unpin`, so a plain
+/// `Pin::new` does).
+macro_rules! each {
+    ($io:expr, $c:ident => $call:expr) => {
+        match $io {
+            LinkIo::Tcp($c) => $call,
+            LinkIo::Tls($c) => $call,
+            LinkIo::Pipe($c) => $call,
+        }
+    };
+}
+
 impl AsyncRead for LinkIo {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            LinkIo::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            LinkIo::Pipe(p) => Pin::new(p).poll_read(cx, buf),
-        }
+        each!(self.get_mut(), c => Pin::new(c).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for LinkIo {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            LinkIo::Tcp(t) => Pin::new(t).poll_write(cx, buf),
-            LinkIo::Pipe(p) => Pin::new(p).poll_write(cx, buf),
-        }
+        each!(self.get_mut(), c => Pin::new(c).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -127,31 +137,19 @@ impl AsyncWrite for LinkIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            LinkIo::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            LinkIo::Pipe(p) => Pin::new(p).poll_write_vectored(cx, bufs),
-        }
+        each!(self.get_mut(), c => Pin::new(c).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            LinkIo::Tcp(t) => t.is_write_vectored(),
-            LinkIo::Pipe(p) => p.is_write_vectored(),
-        }
+        each!(self, c => c.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            LinkIo::Tcp(t) => Pin::new(t).poll_flush(cx),
-            LinkIo::Pipe(p) => Pin::new(p).poll_flush(cx),
-        }
+        each!(self.get_mut(), c => Pin::new(c).poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            LinkIo::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            LinkIo::Pipe(p) => Pin::new(p).poll_shutdown(cx),
-        }
+        each!(self.get_mut(), c => Pin::new(c).poll_shutdown(cx))
     }
 }
 
