@@ -114,9 +114,7 @@ async fn send_changes(
     };
     let mut last_sent: Option<tokio::time::Instant> = None;
     loop {
-        if !repl.current(generation) {
-            return Err(());
-        }
+        still(repl, generation)?;
         let appended = log.appended.notified();
         if let Some(due) = last_sent.map(|at| at + CHUNK_GAP)
             && log.end() > cursor
@@ -247,6 +245,11 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
     tx.send(Ok(chunk)).await.map_err(|_| ())
 }
 
+/// `Err` once `generation` has ended (this process is no longer a primary): a feed stops.
+fn still(repl: &Replication, generation: u64) -> Result<(), ()> {
+    if repl.current(generation) { Ok(()) } else { Err(()) }
+}
+
 /// Sends everything this node holds; returns the log offset the replica is at once it has it.
 /// Stops (`Err`) if `generation` ends meanwhile: what the export reads after that may be a
 /// demoted primary's store being emptied, so nothing read after it is sent (each message is
@@ -255,9 +258,7 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let run_id = &repl.run_id;
     let start = store.events.changes.end();
     let started = std::time::Instant::now();
-    if !repl.current(generation) {
-        return Err(());
-    }
+    still(repl, generation)?;
     let begin = ReplicationChunk { run_id: run_id.to_string(), full_start: true, ..Default::default() };
     tx.send(Ok(begin)).await.map_err(|_| ())?;
     let (etx, mut erx) = mpsc::channel(4);
@@ -268,16 +269,12 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let mut keys = 0u64;
     while let Some(chunk) = erx.recv().await {
         let Ok(chunk) = chunk else { return Err(()) };
-        if !repl.current(generation) {
-            return Err(());
-        }
+        still(repl, generation)?;
         keys += chunk.entries.iter().filter(|e| !e.partial).count() as u64;
         let c = ReplicationChunk { run_id: run_id.to_string(), entries: chunk.entries, ..Default::default() };
         tx.send(Ok(c)).await.map_err(|_| ())?;
     }
-    if !repl.current(generation) {
-        return Err(());
-    }
+    still(repl, generation)?;
     let done =
         ReplicationChunk { run_id: run_id.to_string(), offset: start, full_done: true, ..Default::default() };
     tx.send(Ok(done)).await.map_err(|_| ())?;
