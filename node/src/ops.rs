@@ -116,8 +116,9 @@ fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: bool, count: b
     if write && store.watches.active() {
         touch_keys(store, &op);
     }
-    let written = (write && (store.events.changes.active() || store.watches.tracking.active()))
-        .then(|| owned_keys(&op));
+    // A SET records its own change, value and all, under its shard lock (store/changes.rs).
+    let log = write && store.events.changes.active() && !matches!(op.kind, Some(Kind::Set(_)));
+    let written = (log || (write && store.watches.tracking.active())).then(|| owned_keys(&op));
     let reply = if count { apply(store, view, op) } else { apply_uncounted(store, view, op) };
     if let Some(keys) = written {
         // Routers caching these keys hear of the write now, after it is applied and before its
@@ -125,7 +126,7 @@ fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: bool, count: b
         if store.watches.tracking.active() {
             keys.iter().for_each(|k| store.watches.tracking.touch(k));
         }
-        if store.events.changes.active() {
+        if log {
             store.events.changes.keys(keys);
         }
     }

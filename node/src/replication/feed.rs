@@ -6,7 +6,8 @@
 //!    the base snapshot), then `full_done` carrying the log offset taken *before* the export
 //!    began; changes from there on are sent again after it, so none falls between the two;
 //! 2. then, forever, the changes from its offset on, in *cuts*: each key the log names, read from
-//!    the store as it is now (gone: in `deleted`), several changes of one key sent once. A cut
+//!    the store as it is now (gone: in `deleted`), or as a SET recorded it (see [`take_cut`]),
+//!    several changes of one key sent once. A cut
 //!    is taken under the store's gate held shared, so no transaction or script runs while it
 //!    reads the log up to its end and then the keys: a transaction's or script's keys (one
 //!    [`Change::Unit`]) are all in it or none, and no unit that ran after the log was read shows
@@ -35,7 +36,8 @@ use tonic::Status;
 
 use super::Replication;
 use crate::store::Store;
-use crate::store::changes::{Behind, Change};
+use crate::store::changes::{Behind, Change, Recorded};
+use crate::store::object::ValueType;
 
 /// How often an idle feed sends an empty chunk.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -172,52 +174,122 @@ pub struct Cut {
 
 /// Takes the cut from `from` on: under the store's gate held shared (`_shared`: no transaction
 /// or script runs meanwhile), the log up to its end (or the bounds), then each named key's state.
+///
+/// A key's state is what its last change in the cut left: a SET's recorded value
+/// ([`Change::Value`]) as it stands, or else the store's state read now. A state read from the
+/// store is final for the cut: every change in it applied before the log was read, so none
+/// holds anything newer (a SET's recorded value later in the cut is skipped). A recorded value
+/// already expired is read from the store instead (it is gone there, or rewritten).
 pub fn take_cut(
     store: &Store,
     from: u64,
     _shared: parking_lot::RwLockReadGuard<'_, ()>,
 ) -> Result<Cut, Behind> {
     let (changes, _) = store.events.changes.read(from, CUT_CHANGES)?;
+    let now = store.now_ms();
     let mut cut = Cut { reached: from, ..Default::default() };
-    let mut seen = hashbrown::HashSet::new();
-    let mut bytes = 0;
+    let mut states = States::with_capacity(changes.len());
     for change in changes {
-        let keys = match change {
+        match change {
             Change::Resync => {
                 cut.resync = true;
                 break;
             }
-            Change::Key(k) => vec![k],
-            Change::Unit(keys) => keys,
-        };
-        for key in keys {
-            if !seen.insert(key.clone()) {
-                continue;
-            }
-            match store.fetch(&key) {
-                Some((value, expire_at, value_type)) => {
-                    bytes += key.len() + value.len() + 16;
-                    cut.entries.push(ExportEntry {
-                        slot: u32::from(shoal_wire::key_slot(&key)),
-                        key,
-                        value,
-                        expire_at_ms: expire_at,
-                        partial: false,
-                        value_type: value_type as u32,
-                    });
-                }
-                None => {
-                    bytes += key.len() + 8;
-                    cut.deleted.push(key);
-                }
-            }
+            Change::Key(k) => states.read(store, k),
+            Change::Unit(keys) => keys.into_iter().for_each(|k| states.read(store, k)),
+            Change::Value(v) if v.expire_at != 0 && v.expire_at <= now => states.read(store, v.key),
+            Change::Value(v) => states.recorded(v),
         }
         cut.reached += 1;
-        if bytes >= CUT_BYTES {
+        if states.bytes >= CUT_BYTES {
             break;
         }
     }
+    for s in states.states {
+        match s {
+            KeyState::Live(e) => cut.entries.push(e),
+            KeyState::Gone(k) => cut.deleted.push(k),
+        }
+    }
     Ok(cut)
+}
+
+/// The keys' states a cut gathers, one per key.
+struct States {
+    states: Vec<KeyState>,
+    /// Each key's place in `states`, and whether its state was read from the store (final).
+    at: hashbrown::HashMap<Bytes, (usize, bool)>,
+    /// What they count against [`CUT_BYTES`] (a key's later state counts again: the bound only
+    /// needs to hold, not be tight).
+    bytes: usize,
+}
+
+/// A key's state in a cut.
+enum KeyState {
+    Live(ExportEntry),
+    Gone(Bytes),
+}
+
+impl States {
+    fn with_capacity(n: usize) -> States {
+        States { states: Vec::with_capacity(n), at: hashbrown::HashMap::with_capacity(n), bytes: 0 }
+    }
+
+    /// The key's state as the store holds it now, unless already read.
+    fn read(&mut self, store: &Store, key: Bytes) {
+        let place = match self.at.get(&key) {
+            Some(&(_, true)) => return,
+            Some(&(i, false)) => Some(i),
+            None => None,
+        };
+        let state = match store.fetch(&key) {
+            Some((value, expire_at, value_type)) => {
+                KeyState::Live(entry(key.clone(), value, expire_at, value_type as u32))
+            }
+            None => KeyState::Gone(key.clone()),
+        };
+        self.put(key, place, state, true);
+    }
+
+    /// A SET's recorded state, unless the store's was read already (it is at least as new).
+    fn recorded(&mut self, v: Recorded) {
+        let place = match self.at.get(&v.key) {
+            Some(&(_, true)) => return,
+            Some(&(i, false)) => Some(i),
+            None => None,
+        };
+        let state = KeyState::Live(entry(v.key.clone(), v.value, v.expire_at, ValueType::String as u32));
+        self.put(v.key, place, state, false);
+    }
+
+    fn put(&mut self, key: Bytes, place: Option<usize>, state: KeyState, read: bool) {
+        self.bytes += match &state {
+            KeyState::Live(e) => e.key.len() + e.value.len() + 16,
+            KeyState::Gone(k) => k.len() + 8,
+        };
+        let i = match place {
+            Some(i) => {
+                self.states[i] = state;
+                i
+            }
+            None => {
+                self.states.push(state);
+                self.states.len() - 1
+            }
+        };
+        self.at.insert(key, (i, read));
+    }
+}
+
+fn entry(key: Bytes, value: Bytes, expire_at_ms: u64, value_type: u32) -> ExportEntry {
+    ExportEntry {
+        slot: u32::from(shoal_wire::key_slot(&key)),
+        key,
+        value,
+        expire_at_ms,
+        partial: false,
+        value_type,
+    }
 }
 
 /// Sends a cut in messages of about [`CHUNK_BYTES`] (large values in pieces), every one but the
@@ -334,5 +406,88 @@ pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: 
             }
             None => acked.await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use super::{CUT_CHANGES, Cut, take_cut};
+    use crate::store::{ManualClock, SetExpiry, SetOptions, Store, StoreConfig};
+
+    fn cut(store: &Store, from: u64) -> Cut {
+        take_cut(store, from, store.gate.read()).expect("in the backlog")
+    }
+
+    fn state(cut: &Cut, key: &str) -> Option<(String, u64)> {
+        let live = cut.entries.iter().find(|e| e.key == key.as_bytes());
+        let gone = cut.deleted.iter().any(|k| k == key.as_bytes());
+        assert!(live.is_some() != gone, "{key} must be in the cut exactly once");
+        live.map(|e| (String::from_utf8_lossy(&e.value).into_owned(), e.expire_at_ms))
+    }
+
+    #[test]
+    fn a_cut_holds_each_keys_last_state() {
+        let clock = ManualClock::new(1_000_000);
+        let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
+        store.events.changes.activate();
+        let set = |k: &str, v: &str, opts: SetOptions| store.set(k.as_bytes(), v.as_bytes(), opts).unwrap();
+        // Later SETs of a key win.
+        set("a", "1", SetOptions::default());
+        set("a", "2", SetOptions { expiry: SetExpiry::At(5_000_000), ..Default::default() });
+        // A write that records only its key (as ops.rs does for an APPEND) after a SET: the
+        // store's state.
+        set("b", "x", SetOptions::default());
+        store.append(b"b", b"y").unwrap();
+        store.events.changes.key(b"b");
+        // ... and before one.
+        store.append(b"c", b"p").unwrap();
+        store.events.changes.key(b"c");
+        set("c", "q", SetOptions::default());
+        // A SET then a DEL: gone.
+        set("d", "v", SetOptions::default());
+        store.del(b"d");
+        store.events.changes.key(b"d");
+        // A value recorded with a TTL that has passed by the time the cut is taken: gone.
+        set("e", "v", SetOptions { expiry: SetExpiry::At(1_000_100), ..Default::default() });
+        // A value too large to record: read from the store.
+        let big = "z".repeat(crate::store::changes::RECORDED_VALUE_MAX + 1);
+        set("f", &big, SetOptions::default());
+        clock.advance(200);
+        let end = store.events.changes.end();
+        let c = cut(&store, 0);
+        assert_eq!(c.reached, end);
+        assert_eq!(store.events.changes.end(), end + 1, "reading e expired it, a change of its own");
+        assert!(!c.resync);
+        assert_eq!(state(&c, "a"), Some(("2".into(), 5_000_000)));
+        assert_eq!(state(&c, "b"), Some(("xy".into(), 0)));
+        assert_eq!(state(&c, "c"), Some(("q".into(), 0)));
+        assert_eq!(state(&c, "d"), None);
+        assert_eq!(state(&c, "e"), None);
+        assert_eq!(state(&c, "f"), Some((big, 0)));
+        assert_eq!(c.entries.len() + c.deleted.len(), 6, "one state per key");
+    }
+
+    #[test]
+    fn a_cut_sends_a_sets_recorded_value_without_reading_the_store() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
+        store.events.changes.activate();
+        store.set(b"k", b"first", SetOptions::default()).unwrap();
+        for i in 0..CUT_CHANGES {
+            store.set(format!("other{i}").as_bytes(), b"v", SetOptions::default()).unwrap();
+        }
+        store.set(b"k", b"second", SetOptions::default()).unwrap();
+        // The first cut ends before the second SET of k: it holds k as its first SET left it
+        // (reading the store would give "second"; the next cut carries that).
+        let first = cut(&store, 0);
+        assert_eq!(first.reached, CUT_CHANGES as u64);
+        assert_eq!(state(&first, "k"), Some(("first".into(), 0)));
+        let next = cut(&store, first.reached);
+        assert_eq!(state(&next, "k"), Some(("second".into(), 0)));
+        let keys: Vec<Bytes> = next.entries.iter().map(|e| e.key.clone()).collect();
+        assert_eq!(keys, [Bytes::from(format!("other{}", CUT_CHANGES - 1)), Bytes::from_static(b"k")]);
     }
 }

@@ -1,13 +1,21 @@
 //! The change log replicas follow: which keys changed, in the order they changed, each change
 //! numbered by an offset.
 //!
-//! The log holds key *names*, not values: a replica's feed (`node/src/replication`) reads each
-//! key's state when it ships the change, so whatever a write did (a list push, a script, a
+//! The log mostly holds key *names*, not values: a replica's feed (`node/src/replication`) reads
+//! each key's state when it ships the change, so whatever a write did (a list push, a script, a
 //! transaction, a random SPOP, an expiry or an eviction) the replica ends up with the state the
 //! primary has. Every change is recorded *after* it is applied, so the state read for it is at
 //! least as new as the change. A FLUSHALL is recorded as [`Change::Resync`]: the feed sends a
 //! full copy again from there (reading states after the flush record cannot mistake a key
 //! written before the flush for one written after it).
+//!
+//! The one exception is the commonest write: a string SET records the state it left
+//! ([`Change::Value`], for values up to [`RECORDED_VALUE_MAX`] bytes), so the feed need not look
+//! the key up again (that second lookup, a cache miss on a large keyspace, was most of what
+//! feeding a replica cost a primary). It is recorded under the key's shard lock, so a key's
+//! recorded values are in the log in the order they were applied; a feed that also meets a
+//! name-only change of the key reads the store instead, which is never older (see
+//! `replication/feed.rs`).
 //!
 //! A transaction or a script records its keys as one [`Change::Unit`] (they are collected on
 //! the thread that runs it while a [`UnitGuard`] lives), so that a feed never ships part of one:
@@ -15,8 +23,8 @@
 //! or script can run, and the replica applies what it gets as one unit.
 //!
 //! The log is off until the first replica connects (then each change costs a lock and a copy of
-//! the key; off, one relaxed load). It keeps at most `backlog_bytes` of key names: a replica
-//! whose offset has left the backlog gets a full sync instead.
+//! the key, and of a SET's value; off, one relaxed load). It keeps at most `backlog_bytes` of key
+//! names and values: a replica whose offset has left the backlog gets a full sync instead.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -25,9 +33,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-/// Default backlog: key names worth this many bytes (Redis's repl-backlog-size is 1mb of
-/// commands; a key name is much smaller than the command that changed it).
+/// Default backlog: key names and recorded values worth this many bytes (Redis's
+/// repl-backlog-size is 1mb of commands; most changes here are a key name, smaller than the
+/// command that changed it, or a small SET's key and value, about its size).
 pub const DEFAULT_BACKLOG_BYTES: usize = 16 << 20;
+
+/// A SET of a larger value records only its key (the feed reads the value from the store): the
+/// log never holds a second copy of a large value.
+pub const RECORDED_VALUE_MAX: usize = 4 << 10;
 
 /// Per-change overhead counted against the backlog besides the key itself.
 const CHANGE_OVERHEAD: usize = 32;
@@ -36,6 +49,7 @@ const CHANGE_OVERHEAD: usize = 32;
 fn size(change: &Change) -> usize {
     match change {
         Change::Key(k) => k.len() + CHANGE_OVERHEAD,
+        Change::Value(v) => v.key.len() + v.value.len() + CHANGE_OVERHEAD,
         Change::Unit(keys) => keys.iter().map(|k| k.len() + CHANGE_OVERHEAD).sum(),
         Change::Resync => CHANGE_OVERHEAD,
     }
@@ -45,10 +59,20 @@ fn size(change: &Change) -> usize {
 pub enum Change {
     /// This key changed (it may no longer exist).
     Key(Bytes),
+    /// A string SET left this state (recorded under the key's shard lock).
+    Value(Recorded),
     /// These keys changed together (a transaction or a script): shipped together.
     Unit(Vec<Bytes>),
     /// Everything changed (FLUSHALL): send everything again.
     Resync,
+}
+
+/// The state a string SET left: its key, value and expiry (Unix ms, 0: none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub expire_at: u64,
 }
 
 /// The replica's offset has left the backlog: it needs a full sync.
@@ -106,6 +130,29 @@ impl ChangeLog {
         if self.active() && !in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             self.push(std::iter::once(Change::Key(Bytes::copy_from_slice(key))));
         }
+    }
+
+    /// `key` now holds the string `value`, expiring at `expire_at` (0: never). Call under the
+    /// key's shard lock, after the change, so that the log holds a key's recorded values in the
+    /// order they were applied. Inside a unit, or for a value over [`RECORDED_VALUE_MAX`], only
+    /// the key is recorded.
+    #[inline]
+    pub fn value(&self, key: &[u8], value: &[u8], expire_at: u64) {
+        if !self.active() || in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
+            return;
+        }
+        let change = if value.len() <= RECORDED_VALUE_MAX {
+            // One allocation for both.
+            let both = Bytes::from([key, value].concat());
+            Change::Value(Recorded {
+                key: both.slice(..key.len()),
+                value: both.slice(key.len()..),
+                expire_at,
+            })
+        } else {
+            Change::Key(Bytes::copy_from_slice(key))
+        };
+        self.push(std::iter::once(change));
     }
 
     /// `keys` changed (one op's keys, already copied: recorded under one lock).
@@ -257,6 +304,32 @@ mod tests {
             log.key(b"alone");
         }
         assert_eq!(log.read(4, 10).unwrap().0, vec![Change::Key(b("alone"))], "a unit of one key is a key");
+    }
+
+    #[test]
+    fn a_set_records_its_value_except_in_a_unit_or_when_large() {
+        let log = ChangeLog::default();
+        log.value(b"off", b"v", 0);
+        assert_eq!(log.end(), 0, "nothing recorded before a replica connects");
+        log.activate();
+        log.value(b"k", b"v1", 1234);
+        let big = vec![7u8; RECORDED_VALUE_MAX + 1];
+        log.value(b"big", &big, 0);
+        {
+            let _unit = log.unit();
+            log.value(b"t", b"x", 0);
+            log.value(b"u", b"y", 0);
+        }
+        let b = |s: &'static [u8]| Bytes::from_static(s);
+        let (changes, _) = log.read(0, 10).unwrap();
+        assert_eq!(
+            changes,
+            vec![
+                Change::Value(Recorded { key: b(b"k"), value: b(b"v1"), expire_at: 1234 }),
+                Change::Key(b(b"big")),
+                Change::Unit(vec![b(b"t"), b(b"u")]),
+            ]
+        );
     }
 
     #[test]

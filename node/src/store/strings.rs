@@ -97,6 +97,7 @@ impl Store {
                 SetExpiry::At(at) if at <= now => {
                     if let Some(p) = pos {
                         s.delete(h, p);
+                        self.events.changes.key(key);
                     }
                     return Ok(SetOutcome { stored: true, old });
                 }
@@ -115,6 +116,8 @@ impl Store {
                     s.insert_new(h, key, value, expire_at, lru_now(now));
                 }
             }
+            // Under the shard lock: the log holds this key's values in the order they applied.
+            self.events.changes.value(key, value, expire_at);
             Ok(SetOutcome { stored: true, old })
         })
     }
