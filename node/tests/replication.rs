@@ -557,3 +557,22 @@ async fn a_demoted_primary_ends_its_feeds_before_its_new_primary_replaces_its_st
     primary.shutdown().await.unwrap();
     replica.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_ends_a_feeds_batching_gap() {
+    let primary = start().await;
+    let (replica, t) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    // A gap far longer than any wait below: only a WAIT can end it.
+    primary.state.membership.replication.set_chunk_gap(Duration::from_secs(600));
+    set(&mut p, t.version, "first", "1").await;
+    // The first change after a quiet spell leaves at once; its cut starts the gap.
+    until("the first change", || state(&replica, "first").is_some()).await;
+    set(&mut p, t.version, "second", "2").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state(&replica, "second"), None, "under the gap, the change waits to be sent");
+    let started = Instant::now();
+    assert_eq!(wait_replicas(&mut p, 1, 20_000).await, 1);
+    assert!(started.elapsed() < Duration::from_secs(10), "WAIT waited out the gap");
+    assert_eq!(state(&replica, "second").map(|s| s.0), Some(Bytes::from("2")));
+}

@@ -20,12 +20,18 @@
 //!    has not caught up anyway. A `Resync` change (FLUSHALL) or a replica that fell out of the
 //!    backlog starts a full sync again.
 //!
+//! Under load a feed gathers changes for [`CHUNK_GAP`] between cuts, so that what a cut costs
+//! (wake-ups on both sides, a write, the replica's ack) is shared by many writes; a WAIT that
+//! has to wait for an ack ends the gap at once, so WAIT is never slowed by it. Without a WAIT, a
+//! replica under load trails its primary by up to that gap plus the time to send and apply.
+//!
 //! Idle, a feed sends an empty chunk every [`HEARTBEAT`] so the replica acks (WAIT sees idle
 //! replicas as caught up) and a dead replica's stream is noticed. The stream to the replica is a
 //! small channel: a slow replica slows its own feed only; the log keeps what it has not read
 //! (up to the backlog, then it resyncs).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,11 +53,13 @@ pub const CUT_CHANGES: usize = 16 * 1024;
 pub const CUT_BYTES: usize = 64 << 20;
 /// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
-/// Under load a feed sends at most one chunk per this long: changes made meanwhile go together
-/// in the next one, so what each chunk costs the primary (a wake-up, a frame each way, the
-/// replica's ack to read) is shared by many writes. A feed that has sent nothing for this long
-/// sends at once, so an idle primary's WAIT is not slowed.
-const CHUNK_GAP: Duration = Duration::from_millis(1);
+/// Under load a feed takes at most one cut per this long: changes made meanwhile go together in
+/// the next one, so what each cut costs the primary (a wake-up, a frame each way, the replica's
+/// ack to read) is shared by many writes. A feed that has sent nothing for this long sends at
+/// once (an idle primary's changes leave at once), and a WAIT waiting for an ack ends the gap.
+/// (Measured: at 1 ms each cut's fixed cost was about a tenth of what feeding a replica cost a
+/// primary under redis-benchmark's SET load; docs/benchmarks.md.)
+pub const CHUNK_GAP: Duration = Duration::from_millis(4);
 
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
 
@@ -118,11 +126,18 @@ async fn send_changes(
     loop {
         still(repl, generation)?;
         let appended = log.appended.notified();
-        if let Some(due) = last_sent.map(|at| at + CHUNK_GAP)
+        if let Some(due) = last_sent.map(|at| at + repl.chunk_gap())
             && log.end() > cursor
             && tokio::time::Instant::now() < due
         {
-            tokio::time::sleep_until(due).await;
+            // Made before the check: a WAIT that starts after it still ends the gap.
+            let wait_started = repl.wait_started.notified();
+            if repl.waiting.load(Ordering::SeqCst) == 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = wait_started => {}
+                }
+            }
         }
         if !log.holds(cursor) {
             tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
@@ -379,6 +394,24 @@ async fn under_gate<R: Send + 'static>(
     .flatten()
 }
 
+/// A WAIT (or a hand-over) waiting for acks, counted in [`Replication::waiting`] while it lives:
+/// feeds send what they gathered at once instead of at the end of their gap.
+pub(super) struct Waiting<'a>(&'a Replication);
+
+impl Waiting<'_> {
+    pub(super) fn start(repl: &Replication) -> Waiting<'_> {
+        repl.waiting.fetch_add(1, Ordering::SeqCst);
+        repl.wait_started.notify_waiters();
+        Waiting(repl)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// WAIT: how many replicas have acked every change applied before this call, waiting up to
 /// `timeout` (None: no limit) for `wanted` of them.
 pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: Option<Duration>) -> u32 {
@@ -391,12 +424,15 @@ pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: 
     let Some(target) = under_gate(store, timeout, |s, _shared| s.events.changes.end()).await else {
         return 0;
     };
+    let mut waiting = None;
     loop {
         let acked = repl.acked.notified();
         let count = repl.count_acked(target);
         if count >= wanted {
             return count;
         }
+        // Feeds send what they gathered now instead of at the end of their gap.
+        waiting.get_or_insert_with(|| Waiting::start(repl));
         match until {
             Some(at) => {
                 tokio::select! {

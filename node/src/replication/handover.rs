@@ -109,6 +109,7 @@ pub async fn run(
         return give_up();
     }
     let end = membership.store.events.changes.end();
+    let _flush = super::feed::Waiting::start(&repl);
     let target = loop {
         let acked = repl.acked.notified();
         if let Some(addr) = repl.caught_up(end, replica, &listed) {

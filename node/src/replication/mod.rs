@@ -21,8 +21,8 @@ pub mod follow;
 pub mod handover;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_wire::proto::ReplicaInfo;
@@ -46,6 +46,12 @@ pub struct Replication {
     next_stream: AtomicU64,
     /// Wakes WAITs when a replica acks.
     acked: tokio::sync::Notify,
+    /// WAITs waiting for acks now, and the wake-up a feed gets when one starts: a feed does not
+    /// wait out its batching gap while anyone waits (see `feed::CHUNK_GAP`).
+    waiting: AtomicUsize,
+    wait_started: tokio::sync::Notify,
+    /// The feeds' batching gap, in microseconds.
+    chunk_gap_us: AtomicU64,
     /// Replica side: the primary followed (empty: none) and the follower's generation (a new
     /// primary, or none, ends the previous follower).
     primary_addr: Mutex<String>,
@@ -76,6 +82,9 @@ impl Default for Replication {
             replicas: Mutex::default(),
             next_stream: AtomicU64::new(1),
             acked: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
+            wait_started: tokio::sync::Notify::new(),
+            chunk_gap_us: AtomicU64::new(feed::CHUNK_GAP.as_micros() as u64),
             primary_addr: Mutex::default(),
             generation: AtomicU64::new(0),
             primary_run_id: Mutex::default(),
@@ -94,6 +103,15 @@ impl Default for Replication {
 }
 
 impl Replication {
+    /// How long a feed under load gathers changes before it sends them.
+    pub fn chunk_gap(&self) -> Duration {
+        Duration::from_micros(self.chunk_gap_us.load(Ordering::Relaxed))
+    }
+
+    pub fn set_chunk_gap(&self, gap: Duration) {
+        self.chunk_gap_us.store(gap.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// Follows `primary` from now on (a new generation), unless it already does; returns the
     /// generation a new follower must run as, if one must start. Once it returns, the previous
     /// generation's follower changes the store no more, and this process's feeds (it was a
