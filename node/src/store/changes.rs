@@ -42,19 +42,6 @@ pub const DEFAULT_BACKLOG_BYTES: usize = 16 << 20;
 /// log never holds a second copy of a large value.
 pub const RECORDED_VALUE_MAX: usize = 4 << 10;
 
-/// Per-change overhead counted against the backlog besides the key itself.
-const CHANGE_OVERHEAD: usize = 32;
-
-/// What a change counts against the backlog.
-fn size(change: &Change) -> usize {
-    match change {
-        Change::Key(k) => k.len() + CHANGE_OVERHEAD,
-        Change::Value(v) => v.key.len() + v.value.len() + CHANGE_OVERHEAD,
-        Change::Unit(keys) => keys.iter().map(|k| k.len() + CHANGE_OVERHEAD).sum(),
-        Change::Resync => CHANGE_OVERHEAD,
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// This key changed (it may no longer exist).
@@ -79,12 +66,121 @@ pub struct Recorded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Behind;
 
+/// The held changes, encoded one after another in one ring of bytes: no allocation per change,
+/// and the backlog's bound is the memory it takes. A change is a tag byte and then:
+/// - `TAG_KEY`: key length (u32 LE), key;
+/// - `TAG_VALUE`: key length, value length (u32 LE each), expiry (u64 LE), key, value;
+/// - `TAG_UNIT`: key count (u32 LE), then each key as a `TAG_KEY` body;
+/// - `TAG_RESYNC`: nothing.
 #[derive(Debug, Default)]
 struct Inner {
-    /// Offset of `changes[0]`.
+    /// Offset of the first change held.
     first: u64,
-    changes: VecDeque<Change>,
-    bytes: usize,
+    data: VecDeque<u8>,
+    /// Absolute byte position of `data[0]` (bytes ever dropped from the front).
+    start: u64,
+    /// Each held change's absolute end position, in order.
+    ends: VecDeque<u64>,
+}
+
+const TAG_KEY: u8 = 0;
+const TAG_VALUE: u8 = 1;
+const TAG_UNIT: u8 = 2;
+const TAG_RESYNC: u8 = 3;
+/// What each held change costs besides its encoding (its entry in `ends`).
+const PER_CHANGE: usize = 8;
+
+impl Inner {
+    fn end(&self) -> u64 {
+        self.first + self.ends.len() as u64
+    }
+
+    /// Bytes held, as counted against the backlog.
+    fn size(&self) -> usize {
+        self.data.len() + self.ends.len() * PER_CHANGE
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.data.extend(bytes);
+    }
+
+    fn put_key(&mut self, key: &[u8]) {
+        self.put(&(key.len() as u32).to_le_bytes());
+        self.put(key);
+    }
+
+    /// Ends the change encoded since the last one.
+    fn close(&mut self) {
+        self.ends.push_back(self.start + self.data.len() as u64);
+    }
+
+    /// Drops the oldest changes until at most `cap` bytes are held (always keeping the newest).
+    fn trim(&mut self, cap: usize) {
+        while self.size() > cap && self.ends.len() > 1 {
+            let end = self.ends.pop_front().expect("not empty");
+            self.data.drain(..(end - self.start) as usize);
+            self.start = end;
+            self.first += 1;
+        }
+    }
+
+    /// A copy of the encoded changes `skip..skip + n` (n > 0).
+    fn copy(&self, skip: usize, n: usize) -> Vec<u8> {
+        let from = if skip == 0 { self.start } else { self.ends[skip - 1] };
+        let (a, b) = ((from - self.start) as usize, (self.ends[skip + n - 1] - self.start) as usize);
+        let (front, back) = self.data.as_slices();
+        let mut out = Vec::with_capacity(b - a);
+        if a < front.len() {
+            out.extend_from_slice(&front[a..b.min(front.len())]);
+        }
+        if b > front.len() {
+            out.extend_from_slice(&back[a.saturating_sub(front.len())..b - front.len()]);
+        }
+        out
+    }
+}
+
+/// Decodes `n` changes from `buf` (as [`Inner`] encodes them); their keys and values are slices
+/// of it.
+fn decode(buf: Bytes, n: usize) -> Vec<Change> {
+    let u32_at = |at: usize| u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
+    let mut at = 0;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tag = buf[at];
+        at += 1;
+        let change = match tag {
+            TAG_KEY => {
+                let len = u32_at(at);
+                at += 4 + len;
+                Change::Key(buf.slice(at - len..at))
+            }
+            TAG_VALUE => {
+                let (klen, vlen) = (u32_at(at), u32_at(at + 4));
+                let expire_at = u64::from_le_bytes(buf[at + 8..at + 16].try_into().expect("8 bytes"));
+                at += 16;
+                let key = buf.slice(at..at + klen);
+                let value = buf.slice(at + klen..at + klen + vlen);
+                at += klen + vlen;
+                Change::Value(Recorded { key, value, expire_at })
+            }
+            TAG_UNIT => {
+                let count = u32_at(at);
+                at += 4;
+                let mut keys = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let len = u32_at(at);
+                    at += 4 + len;
+                    keys.push(buf.slice(at - len..at));
+                }
+                Change::Unit(keys)
+            }
+            TAG_RESYNC => Change::Resync,
+            other => unreachable!("the log never writes tag {other}"),
+        };
+        out.push(change);
+    }
+    out
 }
 
 #[derive(Debug)]
@@ -128,7 +224,7 @@ impl ChangeLog {
     #[inline]
     pub fn key(&self, key: &[u8]) {
         if self.active() && !in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
-            self.push(std::iter::once(Change::Key(Bytes::copy_from_slice(key))));
+            self.push_keys(&[key]);
         }
     }
 
@@ -141,18 +237,18 @@ impl ChangeLog {
         if !self.active() || in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             return;
         }
-        let change = if value.len() <= RECORDED_VALUE_MAX {
-            // One allocation for both.
-            let both = Bytes::from([key, value].concat());
-            Change::Value(Recorded {
-                key: both.slice(..key.len()),
-                value: both.slice(key.len()..),
-                expire_at,
-            })
-        } else {
-            Change::Key(Bytes::copy_from_slice(key))
-        };
-        self.push(std::iter::once(change));
+        if value.len() > RECORDED_VALUE_MAX {
+            return self.push_keys(&[key]);
+        }
+        self.push(|inner| {
+            inner.put(&[TAG_VALUE]);
+            inner.put(&(key.len() as u32).to_le_bytes());
+            inner.put(&(value.len() as u32).to_le_bytes());
+            inner.put(&expire_at.to_le_bytes());
+            inner.put(key);
+            inner.put(value);
+            inner.close();
+        });
     }
 
     /// `keys` changed (one op's keys, already copied: recorded under one lock).
@@ -162,7 +258,7 @@ impl ChangeLog {
         }
         let mut keys = Some(keys);
         if !in_unit(|unit| unit.extend(keys.take().expect("once"))) {
-            self.push(keys.expect("not taken").into_iter().map(Change::Key));
+            self.push_keys(&keys.expect("not taken"));
         }
     }
 
@@ -180,38 +276,54 @@ impl ChangeLog {
     /// Every key changed (FLUSHALL; call after it is applied).
     pub fn resync(&self) {
         if self.active() {
-            self.push(std::iter::once(Change::Resync));
+            self.push(|inner| {
+                inner.put(&[TAG_RESYNC]);
+                inner.close();
+            });
         }
     }
 
-    #[cold]
-    fn push(&self, changes: impl Iterator<Item = Change>) {
+    /// Records each of `keys` as a change of its own.
+    fn push_keys(&self, keys: &[impl AsRef<[u8]>]) {
+        self.push(|inner| {
+            for key in keys {
+                inner.put(&[TAG_KEY]);
+                inner.put_key(key.as_ref());
+                inner.close();
+            }
+        });
+    }
+
+    /// Records `keys` as one unit.
+    fn push_unit(&self, keys: &[Bytes]) {
+        self.push(|inner| {
+            inner.put(&[TAG_UNIT]);
+            inner.put(&(keys.len() as u32).to_le_bytes());
+            keys.iter().for_each(|k| inner.put_key(k));
+            inner.close();
+        });
+    }
+
+    /// Appends what `encode` writes (whole changes), then trims the backlog.
+    fn push(&self, encode: impl FnOnce(&mut Inner)) {
         let cap = self.backlog_bytes.load(Ordering::Relaxed);
         {
             let mut inner = self.inner.lock();
-            for change in changes {
-                inner.bytes += size(&change);
-                inner.changes.push_back(change);
-            }
-            while inner.bytes > cap && inner.changes.len() > 1 {
-                let dropped = inner.changes.pop_front().expect("not empty");
-                inner.first += 1;
-                inner.bytes -= size(&dropped);
-            }
+            encode(&mut inner);
+            inner.trim(cap);
         }
         self.appended.notify_waiters();
     }
 
     /// The offset the next change will have (the offset of everything applied so far).
     pub fn end(&self) -> u64 {
-        let inner = self.inner.lock();
-        inner.first + inner.changes.len() as u64
+        self.inner.lock().end()
     }
 
     /// Whether a replica at `offset` can continue from the backlog.
     pub fn holds(&self, offset: u64) -> bool {
         let inner = self.inner.lock();
-        (inner.first..=inner.first + inner.changes.len() as u64).contains(&offset)
+        (inner.first..=inner.end()).contains(&offset)
     }
 
     /// Up to `max` changes from `from` on, and the offset after them.
@@ -221,9 +333,14 @@ impl ChangeLog {
             return Err(Behind);
         }
         let skip = (from - inner.first) as usize;
-        let out: Vec<Change> = inner.changes.iter().skip(skip).take(max).cloned().collect();
-        let next = from + out.len() as u64;
-        Ok((out, next))
+        let n = inner.ends.len().saturating_sub(skip).min(max);
+        if n == 0 {
+            return Ok((Vec::new(), from));
+        }
+        // One copy under the lock; decoded after it, into slices of that copy.
+        let copy = inner.copy(skip, n);
+        drop(inner);
+        Ok((decode(Bytes::from(copy), n), from + n as u64))
     }
 }
 
@@ -259,8 +376,8 @@ impl Drop for UnitGuard<'_> {
         keys.dedup();
         match keys.len() {
             0 => {}
-            1 => self.log.push(keys.into_iter().map(Change::Key)),
-            _ => self.log.push(std::iter::once(Change::Unit(keys))),
+            1 => self.log.push_keys(&keys),
+            _ => self.log.push_unit(&keys),
         }
     }
 }
@@ -333,6 +450,62 @@ mod tests {
     }
 
     #[test]
+    fn reads_give_back_what_was_recorded_across_the_rings_wrap_and_trims() {
+        // A small backlog, so that the ring wraps and drops changes many times over; every read
+        // of a held range must give back exactly the changes recorded there.
+        let log = ChangeLog::default();
+        log.set_backlog_bytes(700);
+        log.activate();
+        let mut model: Vec<Change> = Vec::new();
+        let mut rng = fastrand::Rng::with_seed(7);
+        let key =
+            |rng: &mut fastrand::Rng| Bytes::from(format!("k{}", rng.u32(..1000)).repeat(rng.usize(1..4)));
+        for _ in 0..3000 {
+            let change = match rng.u8(..10) {
+                0..=3 => {
+                    let k = key(&mut rng);
+                    log.key(&k);
+                    Change::Key(k)
+                }
+                4..=7 => {
+                    let (k, v, at) =
+                        (key(&mut rng), Bytes::from(vec![rng.u8(..); rng.usize(..40)]), rng.u64(..));
+                    log.value(&k, &v, at);
+                    Change::Value(Recorded { key: k, value: v, expire_at: at })
+                }
+                8 => {
+                    let mut keys: Vec<Bytes> =
+                        (0..rng.usize(2..5)).map(|i| Bytes::from(format!("u{i}"))).collect();
+                    keys.sort_unstable();
+                    {
+                        let _unit = log.unit();
+                        keys.iter().for_each(|k| log.key(k));
+                    }
+                    Change::Unit(keys)
+                }
+                _ => {
+                    log.resync();
+                    Change::Resync
+                }
+            };
+            model.push(change);
+            let end = log.end();
+            assert_eq!(end, model.len() as u64);
+            let first = (0..=end).find(|&o| log.holds(o)).expect("the newest change is held");
+            assert!(end - first < 200, "the backlog bound drops old changes");
+            let from = rng.u64(first..=end);
+            let max = rng.usize(1..20);
+            let (changes, next) = log.read(from, max).expect("held");
+            let want = &model[from as usize..(from as usize + max).min(model.len())];
+            assert_eq!(changes, want);
+            assert_eq!(next, from + want.len() as u64);
+            if first > 0 {
+                assert_eq!(log.read(first - 1, 1), Err(Behind));
+            }
+        }
+    }
+
+    #[test]
     fn records_only_once_active_and_numbers_changes() {
         let log = ChangeLog::default();
         log.key(b"before");
@@ -352,7 +525,8 @@ mod tests {
     #[test]
     fn a_reader_behind_the_backlog_is_told_so() {
         let log = ChangeLog::default();
-        log.set_backlog_bytes(3 * (CHANGE_OVERHEAD + 1));
+        // A change of a one-byte key: tag, length, key, its end position.
+        log.set_backlog_bytes(3 * (1 + 4 + 1 + PER_CHANGE));
         log.activate();
         for k in [b"a", b"b", b"c", b"d", b"e"] {
             log.key(k);
