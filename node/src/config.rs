@@ -178,6 +178,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_MIGRATE_RATE", default_value = "8mb", value_parser = parse_memory)]
     pub migrate_rate: u64,
 
+    /// How much of its change log a primary keeps (Redis's repl-backlog-size): a replica that
+    /// reconnects within it continues where it was; one further behind gets a full sync. Each
+    /// change takes its key's length plus about 13 bytes, and a SET of up to 4 KiB its value too
+    /// (units like --maxmemory).
+    #[arg(long, env = "SHOAL_NODE_REPL_BACKLOG_SIZE", default_value = "16mb", value_parser = parse_memory)]
+    pub repl_backlog_size: u64,
+
     /// Count reads, writes and bytes per slot for SHOAL SLOT-STATS (Redis 8's
     /// cluster-slot-stats-enabled; CONFIG SET changes it). Off by default, as in Redis: it costs a
     /// cache miss per op under random keys. Key counts are reported either way.
@@ -295,6 +302,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.serve.migrate_rate, crate::server::DEFAULT_MIGRATE_RATE, "flag and library agree");
+        assert_eq!(
+            cli.serve.repl_backlog_size as usize,
+            crate::store::changes::DEFAULT_BACKLOG_BYTES,
+            "flag and library agree"
+        );
+        let small = Cli::try_parse_from(["shoal-node", "--repl-backlog-size", "1mb"]).unwrap();
+        assert_eq!(small.serve.repl_backlog_size, 1 << 20);
         let config = cli.serve.store_config();
         assert_eq!(config.maxmemory, 1 << 20);
         assert_eq!(config.policy, EvictionPolicy::AllKeysLru);

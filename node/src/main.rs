@@ -186,6 +186,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         (true, false) => {}
     }
     let store = Arc::new(Store::new(args.store_config(), Arc::new(SystemClock)));
+    store.events.changes.set_backlog_bytes(usize::try_from(args.repl_backlog_size).unwrap_or(usize::MAX));
     let options = server::ServeOptions {
         expire_interval: args.expire_interval(),
         snapshot_interval: args.snapshot_interval(),

@@ -44,6 +44,7 @@ use super::Replication;
 use crate::store::Store;
 use crate::store::changes::{Behind, Change, Recorded};
 use crate::store::object::ValueType;
+use hashbrown::hash_map::Entry;
 
 /// How often an idle feed sends an empty chunk.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -234,8 +235,7 @@ struct States {
     states: Vec<KeyState>,
     /// Each key's place in `states`, and whether its state was read from the store (final).
     at: hashbrown::HashMap<Bytes, (usize, bool)>,
-    /// What they count against [`CUT_BYTES`] (a key's later state counts again: the bound only
-    /// needs to hold, not be tight).
+    /// What they count against [`CUT_BYTES`].
     bytes: usize,
 }
 
@@ -252,47 +252,58 @@ impl States {
 
     /// The key's state as the store holds it now, unless already read.
     fn read(&mut self, store: &Store, key: Bytes) {
-        let place = match self.at.get(&key) {
-            Some(&(_, true)) => return,
-            Some(&(i, false)) => Some(i),
-            None => None,
-        };
-        let state = match store.fetch(&key) {
+        let fetch = |key: &Bytes| match store.fetch(key) {
             Some((value, expire_at, value_type)) => {
                 KeyState::Live(entry(key.clone(), value, expire_at, value_type as u32))
             }
             None => KeyState::Gone(key.clone()),
         };
-        self.put(key, place, state, true);
+        match self.at.entry(key) {
+            Entry::Occupied(o) if o.get().1 => {}
+            Entry::Occupied(mut o) => {
+                let state = fetch(o.key());
+                self.bytes += state.size();
+                self.states[o.get().0] = state;
+                o.get_mut().1 = true;
+            }
+            Entry::Vacant(v) => {
+                let state = fetch(v.key());
+                self.bytes += state.size();
+                v.insert((self.states.len(), true));
+                self.states.push(state);
+            }
+        }
     }
 
     /// A SET's recorded state, unless the store's was read already (it is at least as new).
     fn recorded(&mut self, v: Recorded) {
-        let place = match self.at.get(&v.key) {
-            Some(&(_, true)) => return,
-            Some(&(i, false)) => Some(i),
-            None => None,
-        };
-        let state = KeyState::Live(entry(v.key.clone(), v.value, v.expire_at, ValueType::String as u32));
-        self.put(v.key, place, state, false);
+        let state =
+            |v: Recorded| KeyState::Live(entry(v.key, v.value, v.expire_at, ValueType::String as u32));
+        match self.at.entry(v.key.clone()) {
+            Entry::Occupied(o) if o.get().1 => {}
+            Entry::Occupied(o) => {
+                let state = state(v);
+                self.bytes += state.size();
+                self.states[o.get().0] = state;
+            }
+            Entry::Vacant(e) => {
+                let state = state(v);
+                self.bytes += state.size();
+                e.insert((self.states.len(), false));
+                self.states.push(state);
+            }
+        }
     }
+}
 
-    fn put(&mut self, key: Bytes, place: Option<usize>, state: KeyState, read: bool) {
-        self.bytes += match &state {
+impl KeyState {
+    /// What it counts against [`CUT_BYTES`] (a key's later state in the same cut counts again:
+    /// the bound only needs to hold, not be tight).
+    fn size(&self) -> usize {
+        match self {
             KeyState::Live(e) => e.key.len() + e.value.len() + 16,
             KeyState::Gone(k) => k.len() + 8,
-        };
-        let i = match place {
-            Some(i) => {
-                self.states[i] = state;
-                i
-            }
-            None => {
-                self.states.push(state);
-                self.states.len() - 1
-            }
-        };
-        self.at.insert(key, (i, read));
+        }
     }
 }
 
