@@ -198,8 +198,8 @@ def main():
         prober.join()
         seen, waits = result["seen"], result["waits"]
         lags.append(f"- {pair}: {len(waits)} probes; seen on the replica after p50 {pct(seen, 0.5):.2f} ms, "
-                    f"p99 {pct(seen, 0.99):.2f} ms, max {max(seen):.2f} ms; WAIT p50 {pct(waits, 0.5):.2f} ms, "
-                    f"p99 {pct(waits, 0.99):.2f} ms, max {max(waits):.2f} ms; {result['misses']} WAITs answered 0 "
+                    f"p99 {pct(seen, 0.99):.2f} ms, max {max(seen, default=float('nan')):.2f} ms; WAIT p50 {pct(waits, 0.5):.2f} ms, "
+                    f"p99 {pct(waits, 0.99):.2f} ms, max {max(waits, default=float('nan')):.2f} ms; {result['misses']} WAITs answered 0 "
                     "or reads did not see the value within a second.")
 
     rows = []
