@@ -106,7 +106,8 @@ fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Rep
 /// Applies `op`, which [`check`] admitted, where watchers and replicas see it: a write touches
 /// its watched keys first (under the gate, no EXEC runs between the two) and is recorded in the
 /// change log after it ran (replicas read the keys' state as the write left it). A FLUSHALL
-/// records itself (`Store::flush`).
+/// records itself (`Store::flush`), and so does a SET, value and all, under its shard lock
+/// (`Store::set`; see store/changes.rs).
 fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) -> Reply {
     apply_seen_with(store, view, op, write, true)
 }
@@ -841,6 +842,32 @@ mod tests {
 
     fn tracked_get(key: &str, token: u64) -> Op {
         op(Kind::Get(Get { key: Bytes::from(key.to_string()), track: token, ..Default::default() }))
+    }
+
+    #[test]
+    fn a_set_records_its_value_once_and_inside_a_transaction_only_its_key_in_the_unit() {
+        use crate::store::changes::{Change, Recorded};
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+        let view = NodeView::unmanaged();
+        store.events.changes.activate();
+        let b = |s: &str| Bytes::from(s.to_string());
+        let set = |k: &str, v: &str| op(Kind::Set(Set { key: b(k), value: b(v), ..Default::default() }));
+        apply_checked(&store, &view, 0, set("a", "1"));
+        apply_checked(&store, &view, 0, op(Kind::IncrBy(IncrBy { key: b("n"), delta: 1 })));
+        let multi = proto::Transaction {
+            ops: vec![set("b", "2"), set("c", "3"), op(Kind::IncrBy(IncrBy { key: b("n"), delta: 1 }))],
+            watches: Vec::new(),
+        };
+        apply_checked(&store, &view, 0, op(Kind::Transaction(multi)));
+        let (changes, _) = store.events.changes.read(0, 10, usize::MAX).unwrap();
+        assert_eq!(
+            changes,
+            vec![
+                Change::Value(Recorded { key: b("a"), value: b("1"), expire_at: 0 }),
+                Change::Key(b("n")),
+                Change::Unit(vec![b("b"), b("c"), b("n")]),
+            ]
+        );
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const CUT_CHANGES: usize = 16 * 1024;
 /// ... and bytes of keys and values (it is held whole on both sides until applied).
 pub const CUT_BYTES: usize = 64 << 20;
+/// ... and bytes of the log (so the log's lock, which writers wait for, is held briefly).
+pub const CUT_LOG_BYTES: usize = 4 << 20;
 /// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
 /// Under load a feed takes at most one cut per this long: changes made meanwhile go together in
@@ -79,8 +81,9 @@ pub async fn run(
 ) {
     // From here on every change is recorded; the full sync below starts after this.
     if store.events.changes.activate() {
-        // An op decides whether to record its keys before it applies. Ops that decided "no"
-        // just before this may still be applying; every op applies under the store's gate, so
+        // An op decides whether to record its keys before it applies (a SET when it records,
+        // under its shard lock, after). Ops that decided "no" just before this may still be
+        // applying; every op applies under the store's gate, so
         // taking it once waits them out, and the full sync sees what they wrote.
         let s = store.clone();
         let _ = tokio::task::spawn_blocking(move || drop(s.gate.write())).await;
@@ -201,7 +204,7 @@ pub fn take_cut(
     from: u64,
     _shared: parking_lot::RwLockReadGuard<'_, ()>,
 ) -> Result<Cut, Behind> {
-    let (changes, _) = store.events.changes.read(from, CUT_CHANGES)?;
+    let (changes, _) = store.events.changes.read(from, CUT_CHANGES, CUT_LOG_BYTES)?;
     let now = store.now_ms();
     let mut cut = Cut { reached: from, ..Default::default() };
     let mut states = States::with_capacity(changes.len());

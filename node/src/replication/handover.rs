@@ -109,7 +109,8 @@ pub async fn run(
         return give_up();
     }
     let end = membership.store.events.changes.end();
-    let _flush = super::feed::Waiting::start(&repl);
+    // Feeds send what they gathered at once while this waits.
+    let flush = super::feed::Waiting::start(&repl);
     let target = loop {
         let acked = repl.acked.notified();
         if let Some(addr) = repl.caught_up(end, replica, &listed) {
@@ -122,6 +123,7 @@ pub async fn run(
             _ = tokio::time::sleep_until(until) => return give_up(),
         }
     };
+    drop(flush);
     *repl.handover_to.lock() = target.clone();
     tracing::info!(version, shard, replica = %target, offset = end, "handing over: replica caught up; committed");
     let mut versions = membership.watch_version();

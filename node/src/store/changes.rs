@@ -67,7 +67,7 @@ pub struct Recorded {
 pub struct Behind;
 
 /// The held changes, encoded one after another in one ring of bytes: no allocation per change,
-/// and the backlog's bound is the memory it takes. A change is a tag byte and then:
+/// and the backlog's bound is about the memory it takes (the ring grows by doubling up to it). A change is a tag byte and then:
 /// - `TAG_KEY`: key length (u32 LE), key;
 /// - `TAG_VALUE`: key length, value length (u32 LE each), expiry (u64 LE), key, value;
 /// - `TAG_UNIT`: key count (u32 LE), then each key as a `TAG_KEY` body;
@@ -81,6 +81,8 @@ struct Inner {
     start: u64,
     /// Each held change's absolute end position, in order.
     ends: VecDeque<u64>,
+    /// The backlog's bound, as of the last change recorded.
+    cap: usize,
 }
 
 const TAG_KEY: u8 = 0;
@@ -101,6 +103,13 @@ impl Inner {
     }
 
     fn put(&mut self, bytes: &[u8]) {
+        let need = self.data.len() + bytes.len();
+        if need > self.data.capacity() {
+            // Doubling, as a VecDeque grows, but not past the backlog (plus the change being
+            // written, which may overshoot it until trimmed): the ring stays about its bound.
+            let want = (self.data.capacity() * 2).min(self.cap.max(need) + bytes.len()).max(need);
+            self.data.reserve_exact(want - self.data.len());
+        }
         self.data.extend(bytes);
     }
 
@@ -309,6 +318,7 @@ impl ChangeLog {
         let cap = self.backlog_bytes.load(Ordering::Relaxed);
         {
             let mut inner = self.inner.lock();
+            inner.cap = cap;
             encode(&mut inner);
             inner.trim(cap);
         }
@@ -326,17 +336,22 @@ impl ChangeLog {
         (inner.first..=inner.end()).contains(&offset)
     }
 
-    /// Up to `max` changes from `from` on, and the offset after them.
-    pub fn read(&self, from: u64, max: usize) -> Result<(Vec<Change>, u64), Behind> {
+    /// Up to `max` changes from `from` on, taking up to `max_bytes` in the log (at least one
+    /// change, whatever its size), and the offset after them. The bytes bound keeps the copy made
+    /// under the log's lock, which writers wait for, short.
+    pub fn read(&self, from: u64, max: usize, max_bytes: usize) -> Result<(Vec<Change>, u64), Behind> {
         let inner = self.inner.lock();
         if from < inner.first {
             return Err(Behind);
         }
         let skip = (from - inner.first) as usize;
-        let n = inner.ends.len().saturating_sub(skip).min(max);
+        let mut n = inner.ends.len().saturating_sub(skip).min(max);
         if n == 0 {
             return Ok((Vec::new(), from));
         }
+        let begin = if skip == 0 { inner.start } else { inner.ends[skip - 1] };
+        let within = inner.ends.partition_point(|&end| end <= begin.saturating_add(max_bytes as u64));
+        n = n.min(within.saturating_sub(skip).max(1));
         // One copy under the lock; decoded after it, into slices of that copy.
         let copy = inner.copy(skip, n);
         drop(inner);
@@ -405,7 +420,7 @@ mod tests {
             assert_eq!(log.end(), 2, "nothing of the unit is recorded before it ends");
         }
         log.key(b"after");
-        let (changes, _) = log.read(0, 10).unwrap();
+        let (changes, _) = log.read(0, 10, usize::MAX).unwrap();
         let b = |s: &'static str| Bytes::from_static(s.as_bytes());
         assert_eq!(
             changes,
@@ -420,7 +435,11 @@ mod tests {
             let _unit = log.unit();
             log.key(b"alone");
         }
-        assert_eq!(log.read(4, 10).unwrap().0, vec![Change::Key(b("alone"))], "a unit of one key is a key");
+        assert_eq!(
+            log.read(4, 10, usize::MAX).unwrap().0,
+            vec![Change::Key(b("alone"))],
+            "a unit of one key is a key"
+        );
     }
 
     #[test]
@@ -438,7 +457,7 @@ mod tests {
             log.value(b"u", b"y", 0);
         }
         let b = |s: &'static [u8]| Bytes::from_static(s);
-        let (changes, _) = log.read(0, 10).unwrap();
+        let (changes, _) = log.read(0, 10, usize::MAX).unwrap();
         assert_eq!(
             changes,
             vec![
@@ -447,6 +466,16 @@ mod tests {
                 Change::Unit(vec![b(b"t"), b(b"u")]),
             ]
         );
+    }
+
+    /// A change's size in the ring (see [`Inner`]).
+    fn encoded(c: &Change) -> usize {
+        match c {
+            Change::Key(k) => 1 + 4 + k.len(),
+            Change::Value(v) => 1 + 16 + v.key.len() + v.value.len(),
+            Change::Unit(keys) => 1 + 4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>(),
+            Change::Resync => 1,
+        }
     }
 
     #[test]
@@ -495,12 +524,27 @@ mod tests {
             assert!(end - first < 200, "the backlog bound drops old changes");
             let from = rng.u64(first..=end);
             let max = rng.usize(1..20);
-            let (changes, next) = log.read(from, max).expect("held");
             let want = &model[from as usize..(from as usize + max).min(model.len())];
+            let (changes, next) = log.read(from, max, usize::MAX).expect("held");
             assert_eq!(changes, want);
             assert_eq!(next, from + want.len() as u64);
+            // With a bytes bound: the longest prefix that fits, but never nothing.
+            let bound = rng.usize(1..200);
+            let (changes, next) = log.read(from, max, bound).expect("held");
+            let mut fits = 0;
+            let mut used = 0;
+            for c in want {
+                used += encoded(c);
+                if used > bound && fits > 0 {
+                    break;
+                }
+                fits += 1;
+            }
+            let fits = fits.min(want.len());
+            assert_eq!(changes, &want[..fits], "bound {bound}");
+            assert_eq!(next, from + fits as u64);
             if first > 0 {
-                assert_eq!(log.read(first - 1, 1), Err(Behind));
+                assert_eq!(log.read(first - 1, 1, usize::MAX), Err(Behind));
             }
         }
     }
@@ -515,10 +559,10 @@ mod tests {
         log.resync();
         log.key(b"b");
         assert_eq!(log.end(), 3);
-        let (changes, next) = log.read(1, 10).unwrap();
+        let (changes, next) = log.read(1, 10, usize::MAX).unwrap();
         assert_eq!(changes, vec![Change::Resync, Change::Key(Bytes::from_static(b"b"))]);
         assert_eq!(next, 3);
-        let (changes, next) = log.read(0, 1).unwrap();
+        let (changes, next) = log.read(0, 1, usize::MAX).unwrap();
         assert_eq!((changes.len(), next), (1, 1));
     }
 
@@ -532,9 +576,9 @@ mod tests {
             log.key(k);
         }
         assert_eq!(log.end(), 5);
-        assert_eq!(log.read(0, 10), Err(Behind));
+        assert_eq!(log.read(0, 10, usize::MAX), Err(Behind));
         assert!(!log.holds(1) && log.holds(2) && log.holds(5) && !log.holds(6));
-        let (changes, _) = log.read(2, 10).unwrap();
+        let (changes, _) = log.read(2, 10, usize::MAX).unwrap();
         assert_eq!(changes.len(), 3);
     }
 }
