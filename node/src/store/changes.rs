@@ -67,7 +67,8 @@ pub struct Recorded {
 pub struct Behind;
 
 /// The held changes, encoded one after another in one ring of bytes: no allocation per change,
-/// and the backlog's bound is about the memory it takes (the ring grows by doubling up to it). A change is a tag byte and then:
+/// and the backlog's bound is about the memory it takes (the ring grows by doubling up to it).
+/// A change is a tag byte and then:
 /// - `TAG_KEY`: key length (u32 LE), key;
 /// - `TAG_VALUE`: key length, value length (u32 LE each), expiry (u64 LE), key, value;
 /// - `TAG_UNIT`: key count (u32 LE), then each key as a `TAG_KEY` body;
