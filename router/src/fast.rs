@@ -722,6 +722,12 @@ pub async fn serve<S>(
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
             return;
         }
+        // The loop above stopped at the in-flight bound with frames still buffered, and what was in
+        // flight has all finished since: take those frames up now. (Waiting here would wait for
+        // the client to send more, while it waits for the replies to what it sent: a hang.)
+        if !starved && fatal.is_none() && !stopping && barriers == 0 && waiting + lane.len() < max_in_flight {
+            continue;
+        }
         let reading = !eof && !stopping && fatal.is_none() && barriers == 0 && waiting < max_in_flight;
         if reading {
             if input.is_empty() && input.capacity() > KEEP_BUFFER {
