@@ -26,7 +26,8 @@ use shoal_wire::pieces::{self, Fed, OpAssembler};
 use shoal_wire::proto::{self, Batch, BatchReply, Op, Reply};
 use tokio::sync::{oneshot, watch};
 use tokio_stream::Stream;
-use tonic::{Status, Streaming};
+use tonic::Status;
+use tonic::codegen::BoxStream;
 
 use crate::membership::NodeView;
 use crate::service::NodeState;
@@ -40,7 +41,7 @@ pub type ReplyStream = Pin<Box<dyn Stream<Item = Result<BatchReply, Status>> + S
 /// ends it.
 pub fn open(
     state: Arc<NodeState>,
-    inbound: Streaming<Batch>,
+    inbound: BoxStream<Batch>,
     mut stopping: watch::Receiver<bool>,
 ) -> ReplyStream {
     state.metrics.streams.add(1);
@@ -84,7 +85,8 @@ pub fn whole(state: &NodeState, batch: Batch) -> BatchReply {
 /// The reply side of an `Execute` stream: each poll yields the next message of replies, applying
 /// ops of the batch in hand (or of the next received batch) until the message is full.
 struct Replies {
-    inbound: Streaming<Batch>,
+    /// The router's batches: from gRPC, or in-process (`shoal_wire::local::open_execute`).
+    inbound: BoxStream<Batch>,
     state: Arc<NodeState>,
     /// Resolves when the node starts shutting down.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,

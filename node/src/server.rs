@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use shoal_wire::auth::{Check, ClusterSecret, Credentials};
 use shoal_wire::client::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
-use shoal_wire::local::{LinkIo, LocalListener};
+use shoal_wire::local::{ExecuteOpener, LinkIo, LocalExecute, LocalListener};
 use shoal_wire::proto::node_server::NodeServer;
 use shoal_wire::tls::LinkTls;
 use tokio::net::TcpListener;
@@ -115,11 +115,20 @@ pub fn run(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> impl Future<Output = Result<(), NodeError>> + Send {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let check = Check::new(options.cluster_secret.clone(), state.metrics.unauthenticated.clone());
     let pipes = match (&options.link_tls, listener.local_addr()) {
-        (None, Ok(addr)) => Pipes(Some(LocalListener::bind(&addr.to_string()))),
+        (None, Ok(addr)) => {
+            // This process's routers also open the data path's stream without the wire.
+            let (state, stopping) = (state.clone(), stop_rx.clone());
+            let open: ExecuteOpener =
+                Arc::new(move |batches| crate::execute::open(state.clone(), batches, stopping.clone()));
+            let execute = LocalExecute { open, check: check.clone() };
+            Pipes(Some(LocalListener::bind(&addr.to_string(), Some(execute))))
+        }
         _ => Pipes(None),
     };
-    serve(listener, pipes, state, options, shutdown)
+    serve(listener, pipes, state, options, check, (stop_tx, stop_rx), shutdown)
 }
 
 async fn serve(
@@ -127,17 +136,17 @@ async fn serve(
     pipes: Pipes,
     state: Arc<NodeState>,
     options: ServeOptions,
+    check: Check,
+    (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
     let addr = listener.local_addr()?;
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<NodeServer<NodeService>>().await;
-    let (stop_tx, stop_rx) = watch::channel(false);
     let service = NodeServer::new(NodeService::new(state.clone(), stop_rx.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Every RPC is checked (the gRPC health service is not: it tells nothing and probes use it).
-    let check = Check::new(options.cluster_secret.clone(), state.metrics.unauthenticated.clone());
     let service = InterceptedService::new(service, check);
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
     {

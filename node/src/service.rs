@@ -256,7 +256,7 @@ impl Node for NodeService {
     async fn execute(&self, request: Request<Streaming<Batch>>) -> Result<Response<ReplyStream>, Status> {
         Ok(Response::new(crate::execute::open(
             self.state.clone(),
-            request.into_inner(),
+            Box::pin(request.into_inner()),
             self.stopping.clone(),
         )))
     }

@@ -201,3 +201,54 @@ async fn a_client_in_the_nodes_process_reaches_it_through_a_pipe() {
     let options = ClientOptions { connect_timeout: Duration::from_millis(500), ..Default::default() };
     assert!(client::connect(&addr, &options).await.is_err(), "nothing listens there any more");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_in_the_nodes_process_opens_its_data_stream_without_the_wire() {
+    use shoal_wire::auth::{ClusterSecret, Credentials};
+    use shoal_wire::local::open_execute;
+    use tokio_stream::StreamExt;
+    let secret = ClusterSecret::new("the-cluster-secret-of-this-test").unwrap();
+    let node = start(ServeOptions { cluster_secret: Some(secret.clone()), ..Default::default() }).await;
+    let addr = node.addr.to_string();
+    let creds = Credentials::secret(Some(secret));
+    // The node's check holds in-process too: a wrong secret, or none, is refused.
+    let wrong = Credentials::secret(Some(ClusterSecret::new("another-cluster-secret-here").unwrap()));
+    for refused in [wrong, Credentials::default()] {
+        let status = open_execute(&addr, &refused).expect("registered").err().expect("refused");
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    }
+    let open = open_execute(&addr, &creds).expect("registered").expect("the right secret");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = open(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)));
+    tx.send(Batch { id: 1, ops: vec![set("k", "v"), get("k")], ..Default::default() }).await.unwrap();
+    let reply = replies.next().await.unwrap().unwrap();
+    assert_eq!(reply.id, 1);
+    assert!(matches!(&reply.replies[1].kind, Some(reply::Kind::Value(v)) if v == "v"), "{reply:?}");
+    // What it wrote is the node's: a gRPC client reads it.
+    let mut c = shoal_wire::client::connect(
+        &addr,
+        &shoal_wire::client::ClientOptions::default().with_credentials(creds.clone()),
+    )
+    .await
+    .unwrap();
+    let mut over_grpc = c
+        .execute(tokio_stream::iter(vec![Batch { id: 2, ops: vec![get("k")], ..Default::default() }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = over_grpc.message().await.unwrap().unwrap();
+    assert!(matches!(&reply.replies[0].kind, Some(reply::Kind::Value(v)) if v == "v"), "{reply:?}");
+    drop((c, over_grpc));
+    // A node that stops ends the stream (after the batch in hand) and unregisters.
+    let stopping = tokio::spawn(node.shutdown());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .expect("the stream ends")
+            .is_none(),
+        "no reply without a batch"
+    );
+    drop(tx);
+    stopping.await.unwrap().unwrap();
+    assert!(open_execute(&addr, &creds).is_none(), "a stopped node unregisters");
+}

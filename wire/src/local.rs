@@ -15,16 +15,27 @@
 //!   credentials always dials TCP, since certificates are checked in a handshake a pipe has none
 //!   of.
 //! - Separate processes (a router and `shoal-node` pods) always use TCP.
+//! - A node may also register its `Execute` stream ([`LocalExecute`]): a router of this process
+//!   then opens that stream with [`open_execute`] as a pair of in-memory streams of the
+//!   messages themselves (no protobuf encoding, no HTTP/2 framing), the data path's hot loop;
+//!   the node's other calls still take a pipe. The cluster secret is checked when it opens, as
+//!   the node's interceptor checks it on the wire.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use parking_lot::RwLock;
+use tonic::codegen::BoxStream;
+use tonic::service::Interceptor;
+
+use crate::auth::{Attach, Check, Credentials};
+use crate::proto::{Batch, BatchReply};
+
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -33,9 +44,26 @@ use tokio::sync::mpsc;
 /// frames (16 KiB each), so a large batch is not copied in many small steps.
 const PIPE_BYTES: usize = 256 << 10;
 
-/// Where to hand the server end of a new pipe, and which registration that is (so that an old
-/// listener dropped late cannot remove a newer one).
-type Registration = (u64, mpsc::UnboundedSender<DuplexStream>);
+/// Where to hand the server end of a new pipe, which registration that is (so that an old
+/// listener dropped late cannot remove a newer one), and the node's in-process `Execute`.
+type Registration = (u64, mpsc::UnboundedSender<DuplexStream>, Option<LocalExecute>);
+
+/// A node's `Execute` stream, opened in-process: given the router's batches, the node's replies.
+pub type ExecuteOpener = Arc<dyn Fn(BoxStream<Batch>) -> BoxStream<BatchReply> + Send + Sync>;
+
+/// What a node registers for in-process `Execute` streams: how to open one, and the check its
+/// gRPC calls pass (the cluster secret).
+#[derive(Clone)]
+pub struct LocalExecute {
+    pub open: ExecuteOpener,
+    pub check: Check,
+}
+
+impl std::fmt::Debug for LocalExecute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalExecute").finish_non_exhaustive()
+    }
+}
 
 /// Registered nodes by address.
 static LISTENERS: LazyLock<RwLock<HashMap<String, Registration>>> = LazyLock::new(Default::default);
@@ -50,12 +78,12 @@ pub struct LocalListener {
 }
 
 impl LocalListener {
-    /// Registers `addr` (the address the node's clients dial, as the topology names it),
-    /// replacing any earlier registration of it.
-    pub fn bind(addr: &str) -> LocalListener {
+    /// Registers `addr` (the address the node's clients dial, as the topology names it), and
+    /// its in-process `Execute` if given, replacing any earlier registration of it.
+    pub fn bind(addr: &str, execute: Option<LocalExecute>) -> LocalListener {
         let (tx, incoming) = mpsc::unbounded_channel();
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        LISTENERS.write().insert(addr.to_string(), (id, tx));
+        LISTENERS.write().insert(addr.to_string(), (id, tx, execute));
         LocalListener { addr: addr.to_string(), id, incoming }
     }
 
@@ -69,7 +97,7 @@ impl LocalListener {
 impl Drop for LocalListener {
     fn drop(&mut self) {
         let mut listeners = LISTENERS.write();
-        if listeners.get(&self.addr).is_some_and(|(id, _)| *id == self.id) {
+        if listeners.get(&self.addr).is_some_and(|(id, ..)| *id == self.id) {
             listeners.remove(&self.addr);
         }
     }
@@ -83,10 +111,22 @@ pub fn is_local(addr: &str) -> bool {
 /// A pipe to the node of this process at `addr`, if there is one.
 pub fn dial(addr: &str) -> Option<DuplexStream> {
     let listeners = LISTENERS.read();
-    let (_, tx) = listeners.get(addr)?;
+    let (_, tx, _) = listeners.get(addr)?;
     let (client, server) = tokio::io::duplex(PIPE_BYTES);
     tx.send(server).ok()?;
     Some(client)
+}
+
+/// How to open the `Execute` stream of the node of this process at `addr` in-process, if that
+/// node registered one and `credentials` would dial it by pipe (no TLS); `Err` if the node
+/// refuses `credentials`' cluster secret (as its interceptor would on the wire).
+pub fn open_execute(addr: &str, credentials: &Credentials) -> Option<Result<ExecuteOpener, tonic::Status>> {
+    if credentials.tls.is_some() {
+        return None;
+    }
+    let execute = LISTENERS.read().get(addr)?.2.clone()?;
+    let request = Attach::with(credentials.secret.as_ref()).call(tonic::Request::new(()));
+    Some(request.and_then(|r| execute.check.clone().call(r)).map(|_| execute.open))
 }
 
 /// A node-link connection, as a node serves it (and as a client dials a pipe or TCP).
@@ -171,7 +211,7 @@ mod tests {
     async fn a_dial_reaches_the_listener_while_it_lives_and_never_after() {
         let addr = "127.0.0.1:1";
         assert!(dial(addr).is_none(), "nothing registered");
-        let mut listener = LocalListener::bind(addr);
+        let mut listener = LocalListener::bind(addr, None);
         assert!(is_local(addr));
         let mut client = dial(addr).expect("registered");
         let mut server = std::future::poll_fn(|cx| listener.poll_accept(cx)).await.unwrap();
@@ -180,7 +220,7 @@ mod tests {
         server.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"ping");
         // A newer registration of the address wins, and the older one's drop leaves it alone.
-        let newer = LocalListener::bind(addr);
+        let newer = LocalListener::bind(addr, None);
         drop(listener);
         assert!(is_local(addr), "the newer registration stays");
         drop(newer);

@@ -45,8 +45,9 @@ use shoal_wire::proto::{
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
+use tonic::codegen::BoxStream;
 
 use super::BackendError;
 use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort, Progress};
@@ -545,18 +546,26 @@ async fn ping(s: Arc<Shared>, mut client: client::Client, connection: u64) {
     }
 }
 
-type Connected = (client::Client, mpsc::Sender<Batch>, Streaming<BatchReply>);
+type Connected = (client::Client, mpsc::Sender<Batch>, BoxStream<BatchReply>);
 
+/// The node's client (admin calls, pings) and its `Execute` stream: over gRPC, or, to a node of
+/// this process, in-process (`shoal_wire::local::open_execute`: the same stream's messages,
+/// without encoding them or framing them in HTTP/2).
 async fn connect(addr: &str, credentials: Credentials) -> Result<Connected, String> {
     let options = ClientOptions::default().with_credentials(credentials);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (batches, batch_rx) = mpsc::channel(BATCHES_AHEAD);
+    let refused = |status: tonic::Status| format!("stream refused: {}", status.message());
+    if let Some(open) = shoal_wire::local::open_execute(addr, &options.credentials) {
+        let replies = open.map_err(refused)?(Box::pin(ReceiverStream::new(batch_rx).map(Ok)));
+        return Ok((client, batches, replies));
+    }
     let response =
         tokio::time::timeout(options.connect_timeout, client.execute(ReceiverStream::new(batch_rx)))
             .await
             .map_err(|_| "timed out opening the stream".to_string())?
-            .map_err(|status| format!("stream refused: {}", status.message()))?;
-    Ok((client, batches, response.into_inner()))
+            .map_err(refused)?;
+    Ok((client, batches, Box::pin(response.into_inner())))
 }
 
 /// The writer of one connected stream.
@@ -609,7 +618,7 @@ impl<'a> Writer<'a> {
         mut self,
         queue: &mut mpsc::Receiver<Request>,
         batches: mpsc::Sender<Batch>,
-        replies: Streaming<BatchReply>,
+        replies: BoxStream<BatchReply>,
     ) -> String {
         let broken = Arc::new(Notify::new());
         let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
@@ -741,7 +750,7 @@ impl<'a> Writer<'a> {
 /// Routes replies back to their callers, in order, putting pieces together; on any mismatch or
 /// error the stream is declared broken (the writer then fails what is left and reconnects).
 async fn read_replies(
-    mut replies: Streaming<BatchReply>,
+    mut replies: BoxStream<BatchReply>,
     inflight: Arc<Mutex<Inflight>>,
     broken: Arc<Notify>,
     s: Arc<Shared>,
@@ -750,10 +759,10 @@ async fn read_replies(
     // Replies received so far for the batch at the front.
     let mut received = 0;
     let why = loop {
-        let message = match replies.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => break "node closed the stream".to_string(),
-            Err(status) => {
+        let message = match replies.next().await {
+            Some(Ok(m)) => m,
+            None => break "node closed the stream".to_string(),
+            Some(Err(status)) => {
                 tracing::debug!(node = s.ident.id, %status, "node stream error");
                 break format!("node stream failed: {}", status.message());
             }
