@@ -227,6 +227,13 @@ async fn serve(
             Ok(())
         }
     };
+    // Streams opened in-process (`shoal_wire::local::open_execute`) are not the gRPC server's to
+    // drain: each ends after its batch in hand once its router reads on (or drops it). Wait for
+    // them too, within the drain time, so that the snapshot below holds what they applied.
+    let drained_by = tokio::time::Instant::now() + options.drain_timeout;
+    while state.metrics.streams.get() > 0 && tokio::time::Instant::now() < drained_by {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     expiry.abort();
     // A replica stops following (in-process nodes outlive their server: embedded mode, tests).
     state.membership.replication.stop_following();

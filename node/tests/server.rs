@@ -239,8 +239,11 @@ async fn a_router_in_the_nodes_process_opens_its_data_stream_without_the_wire() 
     let reply = over_grpc.message().await.unwrap().unwrap();
     assert!(matches!(&reply.replies[0].kind, Some(reply::Kind::Value(v)) if v == "v"), "{reply:?}");
     drop((c, over_grpc));
-    // A node that stops ends the stream (after the batch in hand) and unregisters.
+    // A node that stops ends the stream (after the batch in hand) and unregisters; its shutdown
+    // (and the final snapshot it takes with a data directory) waits for the stream to end.
     let stopping = tokio::spawn(node.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stopping.is_finished(), "the node stopped with an in-process stream still open");
     assert!(
         tokio::time::timeout(Duration::from_secs(10), replies.next())
             .await
@@ -248,7 +251,7 @@ async fn a_router_in_the_nodes_process_opens_its_data_stream_without_the_wire() 
             .is_none(),
         "no reply without a batch"
     );
-    drop(tx);
+    drop((tx, replies));
     stopping.await.unwrap().unwrap();
     assert!(open_execute(&addr, &creds).is_none(), "a stopped node unregisters");
 }
