@@ -30,15 +30,14 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use parking_lot::RwLock;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tonic::codegen::BoxStream;
 use tonic::service::Interceptor;
 
 use crate::auth::{Attach, Check, Credentials};
 use crate::proto::{Batch, BatchReply};
-
-use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
-use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 /// Bytes each direction of a pipe holds before its writer waits for the reader: several HTTP/2
 /// frames (16 KiB each), so a large batch is not copied in many small steps.
