@@ -159,6 +159,14 @@ impl Running {
             // A replica, and the router knows it: replica reads (READONLY, --read-from).
             view = replica;
         }
+        if batch.ops.len() > 1 {
+            // A pipeline's GETs and SETs: their keys looked up together first (`Store::warm`).
+            state.store.warm(batch.ops.iter().filter_map(|op| match &op.kind {
+                Some(proto::op::Kind::Get(g)) => Some(&g.key[..]),
+                Some(proto::op::Kind::Set(s)) => Some(&s.key[..]),
+                _ => None,
+            }));
+        }
         Running {
             id: batch.id,
             version: batch.topology_version,

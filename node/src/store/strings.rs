@@ -323,6 +323,34 @@ mod tests {
     }
 
     #[test]
+    fn warming_lookups_changes_nothing_a_read_would() {
+        let (s, clock) = store();
+        let now = clock.now_ms();
+        let keys: Vec<String> = (0..200).map(|i| format!("key:{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            // Every third key expires soon: warming must not expire it (as a read would).
+            let expiry = if i % 3 == 0 { SetExpiry::At(now + 1000) } else { SetExpiry::Clear };
+            set(&s, k, "v", SetOptions { expiry, ..Default::default() });
+        }
+        clock.advance(60_000);
+        let before = s.stats();
+        let idle: Vec<_> =
+            keys.iter().skip(1).step_by(3).map(|k| s.key_info(k.as_bytes()).unwrap().idle_secs).collect();
+        let missing: Vec<String> = (0..50).map(|i| format!("nope:{i}")).collect();
+        // Keys of every shard, some twice, some missing, in no particular order.
+        s.warm(keys.iter().rev().chain(&keys).chain(&missing).map(|k| k.as_bytes()));
+        assert_eq!(s.stats(), before, "no hit, miss or expiry counted, no key removed");
+        assert_eq!(s.stats().expired_keys, 0);
+        let after: Vec<_> =
+            keys.iter().skip(1).step_by(3).map(|k| s.key_info(k.as_bytes()).unwrap().idle_secs).collect();
+        assert_eq!(after, idle, "no LRU clock touched");
+        assert!(idle.iter().all(|&i| i >= 60));
+        // Every shard's lock was let go.
+        assert_eq!(s.get(b"key:1").unwrap(), "v");
+        assert_eq!(s.get(b"key:0"), None);
+    }
+
+    #[test]
     fn ttl_is_cleared_kept_or_set() {
         let (s, clock) = store();
         let now = clock.now_ms();
