@@ -512,6 +512,10 @@ pub async fn serve<S>(
         }
         let mut deadline = tokio::time::Instant::now() + state.settings.deadline;
         let mut taken_up = Instant::now();
+        if hello && let Some(near) = &state.near {
+            // The buffer's GETs looked up together first (see `NearCache::warm`).
+            near.warm(fast::get_keys(&input, max_in_flight.saturating_sub(waiting)));
+        }
         // Whether the frames in `input` ran out (as opposed to a limit stopping the loop).
         let mut starved = false;
         while fatal.is_none() && !stopping && barriers == 0 && waiting + lane.len() < max_in_flight {

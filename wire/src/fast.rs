@@ -414,6 +414,30 @@ pub fn request_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, FrameEr
     Ok(Some(HEADER_LEN + h.key_len as usize + h.val_len as usize))
 }
 
+/// The keys of the whole GET frames at the front of `buf`, at most `max` frames looked at: a
+/// hint for warming a cache before the frames are taken up one by one. Nothing is checked here;
+/// [`request_len`] still checks every frame when it is taken up.
+pub fn get_keys(buf: &[u8], max: usize) -> impl Iterator<Item = &[u8]> {
+    let (mut at, mut left) = (0usize, max);
+    std::iter::from_fn(move || {
+        while left > 0 {
+            left -= 1;
+            let head: &[u8; HEADER_LEN] = buf.get(at..at + HEADER_LEN)?.try_into().ok()?;
+            let h = RequestHeader::fields(head);
+            let key_at = at + HEADER_LEN;
+            let end = key_at + h.key_len as usize + h.val_len as usize;
+            if end > buf.len() {
+                return None;
+            }
+            at = end;
+            if h.op == Op::Get as u8 {
+                return Some(&buf[key_at..key_at + h.key_len as usize]);
+            }
+        }
+        None
+    })
+}
+
 /// Cuts the request at the front of `buf` whose length [`request_len`] found to be `total`
 /// (so its header is not checked again), all of it there.
 pub fn take_request(buf: &mut BytesMut, total: usize) -> Request {
@@ -566,6 +590,23 @@ mod tests {
                 out.put_slice(v);
             }
         }
+    }
+
+    #[test]
+    fn get_keys_lists_the_whole_get_frames_keys() {
+        let mut wire = BytesMut::new();
+        put_request(&mut wire, Op::Get, 0, 1, b"a", b"", 0);
+        put_request(&mut wire, Op::Set, 0, 2, b"b", b"value", 0);
+        put_request(&mut wire, Op::Get, 0, 3, b"cc", b"", 0);
+        put_request(&mut wire, Op::Get, 0, 4, b"", b"", 0);
+        let whole = wire.len();
+        put_request(&mut wire, Op::Get, 0, 5, b"partial", b"", 0);
+        wire.truncate(wire.len() - 1);
+        let keys: Vec<&[u8]> = get_keys(&wire, 100).collect();
+        assert_eq!(keys, [&b"a"[..], b"cc", b""], "SETs skipped, the partial frame not read");
+        assert_eq!(get_keys(&wire, 2).collect::<Vec<_>>(), [&b"a"[..]], "at most 2 frames looked at");
+        assert_eq!(get_keys(&wire[..whole - 1], 100).count(), 2);
+        assert_eq!(get_keys(&wire[..10], 100).count(), 0, "not even a header");
     }
 
     #[test]
