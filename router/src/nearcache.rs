@@ -24,9 +24,10 @@
 //!   entries never outlive an owner change, a failover or a slot move.
 //! - Memory is bounded in bytes (keys, values and a fixed overhead per entry), per shard, with
 //!   CLOCK eviction (an entry read since the hand last passed gets a second chance). An entry
-//!   holds its key and value in one allocation of its own: it pins no client read buffer or node
-//!   reply it was cut from (so the bound counts what is held), and a hit's key compare and value
-//!   copy read the same memory (hits on a large cache are cache misses, not instructions).
+//!   holds a copy of its key and value, in itself when they are short (up to 62 bytes together)
+//!   or else in one allocation of its own: it pins no client read buffer or node reply it was
+//!   cut from (so the bound counts what is held), and a hit's key compare and value copy read the
+//!   same memory (hits on a large cache are cache misses, not instructions).
 //!
 //! Off (no `--near-cache`), the request path pays one `Option` check in GET, MGET and the
 //! backend's write hook.
@@ -44,7 +45,8 @@ use parking_lot::{Mutex, RwLock};
 use shoal_telemetry::metrics::Counter;
 
 /// Bytes an entry costs besides its key and value: its table slot (the entry and a control
-/// byte), its ring slot, and the allocator's header on its key-and-value allocation.
+/// byte), its ring slot, and the allocator's header on its key-and-value allocation (counted for
+/// short ones held in the entry too: the bound errs on the safe side).
 pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 1 + std::mem::size_of::<(u64, u64)>() + 16;
 /// Invalidations remembered per shard for the race check (older tickets are refused).
 const RECENT: usize = 1024;
@@ -100,10 +102,47 @@ pub struct Ticket {
     sent: Instant,
 }
 
+/// Key and value bytes up to this many live in the entry itself ([`Data::Inline`]): with the
+/// rest of the entry that fills its two cache lines.
+const INLINE: usize = 62;
+
+/// An entry's `key ++ value`, copied (see the module docs).
 #[derive(Debug)]
+enum Data {
+    /// Short ones in the entry itself: a hit then reads no memory but its table slot.
+    Inline { len: u8, bytes: [u8; INLINE] },
+    /// Longer ones in an allocation of their own.
+    Heap(Bytes),
+}
+
+impl Data {
+    fn new(key: &[u8], value: &[u8]) -> Data {
+        let len = key.len() + value.len();
+        if len <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[..key.len()].copy_from_slice(key);
+            bytes[key.len()..len].copy_from_slice(value);
+            return Data::Inline { len: len as u8, bytes };
+        }
+        let mut data = Vec::with_capacity(len);
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+        Data::Heap(Bytes::from(data))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Data::Heap(b) => b,
+        }
+    }
+}
+
+/// Aligned to a cache line so that an entry (128 bytes) spans exactly two.
+#[derive(Debug)]
+#[repr(align(64))]
 struct Entry {
-    /// `key ++ value`, copied into an allocation of its own (see the module docs).
-    data: Bytes,
+    data: Data,
     key_len: usize,
     expires: Option<Instant>,
     version: u64,
@@ -121,19 +160,21 @@ fn cost(key: &[u8], value: &[u8]) -> usize {
 
 impl Entry {
     fn key(&self) -> &[u8] {
-        &self.data[..self.key_len]
+        &self.data.bytes()[..self.key_len]
     }
 
     /// A hit's value. Small ones are copied out: the copy reads memory the key compare just
     /// read, where sharing would touch the buffer's reference count, held apart from it (one more
     /// cache miss per hit on a large cache: measured, a copy of 32 bytes is cheaper).
     fn value(&self) -> Bytes {
-        let v = &self.data[self.key_len..];
-        if v.len() <= COPY_OUT { Bytes::copy_from_slice(v) } else { self.data.slice(self.key_len..) }
+        match &self.data {
+            Data::Heap(b) if b.len() - self.key_len > COPY_OUT => b.slice(self.key_len..),
+            data => Bytes::copy_from_slice(&data.bytes()[self.key_len..]),
+        }
     }
 
     fn cost(&self) -> usize {
-        self.data.len() + ENTRY_OVERHEAD
+        self.data.bytes().len() + ENTRY_OVERHEAD
     }
 }
 
@@ -470,11 +511,8 @@ impl NearCache {
         }
         s.next_id += 1;
         let id = s.next_id;
-        let mut data = Vec::with_capacity(key.len() + value.len());
-        data.extend_from_slice(key);
-        data.extend_from_slice(value);
         let entry = Entry {
-            data: Bytes::from(data),
+            data: Data::new(key, value),
             key_len: key.len(),
             // From when the fetch was sent: never later than the node's expiry.
             expires: (ttl_ms != 0).then(|| ticket.sent + Duration::from_millis(ttl_ms)),
@@ -638,28 +676,31 @@ mod tests {
 
     #[test]
     fn an_entry_holds_a_copy_not_the_buffers_its_key_and_value_were_cut_from() {
-        let (c, lease) = cache(1 << 20);
-        // A client's read buffer and a node's reply: the key and the value are slices of them.
-        let read = Bytes::from(vec![b'k'; 64 << 10]);
-        let reply = Bytes::from(vec![b'v'; 64 << 10]);
-        let (key, value) = (read.slice(100..116), reply.slice(200..232));
-        let t = c.ticket(&lease, 1).unwrap();
-        assert!(c.insert(&key, &value, 0, &t, 1));
-        let hit = c.get(&key, 1).unwrap();
-        assert_eq!(hit, value);
-        let within = |b: &Bytes, p: *const u8| b.as_ptr_range().contains(&p);
-        assert!(!within(&reply, hit.as_ptr()), "the value still points into the node's reply");
-        // Only the slices' own bytes are counted, so only they may be held.
-        assert_eq!(c.metrics.bytes.load(Ordering::Relaxed), 16 + 32 + ENTRY_OVERHEAD);
-        // Nothing else is referenced: both buffers are unique again once the slices go.
-        drop((key, value));
-        assert!(read.is_unique() && reply.is_unique(), "the entry pins a buffer it was cut from");
+        // Held in the entry itself, in an allocation copied out on a hit, and in one shared.
+        for value_len in [32, 100, COPY_OUT + 1] {
+            let (c, lease) = cache(1 << 20);
+            // A client's read buffer and a node's reply: the key and the value are slices of them.
+            let read = Bytes::from(vec![b'k'; 64 << 10]);
+            let reply = Bytes::from((0..64 << 10).map(|i| i as u8).collect::<Vec<u8>>());
+            let (key, value) = (read.slice(100..116), reply.slice(200..200 + value_len));
+            let t = c.ticket(&lease, 1).unwrap();
+            assert!(c.insert(&key, &value, 0, &t, 1));
+            let hit = c.get(&key, 1).unwrap();
+            assert_eq!(hit, value);
+            let within = |b: &Bytes, p: *const u8| b.as_ptr_range().contains(&p);
+            assert!(!within(&reply, hit.as_ptr()), "the value still points into the node's reply");
+            // Only the slices' own bytes are counted, so only they may be held.
+            assert_eq!(c.metrics.bytes.load(Ordering::Relaxed), 16 + value_len + ENTRY_OVERHEAD);
+            // Nothing else is referenced: both buffers are unique again once the slices go.
+            drop((key, value, hit));
+            assert!(read.is_unique() && reply.is_unique(), "the entry pins a buffer it was cut from");
+        }
     }
 
     #[test]
     fn the_per_entry_overhead_is_what_the_docs_say() {
         // docs/near-cache.md states it; a change of `Entry` must change the docs too.
-        assert_eq!(ENTRY_OVERHEAD, 129);
+        assert_eq!(ENTRY_OVERHEAD, 161);
     }
 
     #[test]
