@@ -10,6 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Keys and values travel as `bytes::Bytes`: slices of the received buffer, no copies.
         .bytes(".")
+        // The two largest ops (a script; a generic command's arguments, keys and scratch
+        // lists): boxed, every `Op`, moved several times on its way through a router and a node,
+        // is 104 bytes instead of 144 (a SET's size).
+        .boxed(".shoal.v1.Op.kind.script")
+        .boxed(".shoal.v1.Op.kind.command")
         // prost's codec, reserving room for a batch's ops before decoding them (src/codec.rs).
         .codec_path("crate::codec::ShoalCodec")
         .compile_fds(descriptors)?;

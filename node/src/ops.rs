@@ -186,8 +186,8 @@ fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
         }
         _ => return op.clone(),
     };
-    let command = proto::Command { args, keys: vec![key.clone()], ..c.clone() };
-    Op { kind: Some(Kind::Command(command)), ..op.clone() }
+    let command = proto::Command { args, keys: vec![key.clone()], ..(**c).clone() };
+    Op { kind: Some(Kind::Command(Box::new(command))), ..op.clone() }
 }
 
 /// What a `Block` call does first, under the gate and the registry lock: the command's attempt;
@@ -321,7 +321,7 @@ pub(crate) fn transaction_with(
         .into_iter()
         .map(|op| {
             if let Some(Kind::Script(s)) = op.kind {
-                return script(s);
+                return script(*s);
             }
             let write = class_of(&op) != OpClass::Read;
             apply_seen(store, view, op, write)
@@ -875,11 +875,11 @@ mod tests {
         let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
         let view = NodeView::unmanaged();
         let command = |args: &[&str], key: &str| {
-            op(Kind::Command(proto::Command {
+            op(Kind::Command(Box::new(proto::Command {
                 args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
                 keys: vec![Bytes::from(key.to_string())],
                 ..Default::default()
-            }))
+            })))
         };
         store.slot_traffic.set_enabled(true);
         let slot = shoal_wire::key_slot(b"list");
@@ -964,11 +964,11 @@ mod tests {
         run(vec![set("h", "x", None), tracked_get("h", 7), del("h")]);
         assert_eq!(invalidations(&mut rx), ["h"]);
         run(vec![tracked_get("h", 7)]);
-        run(vec![op(Kind::Command(proto::Command {
+        run(vec![op(Kind::Command(Box::new(proto::Command {
             args: vec![Bytes::from("HSET"), Bytes::from("h"), Bytes::from("f"), Bytes::from("v")],
             keys: vec![Bytes::from("h")],
             ..Default::default()
-        }))]);
+        })))]);
         assert_eq!(invalidations(&mut rx), ["h"], "a key read while missing is tracked too");
         // A typed value is answered plainly (not cached).
         assert!(matches!(run(vec![tracked_get("h", 7)])[0].kind, Some(reply::Kind::Error(_))));

@@ -77,16 +77,16 @@ async fn wait_replicas(client: &mut NodeClient<Channel>, n: u32, timeout_ms: u64
 }
 
 fn command(args: &[&str]) -> Kind {
-    Kind::Command(Command {
+    Kind::Command(Box::new(Command {
         args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
         ..Default::default()
-    })
+    }))
 }
 
 /// A typed command the router flags read-only (as it does HGET's).
 fn read_command(args: &[&str]) -> Kind {
     let Kind::Command(c) = command(args) else { unreachable!() };
-    Kind::Command(Command { readonly: true, ..c })
+    Kind::Command(Box::new(Command { readonly: true, ..*c }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,7 +210,7 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
                 keys,
                 ..Default::default()
             };
-            to_frame(apply(ctx, op(Kind::Command(command)), write), Answer::Plain)
+            to_frame(apply(ctx, op(Kind::Command(Box::new(command))), write), Answer::Plain)
         }
     })
 }

@@ -279,7 +279,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
             let e = engine.as_mut().expect("started above");
             let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
             match op.kind {
-                Some(Kind::Script(s)) => run(&at, e, s),
+                Some(Kind::Script(s)) => run(&at, e, *s),
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();

@@ -129,7 +129,7 @@ impl Backend {
         deadline: Instant,
     ) -> MultiCall {
         // Room for an even share and some, so that the groups rarely grow (each growth moves
-        // every item so far, and an item is ~180 bytes).
+        // every item so far, and an item is ~140 bytes).
         let share = items.size_hint().0 / routing.len().max(1);
         let room = share + share / 4 + 4;
         // (Reserved on a node's first item: a node that gets none allocates nothing.)

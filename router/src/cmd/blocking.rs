@@ -81,7 +81,7 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
         Err(e) => return e.into(),
     };
     let command = proto::Command { args: args.to_vec(), keys: keys.clone(), ..Default::default() };
-    let op = op(Kind::Command(command));
+    let op = op(Kind::Command(Box::new(command)));
     if keys.is_empty() {
         // An invalid numkeys: the node answers its error at once (routed like any one-key op).
         return Pending::Call(ctx.call(&args[1].clone(), op), from_node);

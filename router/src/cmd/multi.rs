@@ -421,7 +421,7 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
     let Some(mut keys) = keys_of(args) else {
         // A bad `numkeys`: any node answers the error (no key is read).
         let scratch = proto::Command { scratch: true, ..command(args, true) };
-        let call = ctx.call_at(0, op(Kind::Command(scratch)));
+        let call = ctx.call_at(0, op(Kind::Command(Box::new(scratch))));
         return Pending::later(async move {
             match call.wait().await {
                 Ok(r) => scratch_reply(r).map_or_else(|e| e, |(reply, _)| reply),
@@ -430,7 +430,7 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
         });
     };
     let same_node = proto::Command { keys: keys.clone(), ..command(args, false) };
-    let atomic = ctx.call_atomic(keys.clone(), op(Kind::Command(same_node)));
+    let atomic = ctx.call_atomic(keys.clone(), op(Kind::Command(Box::new(same_node))));
     let args: Vec<Bytes> = args.to_vec();
     Pending::Barrier(Box::pin(async move {
         match atomic.wait().await {
@@ -469,7 +469,8 @@ impl Remote {
     async fn on_key(&self, key: &Bytes, args: Vec<Bytes>, readonly: bool) -> Step<Reply> {
         let key_index = args.iter().skip(1).position(|a| a == key).map_or(1, |i| i as u32 + 1);
         let c = proto::Command { args, readonly, key_index, ..Default::default() };
-        let call = self.state.backend.key(&self.routing, key.clone(), op(Kind::Command(c)), self.deadline);
+        let call =
+            self.state.backend.key(&self.routing, key.clone(), op(Kind::Command(Box::new(c))), self.deadline);
         match call.wait().await {
             Ok(r) => Ok(from_node(r)),
             Err(e) => Err(e.into()),
@@ -505,7 +506,7 @@ impl Remote {
             })
             .collect();
         let c = proto::Command { scratch: true, inputs, outputs: outputs.to_vec(), ..command(args, true) };
-        let call = self.state.backend.at(&self.routing, 0, op(Kind::Command(c)), self.deadline);
+        let call = self.state.backend.at(&self.routing, 0, op(Kind::Command(Box::new(c))), self.deadline);
         match call.wait().await {
             Ok(r) => scratch_reply(r),
             Err(e) => Err(e.into()),

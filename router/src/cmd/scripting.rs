@@ -163,7 +163,7 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
         (false, Some(p)) => p,
         (false, None) => return Reply::error(super::CROSSSLOT).into(),
     };
-    let op = op(Kind::Script(script));
+    let op = op(Kind::Script(Box::new(script)));
     // Sent now, with the commands dispatched before it (they share the node's stream, in order).
     let first = routing.nodes[pos].call(op.clone(), routing.version(), ctx.deadline);
     let (state, deadline) = (ctx.state.clone(), ctx.deadline);

@@ -21,7 +21,7 @@ pub fn write_key(args: &Args, ctx: &mut Ctx) -> Pending {
 pub fn read_second(args: &Args, ctx: &mut Ctx) -> Pending {
     let key = args[2].clone();
     let command = proto::Command { args: args.to_vec(), readonly: true, key_index: 2, ..Default::default() };
-    Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
+    Pending::Call(ctx.call(&key, op(Kind::Command(Box::new(command)))), from_node)
 }
 
 fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
@@ -29,7 +29,7 @@ fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
     // The node encodes the reply for this connection's protocol: the router passes it on.
     let resp = ctx.session.protocol().version() as u32;
     let command = proto::Command { args: args.to_vec(), readonly, key_index: 1, resp, ..Default::default() };
-    Pending::Call(ctx.call(&key, op(Kind::Command(command))), from_node)
+    Pending::Call(ctx.call(&key, op(Kind::Command(Box::new(command)))), from_node)
 }
 
 /// A node's reply to a `Command` op.
