@@ -10,11 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Keys and values travel as `bytes::Bytes`: slices of the received buffer, no copies.
         .bytes(".")
-        // The two largest ops (a script; a generic command's arguments, keys and scratch
-        // lists): boxed, every `Op`, moved several times on its way through a router and a node,
-        // is 104 bytes instead of 144 (a SET's size).
+        // The largest ops and replies, boxed: every `Op` and `Reply` is moved several times on
+        // its way through a router and a node, and the rare large variants set their size. Ops
+        // are 96 bytes instead of 144 (a script; a generic command's argument, key and scratch
+        // lists), replies 48 instead of 88 (a slot transfer's entry; a script's ACL refusals).
         .boxed(".shoal.v1.Op.kind.script")
         .boxed(".shoal.v1.Op.kind.command")
+        .boxed(".shoal.v1.Reply.kind.entry")
+        .boxed(".shoal.v1.Reply.kind.script_denied")
         // prost's codec, reserving room for a batch's ops before decoding them (src/codec.rs).
         .codec_path("crate::codec::ShoalCodec")
         .compile_fds(descriptors)?;

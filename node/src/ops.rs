@@ -622,14 +622,14 @@ fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         }
         Kind::Fetch(o) => match store.fetch(&o.key) {
             Some((value, expire_at_ms, value_type)) => Reply {
-                kind: Some(reply::Kind::Entry(proto::ExportEntry {
+                kind: Some(reply::Kind::Entry(Box::new(proto::ExportEntry {
                     slot: shoal_wire::key_slot(&o.key).into(),
                     key: o.key,
                     value,
                     expire_at_ms,
                     partial: false,
                     value_type: value_type as u32,
-                })),
+                }))),
             },
             None => nil(),
         },

@@ -373,7 +373,7 @@ mod tests {
             partial: false,
             value_type: 0,
         };
-        push_reply(Reply { kind: Some(reply::Kind::Entry(entry.clone())) }, &mut out);
+        push_reply(Reply { kind: Some(reply::Kind::Entry(Box::new(entry.clone()))) }, &mut out);
         push_reply(Reply { kind: Some(reply::Kind::Int(4)) }, &mut out);
         let mut asm = ReplyAssembler::default();
         let got: Vec<Reply> = out.into_iter().filter_map(|r| asm.feed(r).unwrap()).collect();
@@ -382,7 +382,7 @@ mod tests {
             vec![
                 Reply { kind: Some(reply::Kind::Value(value)) },
                 keys,
-                Reply { kind: Some(reply::Kind::Entry(entry)) },
+                Reply { kind: Some(reply::Kind::Entry(Box::new(entry))) },
                 Reply { kind: Some(reply::Kind::Int(4)) },
             ]
         );

@@ -408,7 +408,7 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         frame(outcome.reply)
     } else {
         let denied = proto::ScriptDenied { frame: Some(outcome.reply), denials: outcome.denials };
-        Reply { kind: Some(reply::Kind::ScriptDenied(denied)) }
+        Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))) }
     };
     (reply, outcome.written)
 }

@@ -109,7 +109,7 @@ async fn copy_key(
         refused => return Ok(Some(refused)),
     };
     let import =
-        Op { kind: Some(Kind::Import(proto::Import { entries: vec![entry] })), ..Default::default() };
+        Op { kind: Some(Kind::Import(proto::Import { entries: vec![*entry] })), ..Default::default() };
     match outcome(backend, owner, routing, owner.call(import, v, deadline).wait().await)? {
         Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)) }) => backend.metrics.keys_copied.inc(),
         Outcome::Done(_) => {}

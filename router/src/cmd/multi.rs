@@ -501,7 +501,7 @@ impl Remote {
         let inputs = fetched
             .into_iter()
             .filter_map(|r| match r.kind {
-                Some(reply::Kind::Entry(e)) => Some(e),
+                Some(reply::Kind::Entry(e)) => Some(*e),
                 _ => None,
             })
             .collect();
