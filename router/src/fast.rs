@@ -332,8 +332,9 @@ struct Meta {
     started: Instant,
     slot: Option<usize>,
     /// A one-key op's key and request bytes, for the hot-key sketch once the reply's size is
-    /// known (`None`: hot keys off, or counted at dispatch: ops with several keys).
-    hot: Option<(Bytes, usize)>,
+    /// known (`None`: hot keys off, or counted at dispatch: ops with several keys). Boxed: a
+    /// `Meta` is moved with its request several times, and hot keys are off by default.
+    hot: Option<Box<(Bytes, usize)>>,
 }
 
 /// Work in flight: one request run as usual, or a lane of one-key commands sent together.
@@ -391,7 +392,8 @@ fn finish(state: &RouterState, out: &mut Out, meta: Meta, reply: Reply, now: Ins
     state.metrics.command_seconds.observe(took.as_secs_f64());
     let before = out.len();
     let failed = put_reply(out, meta.id, meta.shape, reply);
-    if let Some((key, request)) = meta.hot {
+    if let Some(hot) = meta.hot {
+        let (key, request) = *hot;
         state.hotkeys.record(&key, (request + out.len() - before) as u64);
     }
     if failed {
@@ -598,7 +600,7 @@ pub async fn serve<S>(
             let hot = if state.hotkeys.enabled() && session.authenticated {
                 match req.op {
                     Ok(Op::Get | Op::Set | Op::Del | Op::IncrBy | Op::Expire) => {
-                        Some((req.key.clone(), req.key.len() + req.value.len()))
+                        Some(Box::new((req.key.clone(), req.key.len() + req.value.len())))
                     }
                     _ => {
                         state.hotkeys.record_command(spec, &args, 0);

@@ -48,8 +48,9 @@ pub fn builder(spec: &CommandSpec) -> Option<Builder> {
 struct Waiting<T> {
     tag: T,
     answer: fn(proto::Reply) -> Reply,
-    /// A near-cache miss: the key and the ticket to insert the value with.
-    near: Option<(Bytes, Option<Ticket>)>,
+    /// A near-cache miss: the key and the ticket to insert the value with (boxed: every
+    /// request's `Waiting` is moved a few times, and only misses carry one).
+    near: Option<Box<(Bytes, Option<Ticket>)>>,
 }
 
 /// Commands joined and not yet sent.
@@ -112,7 +113,11 @@ impl<T> Lane<T> {
             }
             if let Some((op, ticket)) = near_fetch(near, ctx, key, false) {
                 self.items.push((key.clone(), op));
-                self.waiting.push(Waiting { tag, answer: plain, near: Some((key.clone(), ticket)) });
+                self.waiting.push(Waiting {
+                    tag,
+                    answer: plain,
+                    near: Some(Box::new((key.clone(), ticket))),
+                });
                 return Ok(None);
             }
         }
@@ -185,7 +190,7 @@ impl<T> LaneCall<T> {
         let LaneCall { sent, backend, near } = self;
         let settle = |w: Waiting<T>, r: Result<proto::Reply, BackendError>| {
             let reply = match r {
-                Ok(r) => match (&w.near, &near) {
+                Ok(r) => match (w.near.as_deref(), &near) {
                     (Some((key, ticket)), Some(near)) => {
                         (w.answer)(near_settle(near, &backend, key, ticket.as_ref(), r))
                     }
