@@ -253,12 +253,6 @@ impl Shard {
         self.slab[pos as usize].as_mut().expect("index points at a live entry")
     }
 
-    /// Reads what looking `key` up will read (its index slot, its entry and the entry's bytes)
-    /// and nothing else: see [`Store::warm`](super::Store::warm).
-    pub fn touch(&self, hash: u64, key: &[u8]) -> u8 {
-        self.find(hash, key).map_or(0, |pos| self.entry(pos).key().first().copied().unwrap_or(0))
-    }
-
     /// Position of `key` in memory (a value or a tombstone, expired or not).
     pub fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
         let slab = &self.slab;
