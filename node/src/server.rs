@@ -175,12 +175,18 @@ async fn serve(
     }
     let membership = state.membership.clone();
     let linger = options.handover_linger;
+    // When draining must end: the drain time from the shutdown signal, for the gRPC server's
+    // connections and the in-process streams together.
+    let drained_by = Arc::new(std::sync::OnceLock::new());
+    let drain_start = drained_by.clone();
+    let drain_timeout = options.drain_timeout;
     let signal = async move {
         shutdown.await;
         // A primary with replicas hands its shard over first (lossless, no client error).
         crate::replication::handover::before_exit(&membership, linger).await;
         tracing::info!(%addr, "node shutting down: finishing in-flight batches");
         health.set_not_serving::<NodeServer<NodeService>>().await;
+        let _ = drain_start.set(tokio::time::Instant::now() + drain_timeout);
         let _ = stop_tx.send(true);
     };
     tracing::info!(%addr, shards = state.store.shard_count(), "node serving gRPC");
@@ -216,9 +222,10 @@ async fn serve(
     };
     // The drain deadline starts with the shutdown signal, not with the server.
     let mut stopping = stop_rx;
+    let deadline = drained_by.clone();
     let drain_deadline = async move {
         let _ = stopping.wait_for(|s| *s).await;
-        tokio::time::sleep(options.drain_timeout).await;
+        tokio::time::sleep_until(*deadline.get_or_init(|| tokio::time::Instant::now() + drain_timeout)).await;
     };
     let result = tokio::select! {
         r = served => r.map_err(NodeError::from),
@@ -229,8 +236,9 @@ async fn serve(
     };
     // Streams opened in-process (`shoal_wire::local::open_execute`) are not the gRPC server's to
     // drain: each ends after its batch in hand once its router reads on (or drops it). Wait for
-    // them too, within the drain time, so that the snapshot below holds what they applied.
-    let drained_by = tokio::time::Instant::now() + options.drain_timeout;
+    // them too, within what is left of the drain time, so that the snapshot below holds what
+    // they applied. (Without a shutdown signal, the server failed: the full drain time.)
+    let drained_by = *drained_by.get_or_init(|| tokio::time::Instant::now() + options.drain_timeout);
     while state.metrics.streams.get() > 0 && tokio::time::Instant::now() < drained_by {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
