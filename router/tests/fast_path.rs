@@ -660,3 +660,42 @@ async fn fast_path_requests_feed_the_hot_keys() {
     assert!(by_bytes[0].1 >= 11 * 4096, "{by_bytes:?}");
     router.shutdown().await;
 }
+
+/// Every fast-path request is counted in INFO commandstats and in the latency histogram, near
+/// cache hits too (those of a read buffer are timed together, by one clock read before the
+/// replies are written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_path_requests_and_near_cache_hits_count_in_the_command_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &["--near-cache", "64mb"]).await;
+    let near = router.state.near.clone().expect("--near-cache is on");
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    assert_eq!(f.call(Op::Set, 0, b"k", b"v", 0).await.status, Status::Ok);
+    // Pipelines of 100 GETs until 100 were hits (a fill waits for the node's lease).
+    let mut gets = 0u64;
+    let started = std::time::Instant::now();
+    while near.metrics.hits.get() < 100 {
+        assert!(started.elapsed() < WAIT * 2, "no near-cache hits");
+        let mut out = BytesMut::new();
+        for _ in 0..100 {
+            f.put(&mut out, Op::Get, 0, b"k", b"", 0);
+        }
+        f.s.write_all(&out).await.unwrap();
+        for _ in 0..100 {
+            assert_eq!(&f.recv().await.expect("a reply").body[..], b"v");
+        }
+        gets += 100;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut resp = Raw::from_stream(UnixStream::connect(&path).await.unwrap());
+    let info = String::from_utf8(resp.cmd(&["INFO", "commandstats"]).await).unwrap();
+    let get = info.lines().find(|l| l.starts_with("cmdstat_get:")).unwrap_or_else(|| panic!("{info}"));
+    assert!(get.starts_with(&format!("cmdstat_get:calls={gets},")), "{gets} GETs: {get}");
+    assert!(get.contains("failed_calls=0"), "{get}");
+    let page = support::http_get(router.http_addr(), "/metrics").await;
+    // GETs, the SET, and this INFO (HELLO is AUTH's, counted too).
+    let timed = support::metric_sum(&page, "shoal_router_command_duration_seconds_count");
+    assert!(timed >= (gets + 2) as f64, "{timed} timed of {gets} GETs");
+    router.shutdown().await;
+}

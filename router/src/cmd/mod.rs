@@ -179,7 +179,17 @@ pub fn dispatch(args: &Args, ctx: &mut Ctx) -> Pending {
 /// Redis's `processCommand` gates, in its order and with its texts: the command's spec, or the
 /// reply that refuses it. A RESP connection checks CLIENT PAUSE between this and [`run`].
 pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
-    let admitted = gate(args, ctx);
+    admit_as(None, args, ctx)
+}
+
+/// [`admit`] for a caller that already knows which command `args[0]` names (`known`, a command
+/// without subcommands): the fast path's typed ops, which then skip the lookup by name.
+pub fn admit_as(
+    known: Option<&'static CommandSpec>,
+    args: &Args,
+    ctx: &mut Ctx,
+) -> Result<&'static CommandSpec, Reply> {
+    let admitted = gate(known, args, ctx);
     match admitted {
         // A refused EXEC discards the transaction, with Redis's `execCommandAbort` text.
         Err(Reply::Error(text)) if args[0].eq_ignore_ascii_case(b"exec") => {
@@ -200,9 +210,13 @@ pub fn admit(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> 
     }
 }
 
-fn gate(args: &Args, ctx: &mut Ctx) -> Result<&'static CommandSpec, Reply> {
+fn gate(
+    known: Option<&'static CommandSpec>,
+    args: &Args,
+    ctx: &mut Ctx,
+) -> Result<&'static CommandSpec, Reply> {
     ctx.session.last_command_slot = None;
-    let Some(spec) = lookup(&args[0]) else {
+    let Some(spec) = known.or_else(|| lookup(&args[0])) else {
         return Err(unknown_command(args));
     };
     let spec = match (spec.subcommands.is_empty(), args.get(1)) {
