@@ -219,6 +219,11 @@ impl Running {
     /// The next message: queued replies and replies of further ops, until about
     /// [`REPLY_MESSAGE_BYTES`] are in it or the batch is done.
     fn next_message(&mut self, state: &NodeState, assembler: &mut OpAssembler) -> BatchReply {
+        // One clock read for the message's ops (`clock::hold`): they were received together.
+        shoal_wire::clock::hold(|| self.fill_message(state, assembler))
+    }
+
+    fn fill_message(&mut self, state: &NodeState, assembler: &mut OpAssembler) -> BatchReply {
         let mut replies = Vec::new();
         let mut bytes = 0;
         while bytes < REPLY_MESSAGE_BYTES {
