@@ -540,4 +540,26 @@ mod tests {
         let keys: Vec<Bytes> = next.entries.iter().map(|e| e.key.clone()).collect();
         assert_eq!(keys, [Bytes::from(format!("other{}", CUT_CHANGES - 1)), Bytes::from_static(b"k")]);
     }
+
+    #[test]
+    fn a_state_read_from_the_store_is_final_for_the_cut() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
+        store.events.changes.activate();
+        // In the first cut: a write that records only its key (read from the store), then a
+        // SET whose value is recorded.
+        store.append(b"k", b"a").unwrap();
+        store.events.changes.key(b"k");
+        store.set(b"k", b"b", SetOptions::default()).unwrap();
+        for i in 0..CUT_CHANGES - 2 {
+            store.set(format!("other{i}").as_bytes(), b"v", SetOptions::default()).unwrap();
+        }
+        // After it: another SET of k.
+        store.set(b"k", b"c", SetOptions::default()).unwrap();
+        let first = cut(&store, 0);
+        assert_eq!(first.reached, CUT_CHANGES as u64);
+        // The store's state, read at the APPEND's change, already holds the later SET: the
+        // recorded "b" is older and is skipped.
+        assert_eq!(state(&first, "k"), Some(("c".into(), 0)));
+        assert_eq!(state(&cut(&store, first.reached), "k"), Some(("c".into(), 0)));
+    }
 }
