@@ -782,25 +782,32 @@ pub async fn serve<S>(
         {
             return;
         }
-        if in_flight.is_empty() && (fatal.is_some() || stopping || (eof && starved)) {
-            if let Some((id, refusal)) = fatal.take() {
-                tracing::debug!(peer = %session.peer, error = %refusal, "fast path: closing");
-                state.metrics.fast_errors.inc();
-                put_error(&mut out, id, &refusal.to_string());
-                // Bounded on its own (the auth deadline may be what passed): the client may not read.
-                let last = flush(&mut out, &mut stream, None, &state, &session, &mut killed);
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), last).await;
+        let round = Round {
+            in_flight: !in_flight.is_empty(),
+            waiting,
+            joined: lane.len(),
+            barriers,
+            starved,
+            eof,
+            stopping,
+            fatal: fatal.is_some(),
+        };
+        let reading = match next(round, max_in_flight) {
+            Next::TakeUp => continue,
+            Next::Wait { reading } => reading,
+            Next::Close => {
+                if let Some((id, refusal)) = fatal.take() {
+                    tracing::debug!(peer = %session.peer, error = %refusal, "fast path: closing");
+                    state.metrics.fast_errors.inc();
+                    put_error(&mut out, id, &refusal.to_string());
+                    // Bounded on its own (the auth deadline may be what passed): the client may not read.
+                    let last = flush(&mut out, &mut stream, None, &state, &session, &mut killed);
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), last).await;
+                }
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
+                return;
             }
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
-            return;
-        }
-        // The loop above stopped at the in-flight bound with frames still buffered, and what was in
-        // flight has all finished since: take those frames up now. (Waiting here would wait for
-        // the client to send more, while it waits for the replies to what it sent: a hang.)
-        if !starved && fatal.is_none() && !stopping && barriers == 0 && waiting + lane.len() < max_in_flight {
-            continue;
-        }
-        let reading = !eof && !stopping && fatal.is_none() && barriers == 0 && waiting < max_in_flight;
+        };
         if reading {
             if input.is_empty() && input.capacity() > KEEP_BUFFER {
                 input = BytesMut::new();
@@ -845,6 +852,53 @@ pub async fn serve<S>(
             }
         }
     }
+}
+
+/// Where a connection stands once it took up what it could of its read buffer and wrote the
+/// replies that were ready.
+#[derive(Debug, Clone, Copy, Default)]
+struct Round {
+    /// Some job is in flight.
+    in_flight: bool,
+    /// Requests in flight.
+    waiting: usize,
+    /// Requests joined to the lane and not sent.
+    joined: usize,
+    /// Requests in flight that later ones must not overtake.
+    barriers: usize,
+    /// The buffered frames ran out (rather than a limit stopping the loop).
+    starved: bool,
+    /// The client closed its sending side.
+    eof: bool,
+    stopping: bool,
+    /// A frame that ends the connection is waiting to be answered.
+    fatal: bool,
+}
+
+/// What the connection does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Everything is answered and nothing more will be read: close.
+    Close,
+    /// Take up the frames still buffered, now.
+    TakeUp,
+    /// Wait for a reply in flight, for the client's bytes (if `reading`), the auth deadline or
+    /// shutdown.
+    Wait { reading: bool },
+}
+
+fn next(r: Round, max_in_flight: usize) -> Next {
+    if !r.in_flight && (r.fatal || r.stopping || (r.eof && r.starved)) {
+        return Next::Close;
+    }
+    let open = !r.fatal && !r.stopping && r.barriers == 0;
+    // The loop stopped at the in-flight bound with frames still buffered, and what was in flight
+    // has all finished since: take those frames up now. (Waiting would wait for the client to
+    // send more, while it waits for the replies to what it sent: a hang.)
+    if !r.starved && open && r.waiting + r.joined < max_in_flight {
+        return Next::TakeUp;
+    }
+    Next::Wait { reading: open && !r.eof && r.waiting < max_in_flight }
 }
 
 /// The requests in flight. When the connection ends with some still running (CLIENT KILL, a
@@ -970,6 +1024,34 @@ mod tests {
             assert!(known.subcommands.is_empty(), "{op:?}: admit_as skips subcommand lookup");
         }
         assert!(command_of(Op::Cmd).is_none());
+    }
+
+    #[test]
+    fn after_a_round_the_connection_takes_up_waits_or_closes() {
+        let max = 4;
+        let at_bound = Round { in_flight: true, waiting: 4, ..Round::default() };
+        // At the bound with frames buffered: wait for replies, read nothing more.
+        assert_eq!(next(at_bound, max), Next::Wait { reading: false });
+        // ... and once everything in flight has finished (6051ba7's hang): take the buffered
+        // frames up at once, not wait for the client, which waits for their replies.
+        let drained = Round { in_flight: false, waiting: 0, ..at_bound };
+        assert_eq!(next(drained, max), Next::TakeUp);
+        // Some room, frames buffered: take them up too.
+        assert_eq!(next(Round { waiting: 3, ..at_bound }, max), Next::TakeUp);
+        // The frames ran out: wait for replies and read.
+        let starved = Round { starved: true, waiting: 2, ..at_bound };
+        assert_eq!(next(starved, max), Next::Wait { reading: true });
+        // A barrier in flight: nothing is taken up or read until it is answered.
+        assert_eq!(next(Round { barriers: 1, waiting: 1, ..at_bound }, max), Next::Wait { reading: false });
+        // The client closed its side: answer what it sent, then close.
+        let eof = Round { eof: true, ..starved };
+        assert_eq!(next(eof, max), Next::Wait { reading: false });
+        assert_eq!(next(Round { in_flight: false, waiting: 0, ..eof }, max), Next::Close);
+        // A frame that ends the connection, or shutdown: close once nothing is in flight.
+        for ending in [Round { fatal: true, ..at_bound }, Round { stopping: true, ..at_bound }] {
+            assert_eq!(next(ending, max), Next::Wait { reading: false });
+            assert_eq!(next(Round { in_flight: false, waiting: 0, ..ending }, max), Next::Close);
+        }
     }
 
     #[test]
