@@ -26,6 +26,11 @@ probes every 10 ms, on connections of its own, two ways:
   waits for its write to reach a replica pays (a WAIT makes the feeds send at once).
 Reported: p50, p99 and max of each, and how many WAITs answered 0 or reads never saw the value
 within a second.
+
+CPU per write: during each SET run against a processes target, the CPU time of each role's
+processes together (the 3 primaries, the 3 replicas, the failover writer, the router), from
+/proc/<pid>/stat, divided by the run's SETs. The primaries' R=1 figure less their R=0 figure is
+what feeding a replica costs a primary per write.
 """
 import argparse
 import csv
@@ -41,6 +46,8 @@ import common
 
 CLIENTS = 50
 KEYS = 100_000
+# The processes of a node cluster, by role (what each spends per write is reported apart).
+ROLES = ("primaries", "replicas", "failover", "router")
 
 
 def bench(port, test, pipeline, requests):
@@ -55,11 +62,12 @@ def bench(port, test, pipeline, requests):
     sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
 
 
-def node_cluster(node_bin, router_bin, replicas, extra=(), name=None):
+def node_cluster(node_bin, router_bin, replicas, extra=(), name=None, roles=None):
     """A topology file, 3 shard primaries (+ a replica each, and the failover writer) and a router,
     as separate processes; returns the router's RESP port once every shard is served (and, with
     replicas, every replica has synced: WAIT 1 answers 1). `extra` flags go to every process (e.g.
-    node-link TLS)."""
+    node-link TLS). `roles`, if given, is filled with each role's pids (ROLES)."""
+    pids = {role: [] for role in ROLES}
     import json
     ports = [common.free_port() for _ in range(3)]
     rports = [common.free_port() for _ in range(3)] if replicas else []
@@ -73,18 +81,24 @@ def node_cluster(node_bin, router_bin, replicas, extra=(), name=None):
     path = common.WORK / f"topology-{name}.json"
     path.write_text(json.dumps(topology))
     for i, p in enumerate(ports):
-        common.start(f"{name}-p{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path), *extra],
-                     cpus=common.SERVER_CPUS)
+        pids["primaries"].append(common.start(
+            f"{name}-p{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path), *extra],
+            cpus=common.SERVER_CPUS).pid)
     for i, p in enumerate(rports):
-        common.start(f"{name}-r{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path),
-                                      *extra], cpus=common.CLIENT_CPUS)
+        pids["replicas"].append(common.start(
+            f"{name}-r{i}", [str(node_bin), "--listen", f"127.0.0.1:{p}", "--topology-file", str(path), *extra],
+            cpus=common.CLIENT_CPUS).pid)
     if replicas:
-        common.start(f"{name}-failover", [str(router_bin), "failover", "--topology-file", str(path), *extra],
-                     cpus=common.CLIENT_CPUS)
+        pids["failover"].append(common.start(
+            f"{name}-failover", [str(router_bin), "failover", "--topology-file", str(path), *extra],
+            cpus=common.CLIENT_CPUS).pid)
     resp, http = common.free_port(), common.free_port()
-    common.start(f"{name}-router", [str(router_bin), "--topology-file", str(path), "--threads", "1",
-                                    "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}", *extra],
-                 cpus=common.SERVER_CPUS)
+    pids["router"].append(common.start(
+        f"{name}-router", [str(router_bin), "--topology-file", str(path), "--threads", "1",
+                           "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}", *extra],
+        cpus=common.SERVER_CPUS).pid)
+    if roles is not None:
+        roles.update(pids)
     common.wait_port(resp)
     deadline = time.time() + 60
     while True:
@@ -163,19 +177,24 @@ def main():
     args = ap.parse_args()
     common.need("redis-benchmark", "run .ci/tools/install apt")
     node_bin, router_bin = common.binaries()
-    targets = {"processes R=0": node_cluster(node_bin, router_bin, False),
-               "processes R=1": node_cluster(node_bin, router_bin, True)}
+    roles = {}  # target name -> {role: [pids]}, for the processes targets
+    targets = {"processes R=0": node_cluster(node_bin, router_bin, False, roles=roles.setdefault("processes R=0", {})),
+               "processes R=1": node_cluster(node_bin, router_bin, True, roles=roles.setdefault("processes R=1", {}))}
     pairs = ["processes", "embedded"]
     if args.baseline_node:
         pairs.append("baseline processes")
-        targets["baseline processes R=0"] = node_cluster(args.baseline_node, router_bin, False, name="b0")
-        targets["baseline processes R=1"] = node_cluster(args.baseline_node, router_bin, True, name="b1")
+        for r in (0, 1):
+            name = f"baseline processes R={r}"
+            targets[name] = node_cluster(args.baseline_node, router_bin, bool(r), name=f"b{r}",
+                                         roles=roles.setdefault(name, {}))
     for name, extra in (("embedded R=0", []), ("embedded R=1", ["--replicas", "1"])):
         _, port, _ = common.start_shoal(router_bin, name, extra=["--threads", "1", *extra], cpus=common.SERVER_CPUS)
         targets[name] = port
     pipelines = [int(p) for p in args.pipelines.split(",")]
     tests = ["set", "get"]
     rates = {(t, p, n): [] for t in tests for p in pipelines for n in targets}
+    # CPU-µs per write of each role's processes together, during the SET runs of the processes targets.
+    cpu = {(p, n, role): [] for p in pipelines for n in roles for role in ROLES}
     progress = common.Progress(args.rounds * len(pipelines) * len(targets) + 2)
     for r in range(args.rounds):
         for p in pipelines:
@@ -183,7 +202,11 @@ def main():
             for name, port in targets.items():
                 progress.step(f"round {r + 1}: {name} P={p}")
                 for t in tests:
+                    before = {role: common.cpu_total(pids) for role, pids in roles.get(name, {}).items()}
                     rates[(t, p, name)].append(bench(port, t, p, n_requests))
+                    if t == "set":
+                        for role, pids in roles.get(name, {}).items():
+                            cpu[(p, name, role)].append((common.cpu_total(pids) - before[role]) / n_requests * 1e6)
 
     lags = []
     for pair in ("processes", "embedded"):
@@ -218,6 +241,19 @@ def main():
         table += "\n\nR=1/R=0 of this node build against the baseline build's (processes): " + "; ".join(
             f"{t.upper()} P={p} {ratios[('processes', t, p)]:.2f}x vs {ratios[('baseline processes', t, p)]:.2f}x"
             for p in pipelines for t in tests) + "."
+    per_write = ["| targets | P | role | R=0 CPU-µs per write | R=1 CPU-µs per write |", "|---|---|---|---|---|"]
+    for pair in (x for x in pairs if x != "embedded"):
+        for p in pipelines:
+            for role in ROLES:
+                cells = []
+                for r in (0, 1):
+                    values = cpu[(p, f"{pair} R={r}", role)]
+                    cells.append(f"{statistics.median(values):.2f}" if values and (r or role in ("primaries", "router"))
+                                 else "-")
+                per_write.append(f"| {pair} | {p} | {role} | {cells[0]} | {cells[1]} |")
+    table += ("\n\nWhat each role spends per write during the SET runs (user + system CPU of all its processes, "
+              "from /proc/<pid>/stat in 10 ms ticks, divided by the run's SETs; median of the rounds; R=1's "
+              "replicas and failover writer run on the client CPU):\n\n" + "\n".join(per_write))
     lag = ("Replication lag under `redis-benchmark -t set -P 16 -c 50` against R=1, probed every 10 ms (a SET read "
            "back on a READONLY connection until it shows; a SET then `WAIT 1 1000`, timed):\n" + "\n".join(lags))
     cmd = (f"python3 loadtest/bench/replicas.py --rounds {args.rounds} --requests {args.requests} "
