@@ -446,9 +446,10 @@ impl Timing {
     }
 }
 
-/// Requests answered while a read buffer is taken up (near-cache hits, refusals), timed
-/// together by one clock read before the connection next writes or waits: a clock read per
-/// request was 5% of a near-cache hit's cost. Their time then runs until their replies go out.
+/// Requests answered while a read buffer is taken up (near-cache hits, refusals, replies ready
+/// at once), timed together by one clock read before the connection next writes or waits: a
+/// clock read per request was 5% of a near-cache hit's cost. Their time then runs until their
+/// replies go out.
 #[derive(Default)]
 struct Untimed(Vec<Timing>);
 
