@@ -165,25 +165,34 @@ mod word {
     pub const MSET: Bytes = Bytes::from_static(b"MSET");
 }
 
-/// The command a typed op's request runs (the one its `args[0]` names, see [`build_args`]),
-/// looked up in the registry once: a request then skips the lookup by name, a few percent of a
-/// near-cache hit's cost. `None` for CMD, whose command is the client's.
+/// The command word a typed op's arguments start with ([`build_args`]); `None` for CMD, whose
+/// command is the client's.
+fn command_word(op: Op) -> Option<Bytes> {
+    Some(match op {
+        Op::Hello => word::AUTH,
+        Op::Ping => word::PING,
+        Op::Get => word::GET,
+        Op::Set => word::SET,
+        Op::Del => word::DEL,
+        Op::IncrBy => word::INCRBY,
+        Op::Expire => word::PEXPIRE,
+        Op::MGet => word::MGET,
+        Op::MSet => word::MSET,
+        Op::Cmd => return None,
+    })
+}
+
+/// The command a typed op's request runs (the one [`command_word`] names), looked up in the
+/// registry once per op code: a request then skips the lookup by name, a few percent of a
+/// near-cache hit's cost.
 fn command_of(op: Op) -> Option<&'static CommandSpec> {
-    const NAMES: [(Op, &str); 9] = [
-        (Op::Hello, "auth"),
-        (Op::Ping, "ping"),
-        (Op::Get, "get"),
-        (Op::Set, "set"),
-        (Op::Del, "del"),
-        (Op::IncrBy, "incrby"),
-        (Op::Expire, "pexpire"),
-        (Op::MGet, "mget"),
-        (Op::MSet, "mset"),
-    ];
-    static SPECS: LazyLock<[(Op, &'static CommandSpec); 9]> = LazyLock::new(|| {
-        NAMES.map(|(op, name)| (op, cmd::lookup(name.as_bytes()).expect("a registered command")))
+    static BY_CODE: LazyLock<[Option<&'static CommandSpec>; 256]> = LazyLock::new(|| {
+        std::array::from_fn(|code| {
+            let word = Op::from_u8(code as u8).and_then(command_word)?;
+            Some(cmd::lookup(&word).expect("a typed op names a registered command"))
+        })
     });
-    SPECS.iter().find(|(o, _)| *o == op).map(|&(_, spec)| spec)
+    BY_CODE[op as usize]
 }
 
 /// Decimal text of `n` as a `Bytes` cut from `arena` (one allocation per few hundred numbers,
@@ -229,16 +238,25 @@ fn build_args(
         return Err(Refusal::UnexpectedArg);
     }
     let key = || req.key.clone();
+    args.extend(command_word(op));
     match op {
         Op::Hello => {
             let user = if req.key.is_empty() { word::DEFAULT } else { key() };
-            args.extend([word::AUTH, user, req.value.clone()]);
+            args.extend([user, req.value.clone()]);
             return Ok(Shape::Hello);
         }
-        Op::Ping => args.push(word::PING),
-        Op::Get => args.extend([word::GET, key()]),
+        Op::Cmd => {
+            fast::split_items_into(&req.value, req.arg, max_items, args)?;
+            if args.is_empty() {
+                return Err(Refusal::EmptyCommand);
+            }
+            let resp3 = req.flags & fast::cmd_flags::RESP3 != 0;
+            return Ok(Shape::Cmd(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 }));
+        }
+        Op::Ping => {}
+        Op::Get | Op::Del => args.push(key()),
         Op::Set => {
-            args.extend([word::SET, key(), req.value.clone()]);
+            args.extend([key(), req.value.clone()]);
             // 0 is "no TTL"; a negative one reaches SET, which answers Redis's own error.
             if req.arg != 0 {
                 args.extend([word::PX, number(arena, req.arg)]);
@@ -254,21 +272,8 @@ fn build_args(
                 }
             }
         }
-        Op::Del => args.extend([word::DEL, key()]),
-        Op::IncrBy => args.extend([word::INCRBY, key(), number(arena, req.arg)]),
-        Op::Expire => args.extend([word::PEXPIRE, key(), number(arena, req.arg)]),
-        Op::MGet | Op::MSet => {
-            args.push(if op == Op::MGet { word::MGET } else { word::MSET });
-            fast::split_items_into(&req.value, req.arg, max_items, args)?;
-        }
-        Op::Cmd => {
-            fast::split_items_into(&req.value, req.arg, max_items, args)?;
-            if args.is_empty() {
-                return Err(Refusal::EmptyCommand);
-            }
-            let resp3 = req.flags & fast::cmd_flags::RESP3 != 0;
-            return Ok(Shape::Cmd(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 }));
-        }
+        Op::IncrBy | Op::Expire => args.extend([key(), number(arena, req.arg)]),
+        Op::MGet | Op::MSet => fast::split_items_into(&req.value, req.arg, max_items, args)?,
     }
     Ok(Shape::Typed)
 }
@@ -454,6 +459,10 @@ impl Timing {
 struct Untimed(Vec<Timing>);
 
 impl Untimed {
+    fn push(&mut self, timing: Timing) {
+        self.0.push(timing);
+    }
+
     fn settle(&mut self, state: &RouterState) {
         if self.0.is_empty() {
             return;
@@ -648,7 +657,7 @@ pub async fn serve<S>(
                 Ok(spec) => spec,
                 Err(reply) => {
                     let meta = Meta { id, shape, started: session.last_command, slot: None, hot: None };
-                    untimed.0.push(answer(&state, &mut out, meta, reply));
+                    untimed.push(answer(&state, &mut out, meta, reply));
                     continue;
                 }
             };
@@ -684,7 +693,7 @@ pub async fn serve<S>(
                     Ok(Some((meta, reply))) => {
                         // Answered at once (a near-cache hit): written once enough wait, the
                         // lane sent first so nothing waits behind the write.
-                        untimed.0.push(answer(&state, &mut out, meta, reply));
+                        untimed.push(answer(&state, &mut out, meta, reply));
                         if out.len() >= WRITE_AT {
                             untimed.settle(&state);
                             waiting += send_lane(
@@ -745,7 +754,7 @@ pub async fn serve<S>(
                         hello = true;
                         auth_deadline = None;
                     }
-                    untimed.0.push(answer(&state, &mut out, meta, reply));
+                    untimed.push(answer(&state, &mut out, meta, reply));
                 }
                 pending => {
                     // Sent in pieces, or in dependent steps: later requests must not overtake it.
@@ -783,16 +792,10 @@ pub async fn serve<S>(
         {
             return;
         }
-        let round = Round {
-            in_flight: !in_flight.is_empty(),
-            waiting,
-            joined: lane.len(),
-            barriers,
-            starved,
-            eof,
-            stopping,
-            fatal: fatal.is_some(),
-        };
+        // Every job in flight answers at least one request, and the lane was sent above.
+        debug_assert_eq!(in_flight.is_empty(), waiting == 0);
+        debug_assert_eq!(lane.len(), 0);
+        let round = Round { waiting, barriers, starved, eof, stopping, fatal: fatal.is_some() };
         let reading = match next(round, max_in_flight) {
             Next::TakeUp => continue,
             Next::Wait { reading } => reading,
@@ -859,12 +862,8 @@ pub async fn serve<S>(
 /// replies that were ready.
 #[derive(Debug, Clone, Copy, Default)]
 struct Round {
-    /// Some job is in flight.
-    in_flight: bool,
     /// Requests in flight.
     waiting: usize,
-    /// Requests joined to the lane and not sent.
-    joined: usize,
     /// Requests in flight that later ones must not overtake.
     barriers: usize,
     /// The buffered frames ran out (rather than a limit stopping the loop).
@@ -889,14 +888,14 @@ enum Next {
 }
 
 fn next(r: Round, max_in_flight: usize) -> Next {
-    if !r.in_flight && (r.fatal || r.stopping || (r.eof && r.starved)) {
+    if r.waiting == 0 && (r.fatal || r.stopping || (r.eof && r.starved)) {
         return Next::Close;
     }
     let open = !r.fatal && !r.stopping && r.barriers == 0;
     // The loop stopped at the in-flight bound with frames still buffered, and what was in flight
     // has all finished since: take those frames up now. (Waiting would wait for the client to
     // send more, while it waits for the replies to what it sent: a hang.)
-    if !r.starved && open && r.waiting + r.joined < max_in_flight {
+    if !r.starved && open && r.waiting < max_in_flight {
         return Next::TakeUp;
     }
     Next::Wait { reading: open && !r.eof && r.waiting < max_in_flight }
@@ -1030,12 +1029,12 @@ mod tests {
     #[test]
     fn after_a_round_the_connection_takes_up_waits_or_closes() {
         let max = 4;
-        let at_bound = Round { in_flight: true, waiting: 4, ..Round::default() };
+        let at_bound = Round { waiting: 4, ..Round::default() };
         // At the bound with frames buffered: wait for replies, read nothing more.
         assert_eq!(next(at_bound, max), Next::Wait { reading: false });
         // ... and once everything in flight has finished (6051ba7's hang): take the buffered
         // frames up at once, not wait for the client, which waits for their replies.
-        let drained = Round { in_flight: false, waiting: 0, ..at_bound };
+        let drained = Round { waiting: 0, ..at_bound };
         assert_eq!(next(drained, max), Next::TakeUp);
         // Some room, frames buffered: take them up too.
         assert_eq!(next(Round { waiting: 3, ..at_bound }, max), Next::TakeUp);
@@ -1047,11 +1046,11 @@ mod tests {
         // The client closed its side: answer what it sent, then close.
         let eof = Round { eof: true, ..starved };
         assert_eq!(next(eof, max), Next::Wait { reading: false });
-        assert_eq!(next(Round { in_flight: false, waiting: 0, ..eof }, max), Next::Close);
+        assert_eq!(next(Round { waiting: 0, ..eof }, max), Next::Close);
         // A frame that ends the connection, or shutdown: close once nothing is in flight.
         for ending in [Round { fatal: true, ..at_bound }, Round { stopping: true, ..at_bound }] {
             assert_eq!(next(ending, max), Next::Wait { reading: false });
-            assert_eq!(next(Round { in_flight: false, waiting: 0, ..ending }, max), Next::Close);
+            assert_eq!(next(Round { waiting: 0, ..ending }, max), Next::Close);
         }
     }
 
