@@ -33,6 +33,7 @@ processes together (the 3 primaries, the 3 replicas, the failover writer, the ro
 what feeding a replica costs a primary per write.
 """
 import argparse
+import collections
 import csv
 import io
 import socket
@@ -193,8 +194,9 @@ def main():
     pipelines = [int(p) for p in args.pipelines.split(",")]
     tests = ["set", "get"]
     rates = {(t, p, n): [] for t in tests for p in pipelines for n in targets}
-    # CPU-µs per write of each role's processes together, during the SET runs of the processes targets.
-    cpu = {(p, n, role): [] for p in pipelines for n in roles for role in ROLES}
+    # CPU-µs per write of each role's processes together (the roles a target has), during the SET
+    # runs of the processes targets.
+    cpu = collections.defaultdict(list)
     progress = common.Progress(args.rounds * len(pipelines) * len(targets) + 2)
     for r in range(args.rounds):
         for p in pipelines:
@@ -202,11 +204,11 @@ def main():
             for name, port in targets.items():
                 progress.step(f"round {r + 1}: {name} P={p}")
                 for t in tests:
-                    before = {role: common.cpu_total(pids) for role, pids in roles.get(name, {}).items()}
+                    measured = {role: pids for role, pids in roles.get(name, {}).items() if pids and t == "set"}
+                    before = {role: common.cpu_total(pids) for role, pids in measured.items()}
                     rates[(t, p, name)].append(bench(port, t, p, n_requests))
-                    if t == "set":
-                        for role, pids in roles.get(name, {}).items():
-                            cpu[(p, name, role)].append((common.cpu_total(pids) - before[role]) / n_requests * 1e6)
+                    for role, pids in measured.items():
+                        cpu[(p, name, role)].append((common.cpu_total(pids) - before[role]) / n_requests * 1e6)
 
     lags = []
     for pair in ("processes", "embedded"):
@@ -245,11 +247,8 @@ def main():
     for pair in (x for x in pairs if x != "embedded"):
         for p in pipelines:
             for role in ROLES:
-                cells = []
-                for r in (0, 1):
-                    values = cpu[(p, f"{pair} R={r}", role)]
-                    cells.append(f"{statistics.median(values):.2f}" if values and (r or role in ("primaries", "router"))
-                                 else "-")
+                cells = [f"{statistics.median(v):.2f}" if (v := cpu[(p, f"{pair} R={r}", role)]) else "-"
+                         for r in (0, 1)]
                 per_write.append(f"| {pair} | {p} | {role} | {cells[0]} | {cells[1]} |")
     table += ("\n\nWhat each role spends per write during the SET runs (user + system CPU of all its processes, "
               "from /proc/<pid>/stat in 10 ms ticks, divided by the run's SETs; median of the rounds; R=1's "
