@@ -202,8 +202,11 @@ impl Running {
             // held it past busy-reply-threshold.
             Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
             Err(op) if state.scripts.holds_store() => Step::Held(op),
-            // A transaction holds it, for a moment: wait here.
-            Err(op) => Step::Reply(crate::ops::apply_checked(&state.store, &self.view, self.version, op)),
+            // A transaction holds it, for a moment: wait here (reading the time after the wait,
+            // not the message's held time).
+            Err(op) => Step::Reply(shoal_wire::clock::unheld(|| {
+                crate::ops::apply_checked(&state.store, &self.view, self.version, op)
+            })),
         }
     }
 

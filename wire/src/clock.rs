@@ -63,6 +63,21 @@ pub fn hold<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` with this thread's time not held ([`hold`]), then holds it again: for a step inside a
+/// hold that may wait (an op waiting for a transaction to let go of the store), so that what it
+/// applies after the wait reads the time then.
+pub fn unheld<R>(f: impl FnOnce() -> R) -> R {
+    /// Holds the earlier time again however `f` ends.
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            HELD_MS.set(self.0);
+        }
+    }
+    let _restore = Restore(HELD_MS.take());
+    f()
+}
+
 /// A clock that only moves when told to. Clones share the same time.
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<AtomicU64>);
@@ -105,5 +120,18 @@ mod tests {
         let caught = std::panic::catch_unwind(|| hold(|| panic!("in the hold")));
         assert!(caught.is_err());
         assert_eq!(HELD_MS.get(), None, "a panic released the hold");
+    }
+
+    #[test]
+    fn a_step_that_may_wait_reads_the_time_then_and_the_hold_resumes() {
+        let c = SystemClock;
+        let (first, inside, after) = hold(|| {
+            let first = c.now_ms();
+            std::thread::sleep(Duration::from_millis(5));
+            (first, unheld(|| c.now_ms()), c.now_ms())
+        });
+        assert!(inside >= first + 5, "not held inside unheld");
+        assert_eq!(after, first, "held again after it");
+        assert_eq!(HELD_MS.get(), None);
     }
 }
