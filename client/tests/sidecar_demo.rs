@@ -155,3 +155,55 @@ async fn shoal_bench_runs_the_examples_load_check_as_the_apps_user() {
     assert!(first["first_error"].as_str().unwrap().contains("NOPERM"), "{first}");
     assert_eq!(c.cmd(&["EXISTS", "key:0", "key:1"]).await.unwrap(), Value::Int(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shoal_bench_sequential_writes_each_key_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_router, sock) = sidecar_router(dir.path()).await;
+    let bench = env!("CARGO_BIN_EXE_shoal-bench");
+    let sock_arg = sock.display().to_string();
+    let env = vec![("SHOAL_USER", "shop".to_string()), ("SHOAL_PASSWORD", SHOP_PASSWORD.to_string())];
+    let c = admin(&sock).await;
+    // Each engine and transport, several connections with pipelines: 150 SETs over a keyspace of
+    // 400 write exactly keys 0..149 of their prefix, whichever connection sends which.
+    for (i, (engine, transport)) in
+        [("raw", "fast"), ("raw", "resp-uds"), ("client", "fast")].into_iter().enumerate()
+    {
+        let prefix = format!("shop:seq{i}:");
+        let args: Vec<String> = [
+            "--engine",
+            engine,
+            "--transport",
+            transport,
+            "-s",
+            &sock_arg,
+            "-t",
+            "set",
+            "--sequential",
+            "-n",
+            "150",
+            "-r",
+            "400",
+            "-c",
+            "3",
+            "-P",
+            "7",
+            "--json",
+            "--key-prefix",
+            &prefix,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let out = run(bench, args, env.clone()).await;
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{engine} {transport}: {stdout}{stderr}");
+        let keys: Vec<String> = (0..400).map(|k| format!("{prefix}{k}")).collect();
+        let mut exists = vec!["EXISTS"];
+        exists.extend(keys.iter().map(String::as_str));
+        assert_eq!(c.cmd(&exists).await.unwrap(), Value::Int(150), "{engine} {transport}");
+        let mut first = vec!["EXISTS"];
+        first.extend(keys[..150].iter().map(String::as_str));
+        assert_eq!(c.cmd(&first).await.unwrap(), Value::Int(150), "{engine} {transport}");
+    }
+}

@@ -33,6 +33,8 @@ pub struct Load {
     pub requests: u64,
     pub end: Instant,
     pub keyspace: u64,
+    /// Keys in turn (`--sequential`).
+    pub sequential: bool,
     pub prefix: Vec<u8>,
     pub value: Vec<u8>,
     /// Share of GETs (1.0: all GETs, 0.0: all SETs).
@@ -126,6 +128,8 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     // Requests this connection has claimed from the shared count and not sent yet (claimed a
     // window at a time: one atomic add per batch, not per request).
     let mut claimed = 0u64;
+    // The run-wide number of the next claimed request (keys in turn count by it).
+    let mut next = 0u64;
     loop {
         let now = Instant::now();
         while !exhausted && in_flight < load.pipeline && (in_flight == 0 || !out.is_empty()) {
@@ -133,6 +137,7 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
                 let want = load.pipeline as u64;
                 let from = issued.fetch_add(want, Ordering::Relaxed);
                 claimed = want.min(load.requests.saturating_sub(from));
+                next = from;
             }
             if claimed == 0 || now >= load.end {
                 exhausted = true;
@@ -145,7 +150,8 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
             key.clear();
             key.extend_from_slice(&load.prefix);
             // Formatting into the reused buffer allocates nothing.
-            let _ = write!(key, "{}", rng % load.keyspace.max(1));
+            let _ = write!(key, "{}", crate::key_index(load.sequential, next, rng, load.keyspace.max(1)));
+            next += 1;
             let get = load.get_ratio >= 1.0 || ((rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
             if load.fast {
                 let id = free.pop().expect("a free slot while under the window");
