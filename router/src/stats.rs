@@ -154,14 +154,22 @@ const MAX_ARG_BYTES: usize = 128;
 impl CommandStats {
     /// Records a finished call of the command in `slot`.
     pub fn record(&self, slot: usize, took: Duration, failed: bool) {
+        self.record_n(slot, took, failed, 1);
+    }
+
+    /// `n` calls that each took `took` (requests timed together), at the cost of one.
+    pub fn record_n(&self, slot: usize, took: Duration, failed: bool, n: u64) {
         let Some(c) = self.counters.get(slot) else { return };
-        c.calls.fetch_add(1, Ordering::Relaxed);
+        if n == 0 {
+            return;
+        }
+        c.calls.fetch_add(n, Ordering::Relaxed);
         let us = took.as_micros() as u64;
-        c.usec.fetch_add(us, Ordering::Relaxed);
+        c.usec.fetch_add(us * n, Ordering::Relaxed);
         let bucket = ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1);
-        c.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        c.buckets[bucket].fetch_add(n, Ordering::Relaxed);
         if failed {
-            c.failed.fetch_add(1, Ordering::Relaxed);
+            c.failed.fetch_add(n, Ordering::Relaxed);
         }
     }
 

@@ -79,13 +79,21 @@ impl Histogram {
     }
 
     pub fn observe(&self, v: f64) {
+        self.observe_n(v, 1);
+    }
+
+    /// `n` observations of `v` at the cost of one (a batch of requests timed together).
+    pub fn observe_n(&self, v: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
         // Buckets are stored non-cumulatively; the exposition accumulates them.
         if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            self.buckets[i].fetch_add(n, Ordering::Relaxed);
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(n, Ordering::Relaxed);
         let _ = self.sum_bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-            Some((f64::from_bits(bits) + v).to_bits())
+            Some((f64::from_bits(bits) + v * n as f64).to_bits())
         });
     }
 
@@ -233,5 +241,23 @@ mod tests {
              shoal_batch_size_bucket{le=\"1\"} 1\nshoal_batch_size_bucket{le=\"5\"} 2\n\
              shoal_batch_size_bucket{le=\"+Inf\"} 3\nshoal_batch_size_sum 13.5\nshoal_batch_size_count 3\n"
         );
+    }
+
+    #[test]
+    fn n_observations_at_once_read_as_n_observations() {
+        let (one_by_one, at_once) = (Histogram::new(&[1.0, 5.0]), Histogram::new(&[1.0, 5.0]));
+        for (v, n) in [(0.5, 3), (3.0, 1), (10.0, 2), (4.0, 0)] {
+            for _ in 0..n {
+                one_by_one.observe(v);
+            }
+            at_once.observe_n(v, n);
+        }
+        let text = |h: &Histogram| {
+            let mut e = Exposition::new();
+            e.histogram("h", "H.", h);
+            e.finish()
+        };
+        assert_eq!(text(&at_once), text(&one_by_one));
+        assert_eq!((at_once.count(), at_once.sum()), (6, 24.5));
     }
 }
