@@ -32,6 +32,9 @@ pub use user::{Denied, RuleError, User};
 pub struct UserCell {
     pub name: String,
     rules: RwLock<Arc<User>>,
+    /// Whether `rules` allow everything, kept beside them (written with them): every command
+    /// asks, and a read of the lock was two atomic adds per command.
+    unrestricted: AtomicBool,
     /// Deleted (ACL DELUSER, ACL LOAD, a changed ACL file): its connections are closed.
     removed: AtomicBool,
     /// The permissions a script of this user carries to a node, for the rules they were written
@@ -43,6 +46,7 @@ impl UserCell {
     fn new(user: User) -> Arc<UserCell> {
         Arc::new(UserCell {
             name: user.name.clone(),
+            unrestricted: AtomicBool::new(user.unrestricted()),
             rules: RwLock::new(Arc::new(user)),
             removed: AtomicBool::new(false),
             script_rules: Mutex::new(None),
@@ -56,7 +60,14 @@ impl UserCell {
     /// Whether the user may run anything on any key and channel, read in place (dispatch asks
     /// this for every command; most users are such).
     pub fn unrestricted(&self) -> bool {
-        self.rules.read().unrestricted()
+        self.unrestricted.load(Ordering::Acquire)
+    }
+
+    /// New rules in place (ACL SETUSER, ACL LOAD).
+    fn set_rules(&self, user: User) {
+        let mut rules = self.rules.write();
+        self.unrestricted.store(user.unrestricted(), Ordering::Release);
+        *rules = Arc::new(user);
     }
 
     pub fn removed(&self) -> bool {
@@ -176,7 +187,7 @@ impl Acl {
             user.apply(rule).map_err(|error| SetUserError::Rule { rule: rule.clone(), error })?;
         }
         match users.get(name) {
-            Some(cell) => *cell.rules.write() = Arc::new(user),
+            Some(cell) => cell.set_rules(user),
             None => {
                 users.insert(name.to_string(), UserCell::new(user));
             }
@@ -225,14 +236,14 @@ impl Acl {
             }
             let cell = match users.get(&u.name) {
                 Some(old) if keep_same => {
-                    *old.rules.write() = Arc::new(u);
+                    old.set_rules(u);
                     old.clone()
                 }
                 _ => UserCell::new(u),
             };
             next.insert(cell.name.clone(), cell);
         }
-        *self.default.rules.write() = Arc::new(default);
+        self.default.set_rules(default);
         next.insert("default".to_string(), self.default.clone());
         let old = std::mem::replace(&mut *users, next);
         let mut gone = Vec::new();
@@ -282,6 +293,18 @@ mod tests {
             "Error in ACL SETUSER modifier '+nosuch': Unknown command or category name in ACL"
         );
         assert!(held.get().enabled, "nothing applied");
+        // What every command asks first follows the rules a connection holds.
+        assert!(!held.unrestricted(), "a new user may run nothing");
+        acl.set_user("bob", &rules(&["+@all", "allkeys", "allchannels"])).unwrap();
+        assert!(held.unrestricted());
+        acl.set_user("bob", &rules(&["-get"])).unwrap();
+        assert!(!held.unrestricted());
+        acl.replace(vec![User::new("bob")], true);
+        assert!(!held.unrestricted() && !held.removed(), "ACL LOAD kept bob, with the file's rules");
+        let default = acl.default_user().clone();
+        assert!(default.unrestricted());
+        acl.replace(vec![User::new("default")], true);
+        assert!(!default.unrestricted(), "a loaded default user with no rules");
         acl.set_user("bob", &rules(&["off"])).unwrap();
         assert!(!held.get().enabled, "a connection sees the change");
         assert!(acl.authenticate(b"bob", b"pw").is_none(), "off");
