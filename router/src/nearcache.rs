@@ -138,6 +138,34 @@ impl Data {
     }
 }
 
+/// A hit's value as the cache hands it out: a short one to copy while its shard is locked, a
+/// longer one shared.
+#[derive(Debug)]
+pub enum NearValue<'a> {
+    Short(&'a [u8]),
+    Shared(Bytes),
+}
+
+impl NearValue<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            NearValue::Short(v) => v.len(),
+            NearValue::Shared(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn to_bytes(self) -> Bytes {
+        match self {
+            NearValue::Short(v) => Bytes::copy_from_slice(v),
+            NearValue::Shared(v) => v,
+        }
+    }
+}
+
 /// Aligned to a cache line so that an entry (128 bytes) spans exactly two.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -166,10 +194,10 @@ impl Entry {
     /// A hit's value. Small ones are copied out: the copy reads memory the key compare just
     /// read, where sharing would touch the buffer's reference count, held apart from it (one more
     /// cache miss per hit on a large cache: measured, a copy of 32 bytes is cheaper).
-    fn value(&self) -> Bytes {
+    fn value(&self) -> NearValue<'_> {
         match &self.data {
-            Data::Heap(b) if b.len() - self.key_len > COPY_OUT => b.slice(self.key_len..),
-            data => Bytes::copy_from_slice(&data.bytes()[self.key_len..]),
+            Data::Heap(b) if b.len() - self.key_len > COPY_OUT => NearValue::Shared(b.slice(self.key_len..)),
+            data => NearValue::Short(&data.bytes()[self.key_len..]),
         }
     }
 
@@ -408,38 +436,64 @@ impl NearCache {
     /// in (at most the work on that one buffer ago, never across an await), so that a hit costs
     /// no clock read.
     pub fn get_at(&self, key: &[u8], version: u64, now: Instant) -> Option<Bytes> {
+        self.lookup(key, version, now, true, |v| v.to_bytes())
+    }
+
+    /// [`get_at`](Self::get_at) for a caller that writes the value out itself: `f` gets it while
+    /// its shard is locked (a short one is copied once, into the reply). A miss is not counted:
+    /// the caller then runs the request as usual, whose lookup counts it.
+    pub fn hit_at<R>(
+        &self,
+        key: &[u8],
+        version: u64,
+        now: Instant,
+        f: impl FnOnce(NearValue<'_>) -> R,
+    ) -> Option<R> {
+        self.lookup(key, version, now, false, f)
+    }
+
+    fn lookup<R>(
+        &self,
+        key: &[u8],
+        version: u64,
+        now: Instant,
+        count_miss: bool,
+        f: impl FnOnce(NearValue<'_>) -> R,
+    ) -> Option<R> {
+        let miss = || {
+            if count_miss {
+                self.metrics.misses.inc();
+            }
+            None
+        };
         let (hash, shard) = self.locate(key);
         let mut s = shard.lock();
         let Some(e) = s.map.find_mut(hash, |e| e.key() == key) else {
             drop(s);
-            self.metrics.misses.inc();
-            return None;
+            return miss();
         };
         let expired = e.expires.is_some_and(|at| at <= now);
         let void = e.lease.generation.load(Ordering::Acquire) != e.generation;
         if expired || void {
             s.remove(hash, key, &self.metrics);
             drop(s);
-            self.metrics.misses.inc();
-            return None;
+            return miss();
         }
         // Another version: left for `adopted` (it carries entries of unchanged slots over).
         if e.version != version || version < self.newest.load(Ordering::Acquire) {
             drop(s);
-            self.metrics.misses.inc();
-            return None;
+            return miss();
         }
         if !e.lease.fresh(self.ms_at(now), self.lease_ms) {
             // Silent node: invalidations may be late; ask it (the reply replaces the entry).
             drop(s);
-            self.metrics.misses.inc();
-            return None;
+            return miss();
         }
         e.referenced = true;
-        let v = e.value();
+        let r = f(e.value());
         drop(s);
         self.metrics.hits.inc();
-        Some(v)
+        Some(r)
     }
 
     /// Touches the memory that looking `keys` up will read (table slot, entry, key bytes), shard

@@ -699,3 +699,101 @@ async fn fast_path_requests_and_near_cache_hits_count_in_the_command_stats() {
     assert!(timed >= (gets + 2) as f64, "{timed} timed of {gets} GETs");
     router.shutdown().await;
 }
+
+/// GETs of `key` on `f` until the router's near cache has answered `hits` more of them (a fill
+/// waits for the node's lease); returns how many were sent.
+async fn until_near_hits(
+    f: &mut Fast,
+    near: &shoal_router::nearcache::NearCache,
+    key: &[u8],
+    hits: u64,
+) -> u64 {
+    let (target, started) = (near.metrics.hits.get() + hits, std::time::Instant::now());
+    let mut gets = 0;
+    while near.metrics.hits.get() < target {
+        assert!(started.elapsed() < WAIT * 2, "no near-cache hits");
+        let mut out = BytesMut::new();
+        for _ in 0..20 {
+            f.put(&mut out, Op::Get, 0, key, b"", 0);
+        }
+        f.s.write_all(&out).await.unwrap();
+        for _ in 0..20 {
+            assert_eq!(f.recv().await.expect("a reply").status, Status::Value);
+        }
+        gets += 20;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    gets
+}
+
+/// A GET the near cache could answer is admitted as any GET: ACL rules refuse it, ACL SETUSER
+/// and DELUSER apply at the next one, CLIENT PAUSE holds it, hot keys count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_cache_hits_are_admitted_as_any_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("users.acl");
+    std::fs::write(&acl, "user default on nopass ~* &* +@all\nuser app on >pw ~app:* +@all\n").unwrap();
+    let (guarded, path) =
+        router(dir.path(), &["--near-cache", "64mb", "--aclfile", acl.to_str().unwrap()]).await;
+    let near = guarded.state.near.clone().expect("--near-cache is on");
+    let mut admin = Fast::connect(&path).await;
+    assert_eq!(admin.hello("", "").await.status, Status::Ok);
+    for key in [&b"secret"[..], &b"app:1"[..]] {
+        assert_eq!(admin.call(Op::Set, 0, key, b"v", 0).await.status, Status::Ok);
+        until_near_hits(&mut admin, &near, key, 20).await;
+    }
+    let mut app = Fast::connect(&path).await;
+    assert_eq!(app.hello("app", "pw").await.status, Status::Ok);
+    let hits = near.metrics.hits.get();
+    let r = app.call(Op::Get, 0, b"secret", b"", 0).await;
+    assert_eq!(
+        (r.status, text(&r).as_str()),
+        (Status::Err, "NOPERM this user has no permissions to access one of the keys used as arguments")
+    );
+    assert_eq!(text(&app.call(Op::Get, 0, b"app:1", b"", 0).await), "v");
+    assert_eq!(near.metrics.hits.get(), hits + 1, "the allowed key was a hit");
+    let mut resp = Raw::from_stream(UnixStream::connect(&path).await.unwrap());
+    assert_eq!(resp.cmd(&["ACL", "SETUSER", "app", "-get"]).await, b"+OK\r\n");
+    let r = app.call(Op::Get, 0, b"app:1", b"", 0).await;
+    assert_eq!(
+        (r.status, text(&r).as_str()),
+        (Status::Err, "NOPERM this user has no permissions to run the 'get' command")
+    );
+    assert_eq!(resp.cmd(&["ACL", "SETUSER", "app", "+get"]).await, b"+OK\r\n");
+    assert_eq!(text(&app.call(Op::Get, 0, b"app:1", b"", 0).await), "v");
+
+    // CLIENT PAUSE ALL holds a read the cache holds, until the pause ends.
+    assert_eq!(resp.cmd(&["CLIENT", "PAUSE", "300", "ALL"]).await, b"+OK\r\n");
+    let started = std::time::Instant::now();
+    assert_eq!(text(&admin.call(Op::Get, 0, b"secret", b"", 0).await), "v");
+    assert!(started.elapsed() >= Duration::from_millis(250), "the read waited for the pause");
+
+    // A deleted user's connection runs nothing more.
+    assert_eq!(resp.cmd(&["ACL", "DELUSER", "app"]).await, b":1\r\n");
+    let mut out = BytesMut::new();
+    app.put(&mut out, Op::Get, 0, b"app:1", b"", 0);
+    let _ = app.s.write_all(&out).await;
+    let after = app.until_close().await;
+    assert!(after.iter().all(|r| r.status == Status::Err), "{after:?}");
+    guarded.shutdown().await;
+
+    // Hot keys count the hits.
+    let dir = tempfile::tempdir().unwrap();
+    let (counting, path) = router(dir.path(), &["--near-cache", "64mb", "--hotkeys-capacity", "256"]).await;
+    let near = counting.state.near.clone().expect("--near-cache is on");
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    assert_eq!(f.call(Op::Set, 0, b"hot", b"1", 0).await.status, Status::Ok);
+    let gets = until_near_hits(&mut f, &near, b"hot", 100).await;
+    let mut resp = redis::Client::open(format!("redis+unix://{}", path.display()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let by_ops: Vec<(Vec<u8>, i64, i64)> =
+        redis::cmd("SHOAL").arg("HOTKEYS").arg("COUNT").arg(1).query_async(&mut resp).await.unwrap();
+    let (key, count, error) = (&by_ops[0].0[..], by_ops[0].1, by_ops[0].2);
+    let sent = gets as i64 + 1;
+    assert!(key == b"hot" && (sent - error..=sent).contains(&count), "{gets} GETs and a SET: {by_ops:?}");
+    counting.shutdown().await;
+}

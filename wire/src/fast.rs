@@ -449,6 +449,17 @@ pub fn take_request(buf: &mut BytesMut, total: usize) -> Request {
     Request { op: Op::from_u8(h.op).ok_or(h.op), flags: h.flags, id: h.id, key, value: frame, arg: h.arg }
 }
 
+/// The id and key of the request at the front of `buf` whose length [`request_len`] found to be
+/// `total`, all of it there, if it is a plain GET (no flags, value or argument; a key): what a
+/// server may answer straight from the buffer, taking nothing out of it. `None` for anything
+/// else, which [`take_request`] then cuts as usual.
+pub fn plain_get(buf: &[u8], total: usize) -> Option<(u32, &[u8])> {
+    let h = RequestHeader::fields(buf.get(..HEADER_LEN)?.try_into().expect("header length"));
+    let plain = h.op == Op::Get as u8 && h.flags == 0 && h.val_len == 0 && h.arg == 0 && h.key_len > 0;
+    let key = buf.get(HEADER_LEN..total).filter(|key| plain && key.len() == h.key_len as usize)?;
+    Some((h.id, key))
+}
+
 /// The id bytes of a request header at the front of `buf`, even one whose other fields are
 /// refused (so the refusal can name the request); 0 before a whole id has arrived.
 pub fn peek_id(buf: &[u8]) -> u32 {
@@ -607,6 +618,32 @@ mod tests {
         assert_eq!(get_keys(&wire, 2).collect::<Vec<_>>(), [&b"a"[..]], "at most 2 frames looked at");
         assert_eq!(get_keys(&wire[..whole - 1], 100).count(), 2);
         assert_eq!(get_keys(&wire[..10], 100).count(), 0, "not even a header");
+    }
+
+    #[test]
+    fn plain_get_is_a_get_with_a_key_and_nothing_else() {
+        let frame = |op, flags, key: &[u8], value: &[u8], arg| {
+            let mut wire = BytesMut::new();
+            put_request(&mut wire, op, flags, 9, key, value, arg);
+            wire
+        };
+        let get = frame(Op::Get, 0, b"k1", b"", 0);
+        assert_eq!(plain_get(&get, get.len()), Some((9, &b"k1"[..])));
+        // Followed by more frames: only its own bytes.
+        let mut two = get.clone();
+        put_request(&mut two, Op::Get, 0, 10, b"other", b"", 0);
+        assert_eq!(plain_get(&two, get.len()), Some((9, &b"k1"[..])));
+        for (what, f) in [
+            ("another op", frame(Op::Del, 0, b"k1", b"", 0)),
+            ("flags", frame(Op::Get, 1, b"k1", b"", 0)),
+            ("a value", frame(Op::Get, 0, b"k1", b"v", 0)),
+            ("an argument", frame(Op::Get, 0, b"k1", b"", 5)),
+            ("no key", frame(Op::Get, 0, b"", b"", 0)),
+        ] {
+            assert_eq!(plain_get(&f, f.len()), None, "{what}");
+        }
+        assert_eq!(plain_get(&get[..get.len() - 1], get.len()), None, "not all there");
+        assert_eq!(plain_get(&get, get.len() - 1), None, "a length that is not the frame's");
     }
 
     #[test]
