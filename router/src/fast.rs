@@ -697,17 +697,8 @@ pub async fn serve<S>(
                 session.client.set_command(get_slot);
                 untimed.push(Timing { started: taken_up, slot: get_slot, failed: false });
                 if out.len() >= WRITE_AT {
-                    untimed.settle(&state);
-                    waiting += send_lane(
-                        &mut lane,
-                        &ctx(&state, &mut session, &routing, deadline),
-                        &mut in_flight,
-                        track,
-                    );
-                    if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed).await {
-                        return;
-                    }
-                    taken_up = Instant::now();
+                    // Written below the loop (the lane sent first), then the rest taken up anew.
+                    break;
                 }
                 continue;
             }
@@ -774,24 +765,12 @@ pub async fn serve<S>(
                 match lane.join(spec, &args, &mut ctx(&state, &mut session, &routing, deadline), meta) {
                     Ok(None) => continue,
                     Ok(Some((meta, reply))) => {
-                        // Answered at once (a near-cache hit): written once enough wait, the
-                        // lane sent first so nothing waits behind the write.
+                        // Answered at once (a near-cache hit): once enough wait, the loop ends and
+                        // they are written below it, the lane sent first so nothing waits behind
+                        // the write; later requests are taken up after it.
                         untimed.push(answer(&state, &mut out, meta, reply));
                         if out.len() >= WRITE_AT {
-                            untimed.settle(&state);
-                            waiting += send_lane(
-                                &mut lane,
-                                &ctx(&state, &mut session, &routing, deadline),
-                                &mut in_flight,
-                                track,
-                            );
-                            if !flush(&mut out, &mut stream, auth_deadline, &state, &session, &mut killed)
-                                .await
-                            {
-                                return;
-                            }
-                            // Later requests are taken up after the write.
-                            taken_up = Instant::now();
+                            break;
                         }
                         continue;
                     }
@@ -949,7 +928,8 @@ struct Round {
     waiting: usize,
     /// Requests in flight that later ones must not overtake.
     barriers: usize,
-    /// The buffered frames ran out (rather than a limit stopping the loop).
+    /// The buffered frames ran out (rather than a limit stopping the loop: the in-flight bound,
+    /// or replies enough to write).
     starved: bool,
     /// The client closed its sending side.
     eof: bool,
@@ -975,8 +955,9 @@ fn next(r: Round, max_in_flight: usize) -> Next {
         return Next::Close;
     }
     let open = !r.fatal && !r.stopping && r.barriers == 0;
-    // The loop stopped at the in-flight bound with frames still buffered, and what was in flight
-    // has all finished since: take those frames up now. (Waiting would wait for the client to
+    // The loop stopped short of the buffer's end (at the in-flight bound, or with enough
+    // replies to write them first) and what was in flight has all finished since: take the
+    // frames left up now. (Waiting would wait for the client to
     // send more, while it waits for the replies to what it sent: a hang.)
     if !r.starved && open && r.waiting < max_in_flight {
         return Next::TakeUp;

@@ -797,3 +797,38 @@ async fn near_cache_hits_are_admitted_as_any_get() {
     assert!(key == b"hot" && (sent - error..=sent).contains(&count), "{gets} GETs and a SET: {by_ops:?}");
     counting.shutdown().await;
 }
+
+/// A pipeline whose near-cache hits make more reply bytes than one write takes: the connection
+/// writes what it has and takes the rest of the buffer up after, every request answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_cache_hits_past_a_writes_worth_are_all_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (router, path) = router(dir.path(), &["--near-cache", "64mb"]).await;
+    let near = router.state.near.clone().expect("--near-cache is on");
+    let mut f = Fast::connect(&path).await;
+    assert_eq!(f.hello("", "").await.status, Status::Ok);
+    // Short values (copied from the entry) and long ones (shared), 2 KiB and 100 bytes.
+    let (long, short) = (vec![b'l'; 2048], vec![b's'; 100]);
+    assert_eq!(f.call(Op::Set, 0, b"long", &long, 0).await.status, Status::Ok);
+    assert_eq!(f.call(Op::Set, 0, b"short", &short, 0).await.status, Status::Ok);
+    until_near_hits(&mut f, &near, b"long", 20).await;
+    until_near_hits(&mut f, &near, b"short", 20).await;
+    // 600 GETs in one write: over 1 MiB of replies (the router writes at 256 KiB).
+    let hits = near.metrics.hits.get();
+    let mut out = BytesMut::new();
+    let mut expect = std::collections::HashMap::new();
+    for i in 0..600 {
+        let (key, value) = if i % 3 == 2 { (&b"short"[..], &short) } else { (&b"long"[..], &long) };
+        expect.insert(f.put(&mut out, Op::Get, 0, key, b"", 0), value.clone());
+    }
+    f.s.write_all(&out).await.unwrap();
+    for _ in 0..600 {
+        let r = f.recv().await.expect("a reply");
+        let value =
+            expect.remove(&r.id).unwrap_or_else(|| panic!("id {} answered twice or never sent", r.id));
+        assert_eq!((r.status, r.body == value), (Status::Value, true));
+    }
+    assert!(expect.is_empty());
+    assert_eq!(near.metrics.hits.get(), hits + 600, "every one a hit");
+    router.shutdown().await;
+}
