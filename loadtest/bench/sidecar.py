@@ -15,7 +15,7 @@ the server CPU per request (user + system of all server processes, from /proc/<p
   read once (every GET a near-cache hit): what a hit costs the router.
 - p1: redis-benchmark GET/SET over TCP at P=1 (-c 50), Shoal against redis-server.
 - http: wrk -t1 -c50 (keep-alive) GETs of random keys on Shoal's HTTP API, against RESP GET at P=1
-  (redis-benchmark -c 50) on the same router.
+  (redis-benchmark -c 50) on the same router, and against the mkvss seed's recorded figures.
 
 Server CPU comes from /proc/<pid>/stat, in clock ticks (10 ms): a run's figure may be off by a tick
 or two, so runs are sized to spend about a second of server CPU (1,000,000 pipelined requests at
@@ -41,6 +41,10 @@ KEYS = 100_000
 SIZE = 32
 DEPTH = 256
 BENCH_CONNS = 4
+# The mkvss seed's HTTP GET under wrk -t1 -c50 on this machine type (issue #17; it does not run
+# here, so its figures are compared, CPU per request first).
+MKVSS_GET_CPU_US = 70.0
+MKVSS_GET_RATE = 14_000
 
 WRK_SCRIPT = """
 math.randomseed(7)
@@ -264,6 +268,11 @@ def main():
     a, b = med.get(("http", "get", "shoal http (wrk)")), med.get(("http", "get", "shoal resp P=1"))
     if a and b:
         ratios.append(f"HTTP GET (wrk)/RESP GET P=1: {a[0] / b[0]:.2f}x")
+    if a:
+        # The seed cannot run here: its figures under the same wrk settings on this machine type.
+        ratios.append(f"HTTP GET vs the mkvss seed ({MKVSS_GET_CPU_US:.0f} CPU-µs and {MKVSS_GET_RATE:,} req/s "
+                      f"per GET, issue #17): {MKVSS_GET_CPU_US / a[1]:.2f}x its CPU per request, "
+                      f"{a[0] / MKVSS_GET_RATE:.2f}x its rate")
     if ("near", "get", "shoal fast, near-cache hits") in med:
         ratios.append(f"near-cache hit: {med[('near', 'get', 'shoal fast, near-cache hits')][1]:.2f} CPU-µs")
         a, b = med[("near", "get", "shoal fast, near-cache hits")], med.get(
