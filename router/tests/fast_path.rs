@@ -637,24 +637,10 @@ async fn fast_path_requests_feed_the_hot_keys() {
     for i in 0..20 {
         f.items_call(Op::MGet, 0, &[format!("cold{i}").into_bytes()]).await;
     }
-    let mut resp = redis::Client::open(format!("redis+unix://{}", path.display()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let by_ops: Vec<(Vec<u8>, i64, i64)> =
-        redis::cmd("SHOAL").arg("HOTKEYS").arg("COUNT").arg(2).query_async(&mut resp).await.unwrap();
+    let by_ops = hot_keys(&path, &["COUNT", "2"]).await;
     assert_eq!(by_ops[0].0, b"hot", "{by_ops:?}");
     assert!((61 - by_ops[0].2..=61).contains(&by_ops[0].1), "count within the error bound: {by_ops:?}");
-    let by_bytes: Vec<(Vec<u8>, i64, i64)> = redis::cmd("SHOAL")
-        .arg("HOTKEYS")
-        .arg("COUNT")
-        .arg(1)
-        .arg("BY")
-        .arg("BYTES")
-        .query_async(&mut resp)
-        .await
-        .unwrap();
+    let by_bytes = hot_keys(&path, &["COUNT", "1", "BY", "BYTES"]).await;
     // The reply's value bytes count: 11 reads of 4 KiB outweigh 61 of one byte.
     assert_eq!(by_bytes[0].0, b"wide", "{by_bytes:?}");
     assert!(by_bytes[0].1 >= 11 * 4096, "{by_bytes:?}");
@@ -698,6 +684,16 @@ async fn fast_path_requests_and_near_cache_hits_count_in_the_command_stats() {
     let timed = support::metric_sum(&page, "shoal_router_command_duration_seconds_count");
     assert!(timed >= (gets + 2) as f64, "{timed} timed of {gets} GETs");
     router.shutdown().await;
+}
+
+/// SHOAL HOTKEYS with `args`, through the redis crate: (key, count, error) by rank.
+async fn hot_keys(path: &Path, args: &[&str]) -> Vec<(Vec<u8>, i64, i64)> {
+    let mut resp = redis::Client::open(format!("redis+unix://{}", path.display()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("SHOAL").arg("HOTKEYS").arg(args).query_async(&mut resp).await.unwrap()
 }
 
 /// GETs of `key` on `f` until the router's near cache has answered `hits` more of them (a fill
@@ -785,13 +781,7 @@ async fn near_cache_hits_are_admitted_as_any_get() {
     assert_eq!(f.hello("", "").await.status, Status::Ok);
     assert_eq!(f.call(Op::Set, 0, b"hot", b"1", 0).await.status, Status::Ok);
     let gets = until_near_hits(&mut f, &near, b"hot", 100).await;
-    let mut resp = redis::Client::open(format!("redis+unix://{}", path.display()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let by_ops: Vec<(Vec<u8>, i64, i64)> =
-        redis::cmd("SHOAL").arg("HOTKEYS").arg("COUNT").arg(1).query_async(&mut resp).await.unwrap();
+    let by_ops = hot_keys(&path, &["COUNT", "1"]).await;
     let (key, count, error) = (&by_ops[0].0[..], by_ops[0].1, by_ops[0].2);
     let sent = gets as i64 + 1;
     assert!(key == b"hot" && (sent - error..=sent).contains(&count), "{gets} GETs and a SET: {by_ops:?}");
