@@ -115,6 +115,70 @@ impl Raw {
     }
 }
 
+/// A fast-path connection (docs/fast-path.md) over TCP, signed in as the default user: for tests
+/// whose reads must also go the fast path's way (its near-cache hit path).
+#[allow(dead_code)]
+pub struct FastGet {
+    stream: TcpStream,
+    buf: bytes::BytesMut,
+    next_id: u32,
+}
+
+#[allow(dead_code)]
+impl FastGet {
+    pub async fn connect(addr: SocketAddr) -> FastGet {
+        use shoal_wire::fast::{self, Op, Preamble, Status};
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let mut f = FastGet { stream, buf: bytes::BytesMut::new(), next_id: 1 };
+        f.stream.write_all(&Preamble { version: fast::VERSION }.encode()).await.unwrap();
+        while f.buf.len() < fast::PREAMBLE_LEN {
+            f.fill().await;
+        }
+        let theirs = Preamble::decode(&mut f.buf).unwrap().expect("the router's preamble");
+        assert_eq!(theirs.version, fast::VERSION);
+        let r = f.call(Op::Hello, b"", b"").await;
+        assert_eq!(r.status, Status::Ok, "HELLO: {:?}", r.body);
+        f
+    }
+
+    /// GET `key`: its value, `None` for nil, or the error text.
+    pub async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        use shoal_wire::fast::{Op, Status};
+        let r = self.call(Op::Get, key, b"").await;
+        match r.status {
+            Status::Value => Ok(Some(r.body.to_vec())),
+            Status::Nil => Ok(None),
+            _ => Err(String::from_utf8_lossy(&r.body).into_owned()),
+        }
+    }
+
+    async fn call(&mut self, op: shoal_wire::fast::Op, key: &[u8], value: &[u8]) -> shoal_wire::fast::Reply {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = bytes::BytesMut::new();
+        shoal_wire::fast::put_request(&mut out, op, 0, id, key, value, 0);
+        self.stream.write_all(&out).await.unwrap();
+        loop {
+            if let Some(r) =
+                shoal_wire::fast::decode_reply(&mut self.buf, 1 << 30).expect("a well-formed reply")
+            {
+                assert_eq!(r.id, id, "one request at a time");
+                return r;
+            }
+            self.fill().await;
+        }
+    }
+
+    async fn fill(&mut self) {
+        self.buf.reserve(64 * 1024);
+        match tokio::time::timeout(Duration::from_secs(5), self.stream.read_buf(&mut self.buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => panic!("the router closed the fast-path connection"),
+            Err(_) => panic!("no fast-path reply within 5 s"),
+        }
+    }
+}
+
 /// A raw RESP connection over TLS to `addr` (certificate checked for `localhost` against
 /// `ca`), presenting `client` (certificate, key PEM files) if given.
 #[allow(dead_code)]
