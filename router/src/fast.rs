@@ -68,7 +68,7 @@ use crate::backend::Routing;
 use crate::cmd::lane::{Lane, LaneCall, Replies};
 use crate::cmd::{self, CommandSpec, Ctx, Pending};
 use crate::connection::{expiry, flush};
-use crate::nearcache::NearValue;
+use crate::nearcache::{COPY_OUT, NearValue};
 use crate::resp::{Out, Protocol, Reply};
 use crate::session::Session;
 use crate::state::{QUERY_BUFFER_ALLOWANCE, ReadFrom, RouterState};
@@ -672,35 +672,40 @@ pub async fn serve<S>(
                 }
                 Ok(Some(total)) => total,
             };
-            if hello
-                && let Some(near) = &state.near
-                && let Some((id, key)) = fast::plain_get(&input, total)
-                && plain_reads(&state, &session, &routing, key)
-                && near
-                    .hit_at(key, routing.version(), taken_up, |value| {
-                        header(&mut out, Status::Value, id, value.len(), 0);
-                        match value {
-                            NearValue::Short(v) => out.put_slice(v),
-                            NearValue::Shared(v) => out.put_bytes(&v),
-                        }
-                    })
-                    .is_some()
-            {
-                // A near-cache hit answered from the read buffer: what admitting it and the lane
-                // would have done to the session and the stats, without building its arguments
-                // (see `plain_reads`).
-                bytes::Buf::advance(&mut input, total);
-                state.metrics.fast_requests.inc();
-                state.metrics.commands.inc();
-                session.start_command_at(taken_up);
-                session.last_command_slot = get_slot;
-                session.client.set_command(get_slot);
-                untimed.push(Timing { started: taken_up, slot: get_slot, failed: false });
-                if out.len() >= WRITE_AT {
-                    // Written below the loop (the lane sent first), then the rest taken up anew.
-                    break;
+            let plain = match &state.near {
+                Some(near) if hello => fast::plain_get(&input, total)
+                    .filter(|&(_, key)| plain_reads(&state, &session, &routing, key))
+                    .map(|(id, key)| (near, id, key)),
+                _ => None,
+            };
+            if let Some((near, id, key)) = plain {
+                // Room for a copied value first: the copy runs with the cache's shard locked.
+                out.reserve(fast::HEADER_LEN + COPY_OUT);
+                let hit = near.hit_at(key, routing.version(), taken_up, |value| {
+                    header(&mut out, Status::Value, id, value.len(), 0);
+                    match value {
+                        NearValue::Short(v) => out.put_slice(v),
+                        NearValue::Shared(v) => out.put_bytes(&v),
+                    }
+                });
+                if hit.is_some() {
+                    // A near-cache hit answered from the read buffer: what admitting it and the
+                    // lane would have done to the session and the stats, without building its
+                    // arguments (see `plain_reads`).
+                    bytes::Buf::advance(&mut input, total);
+                    state.metrics.fast_requests.inc();
+                    state.metrics.commands.inc();
+                    session.start_command_at(taken_up);
+                    session.last_command_slot = get_slot;
+                    session.client.set_command(get_slot);
+                    untimed.push(Timing { started: taken_up, slot: get_slot, failed: false });
+                    if out.len() >= WRITE_AT {
+                        // Written below the loop (the lane sent first), then the rest taken up
+                        // anew.
+                        break;
+                    }
+                    continue;
                 }
-                continue;
             }
             let req = fast::take_request(&mut input, total);
             state.metrics.fast_requests.inc();
@@ -1102,6 +1107,11 @@ mod tests {
         assert_eq!(next(drained, max), Next::TakeUp);
         // Some room, frames buffered: take them up too.
         assert_eq!(next(Round { waiting: 3, ..at_bound }, max), Next::TakeUp);
+        // Stopped with replies enough to write (answered at once) and frames still buffered,
+        // even after the client closed its side: the rest is taken up after the write.
+        let written = Round::default();
+        assert_eq!(next(written, max), Next::TakeUp);
+        assert_eq!(next(Round { eof: true, ..written }, max), Next::TakeUp);
         // The frames ran out: wait for replies and read.
         let starved = Round { starved: true, waiting: 2, ..at_bound };
         assert_eq!(next(starved, max), Next::Wait { reading: true });

@@ -56,7 +56,7 @@ pub const PING_EVERY: Duration = Duration::from_millis(100);
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(300);
 const SHARDS: usize = 16;
 /// Values up to this size are copied out of a hit, larger ones shared ([`Entry::value`]).
-const COPY_OUT: usize = 256;
+pub const COPY_OUT: usize = 256;
 
 /// Counters for /metrics.
 #[derive(Debug, Default)]
