@@ -147,15 +147,11 @@ pub enum NearValue<'a> {
 }
 
 impl NearValue<'_> {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             NearValue::Short(v) => v.len(),
             NearValue::Shared(v) => v.len(),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     pub fn to_bytes(self) -> Bytes {

@@ -241,7 +241,19 @@ pub fn session_user(ctx: &Ctx) -> Arc<UserCell> {
 
 /// The session's user, borrowed (no reference count touched on the dispatch path).
 fn session_cell<'a>(ctx: &'a Ctx) -> &'a Arc<UserCell> {
-    ctx.session.user.as_ref().unwrap_or_else(|| ctx.state.acl.default_user())
+    cell_of(ctx.state, ctx.session)
+}
+
+/// [`session_cell`] without a [`Ctx`].
+pub(crate) fn cell_of<'a>(state: &'a RouterState, session: &'a crate::session::Session) -> &'a Arc<UserCell> {
+    session.user.as_ref().unwrap_or_else(|| state.acl.default_user())
+}
+
+/// Whether [`check`] lets anything this session sends through without looking at it: a user
+/// not removed who may run every command on every key and channel.
+pub(crate) fn lets_all_through(state: &RouterState, session: &crate::session::Session) -> bool {
+    let cell = cell_of(state, session);
+    !cell.removed() && cell.unrestricted()
 }
 
 /// Where a refusal happened, for ACL LOG's `context`.

@@ -26,10 +26,12 @@ use shoal_wire::proto::{self, Op};
 
 use super::get::{near_cache, near_fetch, near_settle};
 use super::{Args, CommandSpec, Ctx, answer, plain};
+use crate::backend::Routing;
 use crate::backend::{Backend, BackendError, KeyCall, MultiCall};
 use crate::nearcache::{NearCache, Ticket};
 use crate::resp::Reply;
-use crate::state::ReadFrom;
+use crate::session::Session;
+use crate::state::{ReadFrom, RouterState};
 use std::sync::Arc;
 
 /// Commands that may join the lane: those whose router `run` is `one_key` with the builder
@@ -89,17 +91,8 @@ impl<T> Lane<T> {
     ) -> Result<Option<(T, Reply)>, T> {
         let Some(build) = builder(spec) else { return Err(tag) };
         let readonly = spec.flags.contains(&"readonly");
-        let replica_read =
-            readonly && (ctx.session.readonly || ctx.state.settings.read_from != ReadFrom::Primary);
-        // Client tracking queues a read's registration on the node at once, which must not
-        // overtake the lane's earlier ops (a pipelined write of the key would consume it): with
-        // any client tracking, commands run as usual.
-        if ctx.session.multi.is_some()
-            || replica_read
-            || ctx.routing.capturing
-            || ctx.state.pubsub.tracking.active()
-            || args.iter().map(|a| a.len()).sum::<usize>() > PIECE_BYTES
-        {
+        let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
+        if !may_join(ctx.state, ctx.session, ctx.routing, readonly, arg_bytes) {
             return Err(tag);
         }
         // What `run` does before a command's own function.
@@ -158,6 +151,26 @@ impl<T> Lane<T> {
         let near = ctx.state.near.clone();
         Some(LaneCall { sent, backend: ctx.state.backend.clone(), near })
     }
+}
+
+/// Whether a command (`readonly`, with `arg_bytes` bytes of arguments) of this session may join
+/// a lane at all (see the module docs): not in MULTI, not a replica read, no resharding capture,
+/// no client tracking on the router (a tracked read's registration is queued on the node at once
+/// and must not overtake the lane's earlier ops: a pipelined write of the key would consume it),
+/// and arguments that do not travel in pieces.
+pub(crate) fn may_join(
+    state: &RouterState,
+    session: &Session,
+    routing: &Routing,
+    readonly: bool,
+    arg_bytes: usize,
+) -> bool {
+    let replica_read = readonly && (session.readonly || state.settings.read_from != ReadFrom::Primary);
+    session.multi.is_none()
+        && !replica_read
+        && !routing.capturing
+        && !state.pubsub.tracking.active()
+        && arg_bytes <= PIECE_BYTES
 }
 
 enum Sent<T> {
