@@ -53,16 +53,84 @@ struct KeyList {
     keys: Vec<String>,
 }
 
-/// Handles one HTTP request.
-pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterState>) -> HttpResponse {
-    let path = req.uri().path().to_string();
+/// One client connection of the API. Its requests come one after another (HTTP/1.1), and they
+/// run in one session, made at the first API request (as a RESP connection's commands do): a
+/// session per request cost an allocation-heavy setup (its client handle, the peer's address
+/// formatted) on every request. Each request still acts as the user its own credentials name.
+pub struct Conn {
+    peer: SocketAddr,
+    state: Arc<RouterState>,
+    /// The session between requests (taken out while one runs).
+    session: parking_lot::Mutex<Option<Session>>,
+}
+
+impl Conn {
+    pub fn new(peer: SocketAddr, state: Arc<RouterState>) -> Arc<Conn> {
+        Arc::new(Conn { peer, state, session: parking_lot::Mutex::new(None) })
+    }
+
+    /// The connection's session for one request; it returns when the request is done.
+    fn session(&self) -> Lease<'_> {
+        let session = self
+            .session
+            .lock()
+            .take()
+            .unwrap_or_else(|| Session::http(self.state.next_client_id(), self.peer.to_string()));
+        Lease { conn: self, session: Some(session) }
+    }
+}
+
+/// A connection's session, lent to one request.
+struct Lease<'a> {
+    conn: &'a Conn,
+    session: Option<Session>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        *self.conn.session.lock() = self.session.take();
+    }
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        self.session.as_ref().expect("a lease holds its session until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        self.session.as_mut().expect("a lease holds its session until dropped")
+    }
+}
+
+/// A path's first four segments after the leading `/` (no route has more: a longer path matches
+/// none), without allocating.
+fn segments(path: &str) -> ([&str; 4], usize) {
+    let mut out = [""; 4];
+    let mut n = 0;
+    for (slot, segment) in out.iter_mut().zip(path.trim_start_matches('/').split('/')) {
+        *slot = segment;
+        n += 1;
+    }
+    (out, n)
+}
+
+/// Handles one HTTP request of `conn`.
+pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
+    let (peer, state) = (conn.peer, &conn.state);
+    // The path is borrowed from a clone of the URI (reference counts, no copy): the request
+    // itself goes to `body` in the routes that read one.
+    let uri = req.uri().clone();
+    let path = uri.path();
     if req.method() == Method::GET {
         // /healthz and /readyz answer anyone (kubelet probes carry no credentials and do not
         // come from loopback); /metrics is guarded like the API below.
         if path == "/metrics" {
             let refused = match &state.settings.metrics_token {
                 Some(token) => refuse_scrape(&req, token),
-                None => refuse(&req, peer, &state).err(),
+                None => refuse(&req, peer, state).err(),
             };
             if let Some(refused) = refused {
                 return refused;
@@ -70,33 +138,33 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
             return response(
                 StatusCode::OK,
                 shoal_telemetry::metrics::CONTENT_TYPE,
-                crate::metrics::render(&state).await,
+                crate::metrics::render(state).await,
             );
         }
-        if let Some(r) = ops_endpoint(&path, || state.ready(), String::new) {
+        if let Some(r) = ops_endpoint(path, || state.ready(), String::new) {
             return r;
         }
     }
     state.metrics.http_requests.inc();
-    let user = match refuse(&req, peer, &state) {
+    let user = match refuse(&req, peer, state) {
         Ok(user) => user,
         Err(refused) => return refused,
     };
-    let ttl = match ttl_param(req.uri().query()) {
+    let ttl = match ttl_param(uri.query()) {
         Ok(t) => t,
         Err(r) => return r,
     };
     let method = req.method().clone();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let mut session = Session::http(state.next_client_id(), peer.to_string());
+    let (segments, n) = segments(path);
+    let mut session = conn.session();
     session.set_user(user);
-    let mut api = Api { state: &state, session };
-    match (segments.as_slice(), &method) {
-        (["keys"], &Method::POST) => match body(req, &state).await {
+    let mut api = Api { state, session: &mut session };
+    match (&segments[..n], &method) {
+        (["keys"], &Method::POST) => match body(req, state).await {
             Ok((b, _held)) => api.create(&b, ttl).await,
             Err(r) => r,
         },
-        (["keys", "_mget"], &Method::POST) => match body(req, &state).await {
+        (["keys", "_mget"], &Method::POST) => match body(req, state).await {
             Ok((b, _held)) => api.mget(&b).await,
             Err(r) => r,
         },
@@ -108,7 +176,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
             let Some(key) = decode(key) else { return bad_key() };
             match *m {
                 Method::GET => api.get(key).await,
-                Method::PUT => match body(req, &state).await {
+                Method::PUT => match body(req, state).await {
                     Ok((b, _held)) => api.put(key, b, ttl).await,
                     Err(r) => r,
                 },
@@ -121,7 +189,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, state: Arc<RouterS
         (["channels", channel], m) if !channel.is_empty() => {
             let Some(channel) = decode(channel) else { return bad_key() };
             match *m {
-                Method::POST => match body(req, &state).await {
+                Method::POST => match body(req, state).await {
                     Ok((b, _held)) => api.publish(channel, b).await,
                     Err(r) => r,
                 },
@@ -162,25 +230,25 @@ pub async fn handle_ops(req: Request<Incoming>, state: Arc<RouterState>) -> Http
 /// A request's view of the command layer.
 struct Api<'a> {
     state: &'a Arc<RouterState>,
-    session: Session,
+    session: &'a mut Session,
 }
 
 impl Api<'_> {
-    async fn run(&mut self, args: Vec<Bytes>) -> Reply {
+    async fn run(&mut self, args: &[Bytes]) -> Reply {
         let routing = self.state.backend.routing();
         let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
         let mut ctx = Ctx {
             state: self.state,
-            session: &mut self.session,
+            session: self.session,
             routing: &routing,
             deadline,
             read_from: crate::state::ReadFrom::Primary,
         };
-        cmd::dispatch(&args, &mut ctx).resolve().await
+        cmd::dispatch(args, &mut ctx).resolve().await
     }
 
     async fn get(&mut self, key: Bytes) -> HttpResponse {
-        match self.run(vec!["GET".into(), key]).await {
+        match self.run(&[Bytes::from_static(b"GET"), key]).await {
             Reply::Bulk(v) => response(StatusCode::OK, "application/octet-stream", v),
             Reply::Nil => error(StatusCode::NOT_FOUND, "no such key"),
             other => failure(other),
@@ -194,7 +262,7 @@ impl Api<'_> {
         };
         let mut args = vec!["SET".into(), Bytes::from(new.key), Bytes::from(new.value), "NX".into()];
         with_ttl(&mut args, ttl);
-        match self.run(args).await {
+        match self.run(&args).await {
             Reply::Simple(_) => {
                 response(StatusCode::CREATED, "application/json", json!({"created": true}).to_string())
             }
@@ -206,7 +274,7 @@ impl Api<'_> {
     async fn put(&mut self, key: Bytes, value: Bytes, ttl: Option<i64>) -> HttpResponse {
         let mut args = vec!["SET".into(), key, value];
         with_ttl(&mut args, ttl);
-        match self.run(args).await {
+        match self.run(&args).await {
             Reply::Simple(_) => {
                 response(StatusCode::OK, "application/json", json!({"stored": true}).to_string())
             }
@@ -215,7 +283,7 @@ impl Api<'_> {
     }
 
     async fn delete(&mut self, key: Bytes) -> HttpResponse {
-        match self.run(vec!["DEL".into(), key]).await {
+        match self.run(&[Bytes::from_static(b"DEL"), key]).await {
             Reply::Int(1) => {
                 response(StatusCode::OK, "application/json", json!({"deleted": true}).to_string())
             }
@@ -225,7 +293,7 @@ impl Api<'_> {
     }
 
     async fn publish(&mut self, channel: Bytes, message: Bytes) -> HttpResponse {
-        match self.run(vec!["PUBLISH".into(), channel, message]).await {
+        match self.run(&[Bytes::from_static(b"PUBLISH"), channel, message]).await {
             Reply::Int(n) => {
                 response(StatusCode::OK, "application/json", json!({"receivers": n}).to_string())
             }
@@ -235,7 +303,7 @@ impl Api<'_> {
 
     async fn ttl(&mut self, key: Bytes) -> HttpResponse {
         let name = String::from_utf8_lossy(&key).into_owned();
-        match self.run(vec!["TTL".into(), key]).await {
+        match self.run(&[Bytes::from_static(b"TTL"), key]).await {
             Reply::Int(-2) => error(StatusCode::NOT_FOUND, "no such key"),
             Reply::Int(t) => {
                 response(StatusCode::OK, "application/json", json!({"key": name, "ttl": t}).to_string())
@@ -254,7 +322,7 @@ impl Api<'_> {
         }
         let mut args = vec![Bytes::from("MGET")];
         args.extend(list.keys.iter().map(|k| Bytes::from(k.clone())));
-        match self.run(args).await {
+        match self.run(&args).await {
             Reply::Array(values) => {
                 let items: Vec<serde_json::Value> = list
                     .keys

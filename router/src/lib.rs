@@ -305,7 +305,10 @@ impl Router {
             tokio::spawn(shoal_telemetry::http::serve_on(
                 listener,
                 tls,
-                move |req, peer| http::handle(req, peer, state.clone()),
+                move |peer| {
+                    let conn = http::Conn::new(peer, state.clone());
+                    move |req| http::handle(req, conn.clone())
+                },
                 until_stopped(stopped.clone()),
                 Duration::from_secs(5),
             ))

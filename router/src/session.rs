@@ -30,7 +30,7 @@ pub struct Session {
     pub multi: Option<Multi>,
     /// Keys this connection WATCHes.
     pub watched: WatchList,
-    /// An HTTP request's session (lives for one request).
+    /// An HTTP connection's session (its requests run in it one by one, each as its own user).
     pub http: bool,
     /// Pub/sub: set at the first (P|S)SUBSCRIBE; dropping it unsubscribes everything.
     pub subscriber: Option<LeaveOnDrop>,
@@ -113,7 +113,16 @@ impl Session {
 
     /// Acts as `user` from now on (`None`: the default user); CLIENT LIST shows it.
     pub fn set_user(&mut self, user: Option<Arc<crate::acl::UserCell>>) {
-        self.client.update_names(|n| n.user = user.as_ref().map(|u| u.name.clone()));
+        // An HTTP connection's session is set to its request's user on every request: the
+        // handle's names are locked only when the user changes.
+        let same = match (&self.user, &user) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            self.client.update_names(|n| n.user = user.as_ref().map(|u| u.name.clone()));
+        }
         self.user = user;
     }
 

@@ -277,6 +277,77 @@ async fn http_basic_and_bearer_act_as_acl_users() {
     router.shutdown().await;
 }
 
+/// One keep-alive HTTP connection: requests go one after another, each response read whole by
+/// its Content-Length.
+struct KeepAlive(tokio::net::TcpStream);
+
+impl KeepAlive {
+    async fn request(&mut self, method: &str, path: &str, auth: Option<String>, body: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.0.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let read = async {
+            loop {
+                let mut chunk = [0u8; 4096];
+                let n = self.0.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "the connection closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&got).into_owned();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length: usize = text[..end]
+                        .lines()
+                        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ")?.parse().ok())
+                        .expect("a content-length");
+                    if got.len() >= end + 4 + length {
+                        return text;
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read).await.expect("a response in 5 s")
+    }
+}
+
+/// The requests of one HTTP connection share a session (it is made once per connection), yet
+/// each acts as the user its own credentials name: a request never inherits the previous one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_on_one_connection_each_act_as_their_own_user() {
+    let router = support::router(&["--embedded-nodes", "1", "--requirepass", "rootpw"]).await;
+    let mut admin = Raw::connect(router.resp_addr()).await;
+    admin.cmd(&["AUTH", "rootpw"]).await;
+    admin.cmd(&["ACL", "SETUSER", "reader", "on", ">readpw", "%R~pub:*", "+@all"]).await;
+    admin.cmd(&["SET", "pub:1", "hello"]).await;
+    let mut conn = KeepAlive(tokio::net::TcpStream::connect(router.http_addr()).await.unwrap());
+    let reader = || Some(format!("Basic {}", basic("reader", "readpw")));
+    let root = || Some("Bearer rootpw".to_string());
+
+    let r = conn.request("GET", "/keys/pub:1", reader(), "").await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("hello"), "{r}");
+    let r = conn.request("PUT", "/keys/pub:1", reader(), "x").await;
+    assert!(r.starts_with("HTTP/1.1 403"), "the reader may not write: {r}");
+    let r = conn.request("PUT", "/keys/pub:1", root(), "by-root").await;
+    assert!(r.starts_with("HTTP/1.1 200"), "the default user may, on the same connection: {r}");
+    let r = conn.request("PUT", "/keys/pub:1", reader(), "x").await;
+    assert!(r.starts_with("HTTP/1.1 403"), "the reader's next request is the reader's again: {r}");
+    let r = conn.request("GET", "/keys/pub:1", None, "").await;
+    assert!(r.starts_with("HTTP/1.1 401"), "no credentials, no user: {r}");
+    let r = conn.request("GET", "/keys/pub:1", root(), "").await;
+    assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("by-root"), "{r}");
+    // A user's rules changed between two requests of the connection apply to the second.
+    admin.cmd(&["ACL", "SETUSER", "reader", "-get"]).await;
+    let r = conn.request("GET", "/keys/pub:1", reader(), "").await;
+    assert!(r.starts_with("HTTP/1.1 403") && r.contains("'get' command"), "{r}");
+    // CLIENT LIST shows RESP connections only: the HTTP session is listed nowhere.
+    let list = text(admin.cmd(&["CLIENT", "LIST"]).await);
+    assert_eq!(list.matches("id=").count(), 1, "{list}");
+    router.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_file_without_a_default_user_keeps_the_requirepass_password() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -44,7 +45,11 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = HttpResponse> + Send + 'static,
 {
-    serve_on(listener, None, handler, shutdown, drain).await
+    let connect = move |peer| {
+        let handler = handler.clone();
+        move |req| handler(req, peer)
+    };
+    serve_on(listener, None, connect, shutdown, drain).await
 }
 
 /// HTTPS: how each connection's TLS handshake is made.
@@ -62,15 +67,18 @@ impl std::fmt::Debug for Tls {
     }
 }
 
-/// [`serve`], with TLS on every connection when `tls` is given (HTTPS).
-pub async fn serve_on<H, F>(
+/// [`serve`], with TLS on every connection when `tls` is given (HTTPS), and a handler made for
+/// each connection by `connect` (from the client's address): what a connection's requests share
+/// (they come one after another) is made once, not per request.
+pub async fn serve_on<C, H, F>(
     listener: TcpListener,
     tls: Option<Tls>,
-    handler: H,
+    connect: C,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    C: Fn(SocketAddr) -> H,
+    H: Fn(Request<Incoming>) -> F + Send + 'static,
     F: Future<Output = HttpResponse> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
@@ -94,9 +102,9 @@ pub async fn serve_on<H, F>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let handler = handler.clone();
+        let handler = connect(peer);
         let service = service_fn(move |req| {
-            let fut = handler(req, peer);
+            let fut = handler(req);
             async move { Ok::<_, Infallible>(fut.await) }
         });
         let http = http1::Builder::new()
@@ -167,10 +175,11 @@ pub async fn serve_ops<R, M>(
 }
 
 /// A response with a status, content type and body.
-pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> HttpResponse {
+pub fn response(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> HttpResponse {
     Response::builder()
         .status(status)
-        .header(hyper::header::CONTENT_TYPE, content_type)
+        // from_static: no copy of the text (a &str header value is copied on every response).
+        .header(hyper::header::CONTENT_TYPE, HeaderValue::from_static(content_type))
         .body(Full::new(body.into()))
         .expect("static response parts are valid")
 }
