@@ -223,7 +223,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOAL_NODE_EXPIRE_INTERVAL_MS", default_value_t = 100)]
     pub expire_interval_ms: u64,
 
-    /// Worker threads; default: the CPUs this process may use (cgroup limits included).
+    /// Worker threads; default: the CPUs this process may use (cgroup limits included). One
+    /// thread runs every task on the main thread (Tokio's current-thread scheduler).
     #[arg(long, env = "SHOAL_THREADS")]
     pub threads: Option<usize>,
 

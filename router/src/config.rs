@@ -271,7 +271,8 @@ pub struct RouterArgs {
     pub embedded_maxmemory_policy: String,
 
     /// Worker threads; default: the CPUs this process may use (cgroup limits included). One
-    /// thread is fastest when the router shares a small machine with its clients.
+    /// thread runs every task on the main thread (Tokio's current-thread scheduler, no hand-offs
+    /// between threads): fastest when the router shares a small machine with its clients.
     #[arg(long, env = "SHOAL_THREADS")]
     pub threads: Option<usize>,
 

@@ -1,6 +1,8 @@
 //! Online resharding with real processes: `shoal-node` processes following a topology file, a
 //! `shoal-router` process routing by it, and `shoal-router reshard` as the coordinator, while the
-//! model-checked workload (`support/workload.rs`) writes and reads through the router.
+//! model-checked workload (`support/workload.rs`) writes and reads through the router. Nodes and
+//! router run with `--threads 1`, on Tokio's current-thread scheduler (what a process given one
+//! CPU runs; the in-process tests run the multi-threaded one).
 //!
 //! - 3→5→2→4 nodes: zero client errors, every acknowledged write read back.
 //! - 3→4 with the sending node SIGKILLed mid-migration and restarted from its data directory:
@@ -88,7 +90,7 @@ impl Bed {
         let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
         let child = support::shoal("shoal-router")
             .args(["--topology-file", router_topology.to_str().unwrap(), "--resp", &resp.to_string()])
-            .args(["--http", &format!("127.0.0.1:{http}"), "--deadline-ms", "2000"])
+            .args(["--http", &format!("127.0.0.1:{http}"), "--deadline-ms", "2000", "--threads", "1"])
             .stdout(Stdio::null())
             .stderr(log_file(&root, "router"))
             .spawn()
@@ -128,7 +130,7 @@ impl Bed {
             .args(["--listen", &node.addr, "--node-id", &id.to_string()])
             .args(["--data-dir", node.dir.to_str().unwrap()])
             .args(["--topology-file", self.topology.to_str().unwrap()])
-            .args(["--migrate-rate", &self.migrate_rate])
+            .args(["--migrate-rate", &self.migrate_rate, "--threads", "1"])
             .args(["--metrics-listen", &node.metrics.to_string()])
             .stdout(Stdio::null())
             .stderr(log_file(&self.root, &format!("node{id}-{}", now_ms())))
