@@ -184,8 +184,8 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
                 _ => not_allowed("GET, PUT, DELETE"),
             }
         }
-        // PUBLISH: the body is the message. Subscribing needs a connection of its own (each HTTP
-        // request is a session), so it is RESP only.
+        // PUBLISH: the body is the message. Subscribing needs a connection that messages can
+        // follow (an HTTP request stands alone), so it is RESP only.
         (["channels", channel], m) if !channel.is_empty() => {
             let Some(channel) = decode(channel) else { return bad_key() };
             match *m {
@@ -195,7 +195,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
                 },
                 Method::GET => error(
                     StatusCode::BAD_REQUEST,
-                    "subscribing needs a connection: each HTTP request is a session of its own; use RESP",
+                    "subscribing needs a connection: each HTTP request stands alone; use RESP",
                 ),
                 _ => not_allowed("POST"),
             }

@@ -285,7 +285,7 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
     if ctx.session.http {
         // Nothing would ever deliver its invalidations.
         return Reply::error(
-            "ERR CLIENT TRACKING needs a connection: each HTTP request is a session of its own; use RESP",
+            "ERR CLIENT TRACKING needs a connection: each HTTP request stands alone; use RESP",
         )
         .into();
     }

@@ -264,8 +264,7 @@ fn kind_of(name: &[u8]) -> SubKind {
 }
 
 fn http_refusal() -> Pending {
-    Reply::error("ERR subscribing needs a connection: each HTTP request is a session of its own; use RESP")
-        .into()
+    Reply::error("ERR subscribing needs a connection: each HTTP request stands alone; use RESP").into()
 }
 
 fn subscribe(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -118,10 +118,7 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
 
 fn http_refusal(ctx: &Ctx) -> Option<Pending> {
     ctx.session.http.then(|| {
-        Reply::error(
-            "ERR transactions need a connection: each HTTP request is a session of its own; use RESP",
-        )
-        .into()
+        Reply::error("ERR transactions need a connection: each HTTP request stands alone; use RESP").into()
     })
 }
 
