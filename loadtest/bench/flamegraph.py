@@ -5,7 +5,7 @@
         [--seconds 4] [--out docs/flamegraphs]
 
 For each path: a router on one worker thread with 3 embedded nodes (one process, pinned to CPU
-1, so the gRPC hop to the nodes and the nodes' own work are in the same graph), its keys loaded,
+1, so the hop to the nodes and the nodes' own work are in the same graph), its keys loaded,
 then one bounded load on CPU 0 while `perf record` samples the router (DWARF call graphs, 499 Hz)
 for `--seconds`. The samples are folded and drawn with inferno into <out>/<path>.svg.
 
@@ -34,6 +34,8 @@ CATEGORIES = [
     ("kernel (syscalls, network stack)", ("_[k]",)),
     ("allocator", ("malloc", "_int_free", "cfree", "realloc", "unlink_chunk", "tcache")),
     ("node: store and ops", ("shoal_node::",)),
+    # Before gRPC's marks: the HTTP API's hyper is HTTP/1.1 (gRPC's is HTTP/2).
+    ("HTTP/1.1 API: hyper", ("hyper::proto::h1", "hyper::server::conn::http1", "httparse::")),
     ("gRPC: HTTP/2 and protobuf", ("tonic::", "h2::", "hyper::", "prost::", "tonic_prost")),
     ("router", ("shoal_router::", "shoal_wire::")),
     ("tokio runtime", ("tokio::",)),
