@@ -56,7 +56,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use shoal_wire::fast::{self, FrameError, Limits, Op, Preamble, Request, Status, set_flags};
@@ -207,12 +207,7 @@ fn command_of(op: Op) -> Option<&'static CommandSpec> {
 /// Decimal text of `n` as a `Bytes` cut from `arena` (one allocation per few hundred numbers,
 /// not one per request).
 fn number(arena: &mut BytesMut, n: i64) -> Bytes {
-    let text = shoal_wire::num::IntText::new(n);
-    if arena.capacity() - arena.len() < 20 {
-        *arena = BytesMut::with_capacity(4096);
-    }
-    arena.put_slice(text.as_bytes());
-    arena.split().freeze()
+    shoal_wire::chunk::cut(arena, shoal_wire::num::IntText::new(n).as_bytes(), 4096)
 }
 
 /// Builds the command arguments of `req` into `args` (cleared first): what RESP would carry.

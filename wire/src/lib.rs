@@ -27,6 +27,7 @@
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
+//! - [`chunk`]: small byte strings cut from shared chunks (one allocation for many).
 //! - [`fast`]: the sidecar fast path's binary frames (docs/fast-path.md), for the router and
 //!   `shoal-client` alike.
 //!
@@ -35,6 +36,7 @@
 
 pub mod acl;
 pub mod auth;
+pub mod chunk;
 pub mod client;
 pub mod clock;
 pub mod codec;

@@ -68,14 +68,7 @@ fn value_out(v: &[u8]) -> Bytes {
     if v.len() > SMALL_VALUE || v.is_empty() {
         return Bytes::copy_from_slice(v);
     }
-    CHUNK_LEFT.with_borrow_mut(|chunk| {
-        // Everything before the room was split off: `capacity` is the room left.
-        if chunk.capacity() < v.len() {
-            *chunk = BytesMut::with_capacity(CHUNK);
-        }
-        chunk.extend_from_slice(v);
-        chunk.split().freeze()
-    })
+    CHUNK_LEFT.with_borrow_mut(|chunk| shoal_wire::chunk::cut(chunk, v, CHUNK))
 }
 
 impl Store {
