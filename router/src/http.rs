@@ -60,48 +60,14 @@ struct KeyList {
 pub struct Conn {
     peer: SocketAddr,
     state: Arc<RouterState>,
-    /// The session between requests (taken out while one runs).
-    session: parking_lot::Mutex<Option<Session>>,
+    /// Made at the first API request, held by each request while it runs (a connection's
+    /// requests run one at a time: the lock is not contended).
+    session: tokio::sync::Mutex<Option<Session>>,
 }
 
 impl Conn {
     pub fn new(peer: SocketAddr, state: Arc<RouterState>) -> Arc<Conn> {
-        Arc::new(Conn { peer, state, session: parking_lot::Mutex::new(None) })
-    }
-
-    /// The connection's session for one request; it returns when the request is done.
-    fn session(&self) -> Lease<'_> {
-        let session = self
-            .session
-            .lock()
-            .take()
-            .unwrap_or_else(|| Session::http(self.state.next_client_id(), self.peer.to_string()));
-        Lease { conn: self, session: Some(session) }
-    }
-}
-
-/// A connection's session, lent to one request.
-struct Lease<'a> {
-    conn: &'a Conn,
-    session: Option<Session>,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        *self.conn.session.lock() = self.session.take();
-    }
-}
-
-impl std::ops::Deref for Lease<'_> {
-    type Target = Session;
-    fn deref(&self) -> &Session {
-        self.session.as_ref().expect("a lease holds its session until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Lease<'_> {
-    fn deref_mut(&mut self) -> &mut Session {
-        self.session.as_mut().expect("a lease holds its session until dropped")
+        Arc::new(Conn { peer, state, session: tokio::sync::Mutex::new(None) })
     }
 }
 
@@ -156,9 +122,10 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
     };
     let method = req.method().clone();
     let (segments, n) = segments(path);
-    let mut session = conn.session();
+    let mut slot = conn.session.lock().await;
+    let session = slot.get_or_insert_with(|| Session::http(state.next_client_id(), peer.to_string()));
     session.set_user(user);
-    let mut api = Api { state, session: &mut session };
+    let mut api = Api { state, session };
     match (&segments[..n], &method) {
         (["keys"], &Method::POST) => match body(req, state).await {
             Ok((b, _held)) => api.create(&b, ttl).await,
