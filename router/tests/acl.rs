@@ -235,14 +235,21 @@ async fn http(
     support::http_raw(addr, req.as_bytes()).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_basic_and_bearer_act_as_acl_users() {
+/// A router with `--requirepass rootpw`, a user `reader` (password `readpw`) who may read `pub:*`,
+/// `pub:1` set to `hello`, and an admin connection signed in as the default user.
+async fn router_with_a_reader() -> (shoal_router::Router, Raw) {
     let router = support::router(&["--embedded-nodes", "1", "--requirepass", "rootpw"]).await;
     let mut admin = Raw::connect(router.resp_addr()).await;
     admin.cmd(&["AUTH", "rootpw"]).await;
     admin.cmd(&["ACL", "SETUSER", "reader", "on", ">readpw", "%R~pub:*", "+@all"]).await;
-    admin.cmd(&["ACL", "SETUSER", "svc", "on", ">svc-token", "~*", "+@all", "-@write"]).await;
     admin.cmd(&["SET", "pub:1", "hello"]).await;
+    (router, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_basic_and_bearer_act_as_acl_users() {
+    let (router, mut admin) = router_with_a_reader().await;
+    admin.cmd(&["ACL", "SETUSER", "svc", "on", ">svc-token", "~*", "+@all", "-@write"]).await;
     let addr = router.http_addr();
 
     let r = http(addr, "GET", "/keys/pub:1", None, "").await;
@@ -317,11 +324,7 @@ impl KeepAlive {
 /// each acts as the user its own credentials name: a request never inherits the previous one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_requests_on_one_connection_each_act_as_their_own_user() {
-    let router = support::router(&["--embedded-nodes", "1", "--requirepass", "rootpw"]).await;
-    let mut admin = Raw::connect(router.resp_addr()).await;
-    admin.cmd(&["AUTH", "rootpw"]).await;
-    admin.cmd(&["ACL", "SETUSER", "reader", "on", ">readpw", "%R~pub:*", "+@all"]).await;
-    admin.cmd(&["SET", "pub:1", "hello"]).await;
+    let (router, mut admin) = router_with_a_reader().await;
     let mut conn = KeepAlive(tokio::net::TcpStream::connect(router.http_addr()).await.unwrap());
     let reader = || Some(format!("Basic {}", basic("reader", "readpw")));
     let root = || Some("Bearer rootpw".to_string());

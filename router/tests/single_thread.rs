@@ -7,36 +7,19 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{FastGet, Proc, Raw};
+use support::procs::RouterProc;
+use support::{FastGet, Raw};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_router_on_one_thread_serves_every_path_and_stops_on_sigterm() {
-    let (resp, http) = (support::free_port(), support::free_port());
-    let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
-    let http: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
-    let child = support::shoal("shoal-router")
-        .args(["--embedded-nodes", "3", "--threads", "1", "--near-cache", "8mb"])
-        .args(["--resp", &resp.to_string(), "--http", &http.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut router = Proc(child);
-    let start = Instant::now();
-    let mut a = loop {
-        if let Ok(s) = tokio::net::TcpStream::connect(resp).await {
-            let mut c = Raw::from_stream(s);
-            if c.cmd(&["SET", "k", "v"]).await == b"+OK\r\n" {
-                break c;
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "the router did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--embedded-nodes", "3", "--threads", "1", "--near-cache", "8mb"];
+    let mut router = RouterProc::start(dir.path(), "router", &args).await;
+    let (resp, http) = (router.resp, router.http);
+    let mut a = router.raw().await;
+    assert_eq!(a.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
     let mut b = Raw::connect(resp).await;
     let within = Duration::from_secs(5);
 
@@ -77,15 +60,7 @@ async fn a_router_on_one_thread_serves_every_path_and_stops_on_sigterm() {
     assert!(support::metric_sum(&metrics, "shoal_router_near_cache_hits_total") >= 1.0, "{metrics}");
 
     // SIGTERM: a graceful stop (exit status 0) within the drain time.
-    let pid = router.0.id().to_string();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = router.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "the router did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(status.success(), "{status}");
+    router.signal("-TERM");
+    let status = router.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", router.logs());
 }
