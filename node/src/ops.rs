@@ -334,13 +334,10 @@ pub(crate) fn transaction_with(
     Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })) }
 }
 
-/// A transaction's (or script's) keys are in a slot that is moving between nodes: the router
-/// tries again (until its deadline) rather than run it while the keys may be on either node.
-pub const TRYAGAIN: &str = "TRYAGAIN a key of the transaction is in a slot moving between nodes; try again";
-
 /// The checks of an op group that must run on one node as a whole (a transaction, a script):
 /// every key's slot served here at `version` (else `moved` for the whole group) and none of them
-/// moving (else `TRYAGAIN`: the router sends the group again once the move is done).
+/// moving (else `try_again`: the router sends the group again once the move is done, rather
+/// than run it while the keys may be on either node).
 pub(crate) fn check_group<'a>(
     view: &NodeView,
     version: u64,
@@ -352,7 +349,7 @@ pub(crate) fn check_group<'a>(
             return Err(moved(v));
         }
         if view.is_moving(slot) {
-            return Err(error(TRYAGAIN));
+            return Err(Reply { kind: Some(reply::Kind::TryAgain(proto::Empty {})) });
         }
     }
     Ok(())

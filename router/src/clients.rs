@@ -45,7 +45,8 @@ pub struct ClientHandle {
     pub created: Instant,
     /// When the last command started, in milliseconds after `created`.
     last_command_ms: AtomicU64,
-    /// The last command's stats slot ([`crate::stats::spec_at`]), or [`NO_COMMAND`].
+    /// The last command's stats slot (named by the registry: `crate::cmd::slots`), or
+    /// [`NO_COMMAND`].
     last_command: AtomicUsize,
     /// 2 or 3.
     protocol: AtomicU8,
@@ -254,7 +255,7 @@ impl ClientHandle {
     /// The CLIENT INFO / CLIENT LIST line, with Redis 7.0's fields in Redis's order, then the
     /// two Redis 7.2 added (`lib-name`, `lib-ver`, set by CLIENT SETINFO). Shoal keeps no
     /// per-client buffers or transactions, so those fields are fixed.
-    pub fn info_line(&self) -> String {
+    pub fn info_line(&self, name_of: impl Fn(usize) -> Option<&'static str>) -> String {
         let names = self.names();
         fn text(b: &Option<Bytes>) -> std::borrow::Cow<'_, str> {
             b.as_deref().map(String::from_utf8_lossy).unwrap_or_default()
@@ -265,7 +266,7 @@ impl ClientHandle {
         let idle = age.saturating_sub(last);
         let cmd = match self.last_command.load(Ordering::Relaxed) {
             NO_COMMAND => "NULL",
-            slot => crate::stats::spec_at(slot).map_or("NULL", |s| s.name),
+            slot => name_of(slot).unwrap_or("NULL"),
         };
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} \
@@ -345,7 +346,7 @@ mod tests {
     #[test]
     fn the_line_has_redis_s_fields() {
         let c = ClientHandle::new(7, "127.0.0.1:5000".into(), "127.0.0.1:6379".into(), false);
-        let line = c.info_line();
+        let line = c.info_line(crate::cmd::name_of);
         assert!(line.ends_with('\n'));
         assert!(
             line.starts_with(
@@ -359,19 +360,22 @@ mod tests {
     #[test]
     fn flags_names_protocol_and_command_show() {
         let c = ClientHandle::new(1, "/tmp/s:0".into(), "/tmp/s".into(), true);
-        assert!(c.info_line().contains(" flags=U "));
+        assert!(c.info_line(crate::cmd::name_of).contains(" flags=U "));
         c.set_no_evict(true);
         c.set_held(true);
-        assert!(c.info_line().contains(" flags=bUe "));
+        assert!(c.info_line(crate::cmd::name_of).contains(" flags=bUe "));
         c.set_multi(Some(2));
-        assert!(c.info_line().contains(" flags=xbUe ") && c.info_line().contains(" multi=2 "));
+        assert!(
+            c.info_line(crate::cmd::name_of).contains(" flags=xbUe ")
+                && c.info_line(crate::cmd::name_of).contains(" multi=2 ")
+        );
         c.set_multi(None);
-        assert!(c.info_line().contains(" multi=-1 "));
+        assert!(c.info_line(crate::cmd::name_of).contains(" multi=-1 "));
         c.update_names(|n| n.name = Some(Bytes::from("worker")));
         c.set_protocol(Protocol::Resp3);
-        let slot = crate::stats::slot_of(crate::cmd::lookup(b"ping").unwrap());
+        let slot = crate::cmd::slot_of(crate::cmd::lookup(b"ping").unwrap());
         c.set_command(slot);
-        let line = c.info_line();
+        let line = c.info_line(crate::cmd::name_of);
         assert!(line.contains(" name=worker "), "{line}");
         assert!(line.contains(" cmd=ping "), "{line}");
         assert!(line.contains(" resp=3 "), "{line}");

@@ -226,8 +226,8 @@ pub struct RouterArgs {
     /// (replica-preferred), or the member with the shortest measured round trip from this router
     /// (nearest). Replica reads may miss the latest writes. A client's READONLY makes its reads go
     /// to replicas when this says primary.
-    #[arg(long, env = "SHOAL_READ_FROM", value_enum, default_value_t = crate::state::ReadFrom::Primary)]
-    pub read_from: crate::state::ReadFrom,
+    #[arg(long, env = "SHOAL_READ_FROM", value_enum, default_value_t = crate::backend::ReadFrom::Primary)]
+    pub read_from: crate::backend::ReadFrom,
 
     /// Counters of the hot-key sketch (`SHOAL HOTKEYS`, `shoal_router_hotkey_*`), per ranking (by
     /// commands, by bytes), e.g. 256; 0 (the default) turns hot-key tracking off: counting every

@@ -223,24 +223,6 @@ impl HotKeys {
         s.bytes.add(hash, key, bytes);
     }
 
-    /// A command's keys, as its spec declares them ([`crate::cmd::spec_keys`]), and its request
-    /// and reply bytes, split evenly over them.
-    pub fn record_command(&self, spec: &crate::cmd::CommandSpec, args: &[Bytes], reply_bytes: usize) {
-        if self.capacity == 0 {
-            return;
-        }
-        let keys = crate::cmd::spec_keys(spec, args);
-        let n = keys.len();
-        if n == 0 {
-            return;
-        }
-        let request: usize = args.iter().map(|a| a.len()).sum();
-        let share = ((request + reply_bytes) / n) as u64;
-        for key in keys {
-            self.record(key, share);
-        }
-    }
-
     /// One decay step: every count and error is halved (lazily, shard by shard).
     pub fn tick(&self) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
@@ -419,24 +401,5 @@ mod tests {
         assert_eq!(top[1].count, 1000u64.div_ceil(64), "six halvings, rounding up");
         h.reset();
         assert!(h.top(By::Ops, 2).is_empty());
-    }
-
-    #[test]
-    fn command_keys_follow_the_spec() {
-        let h = HotKeys::new(64);
-        let args = |a: &[&str]| a.iter().map(|s| Bytes::from(s.to_string())).collect::<Vec<_>>();
-        let mset = crate::cmd::lookup(b"mset").unwrap();
-        // 4 + 1 + 2 + 1 + 2 = 10 request bytes, 5 reply bytes: 7 per key (rounded down).
-        h.record_command(mset, &args(&["MSET", "a", "vv", "b", "ww"]), 5);
-        let get = crate::cmd::lookup(b"get").unwrap();
-        h.record_command(get, &args(&["GET", "a"]), 0);
-        h.record_command(get, &args(&["GET"]), 0);
-        let ping = crate::cmd::lookup(b"ping").unwrap();
-        h.record_command(ping, &args(&["PING", "x"]), 7);
-        let ops = h.top(By::Ops, 10);
-        let got: Vec<(&[u8], u64)> = ops.iter().map(|k| (&k.key[..], k.count)).collect();
-        assert_eq!(got, vec![(&b"a"[..], 2), (&b"b"[..], 1)]);
-        let bytes = h.top(By::Bytes, 10);
-        assert_eq!((&bytes[0].key[..], bytes[0].count), (&b"a"[..], 7 + 4));
     }
 }

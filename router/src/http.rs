@@ -24,6 +24,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
@@ -36,7 +37,8 @@ use serde_json::json;
 use shoal_telemetry::http::{HttpResponse, ops_endpoint, response};
 
 use crate::acl::UserCell;
-use crate::cmd::{self, Ctx};
+use crate::pipeline::record::{self, Timing};
+use crate::pipeline::{Pipeline, Step};
 use crate::resp::Reply;
 use crate::server::protected_mode_allows;
 use crate::session::Session;
@@ -104,7 +106,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
             return response(
                 StatusCode::OK,
                 shoal_telemetry::metrics::CONTENT_TYPE,
-                crate::metrics::render(state).await,
+                crate::scrape::render(state).await,
             );
         }
         if let Some(r) = ops_endpoint(path, || state.ready(), String::new) {
@@ -187,7 +189,7 @@ pub async fn handle_ops(req: Request<Incoming>, state: Arc<RouterState>) -> Http
         return response(
             StatusCode::OK,
             shoal_telemetry::metrics::CONTENT_TYPE,
-            crate::metrics::render(&state).await,
+            crate::scrape::render(&state).await,
         );
     }
     ops_endpoint(path, || state.ready(), String::new)
@@ -201,17 +203,28 @@ struct Api<'a> {
 }
 
 impl Api<'_> {
+    /// One request down the pipeline and back (see [`crate::pipeline`]).
     async fn run(&mut self, args: &[Bytes]) -> Reply {
-        let routing = self.state.backend.routing();
-        let deadline = tokio::time::Instant::now() + self.state.settings.deadline;
-        let mut ctx = Ctx {
-            state: self.state,
-            session: self.session,
-            routing: &routing,
-            deadline,
-            read_from: crate::state::ReadFrom::Primary,
+        let mut pipeline = Pipeline::new(self.state);
+        let mut step = pipeline.take(self.session, args, None, Instant::now(), |_, _| Some(()));
+        if let Step::Held(_, spec) = step {
+            // CLIENT PAUSE holds it, as it holds a RESP client's (until the pause's deadline).
+            self.state.pause.wait(spec).await;
+            step = pipeline.resume(self.session, spec, args, ());
+        }
+        let started = self.session.last_command;
+        let slot = self.session.last_command_slot;
+        let reply = match step {
+            Step::Done(_, pending) => pending.resolve().await,
+            Step::Joined => {
+                pipeline.send(self.session);
+                let call = pipeline.next_sent().expect("the lane it joined");
+                call.wait().await.next().map_or(Reply::Nil, |(_, reply)| reply)
+            }
+            Step::Held(..) | Step::NotHere(_) => unreachable!("resumed above; HTTP carries every command"),
         };
-        cmd::dispatch(args, &mut ctx).resolve().await
+        record::answered(self.state, self.session, Timing { started, slot, failed: reply.is_error() }, args);
+        reply
     }
 
     async fn get(&mut self, key: Bytes) -> HttpResponse {

@@ -1,42 +1,39 @@
-//! Shoal router: clients speak RESP (TCP, Unix socket) or HTTP; each key is routed by its slot to
-//! the node that owns it, over one batched gRPC stream per node.
+//! Shoal router: clients speak RESP (TCP, TLS, Unix socket), the binary fast path or HTTP; each
+//! key is routed by its slot to the node that owns it, over one batched gRPC stream per node.
 //!
-//! Data flow for a RESP request:
-//! [`server`] accepts on any listener (protected mode, maxclients) → [`connection`] reads and
-//! parses with [`resp::parse`] → [`cmd::dispatch`] checks name, arity and auth and runs the
-//! command's handler (`cmd/<name>.rs`, its spec beside it, listed in [`cmd::registry`]) → the
-//! handler asks the [`backend`] for a call (one key, many keys, every node, one node, an atomic
-//! group), which queues ops on each node's [`backend::link::NodeLink`] → the link batches ops from
-//! all connections onto the node's stream → replies come back in order, are settled by the
-//! backend (topology changes are handled there, never in `cmd/`) and encoded by [`resp::reply`]
-//! into [`resp::Out`] (vectored writes). Pipelined one-key string commands (GET, SET, INCR, ...)
-//! take a shortcut through that flow: [`cmd::lane`] joins the ones a read buffer holds and sends
-//! them as one group per node (one backend call, not one each); the others run as above.
-//! The HTTP API ([`http`]) builds the same command arguments and uses the same dispatch.
-//! So does the binary fast path ([`fast`], spec in docs/fast-path.md): a connection whose first
-//! byte is `0xF5` (which cannot start RESP) is handed by [`connection`] to [`fast`], which maps
-//! its typed frames onto command arguments and replies out of order, matched by id.
+//! A request's life, top to bottom (docs/architecture.md, "A request's walk", follows one GET and
+//! one MULTI through these files):
 //!
-//! - [`config`]: the command line. [`state`]: settings and shared state. [`session`]: per client.
-//!   [`clients`]: the open connections as CLIENT LIST / CLIENT KILL see them (each with its kill
-//!   switch). [`pause`]: CLIENT PAUSE, which [`connection`] checks before running a command.
-//! - [`pubsub`]: the hub of this router's subscribed clients; one `Subscribe` stream per node
-//!   carries its registrations out and the messages in, which it queues per client (bounded by
-//!   `client-output-buffer-limit pubsub`) for [`connection`] to write between replies.
-//! - [`embedded`]: in-process nodes and coordinator for the one-command local cluster (cargo
-//!   feature `embedded`, on by default; production builds leave it and the store out).
-//! - [`reshard`]: the `shoal-router reshard` command (the coordinator for separate processes).
-//! - [`check`]: the `shoal-router check` command (a client-side end-to-end check; `helm test`).
-//! - [`metrics`]: the `/metrics` text. [`hotkeys`]: the hot-key sketch (`SHOAL HOTKEYS`), fed
-//!   by [`connection`] once each reply is encoded.
-//! - [`nearcache`]: `--near-cache`, string values kept in the router and invalidated by the
-//!   nodes (GET and MGET look there first; writes through the backend drop their keys).
-//! - [`fuzzing`]: the TLS-wrapped RESP path and the binary fast path as the `tls_resp` and
-//!   `fast_frames` fuzz targets drive them.
-//! - [`acl`]: ACL users (rules, describe format, ACL file, ACL LOG; their permissions and the
-//!   check are `shoal_wire::acl`, shared with the nodes); the ACL command and the `--aclfile`
-//!   follower are in `cmd/acl.rs`, the check in [`cmd::dispatch`]. A script carries its user's
-//!   permissions to the node (when restricted), which checks its calls and reports refusals.
+//! - [`server`] accepts on every listener (maxclients, protected mode, the TLS handshake) and
+//!   hands each connection to its protocol: [`resp::connection`] (RESP framing; a connection
+//!   whose first byte is 0xF5 goes on to [`fast`], the binary fast path of docs/fast-path.md) or
+//!   [`http`] (the key/value API and the ops endpoints). Each protocol only frames requests and
+//!   encodes replies, inside one connection [`guard`] (kill switch, auth deadline, buffer budget,
+//!   output limit, shutdown).
+//! - [`pipeline`]: one request's life, the same on every protocol: admit (auth, ACL, pause) ->
+//!   dispatch (MULTI queueing, the near cache, the command's handler, the lane that batches
+//!   one-key ops) -> settle -> record (stats, slow log, hot keys) -> the typed reply.
+//! - [`cmd`]: one file per command (its spec beside its handler, listed in `cmd::registry`).
+//!   Handlers parse arguments with Redis's texts and build ops, or ask the backend for calls.
+//! - [`backend`]: the only layer that knows topology versions: calls for one key, many keys,
+//!   every node, a unit (transaction, script), a blocking wait; one settle loop for `moved`,
+//!   nodes that left and slots in motion; one [`backend::link::NodeLink`] per node batches the
+//!   ops of every connection onto its stream.
+//!
+//! Below them, shared state that imports nothing above it: [`state`] (settings, the buffer
+//! budget and [`state::RouterState`], which holds the rest), [`session`] (per connection,
+//! MULTI's queue and WATCH list), [`clients`] (CLIENT LIST / KILL), [`pause`] (CLIENT PAUSE),
+//! [`acl`] (users and rules; the check is `shoal_wire::acl`, shared with the nodes), [`pubsub`]
+//! (this router's subscribers and one `Subscribe` stream per node) with [`tracking`] (CLIENT
+//! TRACKING), [`nearcache`] (`--near-cache`, invalidated by the nodes), [`hotkeys`],
+//! [`stats`] (INFO commandstats, SLOWLOG), [`metrics`] (counters; [`scrape`] renders `/metrics`)
+//! and [`resp`]'s parser and reply encoder.
+//!
+//! Around them: [`config`] (the command line), [`embedded`] (in-process nodes and coordinator
+//! for the one-command local cluster: cargo feature `embedded`, on by default; production builds
+//! leave it and the store out), [`reshard`] (`shoal-router reshard`), [`check`] (`shoal-router
+//! check`, the chart's `helm test`), [`fuzzing`] (the TLS-wrapped RESP path and the fast path as
+//! the fuzz targets drive them).
 
 pub mod acl;
 pub mod backend;
@@ -44,18 +41,20 @@ pub mod check;
 pub mod clients;
 pub mod cmd;
 pub mod config;
-pub mod connection;
 pub mod embedded;
 pub mod fast;
 pub mod fuzzing;
+pub mod guard;
 pub mod hotkeys;
 pub mod http;
 pub mod metrics;
 pub mod nearcache;
 pub mod pause;
+pub mod pipeline;
 pub mod pubsub;
 pub mod reshard;
 pub mod resp;
+pub mod scrape;
 pub mod server;
 pub mod session;
 pub mod state;
@@ -136,63 +135,82 @@ async fn bind(addr: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
     }
 }
 
-impl Router {
-    /// Binds every listener and starts serving; returns once clients can connect.
-    pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
-        let (stop, stopped) = watch::channel(false);
-        let mut watchers = Vec::new();
-        let given = args.auth.credentials()?;
-        // An embedded cluster has a secret of its own unless one is given (its nodes' ports are on
-        // loopback, where other local processes could reach them).
-        let secret = match (&given.secret, &given.tls, args.embedded()) {
-            (None, _, Some(_)) => Some(ClusterSecret::generate()),
-            (None, None, None) => {
-                tracing::warn!(
-                    "no cluster secret (SHOAL_CLUSTER_SECRET, --cluster-secret-file) and no node-link certificates (--link-tls-*): nodes that require one will refuse this router"
-                );
-                None
-            }
-            _ => given.secret.clone(),
-        };
-        // Embedded nodes serve plain gRPC on loopback (with their secret); separate nodes get the
-        // node-link certificates too.
-        let tls = if args.embedded().is_some() { None } else { given.tls.clone() };
-        let credentials = Credentials { secret: secret.clone(), tls };
-        let (embedded, topology, managed) = match (args.embedded(), &args.topology_file) {
-            (Some(n), _) => {
-                let cluster = EmbeddedCluster::start(EmbeddedOptions {
-                    nodes: n,
-                    replicas: args.replicas,
-                    maxmemory: args.embedded_maxmemory as usize,
-                    policy: args.embedded_maxmemory_policy.clone(),
-                    data_dir: args.data_dir.clone(),
-                    snapshot_interval: (args.snapshot_interval > 0)
-                        .then(|| Duration::from_secs(args.snapshot_interval)),
-                    secret: secret.clone().expect("generated above"),
-                })
-                .await?;
-                let topology = cluster.subscribe().borrow().clone().context("no topology")?;
-                tracing::info!(nodes = ?topology.nodes, "embedded nodes running");
-                (Some(cluster), topology, true)
-            }
-            (None, Some(path)) => (None, wait_for_topology(path).await?, true),
-            (None, None) => {
-                let topology = Topology::even(&args.nodes);
-                topology.validate().context("invalid node list")?;
-                (None, topology, false)
-            }
-        };
+/// The secret and node-link certificates calls to the nodes carry (and the secret an embedded
+/// cluster's nodes require).
+fn node_credentials(args: &RouterArgs) -> anyhow::Result<(Option<ClusterSecret>, Credentials)> {
+    let given = args.auth.credentials()?;
+    // An embedded cluster has a secret of its own unless one is given (its nodes' ports are on
+    // loopback, where other local processes could reach them).
+    let secret = match (&given.secret, &given.tls, args.embedded()) {
+        (None, _, Some(_)) => Some(ClusterSecret::generate()),
+        (None, None, None) => {
+            tracing::warn!(
+                "no cluster secret (SHOAL_CLUSTER_SECRET, --cluster-secret-file) and no node-link certificates (--link-tls-*): nodes that require one will refuse this router"
+            );
+            None
+        }
+        _ => given.secret.clone(),
+    };
+    // Embedded nodes serve plain gRPC on loopback (with their secret); separate nodes get the
+    // node-link certificates too.
+    let tls = if args.embedded().is_some() { None } else { given.tls.clone() };
+    Ok((secret.clone(), Credentials { secret, tls }))
+}
 
-        let tls_files = args.tls.files().map_err(anyhow::Error::msg)?;
-        let tls_config = |alpn| -> anyhow::Result<_> {
-            let files = tls_files.as_ref().expect("asked for only with a TLS listener");
-            shoal_wire::tls::reloading_server(files, args.tls.tls_auth_clients, alpn).context("client TLS")
-        };
-        let resp = bind(args.resp.0).await?;
-        let http = bind(args.http.0).await?;
-        let tls = bind(args.tls.tls_port.map(|p| p.resolve(args.resp))).await?;
-        let https = bind(args.tls.https.map(|p| p.resolve(args.http))).await?;
-        let metrics_listener = bind(args.metrics_addr).await?;
+/// The nodes to route to: the embedded cluster (started here), the topology file (waited for),
+/// or the fixed `--nodes` list; and whether the nodes follow that topology too.
+async fn start_cluster(
+    args: &RouterArgs,
+    secret: Option<ClusterSecret>,
+) -> anyhow::Result<(Option<Arc<EmbeddedCluster>>, Topology, bool)> {
+    Ok(match (args.embedded(), &args.topology_file) {
+        (Some(n), _) => {
+            let cluster = EmbeddedCluster::start(EmbeddedOptions {
+                nodes: n,
+                replicas: args.replicas,
+                maxmemory: args.embedded_maxmemory as usize,
+                policy: args.embedded_maxmemory_policy.clone(),
+                data_dir: args.data_dir.clone(),
+                snapshot_interval: (args.snapshot_interval > 0)
+                    .then(|| Duration::from_secs(args.snapshot_interval)),
+                secret: secret.expect("generated with the credentials"),
+            })
+            .await?;
+            let topology = cluster.subscribe().borrow().clone().context("no topology")?;
+            tracing::info!(nodes = ?topology.nodes, "embedded nodes running");
+            (Some(cluster), topology, true)
+        }
+        (None, Some(path)) => (None, wait_for_topology(path).await?, true),
+        (None, None) => {
+            let topology = Topology::even(&args.nodes);
+            topology.validate().context("invalid node list")?;
+            (None, topology, false)
+        }
+    })
+}
+
+/// Every listener the command line asks for, bound.
+struct Listeners {
+    resp: Option<TcpListener>,
+    http: Option<TcpListener>,
+    tls: Option<TcpListener>,
+    https: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    unix: Option<server::UnixSocket>,
+    socket_file: Option<server::SocketFile>,
+}
+
+/// Where the listeners are.
+struct Addrs {
+    resp: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+    https: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+impl Listeners {
+    async fn bind(args: &RouterArgs) -> anyhow::Result<Listeners> {
         let (unix, socket_file) = match &args.unix_socket {
             Some(path) => {
                 let (listener, file) = server::bind_unix(path, args.unix_socket_perm)
@@ -201,149 +219,208 @@ impl Router {
             }
             None => (None, None),
         };
-        let resp_addr = resp.as_ref().map(server::bound);
-        let http_addr = http.as_ref().map(server::bound);
-        let tls_addr = tls.as_ref().map(server::bound);
-        let https_addr = https.as_ref().map(server::bound);
-        let metrics_addr = metrics_listener.as_ref().map(server::bound);
+        Ok(Listeners {
+            resp: bind(args.resp.0).await?,
+            http: bind(args.http.0).await?,
+            tls: bind(args.tls.tls_port.map(|p| p.resolve(args.resp))).await?,
+            https: bind(args.tls.https.map(|p| p.resolve(args.http))).await?,
+            metrics: bind(args.metrics_addr).await?,
+            unix,
+            socket_file,
+        })
+    }
 
-        let settings = Settings {
-            requirepass: args.requirepass.clone().filter(|p| !p.is_empty()),
-            metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
-            protected_mode: args.protected_mode,
-            deadline: args.deadline(),
-            maxclients: args.maxclients,
-            proto_max_bulk_len: args.proto_max_bulk_len as usize,
-            max_args: args.max_args,
-            query_buffer_limit: args.client_query_buffer_limit as usize,
-            output_buffer_limit: args.client_output_buffer_limit as usize,
-            http_max_body: args.http_max_body as usize,
-            auth_timeout: args.auth_timeout(),
-            http_body_timeout: args.http_body_timeout(),
-            tls_handshake_timeout: args.tls.handshake_timeout(),
-            request_buffer_budget: args
-                .request_buffer_budget
-                .resolve(shoal_telemetry::runtime::memory_limit()),
-            tcp_port: resp_addr.or(tls_addr).map_or(0, |a| a.port()),
-            read_from: args.read_from,
-            aclfile: args.aclfile.clone(),
-            hotkeys_capacity: args.hotkeys_capacity,
-            hotkeys_decay: (args.hotkeys_decay_secs > 0)
-                .then(|| Duration::from_secs(args.hotkeys_decay_secs)),
-            fast_max_in_flight: args.fast_max_in_flight as usize,
-            near_cache: args.near_cache as usize,
-            near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
+    fn addrs(&self) -> Addrs {
+        Addrs {
+            resp: self.resp.as_ref().map(server::bound),
+            http: self.http.as_ref().map(server::bound),
+            tls: self.tls.as_ref().map(server::bound),
+            https: self.https.as_ref().map(server::bound),
+            metrics: self.metrics.as_ref().map(server::bound),
+        }
+    }
+}
+
+/// The settings that shape request handling, from the command line.
+fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
+    let addrs = listeners.addrs();
+    Settings {
+        requirepass: args.requirepass.clone().filter(|p| !p.is_empty()),
+        metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
+        protected_mode: args.protected_mode,
+        deadline: args.deadline(),
+        maxclients: args.maxclients,
+        proto_max_bulk_len: args.proto_max_bulk_len as usize,
+        max_args: args.max_args,
+        query_buffer_limit: args.client_query_buffer_limit as usize,
+        output_buffer_limit: args.client_output_buffer_limit as usize,
+        http_max_body: args.http_max_body as usize,
+        auth_timeout: args.auth_timeout(),
+        http_body_timeout: args.http_body_timeout(),
+        tls_handshake_timeout: args.tls.handshake_timeout(),
+        request_buffer_budget: args.request_buffer_budget.resolve(shoal_telemetry::runtime::memory_limit()),
+        tcp_port: addrs.resp.or(addrs.tls).map_or(0, |a| a.port()),
+        read_from: args.read_from,
+        aclfile: args.aclfile.clone(),
+        hotkeys_capacity: args.hotkeys_capacity,
+        hotkeys_decay: (args.hotkeys_decay_secs > 0).then(|| Duration::from_secs(args.hotkeys_decay_secs)),
+        fast_max_in_flight: args.fast_max_in_flight as usize,
+        near_cache: args.near_cache as usize,
+        near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
+    }
+}
+
+/// The background tasks that keep the router current: the topology source (the embedded
+/// coordinator's store, or the file), the ACL file, the hot-key decay clock.
+fn follow(
+    args: &RouterArgs,
+    state: &Arc<RouterState>,
+    embedded: Option<&Arc<EmbeddedCluster>>,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let mut watchers = Vec::new();
+    if let Some(cluster) = embedded {
+        let mut rx = cluster.subscribe();
+        let (state, mut stop) = (state.clone(), stopped.clone());
+        watchers.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    _ = stop.changed() => return,
+                }
+                let t = rx.borrow_and_update().clone();
+                if let Some(t) = t {
+                    state.backend.adopt(t);
+                }
+            }
+        }));
+    } else if let Some(path) = args.topology_file.clone() {
+        let state = state.clone();
+        let adopt = move |t| {
+            state.backend.adopt(t);
         };
+        let stopped = until_stopped(stopped.clone());
+        watchers.push(tokio::spawn(shoal_wire::topology_file::watch(
+            path,
+            Duration::from_millis(200),
+            adopt,
+            stopped,
+        )));
+    }
+    watchers.extend(cmd::acl::follow_file(state, stopped.clone())?);
+    if let Some(period) = state.settings.hotkeys_decay.filter(|_| state.hotkeys.enabled()) {
+        // The hot-key counts' decay clock: each step halves them (lazily, see hotkeys.rs).
+        let (state, mut stop) = (state.clone(), stopped.clone());
+        watchers.push(tokio::spawn(async move {
+            let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => state.hotkeys.tick(),
+                    _ = stop.changed() => return,
+                }
+            }
+        }));
+    }
+    Ok(watchers)
+}
+
+/// Completes once `stop` says so.
+async fn until_stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Serves every bound listener: RESP on TCP, TLS and the Unix socket, the HTTP API (and HTTPS),
+/// and the ops endpoints.
+fn serve(
+    args: &RouterArgs,
+    state: &Arc<RouterState>,
+    listeners: Listeners,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let tls_files = args.tls.files().map_err(anyhow::Error::msg)?;
+    let tls_config = |alpn| -> anyhow::Result<_> {
+        let files = tls_files.as_ref().expect("asked for only with a TLS listener");
+        shoal_wire::tls::reloading_server(files, args.tls.tls_auth_clients, alpn).context("client TLS")
+    };
+    let mut tasks = Vec::new();
+    if let Some(resp) = listeners.resp {
+        tasks.push(tokio::spawn(server::serve(resp, state.clone(), stopped.clone())));
+    }
+    if let Some(tcp) = listeners.tls {
+        let config = tls_config(&[])?;
+        tasks.push(tokio::spawn(config.clone().watch("resp", until_stopped(stopped.clone()))));
+        let listener = server::TlsListener { tcp, config };
+        tasks.push(tokio::spawn(server::serve(listener, state.clone(), stopped.clone())));
+    }
+    if let Some(unix) = listeners.unix {
+        tasks.push(tokio::spawn(server::serve(unix, state.clone(), stopped.clone())));
+    }
+    let api = |tls: Option<shoal_telemetry::http::Tls>, listener| {
+        let state = state.clone();
+        tokio::spawn(shoal_telemetry::http::serve_on(
+            listener,
+            tls,
+            move |peer| {
+                let conn = http::Conn::new(peer, state.clone());
+                move |req| http::handle(req, conn.clone())
+            },
+            until_stopped(stopped.clone()),
+            Duration::from_secs(5),
+        ))
+    };
+    if let Some(http) = listeners.http {
+        tasks.push(api(None, http));
+    }
+    if let Some(https) = listeners.https {
+        let config = tls_config(&[b"http/1.1"])?;
+        tasks.push(tokio::spawn(config.clone().watch("https", until_stopped(stopped.clone()))));
+        let tls = shoal_telemetry::http::Tls {
+            acceptor: Arc::new(move || config.acceptor()),
+            handshake_timeout: state.settings.tls_handshake_timeout,
+        };
+        tasks.push(api(Some(tls), https));
+    }
+    if let Some(listener) = listeners.metrics {
+        let state = state.clone();
+        tasks.push(tokio::spawn(shoal_telemetry::http::serve(
+            listener,
+            move |req, _peer| http::handle_ops(req, state.clone()),
+            until_stopped(stopped.clone()),
+            Duration::from_secs(2),
+        )));
+    }
+    Ok(tasks)
+}
+
+impl Router {
+    /// Binds every listener and starts serving; returns once clients can connect.
+    pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
+        let (stop, stopped) = watch::channel(false);
+        let (secret, credentials) = node_credentials(args)?;
+        let (embedded, topology, managed) = start_cluster(args, secret).await?;
+        let listeners = Listeners::bind(args).await?;
+        let settings = settings(args, &listeners);
         if settings.request_buffer_budget != usize::MAX {
             tracing::info!(bytes = settings.request_buffer_budget, "request buffer budget");
         }
         let links = LinkOptions { deadline: settings.deadline, credentials, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
         let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
-        // Follow the topology source: the embedded coordinator's store, or the file.
-        if let Some(cluster) = &embedded {
-            let mut rx = cluster.subscribe();
-            let (state, mut stop) = (state.clone(), stopped.clone());
-            watchers.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        changed = rx.changed() => if changed.is_err() { return },
-                        _ = stop.changed() => return,
-                    }
-                    let t = rx.borrow_and_update().clone();
-                    if let Some(t) = t {
-                        state.backend.adopt(t);
-                    }
-                }
-            }));
-        } else if let Some(path) = args.topology_file.clone() {
-            let (state, mut stop) = (state.clone(), stopped.clone());
-            let adopt = move |t| {
-                state.backend.adopt(t);
-            };
-            watchers.push(tokio::spawn(async move {
-                let stopped = async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                };
-                shoal_wire::topology_file::watch(path, Duration::from_millis(200), adopt, stopped).await
-            }));
-        }
-        watchers.extend(cmd::acl::follow_file(&state, stopped.clone())?);
-        if let Some(period) = state.settings.hotkeys_decay.filter(|_| state.hotkeys.enabled()) {
-            // The hot-key counts' decay clock: each step halves them (lazily, see hotkeys.rs).
-            let (state, mut stop) = (state.clone(), stopped.clone());
-            watchers.push(tokio::spawn(async move {
-                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                loop {
-                    tokio::select! {
-                        _ = every.tick() => state.hotkeys.tick(),
-                        _ = stop.changed() => return,
-                    }
-                }
-            }));
-        }
-        let mut tasks = Vec::new();
-        if let Some(resp) = resp {
-            tasks.push(tokio::spawn(server::serve(resp, state.clone(), stopped.clone())));
-        }
-        let until_stopped = |mut stop: watch::Receiver<bool>| async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Some(tcp) = tls {
-            let config = tls_config(&[])?;
-            tasks.push(tokio::spawn(config.clone().watch("resp", until_stopped(stopped.clone()))));
-            let listener = server::TlsListener { tcp, config };
-            tasks.push(tokio::spawn(server::serve(listener, state.clone(), stopped.clone())));
-        }
+        let mut tasks = follow(args, &state, embedded.as_ref(), &stopped)?;
         tokio::spawn(state.pubsub.clone().follow(state.backend.clone()));
-        tasks.extend(watchers);
-        if let Some(unix) = unix {
-            tasks.push(tokio::spawn(server::serve(unix, state.clone(), stopped.clone())));
-        }
-        let api = |tls: Option<shoal_telemetry::http::Tls>, listener| {
-            let state = state.clone();
-            tokio::spawn(shoal_telemetry::http::serve_on(
-                listener,
-                tls,
-                move |peer| {
-                    let conn = http::Conn::new(peer, state.clone());
-                    move |req| http::handle(req, conn.clone())
-                },
-                until_stopped(stopped.clone()),
-                Duration::from_secs(5),
-            ))
-        };
-        if let Some(http) = http {
-            tasks.push(api(None, http));
-        }
-        if let Some(https) = https {
-            let config = tls_config(&[b"http/1.1"])?;
-            tasks.push(tokio::spawn(config.clone().watch("https", until_stopped(stopped.clone()))));
-            let tls = shoal_telemetry::http::Tls {
-                acceptor: Arc::new(move || config.acceptor()),
-                handshake_timeout: state.settings.tls_handshake_timeout,
-            };
-            tasks.push(api(Some(tls), https));
-        }
-        if let Some(listener) = metrics_listener {
-            let state = state.clone();
-            tasks.push(tokio::spawn(shoal_telemetry::http::serve(
-                listener,
-                move |req, _peer| http::handle_ops(req, state.clone()),
-                until_stopped(stopped.clone()),
-                Duration::from_secs(2),
-            )));
-        }
+        let addrs = listeners.addrs();
+        let socket_file = listeners.socket_file.clone();
+        tasks.extend(serve(args, &state, listeners, &stopped)?);
         tracing::info!(
-            resp = ?resp_addr, http = ?http_addr, tls = ?tls_addr, https = ?https_addr, metrics = ?metrics_addr,
+            resp = ?addrs.resp, http = ?addrs.http, tls = ?addrs.tls, https = ?addrs.https, metrics = ?addrs.metrics,
             unix = ?args.unix_socket, nodes, "router serving"
         );
         Ok(Router {
-            resp: resp_addr,
-            http: http_addr,
-            tls_addr,
-            https_addr,
-            metrics_addr,
+            resp: addrs.resp,
+            http: addrs.http,
+            tls_addr: addrs.tls,
+            https_addr: addrs.https,
+            metrics_addr: addrs.metrics,
             unix_socket: args.unix_socket.clone(),
             socket_file,
             state,

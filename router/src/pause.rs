@@ -17,7 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cmd::CommandSpec;
+/// What a pause needs to know of a command: whether a `WRITE` pause holds it (Redis: flagged
+/// `write`, or `may_replicate`).
+pub trait Pausable {
+    fn held_by_write_pause(&self) -> bool;
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PauseMode {
@@ -27,10 +31,10 @@ pub enum PauseMode {
 
 impl PauseMode {
     /// Whether a pause in this mode holds `spec`.
-    pub fn holds(self, spec: &CommandSpec) -> bool {
+    pub fn holds(self, spec: &impl Pausable) -> bool {
         match self {
             PauseMode::All => true,
-            PauseMode::Write => spec.flags.contains(&"write") || spec.name == "pfcount",
+            PauseMode::Write => spec.held_by_write_pause(),
         }
     }
 }
@@ -53,7 +57,7 @@ impl Default for Pause {
 
 impl Pause {
     /// Whether `spec` must wait now (cheap while no pause is set).
-    pub fn holds(&self, spec: &CommandSpec) -> bool {
+    pub fn holds(&self, spec: &impl Pausable) -> bool {
         if !self.set.load(Ordering::Relaxed) {
             return false;
         }
@@ -100,7 +104,7 @@ impl Pause {
     }
 
     /// Returns once the pause no longer holds `spec` (lifted, expired, or relaxed).
-    pub async fn wait(&self, spec: &CommandSpec) {
+    pub async fn wait(&self, spec: &impl Pausable) {
         let mut changes = self.state.subscribe();
         loop {
             // Subscribed before reading: a change after this read wakes the wait below.
@@ -121,7 +125,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::cmd::lookup;
+    use crate::cmd::{CommandSpec, lookup};
 
     fn spec(name: &str) -> &'static CommandSpec {
         lookup(name.as_bytes()).unwrap()

@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use crate::clients::ClientHandle;
-use crate::connection;
+use crate::resp::connection;
 use crate::session::Session;
 use crate::state::RouterState;
 

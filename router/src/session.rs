@@ -7,7 +7,6 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::clients::ClientHandle;
-use crate::cmd::transaction::{Multi, WatchList};
 use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Protocol;
 
@@ -181,5 +180,33 @@ impl Session {
         self.authenticated = !password_required;
         self.set_user(None);
         self.set_name(None);
+    }
+}
+
+/// A transaction being queued (after MULTI).
+#[derive(Debug, Default)]
+pub struct Multi {
+    /// Each queued command's stats slot (`crate::cmd::slots`) and arguments.
+    pub(crate) queued: Vec<(usize, Vec<Bytes>)>,
+    /// Bytes of the queued arguments (bounded like a query buffer).
+    pub(crate) bytes: usize,
+    /// A command was refused while queueing: EXEC answers EXECABORT.
+    pub dirty: bool,
+}
+
+/// The keys a connection watches, with the versions their nodes answered. Shared with WATCH's
+/// reply (which records the versions when they arrive) and with the connection (which releases
+/// them when it closes).
+#[derive(Debug, Clone, Default)]
+pub struct WatchList(Arc<parking_lot::Mutex<Vec<(Bytes, u64)>>>);
+
+impl WatchList {
+    pub fn take(&self) -> Vec<(Bytes, u64)> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    /// The list, to record versions as they arrive.
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<(Bytes, u64)>> {
+        self.0.lock()
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ReadFrom};
 use crate::metrics::RouterMetrics;
 use crate::resp::Limits;
 
@@ -15,6 +15,10 @@ pub const UNAUTH_QUERY_BUFFER_LIMIT: usize = 1024 * 1024;
 /// process-wide [`BufferBudget`]. Ordinary commands never get near it, so they never touch the
 /// budget.
 pub const QUERY_BUFFER_ALLOWANCE: usize = 64 * 1024;
+
+/// `--fast-max-in-flight`'s default: requests one fast-path connection may have running at once
+/// (RESP's pipeline round is 1024 commands too).
+pub const DEFAULT_FAST_MAX_IN_FLIGHT: usize = 1024;
 
 /// The settings that shape request handling (the rest of the CLI only matters at startup).
 #[derive(Debug, Clone)]
@@ -54,20 +58,6 @@ pub struct Settings {
     pub near_cache_lease: Duration,
 }
 
-/// `--read-from`: who serves read-only commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ReadFrom {
-    /// The shard's primary (clients that send READONLY read from replicas all the same).
-    #[default]
-    Primary,
-    /// A replica whose link is up, else the primary: reads may miss the latest writes.
-    ReplicaPreferred,
-    /// The member (primary or replica) with the shortest measured round trip from this router
-    /// (each link pings its node every second): for routers placed near some members, e.g. in
-    /// the same zone. Replica reads may miss the latest writes.
-    Nearest,
-}
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -90,7 +80,7 @@ impl Default for Settings {
             aclfile: None,
             hotkeys_capacity: 0,
             hotkeys_decay: Some(Duration::from_secs(60)),
-            fast_max_in_flight: crate::fast::DEFAULT_MAX_IN_FLIGHT,
+            fast_max_in_flight: DEFAULT_FAST_MAX_IN_FLIGHT,
             near_cache: 0,
             near_cache_lease: crate::nearcache::DEFAULT_LEASE,
         }

@@ -1,56 +1,20 @@
 //! Per-command statistics (INFO commandstats) and the slow log (SLOWLOG), kept by the router,
 //! which is where a client's command starts and ends.
 //!
-//! Every command spec (subcommands included) gets a slot in a table of atomic counters, found by
-//! the spec's address, so recording a call costs a hash lookup and three relaxed additions.
+//! Every command spec (subcommands included) gets a slot in a table of atomic counters (the
+//! registry numbers them: `crate::cmd::slots`), so recording a call costs three relaxed
+//! additions.
 
 use std::collections::VecDeque;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::cmd::{COMMANDS, CommandSpec};
-
-/// Every spec, parents then their subcommands, with its slot.
-static SPECS: LazyLock<Vec<&'static CommandSpec>> = LazyLock::new(|| {
-    let mut all = Vec::new();
-    for c in COMMANDS {
-        all.push(*c);
-        all.extend(c.subcommands.iter().copied());
-    }
-    all
-});
-
-/// `(spec address, slot)`, sorted by address: found by binary search, which is cheaper per
-/// command than hashing.
-static SLOT_OF: LazyLock<Vec<(usize, usize)>> = LazyLock::new(|| {
-    let mut v: Vec<(usize, usize)> =
-        SPECS.iter().enumerate().map(|(i, s)| (*s as *const CommandSpec as usize, i)).collect();
-    v.sort_unstable();
-    v
-});
-
-/// The stats slot of `spec`.
-pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
-    // A pipeline repeats its command: the last answer on this thread first.
-    thread_local!(static LAST: std::cell::Cell<(usize, Option<usize>)> = const { std::cell::Cell::new((0, None)) });
-    let addr = spec as *const CommandSpec as usize;
-    let (last, slot) = LAST.get();
-    if last == addr {
-        return slot;
-    }
-    let slot = SLOT_OF.binary_search_by_key(&addr, |&(a, _)| a).ok().map(|i| SLOT_OF[i].1);
-    LAST.set((addr, slot));
-    slot
-}
-
-/// The spec in stats slot `slot` (CLIENT LIST's `cmd`).
-pub fn spec_at(slot: usize) -> Option<&'static CommandSpec> {
-    SPECS.get(slot).copied()
-}
+/// Stats slots: one per command and subcommand, numbered by the registry
+/// (`crate::cmd::slots`), which checks that they fit.
+pub const SLOTS: usize = 512;
 
 /// Latency buckets per command: bucket `k` counts calls that took less than 2^k µs (and at least
 /// 2^(k-1)); the last one takes everything longer.
@@ -138,7 +102,7 @@ pub struct SlowEntry {
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
-            counters: (0..SPECS.len()).map(|_| Counters::default()).collect(),
+            counters: (0..SLOTS).map(|_| Counters::default()).collect(),
             slower_than_us: AtomicI64::new(DEFAULT_SLOWER_THAN_US),
             slowlog_max_len: AtomicUsize::new(DEFAULT_SLOWLOG_LEN),
             slowlog: Mutex::new(SlowLog::default()),
@@ -220,13 +184,15 @@ impl CommandStats {
         self.slowlog.lock().entries.truncate(max);
     }
 
-    /// The numbers of every command called at least once, in table order.
-    pub fn snapshot(&self) -> Vec<CommandNumbers> {
-        SPECS
+    /// The numbers of every command called at least once, in table order; `name_of` names the
+    /// command of a slot (`None`: no command has it).
+    pub fn snapshot(&self, name_of: impl Fn(usize) -> Option<&'static str>) -> Vec<CommandNumbers> {
+        self.counters
             .iter()
-            .zip(&self.counters)
-            .map(|(s, c)| CommandNumbers {
-                name: s.name,
+            .enumerate()
+            .filter_map(|(slot, c)| Some((name_of(slot)?, c)))
+            .map(|(name, c)| CommandNumbers {
+                name,
                 calls: c.calls.load(Ordering::Relaxed),
                 usec: c.usec.load(Ordering::Relaxed),
                 failed: c.failed.load(Ordering::Relaxed),
@@ -278,9 +244,9 @@ mod tests {
         let long = vec![Bytes::from(vec![b'x'; 300])];
         s.maybe_log(Duration::from_millis(5), &long, who);
         assert_eq!(&s.slowlog(1)[0].args[0][128..], b"... (172 more bytes)");
-        let get = slot_of(crate::cmd::lookup(b"get").unwrap()).unwrap();
+        let get = crate::cmd::slot_of(crate::cmd::lookup(b"get").unwrap()).unwrap();
         s.record(get, Duration::from_micros(7), true);
-        let n = s.snapshot().into_iter().find(|n| n.name == "get").unwrap();
+        let n = s.snapshot(crate::cmd::name_of).into_iter().find(|n| n.name == "get").unwrap();
         assert_eq!((n.calls, n.usec, n.failed), (1, 7, 1));
         assert_eq!(n.buckets[3], 1, "7 µs is in [4, 8)");
         assert_eq!(n.percentile(50.0), 8.0);

@@ -97,7 +97,7 @@ fn cert_args(certs: &Certs, name: &str) -> Vec<String> {
 }
 
 async fn handshake_failures(router: &Router) -> f64 {
-    let page = shoal_router::metrics::render(&router.state).await;
+    let page = shoal_router::scrape::render(&router.state).await;
     support::metric_sum(&page, "shoal_router_tls_handshake_failures_total")
 }
 

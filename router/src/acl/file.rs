@@ -3,8 +3,7 @@
 
 use std::path::Path;
 
-use super::user::User;
-use super::valid_name;
+use super::user::{User, valid_name};
 
 /// Why a file was refused: Redis's texts, one per bad line, then its closing warning.
 #[derive(Debug, thiserror::Error)]

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
-pub use user::{Denied, RuleError, User};
+pub use user::{Denied, RuleError, User, valid_name};
 
 /// A user as connections hold it: rules replaced in place by ACL SETUSER and ACL LOAD.
 #[derive(Debug)]
@@ -114,11 +114,6 @@ pub struct Acl {
     pub file: Option<PathBuf>,
     /// `--requirepass`: the default user's password when a loaded file defines no `default`.
     requirepass: Option<String>,
-}
-
-/// Whether a name may be a user's (Redis refuses spaces and NUL bytes).
-pub fn valid_name(name: &str) -> bool {
-    !name.bytes().any(|b| b == b' ' || b == 0)
 }
 
 impl Acl {

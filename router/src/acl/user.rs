@@ -204,6 +204,11 @@ impl User {
     }
 }
 
+/// Whether a name may be a user's (Redis refuses spaces and NUL bytes).
+pub fn valid_name(name: &str) -> bool {
+    !name.bytes().any(|b| b == b' ' || b == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,11 +3,12 @@
 //! A call is queued on its node(s) when it is made (so a pipeline's ops reach the node queues
 //! together and share batches) and settled when awaited. Settling is one loop for every kind of
 //! call ([`Backend::settle`]): an attempt either produces the result, or finds the routing out of
-//! date (a node answered `moved`, or the node left the cluster); then, until the deadline, the
-//! router and that node catch up with each other and the call is routed again by the current
-//! topology.
+//! date (a node answered `moved`, the node left the cluster, or a unit met a slot in motion);
+//! then, until the deadline, the router and that node catch up with each other (or the move is
+//! given a moment) and the call is routed again by the current topology. Units (transactions,
+//! scripts) are in [`super::unit`], blocking waits in [`super::block`]: the same loop, and the
+//! only places `moved` is handled.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -17,64 +18,10 @@ use tokio::time::Instant;
 
 use super::moving;
 use super::port::{NodeCall, NodePort};
-use super::{Backend, BackendError, Routing};
-use crate::state::ReadFrom;
-
-/// What one attempt at a call came to.
-pub(super) enum Outcome<T> {
-    Done(T),
-    /// `node` serves another topology version (`version`): catch up, then route again.
-    Moved(Arc<dyn NodePort>, u64),
-    /// The node the call went to has left the cluster: route again by the current topology.
-    Stale,
-}
-
-/// The outcome of a reply from `port` (routed by `routing`).
-pub(super) fn outcome(
-    backend: &Backend,
-    port: &Arc<dyn NodePort>,
-    routing: &Routing,
-    result: Result<Reply, BackendError>,
-) -> Result<Outcome<Reply>, BackendError> {
-    match result {
-        Ok(Reply { kind: Some(reply::Kind::Moved(v)) }) => Ok(Outcome::Moved(port.clone(), v)),
-        Ok(r) => Ok(Outcome::Done(r)),
-        Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
-        Err(e) => Err(e),
-    }
-}
+use super::settle::{Outcome, outcome};
+use super::{Backend, BackendError, ReadFrom, Routing};
 
 impl Backend {
-    /// The settle loop: runs `first`, then `again` with the current routing after each attempt
-    /// that found the routing out of date, until one is done or `deadline` passes.
-    async fn settle<T, F, G, Fut>(&self, first: F, mut again: G, deadline: Instant) -> Result<T, BackendError>
-    where
-        F: Future<Output = Result<Outcome<T>, BackendError>>,
-        G: FnMut(Arc<Routing>) -> Fut,
-        Fut: Future<Output = Result<Outcome<T>, BackendError>>,
-    {
-        let mut outcome = first.await?;
-        loop {
-            match outcome {
-                Outcome::Done(t) => return Ok(t),
-                Outcome::Moved(node, node_version) => {
-                    if Instant::now() >= deadline {
-                        return Err(BackendError::Unsettled);
-                    }
-                    self.metrics.moved_retries.inc();
-                    self.reconcile(&*node, node_version).await;
-                }
-                Outcome::Stale => {
-                    if Instant::now() >= deadline {
-                        return Err(BackendError::Unsettled);
-                    }
-                    self.metrics.stale_retries.inc();
-                }
-            }
-            outcome = again(self.routing()).await?;
-        }
-    }
-
     /// `op` on the node that owns `key`.
     pub fn key(self: &Arc<Self>, routing: &Arc<Routing>, key: Bytes, op: Op, deadline: Instant) -> KeyCall {
         self.before_send(&op);
@@ -189,32 +136,8 @@ impl Backend {
         let call = port.call(op.clone(), routing.version(), deadline);
         AtCall { backend: self.clone(), routing: routing.clone(), pos, op, deadline, port, call }
     }
-
-    /// `op` about `keys`, all of which must live on one node that applies it as one unit. The node
-    /// refuses it as a whole if any key is not its own at the routing's version; refused, it is
-    /// routed again (never half applied). When the keys do not share one settled node (now, or
-    /// after a topology change) the call ends with [`AtomicError::Spread`] without running.
-    pub fn atomic(
-        self: &Arc<Self>,
-        routing: &Arc<Routing>,
-        keys: Vec<Bytes>,
-        op: Op,
-        deadline: Instant,
-    ) -> AtomicCall {
-        self.before_send(&op);
-        let first = match one_node(routing, &keys) {
-            Some(pos) => {
-                let port = routing.nodes[pos].clone();
-                let call = port.call(op.clone(), routing.version(), deadline);
-                Some((port, call))
-            }
-            None => None,
-        };
-        AtomicCall { backend: self.clone(), routing: routing.clone(), keys, op, deadline, first }
-    }
 }
 
-/// The one node all `keys` live on, if their slots are settled there.
 /// The replica to read from under `--read-from nearest`: the one with the shortest measured
 /// round trip, if it is shorter than the primary's (None: read from the primary). A member not
 /// measured yet (just connected, or its last ping failed) counts as farthest.
@@ -229,18 +152,6 @@ pub(super) fn nearest<'a>(
         .map(|p| (p, p.rtt().unwrap_or(far)))
         .min_by_key(|(_, rtt)| *rtt)?;
     (rtt < primary.rtt().unwrap_or(far)).then_some(best)
-}
-
-fn one_node(routing: &Routing, keys: &[Bytes]) -> Option<usize> {
-    let mut node = None;
-    for key in keys {
-        match routing.locate(key) {
-            (_, Some(_)) => return None,
-            (pos, None) if node.is_none_or(|n| n == pos) => node = Some(pos),
-            _ => return None,
-        }
-    }
-    node
 }
 
 fn send_all(
@@ -423,6 +334,7 @@ impl AllCall {
                         Outcome::Done(r) => out.push(r),
                         Outcome::Moved(node, v) => retry = retry.or(Some(Outcome::Moved(node, v))),
                         Outcome::Stale => retry = retry.or(Some(Outcome::Stale)),
+                        Outcome::TryAgain => retry = retry.or(Some(Outcome::TryAgain)),
                     }
                 }
                 Ok(retry.unwrap_or(Outcome::Done(out)))
@@ -460,52 +372,5 @@ impl AtCall {
             }
         };
         backend.settle(first, again, deadline).await
-    }
-}
-
-/// Why an atomic call did not run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AtomicError {
-    /// The keys do not live on one node whose slots are settled (some may be moving).
-    #[error("the keys do not share one node")]
-    Spread,
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-}
-
-/// An op over keys that share one node, in flight.
-pub struct AtomicCall {
-    backend: Arc<Backend>,
-    routing: Arc<Routing>,
-    keys: Vec<Bytes>,
-    op: Op,
-    deadline: Instant,
-    first: Option<(Arc<dyn NodePort>, NodeCall<Reply>)>,
-}
-
-impl AtomicCall {
-    pub async fn wait(self) -> Result<Reply, AtomicError> {
-        let AtomicCall { backend, routing, keys, op, deadline, first } = self;
-        let Some((port, call)) = first else { return Err(AtomicError::Spread) };
-        let spread = AtomicBool::new(false);
-        let first = async { outcome(&backend, &port, &routing, call.wait().await) };
-        let again = |routing: Arc<Routing>| {
-            let (backend, keys, op, spread) = (&backend, &keys, &op, &spread);
-            async move {
-                let Some(pos) = one_node(&routing, keys) else {
-                    // Done, as far as settling goes: the caller learns the keys spread.
-                    spread.store(true, Ordering::Relaxed);
-                    return Ok(Outcome::Done(Reply::default()));
-                };
-                let port = &routing.nodes[pos];
-                let result = port.call(op.clone(), routing.version(), deadline).wait().await;
-                outcome(backend, port, &routing, result)
-            }
-        };
-        let reply = backend.settle(first, again, deadline).await?;
-        if spread.load(Ordering::Relaxed) {
-            return Err(AtomicError::Spread);
-        }
-        Ok(reply)
     }
 }

@@ -19,7 +19,7 @@ use shoal_wire::proto::{NodeSettings, NodeStats, Op, Reply, SnapshotInfo, op::Ki
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::link::LinkMetrics;
+use super::port::LinkMetrics;
 use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort};
 use super::{BackendError, Routing};
 

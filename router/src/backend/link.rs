@@ -1,5 +1,7 @@
 //! One router → node link: a single gRPC channel carrying one long-lived `Execute` stream, shared
-//! by every client connection of this router.
+//! by every client connection of this router. One concept: one stream's life (its queue, the
+//! writer that batches, the reader that matches replies, the reconnects) shares one in-flight
+//! book and one set of counters, so it stays one file.
 //!
 //! ```text
 //!  client conns ──try_send(ops, waiter)──► queue ──► writer: wait for work and for one of the
@@ -34,7 +36,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use prost::Message;
-use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
 use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
@@ -50,7 +51,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
 
 use super::BackendError;
-use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort, Progress};
+use super::port::{BoxFuture, LinkMetrics, NodeCall, NodeIdent, NodePort, Progress};
 
 /// A batch is closed at this many ops ...
 const MAX_BATCH_OPS: usize = 4096;
@@ -143,31 +144,6 @@ struct Transfer {
     ops: VecDeque<Op>,
     waiter: Option<Waiter>,
     version: u64,
-}
-
-/// Per-link counters, exported on the router's /metrics.
-#[derive(Debug)]
-pub struct LinkMetrics {
-    pub batches: Counter,
-    pub ops: Counter,
-    pub batch_ops: Histogram,
-    pub failed_calls: Counter,
-    pub connects: Counter,
-    /// Ops sent in pieces (larger than one message piece).
-    pub transfers: Counter,
-}
-
-impl Default for LinkMetrics {
-    fn default() -> Self {
-        LinkMetrics {
-            batches: Counter::default(),
-            ops: Counter::default(),
-            batch_ops: Histogram::new(SIZE_BUCKETS),
-            failed_calls: Counter::default(),
-            connects: Counter::default(),
-            transfers: Counter::default(),
-        }
-    }
 }
 
 /// State shared by the link handle and its background tasks.

@@ -23,7 +23,7 @@ use shoal_wire::ops::{OpClass, class_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 use tokio::time::Instant;
 
-use super::calls::{Outcome, outcome};
+use super::settle::{Outcome, outcome};
 use super::{Backend, BackendError, Routing};
 
 #[allow(clippy::too_many_arguments)]

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::BackendError;
-use super::link::LinkMetrics;
+use shoal_telemetry::metrics::{Counter, Histogram, SIZE_BUCKETS};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -203,6 +203,31 @@ impl<T> NodeCall<T> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Per-link counters, exported on the router's /metrics.
+#[derive(Debug)]
+pub struct LinkMetrics {
+    pub batches: Counter,
+    pub ops: Counter,
+    pub batch_ops: Histogram,
+    pub failed_calls: Counter,
+    pub connects: Counter,
+    /// Ops sent in pieces (larger than one message piece).
+    pub transfers: Counter,
+}
+
+impl Default for LinkMetrics {
+    fn default() -> Self {
+        LinkMetrics {
+            batches: Counter::default(),
+            ops: Counter::default(),
+            batch_ops: Histogram::new(SIZE_BUCKETS),
+            failed_calls: Counter::default(),
+            connects: Counter::default(),
+            transfers: Counter::default(),
         }
     }
 }

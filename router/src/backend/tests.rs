@@ -15,7 +15,7 @@ use shoal_wire::proto::{self, NodeSettings, NodeStats, Op, Reply, SnapshotInfo, 
 use shoal_wire::{Migration, SlotRange, Topology, key_slot};
 use tokio::time::Instant;
 
-use super::link::LinkMetrics;
+use super::port::LinkMetrics;
 use super::port::{BoxFuture, NodeCall, NodeIdent, NodePort};
 use super::*;
 

@@ -223,6 +223,7 @@ pub const ACL: CommandSpec = CommandSpec {
         &ACL_USERS,
         &ACL_WHOAMI,
     ],
+    lane: LaneClass::No,
 };
 
 /// Redis's reply when ACL SAVE or ACL LOAD has no file to use.
@@ -311,7 +312,7 @@ fn log_entry(ctx: &Ctx, reason: &'static str, context: Context, object: String, 
         Context::Multi => "multi",
         Context::Lua => "lua",
     };
-    let client_info = ctx.session.client.info_line().trim_end().to_string();
+    let client_info = ctx.session.client.info_line(|s| ctx.registry.name_of(s)).trim_end().to_string();
     let entry =
         Entry { count: 1, reason, context, object, username: user.to_string(), at_ms: 0, client_info };
     ctx.state.acl.log.lock().add(entry, ctx.state.clock.now_ms());
@@ -321,11 +322,12 @@ fn log_entry(ctx: &Ctx, reason: &'static str, context: Context, object: String, 
 /// them), with the client's info as it is when the script's reply arrives.
 pub fn log_script_denials(
     state: &RouterState,
+    registry: &super::Registry,
     client: &crate::clients::ClientHandle,
     user: &str,
     denials: &[shoal_wire::proto::AclDenial],
 ) {
-    let client_info = client.info_line().trim_end().to_string();
+    let client_info = client.info_line(|s| registry.name_of(s)).trim_end().to_string();
     let now = state.clock.now_ms();
     let mut log = state.acl.log.lock();
     for d in denials {

@@ -1,29 +1,27 @@
 //! Blocking commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP.
 //!
-//! The router parses the timeout (Redis's texts), finds the one node that holds every key
-//! (`CROSSSLOT` otherwise, as Redis Cluster answers), and asks it with a `Block` call, on an
-//! HTTP/2 stream of its own: the node runs the command's attempt at once, or queues the client
-//! behind the others waiting on its keys (first come, first served) and runs it right after the
-//! write that makes a key ready. The router holds no thread meanwhile (the reply is a future, like
-//! any other), and the connection keeps reading: a client that disconnects cancels the call,
-//! which withdraws it from the node's queue. A slot that moves while a client waits answers
-//! `moved`: the router catches up and blocks again on the new owner for the time left. Inside
-//! MULTI/EXEC a blocking command does not block: it runs its attempt once, as in Redis.
+//! The router parses the timeout (Redis's texts) and the keys, and the backend blocks the
+//! command on the one node that holds every key (`CROSSSLOT` otherwise, as Redis Cluster
+//! answers; `crate::backend::block`): the node runs the command's attempt at once, or queues the
+//! client behind the others waiting on its keys (first come, first served) and runs it right
+//! after the write that makes a key ready; a slot that moves meanwhile is followed there. The
+//! router holds no thread meanwhile (the reply is a future, like any other), and the connection
+//! keeps reading: a client that disconnects cancels the call, which withdraws it from the node's
+//! queue. Inside MULTI/EXEC a blocking command does not block: it runs its attempt once, as in
+//! Redis.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_wire::proto::{self, op::Kind, reply};
+use shoal_wire::proto::{self, op::Kind};
 use tokio::time::Instant;
 
 use super::spec::*;
 use super::typed::from_node;
-use super::{Args, Ctx, Pending, one_node, op};
+use super::{Args, Ctx, Pending, op};
 use crate::backend::AtomicError;
+use crate::backend::block::Unblocked;
 use crate::resp::Reply;
-
-/// The longest wait asked of a node (a larger timeout waits this long, then again).
-const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: milliseconds, 0 for ever.
 pub fn parse_timeout(b: &[u8]) -> Result<u64, Reply> {
@@ -102,54 +100,17 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
             }
         });
     }
-    let state = ctx.state.clone();
-    let mut routing = ctx.routing.clone();
+    let (backend, routing) = (ctx.state.backend.clone(), ctx.routing.clone());
     // A timeout too far away to represent waits for ever (it would, in practice).
     let until =
         (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
-    // A node that keeps answering `moved` (the topology is changing) is given the command
-    // deadline to settle, as any other call is.
-    let settle = state.settings.deadline;
+    let settle = ctx.state.settings.deadline;
     let wait = Box::pin(async move {
-        let mut moved_since: Option<Instant> = None;
-        loop {
-            let Some(pos) = one_node(&routing, &keys) else { return Reply::error(super::CROSSSLOT) };
-            let wait = match until {
-                None => MAX_WAIT,
-                Some(at) => match at.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => left.min(MAX_WAIT),
-                    _ => return Reply::NilArray,
-                },
-            };
-            let port = routing.nodes[pos].clone();
-            let req = proto::BlockRequest {
-                topology_version: routing.version(),
-                op: Some(op.clone()),
-                timeout_ms: wait.as_millis().max(1) as u64,
-            };
-            match port.block(req).await {
-                Ok(proto::Reply { kind: Some(reply::Kind::Moved(v)) }) => {
-                    if moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
-                        return crate::backend::BackendError::Unsettled.into();
-                    }
-                    state.backend.metrics.moved_retries.inc();
-                    state.backend.reconcile(&*port, v).await;
-                    routing = state.backend.routing();
-                }
-                // The node's wait ended with nothing: the timeout (or a MAX_WAIT slice) passed.
-                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => moved_since = None,
-                Ok(r) => return from_node(r),
-                // The node went away (a scale-down stops nodes once their slots have moved):
-                // block again where the keys are now, within the settle time.
-                Err(e) => {
-                    let current = state.backend.routing();
-                    let moved_on = current.version() != routing.version();
-                    if !moved_on || moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
-                        return e.into();
-                    }
-                    routing = current;
-                }
-            }
+        match backend.block(routing, keys, op, until, settle).await {
+            Ok(Unblocked::Reply(r)) => from_node(r),
+            Ok(Unblocked::TimedOut) => Reply::NilArray,
+            Err(AtomicError::Spread) => Reply::error(super::CROSSSLOT),
+            Err(AtomicError::Backend(e)) => e.into(),
         }
     });
     Pending::Blocking(wait, Reply::NilArray)

@@ -189,6 +189,40 @@ pub const CLIENT_TRACKINGINFO: CommandSpec = CommandSpec {
 /// `CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p ...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]`:
 /// Redis 7.0's `clientCommand` checks, in its order and with its texts.
 pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mut o = match tracking_options(args, ctx) {
+        Ok(o) => o,
+        Err(e) => return e.into(),
+    };
+    if args[2].eq_ignore_ascii_case(b"off") {
+        ctx.session.tracking = None;
+        ctx.session.client.set_tracking(0, -1);
+        return Reply::OK.into();
+    }
+    if !args[2].eq_ignore_ascii_case(b"on") {
+        return syntax_error().into();
+    }
+    if let Err(e) = tracking_modes(&o, ctx.session.tracking.as_ref()) {
+        return e.into();
+    }
+    if o.bcast {
+        let held = ctx.session.tracking.as_ref().map(|t| t.options.prefixes.clone()).unwrap_or_default();
+        match all_prefixes(held, &o.prefixes) {
+            Ok(all) => o.prefixes = all,
+            Err(e) => return e.into(),
+        }
+    }
+    if ctx.session.http {
+        // Nothing would ever deliver its invalidations.
+        return Reply::error(
+            "ERR CLIENT TRACKING needs a connection: each HTTP request stands alone; use RESP",
+        )
+        .into();
+    }
+    track(o, ctx)
+}
+
+/// The options after ON|OFF (REDIRECT's target must exist).
+fn tracking_options(args: &Args, ctx: &Ctx) -> Result<Options, Reply> {
     let mut o = Options::default();
     let mut j = 3;
     while j < args.len() {
@@ -197,14 +231,11 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
         if a.eq_ignore_ascii_case(b"redirect") && more {
             j += 1;
             if o.redirect != 0 {
-                return Reply::error("ERR A client can only redirect to a single other client").into();
+                return Err(Reply::error("ERR A client can only redirect to a single other client"));
             }
-            let id = match super::int_arg(&args[j]) {
-                Ok(id) => id,
-                Err(e) => return e.into(),
-            };
+            let id = super::int_arg(&args[j])?;
             if id <= 0 || ctx.state.clients.get(id as u64).is_none() {
-                return Reply::error("ERR The client ID you want redirect to does not exist").into();
+                return Err(Reply::error("ERR The client ID you want redirect to does not exist"));
             }
             o.redirect = id as u64;
         } else if a.eq_ignore_ascii_case(b"bcast") {
@@ -219,76 +250,68 @@ pub fn tracking(args: &Args, ctx: &mut Ctx) -> Pending {
             j += 1;
             o.prefixes.push(args[j].clone());
         } else {
-            return syntax_error().into();
+            return Err(syntax_error());
         }
         j += 1;
     }
-    if args[2].eq_ignore_ascii_case(b"off") {
-        ctx.session.tracking = None;
-        ctx.session.client.set_tracking(0, -1);
-        return Reply::OK.into();
-    }
-    if !args[2].eq_ignore_ascii_case(b"on") {
-        return syntax_error().into();
-    }
+    Ok(o)
+}
+
+/// The mode checks of TRACKING ON, against the options in force (`old`).
+fn tracking_modes(o: &Options, old: Option<&Tracked>) -> Result<(), Reply> {
     if !o.bcast && !o.prefixes.is_empty() {
-        return Reply::error("ERR PREFIX option requires BCAST mode to be enabled").into();
+        return Err(Reply::error("ERR PREFIX option requires BCAST mode to be enabled"));
     }
-    if let Some(old) = &ctx.session.tracking
+    if let Some(old) = old
         && old.options.bcast != o.bcast
     {
-        return Reply::error(
+        return Err(Reply::error(
             "ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then \
              re-enabling it with a different mode.",
-        )
-        .into();
+        ));
     }
     if o.bcast && (o.optin || o.optout) {
-        return Reply::error("ERR OPTIN and OPTOUT are not compatible with BCAST").into();
+        return Err(Reply::error("ERR OPTIN and OPTOUT are not compatible with BCAST"));
     }
     if o.optin && o.optout {
-        return Reply::error("ERR You can't specify both OPTIN mode and OPTOUT mode").into();
+        return Err(Reply::error("ERR You can't specify both OPTIN mode and OPTOUT mode"));
     }
-    if let Some(old) = &ctx.session.tracking
+    if let Some(old) = old
         && ((o.optin && old.options.optout) || (o.optout && old.options.optin))
     {
-        return Reply::error(
+        return Err(Reply::error(
             "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then \
              re-enabling it with a different mode.",
-        )
-        .into();
+        ));
     }
-    if o.bcast {
-        // Redis's `checkPrefixCollisionsOrReply`: prefixes of one client must not overlap.
-        let mut all: Vec<Bytes> =
-            ctx.session.tracking.as_ref().map(|t| t.options.prefixes.clone()).unwrap_or_default();
-        for (i, p) in o.prefixes.iter().enumerate() {
-            let others = all
-                .iter()
-                .map(|q| (q, "an existing"))
-                .chain(o.prefixes[i + 1..].iter().map(|q| (q, "another provided")));
-            for (q, which) in others {
-                if p.starts_with(q) || q.starts_with(p) {
-                    return Reply::error_fmt(format!(
-                        "ERR Prefix '{}' overlaps with {which} prefix '{}'. Prefixes for a single client \
-                         must not overlap.",
-                        String::from_utf8_lossy(p),
-                        String::from_utf8_lossy(q)
-                    ))
-                    .into();
-                }
+    Ok(())
+}
+
+/// The BCAST prefixes after adding `new` to `held`: Redis's `checkPrefixCollisionsOrReply`
+/// (prefixes of one client must not overlap).
+fn all_prefixes(mut held: Vec<Bytes>, new: &[Bytes]) -> Result<Vec<Bytes>, Reply> {
+    for (i, p) in new.iter().enumerate() {
+        let others = held
+            .iter()
+            .map(|q| (q, "an existing"))
+            .chain(new[i + 1..].iter().map(|q| (q, "another provided")));
+        for (q, which) in others {
+            if p.starts_with(q) || q.starts_with(p) {
+                return Err(Reply::error_fmt(format!(
+                    "ERR Prefix '{}' overlaps with {which} prefix '{}'. Prefixes for a single client \
+                     must not overlap.",
+                    String::from_utf8_lossy(p),
+                    String::from_utf8_lossy(q)
+                )));
             }
         }
-        all.extend(o.prefixes.iter().cloned());
-        o.prefixes = all;
     }
-    if ctx.session.http {
-        // Nothing would ever deliver its invalidations.
-        return Reply::error(
-            "ERR CLIENT TRACKING needs a connection: each HTTP request stands alone; use RESP",
-        )
-        .into();
-    }
+    held.extend(new.iter().cloned());
+    Ok(held)
+}
+
+/// Turns tracking on with options `o` (checked).
+fn track(o: Options, ctx: &mut Ctx) -> Pending {
     // Where its own pushes are queued (the connection writes them between replies).
     let hub = ctx.state.pubsub.clone();
     let sub = match &ctx.session.subscriber {
@@ -433,6 +456,7 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &CLIENT_TRACKINGINFO,
         &CLIENT_HELP,
     ],
+    lane: LaneClass::No,
 };
 
 /// Client names may only hold printable, non-space ASCII (Redis's rule, with its text).
@@ -489,7 +513,7 @@ pub fn setinfo(args: &Args, ctx: &mut Ctx) -> Pending {
 }
 
 pub fn info(_args: &Args, ctx: &mut Ctx) -> Pending {
-    Reply::Verbatim(ctx.session.client.info_line().into()).into()
+    Reply::Verbatim(ctx.session.client.info_line(|s| ctx.registry.name_of(s)).into()).into()
 }
 
 /// `CLIENT NO-EVICT ON|OFF`: Shoal never evicts clients, so this only records the `e` flag

@@ -119,7 +119,7 @@ pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
         } else {
             return syntax_error().into();
         };
-    let text: String = chosen.iter().map(|c| c.info_line()).collect();
+    let text: String = chosen.iter().map(|c| c.info_line(|s| ctx.registry.name_of(s))).collect();
     Reply::Verbatim(text.into()).into()
 }
 

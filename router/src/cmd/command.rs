@@ -1,6 +1,5 @@
 //! COMMAND and its subcommands: what redis-cli and client libraries ask about commands.
 
-use super::registry::{COMMANDS, lookup};
 use super::spec::CommandSpec;
 use super::spec::*;
 use super::{Args, Ctx, Pending, syntax_error};
@@ -88,6 +87,7 @@ pub const COMMAND: CommandSpec = CommandSpec {
     complexity: "O(N) where N is the total number of Redis commands",
     run: all,
     subcommands: &[&COMMAND_COUNT, &COMMAND_DOCS, &COMMAND_INFO, &COMMAND_LIST, &COMMAND_HELP],
+    lane: LaneClass::No,
 };
 
 fn info_entry(c: &CommandSpec) -> Reply {
@@ -123,12 +123,12 @@ fn docs_entry(c: &CommandSpec) -> Reply {
 }
 
 /// `COMMAND`: details of every command.
-pub fn all(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Array(COMMANDS.iter().map(|c| info_entry(c)).collect()).into()
+pub fn all(_args: &Args, ctx: &mut Ctx) -> Pending {
+    Reply::Array(ctx.registry.commands.iter().map(|c| info_entry(c)).collect()).into()
 }
 
-pub fn count(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Int(COMMANDS.len() as i64).into()
+pub fn count(_args: &Args, ctx: &mut Ctx) -> Pending {
+    Reply::Int(ctx.registry.commands.len() as i64).into()
 }
 
 /// `COMMAND INFO [name ...]`: nil for unknown names.
@@ -136,24 +136,30 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     if args.len() == 2 {
         return all(args, ctx);
     }
-    Reply::Array(args[2..].iter().map(|n| lookup(n).map_or(Reply::Nil, info_entry)).collect()).into()
+    let registry = ctx.registry;
+    Reply::Array(args[2..].iter().map(|n| registry.lookup(n).map_or(Reply::Nil, info_entry)).collect()).into()
 }
 
 /// `COMMAND DOCS [name ...]`: a map of name to documentation; unknown names are left out.
-pub fn docs(args: &Args, _ctx: &mut Ctx) -> Pending {
+pub fn docs(args: &Args, ctx: &mut Ctx) -> Pending {
+    let registry = ctx.registry;
     let pairs: Vec<(Reply, Reply)> = if args.len() == 2 {
-        COMMANDS.iter().map(|c| (Reply::bulk(c.name), docs_entry(c))).collect()
+        registry.commands.iter().map(|c| (Reply::bulk(c.name), docs_entry(c))).collect()
     } else {
-        args[2..].iter().filter_map(|n| lookup(n)).map(|c| (Reply::bulk(c.name), docs_entry(c))).collect()
+        args[2..]
+            .iter()
+            .filter_map(|n| registry.lookup(n))
+            .map(|c| (Reply::bulk(c.name), docs_entry(c)))
+            .collect()
     };
     Reply::Map(pairs).into()
 }
 
-pub fn list(args: &Args, _ctx: &mut Ctx) -> Pending {
+pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
     if args.len() > 2 {
         return syntax_error().into();
     }
-    Reply::Array(COMMANDS.iter().map(|c| Reply::bulk(c.name)).collect()).into()
+    Reply::Array(ctx.registry.commands.iter().map(|c| Reply::bulk(c.name)).collect()).into()
 }
 
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {

@@ -103,6 +103,7 @@ pub const CONFIG: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     run: help,
     subcommands: &[&CONFIG_GET, &CONFIG_SET, &CONFIG_RESETSTAT, &CONFIG_REWRITE, &CONFIG_HELP],
+    lane: LaneClass::No,
 };
 
 /// What a parameter is and where its value comes from.
@@ -221,88 +222,14 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
     if !args.len().is_multiple_of(2) {
         return super::syntax_error().into();
     }
-    let failed = |name: &str, why: &str| {
-        Reply::error_fmt(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"))
-    };
     // As Redis: first the names (unknown, immutable, given twice), then every value, before
     // anything changes.
-    let mut named: Vec<(&'static str, Param, &Bytes)> = Vec::new();
-    for pair in args[2..].chunks(2) {
-        let lower = pair[0].to_ascii_lowercase();
-        let Some(&(name, p)) = PARAMS.iter().find(|(n, _)| n.as_bytes() == lower) else {
-            return Reply::error_fmt(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                String::from_utf8_lossy(&pair[0])
-            ))
-            .into();
-        };
-        // These two name the parameter as the client wrote it, as Redis does.
-        let given = String::from_utf8_lossy(&pair[0]);
-        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port) {
-            return failed(&given, "can't set immutable config").into();
-        }
-        if named.iter().any(|(n, _, _)| *n == name) {
-            return failed(&given, "duplicate parameter").into();
-        }
-        named.push((name, p, &pair[1]));
-    }
-    let mut local = Vec::new();
-    let mut limits = None;
-    let mut change = NodeSettings::default();
-    for (name, p, value) in named {
-        match p {
-            Param::OutputLimit => match parse_output_limits(value) {
-                Ok(l) => limits = Some(l),
-                Err(why) => return failed(name, why).into(),
-            },
-            Param::SlowerThan | Param::SlowlogMaxLen | Param::TrackingMaxKeys => {
-                let min = if p == Param::SlowerThan { -1 } else { 0 };
-                match shoal_wire::num::parse_i64(value) {
-                    Some(n) if n >= min => local.push((p, n)),
-                    Some(_) => {
-                        return failed(
-                            name,
-                            &format!("argument must be between {min} and 9223372036854775807 inclusive"),
-                        )
-                        .into();
-                    }
-                    None => return failed(name, settings::NOT_INTEGER).into(),
-                }
-            }
-            Param::Node(s) => {
-                if let Err(why) = s.parse_into(value, &mut change) {
-                    return failed(name, why).into();
-                }
-            }
-            Param::Fixed(_) | Param::Maxclients | Param::Port => unreachable!("refused above"),
-        }
-    }
-    let apply_local = move |state: &RouterState| {
-        for (class, hard, soft, seconds) in limits.into_iter().flatten() {
-            match class {
-                Class::Pubsub => {
-                    let l = &state.pubsub.limits;
-                    l.hard.store(hard, Ordering::Relaxed);
-                    l.soft.store(soft, Ordering::Relaxed);
-                    l.soft_seconds.store(seconds, Ordering::Relaxed);
-                }
-                Class::Normal => state.output_limits.lock()[0] = [hard, soft, seconds],
-                Class::Replica => state.output_limits.lock()[1] = [hard, soft, seconds],
-            }
-        }
-        for (p, n) in local {
-            match p {
-                Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
-                Param::TrackingMaxKeys => state.pubsub.tracking.set_max_keys(n as u64),
-                _ => {
-                    state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
-                    state.stats.slowlog_trim();
-                }
-            }
-        }
+    let parsed = match named(args).and_then(Parsed::values) {
+        Ok(p) => p,
+        Err(e) => return e.into(),
     };
-    if change == NodeSettings::default() {
-        apply_local(ctx.state);
+    if parsed.change == NodeSettings::default() {
+        parsed.apply_local(ctx.state);
         return Reply::OK.into();
     }
     let (state, routing) = (Arc::clone(ctx.state), Arc::clone(ctx.routing));
@@ -310,7 +237,7 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
         // Primaries and their replicas alike: a replica promoted later serves with the same
         // settings (and replica reads already do).
         let members = routing.nodes.iter().chain(routing.replicas.iter().flatten());
-        let answers = futures_join(members.map(|n| n.configure(change.clone())).collect()).await;
+        let answers = futures_join(members.map(|n| n.configure(parsed.change.clone())).collect()).await;
         let failures: Vec<String> =
             answers.iter().filter_map(|a| a.as_ref().err()).map(|e| e.to_string()).collect();
         if !failures.is_empty() {
@@ -322,12 +249,104 @@ pub fn set(args: &Args, ctx: &mut Ctx) -> Pending {
                 failures.join("; ")
             ));
         }
-        apply_local(&state);
+        parsed.apply_local(&state);
         if let Some(cluster) = &state.embedded {
-            cluster.remember_settings(&change);
+            cluster.remember_settings(&parsed.change);
         }
         Reply::OK
     })
+}
+
+/// CONFIG SET's refusal of a parameter.
+fn failed(name: &str, why: &str) -> Reply {
+    Reply::error_fmt(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"))
+}
+
+/// The parameters CONFIG SET names, with their values: unknown, immutable or repeated names
+/// refused first.
+fn named(args: &Args) -> Result<Vec<(&'static str, Param, &Bytes)>, Reply> {
+    let mut named: Vec<(&'static str, Param, &Bytes)> = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let lower = pair[0].to_ascii_lowercase();
+        let Some(&(name, p)) = PARAMS.iter().find(|(n, _)| n.as_bytes() == lower) else {
+            return Err(Reply::error_fmt(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                String::from_utf8_lossy(&pair[0])
+            )));
+        };
+        // These two name the parameter as the client wrote it, as Redis does.
+        let given = String::from_utf8_lossy(&pair[0]);
+        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port) {
+            return Err(failed(&given, "can't set immutable config"));
+        }
+        if named.iter().any(|(n, _, _)| *n == name) {
+            return Err(failed(&given, "duplicate parameter"));
+        }
+        named.push((name, p, &pair[1]));
+    }
+    Ok(named)
+}
+
+/// CONFIG SET's values, every one checked before anything changes: the router's own, and the
+/// nodes' settings.
+struct Parsed {
+    local: Vec<(Param, i64)>,
+    limits: Option<Vec<(Class, u64, u64, u64)>>,
+    change: NodeSettings,
+}
+
+impl Parsed {
+    fn values(named: Vec<(&'static str, Param, &Bytes)>) -> Result<Parsed, Reply> {
+        let mut parsed = Parsed { local: Vec::new(), limits: None, change: NodeSettings::default() };
+        for (name, p, value) in named {
+            match p {
+                Param::OutputLimit => {
+                    parsed.limits = Some(parse_output_limits(value).map_err(|why| failed(name, why))?)
+                }
+                Param::SlowerThan | Param::SlowlogMaxLen | Param::TrackingMaxKeys => {
+                    let min = if p == Param::SlowerThan { -1 } else { 0 };
+                    match shoal_wire::num::parse_i64(value) {
+                        Some(n) if n >= min => parsed.local.push((p, n)),
+                        Some(_) => {
+                            let why =
+                                format!("argument must be between {min} and 9223372036854775807 inclusive");
+                            return Err(failed(name, &why));
+                        }
+                        None => return Err(failed(name, settings::NOT_INTEGER)),
+                    }
+                }
+                Param::Node(s) => s.parse_into(value, &mut parsed.change).map_err(|why| failed(name, why))?,
+                Param::Fixed(_) | Param::Maxclients | Param::Port => unreachable!("refused by `named`"),
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// The router's own parameters, set.
+    fn apply_local(&self, state: &RouterState) {
+        for &(class, hard, soft, seconds) in self.limits.iter().flatten() {
+            match class {
+                Class::Pubsub => {
+                    let l = &state.pubsub.limits;
+                    l.hard.store(hard, Ordering::Relaxed);
+                    l.soft.store(soft, Ordering::Relaxed);
+                    l.soft_seconds.store(seconds, Ordering::Relaxed);
+                }
+                Class::Normal => state.output_limits.lock()[0] = [hard, soft, seconds],
+                Class::Replica => state.output_limits.lock()[1] = [hard, soft, seconds],
+            }
+        }
+        for &(p, n) in &self.local {
+            match p {
+                Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
+                Param::TrackingMaxKeys => state.pubsub.tracking.set_max_keys(n as u64),
+                _ => {
+                    state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
+                    state.stats.slowlog_trim();
+                }
+            }
+        }
+    }
 }
 
 /// A client class of `client-output-buffer-limit`.

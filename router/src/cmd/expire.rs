@@ -16,6 +16,7 @@ pub const EXPIRE: CommandSpec = CommandSpec {
     summary: "Set a key's time to live in seconds",
     complexity: "O(1)",
     run: expire,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -30,6 +31,7 @@ pub const PEXPIRE: CommandSpec = CommandSpec {
     summary: "Set a key's time to live in milliseconds",
     complexity: "O(1)",
     run: pexpire,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 

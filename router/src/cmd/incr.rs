@@ -16,6 +16,7 @@ pub const INCR: CommandSpec = CommandSpec {
     summary: "Increment the integer value of a key by one",
     complexity: "O(1)",
     run: incr,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -30,6 +31,7 @@ pub const DECR: CommandSpec = CommandSpec {
     summary: "Decrement the integer value of a key by one",
     complexity: "O(1)",
     run: decr,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -44,6 +46,7 @@ pub const INCRBY: CommandSpec = CommandSpec {
     summary: "Increment the integer value of a key by the given amount",
     complexity: "O(1)",
     run: incrby,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -58,6 +61,7 @@ pub const DECRBY: CommandSpec = CommandSpec {
     summary: "Decrement the integer value of a key by the given number",
     complexity: "O(1)",
     run: decrby,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 

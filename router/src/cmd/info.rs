@@ -8,7 +8,9 @@ use shoal_wire::proto::NodeStats;
 use super::connection::REDIS_COMPAT_VERSION;
 use super::spec::*;
 use super::{Args, Ctx, Pending};
+use crate::backend::Routing;
 use crate::resp::Reply;
+use crate::state::RouterState;
 
 pub const INFO: CommandSpec = CommandSpec {
     name: "info",
@@ -51,14 +53,13 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let state = Arc::clone(ctx.state);
     let routing = Arc::clone(ctx.routing);
-    let clients = state.connected_clients();
-    let blocked = state.clients.blocked();
-    let embedded = state.embedded.is_some();
+    let (clients, blocked) = (state.connected_clients(), state.clients.blocked());
+    let (embedded, registry) = (state.embedded.is_some(), ctx.registry);
     Pending::later(async move {
         let stats = routing.stats_all().await;
         let reachable = stats.iter().filter(|s| s.is_ok()).count();
         let nodes: Vec<NodeStats> = stats.into_iter().flatten().collect();
-        let sum = |f: fn(&NodeStats) -> u64| nodes.iter().map(f).sum::<u64>();
+        let gathered = Gathered { state, routing, registry, clients, blocked, embedded, nodes, reachable };
         let mut out = String::new();
         for section in ALL_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
             if !out.is_empty() {
@@ -69,145 +70,189 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
             let mut field = |k: &str, v: String| {
                 let _ = write!(out, "{k}:{v}\r\n");
             };
-            match *section {
-                "server" => {
-                    field("redis_version", REDIS_COMPAT_VERSION.into());
-                    field("shoal_version", env!("CARGO_PKG_VERSION").into());
-                    field("redis_mode", "standalone".into());
-                    field("os", format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
-                    field("arch_bits", (usize::BITS).to_string());
-                    field("process_id", std::process::id().to_string());
-                    field("tcp_port", state.settings.tcp_port.to_string());
-                    let up = state.started.elapsed().as_secs();
-                    field("uptime_in_seconds", up.to_string());
-                    field("uptime_in_days", (up / 86_400).to_string());
-                }
-                "clients" => {
-                    field("connected_clients", clients.to_string());
-                    field("maxclients", state.settings.maxclients.to_string());
-                    field("blocked_clients", blocked.to_string());
-                }
-                "memory" => {
-                    let used = sum(|n| n.used_memory);
-                    let max = sum(|n| n.maxmemory);
-                    field("used_memory", used.to_string());
-                    field("used_memory_human", human(used));
-                    let rss = resident_bytes(embedded, &nodes);
-                    field("used_memory_rss", rss.to_string());
-                    field("used_memory_rss_human", human(rss));
-                    field("maxmemory", max.to_string());
-                    field("maxmemory_human", human(max));
-                    let policy = nodes.first().map_or("noeviction", |n| n.maxmemory_policy.as_str());
-                    field("maxmemory_policy", policy.into());
-                }
-                "persistence" => {
-                    let snaps: Vec<_> = nodes.iter().filter_map(|n| n.snapshot.as_ref()).collect();
-                    let max = |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| {
-                        snaps.iter().map(|s| f(s)).max().unwrap_or(0)
-                    };
-                    let total = |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| {
-                        snaps.iter().map(|s| f(s)).sum::<u64>()
-                    };
-                    let last_save = snaps.iter().map(|s| s.last_created_ms).min().unwrap_or(0) / 1000;
-                    let all_ok = snaps.iter().all(|s| s.last_ok);
-                    field("loading", "0".into());
-                    field(
-                        "rdb_bgsave_in_progress",
-                        u8::from(snaps.iter().any(|s| s.in_progress)).to_string(),
-                    );
-                    field("rdb_last_save_time", last_save.to_string());
-                    field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
-                    field("rdb_last_bgsave_time_sec", (max(|s| s.last_duration_ms) / 1000).to_string());
-                    field("rdb_saves", total(|s| s.snapshots_written).to_string());
-                    field(
-                        "shoal_snapshot_nodes_enabled",
-                        snaps.iter().filter(|s| s.enabled).count().to_string(),
-                    );
-                    field("shoal_snapshot_last_entries", total(|s| s.last_entries).to_string());
-                    field("shoal_snapshot_last_bytes", total(|s| s.last_bytes).to_string());
-                    field("shoal_snapshot_last_duration_ms", max(|s| s.last_duration_ms).to_string());
-                    field("shoal_snapshot_loaded_entries", total(|s| s.loaded_entries).to_string());
-                    field("shoal_snapshot_load_us", max(|s| s.load_us).to_string());
-                    field("shoal_snapshot_corrupt_entries", total(|s| s.corrupt_entries).to_string());
-                }
-                "stats" => {
-                    field("total_connections_received", state.metrics.connections.get().to_string());
-                    field("total_commands_processed", state.metrics.commands.get().to_string());
-                    field("rejected_connections", state.metrics.rejected_connections.get().to_string());
-                    field("expired_keys", sum(|n| n.expired_keys).to_string());
-                    field("evicted_keys", sum(|n| n.evicted_keys).to_string());
-                    field("keyspace_hits", sum(|n| n.keyspace_hits).to_string());
-                    field("keyspace_misses", sum(|n| n.keyspace_misses).to_string());
-                    // Every node holds every router's registrations: any one answers for all.
-                    let first = |f: fn(&NodeStats) -> u64| nodes.first().map_or(0, f).to_string();
-                    field("pubsub_channels", first(|n| n.pubsub_channels));
-                    field("pubsub_patterns", first(|n| n.pubsub_patterns));
-                    field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
-                }
-                "replication" => {
-                    // To clients the router is one master; its replicas are every shard's.
-                    field("role", "master".into());
-                    let replicas: Vec<_> = nodes.iter().flat_map(|n| n.replicas.iter()).collect();
-                    field("connected_slaves", replicas.len().to_string());
-                    for (i, r) in replicas.iter().enumerate() {
-                        let (ip, port) = r.addr.rsplit_once(':').unwrap_or((r.addr.as_str(), "0"));
-                        let state = if r.synced { "online" } else { "wait_bgsave" };
-                        field(
-                            &format!("slave{i}"),
-                            format!(
-                                "ip={ip},port={port},state={state},offset={},lag={}",
-                                r.acked_offset,
-                                r.lag_ms / 1000
-                            ),
-                        );
-                    }
-                    field("master_repl_offset", sum(|n| n.repl_offset).to_string());
-                    field("shoal_fenced_primaries", nodes.iter().filter(|n| n.fenced).count().to_string());
-                    let lag =
-                        nodes.iter().flat_map(|n| n.replicas.iter()).map(|r| r.lag_ms).max().unwrap_or(0);
-                    field("shoal_max_replica_lag_ms", lag.to_string());
-                }
-                "commandstats" => {
-                    for n in state.stats.snapshot() {
-                        let per_call = n.usec as f64 / n.calls as f64;
-                        field(
-                            &format!("cmdstat_{}", n.name),
-                            format!(
-                                "calls={},usec={},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={}",
-                                n.calls, n.usec, n.failed
-                            ),
-                        );
-                    }
-                }
-                "latencystats" => {
-                    for n in state.stats.snapshot() {
-                        field(
-                            &format!("latency_percentiles_usec_{}", n.name),
-                            format!(
-                                "p50={:.3},p99={:.3},p99.9={:.3}",
-                                n.percentile(50.0),
-                                n.percentile(99.0),
-                                n.percentile(99.9)
-                            ),
-                        );
-                    }
-                }
-                "keyspace" => {
-                    let keys = sum(|n| n.keys);
-                    if keys > 0 {
-                        field("db0", format!("keys={keys},expires={},avg_ttl=0", sum(|n| n.volatile_keys)));
-                    }
-                }
-                "shoal" => {
-                    field("topology_version", routing.topology.version.to_string());
-                    field("nodes", routing.len().to_string());
-                    field("nodes_reachable", reachable.to_string());
-                }
-                _ => {}
-            }
+            gathered.section(section, &mut field);
         }
         Reply::Verbatim(out.into())
     })
+}
+
+/// What the sections are written from, gathered once per INFO.
+struct Gathered {
+    state: Arc<RouterState>,
+    routing: Arc<Routing>,
+    registry: &'static Registry,
+    clients: usize,
+    blocked: usize,
+    embedded: bool,
+    /// The nodes that answered.
+    nodes: Vec<NodeStats>,
+    reachable: usize,
+}
+
+impl Gathered {
+    /// A node field summed over the nodes.
+    fn sum(&self, f: fn(&NodeStats) -> u64) -> u64 {
+        self.nodes.iter().map(f).sum()
+    }
+
+    fn section(&self, name: &str, field: &mut dyn FnMut(&str, String)) {
+        match name {
+            "server" => self.server(field),
+            "clients" => self.clients(field),
+            "memory" => self.memory(field),
+            "persistence" => self.persistence(field),
+            "stats" => self.stats(field),
+            "replication" => self.replication(field),
+            "commandstats" => self.commandstats(field),
+            "latencystats" => self.latencystats(field),
+            "keyspace" => self.keyspace(field),
+            "shoal" => self.shoal(field),
+            _ => {}
+        }
+    }
+
+    /// The server: versions, process, port, uptime.
+    fn server(&self, field: &mut dyn FnMut(&str, String)) {
+        field("redis_version", REDIS_COMPAT_VERSION.into());
+        field("shoal_version", env!("CARGO_PKG_VERSION").into());
+        field("redis_mode", "standalone".into());
+        field("os", format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
+        field("arch_bits", (usize::BITS).to_string());
+        field("process_id", std::process::id().to_string());
+        field("tcp_port", self.state.settings.tcp_port.to_string());
+        let up = self.state.started.elapsed().as_secs();
+        field("uptime_in_seconds", up.to_string());
+        field("uptime_in_days", (up / 86_400).to_string());
+    }
+
+    /// Connected and blocked clients.
+    fn clients(&self, field: &mut dyn FnMut(&str, String)) {
+        field("connected_clients", self.clients.to_string());
+        field("maxclients", self.state.settings.maxclients.to_string());
+        field("blocked_clients", self.blocked.to_string());
+    }
+
+    /// The nodes' memory, summed.
+    fn memory(&self, field: &mut dyn FnMut(&str, String)) {
+        let used = self.sum(|n| n.used_memory);
+        let max = self.sum(|n| n.maxmemory);
+        field("used_memory", used.to_string());
+        field("used_memory_human", human(used));
+        let rss = resident_bytes(self.embedded, &self.nodes);
+        field("used_memory_rss", rss.to_string());
+        field("used_memory_rss_human", human(rss));
+        field("maxmemory", max.to_string());
+        field("maxmemory_human", human(max));
+        let policy = self.nodes.first().map_or("noeviction", |n| n.maxmemory_policy.as_str());
+        field("maxmemory_policy", policy.into());
+    }
+
+    /// The nodes' snapshots.
+    fn persistence(&self, field: &mut dyn FnMut(&str, String)) {
+        let snaps: Vec<_> = self.nodes.iter().filter_map(|n| n.snapshot.as_ref()).collect();
+        let max =
+            |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| snaps.iter().map(|s| f(s)).max().unwrap_or(0);
+        let total = |f: fn(&shoal_wire::proto::SnapshotInfo) -> u64| snaps.iter().map(|s| f(s)).sum::<u64>();
+        let last_save = snaps.iter().map(|s| s.last_created_ms).min().unwrap_or(0) / 1000;
+        let all_ok = snaps.iter().all(|s| s.last_ok);
+        field("loading", "0".into());
+        field("rdb_bgsave_in_progress", u8::from(snaps.iter().any(|s| s.in_progress)).to_string());
+        field("rdb_last_save_time", last_save.to_string());
+        field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
+        field("rdb_last_bgsave_time_sec", (max(|s| s.last_duration_ms) / 1000).to_string());
+        field("rdb_saves", total(|s| s.snapshots_written).to_string());
+        field("shoal_snapshot_nodes_enabled", snaps.iter().filter(|s| s.enabled).count().to_string());
+        field("shoal_snapshot_last_entries", total(|s| s.last_entries).to_string());
+        field("shoal_snapshot_last_bytes", total(|s| s.last_bytes).to_string());
+        field("shoal_snapshot_last_duration_ms", max(|s| s.last_duration_ms).to_string());
+        field("shoal_snapshot_loaded_entries", total(|s| s.loaded_entries).to_string());
+        field("shoal_snapshot_load_us", max(|s| s.load_us).to_string());
+        field("shoal_snapshot_corrupt_entries", total(|s| s.corrupt_entries).to_string());
+    }
+
+    /// Counters: the router's, and the nodes' summed.
+    fn stats(&self, field: &mut dyn FnMut(&str, String)) {
+        field("total_connections_received", self.state.metrics.connections.get().to_string());
+        field("total_commands_processed", self.state.metrics.commands.get().to_string());
+        field("rejected_connections", self.state.metrics.rejected_connections.get().to_string());
+        field("expired_keys", self.sum(|n| n.expired_keys).to_string());
+        field("evicted_keys", self.sum(|n| n.evicted_keys).to_string());
+        field("keyspace_hits", self.sum(|n| n.keyspace_hits).to_string());
+        field("keyspace_misses", self.sum(|n| n.keyspace_misses).to_string());
+        // Every node holds every router's registrations: any one answers for all.
+        let first = |f: fn(&NodeStats) -> u64| self.nodes.first().map_or(0, f).to_string();
+        field("pubsub_channels", first(|n| n.pubsub_channels));
+        field("pubsub_patterns", first(|n| n.pubsub_patterns));
+        field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
+    }
+
+    /// To clients the router is one master; its replicas are every shard's.
+    fn replication(&self, field: &mut dyn FnMut(&str, String)) {
+        // To clients the router is one master; its replicas are every shard's.
+        field("role", "master".into());
+        let replicas: Vec<_> = self.nodes.iter().flat_map(|n| n.replicas.iter()).collect();
+        field("connected_slaves", replicas.len().to_string());
+        for (i, r) in replicas.iter().enumerate() {
+            let (ip, port) = r.addr.rsplit_once(':').unwrap_or((r.addr.as_str(), "0"));
+            let state = if r.synced { "online" } else { "wait_bgsave" };
+            field(
+                &format!("slave{i}"),
+                format!(
+                    "ip={ip},port={port},state={state},offset={},lag={}",
+                    r.acked_offset,
+                    r.lag_ms / 1000
+                ),
+            );
+        }
+        field("master_repl_offset", self.sum(|n| n.repl_offset).to_string());
+        field("shoal_fenced_primaries", self.nodes.iter().filter(|n| n.fenced).count().to_string());
+        let lag = self.nodes.iter().flat_map(|n| n.replicas.iter()).map(|r| r.lag_ms).max().unwrap_or(0);
+        field("shoal_max_replica_lag_ms", lag.to_string());
+    }
+
+    /// Calls, time and failures per command (this router's).
+    fn commandstats(&self, field: &mut dyn FnMut(&str, String)) {
+        for n in self.state.stats.snapshot(|s| self.registry.name_of(s)) {
+            let per_call = n.usec as f64 / n.calls as f64;
+            field(
+                &format!("cmdstat_{}", n.name),
+                format!(
+                    "calls={},usec={},usec_per_call={per_call:.2},rejected_calls=0,failed_calls={}",
+                    n.calls, n.usec, n.failed
+                ),
+            );
+        }
+    }
+
+    /// Latency percentiles per command (this router's).
+    fn latencystats(&self, field: &mut dyn FnMut(&str, String)) {
+        for n in self.state.stats.snapshot(|s| self.registry.name_of(s)) {
+            field(
+                &format!("latency_percentiles_usec_{}", n.name),
+                format!(
+                    "p50={:.3},p99={:.3},p99.9={:.3}",
+                    n.percentile(50.0),
+                    n.percentile(99.0),
+                    n.percentile(99.9)
+                ),
+            );
+        }
+    }
+
+    /// The keys, summed over the nodes.
+    fn keyspace(&self, field: &mut dyn FnMut(&str, String)) {
+        let keys = self.sum(|n| n.keys);
+        if keys > 0 {
+            field("db0", format!("keys={keys},expires={},avg_ttl=0", self.sum(|n| n.volatile_keys)));
+        }
+    }
+
+    /// The topology this router routes by.
+    fn shoal(&self, field: &mut dyn FnMut(&str, String)) {
+        field("topology_version", self.routing.topology.version.to_string());
+        field("nodes", self.routing.len().to_string());
+        field("nodes_reachable", self.reachable.to_string());
+    }
 }
 
 /// `used_memory_rss`: as in Redis, the resident set size of the process(es) holding the data, each

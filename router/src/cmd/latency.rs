@@ -132,6 +132,7 @@ pub const LATENCY: CommandSpec = CommandSpec {
         &LATENCY_HISTOGRAM,
         &LATENCY_HELP,
     ],
+    lane: LaneClass::No,
 };
 
 pub const MEMORY_USAGE: CommandSpec = CommandSpec {
@@ -174,6 +175,7 @@ pub const MEMORY: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     run: memory_help,
     subcommands: &[&MEMORY_USAGE, &MEMORY_HELP],
+    lane: LaneClass::No,
 };
 
 pub fn latest(_args: &Args, _ctx: &mut Ctx) -> Pending {
@@ -209,7 +211,7 @@ pub fn histogram(args: &Args, ctx: &mut Ctx) -> Pending {
     let entries = ctx
         .state
         .stats
-        .snapshot()
+        .snapshot(|s| ctx.registry.name_of(s))
         .into_iter()
         .filter(|n| wanted.is_empty() || wanted.iter().any(|w| w == n.name.as_bytes()))
         .map(|n| {

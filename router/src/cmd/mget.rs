@@ -4,7 +4,7 @@ use shoal_wire::proto::{self, op::Kind, reply};
 
 use std::sync::Arc;
 
-use super::get::{near_cache, near_fetch, near_settle};
+use super::near;
 use super::spec::*;
 use super::{Args, Ctx, Pending, gather, op};
 use crate::nearcache::NearCache;
@@ -19,18 +19,18 @@ fn value_or_nil(r: proto::Reply) -> Reply {
 
 /// MGET through the near cache: hits are answered from it, the misses fetched (tracked) in one
 /// multi-key call and inserted.
-fn near_mget(near: &Arc<NearCache>, args: &Args, ctx: &mut Ctx) -> Pending {
+fn near_mget(cache: &Arc<NearCache>, args: &Args, ctx: &mut Ctx) -> Pending {
     let version = ctx.routing.version();
     let mut out: Vec<Option<Reply>> = Vec::with_capacity(args.len() - 1);
     let mut misses = Vec::new();
     let mut tickets = Vec::new();
     for (i, key) in args[1..].iter().enumerate() {
-        if let Some(v) = near.get(key, version) {
+        if let Some(v) = cache.get(key, version) {
             out.push(Some(Reply::Bulk(v)));
             continue;
         }
         out.push(None);
-        let (op, ticket) = near_fetch(near, ctx, key, true).unwrap_or_else(|| {
+        let (op, ticket) = near::fetch(cache, ctx, key, true).unwrap_or_else(|| {
             (op(Kind::Get(proto::Get { key: key.clone(), nil_if_not_string: true, track: 0 })), None)
         });
         misses.push((key.clone(), op));
@@ -40,12 +40,12 @@ fn near_mget(near: &Arc<NearCache>, args: &Args, ctx: &mut Ctx) -> Pending {
         return Reply::Array(out.into_iter().map(|r| r.expect("every key hit")).collect()).into();
     }
     let call = ctx.call_keys(misses.into_iter());
-    let (near, backend) = (near.clone(), ctx.state.backend.clone());
+    let (cache, backend) = (cache.clone(), ctx.state.backend.clone());
     Pending::later(async move {
         match gather(call).await {
             Ok(replies) => {
                 for ((i, key, ticket), r) in tickets.into_iter().zip(replies) {
-                    out[i] = Some(value_or_nil(near_settle(&near, &backend, &key, ticket.as_ref(), r)));
+                    out[i] = Some(value_or_nil(near::settle(&cache, &backend, &key, ticket.as_ref(), r)));
                 }
                 Reply::Array(out.into_iter().map(|r| r.unwrap_or(Reply::Nil)).collect())
             }
@@ -69,8 +69,8 @@ pub const MGET: CommandSpec = CommandSpec {
 };
 
 pub fn mget(args: &Args, ctx: &mut Ctx) -> Pending {
-    if let Some(near) = near_cache(ctx) {
-        return near_mget(near, args, ctx);
+    if let Some(cache) = near::cache(ctx) {
+        return near_mget(cache, args, ctx);
     }
     let call = ctx.call_keys(args[1..].iter().map(|k| {
         (k.clone(), op(Kind::Get(proto::Get { key: k.clone(), nil_if_not_string: true, track: 0 })))

@@ -87,6 +87,7 @@ pub const OBJECT: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     run: container,
     subcommands: &[&OBJECT_ENCODING, &OBJECT_FREQ, &OBJECT_IDLETIME, &OBJECT_REFCOUNT, &OBJECT_HELP],
+    lane: LaneClass::No,
 };
 
 /// `OBJECT` with a known subcommand always dispatches to it; anything else is the help.

@@ -1,9 +1,11 @@
 //! Every command the router understands: the registry of the specs that each command file
-//! declares beside its handler. Adding a command is one spec in its file and one line here.
+//! declares beside its handler, and their stats slots. Adding a command is one spec in its file
+//! and one line here. Handlers that list or name commands (COMMAND, INFO, CLIENT LIST) see it
+//! through their `Ctx` ([`REGISTRY`]), so that no handler imports the list of every handler.
 
 use std::sync::LazyLock;
 
-use super::spec::CommandSpec;
+use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
     keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets, shoal,
@@ -217,9 +219,63 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     std::str::from_utf8(&lower[..name.len()]).ok().and_then(|n| BY_NAME.get(n).copied())
 }
 
+/// The registry as handlers see it (in their `Ctx`).
+pub static REGISTRY: Registry = Registry::new(COMMANDS, lookup, slot_of, spec_at);
+
+// The stats slot of every command and subcommand (INFO commandstats, CLIENT LIST's `cmd`, a
+// session's last command): parents then their subcommands, in registry order.
+
+/// Every spec, parents then their subcommands, with its slot.
+static SPECS: LazyLock<Vec<&'static CommandSpec>> = LazyLock::new(|| {
+    let mut all = Vec::new();
+    for c in COMMANDS {
+        all.push(*c);
+        all.extend(c.subcommands.iter().copied());
+    }
+    all
+});
+
+/// `(spec address, slot)`, sorted by address: found by binary search, which is cheaper per
+/// command than hashing.
+static SLOT_OF: LazyLock<Vec<(usize, usize)>> = LazyLock::new(|| {
+    let mut v: Vec<(usize, usize)> =
+        SPECS.iter().enumerate().map(|(i, s)| (*s as *const CommandSpec as usize, i)).collect();
+    v.sort_unstable();
+    v
+});
+
+/// The stats slot of `spec`.
+pub fn slot_of(spec: &'static CommandSpec) -> Option<usize> {
+    // A pipeline repeats its command: the last answer on this thread first.
+    thread_local!(static LAST: std::cell::Cell<(usize, Option<usize>)> = const { std::cell::Cell::new((0, None)) });
+    let addr = spec as *const CommandSpec as usize;
+    let (last, slot) = LAST.get();
+    if last == addr {
+        return slot;
+    }
+    let slot = SLOT_OF.binary_search_by_key(&addr, |&(a, _)| a).ok().map(|i| SLOT_OF[i].1);
+    LAST.set((addr, slot));
+    slot
+}
+
+/// The spec in stats slot `slot` (CLIENT LIST's `cmd`).
+pub fn spec_at(slot: usize) -> Option<&'static CommandSpec> {
+    SPECS.get(slot).copied()
+}
+
+/// The name of the command in stats slot `slot`.
+pub fn name_of(slot: usize) -> Option<&'static str> {
+    spec_at(slot).map(|s| s.name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_command_has_a_stats_slot() {
+        assert!(SPECS.len() <= crate::stats::SLOTS, "raise stats::SLOTS to {}", SPECS.len());
+    }
 
     #[test]
     fn lookup_ignores_case_and_rejects_unknown() {

@@ -4,8 +4,8 @@
 //! store while it runs: `node/src/script`). Its declared keys must share one node, as Redis
 //! Cluster requires (`CROSSSLOT` otherwise; give them a common `{hashtag}`); a script without
 //! keys runs on any node. The router sends a `Script` op on the node's batched stream, so a
-//! pipeline of scripts flows like any other commands; a `moved` reply or a slot in motion sends
-//! it again, as EXEC does (`transaction::send_group`).
+//! pipeline of scripts flows like any other commands. It travels as a unit, as EXEC's
+//! transactions do (`crate::backend::unit`): a `moved` reply or a slot in motion sends it again.
 //!
 //! Nodes cache scripts by SHA1. EVAL carries the body; EVALSHA only the SHA, and when the node
 //! answers NOSCRIPT (it restarted, or joined the cluster after the script was loaded) the router
@@ -23,10 +23,9 @@ use shoal_wire::script::NOSCRIPT;
 use tokio::time::Instant;
 
 use super::spec::*;
-use super::transaction::send_group;
 use super::typed::from_frame;
 use super::{Args, Ctx, Pending, int_arg, op};
-use crate::backend::{Routing, futures_join};
+use crate::backend::{AtomicError, Routing, futures_join};
 use crate::resp::Reply;
 use crate::state::RouterState;
 
@@ -158,26 +157,23 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly, acl };
     let routing = ctx.routing.clone();
     // A script without keys runs on any node; spread them.
-    let pos = match (keys.is_empty(), super::one_node(&routing, &keys)) {
+    let pos = match (keys.is_empty(), routing.one_owner(&keys)) {
         (true, _) => fastrand::usize(..routing.len().max(1)),
         (false, Some(p)) => p,
         (false, None) => return Reply::error(super::CROSSSLOT).into(),
     };
     let op = op(Kind::Script(Box::new(script)));
-    // Sent now, with the commands dispatched before it (they share the node's stream, in order).
-    let first = routing.nodes[pos].call(op.clone(), routing.version(), ctx.deadline);
+    let at = keys.is_empty().then_some(pos);
     let (state, deadline) = (ctx.state.clone(), ctx.deadline);
+    // Sent now, with the commands dispatched before it (they share the node's stream, in order);
+    // sent again by the backend, like EXEC, if the topology moved under it.
+    let first = state.backend.unit(&routing, keys.clone(), Some(pos), op.clone(), deadline);
     let client = ctx.session.client.clone();
+    let registry = ctx.registry;
     Pending::later(async move {
         let mut reply = match first.wait().await {
-            Ok(r) if !needs_resend(&r) => r,
-            // Moved, or a slot of it moving: again by the current topology, like EXEC.
-            Ok(_) => match send_group(&state, state.backend.routing(), None, &op, &keys, deadline).await {
-                Ok(r) => r,
-                Err(e) => return e,
-            },
-            // The node may have run it (a timeout, a broken link): never twice, as EXEC.
-            Err(e) => return e.into(),
+            Ok(r) => r,
+            Err(e) => return unit_failed(e),
         };
         if is_noscript(&reply)
             && let Some(Kind::Script(s)) = &op.kind
@@ -185,16 +181,16 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
             && let Some(body) = recover(&state, &routing, &s.sha, deadline).await
         {
             let again = op_with_body(&op, body);
-            let at = (keys.is_empty()).then_some(pos);
-            reply = match send_group(&state, state.backend.routing(), at, &again, &keys, deadline).await {
+            reply = match state.backend.unit(&state.backend.routing(), keys, at, again, deadline).wait().await
+            {
                 Ok(r) => r,
-                Err(e) => return e,
+                Err(e) => return unit_failed(e),
             };
         }
         match reply.kind {
             Some(reply::Kind::Frame(f)) => from_frame(f),
             Some(reply::Kind::ScriptDenied(d)) => {
-                super::acl::log_script_denials(&state, &client, &user.name, &d.denials);
+                super::acl::log_script_denials(&state, registry, &client, &user.name, &d.denials);
                 d.frame.map_or_else(|| super::unexpected(None), from_frame)
             }
             Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
@@ -203,11 +199,11 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     })
 }
 
-fn needs_resend(r: &proto::Reply) -> bool {
-    match &r.kind {
-        Some(reply::Kind::Moved(_)) => true,
-        Some(reply::Kind::Error(e)) => e.starts_with("TRYAGAIN"),
-        _ => false,
+/// A script that did not run (or may have: a timeout, a broken link; never sent twice, as EXEC).
+fn unit_failed(e: AtomicError) -> Reply {
+    match e {
+        AtomicError::Spread => Reply::error(super::CROSSSLOT),
+        AtomicError::Backend(e) => e.into(),
     }
 }
 

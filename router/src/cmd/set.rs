@@ -16,6 +16,7 @@ pub const SET: CommandSpec = CommandSpec {
     summary: "Set the string value of a key",
     complexity: "O(1)",
     run: set,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -30,6 +31,7 @@ pub const SETNX: CommandSpec = CommandSpec {
     summary: "Set the value of a key, only if the key does not exist",
     complexity: "O(1)",
     run: setnx,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -44,6 +46,7 @@ pub const SETEX: CommandSpec = CommandSpec {
     summary: "Set the value and expiration of a key",
     complexity: "O(1)",
     run: setex,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -58,6 +61,7 @@ pub const PSETEX: CommandSpec = CommandSpec {
     summary: "Set the value and expiration in milliseconds of a key",
     complexity: "O(1)",
     run: psetex,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 

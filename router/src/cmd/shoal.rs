@@ -131,6 +131,7 @@ pub const SHOAL: CommandSpec = CommandSpec {
         &super::slotstats::SHOAL_SLOT_STATS,
         &SHOAL_HELP,
     ],
+    lane: LaneClass::No,
 };
 
 pub fn container(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -77,6 +77,7 @@ pub const SLOWLOG: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     run: help,
     subcommands: &[&SLOWLOG_GET, &SLOWLOG_LEN, &SLOWLOG_RESET, &SLOWLOG_HELP],
+    lane: LaneClass::No,
 };
 
 pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -16,6 +16,7 @@ pub const APPEND: CommandSpec = CommandSpec {
     summary: "Append a value to a key",
     complexity: "O(1)",
     run: append,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -30,6 +31,7 @@ pub const STRLEN: CommandSpec = CommandSpec {
     summary: "Get the length of the value stored in a key",
     complexity: "O(1)",
     run: strlen,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 

@@ -6,9 +6,9 @@
 //! capturing routing (`backend::capture`), checks that every op and every watched key belongs to
 //! one node (else CROSSSLOT, as Redis Cluster answers), and sends the ops as one `Transaction` op:
 //! the node applies them with no other op in between, or none of them if a watched key changed
-//! (EXEC then answers a null array). A `moved` reply or a slot in motion (TRYAGAIN) sends the
-//! same ops again, by the new topology, until the command deadline: a transaction is applied
-//! whole, once, or not at all.
+//! (EXEC then answers a null array). It travels as a unit (`crate::backend::unit`): a `moved`
+//! reply or a slot in motion sends the same ops again, by the new topology, until the command
+//! deadline: a transaction is applied whole, once, or not at all.
 //!
 //! WATCH registers each key on its node, which answers the key's current version
 //! (`node/src/store/watch.rs`); EXEC hands the versions back for the node to compare. A key that
@@ -19,38 +19,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use shoal_wire::proto::{self, Op, op::Kind, reply};
 use tokio::time::Instant;
 
 use super::spec::*;
-use super::{Args, BoxReply, Ctx, Pending, one_node, op, run};
+use super::{Args, BoxReply, Ctx, Pending, op, run};
 use crate::backend::capture::Capture;
-use crate::backend::{BackendError, Routing};
+use crate::backend::{AtomicError, BackendError, Routing};
 use crate::resp::Reply;
+use crate::session::{Multi, WatchList};
 use crate::state::RouterState;
-
-/// A transaction being queued (after MULTI).
-#[derive(Debug, Default)]
-pub struct Multi {
-    queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
-    /// Bytes of the queued arguments (bounded like a query buffer).
-    bytes: usize,
-    /// A command was refused while queueing: EXEC answers EXECABORT.
-    pub dirty: bool,
-}
-
-/// The keys a connection watches, with the versions their nodes answered. Shared with WATCH's
-/// reply (which records the versions when they arrive) and with the connection (which releases
-/// them when it closes).
-#[derive(Debug, Clone, Default)]
-pub struct WatchList(Arc<Mutex<Vec<(Bytes, u64)>>>);
-
-impl WatchList {
-    pub fn take(&self) -> Vec<(Bytes, u64)> {
-        std::mem::take(&mut *self.0.lock())
-    }
-}
 
 /// Releases a connection's watches when dropped (the connection closed, however it ended).
 pub struct ReleaseOnDrop {
@@ -111,7 +89,7 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
         .into();
     }
     multi.bytes += size;
-    multi.queued.push((spec, args.to_vec()));
+    multi.queued.push((ctx.registry.slot_of(spec).expect("every command has a slot"), args.to_vec()));
     ctx.session.client.set_multi(Some(multi.queued.len()));
     Reply::simple("QUEUED").into()
 }
@@ -168,7 +146,7 @@ fn watch(args: &Args, ctx: &mut Ctx) -> Pending {
             Err(e) => return e.into(),
         };
         let mut failure = None;
-        let mut watched = list.0.lock();
+        let mut watched = list.lock();
         for (key, r) in keys.into_iter().zip(replies) {
             match r.kind {
                 Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => watched.push((key, v.versions[0])),
@@ -209,9 +187,12 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
             routing: &captured,
             deadline: ctx.deadline,
             // Transactions run on primaries.
-            read_from: crate::state::ReadFrom::Primary,
+            read_from: crate::backend::ReadFrom::Primary,
+            now: ctx.now.clone(),
+            registry: ctx.registry,
         };
-        for (spec, args) in &multi.queued {
+        for (slot, args) in &multi.queued {
+            let spec = ctx.registry.spec_at(*slot).expect("a queued command's slot");
             let mut reply: BoxReply = Box::pin(run(spec, args, &mut sub).resolve());
             // One poll records the calls a reply makes when first polled rather than when built.
             if let Poll::Ready(r) = reply.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
@@ -260,8 +241,8 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     }))
 }
 
-/// Sends the transaction to the node at `pos`, again by the current topology after a `moved`
-/// reply or while a slot moves, until `deadline`.
+/// Sends the transaction to the node at `pos` as one unit: the backend sends it again by the
+/// current topology after a `moved` reply or while a slot of it moves, until `deadline`.
 async fn send(
     state: &Arc<RouterState>,
     routing: Arc<Routing>,
@@ -275,7 +256,11 @@ async fn send(
     let transaction = op(Kind::Transaction(proto::Transaction { ops, watches }));
     let keys: Vec<Bytes> =
         shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
-    let reply = send_group(state, routing, Some(pos), &transaction, &keys, deadline).await?;
+    let reply = match state.backend.unit(&routing, keys, Some(pos), transaction, deadline).wait().await {
+        Ok(r) => r,
+        Err(AtomicError::Spread) => return Err(Reply::error(CROSSSLOT)),
+        Err(AtomicError::Backend(e)) => return Err(e.into()),
+    };
     match reply.kind {
         Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
         Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
@@ -283,53 +268,6 @@ async fn send(
         other => Err(super::unexpected(other)),
     }
 }
-
-/// Sends an op the node applies as one unit over `keys` (a transaction, a script) to the node at
-/// `pos` (`None`: the keys' node by `routing`), and again by the current topology after a
-/// `moved` reply or while a slot of it moves (`TRYAGAIN`), until `deadline`. The reply is the
-/// node's, once it ran the op (or refused it for its own reasons).
-pub async fn send_group(
-    state: &Arc<RouterState>,
-    mut routing: Arc<Routing>,
-    pos: Option<usize>,
-    group: &Op,
-    keys: &[Bytes],
-    deadline: Instant,
-) -> Result<proto::Reply, Reply> {
-    let mut pos = match pos.or_else(|| one_node(&routing, keys)) {
-        Some(p) => p,
-        None => return Err(Reply::error(CROSSSLOT)),
-    };
-    loop {
-        let port = routing.nodes[pos].clone();
-        let reply =
-            port.call(group.clone(), routing.version(), deadline).wait().await.map_err(Reply::from)?;
-        match &reply.kind {
-            Some(reply::Kind::Moved(v)) => {
-                if Instant::now() >= deadline {
-                    return Err(BackendError::Unsettled.into());
-                }
-                state.backend.reconcile(&*port, *v).await;
-            }
-            Some(reply::Kind::Error(e)) if e.starts_with("TRYAGAIN") => {
-                if Instant::now() + RETRY_PAUSE >= deadline {
-                    return Err(Reply::error_fmt(e.clone()));
-                }
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            _ => return Ok(reply),
-        }
-        state.backend.metrics.transaction_retries.inc();
-        routing = state.backend.routing();
-        pos = match one_node(&routing, keys) {
-            Some(p) => p,
-            None => return Err(Reply::error(CROSSSLOT)),
-        };
-    }
-}
-
-/// How long EXEC waits before sending a transaction again that met a slot in motion.
-const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 pub const MULTI: CommandSpec = CommandSpec {
     name: "multi",

@@ -17,6 +17,7 @@ pub const TTL: CommandSpec = CommandSpec {
     summary: "Get the time to live for a key in seconds",
     complexity: "O(1)",
     run: ttl,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 
@@ -31,6 +32,7 @@ pub const PTTL: CommandSpec = CommandSpec {
     summary: "Get the time to live for a key in milliseconds",
     complexity: "O(1)",
     run: pttl,
+    lane: LaneClass::OneKey,
     ..CommandSpec::DEFAULT
 };
 

@@ -27,14 +27,13 @@ use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
-    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription,
+    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription, Tracking,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
-use super::Hub;
 use crate::backend::{Backend, BackendError};
 use crate::nearcache::{NearCache, NodeLease};
 use crate::tracking::ClientTracking;
@@ -64,8 +63,8 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn spawn(
-        hub: Arc<Hub>,
+    pub fn spawn<H: LinkHub>(
+        hub: Arc<H>,
         backend: Arc<Backend>,
         id: u32,
         addr: String,
@@ -180,9 +179,10 @@ fn near_cache(
     });
 }
 
-type Stream = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
+/// A connected stream: its client, the requests' sender and the node's batches.
+type Open = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
 
-async fn connect(addr: &str, credentials: Credentials) -> Result<Stream, String> {
+async fn connect(addr: &str, credentials: Credentials) -> Result<Open, String> {
     let options = ClientOptions::default().with_credentials(credentials);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -194,8 +194,30 @@ async fn connect(addr: &str, credentials: Credentials) -> Result<Stream, String>
     Ok((client, tx, response.into_inner()))
 }
 
-async fn run(
-    hub: Arc<Hub>,
+/// What a link needs of the hub that runs it (the hub implements it, so the link sits below the
+/// hub that holds it).
+pub trait LinkHub: Send + Sync + 'static {
+    /// The whole state a new stream starts with, and the acks of the changes it took up (taken
+    /// under the lock changes are made under).
+    fn snapshot(
+        &self,
+        pending: &mut mpsc::UnboundedReceiver<Change>,
+    ) -> (Vec<Subscription>, Vec<oneshot::Sender<()>>);
+    /// A new ack id.
+    fn ack_id(&self) -> u64;
+    /// What the stream registers for tracking on its node (`None`: nothing).
+    fn tracking_request(&self) -> Option<Tracking>;
+    /// Delivers published messages to this router's subscribers.
+    fn deliver(&self, deliveries: &[Delivery]);
+    /// The near cache whose invalidations the streams carry.
+    fn near(&self) -> Option<&Arc<NearCache>>;
+    /// CLIENT TRACKING's table, which hears of the same invalidations.
+    fn tracking(&self) -> &ClientTracking;
+}
+
+/// The link's task: connect, run the stream until it ends, reconnect with backoff.
+async fn run<H: LinkHub>(
+    hub: Arc<H>,
     backend: Arc<Backend>,
     link: Arc<Link>,
     mut changes: mpsc::UnboundedReceiver<Change>,
@@ -211,112 +233,12 @@ async fn run(
             return;
         }
         match connect(&link.addr, backend.credentials()).await {
-            Ok((client, requests, mut replies)) => {
+            Ok(open) => {
                 connected_once = true;
                 backoff = MIN_BACKOFF;
-                *link.client.lock() = Some(client);
-                let mut acks: HashMap<u64, Vec<oneshot::Sender<()>>> = HashMap::new();
-                let (state, mut waiting) = hub.snapshot(&mut changes);
-                waiting.append(&mut early);
-                let id = hub.ack_id();
-                acks.insert(id, waiting);
-                // With a near cache, this stream also carries the node's invalidations, and
-                // pings whose answers keep the cache's lease on the node alive.
-                let lease = hub.near.as_ref().map(|near| near.lease_of(link.id, &link.addr));
-                let tracking = hub.tracking_request();
-                let ping = hub.near.as_ref().map_or(0, |near| near.ping());
-                let _ = requests.send(SubscribeRequest {
-                    changes: state,
-                    ack: id,
-                    replace: true,
-                    tracking,
-                    ping,
-                });
-                let mut pings = tokio::time::interval(crate::nearcache::PING_EVERY);
-                pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                link.up.store(true, Ordering::Release);
-                tracing::debug!(node = link.id, addr = %link.addr, "pub/sub stream open");
-                let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-                let why = loop {
-                    if grace.is_none() && *retired.borrow() {
-                        grace = Some(Box::pin(tokio::time::sleep(RETIRE_GRACE)));
-                    }
-                    let expired = async {
-                        match grace.as_mut() {
-                            Some(g) => g.as_mut().await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        message = replies.message() => match message {
-                            Ok(Some(batch)) => {
-                                let mut deliveries = batch.deliveries;
-                                let near = hub.near.as_deref().zip(lease.as_deref());
-                                near_cache(near, &hub.tracking, &mut deliveries);
-                                deliveries.retain(|d| {
-                                    if d.topology_version != 0 {
-                                        // A node is ahead: slots may have changed owners, and
-                                        // entries cached by our version may no longer be
-                                        // invalidated by whoever takes the writes. No hits from
-                                        // now until the new topology is adopted.
-                                        if let Some(near) = &hub.near {
-                                            near.saw_version(d.topology_version);
-                                        }
-                                        link.catch_up(&backend, d.topology_version);
-                                        return false;
-                                    }
-                                    if d.ack == 0 {
-                                        return true;
-                                    }
-                                    if d.ack == id {
-                                        // The node tracks for this stream from here on; reads
-                                        // it applied before (while the stream was down or
-                                        // opening) registered nowhere: every tracking client
-                                        // forgets what it cached, as after a FLUSHALL.
-                                        hub.tracking.flush_all();
-                                    }
-                                    for tx in acks.remove(&d.ack).unwrap_or_default() {
-                                        let _ = tx.send(());
-                                    }
-                                    false
-                                });
-                                hub.deliver(&deliveries);
-                            }
-                            Ok(None) => break "node closed the stream".to_string(),
-                            Err(status) => break format!("stream failed: {}", status.message()),
-                        },
-                        change = changes.recv() => match change {
-                            Some(change) => {
-                                let ack = change.ack.map_or(0, |tx| {
-                                    let id = hub.ack_id();
-                                    acks.insert(id, vec![tx]);
-                                    id
-                                });
-                                let tracking = if change.tracking { hub.tracking_request() } else { None };
-                                let _ = requests.send(SubscribeRequest { changes: change.subs, ack, tracking, ..Default::default() });
-                            }
-                            None => return,
-                        },
-                        _ = pings.tick(), if hub.near.is_some() => {
-                            let ping = hub.near.as_ref().map_or(0, |near| near.ping());
-                            let _ = requests.send(SubscribeRequest { ping, ..Default::default() });
-                        }
-                        _ = stop.wait_for(|s| *s) => return,
-                        // Retired: keep reading until the node ends the stream (or the grace ends).
-                        _ = retired.changed() => {}
-                        _ = expired => break "the node left the topology".to_string(),
-                    }
-                };
-                link.up.store(false, Ordering::Release);
-                // Invalidations sent while the stream is down are lost: forget what this node
-                // told us, and serve nothing of it until a new stream is tracking.
-                if let (Some(near), Some(lease)) = (&hub.near, &lease) {
-                    near.node_down(lease);
-                }
-                hub.tracking.flush_all();
-                *link.client.lock() = None;
-                // Waiters are released (dropped senders): the state is sent again on reconnect.
-                drop(acks);
+                let mut stream = Stream { hub: &*hub, backend: &backend, link: &link, acks: HashMap::new() };
+                let ended = stream.serve(open, &mut changes, &mut early, &mut stop, &mut retired).await;
+                let Some(why) = ended else { return };
                 if *retired.borrow() {
                     tracing::debug!(node = link.id, addr = %link.addr, %why, "pub/sub stream of a node that left ended");
                     return;
@@ -345,5 +267,128 @@ async fn run(
             }
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// An open stream: what it owes acks to.
+struct Stream<'a, H> {
+    hub: &'a H,
+    backend: &'a Arc<Backend>,
+    link: &'a Arc<Link>,
+    acks: HashMap<u64, Vec<oneshot::Sender<()>>>,
+}
+
+impl<H: LinkHub> Stream<'_, H> {
+    /// Runs one stream until it ends: why (`None`: the link stops).
+    async fn serve(
+        &mut self,
+        (client, requests, mut replies): Open,
+        changes: &mut mpsc::UnboundedReceiver<Change>,
+        early: &mut Vec<oneshot::Sender<()>>,
+        stop: &mut watch::Receiver<bool>,
+        retired: &mut watch::Receiver<bool>,
+    ) -> Option<String> {
+        let (hub, link) = (self.hub, self.link);
+        *link.client.lock() = Some(client);
+        let (state, mut waiting) = hub.snapshot(changes);
+        waiting.append(early);
+        let id = hub.ack_id();
+        self.acks.insert(id, waiting);
+        // With a near cache, this stream also carries the node's invalidations, and pings whose
+        // answers keep the cache's lease on the node alive.
+        let lease = hub.near().map(|near| near.lease_of(link.id, &link.addr));
+        let ping = hub.near().map_or(0, |near| near.ping());
+        let tracking = hub.tracking_request();
+        let _ = requests.send(SubscribeRequest { changes: state, ack: id, replace: true, tracking, ping });
+        let mut pings = tokio::time::interval(crate::nearcache::PING_EVERY);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        link.up.store(true, Ordering::Release);
+        tracing::debug!(node = link.id, addr = %link.addr, "pub/sub stream open");
+        let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        let why = loop {
+            if grace.is_none() && *retired.borrow() {
+                grace = Some(Box::pin(tokio::time::sleep(RETIRE_GRACE)));
+            }
+            let expired = async {
+                match grace.as_mut() {
+                    Some(g) => g.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                message = replies.message() => match message {
+                    Ok(Some(batch)) => self.delivered(batch, id, lease.as_deref()),
+                    Ok(None) => break "node closed the stream".to_string(),
+                    Err(status) => break format!("stream failed: {}", status.message()),
+                },
+                change = changes.recv() => match change {
+                    Some(change) => self.send(&requests, change),
+                    None => return None,
+                },
+                _ = pings.tick(), if hub.near().is_some() => {
+                    let ping = hub.near().map_or(0, |near| near.ping());
+                    let _ = requests.send(SubscribeRequest { ping, ..Default::default() });
+                }
+                _ = stop.wait_for(|s| *s) => return None,
+                // Retired: keep reading until the node ends the stream (or the grace ends).
+                _ = retired.changed() => {}
+                _ = expired => break "the node left the topology".to_string(),
+            }
+        };
+        link.up.store(false, Ordering::Release);
+        // Invalidations sent while the stream is down are lost: forget what this node told us,
+        // and serve nothing of it until a new stream is tracking.
+        if let (Some(near), Some(lease)) = (hub.near(), &lease) {
+            near.node_down(lease);
+        }
+        hub.tracking().flush_all();
+        *link.client.lock() = None;
+        // Waiters are released (dropped senders): the state is sent again on reconnect.
+        self.acks.clear();
+        Some(why)
+    }
+
+    /// A batch from the node: invalidations, acks, a newer topology, messages to deliver.
+    fn delivered(&mut self, batch: PubSubBatch, id: u64, lease: Option<&NodeLease>) {
+        let (hub, link, backend) = (self.hub, self.link, self.backend);
+        let mut deliveries = batch.deliveries;
+        near_cache(hub.near().map(|n| &**n).zip(lease), hub.tracking(), &mut deliveries);
+        deliveries.retain(|d| {
+            if d.topology_version != 0 {
+                // A node is ahead: slots may have changed owners, and entries cached by our
+                // version may no longer be invalidated by whoever takes the writes. No hits from
+                // now until the new topology is adopted.
+                if let Some(near) = hub.near() {
+                    near.saw_version(d.topology_version);
+                }
+                link.catch_up(backend, d.topology_version);
+                return false;
+            }
+            if d.ack == 0 {
+                return true;
+            }
+            if d.ack == id {
+                // The node tracks for this stream from here on; reads it applied before (while
+                // the stream was down or opening) registered nowhere: every tracking client
+                // forgets what it cached, as after a FLUSHALL.
+                hub.tracking().flush_all();
+            }
+            for tx in self.acks.remove(&d.ack).unwrap_or_default() {
+                let _ = tx.send(());
+            }
+            false
+        });
+        hub.deliver(&deliveries);
+    }
+
+    /// A change of this router's registrations, sent to the node.
+    fn send(&mut self, requests: &mpsc::UnboundedSender<SubscribeRequest>, change: Change) {
+        let ack = change.ack.map_or(0, |tx| {
+            let id = self.hub.ack_id();
+            self.acks.insert(id, vec![tx]);
+            id
+        });
+        let tracking = if change.tracking { self.hub.tracking_request() } else { None };
+        let _ = requests.send(SubscribeRequest { changes: change.subs, ack, tracking, ..Default::default() });
     }
 }

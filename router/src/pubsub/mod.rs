@@ -38,7 +38,7 @@ pub use subscriber::{Counters, Kind, Limits, Message, Subscriber};
 
 use crate::backend::{Backend, BackendError};
 use crate::resp::Reply;
-use link::{Change, Link};
+use link::{Change, Link, LinkHub};
 
 type Holders = HashMap<Bytes, Vec<Arc<Subscriber>>>;
 
@@ -195,7 +195,7 @@ impl Hub {
         self.acked(acks)
     }
 
-    fn ack_id(&self) -> u64 {
+    pub(crate) fn ack_id(&self) -> u64 {
         self.next_ack.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -348,7 +348,7 @@ impl Hub {
     /// Takes the link's pending changes and the whole state, under the lock changes are made
     /// under: what the link sends first on a new stream (the changes it takes are in the state;
     /// their acks are the state's).
-    fn snapshot(
+    pub(crate) fn snapshot(
         &self,
         pending: &mut mpsc::UnboundedReceiver<Change>,
     ) -> (Vec<Subscription>, Vec<oneshot::Sender<()>>) {
@@ -446,6 +446,35 @@ pub struct LeaveOnDrop {
     pub sub: Arc<Subscriber>,
 }
 
+impl LinkHub for Hub {
+    fn snapshot(
+        &self,
+        pending: &mut mpsc::UnboundedReceiver<Change>,
+    ) -> (Vec<Subscription>, Vec<oneshot::Sender<()>>) {
+        Hub::snapshot(self, pending)
+    }
+
+    fn ack_id(&self) -> u64 {
+        Hub::ack_id(self)
+    }
+
+    fn tracking_request(&self) -> Option<shoal_wire::proto::Tracking> {
+        Hub::tracking_request(self)
+    }
+
+    fn deliver(&self, deliveries: &[Delivery]) {
+        Hub::deliver(self, deliveries)
+    }
+
+    fn near(&self) -> Option<&Arc<crate::nearcache::NearCache>> {
+        self.near.as_ref()
+    }
+
+    fn tracking(&self) -> &crate::tracking::ClientTracking {
+        &self.tracking
+    }
+}
+
 impl LeaveOnDrop {
     /// Leaves now (RESET): completes when the nodes have acknowledged it.
     pub fn leave(self) -> impl Future<Output = ()> + Send + use<> {
@@ -532,6 +561,6 @@ mod tests {
         drop(hub.leave(&sub));
         assert_eq!(hub.counts(), (0, 0, 0));
         assert!(!client.is_pubsub());
-        assert!(client.info_line().contains(" flags=N db=0 sub=0 psub=0 ssub=0 "));
+        assert!(client.info_line(crate::cmd::name_of).contains(" flags=N db=0 sub=0 psub=0 ssub=0 "));
     }
 }

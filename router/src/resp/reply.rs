@@ -69,6 +69,15 @@ pub enum Reply {
     Seq(Vec<Reply>),
 }
 
+/// A node call's failure as a Redis error line (without the `-`): `TRYAGAIN` (Redis Cluster's
+/// code for "retry later") for a unit whose keys stayed in a moving slot, `ERR` for the rest.
+pub fn failure_text(e: &BackendError) -> String {
+    match e {
+        BackendError::TryAgain => format!("TRYAGAIN {e}"),
+        _ => format!("ERR {e}"),
+    }
+}
+
 impl From<BackendError> for Reply {
     fn from(e: BackendError) -> Reply {
         Reply::Failure(e)
@@ -115,7 +124,7 @@ impl Reply {
         match self {
             Reply::Simple(s) => line(out, b'+', s.as_bytes()),
             Reply::Error(s) => line(out, b'-', s.as_bytes()),
-            Reply::Failure(e) => line(out, b'-', format!("ERR {e}").as_bytes()),
+            Reply::Failure(e) => line(out, b'-', failure_text(e).as_bytes()),
             Reply::Int(n) => {
                 out.put_u8(b':');
                 put_int(out, *n);

@@ -1,0 +1,32 @@
+//! Why a call to a node produced no reply, typed until the edge: the RESP encoder writes it as
+//! an error line (`crate::resp::reply::failure_text`), the HTTP API as a 503.
+
+/// Why a call to a node produced no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("node {node} ({addr}) is unavailable: {reason}")]
+    Unavailable { node: u32, addr: String, reason: String },
+    #[error("node {node} ({addr}) did not answer within {ms} ms")]
+    Timeout { node: u32, addr: String, ms: u64 },
+    #[error("node {node} ({addr}) is overloaded: too many queued requests")]
+    Overloaded { node: u32, addr: String },
+    #[error("unexpected reply from node: {0}")]
+    BadReply(String),
+    #[error("the cluster topology is changing; try again")]
+    Unsettled,
+    #[error("this command needs a second step after its first reply, which cannot run inside MULTI/EXEC")]
+    NotTransactional,
+    /// A unit's keys stayed in a slot moving between nodes until the deadline (nothing of it ran).
+    #[error("a key of the transaction is in a slot moving between nodes; try again")]
+    TryAgain,
+}
+
+/// Why an atomic call did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AtomicError {
+    /// The keys do not live on one node whose slots are settled (some may be moving).
+    #[error("the keys do not share one node")]
+    Spread,
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}

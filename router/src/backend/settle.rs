@@ -1,0 +1,87 @@
+//! The settle loop, the one place where a call's first attempt meets a topology that moved:
+//! an attempt either produces the result, or finds the routing out of date (a node answered
+//! `moved`, the node left the cluster, or a unit met a slot in motion); then, until the
+//! deadline, the router and that node catch up with each other (or the move is given a moment)
+//! and the call is routed again by the current topology.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use shoal_wire::proto::{Reply, reply};
+use tokio::time::Instant;
+
+use super::port::NodePort;
+use super::{Backend, BackendError, Routing};
+
+/// What one attempt at a call came to.
+pub(super) enum Outcome<T> {
+    Done(T),
+    /// `node` serves another topology version (`version`): catch up, then route again.
+    Moved(Arc<dyn NodePort>, u64),
+    /// The node the call went to has left the cluster: route again by the current topology.
+    Stale,
+    /// A unit's key is in a slot moving between nodes (`try_again`): again after a pause.
+    TryAgain,
+}
+
+/// How long a unit that met a slot in motion waits before it is sent again.
+pub(super) const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The outcome of a reply from `port` (routed by `routing`).
+pub(super) fn outcome(
+    backend: &Backend,
+    port: &Arc<dyn NodePort>,
+    routing: &Routing,
+    result: Result<Reply, BackendError>,
+) -> Result<Outcome<Reply>, BackendError> {
+    match result {
+        Ok(Reply { kind: Some(reply::Kind::Moved(v)) }) => Ok(Outcome::Moved(port.clone(), v)),
+        Ok(Reply { kind: Some(reply::Kind::TryAgain(_)) }) => Ok(Outcome::TryAgain),
+        Ok(r) => Ok(Outcome::Done(r)),
+        Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
+        Err(e) => Err(e),
+    }
+}
+
+impl Backend {
+    /// The settle loop: runs `first`, then `again` with the current routing after each attempt
+    /// that found the routing out of date, until one is done or `deadline` passes.
+    pub(super) async fn settle<T, F, G, Fut>(
+        &self,
+        first: F,
+        mut again: G,
+        deadline: Instant,
+    ) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<Outcome<T>, BackendError>>,
+        G: FnMut(Arc<Routing>) -> Fut,
+        Fut: Future<Output = Result<Outcome<T>, BackendError>>,
+    {
+        let mut outcome = first.await?;
+        loop {
+            match outcome {
+                Outcome::Done(t) => return Ok(t),
+                Outcome::Moved(node, node_version) => {
+                    if Instant::now() >= deadline {
+                        return Err(BackendError::Unsettled);
+                    }
+                    self.metrics.moved_retries.inc();
+                    self.reconcile(&*node, node_version).await;
+                }
+                Outcome::Stale => {
+                    if Instant::now() >= deadline {
+                        return Err(BackendError::Unsettled);
+                    }
+                    self.metrics.stale_retries.inc();
+                }
+                Outcome::TryAgain => {
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(BackendError::TryAgain);
+                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+            outcome = again(self.routing()).await?;
+        }
+    }
+}
