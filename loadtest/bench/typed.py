@@ -6,7 +6,11 @@ Shoal (router + 3 embedded nodes, one worker thread), one redis-server, and twem
 there would shadow the standard library's `types`, breaking every other script of this folder.)
 
     python3 loadtest/bench/typed.py [--rounds 3] [--requests 100000] [--pipelines 1,16]
-        [--tests lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100] [--json FILE] [--write-docs]
+        [--tests lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100] [--baseline ROUTER_BIN]
+        [--json FILE] [--write-docs]
+
+With --baseline, another shoal-router build (an earlier commit's, say) runs as one more target,
+interleaved with the others, and the table gains a Shoal/baseline column.
 
 All tests run in ONE redis-benchmark invocation per (target, pipeline depth, round), in the order
 redis-benchmark gives them, because its pop tests (LPOP, RPOP, SPOP, ZPOPMIN) pop from the keys the
@@ -116,11 +120,14 @@ def bench(port, tests, pipeline, requests):
     return out
 
 
-def start_targets(router_bin):
+def start_targets(router_bin, baseline=None):
     """{name: {"port": port, "pids": [...]}}, every server pinned to common.SERVER_CPUS."""
     cpus, targets = common.SERVER_CPUS, {}
     p, resp, _ = common.start_shoal(router_bin, "shoal", ["--threads", "1"], cpus=cpus)
     targets["shoal"] = {"port": resp, "pids": [p.pid]}
+    if baseline:
+        p, resp, _ = common.start_shoal(baseline, "shoal-baseline", ["--threads", "1"], cpus=cpus)
+        targets["baseline"] = {"port": resp, "pids": [p.pid]}
 
     port = common.free_port()
     targets["redis"] = {"port": port, "pids": [common.redis_server(port, cpus=cpus).pid]}
@@ -141,7 +148,7 @@ def start_targets(router_bin):
 
 
 NAMES = {"shoal": "Shoal (router, 1 thread, 3 embedded nodes)", "redis": "redis-server",
-         "twemproxy": "twemproxy -> 3 redis-servers"}
+         "twemproxy": "twemproxy -> 3 redis-servers", "baseline": "the baseline build of Shoal (same shape)"}
 FLOORS = {1: ("redis", 0.8), 16: ("twemproxy", 1.0)}  # the issue's floors: ratio of Shoal to this
 
 
@@ -151,6 +158,10 @@ def main():
     ap.add_argument("--requests", type=int, default=100_000, help="requests per test at P=1")
     ap.add_argument("--pipelines", default="1,16")
     ap.add_argument("--tests", default=TESTS)
+    ap.add_argument("--baseline", help="also measure this shoal-router binary (e.g. a build of an earlier "
+                    "commit), in the same shape")
+    ap.add_argument("--baseline-label", default="BASELINE/shoal-router",
+                    help="how the baseline binary is named in the report's command line")
     ap.add_argument("--json", help="also write raw results here")
     ap.add_argument("--write-docs", action="store_true", help=f"update {common.DOCS}")
     args = ap.parse_args()
@@ -164,7 +175,7 @@ def main():
     if unknown:
         sys.exit(f"[bench] unknown tests {unknown} (known: {','.join(ROW)})")
 
-    targets = start_targets(router_bin)
+    targets = start_targets(router_bin, args.baseline)
     failed = {}
     for name, t in targets.items():
         failed[name] = probe(t["port"], tests)
@@ -195,7 +206,8 @@ def main():
     med = {k: {f: statistics.median(x[f] for x in v) for f in ("rps", "p50", "p99")} for k, v in runs.items()}
     cpu_med = {k: statistics.median(v) if v else None for k, v in cpu.items()}
     cmd = (f"python3 loadtest/bench/typed.py --rounds {args.rounds} --requests {args.requests} "
-           f"--pipelines {args.pipelines} --tests {args.tests} --write-docs")
+           f"--pipelines {args.pipelines} --tests {args.tests}"
+           + (f" --baseline {args.baseline_label}" if args.baseline else "") + " --write-docs")
     machine = common.machine()
     if args.json:
         with open(args.json, "w") as f:
@@ -219,6 +231,9 @@ def main():
         floor = FLOORS.get(pl)
         head = "| test | Shoal ops/s | redis ops/s | twemproxy ops/s | Shoal/redis | Shoal/twemproxy |"
         sep = "|---|---|---|---|---|---|"
+        if "baseline" in targets:
+            head += " baseline ops/s | Shoal/baseline |"
+            sep += "---|---|"
         if floor:
             head += f" floor: >= {floor[1]:.1f}x {floor[0]} |"
             sep += "---|"
@@ -227,6 +242,9 @@ def main():
             rs, rt = ratio(pl, t, "redis"), ratio(pl, t, "twemproxy")
             row = (f"| {ROW[t]} | {rate('shoal', pl, t)} | {rate('redis', pl, t)} | {rate('twemproxy', pl, t)} | "
                    + (f"{rs:.2f}x" if rs is not None else "-") + " | " + (f"{rt:.2f}x" if rt is not None else "-") + " |")
+            if "baseline" in targets:
+                rb = ratio(pl, t, "baseline")
+                row += f" {rate('baseline', pl, t)} | " + (f"{rb:.2f}x" if rb is not None else "-") + " |"
             if floor:
                 value = rs if floor[0] == "redis" else rt
                 if value is None:
