@@ -9,9 +9,11 @@
 
 use shoal_wire::notify;
 
+use super::config::EvictionPolicy;
 use super::entry::lru_now;
+use super::error::StoreError;
 use super::shard::Shard;
-use super::{EvictionPolicy, Store, StoreError};
+use super::sharded::Store;
 
 /// Keys compared per LRU eviction (Redis's `maxmemory-samples` default).
 const LRU_SAMPLES: usize = 5;
