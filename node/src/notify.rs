@@ -21,7 +21,8 @@ use bytes::Bytes;
 use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STRING, ZSET};
 use shoal_wire::proto::{Frame, Op, Reply, frame, op::Kind, reply};
 
-use crate::commands::CmdResult;
+use crate::commands::dispatch::frame_of;
+use crate::commands::error::CmdResult;
 use crate::commands::zset::add_flags;
 use crate::store::{Store, TtlState};
 
@@ -211,7 +212,7 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         b"bitop" => b.existed[1] = exists(2),
         b"smove" if args.len() == 4 => {
             let ask = [Bytes::from_static(b"sismember"), args[2].clone(), args[3].clone()];
-            b.member_there = matches!(crate::commands::frame_of(store, &ask), Some(frame::Kind::Int(1)));
+            b.member_there = matches!(frame_of(store, &ask), Some(frame::Kind::Int(1)));
         }
         b"zadd" if flags & ZSET != 0 => {
             let (options, _) = add_flags(args);
@@ -229,7 +230,7 @@ fn scores(store: &Store, args: &[Bytes]) -> Frame {
     let (_, first) = add_flags(args);
     let mut ask = vec![Bytes::from_static(b"zmscore"), args[1].clone()];
     ask.extend(args[first..].iter().skip(1).step_by(2).cloned());
-    Frame { kind: crate::commands::frame_of(store, &ask) }
+    Frame { kind: frame_of(store, &ask) }
 }
 
 fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before: &Before, out: &mut Raised) {

@@ -6,7 +6,9 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
+use super::args::int_arg;
+use super::error::{CmdError, CmdResult, SYNTAX, make_room};
+use super::frame::F;
 use crate::store::object::ValueType;
 use crate::store::{Locked, Store};
 

@@ -12,8 +12,11 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::zset::{Dir, Kind, double, parse_query, parse_score, select};
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg};
+use super::args::int_arg;
+use super::double::{double, parse_score};
+use super::error::{CmdError, CmdResult, SYNTAX};
+use super::frame::F;
+use super::zset::{Dir, Kind, parse_query, select};
 use crate::store::object::{Object, Set, ValueType, ZSet};
 use crate::store::{Locked, StoreError};
 
@@ -214,7 +217,7 @@ fn sintercard(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     let mut i = 2 + keys.len();
     while i < args.len() {
         if args[i].eq_ignore_ascii_case(b"limit") && i + 1 < args.len() {
-            limit = super::non_negative(&args[i + 1], "ERR LIMIT can't be negative")?;
+            limit = super::args::non_negative(&args[i + 1], "ERR LIMIT can't be negative")?;
             i += 2;
         } else {
             return Err(SYNTAX);
@@ -458,7 +461,7 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
             with_scores = true;
             j += 1;
         } else if card_only && left >= 2 && a.eq_ignore_ascii_case(b"limit") {
-            limit = super::non_negative(&args[j + 1], "ERR LIMIT can't be negative")?;
+            limit = super::args::non_negative(&args[j + 1], "ERR LIMIT can't be negative")?;
             j += 2;
         } else {
             return Err(SYNTAX);
