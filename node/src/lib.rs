@@ -33,6 +33,7 @@
 pub mod commands;
 pub mod config;
 pub mod execute;
+pub mod export;
 pub mod link_tls;
 pub mod membership;
 pub mod metrics;
@@ -46,4 +47,5 @@ pub mod script;
 pub mod server;
 pub mod service;
 pub mod snapshot;
+pub mod state;
 pub mod store;

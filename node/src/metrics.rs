@@ -1,43 +1,8 @@
-//! The node's metrics, and its `/metrics` text.
+//! The node's `/metrics` page: its state ([`NodeState`]) read out as Prometheus series.
 
-use shoal_telemetry::metrics::{Counter, Exposition, Gauge, Histogram, SIZE_BUCKETS};
+use shoal_telemetry::metrics::Exposition;
 
-use crate::service::NodeState;
-
-#[derive(Debug)]
-pub struct NodeMetrics {
-    pub ops: Counter,
-    pub batches: Counter,
-    pub batch_size: Histogram,
-    /// Open `Execute` streams (one per connected router).
-    pub streams: Gauge,
-    /// Calls refused for want of the cluster secret (`shoal_wire::auth::Check` counts them).
-    pub unauthenticated: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Connections refused in the node-link TLS handshake (no certificate from the cluster's CA,
-    /// an expired one, plaintext) or that did not finish it in time.
-    pub link_tls_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Default for NodeMetrics {
-    fn default() -> Self {
-        NodeMetrics {
-            ops: Counter::default(),
-            batches: Counter::default(),
-            batch_size: Histogram::new(SIZE_BUCKETS),
-            streams: Gauge::default(),
-            unauthenticated: Default::default(),
-            link_tls_refused: Default::default(),
-        }
-    }
-}
-
-impl NodeMetrics {
-    pub fn record_batch(&self, ops: usize) {
-        self.ops.add(ops as u64);
-        self.batches.inc();
-        self.batch_size.observe(ops as f64);
-    }
-}
+use crate::state::NodeState;
 
 /// Renders the node's metrics in Prometheus text format.
 pub fn render(state: &NodeState) -> String {

@@ -25,7 +25,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::membership::Membership;
 use crate::persistence::Persistence;
-use crate::service::{NodeService, NodeState};
+use crate::service::NodeService;
+use crate::state::NodeState;
 use crate::store::Store;
 
 /// Default pull rate for migrations into a node: 8 MiB/s keeps client p99 within 3x of steady

@@ -365,7 +365,7 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let (etx, mut erx) = mpsc::channel(4);
     let export_store = store.clone();
     tokio::task::spawn_blocking(move || {
-        crate::service::export(&export_store, 0, (shoal_wire::SLOT_COUNT - 1) as u16, CHUNK_BYTES, etx)
+        crate::export::export(&export_store, 0, (shoal_wire::SLOT_COUNT - 1) as u16, CHUNK_BYTES, etx)
     });
     let mut keys = 0u64;
     while let Some(chunk) = erx.recv().await {
