@@ -27,7 +27,7 @@ use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ExportEntry, ReplicaAck, ReplicationChunk};
 use tokio::sync::mpsc;
 
-use super::Replication;
+use super::state::Replication;
 use crate::store::object::ValueType;
 use crate::store::{Restore, Store};
 
