@@ -29,7 +29,7 @@ use tokio_stream::Stream;
 use tonic::Status;
 use tonic::codegen::BoxStream;
 
-use crate::membership::NodeView;
+use crate::membership::view::NodeView;
 use crate::state::NodeState;
 
 /// A reply message is closed once it holds about this many bytes.

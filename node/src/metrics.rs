@@ -59,7 +59,7 @@ pub fn render(state: &NodeState) -> String {
         .histogram(
             "shoal_node_migration_duration_seconds",
             "How long pulling one migration's slots took.",
-            &state.membership.pull_seconds,
+            &state.membership.pulls.pull_seconds,
         )
         .counter(
             "shoal_node_snapshot_load_fallbacks_total",

@@ -5,7 +5,7 @@ use prost::Message as _;
 use shoal_wire::ops::{OpClass, class_of, key_of, keys_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
-use crate::membership::NodeView;
+use crate::membership::view::NodeView;
 use crate::store::{ExpireFlags, Presence, SetCondition, SetExpiry, SetOptions, Store, StoreError, TtlState};
 
 /// Applies every op of a batch in order, returning one reply per op (tests and tools; the

@@ -73,10 +73,10 @@ impl NodeState {
             snapshot: Some(self.persistence.info()),
             topology_version: self.membership.version(),
             migrations: self.membership.progress(),
-            keys_migrated_in: self.membership.keys_in.load(std::sync::atomic::Ordering::Relaxed),
-            bytes_migrated_in: self.membership.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+            keys_migrated_in: self.membership.pulls.keys_in.load(std::sync::atomic::Ordering::Relaxed),
+            bytes_migrated_in: self.membership.pulls.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
             slots_dropped: self.membership.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
-            slots_migrated_in: self.membership.slots_in.load(std::sync::atomic::Ordering::Relaxed),
+            slots_migrated_in: self.membership.pulls.slots_in.load(std::sync::atomic::Ordering::Relaxed),
             ..self.replication_stats()
         }
     }

@@ -14,7 +14,7 @@ use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
 use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
 use crate::commands::F;
-use crate::membership::NodeView;
+use crate::membership::view::NodeView;
 use crate::store::Store;
 
 /// What a running script's calls need; set up per script run.

@@ -43,7 +43,7 @@ use shoal_wire::proto::{self, Op, Reply, op::Kind, reply, script_admin::Action};
 use tokio::sync::oneshot;
 
 use crate::commands::F;
-use crate::membership::NodeView;
+use crate::membership::view::NodeView;
 use crate::store::Store;
 
 pub use shoal_wire::script::NOSCRIPT;
