@@ -23,9 +23,9 @@ use bytes::Bytes;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
 use shoal_wire::proto::Frame;
 
-use super::Shared;
 use super::call::{self, RunCtx};
 use super::convert::{error_table, fmt_g, frame_to_lua, lua_to_frame, number_arg, status_table};
+use super::shared::Shared;
 use crate::commands::F;
 
 /// Instructions between two checks for SCRIPT KILL.
@@ -235,7 +235,7 @@ impl Engine {
     pub fn run(&mut self, sha: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
         let Some(compiled) = self.functions.get(sha) else {
             return Outcome {
-                reply: F::error(super::NOSCRIPT.into()),
+                reply: F::error(shoal_wire::script::NOSCRIPT.into()),
                 written: Vec::new(),
                 denials: Vec::new(),
             };
@@ -441,14 +441,16 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     redis.raw_set(
         "sha1hex",
         lua.create_function(move |lua, v: Variadic<Value>| match v.as_slice() {
-            [Value::String(s)] => Ok(Value::String(lua.create_string(super::sha1_hex(&s.as_bytes()))?)),
+            [Value::String(s)] => {
+                Ok(Value::String(lua.create_string(shoal_wire::script::sha1_hex(&s.as_bytes()))?))
+            }
             // As Lua's tostring writes a number (mlua shows integral ones as integers).
-            [Value::Integer(n)] => {
-                Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n as f64).as_bytes()))?))
-            }
-            [Value::Number(n)] => {
-                Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n).as_bytes()))?))
-            }
+            [Value::Integer(n)] => Ok(Value::String(
+                lua.create_string(shoal_wire::script::sha1_hex(number_text(*n as f64).as_bytes()))?,
+            )),
+            [Value::Number(n)] => Ok(Value::String(
+                lua.create_string(shoal_wire::script::sha1_hex(number_text(*n).as_bytes()))?,
+            )),
             _ => raise("ERR wrong number of arguments"),
         })?,
     )?;
