@@ -4,12 +4,32 @@
 
 use prost::Message as _;
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
+use tokio::sync::oneshot;
 
 use super::check::{check, owned_keys};
 use super::reply::moved;
 use super::run::{Counted, apply_seen_with};
 use crate::membership::view::NodeView;
 use crate::store::Store;
+use crate::store::blocked::Waiter;
+
+/// A blocked client's command, parked in the store's registry (which keeps it opaque: it cannot
+/// name protocol types). Only this file parks and unparks one.
+struct Parked {
+    /// The non-blocking form of the command, run when a key is ready.
+    op: Op,
+    /// The topology version the router routed by.
+    version: u64,
+    reply: oneshot::Sender<Reply>,
+}
+
+fn parked(w: &Waiter) -> &Parked {
+    w.parked.downcast_ref().expect("every waiter is parked by ops/blocked.rs")
+}
+
+fn unparked(w: Waiter) -> Parked {
+    *w.parked.downcast().expect("every waiter is parked by ops/blocked.rs")
+}
 
 /// What a `Block` call does first, under the gate and the registry lock: the command's attempt;
 /// `Ok(reply)` if it found something (or failed, or the slot is not served here), else the
@@ -19,7 +39,7 @@ pub fn block_or_queue(
     view: &NodeView,
     version: u64,
     op: Op,
-    reply: tokio::sync::oneshot::Sender<Reply>,
+    reply: oneshot::Sender<Reply>,
 ) -> Result<Reply, u64> {
     let _shared = store.gate.read();
     let mut locked = store.blocked.lock();
@@ -33,7 +53,7 @@ pub fn block_or_queue(
         return Ok(first);
     }
     let keys = owned_keys(&op);
-    Err(locked.queues.register(crate::store::blocked::Waiter { keys, op, version, reply }))
+    Err(locked.queues.register(Waiter { keys, parked: Box::new(Parked { op, version, reply }) }))
 }
 
 /// Withdraws waiter `id` (timeout, moved slot, cancelled call); false if it was served first.
@@ -59,7 +79,7 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
         keys.into_iter().filter(|k| locked.queues.has(k)).collect();
     while let Some(key) = ready.pop_front() {
         for id in locked.queues.waiting_on(&key) {
-            let Some(w) = locked.queues.get(id) else { continue };
+            let Some(w) = locked.queues.get(id).map(parked) else { continue };
             let reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
             if found_nothing(&reply) {
                 break;
@@ -67,7 +87,7 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
             if is_wrong_type(&reply) {
                 continue;
             }
-            let w = locked.queues.remove(id).expect("a registered waiter");
+            let w = unparked(locked.queues.remove(id).expect("a registered waiter"));
             ready.extend(owned_keys(&w.op).into_iter().filter(|k| *k != key && locked.queues.has(k)));
             // A client that went away meanwhile loses what its command took, as in Redis.
             let _ = w.reply.send(reply);
