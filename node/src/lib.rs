@@ -42,6 +42,7 @@ pub mod notify;
 pub mod ops;
 pub mod persistence;
 pub mod pubsub;
+pub mod redis_error;
 pub mod replication;
 pub mod script;
 pub mod server;

@@ -1,14 +1,17 @@
 //! A command's failure (its Redis error line), and the failures every family shares. Below
 //! every command file.
 
+use crate::redis_error::redis_error;
 use crate::store::{Store, StoreError};
 
-/// A command's failure: its Redis error line.
+/// A command's answer, or its failure.
 pub type CmdResult = Result<shoal_wire::proto::Frame, CmdError>;
 
+/// A command's failure; `Display` is its Redis error line (a store error's through
+/// [`redis_error`], the one place those are worded).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmdError {
-    #[error(transparent)]
+    #[error("{}", redis_error(.0))]
     Store(#[from] StoreError),
     #[error("{0}")]
     Text(&'static str),

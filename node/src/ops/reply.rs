@@ -1,8 +1,9 @@
-//! Reply builders, and how a store error reads on the wire. The bottom of the ops layer: every
-//! other file here answers through these.
+//! Reply builders, a store error's among them (worded by `crate::redis_error`). The bottom of the
+//! ops layer: every other file here answers through these.
 
 use shoal_wire::proto::{self, Reply, reply};
 
+use crate::redis_error::redis_error;
 use crate::store::StoreError;
 
 pub(super) fn ok() -> Reply {
@@ -40,8 +41,9 @@ pub fn error(text: &str) -> Reply {
     Reply { kind: Some(reply::Kind::Error(text.to_string())) }
 }
 
+/// A refused store call, answered with its Redis error line.
 pub(super) fn store_error(e: StoreError) -> Reply {
-    error(&e.to_string())
+    error(redis_error(&e))
 }
 
 pub(crate) fn moved(version: u64) -> Reply {

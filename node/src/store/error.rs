@@ -2,23 +2,25 @@
 
 use super::float::FloatError;
 
-/// Why a store call was refused. `Display` is the exact Redis error line (without the `-`).
+/// Why a store call was refused. `Display` says it in plain words, for logs; what a client reads
+/// is Redis's error line, which the protocol layer renders from the variant
+/// (`crate::redis_error`): the store knows no wire text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    #[error("ERR value is not an integer or out of range")]
+    #[error("the value is not an integer, or out of range")]
     NotInteger,
-    #[error("ERR increment or decrement would overflow")]
+    #[error("the increment or decrement would overflow")]
     Overflow,
     #[error(transparent)]
     Float(#[from] FloatError),
-    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    #[error("memory is at maxmemory and nothing can be evicted")]
     OutOfMemory,
-    #[error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")]
+    #[error("the value would exceed the largest size allowed")]
     TooLarge,
-    #[error("ERR offset is out of range")]
+    #[error("the offset is out of range")]
     OffsetOutOfRange,
-    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    #[error("the key holds another type of value")]
     WrongType,
-    #[error("ERR DUMP payload version or checksum are wrong")]
+    #[error("the serialized value has a bad version or checksum")]
     BadValue,
 }

@@ -114,7 +114,10 @@ mod tests {
         let (i, err) = refused.expect("writes are refused once full");
         assert!(i > 100, "the limit is not hit early: {i}");
         assert_eq!(err, StoreError::OutOfMemory);
-        assert_eq!(err.to_string(), "OOM command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(
+            crate::redis_error::redis_error(&err),
+            "OOM command not allowed when used memory > 'maxmemory'."
+        );
         assert!(s.get(b"k0").is_some(), "nothing was evicted");
         assert!(s.del(b"k0"), "deletes still work when full");
     }
