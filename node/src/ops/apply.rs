@@ -22,43 +22,17 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Get(o) if o.track != 0 => tracked_get(store, view, o),
         Kind::Get(o) if o.nil_if_not_string => value_or_nil(store.get(&o.key)),
         Kind::Get(o) => result_value(store.get_checked(&o.key)),
-        Kind::Set(o) => {
-            let expiry = match o.expiry {
-                Some(e) => SetExpiry::At(absolute_ms(store, e)),
-                None if o.keep_ttl => SetExpiry::Keep,
-                None => SetExpiry::Clear,
-            };
-            let condition = match o.condition() {
-                proto::SetCondition::SetAlways => SetCondition::Always,
-                proto::SetCondition::SetIfAbsent => SetCondition::IfAbsent,
-                proto::SetCondition::SetIfPresent => SetCondition::IfPresent,
-            };
-            match store.set(&o.key, &o.value, SetOptions { condition, expiry, get: o.get }) {
-                Ok(out) if o.get => value_or_nil(out.old),
-                Ok(out) if out.stored => ok(),
-                Ok(_) => nil(),
-                Err(e) => store_error(e),
-            }
-        }
+        Kind::Set(o) => set(store, o),
         Kind::Del(o) => int(store.del(&o.key)),
         Kind::Exists(o) => int(store.exists(&o.key)),
         Kind::Touch(o) => int(store.touch(&o.key)),
         Kind::TypeOf(o) => value(store.type_of(&o.key).as_bytes().to_vec().into()),
         Kind::Append(o) => result_int(store.append(&o.key, &o.value)),
         Kind::Strlen(o) => result_int(store.strlen(&o.key)),
-        Kind::GetRange(o) => match store.getrange(&o.key, o.start, o.end) {
-            Ok(v) => value(v),
-            Err(e) => store_error(e),
-        },
+        Kind::GetRange(o) => store.getrange(&o.key, o.start, o.end).map_or_else(store_error, value),
         Kind::SetRange(o) => result_int(store.setrange(&o.key, o.offset, &o.value)),
-        Kind::IncrBy(o) => match store.incr_by(&o.key, o.delta) {
-            Ok(n) => int(n),
-            Err(e) => store_error(e),
-        },
-        Kind::IncrByFloat(o) => match store.incr_by_float(&o.key, &o.increment) {
-            Ok(v) => value(v),
-            Err(e) => store_error(e),
-        },
+        Kind::IncrBy(o) => result_int(store.incr_by(&o.key, o.delta)),
+        Kind::IncrByFloat(o) => store.incr_by_float(&o.key, &o.increment).map_or_else(store_error, value),
         Kind::GetDel(o) => result_value(store.getdel(&o.key)),
         Kind::GetEx(o) => getex(store, o),
         Kind::Expire(o) => {
@@ -66,55 +40,17 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
             int(store.expire(&o.key, at, ExpireFlags { nx: o.nx, xx: o.xx, gt: o.gt, lt: o.lt }))
         }
         Kind::Persist(o) => int(store.persist(&o.key)),
-        Kind::Ttl(o) => int(match store.ttl(&o.key) {
-            TtlState::Missing => -2,
-            TtlState::Persistent => -1,
-            TtlState::ExpiresAt(at) if o.absolute => at as i64,
-            TtlState::ExpiresAt(at) => at.saturating_sub(store.now_ms()) as i64,
-        }),
-        Kind::Scan(o) => {
-            let pattern = o.has_pattern.then_some(&o.pattern[..]);
-            let page = store.scan(o.cursor, o.count as usize, pattern, &o.type_filter);
-            Reply { kind: Some(reply::Kind::Scan(proto::ScanPage { cursor: page.cursor, keys: page.keys })) }
-        }
+        Kind::Ttl(o) => ttl(store, o),
+        Kind::Scan(o) => scan(store, o),
         Kind::Keys(o) => {
             Reply { kind: Some(reply::Kind::Keys(proto::KeyList { keys: store.keys(&o.pattern) })) }
         }
         Kind::RandomKey(_) => value_or_nil(store.random_key()),
         Kind::DbSize(_) => int(store.len()),
         Kind::SlotStats(o) => slot_stats(store, view, o),
-        Kind::Flush(_) => {
-            // A flush racing a move could let copies still in flight bring flushed keys back.
-            if view.topology.as_ref().is_some_and(|t| !t.migrations.is_empty()) {
-                return error(
-                    "ERR FLUSHALL cannot run while slots are moving between nodes; try again once SHOAL \
-                     TOPOLOGY shows migrations=0",
-                );
-            }
-            store.flush();
-            ok()
-        }
-        Kind::MsetNx(o) => {
-            if o.keys.len() != o.values.len() {
-                return error("ERR wrong number of arguments for 'msetnx' command");
-            }
-            let pairs: Vec<(&[u8], &[u8])> =
-                o.keys.iter().zip(o.values.iter()).map(|(k, v)| (&k[..], &v[..])).collect();
-            result_int(store.mset_nx(&pairs))
-        }
-        Kind::Fetch(o) => match store.fetch(&o.key) {
-            Some((value, expire_at_ms, value_type)) => Reply {
-                kind: Some(reply::Kind::Entry(Box::new(proto::ExportEntry {
-                    slot: shoal_wire::key_slot(&o.key).into(),
-                    key: o.key,
-                    value,
-                    expire_at_ms,
-                    partial: false,
-                    value_type: value_type as u32,
-                }))),
-            },
-            None => nil(),
-        },
+        Kind::Flush(_) => flush(store, view),
+        Kind::MsetNx(o) => msetnx(store, o),
+        Kind::Fetch(o) => fetch(store, o),
         // `check` has already refused the whole op unless every entry's slot is moving in.
         Kind::Import(o) => {
             int(store
@@ -132,6 +68,82 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Script(_) | Kind::ScriptAdmin(_) => {
             error("ERR scripts run on the node's script thread, not here")
         }
+    }
+}
+
+/// SET with its condition, expiry and GET options.
+fn set(store: &Store, o: proto::Set) -> Reply {
+    let expiry = match o.expiry {
+        Some(e) => SetExpiry::At(absolute_ms(store, e)),
+        None if o.keep_ttl => SetExpiry::Keep,
+        None => SetExpiry::Clear,
+    };
+    let condition = match o.condition() {
+        proto::SetCondition::SetAlways => SetCondition::Always,
+        proto::SetCondition::SetIfAbsent => SetCondition::IfAbsent,
+        proto::SetCondition::SetIfPresent => SetCondition::IfPresent,
+    };
+    match store.set(&o.key, &o.value, SetOptions { condition, expiry, get: o.get }) {
+        Ok(out) if o.get => value_or_nil(out.old),
+        Ok(out) if out.stored => ok(),
+        Ok(_) => nil(),
+        Err(e) => store_error(e),
+    }
+}
+
+/// A key's remaining ms (-2: missing, -1: no expiry), or with `absolute` its expiry time.
+fn ttl(store: &Store, o: proto::Ttl) -> Reply {
+    int(match store.ttl(&o.key) {
+        TtlState::Missing => -2,
+        TtlState::Persistent => -1,
+        TtlState::ExpiresAt(at) if o.absolute => at as i64,
+        TtlState::ExpiresAt(at) => at.saturating_sub(store.now_ms()) as i64,
+    })
+}
+
+/// One SCAN page of this node's keys.
+fn scan(store: &Store, o: proto::Scan) -> Reply {
+    let pattern = o.has_pattern.then_some(&o.pattern[..]);
+    let page = store.scan(o.cursor, o.count as usize, pattern, &o.type_filter);
+    Reply { kind: Some(reply::Kind::Scan(proto::ScanPage { cursor: page.cursor, keys: page.keys })) }
+}
+
+/// FLUSHALL, refused while slots move: a flush racing a move could let copies still in flight
+/// bring flushed keys back.
+fn flush(store: &Store, view: &NodeView) -> Reply {
+    if view.topology.as_ref().is_some_and(|t| !t.migrations.is_empty()) {
+        return error(
+            "ERR FLUSHALL cannot run while slots are moving between nodes; try again once SHOAL \
+             TOPOLOGY shows migrations=0",
+        );
+    }
+    store.flush();
+    ok()
+}
+
+fn msetnx(store: &Store, o: proto::MSetNx) -> Reply {
+    if o.keys.len() != o.values.len() {
+        return error("ERR wrong number of arguments for 'msetnx' command");
+    }
+    let pairs: Vec<(&[u8], &[u8])> =
+        o.keys.iter().zip(o.values.iter()).map(|(k, v)| (&k[..], &v[..])).collect();
+    result_int(store.mset_nx(&pairs))
+}
+
+/// A migration's copy of one key: its value, expiry and type, or nil.
+fn fetch(store: &Store, o: proto::Fetch) -> Reply {
+    match store.fetch(&o.key) {
+        Some((value, expire_at_ms, value_type)) => Reply {
+            kind: Some(reply::Kind::Entry(Box::new(proto::ExportEntry {
+                slot: shoal_wire::key_slot(&o.key).into(),
+                key: o.key,
+                value,
+                expire_at_ms,
+                partial: false,
+                value_type: value_type as u32,
+            }))),
+        },
+        None => nil(),
     }
 }
 
