@@ -237,27 +237,7 @@ impl Membership {
         let serving = self.unfenced(t.version, has_replicas, primary);
         self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
-        // Before the new view lets any op in: a slot coming back to this node must not show what
-        // it held on an earlier stay (entries given away but not reclaimed yet are stale), and a
-        // slot moving in must record deletes as tombstones from its first op on.
-        let flags = self.store.slot_flags();
-        let returning: Vec<u16> = (0..SLOT_COUNT as u16)
-            .filter(|&s| {
-                matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
-            })
-            .collect();
-        if !returning.is_empty() {
-            let removed = self.store.purge_slots(&returning);
-            tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
-        }
-        let mut settled = false;
-        for slot in 0..SLOT_COUNT as u16 {
-            match new.role(slot) {
-                INCOMING => self.store.set_incoming(slot, true),
-                OWNER => self.store.keep_slot(slot),
-                _ => {}
-            }
-        }
+        self.prepare_slots(&new);
         // A replica promoted: its follower stops, and a change of its in progress lands, before
         // the new view lets a write in (see `Replication::end_generation`).
         if primary {
@@ -277,8 +257,55 @@ impl Membership {
         if old.topology.is_some() {
             self.served.retire(&old);
         }
-        // After the swap: slots given away or settled (no op by the new view reaches them).
-        let mut dropped = 0;
+        let (dropped, settled) = self.release_slots(&old, &new);
+        tracing::info!(
+            version = t.version,
+            node = id,
+            migrations_in = t.migrations.iter().filter(|m| m.to == id).count(),
+            migrations_out = t.migrations.iter().filter(|m| m.from == id).count(),
+            dropped,
+            "serving a new topology"
+        );
+        self.save_copy(&t);
+        if primary {
+            self.start_pulls(id, &t);
+        } else {
+            self.become_replica(id, &t, was_primary, held_the_shard);
+        }
+        if dropped > 0 || settled {
+            self.purge.notify_one();
+        }
+        t.version
+    }
+
+    /// Before `new` lets any op in: a slot coming back to this node must not show what it held on
+    /// an earlier stay (entries given away but not reclaimed yet are stale), and a slot moving in
+    /// must record deletes as tombstones from its first op on.
+    fn prepare_slots(&self, new: &NodeView) {
+        let flags = self.store.slot_flags();
+        let returning: Vec<u16> = (0..SLOT_COUNT as u16)
+            .filter(|&s| {
+                matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
+            })
+            .collect();
+        if !returning.is_empty() {
+            let removed = self.store.purge_slots(&returning);
+            tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
+        }
+        for slot in 0..SLOT_COUNT as u16 {
+            match new.role(slot) {
+                INCOMING => self.store.set_incoming(slot, true),
+                OWNER => self.store.keep_slot(slot),
+                _ => {}
+            }
+        }
+    }
+
+    /// After the swap from `old` to `new`: slots given away are dropped and slots whose move
+    /// finished stop being flagged (no op by the new view reaches either). Returns how many slots
+    /// were dropped and whether any settled.
+    fn release_slots(&self, old: &NodeView, new: &NodeView) -> (u64, bool) {
+        let (mut dropped, mut settled) = (0, false);
         for slot in 0..SLOT_COUNT as u16 {
             let (was, now) = (if old.topology.is_some() { old.role(slot) } else { NONE }, new.role(slot));
             match now {
@@ -298,38 +325,25 @@ impl Membership {
         if old.topology.is_some() {
             self.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
         }
-        tracing::info!(
-            version = t.version,
-            node = id,
-            migrations_in = t.migrations.iter().filter(|m| m.to == id).count(),
-            migrations_out = t.migrations.iter().filter(|m| m.from == id).count(),
-            dropped,
-            "serving a new topology"
-        );
-        self.save_copy(&t);
-        if primary {
-            self.start_pulls(id, &t);
+        (dropped, settled)
+    }
+
+    /// A replica now: a hand-over in progress is done (its switch), and a process on its way out
+    /// follows nobody. A demoted primary's feeds end first, before its follower replaces its
+    /// store.
+    fn become_replica(&self, id: u32, t: &Topology, was_primary: bool, held_the_shard: bool) {
+        if was_primary {
+            self.replication.end_generation();
+        }
+        self.replication.end_handover();
+        if held_the_shard {
+            self.replication.keep_own_copy(self.store.events.changes.end());
+        }
+        if self.replication.exiting() {
+            self.replication.stop_following();
         } else {
-            // A replica now: a hand-over in progress is done (its switch), and a process on its
-            // way out follows nobody. A demoted primary's feeds end first, before its follower
-            // (below) replaces its store.
-            if was_primary {
-                self.replication.end_generation();
-            }
-            self.replication.end_handover();
-            if held_the_shard {
-                self.replication.keep_own_copy(self.store.events.changes.end());
-            }
-            if self.replication.exiting() {
-                self.replication.stop_following();
-            } else {
-                self.follow_primary(id, &t);
-            }
+            self.follow_primary(id, t);
         }
-        if dropped > 0 || settled {
-            self.purge.notify_one();
-        }
-        t.version
     }
 
     /// A replica of shard `id` in `t`: follows its primary (a new follower if the primary changed).
