@@ -409,7 +409,21 @@ fn run_call(lua: &Lua, args: MultiValue) -> mlua::Result<Result<Value, String>> 
 /// The `redis` table.
 fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     let redis = lua.create_table()?;
-    let raise = |text: &str| Err::<Value, _>(redis_error(text));
+    add_calls(lua, &redis)?;
+    add_replies(lua, &redis)?;
+    add_log(lua, &redis)?;
+    add_replication(lua, &redis)?;
+    add_constants(&redis)?;
+    Ok(redis)
+}
+
+/// A Redis error raised in the script (the Lua error `redis.call` and the helpers raise).
+fn raise(text: &str) -> mlua::Result<Value> {
+    Err(redis_error(text))
+}
+
+/// `redis.call` (errors raised) and `redis.pcall` (errors returned as tables).
+fn add_calls(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "call",
         lua.create_function(|lua, args: MultiValue| match run_call(lua, args)? {
@@ -424,6 +438,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Err(e) => error_table(lua, &e),
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.error_reply`, `redis.status_reply` and `redis.sha1hex`.
+fn add_replies(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "error_reply",
         lua.create_function(move |lua, v: Variadic<Value>| match v.first() {
@@ -454,6 +473,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             _ => raise("ERR wrong number of arguments"),
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.log`, to the node's log at the level's nearest match.
+fn add_log(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "log",
         lua.create_function(move |_, v: Variadic<Value>| {
@@ -478,6 +502,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Ok(Value::Nil)
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.setresp`, and the replication and debugging calls Redis keeps for old scripts.
+fn add_replication(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "setresp",
         lua.create_function(move |lua, v: Variadic<Value>| {
@@ -511,6 +540,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
     redis.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
     redis.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    Ok(())
+}
+
+/// The `LOG_*` and `REPL_*` levels and the Redis version a script sees.
+fn add_constants(redis: &Table) -> mlua::Result<()> {
     for (name, v) in [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LOG_NOTICE", 2), ("LOG_WARNING", 3)] {
         redis.raw_set(name, v)?;
     }
@@ -521,7 +555,7 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     }
     redis.raw_set("REDIS_VERSION", VERSION)?;
     redis.raw_set("REDIS_VERSION_NUM", VERSION_NUM)?;
-    Ok(redis)
+    Ok(())
 }
 
 /// `redis.error_reply`'s text as Redis builds it (`luaPushErrorBuff` after a `-` is put in
