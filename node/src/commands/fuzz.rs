@@ -5,8 +5,8 @@ use shoal_wire::proto::reply;
 
 use super::dispatch::dispatch;
 use super::run::run;
-use crate::store::Store;
-use crate::store::object::ValueType;
+use crate::store::object::{Limits, Object, ValueType};
+use crate::store::{ManualClock, Store, StoreConfig};
 
 /// The sorted-set argument fuzz property (`fuzz/fuzz_targets/zrange_args.rs` and the regression
 /// test that replays saved inputs): ZRANGE and its older forms, ZADD and the other score- and
@@ -19,9 +19,6 @@ use crate::store::object::ValueType;
 /// still agree with itself: its rank order, its count and its serialized form.
 #[doc(hidden)]
 pub fn fuzz_check_zset_args(data: &[u8]) {
-    use crate::store::object::{Limits, Object};
-    use crate::store::{ManualClock, StoreConfig};
-
     const COMMANDS: [&str; 16] = [
         "ZRANGE",
         "ZRANGEBYSCORE",
@@ -56,6 +53,17 @@ pub fn fuzz_check_zset_args(data: &[u8]) {
     if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
         return;
     }
+    let store = fuzz_store();
+    let reply = run(&store, &args);
+    assert!(matches!(reply.kind, Some(reply::Kind::Frame(_))), "a frame for {args:?}");
+    for key in ["z", "big", "none"] {
+        check_zset(&store, key, &args);
+    }
+}
+
+/// The store the property runs on: a packed sorted set `z`, one past the thresholds `big`, and a
+/// string `s`.
+fn fuzz_store() -> Store {
     let store = Store::new(
         StoreConfig { shards: 1, limits: Limits::TINY, ..Default::default() },
         std::sync::Arc::new(ManualClock::new(1_900_000_000_000)),
@@ -87,38 +95,38 @@ pub fn fuzz_check_zset_args(data: &[u8]) {
         ],
     );
     store.set(b"s", b"a string", Default::default()).expect("string set");
+    store
+}
 
-    let reply = run(&store, &args);
-    assert!(matches!(reply.kind, Some(reply::Kind::Frame(_))), "a frame for {args:?}");
-
-    for key in ["z", "big", "none"] {
-        let value = store
-            .read_object(key.as_bytes(), ValueType::ZSet, |o| {
-                o.map(|o| match o {
-                    Object::ZSet(z) => {
-                        let order: Vec<(Vec<u8>, f64)> = z.iter().map(|(m, s)| (m.to_vec(), s)).collect();
-                        assert_eq!(order.len(), z.len(), "{key}: iteration and count agree");
-                        for w in order.windows(2) {
-                            assert!(
-                                (w[0].1, &w[0].0) < (w[1].1, &w[1].0),
-                                "{key}: (score, member) order kept after {args:?}"
-                            );
-                        }
-                        for (i, (m, s)) in order.iter().enumerate() {
-                            assert_eq!(z.score(m), Some(*s), "{key}: score of a member");
-                            assert_eq!(z.rank(m), Some(i), "{key}: rank of a member");
-                        }
-                        o.serialize()
+/// The sorted set at `key` (if any) still agrees with itself after `args` ran: its rank order,
+/// its count and its serialized form.
+fn check_zset(store: &Store, key: &str, args: &[Bytes]) {
+    let value = store
+        .read_object(key.as_bytes(), ValueType::ZSet, |o| {
+            o.map(|o| match o {
+                Object::ZSet(z) => {
+                    let order: Vec<(Vec<u8>, f64)> = z.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+                    assert_eq!(order.len(), z.len(), "{key}: iteration and count agree");
+                    for w in order.windows(2) {
+                        assert!(
+                            (w[0].1, &w[0].0) < (w[1].1, &w[1].0),
+                            "{key}: (score, member) order kept after {args:?}"
+                        );
                     }
-                    _ => unreachable!("type checked by the store"),
-                })
+                    for (i, (m, s)) in order.iter().enumerate() {
+                        assert_eq!(z.score(m), Some(*s), "{key}: score of a member");
+                        assert_eq!(z.rank(m), Some(i), "{key}: rank of a member");
+                    }
+                    o.serialize()
+                }
+                _ => unreachable!("type checked by the store"),
             })
-            .ok()
-            .flatten();
-        if let Some(bytes) = value {
-            let back =
-                Object::deserialize(ValueType::ZSet, &bytes, &Limits::TINY).expect("a stored value decodes");
-            assert_eq!(back.serialize(), bytes, "{key}: a sorted set serializes in its own order");
-        }
+        })
+        .ok()
+        .flatten();
+    if let Some(bytes) = value {
+        let back =
+            Object::deserialize(ValueType::ZSet, &bytes, &Limits::TINY).expect("a stored value decodes");
+        assert_eq!(back.serialize(), bytes, "{key}: a sorted set serializes in its own order");
     }
 }
