@@ -5,14 +5,14 @@
 //! router encodes for the client's protocol (RESP2 or RESP3).
 //!
 //! Layers, top down (each file imports only from those below it):
-//! - [`run`]: a client's command: notifications raised around it (`crate::notify`), the answer
+//! - `run.rs`: a client's command: notifications raised around it (`crate::notify`), the answer
 //!   wrapped as a wire reply; `run_scratch` for commands over keys of several nodes.
-//! - [`dispatch`]: the index of every command by name, and the call that locks its keys.
-//! - the families: [`hash`], [`list`], [`set`], [`zset`], [`bits`], [`hll`], [`multi`] (commands
-//!   over several keys), [`object`], [`scan`] (HSCAN and its kin), [`random`] (the random-member
-//!   counts).
-//! - what the families share: [`error`] (a command's failure), [`args`] (integers, counts,
-//!   ranges), [`double`] (scores and `%.17g`), [`frame`] (building and encoding replies).
+//! - `dispatch.rs`: the index of every command by name, and the call that locks its keys.
+//! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
+//!   (commands over several keys), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
+//!   random-member counts).
+//! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
+//!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies).
 //!
 //! This file only declares the modules and re-exports what the rest of the node names.
 //!

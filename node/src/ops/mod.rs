@@ -2,15 +2,15 @@
 //! store errors become wire errors.
 //!
 //! Layers, top down (each file imports only from those below it):
-//! - [`gate`]: the entry points. An op takes the store's gate (shared; a transaction takes it
+//! - `gate.rs`: the entry points. An op takes the store's gate (shared; a transaction takes it
 //!   exclusively), is checked against the view, and runs.
-//! - [`transaction`]: MULTI/EXEC under the exclusive gate, WATCHes first.
-//! - [`blocked`]: blocking commands: the first attempt, the wait, serving waiters after writes.
-//! - [`run`]: an admitted op run where notifications, slot stats, watches, near-cache tracking
+//! - `transaction.rs`: MULTI/EXEC under the exclusive gate, WATCHes first.
+//! - `blocked.rs`: blocking commands: the first attempt, the wait, serving waiters after writes.
+//! - `run.rs`: an admitted op run where notifications, slot stats, watches, near-cache tracking
 //!   and the replicas' change log see it.
-//! - [`apply`]: the op itself: wire op → store call (or typed command) → wire reply.
-//! - [`check`]: the slot and version checks (`moved`, `TRYAGAIN`), which ops only read.
-//! - [`reply`]: reply builders and the store error → Redis text mapping.
+//! - `apply.rs`: the op itself: wire op → store call (or typed command) → wire reply.
+//! - `check.rs`: the slot and version checks (`moved`, `TRYAGAIN`), which ops only read.
+//! - `reply.rs`: reply builders (a store error's worded by `crate::redis_error`).
 //!
 //! This file only declares the modules and re-exports what the rest of the node names.
 
