@@ -21,7 +21,7 @@ pub fn apply_batch(store: &Store, view: &NodeView, batch_version: u64, ops: Vec<
 }
 
 /// Applies one op routed by `batch_version`: ops for slots this node does not serve at that
-/// version get a `moved` reply instead (see `membership.rs`).
+/// version get a `moved` reply instead (see `membership/view.rs`).
 pub fn apply_checked(store: &Store, view: &NodeView, batch_version: u64, op: Op) -> Reply {
     if let Some(Kind::Transaction(t)) = op.kind {
         return transaction(store, view, batch_version, store.gate.write(), t);

@@ -481,7 +481,7 @@ mod tests {
         // Later SETs of a key win.
         set("a", "1", SetOptions::default());
         set("a", "2", SetOptions { expiry: SetExpiry::At(5_000_000), ..Default::default() });
-        // A write that records only its key (as ops.rs does for an APPEND) after a SET: the
+        // A write that records only its key (as the ops layer does for an APPEND) after a SET: the
         // store's state.
         set("b", "x", SetOptions::default());
         store.append(b"b", b"y").unwrap();

@@ -9,7 +9,7 @@
 //! - [`handover`]: a primary hands its shard to a caught-up replica (SIGTERM, the `Handover`
 //!   call) without losing a write.
 //!
-//! Who is primary is the topology's business (`membership.rs`): the process at a shard's `addr`
+//! Who is primary is the topology's business (`membership/mod.rs`): the process at a shard's `addr`
 //! is its primary, those at its `replicas` follow it. A replica serves no ops (the router sends
 //! them to the primary); once a topology names it primary it serves at once, with what it has.
 //!

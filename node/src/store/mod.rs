@@ -1,5 +1,5 @@
 //! The node's sharded in-memory store. A plain synchronous API with no protocol types in it: the
-//! gRPC layer (`ops.rs`) translates ops into these calls and results into replies. This file only
+//! gRPC layer (`ops/`) translates ops into these calls and results into replies. This file only
 //! declares the modules and re-exports what callers name: each file below imports from the one
 //! that defines an item, never through here.
 //!

@@ -65,7 +65,7 @@ pub struct Store {
     pub blocked: blocked::Blocked,
     /// Keyspace notifications and the pub/sub sink (shared with the shards).
     pub events: Arc<events::Events>,
-    /// Reads, writes and bytes per slot (counted by `ops.rs`, where ops run).
+    /// Reads, writes and bytes per slot (counted by `ops/run.rs`, where ops run).
     pub slot_traffic: slots::SlotCounters,
     /// How late expired keys were removed (shared with the shards).
     pub expiry_lag: Arc<lag::ExpiryLag>,
