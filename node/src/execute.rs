@@ -29,8 +29,8 @@ use tokio_stream::Stream;
 use tonic::Status;
 use tonic::codegen::BoxStream;
 
-use crate::membership::NodeView;
-use crate::service::NodeState;
+use crate::membership::view::NodeView;
+use crate::state::NodeState;
 
 /// A reply message is closed once it holds about this many bytes.
 pub const REPLY_MESSAGE_BYTES: usize = pieces::PIECE_BYTES;
@@ -59,6 +59,15 @@ pub fn open(
         next_deferred: 1,
         deferred_alive: None,
     })
+}
+
+impl NodeState {
+    /// Applies one whole batch and returns its replies in one message (tools and tests; the
+    /// `Execute` stream sends them in bounded messages instead). Defined here, with the stream it
+    /// stands in for, so that the state imports nothing of the layers that use it.
+    pub fn execute(&self, batch: Batch) -> BatchReply {
+        whole(self, batch)
+    }
 }
 
 /// Applies one whole batch and returns its replies in one message (tools and tests).

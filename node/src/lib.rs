@@ -1,38 +1,47 @@
 //! Shoal storage node.
 //!
-//! Data flow: a router's `Execute` stream delivers batches of ops ([`service`]; an op larger than
-//! a piece arrives in pieces and is assembled first) → each op is checked against the topology
-//! ([`membership`]) and applied to the sharded [`store`] in order ([`ops`]) → replies go back in
-//! the same order, in messages of about 1 MiB (large replies in pieces), produced only as fast as
-//! the router takes them.
+//! Data flow: a router's `Execute` stream delivers batches of ops ([`execute`]; an op larger than
+//! a piece arrives in pieces and is assembled first) → each op takes the store's gate, is checked
+//! against the topology view and applied in order ([`ops`]) to the sharded [`store`]; typed
+//! commands run through [`commands`], scripts on the node's script thread ([`script`]) → replies
+//! go back in the same order, in messages of about 1 MiB (large replies in pieces), produced only
+//! as fast as the router takes them.
 //!
-//! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). No protocol
-//!   types: it could back any front end.
-//! - [`ops`]: wire op → store call → wire reply; store errors become Redis error text here.
-//! - [`commands`]: Redis commands on typed values (hashes, ...), sent as `Command` ops and answered
-//!   with `Frame` replies the router encodes for RESP2 or RESP3.
-//! - [`script`]: Lua scripts (EVAL, EVALSHA, SCRIPT ...) on a thread of the node's own, holding the
-//!   store's gate while they run; `redis.call` applies ops like a router's, after checking them
-//!   against the ACL permissions of the script's user (`shoal_wire::acl`) when the op carries them.
-//! - [`service`]: the tonic service's RPCs and the shared [`service::NodeState`]; [`execute`]: the
-//!   `Execute` stream (applying batches in order, waiting on scripts without a thread).
-//! - [`server`]: gRPC server + health service + active expiry, graceful shutdown; [`server::NodeHandle`]
-//!   runs a node in-process (embedded mode, tests).
-//! - [`pubsub`]: routers' subscriptions and the fan-out of published messages (the `Subscribe`
-//!   stream per router); [`notify`]: keyspace notifications of commands, raised after they ran
-//!   (the store raises `expired` and `evicted` itself), published through the same registry.
-//! - [`snapshot`]: mmap read snapshots: format, writer, reader, data directory, offline bake.
-//! - [`persistence`]: loading the newest snapshot at start, writing new ones, status.
-//! - [`membership`]: the topology this node serves by, its role per slot, per-op checks (`moved`),
-//!   and what adopting a new topology sets off; [`migrate`]: pulling incoming slots.
-//! - [`replication`]: a primary's change feed to its replicas (full sync, then each changed key's
-//!   state, by offset), a replica's follower, WAIT; who is which comes from the topology.
-//! - [`metrics`]: counters and the `/metrics` text.
-//! - [`config`]: the `shoal-node` command line.
+//! Modules, top down; a file imports only from files below it (`python3 .ci/shape` finds no
+//! import circle):
+//! - the front: [`server`] (gRPC server, health, active expiry, graceful shutdown;
+//!   [`server::NodeHandle`] runs a node in-process), [`service`] (the RPCs), [`execute`] (the
+//!   `Execute` stream), [`pubsub::stream`] (the `Subscribe` stream), [`metrics`] (the `/metrics`
+//!   page), [`replication::handover`] (handing a shard to a replica).
+//! - [`state`]: [`state::NodeState`], what the front shares (store, scripts, persistence,
+//!   membership, pub/sub, the node's counters and settings). Below its users, it imports only
+//!   what it holds.
+//! - [`script`]: Lua scripts on the script thread, holding the store's gate while they run;
+//!   `redis.call` applies ops through [`ops`] after an ACL check. Its command table
+//!   ([`script::table`]) is a leaf that [`ops`] and the router read.
+//! - [`ops`]: wire op → store call → wire reply, one file per stage (gate → transaction → blocked
+//!   → run → apply → check → reply). Protocol code: it calls the store's API, never its
+//!   internals.
+//! - [`commands`]: Redis commands on typed values, answered as `Frame`s; [`notify`]: the keyspace
+//!   events commands and ops raise after they ran (it sits between `commands::run` and the
+//!   command index); [`redis_error`]: store errors as Redis error lines, worded only there.
+//! - [`membership`]: the topology served, adopting a new one, fencing. Below it: [`migrate`]
+//!   (pulling incoming slots, given the served view and the pull board, not the membership),
+//!   [`replication`]'s state and follower, and `membership::{view, served, pulls}` (the view ops
+//!   are checked by, the views in force, the pulls' progress). [`replication`]'s feed (a primary's
+//!   changes to its replicas, WAIT) uses [`export`], which streams slots out in chunks.
+//! - [`pubsub`] (routers' subscriptions, the fan-out of messages), [`persistence`] (the newest
+//!   snapshot loaded at start, new ones written).
+//! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). A plain
+//!   synchronous API with no protocol types (it could back any front end); its errors are enums.
+//! - [`snapshot`]: the mmap snapshot format, writer and reader (under the store, which serves a
+//!   base snapshot), and the offline bake (which builds typed values).
+//! - [`config`], [`link_tls`]: the `shoal-node` command line, node-link TLS.
 
 pub mod commands;
 pub mod config;
 pub mod execute;
+pub mod export;
 pub mod link_tls;
 pub mod membership;
 pub mod metrics;
@@ -41,9 +50,11 @@ pub mod notify;
 pub mod ops;
 pub mod persistence;
 pub mod pubsub;
+pub mod redis_error;
 pub mod replication;
 pub mod script;
 pub mod server;
 pub mod service;
 pub mod snapshot;
+pub mod state;
 pub mod store;

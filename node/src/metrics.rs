@@ -1,49 +1,29 @@
-//! The node's metrics, and its `/metrics` text.
+//! The node's `/metrics` page: its state ([`NodeState`]) read out as Prometheus series.
 
-use shoal_telemetry::metrics::{Counter, Exposition, Gauge, Histogram, SIZE_BUCKETS};
+use shoal_telemetry::metrics::Exposition;
+use shoal_wire::proto::NodeStats;
 
-use crate::service::NodeState;
-
-#[derive(Debug)]
-pub struct NodeMetrics {
-    pub ops: Counter,
-    pub batches: Counter,
-    pub batch_size: Histogram,
-    /// Open `Execute` streams (one per connected router).
-    pub streams: Gauge,
-    /// Calls refused for want of the cluster secret (`shoal_wire::auth::Check` counts them).
-    pub unauthenticated: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Connections refused in the node-link TLS handshake (no certificate from the cluster's CA,
-    /// an expired one, plaintext) or that did not finish it in time.
-    pub link_tls_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Default for NodeMetrics {
-    fn default() -> Self {
-        NodeMetrics {
-            ops: Counter::default(),
-            batches: Counter::default(),
-            batch_size: Histogram::new(SIZE_BUCKETS),
-            streams: Gauge::default(),
-            unauthenticated: Default::default(),
-            link_tls_refused: Default::default(),
-        }
-    }
-}
-
-impl NodeMetrics {
-    pub fn record_batch(&self, ops: usize) {
-        self.ops.add(ops as u64);
-        self.batches.inc();
-        self.batch_size.observe(ops as f64);
-    }
-}
+use crate::state::NodeState;
 
 /// Renders the node's metrics in Prometheus text format.
 pub fn render(state: &NodeState) -> String {
     let s = state.stats();
-    let files = state.persistence.counters();
     let mut e = Exposition::new();
+    store_and_traffic(&mut e, state, &s);
+    migrations(&mut e, state, &s);
+    files_pubsub_tracking(&mut e, state, &s);
+    expiry_lag(&mut e, state);
+    replication(&mut e, &s);
+    e.counter(
+        "shoal_node_replica_partial_cuts_dropped_total",
+        "Cuts of the primary's change stream whose first messages this process received as a replica and whose last never came (the stream broke); none of such a cut is applied.",
+        s.partial_cuts_dropped,
+    );
+    e.finish()
+}
+
+/// The store's keys and memory, ops and batches, refused calls, open streams and uptime.
+fn store_and_traffic(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
     e.gauge("shoal_node_keys", "Keys stored (including expired keys not yet reclaimed).", s.keys as f64)
         .gauge("shoal_node_volatile_keys", "Keys with a TTL.", s.volatile_keys as f64)
         .gauge("shoal_node_used_memory_bytes", "Bytes accounted against maxmemory.", s.used_memory as f64)
@@ -76,12 +56,12 @@ pub fn render(state: &NodeState) -> String {
             "Open Execute streams (connected routers).",
             state.metrics.streams.get() as f64,
         )
-        .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0)
-        .gauge(
-            "shoal_node_topology_version",
-            "Topology version the node serves by.",
-            s.topology_version as f64,
-        )
+        .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0);
+}
+
+/// The topology served and the slot pulls into this node.
+fn migrations(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
+    e.gauge("shoal_node_topology_version", "Topology version the node serves by.", s.topology_version as f64)
         .gauge(
             "shoal_node_migrations_in_progress",
             "Slot ranges being pulled into this node now.",
@@ -94,9 +74,14 @@ pub fn render(state: &NodeState) -> String {
         .histogram(
             "shoal_node_migration_duration_seconds",
             "How long pulling one migration's slots took.",
-            &state.membership.pull_seconds,
-        )
-        .counter(
+            &state.membership.pulls.pull_seconds,
+        );
+}
+
+/// Snapshot files passed over, pub/sub traffic, near-cache tracking.
+fn files_pubsub_tracking(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
+    let files = state.persistence.counters();
+    e.counter(
             "shoal_node_snapshot_load_fallbacks_total",
             "Snapshot files passed over at start because they failed their checks (an older one was loaded, or none).",
             files.load_fallbacks,
@@ -137,6 +122,10 @@ pub fn render(state: &NodeState) -> String {
             "Snapshots loaded after repairing a damaged header (every entry verified first).",
             files.salvaged,
         );
+}
+
+/// How late expired keys were removed, by active and by lazy expiry.
+fn expiry_lag(e: &mut Exposition, state: &NodeState) {
     let lag = &state.store.expiry_lag;
     e.family(
         "shoal_node_expiry_lag_seconds",
@@ -145,17 +134,10 @@ pub fn render(state: &NodeState) -> String {
     )
     .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "active")], &lag.active)
     .histogram_samples("shoal_node_expiry_lag_seconds", &[("how", "lazy")], &lag.lazy);
-    replication(&mut e, &s);
-    e.counter(
-        "shoal_node_replica_partial_cuts_dropped_total",
-        "Cuts of the primary's change stream whose first messages this process received as a replica and whose last never came (the stream broke); none of such a cut is applied.",
-        s.partial_cuts_dropped,
-    );
-    e.finish()
 }
 
 /// Role, offsets and lag (INFO replication's numbers, as series).
-fn replication(e: &mut Exposition, s: &shoal_wire::proto::NodeStats) {
+fn replication(e: &mut Exposition, s: &NodeStats) {
     use shoal_wire::proto::ReplicaInfo;
     let primary = s.role != "slave";
     e.family(

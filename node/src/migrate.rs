@@ -13,28 +13,42 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_wire::Migration;
+use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ExportRequest, TopologyDoc};
 
-use crate::membership::Membership;
+use crate::membership::pulls::Pulls;
+use crate::membership::served::Served;
+use crate::store::Store;
 
 const CHUNK_BYTES: u32 = 256 << 10;
 
+/// What a pull needs of its node: the store it fills, the view in force (a pull ends once
+/// another version is served, and imports only into slots moving in), the board it reports
+/// progress on and the rate limit it keeps, and the credentials its calls to the old owner carry.
+/// The membership, which starts pulls, hands these over; the puller never sees the membership.
+pub struct Puller {
+    pub store: Arc<Store>,
+    pub served: Arc<Served>,
+    pub pulls: Arc<Pulls>,
+    pub credentials: Credentials,
+}
+
 /// Pulls `m` (started by topology `version`) from the node at `from` until done, or until the
 /// node moves on to another version.
-pub async fn pull(membership: Arc<Membership>, m: Migration, version: u64, from: String) {
+pub async fn pull(puller: Puller, m: Migration, version: u64, from: String) {
     let started = Instant::now();
     let mut resume = m.start;
     let mut backoff = Duration::from_millis(50);
     tracing::info!(start = m.start, end = m.end, from = m.from, version, "pulling slots");
     loop {
-        if membership.version() != version {
+        if puller.served.version() != version {
             return; // superseded: the coordinator moved on (it only does once we are done)
         }
-        match pull_once(&membership, m, version, &from, &mut resume).await {
+        match pull_once(&puller, m, version, &from, &mut resume).await {
             Ok(()) => {
-                membership.report(m, version, |p| {
+                puller.pulls.report(m, version, |p| {
                     p.done = true;
                     p.slots_done = m.len() as u32;
                     p.error.clear();
@@ -49,7 +63,7 @@ pub async fn pull(membership: Arc<Membership>, m: Migration, version: u64, from:
             }
             Err(e) => {
                 tracing::warn!(start = m.start, end = m.end, from = %from, error = %e, "pull interrupted; retrying");
-                membership.report(m, version, |p| p.error = e.clone());
+                puller.pulls.report(m, version, |p| p.error = e.clone());
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -58,28 +72,28 @@ pub async fn pull(membership: Arc<Membership>, m: Migration, version: u64, from:
 }
 
 async fn pull_once(
-    membership: &Membership,
+    puller: &Puller,
     m: Migration,
     version: u64,
     from: &str,
     resume: &mut u16,
 ) -> Result<(), String> {
-    let options = ClientOptions::default().with_credentials(membership.credentials.clone());
+    let options = ClientOptions::default().with_credentials(puller.credentials.clone());
     let mut client = client::connect(from, &options).await.map_err(|e| e.to_string())?;
     // A batch checked against the view from before the move (a FLUSHALL, say) must not run over
     // entries this pull stores.
-    if !membership.wait_for_retired_views(Duration::from_secs(5)).await {
+    if !puller.served.wait_for_retired_views(Duration::from_secs(5)).await {
         return Err("batches from before the move are still running".into());
     }
     // The old owner may not have heard of the move yet (the coordinator offers topologies to
     // nodes one by one); it only exports once it has, so tell it.
-    if let Some(t) = membership.view().topology.as_ref().filter(|t| t.version == version) {
+    if let Some(t) = puller.served.view().topology.as_ref().filter(|t| t.version == version) {
         let doc = TopologyDoc { json: t.to_json() };
         client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
     }
     // With a rate limit, chunks are small enough to pace smoothly (about 256 a second): storing a
     // big chunk is a burst of CPU that client requests queue behind.
-    let rate = membership.migrate_rate();
+    let rate = puller.pulls.migrate_rate();
     let chunk_bytes =
         if rate == 0 { CHUNK_BYTES } else { (rate / 256).clamp(4096, CHUNK_BYTES.into()) as u32 };
     let req = ExportRequest {
@@ -98,10 +112,10 @@ async fn pull_once(
             Ok(None) => break,
             Err(s) => return Err(s.message().to_string()),
         };
-        if membership.version() != version {
+        if puller.served.version() != version {
             return Ok(()); // superseded mid-stream
         }
-        let view = membership.view();
+        let view = puller.served.view();
         let complete_below = chunk.complete_below;
         let chunk_estimate = chunk.keys_estimate;
         let bytes: usize = chunk.entries.iter().map(|e| e.key.len() + e.value.len()).sum();
@@ -112,7 +126,7 @@ async fn pull_once(
             }
         }
         let keys = whole.len();
-        let store = membership.store.clone();
+        let store = puller.store.clone();
         // Storing a chunk takes shard locks entry by entry; off the async threads.
         tokio::task::spawn_blocking(move || {
             let welcome: Vec<_> = whole.into_iter().filter(|e| view.accepts_import(e.slot as u16)).collect();
@@ -122,12 +136,12 @@ async fn pull_once(
         })
         .await
         .map_err(|e| e.to_string())?;
-        membership.keys_in.fetch_add(keys as u64, Ordering::Relaxed);
-        membership.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+        puller.pulls.keys_in.fetch_add(keys as u64, Ordering::Relaxed);
+        puller.pulls.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
         *resume = (complete_below.min(u32::from(m.end) + 1) as u16).max(*resume);
         let slots_done = (complete_below.saturating_sub(u32::from(m.start))).min(m.len() as u32);
         let estimate = std::mem::take(&mut first).then_some(chunk_estimate);
-        membership.report(m, version, |p| {
+        puller.pulls.report(m, version, |p| {
             if let Some(e) = estimate {
                 // What this (possibly resumed) pull has left to move, on top of what it moved.
                 p.keys_estimate = p.keys + e;
@@ -139,7 +153,7 @@ async fn pull_once(
         if complete_below > u32::from(m.end) {
             return Ok(());
         }
-        membership.pace(bytes as u64).await;
+        puller.pulls.pace(bytes as u64).await;
     }
     Ok(())
 }

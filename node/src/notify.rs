@@ -21,7 +21,8 @@ use bytes::Bytes;
 use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STRING, ZSET};
 use shoal_wire::proto::{Frame, Op, Reply, frame, op::Kind, reply};
 
-use crate::commands::CmdResult;
+use crate::commands::dispatch::frame_of;
+use crate::commands::error::CmdResult;
 use crate::commands::zset::add_flags;
 use crate::store::{Store, TtlState};
 
@@ -211,7 +212,7 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         b"bitop" => b.existed[1] = exists(2),
         b"smove" if args.len() == 4 => {
             let ask = [Bytes::from_static(b"sismember"), args[2].clone(), args[3].clone()];
-            b.member_there = matches!(crate::commands::frame_of(store, &ask), Some(frame::Kind::Int(1)));
+            b.member_there = matches!(frame_of(store, &ask), Some(frame::Kind::Int(1)));
         }
         b"zadd" if flags & ZSET != 0 => {
             let (options, _) = add_flags(args);
@@ -229,169 +230,228 @@ fn scores(store: &Store, args: &[Bytes]) -> Frame {
     let (_, first) = add_flags(args);
     let mut ask = vec![Bytes::from_static(b"zmscore"), args[1].clone()];
     ask.extend(args[first..].iter().skip(1).step_by(2).cloned());
-    Frame { kind: crate::commands::frame_of(store, &ask) }
+    Frame { kind: frame_of(store, &ask) }
 }
 
-fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before: &Before, out: &mut Raised) {
-    use frame::Kind as F;
-    let k = |i: usize| args.get(i).cloned().unwrap_or_default();
-    let int = match &f.kind {
-        Some(F::Int(n)) => Some(*n),
-        _ => None,
-    };
-    let positive = int.is_some_and(|n| n > 0);
-    let null = matches!(&f.kind, Some(F::Nil(_) | F::NullArray(_)))
-        || matches!(&f.kind, Some(F::Array(a) | F::Set(a)) if a.items.is_empty());
-    let ok = !matches!(&f.kind, Some(F::Error(_)));
-    if !ok {
-        return;
+/// What a command did, as its reply says it: the view the per-family rules below read.
+struct Done<'a> {
+    store: &'a Store,
+    name: &'a [u8],
+    args: &'a [Bytes],
+    f: &'a Frame,
+    before: &'a Before,
+    /// The reply is a positive integer.
+    positive: bool,
+    /// The reply is null, or an empty array or set (nothing popped, nothing found).
+    null: bool,
+}
+
+impl Done<'_> {
+    /// Argument `i` (a key, usually), empty if missing.
+    fn k(&self, i: usize) -> Bytes {
+        self.args.get(i).cloned().unwrap_or_default()
     }
-    // After a removal, a collection left empty is deleted: Redis raises `del` for it.
-    let emptied = |key: Bytes, out: &mut Raised| {
-        if !store.exists(&key) {
+
+    /// After a removal, a collection left empty is deleted: Redis raises `del` for it.
+    fn emptied(&self, key: Bytes, out: &mut Raised) {
+        if !self.store.exists(&key) {
             out.push((GENERIC, "del", key));
         }
-    };
-    let left = |i: usize| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(b"left"));
-    let min = |i: usize| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(b"min"));
-    match name {
-        b"hset" | b"hmset" => out.push((HASH, "hset", k(1))),
-        b"hsetnx" if positive => out.push((HASH, "hset", k(1))),
-        b"hincrby" => out.push((HASH, "hincrby", k(1))),
-        b"hincrbyfloat" => out.push((HASH, "hincrbyfloat", k(1))),
-        b"hdel" if positive => {
-            out.push((HASH, "hdel", k(1)));
-            emptied(k(1), out);
+    }
+
+    /// Whether argument `i` is `word` (LEFT, MIN, ...), in any case.
+    fn word(&self, i: usize, word: &[u8]) -> bool {
+        self.args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(word))
+    }
+
+    /// The key a served pop names first in its reply (`[key, ...]`), else `or`.
+    fn popped_from(&self, or: Bytes) -> Bytes {
+        match &self.f.kind {
+            Some(frame::Kind::Array(a)) => bulk_of(a.items.first()).unwrap_or(or),
+            _ => or,
         }
-        b"lpush" | b"lpushx" if positive => out.push((LIST, "lpush", k(1))),
-        b"rpush" | b"rpushx" if positive => out.push((LIST, "rpush", k(1))),
-        b"linsert" if positive => out.push((LIST, "linsert", k(1))),
+    }
+
+    /// LMPOP, ZMPOP and their blocking forms: the key popped from (named in the reply) and
+    /// whether the direction word after the keys is `word`.
+    fn mpop(&self, blocking: bool, word: &[u8]) -> (Bytes, bool) {
+        let at = if blocking { 2 } else { 1 };
+        let numkeys = shoal_wire::num::parse_i64(&self.k(at)).unwrap_or(0).max(0) as usize;
+        (self.popped_from(Bytes::new()), self.word(at + numkeys + 1, word))
+    }
+}
+
+/// The events of a command that ran without error (`f` is its reply), appended to `out` in
+/// Redis's order. Each family's rules are a function below; a command name belongs to one.
+fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before: &Before, out: &mut Raised) {
+    use frame::Kind as F;
+    if matches!(&f.kind, Some(F::Error(_))) {
+        return;
+    }
+    let positive = matches!(&f.kind, Some(F::Int(n)) if *n > 0);
+    let null = matches!(&f.kind, Some(F::Nil(_) | F::NullArray(_)))
+        || matches!(&f.kind, Some(F::Array(a) | F::Set(a)) if a.items.is_empty());
+    let done = Done { store, name, args, f, before, positive, null };
+    hash_events(&done, out);
+    list_events(&done, out);
+    set_events(&done, out);
+    zset_events(&done, out);
+    other_events(&done, out);
+}
+
+fn hash_events(d: &Done, out: &mut Raised) {
+    match d.name {
+        b"hset" | b"hmset" => out.push((HASH, "hset", d.k(1))),
+        b"hsetnx" if d.positive => out.push((HASH, "hset", d.k(1))),
+        b"hincrby" => out.push((HASH, "hincrby", d.k(1))),
+        b"hincrbyfloat" => out.push((HASH, "hincrbyfloat", d.k(1))),
+        b"hdel" if d.positive => {
+            out.push((HASH, "hdel", d.k(1)));
+            d.emptied(d.k(1), out);
+        }
+        _ => {}
+    }
+}
+
+fn list_events(d: &Done, out: &mut Raised) {
+    let (name, k) = (d.name, |i| d.k(i));
+    match name {
+        b"lpush" | b"lpushx" if d.positive => out.push((LIST, "lpush", k(1))),
+        b"rpush" | b"rpushx" if d.positive => out.push((LIST, "rpush", k(1))),
+        b"linsert" if d.positive => out.push((LIST, "linsert", k(1))),
         b"lset" => out.push((LIST, "lset", k(1))),
-        b"lpop" | b"rpop" if !null => {
+        b"lpop" | b"rpop" if !d.null => {
             out.push((LIST, if name == b"lpop" { "lpop" } else { "rpop" }, k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
         // Served blocked pops run their one-key form: the key is the first (or the one named in
         // the reply).
-        b"blpop" | b"brpop" if !null => {
-            let key = match &f.kind {
-                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_else(|| k(1)),
-                _ => k(1),
-            };
+        b"blpop" | b"brpop" if !d.null => {
+            let key = d.popped_from(k(1));
             out.push((LIST, if name == b"blpop" { "lpop" } else { "rpop" }, key.clone()));
-            emptied(key, out);
+            d.emptied(key, out);
         }
-        b"lmpop" | b"blmpop" if !null => {
-            let at = if name == b"lmpop" { 1 } else { 2 };
-            let numkeys = shoal_wire::num::parse_i64(&k(at)).unwrap_or(0).max(0) as usize;
-            let key = match &f.kind {
-                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_default(),
-                _ => Bytes::new(),
-            };
-            out.push((LIST, if left(at + numkeys + 1) { "lpop" } else { "rpop" }, key.clone()));
-            emptied(key, out);
+        b"lmpop" | b"blmpop" if !d.null => {
+            let (key, left) = d.mpop(name == b"blmpop", b"left");
+            out.push((LIST, if left { "lpop" } else { "rpop" }, key.clone()));
+            d.emptied(key, out);
         }
-        b"lrem" if positive => {
+        b"lrem" if d.positive => {
             out.push((LIST, "lrem", k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"ltrim" if before.existed[0] => {
+        b"ltrim" if d.before.existed[0] => {
             out.push((LIST, "ltrim", k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"lmove" | b"blmove" | b"rpoplpush" | b"brpoplpush" if !null => {
+        b"lmove" | b"blmove" | b"rpoplpush" | b"brpoplpush" if !d.null => {
             let (from_left, to_left) = match name {
-                b"lmove" | b"blmove" => (left(3), left(4)),
+                b"lmove" | b"blmove" => (d.word(3, b"left"), d.word(4, b"left")),
                 _ => (false, true),
             };
             out.push((LIST, if to_left { "lpush" } else { "rpush" }, k(2)));
             out.push((LIST, if from_left { "lpop" } else { "rpop" }, k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"sadd" if positive => out.push((SET, "sadd", k(1))),
-        b"srem" if positive => {
+        _ => {}
+    }
+}
+
+fn set_events(d: &Done, out: &mut Raised) {
+    let k = |i| d.k(i);
+    match d.name {
+        b"sadd" if d.positive => out.push((SET, "sadd", k(1))),
+        b"srem" if d.positive => {
             out.push((SET, "srem", k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"spop" if !null => {
+        b"spop" if !d.null => {
             out.push((SET, "spop", k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"smove" if positive => {
+        b"smove" if d.positive => {
             out.push((SET, "srem", k(1)));
-            emptied(k(1), out);
-            if !before.member_there {
+            d.emptied(k(1), out);
+            if !d.before.member_there {
                 out.push((SET, "sadd", k(2)));
             }
         }
+        // The STORE forms of both families: an empty result deletes the destination.
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
         | b"zrangestore" => {
-            if positive {
-                out.push((if name[0] == b's' { SET } else { ZSET }, event_name(name), k(1)));
-            } else if before.existed[0] {
+            if d.positive {
+                out.push((if d.name[0] == b's' { SET } else { ZSET }, event_name(d.name), k(1)));
+            } else if d.before.existed[0] {
                 out.push((GENERIC, "del", k(1)));
             }
         }
+        _ => {}
+    }
+}
+
+fn zset_events(d: &Done, out: &mut Raised) {
+    let (name, k) = (d.name, |i| d.k(i));
+    match name {
         b"zadd" => {
-            let incr = add_flags(args).0.incr;
-            let changed = match &before.scores {
-                _ if incr => !null,
-                None => positive,
-                Some(old) => positive || scores(store, args) != *old,
+            let incr = add_flags(d.args).0.incr;
+            let changed = match &d.before.scores {
+                _ if incr => !d.null,
+                None => d.positive,
+                Some(old) => d.positive || scores(d.store, d.args) != *old,
             };
             if changed {
                 out.push((ZSET, if incr { "zincr" } else { "zadd" }, k(1)));
             }
         }
         b"zincrby" => out.push((ZSET, "zincr", k(1))),
-        b"zrem" | b"zremrangebyrank" | b"zremrangebyscore" | b"zremrangebylex" if positive => {
+        b"zrem" | b"zremrangebyrank" | b"zremrangebyscore" | b"zremrangebylex" if d.positive => {
             out.push((ZSET, event_name(name), k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"zpopmin" | b"zpopmax" if !null => {
+        b"zpopmin" | b"zpopmax" if !d.null => {
             out.push((ZSET, event_name(name), k(1)));
-            emptied(k(1), out);
+            d.emptied(k(1), out);
         }
-        b"bzpopmin" | b"bzpopmax" if !null => {
-            let key = match &f.kind {
-                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_else(|| k(1)),
-                _ => k(1),
-            };
+        b"bzpopmin" | b"bzpopmax" if !d.null => {
+            let key = d.popped_from(k(1));
             out.push((ZSET, if name == b"bzpopmin" { "zpopmin" } else { "zpopmax" }, key.clone()));
-            emptied(key, out);
+            d.emptied(key, out);
         }
-        b"zmpop" | b"bzmpop" if !null => {
-            let at = if name == b"zmpop" { 1 } else { 2 };
-            let numkeys = shoal_wire::num::parse_i64(&k(at)).unwrap_or(0).max(0) as usize;
-            let key = match &f.kind {
-                Some(F::Array(a)) => bulk_of(a.items.first()).unwrap_or_default(),
-                _ => Bytes::new(),
-            };
-            out.push((ZSET, if min(at + numkeys + 1) { "zpopmin" } else { "zpopmax" }, key.clone()));
-            emptied(key, out);
+        b"zmpop" | b"bzmpop" if !d.null => {
+            let (key, min) = d.mpop(name == b"bzmpop", b"min");
+            out.push((ZSET, if min { "zpopmin" } else { "zpopmax" }, key.clone()));
+            d.emptied(key, out);
         }
+        _ => {}
+    }
+}
+
+/// Strings' bit and HyperLogLog commands, and the generic key commands.
+fn other_events(d: &Done, out: &mut Raised) {
+    let k = |i| d.k(i);
+    match d.name {
         b"setbit" => out.push((STRING, "setbit", k(1))),
         b"bitfield"
-            if args[2..]
+            if d.args[2..]
                 .iter()
                 .any(|a| a.eq_ignore_ascii_case(b"set") || a.eq_ignore_ascii_case(b"incrby")) =>
         {
             out.push((STRING, "setbit", k(1)))
         }
         b"bitop" => {
-            if positive {
+            if d.positive {
                 out.push((STRING, "set", k(2)));
-            } else if before.existed[1] {
+            } else if d.before.existed[1] {
                 out.push((GENERIC, "del", k(2)));
             }
         }
-        b"pfadd" if positive => out.push((STRING, "pfadd", k(1))),
+        b"pfadd" if d.positive => out.push((STRING, "pfadd", k(1))),
         b"pfmerge" => out.push((STRING, "pfadd", k(1))),
-        b"rename" | b"renamenx" if matches!(&f.kind, Some(F::Simple(_))) || positive => {
+        b"rename" | b"renamenx" if matches!(&d.f.kind, Some(frame::Kind::Simple(_))) || d.positive => {
             out.push((GENERIC, "rename_from", k(1)));
             out.push((GENERIC, "rename_to", k(2)));
         }
-        b"copy" if positive => out.push((GENERIC, "copy_to", k(2))),
+        b"copy" if d.positive => out.push((GENERIC, "copy_to", k(2))),
         _ => {}
     }
 }

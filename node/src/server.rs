@@ -25,7 +25,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::membership::Membership;
 use crate::persistence::Persistence;
-use crate::service::{NodeService, NodeState};
+use crate::service::NodeService;
+use crate::state::NodeState;
 use crate::store::Store;
 
 /// Default pull rate for migrations into a node: 8 MiB/s keeps client p99 within 3x of steady
@@ -149,30 +150,7 @@ async fn serve(
     // Every RPC is checked (the gRPC health service is not: it tells nothing and probes use it).
     let service = InterceptedService::new(service, check);
     let expiry = tokio::spawn(active_expiry(state.store.clone(), options.expire_interval, stop_rx.clone()));
-    {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(state.membership.clone().run_purger(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-    }
-    {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(state.membership.clone().run_ticker(options.stall_fence, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-    }
-    if let Some(path) = options.topology_file.clone() {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(state.membership.clone().watch_file(path, Duration::from_millis(200), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-    }
-    if let (Some(every), true) = (options.snapshot_interval, state.persistence.enabled()) {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(state.persistence.clone().run_periodic(every, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-    }
+    spawn_background(&state, &options, &stop_rx);
     let membership = state.membership.clone();
     let linger = options.handover_linger;
     // When draining must end: the drain time from the shutdown signal, for the gRPC server's
@@ -234,15 +212,46 @@ async fn serve(
             Ok(())
         }
     };
-    // Streams opened in-process (`shoal_wire::local::open_execute`) are not the gRPC server's to
-    // drain: each ends after its batch in hand once its router reads on (or drops it). Wait for
-    // them too, within what is left of the drain time, so that the snapshot below holds what
-    // they applied. (Without a shutdown signal, the server failed: the full drain time.)
+    // (Without a shutdown signal, the server failed: the full drain time.)
     let drained_by = *drained_by.get_or_init(|| tokio::time::Instant::now() + options.drain_timeout);
+    drain_local_streams(&state, drained_by).await;
+    expiry.abort();
+    finish(&state).await;
+    tracing::info!(%addr, "node stopped");
+    result
+}
+
+/// The node's background work until `stop`: reclaiming dropped slots, the stall ticker, the
+/// topology file's watch and periodic snapshots.
+fn spawn_background(state: &Arc<NodeState>, options: &ServeOptions, stop: &watch::Receiver<bool>) {
+    let until_stopped = || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    tokio::spawn(state.membership.clone().run_purger(until_stopped()));
+    tokio::spawn(state.membership.clone().run_ticker(options.stall_fence, until_stopped()));
+    if let Some(path) = options.topology_file.clone() {
+        let every = Duration::from_millis(200);
+        tokio::spawn(state.membership.clone().watch_file(path, every, until_stopped()));
+    }
+    if let (Some(every), true) = (options.snapshot_interval, state.persistence.enabled()) {
+        tokio::spawn(state.persistence.clone().run_periodic(every, until_stopped()));
+    }
+}
+
+/// Streams opened in-process (`shoal_wire::local::open_execute`) are not the gRPC server's to
+/// drain: each ends after its batch in hand once its router reads on (or drops it). Waits for
+/// them too, until `drained_by`, so that the final snapshot holds what they applied.
+async fn drain_local_streams(state: &NodeState, drained_by: tokio::time::Instant) {
     while state.metrics.streams.get() > 0 && tokio::time::Instant::now() < drained_by {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    expiry.abort();
+}
+
+/// Once every stream is done: stops following a primary and writes the final snapshot.
+async fn finish(state: &NodeState) {
     // A replica stops following (in-process nodes outlive their server: embedded mode, tests).
     state.membership.replication.stop_following();
     // Every batch has been answered and no stream is open: the store is quiet, so this snapshot
@@ -252,8 +261,6 @@ async fn serve(
     {
         tracing::error!(error = %e, "final snapshot failed");
     }
-    tracing::info!(%addr, "node stopped");
-    result
 }
 
 /// The pipes dialled to this node from its own process, as connections to serve (none with

@@ -1,217 +1,28 @@
-//! The `shoal.v1.Node` gRPC service: the node's state ([`NodeState`]: store, scripts, pub/sub,
-//! persistence, membership) and its RPCs. The `Execute` stream, the data path, is
-//! [`crate::execute`]; `Subscribe` is [`crate::pubsub::stream`].
+//! The `shoal.v1.Node` gRPC service: its RPCs, over the node's shared state
+//! ([`crate::state::NodeState`]). The `Execute` stream, the data path, is [`crate::execute`];
+//! `Subscribe` is [`crate::pubsub::stream`].
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use shoal_wire::pieces;
 use shoal_wire::proto::{
-    self, Batch, BatchReply, ExportChunk, ExportEntry, ExportRequest, GetTopologyRequest, NodeSettings,
-    NodeStats, SnapshotInfo, SnapshotRequest, StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
+    self, Batch, ExportChunk, ExportRequest, GetTopologyRequest, NodeSettings, SnapshotInfo, SnapshotRequest,
+    StatsRequest, TopologyAck, TopologyDoc, node_server::Node,
 };
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::membership::Membership;
-use crate::metrics::NodeMetrics;
-use crate::persistence::{PersistError, Persistence};
-use crate::pubsub::PubSub;
-use crate::store::{EvictionPolicy, Store, StoreConfig};
+use crate::execute::ReplyStream;
+use crate::persistence::PersistError;
+use crate::state::NodeState;
+use crate::store::Store;
 
 /// Export chunks are cut at about this many bytes unless the caller asks otherwise.
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 /// How long an export waits for batches from before a move to finish.
 const EXPORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// What the service needs: the store, its persistence, its place in the cluster, counters, and
-/// when it started.
-#[derive(Debug)]
-pub struct NodeState {
-    pub store: Arc<Store>,
-    /// Lua scripts: the cache and the script thread.
-    pub scripts: crate::script::Scripts,
-    pub persistence: Arc<Persistence>,
-    pub membership: Arc<Membership>,
-    pub metrics: NodeMetrics,
-    pub started: Instant,
-    /// Routers' subscriptions; the store publishes through it (PUBLISH ops, notifications).
-    pub pubsub: Arc<PubSub>,
-}
-
-impl NodeState {
-    pub fn new(store: Arc<Store>, persistence: Arc<Persistence>, membership: Arc<Membership>) -> NodeState {
-        let pubsub = Arc::new(PubSub::default());
-        store.events.set_sink(pubsub.clone());
-        let scripts = crate::script::Scripts::new(
-            store.clone(),
-            crate::script::DEFAULT_MEMORY_LIMIT,
-            crate::script::DEFAULT_BUSY_MS,
-        );
-        NodeState {
-            store,
-            scripts,
-            persistence,
-            membership,
-            metrics: NodeMetrics::default(),
-            started: Instant::now(),
-            pubsub,
-        }
-    }
-
-    /// Applies one whole batch and returns its replies in one message (tools and tests; the
-    /// `Execute` stream sends them in bounded messages instead).
-    pub fn execute(&self, batch: Batch) -> BatchReply {
-        crate::execute::whole(self, batch)
-    }
-
-    pub fn stats(&self) -> NodeStats {
-        let s = self.store.stats();
-        let (channels, patterns, shard) = self.pubsub.counts();
-        NodeStats {
-            pubsub_channels: channels as u64,
-            pubsub_patterns: patterns as u64,
-            pubsub_shard_channels: shard as u64,
-            pubsub_routers: self.pubsub.routers() as u64,
-            keys: s.keys,
-            volatile_keys: s.volatile_keys,
-            oldest_overdue_ms: self.store.oldest_overdue_ms(),
-            used_memory: s.used_memory,
-            maxmemory: self.store.maxmemory() as u64,
-            maxmemory_policy: self.store.policy().to_string(),
-            expired_keys: s.expired_keys,
-            evicted_keys: s.evicted_keys,
-            keyspace_hits: s.keyspace_hits,
-            keyspace_misses: s.keyspace_misses,
-            ops: self.metrics.ops.get(),
-            batches: self.metrics.batches.get(),
-            shards: self.store.shard_count() as u32,
-            uptime_ms: self.started.elapsed().as_millis() as u64,
-            rss_bytes: shoal_telemetry::metrics::rss_bytes(),
-            snapshot: Some(self.persistence.info()),
-            topology_version: self.membership.version(),
-            migrations: self.membership.progress(),
-            keys_migrated_in: self.membership.keys_in.load(std::sync::atomic::Ordering::Relaxed),
-            bytes_migrated_in: self.membership.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
-            slots_dropped: self.membership.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
-            slots_migrated_in: self.membership.slots_in.load(std::sync::atomic::Ordering::Relaxed),
-            ..self.replication_stats()
-        }
-    }
-
-    /// The replication part of the stats.
-    fn replication_stats(&self) -> NodeStats {
-        let repl = &self.membership.replication;
-        let link = repl.link();
-        let replica = !link.primary_addr.is_empty();
-        NodeStats {
-            role: if replica { "slave" } else { "master" }.to_string(),
-            run_id: repl.run_id.clone(),
-            repl_offset: if replica { link.offset } else { self.store.events.changes.end() },
-            fenced: self.membership.fenced(),
-            handing_over: repl.handing_over(),
-            handover_to: repl.handover_to(),
-            primary_addr: link.primary_addr,
-            primary_run_id: link.primary_run_id,
-            synced: link.synced,
-            primary_link_up: link.up,
-            partial_cuts_dropped: repl.partial_cuts_dropped(),
-            replicas: if replica { Vec::new() } else { repl.replicas() },
-            ..Default::default()
-        }
-    }
-}
-
-impl NodeState {
-    /// The settings CONFIG SET changes, as they are now.
-    pub fn settings(&self) -> NodeSettings {
-        let l = self.store.limits();
-        NodeSettings {
-            maxmemory: Some(self.store.maxmemory() as u64),
-            maxmemory_policy: Some(self.store.policy().to_string()),
-            hash_max_listpack_entries: Some(l.hash_max_listpack_entries as u64),
-            hash_max_listpack_value: Some(l.hash_max_listpack_value as u64),
-            set_max_intset_entries: Some(l.set_max_intset_entries as u64),
-            zset_max_listpack_entries: Some(l.zset_max_listpack_entries as u64),
-            zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
-            list_max_listpack_size: Some(l.list_max_listpack_size),
-            notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
-            busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
-            cluster_slot_stats_enabled: Some(self.store.slot_traffic.enabled()),
-        }
-    }
-
-    /// Applies the settings `change` sets (all of them, or none if one is out of range) and
-    /// returns every setting afterwards. New thresholds apply to values converted from now on; a
-    /// lower memory limit is enforced by the next write that may grow memory.
-    pub fn configure(&self, change: &NodeSettings) -> Result<NodeSettings, String> {
-        let store = &self.store;
-        let mut now = StoreConfig {
-            maxmemory: store.maxmemory(),
-            policy: store.policy(),
-            limits: store.limits(),
-            notify_keyspace_events: store.events.flags(),
-            slot_stats: store.slot_traffic.enabled(),
-            ..store.config().clone()
-        };
-        apply_settings(&mut now, change)?;
-        if now.limits != store.limits() {
-            store.set_limits(now.limits);
-        }
-        store.set_policy(now.policy);
-        store.set_maxmemory(now.maxmemory);
-        store.events.set_flags(now.notify_keyspace_events);
-        store.slot_traffic.set_enabled(now.slot_stats);
-        if let Some(ms) = change.busy_reply_threshold {
-            self.scripts.set_busy_reply_threshold(ms);
-        }
-        if change != &NodeSettings::default() {
-            tracing::info!(?change, "settings changed");
-        }
-        Ok(self.settings())
-    }
-}
-
-/// Applies the settings `change` sets to `config` (its memory limit, policy and thresholds): all
-/// of them, or none if one is out of range (the error says which and why).
-pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result<(), String> {
-    shoal_wire::settings::check(change)?;
-    if let Some(p) = &change.maxmemory_policy {
-        config.policy = p.parse::<EvictionPolicy>()?;
-    }
-    let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-    if let Some(v) = change.maxmemory {
-        config.maxmemory = size(v);
-    }
-    let l = &mut config.limits;
-    if let Some(v) = change.hash_max_listpack_entries {
-        l.hash_max_listpack_entries = size(v);
-    }
-    if let Some(v) = change.hash_max_listpack_value {
-        l.hash_max_listpack_value = size(v);
-    }
-    if let Some(v) = change.set_max_intset_entries {
-        l.set_max_intset_entries = size(v);
-    }
-    if let Some(v) = change.zset_max_listpack_entries {
-        l.zset_max_listpack_entries = size(v);
-    }
-    if let Some(v) = change.zset_max_listpack_value {
-        l.zset_max_listpack_value = size(v);
-    }
-    if let Some(v) = change.list_max_listpack_size {
-        l.list_max_listpack_size = v;
-    }
-    if let Some(v) = &change.notify_keyspace_events {
-        config.notify_keyspace_events = shoal_wire::notify::parse(v.as_bytes()).unwrap_or_default();
-    }
-    if let Some(on) = change.cluster_slot_stats_enabled {
-        config.slot_stats = on;
-    }
-    Ok(())
-}
 
 /// How often a blocked wait checks that its keys' slots are still served here.
 const BLOCK_FOLLOW: Duration = Duration::from_millis(200);
@@ -226,8 +37,6 @@ impl NodeService {
         NodeService { state, stopping }
     }
 }
-
-use crate::execute::ReplyStream;
 
 type ExportStream = Pin<Box<dyn Stream<Item = Result<ExportChunk, Status>> + Send>>;
 
@@ -288,7 +97,7 @@ impl Node for NodeService {
                 Err(id) => id,
             };
         // Withdraws the wait however this call ends (cancelled: the client went away).
-        struct Withdraw<'a>(&'a crate::store::Store, u64);
+        struct Withdraw<'a>(&'a Store, u64);
         impl Drop for Withdraw<'_> {
             fn drop(&mut self) {
                 crate::ops::withdraw(self.0, self.1);
@@ -484,51 +293,9 @@ impl Node for NodeService {
         // A small channel: the export runs as fast as the receiver takes chunks, no faster.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let store = self.state.store.clone();
-        tokio::task::spawn_blocking(move || export(&store, first as u16, last as u16, chunk_bytes, tx));
+        tokio::task::spawn_blocking(move || {
+            crate::export::export(&store, first as u16, last as u16, chunk_bytes, tx)
+        });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
-}
-
-/// Streams slots `first..=last` into `tx` in chunks of about `chunk_bytes` (blocking thread).
-pub(crate) fn export(
-    store: &Store,
-    first: u16,
-    last: u16,
-    chunk_bytes: usize,
-    tx: tokio::sync::mpsc::Sender<Result<ExportChunk, Status>>,
-) {
-    let plan = store.plan(first..=last);
-    let keys_estimate = (plan.memory_entries() + store.base_entries_in(first..=last)) as u64;
-    let mut chunk = ExportChunk { keys_estimate, ..Default::default() };
-    let mut size = 0;
-    let mut entries = Vec::new();
-    for slot in first..=last {
-        for e in store.slot_entries(slot, &plan) {
-            // A large value leaves as several partial entries, over as many chunks as it needs.
-            let entry = ExportEntry {
-                slot: u32::from(slot),
-                key: e.key,
-                value: e.value,
-                expire_at_ms: e.expire_at,
-                partial: false,
-                value_type: e.value_type,
-            };
-            pieces::push_entry(entry, &mut entries);
-            for part in entries.drain(..) {
-                size += part.key.len() + part.value.len() + 16;
-                chunk.entries.push(part);
-                if size >= chunk_bytes {
-                    chunk.complete_below = u32::from(slot);
-                    let full =
-                        std::mem::replace(&mut chunk, ExportChunk { keys_estimate, ..Default::default() });
-                    if tx.blocking_send(Ok(full)).is_err() {
-                        return;
-                    }
-                    size = 0;
-                }
-            }
-        }
-    }
-    chunk.complete_below = u32::from(last) + 1;
-    let _ = tx.blocking_send(Ok(chunk));
 }

@@ -442,7 +442,7 @@ impl Router {
 
     /// The state of every embedded node (tests, introspection).
     #[cfg(feature = "embedded")]
-    pub async fn node_states(&self) -> Vec<Arc<shoal_node::service::NodeState>> {
+    pub async fn node_states(&self) -> Vec<Arc<shoal_node::state::NodeState>> {
         match &self.embedded {
             Some(e) => e.node_states().await,
             None => Vec::new(),

@@ -6,7 +6,9 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
+use super::args::int_arg;
+use super::error::{CmdError, CmdResult, SYNTAX, make_room};
+use super::frame::F;
 use crate::store::object::ValueType;
 use crate::store::{Locked, Store};
 
@@ -503,25 +505,8 @@ pub fn lcs(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     }
     let a = l.read_string(ka, |v| v.map(<[u8]>::to_vec).unwrap_or_default())?;
     let b = l.read_string(kb, |v| v.map(<[u8]>::to_vec).unwrap_or_default())?;
-    let (mut get_len, mut get_idx, mut with_len, mut min_len) = (false, false, false, 0i64);
-    let mut j = 3;
-    while j < args.len() {
-        let opt = &args[j];
-        if opt.eq_ignore_ascii_case(b"idx") {
-            get_idx = true;
-        } else if opt.eq_ignore_ascii_case(b"len") {
-            get_len = true;
-        } else if opt.eq_ignore_ascii_case(b"withmatchlen") {
-            with_len = true;
-        } else if opt.eq_ignore_ascii_case(b"minmatchlen") && j + 1 < args.len() {
-            min_len = int_arg(&args[j + 1])?.max(0);
-            j += 1;
-        } else {
-            return Err(SYNTAX);
-        }
-        j += 1;
-    }
-    if get_idx && get_len {
+    let o = LcsOptions::parse(args)?;
+    if o.get_idx && o.get_len {
         return Err(CmdError::Text("ERR If you want both the length and indexes, please just use IDX."));
     }
     if a.len() >= u32::MAX as usize - 1 || b.len() >= u32::MAX as usize - 1 {
@@ -534,14 +519,67 @@ pub fn lcs(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
         ));
     }
     let table = lcs_table(&a, &b);
-    let w = b.len() + 1;
-    let at = |i: usize, j: usize| table[j + i * w];
-    let total = at(a.len(), b.len());
-    if get_len {
+    let total = table[b.len() + a.len() * (b.len() + 1)];
+    if o.get_len {
         return Ok(F::int(i64::from(total)));
     }
-    // Walk back from the end as Redis does, collecting the common string and (for IDX) the
-    // matching ranges, last first.
+    let (result, matches) = lcs_walk(&a, &b, &table, total, o);
+    if o.get_idx {
+        return Ok(F::map(vec![
+            F::bulk_from(b"matches"),
+            F::array(matches),
+            F::bulk_from(b"len"),
+            F::int(i64::from(total)),
+        ]));
+    }
+    Ok(F::bulk(result))
+}
+
+/// LCS's options: LEN, IDX, WITHMATCHLEN, MINMATCHLEN n.
+#[derive(Clone, Copy)]
+struct LcsOptions {
+    get_len: bool,
+    get_idx: bool,
+    with_len: bool,
+    min_len: i64,
+}
+
+impl LcsOptions {
+    fn parse(args: &[Bytes]) -> Result<LcsOptions, CmdError> {
+        let mut o = LcsOptions { get_len: false, get_idx: false, with_len: false, min_len: 0 };
+        let mut j = 3;
+        while j < args.len() {
+            let opt = &args[j];
+            if opt.eq_ignore_ascii_case(b"idx") {
+                o.get_idx = true;
+            } else if opt.eq_ignore_ascii_case(b"len") {
+                o.get_len = true;
+            } else if opt.eq_ignore_ascii_case(b"withmatchlen") {
+                o.with_len = true;
+            } else if opt.eq_ignore_ascii_case(b"minmatchlen") && j + 1 < args.len() {
+                o.min_len = int_arg(&args[j + 1])?.max(0);
+                j += 1;
+            } else {
+                return Err(SYNTAX);
+            }
+            j += 1;
+        }
+        Ok(o)
+    }
+}
+
+/// Walks `table` (see [`lcs_table`]) back from the end as Redis does: the common string of `a`
+/// and `b` (`total` long) and, for IDX, the matching ranges, last first.
+fn lcs_walk(
+    a: &[u8],
+    b: &[u8],
+    table: &[u32],
+    total: u32,
+    o: LcsOptions,
+) -> (Vec<u8>, Vec<shoal_wire::proto::Frame>) {
+    let LcsOptions { get_idx, with_len, min_len, .. } = o;
+    let w = b.len() + 1;
+    let at = |i: usize, j: usize| table[j + i * w];
     let mut result = vec![0u8; total as usize];
     let mut idx = total as usize;
     let mut matches = Vec::new();
@@ -591,15 +629,7 @@ pub fn lcs(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
             a_start = alen;
         }
     }
-    if get_idx {
-        return Ok(F::map(vec![
-            F::bulk_from(b"matches"),
-            F::array(matches),
-            F::bulk_from(b"len"),
-            F::int(i64::from(total)),
-        ]));
-    }
-    Ok(F::bulk(result))
+    (result, matches)
 }
 
 /// The dynamic-programming table: `t[j + i*(b.len()+1)]` is the LCS length of `a[..i]` and

@@ -1,8 +1,10 @@
 //! Hash commands: HSET HSETNX HMSET HGET HMGET HGETALL HDEL HEXISTS HLEN HSTRLEN HKEYS HVALS
 //! HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN.
 
+use super::args::int_arg;
+use super::error::{CmdError, CmdResult, make_room, wrong_arity};
+use super::frame::F;
 use super::random::{self, Whole};
-use super::{CmdError, CmdResult, F, int_arg, make_room, wrong_arity};
 use crate::store::object::{Hash, Object, ValueType};
 use crate::store::{Store, float};
 use bytes::Bytes;

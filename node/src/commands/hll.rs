@@ -7,7 +7,8 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, CmdResult, F, make_room};
+use super::error::{CmdError, CmdResult, make_room};
+use super::frame::F;
 use crate::store::hll::{Corrupt, Hll, REGISTERS, count_raw, set_cached};
 use crate::store::{Locked, Store};
 
@@ -130,7 +131,7 @@ pub fn pfmerge(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::dispatch;
+    use super::super::dispatch::dispatch;
     use super::*;
     use crate::store::{ManualClock, StoreConfig};
 

@@ -3,8 +3,9 @@
 
 use bytes::Bytes;
 
-use super::set::positive_count;
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg, make_room};
+use super::args::{int_arg, positive_count, range};
+use super::error::{CmdError, CmdResult, SYNTAX, make_room};
+use super::frame::F;
 use crate::store::Store;
 use crate::store::object::{List, Object, ValueType};
 
@@ -77,7 +78,7 @@ pub fn pop_n(l: &mut List, count: usize, front: bool) -> Vec<Box<[u8]>> {
 
 fn pop(store: &Store, args: &[Bytes], front: bool) -> CmdResult {
     if args.len() > 3 {
-        return Err(super::wrong_arity(&args[0]));
+        return Err(super::error::wrong_arity(&args[0]));
     }
     let count = args.get(2).map(|c| positive_count(c)).transpose()?;
     write(store, &args[1], false, |l| match (l, count) {
@@ -90,17 +91,6 @@ fn pop(store: &Store, args: &[Bytes], front: bool) -> CmdResult {
 
 fn llen(store: &Store, args: &[Bytes]) -> CmdResult {
     read(store, &args[1], |l| F::int(l.map_or(0, |l| l.len() as i64)))
-}
-
-/// Redis's range rules (LRANGE): negative from the end, clamped; `None` when empty.
-pub fn range(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let start = if start < 0 { (len + start).max(0) } else { start };
-    let end = if end < 0 { len + end } else { end };
-    if start > end || start >= len {
-        return None;
-    }
-    Some((start as usize, end.min(len - 1) as usize))
 }
 
 fn lrange(store: &Store, args: &[Bytes]) -> CmdResult {
@@ -195,9 +185,9 @@ fn lpos(store: &Store, args: &[Bytes]) -> CmdResult {
                 ));
             }
         } else if more && opt.eq_ignore_ascii_case(b"count") {
-            count = Some(super::non_negative(&args[j + 1], "ERR COUNT can't be negative")?);
+            count = Some(super::args::non_negative(&args[j + 1], "ERR COUNT can't be negative")?);
         } else if more && opt.eq_ignore_ascii_case(b"maxlen") {
-            maxlen = super::non_negative(&args[j + 1], "ERR MAXLEN can't be negative")?;
+            maxlen = super::args::non_negative(&args[j + 1], "ERR MAXLEN can't be negative")?;
         } else {
             return Err(SYNTAX);
         }

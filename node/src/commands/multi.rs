@@ -12,8 +12,11 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::zset::{Dir, Kind, double, parse_query, parse_score, select};
-use super::{CmdError, CmdResult, F, SYNTAX, int_arg};
+use super::args::int_arg;
+use super::double::{double, parse_score};
+use super::error::{CmdError, CmdResult, SYNTAX};
+use super::frame::F;
+use super::zset::{Dir, Kind, parse_query, select};
 use crate::store::object::{Object, Set, ValueType, ZSet};
 use crate::store::{Locked, StoreError};
 
@@ -214,7 +217,7 @@ fn sintercard(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     let mut i = 2 + keys.len();
     while i < args.len() {
         if args[i].eq_ignore_ascii_case(b"limit") && i + 1 < args.len() {
-            limit = super::non_negative(&args[i + 1], "ERR LIMIT can't be negative")?;
+            limit = super::args::non_negative(&args[i + 1], "ERR LIMIT can't be negative")?;
             i += 2;
         } else {
             return Err(SYNTAX);
@@ -422,53 +425,102 @@ fn read_scored(l: &mut Locked<'_>, key: &[u8]) -> Result<Option<Scored>, CmdErro
     }
 }
 
+/// ZUNION, ZINTER, ZDIFF, their STORE forms and ZINTERCARD (`store`: the result goes to
+/// `args[1]`; `card_only`: only its size is answered).
 fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: bool) -> CmdResult {
     let at = if store { 2 } else { 1 };
     let keys = znumkeys(args, at)?;
     let sources = &keys[at - 1..];
-    let n = sources.len();
-    let mut inputs = Vec::with_capacity(n);
+    let mut inputs = Vec::with_capacity(sources.len());
     for k in sources {
         inputs.push(read_scored(l, k)?);
     }
-    let (mut weights, mut agg, mut with_scores, mut limit) = (vec![1.0; n], Aggregate::Sum, false, 0usize);
-    let mut j = at + 1 + n;
-    while j < args.len() {
-        let left = args.len() - j;
-        let a = &args[j];
-        if op != Op::Diff && !card_only && left > n && a.eq_ignore_ascii_case(b"weights") {
-            for (i, w) in weights.iter_mut().enumerate() {
-                *w =
-                    parse_score(&args[j + 1 + i]).ok_or(CmdError::Text("ERR weight value is not a float"))?;
-            }
-            j += 1 + n;
-        } else if op != Op::Diff && !card_only && left >= 2 && a.eq_ignore_ascii_case(b"aggregate") {
-            let how = &args[j + 1];
-            agg = if how.eq_ignore_ascii_case(b"sum") {
-                Aggregate::Sum
-            } else if how.eq_ignore_ascii_case(b"min") {
-                Aggregate::Min
-            } else if how.eq_ignore_ascii_case(b"max") {
-                Aggregate::Max
-            } else {
-                return Err(SYNTAX);
-            };
-            j += 2;
-        } else if !store && !card_only && a.eq_ignore_ascii_case(b"withscores") {
-            with_scores = true;
-            j += 1;
-        } else if card_only && left >= 2 && a.eq_ignore_ascii_case(b"limit") {
-            limit = super::non_negative(&args[j + 1], "ERR LIMIT can't be negative")?;
-            j += 2;
-        } else {
-            return Err(SYNTAX);
+    let o = ZOptions::parse(args, at + 1 + sources.len(), sources.len(), op, store, card_only)?;
+    let result = combine(op, &inputs, &o, card_only);
+    if card_only {
+        return Ok(F::int(result.len() as i64));
+    }
+    let limits = crate::store::object::Limits::default();
+    let mut z = ZSet::default();
+    for (m, s) in &result {
+        z.insert(m, *s, &limits);
+    }
+    if store {
+        return Ok(F::int(store_object(l, &args[1], Object::ZSet(z))? as i64));
+    }
+    let mut flat = Vec::with_capacity(z.len() * 2);
+    for (m, s) in z.iter() {
+        flat.push(F::bulk_from(m));
+        if o.with_scores {
+            flat.push(double(s));
         }
     }
+    Ok(if o.with_scores { F::pairs(flat) } else { F::array(flat) })
+}
+
+/// The options after a sorted-set operation's keys: WEIGHTS, AGGREGATE, WITHSCORES, LIMIT (each
+/// where the command takes it).
+struct ZOptions {
+    weights: Vec<f64>,
+    agg: Aggregate,
+    with_scores: bool,
+    limit: usize,
+}
+
+impl ZOptions {
+    /// Reads the options from `args[j..]`, for `n` input keys.
+    fn parse(
+        args: &[Bytes],
+        mut j: usize,
+        n: usize,
+        op: Op,
+        store: bool,
+        card_only: bool,
+    ) -> Result<Self, CmdError> {
+        let mut o = ZOptions { weights: vec![1.0; n], agg: Aggregate::Sum, with_scores: false, limit: 0 };
+        while j < args.len() {
+            let left = args.len() - j;
+            let a = &args[j];
+            if op != Op::Diff && !card_only && left > n && a.eq_ignore_ascii_case(b"weights") {
+                for (i, w) in o.weights.iter_mut().enumerate() {
+                    *w = parse_score(&args[j + 1 + i])
+                        .ok_or(CmdError::Text("ERR weight value is not a float"))?;
+                }
+                j += 1 + n;
+            } else if op != Op::Diff && !card_only && left >= 2 && a.eq_ignore_ascii_case(b"aggregate") {
+                let how = &args[j + 1];
+                o.agg = if how.eq_ignore_ascii_case(b"sum") {
+                    Aggregate::Sum
+                } else if how.eq_ignore_ascii_case(b"min") {
+                    Aggregate::Min
+                } else if how.eq_ignore_ascii_case(b"max") {
+                    Aggregate::Max
+                } else {
+                    return Err(SYNTAX);
+                };
+                j += 2;
+            } else if !store && !card_only && a.eq_ignore_ascii_case(b"withscores") {
+                o.with_scores = true;
+                j += 1;
+            } else if card_only && left >= 2 && a.eq_ignore_ascii_case(b"limit") {
+                o.limit = super::args::non_negative(&args[j + 1], "ERR LIMIT can't be negative")?;
+                j += 2;
+            } else {
+                return Err(SYNTAX);
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// The members of `op` over `inputs` (missing keys: `None`) with their weighed, aggregated
+/// scores; ZINTERCARD's LIMIT stops the intersection early.
+fn combine(op: Op, inputs: &[Option<Scored>], o: &ZOptions, card_only: bool) -> HashMap<Vec<u8>, f64> {
     let weigh = |s: f64, w: f64| {
         let v = s * w;
         if v.is_nan() { 0.0 } else { v }
     };
-    let combine = |a: f64, b: f64| match agg {
+    let combine = |a: f64, b: f64| match o.agg {
         Aggregate::Sum => {
             let v = a + b;
             if v.is_nan() { 0.0 } else { v }
@@ -476,10 +528,11 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
         Aggregate::Min => a.min(b),
         Aggregate::Max => a.max(b),
     };
+    let weights = &o.weights;
     let mut result: HashMap<Vec<u8>, f64> = HashMap::new();
     match op {
         Op::Union => {
-            for (input, &w) in inputs.iter().zip(&weights) {
+            for (input, &w) in inputs.iter().zip(weights) {
                 for (m, s) in input.iter().flatten() {
                     let v = weigh(*s, w);
                     result.entry(m.clone()).and_modify(|cur| *cur = combine(*cur, v)).or_insert(v);
@@ -495,14 +548,14 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
                 let first = inputs[0].as_ref().expect("checked");
                 'members: for (m, s) in first {
                     let mut acc = weigh(*s, weights[0]);
-                    for (map, &w) in maps.iter().zip(&weights).skip(1) {
+                    for (map, &w) in maps.iter().zip(weights).skip(1) {
                         match map.get(&m[..]) {
                             Some(&s) => acc = combine(acc, weigh(s, w)),
                             None => continue 'members,
                         }
                     }
                     result.insert(m.clone(), acc);
-                    if card_only && limit != 0 && result.len() == limit {
+                    if card_only && o.limit != 0 && result.len() == o.limit {
                         break;
                     }
                 }
@@ -518,25 +571,7 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
             }
         }
     }
-    if card_only {
-        return Ok(F::int(result.len() as i64));
-    }
-    let limits = crate::store::object::Limits::default();
-    let mut z = ZSet::default();
-    for (m, s) in &result {
-        z.insert(m, *s, &limits);
-    }
-    if store {
-        return Ok(F::int(store_object(l, &args[1], Object::ZSet(z))? as i64));
-    }
-    let mut flat = Vec::with_capacity(z.len() * 2);
-    for (m, s) in z.iter() {
-        flat.push(F::bulk_from(m));
-        if with_scores {
-            flat.push(double(s));
-        }
-    }
-    Ok(if with_scores { F::pairs(flat) } else { F::array(flat) })
+    result
 }
 
 fn zrangestore(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {

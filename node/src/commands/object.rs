@@ -2,7 +2,8 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, CmdResult, F};
+use super::error::{CmdError, CmdResult};
+use super::frame::F;
 use crate::store::Store;
 use crate::store::object::ValueType;
 
@@ -18,20 +19,20 @@ pub fn memory(store: &Store, args: &[Bytes]) -> CmdResult {
             String::from_utf8_lossy(&args[1])
         )));
     }
-    let key = args.get(2).ok_or_else(|| super::wrong_arity(b"memory|usage"))?;
+    let key = args.get(2).ok_or_else(|| super::error::wrong_arity(b"memory|usage"))?;
     match &args[3..] {
         [] => {}
         [opt, n] if opt.eq_ignore_ascii_case(b"samples") => {
-            super::int_arg(n)?;
+            super::args::int_arg(n)?;
         }
-        _ => return Err(super::SYNTAX),
+        _ => return Err(super::error::SYNTAX),
     }
     Ok(store.key_info(key).map_or_else(F::nil, |i| F::int(i.memory as i64)))
 }
 
 pub fn object(store: &Store, args: &[Bytes]) -> CmdResult {
     let sub = args[1].to_ascii_lowercase();
-    let Some(key) = args.get(2) else { return Err(super::wrong_arity(b"object")) };
+    let Some(key) = args.get(2) else { return Err(super::error::wrong_arity(b"object")) };
     let info = store.key_info(key);
     Ok(match (&sub[..], info) {
         (b"encoding", None) | (b"idletime", None) | (b"refcount", None) | (b"freq", None) => F::nil(),

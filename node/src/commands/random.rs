@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 
-use super::{CmdError, SYNTAX, int_arg};
+use super::args::int_arg;
+use super::error::{CmdError, SYNTAX};
 
 /// A parsed `key count [WITH...]`.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +51,7 @@ pub enum Whole {
 /// other picks distinct positions at random, shuffled, or in iteration order if `sorted`.
 /// Refuses (on a value that exists) a count of repeats past `MAX_RANDOM_REPEATS`.
 pub fn picks(n: i64, len: usize, whole: Whole, sorted: bool) -> Result<Vec<usize>, CmdError> {
-    super::check_repeats(n)?;
+    super::args::check_repeats(n)?;
     if len == 0 || n == 0 {
         return Ok(Vec::new());
     }

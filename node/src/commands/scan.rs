@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use shoal_wire::proto::Frame;
 
-use super::{CmdError, CmdResult, F, SYNTAX};
+use super::error::{CmdError, CmdResult, SYNTAX};
+use super::frame::F;
 use crate::store::Store;
 use crate::store::glob::glob_match;
 use crate::store::object::{Object, ValueType};
@@ -34,7 +35,7 @@ fn groups(o: &Object, skip: usize, take: usize) -> (Vec<Vec<Cow<'_, [u8]>>>, usi
             .iter()
             .skip(skip)
             .take(take)
-            .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::zset::d2string(s).into_bytes())])
+            .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::double::d2string(s).into_bytes())])
             .collect(),
     };
     (page, o.len(), compact)
@@ -67,7 +68,7 @@ fn options(args: &[Bytes]) -> Result<Options<'_>, CmdError> {
     while i < args.len() {
         let more = args.len() - i >= 2;
         if more && args[i].eq_ignore_ascii_case(b"count") {
-            let n = super::int_arg(&args[i + 1])?;
+            let n = super::args::int_arg(&args[i + 1])?;
             if n < 1 {
                 return Err(SYNTAX);
             }

@@ -3,8 +3,10 @@
 
 use bytes::Bytes;
 
+use super::args::positive_count;
+use super::error::{CmdError, CmdResult, SYNTAX, make_room};
+use super::frame::F;
 use super::random::{self, Whole};
-use super::{CmdError, CmdResult, F, SYNTAX, make_room};
 use crate::store::Store;
 use crate::store::object::{Limits, Object, Set, ValueType};
 
@@ -95,12 +97,6 @@ fn scard(store: &Store, args: &[Bytes]) -> CmdResult {
     read(store, &args[1], |s| F::int(s.map_or(0, |s| s.len() as i64)))
 }
 
-/// A count argument that must not be negative (SPOP, LPOP, ...); one text for both failures,
-/// as Redis's `getPositiveLongFromObjectOrReply` with a message.
-pub fn positive_count(b: &[u8]) -> Result<usize, CmdError> {
-    super::non_negative(b, "ERR value is out of range, must be positive")
-}
-
 fn spop(store: &Store, args: &[Bytes]) -> CmdResult {
     match args.len() {
         2 => write(store, &args[1], |s, _| {
@@ -143,7 +139,7 @@ fn srandmember(store: &Store, args: &[Bytes]) -> CmdResult {
         let Some(s) = s else { return F::array(Vec::new()) };
         if count.n < 0 {
             // Repeats: each pick is O(1) (Set::random), no list of positions.
-            if let Err(e) = super::check_repeats(count.n) {
+            if let Err(e) = super::args::check_repeats(count.n) {
                 return F::error(e.to_string());
             }
             return F::array((0..count.n.unsigned_abs()).filter_map(|_| s.random().map(F::bulk)).collect());

@@ -23,7 +23,7 @@ use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
 use super::{Out, Outbox, delivery_size};
-use crate::service::NodeState;
+use crate::state::NodeState;
 use crate::store::Store;
 
 /// A reply message is closed at about this many payload bytes.

@@ -20,10 +20,11 @@
 //!    has not caught up anyway. A `Resync` change (FLUSHALL) or a replica that fell out of the
 //!    backlog starts a full sync again.
 //!
-//! Under load a feed gathers changes for [`CHUNK_GAP`] between cuts, so that what a cut costs
-//! (wake-ups on both sides, a write, the replica's ack) is shared by many writes; a WAIT that
-//! has to wait for an ack ends the gap at once, so WAIT is never slowed by it. Without a WAIT, a
-//! replica under load trails its primary by up to that gap plus the time to send and apply.
+//! Under load a feed gathers changes for [`CHUNK_GAP`](super::state::CHUNK_GAP) between cuts, so
+//! that what a cut costs (wake-ups on both sides, a write, the replica's ack) is shared by many
+//! writes; a WAIT that has to wait for an ack ends the gap at once, so WAIT is never slowed by
+//! it. Without a WAIT, a replica under load trails its primary by up to that gap plus the time
+//! to send and apply.
 //!
 //! Idle, a feed sends an empty chunk every [`HEARTBEAT`] so the replica acks (WAIT sees idle
 //! replicas as caught up) and a dead replica's stream is noticed. The stream to the replica is a
@@ -40,7 +41,7 @@ use shoal_wire::proto::{ExportEntry, ReplicaAck, ReplicationChunk};
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::Replication;
+use super::state::Replication;
 use crate::store::Store;
 use crate::store::changes::{Behind, Change, Recorded};
 use crate::store::object::ValueType;
@@ -56,14 +57,6 @@ pub const CUT_BYTES: usize = 64 << 20;
 pub const CUT_LOG_BYTES: usize = 4 << 20;
 /// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
-/// Under load a feed takes at most one cut per this long: changes made meanwhile go together in
-/// the next one, so what each cut costs the primary (a wake-up, a frame each way, the replica's
-/// ack to read) is shared by many writes. A feed that has sent nothing for this long sends at
-/// once (an idle primary's changes leave at once), and a WAIT waiting for an ack ends the gap.
-/// (Measured: at 1 ms each cut's fixed cost was about a tenth of what feeding a replica cost a
-/// primary under redis-benchmark's SET load; docs/benchmarks.md.)
-pub const CHUNK_GAP: Duration = Duration::from_millis(4);
-
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
 
 /// Serves one replica until it goes away, or until this process stops being a primary:
@@ -365,7 +358,7 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let (etx, mut erx) = mpsc::channel(4);
     let export_store = store.clone();
     tokio::task::spawn_blocking(move || {
-        crate::service::export(&export_store, 0, (shoal_wire::SLOT_COUNT - 1) as u16, CHUNK_BYTES, etx)
+        crate::export::export(&export_store, 0, (shoal_wire::SLOT_COUNT - 1) as u16, CHUNK_BYTES, etx)
     });
     let mut keys = 0u64;
     while let Some(chunk) = erx.recv().await {
@@ -488,7 +481,7 @@ mod tests {
         // Later SETs of a key win.
         set("a", "1", SetOptions::default());
         set("a", "2", SetOptions { expiry: SetExpiry::At(5_000_000), ..Default::default() });
-        // A write that records only its key (as ops.rs does for an APPEND) after a SET: the
+        // A write that records only its key (as the ops layer does for an APPEND) after a SET: the
         // store's state.
         set("b", "x", SetOptions::default());
         store.append(b"b", b"y").unwrap();

@@ -27,7 +27,7 @@ use shoal_wire::pieces::EntryAssembler;
 use shoal_wire::proto::{ExportEntry, ReplicaAck, ReplicationChunk};
 use tokio::sync::mpsc;
 
-use super::Replication;
+use super::state::Replication;
 use crate::store::object::ValueType;
 use crate::store::{Restore, Store};
 
@@ -72,21 +72,7 @@ async fn follow_once(
     generation: u64,
     credentials: &Credentials,
 ) -> Result<(), String> {
-    let options = ClientOptions {
-        connect_timeout: Duration::from_millis(500),
-        credentials: credentials.clone(),
-        ..ClientOptions::default()
-    };
-    let mut client = client::connect(primary, &options).await.map_err(|e| e.to_string())?;
-    let (acks, rx) = mpsc::channel(64);
-    let run_id = if repl.synced() { repl.primary_run_id.lock().clone() } else { String::new() };
-    let hello = ReplicaAck { replica: me.to_string(), run_id, offset: repl.offset.load(Ordering::Relaxed) };
-    acks.send(hello).await.map_err(|e| e.to_string())?;
-    let mut stream = client
-        .replicate(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
+    let (acks, mut stream) = open(repl, me, primary, credentials).await?;
     let mut assembler = EntryAssembler::default();
     let mut in_full_sync = false;
     // The cut being received: its chunks are applied together once the last one is in.
@@ -115,15 +101,7 @@ async fn follow_once(
         if chunk.full_start {
             in_full_sync = true;
             assembler = EntryAssembler::default();
-            let (s, r) = (store.clone(), repl.clone());
-            let flushed = tokio::task::spawn_blocking(move || {
-                r.while_current(generation, || {
-                    r.synced.store(false, Ordering::Relaxed);
-                    let _exclusive = s.gate.write();
-                    s.flush();
-                })
-            });
-            if flushed.await.map_err(|e| e.to_string())?.is_none() {
+            if !start_full_sync(store, repl, generation).await? {
                 return Ok(());
             }
         }
@@ -169,6 +147,51 @@ async fn follow_once(
             Some(false) => {}
         }
     }
+}
+
+/// Opens the `Replicate` stream on `primary`, saying who this replica is and how far it got
+/// (the primary's run and the offset applied, when synced: the primary may then continue from
+/// its backlog). Returns the ack sender and the stream of chunks.
+async fn open(
+    repl: &Replication,
+    me: &str,
+    primary: &str,
+    credentials: &Credentials,
+) -> Result<(mpsc::Sender<ReplicaAck>, tonic::Streaming<ReplicationChunk>), String> {
+    let options = ClientOptions {
+        connect_timeout: Duration::from_millis(500),
+        credentials: credentials.clone(),
+        ..ClientOptions::default()
+    };
+    let mut client = client::connect(primary, &options).await.map_err(|e| e.to_string())?;
+    let (acks, rx) = mpsc::channel(64);
+    let run_id = if repl.synced() { repl.primary_run_id.lock().clone() } else { String::new() };
+    let hello = ReplicaAck { replica: me.to_string(), run_id, offset: repl.offset.load(Ordering::Relaxed) };
+    acks.send(hello).await.map_err(|e| e.to_string())?;
+    let stream = client
+        .replicate(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    Ok((acks, stream))
+}
+
+/// A full sync begins: the replica is not synced any more and drops everything it held (under
+/// the store's exclusive gate). `Ok(false)`: generation `generation` had ended, nothing changed.
+async fn start_full_sync(
+    store: &Arc<Store>,
+    repl: &Arc<Replication>,
+    generation: u64,
+) -> Result<bool, String> {
+    let (s, r) = (store.clone(), repl.clone());
+    let flushed = tokio::task::spawn_blocking(move || {
+        r.while_current(generation, || {
+            r.synced.store(false, Ordering::Relaxed);
+            let _exclusive = s.gate.write();
+            s.flush();
+        })
+    });
+    Ok(flushed.await.map_err(|e| e.to_string())?.is_some())
 }
 
 /// Stores a chunk's entries (replacing what the keys held) and removes its deleted keys, unless

@@ -30,9 +30,6 @@ use tokio::time::Instant;
 
 use crate::membership::Membership;
 
-/// A writer that probed within this long is watching (it probes every 100 ms by default).
-pub const WRITER_FRESH: Duration = Duration::from_secs(2);
-
 /// How long a hand-over waits for a replica to catch up and for the switch, unless told.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -14,7 +14,7 @@ use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
 use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
 use crate::commands::F;
-use crate::membership::NodeView;
+use crate::membership::view::NodeView;
 use crate::store::Store;
 
 /// What a running script's calls need; set up per script run.
@@ -31,7 +31,7 @@ pub struct RunCtx {
     /// Keys written, in order (blocked clients waiting on them are served after the script).
     pub written: Vec<Bytes>,
     /// Where the first write is recorded (SCRIPT KILL may no longer stop the script then).
-    pub shared: Arc<super::Shared>,
+    pub shared: Arc<super::shared::Shared>,
     /// The permissions of the user running the script, when restricted: every call is checked.
     pub perms: Option<Arc<shoal_wire::acl::Permissions>>,
     /// The refusals met so far (for the router's ACL LOG).

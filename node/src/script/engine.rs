@@ -23,9 +23,9 @@ use bytes::Bytes;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic};
 use shoal_wire::proto::Frame;
 
-use super::Shared;
 use super::call::{self, RunCtx};
 use super::convert::{error_table, fmt_g, frame_to_lua, lua_to_frame, number_arg, status_table};
+use super::shared::Shared;
 use crate::commands::F;
 
 /// Instructions between two checks for SCRIPT KILL.
@@ -235,7 +235,7 @@ impl Engine {
     pub fn run(&mut self, sha: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
         let Some(compiled) = self.functions.get(sha) else {
             return Outcome {
-                reply: F::error(super::NOSCRIPT.into()),
+                reply: F::error(shoal_wire::script::NOSCRIPT.into()),
                 written: Vec::new(),
                 denials: Vec::new(),
             };
@@ -409,7 +409,21 @@ fn run_call(lua: &Lua, args: MultiValue) -> mlua::Result<Result<Value, String>> 
 /// The `redis` table.
 fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     let redis = lua.create_table()?;
-    let raise = |text: &str| Err::<Value, _>(redis_error(text));
+    add_calls(lua, &redis)?;
+    add_replies(lua, &redis)?;
+    add_log(lua, &redis)?;
+    add_replication(lua, &redis)?;
+    add_constants(&redis)?;
+    Ok(redis)
+}
+
+/// A Redis error raised in the script (the Lua error `redis.call` and the helpers raise).
+fn raise(text: &str) -> mlua::Result<Value> {
+    Err(redis_error(text))
+}
+
+/// `redis.call` (errors raised) and `redis.pcall` (errors returned as tables).
+fn add_calls(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "call",
         lua.create_function(|lua, args: MultiValue| match run_call(lua, args)? {
@@ -424,6 +438,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Err(e) => error_table(lua, &e),
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.error_reply`, `redis.status_reply` and `redis.sha1hex`.
+fn add_replies(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "error_reply",
         lua.create_function(move |lua, v: Variadic<Value>| match v.first() {
@@ -441,17 +460,24 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     redis.raw_set(
         "sha1hex",
         lua.create_function(move |lua, v: Variadic<Value>| match v.as_slice() {
-            [Value::String(s)] => Ok(Value::String(lua.create_string(super::sha1_hex(&s.as_bytes()))?)),
+            [Value::String(s)] => {
+                Ok(Value::String(lua.create_string(shoal_wire::script::sha1_hex(&s.as_bytes()))?))
+            }
             // As Lua's tostring writes a number (mlua shows integral ones as integers).
-            [Value::Integer(n)] => {
-                Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n as f64).as_bytes()))?))
-            }
-            [Value::Number(n)] => {
-                Ok(Value::String(lua.create_string(super::sha1_hex(number_text(*n).as_bytes()))?))
-            }
+            [Value::Integer(n)] => Ok(Value::String(
+                lua.create_string(shoal_wire::script::sha1_hex(number_text(*n as f64).as_bytes()))?,
+            )),
+            [Value::Number(n)] => Ok(Value::String(
+                lua.create_string(shoal_wire::script::sha1_hex(number_text(*n).as_bytes()))?,
+            )),
             _ => raise("ERR wrong number of arguments"),
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.log`, to the node's log at the level's nearest match.
+fn add_log(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "log",
         lua.create_function(move |_, v: Variadic<Value>| {
@@ -476,6 +502,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Ok(Value::Nil)
         })?,
     )?;
+    Ok(())
+}
+
+/// `redis.setresp`, and the replication and debugging calls Redis keeps for old scripts.
+fn add_replication(lua: &Lua, redis: &Table) -> mlua::Result<()> {
     redis.raw_set(
         "setresp",
         lua.create_function(move |lua, v: Variadic<Value>| {
@@ -509,6 +540,11 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
     redis.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
     redis.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    Ok(())
+}
+
+/// The `LOG_*` and `REPL_*` levels and the Redis version a script sees.
+fn add_constants(redis: &Table) -> mlua::Result<()> {
     for (name, v) in [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LOG_NOTICE", 2), ("LOG_WARNING", 3)] {
         redis.raw_set(name, v)?;
     }
@@ -519,7 +555,7 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     }
     redis.raw_set("REDIS_VERSION", VERSION)?;
     redis.raw_set("REDIS_VERSION_NUM", VERSION_NUM)?;
-    Ok(redis)
+    Ok(())
 }
 
 /// `redis.error_reply`'s text as Redis builds it (`luaPushErrorBuff` after a `-` is put in

@@ -1,29 +1,28 @@
 //! Clients blocked on keys (BLPOP, BLMOVE, BZPOPMIN, ...): who waits on which key, in arrival
-//! order. The registry only keeps the queues; `ops.rs` runs a waiter's command when a write makes
-//! one of its keys ready, and `service.rs` (the `Block` call) registers and withdraws waiters.
+//! order. The registry only keeps the queues; `ops/blocked.rs` parks a waiter's command here,
+//! runs it when a write makes one of its keys ready, and withdraws it (the `Block` call in
+//! `service.rs` times out or goes away). What a waiter runs is the ops layer's protocol op, which
+//! the store cannot name: it is parked as an opaque value, so the store holds no protocol types.
 //!
 //! Everything that looks at a key's readiness and then registers or serves a waiter holds the
 //! registry's lock across both (see [`Blocked::lock`]), so a push can never slip between a
 //! waiter's failed attempt and its registration (a lost wake-up), and two writes never serve one
 //! waiter twice. Lock order: the store's gate, then this lock, then shard locks.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
-use shoal_wire::proto::{Op, Reply};
-use tokio::sync::oneshot;
 
-/// A blocked client's command.
+/// A blocked client, queued on each of its keys.
 #[derive(Debug)]
 pub struct Waiter {
     pub keys: Vec<Bytes>,
-    /// The non-blocking form of the command, run when a key is ready.
-    pub op: Op,
-    /// The topology version the router routed by.
-    pub version: u64,
-    pub reply: oneshot::Sender<Reply>,
+    /// What the client waits to run and where its reply goes, as the layer that parked it left
+    /// it (the store never looks inside; only that layer takes it out again).
+    pub parked: Box<dyn Any + Send>,
 }
 
 #[derive(Debug, Default)]
@@ -132,19 +131,18 @@ impl Blocked {
 mod tests {
     use super::*;
 
-    fn waiter(keys: &[&str]) -> (Waiter, oneshot::Receiver<Reply>) {
-        let (tx, rx) = oneshot::channel();
+    fn waiter(keys: &[&str]) -> Waiter {
         let keys = keys.iter().map(|k| Bytes::copy_from_slice(k.as_bytes())).collect();
-        (Waiter { keys, op: Op::default(), version: 0, reply: tx }, rx)
+        Waiter { keys, parked: Box::new(()) }
     }
 
     #[test]
     fn first_come_first_served_per_key() {
         let b = Blocked::default();
         let mut l = b.lock();
-        let (w1, _r1) = waiter(&["a", "b"]);
-        let (w2, _r2) = waiter(&["b"]);
-        let (w3, _r3) = waiter(&["a"]);
+        let w1 = waiter(&["a", "b"]);
+        let w2 = waiter(&["b"]);
+        let w3 = waiter(&["a"]);
         let (id1, id2, id3) = (l.queues.register(w1), l.queues.register(w2), l.queues.register(w3));
         assert_eq!(l.queues.first(b"a").map(|(id, _)| id), Some(id1));
         assert_eq!(l.queues.first(b"b").map(|(id, _)| id), Some(id1));

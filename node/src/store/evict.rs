@@ -9,9 +9,11 @@
 
 use shoal_wire::notify;
 
+use super::config::EvictionPolicy;
 use super::entry::lru_now;
+use super::error::StoreError;
 use super::shard::Shard;
-use super::{EvictionPolicy, Store, StoreError};
+use super::sharded::Store;
 
 /// Keys compared per LRU eviction (Redis's `maxmemory-samples` default).
 const LRU_SAMPLES: usize = 5;
@@ -112,7 +114,10 @@ mod tests {
         let (i, err) = refused.expect("writes are refused once full");
         assert!(i > 100, "the limit is not hit early: {i}");
         assert_eq!(err, StoreError::OutOfMemory);
-        assert_eq!(err.to_string(), "OOM command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(
+            crate::redis_error::redis_error(&err),
+            "OOM command not allowed when used memory > 'maxmemory'."
+        );
         assert!(s.get(b"k0").is_some(), "nothing was evicted");
         assert!(s.del(b"k0"), "deletes still work when full");
     }

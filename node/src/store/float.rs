@@ -8,12 +8,12 @@
 use rustc_apfloat::ieee::X87DoubleExtended as F80;
 use rustc_apfloat::{Float, Round, Status};
 
-/// Why an INCRBYFLOAT was refused; the text is Redis's.
+/// Why an INCRBYFLOAT was refused (plain words; Redis's text is `crate::redis_error`'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FloatError {
-    #[error("ERR value is not a valid float")]
+    #[error("the value is not a valid float")]
     NotFloat,
-    #[error("ERR increment would produce NaN or Infinity")]
+    #[error("the increment would produce NaN or Infinity")]
     NanOrInfinity,
 }
 

@@ -3,11 +3,12 @@
 use bytes::Bytes;
 
 use super::entry::lru_now;
-use super::glob::glob_match;
+use super::error::StoreError;
 use super::object::{Object, ValueType};
 use super::shard::{Imported, Presence};
+use super::sharded::Store;
 use super::slots::BASE_MASKED;
-use super::{Store, StoreError};
+use shoal_wire::glob::glob_match;
 
 /// A key's TTL as TTL/PTTL/EXPIRETIME need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

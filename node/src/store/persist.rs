@@ -17,7 +17,7 @@ use std::ops::RangeInclusive;
 use bytes::Bytes;
 use shoal_wire::key_slot;
 
-use super::Store;
+use super::sharded::Store;
 
 /// A key, value and TTL copied out of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

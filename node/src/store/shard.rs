@@ -1,6 +1,10 @@
 //! One shard of the store: a slab of entries, a hash index over it, an expiry min-heap, and the
 //! read-only snapshot underneath.
 //!
+//! One concept: every insert, delete, TTL change and base promotion updates the slab, the index,
+//! the heap, the memory count and the tombstone/shadow counts together, and each keeps the
+//! others' invariants; split across files, each half would call into the other.
+//!
 //! Entries live in a slab (`Vec<Option<Entry>>`) and never move once placed, which is what makes
 //! SCAN cursors (slab positions) keep Redis's guarantee: a key present for a whole scan is returned.
 //! Freed positions are reused by later inserts. The index is a `HashTable<u32>` of slab positions:

@@ -6,9 +6,10 @@ use std::cell::RefCell;
 use bytes::{Bytes, BytesMut};
 
 use super::entry::lru_now;
+use super::error::StoreError;
 use super::float;
 use super::object::ValueType;
-use super::{Store, StoreError};
+use super::sharded::Store;
 
 /// SET's NX / XX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

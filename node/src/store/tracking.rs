@@ -13,7 +13,7 @@
 //! they are on the router's stream before the reply of the write leaves the node.
 //!
 //! Where changes are seen: the ops layer touches the keys of every write op after applying it
-//! (`ops.rs`); the shards touch keys they remove themselves (expiry, eviction, delete,
+//! (`ops/run.rs`); the shards touch keys they remove themselves (expiry, eviction, delete,
 //! import, purge) through [`super::watch::Watches::touch`]; a flush invalidates everything; a
 //! slot leaving the node (the node adopts a topology where it no longer owns it outright)
 //! invalidates the keys tracked in it.

@@ -5,9 +5,10 @@
 //! once.
 
 use super::entry::lru_now;
+use super::error::StoreError;
 use super::object::{Limits, Object, ValueType};
 use super::shard::Shard;
-use super::{Store, StoreError};
+use super::sharded::Store;
 
 /// A key's value as `OBJECT`, `MEMORY USAGE` and `TYPE` see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

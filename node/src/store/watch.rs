@@ -6,12 +6,13 @@
 //! (a `Transaction` op) compares the versions the router kept. Only watched keys are tracked, so
 //! a node nobody watches pays one relaxed atomic load per write.
 //!
-//! What counts as a change: any write op on the key (ops.rs touches before applying it, even a
-//! write that leaves the key as it was, which Redis would not count: docs/compatibility.md), and
-//! the key's removal by expiry, eviction, a flush or a slot move (the shard touches it). Versions
-//! come from one node-wide counter that starts at a random point of the 64-bit range, so a version
-//! a router kept from another node, from before a restart or from a swept registration never
-//! matches a current one (the router needs no node identity beside it).
+//! What counts as a change: any write op on the key (`ops/run.rs` touches before applying it,
+//! even a write that leaves the key as it was, which Redis would not count:
+//! docs/compatibility.md), and the key's removal by expiry, eviction, a flush or a slot move (the
+//! shard touches it). Versions come from one node-wide counter that starts at a random point of
+//! the 64-bit range, so a version a router kept from another node, from before a restart or from
+//! a swept registration never matches a current one (the router needs no node identity beside
+//! it).
 //!
 //! Registrations are counted (two clients may watch one key); UNWATCH, EXEC and DISCARD release
 //! them. A router that dies holding watches cannot release them, so registrations older than

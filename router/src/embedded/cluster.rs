@@ -21,7 +21,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use shoal_coordinator::{Coordinator, MemoryRegistry, Progress, Registry, RegistryError};
 use shoal_node::server::{NodeError, NodeHandle, ServeOptions};
-use shoal_node::service::NodeState;
+use shoal_node::state::NodeState;
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::proto::NodeSettings;
@@ -237,7 +237,7 @@ impl EmbeddedCluster {
     /// Remembers settings CONFIG SET gave the running nodes, so nodes started later (SHOAL SCALE)
     /// get them too.
     pub fn remember_settings(&self, change: &NodeSettings) {
-        if let Err(e) = shoal_node::service::apply_settings(&mut self.config.lock(), change) {
+        if let Err(e) = shoal_node::state::apply_settings(&mut self.config.lock(), change) {
             tracing::warn!(error = %e, "embedded nodes' settings not remembered");
         }
     }

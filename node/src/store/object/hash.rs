@@ -3,7 +3,7 @@
 //! passed (never converted back, as in Redis): each field and its value in one allocation, see
 //! [`super::table`].
 
-use super::Limits;
+use super::limits::Limits;
 use super::pack::Pack;
 use super::table::{PairKey, Table};
 

@@ -6,11 +6,13 @@
 //!   (`crate::commands`) are written over.
 //! - [`table`]: the large encoding of sets and hashes (items in a vector, a hash index over it).
 //! - [`ordered`]: sorted blocks with ranks, the ordered index of large sorted sets.
+//! - [`limits`]: the encoding thresholds and allocation sizes every encoding above is built by.
 //!
 //! A typed value lives in its shard's object table, next to the entry that holds its key, TTL and
 //! LRU clock (the entry's flags carry the [`ValueType`]); its memory is counted with the shard's.
 
 pub mod hash;
+pub mod limits;
 pub mod list;
 pub mod ordered;
 pub mod pack;
@@ -19,6 +21,7 @@ pub mod table;
 pub mod zset;
 
 pub use hash::Hash;
+pub use limits::{Limits, alloc_size};
 pub use list::List;
 pub use pack::{Pack, PackError};
 pub use set::Set;
@@ -62,60 +65,6 @@ impl ValueType {
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
-}
-
-/// Encoding thresholds (Redis's `*-max-listpack-*` and `set-max-intset-entries`, with Redis 7.0's
-/// built-in defaults).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    pub hash_max_listpack_entries: usize,
-    pub hash_max_listpack_value: usize,
-    pub set_max_intset_entries: usize,
-    pub zset_max_listpack_entries: usize,
-    pub zset_max_listpack_value: usize,
-    /// Redis's `list-max-listpack-size`: a positive number caps the elements of one list chunk, a
-    /// negative one (-1 to -5) its bytes (4 KiB to 64 KiB).
-    pub list_max_listpack_size: i64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            hash_max_listpack_entries: 512,
-            hash_max_listpack_value: 64,
-            set_max_intset_entries: 512,
-            zset_max_listpack_entries: 128,
-            zset_max_listpack_value: 64,
-            list_max_listpack_size: -2,
-        }
-    }
-}
-
-impl Limits {
-    /// Limits under which nothing stays compact (conversions).
-    pub const ALWAYS_TABLE: Limits = Limits {
-        hash_max_listpack_entries: 0,
-        hash_max_listpack_value: 0,
-        set_max_intset_entries: 0,
-        zset_max_listpack_entries: 0,
-        zset_max_listpack_value: 0,
-        list_max_listpack_size: 1,
-    };
-
-    /// Limits a few elements cross (fuzzing, tests): 4 entries, 8-byte strings.
-    pub const TINY: Limits = Limits {
-        hash_max_listpack_entries: 4,
-        hash_max_listpack_value: 8,
-        set_max_intset_entries: 4,
-        zset_max_listpack_entries: 4,
-        zset_max_listpack_value: 8,
-        list_max_listpack_size: 4,
-    };
-}
-
-/// What an allocation of `n` bytes costs, rounded as allocators round small sizes.
-pub fn alloc_size(n: usize) -> usize {
-    if n == 0 { 0 } else { n.next_multiple_of(8).max(16) }
 }
 
 #[derive(Debug, Clone)]

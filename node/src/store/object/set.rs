@@ -5,7 +5,7 @@
 //! The table keeps members in a vector with a hash index of positions over it (as a shard keeps
 //! its entries): SPOP and SRANDMEMBER pick uniformly in O(1), and SSCAN cursors are positions.
 
-use super::Limits;
+use super::limits::Limits;
 use super::table::{Table, WholeKey};
 use std::borrow::Cow;
 

@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::alloc_size;
+use super::limits::alloc_size;
 
 /// Where an item's key is inside the item's bytes.
 pub trait KeyOf {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use super::limits::{Limits, alloc_size};
 use super::ordered::Ordered;
-use super::{Limits, alloc_size};
 
 /// A score with the order Redis uses (never NaN; -0 equals 0, ties broken by member).
 #[derive(Debug, Clone, Copy)]

@@ -14,224 +14,51 @@
 //! Every op is checked against the view with the topology version the router routed it by (see
 //! [`NodeView::check`]); an op for a slot this node does not serve gets a `moved` reply carrying
 //! the node's version, and the router catches up and retries.
+//!
+//! Below [`Membership`], which adopts topologies and fences: [`view`] (the view itself, plain
+//! data that ops are checked against), [`served`] (the view in force and those it replaced) and
+//! [`pulls`] (migrations' progress and rate limit). The puller (`crate::migrate`) gets those
+//! parts, not the membership, so it sits between the two.
 
-use std::collections::HashMap;
+pub mod pulls;
+pub mod served;
+pub mod view;
+
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use shoal_wire::auth::Credentials;
 use shoal_wire::proto::MigrationProgress;
-use shoal_wire::{Member, Migration, SLOT_COUNT, SlotRole, Topology};
+use shoal_wire::{Member, SLOT_COUNT, Topology};
 use tokio::sync::Notify;
 
+use crate::migrate::Puller;
+use crate::replication::Replication;
 use crate::store::Store;
-
-const NONE: u8 = 0;
-const OWNER: u8 = 1;
-const INCOMING: u8 = 2;
-const OUTGOING: u8 = 3;
-
-/// The topology as this node sees it, with its role for every slot.
-#[derive(Debug)]
-pub struct NodeView {
-    pub topology: Option<Arc<Topology>>,
-    roles: Box<[u8]>,
-    /// False for a replica (its shard's ops go to the primary) and for a fenced primary (one
-    /// that restarted, until the failover writer confirms it): every op gets `moved`. The roles
-    /// above are still the shard's, so the data kept is the shard's.
-    serving: bool,
-    /// A replica's view for replica reads (READONLY): only read-only ops, only settled slots.
-    reads_only: bool,
-}
-
-impl NodeView {
-    /// No topology: the node serves whatever it is sent (routers with a static `--nodes` list).
-    pub fn unmanaged() -> NodeView {
-        NodeView {
-            topology: None,
-            roles: vec![OWNER; SLOT_COUNT].into_boxed_slice(),
-            serving: true,
-            reads_only: false,
-        }
-    }
-
-    /// The view of the primary of shard `id` (serving) or of one of its replicas.
-    pub fn new(id: u32, topology: Arc<Topology>) -> NodeView {
-        Self::with_serving(id, topology, true)
-    }
-
-    pub fn with_serving(id: u32, topology: Arc<Topology>, serving: bool) -> NodeView {
-        let roles = (0..SLOT_COUNT as u16)
-            .map(|slot| match topology.role(slot, id) {
-                SlotRole::Owner => OWNER,
-                SlotRole::Incoming { .. } => INCOMING,
-                SlotRole::Outgoing { .. } => OUTGOING,
-                SlotRole::None => NONE,
-            })
-            .collect();
-        NodeView { topology: Some(topology), roles, serving, reads_only: false }
-    }
-
-    /// A replica of shard `id`: the view replica reads are checked against. It serves the
-    /// shard's settled slots (a slot moving in or out is read from the primary, which knows where
-    /// each key is) and, through [`reads_only`](Self::reads_only), read-only ops only.
-    pub fn replica_reads(id: u32, topology: Arc<Topology>) -> NodeView {
-        let mut view = Self::with_serving(id, topology, true);
-        for role in view.roles.iter_mut() {
-            if *role != OWNER {
-                *role = NONE;
-            }
-        }
-        view.reads_only = true;
-        view
-    }
-
-    /// Whether only read-only ops may run by this view (a replica's, for replica reads).
-    pub fn reads_only(&self) -> bool {
-        self.reads_only
-    }
-
-    /// Whether ops are served (see `serving`).
-    pub fn serving(&self) -> bool {
-        self.serving
-    }
-
-    pub fn version(&self) -> u64 {
-        self.topology.as_ref().map_or(0, |t| t.version)
-    }
-
-    /// Whether this node serves `slot` for a router that routed by `batch_version`; `Err` carries
-    /// this node's version for the `moved` reply. Owners (moving in or not) serve everyone. An old
-    /// owner whose slot is moving out serves only routers that know about the move (they send it
-    /// fallback reads and deletes, never writes); a router from before the move must learn it
-    /// first, or its writes would land where they are about to be left behind.
-    ///
-    /// A router *ahead* of this node is refused too, whatever the slot: the node may still be
-    /// serving writes (from routers that have not caught up either) for a slot the router already
-    /// treats as moving. The `moved` reply then carries the lower version and the router offers
-    /// its topology to the node before retrying.
-    ///
-    /// A node without a topology serves routers without one (static `--nodes` routing, version 0)
-    /// and refuses the others until it has been given theirs: a node that just started knows
-    /// nothing yet of slots moving in, so it would neither keep a delete as a tombstone nor
-    /// refuse a write for a slot it is about to hand over.
-    #[inline]
-    pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
-        let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
-        if batch_version > t.version || !self.serving {
-            return Err(t.version);
-        }
-        match self.roles[usize::from(slot) & (SLOT_COUNT - 1)] {
-            OWNER | INCOMING => Ok(()),
-            OUTGOING if batch_version >= t.version => Ok(()),
-            _ => Err(t.version),
-        }
-    }
-
-    /// Whether this node owns `slot` (moving in or settled): the node that answers for it in
-    /// SHOAL SLOT-STATS.
-    pub fn owns(&self, slot: u16) -> bool {
-        matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], OWNER | INCOMING)
-    }
-
-    /// For ops about the whole keyspace: the router must route by exactly this node's version.
-    pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
-        match &self.topology {
-            Some(t) if t.version != batch_version || !self.serving => Err(t.version),
-            Some(_) => Ok(()),
-            None => Self::unmanaged_check(batch_version),
-        }
-    }
-
-    /// Without a topology: only routers without one are served (see [`check`](Self::check)).
-    fn unmanaged_check(batch_version: u64) -> Result<(), u64> {
-        if batch_version == 0 { Ok(()) } else { Err(0) }
-    }
-
-    /// Whether a router (at `batch_version`) may copy an entry for `slot` here: only while the
-    /// slot is moving in. Once a move has settled, a copy from the old owner could only be stale
-    /// (or bring back a key deleted here since, as settled slots keep no tombstones).
-    pub fn check_import(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
-        let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
-        if batch_version > t.version || !self.serving || !self.accepts_import(slot) {
-            return Err(t.version);
-        }
-        Ok(())
-    }
-
-    /// Whether entries for `slot` pulled from an old owner are welcome here (it is moving in).
-    pub fn accepts_import(&self, slot: u16) -> bool {
-        self.topology.is_none() || self.roles[usize::from(slot) & (SLOT_COUNT - 1)] == INCOMING
-    }
-
-    /// Whether this node may export `slots` for a migration started by topology `version`: it must
-    /// serve by that very topology (so it refuses writes to them from routers that do not know
-    /// the move) and be their old owner.
-    pub fn check_export(&self, first: u16, last: u16, version: u64) -> Result<(), String> {
-        let mine = self.version();
-        if !self.serving {
-            return Err("this node does not serve its shard (a replica, or fenced)".into());
-        }
-        if mine != version {
-            return Err(format!("exporter serves topology version {mine}, the migration is at {version}"));
-        }
-        match (first..=last).find(|&s| self.roles[usize::from(s) & (SLOT_COUNT - 1)] != OUTGOING) {
-            Some(slot) => Err(format!("slot {slot} is not moving out of this node at version {version}")),
-            None => Ok(()),
-        }
-    }
-
-    /// Whether this node serves `slot` as its settled owner (not moving either way): the only
-    /// case where a router may cache what it reads here (`Get.track`).
-    pub fn owns_outright(&self, slot: u16) -> bool {
-        self.serving && (self.topology.is_none() || self.roles[usize::from(slot) & (SLOT_COUNT - 1)] == OWNER)
-    }
-
-    /// Whether `slot` is moving into or out of this node (a transaction waits until it is not).
-    pub fn is_moving(&self, slot: u16) -> bool {
-        self.topology.is_some()
-            && matches!(self.roles[usize::from(slot) & (SLOT_COUNT - 1)], INCOMING | OUTGOING)
-    }
-
-    fn role(&self, slot: u16) -> u8 {
-        self.roles[usize::from(slot)]
-    }
-}
-
-/// Progress of pulling one migration's slots (and when it started), keyed by migration and
-/// topology version.
-type Board = HashMap<(Migration, u64), (MigrationProgress, std::time::Instant)>;
+use pulls::Pulls;
+use served::Served;
+pub use view::NodeView;
+use view::{INCOMING, NONE, OUTGOING, OWNER};
 
 #[derive(Debug)]
 pub struct Membership {
     id: Option<u32>,
     listen: Option<String>,
     pub store: Arc<Store>,
-    view: RwLock<Arc<NodeView>>,
+    /// The view in force and the views it replaced.
+    served: Arc<Served>,
     data_dir: Option<PathBuf>,
-    board: Mutex<Board>,
-    pub keys_in: AtomicU64,
-    pub bytes_in: AtomicU64,
+    /// Pulls into this node: progress, counters, rate limit.
+    pub pulls: Arc<Pulls>,
     pub slots_dropped: AtomicU64,
-    /// Slots whose pull into this node finished.
-    pub slots_in: AtomicU64,
-    /// How long pulls into this node took.
-    pub pull_seconds: shoal_telemetry::metrics::Histogram,
-    /// Pull rate limit in bytes per second (0: none), and when the bucket is next free.
-    migrate_rate: AtomicU64,
-    pace_next: Mutex<tokio::time::Instant>,
     purge: Notify,
     /// Serializes adoptions.
     adopting: Mutex<()>,
-    /// Views replaced by newer ones; a batch checked against one may still be applying.
-    retired: Mutex<Vec<Weak<NodeView>>>,
-    /// The version served, for whoever tells routers about changes (the pub/sub streams).
-    versions: tokio::sync::watch::Sender<u64>,
     /// Replication: this process's run id, its replicas, its link to its primary.
-    pub replication: Arc<crate::replication::Replication>,
+    pub replication: Arc<Replication>,
     /// A replica's view for replica reads at the version served (None: not a replica).
     replica_reads: RwLock<Option<Arc<NodeView>>>,
     /// Fencing of a primary that (re)started: `BOOT` until the first topology that names it a
@@ -271,20 +98,12 @@ impl Membership {
             id,
             listen,
             store,
-            view: RwLock::new(Arc::new(NodeView::unmanaged())),
+            served: Arc::default(),
             data_dir,
-            board: Mutex::default(),
-            keys_in: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
+            pulls: Arc::default(),
             slots_dropped: AtomicU64::new(0),
-            slots_in: AtomicU64::new(0),
-            pull_seconds: shoal_telemetry::metrics::Histogram::new(shoal_telemetry::metrics::LONG_BUCKETS),
-            migrate_rate: AtomicU64::new(0),
-            pace_next: Mutex::new(tokio::time::Instant::now()),
             purge: Notify::new(),
             adopting: Mutex::new(()),
-            retired: Mutex::default(),
-            versions: tokio::sync::watch::channel(0).0,
             replication: Arc::default(),
             replica_reads: RwLock::new(None),
             fence_through: AtomicU64::new(BOOT),
@@ -308,40 +127,20 @@ impl Membership {
 
     /// Limits how fast migrations pull into this node (bytes per second, 0: no limit).
     pub fn set_migrate_rate(&self, bytes_per_sec: u64) {
-        self.migrate_rate.store(bytes_per_sec, Ordering::Relaxed);
-    }
-
-    pub fn migrate_rate(&self) -> u64 {
-        self.migrate_rate.load(Ordering::Relaxed)
-    }
-
-    /// Waits as long as pulling `bytes` more takes at the rate limit, shared by all the pulls
-    /// into this node (a token bucket without burst: each chunk books the next free interval).
-    pub async fn pace(&self, bytes: u64) {
-        let rate = self.migrate_rate();
-        if rate == 0 {
-            return;
-        }
-        let due = {
-            let mut next = self.pace_next.lock();
-            let start = (*next).max(tokio::time::Instant::now());
-            *next = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
-            *next
-        };
-        tokio::time::sleep_until(due).await;
+        self.pulls.set_migrate_rate(bytes_per_sec);
     }
 
     pub fn view(&self) -> Arc<NodeView> {
-        self.view.read().clone()
+        self.served.view()
     }
 
     /// Follows the version served (changes after the new view is in place).
     pub fn watch_version(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.versions.subscribe()
+        self.served.watch_version()
     }
 
     pub fn version(&self) -> u64 {
-        self.view.read().version()
+        self.served.version()
     }
 
     /// Where this process sits in `t`: its shard, and whether it is that shard's primary. Found
@@ -438,9 +237,51 @@ impl Membership {
         let serving = self.unfenced(t.version, has_replicas, primary);
         self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
-        // Before the new view lets any op in: a slot coming back to this node must not show what
-        // it held on an earlier stay (entries given away but not reclaimed yet are stale), and a
-        // slot moving in must record deletes as tombstones from its first op on.
+        self.prepare_slots(&new);
+        // A replica promoted: its follower stops, and a change of its in progress lands, before
+        // the new view lets a write in (see `Replication::end_generation`).
+        if primary {
+            self.replication.stop_following();
+        }
+        *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
+        self.served.install(new.clone());
+        // Routers caching keys of slots this node no longer owns outright (moving out, given
+        // away, demoted) must stop: writes to them may now land on another node, which never
+        // heard of these registrations.
+        if self.store.watches.tracking.active() {
+            let left: Vec<u16> =
+                (0..SLOT_COUNT as u16).filter(|&s| old.owns_outright(s) && !new.owns_outright(s)).collect();
+            self.store.watches.tracking.slots_left(&left);
+        }
+        self.served.announce(t.version);
+        if old.topology.is_some() {
+            self.served.retire(&old);
+        }
+        let (dropped, settled) = self.release_slots(&old, &new);
+        tracing::info!(
+            version = t.version,
+            node = id,
+            migrations_in = t.migrations.iter().filter(|m| m.to == id).count(),
+            migrations_out = t.migrations.iter().filter(|m| m.from == id).count(),
+            dropped,
+            "serving a new topology"
+        );
+        self.save_copy(&t);
+        if primary {
+            self.start_pulls(id, &t);
+        } else {
+            self.become_replica(id, &t, was_primary, held_the_shard);
+        }
+        if dropped > 0 || settled {
+            self.purge.notify_one();
+        }
+        t.version
+    }
+
+    /// Before `new` lets any op in: a slot coming back to this node must not show what it held on
+    /// an earlier stay (entries given away but not reclaimed yet are stale), and a slot moving in
+    /// must record deletes as tombstones from its first op on.
+    fn prepare_slots(&self, new: &NodeView) {
         let flags = self.store.slot_flags();
         let returning: Vec<u16> = (0..SLOT_COUNT as u16)
             .filter(|&s| {
@@ -451,7 +292,6 @@ impl Membership {
             let removed = self.store.purge_slots(&returning);
             tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
         }
-        let mut settled = false;
         for slot in 0..SLOT_COUNT as u16 {
             match new.role(slot) {
                 INCOMING => self.store.set_incoming(slot, true),
@@ -459,27 +299,13 @@ impl Membership {
                 _ => {}
             }
         }
-        // A replica promoted: its follower stops, and a change of its in progress lands, before
-        // the new view lets a write in (see `Replication::end_generation`).
-        if primary {
-            self.replication.stop_following();
-        }
-        *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
-        *self.view.write() = new.clone();
-        // Routers caching keys of slots this node no longer owns outright (moving out, given
-        // away, demoted) must stop: writes to them may now land on another node, which never
-        // heard of these registrations.
-        if self.store.watches.tracking.active() {
-            let left: Vec<u16> =
-                (0..SLOT_COUNT as u16).filter(|&s| old.owns_outright(s) && !new.owns_outright(s)).collect();
-            self.store.watches.tracking.slots_left(&left);
-        }
-        self.versions.send_replace(t.version);
-        if old.topology.is_some() {
-            self.retired.lock().push(Arc::downgrade(&old));
-        }
-        // After the swap: slots given away or settled (no op by the new view reaches them).
-        let mut dropped = 0;
+    }
+
+    /// After the swap from `old` to `new`: slots given away are dropped and slots whose move
+    /// finished stop being flagged (no op by the new view reaches either). Returns how many slots
+    /// were dropped and whether any settled.
+    fn release_slots(&self, old: &NodeView, new: &NodeView) -> (u64, bool) {
+        let (mut dropped, mut settled) = (0, false);
         for slot in 0..SLOT_COUNT as u16 {
             let (was, now) = (if old.topology.is_some() { old.role(slot) } else { NONE }, new.role(slot));
             match now {
@@ -499,38 +325,25 @@ impl Membership {
         if old.topology.is_some() {
             self.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
         }
-        tracing::info!(
-            version = t.version,
-            node = id,
-            migrations_in = t.migrations.iter().filter(|m| m.to == id).count(),
-            migrations_out = t.migrations.iter().filter(|m| m.from == id).count(),
-            dropped,
-            "serving a new topology"
-        );
-        self.save_copy(&t);
-        if primary {
-            self.start_pulls(id, &t);
+        (dropped, settled)
+    }
+
+    /// A replica now: a hand-over in progress is done (its switch), and a process on its way out
+    /// follows nobody. A demoted primary's feeds end first, before its follower replaces its
+    /// store.
+    fn become_replica(&self, id: u32, t: &Topology, was_primary: bool, held_the_shard: bool) {
+        if was_primary {
+            self.replication.end_generation();
+        }
+        self.replication.end_handover();
+        if held_the_shard {
+            self.replication.keep_own_copy(self.store.events.changes.end());
+        }
+        if self.replication.exiting() {
+            self.replication.stop_following();
         } else {
-            // A replica now: a hand-over in progress is done (its switch), and a process on its
-            // way out follows nobody. A demoted primary's feeds end first, before its follower
-            // (below) replaces its store.
-            if was_primary {
-                self.replication.end_generation();
-            }
-            self.replication.end_handover();
-            if held_the_shard {
-                self.replication.keep_own_copy(self.store.events.changes.end());
-            }
-            if self.replication.exiting() {
-                self.replication.stop_following();
-            } else {
-                self.follow_primary(id, &t);
-            }
+            self.follow_primary(id, t);
         }
-        if dropped > 0 || settled {
-            self.purge.notify_one();
-        }
-        t.version
     }
 
     /// A replica of shard `id` in `t`: follows its primary (a new follower if the primary changed).
@@ -573,13 +386,13 @@ impl Membership {
             return None;
         }
         let (id, true) = self.place(&t)? else { return None };
-        *self.view.write() = Arc::new(NodeView::with_serving(id, t.clone(), serving));
+        self.served.install(Arc::new(NodeView::with_serving(id, t.clone(), serving)));
         if !serving {
             // Handing the shard over: the next writes happen on another process, which tracks
             // nothing for the routers caching from this one.
             self.store.watches.tracking.touch_all();
         }
-        self.retired.lock().push(Arc::downgrade(&old));
+        self.served.retire(&old);
         Some(t.version)
     }
 
@@ -664,82 +477,33 @@ impl Membership {
         }
     }
 
-    fn start_pulls(self: &Arc<Self>, id: u32, t: &Arc<Topology>) {
-        let mut board = self.board.lock();
-        board.retain(|(_, v), _| *v == t.version);
-        for m in t.migrations.iter().filter(|m| m.to == id) {
-            let key = (*m, t.version);
-            if board.contains_key(&key) {
-                continue;
-            }
-            let progress = MigrationProgress {
-                start: m.start.into(),
-                end: m.end.into(),
-                from: m.from,
-                to: m.to,
-                version: t.version,
-                ..Default::default()
-            };
-            board.insert(key, (progress, std::time::Instant::now()));
+    /// Starts a pull for each migration into shard `id` in `t` that is not being pulled yet.
+    fn start_pulls(&self, id: u32, t: &Arc<Topology>) {
+        for m in self.pulls.begin(t.version, t.migrations.iter().filter(|m| m.to == id)) {
             let Some(from) = t.node(m.from).map(|n| n.addr.clone()) else { continue };
-            tokio::spawn(crate::migrate::pull(self.clone(), *m, t.version, from));
+            tokio::spawn(crate::migrate::pull(self.puller(), m, t.version, from));
         }
     }
 
-    /// Waits until no batch checked against a view older than the current one is still applying,
-    /// so that nothing those views let in can land after this returns; false on `timeout`.
-    /// Exports call this first: from then on, the slots moving out take no more writes.
+    /// What a pull needs of this node.
+    fn puller(&self) -> Puller {
+        Puller {
+            store: self.store.clone(),
+            served: self.served.clone(),
+            pulls: self.pulls.clone(),
+            credentials: self.credentials.clone(),
+        }
+    }
+
+    /// Waits until no batch checked against a view older than the current one is still applying
+    /// (see [`Served::wait_for_retired_views`]); false on `timeout`.
     pub async fn wait_for_retired_views(&self, timeout: Duration) -> bool {
-        let until = tokio::time::Instant::now() + timeout;
-        loop {
-            let busy = {
-                let mut retired = self.retired.lock();
-                retired.retain(|v| v.strong_count() > 0);
-                !retired.is_empty()
-            };
-            if !busy {
-                return true;
-            }
-            if tokio::time::Instant::now() >= until {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// Updates one migration's progress (called by the puller).
-    pub fn report(&self, m: Migration, version: u64, f: impl FnOnce(&mut MigrationProgress)) {
-        if let Some((p, started)) = self.board.lock().get_mut(&(m, version)) {
-            let was_done = p.done;
-            f(p);
-            if !was_done {
-                p.elapsed_ms = started.elapsed().as_millis() as u64;
-            }
-            if p.done && !was_done {
-                self.slots_in.fetch_add(m.len() as u64, Ordering::Relaxed);
-                self.pull_seconds.observe(started.elapsed().as_secs_f64());
-            }
-        }
+        self.served.wait_for_retired_views(timeout).await
     }
 
     /// Progress of the migrations into this node at the version in use.
     pub fn progress(&self) -> Vec<MigrationProgress> {
-        let version = self.version();
-        let mut out: Vec<MigrationProgress> = self
-            .board
-            .lock()
-            .iter()
-            .filter(|((_, v), _)| *v == version)
-            .map(|(_, (p, started))| {
-                let mut p = p.clone();
-                if !p.done {
-                    p.elapsed_ms = started.elapsed().as_millis() as u64;
-                }
-                p
-            })
-            .collect();
-        out.sort_by_key(|p| p.start);
-        out
+        self.pulls.progress(self.version())
     }
 
     /// Re-reads `path` every `every` and adopts newer topologies, until `stop` resolves.
@@ -780,7 +544,7 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_wire::SlotRange;
+    use shoal_wire::{Migration, SlotRange};
 
     fn moving() -> Topology {
         // Node 1 takes slots 0-99 from node 0.
@@ -790,39 +554,6 @@ mod tests {
         t.migrations.push(Migration { start: 0, end: 99, from: 0, to: 1 });
         t.version = 5;
         t
-    }
-
-    #[test]
-    fn checks_follow_roles_and_router_versions() {
-        let t = Arc::new(moving());
-        let old_owner = NodeView::new(0, t.clone());
-        let new_owner = NodeView::new(1, t.clone());
-        assert_eq!(old_owner.check(50, 5), Ok(()), "a router that knows the move may read the old owner");
-        assert_eq!(old_owner.check(50, 4), Err(5), "a router from before the move must catch up first");
-        assert_eq!(old_owner.check(500, 1), Ok(()), "owned slots serve any router");
-        assert_eq!(new_owner.check(50, 4), Ok(()));
-        assert_eq!(new_owner.check(500, 5), Err(5), "not its slot");
-        assert!(new_owner.accepts_import(50) && !old_owner.accepts_import(50));
-        assert_eq!(NodeView::unmanaged().check(1, 0), Ok(()), "static routing (version 0) is served");
-        assert_eq!(
-            NodeView::unmanaged().check(1, 3),
-            Err(0),
-            "a node without a topology makes a router that has one offer it first"
-        );
-        assert_eq!(NodeView::unmanaged().check_import(1, 3), Err(0));
-        assert_eq!(old_owner.check(500, 6), Err(5), "a router ahead of the node makes it catch up first");
-        assert_eq!(new_owner.check_import(50, 5), Ok(()));
-        assert_eq!(new_owner.check_import(50, 6), Err(5), "router ahead");
-        assert_eq!(new_owner.check_import(8000, 5), Err(5), "settled slots take no copies");
-        assert!(old_owner.check_export(0, 99, 5).is_ok());
-        assert!(old_owner.check_export(0, 100, 5).is_err(), "slot 100 is not moving");
-        assert!(old_owner.check_export(0, 99, 6).is_err(), "the exporter must serve the move's version");
-        assert!(new_owner.check_export(0, 99, 5).is_err());
-        assert_eq!(old_owner.check_version(5), Ok(()), "whole-keyspace ops need the same version");
-        assert_eq!(old_owner.check_version(4), Err(5));
-        assert_eq!(old_owner.check_version(6), Err(5));
-        assert_eq!(NodeView::unmanaged().check_version(0), Ok(()));
-        assert_eq!(NodeView::unmanaged().check_version(9), Err(0));
     }
 
     #[tokio::test]

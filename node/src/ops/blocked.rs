@@ -1,0 +1,152 @@
+//! Blocking commands (BLPOP, BLMOVE, BZPOPMIN, ...): the first attempt and the wait of a `Block`
+//! call, and serving waiters when a write makes one of their keys ready. The store keeps the
+//! queues (`store::blocked`); what waits there is this layer's business.
+
+use prost::Message as _;
+use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
+use tokio::sync::oneshot;
+
+use super::check::{check, owned_keys};
+use super::reply::moved;
+use super::run::{Counted, apply_seen_with};
+use crate::membership::view::NodeView;
+use crate::store::Store;
+use crate::store::blocked::Waiter;
+
+/// A blocked client's command, parked in the store's registry (which keeps it opaque: it cannot
+/// name protocol types). Only this file parks and unparks one.
+struct Parked {
+    /// The non-blocking form of the command, run when a key is ready.
+    op: Op,
+    /// The topology version the router routed by.
+    version: u64,
+    reply: oneshot::Sender<Reply>,
+}
+
+fn parked(w: &Waiter) -> &Parked {
+    w.parked.downcast_ref().expect("every waiter is parked by ops/blocked.rs")
+}
+
+fn unparked(w: Waiter) -> Parked {
+    *w.parked.downcast().expect("every waiter is parked by ops/blocked.rs")
+}
+
+/// What a `Block` call does first, under the gate and the registry lock: the command's attempt;
+/// `Ok(reply)` if it found something (or failed, or the slot is not served here), else the
+/// waiter is queued and its id returned.
+pub fn block_or_queue(
+    store: &Store,
+    view: &NodeView,
+    version: u64,
+    op: Op,
+    reply: oneshot::Sender<Reply>,
+) -> Result<Reply, u64> {
+    let _shared = store.gate.read();
+    let mut locked = store.blocked.lock();
+    let first = attempt_blocked(store, view, version, &op);
+    if !found_nothing(&first) {
+        drop(locked);
+        // What the attempt wrote (BLMOVE's destination) may unblock others.
+        if store.blocked.active() {
+            serve_blocked(store, view, owned_keys(&op));
+        }
+        return Ok(first);
+    }
+    let keys = owned_keys(&op);
+    Err(locked.queues.register(Waiter { keys, parked: Box::new(Parked { op, version, reply }) }))
+}
+
+/// Withdraws waiter `id` (timeout, moved slot, cancelled call); false if it was served first.
+pub fn withdraw(store: &Store, id: u64) -> bool {
+    store.blocked.lock().queues.remove(id).is_some()
+}
+
+/// After a script: the clients blocked on keys it wrote are served (as after a transaction).
+pub(crate) fn serve_blocked_after(store: &Store, view: &NodeView, written: Vec<bytes::Bytes>) {
+    if !written.is_empty() && store.blocked.active() {
+        serve_blocked(store, view, written);
+    }
+}
+
+/// Serves the clients blocked on `keys`, longest waiting first, while their commands find
+/// something; a served command that writes other keys (BLMOVE's destination) makes those keys
+/// ready in turn. As in Redis, a client is served from the key that became ready (not from the
+/// first of its keys that holds something), and a key of another type than a client waits for
+/// (a string SET where BLPOP waits) serves nobody.
+pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Bytes>) {
+    let mut locked = store.blocked.lock();
+    let mut ready: std::collections::VecDeque<bytes::Bytes> =
+        keys.into_iter().filter(|k| locked.queues.has(k)).collect();
+    while let Some(key) = ready.pop_front() {
+        for id in locked.queues.waiting_on(&key) {
+            let Some(w) = locked.queues.get(id).map(parked) else { continue };
+            let reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
+            if found_nothing(&reply) {
+                break;
+            }
+            if is_wrong_type(&reply) {
+                continue;
+            }
+            let w = unparked(locked.queues.remove(id).expect("a registered waiter"));
+            ready.extend(owned_keys(&w.op).into_iter().filter(|k| *k != key && locked.queues.has(k)));
+            // A client that went away meanwhile loses what its command took, as in Redis.
+            let _ = w.reply.send(reply);
+        }
+    }
+}
+
+/// Runs the non-blocking form of a blocked command (checked at the router's version) and, when
+/// it found something, touches what it wrote. The registry lock is held by the caller. Only an
+/// attempt that found something (or failed) counts in the slot stats: a command that waits is
+/// one command, however often it looks.
+pub(super) fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Reply {
+    if let Err(v) = check(view, version, op) {
+        return moved(v);
+    }
+    let counted = Counted::of(store, op);
+    let reply = apply_seen_with(store, view, op.clone(), true, false);
+    if let Some(counted) = counted
+        && !found_nothing(&reply)
+    {
+        counted.record(store, reply.encoded_len() as u64);
+    }
+    reply
+}
+
+/// Whether a blocking command's attempt found nothing (its non-blocking form answered null).
+pub(super) fn found_nothing(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    matches!(
+        &reply.kind,
+        Some(reply::Kind::Frame(f)) if matches!(f.kind, Some(frame::Kind::Nil(_) | frame::Kind::NullArray(_)))
+    )
+}
+
+pub(super) fn is_wrong_type(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    matches!(
+        &reply.kind,
+        Some(reply::Kind::Frame(f)) if matches!(&f.kind, Some(frame::Kind::Error(e)) if e.starts_with("WRONGTYPE"))
+    )
+}
+
+/// A blocked command reduced to the key that became ready (BLPOP a b 0 served by b: BLPOP b 0).
+pub(super) fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
+    let Some(Kind::Command(c)) = &op.kind else { return op.clone() };
+    let name = c.args[0].to_ascii_lowercase();
+    let args = match &name[..] {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
+            vec![c.args[0].clone(), key.clone(), c.args[c.args.len() - 1].clone()]
+        }
+        // BLMPOP timeout numkeys key ... rest
+        b"blmpop" | b"bzmpop" if c.args.len() >= 3 + c.keys.len() => {
+            let mut a =
+                vec![c.args[0].clone(), c.args[1].clone(), bytes::Bytes::from_static(b"1"), key.clone()];
+            a.extend_from_slice(&c.args[3 + c.keys.len()..]);
+            a
+        }
+        _ => return op.clone(),
+    };
+    let command = proto::Command { args, keys: vec![key.clone()], ..(**c).clone() };
+    Op { kind: Some(Kind::Command(Box::new(command))), ..op.clone() }
+}

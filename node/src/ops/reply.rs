@@ -1,0 +1,73 @@
+//! Reply builders, a store error's among them (worded by `crate::redis_error`). The bottom of the
+//! ops layer: every other file here answers through these.
+
+use shoal_wire::proto::{self, Reply, reply};
+
+use crate::redis_error::redis_error;
+use crate::store::StoreError;
+
+pub(super) fn ok() -> Reply {
+    Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+}
+
+pub(super) fn nil() -> Reply {
+    Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) }
+}
+
+pub(super) fn value(v: bytes::Bytes) -> Reply {
+    Reply { kind: Some(reply::Kind::Value(v)) }
+}
+
+pub(super) fn value_or_nil(v: Option<bytes::Bytes>) -> Reply {
+    v.map_or_else(nil, value)
+}
+
+pub(super) fn result_value(r: Result<Option<bytes::Bytes>, StoreError>) -> Reply {
+    r.map_or_else(store_error, value_or_nil)
+}
+
+pub(super) fn int(v: impl IntoI64) -> Reply {
+    Reply { kind: Some(reply::Kind::Int(v.into_i64())) }
+}
+
+pub(super) fn result_int<T: IntoI64>(r: Result<T, StoreError>) -> Reply {
+    match r {
+        Ok(v) => int(v),
+        Err(e) => store_error(e),
+    }
+}
+
+pub fn error(text: &str) -> Reply {
+    Reply { kind: Some(reply::Kind::Error(text.to_string())) }
+}
+
+/// A refused store call, answered with its Redis error line.
+pub(super) fn store_error(e: StoreError) -> Reply {
+    error(redis_error(&e))
+}
+
+pub(crate) fn moved(version: u64) -> Reply {
+    Reply { kind: Some(reply::Kind::Moved(version)) }
+}
+
+pub(super) trait IntoI64 {
+    fn into_i64(self) -> i64;
+}
+
+impl IntoI64 for bool {
+    fn into_i64(self) -> i64 {
+        i64::from(self)
+    }
+}
+
+impl IntoI64 for i64 {
+    fn into_i64(self) -> i64 {
+        self
+    }
+}
+
+impl IntoI64 for usize {
+    fn into_i64(self) -> i64 {
+        self as i64
+    }
+}

@@ -1,0 +1,275 @@
+//! Tests of the ops layer through its entry points.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shoal_wire::proto::{self, Expiry, Get, IncrBy, Op, Set, Ttl, op::Kind, reply};
+
+use super::blocked::block_or_queue;
+use super::gate::{apply_batch, apply_checked};
+use crate::membership::view::NodeView;
+use crate::store::{ManualClock, Store, StoreConfig};
+
+fn op(kind: Kind) -> Op {
+    Op { kind: Some(kind), ..Default::default() }
+}
+
+/// A router stream tracking on `store`, read the way the Subscribe stream reads it.
+struct TrackingStream {
+    outbox: Arc<crate::pubsub::Outbox>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::pubsub::Out>,
+}
+
+fn tracking_stream(
+    store: &Store,
+    pubsub: &crate::pubsub::PubSub,
+    token: u64,
+    prefixes: Option<Vec<Bytes>>,
+) -> TrackingStream {
+    let (id, outbox, rx) = pubsub.attach();
+    store.watches.tracking.enable(token, id, outbox.clone(), prefixes);
+    TrackingStream { outbox, rx }
+}
+
+/// What the stream's queue received since the last call, as text; each delivery is marked
+/// taken as the stream does (a taken `invalidate_all` lets later invalidations queue again).
+fn invalidations(stream: &mut TrackingStream) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(o) = stream.rx.try_recv() {
+        let list = match o {
+            crate::pubsub::Out::Delivery(d) => vec![d],
+            crate::pubsub::Out::Group(g) => g,
+            crate::pubsub::Out::Overflow => break,
+        };
+        for d in list {
+            stream.outbox.taken(&d);
+            out.extend(d.invalidate.iter().map(|k| String::from_utf8_lossy(k).into_owned()));
+            if d.invalidate_all {
+                out.push("*".into());
+            }
+        }
+    }
+    out
+}
+
+fn set(key: &str, value: &str, ttl_ms: Option<i64>) -> Op {
+    op(Kind::Set(Set {
+        key: Bytes::from(key.to_string()),
+        value: Bytes::from(value.to_string()),
+        expiry: ttl_ms.map(|ms| Expiry { ms, relative: true }),
+        ..Default::default()
+    }))
+}
+
+fn tracked_get(key: &str, token: u64) -> Op {
+    op(Kind::Get(Get { key: Bytes::from(key.to_string()), track: token, ..Default::default() }))
+}
+
+#[test]
+fn a_set_records_its_value_once_and_inside_a_transaction_only_its_key_in_the_unit() {
+    use crate::store::changes::{Change, Recorded};
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    store.events.changes.activate();
+    let b = |s: &str| Bytes::from(s.to_string());
+    let set = |k: &str, v: &str| op(Kind::Set(Set { key: b(k), value: b(v), ..Default::default() }));
+    apply_checked(&store, &view, 0, set("a", "1"));
+    apply_checked(&store, &view, 0, op(Kind::IncrBy(IncrBy { key: b("n"), delta: 1 })));
+    let multi = proto::Transaction {
+        ops: vec![set("b", "2"), set("c", "3"), op(Kind::IncrBy(IncrBy { key: b("n"), delta: 1 }))],
+        watches: Vec::new(),
+    };
+    apply_checked(&store, &view, 0, op(Kind::Transaction(multi)));
+    let (changes, _) = store.events.changes.read(0, 10, usize::MAX).unwrap();
+    assert_eq!(
+        changes,
+        vec![
+            Change::Value(Recorded { key: b("a"), value: b("1"), expire_at: 0 }),
+            Change::Key(b("n")),
+            Change::Unit(vec![b("b"), b("c"), b("n")]),
+        ]
+    );
+}
+
+#[test]
+fn a_blocked_command_counts_once_in_the_slot_stats() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    let command = |args: &[&str], key: &str| {
+        op(Kind::Command(Box::new(proto::Command {
+            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+            keys: vec![Bytes::from(key.to_string())],
+            ..Default::default()
+        })))
+    };
+    store.slot_traffic.set_enabled(true);
+    let slot = shoal_wire::key_slot(b"list");
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let queued = block_or_queue(&store, &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
+    assert!(queued.is_err(), "nothing to pop: it waits");
+    assert_eq!(store.slot_traffic.get(slot).writes, 0, "waiting is not a command run");
+    // The push serves the waiter (apply serves blocked clients after a write): one push,
+    // one pop counted.
+    apply_batch(&store, &view, 0, vec![command(&["RPUSH", "list", "a"], "list")]);
+    assert!(rx.try_recv().is_ok(), "the waiter was served");
+    assert_eq!(store.slot_traffic.get(slot).writes, 2, "the push and the one pop that found something");
+}
+
+#[test]
+fn slot_traffic_counts_client_ops_not_migration_copies() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    let slot = shoal_wire::key_slot(b"k");
+    // Off (the default, as Redis 8's cluster-slot-stats-enabled): nothing is counted.
+    apply_batch(&store, &view, 0, vec![set("k", "v", None)]);
+    assert_eq!(store.slot_traffic.get(slot), Default::default());
+    store.slot_traffic.set_enabled(true);
+    apply_batch(&store, &view, 0, vec![set("k", "v", None), tracked_get("k", 0)]);
+    let fetch = op(Kind::Fetch(proto::Fetch { key: Bytes::from("k") }));
+    apply_batch(&store, &view, 0, vec![fetch]);
+    let t = store.slot_traffic.get(slot);
+    assert_eq!((t.writes, t.reads), (1, 1), "the migration's FETCH is not a client read or write");
+}
+
+#[test]
+fn a_tracked_read_hears_of_each_kind_of_change_once() {
+    let clock = ManualClock::new(5_000);
+    let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
+    let pubsub = crate::pubsub::PubSub::default();
+    let view = NodeView::unmanaged();
+    let mut rx = tracking_stream(&store, &pubsub, 7, None);
+    let run = |ops: Vec<Op>| apply_batch(&store, &view, 0, ops);
+    let del = |k: &str| op(Kind::Del(proto::Del { key: Bytes::from(k.to_string()) }));
+
+    // An untracked token or a missing key: a plain reply.
+    run(vec![set("k", "v1", Some(10_000))]);
+    assert_eq!(run(vec![tracked_get("k", 99)])[0].kind, Some(reply::Kind::Value(Bytes::from("v1"))));
+    let r = run(vec![tracked_get("k", 7)]);
+    assert_eq!(
+        r[0].kind,
+        Some(reply::Kind::Tracked(proto::Tracked { value: Bytes::from("v1"), ttl_ms: 10_000 })),
+        "the value with its remaining TTL"
+    );
+    run(vec![tracked_get("k", 7)]);
+    assert!(invalidations(&mut rx).is_empty(), "reads invalidate nothing");
+    run(vec![set("k", "v2", None), set("k", "v3", None)]);
+    assert_eq!(invalidations(&mut rx), ["k"], "one invalidation, then forgotten");
+
+    // Delete.
+    run(vec![tracked_get("k", 7)]);
+    run(vec![del("k")]);
+    assert_eq!(invalidations(&mut rx), ["k"]);
+
+    // Expiry (lazy: the key is found expired by a later op).
+    run(vec![set("t", "x", Some(100)), tracked_get("t", 7)]);
+    clock.advance(200);
+    assert_eq!(
+        run(vec![op(Kind::Exists(proto::Exists { key: Bytes::from("t") }))])[0].kind,
+        Some(reply::Kind::Int(0))
+    );
+    assert_eq!(invalidations(&mut rx), ["t"]);
+
+    // Active expiry.
+    run(vec![set("a", "x", Some(100)), tracked_get("a", 7)]);
+    clock.advance(200);
+    store.purge_expired(100);
+    assert_eq!(invalidations(&mut rx), ["a"]);
+
+    // Flush: one invalidate-all.
+    run(vec![set("f", "x", None), tracked_get("f", 7)]);
+    run(vec![op(Kind::Flush(proto::Flush {}))]);
+    assert_eq!(invalidations(&mut rx), ["*"]);
+    assert_eq!(store.watches.tracking.len(), 0);
+
+    // A typed command (through the node's command table) changing a tracked key.
+    run(vec![set("h", "x", None), tracked_get("h", 7), del("h")]);
+    assert_eq!(invalidations(&mut rx), ["h"]);
+    run(vec![tracked_get("h", 7)]);
+    run(vec![op(Kind::Command(Box::new(proto::Command {
+        args: vec![Bytes::from("HSET"), Bytes::from("h"), Bytes::from("f"), Bytes::from("v")],
+        keys: vec![Bytes::from("h")],
+        ..Default::default()
+    })))]);
+    assert_eq!(invalidations(&mut rx), ["h"], "a key read while missing is tracked too");
+    // A typed value is answered plainly (not cached).
+    assert!(matches!(run(vec![tracked_get("h", 7)])[0].kind, Some(reply::Kind::Error(_))));
+}
+
+#[test]
+fn eviction_invalidates_tracked_keys() {
+    let clock = ManualClock::new(5_000);
+    let config = StoreConfig {
+        maxmemory: 64 << 10,
+        policy: crate::store::EvictionPolicy::AllKeysRandom,
+        ..StoreConfig::default()
+    };
+    let store = Store::new(config, Arc::new(clock.clone()));
+    let pubsub = crate::pubsub::PubSub::default();
+    let view = NodeView::unmanaged();
+    let mut rx = tracking_stream(&store, &pubsub, 7, None);
+    let value = "x".repeat(1000);
+    let tracked: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    for k in &tracked {
+        apply_batch(&store, &view, 0, vec![set(k, &value, None), tracked_get(k, 7)]);
+    }
+    assert!(invalidations(&mut rx).is_empty());
+    for i in 0..500 {
+        apply_batch(&store, &view, 0, vec![set(&format!("filler{i}"), &value, None)]);
+    }
+    let gone: Vec<String> = tracked.iter().filter(|k| store.get(k.as_bytes()).is_none()).cloned().collect();
+    assert!(!gone.is_empty(), "the limit evicted some tracked keys");
+    let mut heard = invalidations(&mut rx);
+    heard.sort();
+    let mut expected = gone.clone();
+    expected.sort();
+    assert_eq!(heard, expected, "each evicted tracked key invalidated once");
+}
+
+#[test]
+fn bcast_hears_every_change_under_its_prefixes() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let pubsub = crate::pubsub::PubSub::default();
+    let view = NodeView::unmanaged();
+    let mut rx = tracking_stream(&store, &pubsub, 7, Some(vec![Bytes::from("user:")]));
+    apply_batch(
+        &store,
+        &view,
+        0,
+        vec![
+            set("user:1", "a", None),
+            set("user:1", "b", None),
+            set("other", "c", None),
+            set("user:2", "d", None),
+        ],
+    );
+    assert_eq!(invalidations(&mut rx), ["user:1", "user:1", "user:2"]);
+}
+
+#[test]
+fn batch_replies_line_up_with_ops() {
+    let clock = ManualClock::new(5_000);
+    let store = Store::new(StoreConfig::default(), Arc::new(clock.clone()));
+    let replies = apply_batch(
+        &store,
+        &NodeView::unmanaged(),
+        0,
+        vec![
+            op(Kind::Set(Set {
+                key: Bytes::from("k"),
+                value: Bytes::from("v"),
+                expiry: Some(Expiry { ms: 1_500, relative: true }),
+                ..Default::default()
+            })),
+            op(Kind::Get(Get { key: Bytes::from("k"), ..Default::default() })),
+            op(Kind::Ttl(Ttl { key: Bytes::from("k"), absolute: true })),
+            op(Kind::IncrBy(IncrBy { key: Bytes::from("k"), delta: 1 })),
+            Op::default(),
+        ],
+    );
+    let kinds: Vec<_> = replies.into_iter().map(|r| r.kind.unwrap()).collect();
+    assert_eq!(kinds[0], reply::Kind::Ok(proto::Empty {}));
+    assert_eq!(kinds[1], reply::Kind::Value(Bytes::from("v")));
+    assert_eq!(kinds[2], reply::Kind::Int(6_500), "relative TTLs use the node's clock");
+    assert_eq!(kinds[3], reply::Kind::Error("ERR value is not an integer or out of range".into()));
+    assert!(matches!(kinds[4], reply::Kind::Error(_)));
+}

@@ -1,0 +1,356 @@
+//! The node's scripting ([`Scripts`]): the handle the `Execute` stream and the RPCs hold, and the
+//! script thread it starts, which runs each script op under the store's gate (see the module
+//! map in `script/mod.rs` for the flow).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shoal_wire::proto::{self, Op, Reply, op::Kind, reply, script_admin::Action};
+use shoal_wire::script::{NOSCRIPT, sha1_hex};
+use tokio::sync::oneshot;
+
+use super::acl;
+use super::call;
+use super::engine;
+use super::shared::Shared;
+use crate::commands::F;
+use crate::membership::view::NodeView;
+use crate::store::Store;
+
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// Redis's default `busy-reply-threshold`, in ms.
+pub const DEFAULT_BUSY_MS: u64 = 5_000;
+/// The Lua VM's memory limit unless `--lua-memory-limit` says otherwise.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+
+/// What SCRIPT KILL found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kill {
+    NotBusy,
+    Killed,
+    Unkillable,
+}
+
+struct Job {
+    op: Op,
+    view: Arc<NodeView>,
+    version: u64,
+    reply: oneshot::Sender<Reply>,
+    /// Set once the job holds the store (the stream may then let later ops go on, past
+    /// busy-reply-threshold: none of them can run before the script any more).
+    started: Arc<AtomicBool>,
+}
+
+/// A node's scripting: the cache, the script thread (started with the first script) and the
+/// state of the script running now.
+#[derive(Debug)]
+pub struct Scripts {
+    shared: Arc<Shared>,
+    store: Arc<Store>,
+    memory_limit: std::sync::atomic::AtomicUsize,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+}
+
+impl Scripts {
+    pub fn new(store: Arc<Store>, memory_limit: usize, busy_ms: u64) -> Scripts {
+        let shared = Arc::new(Shared {
+            cache: Mutex::new(HashMap::new()),
+            flushes: AtomicU64::new(0),
+            epoch: Instant::now(),
+            running_since: AtomicU64::new(0),
+            holding: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            kill: AtomicBool::new(false),
+            busy_ms: AtomicU64::new(busy_ms),
+            acl: Mutex::new(acl::Cache::default()),
+        });
+        Scripts { shared, store, memory_limit: memory_limit.into(), jobs: Mutex::new(None) }
+    }
+
+    /// Sets the VM's memory limit (for a VM not started yet) and the busy threshold.
+    pub fn set_limits(&self, memory_limit: usize, busy_ms: u64) {
+        self.memory_limit.store(memory_limit, Ordering::Relaxed);
+        self.set_busy_reply_threshold(busy_ms);
+    }
+
+    /// Whether `op` runs on the script thread (EVAL and SCRIPT LOAD, which compiles).
+    pub fn is_script_op(op: &Op) -> bool {
+        match &op.kind {
+            Some(Kind::Script(_)) => true,
+            Some(Kind::ScriptAdmin(a)) => a.action() == Action::Load,
+            // EVAL inside MULTI: the whole transaction runs where the VM is.
+            Some(Kind::Transaction(_)) => crate::ops::holds_script(op),
+            _ => false,
+        }
+    }
+
+    /// Hands a script op to the script thread; the reply arrives on the receiver, and the flag
+    /// is set once the script holds the store.
+    pub fn submit(
+        &self,
+        op: Op,
+        view: Arc<NodeView>,
+        version: u64,
+    ) -> (oneshot::Receiver<Reply>, Arc<AtomicBool>) {
+        let (tx, rx) = oneshot::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let job = Job { op, view, version, reply: tx, started: started.clone() };
+        let mut jobs = self.jobs.lock();
+        let sender = jobs.get_or_insert_with(|| self.start_thread());
+        if let Err(mpsc::SendError(job)) = sender.send(job) {
+            // The thread is gone (it cannot be, short of a bug): say so rather than hang.
+            *jobs = None;
+            let _ = job.reply.send(crate::ops::error("ERR the script engine is not running"));
+        }
+        (rx, started)
+    }
+
+    fn start_thread(&self) -> mpsc::Sender<Job> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (store, shared) = (self.store.clone(), self.shared.clone());
+        let limit = self.memory_limit.load(Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("shoal-lua".into())
+            .spawn(move || worker(store, shared, rx, limit));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start the script thread");
+        }
+        tx
+    }
+
+    /// SCRIPT EXISTS, FLUSH and GET: answered from the cache at once.
+    pub fn admin(&self, a: &proto::ScriptAdmin) -> Reply {
+        match a.action() {
+            Action::Exists => {
+                let cache = self.shared.cache.lock();
+                let found = a
+                    .shas
+                    .iter()
+                    .map(|s| F::int(i64::from(cache.contains_key(&s.to_ascii_lowercase()))))
+                    .collect();
+                frame(F::array(found))
+            }
+            Action::Flush => {
+                self.shared.cache.lock().clear();
+                self.shared.flushes.fetch_add(1, Ordering::Relaxed);
+                Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+            }
+            Action::Get => {
+                let body = a
+                    .shas
+                    .first()
+                    .and_then(|s| self.shared.cache.lock().get(&s.to_ascii_lowercase()).cloned());
+                match body {
+                    Some(b) => Reply { kind: Some(reply::Kind::Value(b)) },
+                    None => Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) },
+                }
+            }
+            Action::Load => crate::ops::error("ERR SCRIPT LOAD runs on the script thread"),
+        }
+    }
+
+    /// A script runs now.
+    pub fn running(&self) -> bool {
+        self.shared.running_since.load(Ordering::Acquire) != 0
+    }
+
+    /// The script thread holds the store's gate (or is about to): an op that finds it taken
+    /// waits for it without holding a thread.
+    pub fn holds_store(&self) -> bool {
+        self.shared.holding.load(Ordering::Acquire)
+    }
+
+    /// A script has held the store past `busy-reply-threshold`: other ops are answered BUSY.
+    pub fn busy(&self) -> bool {
+        let since = self.shared.running_since.load(Ordering::Acquire);
+        since != 0 && self.shared.now() >= since - 1 + self.shared.busy_ms.load(Ordering::Relaxed)
+    }
+
+    /// SCRIPT KILL.
+    pub fn kill(&self) -> Kill {
+        if !self.running() {
+            return Kill::NotBusy;
+        }
+        if self.shared.wrote.load(Ordering::Acquire) {
+            return Kill::Unkillable;
+        }
+        self.shared.kill.store(true, Ordering::Release);
+        Kill::Killed
+    }
+
+    pub fn busy_reply_threshold(&self) -> u64 {
+        self.shared.busy_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_busy_reply_threshold(&self, ms: u64) {
+        self.shared.busy_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+fn frame(f: proto::Frame) -> Reply {
+    Reply { kind: Some(reply::Kind::Frame(f)) }
+}
+
+/// The script thread: one job at a time, each under the store's gate.
+fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, memory_limit: usize) {
+    let mut engine: Option<engine::Engine> = None;
+    let mut flushes_seen = 0;
+    for job in jobs {
+        let Job { op, view, version, reply, started } = job;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let flushes = shared.flushes.load(Ordering::Relaxed);
+            if flushes != flushes_seen {
+                flushes_seen = flushes;
+                if let Some(e) = engine.as_mut() {
+                    e.flush();
+                }
+            }
+            if engine.is_none() {
+                match engine::Engine::new(shared.clone(), memory_limit) {
+                    Ok(e) => engine = Some(e),
+                    Err(e) => {
+                        return crate::ops::error(&format!("ERR the script engine could not start: {e}"));
+                    }
+                }
+            }
+            let e = engine.as_mut().expect("started above");
+            let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
+            match op.kind {
+                Some(Kind::Script(s)) => run(&at, e, *s),
+                Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
+                Some(Kind::Transaction(t)) => {
+                    let mut written = Vec::new();
+                    let _holding = Holding::mark(&shared);
+                    let exclusive = store.gate.write();
+                    started.store(true, Ordering::Release);
+                    let reply =
+                        crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
+                            let (reply, w) = run_unlocked(&at, e, s);
+                            written.extend(w);
+                            reply
+                        });
+                    crate::ops::serve_blocked_after(&store, &view, written);
+                    reply
+                }
+                _ => crate::ops::error("ERR not a script"),
+            }
+        }));
+        let answer = outcome.unwrap_or_else(|_| {
+            // A bug, not a script error: start over with a fresh VM rather than trust this one.
+            engine = None;
+            shared.running_since.store(0, Ordering::Release);
+            tracing::error!("the script engine panicked; it starts afresh");
+            crate::ops::error("ERR the script engine failed running this script")
+        });
+        let _ = reply.send(answer);
+    }
+}
+
+/// SCRIPT LOAD: compiles and keeps the body; answers its SHA.
+fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
+    let sha = sha1_hex(body);
+    if let Err(e) = engine.compile(&sha, body) {
+        return crate::ops::error(&e);
+    }
+    shared.cache.lock().insert(sha.clone(), body.clone());
+    Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
+}
+
+/// Marks the script thread as holding the store's gate until dropped (declared before the gate's
+/// guard, so it is dropped after it).
+struct Holding<'a>(&'a AtomicBool);
+
+impl Holding<'_> {
+    fn mark(shared: &Shared) -> Holding<'_> {
+        shared.holding.store(true, Ordering::Release);
+        Holding(&shared.holding)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Where a script runs: the node's store, its scripting state, and the view and topology version
+/// its op was routed by.
+struct At<'a> {
+    store: &'a Arc<Store>,
+    shared: &'a Arc<Shared>,
+    view: &'a Arc<NodeView>,
+    version: u64,
+    /// Set once the store is held (see [`Job::started`]).
+    started: &'a AtomicBool,
+}
+
+/// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
+fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
+    let _holding = Holding::mark(at.shared);
+    let _exclusive = at.store.gate.write();
+    // Replicas get the script's keys as one unit (dropped before the gate is).
+    let _unit = at.store.events.changes.unit();
+    at.started.store(true, Ordering::Release);
+    if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
+        return refused;
+    }
+    let (reply, written) = run_unlocked(at, engine, s);
+    crate::ops::serve_blocked_after(at.store, at.view, written);
+    reply
+}
+
+/// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
+/// carries. Returns its reply and the keys it wrote.
+fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
+    let shared = at.shared;
+    let sha = s.sha.to_ascii_lowercase();
+    if !engine.has(&sha) {
+        let body =
+            if s.body.is_empty() { shared.cache.lock().get(&sha).cloned() } else { Some(s.body.clone()) };
+        let Some(body) = body else { return (frame(F::error(NOSCRIPT.into())), Vec::new()) };
+        if let Err(e) = engine.compile(&sha, &body) {
+            return (frame(F::error(e)), Vec::new());
+        }
+        shared.cache.lock().insert(sha.clone(), body);
+    }
+    let perms = match shared.acl.lock().get(&s.acl) {
+        Ok(p) => p,
+        // Rules this node cannot read (a router of another version): refuse rather than run the
+        // script unchecked.
+        Err(e) => {
+            return (
+                frame(F::error(format!("ERR the script's ACL rules are not valid here: {e}"))),
+                Vec::new(),
+            );
+        }
+    };
+    shared.kill.store(false, Ordering::Relaxed);
+    shared.wrote.store(false, Ordering::Relaxed);
+    shared.running_since.store(shared.now() + 1, Ordering::Release);
+    let ctx = call::RunCtx {
+        store: at.store.clone(),
+        view: at.view.clone(),
+        version: at.version,
+        readonly: s.readonly,
+        allow_oom: false,
+        resp3: false,
+        written: Vec::new(),
+        shared: shared.clone(),
+        perms,
+        denials: Vec::new(),
+    };
+    let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
+    shared.running_since.store(0, Ordering::Release);
+    let reply = if outcome.denials.is_empty() {
+        frame(outcome.reply)
+    } else {
+        let denied = proto::ScriptDenied { frame: Some(outcome.reply), denials: outcome.denials };
+        Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))) }
+    };
+    (reply, outcome.written)
+}
