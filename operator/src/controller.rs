@@ -10,7 +10,7 @@
 //! ([`crate::failover`]), and a failover decision stops a running move, which the next reconcile
 //! resumes from the topology the decision published.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,26 +20,23 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use shoal_coordinator::failover::FailoverOptions;
 use shoal_coordinator::{Coordinator, Progress, Registry};
-use shoal_telemetry::metrics::{Counter, Gauge};
 use shoal_wire::Topology;
 use shoal_wire::auth::{ClusterSecret, Credentials};
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{HandoverRequest, NodeStats};
-use tokio::task::JoinHandle;
 
+use crate::context::{Context, Move};
 use crate::crd::{CacheCluster, MAX_REPLICAS_PER_SHARD, PodRestart};
 use crate::health::{self, ShardHealth};
 use crate::members::{self, Change, PodView};
 use crate::registry::ConfigMapRegistry;
-pub use crate::resources::AddressMode;
-use crate::resources::{self, Component, Placement};
+use crate::resources::{self, AddressMode, Component, Placement};
 use crate::scaling::{self, Observed, Step};
 use crate::{failover, status};
 
@@ -63,124 +60,6 @@ pub enum Error {
     Store(#[from] shoal_coordinator::RegistryError),
     #[error("{0}")]
     Invalid(String),
-}
-
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub node_addresses: AddressMode,
-    /// How long one resharding step may take before it is abandoned (and retried).
-    pub step_timeout: Duration,
-    /// How often to look again while something is in progress.
-    pub busy_requeue: Duration,
-    /// The failover writers' settings (clusters with replicas).
-    pub failover: FailoverOptions,
-    /// The key each cluster's node secret is derived from (`--secret-key-file`).
-    pub secret_key: Arc<[u8]>,
-}
-
-/// A data move running in the background.
-struct Move {
-    task: JoinHandle<Result<Topology, String>>,
-    progress: Arc<Mutex<Option<Progress>>>,
-    what: String,
-    /// Moves slots (rather than only offering the first topology to the nodes).
-    resharding: bool,
-}
-
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub reconciles: Counter,
-    pub reconcile_errors: Counter,
-    pub moves_started: Counter,
-    pub moves_failed: Counter,
-    pub moves_running: Gauge,
-    /// Moves stopped by a failover decision (and resumed by the next reconcile).
-    pub moves_preempted: Counter,
-    pub leader: Gauge,
-    /// Failover decisions that made a replica primary.
-    pub failovers: Counter,
-    /// Failover decisions that confirmed a primary that started fenced.
-    pub primaries_confirmed: Counter,
-    /// Topology versions that changed shards' replica lists.
-    pub member_changes: Counter,
-    /// Node pods restarted (evicted) to bring them up to their StatefulSet's template.
-    pub pod_restarts: Counter,
-}
-
-type Key = (String, String);
-
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    pub recorder: Recorder,
-    pub metrics: Metrics,
-    moves: Mutex<HashMap<Key, Move>>,
-    last_errors: Mutex<HashMap<Key, String>>,
-    /// Failover writers, by cluster ([`crate::failover`]).
-    pub(crate) writers: Mutex<HashMap<Key, JoinHandle<()>>>,
-    /// The node pod each cluster last evicted for a restart, and when; the next waits for it.
-    /// Also in the cluster's status (`status.restarting`), where a new leader finds it; this
-    /// copy covers reconciles that run on an object read before that status was written.
-    restarting: Mutex<HashMap<Key, PodRestart>>,
-    /// When each cluster's Secret (by the cluster's uid) was last made sure of, so reconciles in
-    /// between do not POST it again ([`SECRET_RECHECK`]).
-    secrets_made: Mutex<HashMap<String, std::time::Instant>>,
-    /// Set for good by [`Context::stop_background`]: leadership is over, so a reconcile still
-    /// finishing starts no new move or writer.
-    stopped: std::sync::atomic::AtomicBool,
-}
-
-impl Context {
-    pub fn new(client: Client, settings: Settings, reporter: Reporter) -> Context {
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            settings,
-            metrics: Metrics::default(),
-            moves: Mutex::default(),
-            last_errors: Mutex::default(),
-            writers: Mutex::default(),
-            restarting: Mutex::default(),
-            secrets_made: Mutex::default(),
-            stopped: Default::default(),
-        }
-    }
-
-    /// Whether background work may start (see `stopped`). Checked under the lock of the map
-    /// the work goes in, which `stop_background` drains after setting the flag.
-    pub(crate) fn may_start(&self) -> bool {
-        !self.stopped.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Stops every running move and failover writer (shutdown or lost leadership); the topology
-    /// keeps the moves' state, and the next leader starts its own writers.
-    pub fn stop_background(&self) {
-        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-        for (_, m) in self.moves.lock().drain() {
-            m.task.abort();
-        }
-        for (_, w) in self.writers.lock().drain() {
-            w.abort();
-        }
-    }
-
-    /// Stops the move of cluster `key`, if one runs: a failover decision is about to be
-    /// published (see [`crate::failover`]). The next reconcile resumes it from the topology.
-    pub fn preempt_move(&self, key: &Key) {
-        if let Some(m) = self.moves.lock().remove(key) {
-            m.task.abort();
-            self.metrics.moves_running.add(-1);
-            if m.resharding {
-                self.metrics.moves_preempted.inc();
-            }
-            tracing::info!(cluster = %key.1, what = %m.what, "a failover preempts the move; it resumes from the topology");
-        }
-    }
-
-    /// Failover writers running.
-    fn writers_running(&self) -> usize {
-        self.writers.lock().values().filter(|w| !w.is_finished()).count()
-    }
 }
 
 async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K, Error>
@@ -774,68 +653,17 @@ fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// The operator's own /metrics.
-pub fn render_metrics(ctx: &Context) -> String {
-    let m = &ctx.metrics;
-    let mut e = shoal_telemetry::metrics::Exposition::new();
-    e.counter("shoal_operator_reconciles_total", "Reconciles run.", m.reconciles.get())
-        .counter(
-            "shoal_operator_reconcile_errors_total",
-            "Reconciles that failed (retried).",
-            m.reconcile_errors.get(),
-        )
-        .counter("shoal_operator_moves_started_total", "Resharding runs started.", m.moves_started.get())
-        .counter(
-            "shoal_operator_moves_failed_total",
-            "Resharding runs that failed (retried).",
-            m.moves_failed.get(),
-        )
-        .counter(
-            "shoal_operator_moves_preempted_total",
-            "Resharding runs stopped by a failover decision (resumed from the topology).",
-            m.moves_preempted.get(),
-        )
-        .gauge("shoal_operator_moves_running", "Resharding runs in progress.", m.moves_running.get() as f64)
-        .counter(
-            "shoal_operator_failovers_total",
-            "Failover decisions that made a replica its shard's primary.",
-            m.failovers.get(),
-        )
-        .counter(
-            "shoal_operator_primaries_confirmed_total",
-            "Failover decisions that confirmed a primary that started fenced.",
-            m.primaries_confirmed.get(),
-        )
-        .gauge(
-            "shoal_operator_failover_writers",
-            "Failover writers running (one per CacheCluster with replicas).",
-            ctx.writers_running() as f64,
-        )
-        .counter(
-            "shoal_operator_member_changes_total",
-            "Topology versions published to change shards' replicas.",
-            m.member_changes.get(),
-        )
-        .counter(
-            "shoal_operator_pod_restarts_total",
-            "Node pods restarted to bring them up to their StatefulSet's template.",
-            m.pod_restarts.get(),
-        )
-        .gauge(
-            "shoal_operator_leader",
-            "1 while this replica holds the leader lease.",
-            m.leader.get() as f64,
-        );
-    e.finish()
-}
-
 /// API-call scenarios: one reconcile against a scripted fake API server, call by call.
 #[cfg(test)]
 mod tests {
     use http::Method;
     use serde_json::{Value, json};
 
+    use kube::runtime::events::Reporter;
+    use shoal_coordinator::failover::FailoverOptions;
+
     use super::*;
+    use crate::context::{Settings, render_metrics};
     use crate::crd::CacheClusterStatus;
     use crate::fake_api::{Call, Fake, call, echo, status};
     use crate::resources::tests::cluster;

@@ -35,12 +35,16 @@
 //! - [`status`]: the pure status and conditions.
 //! - [`registry`]: the topology in a ConfigMap, as the coordinator's registry.
 //! - [`failover`]: the failover writer of each cluster with replicas, its Events and metrics.
-//! - [`controller`]: the reconciler, background moves, Events, metrics.
+//! - [`controller`]: the reconciler, background moves, Events.
+//! - [`context`]: what the reconciler and the failover writers share (client, settings, Events
+//!   recorder, metrics, each cluster's memory between reconciles), below both.
+//! - [`metrics`]: the operator's counters and their exposition.
 //! - `fake_api` (tests only): a scripted fake API server for the API-call scenario tests.
 //!
 //! `main.rs` adds the CLI, leader election on a Lease (moves and failover writers stop the moment
 //! it is lost), the ops HTTP endpoint and shutdown.
 
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod failover;
@@ -48,6 +52,7 @@ pub mod failover;
 mod fake_api;
 pub mod health;
 pub mod members;
+pub mod metrics;
 pub mod registry;
 pub mod resources;
 pub mod scaling;

@@ -17,9 +17,10 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use shoal_coordinator::failover::FailoverOptions;
-use shoal_operator::controller::{self, AddressMode, Context, Settings};
+use shoal_operator::context::{self, Context, Settings};
+use shoal_operator::controller;
 use shoal_operator::crd::CacheCluster;
-use shoal_operator::resources;
+use shoal_operator::resources::{self, AddressMode};
 use shoal_telemetry::logging::LogFormat;
 use shoal_telemetry::{http, logging, shutdown};
 
@@ -114,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let ops = tokio::spawn(http::serve_ops(
         listener,
         || true,
-        move || controller::render_metrics(&ops_ctx),
+        move || context::render_metrics(&ops_ctx),
         async move {
             let _ = ops_stop.wait_for(|s| *s).await;
         },
