@@ -14,7 +14,7 @@
 //! report::status            status::compute, the status subresource, when to look again
 //! ```
 //!
-//! A reconcile never blocks on a data move. Moves run as background tasks ([`moves`]); each
+//! A reconcile never blocks on a data move. Moves run as background tasks (`moves`); each
 //! reconcile looks at the task's progress and, once it ends, takes the next step. With
 //! replicas, the cluster's failover writer is a background task too ([`crate::failover`]), and a
 //! failover decision stops a running move, which the next reconcile resumes from the topology

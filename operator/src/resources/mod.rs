@@ -10,15 +10,15 @@
 //! | Deployment | `<name>-router` | stateless routers | [`deployment`] |
 //! | Service | `<name>` | what clients connect to: RESP 6379, HTTP 8080 | [`service`] |
 //! | ConfigMap | `<name>-topology` | the published topology, mounted into nodes and routers | [`crate::registry`] |
-//! | PodDisruptionBudget | `<name>-node` (no replicas) | never two shards down at once | [`pdb`] |
-//! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it is not redundant | [`pdb`] |
-//! | PodDisruptionBudget | `<name>-router` | never two routers down at once | [`pdb`] |
+//! | PodDisruptionBudget | `<name>-node` (no replicas) | never two shards down at once | [`pdb`](mod@pdb) |
+//! | PodDisruptionBudget | `<name>-shard-<i>` (replicas) | one pod of shard i at a time, none while it is not redundant | [`pdb`](mod@pdb) |
+//! | PodDisruptionBudget | `<name>-router` | never two routers down at once | [`pdb`](mod@pdb) |
 //! | NetworkPolicy | `<name>-node` | node gRPC only from this cluster's routers (sidecars too), nodes and the operator | [`network_policy`] |
 //! | NetworkPolicy | `<name>-router` | router client ports only from `spec.clientPeers` (anyone if unset); nothing else | [`network_policy`] |
-//! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) | [`service_account`] |
+//! | ServiceAccount | `<name>-node`, `<name>-router` | identities without API access (no token) | [`service_account`](mod@service_account) |
 //! | Secret | `<name>-cluster-secret` | the secret every node requires (created, never read) | [`secret`] |
 //!
-//! What the builders share: [`names`] (object and pod names, ports, node addresses), [`labels`]
+//! What the builders share: [`names`] (object and pod names, ports, node addresses), [`labels`](mod@labels)
 //! (labels, selectors, owner and metadata) and [`pod`] (security, spread, probes, the topology
 //! mount). This file only maps: it re-exports every builder, so callers write
 //! `resources::node_statefulset`; the files import from each other, never from here (a parent
