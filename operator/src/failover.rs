@@ -32,7 +32,7 @@ use shoal_wire::Topology;
 use shoal_wire::auth::{ClusterSecret, Credentials};
 use tokio::time::Instant;
 
-use crate::controller::Context;
+use crate::context::{Context, Key};
 use crate::crd::CacheCluster;
 use crate::registry::ConfigMapRegistry;
 
@@ -186,7 +186,7 @@ pub fn ensure(ctx: &Arc<Context>, cc: &CacheCluster, store: ConfigMapRegistry, s
 }
 
 /// Stops the failover writer of the cluster `key`, if one runs.
-pub fn stop(ctx: &Context, key: &(String, String)) {
+pub fn stop(ctx: &Context, key: &Key) {
     if let Some(task) = ctx.writers.lock().remove(key) {
         tracing::info!(cluster = %key.1, "stopping the failover writer (no replicas)");
         task.abort();

@@ -2,21 +2,27 @@
 //! whenever `spec.shards` changes, and with `spec.replicasPerShard` replicas that take over from a
 //! failed or departing primary.
 //!
-//! Data flow of one reconcile ([`controller::reconcile`]):
+//! Data flow of one reconcile ([`controller::reconcile`], one file per stage):
 //!
 //! ```text
-//! CacheCluster ──► apply owned objects (resources::*, server-side apply, owner references)
-//!              ──► observe: node StatefulSets, node pods (members::pod_views), topology ConfigMap,
-//!                  with replicas every member's stats (health::probe)
-//!              ──► scaling::next_step ──► act: scale the StatefulSets | publish the first topology
-//!                                          | start/resume a move (shoal-coordinator in a task,
-//!                                            registry::ConfigMapRegistry as its topology registry)
-//!              ──► with replicas, while no move runs: members::membership ──► publish replica lists
-//!                                          | ask a departing primary to hand over
-//!                                          | members::next_restart ──► evict one outdated pod
-//!              ──► per-shard PodDisruptionBudgets (open while the shard is redundant)
-//!              ──► failover::ensure: the cluster's failover writer runs (replicas) or stops
-//!              ──► status::compute ──► status subresource + Events
+//! CacheCluster ──► controller::spec: the spec checked ──► controller::secret: the cluster's Secret
+//!              ──► apply the objects that do not depend on scaling (resources::*, server-side apply)
+//!              ──► controller::observe: topology (registry::ConfigMapRegistry), node StatefulSets,
+//!                  node pods (members::pod_views), the move that ended, with replicas every
+//!                  member's stats (health::probe)
+//!              ──► controller::plan (pure): scaling::next_step, member StatefulSets to keep
+//!              ──► act: controller::moves::settle   Events of the move that ended
+//!                       controller::nodes           scale the StatefulSets, node PodDisruptionBudgets
+//!                                                   (per shard with replicas, open while redundant)
+//!                       controller::moves           publish the first topology | start/resume a move
+//!                                                   (shoal-coordinator in a task)
+//!                       controller::replicas        with replicas, while no move runs:
+//!                                                   members::membership ──► publish replica lists
+//!                                                   | ask a departing primary to hand over
+//!                                                   | controller::restarts: members::next_restart
+//!                                                     ──► evict one outdated pod
+//!                       routers once a topology exists; failover::ensure (replicas) | stop
+//!              ──► controller::report: status::compute ──► status subresource; when to look again
 //! ```
 //!
 //! The failover writer ([`failover`]) is the coordinator's `failover::watch` on the same
@@ -24,23 +30,28 @@
 //! Event, and it stops a running move before it publishes (the next reconcile resumes the move
 //! from the topology).
 //!
-//! - [`crd`]: the `CacheCluster` resource (`shoal.dev/v1alpha1`), with status and scale
-//!   subresources; `crdgen` writes its YAML into the chart.
-//! - [`resources`]: pure builders for everything a CacheCluster owns, and the pod layout (one
-//!   node StatefulSet per member index; ordinal = shard).
+//! Modules, lower ones never importing higher ones:
+//! - [`controller`]: the reconciler, in stages (see its docs); uses everything below.
+//! - [`failover`]: the failover writer of each cluster with replicas, its Events and metrics.
+//! - [`context`]: what the reconciler and the failover writers share: client, settings, Events
+//!   recorder, metrics, and each cluster's memory between reconciles (its move, writer, restarts).
+//! - [`metrics`]: the operator's counters and their exposition.
+//! - [`status`]: the pure status and conditions.
 //! - [`scaling`]: the pure decision of what to do next (grow, move, shrink, resume).
 //! - [`members`]: pure: who is in each shard (replica lists, hand-overs before a member goes, which
 //!   pod to restart next).
 //! - [`health`]: every member's stats over gRPC, and what they say per shard (serving, synced, lag).
-//! - [`status`]: the pure status and conditions.
 //! - [`registry`]: the topology in a ConfigMap, as the coordinator's registry.
-//! - [`failover`]: the failover writer of each cluster with replicas, its Events and metrics.
-//! - [`controller`]: the reconciler, background moves, Events, metrics.
+//! - [`resources`]: pure builders for everything a CacheCluster owns, one file per kind of
+//!   object, and the pod layout (one node StatefulSet per member index; ordinal = shard).
+//! - [`crd`]: the `CacheCluster` resource (`shoal.dev/v1alpha1`), with status and scale
+//!   subresources; `crdgen` writes its YAML into the chart.
 //! - `fake_api` (tests only): a scripted fake API server for the API-call scenario tests.
 //!
 //! `main.rs` adds the CLI, leader election on a Lease (moves and failover writers stop the moment
 //! it is lost), the ops HTTP endpoint and shutdown.
 
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod failover;
@@ -48,6 +59,7 @@ pub mod failover;
 mod fake_api;
 pub mod health;
 pub mod members;
+pub mod metrics;
 pub mod registry;
 pub mod resources;
 pub mod scaling;

@@ -1,8 +1,15 @@
 //! `shoal-operator`: reconciles CacheCluster resources. See the crate docs for the design.
+//!
+//! [`run`] reads as the process's life: settings, the ops endpoint, leader election, then the
+//! controller while this replica leads, and the way out (the lease released, the endpoint
+//! stopped).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -15,13 +22,16 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use kube_lease_manager::LeaseManagerBuilder;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use shoal_coordinator::failover::FailoverOptions;
-use shoal_operator::controller::{self, AddressMode, Context, Settings};
+use shoal_operator::context::{self, Context, Settings};
+use shoal_operator::controller;
 use shoal_operator::crd::CacheCluster;
-use shoal_operator::resources;
+use shoal_operator::resources::{self, AddressMode};
 use shoal_telemetry::logging::LogFormat;
 use shoal_telemetry::{http, logging, shutdown};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -82,6 +92,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let client = Client::try_default().await.context("no Kubernetes API (set KUBECONFIG or run in a pod)")?;
     let identity =
         cli.identity.clone().unwrap_or_else(|| format!("shoal-operator-{:08x}", fastrand::u32(..)));
+    let settings = settings(&cli)?;
+    let reporter = Reporter { controller: "shoal-operator".into(), instance: Some(identity.clone()) };
+    let ctx = Arc::new(Context::new(client.clone(), settings, reporter));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ops = serve_ops(cli.metrics_listen, ctx.clone(), stop_rx).await?;
+    let (mut leader, lease_task) = elect(&cli, &client, &identity).await?;
+    let mut signal = Box::pin(shutdown::signal());
+    let lost = if wait_to_lead(&mut leader, &mut signal).await? {
+        ctx.metrics.leader.set(1);
+        tracing::info!(%identity, "leading: reconciling CacheClusters");
+        let lost = reconcile_while_leading(&cli, &client, &ctx, leader.clone(), signal).await;
+        ctx.stop_background();
+        ctx.metrics.leader.set(0);
+        lost
+    } else {
+        tracing::info!("stopping before leading");
+        false
+    };
+    drop(leader);
+    let _ = lease_task.await; // releases the lease for the next leader
+    let _ = stop_tx.send(true);
+    let _ = ops.await;
+    if lost {
+        anyhow::bail!("lost the leader lease");
+    }
+    Ok(())
+}
+
+/// The reconciler's settings from the command line, the operator key read from its file.
+fn settings(cli: &Cli) -> anyhow::Result<Settings> {
     let key = std::fs::read(&cli.secret_key_file)
         .with_context(|| format!("cannot read the operator key {}", cli.secret_key_file.display()))?;
     let key: Vec<u8> = key.trim_ascii().to_vec();
@@ -91,7 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         cli.secret_key_file.display(),
         key.len()
     );
-    let settings = Settings {
+    Ok(Settings {
         node_addresses: cli.node_addresses,
         step_timeout: Duration::from_secs(cli.step_timeout_secs),
         busy_requeue: Duration::from_secs(2),
@@ -100,28 +141,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ..FailoverOptions::default()
         },
         secret_key: Arc::from(key),
-    };
-    let reporter = Reporter { controller: "shoal-operator".into(), instance: Some(identity.clone()) };
-    let ctx = Arc::new(Context::new(client.clone(), settings, reporter));
+    })
+}
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind(cli.metrics_listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.metrics_listen))?;
-    let ops_ctx = ctx.clone();
-    let mut ops_stop = stop_rx.clone();
+/// Serves /metrics, /healthz and /readyz until `stop` turns true.
+async fn serve_ops(
+    addr: SocketAddr,
+    ctx: Arc<Context>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     // Ready as soon as it runs: a standby replica is healthy too.
-    let ops = tokio::spawn(http::serve_ops(
-        listener,
-        || true,
-        move || controller::render_metrics(&ops_ctx),
-        async move {
-            let _ = ops_stop.wait_for(|s| *s).await;
-        },
-    ));
-    tracing::info!(addr = %cli.metrics_listen, "operator metrics on /metrics");
+    let ops =
+        tokio::spawn(http::serve_ops(listener, || true, move || context::render_metrics(&ctx), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    tracing::info!(%addr, "operator metrics on /metrics");
+    Ok(ops)
+}
 
-    // Leader election: only the holder of the Lease reconciles.
+/// Leader election on the Lease: only its holder reconciles. Returns whether this replica holds
+/// it (as it changes), and the task that renews it, which releases it once every receiver is
+/// dropped.
+async fn elect(
+    cli: &Cli,
+    client: &Client,
+    identity: &str,
+) -> anyhow::Result<(watch::Receiver<bool>, JoinHandle<kube_lease_manager::Result<LeaseManager>>)> {
     let lease_ns = cli
         .lease_namespace
         .clone()
@@ -130,53 +177,58 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .unwrap_or_else(|| "default".into());
     let manager = LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
         .with_namespace(&lease_ns)
-        .with_identity(&identity)
+        .with_identity(identity)
         .with_duration(cli.lease_seconds)
         .with_grace((cli.lease_seconds / 3).max(1))
         .build()
         .await
         .context("setting up leader election")?;
-    let (mut leader, lease_task) = manager.watch().await;
+    let watched = manager.watch().await;
     tracing::info!(%identity, lease = %cli.lease_name, namespace = %lease_ns, "waiting to lead");
-    let mut signal = Box::pin(shutdown::signal());
+    Ok(watched)
+}
+
+/// Waits until this replica leads (true), or a shutdown signal comes first (false).
+async fn wait_to_lead(
+    leader: &mut watch::Receiver<bool>,
+    signal: &mut Pin<Box<impl Future<Output = ()>>>,
+) -> anyhow::Result<bool> {
     loop {
         if *leader.borrow_and_update() {
-            break;
+            return Ok(true);
         }
         tokio::select! {
             changed = leader.changed() => changed.context("leader election stopped")?,
-            _ = &mut signal => {
-                tracing::info!("stopping before leading");
-                drop(leader);
-                let _ = lease_task.await;
-                let _ = stop_tx.send(true);
-                let _ = ops.await;
-                return Ok(());
-            }
+            _ = &mut *signal => return Ok(false),
         }
     }
-    ctx.metrics.leader.set(1);
-    tracing::info!(%identity, "leading: reconciling CacheClusters");
+}
 
-    // Stop reconciling on SIGTERM, or as soon as the lease is lost (another replica leads then).
-    // Moves and failover writers stop at once: only the leader may publish topologies, and the
-    // next leader starts its own (the topology's compare-and-swap refuses a late publish anyway).
-    let mut watch_leader = leader.clone();
-    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// Runs the controller until SIGTERM, or until the lease is lost (another replica leads then);
+/// returns whether it was lost. Moves and failover writers stop at once: only the leader may
+/// publish topologies, and the next leader starts its own (the topology's compare-and-swap
+/// refuses a late publish anyway).
+async fn reconcile_while_leading(
+    cli: &Cli,
+    client: &Client,
+    ctx: &Arc<Context>,
+    mut leader: watch::Receiver<bool>,
+    signal: Pin<Box<impl Future<Output = ()> + Send + Sync + 'static>>,
+) -> bool {
+    let lost = Arc::new(AtomicBool::new(false));
     let lost_flag = lost.clone();
     let stop_ctx = ctx.clone();
     let stop = async move {
         tokio::select! {
             _ = signal => tracing::info!("shutting down"),
             // Also when the lease task is gone: then nobody renews the lease either.
-            _ = watch_leader.wait_for(|held| !*held) => {
-                lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            _ = leader.wait_for(|held| !*held) => {
+                lost_flag.store(true, Ordering::SeqCst);
                 tracing::error!("lost the leader lease; stopping");
             }
         }
         stop_ctx.stop_background();
     };
-
     let (cc_api, sts_api, dep_api, cm_api, pod_api) = match &cli.namespace {
         Some(ns) => (
             Api::<CacheCluster>::namespaced(client.clone(), ns),
@@ -214,15 +266,5 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         })
         .await;
-
-    ctx.stop_background();
-    ctx.metrics.leader.set(0);
-    drop(leader);
-    let _ = lease_task.await; // releases the lease for the next leader
-    let _ = stop_tx.send(true);
-    let _ = ops.await;
-    if lost.load(std::sync::atomic::Ordering::SeqCst) {
-        anyhow::bail!("lost the leader lease");
-    }
-    Ok(())
+    lost.load(Ordering::SeqCst)
 }

@@ -9,6 +9,7 @@
 //! shard's primary and replicas (synced, lag) as last probed.
 
 use shoal_coordinator::Progress;
+use shoal_wire::Topology;
 
 use crate::crd::{CacheClusterStatus, Condition, ReplicaStatus, ShardStatus};
 use crate::health::ShardHealth;
@@ -57,28 +58,69 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
     let resharding = i.resharding_task
         || t.is_some_and(|t| !t.migrations.is_empty() || t.nodes.len() as u32 != o.desired.max(1))
         || matches!(i.step, Step::Reshard(_) | Step::Resume);
-    let phase = match (t, o.statefulset) {
+    let phase = phase(t, o.statefulset, i.step, resharding, degraded);
+    let ready_reason = if phase == "Ready" { "Serving" } else { phase };
+    let reshard_reason = match (i.last_error, resharding) {
+        (Some(_), _) => "MoveFailed",
+        (None, true) => "SlotsMoving",
+        (None, false) => "Settled",
+    };
+    let conditions = vec![
+        condition(i, "Ready", phase == "Ready", ready_reason, ready_message(i, phase, topology_nodes.len())),
+        condition(i, "Resharding", resharding, reshard_reason, reshard_message(i, resharding)),
+        degraded_condition(i, degraded, &not_ready, &problems),
+    ];
+    CacheClusterStatus {
+        shards: topology_nodes.len() as i32,
+        ready_shards: o.ready.len() as i32,
+        selector: i.selector.clone(),
+        topology_version: t.map_or(0, |t| t.version as i64),
+        phase: phase.into(),
+        observed_generation: i.generation,
+        conditions,
+        shard_status: shard_status(i),
+        // Not this function's: the controller decides it on every reconcile (its own record
+        // of the pod it evicted first, then the status's), in one place.
+        restarting: None,
+    }
+}
+
+fn phase(
+    t: Option<&Topology>,
+    statefulset: Option<u32>,
+    step: &Step,
+    resharding: bool,
+    degraded: bool,
+) -> &'static str {
+    match (t, statefulset) {
         (None, None) => "Pending",
         (None, Some(_)) => "Creating",
         (Some(_), _) if resharding => "Resharding",
         (Some(_), _) if degraded => "Degraded",
-        (Some(_), _) if matches!(i.step, Step::Settled) => "Ready",
+        (Some(_), _) if matches!(step, Step::Settled) => "Ready",
         // Shrinking the StatefulSet after a scale-down's move.
-        (Some(_), _) if matches!(i.step, Step::ScaleNodes(_)) => "Resharding",
+        (Some(_), _) if matches!(step, Step::ScaleNodes(_)) => "Resharding",
         // The first topology is being offered to the nodes.
         (Some(_), _) => "Creating",
-    };
+    }
+}
 
-    let ready_msg = match phase {
+fn ready_message(i: &Inputs, phase: &str, shards: usize) -> String {
+    match phase {
         "Ready" => {
-            format!("{} shards serving topology version {}", topology_nodes.len(), t.map_or(0, |t| t.version))
+            let version = i.observed.topology.as_ref().map_or(0, |t| t.version);
+            format!("{shards} shards serving topology version {version}")
         }
         _ => match i.step {
             Step::Wait(why) => why.clone(),
             other => format!("{other:?}").split('(').next().unwrap_or_default().to_string(),
         },
-    };
-    let reshard_msg = match (i.progress, t) {
+    }
+}
+
+fn reshard_message(i: &Inputs, resharding: bool) -> String {
+    let t = i.observed.topology.as_ref();
+    let message = match (i.progress, t) {
         (Some(p), _) if p.migrations > 0 => format!(
             "topology version {}: {}/{} slots moved ({} keys, {:.1} MB), {}/{} migrations done",
             p.version,
@@ -89,15 +131,20 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
             p.migrations_done,
             p.migrations
         ),
-        _ if resharding => format!("from {} to {} shards", t.map_or(0, |t| t.nodes.len()), o.desired.max(1)),
+        _ if resharding => {
+            format!("from {} to {} shards", t.map_or(0, |t| t.nodes.len()), i.observed.desired.max(1))
+        }
         _ => "no slots are moving".into(),
     };
-    let reshard_msg = match i.last_error {
-        Some(e) => format!("{reshard_msg}; last attempt failed (retrying): {e}"),
-        None => reshard_msg,
-    };
+    match i.last_error {
+        Some(e) => format!("{message}; last attempt failed (retrying): {e}"),
+        None => message,
+    }
+}
+
+fn degraded_condition(i: &Inputs, degraded: bool, not_ready: &[u32], problems: &[String]) -> Condition {
     let not_ready_msg = || format!("node pods {not_ready:?} of the topology are not ready");
-    let (degraded_reason, degraded_msg) = match (not_ready.is_empty(), problems.is_empty()) {
+    let (reason, message) = match (not_ready.is_empty(), problems.is_empty()) {
         (true, true) if i.shards.is_some() => {
             ("AllNodesReady", "every shard has a serving primary and a synced replica".to_string())
         }
@@ -106,26 +153,13 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
         (false, true) => ("NodesNotReady", not_ready_msg()),
         (false, false) => ("NodesNotReady", format!("{}; {}", not_ready_msg(), problems.join("; "))),
     };
-    let conditions = vec![
-        condition(i, "Ready", phase == "Ready", if phase == "Ready" { "Serving" } else { phase }, ready_msg),
-        condition(
-            i,
-            "Resharding",
-            resharding,
-            if i.last_error.is_some() {
-                "MoveFailed"
-            } else if resharding {
-                "SlotsMoving"
-            } else {
-                "Settled"
-            },
-            reshard_msg,
-        ),
-        condition(i, "Degraded", degraded, degraded_reason, degraded_msg),
-    ];
+    condition(i, "Degraded", degraded, reason, message)
+}
+
+/// `.status.shardStatus`: each shard's primary and replicas as last probed, with their pods.
+fn shard_status(i: &Inputs) -> Vec<ShardStatus> {
     let pod_at = |addr: &str| i.pods.iter().find(|p| p.addr.as_deref() == Some(addr)).map(|p| p.name.clone());
-    let shard_status = i
-        .shards
+    i.shards
         .unwrap_or_default()
         .iter()
         .map(|h| ShardStatus {
@@ -145,20 +179,7 @@ pub fn compute(i: &Inputs) -> CacheClusterStatus {
                 })
                 .collect(),
         })
-        .collect();
-    CacheClusterStatus {
-        shards: topology_nodes.len() as i32,
-        ready_shards: o.ready.len() as i32,
-        selector: i.selector.clone(),
-        topology_version: t.map_or(0, |t| t.version as i64),
-        phase: phase.into(),
-        observed_generation: i.generation,
-        conditions,
-        shard_status,
-        // Not this function's: the controller decides it on every reconcile (its own record
-        // of the pod it evicted first, then the status's), in one place.
-        restarting: None,
-    }
+        .collect()
 }
 
 fn condition(i: &Inputs, type_: &str, on: bool, reason: &str, message: String) -> Condition {
@@ -180,8 +201,6 @@ fn condition(i: &Inputs, type_: &str, on: bool, reason: &str, message: String) -
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-
-    use shoal_wire::Topology;
 
     use super::*;
 
