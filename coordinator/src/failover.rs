@@ -21,10 +21,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{NodeStats, StatsRequest, TopologyDoc};
+use shoal_wire::{NodeInfo, Topology};
 
 use crate::registry::Registry;
 
@@ -50,117 +50,134 @@ pub struct Decision {
 pub fn decide(t: &Topology, health: &HashMap<String, Health>, down_after: Duration) -> Option<Decision> {
     for shard in t.nodes.iter().filter(|n| !n.replicas.is_empty()) {
         let primary = health.get(&shard.addr).cloned().unwrap_or_default();
-        let best = |exclude_run: Option<&str>| {
-            shard
-                .replicas
-                .iter()
-                .filter_map(|r| {
-                    let s = health.get(r)?.stats.as_ref()?;
-                    let usable = s.role == "slave"
-                        && s.synced
-                        && exclude_run.is_none_or(|run| s.primary_run_id != run);
-                    // A demoted primary still holding its own run (`keep_own_copy`) counts only
-                    // when no replica holds a copy of another run: its offset is in its own log,
-                    // not comparable with theirs, and it lacks whatever its successor acked.
-                    let copy_of_another = s.primary_run_id != s.run_id;
-                    usable.then_some((r, (copy_of_another, s.repl_offset)))
-                })
-                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
-                .map(|(r, _)| r.clone())
+        // A shard's verdict: `None` to look at the next shard, `Some(decision)` to stop here (a
+        // topology that could not be made stops with no decision).
+        let verdict = match &primary.stats {
+            Some(s) if s.handing_over || !s.handover_to.is_empty() => {
+                handing_over(t, shard, s, health, down_after)
+            }
+            _ => unhealthy(t, shard, &primary, health, down_after),
         };
-        // A lossless hand-over (SHOAL FAILOVER, a primary's SIGTERM): while the primary waits
-        // for a replica to catch up, leave the shard alone (it is paused, not stale); once it has
-        // committed (at the version in use), promote the replica it names, which has acked
-        // everything. If that replica has gone since, promoting it would hand the shard to a
-        // dead member and leave the data with the paused primary: promote another replica that
-        // holds as much (same run, same offset: the primary is paused, so nothing came after),
-        // else confirm the primary, which ends its hand-over and serves again.
-        if let Some(s) = &primary.stats
-            && (s.handing_over || !s.handover_to.is_empty())
-        {
-            if s.handover_to.is_empty()
-                || !shard.replicas.contains(&s.handover_to)
-                || s.topology_version != t.version
-            {
-                continue;
-            }
-            let target = health.get(&s.handover_to).cloned().unwrap_or_default();
-            if target.stats.as_ref().is_some_and(|r| r.role == "slave" && r.synced) {
-                return Some(Decision {
-                    topology: t.promote(shard.id, &s.handover_to)?,
-                    shard: shard.id,
-                    reason: format!("primary {} handed over to replica {}", shard.addr, s.handover_to),
-                });
-            }
-            if target.stats.is_some() || target.down_for < down_after {
-                continue;
-            }
-            let equal = shard.replicas.iter().find(|r| {
-                health.get(*r).and_then(|h| h.stats.as_ref()).is_some_and(|r| {
-                    r.role == "slave"
-                        && r.synced
-                        && r.primary_run_id == s.run_id
-                        && r.repl_offset >= s.repl_offset
-                })
-            });
-            return Some(match equal {
-                Some(r) => Decision {
-                    topology: t.promote(shard.id, r)?,
-                    shard: shard.id,
-                    reason: format!(
-                        "primary {} handed over to replica {r}: {} it had chosen is unreachable",
-                        shard.addr, s.handover_to
-                    ),
-                },
-                None => Decision {
-                    topology: t.next_version(),
-                    shard: shard.id,
-                    reason: format!(
-                        "primary {} confirmed: replica {} it was handing over to is unreachable",
-                        shard.addr, s.handover_to
-                    ),
-                },
-            });
-        }
-        match &primary.stats {
-            None if primary.down_for >= down_after => {
-                if let Some(r) = best(None) {
-                    return Some(Decision {
-                        topology: t.promote(shard.id, &r)?,
-                        shard: shard.id,
-                        reason: format!(
-                            "primary {} unreachable for {} ms; promoted replica {r}",
-                            shard.addr,
-                            primary.down_for.as_millis()
-                        ),
-                    });
-                }
-            }
-            Some(s) if s.fenced => {
-                let decision = match best(Some(&s.run_id)) {
-                    Some(r) => Decision {
-                        topology: t.promote(shard.id, &r)?,
-                        shard: shard.id,
-                        reason: format!(
-                            "primary {} restarted; promoted replica {r}, which holds its data",
-                            shard.addr
-                        ),
-                    },
-                    None => Decision {
-                        topology: t.next_version(),
-                        shard: shard.id,
-                        reason: format!(
-                            "primary {} started and no replica holds more; confirmed",
-                            shard.addr
-                        ),
-                    },
-                };
-                return Some(decision);
-            }
-            _ => {}
+        if let Some(decision) = verdict {
+            return decision;
         }
     }
     None
+}
+
+/// The replica with the most of the shard's data (`exclude_run`: not one that follows that
+/// run: a restarted primary's new one).
+fn best(shard: &NodeInfo, health: &HashMap<String, Health>, exclude_run: Option<&str>) -> Option<String> {
+    shard
+        .replicas
+        .iter()
+        .filter_map(|r| {
+            let s = health.get(r)?.stats.as_ref()?;
+            let usable =
+                s.role == "slave" && s.synced && exclude_run.is_none_or(|run| s.primary_run_id != run);
+            // A demoted primary still holding its own run (`keep_own_copy`) counts only when no
+            // replica holds a copy of another run: its offset is in its own log, not comparable
+            // with theirs, and it lacks whatever its successor acked.
+            let copy_of_another = s.primary_run_id != s.run_id;
+            usable.then_some((r, (copy_of_another, s.repl_offset)))
+        })
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(r, _)| r.clone())
+}
+
+/// A lossless hand-over (SHOAL FAILOVER, a primary's SIGTERM): while the primary waits for a
+/// replica to catch up, leave the shard alone (it is paused, not stale); once it has committed
+/// (at the version in use), promote the replica it names, which has acked everything. If that
+/// replica has gone since, promoting it would hand the shard to a dead member and leave the data
+/// with the paused primary: promote another replica that holds as much (same run, same offset:
+/// the primary is paused, so nothing came after), else confirm the primary, which ends its
+/// hand-over and serves again.
+fn handing_over(
+    t: &Topology,
+    shard: &NodeInfo,
+    s: &NodeStats,
+    health: &HashMap<String, Health>,
+    down_after: Duration,
+) -> Option<Option<Decision>> {
+    if s.handover_to.is_empty() || !shard.replicas.contains(&s.handover_to) || s.topology_version != t.version
+    {
+        return None;
+    }
+    let target = health.get(&s.handover_to).cloned().unwrap_or_default();
+    if target.stats.as_ref().is_some_and(|r| r.role == "slave" && r.synced) {
+        return Some(t.promote(shard.id, &s.handover_to).map(|topology| Decision {
+            topology,
+            shard: shard.id,
+            reason: format!("primary {} handed over to replica {}", shard.addr, s.handover_to),
+        }));
+    }
+    if target.stats.is_some() || target.down_for < down_after {
+        return None;
+    }
+    let equal = shard.replicas.iter().find(|r| {
+        health.get(*r).and_then(|h| h.stats.as_ref()).is_some_and(|r| {
+            r.role == "slave" && r.synced && r.primary_run_id == s.run_id && r.repl_offset >= s.repl_offset
+        })
+    });
+    Some(match equal {
+        Some(r) => t.promote(shard.id, r).map(|topology| Decision {
+            topology,
+            shard: shard.id,
+            reason: format!(
+                "primary {} handed over to replica {r}: {} it had chosen is unreachable",
+                shard.addr, s.handover_to
+            ),
+        }),
+        None => Some(Decision {
+            topology: t.next_version(),
+            shard: shard.id,
+            reason: format!(
+                "primary {} confirmed: replica {} it was handing over to is unreachable",
+                shard.addr, s.handover_to
+            ),
+        }),
+    })
+}
+
+/// A primary unreachable for `down_after` (a replica replaces it, if one is usable), or one that
+/// restarted fenced (a replica that holds its data replaces it, else it is confirmed).
+fn unhealthy(
+    t: &Topology,
+    shard: &NodeInfo,
+    primary: &Health,
+    health: &HashMap<String, Health>,
+    down_after: Duration,
+) -> Option<Option<Decision>> {
+    match &primary.stats {
+        None if primary.down_for >= down_after => {
+            let r = best(shard, health, None)?;
+            Some(t.promote(shard.id, &r).map(|topology| Decision {
+                topology,
+                shard: shard.id,
+                reason: format!(
+                    "primary {} unreachable for {} ms; promoted replica {r}",
+                    shard.addr,
+                    primary.down_for.as_millis()
+                ),
+            }))
+        }
+        Some(s) if s.fenced => Some(match best(shard, health, Some(&s.run_id)) {
+            Some(r) => t.promote(shard.id, &r).map(|topology| Decision {
+                topology,
+                shard: shard.id,
+                reason: format!(
+                    "primary {} restarted; promoted replica {r}, which holds its data",
+                    shard.addr
+                ),
+            }),
+            None => Some(Decision {
+                topology: t.next_version(),
+                shard: shard.id,
+                reason: format!("primary {} started and no replica holds more; confirmed", shard.addr),
+            }),
+        }),
+        _ => None,
+    }
 }
 
 /// Settings of the watcher.

@@ -11,6 +11,7 @@
 //!
 //! Every run is bounded by `-n` requests and by `--duration`, whichever ends first.
 
+mod load;
 mod raw;
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
+use load::{histogram, key_index};
 use shoal_client::{Client, Config, Endpoint, Protocol};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -404,12 +406,6 @@ impl Rng {
     }
 }
 
-/// The key number of the run's `i`th request (counted over all connections): `i` in turn with
-/// `--sequential`, else the request's random draw.
-fn key_index(sequential: bool, i: u64, random: u64, keyspace: u64) -> u64 {
-    if sequential { i % keyspace } else { random % keyspace }
-}
-
 /// Kernel clock ticks per second (USER_HZ) for /proc's utime and stime: `getconf CLK_TCK`, or
 /// 100, its value on every mainstream Linux build.
 fn clock_ticks() -> u64 {
@@ -421,11 +417,6 @@ fn clock_ticks() -> u64 {
         .and_then(|s| s.trim().parse().ok())
         .filter(|&t| t > 0)
         .unwrap_or(100)
-}
-
-/// A latency histogram in nanoseconds, 1 ns to 60 s (every engine's, so they add up).
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
 /// `o` with its server CPU per request: the listed pids' CPU time between `before` and `after`

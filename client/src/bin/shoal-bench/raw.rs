@@ -19,6 +19,8 @@ use shoal_client::resp;
 use shoal_wire::fast::{self, Op, Preamble, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::load::{histogram, key_index};
+
 /// What one connection measured.
 pub struct Measured {
     pub hist: Histogram<u64>,
@@ -112,135 +114,184 @@ pub async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
     issued: &AtomicU64,
     done: &Arc<AtomicU64>,
 ) -> Measured {
-    let mut m = Measured { hist: crate::histogram(), errors: 0, first_error: None };
-    let mut rng = load.seed | 1;
-    let mut out = BytesMut::with_capacity(64 * 1024);
-    let mut input = BytesMut::with_capacity(64 * 1024);
-    let mut key = Vec::with_capacity(load.prefix.len() + 20);
-    // Fast-path replies may come in any order: a request's id is its slot in `sent_at`.
-    // `None`: the id is not in flight (a reply for it would be a server bug).
-    let mut sent_at: Vec<Option<Instant>> = vec![None; load.pipeline];
-    let mut free: Vec<u32> = (0..load.pipeline as u32).rev().collect();
-    // RESP replies come in order: the send time of each request in flight, oldest first.
-    let mut fifo: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
-    let mut in_flight = 0usize;
-    let mut exhausted = false;
-    // Requests this connection has claimed from the shared count and not sent yet (claimed a
-    // window at a time: one atomic add per batch, not per request).
-    let mut claimed = 0u64;
-    // The run-wide number of the next claimed request (keys in turn count by it).
-    let mut next = 0u64;
+    let mut c = Conn::new(load);
     loop {
-        let now = Instant::now();
-        while !exhausted && in_flight < load.pipeline && (in_flight == 0 || !out.is_empty()) {
-            if claimed == 0 {
+        c.fill(issued);
+        if !c.out.is_empty() {
+            if let Err(e) = s.write_all(&c.out).await {
+                c.fail(c.in_flight as u64, e.to_string());
+                return c.m;
+            }
+            c.out.clear();
+        }
+        if c.in_flight == 0 {
+            return c.m;
+        }
+        if let Err(e) = read_more(s, &mut c.input).await {
+            c.fail(c.in_flight as u64, e);
+            return c.m;
+        }
+        match c.take_replies() {
+            Ok(answered) => done.fetch_add(answered, Ordering::Relaxed),
+            Err(()) => return c.m,
+        };
+    }
+}
+
+/// One connection's requests in flight and what it measured.
+struct Conn<'a> {
+    load: &'a Load,
+    m: Measured,
+    rng: u64,
+    out: BytesMut,
+    input: BytesMut,
+    key: Vec<u8>,
+    /// Fast-path replies may come in any order: a request's id is its slot in `sent_at`.
+    /// `None`: the id is not in flight (a reply for it would be a server bug).
+    sent_at: Vec<Option<Instant>>,
+    free: Vec<u32>,
+    /// RESP replies come in order: the send time of each request in flight, oldest first.
+    fifo: std::collections::VecDeque<Instant>,
+    in_flight: usize,
+    exhausted: bool,
+    /// Requests this connection has claimed from the shared count and not sent yet (claimed a
+    /// window at a time: one atomic add per batch, not per request).
+    claimed: u64,
+    /// The run-wide number of the next claimed request (keys in turn count by it).
+    next: u64,
+}
+
+impl<'a> Conn<'a> {
+    fn new(load: &'a Load) -> Conn<'a> {
+        Conn {
+            load,
+            m: Measured { hist: histogram(), errors: 0, first_error: None },
+            rng: load.seed | 1,
+            out: BytesMut::with_capacity(64 * 1024),
+            input: BytesMut::with_capacity(64 * 1024),
+            key: Vec::with_capacity(load.prefix.len() + 20),
+            sent_at: vec![None; load.pipeline],
+            free: (0..load.pipeline as u32).rev().collect(),
+            fifo: std::collections::VecDeque::new(),
+            in_flight: 0,
+            exhausted: false,
+            claimed: 0,
+            next: 0,
+        }
+    }
+
+    fn fail(&mut self, requests: u64, why: String) {
+        self.m.errors += requests;
+        self.m.first_error.get_or_insert(why);
+    }
+
+    /// Encodes requests into `out` up to the pipeline depth (or until the count or the deadline
+    /// is reached).
+    fn fill(&mut self, issued: &AtomicU64) {
+        let (load, now) = (self.load, Instant::now());
+        while !self.exhausted
+            && self.in_flight < load.pipeline
+            && (self.in_flight == 0 || !self.out.is_empty())
+        {
+            if self.claimed == 0 {
                 let want = load.pipeline as u64;
                 let from = issued.fetch_add(want, Ordering::Relaxed);
-                claimed = want.min(load.requests.saturating_sub(from));
-                next = from;
+                self.claimed = want.min(load.requests.saturating_sub(from));
+                self.next = from;
             }
-            if claimed == 0 || now >= load.end {
-                exhausted = true;
+            if self.claimed == 0 || now >= load.end {
+                self.exhausted = true;
                 break;
             }
-            claimed -= 1;
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            key.clear();
-            key.extend_from_slice(&load.prefix);
+            self.claimed -= 1;
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            self.key.clear();
+            self.key.extend_from_slice(&load.prefix);
             // Formatting into the reused buffer allocates nothing.
-            let _ = write!(key, "{}", crate::key_index(load.sequential, next, rng, load.keyspace.max(1)));
-            next += 1;
-            let get = load.get_ratio >= 1.0 || ((rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
+            let index = key_index(load.sequential, self.next, self.rng, load.keyspace.max(1));
+            let _ = write!(self.key, "{index}");
+            self.next += 1;
+            let get = load.get_ratio >= 1.0 || ((self.rng >> 40) % 10_000) as f64 / 10_000.0 < load.get_ratio;
             if load.fast {
-                let id = free.pop().expect("a free slot while under the window");
-                sent_at[id as usize] = Some(now);
+                let id = self.free.pop().expect("a free slot while under the window");
+                self.sent_at[id as usize] = Some(now);
                 if get {
-                    fast::put_request(&mut out, Op::Get, 0, id, &key, b"", 0);
+                    fast::put_request(&mut self.out, Op::Get, 0, id, &self.key, b"", 0);
                 } else {
-                    fast::put_request(&mut out, Op::Set, 0, id, &key, &load.value, 0);
+                    fast::put_request(&mut self.out, Op::Set, 0, id, &self.key, &load.value, 0);
                 }
             } else {
-                fifo.push_back(now);
+                self.fifo.push_back(now);
                 if get {
-                    resp::encode(&mut out, &[&b"GET"[..], &key]);
+                    resp::encode(&mut self.out, &[&b"GET"[..], &self.key]);
                 } else {
-                    resp::encode(&mut out, &[&b"SET"[..], &key, &load.value]);
+                    resp::encode(&mut self.out, &[&b"SET"[..], &self.key, &load.value]);
                 }
             }
-            in_flight += 1;
+            self.in_flight += 1;
         }
-        if !out.is_empty() {
-            if let Err(e) = s.write_all(&out).await {
-                m.errors += in_flight as u64;
-                m.first_error.get_or_insert(e.to_string());
-                return m;
-            }
-            out.clear();
-        }
-        if in_flight == 0 {
-            return m;
-        }
-        if let Err(e) = read_more(s, &mut input).await {
-            m.errors += in_flight as u64;
-            m.first_error.get_or_insert(e);
-            return m;
-        }
+    }
+
+    /// Takes every complete reply in `input`: how many; `Err` when the connection must stop.
+    fn take_replies(&mut self) -> Result<u64, ()> {
         let arrived = Instant::now();
         let mut answered = 0u64;
         loop {
-            if load.fast {
-                match fast::decode_reply(&mut input, 1 << 30) {
-                    Ok(Some(r)) => {
-                        let Some(at) = sent_at.get_mut(r.id as usize).and_then(Option::take) else {
-                            m.errors += 1;
-                            m.first_error
-                                .get_or_insert(format!("a reply for id {}, which is not in flight", r.id));
-                            return m;
-                        };
-                        m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64);
-                        free.push(r.id);
-                        if r.status == Status::Err {
-                            m.errors += 1;
-                            m.first_error
-                                .get_or_insert_with(|| String::from_utf8_lossy(&r.body).into_owned());
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        m.errors += in_flight as u64;
-                        m.first_error.get_or_insert(e.to_string());
-                        return m;
-                    }
-                }
-            } else {
-                let (len, error) = match resp_reply(&input) {
-                    Ok(Some(reply)) => reply,
-                    Ok(None) => break,
-                    Err(e) => {
-                        m.errors += in_flight as u64;
-                        m.first_error.get_or_insert(e);
-                        return m;
-                    }
-                };
-                let Some(at) = fifo.pop_front() else {
-                    m.errors += 1;
-                    m.first_error.get_or_insert("a reply to no request".into());
-                    return m;
-                };
-                if error {
-                    m.errors += 1;
-                    m.first_error
-                        .get_or_insert_with(|| String::from_utf8_lossy(&input[1..len - 2]).into_owned());
-                }
-                input.advance(len);
-                m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64);
+            let sent = if self.load.fast { self.fast_reply() } else { self.resp_reply() };
+            match sent? {
+                Some(at) => self.m.hist.saturating_record(arrived.duration_since(at).as_nanos() as u64),
+                None => return Ok(answered),
             }
-            in_flight -= 1;
+            self.in_flight -= 1;
             answered += 1;
         }
-        done.fetch_add(answered, Ordering::Relaxed);
+    }
+
+    /// The next fast-path reply's send time (`None`: none complete).
+    fn fast_reply(&mut self) -> Result<Option<Instant>, ()> {
+        let r = match fast::decode_reply(&mut self.input, 1 << 30) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                self.fail(self.in_flight as u64, e.to_string());
+                return Err(());
+            }
+        };
+        let Some(at) = self.sent_at.get_mut(r.id as usize).and_then(Option::take) else {
+            self.fail(1, format!("a reply for id {}, which is not in flight", r.id));
+            return Err(());
+        };
+        self.free.push(r.id);
+        if r.status == Status::Err {
+            self.m.errors += 1;
+            self.m.first_error.get_or_insert_with(|| String::from_utf8_lossy(&r.body).into_owned());
+        }
+        Ok(Some(at))
+    }
+
+    /// The next RESP reply's send time (`None`: none complete).
+    fn resp_reply(&mut self) -> Result<Option<Instant>, ()> {
+        let (len, error) = match resp_reply(&self.input) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                self.fail(self.in_flight as u64, e);
+                return Err(());
+            }
+        };
+        let Some(at) = self.fifo.pop_front() else {
+            self.fail(1, "a reply to no request".into());
+            return Err(());
+        };
+        if error {
+            self.m.errors += 1;
+            let text = String::from_utf8_lossy(&self.input[1..len - 2]).into_owned();
+            self.m.first_error.get_or_insert(text);
+        }
+        self.input.advance(len);
+        Ok(Some(at))
     }
 }
 
