@@ -328,9 +328,10 @@ impl Stream for Replies {
                                 let id = this.next_deferred;
                                 this.next_deferred += 1;
                                 this.deferred.push((id, rx));
-                                running
-                                    .outbox
-                                    .push_back(Reply { kind: Some(proto::reply::Kind::Deferred(id)) });
+                                running.outbox.push_back(Reply {
+                                    kind: Some(proto::reply::Kind::Deferred(id)),
+                                    ..Default::default()
+                                });
                                 continue;
                             }
                             keepalive.as_mut().reset(tokio::time::Instant::now() + KEEPALIVE);

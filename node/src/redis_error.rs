@@ -1,7 +1,9 @@
-//! How store errors read on the wire: Redis's error lines (without the `-`), written in this one
-//! place. The store's errors are plain enums whose `Display` is for logs; the ops layer's replies
+//! How store errors read on the wire: Redis's error lines (without the `-`) and their kinds,
+//! written in this one place. The store's errors are plain enums whose `Display` is for logs; the ops layer's replies
 //! (`ops/reply.rs`) and the typed commands' errors (`commands/error.rs`) both render through
 //! [`redis_error`], so one refusal cannot read two ways. Below both, above the store.
+
+use shoal_wire::proto::ErrorKind;
 
 use crate::store::{FloatError, StoreError};
 
@@ -16,6 +18,15 @@ pub fn redis_error(e: &StoreError) -> &'static str {
         StoreError::OffsetOutOfRange => "ERR offset is out of range",
         StoreError::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",
         StoreError::BadValue => "ERR DUMP payload version or checksum are wrong",
+    }
+}
+
+/// The kind of `e`'s refusal, for front ends that answer by kind (HTTP's status codes).
+pub fn error_kind(e: &StoreError) -> ErrorKind {
+    match e {
+        StoreError::WrongType => ErrorKind::WrongType,
+        StoreError::OutOfMemory => ErrorKind::OutOfMemory,
+        _ => ErrorKind::Other,
     }
 }
 

@@ -122,7 +122,7 @@ impl Node for NodeService {
                 served = &mut rx => break served.unwrap_or_else(|_| crate::ops::error("ERR blocked wait ended")),
                 _ = &mut until => {
                     if crate::ops::withdraw(store, id) {
-                        break proto::Reply { kind: Some(proto::reply::Kind::Nil(proto::Empty {})) };
+                        break proto::Reply { kind: Some(proto::reply::Kind::Nil(proto::Empty {})), ..Default::default() };
                     }
                     // Served at the same moment: the reply is on its way.
                 }
@@ -131,7 +131,7 @@ impl Node for NodeService {
                     if let Err(v) = crate::ops::still_served(&view, version, &op)
                         && crate::ops::withdraw(store, id)
                     {
-                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(v)) };
+                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(v)), ..Default::default() };
                     }
                 }
                 _ = stopping.wait_for(|s| *s) => {
@@ -139,7 +139,7 @@ impl Node for NodeService {
                     // blocks again on the node that owns the keys by then.
                     if crate::ops::withdraw(store, id) {
                         let version = self.state.membership.view().version();
-                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(version)) };
+                        break proto::Reply { kind: Some(proto::reply::Kind::Moved(version)), ..Default::default() };
                     }
                 }
             }

@@ -39,7 +39,7 @@ use shoal_telemetry::http::{HttpResponse, ops_endpoint, response};
 use crate::acl::UserCell;
 use crate::pipeline::record::{self, Timing};
 use crate::pipeline::{Pipeline, Step};
-use crate::resp::Reply;
+use crate::resp::{ErrorKind, Reply};
 use crate::server::protected_mode_allows;
 use crate::session::Session;
 use crate::state::{BufferHold, RouterState};
@@ -513,18 +513,18 @@ fn not_allowed(allow: &'static str) -> HttpResponse {
     r
 }
 
-/// A command error as an HTTP status: a node that could not answer is 503 (the request may be
-/// retried), a Redis error by its code (the first word, Redis's typed part of an error): out of
-/// memory is 507, a key holding another type than the route works on (a hash at `GET /keys/h`)
-/// 409 with the WRONGTYPE text, anything else a bad request.
+/// A command error as an HTTP status, by the kind the refusal carries from where it was made
+/// (the one mapper from the type): a node that could not answer is 503 (the request may be
+/// retried), out of memory 507, a key holding another type than the route works on (a hash at
+/// `GET /keys/h`) 409 with the WRONGTYPE text, an ACL refusal 403, anything else a bad request.
 fn failure(reply: Reply) -> HttpResponse {
     match reply {
         Reply::Failure(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        Reply::Error(text) => match text.split(' ').next() {
-            Some("OOM") => error(StatusCode::INSUFFICIENT_STORAGE, &text),
-            Some("WRONGTYPE") => error(StatusCode::CONFLICT, &text),
-            Some("NOPERM") => error(StatusCode::FORBIDDEN, &text),
-            _ => error(StatusCode::BAD_REQUEST, &text),
+        Reply::Error(text, kind) => match kind {
+            ErrorKind::OutOfMemory => error(StatusCode::INSUFFICIENT_STORAGE, &text),
+            ErrorKind::WrongType => error(StatusCode::CONFLICT, &text),
+            ErrorKind::NoPerm => error(StatusCode::FORBIDDEN, &text),
+            ErrorKind::Other => error(StatusCode::BAD_REQUEST, &text),
         },
         other => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("unexpected reply {other:?}")),
     }

@@ -153,7 +153,9 @@ mod tests {
 
         let replies = BatchReply {
             id: 9,
-            replies: (0..5).map(|_| Reply { kind: Some(reply::Kind::Ok(Empty {})) }).collect(),
+            replies: (0..5)
+                .map(|_| Reply { kind: Some(reply::Kind::Ok(Empty {})), ..Default::default() })
+                .collect(),
             more: true,
             deferred: vec![],
         };

@@ -167,25 +167,25 @@ pub fn push_reply(r: Reply, out: &mut impl Extend<Reply>) -> usize {
         out.extend([r]);
         return size;
     }
-    let piece = |p: Piece| Reply { kind: Some(reply::Kind::Piece(p)) };
+    let piece = |p: Piece| Reply { kind: Some(reply::Kind::Piece(p)), ..Default::default() };
     match r.kind {
         Some(reply::Kind::Value(v)) => {
             let head = v.slice(..v.len() - v.len() % PIECE_BYTES.max(1));
             let tail = v.slice(head.len()..);
             out.extend(cut(&head, PIECE_BYTES).map(piece));
-            out.extend([Reply { kind: Some(reply::Kind::Value(tail)) }]);
+            out.extend([Reply { kind: Some(reply::Kind::Value(tail)), ..Default::default() }]);
         }
         Some(reply::Kind::Entry(mut e)) if e.value.len() > PIECE_BYTES => {
             let v = std::mem::take(&mut e.value);
             let head = v.slice(..v.len() - v.len() % PIECE_BYTES);
             e.value = v.slice(head.len()..);
             out.extend(cut(&head, PIECE_BYTES).map(piece));
-            out.extend([Reply { kind: Some(reply::Kind::Entry(e)) }]);
+            out.extend([Reply { kind: Some(reply::Kind::Entry(e)), ..Default::default() }]);
         }
         kind => {
-            let encoded = Bytes::from(Reply { kind }.encode_to_vec());
+            let encoded = Bytes::from(Reply { kind, ..Default::default() }.encode_to_vec());
             out.extend(cut(&encoded, PIECE_BYTES).map(piece));
-            out.extend([Reply { kind: Some(reply::Kind::Assembled(proto::Empty {})) }]);
+            out.extend([Reply { kind: Some(reply::Kind::Assembled(proto::Empty {})), ..Default::default() }]);
         }
     }
     size
@@ -201,12 +201,13 @@ impl ReplyAssembler {
         match r.kind {
             Some(reply::Kind::Piece(p)) => self.0.push(p).map(|()| None),
             _ if self.0.is_empty() => Ok(Some(r)),
-            Some(reply::Kind::Value(tail)) => {
-                Ok(Some(Reply { kind: Some(reply::Kind::Value(self.0.finish(&tail)?)) }))
-            }
+            Some(reply::Kind::Value(tail)) => Ok(Some(Reply {
+                kind: Some(reply::Kind::Value(self.0.finish(&tail)?)),
+                ..Default::default()
+            })),
             Some(reply::Kind::Entry(mut e)) => {
                 e.value = self.0.finish(&e.value)?;
-                Ok(Some(Reply { kind: Some(reply::Kind::Entry(e)) }))
+                Ok(Some(Reply { kind: Some(reply::Kind::Entry(e)), ..Default::default() }))
             }
             Some(reply::Kind::Assembled(_)) => {
                 let bytes = self.0.finish(&[])?;
@@ -355,7 +356,7 @@ mod tests {
     fn large_replies_are_cut_without_copying_and_reassembled() {
         let value = big(2 * PIECE_BYTES + 5);
         let mut out = Vec::new();
-        push_reply(Reply { kind: Some(reply::Kind::Value(value.clone())) }, &mut out);
+        push_reply(Reply { kind: Some(reply::Kind::Value(value.clone())), ..Default::default() }, &mut out);
         assert_eq!(out.len(), 3);
         let Some(reply::Kind::Piece(p)) = &out[0].kind else { panic!() };
         assert_eq!(p.data.as_ptr(), value.as_ptr(), "pieces are slices of the value");
@@ -363,6 +364,7 @@ mod tests {
             kind: Some(reply::Kind::Keys(proto::KeyList {
                 keys: (0..3).map(|_| big(PIECE_BYTES / 2)).collect(),
             })),
+            ..Default::default()
         };
         push_reply(keys.clone(), &mut out);
         let entry = ExportEntry {
@@ -373,17 +375,20 @@ mod tests {
             partial: false,
             value_type: 0,
         };
-        push_reply(Reply { kind: Some(reply::Kind::Entry(Box::new(entry.clone()))) }, &mut out);
-        push_reply(Reply { kind: Some(reply::Kind::Int(4)) }, &mut out);
+        push_reply(
+            Reply { kind: Some(reply::Kind::Entry(Box::new(entry.clone()))), ..Default::default() },
+            &mut out,
+        );
+        push_reply(Reply { kind: Some(reply::Kind::Int(4)), ..Default::default() }, &mut out);
         let mut asm = ReplyAssembler::default();
         let got: Vec<Reply> = out.into_iter().filter_map(|r| asm.feed(r).unwrap()).collect();
         assert_eq!(
             got,
             vec![
-                Reply { kind: Some(reply::Kind::Value(value)) },
+                Reply { kind: Some(reply::Kind::Value(value)), ..Default::default() },
                 keys,
-                Reply { kind: Some(reply::Kind::Entry(Box::new(entry))) },
-                Reply { kind: Some(reply::Kind::Int(4)) },
+                Reply { kind: Some(reply::Kind::Entry(Box::new(entry))), ..Default::default() },
+                Reply { kind: Some(reply::Kind::Int(4)), ..Default::default() },
             ]
         );
     }

@@ -21,12 +21,12 @@ pub fn run_resp(store: &Store, args: &[Bytes], resp3: bool) -> Reply {
         .unwrap_or_else(|e| F::error(e.to_string()));
     let mut out = Vec::with_capacity(64);
     frame::encode(&frame, resp3, &mut out);
-    Reply { kind: Some(reply::Kind::Resp(out.into())) }
+    Reply { kind: Some(reply::Kind::Resp(out.into())), ..Default::default() }
 }
 
 fn frame_reply(r: CmdResult) -> Reply {
     let frame = r.unwrap_or_else(|e| F::error(e.to_string()));
-    Reply { kind: Some(reply::Kind::Frame(frame)) }
+    Reply { kind: Some(reply::Kind::Frame(frame)), ..Default::default() }
 }
 
 /// Runs a multi-key command whose keys live on several nodes: the router has fetched every key's

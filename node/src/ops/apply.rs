@@ -15,7 +15,7 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         && let Some(key) = key_of(&op)
         && store.presence(key) == Presence::Absent
     {
-        return Reply { kind: Some(reply::Kind::Absent(proto::Empty {})) };
+        return Reply { kind: Some(reply::Kind::Absent(proto::Empty {})), ..Default::default() };
     }
     let Some(kind) = op.kind else { return error("ERR empty operation") };
     match kind {
@@ -42,9 +42,10 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Persist(o) => int(store.persist(&o.key)),
         Kind::Ttl(o) => ttl(store, o),
         Kind::Scan(o) => scan(store, o),
-        Kind::Keys(o) => {
-            Reply { kind: Some(reply::Kind::Keys(proto::KeyList { keys: store.keys(&o.pattern) })) }
-        }
+        Kind::Keys(o) => Reply {
+            kind: Some(reply::Kind::Keys(proto::KeyList { keys: store.keys(&o.pattern) })),
+            ..Default::default()
+        },
         Kind::RandomKey(_) => value_or_nil(store.random_key()),
         Kind::DbSize(_) => int(store.len()),
         Kind::SlotStats(o) => slot_stats(store, view, o),
@@ -105,7 +106,10 @@ fn ttl(store: &Store, o: proto::Ttl) -> Reply {
 fn scan(store: &Store, o: proto::Scan) -> Reply {
     let pattern = o.has_pattern.then_some(&o.pattern[..]);
     let page = store.scan(o.cursor, o.count as usize, pattern, &o.type_filter);
-    Reply { kind: Some(reply::Kind::Scan(proto::ScanPage { cursor: page.cursor, keys: page.keys })) }
+    Reply {
+        kind: Some(reply::Kind::Scan(proto::ScanPage { cursor: page.cursor, keys: page.keys })),
+        ..Default::default()
+    }
 }
 
 /// FLUSHALL, refused while slots move: a flush racing a move could let copies still in flight
@@ -142,6 +146,7 @@ fn fetch(store: &Store, o: proto::Fetch) -> Reply {
                 partial: false,
                 value_type: value_type as u32,
             }))),
+            ..Default::default()
         },
         None => nil(),
     }
@@ -204,7 +209,10 @@ pub(super) fn tracked_get(store: &Store, view: &NodeView, o: proto::Get) -> Repl
         // values this large anyway.
         Ok(Some((v, at))) if tracked && v.len() <= TRACKED_VALUE_MAX => {
             let ttl_ms = if at == 0 { 0 } else { at.saturating_sub(store.now_ms()).max(1) };
-            Reply { kind: Some(reply::Kind::Tracked(proto::Tracked { value: v, ttl_ms })) }
+            Reply {
+                kind: Some(reply::Kind::Tracked(proto::Tracked { value: v, ttl_ms })),
+                ..Default::default()
+            }
         }
         Ok(v) => value_or_nil(v.map(|(v, _)| v)),
         Err(_) if o.nil_if_not_string => nil(),
@@ -219,7 +227,10 @@ pub(super) fn slot_stats(store: &Store, view: &NodeView, o: proto::SlotStats) ->
     if o.reset {
         // CONFIG RESETSTAT: no numbers wanted back (counting keys walks the whole store).
         owned.iter().for_each(|&slot| store.slot_traffic.reset(slot));
-        return Reply { kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots: Vec::new() })) };
+        return Reply {
+            kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots: Vec::new() })),
+            ..Default::default()
+        };
     }
     let keys = if owned.is_empty() { Vec::new() } else { store.keys_per_slot() };
     let slots = owned
@@ -236,7 +247,7 @@ pub(super) fn slot_stats(store: &Store, view: &NodeView, o: proto::SlotStats) ->
             }
         })
         .collect();
-    Reply { kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots })) }
+    Reply { kind: Some(reply::Kind::SlotStats(proto::SlotStatsReply { slots })), ..Default::default() }
 }
 
 pub(super) fn watch(store: &Store, o: proto::Watch) -> Reply {
@@ -254,5 +265,5 @@ pub(super) fn watch(store: &Store, o: proto::Watch) -> Reply {
             store.watches.register(k)
         })
         .collect();
-    Reply { kind: Some(reply::Kind::Versions(proto::Versions { versions })) }
+    Reply { kind: Some(reply::Kind::Versions(proto::Versions { versions })), ..Default::default() }
 }

@@ -66,7 +66,7 @@ pub(crate) fn check_group<'a>(
             return Err(moved(v));
         }
         if view.is_moving(slot) {
-            return Err(Reply { kind: Some(reply::Kind::TryAgain(proto::Empty {})) });
+            return Err(Reply { kind: Some(reply::Kind::TryAgain(proto::Empty {})), ..Default::default() });
         }
     }
     Ok(())

@@ -3,19 +3,19 @@
 
 use shoal_wire::proto::{self, Reply, reply};
 
-use crate::redis_error::redis_error;
+use crate::redis_error::{error_kind, redis_error};
 use crate::store::StoreError;
 
 pub(super) fn ok() -> Reply {
-    Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+    Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() }
 }
 
 pub(super) fn nil() -> Reply {
-    Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) }
+    Reply { kind: Some(reply::Kind::Nil(proto::Empty {})), ..Default::default() }
 }
 
 pub(super) fn value(v: bytes::Bytes) -> Reply {
-    Reply { kind: Some(reply::Kind::Value(v)) }
+    Reply { kind: Some(reply::Kind::Value(v)), ..Default::default() }
 }
 
 pub(super) fn value_or_nil(v: Option<bytes::Bytes>) -> Reply {
@@ -27,7 +27,7 @@ pub(super) fn result_value(r: Result<Option<bytes::Bytes>, StoreError>) -> Reply
 }
 
 pub(super) fn int(v: impl IntoI64) -> Reply {
-    Reply { kind: Some(reply::Kind::Int(v.into_i64())) }
+    Reply { kind: Some(reply::Kind::Int(v.into_i64())), ..Default::default() }
 }
 
 pub(super) fn result_int<T: IntoI64>(r: Result<T, StoreError>) -> Reply {
@@ -38,16 +38,16 @@ pub(super) fn result_int<T: IntoI64>(r: Result<T, StoreError>) -> Reply {
 }
 
 pub fn error(text: &str) -> Reply {
-    Reply { kind: Some(reply::Kind::Error(text.to_string())) }
+    Reply { kind: Some(reply::Kind::Error(text.to_string())), ..Default::default() }
 }
 
-/// A refused store call, answered with its Redis error line.
+/// A refused store call, answered with its Redis error line and its kind.
 pub(super) fn store_error(e: StoreError) -> Reply {
-    error(redis_error(&e))
+    Reply { error_kind: error_kind(&e) as i32, ..error(redis_error(&e)) }
 }
 
 pub(crate) fn moved(version: u64) -> Reply {
-    Reply { kind: Some(reply::Kind::Moved(version)) }
+    Reply { kind: Some(reply::Kind::Moved(version)), ..Default::default() }
 }
 
 pub(super) trait IntoI64 {

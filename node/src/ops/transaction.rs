@@ -56,7 +56,7 @@ pub(crate) fn transaction_with(
         // A watched key that has expired since counts as changed: expire it now (which touches it).
         store.presence(&w.key);
         if !store.watches.unchanged(&w.key, w.version) {
-            return Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})) };
+            return Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})), ..Default::default() };
         }
     }
     let ready: Vec<bytes::Bytes> = if store.blocked.active() {
@@ -86,5 +86,5 @@ pub(crate) fn transaction_with(
     if !ready.is_empty() {
         serve_blocked(store, view, ready);
     }
-    Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })) }
+    Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })), ..Default::default() }
 }

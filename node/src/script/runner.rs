@@ -138,7 +138,7 @@ impl Scripts {
             Action::Flush => {
                 self.shared.cache.lock().clear();
                 self.shared.flushes.fetch_add(1, Ordering::Relaxed);
-                Reply { kind: Some(reply::Kind::Ok(proto::Empty {})) }
+                Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() }
             }
             Action::Get => {
                 let body = a
@@ -146,8 +146,8 @@ impl Scripts {
                     .first()
                     .and_then(|s| self.shared.cache.lock().get(&s.to_ascii_lowercase()).cloned());
                 match body {
-                    Some(b) => Reply { kind: Some(reply::Kind::Value(b)) },
-                    None => Reply { kind: Some(reply::Kind::Nil(proto::Empty {})) },
+                    Some(b) => Reply { kind: Some(reply::Kind::Value(b)), ..Default::default() },
+                    None => Reply { kind: Some(reply::Kind::Nil(proto::Empty {})), ..Default::default() },
                 }
             }
             Action::Load => crate::ops::error("ERR SCRIPT LOAD runs on the script thread"),
@@ -193,7 +193,7 @@ impl Scripts {
 }
 
 fn frame(f: proto::Frame) -> Reply {
-    Reply { kind: Some(reply::Kind::Frame(f)) }
+    Reply { kind: Some(reply::Kind::Frame(f)), ..Default::default() }
 }
 
 /// The script thread: one job at a time, each under the store's gate.
@@ -258,7 +258,7 @@ fn load(shared: &Shared, engine: &mut engine::Engine, body: &Bytes) -> Reply {
         return crate::ops::error(&e);
     }
     shared.cache.lock().insert(sha.clone(), body.clone());
-    Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))) }
+    Reply { kind: Some(reply::Kind::Value(Bytes::from(sha))), ..Default::default() }
 }
 
 /// Marks the script thread as holding the store's gate until dropped (declared before the gate's
@@ -350,7 +350,7 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         frame(outcome.reply)
     } else {
         let denied = proto::ScriptDenied { frame: Some(outcome.reply), denials: outcome.denials };
-        Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))) }
+        Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() }
     };
     (reply, outcome.written)
 }

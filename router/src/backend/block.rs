@@ -56,7 +56,7 @@ impl Backend {
                 timeout_ms: wait.as_millis().max(1) as u64,
             };
             match port.block(req).await {
-                Ok(proto::Reply { kind: Some(reply::Kind::Moved(v)) }) => {
+                Ok(proto::Reply { kind: Some(reply::Kind::Moved(v)), .. }) => {
                     if moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
                         return Err(BackendError::Unsettled.into());
                     }
@@ -65,7 +65,7 @@ impl Backend {
                     routing = self.routing();
                 }
                 // The node's wait ended with nothing: the timeout (or a MAX_WAIT slice) passed.
-                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => moved_since = None,
+                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)), .. }) => moved_since = None,
                 Ok(r) => return Ok(Unblocked::Reply(r)),
                 // The node went away: block again where the keys are now, within the settle time.
                 Err(e) => {

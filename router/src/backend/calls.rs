@@ -218,7 +218,7 @@ async fn settle_key(
         Some(reply::Kind::Int(0))
             if matches!(op.kind, Some(Kind::Del(_))) && deleted.load(Ordering::Relaxed) =>
         {
-            Reply { kind: Some(reply::Kind::Int(1)) }
+            Reply { kind: Some(reply::Kind::Int(1)), ..Default::default() }
         }
         _ => reply,
     })

@@ -46,7 +46,7 @@ pub(super) async fn attempt(
             first.fallback = true;
             let r = owner.call(first, v, deadline).wait().await;
             match outcome(backend, owner, routing, r)? {
-                Outcome::Done(Reply { kind: Some(reply::Kind::Absent(_)) }) => {
+                Outcome::Done(Reply { kind: Some(reply::Kind::Absent(_)), .. }) => {
                     backend.metrics.fallback_reads.inc();
                     // The old owner answers `moved` once the move has finished: catch up, re-read.
                     outcome(backend, from, routing, from.call(op.clone(), v, deadline).wait().await)
@@ -55,8 +55,9 @@ pub(super) async fn attempt(
             }
         }
         OpClass::Delete => {
-            let one =
-                |o: &Outcome<Reply>| matches!(o, Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)) }));
+            let one = |o: &Outcome<Reply>| {
+                matches!(o, Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)), .. }))
+            };
             // The old owner first. If it refuses (it lags, or the move has settled meanwhile), the
             // new owner is not touched: a tombstone there would keep the old owner's copy out
             // while the old owner's answer was lost, and once the move settles (tombstones go, the
@@ -73,8 +74,9 @@ pub(super) async fn attempt(
                 deleted.store(true, Ordering::Relaxed);
             }
             Ok(match new_r {
-                Outcome::Done(Reply { kind: Some(reply::Kind::Int(_)) }) => Outcome::Done(Reply {
+                Outcome::Done(Reply { kind: Some(reply::Kind::Int(_)), .. }) => Outcome::Done(Reply {
                     kind: Some(reply::Kind::Int(deleted.load(Ordering::Relaxed).into())),
+                    ..Default::default()
                 }),
                 other => other,
             })
@@ -103,7 +105,7 @@ async fn copy_key(
     let (owner, from) = (&routing.nodes[pos], &routing.nodes[old]);
     let fetch = Op { kind: Some(Kind::Fetch(proto::Fetch { key: key.clone() })), ..Default::default() };
     let entry = match outcome(backend, from, routing, from.call(fetch, v, deadline).wait().await)? {
-        Outcome::Done(Reply { kind: Some(reply::Kind::Entry(entry)) }) => entry,
+        Outcome::Done(Reply { kind: Some(reply::Kind::Entry(entry)), .. }) => entry,
         // Nil: the old owner has nothing; the new owner's state stands.
         Outcome::Done(_) => return Ok(None),
         refused => return Ok(Some(refused)),
@@ -111,7 +113,7 @@ async fn copy_key(
     let import =
         Op { kind: Some(Kind::Import(proto::Import { entries: vec![*entry] })), ..Default::default() };
     match outcome(backend, owner, routing, owner.call(import, v, deadline).wait().await)? {
-        Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)) }) => backend.metrics.keys_copied.inc(),
+        Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)), .. }) => backend.metrics.keys_copied.inc(),
         Outcome::Done(_) => {}
         refused => return Ok(Some(refused)),
     }

@@ -35,8 +35,8 @@ pub(super) fn outcome(
     result: Result<Reply, BackendError>,
 ) -> Result<Outcome<Reply>, BackendError> {
     match result {
-        Ok(Reply { kind: Some(reply::Kind::Moved(v)) }) => Ok(Outcome::Moved(port.clone(), v)),
-        Ok(Reply { kind: Some(reply::Kind::TryAgain(_)) }) => Ok(Outcome::TryAgain),
+        Ok(Reply { kind: Some(reply::Kind::Moved(v)), .. }) => Ok(Outcome::Moved(port.clone(), v)),
+        Ok(Reply { kind: Some(reply::Kind::TryAgain(_)), .. }) => Ok(Outcome::TryAgain),
         Ok(r) => Ok(Outcome::Done(r)),
         Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
         Err(e) => Err(e),

@@ -96,7 +96,9 @@ impl FakeNode {
     fn apply(&self, op: Op, version: u64) -> Result<Reply, BackendError> {
         self.log.lock().push((kind_name(&op), version));
         match self.script.lock().pop_front() {
-            Some(Scripted::Moved(v)) => return Ok(Reply { kind: Some(reply::Kind::Moved(v)) }),
+            Some(Scripted::Moved(v)) => {
+                return Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() });
+            }
             Some(Scripted::Down) => return Err(self.ident.unavailable("scripted outage")),
             None => {}
         }

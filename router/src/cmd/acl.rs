@@ -285,15 +285,20 @@ pub fn check(spec: &CommandSpec, args: &Args, ctx: &Ctx) -> Result<(), Reply> {
     let Some(denied) = denied else { return Ok(()) };
     let context = if ctx.session.multi.is_some() { Context::Multi } else { Context::Toplevel };
     log(ctx, denied, context, spec.name, args, &cell.name);
-    Err(Reply::error_fmt(match denied {
-        Denied::Command => format!("NOPERM this user has no permissions to run the '{}' command", spec.name),
-        Denied::Key(_) => {
-            "NOPERM this user has no permissions to access one of the keys used as arguments".into()
-        }
-        Denied::Channel(_) => {
-            "NOPERM this user has no permissions to access one of the channels used as arguments".into()
-        }
-    }))
+    Err(Reply::refusal(
+        crate::resp::ErrorKind::NoPerm,
+        match denied {
+            Denied::Command => {
+                format!("NOPERM this user has no permissions to run the '{}' command", spec.name)
+            }
+            Denied::Key(_) => {
+                "NOPERM this user has no permissions to access one of the keys used as arguments".into()
+            }
+            Denied::Channel(_) => {
+                "NOPERM this user has no permissions to access one of the channels used as arguments".into()
+            }
+        },
+    ))
 }
 
 /// Adds a refusal to ACL LOG.

@@ -4,7 +4,7 @@ use shoal_wire::proto::{self, Op, op::Kind, reply};
 
 use super::spec::{Args, Ctx, Pending};
 use crate::backend::{BackendError, MultiCall};
-use crate::resp::Reply;
+use crate::resp::{ErrorKind, Reply};
 
 /// Builds an op from its kind.
 pub fn op(kind: Kind) -> Op {
@@ -44,16 +44,22 @@ pub fn answer(a: shoal_wire::command::Answer) -> fn(proto::Reply) -> Reply {
 
 /// The straightforward mapping of a node reply to a client reply.
 pub fn plain(r: proto::Reply) -> Reply {
+    let kind = r.error_kind();
     match r.kind {
         Some(reply::Kind::Ok(_)) => Reply::OK,
         Some(reply::Kind::Nil(_)) | None => Reply::Nil,
         Some(reply::Kind::Value(v)) => Reply::Bulk(v),
         Some(reply::Kind::Tracked(t)) => Reply::Bulk(t.value),
         Some(reply::Kind::Int(n)) => Reply::Int(n),
-        Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
+        Some(reply::Kind::Error(e)) => node_error(e, kind),
         Some(reply::Kind::Keys(k)) => Reply::Array(k.keys.into_iter().map(Reply::Bulk).collect()),
         other => unexpected(other),
     }
+}
+
+/// A node's error line, with the kind its reply says it is.
+pub fn node_error(line: String, kind: proto::ErrorKind) -> Reply {
+    Reply::refusal(ErrorKind::of_node(kind), line)
 }
 
 /// A node reply the command did not expect (a node of another version, or a bug).
@@ -63,9 +69,10 @@ pub fn unexpected(kind: Option<reply::Kind>) -> Reply {
 
 /// The integer in a node reply, or the reply to send instead.
 pub fn reply_int(r: proto::Reply) -> Result<i64, Reply> {
+    let kind = r.error_kind();
     match r.kind {
         Some(reply::Kind::Int(n)) => Ok(n),
-        Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
+        Some(reply::Kind::Error(e)) => Err(node_error(e, kind)),
         other => Err(unexpected(other)),
     }
 }
@@ -75,7 +82,7 @@ pub fn reply_int(r: proto::Reply) -> Result<i64, Reply> {
 pub async fn gather(call: MultiCall) -> Result<Vec<proto::Reply>, Reply> {
     let replies = call.gather().await?;
     match replies.iter().find_map(|r| match &r.kind {
-        Some(reply::Kind::Error(e)) => Some(Reply::error_fmt(e.clone())),
+        Some(reply::Kind::Error(e)) => Some(node_error(e.clone(), r.error_kind())),
         _ => None,
     }) {
         Some(e) => Err(e),

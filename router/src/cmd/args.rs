@@ -70,10 +70,10 @@ mod tests {
             "-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n"
         );
         let long: Vec<Bytes> = vec![Bytes::from("x"), Bytes::from("y".repeat(300))];
-        let Reply::Error(text) = unknown_command(&long) else { panic!() };
+        let Reply::Error(text, _) = unknown_command(&long) else { panic!() };
         assert!(text.len() < 200, "arguments are cut at 128 bytes");
         let nul: Vec<Bytes> = vec![Bytes::from("x"), Bytes::from(&b"a\0b"[..])];
-        let Reply::Error(text) = unknown_command(&nul) else { panic!() };
+        let Reply::Error(text, _) = unknown_command(&nul) else { panic!() };
         assert!(text.ends_with("'a' "));
     }
 }

@@ -141,7 +141,7 @@ pub fn randomkey(_args: &Args, ctx: &mut Ctx) -> Pending {
     Pending::later(async move {
         for call in calls {
             match call.wait().await {
-                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)) }) => continue,
+                Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)), .. }) => continue,
                 Ok(r) => return plain(r),
                 Err(e) => return e.into(),
             }

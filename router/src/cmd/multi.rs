@@ -528,7 +528,7 @@ impl Remote {
         let dst = &args[dst];
         let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
         let changed = !if_changed || matches!(reply, Reply::Simple(_) | Reply::Int(1..));
-        if matches!(reply, Reply::Error(_)) || !changed {
+        if matches!(reply, Reply::Error(..)) || !changed {
             return Ok(reply);
         }
         let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
@@ -650,7 +650,7 @@ fn wrong_type() -> Reply {
 
 fn fail_on_error(r: Reply) -> Step<Reply> {
     match r {
-        Reply::Error(_) | Reply::Failure(_) => Err(r),
+        Reply::Error(..) | Reply::Failure(_) => Err(r),
         ok => Ok(ok),
     }
 }
@@ -663,6 +663,6 @@ fn scratch_reply(r: proto::Reply) -> Step<(Reply, Vec<Frame>)> {
             let reply = items.next().map_or(Reply::Nil, from_frame);
             Ok((reply, items.collect()))
         }
-        other => Err(from_node(proto::Reply { kind: other })),
+        other => Err(from_node(proto::Reply { kind: other, ..Default::default() })),
     }
 }

@@ -50,7 +50,7 @@ pub fn settle(
             if let Some(ticket) = ticket {
                 near.insert(key, &t.value, t.ttl_ms, ticket, backend.routing().version());
             }
-            proto::Reply { kind: Some(reply::Kind::Value(t.value)) }
+            proto::Reply { kind: Some(reply::Kind::Value(t.value)), ..Default::default() }
         }
         _ => r,
     }

@@ -69,7 +69,7 @@ pub fn scan(args: &Args, ctx: &mut Ctx) -> Pending {
     let call = ctx.call_at(pos as usize, o);
     Pending::later(async move {
         match call.wait().await {
-            Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)) }) => {
+            Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)), .. }) => {
                 let next = if page.cursor != 0 {
                     (page.cursor << NODE_BITS) | pos
                 } else if pos + 1 < nodes {

@@ -245,7 +245,7 @@ pub(super) fn put_reply(out: &mut Out, id: u32, shape: Shape, reply: Reply) -> b
         }
         Reply::Nil | Reply::NilArray => header(out, Status::Nil, id, 0, 0),
         Reply::Int(n) => header(out, Status::Int, id, 0, n),
-        Reply::Error(text) => {
+        Reply::Error(text, _) => {
             put_error(out, id, &text);
             return true;
         }

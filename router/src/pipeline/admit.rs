@@ -24,7 +24,7 @@ pub fn admit(
 ) -> Result<&'static CommandSpec, Reply> {
     match gate(known, args, ctx) {
         // A refused EXEC discards the transaction, with Redis's `execCommandAbort` text.
-        Err(Reply::Error(text)) if args[0].eq_ignore_ascii_case(b"exec") => {
+        Err(Reply::Error(text, _)) if args[0].eq_ignore_ascii_case(b"exec") => {
             ctx.session.multi = None;
             ctx.session.client.set_multi(None);
             transaction::release(ctx.state, ctx.session.watched.take());

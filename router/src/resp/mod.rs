@@ -13,4 +13,4 @@ pub mod reply;
 
 pub use out::Out;
 pub use parse::{Limits, ProtocolError, RequestParser};
-pub use reply::{Protocol, Reply};
+pub use reply::{ErrorKind, Protocol, Reply};

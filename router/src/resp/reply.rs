@@ -32,8 +32,9 @@ impl Protocol {
 pub enum Reply {
     /// `+OK`
     Simple(Cow<'static, str>),
-    /// `-ERR ...`: the whole line without the leading `-` (it starts with the error code).
-    Error(Cow<'static, str>),
+    /// `-ERR ...`: the whole line without the leading `-` (it starts with the error code), and
+    /// the kind of refusal it is, for front ends that answer by kind (HTTP's status codes).
+    Error(Cow<'static, str>, ErrorKind),
     Int(i64),
     Bulk(Bytes),
     /// The null reply: `$-1` in RESP2, `_` in RESP3.
@@ -78,6 +79,32 @@ pub fn failure_text(e: &BackendError) -> String {
     }
 }
 
+/// The kinds of refusal a front end other than RESP tells apart: carried from where the refusal
+/// is made (the node's store, the router's ACL check), never read back out of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorKind {
+    #[default]
+    Other,
+    /// WRONGTYPE: the key holds another type.
+    WrongType,
+    /// OOM: the node is at maxmemory under noeviction.
+    OutOfMemory,
+    /// NOPERM: the user's ACL rules refuse it.
+    NoPerm,
+}
+
+impl ErrorKind {
+    /// The kind a node's reply carries with its error line.
+    pub fn of_node(kind: shoal_wire::proto::ErrorKind) -> ErrorKind {
+        use shoal_wire::proto::ErrorKind as Wire;
+        match kind {
+            Wire::WrongType => ErrorKind::WrongType,
+            Wire::OutOfMemory => ErrorKind::OutOfMemory,
+            Wire::Other => ErrorKind::Other,
+        }
+    }
+}
+
 impl From<BackendError> for Reply {
     fn from(e: BackendError) -> Reply {
         Reply::Failure(e)
@@ -93,13 +120,21 @@ impl Reply {
 
     /// An error reply; `text` includes the code, e.g. `"ERR syntax error"`.
     pub fn error(text: impl Into<Cow<'static, str>>) -> Reply {
-        Reply::Error(text.into())
+        Reply::Error(text.into(), ErrorKind::Other)
+    }
+
+    /// [`error_fmt`](Self::error_fmt) of a refusal whose kind is known.
+    pub fn refusal(kind: ErrorKind, text: String) -> Reply {
+        match Reply::error_fmt(text) {
+            Reply::Error(line, _) => Reply::Error(line, kind),
+            other => other,
+        }
     }
 
     /// Whether this is an error (a pre-encoded one too), as the command stats count failures.
     pub fn is_error(&self) -> bool {
         match self {
-            Reply::Error(_) | Reply::Failure(_) => true,
+            Reply::Error(..) | Reply::Failure(_) => true,
             Reply::Raw(bytes) => bytes.first() == Some(&b'-'),
             _ => false,
         }
@@ -109,9 +144,9 @@ impl Reply {
     /// Redis's `addReplyErrorFormat` does).
     pub fn error_fmt(text: String) -> Reply {
         if text.contains(['\r', '\n']) {
-            Reply::Error(Cow::Owned(text.replace(['\r', '\n'], " ")))
+            Reply::Error(Cow::Owned(text.replace(['\r', '\n'], " ")), ErrorKind::Other)
         } else {
-            Reply::Error(Cow::Owned(text))
+            Reply::Error(Cow::Owned(text), ErrorKind::Other)
         }
     }
 
@@ -123,7 +158,7 @@ impl Reply {
     pub fn encode(&self, proto: Protocol, out: &mut Out) {
         match self {
             Reply::Simple(s) => line(out, b'+', s.as_bytes()),
-            Reply::Error(s) => line(out, b'-', s.as_bytes()),
+            Reply::Error(s, _) => line(out, b'-', s.as_bytes()),
             Reply::Failure(e) => line(out, b'-', failure_text(e).as_bytes()),
             Reply::Int(n) => {
                 out.put_u8(b':');
