@@ -126,3 +126,23 @@ async fn ops_endpoints_and_auth() {
     assert!(text.contains("shoal_router_http_requests_total"));
     router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_maxmemory_is_insufficient_storage() {
+    let router = support::cluster().await;
+    let a = router.http_addr();
+    let mut raw = support::Raw::connect(router.resp_addr()).await;
+    let value = "v".repeat(4096);
+    for i in 0..16 {
+        assert_eq!(raw.cmd(&["SET", &format!("fill{i}"), &value]).await, b"+OK\r\n");
+    }
+    assert_eq!(raw.cmd(&["CONFIG", "SET", "maxmemory", "1"]).await, b"+OK\r\n");
+    // The node's OOM refusal reaches HTTP as its kind (507), with Redis's text.
+    let put = http_raw(a, &request("PUT", "/keys/more", b"v", "")).await;
+    assert_eq!(status(&put), 507, "{put}");
+    assert!(body(&put).contains("OOM command not allowed when used memory"), "{put}");
+    // Reads are not refused.
+    assert_eq!(status(&http_get(a, "/keys/fill0").await), 200);
+    assert_eq!(raw.cmd(&["CONFIG", "SET", "maxmemory", "0"]).await, b"+OK\r\n");
+    router.shutdown().await;
+}
