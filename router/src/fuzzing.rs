@@ -2,7 +2,7 @@
 //! inputs' replay (`tests/fuzz_regressions.rs`): bytes from an untrusted peer reach the TLS
 //! handshake, and after it the RESP parser and command dispatch, exactly as on `--tls-port`.
 //! Likewise the binary fast path ([`FastHarness`], `fuzz/fuzz_targets/fast_frames.rs`): bytes
-//! reach the connection's protocol negotiation and [`crate::fast`]'s state machine.
+//! reach the connection's protocol negotiation and [`crate::front::fast`]'s state machine.
 //!
 //! Each input runs against a fresh router state whose one node is unreachable (commands that
 //! need a node get its error after a 5 ms deadline), over an in-memory pipe:
@@ -82,7 +82,7 @@ impl TlsHarness {
                     let handle =
                         ClientHandle::new(state.next_client_id(), "fuzz:0".into(), "fuzz".into(), false);
                     let session = Session::new(Arc::new(handle), state.acl.default_open());
-                    crate::resp::connection::serve(tls, state, session, stopped).await;
+                    crate::front::resp::serve(tls, state, session, stopped).await;
                 }
             };
             let mut sink = Vec::new();
@@ -109,7 +109,7 @@ impl TlsHarness {
 }
 
 /// The binary fast path under fuzzing: each input is one connection to a fresh router state
-/// (see [`unreachable_state`]) over an in-memory pipe, through [`crate::resp::connection::serve`] as a
+/// (see [`unreachable_state`]) over an in-memory pipe, through [`crate::front::resp::serve`] as a
 /// Unix-socket client would reach it.
 /// - first byte even: the rest follows a valid preamble and a successful HELLO, so it reaches
 ///   the authenticated request loop;
@@ -161,7 +161,7 @@ impl FastHarness {
                     let handle =
                         ClientHandle::new(state.next_client_id(), "fuzz:0".into(), "fuzz".into(), true);
                     let session = Session::new(Arc::new(handle), state.acl.default_open());
-                    crate::resp::connection::serve(server, state, session, stopped).await;
+                    crate::front::resp::serve(server, state, session, stopped).await;
                 }
             };
             let mut sink = Vec::new();

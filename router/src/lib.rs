@@ -5,9 +5,9 @@
 //! one MULTI through these files):
 //!
 //! - [`server`] accepts on every listener (maxclients, protected mode, the TLS handshake) and
-//!   hands each connection to its protocol: [`resp::connection`] (RESP framing; a connection
-//!   whose first byte is 0xF5 goes on to [`fast`], the binary fast path of docs/fast-path.md) or
-//!   [`http`] (the key/value API and the ops endpoints). Each protocol only frames requests and
+//!   hands each connection to its protocol in [`front`]: `front::resp` (RESP framing; a
+//!   connection whose first byte is 0xF5 goes on to `front::fast`, the binary fast path of
+//!   docs/fast-path.md) or `front::http` (the key/value API and the ops endpoints). Each protocol only frames requests and
 //!   encodes replies, inside one connection [`guard`] (kill switch, auth deadline, buffer budget,
 //!   output limit, shutdown).
 //! - [`pipeline`]: one request's life, the same on every protocol: admit (auth, ACL, pause) ->
@@ -24,8 +24,8 @@
 //! budget and [`state::RouterState`], which holds the rest), [`session`] (per connection,
 //! MULTI's queue and WATCH list), [`clients`] (CLIENT LIST / KILL), [`pause`] (CLIENT PAUSE),
 //! [`acl`] (users and rules; the check is `shoal_wire::acl`, shared with the nodes), [`pubsub`]
-//! (this router's subscribers and one `Subscribe` stream per node) with [`tracking`] (CLIENT
-//! TRACKING), [`nearcache`] (`--near-cache`, invalidated by the nodes), [`hotkeys`],
+//! (this router's subscribers and one `Subscribe` stream per node, and CLIENT TRACKING's
+//! table), [`nearcache`] (`--near-cache`, invalidated by the nodes), [`hotkeys`],
 //! [`stats`] (INFO commandstats, SLOWLOG), [`metrics`] (counters; [`scrape`] renders `/metrics`)
 //! and [`resp`]'s parser and reply encoder.
 //!
@@ -42,11 +42,10 @@ pub mod clients;
 pub mod cmd;
 pub mod config;
 pub mod embedded;
-pub mod fast;
+pub mod front;
 pub mod fuzzing;
 pub mod guard;
 pub mod hotkeys;
-pub mod http;
 pub mod metrics;
 pub mod nearcache;
 pub mod pause;
@@ -59,7 +58,6 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod stats;
-pub mod tracking;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -361,8 +359,8 @@ fn serve(
             listener,
             tls,
             move |peer| {
-                let conn = http::Conn::new(peer, state.clone());
-                move |req| http::handle(req, conn.clone())
+                let conn = front::http::Conn::new(peer, state.clone());
+                move |req| front::http::handle(req, conn.clone())
             },
             until_stopped(stopped.clone()),
             Duration::from_secs(5),
@@ -384,7 +382,7 @@ fn serve(
         let state = state.clone();
         tasks.push(tokio::spawn(shoal_telemetry::http::serve(
             listener,
-            move |req, _peer| http::handle_ops(req, state.clone()),
+            move |req, _peer| front::http::handle_ops(req, state.clone()),
             until_stopped(stopped.clone()),
             Duration::from_secs(2),
         )));

@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
 use crate::clients::ClientHandle;
-use crate::resp::connection;
+use crate::front::resp;
 use crate::session::Session;
 use crate::state::RouterState;
 
@@ -197,7 +197,7 @@ pub async fn serve<L: Listener>(listener: L, state: Arc<RouterState>, mut shutdo
                 kind == "unix",
             );
             let session = Session::new(Arc::new(client), open);
-            connection::serve(stream, state, session, shutdown).await;
+            resp::serve(stream, state, session, shutdown).await;
             drop(slot);
         });
     }

@@ -46,7 +46,7 @@ pub struct Session {
 /// A client's CLIENT TRACKING state; dropping it (OFF, RESET, disconnect) leaves the table.
 #[derive(Debug)]
 pub struct Tracked {
-    pub options: crate::tracking::Options,
+    pub options: crate::pubsub::tracking::Options,
     pub hub: Arc<crate::pubsub::Hub>,
     pub id: u64,
 }

@@ -49,7 +49,7 @@ pub fn send(one: OneKey, ctx: &Ctx) -> Pending {
     Pending::Call(ctx.call(&one.key, one.op), answer(one.answer))
 }
 
-/// CLIENT TRACKING (crate::tracking): a write invalidates its keys for the clients holding
+/// CLIENT TRACKING (crate::pubsub::tracking): a write invalidates its keys for the clients holding
 /// them before it is sent (the writer's own push comes before its reply, as in Redis); a
 /// tracking client's read remembers its keys, and registers the ones this router did not hold
 /// yet on their nodes, queued before the command's own ops so the node registers first.

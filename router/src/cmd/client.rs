@@ -5,10 +5,10 @@ use super::spec::*;
 use super::{Args, Ctx, Pending, clients, syntax_error};
 use bytes::Bytes;
 
+use crate::pubsub::tracking::Options;
 use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Reply;
 use crate::session::Tracked;
-use crate::tracking::Options;
 
 pub const CLIENT_SETNAME: CommandSpec = CommandSpec {
     name: "client|setname",

@@ -121,7 +121,7 @@ enum Param {
     /// `normal` and `replica` are kept and shown (Shoal's per-round reply limit is
     /// `--client-output-buffer-limit`, and it has no replicas yet).
     OutputLimit,
-    /// `tracking-table-max-keys`: CLIENT TRACKING's table in this router (crate::tracking).
+    /// `tracking-table-max-keys`: CLIENT TRACKING's table in this router (crate::pubsub::tracking).
     TrackingMaxKeys,
 }
 

@@ -1,6 +1,6 @@
 //! One request's life, the same on every protocol. RESP (TCP, TLS, Unix socket:
-//! [`crate::resp::connection`]), the binary fast path ([`crate::fast`]) and HTTP
-//! ([`crate::http`]) only frame requests and encode replies, inside one connection guard
+//! [`crate::front::resp`]), the binary fast path ([`crate::front::fast`]) and HTTP
+//! ([`crate::front::http`]) only frame requests and encode replies, inside one connection guard
 //! ([`crate::guard`]); in between, every request goes through these stages, in this order:
 //!
 //! 1. [`admit`]: Redis's `processCommand` gates (name, arity, authentication, ACL, RESP2's

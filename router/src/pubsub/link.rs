@@ -36,7 +36,7 @@ use tonic::Streaming;
 
 use crate::backend::{Backend, BackendError};
 use crate::nearcache::{NearCache, NodeLease};
-use crate::tracking::ClientTracking;
+use crate::pubsub::tracking::ClientTracking;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);

@@ -22,6 +22,7 @@
 
 pub mod link;
 pub mod subscriber;
+pub mod tracking;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -135,8 +136,8 @@ pub struct Hub {
     stop: watch::Sender<bool>,
     /// The near cache (`--near-cache`), whose invalidations the links receive.
     pub near: Option<Arc<crate::nearcache::NearCache>>,
-    /// CLIENT TRACKING's table, which hears of the same invalidations (crate::tracking).
-    pub tracking: Arc<crate::tracking::ClientTracking>,
+    /// CLIENT TRACKING's table, which hears of the same invalidations (crate::pubsub::tracking).
+    pub tracking: Arc<crate::pubsub::tracking::ClientTracking>,
     /// This router's tracking token on the nodes (the near cache's when it is on).
     pub token: u64,
     /// Whether the links register this router for tracking on their nodes: from the start with
@@ -157,7 +158,7 @@ impl Hub {
             stop: watch::channel(false).0,
             token: near.as_ref().map_or_else(|| fastrand::u64(1..), |n| n.token),
             tracking_on: AtomicBool::new(near.is_some()),
-            tracking: Arc::new(crate::tracking::ClientTracking::new(Arc::new(Limits::default()))),
+            tracking: Arc::new(crate::pubsub::tracking::ClientTracking::new(Arc::new(Limits::default()))),
             near,
         })
     }
@@ -470,7 +471,7 @@ impl LinkHub for Hub {
         self.near.as_ref()
     }
 
-    fn tracking(&self) -> &crate::tracking::ClientTracking {
+    fn tracking(&self) -> &crate::pubsub::tracking::ClientTracking {
         &self.tracking
     }
 }

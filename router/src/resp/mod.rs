@@ -6,7 +6,6 @@
 //! and nothing is allocated from a length header before the bytes it announces have arrived.
 //! Replies are protocol-neutral values ([`Reply`]) encoded as RESP2 or RESP3 per connection.
 
-pub mod connection;
 pub mod out;
 pub mod parse;
 pub mod reply;

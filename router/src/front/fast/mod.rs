@@ -1,6 +1,6 @@
 //! The binary fast path, server side (spec: docs/fast-path.md; frames: [`shoal_wire::fast`]).
 //!
-//! [`crate::resp::connection`] hands a connection here when its first byte is [`fast::MAGIC`]`[0]`
+//! [`crate::front::resp`] hands a connection here when its first byte is [`fast::MAGIC`]`[0]`
 //! (0xF5, which cannot start RESP), on any RESP listener: the connection was admitted by the same
 //! accept loop (maxclients, protected mode, TLS), is listed in CLIENT LIST and has its kill
 //! switch. Then:

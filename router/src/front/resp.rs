@@ -16,7 +16,7 @@
 //! before it, then the connection closes. A request that starts with `POST` or `Host:` is an
 //! HTTP client (or a cross-protocol attack) and is dropped without a reply, as Redis does.
 //!
-//! A connection whose first byte is 0xF5 speaks the binary fast path instead: [`crate::fast`].
+//! A connection whose first byte is 0xF5 speaks the binary fast path instead: [`crate::front::fast`].
 //!
 //! CLIENT PAUSE: a command the pause covers is held (after the replies of the commands before
 //! it are written), and the connection reads nothing more until the pause lets it run. A blocking
@@ -31,11 +31,11 @@ use shoal_wire::pieces::PIECE_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::{Out, Protocol, Reply, RequestParser};
 use crate::cmd::{self, CommandSpec, Pending};
 use crate::guard::{self, Ended, Guard};
 use crate::pipeline::record::{self, Timing};
 use crate::pipeline::{Pipeline, Step};
+use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
 use crate::state::RouterState;
 
@@ -79,7 +79,7 @@ where
             Go::Stop => return,
             Go::Fast => {
                 let Conn { stream, input, session, guard, .. } = conn;
-                return crate::fast::serve(stream, input, session, guard).await;
+                return super::fast::serve(stream, input, session, guard).await;
             }
         }
     }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::pubsub::{Kind, Limits, Message, Subscriber};
+use super::subscriber::{Kind, Limits, Message, Subscriber};
 
 /// Redis's default `tracking-table-max-keys`.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
