@@ -65,12 +65,14 @@ impl<'s> Guard<'s> {
         }
     }
 
+    #[inline]
     pub fn is_killed(&self) -> bool {
         self.client.is_killed()
     }
 
     /// Tracks the session's authentication: while it must authenticate, the clock runs from the
     /// connection on (the first call), whatever the client sends meanwhile; once it has, none.
+    #[inline]
     pub fn note_auth(&mut self, authenticated: bool) {
         if authenticated {
             self.auth_deadline = None;
@@ -167,6 +169,7 @@ impl<'s> Guard<'s> {
 
     /// Whether `bytes` of replies waiting to be written are within the output limit (else the
     /// connection must close; logged).
+    #[inline]
     pub fn output_ok(&self, bytes: usize, session: &Session) -> bool {
         if bytes > self.state.settings.output_buffer_limit {
             tracing::warn!(peer = %session.peer, bytes, "client output buffer limit reached; closing");

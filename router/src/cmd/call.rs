@@ -15,6 +15,7 @@ use crate::state::RouterState;
 /// What Redis's `call()` does before a command's own function: count it, pick where its read
 /// goes (`Primary` unless it is a read-only command and the client sent READONLY or the router
 /// has a `--read-from` policy), and let client tracking see its keys.
+#[inline]
 pub fn prepare(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
     ctx.state.metrics.commands.inc();
     ctx.read_from = read_from(spec, ctx.state, ctx.session);
@@ -24,6 +25,7 @@ pub fn prepare(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
 }
 
 /// Where a command's one-key read goes (see [`prepare`]).
+#[inline]
 pub fn read_from(spec: &CommandSpec, state: &RouterState, session: &Session) -> ReadFrom {
     match state.settings.read_from {
         _ if !spec.flags.contains(&"readonly") => ReadFrom::Primary,

@@ -15,6 +15,7 @@ use crate::nearcache::{NearCache, Ticket};
 
 /// The near cache, if it may serve this command's reads: it is on, the read goes to the
 /// primary (replica reads are not tracked) and the command is not running inside EXEC.
+#[inline]
 pub fn cache<'a>(ctx: &Ctx<'a>) -> Option<&'a Arc<NearCache>> {
     ctx.state.near.as_ref().filter(|_| ctx.read_from == ReadFrom::Primary && !ctx.routing.capturing)
 }

@@ -111,6 +111,7 @@ pub fn unlooked_get(
 
 /// What admission leaves on the session of a command it let through unlooked (the near-cache
 /// hit path): the command CLIENT LIST shows and the stats slot.
+#[inline]
 pub fn admitted_unlooked(session: &mut Session, slot: Option<usize>) {
     session.last_command_slot = slot;
     session.client.set_command(slot);

@@ -28,54 +28,53 @@ impl<T> Pipeline<T> {
             self.send(session);
         }
         let mut ctx = ctx!(self, session);
-        let step = run(&mut ctx, spec, args, class, joins);
+        let lane = if joins { Some(&mut self.lane) } else { None };
+        let step = run(&mut ctx, spec, args, (class, readonly), lane, tag);
         self.now_ms = ctx.now.get();
-        match step {
-            Ran::Joined(one, miss) => {
-                if !readonly {
-                    // The near cache forgets the key now, not when the lane is sent: a GET of
-                    // it later in this lane must not be answered from the cache (sending forgets
-                    // it again, after any fetch that raced this).
-                    self.state.backend.before_send(&one.op);
-                }
-                self.lane.push(one, miss, tag);
-                Step::Joined
-            }
-            Ran::Done(pending) => Step::Done(tag, pending),
-        }
+        step
     }
 }
 
-/// What running a request came to.
-enum Ran {
-    /// A one-key op to join the lane (with its near-cache miss, if it is one).
-    Joined(shoal_wire::command::OneKey, lane::Miss),
-    Done(Pending),
-}
-
-fn run(ctx: &mut Ctx, spec: &'static CommandSpec, args: &Args, class: LaneClass, joins: bool) -> Ran {
+/// Queues the request in its transaction, or runs it: its op joins `lane` if it may (a write
+/// making the near cache forget the key now, not when the lane is sent: a GET of it later in
+/// this lane must not be answered from the cache; sending forgets it again, after any fetch
+/// that raced this).
+#[inline]
+fn run<T>(
+    ctx: &mut Ctx,
+    spec: &'static CommandSpec,
+    args: &Args,
+    (class, readonly): (LaneClass, bool),
+    lane: Option<&mut lane::Lane<T>>,
+    tag: T,
+) -> Step<T> {
     if ctx.session.multi.is_some() && !transaction::runs_at_once(spec) {
-        return Ran::Done(transaction::queue(spec, args, ctx));
+        return Step::Done(tag, transaction::queue(spec, args, ctx));
     }
     cmd::prepare(spec, args, ctx);
     let near_read = class == LaneClass::NearRead;
     if near_read && let Some(reply) = near::hit(args, ctx, ctx.session.last_command) {
-        return Ran::Done(reply.into());
+        return Step::Done(tag, reply.into());
     }
-    match (spec.run)(args, ctx) {
+    let pending = match (spec.run)(args, ctx) {
         Pending::Op(mut one) => {
             let miss = if near_read { near::miss(&mut one, ctx) } else { None };
-            match (joins, miss) {
-                (true, miss) => Ran::Joined(one, miss),
-                (false, Some(miss)) => Ran::Done(near::send(one, Some(miss), ctx)),
-                (false, None) => Ran::Done(cmd::send(one, ctx)),
-            }
+            return match (lane, miss) {
+                (Some(lane), miss) => {
+                    if !readonly {
+                        ctx.state.backend.before_send(&one.op);
+                    }
+                    lane.push(one, miss, tag);
+                    Step::Joined
+                }
+                (None, Some(miss)) => Step::Done(tag, near::send(one, Some(miss), ctx)),
+                (None, None) => Step::Done(tag, cmd::send(one, ctx)),
+            };
         }
-        other => {
-            // A lane-class handler builds its op or answers at once; one that sent something
-            // itself would have overtaken the lane.
-            debug_assert!(!joins || matches!(other, Pending::Ready(_)), "{} sent its own op", spec.name);
-            Ran::Done(other)
-        }
-    }
+        other => other,
+    };
+    // A lane-class handler builds its op or answers at once; one that sent something itself
+    // would have overtaken the lane.
+    debug_assert!(lane.is_none() || matches!(pending, Pending::Ready(_)), "{} sent its own op", spec.name);
+    Step::Done(tag, pending)
 }

@@ -59,16 +59,19 @@ impl<T> Default for Lane<T> {
 }
 
 impl<T> Lane<T> {
+    #[inline]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// Joins a handler's op (of a request that [`may_join`]); `near`: a near-cache miss to insert
     /// the reply of.
+    #[inline]
     pub fn push(&mut self, one: OneKey, near: Miss, tag: T) {
         self.items.push((one.key, one.op));
         self.waiting.push(Waiting { tag, answer: cmd::answer(one.answer), near });
@@ -100,6 +103,7 @@ impl<T> Lane<T> {
 /// no client tracking on the router (a tracked read's registration is queued on the node at once
 /// and must not overtake the lane's earlier ops: a pipelined write of the key would consume it),
 /// and arguments that do not travel in pieces.
+#[inline]
 pub(crate) fn may_join(
     state: &RouterState,
     session: &Session,

@@ -94,6 +94,7 @@ impl<T> Pipeline<T> {
 
     /// Requests taken up together from now on (a read buffer, or the rest of one after a wait):
     /// the routing caught up with the topology, their deadline and clock from now.
+    #[inline]
     pub fn round(&mut self) {
         if self.routing.topology.version != self.state.backend.version() {
             self.routing = self.state.backend.routing();
@@ -102,11 +103,13 @@ impl<T> Pipeline<T> {
         self.now_ms = None;
     }
 
+    #[inline]
     pub fn routing(&self) -> &Arc<Routing> {
         &self.routing
     }
 
     /// Ops joined and not sent yet.
+    #[inline]
     pub fn lane_len(&self) -> usize {
         self.lane.len()
     }
@@ -157,6 +160,7 @@ impl<T> Pipeline<T> {
     }
 
     /// Sends the lane, if anything joined it (before anything is awaited: see [`lane`]).
+    #[inline]
     pub fn send(&mut self, session: &mut Session) {
         if self.lane.is_empty() {
             return;
@@ -166,6 +170,7 @@ impl<T> Pipeline<T> {
     }
 
     /// The oldest lane sent and not yet taken, whose requests' replies come together.
+    #[inline]
     pub fn next_sent(&mut self) -> Option<LaneCall<T>> {
         self.sent.pop_front()
     }

@@ -23,6 +23,7 @@ use crate::resp::Reply;
 /// The cached value of a near read's key, if the cache may serve this request and holds it.
 /// `at`: when the request was taken up (the TTL and the lease are checked as of then: no clock
 /// read per hit).
+#[inline]
 pub fn hit(args: &cmd::Args, ctx: &Ctx, at: Instant) -> Option<Reply> {
     let cache = near::cache(ctx)?;
     cache.get_at(&args[1], ctx.routing.version(), at).map(Reply::Bulk)
@@ -31,6 +32,7 @@ pub fn hit(args: &cmd::Args, ctx: &Ctx, at: Instant) -> Option<Reply> {
 /// A miss of the near read `one` (its handler's op): the op made a tracked read, and what
 /// inserting its reply needs. `None`: the cache does not serve this request, or the key is in a
 /// moving slot (fetched untracked, as built).
+#[inline]
 pub fn miss(one: &mut OneKey, ctx: &Ctx) -> Miss {
     let cache = near::cache(ctx)?;
     let nil_if_not_string = match &one.op.kind {

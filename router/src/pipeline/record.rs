@@ -23,11 +23,13 @@ pub struct Timing {
 }
 
 impl Timing {
+    #[inline]
     pub fn record(self, state: &RouterState, now: Instant) {
         self.record_n(state, now, 1);
     }
 
     /// `n` requests of this timing, recorded at the cost of one.
+    #[inline]
     pub fn record_n(self, state: &RouterState, now: Instant, n: u64) {
         let took = now.saturating_duration_since(self.started);
         state.metrics.command_seconds.observe_n(took.as_secs_f64(), n);
@@ -40,10 +42,10 @@ impl Timing {
 /// A request answered now, with its arguments at hand (RESP, HTTP): timed, counted, and written
 /// to the slow log if it took long enough.
 pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[Bytes]) {
-    let now = Instant::now();
-    timing.record(state, now);
-    if timing.slot.is_some() {
-        let took = now.saturating_duration_since(timing.started);
+    let took = timing.started.elapsed();
+    state.metrics.command_seconds.observe(took.as_secs_f64());
+    if let Some(slot) = timing.slot {
+        state.stats.record(slot, took, timing.failed);
         state.stats.maybe_log(took, args, || {
             let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
             (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
@@ -61,6 +63,7 @@ pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[
 pub struct Untimed(Vec<(Timing, u64)>);
 
 impl Untimed {
+    #[inline]
     pub fn push(&mut self, timing: Timing) {
         match self.0.last_mut() {
             Some((last, n)) if *last == timing => *n += 1,
@@ -81,6 +84,7 @@ impl Untimed {
 
 /// Whether the hot-key sketch counts this session's requests (it is on, and the client signed
 /// in). Off (the default), hot keys cost this one check.
+#[inline]
 pub fn counts_hot_keys(state: &RouterState, session: &Session) -> bool {
     state.hotkeys.enabled() && session.authenticated
 }

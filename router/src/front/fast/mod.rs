@@ -160,8 +160,8 @@ enum Took {
     /// Stop taking up: the buffer ran out (`starved`), or a limit, a write or a fatal frame
     /// stopped it.
     Stop { starved: bool },
-    /// Close now.
-    Close,
+    /// CLIENT PAUSE holds this request (its arguments are still in `args`).
+    Held(Meta, &'static CommandSpec),
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
@@ -218,13 +218,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         }
         let mut starved = false;
         while self.fatal.is_none() && !self.stopping && self.in_flight.barriers() == 0 && self.room() {
-            match self.take_one().await {
-                Took::Next => {}
+            let took = match self.take_one() {
+                Took::Held(meta, spec) => match self.resume_held(meta, spec).await {
+                    Some(took) => took,
+                    None => return false,
+                },
+                took => took,
+            };
+            match took {
+                Took::Next | Took::Held(..) => {}
                 Took::Stop { starved: s } => {
                     starved = s;
                     break;
                 }
-                Took::Close => return false,
             }
         }
         // What joined the lane goes now, before anything is awaited.
@@ -270,7 +276,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     }
 
     /// Takes up the next frame of the read buffer.
-    async fn take_one(&mut self) -> Took {
+    fn take_one(&mut self) -> Took {
         let state = self.guard.state;
         let limits = Limits {
             authenticated: self.hello,
@@ -336,7 +342,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 put_error(&mut self.out, id, &Refusal::NotOverFastPath(spec.name).to_string());
                 Took::Next
             }
-            step => self.took(step, &args).await,
+            step => self.took(step, &args),
         };
         self.args = args;
         took
@@ -392,18 +398,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     }
 
     /// What the pipeline made of a request (a refusal by the fast path aside).
-    async fn took(&mut self, step: Step<Meta>, args: &[Bytes]) -> Took {
+    /// What the pipeline made of a request (a refusal by the fast path aside). Synchronous, as is
+    /// all of taking a frame up: a request CLIENT PAUSE holds comes back as [`Took::Held`], for
+    /// the round to wait on.
+    fn took(&mut self, step: Step<Meta>, args: &[Bytes]) -> Took {
         let (meta, pending) = match step {
             Step::Joined | Step::NotHere(_) => return Took::Next,
-            Step::Held(meta, spec) => {
-                if !self.held(spec).await {
-                    return Took::Close;
-                }
-                match self.pipeline.resume(&mut self.session, spec, args, meta) {
-                    Step::Done(meta, pending) => (meta, pending),
-                    _ => return Took::Next,
-                }
-            }
+            Step::Held(meta, spec) => return Took::Held(meta, spec),
             Step::Done(meta, pending) => (meta, pending),
         };
         let state = self.guard.state;
@@ -435,6 +436,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
         }
         Took::Next
+    }
+
+    /// A request CLIENT PAUSE held: waits for the pause, then runs it; `None`: close.
+    async fn resume_held(&mut self, meta: Meta, spec: &'static CommandSpec) -> Option<Took> {
+        if !self.held(spec).await {
+            return None;
+        }
+        let args = std::mem::take(&mut self.args);
+        // (Resumed, a request is dispatched: never held again.)
+        let step = self.pipeline.resume(&mut self.session, spec, &args, meta);
+        let took = self.took(step, &args);
+        self.args = args;
+        Some(took)
     }
 
     /// CLIENT PAUSE holds a request: the replies so far go out, then this connection waits
