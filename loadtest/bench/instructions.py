@@ -1,0 +1,130 @@
+"""Instructions per request, counted by valgrind's callgrind: this build of Shoal beside a baseline
+build, the same requests to each. Instruction counts do not depend on what else the machine is
+doing, so an A/B of two builds holds on a busy machine where rates and CPU times do not (they are
+no substitute for rates: cache misses, syscalls' kernel time and waiting are not counted).
+
+    python3 loadtest/bench/instructions.py --baseline ROUTER_BIN [--requests 20000] [--write-docs]
+
+Each build runs as a router with 3 embedded nodes on one worker thread (`--threads 1`) under
+`valgrind --tool=callgrind`, once plain and once with `--near-cache 64mb`; for each part the
+counters are zeroed (`callgrind_control --zero`), the requests sent, and the counters dumped:
+the part's instructions over its requests. The parts: RESP SET/GET at P=1 and P=16, LPUSH and
+HSET at P=16 (redis-benchmark, one connection, -r 1000 -d 32), and the binary fast path's
+SET/GET at P=256 and near-cache hits (shoal-bench, 4 connections, keys written first). Keys and
+values are the same for both builds.
+"""
+import argparse
+import re
+import subprocess
+import sys
+import time
+
+import common
+
+KEYS = 1000
+# (label, router, how): RESP parts by redis-benchmark (test, pipeline), fast-path parts by
+# shoal-bench (test, pipeline); "near" runs on the router with the near cache.
+PARTS = [("SET P=1", "plain", ("resp", "set", 1)), ("GET P=1", "plain", ("resp", "get", 1)),
+         ("SET P=16", "plain", ("resp", "set", 16)), ("GET P=16", "plain", ("resp", "get", 16)),
+         ("LPUSH P=16", "plain", ("resp", "lpush", 16)), ("HSET P=16", "plain", ("resp", "hset", 16)),
+         ("fast SET P=256", "plain", ("fast", "set", 256)), ("fast GET P=256", "plain", ("fast", "get", 256)),
+         ("near-cache hits (fast GET P=256)", "near", ("fast", "get", 256))]
+
+
+def start(router_bin, name, extra=()):
+    """The router under callgrind, counting from the start (zeroed before each part)."""
+    port, http = common.free_port(), common.free_port()
+    sock = common.WORK / f"{name}.sock"
+    out = common.WORK / f"callgrind.{name}.out"
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+            str(router_bin), "--embedded-nodes", "3", "--threads", "1", "--unix-socket", str(sock),
+            "--resp", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}", *extra]
+    p = common.start(name, argv)
+    common.wait_port(port, timeout=300)
+    return p, port, sock, out
+
+
+def load(port, sock, how, requests, bench_bin):
+    """Sends one part's requests."""
+    kind, test, pipeline = how
+    if kind == "resp":
+        argv = ["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(requests), "-P", str(pipeline),
+                "-r", str(KEYS), "-d", "32", "-t", test, "-q"]
+    else:
+        argv = [str(bench_bin), "--transport", "fast", "-s", str(sock), "-t", test, "-c", "4", "-P",
+                str(pipeline), "-n", str(requests), "-r", str(KEYS), "-d", "32", "--threads", "1"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=common.CALL_LIMIT_S)
+
+
+def control(pid, what):
+    run = subprocess.run(["callgrind_control", what, str(pid)], capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:
+        sys.exit(f"[bench] callgrind_control {what} {pid} failed: {run.stdout}{run.stderr}")
+
+
+def newest_dump(out):
+    """The total instruction count of the newest dump callgrind wrote for `out`."""
+    dumps = sorted(out.parent.glob(out.name + "*"), key=lambda p: p.stat().st_mtime)
+    text = dumps[-1].read_text(errors="replace")
+    m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+    if not m:
+        sys.exit(f"[bench] no instruction total in {dumps[-1]}")
+    return int(m.group(1))
+
+
+def part(pid, out, requests, send):
+    """Instructions per request of one part on the counted router."""
+    control(pid, "--zero")
+    send()
+    control(pid, "--dump")
+    time.sleep(0.5)
+    return newest_dump(out) / requests
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", required=True, help="the shoal-router binary to compare with")
+    ap.add_argument("--baseline-label", default="BASELINE/shoal-router")
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "redis-benchmark"):
+        common.need(tool, "Debian: apt-get install valgrind redis-tools")
+    _, router_bin = common.binaries()
+    builds = {"this build": router_bin, "baseline": args.baseline}
+    bench_bin = router_bin.parent / "shoal-bench"
+    counts = {}
+    progress = common.Progress(len(builds) * len(PARTS))
+    for name, binary in builds.items():
+        for router, extra in (("plain", []), ("near", ["--near-cache", "64mb"])):
+            tag = f"{name.replace(' ', '-')}-{router}"
+            p, port, sock, out = start(binary, tag, extra)
+            # Warm-up (the first requests of a connection and of each node link are counted
+            # nowhere), and every key written, then read once (the near cache holds them all).
+            load(port, sock, ("fast", "set", 16), KEYS * 4, bench_bin)
+            load(port, sock, ("fast", "get", 16), KEYS * 4, bench_bin)
+            load(port, sock, ("resp", "set,get", 1), 2000, bench_bin)
+            for label, wanted, how in PARTS:
+                if wanted != router:
+                    continue
+                progress.step(f"{name}: {label}")
+                counts[(name, label)] = part(p.pid, out, args.requests, lambda: load(port, sock, how, args.requests, bench_bin))
+            common.stop_all()
+    lines = ["| part | instructions per request, this build | baseline | this / baseline |", "|---|---|---|---|"]
+    for label, _, _ in PARTS:
+        mine, base = counts[("this build", label)], counts[("baseline", label)]
+        lines.append(f"| {label} | {mine:,.0f} | {base:,.0f} | {mine / base:.3f}x |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write_docs:
+        cmd = (f"python3 loadtest/bench/instructions.py --baseline {args.baseline_label} --requests {args.requests} "
+               "--write-docs")
+        body = (f"Machine: {common.machine()}. Command: `{cmd}` (a router with 3 embedded nodes, `--threads 1`, "
+                "under `valgrind --tool=callgrind`; RESP parts by redis-benchmark -c 1 -r 1000 -d 32, fast-path "
+                "parts by shoal-bench -c 4 -P 256 -r 1000 -d 32; router and nodes counted together; each part's "
+                "counters zeroed before it and dumped after it).\n\n" + table + "\n")
+        common.write_docs("instructions", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
