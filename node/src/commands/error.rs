@@ -19,6 +19,17 @@ pub enum CmdError {
     Owned(String),
 }
 
+impl CmdError {
+    /// The kind of error a front end tells apart (HTTP's status, a blocked command's retry), from
+    /// the type of failure, never from its line.
+    pub fn kind(&self) -> shoal_wire::proto::ErrorKind {
+        match self {
+            CmdError::Store(e) => crate::redis_error::error_kind(e),
+            CmdError::Text(_) | CmdError::Owned(_) => shoal_wire::proto::ErrorKind::Other,
+        }
+    }
+}
+
 pub const NOT_INTEGER: CmdError = CmdError::Text("ERR value is not an integer or out of range");
 pub const SYNTAX: CmdError = CmdError::Text("ERR syntax error");
 

@@ -2,7 +2,7 @@
 //! (`crate::notify`), its answer wrapped as a wire reply (a frame, or RESP bytes).
 
 use bytes::Bytes;
-use shoal_wire::proto::{Reply, reply};
+use shoal_wire::proto::{ErrorKind, Reply, reply};
 
 use super::dispatch::dispatch;
 use super::error::CmdResult;
@@ -17,16 +17,21 @@ pub fn run(store: &Store, args: &[Bytes]) -> Reply {
 /// Like [`run`], answering the reply encoded in RESP2 or RESP3 (what the router writes to its
 /// client as is: one-key commands, which it does not need to look into).
 pub fn run_resp(store: &Store, args: &[Bytes], resp3: bool) -> Reply {
-    let frame = crate::notify::command(store, args, || dispatch(store, args))
-        .unwrap_or_else(|e| F::error(e.to_string()));
+    let (frame, kind) = match crate::notify::command(store, args, || dispatch(store, args)) {
+        Ok(f) => (f, ErrorKind::Other),
+        Err(e) => (F::error(e.to_string()), e.kind()),
+    };
     let mut out = Vec::with_capacity(64);
     frame::encode(&frame, resp3, &mut out);
-    Reply { kind: Some(reply::Kind::Resp(out.into())), ..Default::default() }
+    Reply { kind: Some(reply::Kind::Resp(out.into())), error_kind: kind as i32, ..Default::default() }
 }
 
 fn frame_reply(r: CmdResult) -> Reply {
-    let frame = r.unwrap_or_else(|e| F::error(e.to_string()));
-    Reply { kind: Some(reply::Kind::Frame(frame)), ..Default::default() }
+    let (frame, kind) = match r {
+        Ok(f) => (f, ErrorKind::Other),
+        Err(e) => (F::error(e.to_string()), e.kind()),
+    };
+    Reply { kind: Some(reply::Kind::Frame(frame)), error_kind: kind as i32, ..Default::default() }
 }
 
 /// Runs a multi-key command whose keys live on several nodes: the router has fetched every key's

@@ -84,7 +84,7 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
             if found_nothing(&reply) {
                 break;
             }
-            if is_wrong_type(&reply) {
+            if is_wrong_type(&reply) && !waits_for_type_of(store, &w.op, &key) {
                 continue;
             }
             let w = unparked(locked.queues.remove(id).expect("a registered waiter"));
@@ -123,11 +123,20 @@ pub(super) fn found_nothing(reply: &Reply) -> bool {
 }
 
 pub(super) fn is_wrong_type(reply: &Reply) -> bool {
-    use shoal_wire::proto::frame;
-    matches!(
-        &reply.kind,
-        Some(reply::Kind::Frame(f)) if matches!(&f.kind, Some(frame::Kind::Error(e)) if e.starts_with("WRONGTYPE"))
-    )
+    reply.error_kind() == shoal_wire::proto::ErrorKind::WrongType
+}
+
+/// Whether `key`, which became ready, holds the type the blocked command `op` pops from (a list,
+/// or a sorted set for BZPOPMIN/BZPOPMAX/BZMPOP). Then a WRONGTYPE from its attempt is the
+/// command's answer (its destination holds another type: BLMOVE or BRPOPLPUSH onto a string),
+/// sent at once with the element left in place, as Redis does, and the next client waiting on
+/// the key is served from it; otherwise the key serves nobody (a string SET where BLPOP waits)
+/// and the client keeps waiting.
+fn waits_for_type_of(store: &Store, op: &Op, key: &[u8]) -> bool {
+    let Some(Kind::Command(c)) = &op.kind else { return false };
+    let pops_from =
+        if c.args[0].get(..2).is_some_and(|p| p.eq_ignore_ascii_case(b"bz")) { "zset" } else { "list" };
+    store.type_of(key) == pops_from
 }
 
 /// A blocked command reduced to the key that became ready (BLPOP a b 0 served by b: BLPOP b 0).

@@ -116,6 +116,39 @@ fn a_blocked_command_counts_once_in_the_slot_stats() {
 }
 
 #[test]
+fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_element() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    let command = |args: &[&str], keys: &[&str]| {
+        op(Kind::Command(Box::new(proto::Command {
+            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+            keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
+            ..Default::default()
+        })))
+    };
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let wait = command(&["BRPOPLPUSH", "{s}src", "{s}dst", "0"], &["{s}src", "{s}dst"]);
+    assert!(block_or_queue(&store, &view, 0, wait, tx).is_err(), "nothing to pop: it waits");
+    // Another string at a key the waiter waits on serves nobody; then src gets an element.
+    apply_batch(&store, &view, 0, vec![set("{s}dst", "s", None)]);
+    assert!(rx.try_recv().is_err(), "a string at the destination serves nobody");
+    apply_batch(&store, &view, 0, vec![command(&["RPUSH", "{s}src", "a"], &["{s}src"])]);
+    // As Redis: the waiter answers WRONGTYPE at once (it must not wait forever), the element
+    // stays in src.
+    let served = rx.try_recv().expect("answered once src holds an element");
+    assert_eq!(served.error_kind(), proto::ErrorKind::WrongType, "{served:?}");
+    let len = apply_batch(&store, &view, 0, vec![command(&["LLEN", "{s}src"], &["{s}src"])]);
+    let int = |f: &proto::Frame| match f.kind {
+        Some(proto::frame::Kind::Int(n)) => Some(n),
+        _ => None,
+    };
+    match &len[0].kind {
+        Some(reply::Kind::Frame(f)) => assert_eq!(int(f), Some(1), "the element is still in src"),
+        other => panic!("LLEN answered {other:?}"),
+    }
+}
+
+#[test]
 fn slot_traffic_counts_client_ops_not_migration_copies() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
     let view = NodeView::unmanaged();

@@ -312,7 +312,11 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     if !engine.has(&sha) {
         let body =
             if s.body.is_empty() { shared.cache.lock().get(&sha).cloned() } else { Some(s.body.clone()) };
-        let Some(body) = body else { return (frame(F::error(NOSCRIPT.into())), Vec::new()) };
+        let Some(body) = body else {
+            let noscript =
+                Reply { error_kind: proto::ErrorKind::NoScript as i32, ..frame(F::error(NOSCRIPT.into())) };
+            return (noscript, Vec::new());
+        };
         if let Err(e) = engine.compile(&sha, &body) {
             return (frame(F::error(e)), Vec::new());
         }

@@ -208,7 +208,7 @@ fn unit_failed(e: AtomicError) -> Reply {
 }
 
 fn is_noscript(r: &proto::Reply) -> bool {
-    matches!(&r.kind, Some(reply::Kind::Frame(proto::Frame { kind: Some(frame::Kind::Error(e)) })) if e.starts_with("NOSCRIPT"))
+    r.error_kind() == proto::ErrorKind::NoScript
 }
 
 fn op_with_body(op: &Op, body: Bytes) -> Op {

@@ -100,7 +100,8 @@ impl ErrorKind {
         match kind {
             Wire::WrongType => ErrorKind::WrongType,
             Wire::OutOfMemory => ErrorKind::OutOfMemory,
-            Wire::Other => ErrorKind::Other,
+            // The router answers a script no node holds itself (EVALSHA's retry with the body).
+            Wire::NoScript | Wire::Other => ErrorKind::Other,
         }
     }
 }
