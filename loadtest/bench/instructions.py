@@ -4,6 +4,8 @@ doing, so an A/B of two builds holds on a busy machine where rates and CPU times
 no substitute for rates: cache misses, syscalls' kernel time and waiting are not counted).
 
     python3 loadtest/bench/instructions.py --baseline ROUTER_BIN [--requests 20000] [--write-docs]
+    python3 loadtest/bench/instructions.py --baseline ROUTER_BIN --only "fast GET P=256" --keep
+        (one part; the dumps stay, for `callgrind_annotate --inclusive=yes DUMP` side by side)
 
 Each build runs as a router with 3 embedded nodes on one worker thread (`--threads 1`) under
 `valgrind --tool=callgrind`, once plain and once with `--near-cache 64mb`; for each part the
@@ -62,13 +64,18 @@ def control(pid, what):
         sys.exit(f"[bench] callgrind_control {what} {pid} failed: {run.stdout}{run.stderr}")
 
 
+def newest(out):
+    """The newest dump callgrind wrote for `out`."""
+    return sorted(out.parent.glob(out.name + "*"), key=lambda p: p.stat().st_mtime)[-1]
+
+
 def newest_dump(out):
     """The total instruction count of the newest dump callgrind wrote for `out`."""
-    dumps = sorted(out.parent.glob(out.name + "*"), key=lambda p: p.stat().st_mtime)
-    text = dumps[-1].read_text(errors="replace")
+    dump = newest(out)
+    text = dump.read_text(errors="replace")
     m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
     if not m:
-        sys.exit(f"[bench] no instruction total in {dumps[-1]}")
+        sys.exit(f"[bench] no instruction total in {dump}")
     return int(m.group(1))
 
 
@@ -87,16 +94,24 @@ def main():
     ap.add_argument("--baseline-label", default="BASELINE/shoal-router")
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--only", help="comma-separated part labels to count (default: all); with "
+                    "--keep, where each part's callgrind dump is, for callgrind_annotate")
+    ap.add_argument("--keep", action="store_true", help="keep the callgrind dumps and say where")
     args = ap.parse_args()
+    parts = PARTS if not args.only else [p for p in PARTS if p[0] in args.only.split(",")]
+    if not parts:
+        sys.exit(f"[bench] --only names no part; the parts: {', '.join(p[0] for p in PARTS)}")
     for tool in ("valgrind", "callgrind_control", "redis-benchmark"):
         common.need(tool, "Debian: apt-get install valgrind redis-tools")
     _, router_bin = common.binaries()
     builds = {"this build": router_bin, "baseline": args.baseline}
     bench_bin = router_bin.parent / "shoal-bench"
     counts = {}
-    progress = common.Progress(len(builds) * len(PARTS))
+    progress = common.Progress(len(builds) * len(parts))
     for name, binary in builds.items():
         for router, extra in (("plain", []), ("near", ["--near-cache", "64mb"])):
+            if not any(wanted == router for _, wanted, _ in parts):
+                continue
             tag = f"{name.replace(' ', '-')}-{router}"
             p, port, sock, out = start(binary, tag, extra)
             # Warm-up (the first requests of a connection and of each node link are counted
@@ -104,18 +119,22 @@ def main():
             load(port, sock, ("fast", "set", 16), KEYS * 4, bench_bin)
             load(port, sock, ("fast", "get", 16), KEYS * 4, bench_bin)
             load(port, sock, ("resp", "set,get", 1), 2000, bench_bin)
-            for label, wanted, how in PARTS:
+            for label, wanted, how in parts:
                 if wanted != router:
                     continue
                 progress.step(f"{name}: {label}")
                 counts[(name, label)] = part(p.pid, out, args.requests, lambda: load(port, sock, how, args.requests, bench_bin))
+                if args.keep:
+                    print(f"[bench] {name}: {label}: {newest(out)}", file=sys.stderr)
             common.stop_all()
     lines = ["| part | instructions per request, this build | baseline | this / baseline |", "|---|---|---|---|"]
-    for label, _, _ in PARTS:
+    for label, _, _ in parts:
         mine, base = counts[("this build", label)], counts[("baseline", label)]
         lines.append(f"| {label} | {mine:,.0f} | {base:,.0f} | {mine / base:.3f}x |")
     table = "\n".join(lines)
     print(table)
+    if args.write_docs and parts != PARTS:
+        sys.exit("[bench] --write-docs records every part: run without --only")
     if args.write_docs:
         cmd = (f"python3 loadtest/bench/instructions.py --baseline {args.baseline_label} --requests {args.requests} "
                "--write-docs")

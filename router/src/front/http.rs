@@ -63,8 +63,9 @@ pub struct Conn {
     peer: SocketAddr,
     state: Arc<RouterState>,
     /// Made at the first API request, held by each request while it runs (a connection's
-    /// requests run one at a time: the lock is not contended).
-    session: tokio::sync::Mutex<Option<Session>>,
+    /// requests run one at a time: the lock is not contended), with the connection's way into
+    /// the pipeline (each request alone: no lane).
+    session: tokio::sync::Mutex<Option<(Session, Pipeline<()>)>>,
 }
 
 impl Conn {
@@ -125,9 +126,11 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> HttpResponse {
     let method = req.method().clone();
     let (segments, n) = segments(path);
     let mut slot = conn.session.lock().await;
-    let session = slot.get_or_insert_with(|| Session::http(state.next_client_id(), peer.to_string()));
+    let (session, pipeline) = slot.get_or_insert_with(|| {
+        (Session::http(state.next_client_id(), peer.to_string()), Pipeline::alone(state))
+    });
     session.set_user(user);
-    let mut api = Api { state, session };
+    let mut api = Api { state, session, pipeline };
     match (&segments[..n], &method) {
         (["keys"], &Method::POST) => match body(req, state).await {
             Ok((b, _held)) => api.create(&b, ttl).await,
@@ -200,12 +203,14 @@ pub async fn handle_ops(req: Request<Incoming>, state: Arc<RouterState>) -> Http
 struct Api<'a> {
     state: &'a Arc<RouterState>,
     session: &'a mut Session,
+    pipeline: &'a mut Pipeline<()>,
 }
 
 impl Api<'_> {
     /// One request down the pipeline and back (see [`crate::pipeline`]).
     async fn run(&mut self, args: &[Bytes]) -> Reply {
-        let mut pipeline = Pipeline::new(self.state);
+        let pipeline = &mut *self.pipeline;
+        pipeline.round();
         let mut step = pipeline.take(self.session, args, None, Instant::now(), |_, _| Some(()));
         if let Step::Held(_, spec) = step {
             // CLIENT PAUSE holds it, as it holds a RESP client's (until the pause's deadline).

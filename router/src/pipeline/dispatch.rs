@@ -18,7 +18,7 @@ impl<T> Pipeline<T> {
     ) -> Step<T> {
         let class = spec.lane;
         let readonly = spec.flags.contains(&"readonly");
-        let joins = class != LaneClass::No && {
+        let joins = self.lanes && class != LaneClass::No && {
             let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
             lane::may_join(&self.state, session, &self.routing, readonly, arg_bytes)
         };

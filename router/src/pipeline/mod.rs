@@ -62,6 +62,9 @@ pub struct Pipeline<T> {
     now_ms: Option<i64>,
     lane: Lane<T>,
     sent: VecDeque<LaneCall<T>>,
+    /// Whether one-key ops may join a lane (false: each request is taken up alone, as HTTP's
+    /// are, and a lane of one would only cost its bookkeeping).
+    lanes: bool,
 }
 
 /// A [`Ctx`] over a pipeline's fields and a session (a macro: the lane stays borrowable).
@@ -89,7 +92,14 @@ impl<T> Pipeline<T> {
             now_ms: None,
             lane: Lane::default(),
             sent: VecDeque::new(),
+            lanes: true,
         }
+    }
+
+    /// A pipeline whose requests never join a lane: each is taken up, sent and settled before the
+    /// next (HTTP's: a request and its response stand alone).
+    pub fn alone(state: &Arc<RouterState>) -> Pipeline<T> {
+        Pipeline { lanes: false, ..Pipeline::new(state) }
     }
 
     /// Requests taken up together from now on (a read buffer, or the rest of one after a wait):

@@ -397,7 +397,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         true
     }
 
-    /// What the pipeline made of a request (a refusal by the fast path aside).
     /// What the pipeline made of a request (a refusal by the fast path aside). Synchronous, as is
     /// all of taking a frame up: a request CLIENT PAUSE holds comes back as [`Took::Held`], for
     /// the round to wait on.
