@@ -280,7 +280,10 @@ pub fn check(spec: &CommandSpec, args: &Args, ctx: &Ctx) -> Result<(), Reply> {
     let denied = match table::lookup(spec.name) {
         Some(id) => user.check(id, args).err(),
         // A command Redis does not have (SHOAL).
-        None => (!user.allows_extension(spec.acl)).then_some(Denied::Command),
+        None => {
+            let cats = spec.acl.iter().filter_map(|c| table::category(c.trim_start_matches('@')));
+            (!user.allows_extension(cats.fold(0, |a, b| a | b))).then_some(Denied::Command)
+        }
     };
     let Some(denied) = denied else { return Ok(()) };
     let context = if ctx.session.multi.is_some() { Context::Multi } else { Context::Toplevel };
