@@ -299,37 +299,3 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Prints this help.",
     ])
 }
-
-#[cfg(test)]
-mod tests {
-    use shoal_node::script::table::{self, DENYOOM, NOSCRIPT, WRITE};
-    use shoal_wire::acl::commands::flag;
-
-    /// A node checks redis.call's arity and flags from its own table; it must say what the
-    /// router's specs (Redis's own declarations) say.
-    #[test]
-    fn script_table_agrees_with_the_router_specs() {
-        for c in table::COMMANDS.iter().chain(table::SERVER) {
-            let spec =
-                super::super::lookup(c.name.as_bytes()).unwrap_or_else(|| panic!("{} has a spec", c.name));
-            assert_eq!(c.arity, spec.arity(), "{}: arity", c.name);
-            for (bit, flag) in [(WRITE, flag::WRITE), (DENYOOM, flag::DENYOOM), (NOSCRIPT, flag::NOSCRIPT)] {
-                assert_eq!(c.flags & bit != 0, spec.has_flag(flag), "{}: {flag}", c.name);
-            }
-        }
-        // What a node refuses outright: commands Redis flags noscript (for CLIENT and SCRIPT,
-        // their subcommands but HELP are).
-        let noscript = |s: &super::CommandSpec| s.has_flag(flag::NOSCRIPT);
-        for name in table::NOT_ALLOWED {
-            let Some(spec) = super::super::lookup(name.as_bytes()) else {
-                assert!(["fcall", "fcall_ro", "function"].contains(name), "{name} has a spec");
-                continue;
-            };
-            let subs = spec.subcommands.iter().filter(|s| !s.name().ends_with("|help"));
-            assert!(
-                noscript(spec) || (!spec.subcommands.is_empty() && subs.into_iter().all(|s| noscript(s))),
-                "{name}"
-            );
-        }
-    }
-}
