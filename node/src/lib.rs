@@ -18,7 +18,8 @@
 //!   what it holds.
 //! - [`script`]: Lua scripts on the script thread, holding the store's gate while they run;
 //!   `redis.call` applies ops through [`ops`] after an ACL check. Its command table
-//!   ([`script::table`]) is a leaf that [`ops`] and the router read.
+//!   ([`script::table`]: which commands a script may call, with arity, flags and keys from
+//!   Redis's table in `shoal_wire::acl`) is a leaf that [`ops`] reads.
 //! - [`ops`]: wire op → store call → wire reply, one file per stage (gate → transaction → blocked
 //!   → run → apply → check → reply). Protocol code: it calls the store's API, never its
 //!   internals.

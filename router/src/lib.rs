@@ -13,8 +13,10 @@
 //! - [`pipeline`]: one request's life, the same on every protocol: admit (auth, ACL, pause) ->
 //!   dispatch (MULTI queueing, the near cache, the command's handler, the lane that batches
 //!   one-key ops) -> settle -> record (stats, slow log, hot keys) -> the typed reply.
-//! - [`cmd`]: one file per command (its spec beside its handler, listed in `cmd::registry`).
-//!   Handlers parse arguments with Redis's texts and build ops, or ask the backend for calls.
+//! - [`cmd`]: one file per command (its spec beside its handler, listed in `cmd::registry`; a
+//!   spec points at Redis's declaration of the command in the table `shoal_wire::acl` generates
+//!   from redis-server, and adds only Shoal's own: handler, subcommands, lane class). Handlers
+//!   parse arguments with Redis's texts and build ops, or ask the backend for calls.
 //! - [`backend`]: the only layer that knows topology versions: calls for one key, many keys,
 //!   every node, a unit (transaction, script), a blocking wait; one settle loop for `moved`,
 //!   nodes that left and slots in motion; one [`backend::link::NodeLink`] per node batches the

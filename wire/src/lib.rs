@@ -12,9 +12,11 @@
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET and ACL patterns).
-//! - [`acl`]: Redis's ACL permissions (command table with categories and key specs, a user's
-//!   command/key/channel rules and their check), for the router's clients and for the calls of a
-//!   script on a node alike.
+//! - [`acl`]: Redis's command table (generated from redis-server 7.0.15: arity, flags, key
+//!   range, ACL categories, docs and key specs of every command, the one source the router's
+//!   command specs and a node's script table take them from) and Redis's ACL permissions (a
+//!   user's command/key/channel rules and their check), for the router's clients and for the
+//!   calls of a script on a node alike.
 //! - [`ops`]: the key an op is about and how it behaves while its slot moves.
 //! - [`topology`]: the versioned document that maps slot ranges to nodes; [`topology_file`]: that
 //!   document in a file (read, atomic replace, watch).

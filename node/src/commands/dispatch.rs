@@ -48,11 +48,12 @@ fn restore(store: &Store, args: &[Bytes]) -> CmdResult {
 }
 
 /// What runs a command: a one-key handler, or a multi-key one with the function that finds its
-/// keys (the shards of every key are locked together).
+/// keys (the shards of every key are locked together) and whether Redis flags it `denyoom`
+/// (from Redis's table in `shoal_wire::acl`).
 #[derive(Clone, Copy)]
 enum Entry {
     One(OneKey),
-    Multi(multi::KeysOf, multi::Handler),
+    Multi(multi::KeysOf, multi::Handler, bool),
 }
 
 type OneKey = fn(&Store, &[Bytes]) -> CmdResult;
@@ -74,11 +75,17 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 m.insert(name.as_bytes(), Entry::One(f));
             }
             for &(name, (keys_of, handler)) in multi::TABLE {
-                m.insert(name.as_bytes(), Entry::Multi(keys_of, handler));
+                m.insert(name.as_bytes(), Entry::Multi(keys_of, handler, denyoom(name)));
             }
             m
         });
     &INDEX
+}
+
+/// Whether Redis flags the command `denyoom` (refused with -OOM at the memory limit).
+fn denyoom(name: &str) -> bool {
+    use shoal_wire::acl::commands::{REDIS_COMMANDS, flag, lookup};
+    lookup(name).is_some_and(|id| REDIS_COMMANDS[id].has_flag(flag::DENYOOM))
 }
 
 pub(super) fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
@@ -95,11 +102,11 @@ pub(super) fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
     let name_lc = &lower[..name.len()];
     match index().get(name_lc) {
         Some(Entry::One(handler)) => handler(store, args),
-        Some(Entry::Multi(keys_of, handler)) => {
+        Some(Entry::Multi(keys_of, handler, denyoom)) => {
             let keys = keys_of(args)?;
             // Redis's `denyoom` multi-key commands: make room (or refuse with -OOM) before the
             // shards are locked (eviction takes shard locks of its own).
-            if multi::DENYOOM.contains(&name_lc) {
+            if *denyoom {
                 make_room(store)?;
             }
             let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
@@ -113,11 +120,20 @@ pub(super) fn dispatch(store: &Store, args: &[Bytes]) -> CmdResult {
 /// an error when its arguments do not say (a bad `numkeys`: the command answers that itself).
 pub fn multi_key_keys(name: &[u8], args: &[Bytes]) -> Option<Result<Vec<Bytes>, CmdError>> {
     match index().get(name) {
-        Some(Entry::Multi(keys_of, _)) => Some(keys_of(args)),
+        Some(Entry::Multi(keys_of, _, _)) => Some(keys_of(args)),
         _ => None,
     }
 }
 
 fn unknown(name: &[u8]) -> CmdError {
     CmdError::Owned(format!("ERR unknown command '{}'", String::from_utf8_lossy(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn denyoom_is_redis_s() {
+        assert!(super::denyoom("sinterstore") && super::denyoom("copy") && super::denyoom("pfmerge"));
+        assert!(!super::denyoom("sinter") && !super::denyoom("zmpop") && !super::denyoom("smove"));
+    }
 }

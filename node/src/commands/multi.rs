@@ -22,23 +22,6 @@ use crate::store::{Locked, StoreError};
 
 pub type Handler = fn(&mut Locked<'_>, &[Bytes]) -> CmdResult;
 
-/// The multi-key commands Redis flags `denyoom` (refused with -OOM at the memory limit).
-pub const DENYOOM: &[&[u8]] = &[
-    b"sinterstore",
-    b"sunionstore",
-    b"sdiffstore",
-    b"lmove",
-    b"rpoplpush",
-    b"blmove",
-    b"brpoplpush",
-    b"zunionstore",
-    b"zinterstore",
-    b"zdiffstore",
-    b"zrangestore",
-    b"copy",
-    b"bitop",
-    b"pfmerge",
-];
 pub type KeysOf = fn(&[Bytes]) -> Result<Vec<Bytes>, CmdError>;
 
 /// The handler of a multi-key command and how to find its keys (which also checks `numkeys`).

@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn every_script_command_is_in_redis_table() {
-        for c in super::super::table::COMMANDS.iter().chain(super::super::table::SERVER) {
+        for c in super::super::table::COMMANDS.iter().chain(super::super::table::SERVER.iter()) {
             assert!(commands::lookup(c.name).is_some(), "{}", c.name);
         }
     }

@@ -1,7 +1,12 @@
-//! The commands a script may call on a node, with what Redis declares about them (arity, flags,
-//! where the keys are), so `redis.call` checks arguments, read-only scripts and memory like Redis's
-//! `scriptCall` does. The same declarations live in the router's command specs (`router/src/cmd`);
-//! a router test (`script_table_agrees_with_the_router_specs`) keeps the two in step.
+//! The commands a script may call on a node: which ones (the node's own choice: the names below)
+//! and what Redis declares about them (arity, the `write`/`denyoom`/`noscript` flags, where the
+//! keys are), taken from Redis's command table in `shoal_wire::acl` (generated from
+//! redis-server, the one the router's command specs point into too), so `redis.call` checks
+//! arguments, read-only scripts and memory like Redis's `scriptCall` does.
+
+use std::sync::LazyLock;
+
+use shoal_wire::acl::commands::{self as redis, RedisCommand, flag};
 
 /// The command writes (refused in read-only scripts; its keys count as changed).
 pub const WRITE: u8 = 1;
@@ -9,8 +14,6 @@ pub const WRITE: u8 = 1;
 pub const DENYOOM: u8 = 2;
 /// Redis refuses it in scripts.
 pub const NOSCRIPT: u8 = 4;
-/// Reads only.
-pub const READ: u8 = 0;
 
 /// Where a command's keys are among its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +25,6 @@ pub enum Keys {
     Range(i32, i32, i32),
 }
 
-pub const ONE: Keys = Keys::Range(1, 1, 1);
-pub const NONE: Keys = Keys::None;
-
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptCommand {
     pub name: &'static str,
@@ -35,6 +35,25 @@ pub struct ScriptCommand {
 }
 
 impl ScriptCommand {
+    /// What Redis's table declares about `name` (which must be in it).
+    fn from_redis(name: &'static str) -> ScriptCommand {
+        let id = redis::lookup(name).unwrap_or_else(|| panic!("{name} is not in Redis's table"));
+        let c: &RedisCommand = &redis::REDIS_COMMANDS[id];
+        let mut flags = 0;
+        for (bit, redis_flag) in [(WRITE, flag::WRITE), (DENYOOM, flag::DENYOOM), (NOSCRIPT, flag::NOSCRIPT)]
+        {
+            if c.has_flag(redis_flag) {
+                flags |= bit;
+            }
+        }
+        let r = c.key_range;
+        // Redis's range (its first key spec) covers SPUBLISH's channel, for cluster routing
+        // only: not a key.
+        let not_key = c.keys.first().is_some_and(|k| k.not_key);
+        let keys = if r.first <= 0 || not_key { Keys::None } else { Keys::Range(r.first, r.last, r.step) };
+        ScriptCommand { name, arity: c.arity, flags, keys }
+    }
+
     pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i32;
         if self.arity >= 0 { argc == self.arity } else { argc >= -self.arity }
@@ -53,168 +72,166 @@ impl ScriptCommand {
     }
 }
 
-const fn c(name: &'static str, arity: i32, flags: u8, keys: Keys) -> ScriptCommand {
-    ScriptCommand { name, arity, flags, keys }
-}
-
-/// Sorted by name (looked up by binary search).
-pub static COMMANDS: &[ScriptCommand] = &[
-    c("append", 3, WRITE | DENYOOM, ONE),
-    c("bitcount", -2, READ, ONE),
-    c("bitfield", -2, WRITE | DENYOOM, ONE),
-    c("bitfield_ro", -2, READ, ONE),
-    c("bitop", -4, WRITE | DENYOOM, Keys::Range(2, -1, 1)),
-    c("bitpos", -3, READ, ONE),
-    c("blmove", 6, WRITE | DENYOOM | NOSCRIPT, Keys::Range(1, 2, 1)),
-    c("blmpop", -5, WRITE, NONE),
-    c("blpop", -3, WRITE | NOSCRIPT, Keys::Range(1, -2, 1)),
-    c("brpop", -3, WRITE | NOSCRIPT, Keys::Range(1, -2, 1)),
-    c("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT, Keys::Range(1, 2, 1)),
-    c("bzmpop", -5, WRITE, NONE),
-    c("bzpopmax", -3, WRITE | NOSCRIPT, Keys::Range(1, -2, 1)),
-    c("bzpopmin", -3, WRITE | NOSCRIPT, Keys::Range(1, -2, 1)),
-    c("copy", -3, WRITE | DENYOOM, Keys::Range(1, 2, 1)),
-    c("dbsize", 1, READ, NONE),
-    c("decr", 2, WRITE | DENYOOM, ONE),
-    c("decrby", 3, WRITE | DENYOOM, ONE),
-    c("del", -2, WRITE, Keys::Range(1, -1, 1)),
-    c("exists", -2, READ, Keys::Range(1, -1, 1)),
-    c("expire", -3, WRITE, ONE),
-    c("expireat", -3, WRITE, ONE),
-    c("expiretime", 2, READ, ONE),
-    c("flushall", -1, WRITE, NONE),
-    c("flushdb", -1, WRITE, NONE),
-    c("get", 2, READ, ONE),
-    c("getbit", 3, READ, ONE),
-    c("getdel", 2, WRITE, ONE),
-    c("getex", -2, WRITE, ONE),
-    c("getrange", 4, READ, ONE),
-    c("getset", 3, WRITE | DENYOOM, ONE),
-    c("hdel", -3, WRITE, ONE),
-    c("hexists", 3, READ, ONE),
-    c("hget", 3, READ, ONE),
-    c("hgetall", 2, READ, ONE),
-    c("hincrby", 4, WRITE | DENYOOM, ONE),
-    c("hincrbyfloat", 4, WRITE | DENYOOM, ONE),
-    c("hkeys", 2, READ, ONE),
-    c("hlen", 2, READ, ONE),
-    c("hmget", -3, READ, ONE),
-    c("hmset", -4, WRITE | DENYOOM, ONE),
-    c("hrandfield", -2, READ, ONE),
-    c("hscan", -3, READ, ONE),
-    c("hset", -4, WRITE | DENYOOM, ONE),
-    c("hsetnx", 4, WRITE | DENYOOM, ONE),
-    c("hstrlen", 3, READ, ONE),
-    c("hvals", 2, READ, ONE),
-    c("incr", 2, WRITE | DENYOOM, ONE),
-    c("incrby", 3, WRITE | DENYOOM, ONE),
-    c("incrbyfloat", 3, WRITE | DENYOOM, ONE),
-    c("keys", 2, READ, NONE),
-    c("lcs", -3, READ, Keys::Range(1, 2, 1)),
-    c("lindex", 3, READ, ONE),
-    c("linsert", 5, WRITE | DENYOOM, ONE),
-    c("llen", 2, READ, ONE),
-    c("lmove", 5, WRITE | DENYOOM, Keys::Range(1, 2, 1)),
-    c("lmpop", -4, WRITE, NONE),
-    c("lpop", -2, WRITE, ONE),
-    c("lpos", -3, READ, ONE),
-    c("lpush", -3, WRITE | DENYOOM, ONE),
-    c("lpushx", -3, WRITE | DENYOOM, ONE),
-    c("lrange", 4, READ, ONE),
-    c("lrem", 4, WRITE, ONE),
-    c("lset", 4, WRITE | DENYOOM, ONE),
-    c("ltrim", 4, WRITE, ONE),
-    c("mget", -2, READ, Keys::Range(1, -1, 1)),
-    c("mset", -3, WRITE | DENYOOM, Keys::Range(1, -1, 2)),
-    c("msetnx", -3, WRITE | DENYOOM, Keys::Range(1, -1, 2)),
-    c("persist", 2, WRITE, ONE),
-    c("pexpire", -3, WRITE, ONE),
-    c("pexpireat", -3, WRITE, ONE),
-    c("pexpiretime", 2, READ, ONE),
-    c("pfadd", -2, WRITE | DENYOOM, ONE),
-    c("pfcount", -2, READ, Keys::Range(1, -1, 1)),
-    c("pfmerge", -2, WRITE | DENYOOM, Keys::Range(1, -1, 1)),
-    c("psetex", 4, WRITE | DENYOOM, ONE),
-    c("pttl", 2, READ, ONE),
-    c("randomkey", 1, READ, NONE),
-    c("rename", 3, WRITE, Keys::Range(1, 2, 1)),
-    c("renamenx", 3, WRITE, Keys::Range(1, 2, 1)),
-    c("rpop", -2, WRITE, ONE),
-    c("rpoplpush", 3, WRITE | DENYOOM, Keys::Range(1, 2, 1)),
-    c("rpush", -3, WRITE | DENYOOM, ONE),
-    c("rpushx", -3, WRITE | DENYOOM, ONE),
-    c("sadd", -3, WRITE | DENYOOM, ONE),
-    c("scan", -2, READ, NONE),
-    c("scard", 2, READ, ONE),
-    c("sdiff", -2, READ, Keys::Range(1, -1, 1)),
-    c("sdiffstore", -3, WRITE | DENYOOM, Keys::Range(1, -1, 1)),
-    c("set", -3, WRITE | DENYOOM, ONE),
-    c("setbit", 4, WRITE | DENYOOM, ONE),
-    c("setex", 4, WRITE | DENYOOM, ONE),
-    c("setnx", 3, WRITE | DENYOOM, ONE),
-    c("setrange", 4, WRITE | DENYOOM, ONE),
-    c("sinter", -2, READ, Keys::Range(1, -1, 1)),
-    c("sintercard", -3, READ, NONE),
-    c("sinterstore", -3, WRITE | DENYOOM, Keys::Range(1, -1, 1)),
-    c("sismember", 3, READ, ONE),
-    c("smembers", 2, READ, ONE),
-    c("smismember", -3, READ, ONE),
-    c("smove", 4, WRITE, Keys::Range(1, 2, 1)),
-    c("spop", -2, WRITE, ONE),
-    c("srandmember", -2, READ, ONE),
-    c("srem", -3, WRITE, ONE),
-    c("sscan", -3, READ, ONE),
-    c("strlen", 2, READ, ONE),
-    c("substr", 4, READ, ONE),
-    c("sunion", -2, READ, Keys::Range(1, -1, 1)),
-    c("sunionstore", -3, WRITE | DENYOOM, Keys::Range(1, -1, 1)),
-    c("touch", -2, READ, Keys::Range(1, -1, 1)),
-    c("ttl", 2, READ, ONE),
-    c("type", 2, READ, ONE),
-    c("unlink", -2, WRITE, Keys::Range(1, -1, 1)),
-    c("zadd", -4, WRITE | DENYOOM, ONE),
-    c("zcard", 2, READ, ONE),
-    c("zcount", 4, READ, ONE),
-    c("zdiff", -3, READ, NONE),
-    c("zdiffstore", -4, WRITE | DENYOOM, ONE),
-    c("zincrby", 4, WRITE | DENYOOM, ONE),
-    c("zinter", -3, READ, NONE),
-    c("zintercard", -3, READ, NONE),
-    c("zinterstore", -4, WRITE | DENYOOM, ONE),
-    c("zlexcount", 4, READ, ONE),
-    c("zmpop", -4, WRITE, NONE),
-    c("zmscore", -3, READ, ONE),
-    c("zpopmax", -2, WRITE, ONE),
-    c("zpopmin", -2, WRITE, ONE),
-    c("zrandmember", -2, READ, ONE),
-    c("zrange", -4, READ, ONE),
-    c("zrangebylex", -4, READ, ONE),
-    c("zrangebyscore", -4, READ, ONE),
-    c("zrangestore", -5, WRITE | DENYOOM, Keys::Range(1, 2, 1)),
-    c("zrank", 3, READ, ONE),
-    c("zrem", -3, WRITE, ONE),
-    c("zremrangebylex", 4, WRITE, ONE),
-    c("zremrangebyrank", 4, WRITE, ONE),
-    c("zremrangebyscore", 4, WRITE, ONE),
-    c("zrevrange", -4, READ, ONE),
-    c("zrevrangebylex", -4, READ, ONE),
-    c("zrevrangebyscore", -4, READ, ONE),
-    c("zrevrank", 3, READ, ONE),
-    c("zscan", -3, READ, ONE),
-    c("zscore", 3, READ, ONE),
-    c("zunion", -3, READ, NONE),
-    c("zunionstore", -4, WRITE | DENYOOM, ONE),
+/// The data commands a script may call on a node, sorted (looked up by binary search).
+pub static NAMES: &[&str] = &[
+    "append",
+    "bitcount",
+    "bitfield",
+    "bitfield_ro",
+    "bitop",
+    "bitpos",
+    "blmove",
+    "blmpop",
+    "blpop",
+    "brpop",
+    "brpoplpush",
+    "bzmpop",
+    "bzpopmax",
+    "bzpopmin",
+    "copy",
+    "dbsize",
+    "decr",
+    "decrby",
+    "del",
+    "exists",
+    "expire",
+    "expireat",
+    "expiretime",
+    "flushall",
+    "flushdb",
+    "get",
+    "getbit",
+    "getdel",
+    "getex",
+    "getrange",
+    "getset",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hincrbyfloat",
+    "hkeys",
+    "hlen",
+    "hmget",
+    "hmset",
+    "hrandfield",
+    "hscan",
+    "hset",
+    "hsetnx",
+    "hstrlen",
+    "hvals",
+    "incr",
+    "incrby",
+    "incrbyfloat",
+    "keys",
+    "lcs",
+    "lindex",
+    "linsert",
+    "llen",
+    "lmove",
+    "lmpop",
+    "lpop",
+    "lpos",
+    "lpush",
+    "lpushx",
+    "lrange",
+    "lrem",
+    "lset",
+    "ltrim",
+    "mget",
+    "mset",
+    "msetnx",
+    "persist",
+    "pexpire",
+    "pexpireat",
+    "pexpiretime",
+    "pfadd",
+    "pfcount",
+    "pfmerge",
+    "psetex",
+    "pttl",
+    "randomkey",
+    "rename",
+    "renamenx",
+    "rpop",
+    "rpoplpush",
+    "rpush",
+    "rpushx",
+    "sadd",
+    "scan",
+    "scard",
+    "sdiff",
+    "sdiffstore",
+    "set",
+    "setbit",
+    "setex",
+    "setnx",
+    "setrange",
+    "sinter",
+    "sintercard",
+    "sinterstore",
+    "sismember",
+    "smembers",
+    "smismember",
+    "smove",
+    "spop",
+    "srandmember",
+    "srem",
+    "sscan",
+    "strlen",
+    "substr",
+    "sunion",
+    "sunionstore",
+    "touch",
+    "ttl",
+    "type",
+    "unlink",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zdiff",
+    "zdiffstore",
+    "zincrby",
+    "zinter",
+    "zintercard",
+    "zinterstore",
+    "zlexcount",
+    "zmpop",
+    "zmscore",
+    "zpopmax",
+    "zpopmin",
+    "zrandmember",
+    "zrange",
+    "zrangebylex",
+    "zrangebyscore",
+    "zrangestore",
+    "zrank",
+    "zrem",
+    "zremrangebylex",
+    "zremrangebyrank",
+    "zremrangebyscore",
+    "zrevrange",
+    "zrevrangebylex",
+    "zrevrangebyscore",
+    "zrevrank",
+    "zscan",
+    "zscore",
+    "zunion",
+    "zunionstore",
 ];
 
 /// The commands scripts can call that do not touch keys: answered by the node itself (a message
 /// published from a script reaches every subscriber: each node knows every router's).
-pub static SERVER: &[ScriptCommand] = &[
-    c("echo", 2, READ, NONE),
-    c("ping", -1, READ, NONE),
-    c("publish", 3, READ, NONE),
-    c("spublish", 3, READ, NONE),
-    c("time", 1, READ, NONE),
-];
+pub static SERVER_NAMES: &[&str] = &["echo", "ping", "publish", "spublish", "time"];
+
+/// [`NAMES`] with Redis's declarations, built once.
+pub static COMMANDS: LazyLock<Vec<ScriptCommand>> =
+    LazyLock::new(|| NAMES.iter().map(|n| ScriptCommand::from_redis(n)).collect());
+
+/// [`SERVER_NAMES`] with Redis's declarations, built once.
+pub static SERVER: LazyLock<Vec<ScriptCommand>> =
+    LazyLock::new(|| SERVER_NAMES.iter().map(|n| ScriptCommand::from_redis(n)).collect());
 
 /// Commands Redis refuses in scripts (flag `noscript`) that are not data commands above: they
 /// get Redis's "not allowed" error rather than "unknown command".
@@ -283,5 +300,37 @@ mod tests {
         let get = lookup(b"get").unwrap();
         assert_eq!(get.range_keys(&args[..2]), vec!["a"]);
         assert!(lookup(b"keys").unwrap().range_keys(&args).is_empty());
+    }
+
+    #[test]
+    fn declarations_come_from_redis_s_table() {
+        let at = |name: &str| lookup(name.as_bytes()).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!((at("blmove").arity, at("blmove").flags), (6, WRITE | DENYOOM | NOSCRIPT));
+        assert_eq!(at("get").flags, 0);
+        assert_eq!(at("bitop").keys, Keys::Range(2, -1, 1));
+        assert_eq!(at("blpop").keys, Keys::Range(1, -2, 1));
+        assert_eq!(at("msetnx").keys, Keys::Range(1, -1, 2));
+        assert_eq!(at("zinterstore").keys, Keys::Range(1, 1, 1));
+        assert_eq!(at("zdiff").keys, Keys::None, "numkeys: the node's multi-key commands find them");
+        assert_eq!(at("spublish").keys, Keys::None, "a shard channel is not a key");
+        assert!(SERVER.iter().all(|c| c.keys == Keys::None && !c.writes()));
+    }
+
+    /// What a node refuses outright: commands Redis flags noscript (for CLIENT and SCRIPT,
+    /// their subcommands but HELP are), and the function commands Shoal does not have.
+    #[test]
+    fn not_allowed_are_what_redis_flags_noscript() {
+        for name in NOT_ALLOWED {
+            if ["fcall", "fcall_ro", "function"].contains(name) {
+                continue;
+            }
+            let id = redis::lookup(name).unwrap_or_else(|| panic!("{name} is in Redis's table"));
+            let noscript = |id: usize| redis::REDIS_COMMANDS[id].has_flag(flag::NOSCRIPT);
+            let mut subs = redis::subcommands(id)
+                .filter(|&s| !redis::REDIS_COMMANDS[s].name.ends_with("|help"))
+                .peekable();
+            let subs_noscript = subs.peek().is_some() && subs.all(noscript);
+            assert!(noscript(id) || subs_noscript, "{name}");
+        }
     }
 }

@@ -150,8 +150,8 @@ impl User {
         self.perms.check(id, args)
     }
 
-    /// See [`Permissions::allows_extension`].
-    pub fn allows_extension(&self, categories: &[&str]) -> bool {
+    /// See [`Permissions::allows_extension`] (`categories`: ACL category bits).
+    pub fn allows_extension(&self, categories: u32) -> bool {
         self.perms.allows_extension(categories)
     }
 

@@ -15,198 +15,41 @@ use crate::acl::{Denied, UserCell, file};
 use crate::resp::Reply;
 use crate::state::RouterState;
 
-pub const ACL_CAT: CommandSpec = CommandSpec {
-    name: "acl|cat",
-    arity: -2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.0.0",
-    summary: "List the ACL categories or the commands inside a category",
-    complexity: "O(1) since the categories and commands are a fixed set.",
-    run: cat,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_CAT: CommandSpec = CommandSpec { decl: &redis::ACL_CAT, run: cat, ..CommandSpec::DEFAULT };
 
-pub const ACL_DELUSER: CommandSpec = CommandSpec {
-    name: "acl|deluser",
-    arity: -3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "Remove the specified ACL users and the associated rules",
-    complexity: "O(1) amortized time considering the typical user.",
-    run: deluser,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_DELUSER: CommandSpec =
+    CommandSpec { decl: &redis::ACL_DELUSER, run: deluser, ..CommandSpec::DEFAULT };
 
-pub const ACL_DRYRUN: CommandSpec = CommandSpec {
-    name: "acl|dryrun",
-    arity: -4,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "7.0.0",
-    summary: "Returns whether the user can execute the given command without executing the command.",
-    complexity: "O(1).",
-    run: dryrun,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_DRYRUN: CommandSpec =
+    CommandSpec { decl: &redis::ACL_DRYRUN, run: dryrun, ..CommandSpec::DEFAULT };
 
-pub const ACL_GENPASS: CommandSpec = CommandSpec {
-    name: "acl|genpass",
-    arity: -2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.0.0",
-    summary: "Generate a pseudorandom secure password to use for ACL users",
-    complexity: "O(1)",
-    run: genpass,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_GENPASS: CommandSpec =
+    CommandSpec { decl: &redis::ACL_GENPASS, run: genpass, ..CommandSpec::DEFAULT };
 
-pub const ACL_GETUSER: CommandSpec = CommandSpec {
-    name: "acl|getuser",
-    arity: 3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "Get the rules for a specific ACL user",
-    complexity: "O(N). Where N is the number of password, command and pattern rules that the user has.",
-    run: getuser,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_GETUSER: CommandSpec =
+    CommandSpec { decl: &redis::ACL_GETUSER, run: getuser, ..CommandSpec::DEFAULT };
 
-pub const ACL_HELP: CommandSpec = CommandSpec {
-    name: "acl|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.0.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_HELP: CommandSpec = CommandSpec { decl: &redis::ACL_HELP, run: help, ..CommandSpec::DEFAULT };
 
-pub const ACL_LIST: CommandSpec = CommandSpec {
-    name: "acl|list",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "List the current ACL rules in ACL config file format",
-    complexity: "O(N). Where N is the number of configured users.",
-    run: list,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_LIST: CommandSpec = CommandSpec { decl: &redis::ACL_LIST, run: list, ..CommandSpec::DEFAULT };
 
-pub const ACL_LOAD: CommandSpec = CommandSpec {
-    name: "acl|load",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "Reload the ACLs from the configured ACL file",
-    complexity: "O(N). Where N is the number of configured users.",
-    run: load,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_LOAD: CommandSpec = CommandSpec { decl: &redis::ACL_LOAD, run: load, ..CommandSpec::DEFAULT };
 
-pub const ACL_LOG: CommandSpec = CommandSpec {
-    name: "acl|log",
-    arity: -2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "List latest events denied because of ACLs in place",
-    complexity: "O(N) with N being the number of entries shown.",
-    run: log_cmd,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_LOG: CommandSpec = CommandSpec { decl: &redis::ACL_LOG, run: log_cmd, ..CommandSpec::DEFAULT };
 
-pub const ACL_SAVE: CommandSpec = CommandSpec {
-    name: "acl|save",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "Save the current ACL rules in the configured ACL file",
-    complexity: "O(N). Where N is the number of configured users.",
-    run: save,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_SAVE: CommandSpec = CommandSpec { decl: &redis::ACL_SAVE, run: save, ..CommandSpec::DEFAULT };
 
-pub const ACL_SETUSER: CommandSpec = CommandSpec {
-    name: "acl|setuser",
-    arity: -3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "Modify or create the rules for a specific ACL user",
-    complexity: "O(N). Where N is the number of rules provided.",
-    run: setuser,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_SETUSER: CommandSpec =
+    CommandSpec { decl: &redis::ACL_SETUSER, run: setuser, ..CommandSpec::DEFAULT };
 
-pub const ACL_USERS: CommandSpec = CommandSpec {
-    name: "acl|users",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "6.0.0",
-    summary: "List the username of all the configured ACL rules",
-    complexity: "O(N). Where N is the number of configured users.",
-    run: users,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_USERS: CommandSpec =
+    CommandSpec { decl: &redis::ACL_USERS, run: users, ..CommandSpec::DEFAULT };
 
-pub const ACL_WHOAMI: CommandSpec = CommandSpec {
-    name: "acl|whoami",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.0.0",
-    summary: "Return the name of the user associated to the current connection",
-    complexity: "O(1)",
-    run: whoami,
-    ..CommandSpec::DEFAULT
-};
+pub const ACL_WHOAMI: CommandSpec =
+    CommandSpec { decl: &redis::ACL_WHOAMI, run: whoami, ..CommandSpec::DEFAULT };
 
 pub const ACL: CommandSpec = CommandSpec {
-    name: "acl",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.0.0",
-    summary: "A container for Access List Control commands ",
-    complexity: "Depends on subcommand.",
+    decl: &redis::ACL,
     run: help,
     subcommands: &[
         &ACL_CAT,
@@ -277,19 +120,19 @@ pub fn check(spec: &CommandSpec, args: &Args, ctx: &Ctx) -> Result<(), Reply> {
         return Ok(());
     }
     let user = cell.get();
-    let denied = match table::lookup(spec.name) {
+    let denied = match spec.decl.id {
         Some(id) => user.check(id, args).err(),
         // A command Redis does not have (SHOAL).
-        None => (!user.allows_extension(spec.acl)).then_some(Denied::Command),
+        None => (!user.allows_extension(spec.categories())).then_some(Denied::Command),
     };
     let Some(denied) = denied else { return Ok(()) };
     let context = if ctx.session.multi.is_some() { Context::Multi } else { Context::Toplevel };
-    log(ctx, denied, context, spec.name, args, &cell.name);
+    log(ctx, denied, context, spec.name(), args, &cell.name);
     Err(Reply::refusal(
         crate::resp::ErrorKind::NoPerm,
         match denied {
             Denied::Command => {
-                format!("NOPERM this user has no permissions to run the '{}' command", spec.name)
+                format!("NOPERM this user has no permissions to run the '{}' command", spec.name())
             }
             Denied::Key(_) => {
                 "NOPERM this user has no permissions to access one of the keys used as arguments".into()

@@ -150,128 +150,21 @@ fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
     )
 }
 
-pub const WAIT: CommandSpec = CommandSpec {
-    name: "wait",
-    arity: 3,
-    flags: &["noscript"],
-    keys: KeySpec::NONE,
-    acl: &["@slow", "@connection"],
-    group: "generic",
-    since: "3.0.0",
-    summary: "Wait for the synchronous replication of all the write commands sent in the context of the current connection",
-    complexity: "O(1)",
-    run: wait,
-    ..CommandSpec::DEFAULT
-};
+pub const WAIT: CommandSpec = CommandSpec { decl: &redis::WAIT, run: wait, ..CommandSpec::DEFAULT };
 
-pub const BLPOP: CommandSpec = CommandSpec {
-    name: "blpop",
-    arity: -3,
-    flags: &["write", "noscript", "blocking"],
-    keys: KeySpec { first: 1, last: -2, step: 1 },
-    acl: &["@write", "@list", "@slow", "@blocking"],
-    group: "list",
-    since: "2.0.0",
-    summary: "Remove and get the first element in a list, or block until one is available",
-    complexity: "O(N) where N is the number of provided keys.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BLPOP: CommandSpec = CommandSpec { decl: &redis::BLPOP, run: block, ..CommandSpec::DEFAULT };
 
-pub const BRPOP: CommandSpec = CommandSpec {
-    name: "brpop",
-    arity: -3,
-    flags: &["write", "noscript", "blocking"],
-    keys: KeySpec { first: 1, last: -2, step: 1 },
-    acl: &["@write", "@list", "@slow", "@blocking"],
-    group: "list",
-    since: "2.0.0",
-    summary: "Remove and get the last element in a list, or block until one is available",
-    complexity: "O(N) where N is the number of provided keys.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BRPOP: CommandSpec = CommandSpec { decl: &redis::BRPOP, run: block, ..CommandSpec::DEFAULT };
 
-pub const BLMOVE: CommandSpec = CommandSpec {
-    name: "blmove",
-    arity: 6,
-    flags: &["write", "denyoom", "noscript", "blocking"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@list", "@slow", "@blocking"],
-    group: "list",
-    since: "6.2.0",
-    summary: "Pop an element from a list, push it to another list and return it; or block until one is available",
-    complexity: "O(1)",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BLMOVE: CommandSpec = CommandSpec { decl: &redis::BLMOVE, run: block, ..CommandSpec::DEFAULT };
 
-pub const BRPOPLPUSH: CommandSpec = CommandSpec {
-    name: "brpoplpush",
-    arity: 4,
-    flags: &["write", "denyoom", "noscript", "blocking"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@list", "@slow", "@blocking"],
-    group: "list",
-    since: "2.2.0",
-    summary: "Pop an element from a list, push it to another list and return it; or block until one is available",
-    complexity: "O(1)",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BRPOPLPUSH: CommandSpec =
+    CommandSpec { decl: &redis::BRPOPLPUSH, run: block, ..CommandSpec::DEFAULT };
 
-pub const BLMPOP: CommandSpec = CommandSpec {
-    name: "blmpop",
-    arity: -5,
-    flags: &["write", "blocking", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@write", "@list", "@slow", "@blocking"],
-    group: "list",
-    since: "7.0.0",
-    summary: "Pop elements from a list, or block until one is available",
-    complexity: "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BLMPOP: CommandSpec = CommandSpec { decl: &redis::BLMPOP, run: block, ..CommandSpec::DEFAULT };
 
-pub const BZPOPMIN: CommandSpec = CommandSpec {
-    name: "bzpopmin",
-    arity: -3,
-    flags: &["write", "noscript", "blocking", "fast"],
-    keys: KeySpec { first: 1, last: -2, step: 1 },
-    acl: &["@write", "@sortedset", "@fast", "@blocking"],
-    group: "sorted-set",
-    since: "5.0.0",
-    summary: "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available",
-    complexity: "O(log(N)) with N being the number of elements in the sorted set.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BZPOPMIN: CommandSpec = CommandSpec { decl: &redis::BZPOPMIN, run: block, ..CommandSpec::DEFAULT };
 
-pub const BZPOPMAX: CommandSpec = CommandSpec {
-    name: "bzpopmax",
-    arity: -3,
-    flags: &["write", "noscript", "blocking", "fast"],
-    keys: KeySpec { first: 1, last: -2, step: 1 },
-    acl: &["@write", "@sortedset", "@fast", "@blocking"],
-    group: "sorted-set",
-    since: "5.0.0",
-    summary: "Remove and return the member with the highest score from one or more sorted sets, or block until one is available",
-    complexity: "O(log(N)) with N being the number of elements in the sorted set.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BZPOPMAX: CommandSpec = CommandSpec { decl: &redis::BZPOPMAX, run: block, ..CommandSpec::DEFAULT };
 
-pub const BZMPOP: CommandSpec = CommandSpec {
-    name: "bzmpop",
-    arity: -5,
-    flags: &["write", "blocking", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@write", "@sortedset", "@slow", "@blocking"],
-    group: "sorted-set",
-    since: "7.0.0",
-    summary: "Remove and return members with scores in a sorted set or block until one is available",
-    complexity: "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
-    run: block,
-    ..CommandSpec::DEFAULT
-};
+pub const BZMPOP: CommandSpec = CommandSpec { decl: &redis::BZMPOP, run: block, ..CommandSpec::DEFAULT };

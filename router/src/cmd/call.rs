@@ -6,8 +6,8 @@ use shoal_wire::command::OneKey;
 use shoal_wire::proto::{self, op::Kind};
 
 use super::answer::{answer, op};
-use super::spec::CommandSpec;
 use super::spec::{Args, Ctx, Pending};
+use super::spec::{CommandSpec, flag};
 use crate::backend::ReadFrom;
 use crate::session::Session;
 use crate::state::RouterState;
@@ -28,7 +28,7 @@ pub fn prepare(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
 #[inline]
 pub fn read_from(spec: &CommandSpec, state: &RouterState, session: &Session) -> ReadFrom {
     match state.settings.read_from {
-        _ if !spec.flags.contains(&"readonly") => ReadFrom::Primary,
+        _ if !spec.has_flag(flag::READONLY) => ReadFrom::Primary,
         // READONLY: replicas, as in Redis Cluster (nearest ones if the router says so).
         ReadFrom::Primary if session.readonly => ReadFrom::ReplicaPreferred,
         policy => policy,
@@ -58,15 +58,15 @@ pub fn send(one: OneKey, ctx: &Ctx) -> Pending {
 fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
     // Redis's `resetClient`: CLIENT CACHING applies to the next command, CLIENT ones excepted.
     let caching =
-        if spec.name.starts_with("client|") { ctx.session.caching } else { ctx.session.caching.take() };
+        if spec.name().starts_with("client|") { ctx.session.caching } else { ctx.session.caching.take() };
     let keys = || spec_keys(spec, args);
-    if spec.flags.contains(&"write") {
+    if spec.has_flag(flag::WRITE) {
         for key in keys() {
             ctx.state.pubsub.tracking.invalidate(key, ctx.session.id);
         }
         return;
     }
-    if !spec.flags.contains(&"readonly") || spec.keys.first <= 0 {
+    if !spec.has_flag(flag::READONLY) || spec.key_range().first <= 0 {
         return;
     }
     let saved = std::mem::replace(&mut ctx.session.caching, caching);
@@ -87,7 +87,7 @@ fn client_tracking(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
 /// The keys of a command by its key spec (first, last, step, as COMMAND INFO gives them): none
 /// when the spec declares none (`first` 0) or the arguments stop before `first`.
 pub fn spec_keys<'a>(spec: &CommandSpec, args: &'a Args) -> impl ExactSizeIterator<Item = &'a Bytes> {
-    let ks = spec.keys;
+    let ks = spec.key_range();
     let (first, step) = (ks.first.max(0) as usize, ks.step.max(1) as usize);
     let last = if ks.last < 0 { args.len() as i64 + i64::from(ks.last) } else { i64::from(ks.last) };
     let end = if ks.first <= 0 { 0 } else { (last.max(0) as usize + 1).min(args.len()) };

@@ -10,103 +10,41 @@ use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Reply;
 use crate::session::Tracked;
 
-pub const CLIENT_SETNAME: CommandSpec = CommandSpec {
-    name: "client|setname",
-    arity: 3,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "2.6.9",
-    summary: "Set the current connection name",
-    complexity: "O(1)",
-    run: setname,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_SETNAME: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_SETNAME, run: setname, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_GETNAME: CommandSpec = CommandSpec {
-    name: "client|getname",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "2.6.9",
-    summary: "Get the current connection name",
-    complexity: "O(1)",
-    run: getname,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_GETNAME: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_GETNAME, run: getname, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_ID: CommandSpec = CommandSpec {
-    name: "client|id",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "5.0.0",
-    summary: "Returns the client ID for the current connection",
-    complexity: "O(1)",
-    run: id,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_ID: CommandSpec = CommandSpec { decl: &redis::CLIENT_ID, run: id, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_SETINFO: CommandSpec = CommandSpec {
+/// Shoal's own declaration: CLIENT SETINFO is Redis 7.2's (client libraries send it on connect),
+/// so redis-server 7.0.15's table lacks it; declared as Redis 7.2 declares it.
+const CLIENT_SETINFO_DECL: RedisCommand = RedisCommand {
     name: "client|setinfo",
     arity: 4,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "7.2.0",
+    flags: flag::NOSCRIPT | flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW | cat::CONNECTION,
+    container: false,
     summary: "Set client or connection specific info",
+    since: "7.2.0",
+    group: "connection",
     complexity: "O(1)",
-    run: setinfo,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const CLIENT_INFO: CommandSpec = CommandSpec {
-    name: "client|info",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "6.2.0",
-    summary: "Returns information about the current client connection.",
-    complexity: "O(1)",
-    run: info,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_SETINFO: CommandSpec =
+    CommandSpec { decl: &CLIENT_SETINFO_DECL, run: setinfo, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_NO_EVICT: CommandSpec = CommandSpec {
-    name: "client|no-evict",
-    arity: 3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@slow", "@dangerous", "@connection"],
-    group: "connection",
-    since: "7.0.0",
-    summary: "Set client eviction mode for the current connection",
-    complexity: "O(1)",
-    run: no_evict,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_INFO: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_INFO, run: info, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_UNBLOCK: CommandSpec = CommandSpec {
-    name: "client|unblock",
-    arity: -3,
-    flags: &["admin", "noscript", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@slow", "@dangerous", "@connection"],
-    group: "connection",
-    since: "5.0.0",
-    summary: "Unblock a client blocked in a blocking command from a different connection",
-    complexity: "O(log N) where N is the number of client connections",
-    run: unblock,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_NO_EVICT: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_NO_EVICT, run: no_evict, ..CommandSpec::DEFAULT };
+
+pub const CLIENT_UNBLOCK: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_UNBLOCK, run: unblock, ..CommandSpec::DEFAULT };
 
 /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: ends another connection's blocking command (on this
 /// router) as if its timeout had passed, or with an `-UNBLOCKED` error; 1 if it was blocked.
@@ -130,61 +68,17 @@ pub fn unblock(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::Int(i64::from(done)).into()
 }
 
-pub const CLIENT_TRACKING: CommandSpec = CommandSpec {
-    name: "client|tracking",
-    arity: -3,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "6.0.0",
-    summary: "Enable or disable server assisted client side caching support",
-    complexity: "O(1). Some options may introduce additional complexity.",
-    run: tracking,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_TRACKING: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_TRACKING, run: tracking, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_CACHING: CommandSpec = CommandSpec {
-    name: "client|caching",
-    arity: 3,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "6.0.0",
-    summary: "Instruct the server about tracking or not keys in the next request",
-    complexity: "O(1)",
-    run: caching,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_CACHING: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_CACHING, run: caching, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_GETREDIR: CommandSpec = CommandSpec {
-    name: "client|getredir",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "6.0.0",
-    summary: "Get tracking notifications redirection client ID if any",
-    complexity: "O(1)",
-    run: getredir,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_GETREDIR: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_GETREDIR, run: getredir, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_TRACKINGINFO: CommandSpec = CommandSpec {
-    name: "client|trackinginfo",
-    arity: 2,
-    flags: SUB_FLAGS,
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "6.2.0",
-    summary: "Return information about server assisted client side caching for the current connection",
-    complexity: "O(1)",
-    run: trackinginfo,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_TRACKINGINFO: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_TRACKINGINFO, run: trackinginfo, ..CommandSpec::DEFAULT };
 
 /// `CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p ...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]`:
 /// Redis 7.0's `clientCommand` checks, in its order and with its texts.
@@ -413,30 +307,11 @@ pub fn trackinginfo(_args: &Args, ctx: &mut Ctx) -> Pending {
     .into()
 }
 
-pub const CLIENT_HELP: CommandSpec = CommandSpec {
-    name: "client|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "connection",
-    since: "5.0.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_HELP: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const CLIENT: CommandSpec = CommandSpec {
-    name: "client",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "connection",
-    since: "2.4.0",
-    summary: "A container for client connection commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::CLIENT,
     run: container,
     subcommands: &[
         &CLIENT_SETNAME,

@@ -10,64 +10,17 @@ use crate::clients::ClientHandle;
 use crate::pause::PauseMode;
 use crate::resp::Reply;
 
-const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
-const ADMIN_CONN: &[&str] = &["@admin", "@slow", "@dangerous", "@connection"];
+pub const CLIENT_LIST: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_LIST, run: list, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_LIST: CommandSpec = CommandSpec {
-    name: "client|list",
-    arity: -2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_CONN,
-    group: "connection",
-    since: "2.4.0",
-    summary: "Get the list of client connections",
-    complexity: "O(N) where N is the number of client connections",
-    run: list,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_KILL: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_KILL, run: kill, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_KILL: CommandSpec = CommandSpec {
-    name: "client|kill",
-    arity: -3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_CONN,
-    group: "connection",
-    since: "2.4.0",
-    summary: "Kill the connection of a client",
-    complexity: "O(N) where N is the number of client connections",
-    run: kill,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_PAUSE: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_PAUSE, run: pause, ..CommandSpec::DEFAULT };
 
-pub const CLIENT_PAUSE: CommandSpec = CommandSpec {
-    name: "client|pause",
-    arity: -3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_CONN,
-    group: "connection",
-    since: "2.9.50",
-    summary: "Stop processing commands from clients for some time",
-    complexity: "O(1)",
-    run: pause,
-    ..CommandSpec::DEFAULT
-};
-
-pub const CLIENT_UNPAUSE: CommandSpec = CommandSpec {
-    name: "client|unpause",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_CONN,
-    group: "connection",
-    since: "6.2.0",
-    summary: "Resume processing of clients that were paused",
-    complexity: "O(N) Where N is the number of paused clients",
-    run: unpause,
-    ..CommandSpec::DEFAULT
-};
+pub const CLIENT_UNPAUSE: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_UNPAUSE, run: unpause, ..CommandSpec::DEFAULT };
 
 /// A client type, as CLIENT LIST TYPE and CLIENT KILL TYPE name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,107 +1,51 @@
 //! COMMAND and its subcommands: what redis-cli and client libraries ask about commands.
 
+use shoal_wire::acl::commands;
+
 use super::spec::CommandSpec;
 use super::spec::*;
 use super::{Args, Ctx, Pending, syntax_error};
 use crate::resp::Reply;
 
-pub const COMMAND_COUNT: CommandSpec = CommandSpec {
-    name: "command|count",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "2.8.13",
-    summary: "Get total number of Redis commands",
-    complexity: "O(1)",
-    run: count,
-    ..CommandSpec::DEFAULT
-};
+pub const COMMAND_COUNT: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_COUNT, run: count, ..CommandSpec::DEFAULT };
 
-pub const COMMAND_DOCS: CommandSpec = CommandSpec {
-    name: "command|docs",
-    arity: -2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "7.0.0",
-    summary: "Get array of specific Redis command documentation",
-    complexity: "O(N) where N is the number of commands to look up",
-    run: docs,
-    ..CommandSpec::DEFAULT
-};
+pub const COMMAND_DOCS: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_DOCS, run: docs, ..CommandSpec::DEFAULT };
 
-pub const COMMAND_INFO: CommandSpec = CommandSpec {
-    name: "command|info",
-    arity: -2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "2.8.13",
-    summary: "Get array of specific Redis command details, or all when no argument is given.",
-    complexity: "O(N) where N is the number of commands to look up",
-    run: info,
-    ..CommandSpec::DEFAULT
-};
+pub const COMMAND_INFO: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_INFO, run: info, ..CommandSpec::DEFAULT };
 
-pub const COMMAND_LIST: CommandSpec = CommandSpec {
-    name: "command|list",
-    arity: -2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "7.0.0",
-    summary: "Get an array of Redis command names",
-    complexity: "O(N) where N is the total number of Redis commands",
-    run: list,
-    ..CommandSpec::DEFAULT
-};
+pub const COMMAND_LIST: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_LIST, run: list, ..CommandSpec::DEFAULT };
 
-pub const COMMAND_HELP: CommandSpec = CommandSpec {
-    name: "command|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "5.0.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const COMMAND_HELP: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const COMMAND: CommandSpec = CommandSpec {
-    name: "command",
-    arity: -1,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: SLOW_CONN,
-    group: "server",
-    since: "2.8.13",
-    summary: "Get array of Redis command details",
-    complexity: "O(N) where N is the total number of Redis commands",
+    decl: &redis::COMMAND,
     run: all,
     subcommands: &[&COMMAND_COUNT, &COMMAND_DOCS, &COMMAND_INFO, &COMMAND_LIST, &COMMAND_HELP],
     lane: LaneClass::No,
 };
 
 fn info_entry(c: &CommandSpec) -> Reply {
-    fn set(items: &'static [&'static str]) -> Reply {
-        Reply::Set(items.iter().map(|s| Reply::simple(s)).collect())
+    // Flags and categories in Redis's order (their bits' order), categories as `@read`.
+    fn set<const N: usize>(mask: u32, names: &'static [&'static str; N], prefix: &str) -> Reply {
+        let name = |n: &'static str| {
+            Reply::Simple(if prefix.is_empty() { n.into() } else { format!("{prefix}{n}").into() })
+        };
+        Reply::Set(commands::names(mask, names).map(name).collect())
     }
+    let keys = c.key_range();
     Reply::Array(vec![
-        Reply::bulk(c.name),
-        Reply::Int(i64::from(c.arity)),
-        set(c.flags),
-        Reply::Int(i64::from(c.keys.first)),
-        Reply::Int(i64::from(c.keys.last)),
-        Reply::Int(i64::from(c.keys.step)),
-        set(c.acl),
+        Reply::bulk(c.name()),
+        Reply::Int(i64::from(c.arity())),
+        set(c.decl.flags, &commands::FLAGS, ""),
+        Reply::Int(i64::from(keys.first)),
+        Reply::Int(i64::from(keys.last)),
+        Reply::Int(i64::from(keys.step)),
+        set(c.categories(), &commands::CATEGORIES, "@"),
         Reply::Array(vec![]),
         Reply::Array(vec![]),
         Reply::Array(c.subcommands.iter().map(|s| info_entry(s)).collect()),
@@ -109,14 +53,15 @@ fn info_entry(c: &CommandSpec) -> Reply {
 }
 
 fn docs_entry(c: &CommandSpec) -> Reply {
+    let d = c.decl;
     let mut fields = vec![
-        (Reply::bulk("summary"), Reply::bulk(c.summary)),
-        (Reply::bulk("since"), Reply::bulk(c.since)),
-        (Reply::bulk("group"), Reply::bulk(c.group)),
-        (Reply::bulk("complexity"), Reply::bulk(c.complexity)),
+        (Reply::bulk("summary"), Reply::bulk(d.summary)),
+        (Reply::bulk("since"), Reply::bulk(d.since)),
+        (Reply::bulk("group"), Reply::bulk(d.group)),
+        (Reply::bulk("complexity"), Reply::bulk(d.complexity)),
     ];
     if !c.subcommands.is_empty() {
-        let subs = c.subcommands.iter().map(|s| (Reply::bulk(s.name), docs_entry(s))).collect();
+        let subs = c.subcommands.iter().map(|s| (Reply::bulk(s.name()), docs_entry(s))).collect();
         fields.push((Reply::bulk("subcommands"), Reply::Map(subs)));
     }
     Reply::Map(fields)
@@ -144,12 +89,12 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
 pub fn docs(args: &Args, ctx: &mut Ctx) -> Pending {
     let registry = ctx.registry;
     let pairs: Vec<(Reply, Reply)> = if args.len() == 2 {
-        registry.commands.iter().map(|c| (Reply::bulk(c.name), docs_entry(c))).collect()
+        registry.commands.iter().map(|c| (Reply::bulk(c.name()), docs_entry(c))).collect()
     } else {
         args[2..]
             .iter()
             .filter_map(|n| registry.lookup(n))
-            .map(|c| (Reply::bulk(c.name), docs_entry(c)))
+            .map(|c| (Reply::bulk(c.name()), docs_entry(c)))
             .collect()
     };
     Reply::Map(pairs).into()
@@ -159,7 +104,7 @@ pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
     if args.len() > 2 {
         return syntax_error().into();
     }
-    Reply::Array(ctx.registry.commands.iter().map(|c| Reply::bulk(c.name)).collect()).into()
+    Reply::Array(ctx.registry.commands.iter().map(|c| Reply::bulk(c.name())).collect()).into()
 }
 
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {

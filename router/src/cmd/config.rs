@@ -21,86 +21,23 @@ use crate::backend::{BackendError, Routing, futures_join};
 use crate::resp::Reply;
 use crate::state::RouterState;
 
-pub const CONFIG_GET: CommandSpec = CommandSpec {
-    name: "config|get",
-    arity: -3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.0.0",
-    summary: "Get the values of configuration parameters",
-    complexity: "O(N) when N is the number of configuration parameters provided",
-    run: get,
-    ..CommandSpec::DEFAULT
-};
+pub const CONFIG_GET: CommandSpec =
+    CommandSpec { decl: &redis::CONFIG_GET, run: get, ..CommandSpec::DEFAULT };
 
-pub const CONFIG_SET: CommandSpec = CommandSpec {
-    name: "config|set",
-    arity: -4,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.0.0",
-    summary: "Set configuration parameters to the given values",
-    complexity: "O(N) when N is the number of configuration parameters provided",
-    run: set,
-    ..CommandSpec::DEFAULT
-};
+pub const CONFIG_SET: CommandSpec =
+    CommandSpec { decl: &redis::CONFIG_SET, run: set, ..CommandSpec::DEFAULT };
 
-pub const CONFIG_RESETSTAT: CommandSpec = CommandSpec {
-    name: "config|resetstat",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.0.0",
-    summary: "Reset the stats returned by INFO",
-    complexity: "O(1)",
-    run: resetstat,
-    ..CommandSpec::DEFAULT
-};
+pub const CONFIG_RESETSTAT: CommandSpec =
+    CommandSpec { decl: &redis::CONFIG_RESETSTAT, run: resetstat, ..CommandSpec::DEFAULT };
 
-pub const CONFIG_REWRITE: CommandSpec = CommandSpec {
-    name: "config|rewrite",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.0",
-    summary: "Rewrite the configuration file with the in memory configuration",
-    complexity: "O(1)",
-    run: rewrite,
-    ..CommandSpec::DEFAULT
-};
+pub const CONFIG_REWRITE: CommandSpec =
+    CommandSpec { decl: &redis::CONFIG_REWRITE, run: rewrite, ..CommandSpec::DEFAULT };
 
-pub const CONFIG_HELP: CommandSpec = CommandSpec {
-    name: "config|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "5.0.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const CONFIG_HELP: CommandSpec =
+    CommandSpec { decl: &redis::CONFIG_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const CONFIG: CommandSpec = CommandSpec {
-    name: "config",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "2.0.0",
-    summary: "A container for server configuration commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::CONFIG,
     run: help,
     subcommands: &[&CONFIG_GET, &CONFIG_SET, &CONFIG_RESETSTAT, &CONFIG_REWRITE, &CONFIG_HELP],
     lane: LaneClass::No,

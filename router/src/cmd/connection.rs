@@ -4,145 +4,27 @@ use super::spec::*;
 use super::{Args, Ctx, Pending, int_arg, syntax_error, wrong_arity};
 use crate::resp::{Protocol, Reply};
 
-pub const PING: CommandSpec = CommandSpec {
-    name: "ping",
-    arity: -1,
-    flags: &["fast"],
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "1.0.0",
-    summary: "Ping the server",
-    complexity: "O(1)",
-    run: ping,
-    ..CommandSpec::DEFAULT
-};
+pub const PING: CommandSpec = CommandSpec { decl: &redis::PING, run: ping, ..CommandSpec::DEFAULT };
 
-pub const ECHO: CommandSpec = CommandSpec {
-    name: "echo",
-    arity: 2,
-    flags: &["loading", "stale", "fast"],
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "1.0.0",
-    summary: "Echo the given string",
-    complexity: "O(1)",
-    run: echo,
-    ..CommandSpec::DEFAULT
-};
+pub const ECHO: CommandSpec = CommandSpec { decl: &redis::ECHO, run: echo, ..CommandSpec::DEFAULT };
 
-pub const READONLY: CommandSpec = CommandSpec {
-    name: "readonly",
-    arity: 1,
-    flags: &["fast", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "cluster",
-    since: "3.0.0",
-    summary: "Enables read queries for a connection to a Redis Cluster replica node.",
-    complexity: "O(1)",
-    run: readonly,
-    ..CommandSpec::DEFAULT
-};
+pub const READONLY: CommandSpec =
+    CommandSpec { decl: &redis::READONLY, run: readonly, ..CommandSpec::DEFAULT };
 
-pub const READWRITE: CommandSpec = CommandSpec {
-    name: "readwrite",
-    arity: 1,
-    flags: &["fast", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "cluster",
-    since: "3.0.0",
-    summary: "Enables read-write queries for a connection to a Redis Cluster replica node.",
-    complexity: "O(1)",
-    run: readwrite,
-    ..CommandSpec::DEFAULT
-};
+pub const READWRITE: CommandSpec =
+    CommandSpec { decl: &redis::READWRITE, run: readwrite, ..CommandSpec::DEFAULT };
 
-pub const HELLO: CommandSpec = CommandSpec {
-    name: "hello",
-    arity: -1,
-    flags: NO_AUTH,
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "6.0.0",
-    summary: "Handshake with Redis",
-    complexity: "O(1)",
-    run: hello,
-    ..CommandSpec::DEFAULT
-};
+pub const HELLO: CommandSpec = CommandSpec { decl: &redis::HELLO, run: hello, ..CommandSpec::DEFAULT };
 
-pub const AUTH: CommandSpec = CommandSpec {
-    name: "auth",
-    arity: -2,
-    flags: NO_AUTH,
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "1.0.0",
-    summary: "Authenticate to the server",
-    complexity: "O(N) where N is the number of passwords defined for the user",
-    run: auth,
-    ..CommandSpec::DEFAULT
-};
+pub const AUTH: CommandSpec = CommandSpec { decl: &redis::AUTH, run: auth, ..CommandSpec::DEFAULT };
 
-pub const SELECT: CommandSpec = CommandSpec {
-    name: "select",
-    arity: 2,
-    flags: &["loading", "stale", "fast"],
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "1.0.0",
-    summary: "Change the selected database for the current connection",
-    complexity: "O(1)",
-    run: select,
-    ..CommandSpec::DEFAULT
-};
+pub const SELECT: CommandSpec = CommandSpec { decl: &redis::SELECT, run: select, ..CommandSpec::DEFAULT };
 
-pub const QUIT: CommandSpec = CommandSpec {
-    name: "quit",
-    arity: -1,
-    flags: NO_AUTH,
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "1.0.0",
-    summary: "Close the connection",
-    complexity: "O(1)",
-    run: quit,
-    ..CommandSpec::DEFAULT
-};
+pub const QUIT: CommandSpec = CommandSpec { decl: &redis::QUIT, run: quit, ..CommandSpec::DEFAULT };
 
-pub const RESET: CommandSpec = CommandSpec {
-    name: "reset",
-    arity: 1,
-    flags: NO_AUTH,
-    keys: KeySpec::NONE,
-    acl: FAST_CONN,
-    group: "connection",
-    since: "6.2.0",
-    summary: "Reset the connection",
-    complexity: "O(1)",
-    run: reset,
-    ..CommandSpec::DEFAULT
-};
+pub const RESET: CommandSpec = CommandSpec { decl: &redis::RESET, run: reset, ..CommandSpec::DEFAULT };
 
-pub const TIME: CommandSpec = CommandSpec {
-    name: "time",
-    arity: 1,
-    flags: &["loading", "stale", "fast"],
-    keys: KeySpec::NONE,
-    acl: &["@fast"],
-    group: "server",
-    since: "2.6.0",
-    summary: "Return the current server time",
-    complexity: "O(1)",
-    run: time,
-    ..CommandSpec::DEFAULT
-};
+pub const TIME: CommandSpec = CommandSpec { decl: &redis::TIME, run: time, ..CommandSpec::DEFAULT };
 
 /// The Redis version Shoal presents itself as (HELLO, INFO): the one its replies are checked
 /// against.

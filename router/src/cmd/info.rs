@@ -12,19 +12,7 @@ use crate::backend::Routing;
 use crate::resp::Reply;
 use crate::state::RouterState;
 
-pub const INFO: CommandSpec = CommandSpec {
-    name: "info",
-    arity: -1,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow", "@dangerous"],
-    group: "server",
-    since: "1.0.0",
-    summary: "Get information and statistics about the server",
-    complexity: "O(1)",
-    run: info,
-    ..CommandSpec::DEFAULT
-};
+pub const INFO: CommandSpec = CommandSpec { decl: &redis::INFO, run: info, ..CommandSpec::DEFAULT };
 
 const DEFAULT_SECTIONS: &[&str] =
     &["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];

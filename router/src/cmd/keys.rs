@@ -6,75 +6,17 @@ use super::spec::*;
 use super::{Args, Ctx, Pending, op, plain, sum_ints, syntax_error};
 use crate::resp::Reply;
 
-pub const DBSIZE: CommandSpec = CommandSpec {
-    name: "dbsize",
-    arity: 1,
-    flags: &["readonly", "fast"],
-    keys: KeySpec::NONE,
-    acl: KEYSPACE_READ_FAST,
-    group: "server",
-    since: "1.0.0",
-    summary: "Return the number of keys in the selected database",
-    complexity: "O(1)",
-    run: dbsize,
-    ..CommandSpec::DEFAULT
-};
+pub const DBSIZE: CommandSpec = CommandSpec { decl: &redis::DBSIZE, run: dbsize, ..CommandSpec::DEFAULT };
 
-pub const FLUSHALL: CommandSpec = CommandSpec {
-    name: "flushall",
-    arity: -1,
-    flags: &["write"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@write", "@slow", "@dangerous"],
-    group: "server",
-    since: "1.0.0",
-    summary: "Remove all keys from all databases",
-    complexity: "O(N) where N is the total number of keys in all databases",
-    run: flushall,
-    ..CommandSpec::DEFAULT
-};
+pub const FLUSHALL: CommandSpec =
+    CommandSpec { decl: &redis::FLUSHALL, run: flushall, ..CommandSpec::DEFAULT };
 
-pub const FLUSHDB: CommandSpec = CommandSpec {
-    name: "flushdb",
-    arity: -1,
-    flags: &["write"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@write", "@slow", "@dangerous"],
-    group: "server",
-    since: "1.0.0",
-    summary: "Remove all keys from the current database",
-    complexity: "O(N) where N is the number of keys in the selected database",
-    run: flushdb,
-    ..CommandSpec::DEFAULT
-};
+pub const FLUSHDB: CommandSpec = CommandSpec { decl: &redis::FLUSHDB, run: flushdb, ..CommandSpec::DEFAULT };
 
-pub const KEYS: CommandSpec = CommandSpec {
-    name: "keys",
-    arity: 2,
-    flags: &["readonly"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@read", "@slow", "@dangerous"],
-    group: "generic",
-    since: "1.0.0",
-    summary: "Find all keys matching the given pattern",
-    complexity: "O(N) with N being the number of keys in the database",
-    run: keys,
-    ..CommandSpec::DEFAULT
-};
+pub const KEYS: CommandSpec = CommandSpec { decl: &redis::KEYS, run: keys, ..CommandSpec::DEFAULT };
 
-pub const RANDOMKEY: CommandSpec = CommandSpec {
-    name: "randomkey",
-    arity: 1,
-    flags: &["readonly"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "1.0.0",
-    summary: "Return a random key from the keyspace",
-    complexity: "O(1)",
-    run: randomkey,
-    ..CommandSpec::DEFAULT
-};
+pub const RANDOMKEY: CommandSpec =
+    CommandSpec { decl: &redis::RANDOMKEY, run: randomkey, ..CommandSpec::DEFAULT };
 
 pub fn dbsize(_args: &Args, ctx: &mut Ctx) -> Pending {
     let calls = ctx.call_all(|| op(Kind::DbSize(proto::DbSize {})));

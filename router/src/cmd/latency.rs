@@ -14,114 +14,29 @@ use super::{Args, Ctx, Pending};
 use crate::resp::Reply;
 use crate::stats::BUCKETS;
 
-pub const LATENCY_LATEST: CommandSpec = CommandSpec {
-    name: "latency|latest",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.13",
-    summary: "Return the latest latency samples for all events.",
-    complexity: "O(1)",
-    run: latest,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_LATEST: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_LATEST, run: latest, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_HISTORY: CommandSpec = CommandSpec {
-    name: "latency|history",
-    arity: 3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.13",
-    summary: "Return timestamp-latency samples for the event.",
-    complexity: "O(1)",
-    run: history,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_HISTORY: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_HISTORY, run: history, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_RESET: CommandSpec = CommandSpec {
-    name: "latency|reset",
-    arity: -2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.13",
-    summary: "Reset latency data for one or more events.",
-    complexity: "O(1)",
-    run: reset,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_RESET: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_RESET, run: reset, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_DOCTOR: CommandSpec = CommandSpec {
-    name: "latency|doctor",
-    arity: 2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.13",
-    summary: "Return a human readable latency analysis report.",
-    complexity: "O(1)",
-    run: doctor,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_DOCTOR: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_DOCTOR, run: doctor, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_GRAPH: CommandSpec = CommandSpec {
-    name: "latency|graph",
-    arity: 3,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.8.13",
-    summary: "Return a latency graph for the event.",
-    complexity: "O(1)",
-    run: graph,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_GRAPH: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_GRAPH, run: graph, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_HISTOGRAM: CommandSpec = CommandSpec {
-    name: "latency|histogram",
-    arity: -2,
-    flags: ADMIN_FLAGS,
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "7.0.0",
-    summary: "Return the cumulative distribution of latencies of a subset of commands or all.",
-    complexity: "O(N) where N is the number of commands with latency information being retrieved.",
-    run: histogram,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_HISTOGRAM: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_HISTOGRAM, run: histogram, ..CommandSpec::DEFAULT };
 
-pub const LATENCY_HELP: CommandSpec = CommandSpec {
-    name: "latency|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "2.8.13",
-    summary: "Show helpful text about the different subcommands.",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const LATENCY_HELP: CommandSpec =
+    CommandSpec { decl: &redis::LATENCY_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const LATENCY: CommandSpec = CommandSpec {
-    name: "latency",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "2.8.13",
-    summary: "A container for latency diagnostics commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::LATENCY,
     run: help,
     subcommands: &[
         &LATENCY_LATEST,
@@ -135,44 +50,14 @@ pub const LATENCY: CommandSpec = CommandSpec {
     lane: LaneClass::No,
 };
 
-pub const MEMORY_USAGE: CommandSpec = CommandSpec {
-    name: "memory|usage",
-    arity: -3,
-    flags: &["readonly"],
-    keys: KeySpec { first: 2, last: 2, step: 1 },
-    acl: &["@read", "@slow"],
-    group: "server",
-    since: "4.0.0",
-    summary: "Estimate the memory usage of a key",
-    complexity: "O(N) where N is the number of samples.",
-    run: read_second,
-    ..CommandSpec::DEFAULT
-};
+pub const MEMORY_USAGE: CommandSpec =
+    CommandSpec { decl: &redis::MEMORY_USAGE, run: read_second, ..CommandSpec::DEFAULT };
 
-pub const MEMORY_HELP: CommandSpec = CommandSpec {
-    name: "memory|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "4.0.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: memory_help,
-    ..CommandSpec::DEFAULT
-};
+pub const MEMORY_HELP: CommandSpec =
+    CommandSpec { decl: &redis::MEMORY_HELP, run: memory_help, ..CommandSpec::DEFAULT };
 
 pub const MEMORY: CommandSpec = CommandSpec {
-    name: "memory",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "4.0.0",
-    summary: "A container for memory diagnostics commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::MEMORY,
     run: memory_help,
     subcommands: &[&MEMORY_USAGE, &MEMORY_HELP],
     lane: LaneClass::No,

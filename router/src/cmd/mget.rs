@@ -54,19 +54,7 @@ fn near_mget(cache: &Arc<NearCache>, args: &Args, ctx: &mut Ctx) -> Pending {
     })
 }
 
-pub const MGET: CommandSpec = CommandSpec {
-    name: "mget",
-    arity: -2,
-    flags: &["readonly", "fast"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: READ_STRING_FAST,
-    group: "string",
-    since: "1.0.0",
-    summary: "Get the values of all the given keys",
-    complexity: "O(N) where N is the number of keys to retrieve.",
-    run: mget,
-    ..CommandSpec::DEFAULT
-};
+pub const MGET: CommandSpec = CommandSpec { decl: &redis::MGET, run: mget, ..CommandSpec::DEFAULT };
 
 pub fn mget(args: &Args, ctx: &mut Ctx) -> Pending {
     if let Some(cache) = near::cache(ctx) {

@@ -8,7 +8,9 @@
 //! queues ops on node links itself and returns a [`Pending`] reply.
 //!
 //! Each command file declares its [`spec::CommandSpec`] beside its handler; [`registry`] lists
-//! them. Commands never see topology versions: they ask the backend for settled calls through
+//! them. Arity, flags, key range, ACL categories and docs are Redis's, from the generated table
+//! (`spec::redis::GET`); only commands Redis lacks (SHOAL, CLIENT SETINFO) declare their own, in
+//! their file. Commands never see topology versions: they ask the backend for settled calls through
 //! [`Ctx`] (one key, many keys, every node, one node, keys that must share a node).
 
 pub mod acl;

@@ -18,33 +18,9 @@ use super::{Args, Ctx, Pending, gather, op, plain, reply_int, sum, wrong_arity};
 use crate::backend::AtomicError;
 use crate::resp::Reply;
 
-pub const MSET: CommandSpec = CommandSpec {
-    name: "mset",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: -1, step: 2 },
-    acl: WRITE_STRING_SLOW,
-    group: "string",
-    since: "1.0.1",
-    summary: "Set multiple keys to multiple values",
-    complexity: "O(N) where N is the number of keys to set.",
-    run: mset,
-    ..CommandSpec::DEFAULT
-};
+pub const MSET: CommandSpec = CommandSpec { decl: &redis::MSET, run: mset, ..CommandSpec::DEFAULT };
 
-pub const MSETNX: CommandSpec = CommandSpec {
-    name: "msetnx",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: -1, step: 2 },
-    acl: WRITE_STRING_SLOW,
-    group: "string",
-    since: "1.0.1",
-    summary: "Set multiple keys to multiple values, only if none of the keys exist",
-    complexity: "O(N) where N is the number of keys to set.",
-    run: msetnx,
-    ..CommandSpec::DEFAULT
-};
+pub const MSETNX: CommandSpec = CommandSpec { decl: &redis::MSETNX, run: msetnx, ..CommandSpec::DEFAULT };
 
 fn pairs(args: &Args) -> impl Iterator<Item = (&Bytes, &Bytes)> {
     args[1..].chunks_exact(2).map(|p| (&p[0], &p[1]))

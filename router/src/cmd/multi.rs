@@ -89,327 +89,51 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
 
 // --- specs, as redis-server 7.0 declares them ---------------------------------------------------
 
-pub const SINTER: CommandSpec = CommandSpec {
-    name: "sinter",
-    arity: -2,
-    flags: &["readonly"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@read", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Intersect multiple sets",
-    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SINTER: CommandSpec = CommandSpec { decl: &redis::SINTER, ..CommandSpec::DEFAULT };
 
-pub const SUNION: CommandSpec = CommandSpec {
-    name: "sunion",
-    arity: -2,
-    flags: &["readonly"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@read", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Add multiple sets",
-    complexity: "O(N) where N is the total number of elements in all given sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SUNION: CommandSpec = CommandSpec { decl: &redis::SUNION, ..CommandSpec::DEFAULT };
 
-pub const SDIFF: CommandSpec = CommandSpec {
-    name: "sdiff",
-    arity: -2,
-    flags: &["readonly"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@read", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Subtract multiple sets",
-    complexity: "O(N) where N is the total number of elements in all given sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SDIFF: CommandSpec = CommandSpec { decl: &redis::SDIFF, ..CommandSpec::DEFAULT };
 
-pub const SINTERSTORE: CommandSpec = CommandSpec {
-    name: "sinterstore",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@write", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Intersect multiple sets and store the resulting set in a key",
-    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SINTERSTORE: CommandSpec = CommandSpec { decl: &redis::SINTERSTORE, ..CommandSpec::DEFAULT };
 
-pub const SUNIONSTORE: CommandSpec = CommandSpec {
-    name: "sunionstore",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@write", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Add multiple sets and store the resulting set in a key",
-    complexity: "O(N) where N is the total number of elements in all given sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::SUNIONSTORE, ..CommandSpec::DEFAULT };
 
-pub const SDIFFSTORE: CommandSpec = CommandSpec {
-    name: "sdiffstore",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: -1, step: 1 },
-    acl: &["@write", "@set", "@slow"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Subtract multiple sets and store the resulting set in a key",
-    complexity: "O(N) where N is the total number of elements in all given sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::SDIFFSTORE, ..CommandSpec::DEFAULT };
 
-pub const SINTERCARD: CommandSpec = CommandSpec {
-    name: "sintercard",
-    arity: -3,
-    flags: &["readonly", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@read", "@set", "@slow"],
-    group: "set",
-    since: "7.0.0",
-    summary: "Intersect multiple sets and return the cardinality of the result",
-    complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SINTERCARD: CommandSpec = CommandSpec { decl: &redis::SINTERCARD, ..CommandSpec::DEFAULT };
 
-pub const SMOVE: CommandSpec = CommandSpec {
-    name: "smove",
-    arity: 4,
-    flags: &["write", "fast"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@set", "@fast"],
-    group: "set",
-    since: "1.0.0",
-    summary: "Move a member from one set to another",
-    complexity: "O(1)",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const SMOVE: CommandSpec = CommandSpec { decl: &redis::SMOVE, ..CommandSpec::DEFAULT };
 
-pub const LMOVE: CommandSpec = CommandSpec {
-    name: "lmove",
-    arity: 5,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@list", "@slow"],
-    group: "list",
-    since: "6.2.0",
-    summary: "Pop an element from a list, push it to another list and return it",
-    complexity: "O(1)",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const LMOVE: CommandSpec = CommandSpec { decl: &redis::LMOVE, ..CommandSpec::DEFAULT };
 
-pub const RPOPLPUSH: CommandSpec = CommandSpec {
-    name: "rpoplpush",
-    arity: 3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@list", "@slow"],
-    group: "list",
-    since: "1.2.0",
-    summary: "Remove the last element in a list, prepend it to another list and return it",
-    complexity: "O(1)",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const RPOPLPUSH: CommandSpec = CommandSpec { decl: &redis::RPOPLPUSH, ..CommandSpec::DEFAULT };
 
-pub const LMPOP: CommandSpec = CommandSpec {
-    name: "lmpop",
-    arity: -4,
-    flags: &["write", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@write", "@list", "@slow"],
-    group: "list",
-    since: "7.0.0",
-    summary: "Pop elements from a list",
-    complexity: "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const LMPOP: CommandSpec = CommandSpec { decl: &redis::LMPOP, ..CommandSpec::DEFAULT };
 
-pub const ZUNION: CommandSpec = CommandSpec {
-    name: "zunion",
-    arity: -3,
-    flags: &["readonly", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@read", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "6.2.0",
-    summary: "Add multiple sorted sets",
-    complexity: "O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZUNION: CommandSpec = CommandSpec { decl: &redis::ZUNION, ..CommandSpec::DEFAULT };
 
-pub const ZINTER: CommandSpec = CommandSpec {
-    name: "zinter",
-    arity: -3,
-    flags: &["readonly", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@read", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "6.2.0",
-    summary: "Intersect multiple sorted sets",
-    complexity: "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZINTER: CommandSpec = CommandSpec { decl: &redis::ZINTER, ..CommandSpec::DEFAULT };
 
-pub const ZDIFF: CommandSpec = CommandSpec {
-    name: "zdiff",
-    arity: -3,
-    flags: &["readonly", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@read", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "6.2.0",
-    summary: "Subtract multiple sorted sets",
-    complexity: "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZDIFF: CommandSpec = CommandSpec { decl: &redis::ZDIFF, ..CommandSpec::DEFAULT };
 
-pub const ZUNIONSTORE: CommandSpec = CommandSpec {
-    name: "zunionstore",
-    arity: -4,
-    flags: &["write", "denyoom", "movablekeys"],
-    keys: KeySpec::ONE,
-    acl: &["@write", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "2.0.0",
-    summary: "Add multiple sorted sets and store the resulting sorted set in a new key",
-    complexity: "O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::ZUNIONSTORE, ..CommandSpec::DEFAULT };
 
-pub const ZINTERSTORE: CommandSpec = CommandSpec {
-    name: "zinterstore",
-    arity: -4,
-    flags: &["write", "denyoom", "movablekeys"],
-    keys: KeySpec::ONE,
-    acl: &["@write", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "2.0.0",
-    summary: "Intersect multiple sorted sets and store the resulting sorted set in a new key",
-    complexity: "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZINTERSTORE: CommandSpec = CommandSpec { decl: &redis::ZINTERSTORE, ..CommandSpec::DEFAULT };
 
-pub const ZDIFFSTORE: CommandSpec = CommandSpec {
-    name: "zdiffstore",
-    arity: -4,
-    flags: &["write", "denyoom", "movablekeys"],
-    keys: KeySpec::ONE,
-    acl: &["@write", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "6.2.0",
-    summary: "Subtract multiple sorted sets and store the resulting sorted set in a new key",
-    complexity: "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::ZDIFFSTORE, ..CommandSpec::DEFAULT };
 
-pub const ZINTERCARD: CommandSpec = CommandSpec {
-    name: "zintercard",
-    arity: -3,
-    flags: &["readonly", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@read", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "7.0.0",
-    summary: "Intersect multiple sorted sets and return the cardinality of the result",
-    complexity: "O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZINTERCARD: CommandSpec = CommandSpec { decl: &redis::ZINTERCARD, ..CommandSpec::DEFAULT };
 
-pub const ZMPOP: CommandSpec = CommandSpec {
-    name: "zmpop",
-    arity: -4,
-    flags: &["write", "movablekeys"],
-    keys: KeySpec::NONE,
-    acl: &["@write", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "7.0.0",
-    summary: "Remove and return members with scores in a sorted set",
-    complexity: "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZMPOP: CommandSpec = CommandSpec { decl: &redis::ZMPOP, ..CommandSpec::DEFAULT };
 
-pub const ZRANGESTORE: CommandSpec = CommandSpec {
-    name: "zrangestore",
-    arity: -5,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@write", "@sortedset", "@slow"],
-    group: "sorted-set",
-    since: "6.2.0",
-    summary: "Store a range of members from sorted set into another key",
-    complexity: "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const ZRANGESTORE: CommandSpec = CommandSpec { decl: &redis::ZRANGESTORE, ..CommandSpec::DEFAULT };
 
-pub const RENAME: CommandSpec = CommandSpec {
-    name: "rename",
-    arity: 3,
-    flags: &["write"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@keyspace", "@write", "@slow"],
-    group: "generic",
-    since: "1.0.0",
-    summary: "Rename a key",
-    complexity: "O(1)",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const RENAME: CommandSpec = CommandSpec { decl: &redis::RENAME, ..CommandSpec::DEFAULT };
 
-pub const RENAMENX: CommandSpec = CommandSpec {
-    name: "renamenx",
-    arity: 3,
-    flags: &["write", "fast"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@keyspace", "@write", "@fast"],
-    group: "generic",
-    since: "1.0.0",
-    summary: "Rename a key, only if the new key does not exist",
-    complexity: "O(1)",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const RENAMENX: CommandSpec = CommandSpec { decl: &redis::RENAMENX, ..CommandSpec::DEFAULT };
 
-pub const COPY: CommandSpec = CommandSpec {
-    name: "copy",
-    arity: -3,
-    flags: &["write", "denyoom"],
-    keys: KeySpec { first: 1, last: 2, step: 1 },
-    acl: &["@keyspace", "@write", "@slow"],
-    group: "generic",
-    since: "6.2.0",
-    summary: "Copy a key",
-    complexity: "O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
-    run,
-    ..CommandSpec::DEFAULT
-};
+pub const COPY: CommandSpec = CommandSpec { decl: &redis::COPY, ..CommandSpec::DEFAULT };
 
 fn command(args: &Args, readonly: bool) -> proto::Command {
     proto::Command { args: args.to_vec(), readonly, ..Default::default() }

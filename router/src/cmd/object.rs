@@ -5,86 +5,23 @@ use super::spec::*;
 use super::typed::read_second;
 use super::{Args, Ctx, Pending};
 
-pub const OBJECT_ENCODING: CommandSpec = CommandSpec {
-    name: "object|encoding",
-    arity: 3,
-    flags: &["readonly"],
-    keys: KeySpec { first: 2, last: 2, step: 1 },
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "2.2.3",
-    summary: "Inspect the internal encoding of a Redis object",
-    complexity: "O(1)",
-    run: read_second,
-    ..CommandSpec::DEFAULT
-};
+pub const OBJECT_ENCODING: CommandSpec =
+    CommandSpec { decl: &redis::OBJECT_ENCODING, run: read_second, ..CommandSpec::DEFAULT };
 
-pub const OBJECT_FREQ: CommandSpec = CommandSpec {
-    name: "object|freq",
-    arity: 3,
-    flags: &["readonly"],
-    keys: KeySpec { first: 2, last: 2, step: 1 },
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "4.0.0",
-    summary: "Get the logarithmic access frequency counter of a Redis object",
-    complexity: "O(1)",
-    run: read_second,
-    ..CommandSpec::DEFAULT
-};
+pub const OBJECT_FREQ: CommandSpec =
+    CommandSpec { decl: &redis::OBJECT_FREQ, run: read_second, ..CommandSpec::DEFAULT };
 
-pub const OBJECT_IDLETIME: CommandSpec = CommandSpec {
-    name: "object|idletime",
-    arity: 3,
-    flags: &["readonly"],
-    keys: KeySpec { first: 2, last: 2, step: 1 },
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "2.2.3",
-    summary: "Get the time since a Redis object was last accessed",
-    complexity: "O(1)",
-    run: read_second,
-    ..CommandSpec::DEFAULT
-};
+pub const OBJECT_IDLETIME: CommandSpec =
+    CommandSpec { decl: &redis::OBJECT_IDLETIME, run: read_second, ..CommandSpec::DEFAULT };
 
-pub const OBJECT_REFCOUNT: CommandSpec = CommandSpec {
-    name: "object|refcount",
-    arity: 3,
-    flags: &["readonly"],
-    keys: KeySpec { first: 2, last: 2, step: 1 },
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "2.2.3",
-    summary: "Get the number of references to the value of the key",
-    complexity: "O(1)",
-    run: read_second,
-    ..CommandSpec::DEFAULT
-};
+pub const OBJECT_REFCOUNT: CommandSpec =
+    CommandSpec { decl: &redis::OBJECT_REFCOUNT, run: read_second, ..CommandSpec::DEFAULT };
 
-pub const OBJECT_HELP: CommandSpec = CommandSpec {
-    name: "object|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@slow"],
-    group: "generic",
-    since: "6.2.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const OBJECT_HELP: CommandSpec =
+    CommandSpec { decl: &redis::OBJECT_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const OBJECT: CommandSpec = CommandSpec {
-    name: "object",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "generic",
-    since: "2.2.3",
-    summary: "A container for object introspection commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::OBJECT,
     run: container,
     subcommands: &[&OBJECT_ENCODING, &OBJECT_FREQ, &OBJECT_IDLETIME, &OBJECT_REFCOUNT, &OBJECT_HELP],
     lane: LaneClass::No,

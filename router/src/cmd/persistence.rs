@@ -11,61 +11,30 @@ use super::{Args, Ctx, Pending, syntax_error};
 use crate::backend::{BackendError, Routing, futures_join};
 use crate::resp::Reply;
 
-pub const SHOAL_SNAPSHOT: CommandSpec = CommandSpec {
+/// Shoal's own declaration: redis-server 7.0.15 has no `shoal|snapshot`.
+const SHOAL_SNAPSHOT_DECL: RedisCommand = RedisCommand {
     name: "shoal|snapshot",
     arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::ADMIN | cat::SLOW,
+    container: false,
     summary: "Write a snapshot on every node and wait; one line per node",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the number of keys",
-    run: shoal_snapshot,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SAVE: CommandSpec = CommandSpec {
-    name: "save",
-    arity: 1,
-    flags: &["admin", "noscript", "no_async_loading", "no_multi"],
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "1.0.0",
-    summary: "Synchronously save the dataset to disk",
-    complexity: "O(N) where N is the total number of keys in all databases",
-    run: save,
-    ..CommandSpec::DEFAULT
-};
+pub const SHOAL_SNAPSHOT: CommandSpec =
+    CommandSpec { decl: &SHOAL_SNAPSHOT_DECL, run: shoal_snapshot, ..CommandSpec::DEFAULT };
 
-pub const BGSAVE: CommandSpec = CommandSpec {
-    name: "bgsave",
-    arity: -1,
-    flags: &["admin", "noscript", "no_async_loading"],
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "1.0.0",
-    summary: "Asynchronously save the dataset to disk",
-    complexity: "O(1)",
-    run: bgsave,
-    ..CommandSpec::DEFAULT
-};
+pub const SAVE: CommandSpec = CommandSpec { decl: &redis::SAVE, run: save, ..CommandSpec::DEFAULT };
 
-pub const LASTSAVE: CommandSpec = CommandSpec {
-    name: "lastsave",
-    arity: 1,
-    flags: &["loading", "stale", "fast"],
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@fast", "@dangerous"],
-    group: "server",
-    since: "1.0.0",
-    summary: "Get the UNIX time stamp of the last successful save to disk",
-    complexity: "O(1)",
-    run: lastsave,
-    ..CommandSpec::DEFAULT
-};
+pub const BGSAVE: CommandSpec = CommandSpec { decl: &redis::BGSAVE, run: bgsave, ..CommandSpec::DEFAULT };
+
+pub const LASTSAVE: CommandSpec =
+    CommandSpec { decl: &redis::LASTSAVE, run: lastsave, ..CommandSpec::DEFAULT };
 
 /// Snapshots every node at once and waits for all of them.
 async fn snapshot_all(routing: &Routing) -> Vec<Result<SnapshotInfo, BackendError>> {

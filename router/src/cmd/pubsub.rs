@@ -19,206 +19,49 @@ use super::{Args, Ctx, Pending, op, reply_int};
 use crate::pubsub::{Kind as SubKind, LeaveOnDrop, Subscriber};
 use crate::resp::Reply;
 
-const SUB_FLAGS_PS: &[&str] = &["pubsub", "noscript", "loading", "stale"];
-const PUB_FLAGS: &[&str] = &["pubsub", "loading", "stale", "fast"];
-const PS_SLOW: &[&str] = &["@pubsub", "@slow"];
-const PS_FAST: &[&str] = &["@pubsub", "@fast"];
+pub const SUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::SUBSCRIBE, run: subscribe, ..CommandSpec::DEFAULT };
 
-pub const SUBSCRIBE: CommandSpec = CommandSpec {
-    name: "subscribe",
-    arity: -2,
-    flags: SUB_FLAGS_PS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.0.0",
-    summary: "Listen for messages published to the given channels",
-    complexity: "O(N) where N is the number of channels to subscribe to.",
-    run: subscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const UNSUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::UNSUBSCRIBE, run: unsubscribe, ..CommandSpec::DEFAULT };
 
-pub const UNSUBSCRIBE: CommandSpec = CommandSpec {
-    name: "unsubscribe",
-    arity: -1,
-    flags: SUB_FLAGS_PS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.0.0",
-    summary: "Stop listening for messages posted to the given channels",
-    complexity: "O(N) where N is the number of clients already subscribed to a channel.",
-    run: unsubscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const PSUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::PSUBSCRIBE, run: subscribe, ..CommandSpec::DEFAULT };
 
-pub const PSUBSCRIBE: CommandSpec = CommandSpec {
-    name: "psubscribe",
-    arity: -2,
-    flags: SUB_FLAGS_PS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.0.0",
-    summary: "Listen for messages published to channels matching the given patterns",
-    complexity: "O(N) where N is the number of patterns the client is already subscribed to.",
-    run: subscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const PUNSUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::PUNSUBSCRIBE, run: unsubscribe, ..CommandSpec::DEFAULT };
 
-pub const PUNSUBSCRIBE: CommandSpec = CommandSpec {
-    name: "punsubscribe",
-    arity: -1,
-    flags: SUB_FLAGS_PS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.0.0",
-    summary: "Stop listening for messages posted to channels matching the given patterns",
-    complexity: "O(N+M) where N is the number of patterns the client is already subscribed and M is the number of total patterns subscribed in the system (by any client).",
-    run: unsubscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const SSUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::SSUBSCRIBE, run: subscribe, ..CommandSpec::DEFAULT };
 
-pub const SSUBSCRIBE: CommandSpec = CommandSpec {
-    name: "ssubscribe",
-    arity: -2,
-    flags: SUB_FLAGS_PS,
-    keys: KeySpec::ALL,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "7.0.0",
-    summary: "Listen for messages published to the given shard channels",
-    complexity: "O(N) where N is the number of shard channels to subscribe to.",
-    run: subscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const SUNSUBSCRIBE: CommandSpec =
+    CommandSpec { decl: &redis::SUNSUBSCRIBE, run: unsubscribe, ..CommandSpec::DEFAULT };
 
-pub const SUNSUBSCRIBE: CommandSpec = CommandSpec {
-    name: "sunsubscribe",
-    arity: -1,
-    flags: SUB_FLAGS_PS,
-    keys: KeySpec::ALL,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "7.0.0",
-    summary: "Stop listening for messages posted to the given shard channels",
-    complexity: "O(N) where N is the number of clients already subscribed to a shard channel.",
-    run: unsubscribe,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBLISH: CommandSpec = CommandSpec { decl: &redis::PUBLISH, run: publish, ..CommandSpec::DEFAULT };
 
-pub const PUBLISH: CommandSpec = CommandSpec {
-    name: "publish",
-    arity: 3,
-    flags: PUB_FLAGS,
-    acl: PS_FAST,
-    group: "pubsub",
-    since: "2.0.0",
-    summary: "Post a message to a channel",
-    complexity: "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total number of subscribed patterns (by any client).",
-    run: publish,
-    ..CommandSpec::DEFAULT
-};
+pub const SPUBLISH: CommandSpec =
+    CommandSpec { decl: &redis::SPUBLISH, run: publish, ..CommandSpec::DEFAULT };
 
-pub const SPUBLISH: CommandSpec = CommandSpec {
-    name: "spublish",
-    arity: 3,
-    flags: PUB_FLAGS,
-    keys: KeySpec::ONE,
-    acl: PS_FAST,
-    group: "pubsub",
-    since: "7.0.0",
-    summary: "Post a message to a shard channel",
-    complexity: "O(N) where N is the number of clients subscribed to the receiving shard channel.",
-    run: publish,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBSUB_CHANNELS: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_CHANNELS, run: pubsub_info, ..CommandSpec::DEFAULT };
 
-const INFO_FLAGS: &[&str] = &["pubsub", "loading", "stale"];
+pub const PUBSUB_NUMPAT: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_NUMPAT, run: pubsub_info, ..CommandSpec::DEFAULT };
 
-pub const PUBSUB_CHANNELS: CommandSpec = CommandSpec {
-    name: "pubsub|channels",
-    arity: -2,
-    flags: INFO_FLAGS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.8.0",
-    summary: "List active channels",
-    complexity: "O(N) where N is the number of active channels, and assuming constant time pattern matching (relatively short channels and patterns)",
-    run: pubsub_info,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBSUB_NUMSUB: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_NUMSUB, run: pubsub_info, ..CommandSpec::DEFAULT };
 
-pub const PUBSUB_NUMPAT: CommandSpec = CommandSpec {
-    name: "pubsub|numpat",
-    arity: 2,
-    flags: INFO_FLAGS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.8.0",
-    summary: "Get the count of unique patterns pattern subscriptions",
-    complexity: "O(1)",
-    run: pubsub_info,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBSUB_SHARDCHANNELS: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_SHARDCHANNELS, run: pubsub_info, ..CommandSpec::DEFAULT };
 
-pub const PUBSUB_NUMSUB: CommandSpec = CommandSpec {
-    name: "pubsub|numsub",
-    arity: -2,
-    flags: INFO_FLAGS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "2.8.0",
-    summary: "Get the count of subscribers for channels",
-    complexity: "O(N) for the NUMSUB subcommand, where N is the number of requested channels",
-    run: pubsub_info,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBSUB_SHARDNUMSUB: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_SHARDNUMSUB, run: pubsub_info, ..CommandSpec::DEFAULT };
 
-pub const PUBSUB_SHARDCHANNELS: CommandSpec = CommandSpec {
-    name: "pubsub|shardchannels",
-    arity: -2,
-    flags: INFO_FLAGS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "7.0.0",
-    summary: "List active shard channels",
-    complexity: "O(N) where N is the number of active shard channels, and assuming constant time pattern matching (relatively short shard channels).",
-    run: pubsub_info,
-    ..CommandSpec::DEFAULT
-};
-
-pub const PUBSUB_SHARDNUMSUB: CommandSpec = CommandSpec {
-    name: "pubsub|shardnumsub",
-    arity: -2,
-    flags: INFO_FLAGS,
-    acl: PS_SLOW,
-    group: "pubsub",
-    since: "7.0.0",
-    summary: "Get the count of subscribers for shard channels",
-    complexity: "O(N) for the SHARDNUMSUB subcommand, where N is the number of requested shard channels",
-    run: pubsub_info,
-    ..CommandSpec::DEFAULT
-};
-
-pub const PUBSUB_HELP: CommandSpec = CommandSpec {
-    name: "pubsub|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    acl: &["@slow"],
-    group: "pubsub",
-    since: "6.2.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const PUBSUB_HELP: CommandSpec =
+    CommandSpec { decl: &redis::PUBSUB_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const PUBSUB: CommandSpec = CommandSpec {
-    name: "pubsub",
-    arity: -2,
-    acl: &["@slow"],
-    group: "pubsub",
-    since: "2.8.0",
-    summary: "A container for Pub/Sub commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::PUBSUB,
     run: help,
     subcommands: &[
         &PUBSUB_CHANNELS,
@@ -235,7 +78,7 @@ pub const PUBSUB: CommandSpec = CommandSpec {
 /// others).
 pub fn allowed_while_subscribed(spec: &CommandSpec) -> bool {
     matches!(
-        spec.name,
+        spec.name(),
         "ping"
             | "subscribe"
             | "ssubscribe"
@@ -251,7 +94,7 @@ pub fn allowed_while_subscribed(spec: &CommandSpec) -> bool {
 pub fn refused_while_subscribed(spec: &CommandSpec) -> Reply {
     Reply::error_fmt(format!(
         "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-        spec.name
+        spec.name()
     ))
 }
 

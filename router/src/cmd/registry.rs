@@ -208,7 +208,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     // foldhash (hashbrown's default): every command looks its name up here.
     static BY_NAME: LazyLock<hashbrown::HashMap<&'static str, &'static CommandSpec>> =
-        LazyLock::new(|| COMMANDS.iter().map(|c| (c.name, *c)).collect());
+        LazyLock::new(|| COMMANDS.iter().map(|c| (c.name(), *c)).collect());
     if name.len() > 32 {
         return None;
     }
@@ -265,7 +265,7 @@ pub fn spec_at(slot: usize) -> Option<&'static CommandSpec> {
 
 /// The name of the command in stats slot `slot`.
 pub fn name_of(slot: usize) -> Option<&'static str> {
-    spec_at(slot).map(|s| s.name)
+    spec_at(slot).map(|s| s.name())
 }
 
 #[cfg(test)]
@@ -279,10 +279,10 @@ mod tests {
 
     #[test]
     fn lookup_ignores_case_and_rejects_unknown() {
-        assert_eq!(lookup(b"GeT").unwrap().name, "get");
+        assert_eq!(lookup(b"GeT").unwrap().name(), "get");
         assert!(lookup(b"nope").is_none());
         assert!(lookup(&[b'x'; 100]).is_none());
-        assert_eq!(lookup(b"CLIENT").unwrap().subcommand(b"SetName").unwrap().name, "client|setname");
+        assert_eq!(lookup(b"CLIENT").unwrap().subcommand(b"SetName").unwrap().name(), "client|setname");
     }
 
     #[test]
@@ -295,11 +295,11 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_lowercase() {
-        let mut names: Vec<_> = COMMANDS.iter().map(|c| c.name).collect();
+        let mut names: Vec<_> = COMMANDS.iter().map(|c| c.name()).collect();
         names.sort_unstable();
         let n = names.len();
         names.dedup();
         assert_eq!(names.len(), n);
-        assert!(COMMANDS.iter().all(|c| c.name == c.name.to_ascii_lowercase()));
+        assert!(COMMANDS.iter().all(|c| c.name() == c.name().to_ascii_lowercase()));
     }
 }

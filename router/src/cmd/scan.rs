@@ -12,19 +12,7 @@ use super::spec::*;
 use super::{Args, Ctx, Pending, int_arg, op, plain, syntax_error};
 use crate::resp::Reply;
 
-pub const SCAN: CommandSpec = CommandSpec {
-    name: "scan",
-    arity: -2,
-    flags: &["readonly"],
-    keys: KeySpec::NONE,
-    acl: &["@keyspace", "@read", "@slow"],
-    group: "generic",
-    since: "2.8.0",
-    summary: "Incrementally iterate the keys space",
-    complexity: "O(1) for every call. O(N) for a complete iteration.",
-    run: scan,
-    ..CommandSpec::DEFAULT
-};
+pub const SCAN: CommandSpec = CommandSpec { decl: &redis::SCAN, run: scan, ..CommandSpec::DEFAULT };
 
 const NODE_BITS: u32 = 10;
 const DEFAULT_COUNT: u64 = 10;

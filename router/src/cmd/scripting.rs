@@ -29,101 +29,41 @@ use crate::backend::{AtomicError, Routing, futures_join};
 use crate::resp::Reply;
 use crate::state::RouterState;
 
-const SCRIPT_FLAGS: &[&str] = &["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
-const SCRIPT_RO_FLAGS: &[&str] =
-    &["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
-const SCRIPTING_ACL: &[&str] = &["@slow", "@scripting"];
-
 pub const EVAL: CommandSpec = CommandSpec {
-    name: "eval",
-    arity: -3,
-    flags: SCRIPT_FLAGS,
-    acl: SCRIPTING_ACL,
-    group: "scripting",
-    since: "2.6.0",
-    summary: "Execute a Lua script server side",
-    complexity: "Depends on the script that is executed.",
+    decl: &redis::EVAL,
     run: |args, ctx| eval_generic(args, ctx, false, false),
     ..CommandSpec::DEFAULT
 };
 
 pub const EVALSHA: CommandSpec =
-    CommandSpec { name: "evalsha", run: |args, ctx| eval_generic(args, ctx, true, false), ..EVAL };
+    CommandSpec { decl: &redis::EVALSHA, run: |args, ctx| eval_generic(args, ctx, true, false), ..EVAL };
 
-pub const EVAL_RO: CommandSpec = CommandSpec {
-    name: "eval_ro",
-    flags: SCRIPT_RO_FLAGS,
-    since: "7.0.0",
-    summary: "Execute a read-only Lua script server side",
-    run: |args, ctx| eval_generic(args, ctx, false, true),
-    ..EVAL
-};
+pub const EVAL_RO: CommandSpec =
+    CommandSpec { decl: &redis::EVAL_RO, run: |args, ctx| eval_generic(args, ctx, false, true), ..EVAL };
 
 pub const EVALSHA_RO: CommandSpec =
-    CommandSpec { name: "evalsha_ro", run: |args, ctx| eval_generic(args, ctx, true, true), ..EVAL_RO };
+    CommandSpec { decl: &redis::EVALSHA_RO, run: |args, ctx| eval_generic(args, ctx, true, true), ..EVAL_RO };
 
-const fn sub(
-    name: &'static str,
-    arity: i32,
-    flags: &'static [&'static str],
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        acl: SCRIPTING_ACL,
-        group: "scripting",
-        since: "2.6.0",
-        summary,
-        complexity: "O(1)",
-        ..CommandSpec::DEFAULT
-    }
-}
+pub const SCRIPT_LOAD: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_LOAD, run: load, ..CommandSpec::DEFAULT };
 
-pub const SCRIPT_LOAD: CommandSpec = CommandSpec {
-    complexity: "O(N) with N being the length in bytes of the script body.",
-    run: load,
-    ..sub("script|load", 3, &["noscript", "stale"], "Load the specified Lua script into the script cache.")
-};
+pub const SCRIPT_EXISTS: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_EXISTS, run: exists, ..CommandSpec::DEFAULT };
 
-pub const SCRIPT_EXISTS: CommandSpec = CommandSpec {
-    complexity: "O(N) with N being the number of scripts to check (so checking a single script is an O(1) operation).",
-    run: exists,
-    ..sub("script|exists", -3, &["noscript"], "Check existence of scripts in the script cache.")
-};
+pub const SCRIPT_FLUSH: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_FLUSH, run: flush, ..CommandSpec::DEFAULT };
 
-pub const SCRIPT_FLUSH: CommandSpec = CommandSpec {
-    complexity: "O(N) with N being the number of scripts in cache",
-    run: flush,
-    ..sub("script|flush", -2, &["noscript"], "Remove all the scripts from the script cache.")
-};
+pub const SCRIPT_KILL: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_KILL, run: kill, ..CommandSpec::DEFAULT };
 
-pub const SCRIPT_KILL: CommandSpec = CommandSpec {
-    run: kill,
-    ..sub("script|kill", 2, &["noscript", "allow_busy"], "Kill the script currently in execution.")
-};
+pub const SCRIPT_DEBUG: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_DEBUG, run: debug, ..CommandSpec::DEFAULT };
 
-pub const SCRIPT_DEBUG: CommandSpec = CommandSpec {
-    since: "3.2.0",
-    run: debug,
-    ..sub("script|debug", 3, &["noscript"], "Set the debug mode for executed scripts.")
-};
-
-pub const SCRIPT_HELP: CommandSpec = CommandSpec {
-    since: "5.0.0",
-    run: help,
-    ..sub("script|help", 2, &["loading", "stale"], "Show helpful text about the different subcommands")
-};
+pub const SCRIPT_HELP: CommandSpec =
+    CommandSpec { decl: &redis::SCRIPT_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const SCRIPT: CommandSpec = CommandSpec {
-    name: "script",
-    arity: -2,
-    acl: &["@slow"],
-    group: "scripting",
-    since: "2.6.0",
-    summary: "A container for Lua scripts management commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::SCRIPT,
     run: help,
     subcommands: &[&SCRIPT_LOAD, &SCRIPT_EXISTS, &SCRIPT_FLUSH, &SCRIPT_KILL, &SCRIPT_DEBUG, &SCRIPT_HELP],
     ..CommandSpec::DEFAULT
@@ -358,37 +298,4 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HELP",
         "    Prints this help.",
     ])
-}
-
-#[cfg(test)]
-mod tests {
-    use shoal_node::script::table::{self, DENYOOM, NOSCRIPT, WRITE};
-
-    /// A node checks redis.call's arity and flags from its own table; it must say what the
-    /// router's specs (Redis's own declarations) say.
-    #[test]
-    fn script_table_agrees_with_the_router_specs() {
-        for c in table::COMMANDS.iter().chain(table::SERVER) {
-            let spec =
-                super::super::lookup(c.name.as_bytes()).unwrap_or_else(|| panic!("{} has a spec", c.name));
-            assert_eq!(c.arity, spec.arity, "{}: arity", c.name);
-            for (bit, flag) in [(WRITE, "write"), (DENYOOM, "denyoom"), (NOSCRIPT, "noscript")] {
-                assert_eq!(c.flags & bit != 0, spec.flags.contains(&flag), "{}: {flag}", c.name);
-            }
-        }
-        // What a node refuses outright: commands Redis flags noscript (for CLIENT and SCRIPT,
-        // their subcommands but HELP are).
-        let noscript = |s: &super::CommandSpec| s.flags.contains(&"noscript");
-        for name in table::NOT_ALLOWED {
-            let Some(spec) = super::super::lookup(name.as_bytes()) else {
-                assert!(["fcall", "fcall_ro", "function"].contains(name), "{name} has a spec");
-                continue;
-            };
-            let subs = spec.subcommands.iter().filter(|s| !s.name.ends_with("|help"));
-            assert!(
-                noscript(spec) || (!spec.subcommands.is_empty() && subs.into_iter().all(|s| noscript(s))),
-                "{name}"
-            );
-        }
-    }
 }

@@ -11,114 +11,148 @@ use super::{Args, Ctx, Pending};
 use crate::embedded::ScaleStatus;
 use crate::resp::Reply;
 
-pub const SHOAL_TOPOLOGY: CommandSpec = CommandSpec {
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|topology`).
+const SHOAL_TOPOLOGY_DECL: RedisCommand = RedisCommand {
     name: "shoal|topology",
     arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: false,
     summary: "Show the topology: version, nodes, slot ranges",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the number of nodes",
-    run: topology,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_NODES: CommandSpec = CommandSpec {
+pub const SHOAL_TOPOLOGY: CommandSpec =
+    CommandSpec { decl: &SHOAL_TOPOLOGY_DECL, run: topology, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|nodes`).
+const SHOAL_NODES_DECL: RedisCommand = RedisCommand {
     name: "shoal|nodes",
     arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: false,
     summary: "One line per node: id, address, slots, keys, reachability",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the number of nodes",
-    run: nodes,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_KEYSLOT: CommandSpec = CommandSpec {
+pub const SHOAL_NODES: CommandSpec =
+    CommandSpec { decl: &SHOAL_NODES_DECL, run: nodes, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|keyslot`).
+const SHOAL_KEYSLOT_DECL: RedisCommand = RedisCommand {
     name: "shoal|keyslot",
     arity: 3,
-    flags: &["loading", "stale", "fast"],
-    keys: KeySpec::NONE,
-    acl: &["@fast"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE | flag::FAST,
+    key_range: KeyRange::NONE,
+    categories: cat::FAST,
+    container: false,
     summary: "The hash slot of a key",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the key length",
-    run: keyslot,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_SCALE: CommandSpec = CommandSpec {
+pub const SHOAL_KEYSLOT: CommandSpec =
+    CommandSpec { decl: &SHOAL_KEYSLOT_DECL, run: keyslot, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|scale`).
+const SHOAL_SCALE_DECL: RedisCommand = RedisCommand {
     name: "shoal|scale",
     arity: 3,
-    flags: &["admin"],
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::ADMIN,
+    key_range: KeyRange::NONE,
+    categories: cat::ADMIN | cat::SLOW,
+    container: false,
     summary: "Grow or shrink the embedded cluster to n nodes, moving data online",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the number of keys that move",
-    run: scale,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_FAILOVER: CommandSpec = CommandSpec {
+pub const SHOAL_SCALE: CommandSpec =
+    CommandSpec { decl: &SHOAL_SCALE_DECL, run: scale, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|failover`).
+const SHOAL_FAILOVER_DECL: RedisCommand = RedisCommand {
     name: "shoal|failover",
     arity: -3,
-    flags: &["admin"],
-    keys: KeySpec::NONE,
-    acl: &["@admin", "@slow", "@dangerous"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::ADMIN,
+    key_range: KeyRange::NONE,
+    categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
+    container: false,
     summary: "Hand a shard over from its primary to a replica without losing a write",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(1)",
-    run: failover,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_HOTKEYS: CommandSpec = CommandSpec {
+pub const SHOAL_FAILOVER: CommandSpec =
+    CommandSpec { decl: &SHOAL_FAILOVER_DECL, run: failover, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|hotkeys`).
+const SHOAL_HOTKEYS_DECL: RedisCommand = RedisCommand {
     name: "shoal|hotkeys",
     arity: -2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: false,
     summary: "The keys this router's clients use most, by commands or by bytes",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(C log C) where C is --hotkeys-capacity",
-    run: hotkeys,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
 
-pub const SHOAL_HELP: CommandSpec = CommandSpec {
+pub const SHOAL_HOTKEYS: CommandSpec =
+    CommandSpec { decl: &SHOAL_HOTKEYS_DECL, run: hotkeys, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|help`).
+const SHOAL_HELP_DECL: RedisCommand = RedisCommand {
     name: "shoal|help",
     arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: false,
     summary: "Show helpful text about the different subcommands",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
+};
+
+pub const SHOAL_HELP: CommandSpec = CommandSpec { decl: &SHOAL_HELP_DECL, run: help, ..CommandSpec::DEFAULT };
+
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal`).
+const SHOAL_DECL: RedisCommand = RedisCommand {
+    name: "shoal",
+    arity: -2,
+    flags: 0,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: true,
+    summary: "Shoal cluster administration (TOPOLOGY, NODES, KEYSLOT, HOTKEYS, ...)",
+    since: "0.1.0",
+    group: "shoal",
+    complexity: "Depends on subcommand.",
+    ..SHOAL_OWN
 };
 
 pub const SHOAL: CommandSpec = CommandSpec {
-    name: "shoal",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
-    summary: "Shoal cluster administration (TOPOLOGY, NODES, KEYSLOT, HOTKEYS, ...)",
-    complexity: "Depends on subcommand.",
+    decl: &SHOAL_DECL,
     run: container,
     subcommands: &[
         &SHOAL_TOPOLOGY,

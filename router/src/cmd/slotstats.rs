@@ -10,19 +10,23 @@ use super::spec::*;
 use super::{Args, Ctx, Pending, op};
 use crate::resp::Reply;
 
-pub const SHOAL_SLOT_STATS: CommandSpec = CommandSpec {
+/// Shoal's own declaration (SHOAL is Shoal's: Redis has no `shoal|slot-stats`).
+const SHOAL_SLOT_STATS_DECL: RedisCommand = RedisCommand {
     name: "shoal|slot-stats",
     arity: -2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "shoal",
-    since: "0.1.0",
+    flags: flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW,
+    container: false,
     summary: "Per-slot key count, reads, writes and bytes, from every node",
+    since: "0.1.0",
+    group: "shoal",
     complexity: "O(N) where N is the number of keys (each node counts its keys per slot)",
-    run: slot_stats,
-    ..CommandSpec::DEFAULT
+    ..SHOAL_OWN
 };
+
+pub const SHOAL_SLOT_STATS: CommandSpec =
+    CommandSpec { decl: &SHOAL_SLOT_STATS_DECL, run: slot_stats, ..CommandSpec::DEFAULT };
 
 /// What ORDERBY sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

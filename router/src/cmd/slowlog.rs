@@ -9,72 +9,20 @@ use super::spec::*;
 use super::{Args, Ctx, Pending};
 use crate::resp::Reply;
 
-pub const SLOWLOG_GET: CommandSpec = CommandSpec {
-    name: "slowlog|get",
-    arity: -2,
-    flags: &["admin", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.2.12",
-    summary: "Get the slow log's entries",
-    complexity: "O(N) where N is the number of entries returned",
-    run: get,
-    ..CommandSpec::DEFAULT
-};
+pub const SLOWLOG_GET: CommandSpec =
+    CommandSpec { decl: &redis::SLOWLOG_GET, run: get, ..CommandSpec::DEFAULT };
 
-pub const SLOWLOG_LEN: CommandSpec = CommandSpec {
-    name: "slowlog|len",
-    arity: 2,
-    flags: &["admin", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.2.12",
-    summary: "Get the slow log's length",
-    complexity: "O(1)",
-    run: len,
-    ..CommandSpec::DEFAULT
-};
+pub const SLOWLOG_LEN: CommandSpec =
+    CommandSpec { decl: &redis::SLOWLOG_LEN, run: len, ..CommandSpec::DEFAULT };
 
-pub const SLOWLOG_RESET: CommandSpec = CommandSpec {
-    name: "slowlog|reset",
-    arity: 2,
-    flags: &["admin", "loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: ADMIN_ACL,
-    group: "server",
-    since: "2.2.12",
-    summary: "Clear all entries from the slow log",
-    complexity: "O(N) where N is the number of entries in the slowlog",
-    run: reset,
-    ..CommandSpec::DEFAULT
-};
+pub const SLOWLOG_RESET: CommandSpec =
+    CommandSpec { decl: &redis::SLOWLOG_RESET, run: reset, ..CommandSpec::DEFAULT };
 
-pub const SLOWLOG_HELP: CommandSpec = CommandSpec {
-    name: "slowlog|help",
-    arity: 2,
-    flags: &["loading", "stale"],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "6.2.0",
-    summary: "Show helpful text about the different subcommands",
-    complexity: "O(1)",
-    run: help,
-    ..CommandSpec::DEFAULT
-};
+pub const SLOWLOG_HELP: CommandSpec =
+    CommandSpec { decl: &redis::SLOWLOG_HELP, run: help, ..CommandSpec::DEFAULT };
 
 pub const SLOWLOG: CommandSpec = CommandSpec {
-    name: "slowlog",
-    arity: -2,
-    flags: &[],
-    keys: KeySpec::NONE,
-    acl: &["@slow"],
-    group: "server",
-    since: "2.2.12",
-    summary: "A container for slow log commands",
-    complexity: "Depends on subcommand.",
+    decl: &redis::SLOWLOG,
     run: help,
     subcommands: &[&SLOWLOG_GET, &SLOWLOG_LEN, &SLOWLOG_RESET, &SLOWLOG_HELP],
     lane: LaneClass::No,

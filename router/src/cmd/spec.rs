@@ -1,7 +1,10 @@
-//! What a command is to the router: its spec (what Redis declares about it, beside the function
-//! that runs it: each command file has a `pub const NAME: CommandSpec` next to its handler, and
-//! `super::registry` lists them), the context a handler runs with ([`Ctx`]) and what it returns
-//! ([`Pending`]). One concept, one file: a spec names its handler's type, and a handler's
+//! What a command is to the router: its spec (a pointer to what Redis declares about it, in the
+//! table generated from redis-server into `shoal_wire::acl::table`, beside what is Shoal's own:
+//! the function that runs it, its subcommands, its lane class; each command file has a
+//! `pub const NAME: CommandSpec` next to its handler, and `super::registry` lists them), the
+//! context a handler runs with ([`Ctx`]) and what it returns ([`Pending`]). Commands Redis lacks
+//! (SHOAL, CLIENT SETINFO of Redis 7.2) declare themselves in the same form, in their file, over
+//! [`SHOAL_OWN`]. One concept, one file: a spec names its handler's type, and a handler's
 //! context names the registry of specs.
 
 use std::future::Future;
@@ -9,6 +12,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+pub use shoal_wire::acl::commands::{KeyRange, RedisCommand, cat, flag};
+/// Redis's declarations, one constant per command (`redis::GET`, `redis::CLIENT_KILL`).
+pub use shoal_wire::acl::table as redis;
 use shoal_wire::command::OneKey;
 use shoal_wire::proto::{self, Op};
 use tokio::time::Instant;
@@ -136,39 +142,14 @@ impl From<Reply> for Pending {
     }
 }
 
-/// Where a command's keys are among its arguments (`COMMAND INFO`'s first key, last key, step).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeySpec {
-    pub first: i32,
-    /// Negative counts from the end (-1: the last argument).
-    pub last: i32,
-    pub step: i32,
-}
-
-impl KeySpec {
-    pub const NONE: KeySpec = KeySpec { first: 0, last: 0, step: 0 };
-    pub const ONE: KeySpec = KeySpec { first: 1, last: 1, step: 1 };
-    /// Every argument after the name is a key (DEL, MGET, EXISTS).
-    pub const ALL: KeySpec = KeySpec { first: 1, last: -1, step: 1 };
-    /// Key-value pairs (MSET).
-    pub const PAIRS: KeySpec = KeySpec { first: 1, last: -1, step: 2 };
-}
-
+/// A command as the router serves it: what Redis declares about it (arity, flags, key range,
+/// ACL categories, docs: [`RedisCommand`], from the generated table in `shoal_wire::acl`), and
+/// what is Shoal's own (the handler, the subcommands it serves, its lane class).
 #[derive(Debug)]
 pub struct CommandSpec {
-    /// Lowercase full name; subcommands are `parent|sub`, as Redis names them in errors.
-    pub name: &'static str,
-    /// Redis arity: N means exactly N arguments (name included), -N at least N.
-    pub arity: i32,
-    pub flags: &'static [&'static str],
-    pub keys: KeySpec,
-    /// ACL categories (`@read`, `@string`, ...).
-    pub acl: &'static [&'static str],
-    /// The command group `COMMAND DOCS` reports.
-    pub group: &'static str,
-    pub since: &'static str,
-    pub summary: &'static str,
-    pub complexity: &'static str,
+    /// The command's declaration: Redis's ([`redis`]`::GET`), or, for a command Redis lacks
+    /// (SHOAL) or where Shoal deliberately differs, a Shoal-own one beside its handler.
+    pub decl: &'static RedisCommand,
     pub run: fn(&Args, &mut Ctx) -> Pending,
     pub subcommands: &'static [&'static CommandSpec],
     /// How the pipeline may send its op (Shoal's own, not Redis's).
@@ -192,40 +173,73 @@ impl crate::pause::Pausable for CommandSpec {
     /// Flagged `write`, or one Redis marks `may_replicate` (of Shoal's commands, PFCOUNT, which
     /// may rewrite its cached count).
     fn held_by_write_pause(&self) -> bool {
-        self.flags.contains(&"write") || self.name == "pfcount"
+        self.has_flag(flag::WRITE) || self.decl.name == "pfcount"
     }
 }
+
+/// The base of Shoal-own declarations (`..SHOAL_OWN`): no Redis command id, no key specs.
+pub const SHOAL_OWN: RedisCommand = RedisCommand {
+    name: "",
+    id: None,
+    arity: 0,
+    flags: 0,
+    key_range: KeyRange::NONE,
+    categories: 0,
+    container: false,
+    keys: &[],
+    summary: "",
+    since: "",
+    group: "",
+    complexity: "",
+};
 
 impl CommandSpec {
     /// The base every spec is written over (`..CommandSpec::DEFAULT`).
     pub const DEFAULT: CommandSpec = CommandSpec {
-        name: "",
-        arity: 0,
-        flags: &[],
-        keys: KeySpec::NONE,
-        acl: &[],
-        group: "",
-        since: "",
-        summary: "",
-        complexity: "",
+        decl: &SHOAL_OWN,
         run: |_, _| Reply::error("ERR command not implemented").into(),
         subcommands: &[],
         lane: LaneClass::No,
     };
 
+    /// Lowercase full name; subcommands are `parent|sub`, as Redis names them in errors.
+    pub fn name(&self) -> &'static str {
+        self.decl.name
+    }
+
     /// The name without its parent (`setname` for `client|setname`).
     pub fn short_name(&self) -> &'static str {
-        self.name.rsplit('|').next().unwrap_or(self.name)
+        let name = self.decl.name;
+        name.rsplit('|').next().unwrap_or(name)
+    }
+
+    /// Redis arity: N means exactly N arguments (name included), -N at least N.
+    pub fn arity(&self) -> i32 {
+        self.decl.arity
     }
 
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i32;
-        if self.arity >= 0 { argc == self.arity } else { argc >= -self.arity }
+        self.decl.arity_ok(argc)
+    }
+
+    /// Whether the command has a [`flag`] (`flag::READONLY`, ...): a bit test.
+    pub fn has_flag(&self, flag: u32) -> bool {
+        self.decl.flags & flag != 0
     }
 
     /// Whether the command runs before authentication (AUTH, HELLO, QUIT, RESET).
     pub fn no_auth(&self) -> bool {
-        self.flags.contains(&"no_auth")
+        self.has_flag(flag::NO_AUTH)
+    }
+
+    /// Where its keys are (`COMMAND INFO`'s first key, last key, step).
+    pub fn key_range(&self) -> KeyRange {
+        self.decl.key_range
+    }
+
+    /// Its ACL categories, as [`cat`] bits.
+    pub fn categories(&self) -> u32 {
+        self.decl.categories
     }
 
     pub fn subcommand(&self, name: &[u8]) -> Option<&'static CommandSpec> {
@@ -271,20 +285,6 @@ impl Registry {
 
     /// The name of the command in a stats slot.
     pub fn name_of(&self, slot: usize) -> Option<&'static str> {
-        self.spec_at(slot).map(|s| s.name)
+        self.spec_at(slot).map(|s| s.name())
     }
 }
-
-// ACL category sets and flag sets that many commands share.
-pub const FAST_CONN: &[&str] = &["@fast", "@connection"];
-pub const SLOW_CONN: &[&str] = &["@slow", "@connection"];
-pub const READ_STRING_FAST: &[&str] = &["@read", "@string", "@fast"];
-pub const WRITE_STRING_FAST: &[&str] = &["@write", "@string", "@fast"];
-pub const WRITE_STRING_SLOW: &[&str] = &["@write", "@string", "@slow"];
-pub const KEYSPACE_READ_FAST: &[&str] = &["@keyspace", "@read", "@fast"];
-pub const KEYSPACE_WRITE_FAST: &[&str] = &["@keyspace", "@write", "@fast"];
-pub const NO_AUTH: &[&str] = &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"];
-pub const SUB_FLAGS: &[&str] = &["noscript", "loading", "stale"];
-/// Flags and ACL categories of the server-administration subcommands (CONFIG, SLOWLOG, LATENCY, ...).
-pub const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
-pub const ADMIN_ACL: &[&str] = &["@admin", "@slow", "@dangerous"];

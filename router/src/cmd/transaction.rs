@@ -63,20 +63,20 @@ pub fn release(state: &Arc<RouterState>, keys: Vec<(Bytes, u64)>) {
 
 /// Commands that run at once inside MULTI instead of queueing (Redis's list in `processCommand`).
 pub fn runs_at_once(spec: &CommandSpec) -> bool {
-    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+    matches!(spec.name(), "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }
 
 /// Queues `args` in the open transaction; the reply is +QUEUED or the refusal.
 pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending {
     let limit = ctx.state.settings.query_buffer_limit(true);
     let multi = ctx.session.multi.as_mut().expect("queue only inside MULTI");
-    if spec.flags.contains(&"no_multi") {
+    if spec.has_flag(flag::NO_MULTI) {
         multi.dirty = true;
         return Reply::error("ERR Command not allowed inside a transaction").into();
     }
     // Redis 7.0 queues a (P|S)SUBSCRIBE and writes its pushes inside EXEC's array (one element
     // per command, yet several pushes for several channels); Shoal refuses it.
-    if matches!(spec.name, "subscribe" | "psubscribe" | "ssubscribe") {
+    if matches!(spec.name(), "subscribe" | "psubscribe" | "ssubscribe") {
         multi.dirty = true;
         return Reply::error("ERR Command not allowed inside a transaction").into();
     }
@@ -269,68 +269,12 @@ async fn send(
     }
 }
 
-pub const MULTI: CommandSpec = CommandSpec {
-    name: "multi",
-    arity: 1,
-    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
-    acl: &["@fast", "@transaction"],
-    group: "transactions",
-    since: "1.2.0",
-    summary: "Starts a transaction.",
-    complexity: "O(1)",
-    run: multi,
-    ..CommandSpec::DEFAULT
-};
+pub const MULTI: CommandSpec = CommandSpec { decl: &redis::MULTI, run: multi, ..CommandSpec::DEFAULT };
 
-pub const EXEC: CommandSpec = CommandSpec {
-    name: "exec",
-    arity: 1,
-    flags: &["noscript", "loading", "stale", "skip_slowlog"],
-    acl: &["@slow", "@transaction"],
-    group: "transactions",
-    since: "1.2.0",
-    summary: "Executes all commands in a transaction.",
-    complexity: "Depends on commands in the transaction",
-    run: exec,
-    ..CommandSpec::DEFAULT
-};
+pub const EXEC: CommandSpec = CommandSpec { decl: &redis::EXEC, run: exec, ..CommandSpec::DEFAULT };
 
-pub const DISCARD: CommandSpec = CommandSpec {
-    name: "discard",
-    arity: 1,
-    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
-    acl: &["@fast", "@transaction"],
-    group: "transactions",
-    since: "2.0.0",
-    summary: "Discards a transaction.",
-    complexity: "O(N), when N is the number of queued commands",
-    run: discard,
-    ..CommandSpec::DEFAULT
-};
+pub const DISCARD: CommandSpec = CommandSpec { decl: &redis::DISCARD, run: discard, ..CommandSpec::DEFAULT };
 
-pub const WATCH: CommandSpec = CommandSpec {
-    name: "watch",
-    arity: -2,
-    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
-    keys: KeySpec::ALL,
-    acl: &["@fast", "@transaction"],
-    group: "transactions",
-    since: "2.2.0",
-    summary: "Monitors changes to keys to determine the execution of a transaction.",
-    complexity: "O(1) for every key.",
-    run: watch,
-    ..CommandSpec::DEFAULT
-};
+pub const WATCH: CommandSpec = CommandSpec { decl: &redis::WATCH, run: watch, ..CommandSpec::DEFAULT };
 
-pub const UNWATCH: CommandSpec = CommandSpec {
-    name: "unwatch",
-    arity: 1,
-    flags: &["noscript", "loading", "stale", "fast", "allow_busy"],
-    acl: &["@fast", "@transaction"],
-    group: "transactions",
-    since: "2.2.0",
-    summary: "Forgets about watched keys of a transaction.",
-    complexity: "O(1)",
-    run: unwatch,
-    ..CommandSpec::DEFAULT
-};
+pub const UNWATCH: CommandSpec = CommandSpec { decl: &redis::UNWATCH, run: unwatch, ..CommandSpec::DEFAULT };

@@ -6,63 +6,17 @@ use shoal_wire::command;
 use super::spec::*;
 use super::{Args, Ctx, Pending, one_key};
 
-pub const TTL: CommandSpec = CommandSpec {
-    name: "ttl",
-    arity: 2,
-    flags: &["readonly", "fast"],
-    keys: KeySpec::ONE,
-    acl: KEYSPACE_READ_FAST,
-    group: "generic",
-    since: "1.0.0",
-    summary: "Get the time to live for a key in seconds",
-    complexity: "O(1)",
-    run: ttl,
-    lane: LaneClass::OneKey,
-    ..CommandSpec::DEFAULT
-};
+pub const TTL: CommandSpec =
+    CommandSpec { decl: &redis::TTL, run: ttl, lane: LaneClass::OneKey, ..CommandSpec::DEFAULT };
 
-pub const PTTL: CommandSpec = CommandSpec {
-    name: "pttl",
-    arity: 2,
-    flags: &["readonly", "fast"],
-    keys: KeySpec::ONE,
-    acl: KEYSPACE_READ_FAST,
-    group: "generic",
-    since: "2.6.0",
-    summary: "Get the time to live for a key in milliseconds",
-    complexity: "O(1)",
-    run: pttl,
-    lane: LaneClass::OneKey,
-    ..CommandSpec::DEFAULT
-};
+pub const PTTL: CommandSpec =
+    CommandSpec { decl: &redis::PTTL, run: pttl, lane: LaneClass::OneKey, ..CommandSpec::DEFAULT };
 
-pub const EXPIRETIME: CommandSpec = CommandSpec {
-    name: "expiretime",
-    arity: 2,
-    flags: &["readonly", "fast"],
-    keys: KeySpec::ONE,
-    acl: KEYSPACE_READ_FAST,
-    group: "generic",
-    since: "7.0.0",
-    summary: "Get the expiration Unix timestamp for a key",
-    complexity: "O(1)",
-    run: expiretime,
-    ..CommandSpec::DEFAULT
-};
+pub const EXPIRETIME: CommandSpec =
+    CommandSpec { decl: &redis::EXPIRETIME, run: expiretime, ..CommandSpec::DEFAULT };
 
-pub const PEXPIRETIME: CommandSpec = CommandSpec {
-    name: "pexpiretime",
-    arity: 2,
-    flags: &["readonly", "fast"],
-    keys: KeySpec::ONE,
-    acl: KEYSPACE_READ_FAST,
-    group: "generic",
-    since: "7.0.0",
-    summary: "Get the expiration Unix timestamp for a key in milliseconds",
-    complexity: "O(1)",
-    run: pexpiretime,
-    ..CommandSpec::DEFAULT
-};
+pub const PEXPIRETIME: CommandSpec =
+    CommandSpec { decl: &redis::PEXPIRETIME, run: pexpiretime, ..CommandSpec::DEFAULT };
 
 pub fn ttl(args: &Args, ctx: &mut Ctx) -> Pending {
     one_key(args, ctx, command::ttl)

@@ -58,7 +58,7 @@ fn gate(
                 return Err(Reply::error_fmt(format!(
                     "ERR unknown subcommand '{}'. Try {} HELP.",
                     cmd::clip(sub, 128),
-                    spec.name.to_ascii_uppercase()
+                    spec.name().to_ascii_uppercase()
                 )));
             }
         },
@@ -66,7 +66,7 @@ fn gate(
     };
     ctx.session.last_command_slot = crate::cmd::slot_of(spec);
     if !spec.arity_ok(args.len()) {
-        return Err(cmd::wrong_arity(spec.name));
+        return Err(cmd::wrong_arity(spec.name()));
     }
     if !ctx.session.authenticated && !spec.no_auth() {
         return Err(Reply::error("NOAUTH Authentication required."));

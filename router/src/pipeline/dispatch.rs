@@ -3,6 +3,8 @@
 //! command's handler, and then the lane or a call of its own for the one-key op the handler built
 //! (see [`super::lane`] for what may join).
 
+use shoal_wire::acl::commands::flag;
+
 use super::{Pipeline, Step, ctx, lane, near};
 use crate::cmd::{self, Args, CommandSpec, Ctx, LaneClass, Pending, transaction};
 use crate::session::Session;
@@ -17,7 +19,7 @@ impl<T> Pipeline<T> {
         tag: T,
     ) -> Step<T> {
         let class = spec.lane;
-        let readonly = spec.flags.contains(&"readonly");
+        let readonly = spec.has_flag(flag::READONLY);
         let joins = self.lanes && class != LaneClass::No && {
             let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
             lane::may_join(&self.state, session, &self.routing, readonly, arg_bytes)
@@ -75,6 +77,6 @@ fn run<T>(
     };
     // A lane-class handler builds its op or answers at once; one that sent something itself
     // would have overtaken the lane.
-    debug_assert!(lane.is_none() || matches!(pending, Pending::Ready(_)), "{} sent its own op", spec.name);
+    debug_assert!(lane.is_none() || matches!(pending, Pending::Ready(_)), "{} sent its own op", spec.name());
     Step::Done(tag, pending)
 }

@@ -1,7 +1,9 @@
-//! Redis's command table as ACL rules see it: every Redis 7.0.15 command and subcommand (those
-//! Shoal does not serve too, since rules may name them and Redis's describe format counts them),
-//! their ACL categories, and their key specs, from which the keys a command touches and whether
-//! it reads or writes each one are found (Redis 7's per-key permission check).
+//! Redis's command table: every Redis 7.0.15 command and subcommand (those Shoal does not serve
+//! too, since ACL rules may name them and Redis's describe format counts them), with everything
+//! Redis declares about them: arity, flags, legacy key range, ACL categories, docs, and key specs,
+//! from which the keys a command touches and whether it reads or writes each one are found
+//! (Redis 7's per-key permission check). The one source of these declarations: the router's
+//! command specs and the node's script table point into it.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -64,17 +66,121 @@ pub fn category(name: &str) -> Option<u32> {
     CATEGORIES.iter().position(|c| c.eq_ignore_ascii_case(name)).map(|i| 1 << i)
 }
 
-/// One command (or `parent|sub` subcommand) of Redis's table.
+/// Command flags, in the order `COMMAND` shows them (Redis's `addReplyCommandFlags`; the ones
+/// it hides, such as `may_replicate`, are not here).
+pub mod flag {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const MODULE: u32 = 1 << 3;
+    pub const ADMIN: u32 = 1 << 4;
+    pub const PUBSUB: u32 = 1 << 5;
+    pub const NOSCRIPT: u32 = 1 << 6;
+    pub const BLOCKING: u32 = 1 << 7;
+    pub const LOADING: u32 = 1 << 8;
+    pub const STALE: u32 = 1 << 9;
+    pub const SKIP_MONITOR: u32 = 1 << 10;
+    pub const SKIP_SLOWLOG: u32 = 1 << 11;
+    pub const ASKING: u32 = 1 << 12;
+    pub const FAST: u32 = 1 << 13;
+    pub const NO_AUTH: u32 = 1 << 14;
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
+    pub const NO_ASYNC_LOADING: u32 = 1 << 16;
+    pub const NO_MULTI: u32 = 1 << 17;
+    pub const MOVABLEKEYS: u32 = 1 << 18;
+    pub const ALLOW_BUSY: u32 = 1 << 19;
+}
+
+/// Flag names in `COMMAND`'s order; bit `i` is `FLAGS[i]`.
+pub const FLAGS: [&str; 20] = [
+    "write",
+    "readonly",
+    "denyoom",
+    "module",
+    "admin",
+    "pubsub",
+    "noscript",
+    "blocking",
+    "loading",
+    "stale",
+    "skip_monitor",
+    "skip_slowlog",
+    "asking",
+    "fast",
+    "no_auth",
+    "no_mandatory_keys",
+    "no_async_loading",
+    "no_multi",
+    "movablekeys",
+    "allow_busy",
+];
+
+/// The names of the bits set in `mask`, in the order of `names` (`FLAGS` or `CATEGORIES`).
+pub fn names<const N: usize>(
+    mask: u32,
+    names: &'static [&'static str; N],
+) -> impl Iterator<Item = &'static str> {
+    names.iter().enumerate().filter(move |&(i, _)| mask & (1 << i) != 0).map(|(_, n)| *n)
+}
+
+/// Where a command's keys are among its arguments as `COMMAND` gives them (first key, last key,
+/// step: Redis's legacy range, from its first key spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange {
+    pub first: i32,
+    /// Negative counts from the end (-1: the last argument).
+    pub last: i32,
+    pub step: i32,
+}
+
+impl KeyRange {
+    pub const NONE: KeyRange = KeyRange { first: 0, last: 0, step: 0 };
+    pub const ONE: KeyRange = KeyRange { first: 1, last: 1, step: 1 };
+    /// Every argument after the name is a key (DEL, MGET, EXISTS).
+    pub const ALL: KeyRange = KeyRange { first: 1, last: -1, step: 1 };
+    /// Key-value pairs (MSET).
+    pub const PAIRS: KeyRange = KeyRange { first: 1, last: -1, step: 2 };
+}
+
+/// One command (or `parent|sub` subcommand) of Redis's table: what Redis declares about it.
+/// Commands of Shoal's own (SHOAL) are declared in this form too, by the router, with no `id`.
 #[derive(Debug)]
 pub struct RedisCommand {
+    /// Lowercase full name; subcommands are `parent|sub`, as Redis names them in errors.
     pub name: &'static str,
+    /// Its position in [`REDIS_COMMANDS`] (its ACL command id); `None`: not a Redis command.
+    pub id: Option<CommandId>,
+    /// Redis arity: N means exactly N arguments (name included), -N at least N.
     pub arity: i32,
+    /// [`flag`] bits.
+    pub flags: u32,
+    pub key_range: KeyRange,
+    /// [`cat`] bits.
     pub categories: u32,
-    /// Runs before authentication (AUTH, HELLO): never refused by ACL rules.
-    pub no_auth: bool,
     /// Has subcommands (CLIENT, CONFIG, ...).
     pub container: bool,
     pub keys: &'static [KeySpecDef],
+    // What `COMMAND DOCS` answers.
+    pub summary: &'static str,
+    pub since: &'static str,
+    pub group: &'static str,
+    pub complexity: &'static str,
+}
+
+impl RedisCommand {
+    pub const fn has_flag(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Runs before authentication (AUTH, HELLO): never refused by ACL rules.
+    pub const fn no_auth(&self) -> bool {
+        self.has_flag(flag::NO_AUTH)
+    }
+
+    pub const fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 { argc == self.arity } else { argc >= -self.arity }
+    }
 }
 
 /// Where a key spec starts looking (Redis's `begin_search`).
@@ -284,6 +390,7 @@ mod tests {
     #[test]
     fn table_and_lookup() {
         assert!(REDIS_COMMANDS.windows(2).all(|w| w[0].name < w[1].name), "sorted");
+        assert!(REDIS_COMMANDS.iter().enumerate().all(|(i, c)| c.id == Some(i)), "ids are positions");
         let client = lookup("CLIENT").unwrap();
         assert!(REDIS_COMMANDS[client].container);
         assert!(subcommands(client).any(|s| REDIS_COMMANDS[s].name == "client|kill"));
@@ -291,8 +398,13 @@ mod tests {
         assert_eq!(REDIS_COMMANDS[resolve(&["client", "KILL"]).unwrap()].name, "client|kill");
         assert!(resolve(&["client", "nope"]).is_none());
         assert_eq!(REDIS_COMMANDS[resolve(&["client"]).unwrap()].name, "client");
-        assert!(REDIS_COMMANDS[lookup("auth").unwrap()].no_auth);
+        assert!(REDIS_COMMANDS[lookup("auth").unwrap()].no_auth());
         assert_eq!(category("Read"), Some(cat::READ));
+        let get = &super::super::table::GET;
+        assert_eq!(names(get.flags, &FLAGS).collect::<Vec<_>>(), ["readonly", "fast"]);
+        assert_eq!(names(get.categories, &CATEGORIES).collect::<Vec<_>>(), ["read", "string", "fast"]);
+        assert_eq!(get.key_range, KeyRange::ONE);
+        assert!(get.arity_ok(2) && !get.arity_ok(3));
         assert_eq!(category("nope"), None);
     }
 

@@ -3,8 +3,10 @@
 //! script against the rules of the user who ran it).
 //!
 //! - [`commands`]: Redis's command table (every command and subcommand, generated into
-//!   `table.rs` by `gen_table.py` from redis-server's `COMMAND`): categories and key specs, and
-//!   the keys and channels a command's arguments name.
+//!   [`table`] by `gen_table.py` from redis-server's `COMMAND` and `COMMAND DOCS`): arity,
+//!   flags, key range, categories, docs and key specs (what the router's command specs and the
+//!   node's script table take their declarations from), and the keys and channels a command's
+//!   arguments name.
 //! - [`perms`]: a user's permissions (commands, key patterns, channel patterns), the rules that
 //!   change them, the check of one command, and their describe format.
 //!
@@ -13,6 +15,6 @@
 
 pub mod commands;
 pub mod perms;
-mod table;
+pub mod table;
 
 pub use perms::{Denied, Permissions, RuleError};

@@ -5,6 +5,7 @@
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
+use shoal_wire::acl::commands::cat;
 use shoal_wire::fast::{self, FrameError, Op, Request, Status, set_flags};
 
 use crate::cmd::{self, CommandSpec};
@@ -67,8 +68,8 @@ const NOT_OVER_FAST_PATH: &[&str] = &[
 ];
 
 pub(super) fn refused_over_cmd(spec: &CommandSpec) -> Option<&'static str> {
-    let refused = NOT_OVER_FAST_PATH.contains(&spec.name) || spec.acl.contains(&"@blocking");
-    refused.then_some(spec.name)
+    let refused = NOT_OVER_FAST_PATH.contains(&spec.name()) || spec.categories() & cat::BLOCKING != 0;
+    refused.then_some(spec.name())
 }
 
 /// How a request's reply is framed.
@@ -345,7 +346,7 @@ mod tests {
             let (_, args) = built(&req(op, 0, key, value, arg)).unwrap();
             let named = cmd::lookup(args[0].as_bytes()).unwrap();
             let known = command_of(op).unwrap_or_else(|| panic!("{op:?} has no command"));
-            assert_eq!(known.name, named.name, "{op:?}");
+            assert_eq!(known.name(), named.name(), "{op:?}");
             assert!(known.subcommands.is_empty(), "{op:?}: admit_as skips subcommand lookup");
         }
         assert!(command_of(Op::Cmd).is_none());

@@ -339,7 +339,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let took = match step {
             Step::NotHere(spec) => {
                 state.metrics.fast_errors.inc();
-                put_error(&mut self.out, id, &Refusal::NotOverFastPath(spec.name).to_string());
+                put_error(&mut self.out, id, &Refusal::NotOverFastPath(spec.name()).to_string());
                 Took::Next
             }
             step => self.took(step, &args),
@@ -412,7 +412,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 // A blocking command outside `@blocking` (WAIT): dropping its wait withdraws it.
                 drop(pending);
                 state.metrics.fast_errors.inc();
-                let name = meta.slot.and_then(crate::cmd::spec_at).map_or("?", |s| s.name);
+                let name = meta.slot.and_then(crate::cmd::spec_at).map_or("?", |s| s.name());
                 put_error(&mut self.out, meta.id, &Refusal::NotOverFastPath(name).to_string());
             }
             Pending::Ready(reply) | Pending::Close(reply) => {
