@@ -89,51 +89,51 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
 
 // --- specs, as redis-server 7.0 declares them ---------------------------------------------------
 
-pub const SINTER: CommandSpec = CommandSpec { decl: &redis::SINTER, ..CommandSpec::DEFAULT };
+pub const SINTER: CommandSpec = CommandSpec { decl: &redis::SINTER, run, ..CommandSpec::DEFAULT };
 
-pub const SUNION: CommandSpec = CommandSpec { decl: &redis::SUNION, ..CommandSpec::DEFAULT };
+pub const SUNION: CommandSpec = CommandSpec { decl: &redis::SUNION, run, ..CommandSpec::DEFAULT };
 
-pub const SDIFF: CommandSpec = CommandSpec { decl: &redis::SDIFF, ..CommandSpec::DEFAULT };
+pub const SDIFF: CommandSpec = CommandSpec { decl: &redis::SDIFF, run, ..CommandSpec::DEFAULT };
 
-pub const SINTERSTORE: CommandSpec = CommandSpec { decl: &redis::SINTERSTORE, ..CommandSpec::DEFAULT };
+pub const SINTERSTORE: CommandSpec = CommandSpec { decl: &redis::SINTERSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const SUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::SUNIONSTORE, ..CommandSpec::DEFAULT };
+pub const SUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::SUNIONSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const SDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::SDIFFSTORE, ..CommandSpec::DEFAULT };
+pub const SDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::SDIFFSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const SINTERCARD: CommandSpec = CommandSpec { decl: &redis::SINTERCARD, ..CommandSpec::DEFAULT };
+pub const SINTERCARD: CommandSpec = CommandSpec { decl: &redis::SINTERCARD, run, ..CommandSpec::DEFAULT };
 
-pub const SMOVE: CommandSpec = CommandSpec { decl: &redis::SMOVE, ..CommandSpec::DEFAULT };
+pub const SMOVE: CommandSpec = CommandSpec { decl: &redis::SMOVE, run, ..CommandSpec::DEFAULT };
 
-pub const LMOVE: CommandSpec = CommandSpec { decl: &redis::LMOVE, ..CommandSpec::DEFAULT };
+pub const LMOVE: CommandSpec = CommandSpec { decl: &redis::LMOVE, run, ..CommandSpec::DEFAULT };
 
-pub const RPOPLPUSH: CommandSpec = CommandSpec { decl: &redis::RPOPLPUSH, ..CommandSpec::DEFAULT };
+pub const RPOPLPUSH: CommandSpec = CommandSpec { decl: &redis::RPOPLPUSH, run, ..CommandSpec::DEFAULT };
 
-pub const LMPOP: CommandSpec = CommandSpec { decl: &redis::LMPOP, ..CommandSpec::DEFAULT };
+pub const LMPOP: CommandSpec = CommandSpec { decl: &redis::LMPOP, run, ..CommandSpec::DEFAULT };
 
-pub const ZUNION: CommandSpec = CommandSpec { decl: &redis::ZUNION, ..CommandSpec::DEFAULT };
+pub const ZUNION: CommandSpec = CommandSpec { decl: &redis::ZUNION, run, ..CommandSpec::DEFAULT };
 
-pub const ZINTER: CommandSpec = CommandSpec { decl: &redis::ZINTER, ..CommandSpec::DEFAULT };
+pub const ZINTER: CommandSpec = CommandSpec { decl: &redis::ZINTER, run, ..CommandSpec::DEFAULT };
 
-pub const ZDIFF: CommandSpec = CommandSpec { decl: &redis::ZDIFF, ..CommandSpec::DEFAULT };
+pub const ZDIFF: CommandSpec = CommandSpec { decl: &redis::ZDIFF, run, ..CommandSpec::DEFAULT };
 
-pub const ZUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::ZUNIONSTORE, ..CommandSpec::DEFAULT };
+pub const ZUNIONSTORE: CommandSpec = CommandSpec { decl: &redis::ZUNIONSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const ZINTERSTORE: CommandSpec = CommandSpec { decl: &redis::ZINTERSTORE, ..CommandSpec::DEFAULT };
+pub const ZINTERSTORE: CommandSpec = CommandSpec { decl: &redis::ZINTERSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const ZDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::ZDIFFSTORE, ..CommandSpec::DEFAULT };
+pub const ZDIFFSTORE: CommandSpec = CommandSpec { decl: &redis::ZDIFFSTORE, run, ..CommandSpec::DEFAULT };
 
-pub const ZINTERCARD: CommandSpec = CommandSpec { decl: &redis::ZINTERCARD, ..CommandSpec::DEFAULT };
+pub const ZINTERCARD: CommandSpec = CommandSpec { decl: &redis::ZINTERCARD, run, ..CommandSpec::DEFAULT };
 
-pub const ZMPOP: CommandSpec = CommandSpec { decl: &redis::ZMPOP, ..CommandSpec::DEFAULT };
+pub const ZMPOP: CommandSpec = CommandSpec { decl: &redis::ZMPOP, run, ..CommandSpec::DEFAULT };
 
-pub const ZRANGESTORE: CommandSpec = CommandSpec { decl: &redis::ZRANGESTORE, ..CommandSpec::DEFAULT };
+pub const ZRANGESTORE: CommandSpec = CommandSpec { decl: &redis::ZRANGESTORE, run, ..CommandSpec::DEFAULT };
 
-pub const RENAME: CommandSpec = CommandSpec { decl: &redis::RENAME, ..CommandSpec::DEFAULT };
+pub const RENAME: CommandSpec = CommandSpec { decl: &redis::RENAME, run, ..CommandSpec::DEFAULT };
 
-pub const RENAMENX: CommandSpec = CommandSpec { decl: &redis::RENAMENX, ..CommandSpec::DEFAULT };
+pub const RENAMENX: CommandSpec = CommandSpec { decl: &redis::RENAMENX, run, ..CommandSpec::DEFAULT };
 
-pub const COPY: CommandSpec = CommandSpec { decl: &redis::COPY, ..CommandSpec::DEFAULT };
+pub const COPY: CommandSpec = CommandSpec { decl: &redis::COPY, run, ..CommandSpec::DEFAULT };
 
 fn command(args: &Args, readonly: bool) -> proto::Command {
     proto::Command { args: args.to_vec(), readonly, ..Default::default() }
