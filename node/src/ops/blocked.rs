@@ -134,8 +134,9 @@ pub(super) fn is_wrong_type(reply: &Reply) -> bool {
 /// and the client keeps waiting.
 fn waits_for_type_of(store: &Store, op: &Op, key: &[u8]) -> bool {
     let Some(Kind::Command(c)) = &op.kind else { return false };
+    let Some(name) = c.args.first() else { return false };
     let pops_from =
-        if c.args[0].get(..2).is_some_and(|p| p.eq_ignore_ascii_case(b"bz")) { "zset" } else { "list" };
+        if name.get(..2).is_some_and(|p| p.eq_ignore_ascii_case(b"bz")) { "zset" } else { "list" };
     store.type_of(key) == pops_from
 }
 

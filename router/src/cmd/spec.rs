@@ -224,12 +224,12 @@ impl CommandSpec {
 
     /// Whether the command has a [`flag`] (`flag::READONLY`, ...): a bit test.
     pub fn has_flag(&self, flag: u32) -> bool {
-        self.decl.flags & flag != 0
+        self.decl.has_flag(flag)
     }
 
     /// Whether the command runs before authentication (AUTH, HELLO, QUIT, RESET).
     pub fn no_auth(&self) -> bool {
-        self.has_flag(flag::NO_AUTH)
+        self.decl.no_auth()
     }
 
     /// Where its keys are (`COMMAND INFO`'s first key, last key, step).
