@@ -272,6 +272,17 @@ pub fn name_of(slot: usize) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// A spec written without `run:` answers DEFAULT's "not implemented" (a conversion once
+    /// dropped it from every multi-key command): each registered command and subcommand names its
+    /// own handler.
+    #[test]
+    fn every_command_names_its_handler() {
+        let unimplemented = CommandSpec::DEFAULT.run as usize;
+        let missing: Vec<_> =
+            SPECS.iter().filter(|s| s.run as usize == unimplemented).map(|s| s.name()).collect();
+        assert!(missing.is_empty(), "specs without a handler: {missing:?}");
+    }
+
     #[test]
     fn every_command_has_a_stats_slot() {
         assert!(SPECS.len() <= crate::stats::SLOTS, "raise stats::SLOTS to {}", SPECS.len());
