@@ -108,6 +108,53 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
 /// (the node's other stream); readers on both, with a script and with MULTI/EXEC, always see
 /// the two keys equal. A script that let a transaction's INCR in between its own two (or the
 /// reverse) would show them apart.
+/// A script returning a table that nests itself (Redis nests the reply 7,995 deep, then answers
+/// `reached lua stack limit`; Shoal a few levels sooner) is answered so, and the ops other clients have in flight on the
+/// same node's stream at that moment (the same router's) are answered as ever. (Issue 38: such a
+/// reply once failed to decode on the router and failed the node's stream under everyone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_script_reply_hurts_no_other_client() {
+    use redis::AsyncCommands;
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, a, _b, _) = two_routers(dir.path()).await;
+    let deep = "local a = {}; local b = {a}; a[1] = b; return a";
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut others = Vec::new();
+    for writer in 0..4 {
+        let (mut con, stop) = (support::redis_conn(a.resp).await, stop.clone());
+        others.push(tokio::spawn(async move {
+            let mut done = 0u32;
+            // Keys beside the script's key ({deep}): on its node, so on its stream.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && done < 20_000 {
+                let key = format!("{{deep}}w{writer}");
+                let set: Result<(), _> = con.set(&key, done).await;
+                set.unwrap_or_else(|e| panic!("another client's SET failed: {e}"));
+                let got: Result<u32, _> = con.get(&key).await;
+                assert_eq!(got.unwrap_or_else(|e| panic!("another client's GET failed: {e}")), done);
+                done += 1;
+            }
+            done
+        }));
+    }
+    let mut raw = support::Raw::connect(a.resp).await;
+    let hello = raw.cmd(&["HELLO", "3"]).await;
+    assert!(hello.starts_with(b"%"), "{}", text(hello));
+    for _ in 0..5 {
+        let reply = raw.cmd(&["EVAL", deep, "1", "{deep}k"]).await;
+        let error = b"-ERR reached lua stack limit\r\n";
+        let (arrays, tail) = reply.split_at(reply.len() - error.len());
+        assert_eq!(tail, error, "{}", text(reply[reply.len().saturating_sub(64)..].to_vec()));
+        assert!(arrays.chunks(4).all(|c| c == b"*1\r\n"), "nested one-element arrays down to the error");
+        // Redis stops at 7,995 (Lua's stack); Shoal a few levels sooner (docs/compatibility.md).
+        assert!((7_600..=7_995).contains(&(arrays.len() / 4)), "{} levels", arrays.len() / 4);
+        assert_eq!(raw.cmd(&["PING"]).await, b"+PONG\r\n", "the connection still serves");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in others {
+        assert!(t.await.unwrap() > 0, "each other client got answers");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_run_whole_among_concurrent_writers() {
     use redis::AsyncCommands;

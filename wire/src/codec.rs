@@ -21,6 +21,15 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::proto::{Batch, BatchReply};
 
+/// How deeply [`crate::proto::Frame`]s may nest (an array in an array ...) in a reply that
+/// travels as frames. prost's decoder refuses a message nested more than 100 deep, and one such
+/// refusal fails the whole stream, every client's ops on it included; each level of frames is
+/// two messages (`Frame`, `Frames`) under an envelope of at most six (`BatchReply`,
+/// `DeferredReply`, `Reply`, `Replies`, `Reply`, `ScriptDenied`). A deeper reply (only a script's
+/// can be: Redis nests a returned table as deep as Lua's stack allows) travels as the RESP bytes
+/// it stands for (`Frame.raw`).
+pub const MAX_FRAME_NESTING: usize = 32;
+
 /// Field number of `Batch.ops` and of `BatchReply.replies` (see `proto/shoal.proto`).
 const REPEATED_FIELD: u32 = 2;
 
@@ -137,6 +146,30 @@ mod tests {
     fn get(key: &str) -> Op {
         let get = Get { key: Bytes::from(key.to_string()), ..Default::default() };
         Op { kind: Some(op::Kind::Get(get)), ..Default::default() }
+    }
+
+    /// A frame nested as deep as [`MAX_FRAME_NESTING`] inside the deepest envelope decodes; one
+    /// nested much deeper would not (which is why deeper ones travel as bytes).
+    #[test]
+    fn frames_nested_to_the_limit_decode_in_the_deepest_envelope() {
+        use crate::proto::{DeferredReply, Frame, Frames, Replies, Reply, ScriptDenied, frame, reply};
+        let nested = |depth: usize| {
+            let mut f = Frame { kind: Some(frame::Kind::Int(1)) };
+            for _ in 0..depth {
+                f = Frame { kind: Some(frame::Kind::Array(Frames { items: vec![f] })) };
+            }
+            let denied = ScriptDenied { frame: Some(f), denials: Vec::new() };
+            let inner =
+                Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() };
+            let outer = Reply {
+                kind: Some(reply::Kind::Replies(Replies { replies: vec![inner] })),
+                ..Default::default()
+            };
+            BatchReply { deferred: vec![DeferredReply { id: 1, reply: Some(outer) }], ..Default::default() }
+                .encode_to_vec()
+        };
+        assert!(BatchReply::decode(&nested(MAX_FRAME_NESTING)[..]).is_ok());
+        assert!(BatchReply::decode(&nested(3 * MAX_FRAME_NESTING)[..]).is_err());
     }
 
     #[test]

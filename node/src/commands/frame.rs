@@ -1,6 +1,7 @@
 //! Building [`Frame`] replies.
 
 use bytes::Bytes;
+use shoal_wire::codec::MAX_FRAME_NESTING;
 use shoal_wire::num::IntText;
 use shoal_wire::proto::{Empty, Frame, Frames, frame::Kind};
 
@@ -67,6 +68,26 @@ pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
         }
         Some(Kind::Verbatim(v)) => bulk(out, v.get(4..).unwrap_or_default()),
     }
+}
+
+/// `f` as it can travel to the router: itself, or (nested deeper than frames may travel, see
+/// [`MAX_FRAME_NESTING`]) the RESP it stands for in the client's protocol, as `raw` bytes.
+pub fn for_the_wire(f: Frame, resp3: bool) -> Frame {
+    if !nested_deeper(&f, MAX_FRAME_NESTING) {
+        return f;
+    }
+    let mut out = Vec::new();
+    encode(&f, resp3, &mut out);
+    Frame { kind: Some(Kind::Raw(out.into())) }
+}
+
+/// Whether `f` holds more than `levels` levels of nested frames (looking no deeper than that).
+fn nested_deeper(f: &Frame, levels: usize) -> bool {
+    let items = match &f.kind {
+        Some(Kind::Array(items) | Kind::Map(items) | Kind::Set(items) | Kind::Pairs(items)) => items,
+        _ => return false,
+    };
+    levels == 0 || items.items.iter().any(|i| nested_deeper(i, levels - 1))
 }
 
 /// The bulk strings of a `raw` frame as [`F::bulk_array`] writes it (`None` for other bytes):

@@ -43,6 +43,6 @@ pub use args::{MAX_RANDOM_REPEATS, check_repeats, int_arg, non_negative};
 pub use dispatch::{frame_of, multi_key_keys};
 pub use double::{fmt_g, fmt_g17};
 pub use error::{CmdError, CmdResult, NOT_INTEGER, SYNTAX, make_room, wrong_arity};
-pub use frame::{F, raw_bulks};
+pub use frame::{F, for_the_wire, raw_bulks};
 pub use fuzz::fuzz_check_zset_args;
 pub use run::{run, run_resp, run_scratch};

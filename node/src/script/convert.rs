@@ -16,8 +16,32 @@ use shoal_wire::proto::{Frame, frame::Kind};
 pub use crate::commands::fmt_g;
 use crate::commands::{F, fmt_g17, raw_bulks};
 
-/// How deep nested tables may go in a reply (Redis's Lua stack would overflow first).
-const MAX_DEPTH: usize = 1000;
+/// Redis converts a script's return value with the table being converted on top of the Lua
+/// stack and each nested value pushed above it; a value the stack has no room for (Lua 5.1's
+/// `LUAI_MAXCSTACK`, checked for 4 more slots) becomes the error `reached lua stack limit` in
+/// its place, and the conversion goes on with the next one. These say how many slots each step
+/// takes, so the same value fails at the same place as in Redis 7.0 (measured there: 7,995 nested
+/// arrays, 2,665 nested maps or sets).
+mod stack {
+    /// Lua 5.1's limit on a C function's stack.
+    pub const LIMIT: usize = 8000;
+    /// Slots in use when the conversion starts (the return value and the error handler).
+    pub const START: usize = 2;
+    /// An array's element (its index looked up: the element above the table).
+    pub const ELEMENT: usize = 1;
+    /// A map's key (the `map` table, the iteration's key and value, the key copied to convert).
+    pub const MAP_KEY: usize = 4;
+    /// A map's value (the copy of the key consumed).
+    pub const MAP_VALUE: usize = 3;
+    /// A set's member (the `set` table, the key, the key copied; the `true` dropped).
+    pub const SET_MEMBER: usize = 3;
+    /// What this conversion may hold of references to the tables it is inside of (an array's
+    /// element one, a map's table, key and value three, a set's table and member two): the
+    /// engine keeps them in a Lua thread's stack, whose 8,000 slots it shares with its own, and
+    /// past them a lookup silently comes back empty. So a table nesting itself ends a few levels
+    /// sooner than in Redis (docs/compatibility.md).
+    pub const REFS: usize = 7_700;
+}
 
 /// A command's reply as `redis.call` returns it. An error reply is `{err=...}`.
 pub fn frame_to_lua(lua: &Lua, f: &Frame, resp3: bool) -> mlua::Result<Value> {
@@ -115,12 +139,14 @@ pub fn error_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
 /// The client's reply for a script's return value. `script_resp3`: the script chose RESP3
 /// (`redis.setresp(3)`), which makes booleans real booleans.
 pub fn lua_to_frame(v: &Value, script_resp3: bool) -> Frame {
-    to_frame(v, script_resp3, 0)
+    to_frame(v, script_resp3, stack::START, 0)
 }
 
-fn to_frame(v: &Value, script_resp3: bool, depth: usize) -> Frame {
-    if depth > MAX_DEPTH {
-        return F::error("ERR reached lua stack limit".to_string());
+/// `v` as a reply; `depth`: the Lua stack slots Redis would have in use with `v` on top; `refs`:
+/// the references this conversion holds to the tables `v` is inside of.
+fn to_frame(v: &Value, script_resp3: bool, depth: usize, refs: usize) -> Frame {
+    if depth + 4 > stack::LIMIT || refs > stack::REFS {
+        return stack_limit();
     }
     match v {
         Value::String(s) => F::bulk(Bytes::copy_from_slice(&s.as_bytes())),
@@ -128,12 +154,12 @@ fn to_frame(v: &Value, script_resp3: bool, depth: usize) -> Frame {
         Value::Number(n) => F::int(c_cast(*n)),
         Value::Boolean(b) if script_resp3 => Frame { kind: Some(Kind::Boolean(*b)) },
         Value::Boolean(true) => F::int(1),
-        Value::Table(t) => table_to_frame(t, script_resp3, depth),
+        Value::Table(t) => table_to_frame(t, script_resp3, depth, refs),
         _ => F::nil(),
     }
 }
 
-fn table_to_frame(t: &Table, script_resp3: bool, depth: usize) -> Frame {
+fn table_to_frame(t: &Table, script_resp3: bool, depth: usize, refs: usize) -> Frame {
     let field = |name: &str| t.raw_get::<Value>(name).unwrap_or(Value::Nil);
     if let Value::String(e) = field("err") {
         return F::error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
@@ -151,20 +177,20 @@ fn table_to_frame(t: &Table, script_resp3: bool, depth: usize) -> Frame {
     }
     if let Value::Table(map) = field("map") {
         let mut items = Vec::new();
-        let _ = map.for_each(|k: Value, v: Value| {
-            items.push(to_frame(&k, script_resp3, depth + 1));
-            items.push(to_frame(&v, script_resp3, depth + 1));
+        let walked = map.for_each(|k: Value, v: Value| {
+            items.push(to_frame(&k, script_resp3, depth + stack::MAP_KEY, refs + 3));
+            items.push(to_frame(&v, script_resp3, depth + stack::MAP_VALUE, refs + 3));
             Ok(())
         });
-        return F::map(items);
+        return if walked.is_ok() { F::map(items) } else { stack_limit() };
     }
     if let Value::Table(set) = field("set") {
         let mut items = Vec::new();
-        let _ = set.for_each(|k: Value, _: Value| {
-            items.push(to_frame(&k, script_resp3, depth + 1));
+        let walked = set.for_each(|k: Value, _: Value| {
+            items.push(to_frame(&k, script_resp3, depth + stack::SET_MEMBER, refs + 2));
             Ok(())
         });
-        return F::set(items);
+        return if walked.is_ok() { F::set(items) } else { stack_limit() };
     }
     if let Value::Table(v) = field("verbatim_string")
         && let (Ok(Value::String(format)), Ok(Value::String(s))) =
@@ -178,11 +204,20 @@ fn table_to_frame(t: &Table, script_resp3: bool, depth: usize) -> Frame {
     let mut items = Vec::new();
     for i in 1.. {
         match t.raw_get::<Value>(i) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(to_frame(&v, script_resp3, depth + 1)),
+            Ok(Value::Nil) => break,
+            Ok(v) => items.push(to_frame(&v, script_resp3, depth + stack::ELEMENT, refs + 1)),
+            Err(_) => {
+                items.push(stack_limit());
+                break;
+            }
         }
     }
     F::array(items)
+}
+
+/// What stands in for a value too deep to convert: Redis's text (see [`stack`]).
+fn stack_limit() -> Frame {
+    F::error("ERR reached lua stack limit".to_string())
 }
 
 /// A double as Redis replies with it (`%.17g`; NaN with its sign, as glibc prints it).

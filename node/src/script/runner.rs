@@ -23,6 +23,9 @@ use crate::store::Store;
 
 pub const BUSY: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// The script thread's stack (see `start_thread`).
+const SCRIPT_STACK_BYTES: usize = 64 << 20;
+
 /// Redis's default `busy-reply-threshold`, in ms.
 pub const DEFAULT_BUSY_MS: u64 = 5_000;
 /// The Lua VM's memory limit unless `--lua-memory-limit` says otherwise.
@@ -116,6 +119,9 @@ impl Scripts {
         let limit = self.memory_limit.load(Ordering::Relaxed);
         let spawned = std::thread::Builder::new()
             .name("shoal-lua".into())
+            // A returned table nested as deep as Redis allows (7,995 arrays) is converted by
+            // recursion; the stack is reserved, not committed, beyond what a script uses.
+            .stack_size(SCRIPT_STACK_BYTES)
             .spawn(move || worker(store, shared, rx, limit));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the script thread");
@@ -350,10 +356,12 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     };
     let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
     shared.running_since.store(0, Ordering::Release);
+    // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
+    let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
     let reply = if outcome.denials.is_empty() {
-        frame(outcome.reply)
+        frame(returned)
     } else {
-        let denied = proto::ScriptDenied { frame: Some(outcome.reply), denials: outcome.denials };
+        let denied = proto::ScriptDenied { frame: Some(returned), denials: outcome.denials };
         Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() }
     };
     (reply, outcome.written)

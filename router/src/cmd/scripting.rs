@@ -94,7 +94,9 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
     // node checks each of its calls as Redis does; EVAL inside MULTI comes here too, at EXEC.
     let user = super::acl::session_user(ctx);
     let acl = user.script_rules().to_string();
-    let script = proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly, acl };
+    let resp = ctx.session.protocol().version() as u32;
+    let script =
+        proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly, acl, resp };
     let routing = ctx.routing.clone();
     // A script without keys runs on any node; spread them.
     let pos = match (keys.is_empty(), routing.one_owner(&keys)) {

@@ -271,33 +271,37 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Raw<S> {
     }
 }
 
-/// Length of the first complete RESP2/RESP3 reply in `b`, if there is one.
+/// Length of the first complete RESP2/RESP3 reply in `b`, if there is one. (A loop over the
+/// items still to come, not a recursion: Redis nests a script's reply up to 7,995 deep.)
 pub fn frame_len(b: &[u8]) -> Option<usize> {
-    let line_end = |from: usize| b[from..].windows(2).position(|w| w == b"\r\n").map(|p| from + p);
-    let first = *b.first()?;
-    let le = line_end(0)?;
-    let num = || std::str::from_utf8(&b[1..le]).ok()?.parse::<i64>().ok();
-    match first {
-        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(le + 2),
-        b'$' | b'=' | b'!' => {
-            let n = num()?;
-            if n < 0 {
-                return Some(le + 2);
+    let mut pos = 0;
+    let mut to_come: i64 = 1;
+    while to_come > 0 {
+        to_come -= 1;
+        let rest = &b[pos..];
+        let first = *rest.first()?;
+        let le = rest.windows(2).position(|w| w == b"\r\n")?;
+        let num = || std::str::from_utf8(&rest[1..le]).ok()?.parse::<i64>().ok();
+        pos += le + 2;
+        match first {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+            b'$' | b'=' | b'!' => {
+                let n = num()?;
+                if n >= 0 {
+                    pos += n as usize + 2;
+                    if b.len() < pos {
+                        return None;
+                    }
+                }
             }
-            let end = le + 2 + n as usize + 2;
-            (b.len() >= end).then_some(end)
-        }
-        b'*' | b'~' | b'>' | b'%' => {
-            let n = num()?;
-            let items = if first == b'%' { n * 2 } else { n };
-            let mut pos = le + 2;
-            for _ in 0..items.max(0) {
-                pos += frame_len(&b[pos..])?;
+            b'*' | b'~' | b'>' | b'%' => {
+                let n = num()?.max(0);
+                to_come += if first == b'%' { n * 2 } else { n };
             }
-            Some(pos)
+            _ => panic!("not a RESP reply: {:?}", String::from_utf8_lossy(b)),
         }
-        _ => panic!("not a RESP reply: {:?}", String::from_utf8_lossy(b)),
     }
+    Some(pos)
 }
 
 /// A free loopback TCP port (bound and released; fine for tests on one machine).
