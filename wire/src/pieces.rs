@@ -191,33 +191,65 @@ pub fn push_reply(r: Reply, out: &mut impl Extend<Reply>) -> usize {
     size
 }
 
-/// Assembles replies sent in pieces (one per stream).
+/// Assembles replies sent in pieces (one per stream). A reply that cannot be put together (larger
+/// than the receiver's limit, or not a valid message once whole) fails by itself: its pieces are
+/// taken and dropped, and its place in the order gets the error ([`PieceError::fails_the_stream`]
+/// says which errors leave the stream out of step instead).
 #[derive(Debug, Default)]
-pub struct ReplyAssembler(Assembler);
+pub struct ReplyAssembler {
+    asm: Assembler,
+    /// A piece of the reply being assembled was refused; the reply fails when it completes.
+    failed: Option<PieceError>,
+}
 
 impl ReplyAssembler {
-    /// Takes the next received reply: `Ok(None)` for a piece, else the complete reply.
+    /// Takes the next received reply: `Ok(None)` for a piece, else the complete reply, or the
+    /// error that takes its place.
     pub fn feed(&mut self, r: Reply) -> Result<Option<Reply>, PieceError> {
         match r.kind {
-            Some(reply::Kind::Piece(p)) => self.0.push(p).map(|()| None),
-            _ if self.0.is_empty() => Ok(Some(r)),
-            Some(reply::Kind::Value(tail)) => Ok(Some(Reply {
-                kind: Some(reply::Kind::Value(self.0.finish(&tail)?)),
-                ..Default::default()
-            })),
+            Some(reply::Kind::Piece(p)) => {
+                if self.failed.is_none()
+                    && let Err(e) = self.asm.push(p)
+                {
+                    self.failed = Some(e);
+                }
+                Ok(None)
+            }
+            _ if self.asm.is_empty() && self.failed.is_none() => Ok(Some(r)),
+            Some(reply::Kind::Value(tail)) => {
+                let value = self.finish(&tail)?;
+                Ok(Some(Reply { kind: Some(reply::Kind::Value(value)), ..Default::default() }))
+            }
             Some(reply::Kind::Entry(mut e)) => {
-                e.value = self.0.finish(&e.value)?;
+                e.value = self.finish(&e.value)?;
                 Ok(Some(Reply { kind: Some(reply::Kind::Entry(e)), ..Default::default() }))
             }
             Some(reply::Kind::Assembled(_)) => {
-                let bytes = self.0.finish(&[])?;
+                let bytes = self.finish(&[])?;
                 Reply::decode(bytes).map(Some).map_err(|e| PieceError::Decode(e.to_string()))
             }
             _ => {
-                self.0.clear();
+                self.asm.clear();
+                self.failed = None;
                 Err(PieceError::Stray)
             }
         }
+    }
+
+    fn finish(&mut self, tail: &[u8]) -> Result<Bytes, PieceError> {
+        let bytes = self.asm.finish(tail);
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => bytes,
+        }
+    }
+}
+
+impl PieceError {
+    /// Whether the stream is out of step after this (pieces that belong to nothing), rather than
+    /// one item failed in its place.
+    pub fn fails_the_stream(&self) -> bool {
+        matches!(self, PieceError::Stray)
     }
 }
 
@@ -413,6 +445,29 @@ mod tests {
         let mut asm = EntryAssembler::default();
         let got: Vec<_> = out.into_iter().filter_map(|e| asm.feed(e).unwrap()).collect();
         assert_eq!(got, vec![e, small]);
+    }
+
+    /// A reply larger than the receiver takes fails in its place, and the replies after it
+    /// come through (issue 38: one client's huge reply must not fail the stream under others).
+    #[test]
+    fn a_reply_past_the_limit_fails_alone() {
+        let mut out = Vec::new();
+        let value = big(3 * PIECE_BYTES);
+        push_reply(Reply { kind: Some(reply::Kind::Value(value.clone())), ..Default::default() }, &mut out);
+        let keys = Reply {
+            kind: Some(reply::Kind::Keys(proto::KeyList { keys: vec![big(2 * PIECE_BYTES)] })),
+            ..Default::default()
+        };
+        push_reply(keys, &mut out);
+        push_reply(Reply { kind: Some(reply::Kind::Int(4)), ..Default::default() }, &mut out);
+        let mut asm =
+            ReplyAssembler { asm: Assembler { limit: PIECE_BYTES, ..Assembler::default() }, failed: None };
+        let got: Vec<_> = out.into_iter().filter_map(|r| asm.feed(r).transpose()).collect();
+        assert_eq!(got.len(), 3, "one result per reply: {got:?}");
+        assert_eq!(got[0], Err(PieceError::TooLarge));
+        assert_eq!(got[1], Err(PieceError::TooLarge));
+        assert_eq!(got[2], Ok(Reply { kind: Some(reply::Kind::Int(4)), ..Default::default() }));
+        assert!(!PieceError::TooLarge.fails_the_stream() && PieceError::Stray.fails_the_stream());
     }
 
     #[test]

@@ -431,6 +431,24 @@ struct Inflight {
 }
 
 impl Inflight {
+    /// Hands the next reply to the caller first in line (a deferred one waits by its id: a
+    /// script's real reply comes later). `Err`: nobody was waiting for it.
+    fn deliver(&mut self, r: Reply) -> Result<(), String> {
+        match (self.waiters.pop_front(), &r.kind) {
+            (Some(w @ Waiter::One(_)), Some(reply::Kind::Deferred(d))) => {
+                let d = *d;
+                self.deferred.insert(d, w);
+            }
+            (Some(w), _) => {
+                if let Some(w) = w.give(r) {
+                    self.waiters.push_front(w);
+                }
+            }
+            (None, _) => return Err("more replies than requests".to_string()),
+        }
+        Ok(())
+    }
+
     /// Marks the stream gone and returns everyone still waiting.
     fn close(&mut self) -> VecDeque<Waiter> {
         self.closed = true;
@@ -774,21 +792,17 @@ async fn read_replies(
                 Ok(None) => {}
                 Ok(Some(r)) => {
                     received += 1;
-                    match (inf.waiters.pop_front(), &r.kind) {
-                        // Its real reply comes later, by id (a single op's caller: a script).
-                        (Some(w @ Waiter::One(_)), Some(reply::Kind::Deferred(d))) => {
-                            let d = *d;
-                            inf.deferred.insert(d, w);
-                        }
-                        (Some(w), _) => {
-                            if let Some(w) = w.give(r) {
-                                inf.waiters.push_front(w);
-                            }
-                        }
-                        (None, _) => failure = Some("more replies than requests".to_string()),
-                    }
+                    failure = failure.or(inf.deliver(r).err());
                 }
-                Err(e) => failure = Some(format!("bad reply pieces: {e}")),
+                Err(e) if e.fails_the_stream() => failure = Some(format!("bad reply pieces: {e}")),
+                // One reply that could not be put together: its caller gets the error, the
+                // stream and everyone else's replies go on.
+                Err(e) => {
+                    received += 1;
+                    let text = format!("ERR the node's reply could not be received: {e}");
+                    let error = Reply { kind: Some(reply::Kind::Error(text)), ..Default::default() };
+                    failure = failure.or(inf.deliver(error).err());
+                }
             }
         }
         if failure.is_none() && !message.more {
