@@ -71,6 +71,22 @@ pub async fn pull(puller: Puller, m: Migration, version: u64, from: String) {
     }
 }
 
+/// How long the old owner may take to answer a call of a pull, or to send the next chunk of its
+/// export, before the pull gives up and starts again (it resumes where it got to): a live but
+/// stuck peer must not hold a slot move until HTTP/2 keep-alive notices.
+const STALL: Duration = Duration::from_secs(10);
+
+/// `call`'s result, or an error once `limit` has passed.
+async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r.map_err(|s| s.message().to_string()),
+        Err(_) => Err(format!("the old owner did not answer within {limit:?}")),
+    }
+}
+
 async fn pull_once(
     puller: &Puller,
     m: Migration,
@@ -89,7 +105,7 @@ async fn pull_once(
     // nodes one by one); it only exports once it has, so tell it.
     if let Some(t) = puller.served.view().topology.as_ref().filter(|t| t.version == version) {
         let doc = TopologyDoc { json: t.to_json() };
-        client.update_topology(doc).await.map_err(|s| s.message().to_string())?;
+        within(STALL, client.update_topology(doc)).await?;
     }
     // With a rate limit, chunks are small enough to pace smoothly (about 256 a second): storing a
     // big chunk is a burst of CPU that client requests queue behind.
@@ -103,14 +119,13 @@ async fn pull_once(
         topology_version: version,
     };
     let mut first = true;
-    let mut stream = client.export_slots(req).await.map_err(|s| s.message().to_string())?.into_inner();
+    let mut stream = within(STALL, client.export_slots(req)).await?.into_inner();
     // Large values arrive as partial entries, possibly over several chunks.
     let mut assembler = EntryAssembler::default();
     loop {
-        let chunk = match stream.message().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
-            Err(s) => return Err(s.message().to_string()),
+        let chunk = match within(STALL, stream.message()).await? {
+            Some(c) => c,
+            None => break,
         };
         if puller.served.version() != version {
             return Ok(()); // superseded mid-stream

@@ -211,6 +211,11 @@ impl Node for NodeService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("a replica names itself in its first message"))?;
+        if first.replica.is_empty() {
+            return Err(Status::invalid_argument(
+                "a replica names itself (its address) in its first message",
+            ));
+        }
         // Only a serving primary feeds replicas: a fenced one may hold stale data (a replica
         // copying it would lose what it has), and a replica's copy may be partial (mid-sync).
         // The generation is read first: a demotion installs the view, then ends the generation,
@@ -239,9 +244,11 @@ impl Node for NodeService {
     ) -> Result<Response<proto::WaitReply>, Status> {
         let req = request.into_inner();
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms));
+        let listed = self.state.membership.listed_replicas();
         let replicas = crate::replication::feed::wait(
             &self.state.store,
             &self.state.membership.replication,
+            &listed,
             req.numreplicas,
             timeout,
         )

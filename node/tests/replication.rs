@@ -281,6 +281,118 @@ async fn a_replica_never_holds_part_of_a_transaction() {
     assert_eq!(state(&replica, "a"), state(&primary, "a"));
 }
 
+/// A replica whose primary accepts connections and then says nothing (a stopped process, a
+/// stuck link) gives that stream up within seconds and opens another, rather than waiting for
+/// HTTP/2 keep-alive to notice. (Issue 38, item 8.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_gives_up_on_a_primary_that_never_answers() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_addr = hole.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(socket); // never read, never answered
+        }
+    });
+    let replica = start().await;
+    let mut t = Topology::even(&[hole_addr.clone()]);
+    t.nodes[0].replicas = vec![replica.addr.to_string()];
+    t.version = 1;
+    t.validate().unwrap();
+    offer(&t, &[&replica]).await;
+    let started = Instant::now();
+    while accepted.load(Ordering::SeqCst) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(8), "the replica still waits on its first stream");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!replica.state.membership.replication.synced());
+    replica.shutdown().await.unwrap();
+}
+
+/// WAIT counts only the replicas the topology lists for the shard: a `Replicate` stream opened
+/// under any other name (a replica dropped from the shard, or anything that can reach the port
+/// with the cluster secret) that acks everything counts for nothing, and a stream that names no
+/// replica is refused. (Issue 38, item 3.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_counts_only_the_replicas_the_topology_lists() {
+    use shoal_wire::proto::ReplicaAck;
+    let primary = start().await;
+    let (replica, _) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    set(&mut p, 2, "k", "v").await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1, "the listed replica counts");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(ReplicaAck { replica: "127.0.0.1:9".into(), ..Default::default() }).await.unwrap();
+    let impostor = p.clone().replicate(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap();
+    tx.send(ReplicaAck { offset: u64::MAX / 2, ..Default::default() }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    replica.shutdown().await.unwrap();
+    set(&mut p, 2, "after", "v").await;
+    assert_eq!(
+        wait_replicas(&mut p, 1, 300).await,
+        0,
+        "a stream the topology does not list is not a replica"
+    );
+    drop((tx, impostor));
+    let nameless = p.replicate(tokio_stream::iter([ReplicaAck::default()])).await;
+    assert_eq!(nameless.err().map(|s| s.code()), Some(tonic::Code::InvalidArgument));
+    primary.shutdown().await.unwrap();
+}
+
+/// A replica that cannot store what its primary sent (here a value over its own
+/// `proto-max-bulk-len`, in one transaction with a value it could store) acks none of it (WAIT does not count it; it is not synced, so failover passes it over),
+/// and once the primary no longer holds the value, its next full sync has everything. (Issue 38,
+/// item 1: it used to log, skip the value and ack; that the rest of the unit is not stored either,
+/// item 10, is `store::typed`'s `restore_all` test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_store_a_unit_stores_none_of_it_and_stops_counting() {
+    let primary = start().await;
+    let small = StoreConfig { max_value_len: 100, ..StoreConfig::default() };
+    let store = Arc::new(Store::new(small, Arc::new(SystemClock)));
+    let replica =
+        NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap();
+    let mut t = topology(1, &primary, &[&replica]);
+    offer(&t, &[&primary, &replica]).await;
+    t.version = 2;
+    offer(&t, &[&primary, &replica]).await;
+    until("the full sync", || replica.state.membership.replication.synced()).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    set(&mut p, 2, "before", "v").await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1, "a healthy replica counts");
+    let set_op = |key: &str, value: String| Op {
+        kind: Some(Kind::Set(Set {
+            key: Bytes::from(key.to_string()),
+            value: value.into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let unit = Transaction {
+        ops: vec![set_op("fits", "v".into()), set_op("big", "x".repeat(1000))],
+        watches: Vec::new(),
+    };
+    assert!(matches!(run(&mut p, 2, Kind::Transaction(unit)).await, reply::Kind::Replies(_)));
+    assert_eq!(
+        wait_replicas(&mut p, 1, 500).await,
+        0,
+        "WAIT does not count a replica that did not store the unit"
+    );
+    assert!(!replica.state.membership.replication.synced());
+    assert_eq!(state(&replica, "big"), None);
+    // The primary drops the value: the replica's next full sync brings everything.
+    run(&mut p, 2, Kind::Del(Del { key: Bytes::from("big") })).await;
+    until("a full sync after the value went", || replica.state.membership.replication.synced()).await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(state(&replica, "fits").map(|s| s.0), Some(Bytes::from("v")));
+    assert_eq!(state(&replica, "before").map(|s| s.0), Some(Bytes::from("v")));
+    replica.shutdown().await.unwrap();
+    primary.shutdown().await.unwrap();
+}
+
 /// WAIT that arrives while a transaction or script holds the store's gate counts that unit: a
 /// client blocked on one of its keys is served inside it and may send WAIT before the unit is
 /// recorded, so WAIT reads the log's end under the gate, after the unit is in the log.

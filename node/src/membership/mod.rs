@@ -374,6 +374,17 @@ impl Membership {
         }
     }
 
+    /// The replicas the topology lists for the shard this process is the primary of (none when
+    /// it is not one): the only ones WAIT counts and a hand-over may promote.
+    pub fn listed_replicas(&self) -> Vec<String> {
+        let view = self.view();
+        let Some(t) = view.topology.as_ref() else { return Vec::new() };
+        match self.place(t) {
+            Some((id, true)) => t.node(id).map(|n| n.replicas.clone()).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Installs the topology served again with `serving` set (a pause or a resume at the same
     /// version, if `at_version` is still the one served), this process being its shard's primary;
     /// returns the version, or None if nothing was installed. Batches checked against the view

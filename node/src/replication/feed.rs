@@ -421,7 +421,14 @@ impl Drop for Waiting<'_> {
 
 /// WAIT: how many replicas have acked every change applied before this call, waiting up to
 /// `timeout` (None: no limit) for `wanted` of them.
-pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: Option<Duration>) -> u32 {
+/// `listed`: the replicas the topology lists for this shard, the only ones counted.
+pub async fn wait(
+    store: &Arc<Store>,
+    repl: &Replication,
+    listed: &[String],
+    wanted: u32,
+    timeout: Option<Duration>,
+) -> u32 {
     let until = timeout.map(|t| tokio::time::Instant::now() + t);
     // The log's end is read under the store's gate held shared: a transaction or script (which
     // holds it exclusively) records its unit just before it lets go, and a client blocked on one
@@ -434,7 +441,7 @@ pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: 
     let mut waiting = None;
     loop {
         let acked = repl.acked.notified();
-        let count = repl.count_acked(target);
+        let count = repl.count_acked(target, listed);
         if count >= wanted {
             return count;
         }
@@ -444,7 +451,7 @@ pub async fn wait(store: &Arc<Store>, repl: &Replication, wanted: u32, timeout: 
             Some(at) => {
                 tokio::select! {
                     _ = acked => {}
-                    _ = tokio::time::sleep_until(at) => return repl.count_acked(target),
+                    _ = tokio::time::sleep_until(at) => return repl.count_acked(target, listed),
                 }
             }
             None => acked.await,

@@ -31,6 +31,12 @@ use super::state::Replication;
 use crate::store::object::ValueType;
 use crate::store::{Restore, Store};
 
+/// How long the primary may say nothing (an idle one sends a heartbeat every
+/// [`super::feed::HEARTBEAT`]) or take to answer the `Replicate` call before the follower gives
+/// up on that stream and opens another: a live but stuck primary (stopped, or its link) must not
+/// hold the follower until HTTP/2 keep-alive notices.
+const STALL: Duration = Duration::from_secs(3);
+
 /// Follows `primary` as generation `generation` until that generation ends; calls carry `secret`.
 pub async fn run(
     store: Arc<Store>,
@@ -79,6 +85,7 @@ async fn follow_once(
     let mut pending = ReplicationChunk::default();
     // A full sync is done and the first cut after it has not been applied yet.
     let mut awaiting_cut = false;
+    let mut heard = tokio::time::Instant::now();
     loop {
         let chunk = tokio::select! {
             next = stream.message() => match next {
@@ -86,14 +93,19 @@ async fn follow_once(
                 Ok(None) => return Err("the primary closed the stream".into()),
                 Err(s) => return Err(s.message().to_string()),
             },
-            // A new generation ends this follower even while the primary is silent.
+            // A new generation ends this follower even while the primary is silent; a primary
+            // silent past its heartbeats is stuck (alive, or the link is): follow anew.
             _ = tokio::time::sleep(Duration::from_millis(100)) => {
                 if !repl.current(generation) {
                     return Ok(());
                 }
+                if heard.elapsed() > STALL {
+                    return Err(format!("nothing from the primary for {STALL:?}"));
+                }
                 continue;
             }
         };
+        heard = tokio::time::Instant::now();
         if !repl.current(generation) {
             return Ok(());
         }
@@ -114,8 +126,16 @@ async fn follow_once(
             continue;
         }
         repl.mid_cut.store(false, Ordering::Relaxed);
-        if !apply(store, repl, generation, &mut assembler, std::mem::take(&mut pending)).await? {
-            return Ok(());
+        match apply(store, repl, generation, &mut assembler, std::mem::take(&mut pending)).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            // Not stored: this copy is no longer its primary's. It stops counting (no ack, not
+            // synced: WAIT and failover pass it over) and asks for a full sync when it reopens.
+            Err(e) => {
+                repl.while_current(generation, || repl.synced.store(false, Ordering::Relaxed));
+                tracing::error!(primary = %primary, error = %e, "a replicated cut could not be stored; resyncing");
+                return Err(e);
+            }
         }
         // What the replica reports (its primary's run, synced, its offset) is written under the
         // same rule as the store: never for a generation that has ended, or a follower finishing
@@ -168,9 +188,10 @@ async fn open(
     let run_id = if repl.synced() { repl.primary_run_id.lock().clone() } else { String::new() };
     let hello = ReplicaAck { replica: me.to_string(), run_id, offset: repl.offset.load(Ordering::Relaxed) };
     acks.send(hello).await.map_err(|e| e.to_string())?;
-    let stream = client
-        .replicate(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let call = client.replicate(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let stream = tokio::time::timeout(STALL, call)
         .await
+        .map_err(|_| format!("the primary did not answer within {STALL:?}"))?
         .map_err(|s| s.message().to_string())?
         .into_inner();
     Ok((acks, stream))
@@ -214,31 +235,39 @@ async fn apply(
     }
     let (store, repl) = (store.clone(), repl.clone());
     let deleted = chunk.deleted;
-    tokio::task::spawn_blocking(move || {
-        repl.while_current(generation, || apply_now(&store, &whole, &deleted)).is_some()
+    let applied = tokio::task::spawn_blocking(move || {
+        repl.while_current(generation, || apply_now(&store, &whole, &deleted))
     })
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    match applied {
+        None => Ok(false),
+        Some(Ok(())) => Ok(true),
+        Some(Err(e)) => Err(e),
+    }
 }
 
-/// [`apply`]'s change, under the store's gate held exclusively.
-fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) {
+/// [`apply`]'s change, under the store's gate held exclusively: the whole cut, or (a value that
+/// cannot be stored here: a type this node does not know, a value over its limits) nothing of it.
+fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) -> Result<(), String> {
     let _exclusive = store.gate.write();
-    let entries: Vec<Restore<'_>> = whole
-        .iter()
-        .filter_map(|e| {
-            let Some(value_type) = ValueType::from_u32(e.value_type) else {
-                tracing::error!(value_type = e.value_type, "replicated value of unknown type skipped");
-                return None;
-            };
-            Some(Restore { key: &e.key, value: &e.value, value_type, expire_at: e.expire_at_ms })
-        })
-        .collect();
-    for (key, err) in store.restore_all(&entries) {
-        tracing::error!(key = %String::from_utf8_lossy(key), %err, "could not store a replicated value");
+    let mut entries = Vec::with_capacity(whole.len());
+    for e in whole {
+        let Some(value_type) = ValueType::from_u32(e.value_type) else {
+            let key = String::from_utf8_lossy(&e.key);
+            return Err(format!("a replicated value of unknown type {} (key {key})", e.value_type));
+        };
+        entries.push(Restore { key: &e.key, value: &e.value, value_type, expire_at: e.expire_at_ms });
+    }
+    if let Some((key, err)) = store.restore_all(&entries).into_iter().next() {
+        return Err(format!(
+            "could not store the replicated value of {}: {err}",
+            String::from_utf8_lossy(key)
+        ));
     }
     for key in deleted {
         let key: &[u8] = key;
         store.with_keys(&[key], |l| l.delete(key));
     }
+    Ok(())
 }

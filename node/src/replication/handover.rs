@@ -74,13 +74,7 @@ pub async fn run(
     }
     // Only a replica the topology lists can be promoted (the writer ignores any other): a
     // replica still connected but dropped from the shard is no candidate.
-    let listed: Vec<String> = membership
-        .view()
-        .topology
-        .as_ref()
-        .and_then(|t| t.node(shard))
-        .map(|n| n.replicas.clone())
-        .unwrap_or_default();
+    let listed = membership.listed_replicas();
     if let Some(r) = replica
         && !listed.iter().any(|l| l == r)
     {

@@ -273,9 +273,12 @@ impl Replication {
         self.exiting.load(Ordering::SeqCst)
     }
 
-    /// How many connected replicas have acked `offset`.
-    pub(super) fn count_acked(&self, offset: u64) -> u32 {
-        self.replicas.lock().values().filter(|r| r.synced && r.acked >= offset).count() as u32
+    /// How many connected replicas among `listed` (the topology's replicas of this shard) have
+    /// acked `offset`: a stream opened by anything else (a replica dropped from the shard, a
+    /// client naming itself anything) counts for nothing.
+    pub(super) fn count_acked(&self, offset: u64, listed: &[String]) -> u32 {
+        let replicas = self.replicas.lock();
+        replicas.values().filter(|r| r.synced && r.acked >= offset && listed.contains(&r.addr)).count() as u32
     }
 
     /// The connected replicas, for stats.

@@ -98,25 +98,53 @@ impl Store {
     /// Stores replicated entries (key, serialized value, type, absolute expiry), each replacing
     /// what its key held, as [`Locked::restore`] does, locking each shard once for all of its keys
     /// rather than once per key: a replica applies its primary's cuts this way. Entries of one
-    /// key keep their order. Returns the entries that could not be stored, with why (the others
-    /// are stored).
+    /// key keep their order. All or nothing: every value is decoded and checked first, and if
+    /// any cannot be stored, none is, and the ones that cannot are returned with why (a cut is a
+    /// unit: a transaction's or script's writes are stored whole or not at all).
     pub fn restore_all<'e>(&self, entries: &[Restore<'e>]) -> Vec<(&'e [u8], StoreError)> {
+        let mut checked = Vec::with_capacity(entries.len());
+        let mut failed = Vec::new();
+        for e in entries {
+            match self.check_restore(e.key, e.value, e.value_type) {
+                Ok(object) => checked.push(Some(object)),
+                Err(err) => failed.push((e.key, err)),
+            }
+        }
+        if !failed.is_empty() {
+            return failed;
+        }
         let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
         for (i, e) in entries.iter().enumerate() {
             by_shard[self.shard_of(e.key)].push(i);
         }
-        let mut failed = Vec::new();
         for group in by_shard.iter().filter(|g| !g.is_empty()) {
             // Every key of the group lives in the first one's shard: one lock serves them all.
             self.with_keys(&[entries[group[0]].key], |l| {
-                for e in group.iter().map(|&i| &entries[i]) {
-                    if let Err(err) = l.restore(e.key, e.value, e.expire_at, e.value_type) {
-                        failed.push((e.key, err));
-                    }
+                for &i in group {
+                    let (e, object) = (&entries[i], checked[i].take().expect("checked once"));
+                    l.put_restored(e.key, e.value, e.expire_at, object);
                 }
             });
         }
         failed
+    }
+
+    /// A value about to be restored, decoded (a typed one) and checked against the limits.
+    fn check_restore(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        t: ValueType,
+    ) -> Result<Option<Box<Object>>, StoreError> {
+        let object = match t {
+            ValueType::String => None,
+            t => Some(Box::new(
+                Object::deserialize(t, value, &self.limits()).map_err(|_| StoreError::BadValue)?,
+            )),
+        };
+        self.check_len(key.len())?;
+        self.check_len(value.len())?;
+        Ok(object)
     }
 }
 
@@ -223,19 +251,19 @@ impl Locked<'_> {
         expire_at: u64,
         t: ValueType,
     ) -> Result<(), StoreError> {
-        let limits = self.store.limits();
-        let object = match t {
-            ValueType::String => None,
-            t => Some(Box::new(Object::deserialize(t, value, &limits).map_err(|_| StoreError::BadValue)?)),
-        };
-        self.store.check_len(key.len())?;
-        self.store.check_len(value.len())?;
+        let object = self.store.check_restore(key, value, t)?;
+        self.put_restored(key, value, expire_at, object);
+        Ok(())
+    }
+
+    /// [`Locked::restore`]'s write, of a value [`Store::check_restore`] passed.
+    fn put_restored(&mut self, key: &[u8], value: &[u8], expire_at: u64, object: Option<Box<Object>>) {
         let (s, h, now) = self.shard(key);
         if let Some(p) = s.find_live(h, key, now) {
             s.delete(h, p);
         }
         if expire_at != 0 && expire_at <= now {
-            return Ok(());
+            return;
         }
         match object {
             None => {
@@ -247,7 +275,6 @@ impl Locked<'_> {
                 s.put_object(p, o);
             }
         }
-        Ok(())
     }
 
     /// `proto-max-bulk-len`: the longest value (LCS bounds its working memory by it).
@@ -478,6 +505,9 @@ mod tests {
         entries.push(Restore { key: b"bad", value: b"\xff\x00", value_type: ValueType::Hash, expire_at: 0 });
         let failed = store.restore_all(&entries);
         assert_eq!(failed, vec![(&b"bad"[..], StoreError::BadValue)]);
+        assert_eq!(store.len(), 0, "a unit with a value that cannot be stored is stored not at all");
+        entries.pop();
+        assert!(store.restore_all(&entries).is_empty());
         assert_eq!(store.get(b"key:0"), Some("first".into()));
         assert_eq!(store.get(b"key:39"), Some("first".into()));
         assert_eq!(store.get(b"key:7"), Some("second".into()));
@@ -485,7 +515,7 @@ mod tests {
         assert_eq!(store.ttl(b"key:8"), TtlState::ExpiresAt(61_000));
         assert_eq!(store.type_of(b"h"), "hash");
         assert!(!store.exists(b"bad"));
-        assert_eq!(store.len(), 41, "the 40 keys and the hash; nothing for the bad value");
+        assert_eq!(store.len(), 41, "the 40 keys and the hash");
     }
 
     #[test]
