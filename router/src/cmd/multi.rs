@@ -326,13 +326,10 @@ impl Remote {
             return Ok(Reply::Nil);
         };
         let push = if ends.1 { "lpush" } else { "rpush" };
-        let pushed = self.on_key(dst, cmd(&[push], &[dst, &v]), false).await?;
-        if let Err(e) = fail_on_error(pushed) {
-            let back = if ends.0 { "lpush" } else { "rpush" };
-            self.on_key(src, cmd(&[back], &[src, &v]), false).await?;
-            return Ok(e);
-        }
-        Ok(Reply::Bulk(v))
+        let back = if ends.0 { "lpush" } else { "rpush" };
+        let pushed = self.on_key(dst, cmd(&[push], &[dst, &v]), false);
+        let put_back = self.on_key(src, cmd(&[back], &[src, &v]), false);
+        Ok(moved_or_put_back(v, pushed, put_back).await)
     }
 
     /// LMPOP and ZMPOP: each key in order, as its own one-key command, until one pops.
@@ -349,6 +346,33 @@ impl Remote {
         }
         Ok(Reply::NilArray)
     }
+}
+
+/// The end of a cross-node move of `element`, popped from its source: `push` it to its
+/// destination, and if that fails in any way (refused, or the node unavailable or past the
+/// deadline), `put_back` where it came from. A push whose reply was lost may still have been
+/// applied: the element is then in both lists (at least once, never lost; docs/architecture.md,
+/// "What Shoal promises"). Only if the put-back fails too is it gone, and that is logged.
+async fn moved_or_put_back(
+    element: Bytes,
+    push: impl std::future::Future<Output = Step<Reply>>,
+    put_back: impl std::future::Future<Output = Step<Reply>>,
+) -> Reply {
+    let refused = match push.await {
+        Ok(pushed) => match fail_on_error(pushed) {
+            Ok(_) => return Reply::Bulk(element),
+            Err(refused) => refused,
+        },
+        Err(failed) => failed,
+    };
+    if let Err(e) = put_back.await.and_then(fail_on_error) {
+        tracing::error!(
+            element = %String::from_utf8_lossy(&element),
+            why = ?e,
+            "a list element popped for a cross-node move could be neither pushed nor put back"
+        );
+    }
+    refused
 }
 
 fn side(b: &[u8]) -> Option<bool> {
@@ -388,5 +412,44 @@ fn scratch_reply(r: proto::Reply) -> Step<(Reply, Vec<Frame>)> {
             Ok((reply, items.collect()))
         }
         other => Err(from_node(proto::Reply { kind: other, ..Default::default() })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn unavailable() -> Reply {
+        crate::backend::BackendError::Unavailable { node: 1, addr: "a".into(), reason: "down".into() }.into()
+    }
+
+    /// Issue 38, item 5: a push that fails below the reply (the node unavailable, a timeout)
+    /// puts the element back, as a refused push does; a push that succeeds does not.
+    #[tokio::test]
+    async fn a_cross_node_move_puts_the_element_back_whatever_failed() {
+        let element = Bytes::from_static(b"e");
+        for (push, moved) in [
+            (Err(unavailable()), false),
+            (Ok(Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")), false),
+            (Ok(Reply::Int(3)), true),
+        ] {
+            let expected = match &push {
+                Ok(Reply::Int(_)) => Reply::Bulk(element.clone()),
+                Ok(r) | Err(r) => r.clone(),
+            };
+            let put_back = AtomicBool::new(false);
+            let back = async {
+                put_back.store(true, Ordering::SeqCst);
+                Ok(Reply::Int(1))
+            };
+            let reply = moved_or_put_back(element.clone(), async { push }, back).await;
+            assert_eq!(reply, expected);
+            assert_eq!(
+                put_back.load(Ordering::SeqCst),
+                !moved,
+                "put back exactly when the push did not land"
+            );
+        }
     }
 }
