@@ -65,6 +65,7 @@ thread_local! {
 /// keeps its whole chunk (at most [`CHUNK`] bytes) alive, so only short-lived holders should get
 /// these: replies on their way to a client (the router copies small values into its output
 /// buffers, and its near-cache stores a copy).
+#[inline]
 fn value_out(v: &[u8]) -> Bytes {
     if v.len() > SMALL_VALUE || v.is_empty() {
         return Bytes::copy_from_slice(v);

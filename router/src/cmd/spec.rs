@@ -37,8 +37,8 @@ pub struct Ctx<'a> {
     /// Where this command's one-key read goes (set by [`prepare`]).
     pub read_from: ReadFrom,
     /// The router's clock in Unix ms, read once for the requests taken up together (`None`: not
-    /// read yet).
-    pub now: std::cell::Cell<Option<i64>>,
+    /// read yet): the pipeline's own cell, so nothing is copied back after each request.
+    pub now: &'a std::cell::Cell<Option<i64>>,
     /// Every command (COMMAND, INFO commandstats, CLIENT LIST name or list them).
     pub registry: &'static Registry,
 }

@@ -188,7 +188,7 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
             deadline: ctx.deadline,
             // Transactions run on primaries.
             read_from: crate::backend::ReadFrom::Primary,
-            now: ctx.now.clone(),
+            now: ctx.now,
             registry: ctx.registry,
         };
         for (slot, args) in &multi.queued {

@@ -5,36 +5,53 @@
 
 use shoal_wire::acl::commands::flag;
 
-use super::{Pipeline, Step, ctx, lane, near};
-use crate::cmd::{self, Args, CommandSpec, Ctx, LaneClass, Pending, transaction};
-use crate::session::Session;
+use std::collections::VecDeque;
 
-impl<T> Pipeline<T> {
-    /// Runs (or queues) an admitted request that no pause holds.
-    pub(super) fn dispatch(
-        &mut self,
-        session: &mut Session,
-        spec: &'static CommandSpec,
-        args: &Args,
-        tag: T,
-    ) -> Step<T> {
-        let class = spec.lane;
-        let readonly = spec.has_flag(flag::READONLY);
-        let joins = self.lanes && class != LaneClass::No && {
-            let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
-            lane::may_join(&self.state, session, &self.routing, readonly, arg_bytes)
-        };
-        if !joins {
+use super::{lane, near};
+use crate::cmd::{self, Args, CommandSpec, Ctx, LaneClass, Pending, transaction};
+
+/// Where a request stands once taken up.
+pub enum Step<T> {
+    /// Its op joined the lane: its reply comes with the lane's ([`super::Pipeline::next_sent`]).
+    Joined,
+    /// Its reply, ready ([`Pending::Ready`]: refused, queued in MULTI, answered from the near
+    /// cache or by the router) or on its way.
+    Done(T, Pending),
+    /// CLIENT PAUSE holds it: once the pause lets it run, [`super::Pipeline::resume`] it.
+    Held(T, &'static CommandSpec),
+    /// Admitted, but the protocol's own check refused it (a command the fast path cannot carry).
+    NotHere(&'static CommandSpec),
+}
+
+/// Runs (or queues) an admitted request that no pause holds. `lane`: the pipeline's lane, if its
+/// requests may join one at all; `sent`: where a lane sent before this request's own ops goes.
+#[inline]
+pub(super) fn dispatch<T>(
+    ctx: &mut Ctx,
+    lane: Option<&mut lane::Lane<T>>,
+    sent: &mut VecDeque<lane::LaneCall<T>>,
+    spec: &'static CommandSpec,
+    args: &Args,
+    tag: T,
+) -> Step<T> {
+    let class = spec.lane;
+    let readonly = spec.has_flag(flag::READONLY);
+    let joins = lane.is_some() && class != LaneClass::No && {
+        let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
+        lane::may_join(ctx.state, ctx.session, ctx.routing, readonly, arg_bytes)
+    };
+    let lane = match lane {
+        Some(lane) if joins => Some(lane),
+        other => {
             // What joined goes first: this handler queues its ops itself, and ops keep their
             // order on every node.
-            self.send(session);
+            if let Some(lane) = other {
+                sent.extend(lane.send(ctx));
+            }
+            None
         }
-        let mut ctx = ctx!(self, session);
-        let lane = if joins { Some(&mut self.lane) } else { None };
-        let step = run(&mut ctx, spec, args, (class, readonly), lane, tag);
-        self.now_ms = ctx.now.get();
-        step
-    }
+    };
+    run(ctx, spec, args, (class, readonly), lane, tag)
 }
 
 /// Queues the request in its transaction, or runs it: its op joins `lane` if it may (a write

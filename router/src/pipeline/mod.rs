@@ -32,25 +32,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Routing;
-use crate::cmd::{Args, CommandSpec, Pending};
+use crate::cmd::{Args, CommandSpec};
 use crate::nearcache::NearValue;
 use crate::session::Session;
 use crate::state::RouterState;
+pub use dispatch::Step;
 use lane::{Lane, LaneCall};
 use record::Timing;
-
-/// Where a request stands once taken up.
-pub enum Step<T> {
-    /// Its op joined the lane: its reply comes with the lane's ([`Pipeline::next_sent`]).
-    Joined,
-    /// Its reply, ready ([`Pending::Ready`]: refused, queued in MULTI, answered from the near
-    /// cache or by the router) or on its way.
-    Done(T, Pending),
-    /// CLIENT PAUSE holds it: once the pause lets it run, [`Pipeline::resume`] it.
-    Held(T, &'static CommandSpec),
-    /// Admitted, but the protocol's own check refused it (a command the fast path cannot carry).
-    NotHere(&'static CommandSpec),
-}
 
 /// A connection's way into the stages (see the module docs); `T` tags a request until its reply
 /// is in (a RESP connection's position in its round, a fast-path request's id).
@@ -59,7 +47,7 @@ pub struct Pipeline<T> {
     routing: Arc<Routing>,
     deadline: tokio::time::Instant,
     /// The router's clock in Unix ms for the requests taken up together (read at most once).
-    now_ms: Option<i64>,
+    now_ms: std::cell::Cell<Option<i64>>,
     lane: Lane<T>,
     sent: VecDeque<LaneCall<T>>,
     /// Whether one-key ops may join a lane (false: each request is taken up alone, as HTTP's
@@ -76,12 +64,11 @@ macro_rules! ctx {
             routing: &$p.routing,
             deadline: $p.deadline,
             read_from: crate::backend::ReadFrom::Primary,
-            now: std::cell::Cell::new($p.now_ms),
+            now: &$p.now_ms,
             registry: &crate::cmd::REGISTRY,
         }
     };
 }
-pub(crate) use ctx;
 
 impl<T> Pipeline<T> {
     pub fn new(state: &Arc<RouterState>) -> Pipeline<T> {
@@ -89,7 +76,7 @@ impl<T> Pipeline<T> {
             state: state.clone(),
             routing: state.backend.routing(),
             deadline: tokio::time::Instant::now() + state.settings.deadline,
-            now_ms: None,
+            now_ms: std::cell::Cell::new(None),
             lane: Lane::default(),
             sent: VecDeque::new(),
             lanes: true,
@@ -110,7 +97,7 @@ impl<T> Pipeline<T> {
             self.routing = self.state.backend.routing();
         }
         self.deadline = tokio::time::Instant::now() + self.state.settings.deadline;
-        self.now_ms = None;
+        self.now_ms.set(None);
     }
 
     #[inline]
@@ -138,21 +125,27 @@ impl<T> Pipeline<T> {
         tag: impl FnOnce(&Session, Option<&'static CommandSpec>) -> Option<T>,
     ) -> Step<T> {
         session.start_command_at(at);
+        // One context for both stages (the lane and the lanes sent are other fields of `self`).
         let mut ctx = ctx!(self, session);
         let admitted = admit::admit(known, args, &mut ctx);
-        self.now_ms = ctx.now.get();
-        let spec = match admitted {
-            Ok(spec) => spec,
-            Err(refused) => match tag(session, None) {
-                Some(tag) => return Step::Done(tag, refused.into()),
+        match admitted {
+            Err(refused) => match tag(ctx.session, None) {
+                Some(tag) => Step::Done(tag, refused.into()),
                 None => unreachable!("a refused request is answered"),
             },
-        };
-        let Some(tag) = tag(session, Some(spec)) else { return Step::NotHere(spec) };
-        if self.state.pause.holds(spec) {
-            return Step::Held(tag, spec);
+            Ok(spec) => match tag(ctx.session, Some(spec)) {
+                None => Step::NotHere(spec),
+                Some(tag) if ctx.state.pause.holds(spec) => Step::Held(tag, spec),
+                Some(tag) => dispatch::dispatch(
+                    &mut ctx,
+                    self.lanes.then_some(&mut self.lane),
+                    &mut self.sent,
+                    spec,
+                    args,
+                    tag,
+                ),
+            },
         }
-        self.dispatch(session, spec, args, tag)
     }
 
     /// A request CLIENT PAUSE held, now let through: its time starts again now (its duration
@@ -166,7 +159,8 @@ impl<T> Pipeline<T> {
     ) -> Step<T> {
         self.round();
         session.start_command();
-        self.dispatch(session, spec, args, tag)
+        let mut ctx = ctx!(self, session);
+        dispatch::dispatch(&mut ctx, self.lanes.then_some(&mut self.lane), &mut self.sent, spec, args, tag)
     }
 
     /// Sends the lane, if anything joined it (before anything is awaited: see [`lane`]).

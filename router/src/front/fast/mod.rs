@@ -337,6 +337,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             Some(Meta { hot, ..refusal })
         });
         let took = match step {
+            // The common case first, by itself: the step is not moved on (a memcpy of a whole
+            // op per request).
+            Step::Joined => Took::Next,
             Step::NotHere(spec) => {
                 state.metrics.fast_errors.inc();
                 put_error(&mut self.out, id, &Refusal::NotOverFastPath(spec.name()).to_string());
@@ -379,6 +382,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
 
     /// A plain GET answered from the near cache, if it is one and a hit ([`Pipeline::near_hit`]).
     fn near_hit(&mut self, total: usize) -> bool {
+        // (Before the frame is looked into: without a near cache, nothing here is a hit.)
+        if self.guard.state.near.is_none() {
+            return false;
+        }
         let Some((id, key)) = fast::plain_get(&self.input, total) else { return false };
         // Room for a copied value first: the copy runs with the cache's shard locked.
         self.out.reserve(fast::HEADER_LEN + COPY_OUT);
