@@ -299,7 +299,7 @@ async fn a_replica_gives_up_on_a_primary_that_never_answers() {
         }
     });
     let replica = start().await;
-    let mut t = Topology::even(&[hole_addr.clone()]);
+    let mut t = Topology::even(&[hole_addr]);
     t.nodes[0].replicas = vec![replica.addr.to_string()];
     t.version = 1;
     t.validate().unwrap();
