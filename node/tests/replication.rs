@@ -21,8 +21,18 @@ use support::{connect, get, run, set};
 use tonic::transport::Channel;
 
 async fn start() -> NodeHandle {
-    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+    start_with(StoreConfig::default()).await
+}
+
+async fn start_with(config: StoreConfig) -> NodeHandle {
+    let store = Arc::new(Store::new(config, Arc::new(SystemClock)));
     NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap()
+}
+
+/// A SET op of `key` to `value`.
+fn set_op(key: &str, value: impl Into<Bytes>) -> Op {
+    let set = Set { key: Bytes::from(key.to_string()), value: value.into(), ..Default::default() };
+    Op { kind: Some(Kind::Set(set)), ..Default::default() }
 }
 
 /// One shard: `primary` with `replicas`, at `version`.
@@ -49,7 +59,11 @@ async fn offer(t: &Topology, nodes: &[&NodeHandle]) {
 /// A replica for `primary`: started, both given a topology naming them (version 1, which fences
 /// the primary, then 2, which confirms it), and synced. Returns it and the topology at 2.
 async fn add_replica(primary: &NodeHandle) -> (NodeHandle, Topology) {
-    let replica = start().await;
+    add_this_replica(primary, start().await).await
+}
+
+/// [`add_replica`] with a replica of the caller's.
+async fn add_this_replica(primary: &NodeHandle, replica: NodeHandle) -> (NodeHandle, Topology) {
     let mut t = topology(1, primary, &[&replica]);
     offer(&t, &[primary, &replica]).await;
     t.version = 2;
@@ -226,14 +240,6 @@ async fn a_replica_never_holds_part_of_a_transaction() {
     let primary = start().await;
     let (replica, t) = add_replica(&primary).await;
     let mut p = connect(&primary.addr.to_string()).await;
-    let set_op = |key: &str, value: &str| Op {
-        kind: Some(Kind::Set(Set {
-            key: Bytes::from(key.to_string()),
-            value: Bytes::from(value.to_string()),
-            ..Default::default()
-        })),
-        ..Default::default()
-    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let observer = {
         let (store, stop) = (replica.state.store.clone(), stop.clone());
@@ -255,11 +261,13 @@ async fn a_replica_never_holds_part_of_a_transaction() {
     };
     for i in 0..300 {
         let v = i.to_string();
-        let unit =
-            Transaction { ops: ["a", "b", "c"].iter().map(|k| set_op(k, &v)).collect(), watches: Vec::new() };
+        let unit = Transaction {
+            ops: ["a", "b", "c"].iter().map(|k| set_op(k, v.clone())).collect(),
+            watches: Vec::new(),
+        };
         let mut ops = vec![Op { kind: Some(Kind::Transaction(unit)), ..Default::default() }];
         // Single-key writes between the transactions, so cut and chunk edges fall anywhere.
-        ops.extend((0..40).map(|j| set_op(&format!("noise:{j}"), &v)));
+        ops.extend((0..40).map(|j| set_op(&format!("noise:{j}"), v.clone())));
         let batch = Batch { id: 1, ops, topology_version: t.version };
         let mut replies = p.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
         let mut answered = 0;
@@ -351,30 +359,13 @@ async fn wait_counts_only_the_replicas_the_topology_lists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_cannot_store_a_unit_stores_none_of_it_and_stops_counting() {
     let primary = start().await;
-    let small = StoreConfig { max_value_len: 100, ..StoreConfig::default() };
-    let store = Arc::new(Store::new(small, Arc::new(SystemClock)));
-    let replica =
-        NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap();
-    let mut t = topology(1, &primary, &[&replica]);
-    offer(&t, &[&primary, &replica]).await;
-    t.version = 2;
-    offer(&t, &[&primary, &replica]).await;
-    until("the full sync", || replica.state.membership.replication.synced()).await;
+    let small = start_with(StoreConfig { max_value_len: 100, ..StoreConfig::default() }).await;
+    let (replica, _) = add_this_replica(&primary, small).await;
     let mut p = connect(&primary.addr.to_string()).await;
     set(&mut p, 2, "before", "v").await;
     assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1, "a healthy replica counts");
-    let set_op = |key: &str, value: String| Op {
-        kind: Some(Kind::Set(Set {
-            key: Bytes::from(key.to_string()),
-            value: value.into(),
-            ..Default::default()
-        })),
-        ..Default::default()
-    };
-    let unit = Transaction {
-        ops: vec![set_op("fits", "v".into()), set_op("big", "x".repeat(1000))],
-        watches: Vec::new(),
-    };
+    let unit =
+        Transaction { ops: vec![set_op("fits", "v"), set_op("big", "x".repeat(1000))], watches: Vec::new() };
     assert!(matches!(run(&mut p, 2, Kind::Transaction(unit)).await, reply::Kind::Replies(_)));
     assert_eq!(
         wait_replicas(&mut p, 1, 500).await,
