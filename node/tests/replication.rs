@@ -321,6 +321,35 @@ async fn a_replica_gives_up_on_a_primary_that_never_answers() {
     replica.shutdown().await.unwrap();
 }
 
+/// A primary whose feed waits for the store's gate (a long script or transaction holds it, with a
+/// change already in the log) keeps sending heartbeats: its replica does not take it for stuck
+/// and drop the stream (the follower's stall limit is 3 s; this holds the gate 4.5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_holding_its_gate_for_long_still_heartbeats() {
+    let primary = start().await;
+    let (replica, _) = add_replica(&primary).await;
+    let store = primary.state.store.clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let _exclusive = store.gate.write();
+        // A change in the log, outside a unit: the feed wants the gate to take its cut.
+        store.events.changes.key(b"held-key");
+        held_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(4_500));
+    });
+    held_rx.recv().unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(4_200) {
+        assert!(
+            replica.state.membership.replication.link().up,
+            "the replica dropped a live primary's stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.join().unwrap();
+    primary.shutdown().await.unwrap();
+}
+
 /// WAIT counts only the replicas the topology lists for the shard: a `Replicate` stream opened
 /// under any other name (a replica dropped from the shard, or anything that can reach the port
 /// with the cluster secret) that acks everything counts for nothing, and a stream that names no

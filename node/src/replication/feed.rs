@@ -144,20 +144,27 @@ async fn send_changes(
         if log.end() <= cursor {
             tokio::select! {
                 _ = appended => {}
-                _ = tokio::time::sleep(HEARTBEAT) => {
-                    let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
-                    tx.send(Ok(beat)).await.map_err(|_| ())?;
-                }
+                _ = tokio::time::sleep(HEARTBEAT) => heartbeat(repl, cursor, tx).await?,
             }
             continue;
         }
         // Checked under the gate: a demoted primary's follower empties the store under it
         // exclusively, after the generation ended, so a cut taken here holds none of that.
         let r = repl.clone();
-        let taken = under_gate(store, None, move |s, shared| {
+        let taking = under_gate(store, None, move |s, shared| {
             r.current(generation).then(|| take_cut(s, cursor, shared))
-        })
-        .await
+        });
+        tokio::pin!(taking);
+        let taken = loop {
+            tokio::select! {
+                biased;
+                taken = &mut taking => break taken,
+                // A script or transaction holds the gate, perhaps for long: the replica keeps
+                // hearing from this feed meanwhile, as when it is idle, so it does not give up
+                // on a live primary (see `follow.rs`'s STALL).
+                _ = tokio::time::sleep(HEARTBEAT) => heartbeat(repl, cursor, tx).await?,
+            }
+        }
         .flatten()
         .ok_or(())?;
         let Ok(cut) = taken else {
@@ -337,6 +344,12 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
     chunk.offset = cut.reached;
     chunk.more = false;
     tx.send(Ok(chunk)).await.map_err(|_| ())
+}
+
+/// An empty chunk at the replica's offset: this feed is alive (the replica acks it).
+async fn heartbeat(repl: &Replication, cursor: u64, tx: &Tx) -> Result<(), ()> {
+    let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
+    tx.send(Ok(beat)).await.map_err(|_| ())
 }
 
 /// `Err` once `generation` has ended (this process is no longer a primary): a feed stops.
