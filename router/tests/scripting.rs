@@ -109,9 +109,10 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
 /// the two keys equal. A script that let a transaction's INCR in between its own two (or the
 /// reverse) would show them apart.
 /// A script returning a table that nests itself (Redis nests the reply 7,995 deep, then answers
-/// `reached lua stack limit`; Shoal a few levels sooner) is answered so, and the ops other clients have in flight on the
-/// same node's stream at that moment (the same router's) are answered as ever. (Issue 38: such a
-/// reply once failed to decode on the router and failed the node's stream under everyone.)
+/// `reached lua stack limit`; Shoal a few levels sooner) is answered so, and the ops other
+/// clients have in flight on the same node's stream at that moment (the same router's) are
+/// answered as ever. (Issue 38: such a reply once failed to decode on the router and failed the
+/// node's stream under everyone.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deeply_nested_script_reply_hurts_no_other_client() {
     use redis::AsyncCommands;

@@ -352,7 +352,7 @@ impl Remote {
 /// destination, and if that fails in any way (refused, or the node unavailable or past the
 /// deadline), `put_back` where it came from. A push whose reply was lost may still have been
 /// applied: the element is then in both lists (at least once, never lost; docs/architecture.md,
-/// "What Shoal promises"). Only if the put-back fails too is it gone, and that is logged.
+/// "Semantics worth knowing"). Only if the put-back fails too is it gone, and that is logged.
 async fn moved_or_put_back(
     element: Bytes,
     push: impl std::future::Future<Output = Step<Reply>>,
