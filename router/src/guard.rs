@@ -147,7 +147,10 @@ impl<'s> Guard<'s> {
     ) -> bool {
         let killed = &mut self.killed;
         let write = async {
+            // Biased: no random draw per write; the kill switch is looked at whenever the
+            // write has to wait.
             tokio::select! {
+                biased;
                 r = out.write_to(stream) => Some(r),
                 _ = killed => None,
             }

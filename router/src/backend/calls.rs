@@ -265,13 +265,14 @@ impl MultiCall {
     /// Every op's reply, in argument order; the first failure (a node error reply included)
     /// becomes the error. Ops the routing got wrong are settled one by one.
     pub async fn gather(self) -> Result<Vec<Reply>, BackendError> {
-        self.each().await.into_iter().collect()
+        self.each().await.collect()
     }
 
     /// Every op's own result, in argument order: a node that failed fails only its own ops (the
     /// lane's commands are independent of each other). Ops the routing got wrong are settled
     /// one by one.
-    pub async fn each(self) -> Vec<Result<Reply, BackendError>> {
+    /// (An iterator, not a vector: a lane takes each reply once, as it answers its request.)
+    pub async fn each(self) -> Each {
         let MultiCall { backend, routing, deadline, total, groups, alone } = self;
         let mut out: Vec<Option<Result<Reply, BackendError>>> = (0..total).map(|_| None).collect();
         let mut again = Vec::new();
@@ -305,8 +306,18 @@ impl MultiCall {
         for (i, call) in alone.into_iter().chain(again) {
             out[i] = Some(call.wait().await);
         }
-        out.into_iter().map(|r| r.unwrap_or_else(|| Ok(Reply::default()))).collect()
+        out.into_iter().map(filled as Filled)
     }
+}
+
+/// [`MultiCall::each`]'s results, in argument order.
+pub type Each = std::iter::Map<std::vec::IntoIter<Option<Result<Reply, BackendError>>>, Filled>;
+type Filled = fn(Option<Result<Reply, BackendError>>) -> Result<Reply, BackendError>;
+
+/// Every op's place is filled by the end of [`MultiCall::each`]; an empty reply otherwise.
+#[inline]
+fn filled(r: Option<Result<Reply, BackendError>>) -> Result<Reply, BackendError> {
+    r.unwrap_or_else(|| Ok(Reply::default()))
 }
 
 /// One op on every node, all at one topology version.

@@ -586,8 +586,15 @@ impl Building {
     fn push(&mut self, req: Request) {
         self.bytes += req.ops.iter().map(Message::encoded_len).sum::<usize>();
         self.replies += req.ops.len();
-        self.version = if self.ops.is_empty() { req.version } else { self.version.min(req.version) };
-        self.ops.extend(req.ops);
+        if self.ops.is_empty() {
+            // The first request's ops start the batch as they are (under load a batch is often
+            // one lane's group, or a few): no copy of them, no growing from nothing.
+            self.version = req.version;
+            self.ops = req.ops;
+        } else {
+            self.version = self.version.min(req.version);
+            self.ops.extend(req.ops);
+        }
         self.waiters.push(req.waiter);
     }
 
@@ -618,12 +625,17 @@ impl<'a> Writer<'a> {
         let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
         let reader =
             tokio::spawn(read_replies(replies, self.inflight.clone(), broken.clone(), self.s.clone()));
+        // The selects below are biased, the work first: `broken` is looked at (a waiter put on
+        // its list and taken off again, the larger part of a lone request's cost here) only when
+        // the work has to wait. A broken stream is still seen: the reader closes `inflight`
+        // (checked before each batch is recorded) and leaves a permit in `broken`.
         let reason = loop {
             // Work to do: a transfer under way, or a queued request.
             let first = if self.transfer.is_some() || !self.waiting_transfers.is_empty() {
                 None
             } else {
                 tokio::select! {
+                    biased;
                     req = queue.recv() => match req {
                         Some(req) => Some(req),
                         None => break "router shutting down".to_string(),
@@ -632,6 +644,7 @@ impl<'a> Writer<'a> {
                 }
             };
             let slot = tokio::select! {
+                biased;
                 s = slots.clone().acquire_owned() => s.expect("never closed"),
                 _ = broken.notified() => {
                     first.into_iter().for_each(|r| self.s.fail(r.waiter));
@@ -639,6 +652,7 @@ impl<'a> Writer<'a> {
                 }
             };
             let permit = tokio::select! {
+                biased;
                 p = batches.reserve() => match p {
                     Ok(p) => p,
                     Err(_) => {

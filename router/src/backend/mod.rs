@@ -30,7 +30,7 @@ mod settle;
 mod tests;
 pub mod unit;
 
-pub use calls::{AllCall, AtCall, KeyCall, MultiCall};
+pub use calls::{AllCall, AtCall, Each, KeyCall, MultiCall};
 pub use error::{AtomicError, BackendError};
 pub use link::{LinkOptions, NodeLink};
 pub use port::{NodeCall, NodeIdent, NodePort};

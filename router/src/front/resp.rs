@@ -385,7 +385,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let read = self
             .guard
             .wait(async {
+                // Biased: no random draw per read; a message waiting behind a busy reader is
+                // still written at the top of every round.
                 tokio::select! {
+                    biased;
                     read = stream.read_buf(input) => matches!(read, Ok(n) if n > 0),
                     // A pub/sub message: written at the top of the next round.
                     _ = pushed(session) => true,

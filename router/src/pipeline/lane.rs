@@ -28,7 +28,7 @@ use shoal_wire::pieces::PIECE_BYTES;
 use shoal_wire::proto::{self, Op};
 
 use crate::backend::ReadFrom;
-use crate::backend::{Backend, BackendError, KeyCall, MultiCall, Routing};
+use crate::backend::{Backend, BackendError, Each, KeyCall, MultiCall, Routing};
 use crate::cmd::{self, Ctx, near};
 use crate::nearcache::{NearCache, Ticket};
 use crate::resp::Reply;
@@ -144,59 +144,65 @@ impl<T> LaneCall<T> {
         self.len() == 0
     }
 
-    /// Every request's reply, in the order they joined.
+    /// Every request's reply, in the order they joined (each made as it is taken: no second
+    /// vector of a lane's replies).
     pub async fn wait(self) -> Replies<T> {
         let LaneCall { sent, backend, near } = self;
-        let settle = |w: Waiting<T>, r: Result<proto::Reply, BackendError>| {
-            let reply = match r {
-                Ok(r) => match (w.near.as_deref(), &near) {
-                    (Some((key, ticket)), Some(cache)) => {
-                        (w.answer)(near::settle(cache, &backend, key, ticket.as_ref(), r))
-                    }
-                    _ => (w.answer)(r),
-                },
-                Err(e) => e.into(),
-            };
-            (w.tag, reply)
+        let sent = match sent {
+            Sent::One(call, w) => Settled::One(Some((w, call.wait().await))),
+            Sent::Many(call, waiting) => Settled::Many(waiting.into_iter(), call.each().await),
         };
-        match sent {
-            Sent::One(call, w) => Replies::One(std::iter::once(settle(w, call.wait().await))),
-            Sent::Many(call, waiting) => {
-                let replies = call.each().await;
-                Replies::Many(
-                    waiting
-                        .into_iter()
-                        .zip(replies)
-                        .map(|(w, r)| settle(w, r))
-                        .collect::<Vec<_>>()
-                        .into_iter(),
-                )
-            }
-        }
+        Replies { sent, backend, near }
     }
 }
 
 /// A lane's replies with their tags, in the order the requests joined.
-pub enum Replies<T> {
-    One(std::iter::Once<(T, Reply)>),
-    Many(std::vec::IntoIter<(T, Reply)>),
+pub struct Replies<T> {
+    sent: Settled<T>,
+    backend: Arc<Backend>,
+    near: Option<Arc<NearCache>>,
+}
+
+enum Settled<T> {
+    One(Option<(Waiting<T>, Result<proto::Reply, BackendError>)>),
+    Many(std::vec::IntoIter<Waiting<T>>, Each),
+}
+
+impl<T> Replies<T> {
+    /// A joined request's reply, as its command converts it (through the near cache for a miss).
+    #[inline]
+    fn settle(&self, w: Waiting<T>, r: Result<proto::Reply, BackendError>) -> (T, Reply) {
+        let reply = match r {
+            Ok(r) => match (w.near.as_deref(), &self.near) {
+                (Some((key, ticket)), Some(cache)) => {
+                    (w.answer)(near::settle(cache, &self.backend, key, ticket.as_ref(), r))
+                }
+                _ => (w.answer)(r),
+            },
+            Err(e) => e.into(),
+        };
+        (w.tag, reply)
+    }
 }
 
 impl<T> Iterator for Replies<T> {
     type Item = (T, Reply);
 
+    #[inline]
     fn next(&mut self) -> Option<(T, Reply)> {
-        match self {
-            Replies::One(it) => it.next(),
-            Replies::Many(it) => it.next(),
-        }
+        let (w, r) = match &mut self.sent {
+            Settled::One(one) => one.take()?,
+            Settled::Many(waiting, replies) => (waiting.next()?, replies.next()?),
+        };
+        Some(self.settle(w, r))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            Replies::One(it) => it.size_hint(),
-            Replies::Many(it) => it.size_hint(),
-        }
+        let n = match &self.sent {
+            Settled::One(one) => one.is_some() as usize,
+            Settled::Many(waiting, _) => waiting.len(),
+        };
+        (n, Some(n))
     }
 }
 

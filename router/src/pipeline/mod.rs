@@ -116,6 +116,7 @@ impl<T> Pipeline<T> {
     /// [`admit::admit`]). `tag` makes the request's tag once admission is done, from the session
     /// and the admitted command (`None`: refused): the protocol's own check of an admitted
     /// command, which may refuse it ([`Step::NotHere`]) by returning `None`.
+    #[inline]
     pub fn take(
         &mut self,
         session: &mut Session,
