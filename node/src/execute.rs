@@ -9,8 +9,9 @@
 //! promptly instead of waiting for a deadline.
 //!
 //! Scripts: a script op goes to the node's script thread and the batch waits for its reply
-//! without holding a thread; ops meeting a script that holds the store wait likewise (retrying
-//! every [`GATE_RETRY`]) or are answered BUSY past busy-reply-threshold, and a script past it has
+//! without holding a thread; ops meeting a script (or anything else) that holds the store
+//! exclusively wait likewise (retrying every [`GATE_RETRY`]; [`wait_for_gate`] for a `Block`
+//! call) or are answered BUSY past busy-reply-threshold, and a script past it has
 //! its reply deferred so that the ops behind it go on. While anything waits, an empty message
 //! every [`KEEPALIVE`] tells the router the node is alive.
 
@@ -156,6 +157,33 @@ const KEEPALIVE: Duration = Duration::from_millis(100);
 /// one that runs past busy-reply-threshold gets the op answered BUSY instead).
 const GATE_RETRY: Duration = Duration::from_millis(1);
 
+/// Whether the store's gate is held for longer than a thread may wait for it: by a script (it
+/// marks itself before it takes the gate), or exclusively by anything else (a transaction, a
+/// replica storing a large cut or starting a full sync). Waiting for it on a worker thread would
+/// stop every task of that thread meanwhile; with one thread (`--threads 1`, or embedded nodes on
+/// the router's runtime), SCRIPT KILL too, and a looping script would never end.
+fn held_long(state: &NodeState) -> bool {
+    state.scripts.holds_store() || state.store.gate.is_locked_exclusive()
+}
+
+/// The store's gate, shared, for a `Block` call: waited for without the thread while something
+/// holds it long ([`held_long`]); `Err(BUSY)` once a script has held it past
+/// busy-reply-threshold (as Redis answers a blocking command then).
+pub(crate) async fn wait_for_gate(state: &NodeState) -> Result<parking_lot::RwLockReadGuard<'_, ()>, Reply> {
+    loop {
+        if let Some(shared) = state.store.gate.try_read() {
+            return Ok(shared);
+        }
+        if state.scripts.busy() {
+            return Err(crate::ops::error(crate::script::BUSY));
+        }
+        if !held_long(state) {
+            return Ok(state.store.gate.read());
+        }
+        tokio::time::sleep(GATE_RETRY).await;
+    }
+}
+
 impl Running {
     fn start(state: &NodeState, batch: Batch) -> Running {
         state.metrics.record_batch(batch.ops.len());
@@ -210,9 +238,9 @@ impl Running {
             // A script holds the store: wait without the thread, or answer BUSY once it has
             // held it past busy-reply-threshold.
             Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
-            Err(op) if state.scripts.holds_store() => Step::Held(op),
-            // A transaction holds it, for a moment: wait here (reading the time after the wait,
-            // not the message's held time).
+            Err(op) if held_long(state) => Step::Held(op),
+            // Other ops hold it shared, or a transaction is about to run: a moment; wait here
+            // (reading the time after the wait, not the message's held time).
             Err(op) => Step::Reply(shoal_wire::clock::unheld(|| {
                 crate::ops::apply_checked(&state.store, &self.view, self.version, op)
             })),

@@ -91,11 +91,24 @@ impl Node for NodeService {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let version = req.topology_version;
         self.state.membership.check_stall();
-        let id =
-            match crate::ops::block_or_queue(store, &self.state.membership.view(), version, op.clone(), tx) {
-                Ok(reply) => return Ok(Response::new(reply)),
-                Err(id) => id,
-            };
+        // (Not on this thread: a script may hold the store; see `execute::wait_for_gate`.)
+        let shared = match crate::execute::wait_for_gate(&self.state).await {
+            Ok(shared) => shared,
+            Err(busy) => return Ok(Response::new(busy)),
+        };
+        // (The view is a temporary: one kept while the client waits would hold up slot exports,
+        // which wait for views from before a move to be let go.)
+        let id = match crate::ops::block_or_queue(
+            store,
+            shared,
+            &self.state.membership.view(),
+            version,
+            op.clone(),
+            tx,
+        ) {
+            Ok(reply) => return Ok(Response::new(reply)),
+            Err(id) => id,
+        };
         // Withdraws the wait however this call ends (cancelled: the client went away).
         struct Withdraw<'a>(&'a Store, u64);
         impl Drop for Withdraw<'_> {

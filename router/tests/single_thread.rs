@@ -64,3 +64,38 @@ async fn a_router_on_one_thread_serves_every_path_and_stops_on_sigterm() {
     let status = router.wait_exit(Duration::from_secs(20)).await;
     assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", router.logs());
 }
+
+/// A blocking command that reaches a node while a script holds the node's store waits for the
+/// store without holding the thread (issue 38, item 6): on one thread, where the router's tasks
+/// and its node's all run, a BLPOP behind a looping script used to wait for the store's gate on
+/// that thread, so nothing else ran, SCRIPT KILL included, and the script never ended. Now SCRIPT
+/// KILL ends the script and the BLPOP then runs and times out as Redis's would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_command_behind_a_running_script_leaves_the_thread_to_script_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--embedded-nodes", "1", "--threads", "1"];
+    let mut router = RouterProc::start(dir.path(), "router", &args).await;
+    let mut script = router.raw().await;
+    script.send(&support::encode(&[b"EVAL", b"while true do end", b"0"])).await;
+    // The script takes the store on the node's script thread (nothing to poll for: it answers
+    // nothing until it ends).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut blocked = router.raw().await;
+    blocked.send(&support::encode(&[b"BLPOP", b"list", b"1"])).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut killer = router.raw().await;
+    killer.send(&support::encode(&[b"SCRIPT", b"KILL"])).await;
+    let within = Duration::from_secs(5);
+    assert_eq!(killer.reply_within(within).await.as_deref(), Some(&b"+OK\r\n"[..]), "{}", router.logs());
+    let killed = script.reply_within(within).await.expect("the script's caller is answered");
+    assert!(
+        killed.starts_with(b"-ERR Script killed by user with SCRIPT KILL"),
+        "{}",
+        String::from_utf8_lossy(&killed)
+    );
+    // The BLPOP ran once the store was free, and timed out (nothing was pushed).
+    assert_eq!(blocked.reply_within(within).await.as_deref(), Some(&b"*-1\r\n"[..]));
+    router.signal("-TERM");
+    let status = router.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", router.logs());
+}

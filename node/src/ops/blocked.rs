@@ -31,17 +31,18 @@ fn unparked(w: Waiter) -> Parked {
     *w.parked.downcast().expect("every waiter is parked by ops/blocked.rs")
 }
 
-/// What a `Block` call does first, under the gate and the registry lock: the command's attempt;
-/// `Ok(reply)` if it found something (or failed, or the slot is not served here), else the
-/// waiter is queued and its id returned.
+/// What a `Block` call does first, under the gate (`_shared`, taken by the caller, which may not
+/// wait for it on its thread) and the registry lock: the command's attempt; `Ok(reply)` if it
+/// found something (or failed, or the slot is not served here), else the waiter is queued and its
+/// id returned.
 pub fn block_or_queue(
     store: &Store,
+    _shared: parking_lot::RwLockReadGuard<'_, ()>,
     view: &NodeView,
     version: u64,
     op: Op,
     reply: oneshot::Sender<Reply>,
 ) -> Result<Reply, u64> {
-    let _shared = store.gate.read();
     let mut locked = store.blocked.lock();
     let first = attempt_blocked(store, view, version, &op);
     if !found_nothing(&first) {

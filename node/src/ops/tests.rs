@@ -105,7 +105,8 @@ fn a_blocked_command_counts_once_in_the_slot_stats() {
     store.slot_traffic.set_enabled(true);
     let slot = shoal_wire::key_slot(b"list");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    let queued = block_or_queue(&store, &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
+    let queued =
+        block_or_queue(&store, store.gate.read(), &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
     assert!(queued.is_err(), "nothing to pop: it waits");
     assert_eq!(store.slot_traffic.get(slot).writes, 0, "waiting is not a command run");
     // The push serves the waiter (apply serves blocked clients after a write): one push,
@@ -128,7 +129,10 @@ fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_elem
     };
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let wait = command(&["BRPOPLPUSH", "{s}src", "{s}dst", "0"], &["{s}src", "{s}dst"]);
-    assert!(block_or_queue(&store, &view, 0, wait, tx).is_err(), "nothing to pop: it waits");
+    assert!(
+        block_or_queue(&store, store.gate.read(), &view, 0, wait, tx).is_err(),
+        "nothing to pop: it waits"
+    );
     // Another string at a key the waiter waits on serves nobody; then src gets an element.
     apply_batch(&store, &view, 0, vec![set("{s}dst", "s", None)]);
     assert!(rx.try_recv().is_err(), "a string at the destination serves nobody");
