@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use shoal_wire::auth::Credentials;
 use shoal_wire::proto::MigrationProgress;
 use shoal_wire::{Member, SLOT_COUNT, Topology};
@@ -59,8 +59,6 @@ pub struct Membership {
     adopting: Mutex<()>,
     /// Replication: this process's run id, its replicas, its link to its primary.
     pub replication: Arc<Replication>,
-    /// A replica's view for replica reads at the version served (None: not a replica).
-    replica_reads: RwLock<Option<Arc<NodeView>>>,
     /// Fencing of a primary that (re)started: `BOOT` until the first topology that names it a
     /// primary with replicas; then the version it must see exceeded before it serves (the
     /// failover writer's confirmation, or a promotion of a replica instead); 0 once serving.
@@ -105,7 +103,6 @@ impl Membership {
             purge: Notify::new(),
             adopting: Mutex::new(()),
             replication: Arc::default(),
-            replica_reads: RwLock::new(None),
             fence_through: AtomicU64::new(BOOT),
             guarded: AtomicBool::new(false),
             started: std::time::Instant::now(),
@@ -201,7 +198,7 @@ impl Membership {
     /// at exactly that version (a router that routed by another one has another idea of who is
     /// what) and holds a full copy of its primary (its first sync is done).
     pub fn replica_read_view(&self, version: u64) -> Option<Arc<NodeView>> {
-        let view = self.replica_reads.read().clone()?;
+        let view = self.replication.replica_reads()?;
         (view.version() == version && self.replication.synced()).then_some(view)
     }
 
@@ -243,7 +240,8 @@ impl Membership {
         if primary {
             self.replication.stop_following();
         }
-        *self.replica_reads.write() = (!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone())));
+        self.replication
+            .set_replica_reads((!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone()))));
         self.served.install(new.clone());
         // Routers caching keys of slots this node no longer owns outright (moving out, given
         // away, demoted) must stop: writes to them may now land on another node, which never
@@ -255,7 +253,7 @@ impl Membership {
         }
         self.served.announce(t.version);
         if old.topology.is_some() {
-            self.served.retire(&old);
+            self.served.retire(&old, t.version);
         }
         let (dropped, settled) = self.release_slots(&old, &new);
         tracing::info!(
@@ -403,7 +401,7 @@ impl Membership {
             // nothing for the routers caching from this one.
             self.store.watches.tracking.touch_all();
         }
-        self.served.retire(&old);
+        self.served.retire(&old, t.version);
         Some(t.version)
     }
 
@@ -593,6 +591,59 @@ mod tests {
         assert_eq!(store.get(key.as_bytes()), None, "the stale value must not come back");
         assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0, 0)]), 1, "the pulled copy is taken");
         assert_eq!(store.get(key.as_bytes()).as_deref(), Some(&b"new"[..]));
+    }
+
+    /// Issue 38, item 2: a batch in hand when its view is replaced (here a primary demoted by the
+    /// failover writer's topology, whose follower will flush the store for a full sync) applies
+    /// none of its later ops: each op, under the store's gate, finds its view superseded and is
+    /// answered `moved` with the newer version, so the router routes it again.
+    #[tokio::test]
+    async fn ops_of_a_batch_whose_view_was_replaced_are_moved_not_applied() {
+        use crate::store::{StoreConfig, SystemClock};
+        use shoal_wire::proto::{Op, Set, op::Kind, reply};
+        let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+        let node =
+            Membership::new(None, Some("127.0.0.1:1".into()), store.clone(), None, Credentials::default());
+        let mut t = Topology::even(&["127.0.0.1:1".into()]);
+        t.version = 3;
+        assert_eq!(node.adopt(t.clone()), 3);
+        let in_hand = node.view();
+        let set = |k: &str| Op {
+            kind: Some(Kind::Set(Set {
+                key: k.as_bytes().to_vec().into(),
+                value: b"v".to_vec().into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let first = crate::ops::apply_checked(&store, &in_hand, 3, set("a"));
+        assert!(!matches!(first.kind, Some(reply::Kind::Moved(_))), "{first:?}");
+        // Demoted: another process is the shard's primary now.
+        let mut demoted = t.clone();
+        demoted.version = 4;
+        demoted.nodes[0].addr = "127.0.0.1:9".into();
+        demoted.nodes[0].replicas = vec!["127.0.0.1:1".into()];
+        node.replication.set_exiting(); // (no follower dialing the new primary in this test)
+        assert_eq!(node.adopt(demoted), 4);
+        let second = crate::ops::apply_checked(&store, &in_hand, 3, set("b"));
+        assert_eq!(second.kind, Some(reply::Kind::Moved(4)), "the batch's later op is routed again");
+        assert_eq!(store.get(b"b"), None, "and not applied");
+    }
+
+    /// Issue 38, item 2: replica reads of a batch that started while the replica was synced stop
+    /// when a full sync begins (the flush would otherwise show them an empty store), and the
+    /// read view in force afterwards serves again once the replica is synced.
+    #[test]
+    fn a_full_sync_supersedes_the_replica_read_view_in_hand() {
+        let mut t = Topology::even(&["127.0.0.1:1".into()]);
+        t.version = 2;
+        let repl = crate::replication::Replication::default();
+        repl.set_replica_reads(Some(Arc::new(NodeView::replica_reads(0, Arc::new(t)))));
+        let in_hand = repl.replica_reads().unwrap();
+        assert_eq!(in_hand.check(0, 2), Ok(()));
+        repl.unsync();
+        assert_eq!(in_hand.check(0, 2), Err(2), "the batch in hand reads no more");
+        assert_eq!(repl.replica_reads().unwrap().check(0, 2), Ok(()), "a later batch (once synced) does");
     }
 
     #[tokio::test]

@@ -54,8 +54,10 @@ impl Served {
         self.versions.send_replace(version);
     }
 
-    /// Remembers `old`, just replaced: batches checked against it may still be applying.
-    pub(super) fn retire(&self, old: &Arc<NodeView>) {
+    /// Remembers `old`, just replaced by `version`: batches checked against it may still be
+    /// applying, and their ops still to run get `moved` (see [`NodeView::supersede`]).
+    pub(super) fn retire(&self, old: &Arc<NodeView>, version: u64) {
+        old.supersede(version);
         self.retired.lock().push(Arc::downgrade(old));
     }
 

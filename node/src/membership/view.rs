@@ -1,7 +1,10 @@
 //! The topology as this node sees it ([`NodeView`]): its role for every slot, and the checks
-//! every op, import and export is put through. Plain data: built from a topology, never changed.
+//! every op, import and export is put through. Plain data built from a topology, never changed,
+//! but for one mark: [`supersede`](NodeView::supersede), set once a newer view (or, for a
+//! replica's read view, a full sync) replaces it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_wire::{SLOT_COUNT, SlotRole, Topology};
 
@@ -21,6 +24,11 @@ pub struct NodeView {
     serving: bool,
     /// A replica's view for replica reads (READONLY): only read-only ops, only settled slots.
     reads_only: bool,
+    /// 0 while in force; then the version of what replaced it. Ops check it under the store's
+    /// gate, op by op: a batch checked against this view when it started may still be applying
+    /// when a demotion's full-sync flush (or a replica's own) takes the store, and its later
+    /// ops must not run on what the flush left (issue 38, item 2).
+    superseded: AtomicU64,
 }
 
 impl NodeView {
@@ -31,6 +39,7 @@ impl NodeView {
             roles: vec![OWNER; SLOT_COUNT].into_boxed_slice(),
             serving: true,
             reads_only: false,
+            superseded: AtomicU64::new(0),
         }
     }
 
@@ -48,7 +57,13 @@ impl NodeView {
                 SlotRole::None => NONE,
             })
             .collect();
-        NodeView { topology: Some(topology), roles, serving, reads_only: false }
+        NodeView {
+            topology: Some(topology),
+            roles,
+            serving,
+            reads_only: false,
+            superseded: AtomicU64::new(0),
+        }
     }
 
     /// A replica of shard `id`: the view replica reads are checked against. It serves the
@@ -63,6 +78,32 @@ impl NodeView {
         }
         view.reads_only = true;
         view
+    }
+
+    /// Marks this view replaced (by `version`, or by a full sync at the same version): every op
+    /// checked against it from now on gets `moved`, and the router routes it again.
+    pub fn supersede(&self, version: u64) {
+        self.superseded.store(version.max(1), Ordering::Release);
+    }
+
+    /// The version of what replaced this view, if something did.
+    #[inline]
+    fn superseded_by(&self) -> Option<u64> {
+        match self.superseded.load(Ordering::Acquire) {
+            0 => None,
+            v => Some(v),
+        }
+    }
+
+    /// A copy in force (the mark cleared): a replica's read view again after a full sync.
+    pub fn renewed(&self) -> NodeView {
+        NodeView {
+            topology: self.topology.clone(),
+            roles: self.roles.clone(),
+            serving: self.serving,
+            reads_only: self.reads_only,
+            superseded: AtomicU64::new(0),
+        }
     }
 
     /// Whether only read-only ops may run by this view (a replica's, for replica reads).
@@ -96,6 +137,9 @@ impl NodeView {
     /// refuse a write for a slot it is about to hand over.
     #[inline]
     pub fn check(&self, slot: u16, batch_version: u64) -> Result<(), u64> {
+        if let Some(newer) = self.superseded_by() {
+            return Err(newer);
+        }
         let Some(t) = &self.topology else { return Self::unmanaged_check(batch_version) };
         if batch_version > t.version || !self.serving {
             return Err(t.version);
@@ -115,6 +159,9 @@ impl NodeView {
 
     /// For ops about the whole keyspace: the router must route by exactly this node's version.
     pub fn check_version(&self, batch_version: u64) -> Result<(), u64> {
+        if let Some(newer) = self.superseded_by() {
+            return Err(newer);
+        }
         match &self.topology {
             Some(t) if t.version != batch_version || !self.serving => Err(t.version),
             Some(_) => Ok(()),

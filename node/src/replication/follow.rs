@@ -132,7 +132,7 @@ async fn follow_once(
             // Not stored: this copy is no longer its primary's. It stops counting (no ack, not
             // synced: WAIT and failover pass it over) and asks for a full sync when it reopens.
             Err(e) => {
-                repl.while_current(generation, || repl.synced.store(false, Ordering::Relaxed));
+                repl.while_current(generation, || repl.unsync());
                 tracing::error!(primary = %primary, error = %e, "a replicated cut could not be stored; resyncing");
                 return Err(e);
             }
@@ -207,7 +207,7 @@ async fn start_full_sync(
     let (s, r) = (store.clone(), repl.clone());
     let flushed = tokio::task::spawn_blocking(move || {
         r.while_current(generation, || {
-            r.synced.store(false, Ordering::Relaxed);
+            r.unsync();
             let _exclusive = s.gate.write();
             s.flush();
         })

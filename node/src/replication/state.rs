@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use std::sync::Arc;
+
+use crate::membership::view::NodeView;
 use shoal_wire::proto::ReplicaInfo;
 
 /// Under load a feed takes at most one cut per this long: changes made meanwhile go together in
@@ -67,6 +70,9 @@ pub struct Replication {
     applying: Mutex<()>,
     /// Cuts dropped because the stream ended mid-cut (stats: `partial_cuts_dropped`).
     pub(super) partial_cuts_dropped: AtomicU64,
+    /// Replica side: the view replica reads are checked against at the version served (None:
+    /// not a replica). Kept here, beside `synced`, because a full sync supersedes it.
+    replica_reads: parking_lot::RwLock<Option<Arc<NodeView>>>,
 }
 
 impl Default for Replication {
@@ -92,6 +98,7 @@ impl Default for Replication {
             mid_cut: AtomicBool::new(false),
             applying: Mutex::new(()),
             partial_cuts_dropped: AtomicU64::new(0),
+            replica_reads: parking_lot::RwLock::new(None),
         }
     }
 }
@@ -200,6 +207,33 @@ impl Replication {
     /// writer only promotes such a replica).
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
+    }
+
+    /// The view replica reads are checked against (see the field).
+    pub fn replica_reads(&self) -> Option<Arc<NodeView>> {
+        self.replica_reads.read().clone()
+    }
+
+    /// A new topology's replica read view (None: a primary now); the one it replaces is
+    /// superseded, so that a batch of replica reads still applying stops at its next op.
+    pub fn set_replica_reads(&self, view: Option<Arc<NodeView>>) {
+        let version = view.as_ref().map_or(0, |v| v.version());
+        if let Some(old) = std::mem::replace(&mut *self.replica_reads.write(), view) {
+            old.supersede(version.max(old.version()));
+        }
+    }
+
+    /// A full sync begins: replica reads stop (`synced` false) and the read view in force is
+    /// superseded by a copy, so that a batch of replica reads that started while synced does
+    /// not read, op by op, what the full sync's flush leaves (issue 38, item 2). Called before
+    /// the flush takes the store's gate: an op that takes the gate after it sees the mark.
+    pub(crate) fn unsync(&self) {
+        self.synced.store(false, Ordering::Relaxed);
+        let mut reads = self.replica_reads.write();
+        if let Some(old) = reads.take() {
+            old.supersede(old.version());
+            *reads = Some(Arc::new(old.renewed()));
+        }
     }
 
     pub(super) fn register(&self, addr: String) -> u64 {
