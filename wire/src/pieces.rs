@@ -90,8 +90,26 @@ fn cut(data: &Bytes, size: usize) -> impl Iterator<Item = Piece> + '_ {
 // --- ops: the router sends, the node assembles ------------------------------------------------
 
 /// Whether `op` must travel in pieces.
+#[inline]
 pub fn op_is_large(op: &Op) -> bool {
-    op.encoded_len() > PIECE_BYTES
+    op_len_bound(op) > PIECE_BYTES && op.encoded_len() > PIECE_BYTES
+}
+
+/// What a GET or a SET op encodes to beyond its key and value, at most: every other field set,
+/// every length and number at its longest varint (see `op_len_bound`'s test).
+const GET_OVERHEAD: usize = 48;
+const SET_OVERHEAD: usize = 64;
+
+/// An upper bound on `op.encoded_len()`, cheap for the ops pipelines send most (GET and SET: a
+/// sum of two lengths, where encoding's length walks every field). What the router sizes a
+/// batch by (a soft limit) and tells a large op from a small one with, per op.
+#[inline]
+pub fn op_len_bound(op: &Op) -> usize {
+    match &op.kind {
+        Some(op::Kind::Get(g)) => g.key.len() + GET_OVERHEAD,
+        Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + SET_OVERHEAD,
+        _ => op.encoded_len(),
+    }
 }
 
 /// The ops that carry `op` in pieces: its encoding cut into `piece` ops, then an `assembled` op.
@@ -312,6 +330,33 @@ mod tests {
 
     fn big(n: usize) -> Bytes {
         Bytes::from((0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>())
+    }
+
+    #[test]
+    fn the_length_bound_of_a_get_or_set_is_never_below_its_encoding() {
+        use crate::proto::{Expiry, SetCondition};
+        for len in [0, 1, 127, 128, 16_383, 16_384, PIECE_BYTES - 64, PIECE_BYTES, PIECE_BYTES + 1] {
+            let key = big(len);
+            let get = Op {
+                fallback: true,
+                kind: Some(op::Kind::Get(Get { key: key.clone(), nil_if_not_string: true, track: u64::MAX })),
+            };
+            assert!(op_len_bound(&get) >= get.encoded_len(), "GET of a {len}-byte key");
+            let set = Op {
+                fallback: true,
+                kind: Some(op::Kind::Set(Set {
+                    key: key.clone(),
+                    value: key.clone(),
+                    expiry: Some(Expiry { ms: i64::MIN, relative: true }),
+                    condition: SetCondition::SetIfPresent as i32,
+                    keep_ttl: true,
+                    get: true,
+                })),
+            };
+            assert!(op_len_bound(&set) >= set.encoded_len(), "SET of a {len}-byte key and value");
+            assert_eq!(op_is_large(&get), get.encoded_len() > PIECE_BYTES);
+            assert_eq!(op_is_large(&set), set.encoded_len() > PIECE_BYTES);
+        }
     }
 
     #[test]

@@ -584,7 +584,7 @@ struct Building {
 
 impl Building {
     fn push(&mut self, req: Request) {
-        self.bytes += req.ops.iter().map(Message::encoded_len).sum::<usize>();
+        self.bytes += req.ops.iter().map(pieces::op_len_bound).sum::<usize>();
         self.replies += req.ops.len();
         if self.ops.is_empty() {
             // The first request's ops start the batch as they are (under load a batch is often
