@@ -192,6 +192,9 @@ pub struct Multi {
     pub(crate) bytes: usize,
     /// A command was refused while queueing: EXEC answers EXECABORT.
     pub dirty: bool,
+    /// The queued bytes held against the process-wide request buffer budget (set on the first
+    /// queued command): many clients, each within its own limit, cannot together queue more.
+    pub(crate) charge: Option<crate::state::Charge>,
 }
 
 /// The keys a connection watches, with the versions their nodes answered. Shared with WATCH's

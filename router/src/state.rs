@@ -194,6 +194,47 @@ impl Drop for BufferHold<'_> {
     }
 }
 
+/// Bytes a client holds against the [`BufferBudget`] outside its read buffer (a transaction's
+/// queued commands, which wait for EXEC), given back when dropped. Owned (it lives in the
+/// session), unlike a [`BufferHold`]; the first [`QUERY_BUFFER_ALLOWANCE`] bytes are free, so a
+/// small transaction touches no shared counter.
+pub struct Charge {
+    state: Arc<RouterState>,
+    bytes: usize,
+    held: usize,
+}
+
+impl Charge {
+    pub fn new(state: &Arc<RouterState>) -> Charge {
+        Charge { state: state.clone(), bytes: 0, held: 0 }
+    }
+
+    /// Covers `n` more bytes; false (nothing taken) if the budget cannot.
+    pub fn grow(&mut self, n: usize) -> bool {
+        let want = (self.bytes + n).saturating_sub(QUERY_BUFFER_ALLOWANCE);
+        if want > self.held {
+            if !self.state.buffers.try_take(want - self.held) {
+                return false;
+            }
+            self.held = want;
+        }
+        self.bytes += n;
+        true
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.state.buffers.used.fetch_sub(self.held, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Charge").field("bytes", &self.bytes).field("held", &self.held).finish()
+    }
+}
+
 #[derive(Debug)]
 pub struct RouterState {
     pub settings: Settings,

@@ -5,8 +5,9 @@
 //! - an HTTP body that does not arrive within `--http-body-timeout-ms` (one that never ends, or
 //!   one that trickles) gets 408 and its connection is closed; other requests are unaffected;
 //! - `--request-buffer-budget` caps the request bytes the whole process buffers (HTTP bodies,
-//!   RESP buffers past a small allowance): a client that cannot get budget gets an error (HTTP
-//!   503, RESP -ERR and a close), clients within it keep working, and the budget comes back.
+//!   RESP buffers past a small allowance, transactions' queued commands): a client that cannot
+//!   get budget gets an error (HTTP 503, RESP -ERR and a close; a queued command -ERR and then
+//!   EXECABORT), clients within it keep working, and the budget comes back.
 
 mod support;
 
@@ -280,4 +281,53 @@ async fn the_request_buffer_budget_is_shared_by_all_clients() {
     assert_eq!(strlen, format!(":{a_len}\r\n"));
     let page = metrics(router.http, None).await;
     assert_eq!(metric(&page, "shoal_router_request_buffer_refusals_total"), 2.0);
+}
+
+/// A transaction's queued commands count against `--request-buffer-budget` too (issue 38, item
+/// 7): each client's queue is bounded by its own query buffer limit, but many clients each
+/// queueing up to it could together hold more than the process may buffer. A client whose queue
+/// does not fit gets an error for that command and EXECABORT; the others are unaffected, and the
+/// bytes come back once the transaction ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_transactions_share_the_request_buffer_budget() {
+    const KIB: usize = 1 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--embedded-nodes", "1", "--request-buffer-budget", "4mb"];
+    let router = RouterProc::start(dir.path(), "router", &args).await;
+    let value = "x".repeat(20 * KIB);
+    // Queues `n` SETs of 20 KiB in `c`'s open transaction; the replies, in order.
+    async fn queue(c: &mut support::Raw, n: usize, value: &str) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            out.push(c.cmd(&["SET", &format!("k{i}"), value]).await);
+        }
+        out
+    }
+    // A queues 3 MiB: within the budget.
+    let mut a = router.raw().await;
+    assert_eq!(a.cmd(&["MULTI"]).await, b"+OK\r\n");
+    assert!(queue(&mut a, 150, &value).await.iter().all(|r| r == b"+QUEUED\r\n"));
+    // B queues 2 MiB more: past the budget, refused part of the way, and its EXEC is refused.
+    let mut b = router.raw().await;
+    assert_eq!(b.cmd(&["MULTI"]).await, b"+OK\r\n");
+    let replies = queue(&mut b, 100, &value).await;
+    let refused =
+        replies.iter().filter(|r| r.starts_with(b"-ERR the transaction's queued commands exceed")).count();
+    assert!(
+        refused > 0 && replies[0] == b"+QUEUED\r\n",
+        "{:?}",
+        replies.iter().map(|r| String::from_utf8_lossy(r)).collect::<Vec<_>>()
+    );
+    assert!(b.cmd(&["EXEC"]).await.starts_with(b"-EXECABORT"));
+    // A's transaction runs whole; afterwards nothing is held and B's fits.
+    let exec = a.cmd(&["EXEC"]).await;
+    assert!(exec.starts_with(b"*150\r\n+OK\r\n"), "{}", String::from_utf8_lossy(&exec[..exec.len().min(80)]));
+    let start = Instant::now();
+    while metric(&metrics(router.http, None).await, "shoal_router_request_buffer_bytes") != 0.0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the queued bytes are not given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(b.cmd(&["MULTI"]).await, b"+OK\r\n");
+    assert!(queue(&mut b, 100, &value).await.iter().all(|r| r == b"+QUEUED\r\n"));
+    assert!(b.cmd(&["EXEC"]).await.starts_with(b"*100\r\n+OK\r\n"));
 }

@@ -28,7 +28,7 @@ use crate::backend::capture::Capture;
 use crate::backend::{AtomicError, BackendError, Routing};
 use crate::resp::Reply;
 use crate::session::{Multi, WatchList};
-use crate::state::RouterState;
+use crate::state::{Charge, RouterState};
 
 /// Releases a connection's watches when dropped (the connection closed, however it ended).
 pub struct ReleaseOnDrop {
@@ -85,6 +85,14 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
         multi.dirty = true;
         return Reply::error(
             "ERR the transaction's queued commands exceed client-query-buffer-limit; EXEC will be refused",
+        )
+        .into();
+    }
+    if !multi.charge.get_or_insert_with(|| Charge::new(ctx.state)).grow(size) {
+        multi.dirty = true;
+        ctx.state.metrics.buffer_refusals.inc();
+        return Reply::error(
+            "ERR the transaction's queued commands exceed the request buffer budget; EXEC will be refused",
         )
         .into();
     }
