@@ -37,6 +37,9 @@ pub struct Session {
     pub last_publish_node: Option<u32>,
     /// READONLY: read-only commands may be served by replicas.
     pub readonly: bool,
+    /// The topology version routed by when this connection last ran a command that may write
+    /// (`None`: never): WAIT counts no replica if a shard's primary changed since.
+    pub wrote_at: Option<u64>,
     /// CLIENT TRACKING ON: its options (the table entry goes with it).
     pub tracking: Option<Tracked>,
     /// CLIENT CACHING YES|NO, for the next command only.
@@ -98,6 +101,7 @@ impl Session {
             subscriber: None,
             last_publish_node: None,
             readonly: false,
+            wrote_at: None,
             tracking: None,
             caching: None,
         }

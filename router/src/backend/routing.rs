@@ -98,6 +98,12 @@ impl Routing {
     }
 }
 
+/// Whether some shard of `old` has another primary in `new` (by the shard's id and its primary's
+/// address): the primary that acknowledged a write may not be the one whose replicas WAIT asks.
+fn primaries_differ(old: &Topology, new: &Topology) -> bool {
+    old.nodes.iter().any(|o| new.nodes.iter().any(|n| n.id == o.id && n.addr != o.addr))
+}
+
 /// Per slot: whether its owner (node id and address) differs between two routings, or it is
 /// moving in the new one (a key's near-cache entry must then go).
 fn owner_changes(old: &Routing, new: &Routing) -> Vec<bool> {
@@ -176,6 +182,10 @@ pub struct Backend {
     credentials: Credentials,
     /// The near cache, whose entries writes sent through here drop first (`--near-cache`).
     pub(crate) near: std::sync::OnceLock<Arc<crate::nearcache::NearCache>>,
+    /// The latest version routed by in which some shard has another primary than in the routing
+    /// it replaced (a failover or a hand-over): WAIT counts no replica for writes made before
+    /// it (see `cmd/blocking.rs`, `wait`).
+    primaries_changed: AtomicU64,
 }
 
 impl std::fmt::Debug for Backend {
@@ -228,6 +238,7 @@ impl Backend {
             versions: tokio::sync::watch::channel(0).0,
             credentials,
             near: std::sync::OnceLock::new(),
+            primaries_changed: AtomicU64::new(0),
         };
         backend.install(topology);
         Arc::new(backend)
@@ -255,6 +266,12 @@ impl Backend {
     /// The topology version currently routed by.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
+    }
+
+    /// The latest version routed by whose shards' primaries are not all those of the version
+    /// before it (0: none since this router started).
+    pub fn primaries_changed_at(&self) -> u64 {
+        self.primaries_changed.load(Ordering::Acquire)
     }
 
     /// Follows the version routed by (it changes after the new routing is in place).
@@ -332,6 +349,9 @@ impl Backend {
             managed: self.managed,
             capturing: false,
         });
+        if !previous.nodes.is_empty() && primaries_differ(&previous.topology, &routing.topology) {
+            self.primaries_changed.store(version, Ordering::Release);
+        }
         self.version.store(version, Ordering::Release);
         self.metrics.topology_changes.inc();
         let current = routing.clone();

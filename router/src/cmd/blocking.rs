@@ -22,6 +22,7 @@ use super::{Args, Ctx, Pending, op};
 use crate::backend::AtomicError;
 use crate::backend::block::Unblocked;
 use crate::resp::Reply;
+use crate::state::RouterState;
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: milliseconds, 0 for ever.
 pub fn parse_timeout(b: &[u8]) -> Result<u64, Reply> {
@@ -123,6 +124,12 @@ fn block(args: &Args, ctx: &mut Ctx) -> Pending {
 /// smallest count over the shards (a node that cannot be asked counts 0). Without replicas that
 /// is 0 once the timeout has passed (0 ms: never, until CLIENT UNBLOCK or the client goes away),
 /// as a Redis without replicas answers; `numreplicas <= 0` and WAIT inside EXEC answer at once.
+///
+/// The primaries asked are those of the topology now. If some shard's primary changed since the
+/// connection's last write (a failover, a hand-over), the answer is 0: the replicas of the new
+/// primary may have caught up with it, but a failover may have lost writes the old primary
+/// acknowledged, and they must not be reported durable (issue 38's chaos run found exactly that).
+/// After a hand-over the writes were kept; 0 is then an understatement, never an overstatement.
 fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
     let numreplicas = match super::int_arg(&args[1]) {
         Ok(n) => n,
@@ -138,12 +145,19 @@ fn wait(args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let wanted = u32::try_from(numreplicas).unwrap_or(u32::MAX);
     let state = ctx.state.clone();
+    let wrote_at = ctx.session.wrote_at;
+    // (Looked at after the replies too: the router may hear of a failover while it waits.)
+    let primary_changed =
+        move |state: &RouterState| wrote_at.is_some_and(|v| state.backend.primaries_changed_at() > v);
     Pending::Blocking(
         Box::pin(async move {
             let routing = state.backend.routing();
             let calls = routing.nodes.iter().map(|n| n.wait_replicas(wanted, timeout)).collect();
             let counts = crate::backend::futures_join(calls).await;
             let fewest = counts.into_iter().map(|c| c.unwrap_or(0)).min().unwrap_or(0);
+            if primary_changed(&state) {
+                return Reply::Int(0);
+            }
             Reply::Int(i64::from(fewest))
         }),
         Reply::Int(0),

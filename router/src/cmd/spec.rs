@@ -242,6 +242,13 @@ impl CommandSpec {
         self.decl.categories
     }
 
+    /// Whether it may write (a write command, a script or a transaction): what WAIT then has to
+    /// answer for (see `cmd/blocking.rs`).
+    #[inline]
+    pub fn may_write(&self) -> bool {
+        self.has_flag(flag::WRITE) || self.categories() & (cat::SCRIPTING | cat::TRANSACTION) != 0
+    }
+
     pub fn subcommand(&self, name: &[u8]) -> Option<&'static CommandSpec> {
         self.subcommands.iter().copied().find(|s| s.short_name().as_bytes().eq_ignore_ascii_case(name))
     }

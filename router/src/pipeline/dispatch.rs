@@ -36,6 +36,10 @@ pub(super) fn dispatch<T>(
 ) -> Step<T> {
     let class = spec.lane;
     let readonly = spec.has_flag(flag::READONLY);
+    if !readonly && spec.may_write() {
+        // (What WAIT answers for: see `cmd/blocking.rs`.)
+        ctx.session.wrote_at = Some(ctx.routing.version());
+    }
     let joins = lane.is_some() && class != LaneClass::No && {
         let arg_bytes = args.iter().map(|a| a.len()).sum::<usize>();
         lane::may_join(ctx.state, ctx.session, ctx.routing, readonly, arg_bytes)
