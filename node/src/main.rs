@@ -227,6 +227,13 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
     server::run(listener, state, options, async move {
         shutdown::signal().await;
         let _ = stop_tx.send(true);
+        // The drain deadline bounds a graceful shutdown; a second signal is the operator saying
+        // not to wait even for that (nor for the final snapshot).
+        tokio::spawn(async {
+            shutdown::signal().await;
+            tracing::warn!("second shutdown signal: exiting now");
+            std::process::exit(1);
+        });
     })
     .await?;
     Ok(())

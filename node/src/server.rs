@@ -1,8 +1,10 @@
 //! Runs a node: the gRPC server (data API + standard health service), the active expiry task and
 //! the optional ops HTTP endpoint, until a shutdown signal.
 //!
-//! Shutdown order: health flips to NOT_SERVING, the listener stops accepting, every `Execute`
-//! stream answers the batch in hand and ends, hyper drains the connections, the expiry task stops.
+//! Shutdown order: a primary with replicas hands its shard over, health flips to NOT_SERVING, the
+//! listener stops accepting, every `Execute` stream answers the batch in hand and ends, hyper
+//! drains the connections, the expiry task stops. The drain deadline (`drain_timeout` from the
+//! signal) bounds all of it together; only the final snapshot comes after it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -153,20 +155,28 @@ async fn serve(
     spawn_background(&state, &options, &stop_rx);
     let membership = state.membership.clone();
     let linger = options.handover_linger;
-    // When draining must end: the drain time from the shutdown signal, for the gRPC server's
-    // connections and the in-process streams together.
+    // When draining must end: the drain time from the shutdown signal, for the hand-over, the
+    // gRPC server's connections and the in-process streams together.
     let drained_by = Arc::new(std::sync::OnceLock::new());
     let drain_start = drained_by.clone();
     let drain_timeout = options.drain_timeout;
-    let signal = async move {
+    // The signal is awaited by a task of ours, not by the gRPC server: the server polls its
+    // shutdown future only while it accepts, and the steps before the stop must run (and be
+    // bounded) whatever the server is doing. The server only watches `stop`.
+    let graceful = tokio::spawn(async move {
         shutdown.await;
-        // A primary with replicas hands its shard over first (lossless, no client error).
-        crate::replication::handover::before_exit(&membership, linger).await;
+        let by = *drain_start.get_or_init(|| tokio::time::Instant::now() + drain_timeout);
+        // A primary with replicas hands its shard over first (lossless, no client error), within
+        // the drain time; the outer bound only guards a step that would not end by itself.
+        let handover = crate::replication::handover::before_exit(&membership, linger, by);
+        if tokio::time::timeout_at(by, handover).await.is_err() {
+            tracing::warn!("the hand-over did not end within the drain time; exiting without it");
+        }
         tracing::info!(%addr, "node shutting down: finishing in-flight batches");
         health.set_not_serving::<NodeServer<NodeService>>().await;
-        let _ = drain_start.set(tokio::time::Instant::now() + drain_timeout);
         let _ = stop_tx.send(true);
-    };
+    });
+    let signal = stopped(&stop_rx);
     tracing::info!(%addr, shards = state.store.shard_count(), "node serving gRPC");
     let router = Server::builder()
         // Large windows so one router stream can carry big batches without stalling on
@@ -188,11 +198,7 @@ async fn serve(
                 router.serve_with_incoming_shutdown(tcp.merge(pipes), signal).await
             }
             Some(tls) => {
-                let mut stop = links_stop.clone();
-                let stopped = async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                };
-                tokio::spawn(tls.server.clone().watch("node links", stopped));
+                tokio::spawn(tls.server.clone().watch("node links", stopped(&links_stop)));
                 let incoming = crate::link_tls::incoming(listener, tls.server.clone(), refused, links_stop);
                 router.serve_with_incoming_shutdown(incoming, signal).await
             }
@@ -214,11 +220,20 @@ async fn serve(
     };
     // (Without a shutdown signal, the server failed: the full drain time.)
     let drained_by = *drained_by.get_or_init(|| tokio::time::Instant::now() + options.drain_timeout);
+    graceful.abort();
     drain_local_streams(&state, drained_by).await;
     expiry.abort();
     finish(&state).await;
     tracing::info!(%addr, "node stopped");
     result
+}
+
+/// Resolves once `stop` says stop.
+fn stopped(stop: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut stop = stop.clone();
+    async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }
 }
 
 /// The node's background work until `stop`: reclaiming dropped slots, the stall ticker, the

@@ -708,3 +708,24 @@ async fn wait_ends_a_feeds_batching_gap() {
     assert!(started.elapsed() < Duration::from_secs(10), "WAIT waited out the gap");
     assert_eq!(state(&replica, "second").map(|s| s.0), Some(Bytes::from("2")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_hand_over_cannot_finish_still_exits_within_its_drain_time() {
+    let drain = Duration::from_secs(1);
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+    let options = ServeOptions { drain_timeout: drain, ..Default::default() };
+    let primary = NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, options).await.unwrap();
+    let (replica, _) = add_replica(&primary).await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    set(&mut p, 2, "k", "v").await;
+    // A writer says it watches, but none ever switches: the hand-over on shutdown commits to the
+    // caught-up replica and then waits for a switch that never comes (its own timeout is 10 s).
+    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    let started = Instant::now();
+    primary.shutdown().await.unwrap();
+    let took = started.elapsed();
+    // The drain time bounds the whole graceful shutdown, hand-over included (the margin is for
+    // the final steps and a loaded machine, far below the hand-over's own 10 s).
+    assert!(took < drain + Duration::from_secs(3), "shutdown took {took:?}");
+    replica.shutdown().await.unwrap();
+}

@@ -148,8 +148,11 @@ pub async fn run(
 
 /// On SIGTERM: hands over first if this process is the primary of a shard with replicas and a
 /// failover writer is watching; then waits `linger` (routers that still send here learn of the
-/// switch from the `moved` replies, not from a closed connection). Logs what it did.
-pub async fn before_exit(membership: &Arc<Membership>, linger: Duration) {
+/// switch from the `moved` replies, not from a closed connection). Logs what it did. All of it
+/// ends by `by` (the node's drain deadline: graceful shutdown is bounded as a whole, so a replica
+/// that cannot catch up or a writer that never switches cannot hold the exit); a hand-over cut
+/// short gives up as at its own timeout (the primary serves again until it stops).
+pub async fn before_exit(membership: &Arc<Membership>, linger: Duration, by: Instant) {
     let repl = &membership.replication;
     // Already exiting: whoever stops this process said no hand-over (`shutdown_without_handover`).
     if repl.exiting() || !matches!(membership.primary_of(), Some((_, _, true))) {
@@ -157,10 +160,11 @@ pub async fn before_exit(membership: &Arc<Membership>, linger: Duration) {
         return;
     }
     repl.set_exiting();
-    match run(membership, None, DEFAULT_TIMEOUT).await {
+    let timeout = DEFAULT_TIMEOUT.min(by.saturating_duration_since(Instant::now()));
+    match run(membership, None, timeout).await {
         Ok(s) => {
             tracing::info!(version = s.version, primary = %s.primary, linger_ms = linger.as_millis() as u64, "handed over before exiting");
-            tokio::time::sleep(linger).await;
+            tokio::time::sleep_until(by.min(Instant::now() + linger)).await;
         }
         Err(e) => tracing::warn!(error = %e, "exiting without a hand-over"),
     }
