@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // checkLists checks each list key's append/read history, Elle's list-append checks for a single
 // key without transactions (where every dependency cycle comes down to one of these):
@@ -64,7 +67,7 @@ func checkList(key string, g []Op) []Anomaly {
 		}
 	}
 	out = append(out, prefixes(key, reads, proj)...)
-	out = append(out, realTime(key, reads, proj, confirmed)...)
+	out = append(out, realTime(key, reads, proj, confirmed, appends)...)
 	return out
 }
 
@@ -93,37 +96,57 @@ func prefixes(key string, reads []Op, proj [][]string) []Anomaly {
 
 // realTime: reads see every confirmed append that completed before they began, see no fewer
 // confirmed elements than reads that completed before they began, and confirmed appends are
-// read in their real-time order.
-func realTime(key string, reads []Op, proj [][]string, confirmed []Op) []Anomaly {
+// read in their real-time order. Linear in the size of each read (a chaos run's lists hold
+// thousands of elements, read thousands of times).
+func realTime(key string, reads []Op, proj [][]string, confirmed []Op, appends map[string]Op) []Anomaly {
 	var out []Anomaly
+	// Reads by completion time, and the most confirmed elements any read completed by then held.
+	done := make([]int, len(reads))
+	for i := range done {
+		done[i] = i
+	}
+	sort.Slice(done, func(a, b int) bool { return reads[done[a]].Complete < reads[done[b]].Complete })
+	most := make([]int, len(done))
+	for k, d := range done {
+		most[k] = d
+		if k > 0 && len(proj[most[k-1]]) >= len(proj[d]) {
+			most[k] = most[k-1]
+		}
+	}
 	for i, r := range reads {
-		pos := map[string]int{}
-		for j, v := range proj[i] {
-			pos[v] = j
+		in := make(map[string]bool, len(proj[i]))
+		for _, v := range proj[i] {
+			in[v] = true
 		}
 		for _, a := range confirmed {
-			if _, ok := pos[a.Value]; !ok && a.Complete < r.Invoke {
+			if !in[a.Value] && a.Complete < r.Invoke {
 				out = append(out, Anomaly{"lost append", key,
 					fmt.Sprintf("%q was confirmed before this read began and is not in it", a.Value), []Op{a, r}})
-			}
-		}
-		for _, a := range confirmed {
-			for _, b := range confirmed {
-				pa, okA := pos[a.Value]
-				pb, okB := pos[b.Value]
-				if okA && okB && a.Complete < b.Invoke && pb < pa {
-					out = append(out, Anomaly{"order", key,
-						fmt.Sprintf("%q completed before %q began but is read after it", a.Value, b.Value), []Op{a, b, r}})
-				}
-			}
-		}
-		for k, earlier := range reads {
-			if earlier.Complete < r.Invoke && len(proj[k]) > len(proj[i]) {
-				out = append(out, Anomaly{"stale read", key,
-					fmt.Sprintf("holds %d confirmed elements, a read that completed before it began held %d",
-						len(proj[i]), len(proj[k])), []Op{earlier, r}})
 				break
 			}
+		}
+		// An element placed after one whose append began after it had completed: the latest
+		// invocation among the elements before it is all that needs comparing.
+		latest := -1
+		for j, v := range proj[i] {
+			a := appends[v]
+			if latest >= 0 && a.Complete < appends[proj[i][latest]].Invoke {
+				b := appends[proj[i][latest]]
+				out = append(out, Anomaly{"order", key,
+					fmt.Sprintf("%q completed before %q began but is read after it", a.Value, b.Value), []Op{a, b, r}})
+				break
+			}
+			if latest < 0 || a.Invoke > appends[proj[i][latest]].Invoke {
+				latest = j
+			}
+		}
+		// Among the reads that completed before this one began, the one that held the most.
+		n := sort.Search(len(done), func(k int) bool { return reads[done[k]].Complete >= r.Invoke })
+		if n > 0 && len(proj[most[n-1]]) > len(proj[i]) {
+			k := most[n-1]
+			out = append(out, Anomaly{"stale read", key,
+				fmt.Sprintf("holds %d confirmed elements, a read that completed before it began held %d",
+					len(proj[i]), len(proj[k])), []Op{reads[k], r}})
 		}
 	}
 	return out

@@ -1,0 +1,257 @@
+//! Recorded client histories for fault tests (issue 38): clients that survive any fault (every
+//! call bounded in time, a broken connection replaced), record every operation with its
+//! invocation and completion times and its outcome as JSON lines, and `shoal-checker`
+//! (loadtest/checker, built by `.ci/tools/install checker`) to check the whole history.
+//!
+//! Outcomes follow what Shoal promises (docs/architecture.md, "What a client can rely on"): a
+//! write is `ok` only when acknowledged *and* confirmed by `WAIT 1` (the writes Shoal keeps
+//! through a failover); acknowledged without that, or answered with an error, or not answered in
+//! time, it is `unknown` (it may or may not have applied, and may be lost). A read is `ok` with
+//! what it read, or `fail` (a read that failed had no effect).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Writes the history, one JSON line per completed operation; times are nanoseconds since the
+/// recorder was made (one clock for every client).
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    out: Arc<Mutex<std::io::BufWriter<std::fs::File>>>,
+    pub path: PathBuf,
+}
+
+/// One operation as the checker reads it (loadtest/checker/history.go).
+pub struct Rec<'a> {
+    pub process: usize,
+    pub op: &'a str,
+    pub key: &'a str,
+    pub value: Option<&'a str>,
+    pub read: Option<Option<String>>,
+    pub list: Option<Vec<String>>,
+    pub invoke: Instant,
+    pub outcome: &'a str,
+}
+
+impl Recorder {
+    pub fn new(path: &Path) -> Recorder {
+        let file = std::fs::File::create(path).unwrap();
+        Recorder {
+            start: Instant::now(),
+            out: Arc::new(Mutex::new(std::io::BufWriter::new(file))),
+            path: path.into(),
+        }
+    }
+
+    /// Records `r`, completed now.
+    pub fn record(&self, r: Rec) {
+        let mut line = serde_json::json!({
+            "process": r.process, "op": r.op, "key": r.key,
+            "invoke": (r.invoke - self.start).as_nanos() as u64,
+            "complete": self.start.elapsed().as_nanos() as u64,
+            "outcome": r.outcome,
+        });
+        if let Some(v) = r.value {
+            line["value"] = v.into();
+        }
+        if let Some(read) = r.read {
+            line["read"] = read.into();
+        }
+        if let Some(list) = r.list {
+            line["list"] = list.into();
+        }
+        let mut out = self.out.lock().unwrap();
+        writeln!(out, "{line}").unwrap();
+    }
+
+    pub fn flush(&self) {
+        self.out.lock().unwrap().flush().unwrap();
+    }
+}
+
+/// A RESP connection that never panics: a call that fails or takes longer than its limit breaks
+/// the connection, and the next call makes a new one.
+pub struct Conn {
+    addr: SocketAddr,
+    stream: Option<TcpStream>,
+    buf: Vec<u8>,
+}
+
+/// A reply, parsed as far as these clients need.
+#[derive(Debug, PartialEq)]
+pub enum Reply {
+    Ok,
+    Int(i64),
+    Bulk(Option<String>),
+    Array(Vec<String>),
+    Error(String),
+}
+
+impl Conn {
+    pub fn new(addr: SocketAddr) -> Conn {
+        Conn { addr, stream: None, buf: Vec::new() }
+    }
+
+    /// Sends one command and waits at most `limit` for its reply; `None`: no answer (the
+    /// connection is dropped, its late reply can never be taken for another command's).
+    pub async fn call(&mut self, args: &[&str], limit: Duration) -> Option<Reply> {
+        let got = tokio::time::timeout(limit, self.exchange(args)).await.ok().flatten();
+        if got.is_none() {
+            self.stream = None;
+            self.buf.clear();
+        }
+        got
+    }
+
+    async fn exchange(&mut self, args: &[&str]) -> Option<Reply> {
+        if self.stream.is_none() {
+            self.stream = Some(TcpStream::connect(self.addr).await.ok()?);
+        }
+        let stream = self.stream.as_mut()?;
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        stream.write_all(&super::encode(&args)).await.ok()?;
+        loop {
+            if let Some(n) = super::frame_len(&self.buf) {
+                let frame: Vec<u8> = self.buf.drain(..n).collect();
+                return Some(parse(&frame));
+            }
+            self.buf.reserve(64 * 1024);
+            if stream.read_buf(&mut self.buf).await.ok()? == 0 {
+                return None;
+            }
+        }
+    }
+}
+
+fn parse(frame: &[u8]) -> Reply {
+    let text = String::from_utf8_lossy(frame);
+    let (head, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
+    match head.as_bytes().first() {
+        Some(b'+') => Reply::Ok,
+        Some(b':') => Reply::Int(head[1..].parse().unwrap_or(-1)),
+        Some(b'$') if head == "$-1" => Reply::Bulk(None),
+        Some(b'$') => Reply::Bulk(Some(rest.trim_end_matches("\r\n").to_string())),
+        // An array of bulk strings (LRANGE): every other line after the header is an item.
+        Some(b'*') => Reply::Array(rest.split("\r\n").skip(1).step_by(2).map(str::to_string).collect()),
+        _ => Reply::Error(head.to_string()),
+    }
+}
+
+/// How long a client waits for any reply: past the routers' deadline (2 s in the chaos tests),
+/// so a reply that comes is taken, and a missing one is an unknown outcome.
+pub const REPLY_LIMIT: Duration = Duration::from_secs(4);
+
+/// A write (`args`), then `WAIT 1 <ms>` if it was acknowledged: "ok" only if WAIT answered 1.
+pub async fn confirmed_write(c: &mut Conn, args: &[&str]) -> &'static str {
+    if c.call(args, REPLY_LIMIT).await.is_some_and(|r| matches!(r, Reply::Ok | Reply::Int(_)))
+        && c.call(&["WAIT", "1", "1000"], REPLY_LIMIT).await == Some(Reply::Int(1))
+    {
+        "ok"
+    } else {
+        "unknown"
+    }
+}
+
+/// What one client does, until `stop_at` (and at most `max_ops` operations): on `registers`,
+/// SET of a unique value (confirmed by WAIT) or GET; on `lists`, RPUSH of a unique value
+/// (confirmed by WAIT) or LRANGE 0 -1. After an operation that failed it pauses 50 ms, so a
+/// fault does not turn into a flood of failed operations.
+pub async fn client(
+    process: usize,
+    addr: SocketAddr,
+    keys: Vec<String>,
+    lists: bool,
+    rec: Recorder,
+    stop_at: Instant,
+    seed: u64,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut c = Conn::new(addr);
+    for n in 0..100_000u64 {
+        if Instant::now() >= stop_at {
+            break;
+        }
+        let key = &keys[rng.usize(..keys.len())];
+        let value = format!("{process}-{n}");
+        let invoke = Instant::now();
+        let write = rng.u8(..100) < 55;
+        let outcome = match (lists, write) {
+            (false, true) => {
+                let outcome = confirmed_write(&mut c, &["SET", key, &value]).await;
+                rec.record(Rec {
+                    process,
+                    op: "set",
+                    key,
+                    value: Some(&value),
+                    read: None,
+                    list: None,
+                    invoke,
+                    outcome,
+                });
+                outcome
+            }
+            (true, true) => {
+                let outcome = confirmed_write(&mut c, &["RPUSH", key, &value]).await;
+                rec.record(Rec {
+                    process,
+                    op: "append",
+                    key,
+                    value: Some(&value),
+                    read: None,
+                    list: None,
+                    invoke,
+                    outcome,
+                });
+                outcome
+            }
+            (_, false) => read(&mut c, process, key, lists, &rec).await,
+        };
+        if outcome != "ok" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One GET (`lists`: LRANGE 0 -1) of `key`, recorded; its outcome.
+pub async fn read(c: &mut Conn, process: usize, key: &str, lists: bool, rec: &Recorder) -> &'static str {
+    let invoke = Instant::now();
+    let args: &[&str] = if lists { &["LRANGE", key, "0", "-1"] } else { &["GET", key] };
+    let (op, read, list, outcome) = match (lists, c.call(args, REPLY_LIMIT).await) {
+        (false, Some(Reply::Bulk(v))) => ("get", Some(v), None, "ok"),
+        (true, Some(Reply::Array(items))) => ("read", None, Some(items), "ok"),
+        (false, _) => ("get", None, None, "fail"),
+        (true, _) => ("read", None, None, "fail"),
+    };
+    rec.record(Rec { process, op, key, value: None, read, list, invoke, outcome });
+    outcome
+}
+
+/// The `shoal-checker` binary: on PATH, else in the tools cache (`.ci/tools/install checker`).
+pub fn checker() -> PathBuf {
+    let cache = std::env::var("SHOAL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/shoal"));
+    let in_cache = cache.join("bin/shoal-checker");
+    if in_cache.exists() {
+        return in_cache;
+    }
+    let on_path = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join("shoal-checker"))
+        .find(|p| p.exists());
+    on_path.unwrap_or_else(|| panic!("shoal-checker not found: run `.ci/tools/install checker`"))
+}
+
+/// Runs the checker over the history; its report, and whether it found the history sound.
+pub fn check(history: &Path) -> (String, bool) {
+    let out = std::process::Command::new(checker()).arg(history).output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (report, out.status.success())
+}
