@@ -52,10 +52,13 @@ impl Net {
     /// Creates the bridge and one namespace per name (plus `"test"`, this process). Panics with
     /// the reason if it cannot (not root, no iproute2).
     pub fn new(names: &[&str]) -> Net {
-        let pid = std::process::id();
-        // 10.(pid / 256 % 200 + 50).(pid % 256): a /24 per test process, away from 10.0.x.
-        let subnet = [10, (pid / 256 % 200 + 50) as u8, (pid % 256) as u8];
-        let tag = format!("sf{pid:x}");
+        // A tag and a /24 per Net (several tests of one process may run side by side), away from
+        // 10.0.x; a tag is short enough for interface names (15 bytes).
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let (pid, k) = (std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let n = pid.wrapping_add(k.wrapping_mul(7919));
+        let subnet = [10, (n / 256 % 200 + 50) as u8, (n % 256) as u8];
+        let tag = format!("sf{pid:x}{}", k % 10);
         let net = Net { bridge: format!("{tag}br"), tag, subnet, hosts: vec!["test".into()] };
         let mut net = net;
         must(&["ip", "link", "add", &net.bridge, "type", "bridge"]);
