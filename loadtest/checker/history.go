@@ -39,7 +39,11 @@ type Op struct {
 // after its invocation (Porcupine's convention for a crashed client's op).
 const Never = math.MaxInt64
 
+// String is the op as recorded, a long list cut to its length and last 8 elements.
 func (o Op) String() string {
+	if n := len(o.List); n > 8 {
+		o.List = append([]string{fmt.Sprintf("(%d elements) ...", n)}, o.List[n-8:]...)
+	}
 	b, _ := json.Marshal(o)
 	return string(b)
 }

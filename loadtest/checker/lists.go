@@ -113,16 +113,20 @@ func realTime(key string, reads []Op, proj [][]string, confirmed []Op, appends m
 			most[k] = most[k-1]
 		}
 	}
+	reported := map[string]bool{}
 	for i, r := range reads {
 		in := make(map[string]bool, len(proj[i]))
 		for _, v := range proj[i] {
 			in[v] = true
 		}
 		for _, a := range confirmed {
-			if !in[a.Value] && a.Complete < r.Invoke {
+			if !in[a.Value] && a.Complete < r.Invoke && !reported[a.Value] {
+				// Once per element (the first read that misses it): a lost element is missing
+				// from every later read, and a thousand copies would hide other anomalies.
+				reported[a.Value] = true
 				out = append(out, Anomaly{"lost append", key,
-					fmt.Sprintf("%q was confirmed before this read began and is not in it", a.Value), []Op{a, r}})
-				break
+					fmt.Sprintf("%q was confirmed before this read began and is not in it (nor, maybe, in later ones)", a.Value),
+					[]Op{a, r}})
 			}
 		}
 		// An element placed after one whose append began after it had completed: the latest

@@ -196,6 +196,8 @@ const FAULTS: [Fault; 8] = [
 /// What the schedule did and saw, for the report.
 #[derive(Default)]
 struct Log {
+    /// When the history began (its times count from there), to place faults on its clock.
+    start: Option<Instant>,
     lines: Vec<String>,
     /// Per split brain: how long after the promotion the replaced primary still acknowledged a
     /// write from the stale router, and how many it acknowledged then.
@@ -261,7 +263,9 @@ impl Bed {
             }
         };
         let took = self.recovered(Duration::from_secs(45)).await;
-        let line = format!("{:>6.1}s {what}; recovered: {took:?}", t0.elapsed().as_secs_f64());
+        let at = log.start.map_or(0.0, |s| (t0 - s).as_secs_f64());
+        let line =
+            format!("at {at:>7.2}s, for {:>4.1}s: {what}; recovered: {took:?}", t0.elapsed().as_secs_f64());
         eprintln!("chaos: {line}");
         log.lines.push(line.clone());
         assert!(took.is_ok(), "the cluster did not recover after: {line}\n{}", log.lines.join("\n"));
@@ -322,13 +326,13 @@ fn keys(lists: bool) -> Vec<String> {
         .collect()
 }
 
-/// Reads every key once more through a router, retrying (bounded) until a read succeeds: the
-/// final reads, where a lost confirmed write shows.
+/// Reads every key once more through a router (every epoch's list keys), retrying (bounded)
+/// until a read succeeds: the final reads, where a lost confirmed write shows.
 async fn final_reads(addr: SocketAddr, rec: &Recorder) {
     let mut c = Conn::new(addr);
-    for (lists, key) in
-        keys(false).into_iter().map(|k| (false, k)).chain(keys(true).into_iter().map(|k| (true, k)))
-    {
+    let lists =
+        (0..=rec.epoch()).flat_map(|e| keys(true).into_iter().map(move |k| (true, history::list_key(&k, e))));
+    for (lists, key) in keys(false).into_iter().map(|k| (false, k)).chain(lists) {
         let mut tries = 0;
         while history::read(&mut c, 999, &key, lists, rec).await != "ok" {
             tries += 1;
@@ -362,13 +366,17 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
     // Clients run through the fault phase and the recovery after it.
     let faults_end = Instant::now() + Duration::from_secs(secs);
     let stop_at = faults_end + Duration::from_secs(5);
-    let clients: Vec<_> = (0..6)
+    // Registers: two clients on each router the writer's file updates, one on the stale router
+    // (whose reads may reach a replaced primary). Lists: one client on each updated router.
+    let clients: Vec<_> = (0..7)
         .map(|p| {
-            let (addr, lists) = (bed.resp(p % 2), p >= 4);
-            tokio::spawn(history::client(p, addr, keys(lists), lists, rec.clone(), stop_at, seed ^ p as u64))
+            let (addr, lists) = (bed.resp(if p == 6 { 2 } else { p % 2 }), (4..6).contains(&p));
+            let client =
+                history::Client { process: p, addr, keys: keys(lists), lists, seed: seed ^ p as u64 };
+            tokio::spawn(client.run(rec.clone(), stop_at))
         })
         .collect();
-    let mut log = Log::default();
+    let mut log = Log { start: Some(rec.start), ..Log::default() };
     for _ in 0..10_000 {
         if Instant::now() >= faults_end {
             break;

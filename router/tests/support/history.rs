@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 /// recorder was made (one clock for every client).
 #[derive(Clone)]
 pub struct Recorder {
-    start: Instant,
+    pub start: Instant,
     out: Arc<Mutex<std::io::BufWriter<std::fs::File>>>,
     pub path: PathBuf,
 }
@@ -47,6 +47,12 @@ impl Recorder {
             out: Arc::new(Mutex::new(std::io::BufWriter::new(file))),
             path: path.into(),
         }
+    }
+
+    /// Which generation of list keys clients use now: a list key gets a new suffix every
+    /// [`LIST_EPOCH`], so lists stay short enough to read whole (LRANGE) in a long run.
+    pub fn epoch(&self) -> u64 {
+        self.start.elapsed().as_secs() / LIST_EPOCH.as_secs()
     }
 
     /// Records `r`, completed now.
@@ -143,6 +149,14 @@ fn parse(frame: &[u8]) -> Reply {
     }
 }
 
+/// See [`Recorder::epoch`].
+pub const LIST_EPOCH: Duration = Duration::from_secs(60);
+
+/// `base` in list-key generation `epoch`.
+pub fn list_key(base: &str, epoch: u64) -> String {
+    format!("{base}.{epoch}")
+}
+
 /// How long a client waits for any reply: past the routers' deadline (2 s in the chaos tests),
 /// so a reply that comes is taken, and a missing one is an unknown outcome.
 pub const REPLY_LIMIT: Duration = Duration::from_secs(4);
@@ -158,62 +172,69 @@ pub async fn confirmed_write(c: &mut Conn, args: &[&str]) -> &'static str {
     }
 }
 
-/// What one client does, until `stop_at` (and at most `max_ops` operations): on `registers`,
-/// SET of a unique value (confirmed by WAIT) or GET; on `lists`, RPUSH of a unique value
-/// (confirmed by WAIT) or LRANGE 0 -1. After an operation that failed it pauses 50 ms, so a
-/// fault does not turn into a flood of failed operations.
-pub async fn client(
-    process: usize,
-    addr: SocketAddr,
-    keys: Vec<String>,
-    lists: bool,
-    rec: Recorder,
-    stop_at: Instant,
-    seed: u64,
-) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut c = Conn::new(addr);
-    for n in 0..100_000u64 {
-        if Instant::now() >= stop_at {
-            break;
-        }
-        let key = &keys[rng.usize(..keys.len())];
-        let value = format!("{process}-{n}");
-        let invoke = Instant::now();
-        let write = rng.u8(..100) < 55;
-        let outcome = match (lists, write) {
-            (false, true) => {
-                let outcome = confirmed_write(&mut c, &["SET", key, &value]).await;
-                rec.record(Rec {
-                    process,
-                    op: "set",
-                    key,
-                    value: Some(&value),
-                    read: None,
-                    list: None,
-                    invoke,
-                    outcome,
-                });
-                outcome
+/// What one client does, until `stop_at` (and at most 10 million operations): on registers,
+/// SET of a unique value (confirmed by WAIT) or GET; on lists (keys of the current epoch, see
+/// [`Recorder::epoch`]), RPUSH of a unique value (confirmed by WAIT) or LRANGE 0 -1. After an
+/// operation that failed it pauses 50 ms, so a fault does not turn into a flood of failures.
+pub struct Client {
+    pub process: usize,
+    pub addr: SocketAddr,
+    pub keys: Vec<String>,
+    pub lists: bool,
+    pub seed: u64,
+}
+
+impl Client {
+    pub async fn run(self, rec: Recorder, stop_at: Instant) {
+        let Client { process, addr, keys, lists, seed } = self;
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut c = Conn::new(addr);
+        for n in 0..10_000_000u64 {
+            if Instant::now() >= stop_at {
+                break;
             }
-            (true, true) => {
-                let outcome = confirmed_write(&mut c, &["RPUSH", key, &value]).await;
-                rec.record(Rec {
-                    process,
-                    op: "append",
-                    key,
-                    value: Some(&value),
-                    read: None,
-                    list: None,
-                    invoke,
-                    outcome,
-                });
-                outcome
+            let mut key = keys[rng.usize(..keys.len())].clone();
+            if lists {
+                key = list_key(&key, rec.epoch());
             }
-            (_, false) => read(&mut c, process, key, lists, &rec).await,
-        };
-        if outcome != "ok" {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let value = format!("{process}-{n}");
+            let invoke = Instant::now();
+            let outcome = match (lists, rng.u8(..100) < 55) {
+                (false, true) => {
+                    let outcome = confirmed_write(&mut c, &["SET", &key, &value]).await;
+                    let (op, value) = ("set", Some(value.as_str()));
+                    rec.record(Rec {
+                        process,
+                        op,
+                        key: &key,
+                        value,
+                        read: None,
+                        list: None,
+                        invoke,
+                        outcome,
+                    });
+                    outcome
+                }
+                (true, true) => {
+                    let outcome = confirmed_write(&mut c, &["RPUSH", &key, &value]).await;
+                    let (op, value) = ("append", Some(value.as_str()));
+                    rec.record(Rec {
+                        process,
+                        op,
+                        key: &key,
+                        value,
+                        read: None,
+                        list: None,
+                        invoke,
+                        outcome,
+                    });
+                    outcome
+                }
+                (_, false) => read(&mut c, process, &key, lists, &rec).await,
+            };
+            if outcome != "ok" {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
 }
