@@ -173,6 +173,21 @@ impl Net {
         }
     }
 
+    /// Whether `from` opens a TCP connection to `to`'s `port` within a second (bash's
+    /// `/dev/tcp`, so nothing beyond bash and coreutils runs in the namespace).
+    pub fn connects(&self, from: &str, to: &str, port: u16) -> bool {
+        let script = format!("exec 3<>/dev/tcp/{}/{port}", self.ip(to));
+        let mut c = if from == "test" {
+            Command::new("timeout")
+        } else {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &self.ns(from), "timeout"]);
+            c
+        };
+        c.args(["1", "bash", "-c", &script]).stderr(Stdio::null());
+        c.status().is_ok_and(|s| s.success())
+    }
+
     /// Limits what `name` sends to `kbit` kbit/s (token bucket, 400 ms of queue); `None` lifts it.
     pub fn throttle(&self, name: &str, kbit: Option<u32>) {
         let ns = self.ns(name);
