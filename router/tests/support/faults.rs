@@ -59,6 +59,7 @@ impl Net {
         let n = pid.wrapping_add(k.wrapping_mul(7919));
         let subnet = [10, (n / 256 % 200 + 50) as u8, (n % 256) as u8];
         let tag = format!("sf{pid:x}{}", k % 10);
+        sweep();
         let net = Net { bridge: format!("{tag}br"), tag, subnet, hosts: vec!["test".into()] };
         let mut net = net;
         must(&["ip", "link", "add", &net.bridge, "type", "bridge"]);
@@ -200,6 +201,31 @@ impl Net {
                     .chain(["rate", &rate, "burst", "32kbit", "latency", "400ms"])
                     .collect::<Vec<_>>(),
             );
+        }
+    }
+}
+
+/// Removes what test processes that died without dropping their `Net` (SIGKILL, a timeout) left:
+/// namespaces and bridges whose tag names a process that no longer exists.
+fn sweep() {
+    // A tag is "sf", the pid in hex, and one digit; anything else was not made by `Net`.
+    let dead = |tag: &str| {
+        let hex = tag.strip_prefix("sf").unwrap_or("");
+        hex.len() >= 2
+            && hex.chars().all(|c| c.is_ascii_hexdigit())
+            && u32::from_str_radix(&hex[..hex.len() - 1], 16)
+                .is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    for line in run(&["ip", "netns", "list"]).unwrap_or_default().lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if dead(name.split('-').next().unwrap_or("")) {
+            let _ = run(&["ip", "netns", "del", name]);
+        }
+    }
+    for line in run(&["ip", "-o", "link", "show", "type", "bridge"]).unwrap_or_default().lines() {
+        let name = line.split(": ").nth(1).unwrap_or("");
+        if name.strip_suffix("br").is_some_and(dead) {
+            let _ = run(&["ip", "link", "del", name]);
         }
     }
 }
