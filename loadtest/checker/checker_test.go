@@ -25,6 +25,14 @@ func read(p int, list []string, from, to int64) Op {
 	return Op{Process: p, Kind: "read", Key: "l", List: list, Invoke: from, Complete: to, Outcome: "ok"}
 }
 
+func txn(p int, v string, from, to int64, outcome string) Op {
+	return Op{Process: p, Kind: "mappend", Keys: []string{"x", "y"}, Value: v, Invoke: from, Complete: to, Outcome: outcome}
+}
+
+func txnRead(p int, x, y []string, from, to int64) Op {
+	return Op{Process: p, Kind: "mread", Keys: []string{"x", "y"}, Lists: [][]string{x, y}, Invoke: from, Complete: to, Outcome: "ok"}
+}
+
 func kinds(r Result) string {
 	var k []string
 	for _, a := range r.Anomalies {
@@ -68,6 +76,12 @@ func TestHistoriesThatMustFail(t *testing.T) {
 		{"appends read out of real-time order", []Op{
 			push(0, "1", 0, 10, "ok"), push(0, "2", 20, 30, "ok"), read(1, []string{"2", "1"}, 40, 50),
 		}, "order"},
+		{"a transaction read in part", []Op{
+			txn(0, "1", 0, 10, "ok"), txn(0, "2", 20, 30, "unknown"), txnRead(1, []string{"1", "2"}, []string{"1"}, 40, 50),
+		}, "intermediate read"},
+		{"a confirmed transaction lost on one of its lists", []Op{
+			txn(0, "1", 0, 10, "ok"), txnRead(1, []string{"1"}, []string{"1"}, 20, 30), txnRead(1, []string{"1"}, []string{}, 40, 50),
+		}, "lost append"},
 		{"an element read before its append began", []Op{
 			read(1, []string{"1"}, 0, 10), push(0, "1", 20, 30, "unknown"),
 		}, "phantom read"},
@@ -101,6 +115,10 @@ func TestHistoriesThatMustPass(t *testing.T) {
 		{"lists: concurrent appends, prefix reads", []Op{
 			push(0, "1", 0, 10, "ok"), push(1, "2", 5, 30, "ok"), read(2, []string{"1"}, 12, 14),
 			read(2, []string{"1", "2"}, 40, 50), push(0, "3", 60, 0, "unknown"), read(3, []string{"1", "2"}, 70, 80),
+		}},
+		{"transactions: whole reads, an unconfirmed one lost whole", []Op{
+			txn(0, "1", 0, 10, "ok"), txn(1, "2", 5, 25, "unknown"), txnRead(2, []string{"1", "2"}, []string{"1", "2"}, 30, 40),
+			txn(0, "3", 50, 60, "ok"), txnRead(2, []string{"1", "3"}, []string{"1", "3"}, 70, 80),
 		}},
 		{"lists: an unconfirmed append seen, then lost", []Op{
 			push(0, "1", 0, 10, "ok"), push(0, "2", 20, 30, "unknown"), read(1, []string{"1", "2"}, 40, 50),

@@ -17,22 +17,26 @@ import (
 // on one clock), with its outcome.
 //
 //   - "set" (Value) and "get" (Read: the value, or null for a missing key) are register ops;
-//   - "append" (Value, pushed to the list Key) and "read" (List: the whole list) are list ops.
+//   - "append" (Value, pushed to the list Key) and "read" (List: the whole list) are list ops;
+//   - "mappend" (Value pushed to every list of Keys in one transaction) and "mread" (Lists: every
+//     list of Keys, read in one transaction) are transactions over lists on one node.
 //
 // Outcome "ok": the op took effect (a write: acknowledged *and* confirmed by WAIT 1, the only
 // writes Shoal promises to keep through a failover); "fail": it certainly did not (reads only:
 // a failed read has no effect); "unknown": it may or may not have taken effect, and an effect
 // may later be lost (a write acknowledged without a WAIT confirmation, a timeout, an error).
 type Op struct {
-	Process  int      `json:"process"`
-	Kind     string   `json:"op"`
-	Key      string   `json:"key"`
-	Value    string   `json:"value,omitempty"`
-	Read     *string  `json:"read,omitempty"`
-	List     []string `json:"list,omitempty"`
-	Invoke   int64    `json:"invoke"`
-	Complete int64    `json:"complete"`
-	Outcome  string   `json:"outcome"`
+	Process  int        `json:"process"`
+	Kind     string     `json:"op"`
+	Key      string     `json:"key"`
+	Value    string     `json:"value,omitempty"`
+	Read     *string    `json:"read,omitempty"`
+	List     []string   `json:"list,omitempty"`
+	Keys     []string   `json:"keys,omitempty"`
+	Lists    [][]string `json:"lists,omitempty"`
+	Invoke   int64      `json:"invoke"`
+	Complete int64      `json:"complete"`
+	Outcome  string     `json:"outcome"`
 }
 
 // Never is the completion time of an op whose outcome is unknown: it may take effect at any time
@@ -71,7 +75,7 @@ func ReadHistory(r io.Reader) ([]Op, error) {
 			return nil, fmt.Errorf("line %d: %v", n, err)
 		}
 		switch o.Kind {
-		case "set", "get", "append", "read":
+		case "set", "get", "append", "read", "mappend", "mread":
 		default:
 			return nil, fmt.Errorf("line %d: unknown op %q", n, o.Kind)
 		}
@@ -79,6 +83,12 @@ func ReadHistory(r io.Reader) ([]Op, error) {
 		case "ok", "fail", "unknown":
 		default:
 			return nil, fmt.Errorf("line %d: unknown outcome %q", n, o.Outcome)
+		}
+		if (o.Kind == "mappend" || o.Kind == "mread") && len(o.Keys) == 0 {
+			return nil, fmt.Errorf("line %d: a transaction without keys", n)
+		}
+		if o.Kind == "mread" && o.Outcome == "ok" && len(o.Lists) != len(o.Keys) {
+			return nil, fmt.Errorf("line %d: %d lists read for %d keys", n, len(o.Lists), len(o.Keys))
 		}
 		if o.Outcome != "unknown" && o.Complete < o.Invoke {
 			return nil, fmt.Errorf("line %d: completes before it is invoked", n)

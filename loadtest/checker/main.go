@@ -58,9 +58,10 @@ func Check(ops []Op, timeout time.Duration) Result {
 	for _, o := range ops {
 		count[o.Kind+"/"+o.Outcome]++
 	}
+	ops, txn := expandTransactions(ops)
 	reg, undecided := checkRegisters(ops, timeout)
 	lists := checkLists(ops)
-	r := Result{Anomalies: append(reg, lists...), Undecided: undecided}
+	r := Result{Anomalies: append(append(txn, reg...), lists...), Undecided: undecided}
 	r.Summary = fmt.Sprintf("%d ops %v: %d anomalies, %d keys undecided %v",
 		len(ops), count, len(r.Anomalies), len(undecided), undecided)
 	return r

@@ -326,12 +326,18 @@ fn keys(lists: bool) -> Vec<String> {
         .collect()
 }
 
+/// The transaction client's groups of lists: each group's keys share a node.
+fn groups() -> Vec<Vec<String>> {
+    ["{a}", "{b}"].iter().map(|t| vec![format!("{t}txn0"), format!("{t}txn1")]).collect()
+}
+
 /// Reads every key once more through a router (every epoch's list keys), retrying (bounded)
 /// until a read succeeds: the final reads, where a lost confirmed write shows.
 async fn final_reads(addr: SocketAddr, rec: &Recorder) {
     let mut c = Conn::new(addr);
-    let lists =
-        (0..=rec.epoch()).flat_map(|e| keys(true).into_iter().map(move |k| (true, history::list_key(&k, e))));
+    let every_list: Vec<String> = keys(true).into_iter().chain(groups().into_iter().flatten()).collect();
+    let lists = (0..=rec.epoch())
+        .flat_map(|e| every_list.clone().into_iter().map(move |k| (true, history::list_key(&k, e))));
     for (lists, key) in keys(false).into_iter().map(|k| (false, k)).chain(lists) {
         let mut tries = 0;
         while history::read(&mut c, 999, &key, lists, rec).await != "ok" {
@@ -386,7 +392,20 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
         bed.inject(fault, &mut rng, hold, &mut log).await;
         tokio::time::sleep(Duration::from_millis(rng.u64(200..1500))).await;
     }
-    for c in clients {
+    // Transactions: one client on each router, so reads meet other clients' appends.
+    let txns: Vec<_> = (7..9)
+        .map(|p| {
+            tokio::spawn(history::transactions(
+                p,
+                bed.resp(p % 2),
+                groups(),
+                rec.clone(),
+                stop_at,
+                seed ^ p as u64,
+            ))
+        })
+        .collect();
+    for c in clients.into_iter().chain(txns) {
         c.await.unwrap();
     }
     eprintln!("chaos: clients done after {:?}", began.elapsed());

@@ -35,6 +35,9 @@ pub struct Rec<'a> {
     pub value: Option<&'a str>,
     pub read: Option<Option<String>>,
     pub list: Option<Vec<String>>,
+    /// A transaction's keys and what it read of each (`mappend`, `mread`).
+    pub keys: Option<Vec<String>>,
+    pub lists: Option<Vec<Vec<String>>>,
     pub invoke: Instant,
     pub outcome: &'a str,
 }
@@ -72,6 +75,12 @@ impl Recorder {
         if let Some(list) = r.list {
             line["list"] = list.into();
         }
+        if let Some(keys) = r.keys {
+            line["keys"] = keys.into();
+        }
+        if let Some(lists) = r.lists {
+            line["lists"] = lists.into();
+        }
         let mut out = self.out.lock().unwrap();
         writeln!(out, "{line}").unwrap();
     }
@@ -96,6 +105,8 @@ pub enum Reply {
     Int(i64),
     Bulk(Option<String>),
     Array(Vec<String>),
+    /// EXEC's reply: one list per queued command (an integer reply as a list of one).
+    Exec(Vec<Vec<String>>),
     Error(String),
 }
 
@@ -143,10 +154,32 @@ fn parse(frame: &[u8]) -> Reply {
         Some(b':') => Reply::Int(head[1..].parse().unwrap_or(-1)),
         Some(b'$') if head == "$-1" => Reply::Bulk(None),
         Some(b'$') => Reply::Bulk(Some(rest.trim_end_matches("\r\n").to_string())),
+        Some(b'*') if head == "*-1" => Reply::Error("EXEC aborted".into()),
+        // EXEC's array of arrays (LRANGEs) or of integers (RPUSHes).
+        Some(b'*') if rest.starts_with('*') || rest.starts_with(':') => Reply::Exec(exec_items(rest)),
         // An array of bulk strings (LRANGE): every other line after the header is an item.
         Some(b'*') => Reply::Array(rest.split("\r\n").skip(1).step_by(2).map(str::to_string).collect()),
         _ => Reply::Error(head.to_string()),
     }
+}
+
+/// The items of EXEC's reply (after its header): each an array of bulk strings or an integer.
+fn exec_items(rest: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = rest.split("\r\n").collect();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < lines.len() && out.len() < 64 {
+        let line = lines[i];
+        if let Some(n) = line.strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) {
+            out.push((0..n).filter_map(|k| lines.get(i + 2 + 2 * k).map(|v| v.to_string())).collect());
+            i += 1 + 2 * n;
+        } else if let Some(v) = line.strip_prefix(':') {
+            out.push(vec![v.to_string()]);
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    out
 }
 
 /// See [`Recorder::epoch`].
@@ -211,6 +244,8 @@ impl Client {
                         value,
                         read: None,
                         list: None,
+                        keys: None,
+                        lists: None,
                         invoke,
                         outcome,
                     });
@@ -226,6 +261,8 @@ impl Client {
                         value,
                         read: None,
                         list: None,
+                        keys: None,
+                        lists: None,
                         invoke,
                         outcome,
                     });
@@ -250,7 +287,7 @@ pub async fn read(c: &mut Conn, process: usize, key: &str, lists: bool, rec: &Re
         (false, _) => ("get", None, None, "fail"),
         (true, _) => ("read", None, None, "fail"),
     };
-    rec.record(Rec { process, op, key, value: None, read, list, invoke, outcome });
+    rec.record(Rec { process, op, key, value: None, read, list, keys: None, lists: None, invoke, outcome });
     outcome
 }
 
@@ -276,4 +313,75 @@ pub fn check(history: &Path) -> (String, bool) {
     let out = std::process::Command::new(checker()).arg(history).output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (report, out.status.success())
+}
+
+/// A transaction client, until `stop_at` (at most 10 million transactions): MULTI, RPUSH of one
+/// unique value to every list of a group (keys sharing a `{hashtag}`, so one node), EXEC, then
+/// `WAIT 1` ("ok" only if it answered 1) as `mappend`; or MULTI, LRANGE of every list of the
+/// group, EXEC as `mread`. Every transaction appends to all of a group's lists, so a read that
+/// finds them different saw part of a transaction.
+pub async fn transactions(
+    process: usize,
+    addr: SocketAddr,
+    groups: Vec<Vec<String>>,
+    rec: Recorder,
+    stop_at: Instant,
+    seed: u64,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut c = Conn::new(addr);
+    for n in 0..10_000_000u64 {
+        if Instant::now() >= stop_at {
+            break;
+        }
+        let keys: Vec<String> =
+            groups[rng.usize(..groups.len())].iter().map(|k| list_key(k, rec.epoch())).collect();
+        let value = format!("{process}-{n}");
+        let invoke = Instant::now();
+        let write = rng.u8(..100) < 70;
+        let cmds: Vec<Vec<&str>> = keys
+            .iter()
+            .map(|k| {
+                if write {
+                    vec!["RPUSH", k.as_str(), value.as_str()]
+                } else {
+                    vec!["LRANGE", k.as_str(), "0", "-1"]
+                }
+            })
+            .collect();
+        let reply = exec(&mut c, &cmds).await;
+        let (op, value, lists, outcome) = match (write, reply) {
+            (true, Some(r)) if r.len() == keys.len() => {
+                let confirmed = c.call(&["WAIT", "1", "1000"], REPLY_LIMIT).await == Some(Reply::Int(1));
+                ("mappend", Some(value.as_str()), None, if confirmed { "ok" } else { "unknown" })
+            }
+            (true, _) => ("mappend", Some(value.as_str()), None, "unknown"),
+            (false, Some(r)) if r.len() == keys.len() => ("mread", None, Some(r), "ok"),
+            (false, _) => ("mread", None, None, "fail"),
+        };
+        let key = &keys.join(",");
+        let keys = Some(keys.clone());
+        rec.record(Rec { process, op, key, value, read: None, list: None, keys, lists, invoke, outcome });
+        if outcome != "ok" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// MULTI, `cmds`, EXEC on `c`: EXEC's items, or `None` if any step failed (the connection is then
+/// dropped, so it is never left inside a MULTI).
+async fn exec(c: &mut Conn, cmds: &[Vec<&str>]) -> Option<Vec<Vec<String>>> {
+    let mut ok = c.call(&["MULTI"], REPLY_LIMIT).await == Some(Reply::Ok);
+    for cmd in cmds {
+        ok = ok && c.call(cmd, REPLY_LIMIT).await == Some(Reply::Ok);
+    }
+    let reply = if ok { c.call(&["EXEC"], REPLY_LIMIT).await } else { None };
+    match reply {
+        Some(Reply::Exec(items)) => Some(items),
+        _ => {
+            c.stream = None;
+            c.buf.clear();
+            None
+        }
+    }
 }
