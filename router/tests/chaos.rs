@@ -382,16 +382,6 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
             tokio::spawn(client.run(rec.clone(), stop_at))
         })
         .collect();
-    let mut log = Log { start: Some(rec.start), ..Log::default() };
-    for _ in 0..10_000 {
-        if Instant::now() >= faults_end {
-            break;
-        }
-        let fault = FAULTS[rng.usize(..FAULTS.len())];
-        let hold = Duration::from_millis(rng.u64(1500..4000));
-        bed.inject(fault, &mut rng, hold, &mut log).await;
-        tokio::time::sleep(Duration::from_millis(rng.u64(200..1500))).await;
-    }
     // Transactions: one client on each router, so reads meet other clients' appends.
     let txns: Vec<_> = (7..9)
         .map(|p| {
@@ -405,6 +395,16 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
             ))
         })
         .collect();
+    let mut log = Log { start: Some(rec.start), ..Log::default() };
+    for _ in 0..10_000 {
+        if Instant::now() >= faults_end {
+            break;
+        }
+        let fault = FAULTS[rng.usize(..FAULTS.len())];
+        let hold = Duration::from_millis(rng.u64(1500..4000));
+        bed.inject(fault, &mut rng, hold, &mut log).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(200..1500))).await;
+    }
     for c in clients.into_iter().chain(txns) {
         c.await.unwrap();
     }
