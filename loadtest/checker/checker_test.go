@@ -87,7 +87,7 @@ func TestHistoriesThatMustFail(t *testing.T) {
 		}, "phantom read"},
 	}
 	for _, c := range cases {
-		r := Check(c.ops, 5*time.Second)
+		r := Check(c.ops, 5*time.Second, 1000)
 		if !strings.Contains(kinds(r), c.want) {
 			t.Errorf("%s: want %q, got %q (%s)", c.name, c.want, kinds(r), r.Summary)
 		}
@@ -126,7 +126,7 @@ func TestHistoriesThatMustPass(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		if r := Check(c.ops, 5*time.Second); len(r.Anomalies) > 0 || len(r.Undecided) > 0 {
+		if r := Check(c.ops, 5*time.Second, 1000); len(r.Anomalies) > 0 || len(r.Undecided) > 0 {
 			t.Errorf("%s: %s %v", c.name, r.Summary, r.Anomalies)
 		}
 	}
@@ -136,5 +136,12 @@ func TestReadHistoryRefusesATruncatedLine(t *testing.T) {
 	_, err := ReadHistory(strings.NewReader(`{"op":"set","key":"k","value":"a","invoke":1,"complete":2,"outcome":"ok"}` + "\n" + `{"op":"get","ke`))
 	if err == nil {
 		t.Fatal("a truncated line was accepted")
+	}
+}
+
+func TestALongKeyIsUndecidedNotPassed(t *testing.T) {
+	ops := []Op{set(0, "a", 0, 10, "ok"), get(1, s("a"), 20, 30), get(1, s("a"), 40, 50)}
+	if r := Check(ops, time.Second, 2); len(r.Undecided) != 1 {
+		t.Fatalf("a key over the bound was not left undecided: %s", r.Summary)
 	}
 }

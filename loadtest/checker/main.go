@@ -10,6 +10,7 @@ import (
 func main() {
 	timeout := flag.Duration("timeout", 60*time.Second, "Porcupine's time limit per key")
 	limit := flag.Int("max-anomalies", 20, "print at most this many anomalies")
+	maxOps := flag.Int("max-key-ops", 30000, "leave a register key with a longer history undecided (Porcupine's memory)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: shoal-checker [-timeout 60s] HISTORY.jsonl")
 		flag.PrintDefaults()
@@ -30,7 +31,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	r := Check(ops, *timeout)
+	r := Check(ops, *timeout, *maxOps)
 	fmt.Println(r.Summary)
 	for i, a := range r.Anomalies {
 		if i == *limit {
@@ -53,13 +54,13 @@ type Result struct {
 }
 
 // Check runs every check over a whole history.
-func Check(ops []Op, timeout time.Duration) Result {
+func Check(ops []Op, timeout time.Duration, maxOps int) Result {
 	count := map[string]int{}
 	for _, o := range ops {
 		count[o.Kind+"/"+o.Outcome]++
 	}
 	ops, txn := expandTransactions(ops)
-	reg, undecided := checkRegisters(ops, timeout)
+	reg, undecided := checkRegisters(ops, timeout, maxOps)
 	lists := checkLists(ops)
 	r := Result{Anomalies: append(append(txn, reg...), lists...), Undecided: undecided}
 	r.Summary = fmt.Sprintf("%d ops %v: %d anomalies, %d keys undecided %v",

@@ -86,7 +86,7 @@ func registerOps(ops []Op) []porcupine.Operation {
 // checkRegisters checks each key's set/get history: reads return only values some write (of any
 // outcome) wrote, and the confirmed writes and the reads of them are linearizable. A key whose
 // check does not finish within timeout is reported as undecided (not as passing).
-func checkRegisters(ops []Op, timeout time.Duration) (anomalies []Anomaly, undecided []string) {
+func checkRegisters(ops []Op, timeout time.Duration, maxOps int) (anomalies []Anomaly, undecided []string) {
 	keys, groups := byKey(ops, "set", "get")
 	for _, key := range keys {
 		g := groups[key]
@@ -102,9 +102,19 @@ func checkRegisters(ops []Op, timeout time.Duration) (anomalies []Anomaly, undec
 			}
 		}
 		history := registerOps(g)
-		res, info := porcupine.CheckOperationsVerbose(registerModel, history, timeout)
+		// Porcupine's search grows with a key's history (11 GB for a few 100k-op keys of a long
+		// run); a longer one is left undecided rather than risk the machine. The chaos clients
+		// move to fresh register keys every 20 s, so their keys stay far below the bound.
+		if len(history) > maxOps {
+			undecided = append(undecided, key)
+			continue
+		}
+		// The verbose check keeps every partial linearization (gigabytes on an hour's history),
+		// so it runs only to explain a history the plain check found illegal.
+		res := porcupine.CheckOperationsTimeout(registerModel, history, timeout)
 		switch res {
 		case porcupine.Illegal:
+			_, info := porcupine.CheckOperationsVerbose(registerModel, history, timeout)
 			anomalies = append(anomalies, Anomaly{"not linearizable", key,
 				"no order of these ops fits a register (the longest legal prefix, then the op that cannot follow it)",
 				witness(history, info)})

@@ -331,14 +331,16 @@ fn groups() -> Vec<Vec<String>> {
     ["{a}", "{b}"].iter().map(|t| vec![format!("{t}txn0"), format!("{t}txn1")]).collect()
 }
 
-/// Reads every key once more through a router (every epoch's list keys), retrying (bounded)
+/// Reads every key of every epoch once more through a router, retrying (bounded)
 /// until a read succeeds: the final reads, where a lost confirmed write shows.
 async fn final_reads(addr: SocketAddr, rec: &Recorder) {
     let mut c = Conn::new(addr);
-    let every_list: Vec<String> = keys(true).into_iter().chain(groups().into_iter().flatten()).collect();
-    let lists = (0..=rec.epoch())
-        .flat_map(|e| every_list.clone().into_iter().map(move |k| (true, history::list_key(&k, e))));
-    for (lists, key) in keys(false).into_iter().map(|k| (false, k)).chain(lists) {
+    let registers = keys(false).into_iter().map(|k| (false, k));
+    let lists = keys(true).into_iter().chain(groups().into_iter().flatten()).map(|k| (true, k));
+    let every: Vec<(bool, String)> = registers.chain(lists).collect();
+    let all = (0..=rec.epoch())
+        .flat_map(|e| every.clone().into_iter().map(move |(l, k)| (l, history::epoch_key(&k, e))));
+    for (lists, key) in all {
         let mut tries = 0;
         while history::read(&mut c, 999, &key, lists, rec).await != "ok" {
             tries += 1;

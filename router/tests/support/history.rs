@@ -52,10 +52,11 @@ impl Recorder {
         }
     }
 
-    /// Which generation of list keys clients use now: a list key gets a new suffix every
-    /// [`LIST_EPOCH`], so lists stay short enough to read whole (LRANGE) in a long run.
+    /// Which generation of keys clients use now: a key gets a new suffix every [`KEY_EPOCH`],
+    /// so in a long run lists stay short enough to read whole (LRANGE) and each register's
+    /// history short enough for Porcupine (a 100k-op key took it gigabytes).
     pub fn epoch(&self) -> u64 {
-        self.start.elapsed().as_secs() / LIST_EPOCH.as_secs()
+        self.start.elapsed().as_secs() / KEY_EPOCH.as_secs()
     }
 
     /// Records `r`, completed now.
@@ -183,10 +184,10 @@ fn exec_items(rest: &str) -> Vec<Vec<String>> {
 }
 
 /// See [`Recorder::epoch`].
-pub const LIST_EPOCH: Duration = Duration::from_secs(20);
+pub const KEY_EPOCH: Duration = Duration::from_secs(20);
 
-/// `base` in list-key generation `epoch`.
-pub fn list_key(base: &str, epoch: u64) -> String {
+/// `base` in key generation `epoch`.
+pub fn epoch_key(base: &str, epoch: u64) -> String {
     format!("{base}.{epoch}")
 }
 
@@ -206,8 +207,7 @@ pub async fn confirmed_write(c: &mut Conn, args: &[&str]) -> &'static str {
 }
 
 /// What one client does, until `stop_at` (and at most 10 million operations): on registers,
-/// SET of a unique value (confirmed by WAIT, 55%) or GET; on lists (keys of the current epoch, see
-/// [`Recorder::epoch`]), RPUSH of a unique value (confirmed by WAIT, 70%) or LRANGE 0 -1. After an
+/// SET of a unique value (confirmed by WAIT, 55%) or GET; on lists, RPUSH of a unique value (confirmed by WAIT, 70%) or LRANGE 0 -1; keys of the current epoch ([`Recorder::epoch`]). After an
 /// operation that failed it pauses 50 ms, so a fault does not turn into a flood of failures.
 pub struct Client {
     pub process: usize,
@@ -226,10 +226,7 @@ impl Client {
             if Instant::now() >= stop_at {
                 break;
             }
-            let mut key = keys[rng.usize(..keys.len())].clone();
-            if lists {
-                key = list_key(&key, rec.epoch());
-            }
+            let key = epoch_key(&keys[rng.usize(..keys.len())], rec.epoch());
             let value = format!("{process}-{n}");
             let invoke = Instant::now();
             // Lists are read whole, so they are read less often (a run's history stays small).
@@ -335,7 +332,7 @@ pub async fn transactions(
             break;
         }
         let keys: Vec<String> =
-            groups[rng.usize(..groups.len())].iter().map(|k| list_key(k, rec.epoch())).collect();
+            groups[rng.usize(..groups.len())].iter().map(|k| epoch_key(k, rec.epoch())).collect();
         let value = format!("{process}-{n}");
         let invoke = Instant::now();
         let write = rng.u8(..100) < 70;
