@@ -3,6 +3,8 @@
 //! redis-server as an oracle.
 #![allow(dead_code)]
 
+pub mod faults;
+pub mod history;
 pub mod procs;
 pub mod pubsub;
 pub mod workload;

@@ -1,0 +1,134 @@
+// Package main is shoal-checker: it reads a history of client operations (JSON lines, as the
+// chaos tests record them) and checks it against the guarantees docs/architecture.md states
+// ("What a client can rely on"): single-key registers with Porcupine, and lists with an
+// Elle-style append check. It prints every anomaly it finds and exits 1 if there is one.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+)
+
+// Op is one client operation as recorded: invoked at Invoke, answered at Complete (nanoseconds
+// on one clock), with its outcome.
+//
+//   - "set" (Value) and "get" (Read: the value, or null for a missing key) are register ops;
+//   - "append" (Value, pushed to the list Key) and "read" (List: the whole list) are list ops;
+//   - "mappend" (Value pushed to every list of Keys in one transaction) and "mread" (Lists: every
+//     list of Keys, read in one transaction) are transactions over lists on one node.
+//
+// Outcome "ok": the op took effect (a write: acknowledged *and* confirmed by WAIT 1, the only
+// writes Shoal promises to keep through a failover); "fail": it certainly did not (reads only:
+// a failed read has no effect); "unknown": it may or may not have taken effect, and an effect
+// may later be lost (a write acknowledged without a WAIT confirmation, a timeout, an error).
+type Op struct {
+	Process  int        `json:"process"`
+	Kind     string     `json:"op"`
+	Key      string     `json:"key"`
+	Value    string     `json:"value,omitempty"`
+	Read     *string    `json:"read,omitempty"`
+	List     []string   `json:"list,omitempty"`
+	Keys     []string   `json:"keys,omitempty"`
+	Lists    [][]string `json:"lists,omitempty"`
+	Invoke   int64      `json:"invoke"`
+	Complete int64      `json:"complete"`
+	Outcome  string     `json:"outcome"`
+}
+
+// Never is the completion time of an op whose outcome is unknown: it may take effect at any time
+// after its invocation (Porcupine's convention for a crashed client's op).
+const Never = math.MaxInt64
+
+// String is the op as recorded, a long list cut to its length and last 8 elements.
+func (o Op) String() string {
+	if n := len(o.List); n > 8 {
+		o.List = append([]string{fmt.Sprintf("(%d elements) ...", n)}, o.List[n-8:]...)
+	}
+	b, _ := json.Marshal(o)
+	return string(b)
+}
+
+// End is when the op completed, or Never if its outcome is unknown.
+func (o Op) End() int64 {
+	if o.Outcome == "unknown" {
+		return Never
+	}
+	return o.Complete
+}
+
+// ReadHistory parses JSON lines; a malformed line is an error (a truncated history must not
+// pass for a short one).
+func ReadHistory(r io.Reader) ([]Op, error) {
+	var ops []Op
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var o Op
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			return nil, fmt.Errorf("line %d: %v", n, err)
+		}
+		switch o.Kind {
+		case "set", "get", "append", "read", "mappend", "mread":
+		default:
+			return nil, fmt.Errorf("line %d: unknown op %q", n, o.Kind)
+		}
+		switch o.Outcome {
+		case "ok", "fail", "unknown":
+		default:
+			return nil, fmt.Errorf("line %d: unknown outcome %q", n, o.Outcome)
+		}
+		if (o.Kind == "mappend" || o.Kind == "mread") && len(o.Keys) == 0 {
+			return nil, fmt.Errorf("line %d: a transaction without keys", n)
+		}
+		if o.Kind == "mread" && o.Outcome == "ok" && len(o.Lists) != len(o.Keys) {
+			return nil, fmt.Errorf("line %d: %d lists read for %d keys", n, len(o.Lists), len(o.Keys))
+		}
+		if o.Outcome != "unknown" && o.Complete < o.Invoke {
+			return nil, fmt.Errorf("line %d: completes before it is invoked", n)
+		}
+		ops = append(ops, o)
+	}
+	return ops, sc.Err()
+}
+
+// byKey groups the ops of the given kinds per key, each group in invocation order, keys sorted.
+func byKey(ops []Op, kinds ...string) ([]string, map[string][]Op) {
+	groups := map[string][]Op{}
+	for _, o := range ops {
+		for _, k := range kinds {
+			if o.Kind == k {
+				groups[o.Key] = append(groups[o.Key], o)
+			}
+		}
+	}
+	keys := make([]string, 0, len(groups))
+	for k, g := range groups {
+		keys = append(keys, k)
+		sort.SliceStable(g, func(i, j int) bool { return g[i].Invoke < g[j].Invoke })
+	}
+	sort.Strings(keys)
+	return keys, groups
+}
+
+// Anomaly is one violated guarantee, with the ops that show it.
+type Anomaly struct {
+	Kind string
+	Key  string
+	Text string
+	Ops  []Op
+}
+
+func (a Anomaly) String() string {
+	s := fmt.Sprintf("%s on %q: %s", a.Kind, a.Key, a.Text)
+	for _, o := range a.Ops {
+		s += "\n    " + o.String()
+	}
+	return s
+}

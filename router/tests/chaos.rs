@@ -1,0 +1,497 @@
+//! A bounded chaos run (issue 38): real processes, each in a network namespace of its own
+//! (`support/faults.rs`): two shards of a primary and a replica (`shoal-node`), the failover
+//! writer (`shoal-router failover`), two routers clients use, and a third router that follows a
+//! private copy of the first topology (a router that has not heard of a failover: the only way a
+//! write can still reach a primary that was partitioned away and replaced). Register clients
+//! (SET/GET) and list clients (RPUSH/LRANGE) run through the two routers while a seeded schedule
+//! of faults runs: SIGKILL and restart of a node, SIGSTOP/SIGCONT, a primary partitioned from its
+//! replica, split brain (a primary cut off from the writer, its replica and the clients' routers,
+//! but not from the stale router), a one-way cut of a primary's packets to the writer, resets
+//! between routers and nodes, a bandwidth limit on a primary, and a router killed and restarted.
+//! Then every fault is healed, the cluster must recover, every key is read once more, and
+//! `shoal-checker` checks the whole history: registers linearizable over WAIT-confirmed writes,
+//! list appends neither lost, duplicated nor reordered (docs/architecture.md, "What a client can
+//! rely on"). The split-brain window (how long the replaced primary still acknowledged writes
+//! from the stale router) is measured and printed.
+//!
+//! Needs root (network namespaces); `SHOAL_CHAOS_SEED` repeats a schedule, `SHOAL_CHAOS_SECS`
+//! sets the length of the fault phase (default 75; `loadtest/chaos` runs it for an hour);
+//! `SHOAL_CHAOS_KEEP` keeps the history and the logs of a run that passed (one that fails keeps
+//! them always).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use shoal_wire::{NodeInfo, Topology};
+use support::faults::{Host, Net};
+use support::history::{self, Conn, Recorder, Reply};
+
+const NODES: [&str; 4] = ["p0", "r0", "p1", "r1"];
+const ROUTERS: [&str; 3] = ["rt0", "rt1", "stale"];
+const NODE_PORT: u16 = 7000;
+
+/// The cluster. Fields drop in order: processes first, then the namespaces they ran in.
+struct Bed {
+    nodes: Vec<Host>,
+    routers: Vec<Host>,
+    writer: Host,
+    net: Net,
+    dir: PathBuf,
+    topology: PathBuf,
+}
+
+fn bin(name: &str) -> PathBuf {
+    support::workspace_bin(name)
+}
+
+impl Bed {
+    async fn start(dir: &Path) -> Bed {
+        let hosts: Vec<&str> = NODES.iter().chain(ROUTERS.iter()).chain(["writer"].iter()).copied().collect();
+        let net = Net::new(&hosts);
+        let topology = dir.join("topology.json");
+        let addr = |n: &str| format!("{}:{NODE_PORT}", net.ip(n));
+        let mut t = Topology::even(&[addr("p0"), addr("p1")]);
+        t.nodes[0] = NodeInfo { id: 0, addr: addr("p0"), replicas: vec![addr("r0")] };
+        t.nodes[1] = NodeInfo { id: 1, addr: addr("p1"), replicas: vec![addr("r1")] };
+        std::fs::write(&topology, t.to_json()).unwrap();
+        std::fs::copy(&topology, dir.join("stale-topology.json")).unwrap();
+        let mut bed = Bed {
+            nodes: NODES.iter().map(|n| Host::new(n)).collect(),
+            routers: ROUTERS.iter().map(|n| Host::new(n)).collect(),
+            writer: Host::new("writer"),
+            net,
+            dir: dir.to_path_buf(),
+            topology,
+        };
+        (0..NODES.len()).for_each(|i| bed.start_node(i));
+        let mut writer = bed.net.command("writer", &bin("shoal-router"));
+        writer.args([
+            "failover",
+            "--topology-file",
+            bed.topology.to_str().unwrap(),
+            "--down-after-ms",
+            "1000",
+        ]);
+        writer.env("SHOAL_CLUSTER_SECRET", support::SECRET);
+        bed.writer.start(dir, writer);
+        (0..ROUTERS.len()).for_each(|i| bed.start_router(i));
+        bed.recovered(Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("the cluster did not come up: {e}"));
+        bed
+    }
+
+    /// Starts node `i` on its host, following a private copy of the topology as it is now: it
+    /// learns of changes only over the network (the writer's offers, routers ahead of it), so a
+    /// partition keeps them from it, as a pod cut off from the API server.
+    fn start_node(&mut self, i: usize) {
+        let name = NODES[i];
+        let private = self.dir.join(format!("{name}-topology.json"));
+        std::fs::copy(&self.topology, &private).unwrap();
+        let mut c = self.net.command(name, &bin("shoal-node"));
+        c.args(["--listen", &format!("{}:{NODE_PORT}", self.net.ip(name))]);
+        c.args(["--topology-file", private.to_str().unwrap()]).env("SHOAL_CLUSTER_SECRET", support::SECRET);
+        self.nodes[i].start(&self.dir, c);
+    }
+
+    /// Starts router `i`: rt0 and rt1 follow the topology file the writer publishes; "stale"
+    /// follows a copy of the first one and learns only from nodes' `moved` replies.
+    fn start_router(&mut self, i: usize) {
+        let name = ROUTERS[i];
+        let file = if name == "stale" { self.dir.join("stale-topology.json") } else { self.topology.clone() };
+        let mut c = self.net.command(name, &bin("shoal-router"));
+        c.args(["--topology-file", file.to_str().unwrap(), "--resp", &self.resp(i).to_string()]);
+        c.args([
+            "--http",
+            &format!("{}:8080", self.net.ip(name)),
+            "--deadline-ms",
+            "2000",
+            "--protected-mode",
+            "no",
+        ]);
+        c.env("SHOAL_CLUSTER_SECRET", support::SECRET).env("NO_COLOR", "1");
+        self.routers[i].start(&self.dir, c);
+    }
+
+    fn resp(&self, router: usize) -> SocketAddr {
+        SocketAddr::new(self.net.ip(ROUTERS[router]).into(), 6379)
+    }
+
+    fn current(&self) -> Topology {
+        Topology::from_json(&std::fs::read_to_string(&self.topology).unwrap()).unwrap()
+    }
+
+    /// The host name of the process at `addr`.
+    fn host_of(&self, addr: &str) -> &'static str {
+        NODES.iter().find(|n| format!("{}:{NODE_PORT}", self.net.ip(n)) == addr).unwrap()
+    }
+
+    /// Shard `s`'s primary and replicas, by host name, as the writer last published.
+    fn members(&self, s: usize) -> (&'static str, Vec<&'static str>) {
+        let t = self.current();
+        (self.host_of(&t.nodes[s].addr), t.nodes[s].replicas.iter().map(|r| self.host_of(r)).collect())
+    }
+
+    /// Waits until both routers that clients use take a write on each shard and every replica of
+    /// the published topology is synced and caught up (`WAIT 1` answers 1 through each router).
+    async fn recovered(&self, limit: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        let mut last = String::new();
+        for _ in 0..10_000 {
+            if start.elapsed() > limit {
+                return Err(format!("not within {limit:?}: {last}"));
+            }
+            let mut all = true;
+            for (r, name) in ROUTERS.iter().enumerate().take(2) {
+                let mut c = Conn::new(self.resp(r));
+                for key in ["{a}health", "{b}health"] {
+                    let reply = c.call(&["SET", key, "1"], Duration::from_secs(3)).await;
+                    if reply != Some(Reply::Ok) {
+                        all = false;
+                        last = format!("{name} SET {key}: {reply:?}");
+                    }
+                }
+                let wait = c.call(&["WAIT", "1", "500"], Duration::from_secs(3)).await;
+                if wait != Some(Reply::Int(1)) {
+                    all = false;
+                    last = format!("{name} WAIT 1: {wait:?}");
+                }
+            }
+            if all {
+                return Ok(start.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last)
+    }
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillRestart,
+    StopCont,
+    PartitionReplica,
+    SplitBrain,
+    CutToWriter,
+    Reset,
+    Throttle,
+    RouterRestart,
+}
+
+const FAULTS: [Fault; 8] = [
+    Fault::KillRestart,
+    Fault::StopCont,
+    Fault::PartitionReplica,
+    Fault::SplitBrain,
+    Fault::CutToWriter,
+    Fault::Reset,
+    Fault::Throttle,
+    Fault::RouterRestart,
+];
+
+/// What the schedule did and saw, for the report.
+#[derive(Default)]
+struct Log {
+    /// When the history began (its times count from there), to place faults on its clock.
+    start: Option<Instant>,
+    lines: Vec<String>,
+    /// Per split brain: how long after the promotion the replaced primary still acknowledged a
+    /// write from the stale router, and how many it acknowledged then.
+    split_brain: Vec<(Duration, usize)>,
+    /// `WAIT 1` answers of 1 through the stale router while the replaced primary was cut off from
+    /// its replicas: a write it acknowledged after the promotion reported as durable (must be 0).
+    durable_after_promotion: usize,
+}
+
+impl Bed {
+    /// Applies `fault` for about `hold`, undoes it, and waits for the cluster to recover.
+    async fn inject(&mut self, fault: Fault, rng: &mut fastrand::Rng, hold: Duration, log: &mut Log) {
+        let s = rng.usize(..2);
+        let (primary, replicas) = self.members(s);
+        let t0 = Instant::now();
+        let what = match fault {
+            Fault::KillRestart => {
+                let i = rng.usize(..NODES.len());
+                self.nodes[i].kill();
+                tokio::time::sleep(hold).await;
+                self.start_node(i);
+                format!("SIGKILL {} , restart after {hold:?}", NODES[i])
+            }
+            Fault::StopCont => {
+                let i = NODES.iter().position(|n| *n == primary).unwrap();
+                self.nodes[i].stop();
+                tokio::time::sleep(hold).await;
+                self.nodes[i].cont();
+                format!("SIGSTOP primary {primary} for {hold:?}")
+            }
+            Fault::PartitionReplica => {
+                self.net.isolate(primary, &replicas);
+                tokio::time::sleep(hold).await;
+                self.net.heal_all();
+                format!("partition primary {primary} from its replicas {replicas:?} for {hold:?}")
+            }
+            Fault::SplitBrain => self.split_brain(s, hold, log).await,
+            Fault::CutToWriter => {
+                self.net.cut(primary, "writer");
+                tokio::time::sleep(hold).await;
+                self.net.heal_all();
+                format!("one-way cut {primary} -> writer for {hold:?}")
+            }
+            Fault::Reset => {
+                for r in ["rt0", "rt1"] {
+                    self.net.reset(r, primary);
+                }
+                replicas.iter().for_each(|r| self.net.reset(primary, r));
+                format!("reset every connection of primary {primary} (routers, replicas)")
+            }
+            Fault::Throttle => {
+                self.net.throttle(primary, Some(256));
+                tokio::time::sleep(hold).await;
+                self.net.throttle(primary, None);
+                format!("primary {primary} limited to 256 kbit/s for {hold:?}")
+            }
+            Fault::RouterRestart => {
+                let r = rng.usize(..2);
+                self.routers[r].kill();
+                tokio::time::sleep(hold / 2).await;
+                self.start_router(r);
+                format!("SIGKILL router {} , restart after {:?}", ROUTERS[r], hold / 2)
+            }
+        };
+        let took = self.recovered(Duration::from_secs(45)).await;
+        let at = log.start.map_or(0.0, |s| (t0 - s).as_secs_f64());
+        let line =
+            format!("at {at:>7.2}s, for {:>4.1}s: {what}; recovered: {took:?}", t0.elapsed().as_secs_f64());
+        eprintln!("chaos: {line}");
+        log.lines.push(line.clone());
+        assert!(took.is_ok(), "the cluster did not recover after: {line}\n{}", log.lines.join("\n"));
+    }
+
+    /// Split brain: shard `s`'s primary is cut off from the writer, its replicas and the routers
+    /// clients use, but not from the stale router. The writer promotes a replica; the stale router
+    /// keeps sending the shard's writes to the old primary. Measures how long that one still
+    /// acknowledges them after the promotion (every one must be unconfirmed: its replicas are cut
+    /// off; the checker verifies nothing WAIT confirmed is lost).
+    async fn split_brain(&mut self, s: usize, hold: Duration, log: &mut Log) -> String {
+        let (primary, replicas) = self.members(s);
+        let before = self.current().version;
+        let mut cut: Vec<&str> = replicas.clone();
+        cut.extend(["writer", "rt0", "rt1"]);
+        self.net.isolate(primary, &cut);
+        let key = if s == 0 { "{b}split" } else { "{a}split" };
+        let start = Instant::now();
+        let (mut promoted, mut last_ack, mut acks) = (None, None, 0);
+        let mut c = Conn::new(self.resp(2));
+        for _ in 0..1000 {
+            if start.elapsed() >= hold.max(Duration::from_secs(4)) {
+                break;
+            }
+            if promoted.is_none() && self.current().version > before {
+                promoted = Some(Instant::now());
+            }
+            let ok = c.call(&["SET", key, "x"], Duration::from_millis(500)).await == Some(Reply::Ok);
+            if let (true, Some(p)) = (ok, promoted) {
+                (last_ack, acks) = (Some(Instant::now() - p), acks + 1);
+                if acks % 4 == 1
+                    && c.call(&["WAIT", "1", "100"], Duration::from_millis(500)).await == Some(Reply::Int(1))
+                {
+                    log.durable_after_promotion += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.net.heal_all();
+        let window = last_ack.unwrap_or_default();
+        if promoted.is_some() {
+            log.split_brain.push((window, acks));
+        }
+        format!(
+            "split brain: {primary} cut from {cut:?} for {:?}; promoted after {:?}; the old primary acked {acks} \
+             writes from the stale router after that, the last {window:?} after the promotion",
+            start.elapsed(),
+            promoted.map(|p| p - start)
+        )
+    }
+}
+
+/// The keys: registers and lists on both shards (`{a}` and `{b}` hash to different halves).
+fn keys(lists: bool) -> Vec<String> {
+    let what = if lists { "list" } else { "reg" };
+    (0..if lists { 2 } else { 4 })
+        .flat_map(|i| [format!("{{a}}{what}{i}"), format!("{{b}}{what}{i}")])
+        .collect()
+}
+
+/// The transaction client's groups of lists: each group's keys share a node.
+fn groups() -> Vec<Vec<String>> {
+    ["{a}", "{b}"].iter().map(|t| vec![format!("{t}txn0"), format!("{t}txn1")]).collect()
+}
+
+/// Reads every key of every epoch once more through a router, retrying (bounded)
+/// until a read succeeds: the final reads, where a lost confirmed write shows.
+async fn final_reads(addr: SocketAddr, rec: &Recorder) {
+    let mut c = Conn::new(addr);
+    let registers = keys(false).into_iter().map(|k| (false, k));
+    let lists = keys(true).into_iter().chain(groups().into_iter().flatten()).map(|k| (true, k));
+    let every: Vec<(bool, String)> = registers.chain(lists).collect();
+    let all = (0..=rec.epoch())
+        .flat_map(|e| every.clone().into_iter().map(move |(l, k)| (l, history::epoch_key(&k, e))));
+    for (lists, key) in all {
+        let mut tries = 0;
+        while history::read(&mut c, 999, &key, lists, rec).await != "ok" {
+            tries += 1;
+            assert!(tries < 50, "{key} could not be read after the run");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One test of this file at a time: each runs a cluster of a dozen processes whose timing matters
+/// (a primary that does not run for 500 ms fences itself), too many for two on 2 cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
+    let seed = std::env::var("SHOAL_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    let secs = std::env::var("SHOAL_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(75u64);
+    let _one = ONE_AT_A_TIME.lock().await;
+    eprintln!("chaos: seed {seed} (SHOAL_CHAOS_SEED={seed} repeats the schedule), {secs} s of faults");
+    let dir = std::env::temp_dir().join(format!("shoal-chaos-{seed}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let began = Instant::now();
+    let mut bed = Bed::start(&dir).await;
+    eprintln!("chaos: the cluster is up after {:?}", began.elapsed());
+    let rec = Recorder::new(&dir.join("history.jsonl"));
+    let mut rng = fastrand::Rng::with_seed(seed);
+
+    // Clients run through the fault phase and the recovery after it.
+    let faults_end = Instant::now() + Duration::from_secs(secs);
+    let stop_at = faults_end + Duration::from_secs(5);
+    // Registers: two clients on each router the writer's file updates, one on the stale router
+    // (whose reads may reach a replaced primary). Lists: one client on each updated router.
+    let clients: Vec<_> = (0..7)
+        .map(|p| {
+            let (addr, lists) = (bed.resp(if p == 6 { 2 } else { p % 2 }), (4..6).contains(&p));
+            let client =
+                history::Client { process: p, addr, keys: keys(lists), lists, seed: seed ^ p as u64 };
+            tokio::spawn(client.run(rec.clone(), stop_at))
+        })
+        .collect();
+    // Transactions: one client on each router, so reads meet other clients' appends.
+    let txns: Vec<_> = (7..9)
+        .map(|p| {
+            tokio::spawn(history::transactions(
+                p,
+                bed.resp(p % 2),
+                groups(),
+                rec.clone(),
+                stop_at,
+                seed ^ p as u64,
+            ))
+        })
+        .collect();
+    let mut log = Log { start: Some(rec.start), ..Log::default() };
+    for _ in 0..10_000 {
+        if Instant::now() >= faults_end {
+            break;
+        }
+        let fault = FAULTS[rng.usize(..FAULTS.len())];
+        let hold = Duration::from_millis(rng.u64(1500..4000));
+        bed.inject(fault, &mut rng, hold, &mut log).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(200..1500))).await;
+    }
+    for c in clients.into_iter().chain(txns) {
+        c.await.unwrap();
+    }
+    eprintln!("chaos: clients done after {:?}", began.elapsed());
+    final_reads(bed.resp(0), &rec).await;
+    rec.flush();
+
+    let checking = Instant::now();
+    let (report, sound) = history::check(&rec.path);
+    eprintln!("chaos: checked in {:?}; {:?} in all", checking.elapsed(), began.elapsed());
+    eprintln!("chaos: faults:\n  {}", log.lines.join("\n  "));
+    eprintln!("chaos: split-brain windows (last ack after promotion, acks): {:?}", log.split_brain);
+    eprintln!("chaos: checker: {report}");
+    assert!(sound, "seed {seed}: the checker found anomalies; history and logs kept in {}", dir.display());
+    assert_eq!(
+        log.durable_after_promotion, 0,
+        "seed {seed}: WAIT reported a replaced primary's write durable"
+    );
+    drop(bed);
+    if std::env::var_os("SHOAL_CHAOS_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Issue 38: "an isolated primary must stop acknowledging writes within a bounded time". Shard
+/// 0's primary is cut off from the writer, its replica and the clients' routers for 8 s; the
+/// stale router, which still reaches it and has not heard of the promotion, writes to it every
+/// 50 ms. Bound: nothing acknowledged later than 1 s after the promotion (the writer's
+/// down-after: a primary that has not heard from the writer for that long can know it may have
+/// been replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding (issue 38, docs/benchmarks.md \"Faults\"): the replaced primary acknowledges the stale \
+            router's writes for as long as the partition lasts; un-ignore once primaries fence themselves"]
+async fn an_isolated_primary_stops_acknowledging_writes_soon_after_its_replacement() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = std::env::temp_dir().join(format!("shoal-split-brain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bed = Bed::start(&dir).await;
+    let mut log = Log::default();
+    let what = bed.split_brain(0, Duration::from_secs(8), &mut log).await;
+    eprintln!("split brain: {what}");
+    let (window, acks) = *log.split_brain.first().expect("the writer promoted the replica");
+    assert_eq!(log.durable_after_promotion, 0, "WAIT reported a replaced primary's write durable");
+    assert!(
+        window <= Duration::from_secs(1),
+        "{acks} writes acknowledged after the promotion, the last after {window:?}"
+    );
+    drop(bed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The chaos run's first finding, made deterministic: WAIT after a failover answers for the new
+/// primary's log, which need not hold the connection's earlier writes. A write reaches shard 1's
+/// primary while it is cut off from its replica (so only the primary has it); the primary is then
+/// cut off from the writer, which promotes the replica; once the old primary has rejoined as the
+/// new one's replica (emptied and copied from it), the same connection's `WAIT 1` must not answer
+/// 1, since the write is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding (issue 38, docs/benchmarks.md \"Faults\"): WAIT asks the current primaries, so after a \
+            failover it confirms writes the old primary took and lost; un-ignore once WAIT is fixed"]
+async fn wait_never_confirms_a_write_that_a_failover_lost() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = std::env::temp_dir().join(format!("shoal-wait-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bed = Bed::start(&dir).await;
+    let (primary, replicas) = bed.members(1);
+    bed.net.isolate(primary, &replicas);
+    let mut c = Conn::new(bed.resp(0));
+    assert_eq!(c.call(&["SET", "{a}w", "written"], history::REPLY_LIMIT).await, Some(Reply::Ok));
+    let before = bed.current().version;
+    bed.net.isolate(primary, &["writer"]);
+    let start = Instant::now();
+    while bed.current().version == before {
+        assert!(start.elapsed() < Duration::from_secs(20), "the writer did not promote the replica");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bed.net.heal_all();
+    bed.recovered(Duration::from_secs(45)).await.expect("the cluster recovers");
+    let wait = c.call(&["WAIT", "1", "1000"], history::REPLY_LIMIT).await;
+    let get = c.call(&["GET", "{a}w"], history::REPLY_LIMIT).await;
+    eprintln!("after the failover: WAIT 1 -> {wait:?}; GET -> {get:?}");
+    assert!(
+        wait != Some(Reply::Int(1)) || get == Some(Reply::Bulk(Some("written".into()))),
+        "WAIT confirmed a write the failover lost: WAIT {wait:?}, GET {get:?}"
+    );
+    drop(bed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
