@@ -465,8 +465,6 @@ async fn an_isolated_primary_stops_acknowledging_writes_soon_after_its_replaceme
 /// new one's replica (emptied and copied from it), the same connection's `WAIT 1` must not answer
 /// 1, since the write is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding (issue 38, docs/benchmarks.md \"Faults\"): WAIT asks the current primaries, so after a \
-            failover it confirms writes the old primary took and lost; un-ignore once WAIT is fixed"]
 async fn wait_never_confirms_a_write_that_a_failover_lost() {
     let _one = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(format!("shoal-wait-failover-{}", std::process::id()));
