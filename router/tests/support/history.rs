@@ -231,31 +231,14 @@ impl Client {
             let invoke = Instant::now();
             // Lists are read whole, so they are read less often (a run's history stays small).
             let outcome = match (lists, rng.u8(..100) < if lists { 70 } else { 55 }) {
-                (false, true) => {
-                    let outcome = confirmed_write(&mut c, &["SET", &key, &value]).await;
-                    let (op, value) = ("set", Some(value.as_str()));
+                (lists, true) => {
+                    let (command, op) = if lists { ("RPUSH", "append") } else { ("SET", "set") };
+                    let outcome = confirmed_write(&mut c, &[command, &key, &value]).await;
                     rec.record(Rec {
                         process,
                         op,
                         key: &key,
-                        value,
-                        read: None,
-                        list: None,
-                        keys: None,
-                        lists: None,
-                        invoke,
-                        outcome,
-                    });
-                    outcome
-                }
-                (true, true) => {
-                    let outcome = confirmed_write(&mut c, &["RPUSH", &key, &value]).await;
-                    let (op, value) = ("append", Some(value.as_str()));
-                    rec.record(Rec {
-                        process,
-                        op,
-                        key: &key,
-                        value,
+                        value: Some(value.as_str()),
                         read: None,
                         list: None,
                         keys: None,
