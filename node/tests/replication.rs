@@ -232,6 +232,55 @@ async fn a_replica_copies_its_primary_follows_every_change_and_takes_over() {
     replica.shutdown().await.unwrap();
 }
 
+/// Issue 38, item 4: a replica whose clock runs an hour ahead of its primary's (or jumped) keeps
+/// every key its primary still holds, even those already expired by its own clock: it stores
+/// them, its active expiry and its reads remove none of them (reads answer them as gone, as a
+/// Redis replica does), and they go when the primary's removal arrives. Once its clock is right
+/// again, and after a promotion, it serves them. (Before: the replica refused to store a value
+/// expired by its clock and expired the rest itself, so the promoted replica had lost them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_runs_ahead_keeps_what_its_primary_still_holds() {
+    use shoal_wire::clock::{Clock, ManualClock};
+    let primary = start().await;
+    let now = SystemClock.now_ms();
+    let clock = ManualClock::new(now + 3_600_000);
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(clock.clone())));
+    let ahead = NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap();
+    let mut p = connect(&primary.addr.to_string()).await;
+    let with_ttl = |key: &str, ms: i64| {
+        let value = Bytes::from("v");
+        let expiry = Some(Expiry { ms, relative: true });
+        Kind::Set(Set { key: Bytes::from(key.to_string()), value, expiry, ..Default::default() })
+    };
+    // One key before the replica exists (the full sync brings it), one after (a change).
+    run(&mut p, 0, with_ttl("synced", 600_000)).await;
+    let (replica, t) = add_this_replica(&primary, ahead).await;
+    run(&mut p, 2, with_ttl("followed", 600_000)).await;
+    run(&mut p, 2, with_ttl("short", 300)).await;
+    set(&mut p, 2, "plain", "v").await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(replica.state.store.len(), 4, "every key is stored, expired by the replica's clock or not");
+    // Its reads see the expired ones as gone, and neither they nor its active expiry remove them.
+    let mut r = connect(&replica.addr.to_string()).await;
+    assert!(matches!(get(&mut r, 2, "followed").await, reply::Kind::Nil(_)), "a replica read");
+    assert!(matches!(get(&mut r, 2, "plain").await, reply::Kind::Value(_)));
+    assert_eq!(replica.state.store.purge_expired(1000), 0, "no active expiry on a replica");
+    // The primary expires `short` by its clock: its removal, not the replica's clock, removes it.
+    until("the primary's removal of short", || replica.state.store.len() == 3).await;
+    assert!(matches!(get(&mut p, 2, "followed").await, reply::Kind::Value(_)), "the primary serves it");
+    // The clock is put right: the replica serves what it kept; promoted, it still has it.
+    clock.set(SystemClock.now_ms());
+    assert_eq!(state(&replica, "synced").map(|s| s.0), Some(Bytes::from("v")));
+    let promoted = t.promote(0, &replica.addr.to_string()).unwrap();
+    offer(&promoted, &[&replica, &primary]).await;
+    for key in ["synced", "followed"] {
+        let got = get(&mut r, promoted.version, key).await;
+        assert!(matches!(&got, reply::Kind::Value(v) if v == "v"), "{key}: {got:?}");
+    }
+    primary.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+}
+
 /// A replica never holds part of a transaction: the primary ships a transaction's keys in one
 /// cut and the replica applies a cut as one unit, so a reader of the replica (under its gate, as
 /// replica reads run) sees every transaction whole, whatever the chunk boundaries fall on.

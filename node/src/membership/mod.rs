@@ -240,6 +240,9 @@ impl Membership {
         if primary {
             self.replication.stop_following();
         }
+        // A replica's store expires nothing by its own clock; a primary's does (before the new
+        // view lets a write in, so a promoted replica's first writes find expired keys gone).
+        self.store.set_follower(!primary);
         self.replication
             .set_replica_reads((!primary).then(|| Arc::new(NodeView::replica_reads(id, t.clone()))));
         self.served.install(new.clone());

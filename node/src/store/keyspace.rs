@@ -261,8 +261,10 @@ impl Store {
                     let p = s.random_pos(&mut rng)?;
                     let e = s.entry(p);
                     if e.is_expired(now) {
-                        let h = s.hash(e.key());
-                        s.expire_at_pos(h, p, now, super::lag::Removal::Lazy);
+                        if !s.keeps_expired() {
+                            let h = s.hash(e.key());
+                            s.expire_at_pos(h, p, now, super::lag::Removal::Lazy);
+                        }
                         return None;
                     }
                     Some(Bytes::copy_from_slice(e.key()))

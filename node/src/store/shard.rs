@@ -24,6 +24,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
@@ -61,6 +62,9 @@ enum InMemory {
     Tombstone,
     /// An entry that had expired and was just removed.
     Expired,
+    /// An expired entry left in place: a replica keeps what its primary holds
+    /// until the primary removes it (see [`Shard::keeps_expired`]).
+    Kept,
     /// Nothing: the base may still hold the key.
     Missing,
 }
@@ -104,6 +108,9 @@ pub struct Shard {
     pub events: Arc<Events>,
     /// How late expired keys are removed (shared by the store's shards).
     pub lag: Arc<ExpiryLag>,
+    /// Set while the node is a replica (shared by the store's shards): see
+    /// [`keeps_expired`](Self::keeps_expired).
+    pub follower: Arc<AtomicBool>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -121,6 +128,7 @@ impl Shard {
             watches,
             events: Arc::default(),
             lag: Arc::default(),
+            follower: Arc::default(),
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -180,7 +188,7 @@ impl Shard {
                     None => (bytes::Bytes::copy_from_slice(e.value()), e.expire_at, ValueType::String),
                 })
             }
-            InMemory::Tombstone | InMemory::Expired => None,
+            InMemory::Tombstone | InMemory::Expired | InMemory::Kept => None,
             InMemory::Missing => self.base_live(key, now).map(|b| {
                 let t = ValueType::from_u32(b.value_type).unwrap_or(ValueType::String);
                 (bytes::Bytes::copy_from_slice(b.value), b.expire_at, t)
@@ -284,7 +292,7 @@ impl Shard {
     pub fn presence(&mut self, hash: u64, key: &[u8], now: u64) -> Presence {
         match self.in_memory(hash, key, now) {
             InMemory::Live(_) => Presence::Value,
-            InMemory::Tombstone => Presence::Tombstone,
+            InMemory::Tombstone | InMemory::Kept => Presence::Tombstone,
             // Expiring a key may leave a tombstone (one in the base, or in a slot moving in).
             InMemory::Expired if self.find(hash, key).is_some() => Presence::Tombstone,
             InMemory::Expired => Presence::Absent,
@@ -293,8 +301,25 @@ impl Shard {
         }
     }
 
+    /// Whether expired entries stay until something else removes them: on a replica, whose copy
+    /// is its primary's. The primary expires keys by its own clock and sends their removal; a
+    /// replica that removed them by its clock (ahead of the primary's, or jumped) would lose keys
+    /// its primary still serves, and a replica promoted after its clock was corrected would lack
+    /// them. Reads still see an expired entry as gone (as Redis's replicas answer); the entry
+    /// stays, and active expiry skips the store, until the primary's removal arrives.
+    pub fn keeps_expired(&self) -> bool {
+        self.follower.load(Ordering::Relaxed)
+    }
+
+    /// An entry [`keeps_expired`](Self::keeps_expired) left in place, for a change that replaces
+    /// or removes `key` whatever its expiry (a replica applying its primary's write or delete).
+    pub fn kept(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        self.find(hash, key).filter(|&pos| !self.entry(pos).is_tombstone())
+    }
+
     /// Where `key` stands in memory at `now`. An expired entry is deleted on the spot (lazy
-    /// expiry), which the caller learns as [`InMemory::Expired`].
+    /// expiry), which the caller learns as [`InMemory::Expired`], unless the shard
+    /// [keeps expired entries](Self::keeps_expired).
     fn in_memory(&mut self, hash: u64, key: &[u8], now: u64) -> InMemory {
         let Some(pos) = self.find(hash, key) else { return InMemory::Missing };
         let e = self.entry(pos);
@@ -302,6 +327,9 @@ impl Shard {
             return InMemory::Tombstone;
         }
         if e.is_expired(now) {
+            if self.keeps_expired() {
+                return InMemory::Kept;
+            }
             self.expire_at_pos(hash, pos, now, Removal::Lazy);
             return InMemory::Expired;
         }
@@ -402,7 +430,7 @@ impl Shard {
                 let e = self.entry(pos);
                 Some(f(Value { value: e.value(), expire_at: e.expire_at, value_type: e.value_type() }))
             }
-            InMemory::Tombstone | InMemory::Expired => None,
+            InMemory::Tombstone | InMemory::Expired | InMemory::Kept => None,
             InMemory::Missing => self.base_live(key, now).map(|e| {
                 let value_type = ValueType::from_u32(e.value_type).unwrap_or(ValueType::String);
                 let value = if value_type == ValueType::String { e.value } else { &[] };
@@ -417,7 +445,7 @@ impl Shard {
     pub fn find_live(&mut self, hash: u64, key: &[u8], now: u64) -> Option<u32> {
         match self.in_memory(hash, key, now) {
             InMemory::Live(pos) => return Some(pos),
-            InMemory::Tombstone | InMemory::Expired => return None,
+            InMemory::Tombstone | InMemory::Expired | InMemory::Kept => return None,
             InMemory::Missing => {}
         }
         let (promoted, object) = self.base_live(key, now).map(|b| {
@@ -635,8 +663,12 @@ impl Shard {
     }
 
     /// Active expiry: removes up to `budget` entries whose TTL is at or before `now`, soonest
-    /// first. Returns how many it removed. Bounded so a mass expiry never stalls the shard.
+    /// first. Returns how many it removed. Bounded so a mass expiry never stalls the shard. A
+    /// shard that [keeps expired entries](Self::keeps_expired) removes none.
     pub fn purge_expired(&mut self, now: u64, budget: usize) -> usize {
+        if self.keeps_expired() {
+            return 0;
+        }
         let mut removed = 0;
         let mut work = 0;
         while removed < budget && work < budget * 4 {
@@ -814,6 +846,7 @@ impl Shard {
             limits: self.limits.clone(),
             events: self.events.clone(),
             lag: self.lag.clone(),
+            follower: self.follower.clone(),
             ..Shard::new(self.hasher.clone(), self.slots.clone(), self.watches.clone())
         };
         n

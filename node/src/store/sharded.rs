@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use shoal_wire::clock::Clock;
@@ -69,6 +69,8 @@ pub struct Store {
     pub slot_traffic: slots::SlotCounters,
     /// How late expired keys were removed (shared with the shards).
     pub expiry_lag: Arc<lag::ExpiryLag>,
+    /// Set while the node is a replica (shared with the shards; see [`Store::set_follower`]).
+    follower: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Store {
@@ -86,6 +88,7 @@ impl Store {
         let events = Arc::new(events::Events::default());
         events.set_flags(config.notify_keyspace_events);
         let expiry_lag = Arc::new(lag::ExpiryLag::default());
+        let follower = Arc::new(AtomicBool::new(false));
         let slot_traffic = slots::SlotCounters::default();
         slot_traffic.set_enabled(config.slot_stats);
         let shards = (0..n)
@@ -94,6 +97,7 @@ impl Store {
                 shard.limits = config.limits.clone();
                 shard.events = events.clone();
                 shard.lag = expiry_lag.clone();
+                shard.follower = follower.clone();
                 Mutex::new(shard)
             })
             .collect();
@@ -116,7 +120,23 @@ impl Store {
             events,
             slot_traffic,
             expiry_lag,
+            follower,
         }
+    }
+
+    /// Makes the store a replica's copy (`true`) or a primary's (`false`). A replica's store
+    /// removes nothing by its own clock, neither lazily nor actively: its keys and their
+    /// removals come from its primary, whose clock decides (reads still see an expired key as
+    /// gone). Otherwise clock skew, or a jump of the replica's clock, would drop keys the
+    /// primary still holds, and a replica promoted later would lack them. Expiry by this node's
+    /// clock resumes when it is made a primary.
+    pub fn set_follower(&self, follower: bool) {
+        self.follower.store(follower, Ordering::Relaxed);
+    }
+
+    /// Whether the store is a replica's copy (see [`set_follower`](Self::set_follower)).
+    pub fn follower(&self) -> bool {
+        self.follower.load(Ordering::Relaxed)
     }
 
     /// Marks `slot` as moving in (deletes leave tombstones) or not.
@@ -369,6 +389,9 @@ impl Store {
     /// expiry is behind or held off); 0 when none is. One look per shard (the stale heap pairs it
     /// passes are dropped, as the next purge would).
     pub fn oldest_overdue_ms(&self) -> u64 {
+        if self.follower() {
+            return 0; // a replica leaves expiry to its primary: nothing is overdue here
+        }
         let now = self.clock.now_ms();
         (0..self.shards.len())
             .filter_map(|i| self.with_shard_at(i, |s| s.oldest_overdue(now)))

@@ -232,7 +232,8 @@ impl Locked<'_> {
     /// Deletes `key`; whether it existed.
     pub fn delete(&mut self, key: &[u8]) -> bool {
         let (s, h, now) = self.shard(key);
-        match s.find_live(h, key, now) {
+        // An expired entry a replica keeps goes too: this is its primary's removal arriving.
+        match s.find_live(h, key, now).or_else(|| s.kept(h, key)) {
             Some(p) => {
                 s.delete(h, p);
                 true
@@ -259,10 +260,12 @@ impl Locked<'_> {
     /// [`Locked::restore`]'s write, of a value [`Store::check_restore`] passed.
     fn put_restored(&mut self, key: &[u8], value: &[u8], expire_at: u64, object: Option<Box<Object>>) {
         let (s, h, now) = self.shard(key);
-        if let Some(p) = s.find_live(h, key, now) {
+        if let Some(p) = s.find_live(h, key, now).or_else(|| s.kept(h, key)) {
             s.delete(h, p);
         }
-        if expire_at != 0 && expire_at <= now {
+        // Already expired by this clock: gone, except on a replica, which stores what its primary
+        // sends (its primary's clock decides; see `Store::set_follower`).
+        if expire_at != 0 && expire_at <= now && !s.keeps_expired() {
             return;
         }
         match object {
