@@ -221,10 +221,24 @@ pub async fn watch<R: Registry>(
         credentials: options.credentials.clone(),
     };
     let mut clients = HashMap::new();
+    // The writer's lease on primaries (node/src/membership/lease.rs): each round's probes carry
+    // the round's number and, per member, the last round whose answer came back. Numbers start
+    // from the time this writer started, so a restarted writer never names a probe of another.
+    let mut round = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64);
+    let mut answered: HashMap<String, u64> = HashMap::new();
+    let down_after_ms = options.down_after.as_millis() as u64;
+    // Rounds start every `interval` (a round slowed by an unreachable member's probe timeout is
+    // followed at once by the next), so the leases of the members that answer are renewed at
+    // least every probe timeout, well inside a down-after.
+    let mut rounds = tokio::time::interval(options.interval);
+    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    rounds.tick().await;
     loop {
         tokio::select! {
             _ = &mut stop => return,
-            _ = tokio::time::sleep(options.interval) => {}
+            _ = rounds.tick() => {}
         }
         let t = match registry.load().await {
             Ok(Some(t)) if t.has_replicas() => t,
@@ -236,8 +250,15 @@ pub async fn watch<R: Registry>(
         };
         let members: Vec<String> =
             t.nodes.iter().flat_map(|n| std::iter::once(n.addr.clone()).chain(n.replicas.clone())).collect();
+        round += 1;
         let asks = members.iter().map(|addr| {
             let (cached, probe) = (clients.get(addr).cloned(), probe.clone());
+            let request = StatsRequest {
+                failover_writer: true,
+                probe: round,
+                acked_probe: answered.get(addr).copied().unwrap_or(0),
+                down_after_ms,
+            };
             async move {
                 let mut c = match cached {
                     Some(c) => c,
@@ -245,7 +266,7 @@ pub async fn watch<R: Registry>(
                 };
                 let s = tokio::time::timeout(
                     probe.connect_timeout,
-                    c.stats(StatsRequest { failover_writer: true }),
+                    c.stats(request),
                 )
                 .await
                 .ok()?
@@ -260,11 +281,15 @@ pub async fn watch<R: Registry>(
             let h = match answer {
                 Some((c, s)) => {
                     clients.insert(addr.clone(), c);
+                    answered.insert(addr.clone(), round);
                     down_since.remove(addr);
                     Health { stats: Some(s), down_for: Duration::ZERO }
                 }
                 None => {
                     clients.remove(addr);
+                    // Counting down from the last answer: no lease from this writer until the
+                    // member answers again (its down-after may be running out).
+                    answered.remove(addr);
                     let since = *down_since.entry(addr.clone()).or_insert(now);
                     Health { stats: None, down_for: now - since }
                 }

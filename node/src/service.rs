@@ -161,8 +161,9 @@ impl Node for NodeService {
     }
 
     async fn stats(&self, request: Request<StatsRequest>) -> Result<Response<proto::NodeStats>, Status> {
-        if request.get_ref().failover_writer {
-            self.state.membership.replication.saw_writer();
+        let probe = request.get_ref();
+        if probe.failover_writer {
+            self.state.membership.writer_probed(probe.probe, probe.acked_probe, probe.down_after_ms);
         }
         Ok(Response::new(self.state.stats()))
     }

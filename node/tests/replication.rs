@@ -549,7 +549,7 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     assert!(matches!(set(&mut p, 2, "still", "serving").await, reply::Kind::Ok(_)));
 
     // A writer probes; a replica the topology does not list is no candidate.
-    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    p.stats(StatsRequest { failover_writer: true, ..Default::default() }).await.unwrap();
     let unlisted = p.handover(handover("127.0.0.1:1", 300)).await.expect_err("not listed");
     assert_eq!(unlisted.code(), tonic::Code::FailedPrecondition);
     assert!(unlisted.message().contains("is not a replica of this shard"), "{}", unlisted.message());
@@ -569,7 +569,7 @@ async fn a_hand_over_pauses_the_primary_waits_for_the_replica_and_switches_witho
     assert!(!s.handing_over && s.handover_to.is_empty() && !s.fenced);
 
     // The real one: runs until a writer switches; meanwhile ops get `moved` (routers retry).
-    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    p.stats(StatsRequest { failover_writer: true, ..Default::default() }).await.unwrap();
     let call = tokio::spawn({
         let mut p = p.clone();
         let req = handover(&raddr, 5000);
@@ -619,7 +619,7 @@ async fn a_hand_over_whose_replica_dies_after_the_commit_ends_with_the_primary_s
     for i in 0..200 {
         set(&mut p, 2, &format!("k{i}"), "v").await;
     }
-    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    p.stats(StatsRequest { failover_writer: true, ..Default::default() }).await.unwrap();
     let call = tokio::spawn({
         let mut p = p.clone();
         let req = shoal_wire::proto::HandoverRequest { replica: raddr.clone(), timeout_ms: 5000 };
@@ -655,7 +655,7 @@ async fn a_hand_over_given_up_after_a_newer_version_arrived_serves_at_that_versi
     let primary = start().await;
     let (replica, t) = add_replica(&primary).await;
     let mut p = connect(&primary.addr.to_string()).await;
-    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    p.stats(StatsRequest { failover_writer: true, ..Default::default() }).await.unwrap();
     // A listed replica that never connects: the hand-over waits, then gives up.
     let mut lagging = t.clone();
     lagging.nodes[0].replicas.push("127.0.0.1:2".into());
@@ -769,7 +769,7 @@ async fn a_primary_whose_hand_over_cannot_finish_still_exits_within_its_drain_ti
     set(&mut p, 2, "k", "v").await;
     // A writer says it watches, but none ever switches: the hand-over on shutdown commits to the
     // caught-up replica and then waits for a switch that never comes (its own timeout is 10 s).
-    p.stats(StatsRequest { failover_writer: true }).await.unwrap();
+    p.stats(StatsRequest { failover_writer: true, ..Default::default() }).await.unwrap();
     let started = Instant::now();
     primary.shutdown().await.unwrap();
     let took = started.elapsed();

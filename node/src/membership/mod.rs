@@ -20,6 +20,7 @@
 //! [`pulls`] (migrations' progress and rate limit). The puller (`crate::migrate`) gets those
 //! parts, not the membership, so it sits between the two.
 
+pub mod lease;
 pub mod pulls;
 pub mod served;
 pub mod view;
@@ -70,6 +71,9 @@ pub struct Membership {
     started: std::time::Instant,
     last_tick: AtomicU64,
     stall_fence_ms: AtomicU64,
+    /// The failover writer's lease (`lease.rs`): a primary with replicas whose lease ran out
+    /// fences itself, as after a stall.
+    lease: lease::Lease,
     /// What this node's own calls to other nodes carry (replication, slot pulls): the cluster
     /// secret, and the node-link client certificate when links use TLS.
     pub credentials: Credentials,
@@ -107,6 +111,7 @@ impl Membership {
             guarded: AtomicBool::new(false),
             started: std::time::Instant::now(),
             last_tick: AtomicU64::new(0),
+            lease: lease::Lease::default(),
             stall_fence_ms: AtomicU64::new(0),
             credentials,
         });
@@ -430,35 +435,47 @@ impl Membership {
     /// the failover writer may have promoted a replica meanwhile. Routers that have not heard of
     /// that yet would still send writes here, which the resync to the new primary would then
     /// undo; so, as after a restart, the writer must confirm this node (or have replaced it)
-    /// before it serves again. Called before each batch takes its view, and by the ticker, so
-    /// whichever runs first after the gap fences.
+    /// before it serves again. The same holds when the writer's lease ran out (`lease.rs`): the
+    /// writer has not reached this node for long enough that it may have replaced it. Called
+    /// before each batch takes its view, and by the ticker, so whichever runs first after the
+    /// gap fences.
     pub fn check_stall(&self) {
         if !self.guarded.load(Ordering::Relaxed) {
             return;
         }
+        let now = self.now_ms();
         let limit = self.stall_fence_ms.load(Ordering::Relaxed);
         let last = self.last_tick.load(Ordering::SeqCst);
-        if limit == 0 || last == 0 {
-            return;
-        }
-        let now = self.started.elapsed().as_millis() as u64;
         let gap = now.saturating_sub(last);
-        if gap <= limit {
-            return;
+        if limit != 0 && last != 0 && gap > limit {
+            // Fence first, then move the tick on: every caller that saw the gap returns only once
+            // the fenced view is in place (installs are serialized), so no batch takes the old view.
+            self.fence_now("this process did not run for a while", gap);
+            self.last_tick.fetch_max(now, Ordering::SeqCst);
+        } else if let Some(late) = self.lease.lapsed(now) {
+            self.fence_now("the failover writer's lease ran out (it may have replaced this primary)", late);
         }
-        // Fence first, then move the tick on: every caller that saw the gap returns only once the
-        // fenced view is in place (installs are serialized), so no batch takes the old view.
+    }
+
+    /// Fences this process if it is a primary with replicas, until the writer confirms it.
+    fn fence_now(&self, why: &str, late_ms: u64) {
         if let Some((version, _, true)) = self.primary_of()
             && self.reserve(false, Some(version)).is_some()
         {
             self.fence_through.store(version, Ordering::SeqCst);
-            tracing::warn!(
-                gap_ms = gap,
-                version,
-                "this process did not run for a while: fenced until the failover writer confirms it"
-            );
+            tracing::warn!(late_ms, version, "{why}: fenced until the failover writer confirms it");
         }
-        self.last_tick.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Milliseconds since the process started (the clock of stalls and the writer's lease).
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A failover writer's probe arrived (see `lease.rs`).
+    pub fn writer_probed(&self, probe: u64, acked_probe: u64, down_after_ms: u64) {
+        self.replication.saw_writer();
+        self.lease.probed(self.now_ms(), probe, acked_probe, down_after_ms);
     }
 
     /// Runs the stall ticker (see [`check_stall`](Self::check_stall)) until `stop` resolves;
