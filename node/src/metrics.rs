@@ -19,6 +19,11 @@ pub fn render(state: &NodeState) -> String {
         "Cuts of the primary's change stream whose first messages this process received as a replica and whose last never came (the stream broke); none of such a cut is applied.",
         s.partial_cuts_dropped,
     );
+    e.counter(
+        "shoal_node_full_syncs_total",
+        "Full syncs sent to replicas (a new replica, one out of the backlog, a FLUSHALL, or a transaction or script that wrote more than one cut of the change stream may hold).",
+        s.full_syncs,
+    );
     e.finish()
 }
 

@@ -98,6 +98,7 @@ impl NodeState {
             synced: link.synced,
             primary_link_up: link.up,
             partial_cuts_dropped: repl.partial_cuts_dropped(),
+            full_syncs: repl.full_syncs(),
             replicas: if replica { Vec::new() } else { repl.replicas() },
             ..Default::default()
         }

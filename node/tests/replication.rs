@@ -281,6 +281,39 @@ async fn a_replica_whose_clock_runs_ahead_keeps_what_its_primary_still_holds() {
     replica.shutdown().await.unwrap();
 }
 
+/// Issue 38, item 7: a transaction whose writes exceed what one cut may hold (here the limit is
+/// lowered to 64 KiB) does not travel as one cut held whole on both sides: the replica gets a full
+/// sync instead, in bounded chunks, and ends with every key of it. A unit under the limit still
+/// travels as a cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_over_the_cut_limit_reaches_the_replica_by_a_full_sync() {
+    let primary = start().await;
+    let (replica, _) = add_replica(&primary).await;
+    let repl = &primary.state.membership.replication;
+    repl.set_unit_limit(64 << 10);
+    let mut p = connect(&primary.addr.to_string()).await;
+    let unit = |prefix: &str, n: usize| Transaction {
+        ops: (0..n).map(|i| set_op(&format!("{prefix}{i}"), "x".repeat(2000))).collect(),
+        watches: Vec::new(),
+    };
+    let syncs = repl.full_syncs();
+    assert!(matches!(run(&mut p, 2, Kind::Transaction(unit("small", 8))).await, reply::Kind::Replies(_)));
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(repl.full_syncs(), syncs, "16 KiB: one cut");
+    assert!(matches!(run(&mut p, 2, Kind::Transaction(unit("big", 100))).await, reply::Kind::Replies(_)));
+    until("every key on the replica", || {
+        replica.state.store.len() == 108 && replica.state.membership.replication.synced()
+    })
+    .await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(repl.full_syncs(), syncs + 1, "the unit over the limit went by a full sync");
+    for i in 0..100 {
+        assert!(state(&replica, &format!("big{i}")).is_some(), "big{i}");
+    }
+    replica.shutdown().await.unwrap();
+    primary.shutdown().await.unwrap();
+}
+
 /// A replica never holds part of a transaction: the primary ships a transaction's keys in one
 /// cut and the replica applies a cut as one unit, so a reader of the replica (under its gate, as
 /// replica reads run) sees every transaction whole, whatever the chunk boundaries fall on.

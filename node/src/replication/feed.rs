@@ -17,8 +17,8 @@
 //!    own last change, not all of one instant.) A cut is bounded ([`CUT_CHANGES`],
 //!    [`CUT_BYTES`]); a replica further behind than that gets the log's changes in cuts that end
 //!    before the log does, which keep units whole but may show effects of later units too: it
-//!    has not caught up anyway. A `Resync` change (FLUSHALL) or a replica that fell out of the
-//!    backlog starts a full sync again.
+//!    has not caught up anyway. A `Resync` change (FLUSHALL), a replica that fell out of the
+//!    backlog, or a unit whose keys and values exceed [`UNIT_BYTES`] starts a full sync again.
 //!
 //! Under load a feed gathers changes for [`CHUNK_GAP`](super::state::CHUNK_GAP) between cuts, so
 //! that what a cut costs (wake-ups on both sides, a write, the replica's ack) is shared by many
@@ -55,6 +55,13 @@ pub const CUT_CHANGES: usize = 16 * 1024;
 pub const CUT_BYTES: usize = 64 << 20;
 /// ... and bytes of the log (so the log's lock, which writers wait for, is held briefly).
 pub const CUT_LOG_BYTES: usize = 4 << 20;
+/// The most bytes of keys and values one transaction's or script's writes may bring a cut. A unit
+/// travels whole in one cut, held whole by this feed while it is sent and by the replica until its
+/// last message is in (so it is never half applied); past this the replica gets a full sync
+/// instead, which travels in bounded chunks and ends with the unit applied. Redis's counterpart is
+/// the replica output buffer's hard limit (`client-output-buffer-limit replica 256mb`), which
+/// also ends in a full sync.
+pub const UNIT_BYTES: usize = 256 << 20;
 /// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
@@ -152,7 +159,7 @@ async fn send_changes(
         // exclusively, after the generation ended, so a cut taken here holds none of that.
         let r = repl.clone();
         let taking = under_gate(store, None, move |s, shared| {
-            r.current(generation).then(|| take_cut(s, cursor, shared))
+            r.current(generation).then(|| take_cut(s, cursor, r.unit_limit(), shared))
         });
         tokio::pin!(taking);
         let taken = loop {
@@ -168,7 +175,11 @@ async fn send_changes(
         .flatten()
         .ok_or(())?;
         let Ok(cut) = taken else {
-            tracing::warn!(replica = %first.replica, cursor, "replica fell out of the backlog; full sync");
+            tracing::warn!(
+                replica = %first.replica,
+                cursor,
+                "replica fell out of the backlog, or a transaction or script wrote more than a cut may hold; full sync"
+            );
             cursor = full_sync(store, repl, generation, tx).await?;
             continue;
         };
@@ -202,6 +213,7 @@ pub struct Cut {
 pub fn take_cut(
     store: &Store,
     from: u64,
+    unit_limit: usize,
     _shared: parking_lot::RwLockReadGuard<'_, ()>,
 ) -> Result<Cut, Behind> {
     let (changes, _) = store.events.changes.read(from, CUT_CHANGES, CUT_LOG_BYTES)?;
@@ -215,7 +227,15 @@ pub fn take_cut(
                 break;
             }
             Change::Key(k) => states.read(store, k),
-            Change::Unit(keys) => keys.into_iter().for_each(|k| states.read(store, k)),
+            Change::Unit(keys) => {
+                let before = states.bytes;
+                for k in keys {
+                    states.read(store, k);
+                    if states.bytes - before > unit_limit {
+                        return Err(Behind); // too much to hold whole: a full sync instead
+                    }
+                }
+            }
             Change::Value(v) if v.expire_at != 0 && v.expire_at <= now => states.read(store, v.key),
             Change::Value(v) => states.recorded(v),
         }
@@ -363,6 +383,7 @@ fn still(repl: &Replication, generation: u64) -> Result<(), ()> {
 /// checked once read) and the replica never gets `full_done`.
 async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: &Tx) -> Result<u64, ()> {
     let run_id = &repl.run_id;
+    repl.full_syncs.fetch_add(1, Ordering::Relaxed);
     let start = store.events.changes.end();
     let started = std::time::Instant::now();
     still(repl, generation)?;
@@ -482,7 +503,7 @@ mod tests {
     use crate::store::{ManualClock, SetExpiry, SetOptions, Store, StoreConfig};
 
     fn cut(store: &Store, from: u64) -> Cut {
-        take_cut(store, from, store.gate.read()).expect("in the backlog")
+        take_cut(store, from, super::UNIT_BYTES, store.gate.read()).expect("in the backlog")
     }
 
     fn state(cut: &Cut, key: &str) -> Option<(String, u64)> {

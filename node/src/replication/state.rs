@@ -70,6 +70,11 @@ pub struct Replication {
     applying: Mutex<()>,
     /// Cuts dropped because the stream ended mid-cut (stats: `partial_cuts_dropped`).
     pub(super) partial_cuts_dropped: AtomicU64,
+    /// Primary side: full syncs sent (stats: `full_syncs`).
+    pub(super) full_syncs: AtomicU64,
+    /// Primary side: the most bytes of keys and values one transaction's or script's writes may
+    /// bring a cut (see `feed::UNIT_BYTES`).
+    unit_limit: AtomicUsize,
     /// Replica side: the view replica reads are checked against at the version served (None:
     /// not a replica). Kept here, beside `synced`, because a full sync supersedes it.
     replica_reads: parking_lot::RwLock<Option<Arc<NodeView>>>,
@@ -98,6 +103,8 @@ impl Default for Replication {
             mid_cut: AtomicBool::new(false),
             applying: Mutex::new(()),
             partial_cuts_dropped: AtomicU64::new(0),
+            full_syncs: AtomicU64::new(0),
+            unit_limit: AtomicUsize::new(super::feed::UNIT_BYTES),
             replica_reads: parking_lot::RwLock::new(None),
         }
     }
@@ -335,6 +342,21 @@ impl Replication {
     /// Cuts a broken stream left half-received (none of each was applied).
     pub fn partial_cuts_dropped(&self) -> u64 {
         self.partial_cuts_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Full syncs this primary has sent.
+    pub fn full_syncs(&self) -> u64 {
+        self.full_syncs.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes one unit may bring a cut before the replica gets a full sync instead
+    /// (`feed::UNIT_BYTES` unless changed; tests lower it).
+    pub fn unit_limit(&self) -> usize {
+        self.unit_limit.load(Ordering::Relaxed)
+    }
+
+    pub fn set_unit_limit(&self, bytes: usize) {
+        self.unit_limit.store(bytes.max(1), Ordering::Relaxed);
     }
 
     /// Replica side, for stats.
