@@ -204,6 +204,85 @@ impl Default for FailoverOptions {
     }
 }
 
+/// The writer's probes of the members: one round asks every member for its stats at once.
+struct Prober {
+    options: ClientOptions,
+    clients: HashMap<String, client::Client>,
+    /// When each member that stopped answering was first found not answering.
+    down_since: HashMap<String, Instant>,
+    /// The lease on primaries (node/src/membership/lease.rs): each round's probes carry the
+    /// round's number and, per member, the last round whose answer came back. Numbers start from
+    /// the time this writer started, so a restarted writer never names a probe of another.
+    round: u64,
+    answered: HashMap<String, u64>,
+    down_after_ms: u64,
+}
+
+impl Prober {
+    fn new(options: &FailoverOptions) -> Prober {
+        Prober {
+            options: ClientOptions {
+                connect_timeout: options.probe_timeout,
+                request_timeout: Some(options.probe_timeout),
+                keep_alive: false,
+                credentials: options.credentials.clone(),
+            },
+            clients: HashMap::new(),
+            down_since: HashMap::new(),
+            round: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_micros() as u64),
+            answered: HashMap::new(),
+            down_after_ms: options.down_after.as_millis() as u64,
+        }
+    }
+
+    /// Probes every member once; how each stands.
+    async fn round(&mut self, members: &[String]) -> HashMap<String, Health> {
+        self.round += 1;
+        let asks = members.iter().map(|addr| {
+            let (cached, probe) = (self.clients.get(addr).cloned(), self.options.clone());
+            let request = StatsRequest {
+                failover_writer: true,
+                probe: self.round,
+                acked_probe: self.answered.get(addr).copied().unwrap_or(0),
+                down_after_ms: self.down_after_ms,
+            };
+            async move {
+                let mut c = match cached {
+                    Some(c) => c,
+                    None => client::connect(addr, &probe).await.ok()?,
+                };
+                let s = tokio::time::timeout(probe.connect_timeout, c.stats(request)).await.ok()?.ok()?;
+                Some((c, s.into_inner()))
+            }
+        });
+        let answers = join_all(asks).await;
+        let mut health = HashMap::new();
+        for (addr, answer) in members.iter().zip(answers) {
+            let now = Instant::now();
+            let h = match answer {
+                Some((c, s)) => {
+                    self.clients.insert(addr.clone(), c);
+                    self.answered.insert(addr.clone(), self.round);
+                    self.down_since.remove(addr);
+                    Health { stats: Some(s), down_for: Duration::ZERO }
+                }
+                None => {
+                    self.clients.remove(addr);
+                    // Counting down from the last answer: no lease from this writer until the
+                    // member answers again (its down-after may be running out).
+                    self.answered.remove(addr);
+                    let since = *self.down_since.entry(addr.clone()).or_insert(now);
+                    Health { stats: None, down_for: now - since }
+                }
+            };
+            health.insert(addr.clone(), h);
+        }
+        health
+    }
+}
+
 /// Watches the topology in `registry` and publishes failovers until `stop` resolves. `on_decision`
 /// sees each decision once published (logs, events, tests).
 pub async fn watch<R: Registry>(
@@ -213,22 +292,7 @@ pub async fn watch<R: Registry>(
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut down_since: HashMap<String, Instant> = HashMap::new();
-    let probe = ClientOptions {
-        connect_timeout: options.probe_timeout,
-        request_timeout: Some(options.probe_timeout),
-        keep_alive: false,
-        credentials: options.credentials.clone(),
-    };
-    let mut clients = HashMap::new();
-    // The writer's lease on primaries (node/src/membership/lease.rs): each round's probes carry
-    // the round's number and, per member, the last round whose answer came back. Numbers start
-    // from the time this writer started, so a restarted writer never names a probe of another.
-    let mut round = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_micros() as u64);
-    let mut answered: HashMap<String, u64> = HashMap::new();
-    let down_after_ms = options.down_after.as_millis() as u64;
+    let mut prober = Prober::new(&options);
     // Rounds start every `interval` (a round slowed by an unreachable member's probe timeout is
     // followed at once by the next), so the leases of the members that answer are renewed at
     // least every probe timeout, well inside a down-after.
@@ -250,52 +314,7 @@ pub async fn watch<R: Registry>(
         };
         let members: Vec<String> =
             t.nodes.iter().flat_map(|n| std::iter::once(n.addr.clone()).chain(n.replicas.clone())).collect();
-        round += 1;
-        let asks = members.iter().map(|addr| {
-            let (cached, probe) = (clients.get(addr).cloned(), probe.clone());
-            let request = StatsRequest {
-                failover_writer: true,
-                probe: round,
-                acked_probe: answered.get(addr).copied().unwrap_or(0),
-                down_after_ms,
-            };
-            async move {
-                let mut c = match cached {
-                    Some(c) => c,
-                    None => client::connect(addr, &probe).await.ok()?,
-                };
-                let s = tokio::time::timeout(
-                    probe.connect_timeout,
-                    c.stats(request),
-                )
-                .await
-                .ok()?
-                .ok()?;
-                Some((c, s.into_inner()))
-            }
-        });
-        let answers = join_all(asks).await;
-        let mut health = HashMap::new();
-        for (addr, answer) in members.iter().zip(answers) {
-            let now = Instant::now();
-            let h = match answer {
-                Some((c, s)) => {
-                    clients.insert(addr.clone(), c);
-                    answered.insert(addr.clone(), round);
-                    down_since.remove(addr);
-                    Health { stats: Some(s), down_for: Duration::ZERO }
-                }
-                None => {
-                    clients.remove(addr);
-                    // Counting down from the last answer: no lease from this writer until the
-                    // member answers again (its down-after may be running out).
-                    answered.remove(addr);
-                    let since = *down_since.entry(addr.clone()).or_insert(now);
-                    Health { stats: None, down_for: now - since }
-                }
-            };
-            health.insert(addr.clone(), h);
-        }
+        let health = prober.round(&members).await;
         // A member that missed a version (stopped, partitioned, or on a topology source that
         // lags) is brought up to date: a returning old primary learns it is a replica now.
         let lagging: Vec<String> = members
@@ -309,7 +328,7 @@ pub async fn watch<R: Registry>(
             // Debug: a member that keeps refusing would log this every round (the node logs the
             // topology it adopts itself).
             tracing::debug!(version = t.version, members = ?lagging, "failover: offering the topology to members behind it");
-            offer(&clients, &lagging, &t, options.probe_timeout).await;
+            offer(&prober.clients, &lagging, &t, options.probe_timeout).await;
         }
         let Some(decision) = decide(&t, &health, options.down_after) else { continue };
         if let Err(e) = registry.publish(&decision.topology).await {
@@ -318,7 +337,7 @@ pub async fn watch<R: Registry>(
         }
         tracing::warn!(version = decision.topology.version, shard = decision.shard, reason = %decision.reason, "failover");
         // Offered at once (nodes also follow the registry): the new primary serves now.
-        offer(&clients, &members, &decision.topology, options.probe_timeout).await;
+        offer(&prober.clients, &members, &decision.topology, options.probe_timeout).await;
         on_decision(&decision);
     }
 }

@@ -245,7 +245,8 @@ async fn a_replica_whose_clock_runs_ahead_keeps_what_its_primary_still_holds() {
     let now = SystemClock.now_ms();
     let clock = ManualClock::new(now + 3_600_000);
     let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(clock.clone())));
-    let ahead = NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap();
+    let ahead =
+        NodeHandle::start("127.0.0.1:0".parse().unwrap(), store, ServeOptions::default()).await.unwrap();
     let mut p = connect(&primary.addr.to_string()).await;
     let with_ttl = |key: &str, ms: i64| {
         let value = Bytes::from("v");

@@ -305,7 +305,7 @@ impl Bed {
             let reply = c.call(&["RPUSH", &key, &element], Duration::from_millis(500)).await;
             if let (Some(Reply::Int(_)), Some(p)) = (reply, promoted) {
                 let at = Instant::now() - p;
-                let durable = after.len() % 4 == 0
+                let durable = after.len().is_multiple_of(4)
                     && c.call(&["WAIT", "1", "100"], Duration::from_millis(500)).await == Some(Reply::Int(1));
                 after.push((element, at, durable));
             }
@@ -471,7 +471,10 @@ async fn an_isolated_primary_stops_acknowledging_writes_soon_after_its_replaceme
     eprintln!("split brain: {what}");
     let (window, lost) = *log.split_brain.first().expect("the writer promoted the replica");
     assert_eq!(log.durable_after_promotion, 0, "WAIT reported a replaced primary's write durable");
-    assert_eq!(lost, 0, "the replaced primary acknowledged {lost} writes after the promotion, the last after {window:?}");
+    assert_eq!(
+        lost, 0,
+        "the replaced primary acknowledged {lost} writes after the promotion, the last after {window:?}"
+    );
     drop(bed);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,7 +18,7 @@
 //!    [`CUT_BYTES`]); a replica further behind than that gets the log's changes in cuts that end
 //!    before the log does, which keep units whole but may show effects of later units too: it
 //!    has not caught up anyway. A `Resync` change (FLUSHALL), a replica that fell out of the
-//!    backlog, or a unit whose keys and values exceed [`UNIT_BYTES`] starts a full sync again.
+//!    backlog, or a unit whose keys and values exceed [`UNIT_BYTES`](super::state::UNIT_BYTES) starts a full sync again.
 //!
 //! Under load a feed gathers changes for [`CHUNK_GAP`](super::state::CHUNK_GAP) between cuts, so
 //! that what a cut costs (wake-ups on both sides, a write, the replica's ack) is shared by many
@@ -55,13 +55,6 @@ pub const CUT_CHANGES: usize = 16 * 1024;
 pub const CUT_BYTES: usize = 64 << 20;
 /// ... and bytes of the log (so the log's lock, which writers wait for, is held briefly).
 pub const CUT_LOG_BYTES: usize = 4 << 20;
-/// The most bytes of keys and values one transaction's or script's writes may bring a cut. A unit
-/// travels whole in one cut, held whole by this feed while it is sent and by the replica until its
-/// last message is in (so it is never half applied); past this the replica gets a full sync
-/// instead, which travels in bounded chunks and ends with the unit applied. Redis's counterpart is
-/// the replica output buffer's hard limit (`client-output-buffer-limit replica 256mb`), which
-/// also ends in a full sync.
-pub const UNIT_BYTES: usize = 256 << 20;
 /// Messages are cut at about this many bytes of values.
 const CHUNK_BYTES: usize = 1 << 20;
 type Tx = mpsc::Sender<Result<ReplicationChunk, Status>>;
@@ -503,7 +496,8 @@ mod tests {
     use crate::store::{ManualClock, SetExpiry, SetOptions, Store, StoreConfig};
 
     fn cut(store: &Store, from: u64) -> Cut {
-        take_cut(store, from, super::UNIT_BYTES, store.gate.read()).expect("in the backlog")
+        take_cut(store, from, crate::replication::state::UNIT_BYTES, store.gate.read())
+            .expect("in the backlog")
     }
 
     fn state(cut: &Cut, key: &str) -> Option<(String, u64)> {

@@ -24,6 +24,14 @@ pub const CHUNK_GAP: Duration = Duration::from_millis(4);
 /// A writer that probed within this long is watching (it probes every 100 ms by default).
 pub const WRITER_FRESH: Duration = Duration::from_secs(2);
 
+/// The most bytes of keys and values one transaction's or script's writes may bring a cut. A unit
+/// travels whole in one cut, held whole by the feed while it is sent and by the replica until its
+/// last message is in (so it is never half applied); past this the replica gets a full sync
+/// instead, which travels in bounded chunks and ends with the unit applied (`feed::take_cut`).
+/// Redis's counterpart is the replica output buffer's hard limit (`client-output-buffer-limit
+/// replica 256mb`), which also ends in a full sync.
+pub const UNIT_BYTES: usize = 256 << 20;
+
 /// A replica connected to this primary.
 #[derive(Debug, Clone)]
 struct Connected {
@@ -73,7 +81,7 @@ pub struct Replication {
     /// Primary side: full syncs sent (stats: `full_syncs`).
     pub(super) full_syncs: AtomicU64,
     /// Primary side: the most bytes of keys and values one transaction's or script's writes may
-    /// bring a cut (see `feed::UNIT_BYTES`).
+    /// bring a cut (see [`UNIT_BYTES`]).
     unit_limit: AtomicUsize,
     /// Replica side: the view replica reads are checked against at the version served (None:
     /// not a replica). Kept here, beside `synced`, because a full sync supersedes it.
@@ -104,7 +112,7 @@ impl Default for Replication {
             applying: Mutex::new(()),
             partial_cuts_dropped: AtomicU64::new(0),
             full_syncs: AtomicU64::new(0),
-            unit_limit: AtomicUsize::new(super::feed::UNIT_BYTES),
+            unit_limit: AtomicUsize::new(UNIT_BYTES),
             replica_reads: parking_lot::RwLock::new(None),
         }
     }
@@ -350,7 +358,7 @@ impl Replication {
     }
 
     /// The most bytes one unit may bring a cut before the replica gets a full sync instead
-    /// (`feed::UNIT_BYTES` unless changed; tests lower it).
+    /// ([`UNIT_BYTES`] unless changed; tests lower it).
     pub fn unit_limit(&self) -> usize {
         self.unit_limit.load(Ordering::Relaxed)
     }
