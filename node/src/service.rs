@@ -210,7 +210,7 @@ impl Node for NodeService {
     async fn update_topology(&self, request: Request<TopologyDoc>) -> Result<Response<TopologyAck>, Status> {
         let t = shoal_wire::Topology::from_json(&request.into_inner().json)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let version = self.state.membership.adopt(t);
+        let version = self.state.membership.adopt_off_thread(t).await;
         Ok(Response::new(TopologyAck { version }))
     }
 

@@ -315,6 +315,61 @@ async fn a_unit_over_the_cut_limit_reaches_the_replica_by_a_full_sync() {
     primary.shutdown().await.unwrap();
 }
 
+/// Issue 38, item 6: a topology that promotes a replica while its follower is applying a cut (the
+/// test holds that apply open) waits for the cut off the async worker threads: on a node whose
+/// runtime has one worker, other calls are still answered meanwhile, and the adoption completes
+/// once the cut has landed. (It used to wait on the worker itself, stalling every call.)
+#[test]
+fn a_topology_that_waits_for_a_cut_leaves_the_worker_to_other_calls() {
+    let node_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (primary, replica, t) = node_rt.block_on(async {
+        let primary = start().await;
+        let (replica, t) = add_replica(&primary).await;
+        // The replica is told to follow a primary that is not there: the real one's heartbeats
+        // would have its follower ack under the lock the test holds below, on the one worker (a
+        // real follower acks only once its own change has landed, so it never waits there).
+        let mut away = t.clone();
+        away.version = 3;
+        away.nodes[0].addr = "127.0.0.1:9".into();
+        offer(&away, &[&replica]).await;
+        (primary, replica, t)
+    });
+    let repl = replica.state.membership.replication.clone();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (held, holding) = std::sync::mpsc::channel::<()>();
+    let follower = std::thread::spawn(move || {
+        repl.while_current(repl.generation(), || {
+            held.send(()).unwrap();
+            released.recv().unwrap();
+        })
+    });
+    holding.recv().unwrap();
+    let addr = replica.addr.to_string();
+    let mut promoted = t.clone();
+    promoted.version = 4;
+    promoted.nodes[0] = NodeInfo { id: 0, addr: addr.clone(), replicas: Vec::new() };
+    let client_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    client_rt.block_on(async {
+        let mut c = connect(&addr).await;
+        let doc = TopologyDoc { json: promoted.to_json() };
+        let offer = tokio::spawn(async move { c.update_topology(doc).await.map(|a| a.into_inner().version) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut other = connect(&addr).await;
+        let answered = tokio::time::timeout(Duration::from_secs(2), other.stats(StatsRequest::default())).await;
+        assert!(matches!(answered, Ok(Ok(_))), "the node answered nothing while the adoption waited");
+        assert!(!offer.is_finished(), "the adoption waits for the cut being applied");
+        release.send(()).unwrap();
+        let version = tokio::time::timeout(Duration::from_secs(5), offer).await.unwrap().unwrap().unwrap();
+        assert_eq!(version, promoted.version);
+    });
+    follower.join().unwrap();
+    drop(client_rt); // its connections close, so the node's drain does not wait for them
+    node_rt.block_on(async {
+        replica.shutdown().await.unwrap();
+        primary.shutdown().await.unwrap();
+    });
+}
+
 /// A replica never holds part of a transaction: the primary ships a transaction's keys in one
 /// cut and the replica applies a cut as one unit, so a reader of the replica (under its gate, as
 /// replica reads run) sees every transaction whole, whatever the chunk boundaries fall on.

@@ -183,3 +183,103 @@ fn retention_verifies_before_deleting() {
     std::fs::write(q, b"x").unwrap();
     assert_eq!(dir::next_path(d).unwrap(), d.join(dir::file_name(10)));
 }
+
+/// A tmpfs of `size` mounted on `at` for the test's life (needs root, as the chaos test's network
+/// namespaces do): a data directory that can really fill up.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", at.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs on {} (needs root)", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Writes `path` until the file system is full; returns the bytes written.
+fn fill(path: &Path) -> usize {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 16 << 10];
+    let mut written = 0;
+    loop {
+        match f.write(&chunk) {
+            Ok(0) | Err(_) => return written,
+            Ok(n) => written += n,
+        }
+    }
+}
+
+/// Issue 38, process faults: the data directory fills up. The snapshot fails with a clear error
+/// and leaves nothing behind (no partial file; the earlier snapshot kept as it was), the node
+/// goes on serving reads and writes, and once there is room again it saves, and a restart loads
+/// everything from that snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_directory_fails_the_snapshot_and_nothing_else() {
+    use shoal_wire::proto::{Batch, Op, Set, op::Kind};
+    let mnt = tempfile::tempdir().unwrap();
+    let d = mnt.path();
+    let _tmpfs = Tmpfs::mount(d, "8m");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let args = ["--listen", &addr, "--data-dir", d.to_str().unwrap(), "--snapshot-keep", "2"];
+    let node = start_node(&args, log.path());
+    let mut client = support::connect(&addr).await;
+    for i in 0..100 {
+        support::set(&mut client, 0, &format!("a:{i}"), "small").await;
+    }
+    let first = client.snapshot(SnapshotRequest {}).await.unwrap().into_inner();
+    assert!(first.last_ok, "{}", first.last_error);
+    let first_name = PathBuf::from(&first.last_file).file_name().unwrap().to_str().unwrap().to_string();
+    let first_bytes = std::fs::read(&first.last_file).unwrap();
+
+    // 2 MiB of values, then a disk with no room left.
+    let value = bytes::Bytes::from("v".repeat(1024));
+    for chunk in 0..20 {
+        let ops = (0..100)
+            .map(|i| {
+                let key = bytes::Bytes::from(format!("b:{}", chunk * 100 + i));
+                let set = Set { key, value: value.clone(), ..Default::default() };
+                Op { kind: Some(Kind::Set(set)), ..Default::default() }
+            })
+            .collect();
+        let batch = Batch { id: 1, ops, topology_version: 0 };
+        let mut replies = client.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
+        assert_eq!(replies.message().await.unwrap().unwrap().replies.len(), 100);
+    }
+    assert!(fill(&d.join("filler")) > 0);
+    let refused = client.snapshot(SnapshotRequest {}).await.expect_err("no room for a snapshot");
+    assert_eq!(refused.code(), tonic::Code::Internal);
+    assert!(refused.message().contains("No space left on device"), "{}", refused.message());
+    let info = client.stats(StatsRequest::default()).await.unwrap().into_inner().snapshot.unwrap();
+    assert!(!info.last_ok && info.last_error.contains("No space left"), "{info:?}");
+    let all = files(d);
+    assert_eq!(live(&all), vec![first_name.as_str()], "{:?}", all.keys());
+    assert_eq!(all.len(), 2, "no partial file left: {:?}", all.keys());
+    assert_eq!(all[&first_name], first_bytes, "the earlier snapshot is untouched");
+    // Reads and writes go on.
+    assert_eq!(support::get(&mut client, 0, "b:1999").await, reply::Kind::Value(value.clone()));
+    assert!(matches!(support::set(&mut client, 0, "c", "after").await, reply::Kind::Ok(_)));
+
+    // Room again: the next snapshot holds everything, and a restart loads it.
+    std::fs::remove_file(d.join("filler")).unwrap();
+    let second = client.snapshot(SnapshotRequest {}).await.unwrap().into_inner();
+    assert!(second.last_ok, "{}", second.last_error);
+    drop(node);
+    let node = start_node(&args, log.path());
+    let mut client = support::connect(&addr).await;
+    assert_eq!(support::get(&mut client, 0, "b:1999").await, reply::Kind::Value(value));
+    assert_eq!(support::get(&mut client, 0, "c").await, reply::Kind::Value("after".into()));
+    assert_eq!(support::get(&mut client, 0, "a:99").await, reply::Kind::Value("small".into()));
+    drop(node);
+}

@@ -535,6 +535,18 @@ impl Membership {
         self.pulls.progress(self.version())
     }
 
+    /// [`adopt`](Self::adopt) from async code: on a blocking thread, since adopting may wait for
+    /// a follower's change to the store to land (`Replication::end_generation`: a cut, up to
+    /// `UNIT_BYTES`), and an async worker waiting there would stall every other call on it (with
+    /// `--threads 1`, or embedded nodes sharing the router's runtime, all of them).
+    pub async fn adopt_off_thread(self: &Arc<Self>, t: Topology) -> u64 {
+        let me = self.clone();
+        match tokio::task::spawn_blocking(move || me.adopt(t)).await {
+            Ok(version) => version,
+            Err(_) => self.version(),
+        }
+    }
+
     /// Re-reads `path` every `every` and adopts newer topologies, until `stop` resolves.
     pub async fn watch_file(
         self: Arc<Self>,
@@ -542,15 +554,26 @@ impl Membership {
         every: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) {
+        // The reader hands each new topology to an adopter task (adoption may wait: see
+        // `adopt_off_thread`), which takes them in order.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let me = self;
+        let adopter = tokio::spawn(async move {
+            while let Some(t) = rx.recv().await {
+                me.adopt_off_thread(t).await;
+            }
+        });
         shoal_wire::topology_file::watch(
             path,
             every,
             |t| {
-                self.adopt(t);
+                let _ = tx.send(t);
             },
             stop,
         )
-        .await
+        .await;
+        drop(tx);
+        let _ = adopter.await;
     }
 
     /// Reclaims memory of dropped slots (and stale tombstones) whenever adoption asks for it.
