@@ -355,7 +355,8 @@ fn a_topology_that_waits_for_a_cut_leaves_the_worker_to_other_calls() {
         let offer = tokio::spawn(async move { c.update_topology(doc).await.map(|a| a.into_inner().version) });
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut other = connect(&addr).await;
-        let answered = tokio::time::timeout(Duration::from_secs(2), other.stats(StatsRequest::default())).await;
+        let answered =
+            tokio::time::timeout(Duration::from_secs(2), other.stats(StatsRequest::default())).await;
         assert!(matches!(answered, Ok(Ok(_))), "the node answered nothing while the adoption waited");
         assert!(!offer.is_finished(), "the adoption waits for the cut being applied");
         release.send(()).unwrap();
