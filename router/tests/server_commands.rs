@@ -27,6 +27,39 @@ async fn commandstats_slowlog_and_config() {
     );
     let default: String = redis::cmd("INFO").query_async(&mut con).await.unwrap();
     assert!(!default.contains("# Commandstats"), "not a default section, as in Redis");
+    // Redis 7.0's sections in its order (redis-server 7.0.15 prints Errorstats too, which the
+    // router does not count yet; docs/compatibility.md), then Shoal's own.
+    let titles = |text: &str| {
+        text.lines().filter_map(|l| l.strip_prefix("# ")).map(str::to_string).collect::<Vec<_>>()
+    };
+    let redis_default = [
+        "Server",
+        "Clients",
+        "Memory",
+        "Persistence",
+        "Stats",
+        "Replication",
+        "CPU",
+        "Modules",
+        "Cluster",
+        "Keyspace",
+    ];
+    assert_eq!(titles(&default), [&redis_default[..], &["Shoal"]].concat());
+    assert!(default.contains("\r\ncluster_enabled:0\r\n"), "redis-py's test suite reads it: {default}");
+    let every = ["Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules"];
+    let every = [&every[..], &["Commandstats", "Latencystats", "Cluster", "Keyspace", "Shoal"]].concat();
+    assert_eq!(titles(&all), every);
+    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut con).await.unwrap();
+    let seconds = |name: &str| -> f64 {
+        let line = cpu.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).expect(name);
+        assert_eq!(line.split_once('.').map(|(_, frac)| frac.len()), Some(6), "{name}:{line}: six decimals");
+        line.parse().unwrap()
+    };
+    assert!(seconds("used_cpu_user") + seconds("used_cpu_sys") > 0.0, "this process has run: {cpu}");
+    assert!(seconds("used_cpu_user_main_thread") <= seconds("used_cpu_user"));
+    for name in ["used_cpu_sys_children", "used_cpu_user_children", "used_cpu_sys_main_thread"] {
+        seconds(name);
+    }
 
     // Latency per command: a histogram of cumulative counts, and percentiles in INFO.
     let hist: redis::Value =
