@@ -368,6 +368,52 @@ async fn final_reads(addr: SocketAddr, rec: &Recorder) {
     }
 }
 
+/// How long clients saw errors: per client, from the first failed read of a run of failures to
+/// the completion of the next read that succeeded (reads only: a write's outcome in the history
+/// also covers acknowledged writes that WAIT could not confirm, which are not errors). Clients in
+/// `skip` are left out. Each as (when it began on the history's clock, how long), longest last.
+fn error_windows(history: &std::path::Path, skip: &[u64]) -> Vec<(Duration, Duration)> {
+    let text = std::fs::read_to_string(history).unwrap();
+    let mut open: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut windows = Vec::new();
+    let mut ops: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    ops.sort_by_key(|o| o["complete"].as_u64());
+    for o in ops.iter().filter(|o| matches!(o["op"].as_str(), Some("get" | "read"))) {
+        let (Some(process), Some(invoke), Some(complete)) =
+            (o["process"].as_u64(), o["invoke"].as_u64(), o["complete"].as_u64())
+        else {
+            continue;
+        };
+        if skip.contains(&process) {
+            continue;
+        }
+        match o["outcome"].as_str() {
+            Some("fail") => {
+                open.entry(process).or_insert(invoke);
+            }
+            Some("ok") => {
+                if let Some(from) = open.remove(&process) {
+                    windows.push((
+                        Duration::from_nanos(from),
+                        Duration::from_nanos(complete.saturating_sub(from)),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    windows.sort_by_key(|&(_, long)| long);
+    windows
+}
+
+/// The `q` quantile of the lengths of `d`, sorted by length (nearest rank), zero if empty.
+fn quantile(d: &[(Duration, Duration)], q: f64) -> Duration {
+    if d.is_empty() {
+        return Duration::ZERO;
+    }
+    d[((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1].1
+}
+
 /// One test of this file at a time: each runs a cluster of a dozen processes whose timing matters
 /// (a primary that does not run for 500 ms fences itself), too many for two on 2 cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -438,6 +484,22 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
     eprintln!("chaos: faults:\n  {}", log.lines.join("\n  "));
     eprintln!("chaos: split brains (last lost ack after the promotion, lost acks): {:?}", log.split_brain);
     eprintln!("chaos: checker: {report}");
+    // The stale router's client (6) is left out (a split brain cuts that router off by design),
+    // and the final reads (999), which come after recovery.
+    let windows = error_windows(&rec.path, &[6, 999]);
+    eprintln!(
+        "chaos: client error windows (reads, routers rt0 and rt1): {} windows, p50 {:?}, p99 {:?}, max {:?}",
+        windows.len(),
+        quantile(&windows, 0.5),
+        quantile(&windows, 0.99),
+        quantile(&windows, 1.0)
+    );
+    let long: Vec<String> = windows
+        .iter()
+        .filter(|(_, long)| *long > Duration::from_millis(1500))
+        .map(|(at, long)| format!("{long:.2?} from {:.2}s", at.as_secs_f64()))
+        .collect();
+    eprintln!("chaos: error windows over 1.5 s: {long:?}");
     assert!(sound, "seed {seed}: the checker found anomalies; history and logs kept in {}", dir.display());
     assert_eq!(
         log.durable_after_promotion, 0,
