@@ -202,6 +202,9 @@ struct Log {
     /// Per split brain: how long after the promotion the replaced primary still acknowledged a
     /// write from the stale router (one then lost), and how many it acknowledged then.
     split_brain: Vec<(Duration, usize)>,
+    /// Each fault: when it began (on the history's clock), how long it lasted with the recovery
+    /// after it, and what it was.
+    spans: Vec<(Duration, Duration, Fault)>,
     /// `WAIT 1` answers of 1 through the stale router for a write the replaced primary
     /// acknowledged after the promotion: a lost write reported as durable (must be 0).
     durable_after_promotion: usize,
@@ -268,6 +271,9 @@ impl Bed {
             format!("at {at:>7.2}s, for {:>4.1}s: {what}; recovered: {took:?}", t0.elapsed().as_secs_f64());
         eprintln!("chaos: {line}");
         log.lines.push(line.clone());
+        if let Some(start) = log.start {
+            log.spans.push((t0 - start, t0.elapsed(), fault));
+        }
         assert!(took.is_ok(), "the cluster did not recover after: {line}\n{}", log.lines.join("\n"));
     }
 
@@ -368,41 +374,49 @@ async fn final_reads(addr: SocketAddr, rec: &Recorder) {
     }
 }
 
-/// How long clients saw errors: per client, from the first failed read of a run of failures to
-/// the completion of the next read that succeeded (reads only: a write's outcome in the history
-/// also covers acknowledged writes that WAIT could not confirm, which are not errors). Clients in
-/// `skip` are left out. Each as (when it began on the history's clock, how long), longest last.
-fn error_windows(history: &std::path::Path, skip: &[u64]) -> Vec<(Duration, Duration)> {
-    let text = std::fs::read_to_string(history).unwrap();
-    let mut open: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    let mut windows = Vec::new();
-    let mut ops: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    ops.sort_by_key(|o| o["complete"].as_u64());
-    for o in ops.iter().filter(|o| matches!(o["op"].as_str(), Some("get" | "read"))) {
-        let (Some(process), Some(invoke), Some(complete)) =
-            (o["process"].as_u64(), o["invoke"].as_u64(), o["complete"].as_u64())
-        else {
-            continue;
-        };
-        if skip.contains(&process) {
-            continue;
+/// Reads `key` through `addr` every 10 ms until `stop_at`, one call at a time (a prober per router
+/// and shard, so a stalled shard holds up only its own): each read's start, end (on `start`'s
+/// clock) and whether it answered.
+async fn probe(
+    addr: SocketAddr,
+    key: &'static str,
+    start: Instant,
+    stop_at: Instant,
+) -> Vec<(Duration, Duration, bool)> {
+    let mut c = Conn::new(addr);
+    let mut reads = Vec::new();
+    for _ in 0..1_000_000 {
+        if Instant::now() >= stop_at {
+            break;
         }
-        match o["outcome"].as_str() {
-            Some("fail") => {
-                open.entry(process).or_insert(invoke);
-            }
-            Some("ok") => {
-                if let Some(from) = open.remove(&process) {
-                    windows.push((
-                        Duration::from_nanos(from),
-                        Duration::from_nanos(complete.saturating_sub(from)),
-                    ));
-                }
+        let invoke = Instant::now() - start;
+        let ok = matches!(c.call(&["GET", key], history::REPLY_LIMIT).await, Some(Reply::Bulk(_)));
+        reads.push((invoke, Instant::now() - start, ok));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    reads
+}
+
+/// A read slower than this counts as unavailability, as an error does.
+const SLOW_READ: Duration = Duration::from_millis(500);
+
+/// The windows in which a prober's reads were unavailable: from the start of the first read that
+/// failed or took over [`SLOW_READ`] to the end of the next read that answered in time; each as
+/// (when it began, how long).
+fn unavailable(reads: &[(Duration, Duration, bool)]) -> Vec<(Duration, Duration)> {
+    let mut windows = Vec::new();
+    let mut open = None;
+    for &(invoke, complete, ok) in reads {
+        let good = ok && complete - invoke <= SLOW_READ;
+        match (good, open) {
+            (false, None) => open = Some(invoke),
+            (true, Some(from)) => {
+                windows.push((from, complete - from));
+                open = None;
             }
             _ => {}
         }
     }
-    windows.sort_by_key(|&(_, long)| long);
     windows
 }
 
@@ -461,6 +475,12 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
             ))
         })
         .collect();
+    // Probers: a read of a key on each shard through each updated router, every 10 ms, to measure
+    // the windows in which clients find a shard unavailable (issue 38: at most 2 s at p99).
+    let probers: Vec<_> = [(0, "{a}probe"), (0, "{b}probe"), (1, "{a}probe"), (1, "{b}probe")]
+        .into_iter()
+        .map(|(r, key)| tokio::spawn(probe(bed.resp(r), key, rec.start, stop_at)))
+        .collect();
     let mut log = Log { start: Some(rec.start), ..Log::default() };
     for _ in 0..10_000 {
         if Instant::now() >= faults_end {
@@ -484,22 +504,40 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
     eprintln!("chaos: faults:\n  {}", log.lines.join("\n  "));
     eprintln!("chaos: split brains (last lost ack after the promotion, lost acks): {:?}", log.split_brain);
     eprintln!("chaos: checker: {report}");
-    // The stale router's client (6) is left out (a split brain cuts that router off by design),
-    // and the final reads (999), which come after recovery.
-    let windows = error_windows(&rec.path, &[6, 999]);
+    let mut windows: Vec<(Duration, Duration)> = Vec::new();
+    for p in probers {
+        windows.extend(unavailable(&p.await.unwrap()));
+    }
+    windows.sort_by_key(|&(_, long)| long);
+    // Each window is put down to the last fault that began before it (router restarts are left
+    // out of the failover figure: a client of a dead router goes to another one).
+    let cause =
+        |at: Duration| log.spans.iter().rev().find(|(from, ..)| *from <= at + Duration::from_millis(50));
+    let failover: Vec<(Duration, Duration)> = windows
+        .iter()
+        .copied()
+        .filter(|&(at, _)| !matches!(cause(at), Some((_, _, Fault::RouterRestart))))
+        .collect();
     eprintln!(
-        "chaos: client error windows (reads, routers rt0 and rt1): {} windows, p50 {:?}, p99 {:?}, max {:?}",
+        "chaos: unavailability seen by the probers (a read failed or took over {SLOW_READ:?}), router restarts left \
+         out: {} windows, p50 {:?}, p99 {:?}, max {:?}; with them: {} windows, max {:?}",
+        failover.len(),
+        quantile(&failover, 0.5),
+        quantile(&failover, 0.99),
+        quantile(&failover, 1.0),
         windows.len(),
-        quantile(&windows, 0.5),
-        quantile(&windows, 0.99),
         quantile(&windows, 1.0)
     );
     let long: Vec<String> = windows
         .iter()
         .filter(|(_, long)| *long > Duration::from_millis(1500))
-        .map(|(at, long)| format!("{long:.2?} from {:.2}s", at.as_secs_f64()))
+        .map(|&(at, long)| {
+            let what = cause(at)
+                .map_or("none".to_string(), |(from, _, f)| format!("{f:?} at {:.2}s", from.as_secs_f64()));
+            format!("{long:.2?} from {:.2}s ({what})", at.as_secs_f64())
+        })
         .collect();
-    eprintln!("chaos: error windows over 1.5 s: {long:?}");
+    eprintln!("chaos: unavailability over 1.5 s: {long:?}");
     assert!(sound, "seed {seed}: the checker found anomalies; history and logs kept in {}", dir.display());
     assert_eq!(
         log.durable_after_promotion, 0,
