@@ -14,22 +14,9 @@ use crate::state::RouterState;
 
 pub const INFO: CommandSpec = CommandSpec { decl: &redis::INFO, run: info, ..CommandSpec::DEFAULT };
 
-const DEFAULT_SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "modules",
-    "cluster",
-    "keyspace",
-    "shoal",
-];
-/// Every section, in Redis 7.0's output order: the default ones plus those only
-/// `all`/`everything` or an explicit request show (as in Redis). (Errorstats is not offered yet:
-/// the router does not count errors by prefix.)
+/// The sections only `all`/`everything` or an explicit request show (as in Redis); the others
+/// of [`ALL_SECTIONS`] are the default ones.
+const NOT_DEFAULT: &[&str] = &["commandstats", "latencystats"];
 const ALL_SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -52,7 +39,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     if wanted.iter().any(|w| matches!(w.as_str(), "all" | "everything")) {
         wanted = ALL_SECTIONS.iter().map(|s| s.to_string()).collect();
     } else if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
-        wanted = DEFAULT_SECTIONS.iter().map(|s| s.to_string()).collect();
+        wanted = ALL_SECTIONS.iter().filter(|s| !NOT_DEFAULT.contains(s)).map(|s| s.to_string()).collect();
     }
     let state = Arc::clone(ctx.state);
     let routing = Arc::clone(ctx.routing);
