@@ -264,6 +264,10 @@ pub struct RouterState {
     /// `client-output-buffer-limit` of the `normal` and `replica` classes (hard, soft, seconds),
     /// as CONFIG SET last set them (shown, not enforced: see `cmd/config.rs`).
     pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
+    /// CONFIG SET values of the parameters Shoal accepts and reports without acting on them
+    /// (`save`, `appendonly`, ...; `cmd/config.rs`'s `Param::Accepted`), by name: unset ones show
+    /// their defaults.
+    pub accepted_config: parking_lot::Mutex<std::collections::HashMap<&'static str, String>>,
     /// ACL users (`default` carries `--requirepass`).
     pub acl: crate::acl::Acl,
     /// The keys this router's clients use most (`SHOAL HOTKEYS`).
@@ -302,6 +306,7 @@ impl RouterState {
             pause: crate::pause::Pause::default(),
             pubsub: crate::pubsub::Hub::new(settings_deadline, near),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
+            accepted_config: parking_lot::Mutex::default(),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             settings,

@@ -126,6 +126,33 @@ async fn commandstats_slowlog_and_config() {
     let got: Vec<String> =
         redis::cmd("CONFIG").arg("GET").arg("maxmemory").query_async(&mut con).await.unwrap();
     assert_eq!(got, vec!["maxmemory".to_string(), "0".to_string()]);
+
+    // Parameters Redis lets CONFIG SET change and Shoal has no use for (test harnesses set them
+    // first, Valkey's `save ""` among them) are checked with Redis's texts (redis-server 7.0.15's,
+    // taken by hand), kept and shown back, never refused as immutable.
+    assert_eq!(config_get(&mut con, "save").await, "");
+    assert_eq!(config_get(&mut con, "appendfsync").await, "everysec");
+    config_set(&mut con, &[("save", "3600  1 300 100"), ("appendonly", "YES"), ("list-compress-depth", "2")])
+        .await
+        .unwrap();
+    assert_eq!(config_get(&mut con, "save").await, "3600 1 300 100");
+    assert_eq!(config_get(&mut con, "appendonly").await, "yes");
+    assert_eq!(config_get(&mut con, "list-compress-depth").await, "2");
+    config_set(&mut con, &[("save", ""), ("appendfsync", "always")]).await.unwrap();
+    assert_eq!(config_get(&mut con, "save").await, "");
+    assert_eq!(config_get(&mut con, "appendfsync").await, "always");
+    for (name, value, why) in [
+        ("save", "abc", "Invalid save parameters"),
+        ("save", "100", "Invalid save parameters"),
+        ("appendonly", "maybe", "argument must be 'yes' or 'no'"),
+        ("appendfsync", "sometimes", "argument(s) must be one of the following: everysec, always, no"),
+        ("list-compress-depth", "-1", "argument must be between 0 and 2147483647 inclusive"),
+    ] {
+        let err = config_set(&mut con, &[(name, value)]).await.unwrap_err();
+        let want = format!("CONFIG SET failed (possibly related to argument '{name}') - {why}");
+        assert!(err.to_string().contains(&want), "{name} {value}: {err}");
+    }
+    assert_eq!(config_get(&mut con, "appendonly").await, "yes", "a refused value changes nothing");
     router.shutdown().await;
 }
 

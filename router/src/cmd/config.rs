@@ -60,6 +60,56 @@ enum Param {
     OutputLimit,
     /// `tracking-table-max-keys`: CLIENT TRACKING's table in this router (crate::pubsub::tracking).
     TrackingMaxKeys,
+    /// Mutable in Redis, without effect in Shoal: checked as Redis checks it, kept by this router
+    /// and shown back (a harness that sets `save ""` or `appendonly no` before its tests, as
+    /// Valkey's does, must not be refused). What each means here is in docs/compatibility.md.
+    Accepted(&'static str, Accepts),
+}
+
+/// How an accepted parameter's value is checked (Redis's rules and texts).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Accepts {
+    /// `save`: pairs of `<seconds> <changes>`, or nothing.
+    SavePoints,
+    YesNo,
+    OneOf(&'static [&'static str]),
+    /// An integer from 0 to i32::MAX.
+    Count,
+}
+
+impl Accepts {
+    /// The value as CONFIG GET shows it, or Redis's reason for refusing it.
+    fn check(self, value: &[u8]) -> Result<String, String> {
+        let text = String::from_utf8_lossy(value).into_owned();
+        match self {
+            Accepts::SavePoints => {
+                let words: Vec<&str> = text.split_whitespace().collect();
+                let numbers =
+                    words.iter().all(|w| shoal_wire::num::parse_i64(w.as_bytes()).is_some_and(|n| n >= 0));
+                if !words.len().is_multiple_of(2) || !numbers {
+                    return Err("Invalid save parameters".into());
+                }
+                Ok(words.join(" "))
+            }
+            Accepts::YesNo => match text.to_ascii_lowercase().as_str() {
+                v @ ("yes" | "no") => Ok(v.to_string()),
+                _ => Err("argument must be 'yes' or 'no'".into()),
+            },
+            Accepts::OneOf(allowed) => {
+                let v = text.to_ascii_lowercase();
+                if allowed.contains(&v.as_str()) {
+                    Ok(v)
+                } else {
+                    Err(format!("argument(s) must be one of the following: {}", allowed.join(", ")))
+                }
+            }
+            Accepts::Count => match shoal_wire::num::parse_i64(value) {
+                Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => Ok(n.to_string()),
+                Some(_) => Err("argument must be between 0 and 2147483647 inclusive".into()),
+                None => Err(settings::NOT_INTEGER.into()),
+            },
+        }
+    }
 }
 
 /// Parameter names in the order CONFIG GET lists them (Redis's aliases included).
@@ -72,8 +122,9 @@ const PARAMS: &[(&str, Param)] = &[
     ("port", Param::Port),
     ("databases", Param::Fixed("1")),
     ("timeout", Param::Fixed("0")),
-    ("save", Param::Fixed("")),
-    ("appendonly", Param::Fixed("no")),
+    ("save", Param::Accepted("", Accepts::SavePoints)),
+    ("appendonly", Param::Accepted("no", Accepts::YesNo)),
+    ("appendfsync", Param::Accepted("everysec", Accepts::OneOf(&["everysec", "always", "no"]))),
     ("hash-max-listpack-entries", Param::Node(Setting::HashMaxListpackEntries)),
     ("hash-max-ziplist-entries", Param::Node(Setting::HashMaxListpackEntries)),
     ("hash-max-listpack-value", Param::Node(Setting::HashMaxListpackValue)),
@@ -85,7 +136,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("zset-max-ziplist-value", Param::Node(Setting::ZsetMaxListpackValue)),
     ("list-max-listpack-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-max-ziplist-size", Param::Node(Setting::ListMaxListpackSize)),
-    ("list-compress-depth", Param::Fixed("0")),
+    ("list-compress-depth", Param::Accepted("0", Accepts::Count)),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
     ("notify-keyspace-events", Param::Node(Setting::NotifyKeyspaceEvents)),
     ("client-output-buffer-limit", Param::OutputLimit),
@@ -147,6 +198,9 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                     Param::OutputLimit => output_limits(&state),
                     Param::TrackingMaxKeys => state.pubsub.tracking.max_keys().to_string(),
+                    Param::Accepted(default, _) => {
+                        state.accepted_config.lock().get(name).cloned().unwrap_or_else(|| default.to_string())
+                    }
                 };
                 (Reply::bulk(name), Reply::Bulk(Bytes::from(value)))
             })
@@ -228,13 +282,15 @@ fn named(args: &Args) -> Result<Vec<(&'static str, Param, &Bytes)>, Reply> {
 /// nodes' settings.
 struct Parsed {
     local: Vec<(Param, i64)>,
+    accepted: Vec<(&'static str, String)>,
     limits: Option<Vec<(Class, u64, u64, u64)>>,
     change: NodeSettings,
 }
 
 impl Parsed {
     fn values(named: Vec<(&'static str, Param, &Bytes)>) -> Result<Parsed, Reply> {
-        let mut parsed = Parsed { local: Vec::new(), limits: None, change: NodeSettings::default() };
+        let mut parsed =
+            Parsed { local: Vec::new(), accepted: Vec::new(), limits: None, change: NodeSettings::default() };
         for (name, p, value) in named {
             match p {
                 Param::OutputLimit => {
@@ -253,6 +309,9 @@ impl Parsed {
                     }
                 }
                 Param::Node(s) => s.parse_into(value, &mut parsed.change).map_err(|why| failed(name, why))?,
+                Param::Accepted(_, accepts) => {
+                    parsed.accepted.push((name, accepts.check(value).map_err(|why| failed(name, &why))?));
+                }
                 Param::Fixed(_) | Param::Maxclients | Param::Port => unreachable!("refused by `named`"),
             }
         }
@@ -261,6 +320,11 @@ impl Parsed {
 
     /// The router's own parameters, set.
     fn apply_local(&self, state: &RouterState) {
+        let mut accepted = state.accepted_config.lock();
+        for (name, value) in &self.accepted {
+            accepted.insert(name, value.clone());
+        }
+        drop(accepted);
         for &(class, hard, soft, seconds) in self.limits.iter().flatten() {
             match class {
                 Class::Pubsub => {
