@@ -103,6 +103,11 @@ impl Cluster {
     /// failover writer updates, so they learn of changes only from offers (as a node cut off from
     /// its topology source would).
     async fn start_with(private: &[usize]) -> Cluster {
+        Self::start_full(private, 2000).await
+    }
+
+    /// [`start_with`](Self::start_with), the router's call deadline `deadline_ms`.
+    async fn start_full(private: &[usize], deadline_ms: u64) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let topology = root.join("topology.json");
@@ -135,7 +140,8 @@ impl Cluster {
         let router = Proc(
             support::shoal("shoal-router")
                 .args(["--topology-file", topology.to_str().unwrap(), "--resp", &resp.to_string()])
-                .args(["--http", &format!("127.0.0.1:{}", support::free_port()), "--deadline-ms", "2000"])
+                .args(["--http", &format!("127.0.0.1:{}", support::free_port())])
+                .args(["--deadline-ms", &deadline_ms.to_string()])
                 .stdout(Stdio::null())
                 .stderr(log_file(&root, "router"))
                 .spawn()
@@ -438,6 +444,30 @@ async fn a_primary_resumed_after_sigstop_refuses_writes_routed_by_the_old_topolo
     assert_eq!(c.cmd(&["GET", "{b}stale"]).await, b"$-1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}before"]).await, b"$1\r\n1\r\n");
     assert_eq!(c.cmd(&["GET", "{b}after"]).await, b"$1\r\n2\r\n");
+}
+
+/// Issue 38's failover window: a read in flight at a frozen primary when the router learns of its
+/// replacement is routed again, to the new primary, rather than left to wait out its deadline on
+/// a node that will not answer. The router's deadline is 8 s here, far longer than the failover
+/// (about 1.5 s); the read comes back with the value well before it (it used to fail at 8 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_in_flight_at_a_frozen_primary_is_served_by_its_replacement() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start_full(&[], 8000).await;
+    let mut c = Raw::connect(cluster.resp).await;
+    assert_eq!(c.cmd(&["SET", "{b}held", "v"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["WAIT", "1", "1000"]).await, b":1\r\n");
+    cluster.signal(0, "STOP");
+    support::wait_stopped(cluster.nodes[0].as_ref().unwrap().0.id()).await;
+    let start = Instant::now();
+    let got = c.cmd(&["GET", "{b}held"]).await;
+    let took = start.elapsed();
+    cluster.signal(0, "CONT");
+    assert_eq!(got, b"$1\r\nv\r\n", "{}", String::from_utf8_lossy(&got));
+    assert!(
+        took < Duration::from_secs(4),
+        "the read took {took:?}: it waited out its deadline instead of moving"
+    );
 }
 
 /// A primary SIGKILLed while it ships a large transaction to its replica (the transaction's cut

@@ -161,12 +161,18 @@ struct Shared {
     client: Mutex<Option<client::Client>>,
     /// When the node's stream last delivered a message: calls measure their deadline from it.
     progress: Arc<Progress>,
+    /// The connected stream's in-flight book and the signal that ends its writer, for
+    /// [`NodePort::abandon_if_silent`]; None while not connected.
+    stream: Mutex<Option<StreamHandle>>,
     /// The link's round trip (a smoothed Ping time, microseconds; 0: not measured since the
     /// last connect), for `--read-from nearest`; and which connection the pinger belongs to.
     rtt_us: AtomicU64,
     connection: AtomicU64,
     credentials: Credentials,
 }
+
+/// A connected stream's in-flight book and the signal that ends its writer.
+type StreamHandle = (Arc<Mutex<Inflight>>, Arc<Notify>);
 
 impl Shared {
     fn unavailable(&self) -> BackendError {
@@ -203,6 +209,7 @@ impl NodeLink {
             last_error: Mutex::new("not connected yet".into()),
             client: Mutex::new(None),
             progress: Arc::new(Progress::new()),
+            stream: Mutex::new(None),
             rtt_us: AtomicU64::new(0),
             connection: AtomicU64::new(0),
             credentials: options.credentials.clone(),
@@ -409,6 +416,26 @@ impl NodePort for NodeLink {
 
     fn close(&self) {
         self.shared.closing.store(true, Ordering::Release);
+    }
+
+    fn abandon_if_silent(&self, quiet: Duration) {
+        let s = &self.shared;
+        if s.progress.last().elapsed() < quiet {
+            return;
+        }
+        let Some((inflight, broken)) = s.stream.lock().clone() else { return };
+        let orphans = {
+            let mut inf = inflight.lock();
+            if inf.closed || (inf.waiters.is_empty() && inf.deferred.is_empty()) {
+                return;
+            }
+            inf.close()
+        };
+        tracing::warn!(node = s.ident.id, addr = %s.ident.addr, calls = orphans.len(), "replaced as primary while silent: its calls are routed again");
+        *s.last_error.lock() =
+            format!("replaced as primary after {:?} without an answer", s.progress.last().elapsed());
+        orphans.into_iter().for_each(|w| s.fail(w));
+        broken.notify_one();
     }
 
     fn metrics(&self) -> &LinkMetrics {
@@ -622,6 +649,7 @@ impl<'a> Writer<'a> {
         replies: BoxStream<BatchReply>,
     ) -> String {
         let broken = Arc::new(Notify::new());
+        *self.s.stream.lock() = Some((self.inflight.clone(), broken.clone()));
         let slots = Arc::new(Semaphore::new(MAX_UNANSWERED));
         let reader =
             tokio::spawn(read_replies(replies, self.inflight.clone(), broken.clone(), self.s.clone()));
@@ -686,6 +714,7 @@ impl<'a> Writer<'a> {
         };
         drop(batches);
         reader.abort();
+        *self.s.stream.lock() = None;
         let orphans = self.inflight.lock().close();
         orphans.into_iter().for_each(|w| self.s.fail(w));
         if let Some(t) = self.transfer.take() {

@@ -74,6 +74,11 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);
+    /// The node was replaced as a primary: if its stream has delivered nothing for `quiet`, the
+    /// calls waiting on it fail now as if the stream broke, so they are routed again by the new
+    /// topology instead of waiting out their deadline on a node that is frozen or cut off. A node
+    /// that still answers (a hand-over: it replies `moved`) is left alone.
+    fn abandon_if_silent(&self, _quiet: std::time::Duration) {}
     fn metrics(&self) -> &LinkMetrics;
 }
 

@@ -305,6 +305,9 @@ impl Backend {
     }
 
     fn install(&self, topology: Topology) -> bool {
+        /// How long a replaced primary must have said nothing for its calls to be routed again
+        /// (a hand-over's old primary answers within milliseconds, with `moved`).
+        const SILENT_BEFORE_ABANDON: std::time::Duration = std::time::Duration::from_millis(500);
         let mut ports = self.ports.lock();
         let mut routing = self.routing.write();
         if self.version() >= topology.version && !routing.nodes.is_empty() {
@@ -357,6 +360,11 @@ impl Backend {
         let current = routing.clone();
         drop(routing);
         drop(ports);
+        // A primary replaced while it does not answer (frozen, cut off): the calls waiting on it
+        // are routed again now, by this topology, rather than waiting out their deadline.
+        for old in previous.nodes.iter().filter(|p| !current.contains(&***p)) {
+            old.abandon_if_silent(SILENT_BEFORE_ABANDON);
+        }
         // The near cache keeps what it holds of slots whose owner did not change (outside the
         // routing locks: it walks every entry).
         if let Some(near) = self.near.get() {
