@@ -67,8 +67,9 @@ impl Lease {
         self.until.compare_exchange(until, 0, Ordering::SeqCst, Ordering::Relaxed).ok().map(|_| now - until)
     }
 
-    /// Whether a lease is held (metrics, tests).
-    pub fn held(&self) -> bool {
+    /// Whether a lease is held.
+    #[cfg(test)]
+    fn held(&self) -> bool {
         self.until.load(Ordering::Relaxed) != 0
     }
 }

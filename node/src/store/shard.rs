@@ -313,7 +313,12 @@ impl Shard {
 
     /// An entry [`keeps_expired`](Self::keeps_expired) left in place, for a change that replaces
     /// or removes `key` whatever its expiry (a replica applying its primary's write or delete).
+    /// None at once on a shard that keeps nothing expired (a primary's DEL of a missing key, RENAME:
+    /// no second lookup).
     pub fn kept(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        if !self.keeps_expired() {
+            return None;
+        }
         self.find(hash, key).filter(|&pos| !self.entry(pos).is_tombstone())
     }
 
