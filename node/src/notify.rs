@@ -40,6 +40,9 @@ struct Before {
     scores: Option<Frame>,
     /// SMOVE: the destination already held the member (then no `sadd`).
     member_there: bool,
+    /// GEOSEARCHSTORE and GEORADIUS's STORE: the destination's argument index and whether it
+    /// existed (an empty result deletes it: `del`).
+    dst: Option<(usize, bool)>,
 }
 
 /// Runs a typed op (not a `Command`: see [`command`]) and raises its events.
@@ -188,12 +191,23 @@ pub fn command(store: &Store, args: &[Bytes], run: impl FnOnce() -> CmdResult) -
         return run();
     }
     let name = args[0].to_ascii_lowercase();
+    // GEOADD is the ZADD Redis runs in its place, and raises ZADD's events.
+    if name == b"geoadd"
+        && let Ok(zadd) = crate::commands::geo::as_zadd(args)
+    {
+        return command(store, &zadd, run);
+    }
     let before = look_before(store, &name, args, flags);
     let result = run();
     if let Ok(frame) = &result {
         let mut raised = Raised::new();
         command_events(store, &name, args, frame, &before, &mut raised);
-        let created = created(store, flags, &args[1..args.len().min(3)], &before.existed);
+        let mut created = created(store, flags, &args[1..args.len().min(3)], &before.existed);
+        if let Some((i, false)) = before.dst
+            && i >= 3
+        {
+            created.extend(self::created(store, flags, &args[i..=i], &[false]));
+        }
         emit(store, raised, &created);
     }
     result
@@ -210,6 +224,10 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
         | b"zrangestore" => b.existed[0] = exists(1),
         b"bitop" => b.existed[1] = exists(2),
+        b"geosearchstore" => b.dst = Some((1, exists(1))),
+        b"georadius" | b"georadiusbymember" => {
+            b.dst = shoal_wire::acl::commands::georadius_store(args).map(|i| (i, exists(i)));
+        }
         b"smove" if args.len() == 4 => {
             let ask = [Bytes::from_static(b"sismember"), args[2].clone(), args[3].clone()];
             b.member_there = matches!(frame_of(store, &ask), Some(frame::Kind::Int(1)));
@@ -404,6 +422,13 @@ fn zset_events(d: &Done, out: &mut Raised) {
             }
         }
         b"zincrby" => out.push((ZSET, "zincr", k(1))),
+        b"geosearchstore" | b"georadius" | b"georadiusbymember" => match d.before.dst {
+            Some((i, _)) if d.positive => {
+                out.push((ZSET, if name[3] == b's' { "geosearchstore" } else { "georadiusstore" }, k(i)));
+            }
+            Some((i, true)) => out.push((GENERIC, "del", k(i))),
+            _ => {}
+        },
         b"zrem" | b"zremrangebyrank" | b"zremrangebyscore" | b"zremrangebylex" if d.positive => {
             out.push((ZSET, event_name(name), k(1)));
             d.emptied(k(1), out);

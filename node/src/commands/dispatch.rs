@@ -8,6 +8,7 @@ use super::args::int_arg;
 use super::bits;
 use super::error::{CmdError, CmdResult, make_room, wrong_arity};
 use super::frame::F;
+use super::geo;
 use super::hash;
 use super::hll;
 use super::list;
@@ -70,11 +71,11 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 ("shoal.restore", restore),
                 ("pfadd", hll::pfadd),
             ];
-            let families = [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE];
+            let families = [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE, geo::TABLE];
             for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {
                 m.insert(name.as_bytes(), Entry::One(f));
             }
-            for &(name, (keys_of, handler)) in multi::TABLE {
+            for &(name, (keys_of, handler)) in multi::TABLE.iter().chain(geo::SEARCHES) {
                 m.insert(name.as_bytes(), Entry::Multi(keys_of, handler, denyoom(name)));
             }
             m

@@ -9,7 +9,8 @@
 //!   wrapped as a wire reply; `run_scratch` for commands over keys of several nodes.
 //! - `dispatch.rs`: the index of every command by name, and the call that locks its keys.
 //! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
-//!   (commands over several keys), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
+//!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
+//!   `geohash.rs`), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
 //!   random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
 //!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies).
@@ -28,6 +29,8 @@ mod double;
 pub(crate) mod error;
 mod frame;
 mod fuzz;
+pub(crate) mod geo;
+mod geohash;
 mod hash;
 mod hll;
 mod list;

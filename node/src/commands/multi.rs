@@ -130,7 +130,7 @@ fn read_set(l: &mut Locked<'_>, key: &[u8]) -> Result<Option<Set>, CmdError> {
 }
 
 /// Replaces `key` with `value` (deleting it when empty), TTL cleared, as the STORE forms do.
-fn store_object(l: &mut Locked<'_>, key: &[u8], value: Object) -> Result<usize, CmdError> {
+pub(super) fn store_object(l: &mut Locked<'_>, key: &[u8], value: Object) -> Result<usize, CmdError> {
     let n = value.len();
     l.delete(key);
     if n > 0 {

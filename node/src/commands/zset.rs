@@ -106,7 +106,7 @@ fn lex_lte_max(m: &[u8], max: &Lex) -> bool {
 
 // --- access ------------------------------------------------------------------------------------
 
-fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&ZSet>) -> R) -> Result<R, CmdError> {
+pub(super) fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&ZSet>) -> R) -> Result<R, CmdError> {
     Ok(store.read_object(key, ValueType::ZSet, |o| {
         f(o.map(|o| match o {
             Object::ZSet(z) => z,
@@ -166,7 +166,7 @@ pub(crate) fn add_flags(args: &[Bytes]) -> (AddFlags, usize) {
     (fl, i)
 }
 
-fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
+pub(super) fn zadd(store: &Store, args: &[Bytes]) -> CmdResult {
     let (fl, i) = add_flags(args);
     let elements = args.len() - i;
     if elements % 2 == 1 || elements == 0 {

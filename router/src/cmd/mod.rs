@@ -26,6 +26,7 @@ mod config;
 mod connection;
 mod del;
 mod expire;
+mod geo;
 mod get;
 mod getex;
 mod hash;

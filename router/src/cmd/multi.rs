@@ -1,6 +1,6 @@
 //! Commands over several keys (SINTER, SUNIONSTORE, SMOVE, LMOVE, LMPOP, ZUNION, ZMPOP,
-//! ZRANGESTORE, RENAME, COPY, BITOP, LCS, PFCOUNT, PFMERGE, ...). The node runs them
-//! (`node/src/commands/multi.rs`).
+//! ZRANGESTORE, RENAME, COPY, BITOP, LCS, PFCOUNT, PFMERGE, GEOSEARCHSTORE, GEORADIUS with
+//! STORE, ...). The node runs them (`node/src/commands/multi.rs`, `geo.rs`).
 //!
 //! Keys on one node (same `{hashtag}`, or by chance): the whole command goes to that node, which
 //! runs it atomically. Keys on several nodes, where Redis Cluster answers CROSSSLOT:
@@ -48,10 +48,16 @@ enum Cross {
     MPop,
 }
 
-fn cross_of(name: &[u8]) -> Cross {
-    match &name.to_ascii_lowercase()[..] {
+fn cross_of(args: &[Bytes]) -> Cross {
+    match &args[0].to_ascii_lowercase()[..] {
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
-        | b"zrangestore" | b"pfmerge" => Cross::Replace { dst: 1, if_changed: false, delete_source: false },
+        | b"zrangestore" | b"pfmerge" | b"geosearchstore" => {
+            Cross::Replace { dst: 1, if_changed: false, delete_source: false }
+        }
+        b"georadius" | b"georadiusbymember" => match shoal_wire::acl::commands::georadius_store(args) {
+            Some(dst) => Cross::Replace { dst, if_changed: false, delete_source: false },
+            None => Cross::Read,
+        },
         b"bitop" => Cross::Replace { dst: 2, if_changed: false, delete_source: false },
         b"copy" => Cross::Replace { dst: 2, if_changed: true, delete_source: false },
         b"rename" | b"renamenx" => Cross::Replace { dst: 2, if_changed: true, delete_source: true },
@@ -73,8 +79,12 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
     match &name[..] {
         b"sinter" | b"sunion" | b"sdiff" | b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"pfcount"
         | b"pfmerge" => Some(args[1..].to_vec()),
-        b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" | b"lcs" => {
-            Some(args[1..3].to_vec())
+        b"smove" | b"lmove" | b"rpoplpush" | b"zrangestore" | b"rename" | b"renamenx" | b"copy" | b"lcs"
+        | b"geosearchstore" => Some(args[1..3].to_vec()),
+        b"georadius" | b"georadiusbymember" => {
+            let mut keys = vec![args[1].clone()];
+            keys.extend(shoal_wire::acl::commands::georadius_store(args).map(|i| args[i].clone()));
+            Some(keys)
         }
         b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
         b"bitop" => Some(args[2..].to_vec()),
@@ -165,7 +175,7 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
         keys.sort();
         keys.dedup();
         let remote = Remote { routing: state.backend.routing(), state, deadline };
-        let result = match cross_of(&args[0]) {
+        let result = match cross_of(&args) {
             Cross::Read => remote.scratch(&args, &keys, &[]).await.map(|(reply, _)| reply),
             Cross::Replace { dst, if_changed, delete_source } => {
                 remote.replace(&args, &keys, dst, if_changed, delete_source).await

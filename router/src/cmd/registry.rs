@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 
 use super::spec::{CommandSpec, Registry};
 use super::{
-    acl, bits, blocking, client, command, config, connection, del, expire, get, getex, hash, hll, incr, info,
-    keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets, shoal,
-    slowlog, strings, transaction, ttl, zsets,
+    acl, bits, blocking, client, command, config, connection, del, expire, geo, get, getex, hash, hll, incr,
+    info, keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets,
+    shoal, slowlog, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -180,6 +180,16 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &multi::ZINTERCARD,
     &multi::ZMPOP,
     &multi::ZRANGESTORE,
+    &geo::GEOADD,
+    &geo::GEODIST,
+    &geo::GEOHASH,
+    &geo::GEOPOS,
+    &geo::GEORADIUS,
+    &geo::GEORADIUS_RO,
+    &geo::GEORADIUSBYMEMBER,
+    &geo::GEORADIUSBYMEMBER_RO,
+    &geo::GEOSEARCH,
+    &geo::GEOSEARCHSTORE,
     &multi::RENAME,
     &multi::RENAMENX,
     &multi::COPY,

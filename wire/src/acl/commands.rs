@@ -256,6 +256,32 @@ pub fn resolve(args: &[impl AsRef<[u8]>]) -> Option<CommandId> {
     lookup(&format!("{}|{}", REDIS_COMMANDS[id].name, sub))
 }
 
+/// The argument GEORADIUS or GEORADIUSBYMEMBER stores into (STORE or STOREDIST), found as their
+/// parser finds it: options from the sixth (fifth for BYMEMBER) argument on, COUNT taking a value,
+/// the last STORE/STOREDIST followed by an argument winning. (The key specs name the first STORE
+/// keyword; a command that repeats it still writes where its parser says.) Router and node both
+/// use this, so the key a node locks is the key it writes.
+pub fn georadius_store(args: &[impl AsRef<[u8]>]) -> Option<usize> {
+    let name = args.first()?.as_ref();
+    let base = if name.eq_ignore_ascii_case(b"georadiusbymember") { 5 } else { 6 };
+    let mut found = None;
+    let mut i = base;
+    while i < args.len() {
+        let a = args[i].as_ref();
+        let takes_value = a.eq_ignore_ascii_case(b"count")
+            || a.eq_ignore_ascii_case(b"store")
+            || a.eq_ignore_ascii_case(b"storedist");
+        if takes_value && i + 1 < args.len() {
+            if !a.eq_ignore_ascii_case(b"count") {
+                found = Some(i + 1);
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+    found
+}
+
 /// One key a command touches: its argument index and what the command does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyUse {
@@ -381,6 +407,19 @@ pub fn channels(id: CommandId, argc: usize) -> Vec<ChannelUse> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn georadius_stores_where_its_parser_says() {
+        let a = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(georadius_store(&a("GEORADIUS k 1 2 3 km")), None);
+        assert_eq!(georadius_store(&a("GEORADIUS k 1 2 3 km STORE d")), Some(7));
+        assert_eq!(georadius_store(&a("georadius k 1 2 3 km count 5 storedist d withdist")), Some(9));
+        assert_eq!(georadius_store(&a("GEORADIUS k 1 2 3 km STORE a STOREDIST b")), Some(9), "the last one");
+        // COUNT's value is never a keyword; a trailing STORE names nothing.
+        assert_eq!(georadius_store(&a("GEORADIUS k 1 2 3 km COUNT store")), None);
+        assert_eq!(georadius_store(&a("GEORADIUS k 1 2 3 km STORE")), None);
+        assert_eq!(georadius_store(&a("GEORADIUSBYMEMBER k m 3 km STORE d")), Some(6));
+    }
 
     fn uses(cmd: &str, args: &[&str]) -> Vec<(usize, bool, bool)> {
         let id = resolve(args).unwrap_or_else(|| panic!("{cmd}"));
