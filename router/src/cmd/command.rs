@@ -1,6 +1,10 @@
-//! COMMAND and its subcommands: what redis-cli and client libraries ask about commands.
+//! COMMAND and its subcommands: what redis-cli and client libraries ask about commands. Redis's
+//! own descriptions (tips, key specs, the docs with arguments and history) come from
+//! `shoal_wire::acl::docs`; the commands listed are the ones this router serves.
 
+use bytes::Bytes;
 use shoal_wire::acl::commands;
+use shoal_wire::acl::docs::{self, Node};
 
 use super::spec::CommandSpec;
 use super::spec::*;
@@ -22,10 +26,27 @@ pub const COMMAND_LIST: CommandSpec =
 pub const COMMAND_HELP: CommandSpec =
     CommandSpec { decl: &redis::COMMAND_HELP, run: help, ..CommandSpec::DEFAULT };
 
+pub const COMMAND_GETKEYS: CommandSpec =
+    CommandSpec { decl: &redis::COMMAND_GETKEYS, run: |a, c| getkeys(a, c, false), ..CommandSpec::DEFAULT };
+
+pub const COMMAND_GETKEYSANDFLAGS: CommandSpec = CommandSpec {
+    decl: &redis::COMMAND_GETKEYSANDFLAGS,
+    run: |a, c| getkeys(a, c, true),
+    ..CommandSpec::DEFAULT
+};
+
 pub const COMMAND: CommandSpec = CommandSpec {
     decl: &redis::COMMAND,
     run: all,
-    subcommands: &[&COMMAND_COUNT, &COMMAND_DOCS, &COMMAND_INFO, &COMMAND_LIST, &COMMAND_HELP],
+    subcommands: &[
+        &COMMAND_COUNT,
+        &COMMAND_DOCS,
+        &COMMAND_INFO,
+        &COMMAND_LIST,
+        &COMMAND_GETKEYS,
+        &COMMAND_GETKEYSANDFLAGS,
+        &COMMAND_HELP,
+    ],
     lane: LaneClass::No,
 };
 
@@ -38,6 +59,12 @@ fn info_entry(c: &CommandSpec) -> Reply {
         Reply::Set(commands::names(mask, names).map(name).collect())
     }
     let keys = c.key_range();
+    // Redis's tips and key specs for its commands; none for Shoal's own.
+    let described = docs::docs(c.name());
+    let (tips, key_specs) = match described {
+        Some(d) => (reply_of(&d.tips), reply_of(&d.key_specs)),
+        None => (Reply::Set(vec![]), Reply::Set(vec![])),
+    };
     Reply::Array(vec![
         Reply::bulk(c.name()),
         Reply::Int(i64::from(c.arity())),
@@ -46,20 +73,39 @@ fn info_entry(c: &CommandSpec) -> Reply {
         Reply::Int(i64::from(keys.last)),
         Reply::Int(i64::from(keys.step)),
         set(c.categories(), &commands::CATEGORIES, "@"),
-        Reply::Array(vec![]),
-        Reply::Array(vec![]),
-        Reply::Array(c.subcommands.iter().map(|s| info_entry(s)).collect()),
+        tips,
+        key_specs,
+        Reply::Set(c.subcommands.iter().map(|s| info_entry(s)).collect()),
     ])
+}
+
+/// A node of Redis's descriptions as a reply.
+fn reply_of(n: &Node) -> Reply {
+    match n {
+        Node::Map(pairs) => Reply::Map(pairs.iter().map(|(k, v)| (reply_of(k), reply_of(v))).collect()),
+        Node::Array(items) => Reply::Array(items.iter().map(reply_of).collect()),
+        Node::Set(items) => Reply::Set(items.iter().map(reply_of).collect()),
+        Node::Simple(s) => Reply::Simple((*s).into()),
+        Node::Bulk(b) => Reply::Bulk(Bytes::from_static(b)),
+        Node::Int(i) => Reply::Int(*i),
+    }
 }
 
 fn docs_entry(c: &CommandSpec) -> Reply {
     let d = c.decl;
-    let mut fields = vec![
-        (Reply::bulk("summary"), Reply::bulk(d.summary)),
-        (Reply::bulk("since"), Reply::bulk(d.since)),
-        (Reply::bulk("group"), Reply::bulk(d.group)),
-        (Reply::bulk("complexity"), Reply::bulk(d.complexity)),
-    ];
+    let mut fields = match docs::docs(c.name()) {
+        // Redis's entry (with arguments, history, deprecation) for its commands.
+        Some(described) => match reply_of(&described.docs) {
+            Reply::Map(fields) => fields,
+            _ => vec![],
+        },
+        None => vec![
+            (Reply::bulk("summary"), Reply::bulk(d.summary)),
+            (Reply::bulk("since"), Reply::bulk(d.since)),
+            (Reply::bulk("group"), Reply::bulk(d.group)),
+            (Reply::bulk("complexity"), Reply::bulk(d.complexity)),
+        ],
+    };
     if !c.subcommands.is_empty() {
         let subs = c.subcommands.iter().map(|s| (Reply::bulk(s.name()), docs_entry(s))).collect();
         fields.push((Reply::bulk("subcommands"), Reply::Map(subs)));
@@ -82,7 +128,15 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
         return all(args, ctx);
     }
     let registry = ctx.registry;
-    Reply::Array(args[2..].iter().map(|n| registry.lookup(n).map_or(Reply::Nil, info_entry)).collect()).into()
+    Reply::Array(args[2..].iter().map(|n| named(registry, n).map_or(Reply::Nil, info_entry)).collect()).into()
+}
+
+/// A command by the name COMMAND INFO and DOCS take: `name`, or `parent|sub` for a subcommand.
+fn named(registry: &Registry, name: &[u8]) -> Option<&'static CommandSpec> {
+    let Some(bar) = name.iter().position(|&b| b == b'|') else { return registry.lookup(name) };
+    let parent = registry.lookup(&name[..bar])?;
+    let full = String::from_utf8_lossy(name).to_ascii_lowercase();
+    parent.subcommands.iter().copied().find(|s| s.name() == full)
 }
 
 /// `COMMAND DOCS [name ...]`: a map of name to documentation; unknown names are left out.
@@ -93,7 +147,7 @@ pub fn docs(args: &Args, ctx: &mut Ctx) -> Pending {
     } else {
         args[2..]
             .iter()
-            .filter_map(|n| registry.lookup(n))
+            .filter_map(|n| named(registry, n))
             .map(|c| (Reply::bulk(c.name()), docs_entry(c)))
             .collect()
     };
@@ -118,10 +172,78 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Return a list of all commands in this Redis server.",
         "INFO [<command-name> ...]",
         "    Return details about multiple Redis commands.",
+        "    If no command names are given, documentation details for all",
+        "    commands are returned.",
         "DOCS [<command-name> ...]",
         "    Return documentation details about multiple Redis commands.",
+        "    If no command names are given, documentation details for all",
+        "    commands are returned.",
+        "GETKEYS <full-command>",
+        "    Return the keys from a full Redis command.",
+        "GETKEYSANDFLAGS <full-command>",
+        "    Return the keys and the access flags from a full Redis command.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ];
     super::help_reply(&lines)
+}
+
+/// `COMMAND GETKEYS|GETKEYSANDFLAGS <command> [args...]`: the keys a command's arguments name (by
+/// Redis's key specs, as Redis finds them), with each key's flags when asked.
+fn getkeys(args: &Args, ctx: &mut Ctx, with_flags: bool) -> Pending {
+    let argv = &args[2..];
+    let Some(c) = resolve(ctx, argv) else {
+        return Reply::error("ERR Invalid command specified").into();
+    };
+    let Some(id) = c.decl.id else {
+        return Reply::error("ERR The command has no key arguments").into();
+    };
+    if !c.decl.keys.iter().any(|k| !k.not_key) {
+        return Reply::error("ERR The command has no key arguments").into();
+    }
+    if !c.arity_ok(argv.len()) {
+        return Reply::error("ERR Invalid number of arguments specified for command").into();
+    }
+    let keys = if commands::specs_accept(id, argv) { commands::keys(id, argv) } else { Vec::new() };
+    if keys.is_empty() {
+        return if c.has_flag(commands::flag::NO_MANDATORY_KEYS) {
+            Reply::Array(vec![]).into()
+        } else {
+            Reply::error("ERR Invalid arguments specified for command").into()
+        };
+    }
+    let items = keys.iter().map(|k| {
+        let key = Reply::Bulk(argv[k.index].clone());
+        if !with_flags {
+            return key;
+        }
+        let flags = key_flags(c, k);
+        Reply::Array(vec![key, Reply::Set(flags.into_iter().map(|f| Reply::Simple(f.into())).collect())])
+    });
+    Reply::Array(items.collect()).into()
+}
+
+/// The command `argv` names, as Redis's `lookupCommand` finds it: a container's subcommand when
+/// one is given (none if it has no such subcommand), else the command itself.
+fn resolve(ctx: &Ctx, argv: &[Bytes]) -> Option<&'static CommandSpec> {
+    let c = ctx.registry.lookup(argv.first()?)?;
+    if c.subcommands.is_empty() || argv.len() < 2 {
+        return Some(c);
+    }
+    let full = format!("{}|{}", c.name(), String::from_utf8_lossy(&argv[1]).to_ascii_lowercase());
+    c.subcommands.iter().copied().find(|s| s.name() == full)
+}
+
+/// A key's flags as COMMAND GETKEYSANDFLAGS names them: its key spec's, except where the flags
+/// depend on the arguments (SET with or without GET, BITFIELD reading or writing), which Redis's
+/// own key finders for those commands decide.
+fn key_flags(c: &CommandSpec, k: &commands::KeyUse) -> Vec<&'static str> {
+    let variable = c.decl.keys.get(k.spec).is_some_and(|s| s.variable);
+    match (variable, c.name()) {
+        (true, "set") if k.read => vec!["RW", "access", "update"],
+        (true, "set") => vec!["OW", "update"],
+        (true, "bitfield") if k.write => vec!["RW", "access", "update"],
+        (true, "bitfield") => vec!["RO", "access"],
+        _ => docs::key_spec_flags(c.name(), k.spec),
+    }
 }

@@ -282,10 +282,70 @@ pub fn georadius_store(args: &[impl AsRef<[u8]>]) -> Option<usize> {
     found
 }
 
+/// Whether Redis's key-spec lookup (`getKeysUsingKeySpecs`) accepts these arguments: every key
+/// spec it reaches must find a `numkeys` that is a non-negative integer and a first and last key
+/// inside the arguments. Where it does not, Redis falls back to its command's own key finder,
+/// which finds no key for every command Shoal serves: COMMAND GETKEYS answers so.
+pub fn specs_accept(id: CommandId, args: &[impl AsRef<[u8]>]) -> bool {
+    let argc = args.len() as i64;
+    for spec in REDIS_COMMANDS[id].keys.iter().filter(|s| !s.not_key) {
+        let mut first = match spec.begin {
+            Begin::Index(i) => i as i64,
+            Begin::Keyword(word, from) => {
+                let (start, end) = if from > 0 { (from as i64, argc - 1) } else { (argc + from as i64, 0) };
+                let step = if start <= end { 1 } else { -1 };
+                let mut i = start;
+                let mut found = None;
+                while i != end && i >= 1 && i < argc {
+                    if args[i as usize].as_ref().eq_ignore_ascii_case(word) {
+                        found = Some(i + 1);
+                        break;
+                    }
+                    i += step;
+                }
+                match found {
+                    Some(f) => f,
+                    None => continue,
+                }
+            }
+            Begin::Unknown => return false,
+        };
+        let last = match spec.find {
+            Find::Range { last, limit, .. } => {
+                if last >= 0 {
+                    first + last as i64
+                } else if limit == 0 {
+                    argc + last as i64
+                } else {
+                    first + ((argc - first) / limit as i64 + last as i64)
+                }
+            }
+            Find::Keynum { index, first: skip, .. } => {
+                let Some(n) = args
+                    .get((first + index as i64) as usize)
+                    .and_then(|a| crate::num::parse_i64(a.as_ref()))
+                    .filter(|&n| n >= 0 && (index as i64) < argc)
+                else {
+                    return false;
+                };
+                first += skip as i64;
+                first + n - 1
+            }
+            Find::Unknown => return false,
+        };
+        if last >= argc || last < first || first >= argc {
+            return false;
+        }
+    }
+    true
+}
+
 /// One key a command touches: its argument index and what the command does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyUse {
     pub index: usize,
+    /// The key spec that found it (its position in the command's `keys`).
+    pub spec: usize,
     pub read: bool,
     pub write: bool,
 }
@@ -297,7 +357,7 @@ pub fn keys(id: CommandId, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
     let cmd = &REDIS_COMMANDS[id];
     let argc = args.len();
     let mut out = Vec::new();
-    for spec in cmd.keys {
+    for (spec_index, spec) in cmd.keys.iter().enumerate() {
         if spec.not_key {
             continue;
         }
@@ -348,7 +408,7 @@ pub fn keys(id: CommandId, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
             if i as usize >= argc || (i as usize) < first {
                 break;
             }
-            out.push(KeyUse { index: i as usize, read, write });
+            out.push(KeyUse { index: i as usize, spec: spec_index, read, write });
             i += step as i64;
         }
     }

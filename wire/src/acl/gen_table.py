@@ -6,6 +6,12 @@ COMMAND DOCS with), read from a running redis-server:
     redis-server --port 7390 --save '' --daemonize yes
     python3 wire/src/acl/gen_table.py 7390 > wire/src/acl/table.rs && cargo fmt --all
 
+It also writes docs.resp beside itself: for every command and subcommand, redis-server's own
+RESP3 bytes of its COMMAND INFO tips and key specs and of its COMMAND DOCS entry (less the
+subcommands, which the router lists from what it serves), read by `docs.rs`, so that COMMAND
+INFO, COMMAND DOCS and COMMAND GETKEYSANDFLAGS answer Redis's bytes without a Rust constant per
+argument.
+
 ACL rules name any Redis command (`-debug`, `+@all -xadd`), and Redis's describe format picks
 categories by counting every command in them, so the table is Redis's, not only Shoal's. Each
 command is a `pub const` (the router's specs point at them in const context) and
@@ -105,7 +111,89 @@ def render(i, name, info, doc):
             f"categories: {mask}, container: {str(bool(subs)).lower()}, keys: &[{specs}]{fields} }};")
 
 
+def resp3_items(data, at):
+    """The RESP3 value starting at data[at]: (kind, value, end). Aggregates' values are lists of
+    (start, end) spans of their elements (maps: keys and values alternating)."""
+    nl = data.index(b"\r\n", at)
+    kind, head = data[at:at + 1], data[at + 1:nl]
+    at = nl + 2
+    if kind == b"$":
+        n = int(head)
+        return kind, data[at:at + n], at + n + 2
+    if kind in (b"+", b":", b"-", b",", b"#", b"_"):
+        return kind, head, at
+    n = int(head) * (2 if kind == b"%" else 1)
+    spans = []
+    for _ in range(n):
+        start = at
+        _, _, at = resp3_items(data, at)
+        spans.append((start, at))
+    return kind, spans, at
+
+
+def read_resp3(sock, command):
+    """One command's whole RESP3 reply, raw."""
+    sock.sendall(b"".join([b"*%d\r\n" % len(command)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in command]))
+    data = b""
+    while True:
+        data += sock.recv(1 << 20)
+        try:
+            _, _, end = resp3_items(data, 0)
+        except (ValueError, IndexError):
+            continue
+        if end <= len(data):
+            return data[:end]
+
+
+def docs_resp(port):
+    """docs.resp: a RESP3 map, name -> [tips, key specs, docs entry less its subcommands]."""
+    import socket
+    sock = socket.create_connection(("127.0.0.1", port))
+    read_resp3(sock, [b"HELLO", b"3"])
+    info = read_resp3(sock, [b"COMMAND"])
+    docs = read_resp3(sock, [b"COMMAND", b"DOCS"])
+    out = {}
+
+    def doc_fields(span, name):
+        """The docs map at span, without subcommands, re-encoded; and its subcommands' spans."""
+        _, items, _ = resp3_items(docs, span[0])
+        kept, subs = [], {}
+        for k, v in zip(items[0::2], items[1::2]):
+            key = resp3_items(docs, k[0])[1]
+            if key == b"subcommands":
+                _, sub_items, _ = resp3_items(docs, v[0])
+                for sk, sv in zip(sub_items[0::2], sub_items[1::2]):
+                    subs[resp3_items(docs, sk[0])[1].decode().lower()] = sv
+            else:
+                kept.append(docs[k[0]:k[1]] + docs[v[0]:v[1]])
+        return b"%%%d\r\n" % len(kept) + b"".join(kept), subs
+
+    def walk(span, doc_span):
+        _, fields, _ = resp3_items(info, span[0])
+        name = resp3_items(info, fields[0][0])[1].decode().lower()
+        tips, specs = (info[a:b] for a, b in fields[7:9])
+        entry, sub_docs = doc_fields(doc_span, name) if doc_span else (b"%0\r\n", {})
+        out[name] = tips + specs + entry
+        if len(fields) > 9:
+            _, subs, _ = resp3_items(info, fields[9][0])
+            for sub in subs:
+                _, sf, _ = resp3_items(info, sub[0])
+                sub_name = resp3_items(info, sf[0][0])[1].decode().lower()
+                walk(sub, sub_docs.get(sub_name))
+
+    _, top_docs, _ = resp3_items(docs, 0)
+    doc_of = {resp3_items(docs, k[0])[1].decode().lower(): v for k, v in zip(top_docs[0::2], top_docs[1::2])}
+    _, commands, _ = resp3_items(info, 0)
+    for c in commands:
+        _, f, _ = resp3_items(info, c[0])
+        walk(c, doc_of.get(resp3_items(info, f[0][0])[1].decode().lower()))
+    body = b"".join(b"$%d\r\n%s\r\n*3\r\n%s" % (len(n), n.encode(), v) for n, v in sorted(out.items()))
+    return b"%%%d\r\n" % len(out) + body
+
+
 def main():
+    import pathlib
+    (pathlib.Path(__file__).parent / "docs.resp").write_bytes(docs_resp(int(sys.argv[1])))
     r = redis.Redis(port=int(sys.argv[1]), protocol=2)
     conn = r.connection_pool.get_connection()
     conn.send_command("COMMAND")

@@ -7,6 +7,9 @@
 //!   flags, key range, categories, docs and key specs (what the router's command specs and the
 //!   node's script table take their declarations from), and the keys and channels a command's
 //!   arguments name.
+//! - [`docs`]: the rest of what redis-server says about each command (COMMAND INFO's tips and
+//!   key specs, COMMAND DOCS's entries with arguments and history), its own RESP3 bytes
+//!   (`docs.resp`, also written by `gen_table.py`) read into a tree on first use.
 //! - [`perms`]: a user's permissions (commands, key patterns, channel patterns), the rules that
 //!   change them, the check of one command, and their describe format.
 //!
@@ -14,6 +17,7 @@
 //! router's (`router/src/acl/`).
 
 pub mod commands;
+pub mod docs;
 pub mod perms;
 pub mod table;
 
