@@ -44,6 +44,28 @@ pub struct Session {
     pub tracking: Option<Tracked>,
     /// CLIENT CACHING YES|NO, for the next command only.
     pub caching: Option<bool>,
+    /// CLIENT REPLY: whether replies are written.
+    pub reply: ReplyMode,
+}
+
+/// CLIENT REPLY ON|OFF|SKIP: OFF silences every reply until ON; SKIP the one command after it.
+/// Pushed messages (pub/sub, invalidations) are written either way, as in Redis.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReplyMode {
+    pub off: bool,
+    /// Set by SKIP: the next command is silenced.
+    pub skip_next: bool,
+    skip: bool,
+}
+
+impl ReplyMode {
+    /// Whether the reply of the command just taken up is written; then moves on to the next
+    /// command (Redis's `resetClient`: the command after a SKIP is the silenced one).
+    pub fn take(&mut self) -> bool {
+        let written = !(self.off || self.skip);
+        self.skip = std::mem::take(&mut self.skip_next);
+        written
+    }
 }
 
 /// A client's CLIENT TRACKING state; dropping it (OFF, RESET, disconnect) leaves the table.
@@ -104,6 +126,7 @@ impl Session {
             wrote_at: None,
             tracking: None,
             caching: None,
+            reply: ReplyMode::default(),
         }
     }
 
@@ -177,6 +200,7 @@ impl Session {
         self.subscriber = None;
         self.tracking = None;
         self.caching = None;
+        self.reply = ReplyMode::default();
         self.client.set_tracking(0, -1);
         self.multi = None;
         self.client.set_multi(None);

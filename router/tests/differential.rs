@@ -193,6 +193,12 @@ const OPEN_CASES: &[&[u8]] = &[
     b"SET k v\nGET k\nQUIT\n",
     b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nQUIT\r\n",
     b"ECHO 'it\\'s'\r\nECHO \"tab\\there\"\r\nQUIT\r\n",
+    // CLIENT REPLY: OFF silences every reply (errors too) until ON; SKIP the next command's;
+    // SKIP while OFF changes nothing; RESET turns replies back on.
+    b"CLIENT REPLY OFF\r\nSET crk 1\r\nGET crk\r\nINCR nosuchcmd x\r\nCLIENT REPLY ON\r\nGET crk\r\nQUIT\r\n",
+    b"CLIENT REPLY SKIP\r\nSET crk 2\r\nGET crk\r\nCLIENT REPLY SKIP\r\nCLIENT REPLY SKIP\r\nGET crk\r\nGET crk\r\nQUIT\r\n",
+    b"CLIENT REPLY OFF\r\nCLIENT REPLY SKIP\r\nPING\r\nCLIENT REPLY ON\r\nPING\r\nQUIT\r\n",
+    b"CLIENT REPLY bogus\r\nCLIENT REPLY OFF\r\nCLIENT REPLY bogus\r\nGET crk\r\nRESET\r\nPING\r\nQUIT\r\n",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

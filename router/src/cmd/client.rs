@@ -40,6 +40,9 @@ pub const CLIENT_SETINFO: CommandSpec =
 pub const CLIENT_INFO: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_INFO, run: info, ..CommandSpec::DEFAULT };
 
+pub const CLIENT_REPLY: CommandSpec =
+    CommandSpec { decl: &redis::CLIENT_REPLY, run: reply, ..CommandSpec::DEFAULT };
+
 pub const CLIENT_NO_EVICT: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_NO_EVICT, run: no_evict, ..CommandSpec::DEFAULT };
 
@@ -324,6 +327,7 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &clients::CLIENT_PAUSE,
         &clients::CLIENT_UNPAUSE,
         &CLIENT_NO_EVICT,
+        &CLIENT_REPLY,
         &CLIENT_UNBLOCK,
         &CLIENT_TRACKING,
         &CLIENT_CACHING,
@@ -391,6 +395,26 @@ pub fn info(_args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::Verbatim(ctx.session.client.info_line(|s| ctx.registry.name_of(s)).into()).into()
 }
 
+/// `CLIENT REPLY ON|OFF|SKIP` (see [`crate::session::ReplyMode`]). OFF and SKIP answer nothing
+/// themselves; SKIP while OFF changes nothing.
+pub fn reply(args: &Args, ctx: &mut Ctx) -> Pending {
+    let mode = &mut ctx.session.reply;
+    if args[2].eq_ignore_ascii_case(b"on") {
+        *mode = Default::default();
+        return Reply::OK.into();
+    }
+    if args[2].eq_ignore_ascii_case(b"off") {
+        mode.off = true;
+    } else if args[2].eq_ignore_ascii_case(b"skip") {
+        if !mode.off {
+            mode.skip_next = true;
+        }
+    } else {
+        return syntax_error().into();
+    }
+    Reply::Seq(vec![]).into()
+}
+
 /// `CLIENT NO-EVICT ON|OFF`: Shoal never evicts clients, so this only records the `e` flag
 /// that CLIENT INFO and CLIENT LIST show (RESET keeps it, as in Redis).
 pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
@@ -405,8 +429,8 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
 
-/// Redis 7.0.15's CLIENT HELP, word for word and in its order, without the one subcommand Shoal
-/// does not serve (REPLY), and with SETINFO where Redis 7.2 lists it.
+/// Redis 7.0.15's CLIENT HELP, word for word and in its order, with SETINFO where Redis 7.2
+/// lists it.
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
     let lines = [
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -442,6 +466,8 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "    Stop the current client pause, resuming traffic.",
         "PAUSE <timeout> [WRITE|ALL]",
         "    Suspend all, or just write, clients for <timeout> milliseconds.",
+        "REPLY (ON|OFF|SKIP)",
+        "    Control the replies sent to the current connection.",
         "SETNAME <name>",
         "    Assign the name <name> to the current connection.",
         "SETINFO <option> <value>",

@@ -90,6 +90,8 @@ where
 struct Request {
     reply: Option<Pending>,
     protocol: Protocol,
+    /// Written to the client (CLIENT REPLY OFF or SKIP silence it; it still runs and counts).
+    written: bool,
     started: Instant,
     slot: Option<usize>,
     args: Vec<Bytes>,
@@ -262,7 +264,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
 
     fn push(&mut self, reply: Option<Pending>, started: Instant, slot: Option<usize>, args: Vec<Bytes>) {
         let protocol = self.session.protocol();
-        self.pending.push(Request { reply, protocol, started, slot, args });
+        let written = self.session.reply.take();
+        self.pending.push(Request { reply, protocol, written, started, slot, args });
     }
 
     /// Awaits, records and encodes the round's replies in order, writing as they pile up; false:
@@ -288,10 +291,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             let request = &mut self.pending[i];
             let args = std::mem::take(&mut request.args);
             let timing = Timing { started: request.started, slot: request.slot, failed: reply.is_error() };
-            let protocol = request.protocol;
+            let (protocol, written) = (request.protocol, request.written);
             record::answered(self.guard.state, &self.session, timing, &args);
             let before = self.output.len();
-            reply.encode(protocol, &mut self.output);
+            if written {
+                reply.encode(protocol, &mut self.output);
+            }
             let bytes = self.output.len() - before;
             self.reply_size = self.reply_size.max(bytes);
             if record::counts_hot_keys(self.guard.state, &self.session)
