@@ -470,6 +470,34 @@ async fn a_read_in_flight_at_a_frozen_primary_is_served_by_its_replacement() {
     );
 }
 
+/// The other side of that rule: a *write* in flight at a primary when it is replaced is not sent
+/// again to the new primary. The old primary may have run it and passed it to its replica (under a
+/// slow link rather than a freeze: issue 38's one-hour chaos run pushed one list element twice
+/// that way), so a second run could apply it twice; the client gets an error saying the write may
+/// have run (as a Redis Cluster client sees its connection fail), and the write is applied at most
+/// once. Here the primary is frozen before the write reaches it, so it is applied nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_flight_at_a_replaced_primary_is_answered_with_an_error_and_not_sent_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start_full(&[], 8000).await;
+    let mut c = Raw::connect(cluster.resp).await;
+    assert_eq!(c.cmd(&["RPUSH", "{b}list", "before"]).await, b":1\r\n");
+    assert_eq!(c.cmd(&["WAIT", "1", "1000"]).await, b":1\r\n");
+    cluster.signal(0, "STOP");
+    support::wait_stopped(cluster.nodes[0].as_ref().unwrap().0.id()).await;
+    let start = Instant::now();
+    let got = c.cmd(&["RPUSH", "{b}list", "in-flight"]).await;
+    let took = start.elapsed();
+    cluster.signal(0, "CONT");
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(text.starts_with('-') && text.contains("may have run"), "{text}");
+    assert!(took < Duration::from_secs(4), "the write took {took:?}: it waited out its deadline");
+    cluster.caught_up(0).await;
+    assert_eq!(c.cmd(&["RPUSH", "{b}list", "after"]).await, b":2\r\n", "the new primary takes writes");
+    let list = c.cmd(&["LRANGE", "{b}list", "0", "-1"]).await;
+    assert_eq!(list, b"*2\r\n$6\r\nbefore\r\n$5\r\nafter\r\n", "{}", String::from_utf8_lossy(&list));
+}
+
 /// A primary SIGKILLed while it ships a large transaction to its replica (the transaction's cut
 /// spans dozens of messages, of which the replica has received the first few) leaves the promoted
 /// replica with none of the transaction, never some of its keys.

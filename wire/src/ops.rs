@@ -105,10 +105,42 @@ pub fn class_of(op: &Op) -> OpClass {
     }
 }
 
+/// Whether `op` changes nothing, so that sending it again after its first attempt's fate became
+/// unknown (a link that failed with it in flight) cannot apply anything twice: reads, and the
+/// read-only whole-keyspace and migration ops.
+pub fn resendable(op: &Op) -> bool {
+    match &op.kind {
+        Some(
+            Kind::Fetch(_)
+            | Kind::Scan(_)
+            | Kind::Keys(_)
+            | Kind::RandomKey(_)
+            | Kind::DbSize(_)
+            | Kind::SlotStats(_),
+        ) => true,
+        _ => class_of(op) == OpClass::Read,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::{Get, Set, SetCondition};
+
+    #[test]
+    fn only_ops_that_change_nothing_are_resendable() {
+        let get = op(Kind::Get(Get { key: "k".into(), ..Default::default() }));
+        let set = op(Kind::Set(Set { key: "k".into(), value: "v".into(), ..Default::default() }));
+        assert!(resendable(&get));
+        assert!(!resendable(&set), "a SET may have run; a second one could overwrite a later write");
+        let push = crate::proto::Command {
+            args: vec!["rpush".into(), "l".into(), "x".into()],
+            ..Default::default()
+        };
+        assert!(!resendable(&op(Kind::Command(Box::new(push.clone())))));
+        let read = crate::proto::Command { readonly: true, args: vec!["lrange".into(), "l".into()], ..push };
+        assert!(resendable(&op(Kind::Command(Box::new(read)))));
+    }
 
     fn op(kind: Kind) -> Op {
         Op { kind: Some(kind), ..Default::default() }

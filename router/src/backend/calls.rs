@@ -184,7 +184,7 @@ impl KeyCall {
         // The common case stays small: a reply from the node it was sent to. Anything else takes
         // the settle loop, boxed, so its (much larger) state is not part of every call's future.
         let first = match first {
-            First::Sent { port, call } => match outcome(&backend, &port, &routing, call.wait().await)? {
+            First::Sent { port, call } => match outcome(&backend, &port, &routing, &op, call.wait().await)? {
                 Outcome::Done(r) => return Ok(r),
                 other => Some(other),
             },
@@ -237,7 +237,7 @@ async fn key_attempt(
         (pos, None) => {
             let port = &routing.nodes[pos];
             let result = port.call(op.clone(), routing.version(), deadline).wait().await;
-            outcome(backend, port, &routing, result)
+            outcome(backend, port, &routing, op, result)
         }
         (pos, Some(old)) => moving::attempt(backend, &routing, pos, old, key, op, deadline, deleted).await,
     }
@@ -280,20 +280,26 @@ impl MultiCall {
             match call.wait().await {
                 Ok(replies) => {
                     for ((i, key, op), r) in items.into_iter().zip(replies) {
-                        match outcome(&backend, &port, &routing, Ok(r)) {
+                        match outcome(&backend, &port, &routing, &op, Ok(r)) {
                             Ok(Outcome::Done(r)) => out[i] = Some(Ok(r)),
                             // Refused: this op alone goes through the settle loop.
                             _ => again.push((i, backend.key(&backend.routing(), key, op, deadline))),
                         }
                     }
                 }
-                Err(e) => match outcome(&backend, &port, &routing, Err(e)) {
+                Err(e) => match outcome(&backend, &port, &routing, &Op::default(), Err(e.clone())) {
                     Ok(_) => {
-                        // The node left the cluster: route its ops again.
+                        // The node left the cluster: route its ops again, but of the ops that
+                        // were in flight there only those that change nothing (see `outcome`).
                         let current = backend.routing();
-                        again.extend(
-                            items.into_iter().map(|(i, k, op)| (i, backend.key(&current, k, op, deadline))),
-                        );
+                        let in_flight = matches!(e, BackendError::InFlight { .. });
+                        for (i, k, op) in items {
+                            if in_flight && !shoal_wire::ops::resendable(&op) {
+                                out[i] = Some(Err(e.clone()));
+                            } else {
+                                again.push((i, backend.key(&current, k, op, deadline)));
+                            }
+                        }
                     }
                     Err(e) => {
                         for (i, _, _) in items {
@@ -335,13 +341,15 @@ impl AllCall {
     /// versions, so DBSIZE, KEYS and FLUSHALL always cover a node that just joined.
     pub async fn gather(self) -> Result<Vec<Reply>, BackendError> {
         let AllCall { backend, routing, make, deadline, calls } = self;
+        // What the op is (a FLUSHALL is not sent again where it may have run; a DBSIZE is).
+        let probe = make();
         let round = |routing: Arc<Routing>, calls: Vec<(Arc<dyn NodePort>, NodeCall<Reply>)>| {
-            let backend = &backend;
+            let (backend, probe) = (&backend, &probe);
             async move {
                 let mut out = Vec::with_capacity(calls.len());
                 let mut retry = None;
                 for (port, call) in calls {
-                    match outcome(backend, &port, &routing, call.wait().await)? {
+                    match outcome(backend, &port, &routing, probe, call.wait().await)? {
                         Outcome::Done(r) => out.push(r),
                         Outcome::Moved(node, v) => retry = retry.or(Some(Outcome::Moved(node, v))),
                         Outcome::Stale => retry = retry.or(Some(Outcome::Stale)),
@@ -373,13 +381,13 @@ pub struct AtCall {
 impl AtCall {
     pub async fn wait(self) -> Result<Reply, BackendError> {
         let AtCall { backend, routing, pos, op, deadline, port, call } = self;
-        let first = async { outcome(&backend, &port, &routing, call.wait().await) };
+        let first = async { outcome(&backend, &port, &routing, &op, call.wait().await) };
         let again = |routing: Arc<Routing>| {
             let (backend, op) = (&backend, &op);
             async move {
                 let port = routing.nodes[pos % routing.len()].clone();
                 let result = port.call(op.clone(), routing.version(), deadline).wait().await;
-                outcome(backend, &port, &routing, result)
+                outcome(backend, &port, &routing, op, result)
             }
         };
         backend.settle(first, again, deadline).await

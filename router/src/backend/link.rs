@@ -24,7 +24,7 @@
 //!
 //! Failure handling: a call waits at most one deadline without the stream making progress (the
 //! client gets an error, never a hang). When the stream breaks, every in-flight call fails at
-//! once, the link is marked down (new calls fail immediately instead of waiting out the deadline)
+//! once (`InFlight`: the node may have run it; calls not sent yet fail `Unavailable`), the link is marked down (new calls fail immediately instead of waiting out the deadline)
 //! and the manager reconnects with exponential backoff. A full queue (node far slower than its
 //! clients) rejects calls instead of growing.
 
@@ -182,6 +182,12 @@ impl Shared {
     fn fail(&self, waiter: Waiter) {
         self.metrics.failed_calls.inc();
         waiter.fail(self.unavailable());
+    }
+
+    /// Fails a call whose ops were sent: the node may have run them.
+    fn fail_in_flight(&self, waiter: Waiter) {
+        self.metrics.failed_calls.inc();
+        waiter.fail(self.ident.in_flight(self.last_error.lock().clone()));
     }
 }
 
@@ -434,7 +440,7 @@ impl NodePort for NodeLink {
         tracing::warn!(node = s.ident.id, addr = %s.ident.addr, calls = orphans.len(), "replaced as primary while silent: its calls are routed again");
         *s.last_error.lock() =
             format!("replaced as primary after {:?} without an answer", s.progress.last().elapsed());
-        orphans.into_iter().for_each(|w| s.fail(w));
+        orphans.into_iter().for_each(|w| s.fail_in_flight(w));
         broken.notify_one();
     }
 
@@ -716,9 +722,9 @@ impl<'a> Writer<'a> {
         reader.abort();
         *self.s.stream.lock() = None;
         let orphans = self.inflight.lock().close();
-        orphans.into_iter().for_each(|w| self.s.fail(w));
+        orphans.into_iter().for_each(|w| self.s.fail_in_flight(w));
         if let Some(t) = self.transfer.take() {
-            t.waiter.into_iter().for_each(|w| self.s.fail(w));
+            t.waiter.into_iter().for_each(|w| self.s.fail_in_flight(w));
         }
         self.waiting_transfers.drain(..).for_each(|r| self.s.fail(r.waiter));
         reason
@@ -864,7 +870,7 @@ async fn read_replies(
     let orphans = inflight.lock().close();
     for waiter in orphans {
         s.metrics.failed_calls.inc();
-        waiter.fail(s.ident.unavailable(why.clone()));
+        waiter.fail(s.ident.in_flight(why.clone()));
     }
     broken.notify_one();
 }

@@ -40,16 +40,18 @@ pub(super) async fn attempt(
     let v = routing.version();
     let (owner, from) = (&routing.nodes[pos], &routing.nodes[old]);
     match class_of(op) {
-        OpClass::Write => outcome(backend, owner, routing, owner.call(op.clone(), v, deadline).wait().await),
+        OpClass::Write => {
+            outcome(backend, owner, routing, op, owner.call(op.clone(), v, deadline).wait().await)
+        }
         OpClass::Read => {
             let mut first = op.clone();
             first.fallback = true;
             let r = owner.call(first, v, deadline).wait().await;
-            match outcome(backend, owner, routing, r)? {
+            match outcome(backend, owner, routing, op, r)? {
                 Outcome::Done(Reply { kind: Some(reply::Kind::Absent(_)), .. }) => {
                     backend.metrics.fallback_reads.inc();
                     // The old owner answers `moved` once the move has finished: catch up, re-read.
-                    outcome(backend, from, routing, from.call(op.clone(), v, deadline).wait().await)
+                    outcome(backend, from, routing, op, from.call(op.clone(), v, deadline).wait().await)
                 }
                 other => Ok(other),
             }
@@ -64,12 +66,13 @@ pub(super) async fn attempt(
             // old copy is purged) nobody could tell the retry that the key existed: DEL would
             // answer 0 for a key it deleted. Down, the old owner is no reason to fail the delete:
             // the new owner's tombstone keeps its copy from coming back.
-            match outcome(backend, from, routing, from.call(op.clone(), v, deadline).wait().await) {
+            match outcome(backend, from, routing, op, from.call(op.clone(), v, deadline).wait().await) {
                 Ok(o) if one(&o) => deleted.store(true, Ordering::Relaxed),
                 Ok(refused @ (Outcome::Moved(..) | Outcome::Stale)) => return Ok(refused),
                 _ => {}
             }
-            let new_r = outcome(backend, owner, routing, owner.call(op.clone(), v, deadline).wait().await)?;
+            let new_r =
+                outcome(backend, owner, routing, op, owner.call(op.clone(), v, deadline).wait().await)?;
             if one(&new_r) {
                 deleted.store(true, Ordering::Relaxed);
             }
@@ -85,7 +88,7 @@ pub(super) async fn attempt(
             if let Some(refused) = copy_key(backend, routing, pos, old, key, deadline).await? {
                 return Ok(refused);
             }
-            outcome(backend, owner, routing, owner.call(op.clone(), v, deadline).wait().await)
+            outcome(backend, owner, routing, op, owner.call(op.clone(), v, deadline).wait().await)
         }
     }
 }
@@ -104,15 +107,16 @@ async fn copy_key(
     let v = routing.version();
     let (owner, from) = (&routing.nodes[pos], &routing.nodes[old]);
     let fetch = Op { kind: Some(Kind::Fetch(proto::Fetch { key: key.clone() })), ..Default::default() };
-    let entry = match outcome(backend, from, routing, from.call(fetch, v, deadline).wait().await)? {
-        Outcome::Done(Reply { kind: Some(reply::Kind::Entry(entry)), .. }) => entry,
-        // Nil: the old owner has nothing; the new owner's state stands.
-        Outcome::Done(_) => return Ok(None),
-        refused => return Ok(Some(refused)),
-    };
+    let entry =
+        match outcome(backend, from, routing, &fetch, from.call(fetch.clone(), v, deadline).wait().await)? {
+            Outcome::Done(Reply { kind: Some(reply::Kind::Entry(entry)), .. }) => entry,
+            // Nil: the old owner has nothing; the new owner's state stands.
+            Outcome::Done(_) => return Ok(None),
+            refused => return Ok(Some(refused)),
+        };
     let import =
         Op { kind: Some(Kind::Import(proto::Import { entries: vec![*entry] })), ..Default::default() };
-    match outcome(backend, owner, routing, owner.call(import, v, deadline).wait().await)? {
+    match outcome(backend, owner, routing, &import, owner.call(import.clone(), v, deadline).wait().await)? {
         Outcome::Done(Reply { kind: Some(reply::Kind::Int(1)), .. }) => backend.metrics.keys_copied.inc(),
         Outcome::Done(_) => {}
         refused => return Ok(Some(refused)),

@@ -96,6 +96,11 @@ impl NodeIdent {
         BackendError::Unavailable { node: self.id, addr: self.addr.clone(), reason: reason.into() }
     }
 
+    /// The link failed with the call in flight (see [`BackendError::InFlight`]).
+    pub fn in_flight(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::InFlight { node: self.id, addr: self.addr.clone(), reason: reason.into() }
+    }
+
     pub fn timeout(&self) -> BackendError {
         BackendError::Timeout { node: self.id, addr: self.addr.clone(), ms: self.deadline.as_millis() as u64 }
     }

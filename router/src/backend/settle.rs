@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use shoal_wire::proto::{Reply, reply};
+use shoal_wire::proto::{Op, Reply, reply};
 use tokio::time::Instant;
 
 use super::port::NodePort;
@@ -27,11 +27,16 @@ pub(super) enum Outcome<T> {
 /// How long a unit that met a slot in motion waits before it is sent again.
 pub(super) const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// The outcome of a reply from `port` (routed by `routing`).
+/// The outcome of a reply from `port` (routed by `routing`) to `op`. A node that left the
+/// cluster (a demoted primary) sends the call to the current owner, but a call that was in
+/// flight there goes again only if it changes nothing ([`shoal_wire::ops::resendable`]): the
+/// old primary may have run a write and passed it to its replica, the new owner, and a second
+/// run would apply it twice (an element pushed twice, a counter counted twice).
 pub(super) fn outcome(
     backend: &Backend,
     port: &Arc<dyn NodePort>,
     routing: &Routing,
+    op: &Op,
     result: Result<Reply, BackendError>,
 ) -> Result<Outcome<Reply>, BackendError> {
     match result {
@@ -39,6 +44,11 @@ pub(super) fn outcome(
         Ok(Reply { kind: Some(reply::Kind::TryAgain(_)), .. }) => Ok(Outcome::TryAgain),
         Ok(r) => Ok(Outcome::Done(r)),
         Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
+        Err(BackendError::InFlight { .. })
+            if shoal_wire::ops::resendable(op) && backend.has_left(&**port, routing) =>
+        {
+            Ok(Outcome::Stale)
+        }
         Err(e) => Err(e),
     }
 }

@@ -121,7 +121,7 @@ impl UnitCall {
         let UnitCall { backend, routing, keys, placement, op, deadline, first } = self;
         let Some((port, call)) = first else { return Err(AtomicError::Spread) };
         let spread = AtomicBool::new(false);
-        let first = async { outcome(&backend, &port, &routing, call.wait().await) };
+        let first = async { outcome(&backend, &port, &routing, &op, call.wait().await) };
         let again = |routing: Arc<Routing>| {
             let (backend, keys, op, spread) = (&backend, &keys, &op, &spread);
             async move {
@@ -135,7 +135,7 @@ impl UnitCall {
                 };
                 let port = &routing.nodes[pos];
                 let result = port.call(op.clone(), routing.version(), deadline).wait().await;
-                outcome(backend, port, &routing, result)
+                outcome(backend, port, &routing, op, result)
             }
         };
         let reply = backend.settle(first, again, deadline).await?;
