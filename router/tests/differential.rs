@@ -198,6 +198,8 @@ const OPEN_CASES: &[&[u8]] = &[
     b"CLIENT REPLY OFF\r\nSET crk 1\r\nGET crk\r\nINCR nosuchcmd x\r\nCLIENT REPLY ON\r\nGET crk\r\nQUIT\r\n",
     b"CLIENT REPLY SKIP\r\nSET crk 2\r\nGET crk\r\nCLIENT REPLY SKIP\r\nCLIENT REPLY SKIP\r\nGET crk\r\nGET crk\r\nQUIT\r\n",
     b"CLIENT REPLY OFF\r\nCLIENT REPLY SKIP\r\nPING\r\nCLIENT REPLY ON\r\nPING\r\nQUIT\r\n",
+    // ... but subscribe confirmations are pushes, written whatever CLIENT REPLY says.
+    b"CLIENT REPLY OFF\r\nSUBSCRIBE crch\r\nUNSUBSCRIBE crch\r\nRESET\r\nQUIT\r\n",
     b"CLIENT REPLY bogus\r\nCLIENT REPLY OFF\r\nCLIENT REPLY bogus\r\nGET crk\r\nRESET\r\nPING\r\nQUIT\r\n",
 ];
 

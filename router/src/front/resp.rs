@@ -294,7 +294,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             let (protocol, written) = (request.protocol, request.written);
             record::answered(self.guard.state, &self.session, timing, &args);
             let before = self.output.len();
-            if written {
+            if written || reply.is_push() {
                 reply.encode(protocol, &mut self.output);
             }
             let bytes = self.output.len() - before;

@@ -132,6 +132,16 @@ impl Reply {
         }
     }
 
+    /// Whether this is pushed data (subscribe confirmations, messages): written even to a client
+    /// that turned its replies off (CLIENT REPLY OFF), as Redis does.
+    pub fn is_push(&self) -> bool {
+        match self {
+            Reply::Push(_) => true,
+            Reply::Seq(items) => !items.is_empty() && items.iter().all(Reply::is_push),
+            _ => false,
+        }
+    }
+
     /// Whether this is an error (a pre-encoded one too), as the command stats count failures.
     pub fn is_error(&self) -> bool {
         match self {
