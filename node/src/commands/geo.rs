@@ -14,7 +14,7 @@ use super::double::{not_float, parse_score};
 use super::error::{CmdError, CmdResult, SYNTAX};
 use super::frame::F;
 use super::geohash::{self, Search, Shape};
-use super::multi::{self, KeysOf, store_object};
+use super::multi::{self, KeysOf, first_two, store_object};
 use super::zset::{read, zadd};
 use crate::store::object::{Limits, Object, ValueType, ZSet};
 use crate::store::{Locked, Store};
@@ -37,10 +37,6 @@ pub static SEARCHES: &[(&str, (KeysOf, multi::Handler))] = &[
 
 fn first_key(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
     Ok(vec![args[1].clone()])
-}
-
-fn first_two(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
-    Ok(args[1..3].to_vec())
 }
 
 /// GEORADIUS's source and the key its STORE/STOREDIST option names, found as its parser finds

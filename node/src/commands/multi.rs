@@ -77,7 +77,7 @@ fn all_but_last(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
     Ok(args[1..args.len() - 1].to_vec())
 }
 
-fn first_two(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
+pub(super) fn first_two(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
     Ok(args[1..3.min(args.len())].to_vec())
 }
 

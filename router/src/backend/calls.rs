@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::moving;
 use super::port::{NodeCall, NodePort};
-use super::settle::{Outcome, outcome};
+use super::settle::{Outcome, may_route_again, outcome};
 use super::{Backend, BackendError, ReadFrom, Routing};
 
 impl Backend {
@@ -287,26 +287,19 @@ impl MultiCall {
                         }
                     }
                 }
-                Err(e) => match outcome(&backend, &port, &routing, &Op::default(), Err(e.clone())) {
-                    Ok(_) => {
-                        // The node left the cluster: route its ops again, but of the ops that
-                        // were in flight there only those that change nothing (see `outcome`).
-                        let current = backend.routing();
-                        let in_flight = matches!(e, BackendError::InFlight { .. });
-                        for (i, k, op) in items {
-                            if in_flight && !shoal_wire::ops::resendable(&op) {
-                                out[i] = Some(Err(e.clone()));
-                            } else {
-                                again.push((i, backend.key(&current, k, op, deadline)));
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        for (i, _, _) in items {
+                Err(e) => {
+                    // The node left the cluster: its ops that may go again (see `outcome`) are
+                    // routed to the new owners; the others fail.
+                    let left = backend.has_left(&*port, &routing);
+                    let current = backend.routing();
+                    for (i, k, op) in items {
+                        if left && may_route_again(&e, &op) {
+                            again.push((i, backend.key(&current, k, op, deadline)));
+                        } else {
                             out[i] = Some(Err(e.clone()));
                         }
                     }
-                },
+                }
             }
         }
         for (i, call) in alone.into_iter().chain(again) {

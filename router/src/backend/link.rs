@@ -24,8 +24,9 @@
 //!
 //! Failure handling: a call waits at most one deadline without the stream making progress (the
 //! client gets an error, never a hang). When the stream breaks, every in-flight call fails at
-//! once (`InFlight`: the node may have run it; calls not sent yet fail `Unavailable`), the link is marked down (new calls fail immediately instead of waiting out the deadline)
-//! and the manager reconnects with exponential backoff. A full queue (node far slower than its
+//! once (`InFlight`: the node may have run it; calls not sent yet fail `Unavailable`), the link
+//! is marked down (new calls fail immediately instead of waiting out the deadline) and the
+//! manager reconnects with exponential backoff. A full queue (node far slower than its
 //! clients) rejects calls instead of growing.
 
 use std::collections::VecDeque;
@@ -437,7 +438,7 @@ impl NodePort for NodeLink {
             }
             inf.close()
         };
-        tracing::warn!(node = s.ident.id, addr = %s.ident.addr, calls = orphans.len(), "replaced as primary while silent: its calls are routed again");
+        tracing::warn!(node = s.ident.id, addr = %s.ident.addr, calls = orphans.len(), "replaced as primary while silent: its calls fail (reads are routed again)");
         *s.last_error.lock() =
             format!("replaced as primary after {:?} without an answer", s.progress.last().elapsed());
         orphans.into_iter().for_each(|w| s.fail_in_flight(w));

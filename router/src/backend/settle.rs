@@ -43,13 +43,18 @@ pub(super) fn outcome(
         Ok(Reply { kind: Some(reply::Kind::Moved(v)), .. }) => Ok(Outcome::Moved(port.clone(), v)),
         Ok(Reply { kind: Some(reply::Kind::TryAgain(_)), .. }) => Ok(Outcome::TryAgain),
         Ok(r) => Ok(Outcome::Done(r)),
-        Err(BackendError::Unavailable { .. }) if backend.has_left(&**port, routing) => Ok(Outcome::Stale),
-        Err(BackendError::InFlight { .. })
-            if shoal_wire::ops::resendable(op) && backend.has_left(&**port, routing) =>
-        {
-            Ok(Outcome::Stale)
-        }
+        Err(e) if may_route_again(&e, op) && backend.has_left(&**port, routing) => Ok(Outcome::Stale),
         Err(e) => Err(e),
+    }
+}
+
+/// Whether an op that failed with `e` at a node that then left the cluster may go to the new
+/// owner: if it never reached the node, or if it changes nothing.
+pub(super) fn may_route_again(e: &BackendError, op: &Op) -> bool {
+    match e {
+        BackendError::Unavailable { .. } => true,
+        BackendError::InFlight { .. } => shoal_wire::ops::resendable(op),
+        _ => false,
     }
 }
 

@@ -134,9 +134,7 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
 /// A command by the name COMMAND INFO and DOCS take: `name`, or `parent|sub` for a subcommand.
 fn named(registry: &Registry, name: &[u8]) -> Option<&'static CommandSpec> {
     let Some(bar) = name.iter().position(|&b| b == b'|') else { return registry.lookup(name) };
-    let parent = registry.lookup(&name[..bar])?;
-    let full = String::from_utf8_lossy(name).to_ascii_lowercase();
-    parent.subcommands.iter().copied().find(|s| s.name() == full)
+    subcommand(registry.lookup(&name[..bar])?, &name[bar + 1..])
 }
 
 /// `COMMAND DOCS [name ...]`: a map of name to documentation; unknown names are left out.
@@ -230,8 +228,13 @@ fn resolve(ctx: &Ctx, argv: &[Bytes]) -> Option<&'static CommandSpec> {
     if c.subcommands.is_empty() || argv.len() < 2 {
         return Some(c);
     }
-    let full = format!("{}|{}", c.name(), String::from_utf8_lossy(&argv[1]).to_ascii_lowercase());
-    c.subcommands.iter().copied().find(|s| s.name() == full)
+    subcommand(c, &argv[1])
+}
+
+/// A container's subcommand by its own name (`kill` of CLIENT), any case.
+fn subcommand(parent: &'static CommandSpec, sub: &[u8]) -> Option<&'static CommandSpec> {
+    let full = format!("{}|{}", parent.name(), String::from_utf8_lossy(sub).to_ascii_lowercase());
+    parent.subcommands.iter().copied().find(|s| s.name() == full)
 }
 
 /// A key's flags as COMMAND GETKEYSANDFLAGS names them: its key spec's, except where the flags
