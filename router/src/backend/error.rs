@@ -9,7 +9,7 @@ pub enum BackendError {
     /// The link failed after the op was sent: the node may have run it. Only an op that changes
     /// nothing is sent again (to the slot's new owner); a write gets this error, never a second
     /// application.
-    #[error("node {node} ({addr}) failed with the request in flight (it may have run): {reason}")]
+    #[error("node {node} ({addr}) is unavailable, with the request in flight (it may have run): {reason}")]
     InFlight { node: u32, addr: String, reason: String },
     #[error("node {node} ({addr}) did not answer within {ms} ms")]
     Timeout { node: u32, addr: String, ms: u64 },
