@@ -261,6 +261,7 @@ impl ServeArgs {
             zset_max_listpack_entries: size(self.zset_max_listpack_entries),
             zset_max_listpack_value: size(self.zset_max_listpack_value),
             list_max_listpack_size: self.list_max_listpack_size,
+            ..Limits::default()
         }
     }
 

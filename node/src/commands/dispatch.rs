@@ -15,6 +15,7 @@ use super::list;
 use super::multi;
 use super::object;
 use super::set;
+use super::stream;
 use super::zset;
 use crate::store::Store;
 use crate::store::object::ValueType;
@@ -71,11 +72,12 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 ("shoal.restore", restore),
                 ("pfadd", hll::pfadd),
             ];
-            let families = [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE, geo::TABLE];
+            let families =
+                [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE, geo::TABLE, stream::TABLE];
             for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {
                 m.insert(name.as_bytes(), Entry::One(f));
             }
-            for &(name, (keys_of, handler)) in multi::TABLE.iter().chain(geo::SEARCHES) {
+            for &(name, (keys_of, handler)) in multi::TABLE.iter().chain(geo::SEARCHES).chain(stream::READS) {
                 m.insert(name.as_bytes(), Entry::Multi(keys_of, handler, denyoom(name)));
             }
             m

@@ -45,6 +45,17 @@ pub fn encode(f: &Frame, resp3: bool, out: &mut Vec<u8>) {
             }
             items.items.iter().for_each(|i| encode(i, resp3, out));
         }
+        Some(Kind::Keyed(items)) if resp3 => {
+            header(out, b'%', items.items.len() / 2);
+            items.items.iter().for_each(|i| encode(i, resp3, out));
+        }
+        Some(Kind::Keyed(items)) => {
+            header(out, b'*', items.items.len() / 2);
+            for pair in items.items.chunks(2) {
+                header(out, b'*', pair.len());
+                pair.iter().for_each(|i| encode(i, resp3, out));
+            }
+        }
         Some(Kind::Pairs(items)) if resp3 => {
             header(out, b'*', items.items.len() / 2);
             for pair in items.items.chunks(2) {
@@ -84,7 +95,9 @@ pub fn for_the_wire(f: Frame, resp3: bool) -> Frame {
 /// Whether `f` holds more than `levels` levels of nested frames (looking no deeper than that).
 fn nested_deeper(f: &Frame, levels: usize) -> bool {
     let items = match &f.kind {
-        Some(Kind::Array(items) | Kind::Map(items) | Kind::Set(items) | Kind::Pairs(items)) => items,
+        Some(
+            Kind::Array(items) | Kind::Map(items) | Kind::Set(items) | Kind::Pairs(items) | Kind::Keyed(items),
+        ) => items,
         _ => return false,
     };
     levels == 0 || items.items.iter().any(|i| nested_deeper(i, levels - 1))
@@ -194,6 +207,12 @@ impl F {
     /// A map given as alternating keys and values.
     pub fn map(flat: Vec<Frame>) -> Frame {
         F::of(Kind::Map(Frames { items: flat }))
+    }
+
+    /// A map given flat (`k1 v1 k2 v2 ...`): a RESP3 map, an array of `[k, v]` arrays in RESP2
+    /// (XREAD's streams).
+    pub fn keyed(flat: Vec<Frame>) -> Frame {
+        F::of(Kind::Keyed(Frames { items: flat }))
     }
 
     /// Pairs given flat (`a1 b1 a2 b2 ...`): a flat array in RESP2, an array of two-element

@@ -10,7 +10,7 @@
 //! - `dispatch.rs`: the index of every command by name, and the call that locks its keys.
 //! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
 //!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
-//!   `geohash.rs`), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
+//!   `geohash.rs`), `stream.rs` (X* commands on streams), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
 //!   random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
 //!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies).
@@ -40,6 +40,7 @@ mod random;
 mod run;
 mod scan;
 mod set;
+mod stream;
 pub(crate) mod zset;
 
 pub use args::{MAX_RANDOM_REPEATS, check_repeats, int_arg, non_negative};

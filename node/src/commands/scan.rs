@@ -37,6 +37,8 @@ fn groups(o: &Object, skip: usize, take: usize) -> (Vec<Vec<Cow<'_, [u8]>>>, usi
             .take(take)
             .map(|(m, s)| vec![Cow::Borrowed(m), Cow::Owned(super::double::d2string(s).into_bytes())])
             .collect(),
+        // No scan command reads a stream (each checks its key's type first).
+        Object::Stream(_) => Vec::new(),
     };
     (page, o.len(), compact)
 }

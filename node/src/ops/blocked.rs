@@ -44,6 +44,7 @@ pub fn block_or_queue(
     reply: oneshot::Sender<Reply>,
 ) -> Result<Reply, u64> {
     let mut locked = store.blocked.lock();
+    let op = pin_dollar(store, op);
     let first = attempt_blocked(store, view, version, &op);
     if !found_nothing(&first) {
         drop(locked);
@@ -136,8 +137,13 @@ pub(super) fn is_wrong_type(reply: &Reply) -> bool {
 fn waits_for_type_of(store: &Store, op: &Op, key: &[u8]) -> bool {
     let Some(Kind::Command(c)) = &op.kind else { return false };
     let Some(name) = c.args.first() else { return false };
-    let pops_from =
-        if name.get(..2).is_some_and(|p| p.eq_ignore_ascii_case(b"bz")) { "zset" } else { "list" };
+    let pops_from = if name.get(..2).is_some_and(|p| p.eq_ignore_ascii_case(b"bz")) {
+        "zset"
+    } else if name.first().is_some_and(|c| c.eq_ignore_ascii_case(&b'x')) {
+        "stream"
+    } else {
+        "list"
+    };
     store.type_of(key) == pops_from
 }
 
@@ -148,6 +154,17 @@ pub(super) fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
     let args = match &name[..] {
         b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
             vec![c.args[0].clone(), key.clone(), c.args[c.args.len() - 1].clone()]
+        }
+        // XREAD/XREADGROUP [options] STREAMS key ... id ...: served from the ready key alone, as
+        // Redis answers a blocked XREAD with just the stream that woke it.
+        b"xread" | b"xreadgroup" => {
+            let Some(at) = streams_at(&c.args) else { return op.clone() };
+            let n = (c.args.len() - at) / 2;
+            let Some(i) = c.args[at..at + n].iter().position(|k| k == key) else { return op.clone() };
+            let mut a = c.args[..at].to_vec();
+            a.push(key.clone());
+            a.push(c.args[at + n + i].clone());
+            a
         }
         // BLMPOP timeout numkeys key ... rest
         b"blmpop" | b"bzmpop" if c.args.len() >= 3 + c.keys.len() => {
@@ -160,4 +177,41 @@ pub(super) fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
     };
     let command = proto::Command { args, keys: vec![key.clone()], ..(**c).clone() };
     Op { kind: Some(Kind::Command(Box::new(command))), ..op.clone() }
+}
+
+/// Where the keys of an XREAD/XREADGROUP start (after `STREAMS`), if its options read as such.
+fn streams_at(args: &[bytes::Bytes]) -> Option<usize> {
+    let mut i = 1;
+    while i < args.len() {
+        let w = args[i].to_ascii_lowercase();
+        i += match &w[..] {
+            b"streams" => return Some(i + 1).filter(|&at| (args.len() - at) % 2 == 0),
+            b"block" | b"count" => 2,
+            b"group" => 3,
+            b"noack" => 1,
+            _ => return None,
+        };
+    }
+    None
+}
+
+/// XREAD's `$` means "what arrives after the client starts waiting": it is fixed once, to the
+/// stream's last ID, before the first attempt, so the attempts that follow each write read
+/// from there (an attempt with `$` itself would never find anything).
+fn pin_dollar(store: &Store, op: Op) -> Op {
+    let Some(Kind::Command(c)) = &op.kind else { return op };
+    if !c.args[0].eq_ignore_ascii_case(b"xread") || !c.args.iter().any(|a| &a[..] == b"$") {
+        return op;
+    }
+    let Some(at) = streams_at(&c.args) else { return op };
+    let n = (c.args.len() - at) / 2;
+    let mut args = c.args.clone();
+    for i in 0..n {
+        if &args[at + n + i][..] == b"$" {
+            let last = store.last_stream_id(&args[at + i]).unwrap_or_default();
+            args[at + n + i] = bytes::Bytes::from(last.to_string());
+        }
+    }
+    let command = proto::Command { args, ..(**c).clone() };
+    Op { kind: Some(Kind::Command(Box::new(command))), ..op }
 }

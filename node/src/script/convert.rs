@@ -68,7 +68,7 @@ pub fn frame_to_lua(lua: &Lua, f: &Frame, resp3: bool) -> mlua::Result<Value> {
             }
             Value::Table(t)
         }
-        Some(Kind::Map(items)) if resp3 => {
+        Some(Kind::Map(items) | Kind::Keyed(items)) if resp3 => {
             let map = lua.create_table()?;
             for pair in items.items.chunks(2) {
                 if let [k, v] = pair {
@@ -76,6 +76,13 @@ pub fn frame_to_lua(lua: &Lua, f: &Frame, resp3: bool) -> mlua::Result<Value> {
                 }
             }
             wrapped(lua, "map", Value::Table(map))?
+        }
+        Some(Kind::Keyed(items)) => {
+            let t = lua.create_table_with_capacity(items.items.len() / 2, 0)?;
+            for (i, pair) in items.items.chunks(2).enumerate() {
+                t.raw_set(i + 1, array(lua, pair.iter().map(|p| frame_to_lua(lua, p, resp3)))?)?;
+            }
+            Value::Table(t)
         }
         Some(Kind::Set(items)) if resp3 => {
             let set = lua.create_table()?;

@@ -51,7 +51,13 @@ impl ScriptCommand {
         // only: not a key.
         let not_key = c.keys.first().is_some_and(|k| k.not_key);
         let keys = if r.first <= 0 || not_key { Keys::None } else { Keys::Range(r.first, r.last, r.step) };
-        ScriptCommand { name, arity: c.arity, flags, keys }
+        // Containers declare nothing of their own: XGROUP's subcommands all write the key after
+        // the subcommand, XINFO's all read it.
+        match name {
+            "xgroup" => ScriptCommand { name, arity: c.arity, flags: WRITE, keys: Keys::Range(2, 2, 1) },
+            "xinfo" => ScriptCommand { name, arity: c.arity, flags: 0, keys: Keys::Range(2, 2, 1) },
+            _ => ScriptCommand { name, arity: c.arity, flags, keys },
+        }
     }
 
     pub fn arity_ok(&self, argc: usize) -> bool {
@@ -197,6 +203,21 @@ pub static NAMES: &[&str] = &[
     "ttl",
     "type",
     "unlink",
+    "xack",
+    "xadd",
+    "xautoclaim",
+    "xclaim",
+    "xdel",
+    "xgroup",
+    "xinfo",
+    "xlen",
+    "xpending",
+    "xrange",
+    "xread",
+    "xreadgroup",
+    "xrevrange",
+    "xsetid",
+    "xtrim",
     "zadd",
     "zcard",
     "zcount",

@@ -33,6 +33,16 @@ impl Store {
         self.with_shard(key, |s, h, now| read_in(s, h, key, now, t, f))
     }
 
+    /// The last ID of the stream at `key` (`None`: no stream there): what XREAD's `$` stands for.
+    pub fn last_stream_id(&self, key: &[u8]) -> Option<super::object::stream::StreamId> {
+        self.read_object(key, ValueType::Stream, |o| match o {
+            Some(Object::Stream(s)) => Some(s.last_id),
+            _ => None,
+        })
+        .ok()
+        .flatten()
+    }
+
     /// Runs `f` on the value of `key` for a change. `f` sees `None` for a missing key and may put
     /// a new value there (`Object::empty(t)`, then filled); a value `f` leaves empty deletes the
     /// key, as Redis deletes emptied collections. The TTL is kept.

@@ -43,11 +43,24 @@ pub fn parse_timeout(b: &[u8]) -> Result<u64, Reply> {
     Ok(ms as u64)
 }
 
+/// XREAD/XREADGROUP's `BLOCK` milliseconds (Redis's `getTimeoutFromObjectOrReply` in ms).
+fn parse_ms_timeout(b: &[u8]) -> Result<u64, Reply> {
+    match shoal_wire::num::parse_i64(b) {
+        None => Err(Reply::error("ERR timeout is not an integer or out of range")),
+        Some(t) if t < 0 => Err(Reply::error("ERR timeout is negative")),
+        Some(t) => Ok(t as u64),
+    }
+}
+
 /// Where the timeout is and which arguments are keys, per command.
 fn layout(args: &Args) -> Result<(usize, Vec<Bytes>), Reply> {
     let name = args[0].to_ascii_lowercase();
     let last = args.len() - 1;
     Ok(match &name[..] {
+        b"xread" | b"xreadgroup" => match super::streams::read_layout(args) {
+            Some((Some(at), keys)) => (at, keys),
+            _ => return Err(super::syntax_error()),
+        },
         b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => (last, args[1..last].to_vec()),
         b"blmove" => {
             for side in &args[3..5] {
@@ -70,12 +83,14 @@ fn layout(args: &Args) -> Result<(usize, Vec<Bytes>), Reply> {
     })
 }
 
-fn block(args: &Args, ctx: &mut Ctx) -> Pending {
+pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
     let (at, keys) = match layout(args) {
         Ok(l) => l,
         Err(e) => return e.into(),
     };
-    let timeout_ms = match parse_timeout(&args[at]) {
+    let stream = args[0].first().is_some_and(|c| c.eq_ignore_ascii_case(&b'x'));
+    let timeout = if stream { parse_ms_timeout(&args[at]) } else { parse_timeout(&args[at]) };
+    let timeout_ms = match timeout {
         Ok(ms) => ms,
         Err(e) => return e.into(),
     };

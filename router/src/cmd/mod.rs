@@ -52,6 +52,7 @@ mod shoal;
 mod slotstats;
 mod slowlog;
 pub mod spec;
+mod streams;
 mod strings;
 pub mod transaction;
 mod ttl;

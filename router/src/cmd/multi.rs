@@ -46,6 +46,8 @@ enum Cross {
     /// LMOVE (ends given) and RPOPLPUSH.
     LMove,
     MPop,
+    /// Answers CROSSSLOT, as Redis Cluster does.
+    Refuse,
 }
 
 fn cross_of(args: &[Bytes]) -> Cross {
@@ -64,6 +66,8 @@ fn cross_of(args: &[Bytes]) -> Cross {
         b"smove" => Cross::SMove,
         b"lmove" | b"rpoplpush" => Cross::LMove,
         b"lmpop" | b"zmpop" => Cross::MPop,
+        // It changes its groups on every key it reads: only where all of them are.
+        b"xreadgroup" => Cross::Refuse,
         _ => Cross::Read,
     }
 }
@@ -88,6 +92,7 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
         }
         b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
         b"bitop" => Some(args[2..].to_vec()),
+        b"xread" | b"xreadgroup" => super::streams::read_layout(args).map(|(_, keys)| keys),
         b"zunionstore" | b"zinterstore" | b"zdiffstore" => {
             let mut keys = numkeys(2)?;
             keys.insert(0, args[1].clone());
@@ -183,6 +188,7 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
             Cross::SMove => remote.smove(&args).await,
             Cross::LMove => remote.lmove(&args).await,
             Cross::MPop => remote.mpop(&args).await,
+            Cross::Refuse => Err(Reply::error(super::CROSSSLOT)),
         };
         result.unwrap_or_else(|e| e)
     }))

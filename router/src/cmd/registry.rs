@@ -9,7 +9,7 @@ use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, command, config, connection, del, expire, geo, get, getex, hash, hll, incr,
     info, keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets,
-    shoal, slowlog, strings, transaction, ttl, zsets,
+    shoal, slowlog, streams, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -190,6 +190,21 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &geo::GEORADIUSBYMEMBER_RO,
     &geo::GEOSEARCH,
     &geo::GEOSEARCHSTORE,
+    &streams::XADD,
+    &streams::XRANGE,
+    &streams::XREVRANGE,
+    &streams::XLEN,
+    &streams::XDEL,
+    &streams::XTRIM,
+    &streams::XSETID,
+    &streams::XACK,
+    &streams::XPENDING,
+    &streams::XCLAIM,
+    &streams::XAUTOCLAIM,
+    &streams::XREAD,
+    &streams::XREADGROUP,
+    &streams::XGROUP,
+    &streams::XINFO,
     &multi::RENAME,
     &multi::RENAMENX,
     &multi::COPY,

@@ -24,6 +24,13 @@ pub fn read_second(args: &Args, ctx: &mut Ctx) -> Pending {
     Pending::Call(ctx.call(&key, op(Kind::Command(Box::new(command)))), from_node)
 }
 
+/// A subcommand that changes the key in its third argument (`XGROUP CREATE key ...`).
+pub fn write_second(args: &Args, ctx: &mut Ctx) -> Pending {
+    let key = args[2].clone();
+    let command = proto::Command { args: args.to_vec(), readonly: false, key_index: 2, ..Default::default() };
+    Pending::Call(ctx.call(&key, op(Kind::Command(Box::new(command)))), from_node)
+}
+
 fn forward(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
     let key = args[1].clone();
     // The node encodes the reply for this connection's protocol: the router passes it on.
@@ -42,6 +49,16 @@ pub fn from_node(r: proto::Reply) -> Reply {
     }
 }
 
+/// Flat `k1 v1 k2 v2 ...` as pairs.
+fn paired(flat: Vec<Reply>) -> Vec<(Reply, Reply)> {
+    let mut flat = flat.into_iter();
+    let mut pairs = Vec::with_capacity(flat.len() / 2);
+    while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
+        pairs.push((k, v));
+    }
+    pairs
+}
+
 pub fn from_frame(f: Frame) -> Reply {
     use frame::Kind as K;
     let list = |items: proto::Frames| items.items.into_iter().map(from_frame).collect::<Vec<_>>();
@@ -54,14 +71,8 @@ pub fn from_frame(f: Frame) -> Reply {
         Some(K::Array(items)) => Reply::Array(list(items)),
         Some(K::Set(items)) => Reply::Set(list(items)),
         Some(K::Pairs(items)) => Reply::Pairs(list(items)),
-        Some(K::Map(items)) => {
-            let mut flat = list(items).into_iter();
-            let mut pairs = Vec::with_capacity(flat.len() / 2);
-            while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-                pairs.push((k, v));
-            }
-            Reply::Map(pairs)
-        }
+        Some(K::Map(items)) => Reply::Map(paired(list(items))),
+        Some(K::Keyed(items)) => Reply::Keyed(paired(list(items))),
         Some(K::Double(d)) => Reply::Double(d),
         Some(K::Simple(s)) => Reply::Simple(s.into()),
         Some(K::Raw(bytes)) => Reply::Raw(bytes),

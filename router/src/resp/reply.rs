@@ -51,6 +51,8 @@ pub enum Reply {
     Raw(Bytes),
     /// RESP3 map; a flat array of alternating keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// RESP3 map; an array of `[key, value]` arrays in RESP2 (XREAD's streams).
+    Keyed(Vec<(Reply, Reply)>),
     /// RESP3 set; an array in RESP2.
     Set(Vec<Reply>),
     /// RESP3 verbatim string (`=len\r\ntxt:...`); a bulk string in RESP2. Used by INFO.
@@ -221,6 +223,19 @@ impl Reply {
                     Protocol::Resp3 => header(out, b'%', pairs.len()),
                 }
                 for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Keyed(pairs) => {
+                match proto {
+                    Protocol::Resp2 => header(out, b'*', pairs.len()),
+                    Protocol::Resp3 => header(out, b'%', pairs.len()),
+                }
+                for (k, v) in pairs {
+                    if proto == Protocol::Resp2 {
+                        header(out, b'*', 2);
+                    }
                     k.encode(proto, out);
                     v.encode(proto, out);
                 }

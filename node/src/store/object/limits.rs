@@ -13,6 +13,8 @@ pub struct Limits {
     /// Redis's `list-max-listpack-size`: a positive number caps the elements of one list chunk, a
     /// negative one (-1 to -5) its bytes (4 KiB to 64 KiB).
     pub list_max_listpack_size: i64,
+    /// Redis's `stream-node-max-bytes` and `stream-node-max-entries`.
+    pub stream_node: super::stream::NodeLimits,
 }
 
 impl Default for Limits {
@@ -24,6 +26,7 @@ impl Default for Limits {
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
             list_max_listpack_size: -2,
+            stream_node: super::stream::NodeLimits { max_bytes: 4096, max_entries: 100 },
         }
     }
 }
@@ -37,6 +40,7 @@ impl Limits {
         zset_max_listpack_entries: 0,
         zset_max_listpack_value: 0,
         list_max_listpack_size: 1,
+        stream_node: super::stream::NodeLimits { max_bytes: 4096, max_entries: 100 },
     };
 
     /// Limits a few elements cross (fuzzing, tests): 4 entries, 8-byte strings.
@@ -47,6 +51,7 @@ impl Limits {
         zset_max_listpack_entries: 4,
         zset_max_listpack_value: 8,
         list_max_listpack_size: 4,
+        stream_node: super::stream::NodeLimits { max_bytes: 200, max_entries: 4 },
     };
 }
 

@@ -4,6 +4,7 @@
 //!   (snapshots, slot transfers, `Fetch`).
 //! - [`hash`], [`set`], [`list`], [`zset`]: each type's encodings and the primitive operations the commands
 //!   (`crate::commands`) are written over.
+//! - [`stream`]: streams in Redis's node layout ([`listpack`], byte for byte) and consumer groups.
 //! - [`table`]: the large encoding of sets and hashes (items in a vector, a hash index over it).
 //! - [`ordered`]: sorted blocks with ranks, the ordered index of large sorted sets.
 //! - [`limits`]: the encoding thresholds and allocation sizes every encoding above is built by.
@@ -14,9 +15,11 @@
 pub mod hash;
 pub mod limits;
 pub mod list;
+pub mod listpack;
 pub mod ordered;
 pub mod pack;
 pub mod set;
+pub mod stream;
 pub mod table;
 pub mod zset;
 
@@ -25,6 +28,7 @@ pub use limits::{Limits, alloc_size};
 pub use list::List;
 pub use pack::{Pack, PackError};
 pub use set::Set;
+pub use stream::Stream;
 pub use zset::ZSet;
 
 /// The type of a key's value, as `TYPE` names it. The number is what entry flags, snapshot index
@@ -36,6 +40,7 @@ pub enum ValueType {
     List = 2,
     Set = 3,
     ZSet = 4,
+    Stream = 5,
 }
 
 impl ValueType {
@@ -46,6 +51,7 @@ impl ValueType {
             2 => ValueType::List,
             3 => ValueType::Set,
             4 => ValueType::ZSet,
+            5 => ValueType::Stream,
             _ => return None,
         })
     }
@@ -57,11 +63,12 @@ impl ValueType {
             ValueType::List => "list",
             ValueType::Set => "set",
             ValueType::ZSet => "zset",
+            ValueType::Stream => "stream",
         }
     }
 
     pub fn from_name(name: &[u8]) -> Option<ValueType> {
-        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set, ValueType::ZSet]
+        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set, ValueType::ZSet, ValueType::Stream]
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
@@ -73,6 +80,8 @@ pub enum Object {
     List(List),
     Set(Set),
     ZSet(ZSet),
+    /// Boxed: a stream's counters and maps would make every other value's slot larger.
+    Stream(Box<Stream>),
 }
 
 impl Object {
@@ -82,6 +91,7 @@ impl Object {
             ValueType::Hash => Object::Hash(Hash::default()),
             ValueType::List => Object::List(List::default()),
             ValueType::ZSet => Object::ZSet(ZSet::default()),
+            ValueType::Stream => Object::Stream(Box::default()),
             ValueType::Set | ValueType::String => Object::Set(Set::default()),
         }
     }
@@ -92,6 +102,7 @@ impl Object {
             Object::List(_) => ValueType::List,
             Object::Set(_) => ValueType::Set,
             Object::ZSet(_) => ValueType::ZSet,
+            Object::Stream(_) => ValueType::Stream,
         }
     }
 
@@ -101,11 +112,14 @@ impl Object {
             Object::List(l) => l.len(),
             Object::Set(s) => s.len(),
             Object::ZSet(z) => z.len(),
+            Object::Stream(s) => s.len(),
         }
     }
 
+    /// Whether the value is an emptied collection, which Redis deletes. A stream is never
+    /// one: it stays, with its ID counters and groups, when its last entry goes.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        !matches!(self, Object::Stream(_)) && self.len() == 0
     }
 
     pub fn encoding(&self) -> &'static str {
@@ -114,6 +128,7 @@ impl Object {
             Object::List(l) => l.encoding(),
             Object::Set(s) => s.encoding(),
             Object::ZSet(z) => z.encoding(),
+            Object::Stream(_) => "stream",
         }
     }
 
@@ -125,6 +140,7 @@ impl Object {
                 Object::List(l) => l.mem(),
                 Object::Set(s) => s.mem(),
                 Object::ZSet(z) => z.mem(),
+                Object::Stream(s) => s.mem(),
             }
     }
 
@@ -136,12 +152,16 @@ impl Object {
             Object::List(l) => l.serialize(&mut out),
             Object::Set(s) => s.serialize(&mut out),
             Object::ZSet(z) => z.serialize(&mut out),
+            Object::Stream(s) => s.serialize(&mut out),
         }
         out
     }
 
     /// Reads a serialized value of type `t`, checking it; encodings are chosen by `limits`.
     pub fn deserialize(t: ValueType, bytes: &[u8], limits: &Limits) -> Result<Object, PackError> {
+        if t == ValueType::Stream {
+            return Ok(Object::Stream(Box::new(Stream::deserialize(bytes)?)));
+        }
         let pack = Pack::from_bytes(bytes)?;
         Ok(match t {
             ValueType::Hash => {
@@ -156,6 +176,7 @@ impl Object {
                 Object::ZSet(ZSet::from_pairs(pack.iter(), limits).ok_or(PackError::BadElement("score"))?)
             }
             ValueType::String => return Err(PackError::BadElement("typed value")),
+            ValueType::Stream => unreachable!("read above"),
         })
     }
 }
@@ -190,6 +211,9 @@ fn fuzz_contents(o: &Object) -> Vec<Vec<u8>> {
         Object::List(l) => return l.iter().map(|v| v.to_vec()).collect(),
         Object::ZSet(z) => {
             return z.iter().map(|(m, s)| [m, &s.to_bits().to_le_bytes()[..]].concat()).collect();
+        }
+        Object::Stream(s) => {
+            return s.entries().iter().map(|e| [&e.id.ms.to_le_bytes()[..], &e.fields.concat()].concat()).collect();
         }
     };
     out.sort();

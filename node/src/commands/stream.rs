@@ -1,0 +1,1160 @@
+//! Stream commands: XADD XRANGE XREVRANGE XLEN XDEL XTRIM XSETID XGROUP XACK XPENDING XCLAIM
+//! XAUTOCLAIM XINFO, and XREAD/XREADGROUP (multi-key: [`READS`]), with Redis 7.0's argument
+//! order, replies and error texts (its `t_stream.c`), over `store::object::stream`.
+//!
+//! XREAD and XREADGROUP never wait here: a `BLOCK` is parsed and checked, then the command
+//! answers what it finds now (null if nothing), which is exactly the attempt the blocking layer
+//! (`ops/blocked.rs`) runs first and again whenever a write makes one of the keys ready. The
+//! router strips nothing: the node knows whether the client asked to block only to refuse it
+//! from scripts, as Redis does.
+
+use bytes::Bytes;
+
+use super::error::{CmdError, CmdResult, SYNTAX, make_room, wrong_arity};
+use super::frame::F;
+use super::multi::{Handler as MultiHandler, KeysOf};
+use crate::store::object::stream::{
+    ENTRIES_READ_UNKNOWN, Entry, Group, LISTPACK_MAX_SIZE, Stream, StreamId, Trim,
+};
+use crate::store::object::{Object, ValueType};
+use crate::store::{Locked, Store};
+
+type Handler = fn(&Store, &[Bytes]) -> CmdResult;
+
+/// The one-key commands of this family by name (lower case), for the node's command index.
+pub static TABLE: &[(&str, Handler)] = &[
+    ("xadd", xadd),
+    ("xrange", |s, a| xrange(s, a, false)),
+    ("xrevrange", |s, a| xrange(s, a, true)),
+    ("xlen", xlen),
+    ("xdel", xdel),
+    ("xtrim", xtrim),
+    ("xsetid", xsetid),
+    ("xgroup", xgroup),
+    ("xack", xack),
+    ("xpending", xpending),
+    ("xclaim", xclaim),
+    ("xautoclaim", xautoclaim),
+    ("xinfo", xinfo),
+];
+
+/// XREAD and XREADGROUP: their keys are the first half of what follows `STREAMS`.
+pub static READS: &[(&str, (KeysOf, MultiHandler))] =
+    &[("xread", (read_keys, |l, a| xread(l, a, false))), ("xreadgroup", (read_keys, |l, a| xread(l, a, true)))];
+
+const INVALID_ID: CmdError = CmdError::Text("ERR Invalid stream ID specified as stream command argument");
+
+// --- IDs -----------------------------------------------------------------------------------------
+
+/// Redis's `string2ull`: a canonical 64-bit integer that is not negative, or what `strtoull`
+/// takes whole (leading blanks, a sign, leading zeros; a '-' wraps).
+fn string2ull(s: &[u8]) -> Option<u64> {
+    if let Some(n) = shoal_wire::num::parse_i64(s) {
+        return u64::try_from(n).ok();
+    }
+    let mut i = s.iter().take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')).count();
+    let neg = match s.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let digits = &s[i..];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// Redis's `streamGenericParseIDOrReply`: `ms-seq`, `ms` (sequence `missing_seq`), `-` and `+`
+/// unless `strict`; with `seq_given` the `ms-*` form too (its flag is then false).
+fn parse_id_full(b: &[u8], missing_seq: u64, strict: bool, allow_star: bool) -> Result<(StreamId, bool), CmdError> {
+    if b.len() > 127 {
+        return Err(INVALID_ID);
+    }
+    // Redis works on a C string: bytes past a NUL are not looked at.
+    let b = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
+    if strict && (b == b"-" || b == b"+") {
+        return Err(INVALID_ID);
+    }
+    match b {
+        b"-" => return Ok((StreamId::MIN, true)),
+        b"+" => return Ok((StreamId::MAX, true)),
+        _ => {}
+    }
+    let (ms, seq) = match b.iter().position(|&c| c == b'-') {
+        Some(dash) => (&b[..dash], Some(&b[dash + 1..])),
+        None => (b, None),
+    };
+    let ms = string2ull(ms).ok_or(INVALID_ID)?;
+    match seq {
+        Some(b"*") if allow_star => Ok((StreamId::new(ms, 0), false)),
+        Some(seq) => Ok((StreamId::new(ms, string2ull(seq).ok_or(INVALID_ID)?), true)),
+        None => Ok((StreamId::new(ms, missing_seq), true)),
+    }
+}
+
+fn parse_id(b: &[u8], missing_seq: u64) -> Result<StreamId, CmdError> {
+    parse_id_full(b, missing_seq, false, false).map(|(id, _)| id)
+}
+
+fn parse_strict(b: &[u8]) -> Result<StreamId, CmdError> {
+    parse_id_full(b, 0, true, false).map(|(id, _)| id)
+}
+
+/// A range bound: `(` makes it exclusive (then `-`/`+` are refused).
+fn parse_interval(b: &[u8], missing_seq: u64) -> Result<(StreamId, bool), CmdError> {
+    if b.len() > 1 && b[0] == b'(' {
+        Ok((parse_id_full(&b[1..], missing_seq, true, false)?.0, true))
+    } else {
+        Ok((parse_id(b, missing_seq)?, false))
+    }
+}
+
+fn start_bound(b: &[u8]) -> Result<StreamId, CmdError> {
+    let (id, ex) = parse_interval(b, 0)?;
+    if ex { id.incr().ok_or(CmdError::Text("ERR invalid start ID for the interval")) } else { Ok(id) }
+}
+
+fn end_bound(b: &[u8]) -> Result<StreamId, CmdError> {
+    let (id, ex) = parse_interval(b, u64::MAX)?;
+    if ex { id.decr().ok_or(CmdError::Text("ERR invalid end ID for the interval")) } else { Ok(id) }
+}
+
+fn id_frame(id: StreamId) -> shoal_wire::proto::Frame {
+    F::bulk(Bytes::from(id.to_string()))
+}
+
+fn entry_frame(e: &Entry) -> shoal_wire::proto::Frame {
+    F::array(vec![id_frame(e.id), F::array(e.fields.iter().map(|f| F::bulk(f.clone())).collect())])
+}
+
+fn entries_frame(es: &[Entry]) -> shoal_wire::proto::Frame {
+    F::array(es.iter().map(entry_frame).collect())
+}
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(b)
+}
+
+/// A `long long` argument with Redis's texts (`what`: the text of `getLongLongFromObjectOrReply`'s
+/// message argument, or the generic one).
+fn ll(b: &[u8], what: Option<&'static str>) -> Result<i64, CmdError> {
+    shoal_wire::num::parse_i64(b).ok_or_else(|| match what {
+        Some(t) => CmdError::Text(t),
+        None => CmdError::Text("ERR value is not an integer or out of range"),
+    })
+}
+
+// --- access --------------------------------------------------------------------------------------
+
+fn read<R>(store: &Store, key: &[u8], f: impl FnOnce(Option<&Stream>) -> R) -> Result<R, CmdError> {
+    Ok(store.read_object(key, ValueType::Stream, |o| {
+        f(o.map(|o| match o {
+            Object::Stream(s) => &**s,
+            _ => unreachable!("type checked by the store"),
+        }))
+    })?)
+}
+
+/// Runs `f` on the stream at `key` for a change (`None`: no such key; `f` may create it).
+fn write<R>(
+    store: &Store,
+    key: &[u8],
+    f: impl FnOnce(&mut Option<Box<Object>>, &crate::store::object::Limits) -> R,
+) -> Result<R, CmdError> {
+    Ok(store.write_object(key, ValueType::Stream, f)?)
+}
+
+fn stream_mut(slot: &mut Option<Box<Object>>) -> Option<&mut Stream> {
+    match slot.as_deref_mut() {
+        Some(Object::Stream(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn now_ms(store: &Store) -> i64 {
+    store.now_ms() as i64
+}
+
+// --- XADD / XTRIM --------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct AddTrim {
+    id: Option<(StreamId, bool)>,
+    no_mkstream: bool,
+    trim: Option<Trim>,
+    approx: bool,
+    limit: u64,
+}
+
+/// Redis's `streamParseAddOrTrimArgsOrReply`; returns the options and the ID's position.
+fn parse_add_trim(args: &[Bytes], xadd: bool) -> Result<(AddTrim, usize), CmdError> {
+    let mut a = AddTrim::default();
+    let mut limit_given = false;
+    let mut limit: i64 = 0;
+    let mut i = 2;
+    let both = CmdError::Text("ERR syntax error, MAXLEN and MINID options at the same time are not compatible");
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let opt = &args[i];
+        if xadd && &opt[..] == b"*" {
+            break;
+        } else if eq(opt, "maxlen") && more > 0 {
+            if a.trim.is_some() {
+                return Err(both);
+            }
+            a.approx = false;
+            let next = &args[i + 1];
+            if more >= 2 && &next[..] == b"~" {
+                a.approx = true;
+                i += 1;
+            } else if more >= 2 && &next[..] == b"=" {
+                i += 1;
+            }
+            let max = ll(&args[i + 1], None)?;
+            if max < 0 {
+                return Err(CmdError::Text("ERR The MAXLEN argument must be >= 0."));
+            }
+            i += 1;
+            a.trim = Some(Trim::MaxLen(max as u64));
+        } else if eq(opt, "minid") && more > 0 {
+            if a.trim.is_some() {
+                return Err(both);
+            }
+            a.approx = false;
+            let next = &args[i + 1];
+            if more >= 2 && &next[..] == b"~" {
+                a.approx = true;
+                i += 1;
+            } else if more >= 2 && &next[..] == b"=" {
+                i += 1;
+            }
+            a.trim = Some(Trim::MinId(parse_strict(&args[i + 1])?));
+            i += 1;
+        } else if eq(opt, "limit") && more > 0 {
+            limit = ll(&args[i + 1], None)?;
+            if limit < 0 {
+                return Err(CmdError::Text("ERR The LIMIT argument must be >= 0."));
+            }
+            limit_given = true;
+            i += 1;
+        } else if xadd && eq(opt, "nomkstream") {
+            a.no_mkstream = true;
+        } else if xadd {
+            a.id = Some(parse_id_full(opt, 0, true, true)?);
+            break;
+        } else {
+            return Err(SYNTAX);
+        }
+        i += 1;
+    }
+    if limit != 0 && a.trim.is_none() {
+        return Err(CmdError::Text("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"));
+    }
+    if !xadd && a.trim.is_none() {
+        return Err(CmdError::Text("ERR syntax error, XTRIM must be called with a trimming strategy"));
+    }
+    if limit_given {
+        if !a.approx {
+            return Err(CmdError::Text("ERR syntax error, LIMIT cannot be used without the special ~ option"));
+        }
+        a.limit = limit as u64;
+    } else if a.approx {
+        a.limit = 100 * 100;
+    }
+    Ok((a, i))
+}
+
+fn xadd(store: &Store, args: &[Bytes]) -> CmdResult {
+    let (opts, idpos) = parse_add_trim(args, true)?;
+    let fields = &args[(idpos + 1).min(args.len())..];
+    if fields.len() < 2 || fields.len() % 2 == 1 {
+        return Err(wrong_arity(&args[0]));
+    }
+    if let Some((id, true)) = opts.id
+        && id.is_zero()
+    {
+        return Err(CmdError::Text("ERR The ID specified in XADD must be greater than 0-0"));
+    }
+    make_room(store)?;
+    let now = store.now_ms();
+    write(store, &args[1], |slot, limits| {
+        if slot.is_none() {
+            if opts.no_mkstream {
+                return Ok(F::nil());
+            }
+            *slot = Some(Box::new(Object::empty(ValueType::Stream)));
+        }
+        let s = stream_mut(slot).expect("a stream");
+        if s.last_id == StreamId::MAX {
+            return Err(CmdError::Text("ERR The stream has exhausted the last possible ID, unable to add more items"));
+        }
+        let smaller = CmdError::Text("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+        let id = match opts.id {
+            Some((id, true)) => id,
+            Some((id, false)) if id.ms == s.last_id.ms => s.last_id.incr().filter(|_| s.last_id.seq < u64::MAX).ok_or(smaller.clone())?,
+            Some((id, false)) => id,
+            None => s.next_id(now).unwrap_or(StreamId::MIN),
+        };
+        if id <= s.last_id {
+            return Err(smaller);
+        }
+        if fields.iter().map(|f| f.len()).sum::<usize>() > LISTPACK_MAX_SIZE {
+            return Err(CmdError::Text("ERR Elements are too large to be stored"));
+        }
+        s.append(id, fields, limits.stream_node);
+        if let Some(how) = opts.trim {
+            s.trim(how, opts.approx, opts.limit);
+        }
+        Ok(id_frame(id))
+    })?
+}
+
+fn xtrim(store: &Store, args: &[Bytes]) -> CmdResult {
+    let (opts, _) = parse_add_trim(args, false)?;
+    let how = opts.trim.expect("checked by the parser");
+    write(store, &args[1], |slot, _| match stream_mut(slot) {
+        None => F::int(0),
+        Some(s) => F::int(s.trim(how, opts.approx, opts.limit) as i64),
+    })
+}
+
+// --- reads ---------------------------------------------------------------------------------------
+
+fn xrange(store: &Store, args: &[Bytes], rev: bool) -> CmdResult {
+    let (start_arg, end_arg) = if rev { (&args[3], &args[2]) } else { (&args[2], &args[3]) };
+    let start = start_bound(start_arg)?;
+    let end = end_bound(end_arg)?;
+    let mut count: i64 = -1;
+    let mut j = 4;
+    while j < args.len() {
+        if eq(&args[j], "count") && j + 1 < args.len() {
+            count = ll(&args[j + 1], None)?.max(0);
+            j += 2;
+        } else {
+            return Err(SYNTAX);
+        }
+    }
+    read(store, &args[1], |s| match s {
+        None => F::array(Vec::new()),
+        Some(_) if count == 0 => F::null_array(),
+        Some(s) => entries_frame(&s.range(start, end, rev, count.max(0) as usize)),
+    })
+}
+
+fn xlen(store: &Store, args: &[Bytes]) -> CmdResult {
+    if args.len() != 2 {
+        return Err(wrong_arity(&args[0]));
+    }
+    read(store, &args[1], |s| F::int(s.map_or(0, |s| s.len() as i64)))
+}
+
+/// What XREAD/XREADGROUP asked.
+struct ReadArgs {
+    count: usize,
+    block: bool,
+    group: Option<(Bytes, Bytes)>,
+    noack: bool,
+    keys: Vec<Bytes>,
+    ids: Vec<Bytes>,
+}
+
+fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError> {
+    let mut r = ReadArgs { count: 0, block: false, group: None, noack: false, keys: Vec::new(), ids: Vec::new() };
+    let mut streams_at = None;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        let o = &args[i];
+        if eq(o, "block") && more > 0 {
+            i += 1;
+            let t = shoal_wire::num::parse_i64(&args[i])
+                .ok_or(CmdError::Text("ERR timeout is not an integer or out of range"))?;
+            if t < 0 {
+                return Err(CmdError::Text("ERR timeout is negative"));
+            }
+            r.block = true;
+        } else if eq(o, "count") && more > 0 {
+            i += 1;
+            r.count = ll(&args[i], None)?.max(0) as usize;
+        } else if eq(o, "streams") && more > 0 {
+            let n = args.len() - i - 1;
+            if n % 2 != 0 {
+                return Err(CmdError::Text(
+                    "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+                ));
+            }
+            streams_at = Some(i + 1);
+            break;
+        } else if eq(o, "group") && more >= 2 {
+            if !group_cmd {
+                return Err(CmdError::Text("ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."));
+            }
+            r.group = Some((args[i + 1].clone(), args[i + 2].clone()));
+            i += 2;
+        } else if eq(o, "noack") {
+            if !group_cmd {
+                return Err(CmdError::Text("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."));
+            }
+            r.noack = true;
+        } else {
+            return Err(SYNTAX);
+        }
+        i += 1;
+    }
+    let Some(at) = streams_at else { return Err(SYNTAX) };
+    if group_cmd && r.group.is_none() {
+        return Err(CmdError::Text("ERR Missing GROUP option for XREADGROUP"));
+    }
+    let n = (args.len() - at) / 2;
+    r.keys = args[at..at + n].to_vec();
+    r.ids = args[at + n..].to_vec();
+    Ok(r)
+}
+
+fn read_keys(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
+    let group = args[0].len() == 10;
+    parse_read(args, group).map(|r| r.keys)
+}
+
+/// What one key of an XREAD/XREADGROUP asked for.
+#[derive(Clone, Copy)]
+enum From {
+    After(StreamId),
+    /// XREADGROUP `>`.
+    New,
+}
+
+fn xread(l: &mut Locked<'_>, args: &[Bytes], group_cmd: bool) -> CmdResult {
+    let r = parse_read(args, group_cmd)?;
+    // Resolve the IDs (and the group, for each key) in argument order, as Redis does.
+    let mut from = Vec::with_capacity(r.keys.len());
+    for (key, id) in r.keys.iter().zip(&r.ids) {
+        let last = l.read_object(key, ValueType::Stream, |o| {
+            o.map(|o| match o {
+                Object::Stream(s) => (s.last_id, r.group.as_ref().is_some_and(|(g, _)| s.groups.contains_key(g))),
+                _ => unreachable!("type checked"),
+            })
+        })?;
+        if let Some((g, _)) = &r.group
+            && !last.is_some_and(|(_, has)| has)
+        {
+            return Err(CmdError::Owned(format!(
+                "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+                lossy(key),
+                lossy(g)
+            )));
+        }
+        if &id[..] == b"$" {
+            if group_cmd {
+                return Err(CmdError::Text(
+                    "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.",
+                ));
+            }
+            from.push(From::After(last.map_or(StreamId::MIN, |(id, _)| id)));
+        } else if &id[..] == b">" {
+            if !group_cmd {
+                return Err(CmdError::Text(
+                    "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
+                ));
+            }
+            from.push(From::New);
+        } else {
+            from.push(From::After(parse_strict(id)?));
+        }
+    }
+    let now = l.now_ms() as i64;
+    let mut out = Vec::new();
+    for (i, key) in r.keys.iter().enumerate() {
+        let served = l.write_object(key, ValueType::Stream, |slot, _| {
+            let s = stream_mut(slot)?;
+            match &r.group {
+                None => {
+                    let From::After(gt) = from[i] else { unreachable!("checked") };
+                    if s.is_empty() || s.last_valid_id().is_none_or(|max| max <= gt) {
+                        return None;
+                    }
+                    let start = gt.incr()?;
+                    Some(entries_frame(&s.range(start, StreamId::MAX, false, r.count)))
+                }
+                Some((gname, cname)) => read_group(s, gname, cname, from[i], r.count, r.noack, now),
+            }
+        })?;
+        if let Some(frame) = served {
+            out.push(F::bulk(key.clone()));
+            out.push(frame);
+        }
+    }
+    if out.is_empty() { Ok(F::null_array()) } else { Ok(F::keyed(out)) }
+}
+
+/// XREADGROUP on one stream: new entries (`>`) or the consumer's own history; `None` when
+/// there is nothing to serve now (only `>` can find nothing: history always answers). The
+/// consumer is created (or its seen time refreshed) only when served, as in Redis.
+fn read_group(
+    s: &mut Stream,
+    gname: &Bytes,
+    cname: &Bytes,
+    from: From,
+    count: usize,
+    noack: bool,
+    now: i64,
+) -> Option<shoal_wire::proto::Frame> {
+    let mut g = s.groups.remove(gname)?;
+    let served = match from {
+        From::After(gt) => {
+            ensure_consumer(&mut g, cname, now);
+            // The consumer's history: its pending IDs above `gt`, each with its entry (or a
+            // null if the entry was deleted meanwhile), counted as delivered again.
+            let ids: Vec<StreamId> = match gt.incr() {
+                Some(start) => g.consumers[cname].pel.range(start..).take(if count == 0 { usize::MAX } else { count }).copied().collect(),
+                None => Vec::new(),
+            };
+            let mut out = Vec::new();
+            for id in ids {
+                match s.get(id) {
+                    Some(e) => {
+                        if let Some(n) = g.pel.get_mut(&id) {
+                            n.delivery_time = now;
+                            n.delivery_count += 1;
+                        }
+                        out.push(entry_frame(&e));
+                    }
+                    None => out.push(F::array(vec![id_frame(id), F::null_array()])),
+                }
+            }
+            Some(F::array(out))
+        }
+        From::New if s.is_empty() || s.last_valid_id().is_none_or(|max| max <= g.last_id) => None,
+        From::New => {
+            ensure_consumer(&mut g, cname, now);
+            let entries = match g.last_id.incr() {
+                Some(start) => s.range(start, StreamId::MAX, false, count),
+                None => Vec::new(),
+            };
+            for e in &entries {
+                s.deliver(&mut g, e.id);
+                if !noack {
+                    let n = g.assign(e.id, cname, now);
+                    n.delivery_time = now;
+                    n.delivery_count = 1;
+                }
+            }
+            Some(entries_frame(&entries))
+        }
+    };
+    s.groups.insert(gname.clone(), g);
+    served
+}
+
+// --- XDEL / XSETID -------------------------------------------------------------------------------
+
+fn xdel(store: &Store, args: &[Bytes]) -> CmdResult {
+    write(store, &args[1], |slot, _| {
+        let Some(s) = stream_mut(slot) else { return Ok(F::int(0)) };
+        let ids = args[2..].iter().map(|a| parse_strict(a)).collect::<Result<Vec<_>, _>>()?;
+        Ok(F::int(s.delete(&ids) as i64))
+    })?
+}
+
+fn xsetid(store: &Store, args: &[Bytes]) -> CmdResult {
+    let id = parse_strict(&args[2])?;
+    let mut entries_added: i64 = -1;
+    let mut max_xdel = StreamId::MIN;
+    let mut i = 3;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if eq(&args[i], "entriesadded") && more > 0 {
+            entries_added = ll(&args[i + 1], None)?;
+            if entries_added < 0 {
+                return Err(CmdError::Text("ERR entries_added must be positive"));
+            }
+            i += 2;
+        } else if eq(&args[i], "maxdeletedid") && more > 0 {
+            max_xdel = parse_strict(&args[i + 1])?;
+            if id < max_xdel {
+                return Err(CmdError::Text(
+                    "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+                ));
+            }
+            i += 2;
+        } else {
+            return Err(SYNTAX);
+        }
+    }
+    write(store, &args[1], |slot, _| {
+        let Some(s) = stream_mut(slot) else { return Err(CmdError::Text("ERR no such key")) };
+        if s.length > 0 {
+            if s.last_valid_id().is_some_and(|max| id < max) {
+                return Err(CmdError::Text("ERR The ID specified in XSETID is smaller than the target stream top item"));
+            }
+            if entries_added != -1 && s.length > entries_added as u64 {
+                return Err(CmdError::Text(
+                    "ERR The entries_added specified in XSETID is smaller than the target stream length",
+                ));
+            }
+        }
+        s.last_id = id;
+        if entries_added != -1 {
+            s.entries_added = entries_added as u64;
+        }
+        if !max_xdel.is_zero() {
+            s.max_deleted = max_xdel;
+        }
+        Ok(F::ok())
+    })?
+}
+
+// --- XGROUP --------------------------------------------------------------------------------------
+
+fn subcommand_error(args: &[Bytes]) -> CmdError {
+    CmdError::Owned(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        lossy(&args[1][..args[1].len().min(128)]),
+        lossy(&args[0]).to_ascii_uppercase()
+    ))
+}
+
+fn xgroup(store: &Store, args: &[Bytes]) -> CmdResult {
+    let sub = args[1].to_ascii_lowercase();
+    if args.len() < 4 {
+        return Err(subcommand_error(args));
+    }
+    let mut mkstream = false;
+    let mut entries_read = ENTRIES_READ_UNKNOWN;
+    let mut i = 5;
+    while i < args.len() {
+        if sub == b"create" && eq(&args[i], "mkstream") {
+            mkstream = true;
+            i += 1;
+        } else if (sub == b"create" || sub == b"setid") && eq(&args[i], "entriesread") && i + 1 < args.len() {
+            entries_read = ll(&args[i + 1], None)?;
+            if entries_read < 0 && entries_read != ENTRIES_READ_UNKNOWN {
+                return Err(CmdError::Text("ERR value for ENTRIESREAD must be positive or -1"));
+            }
+            i += 2;
+        } else {
+            return Err(subcommand_error(args));
+        }
+    }
+    let key = &args[2];
+    let gname = &args[3];
+    let argc = args.len();
+    let now = now_ms(store);
+    if sub == b"create" {
+        make_room(store)?;
+    }
+    write(store, key, |slot, _| {
+        if !mkstream {
+            let Some(s) = stream_mut(slot) else {
+                return Err(CmdError::Text(
+                    "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
+                ));
+            };
+            if !s.groups.contains_key(gname) && matches!(&sub[..], b"setid" | b"createconsumer" | b"delconsumer") {
+                return Err(CmdError::Owned(format!(
+                    "NOGROUP No such consumer group '{}' for key name '{}'",
+                    lossy(gname),
+                    lossy(key)
+                )));
+            }
+        }
+        match &sub[..] {
+            b"create" if (5..=8).contains(&argc) => {
+                let id = if &args[4][..] == b"$" {
+                    stream_mut(slot).map_or(StreamId::MIN, |s| s.last_id)
+                } else {
+                    parse_strict(&args[4])?
+                };
+                if slot.is_none() {
+                    *slot = Some(Box::new(Object::empty(ValueType::Stream)));
+                }
+                let s = stream_mut(slot).expect("a stream");
+                if s.groups.contains_key(gname) {
+                    return Err(CmdError::Text("BUSYGROUP Consumer Group name already exists"));
+                }
+                s.groups.insert(gname.clone(), Group::new(id, entries_read));
+                Ok(F::ok())
+            }
+            b"setid" if argc == 5 || argc == 7 => {
+                let s = stream_mut(slot).expect("checked above");
+                let id = if &args[4][..] == b"$" { s.last_id } else { parse_id(&args[4], 0)? };
+                let g = s.groups.get_mut(gname).expect("checked above");
+                g.last_id = id;
+                g.entries_read = entries_read;
+                Ok(F::ok())
+            }
+            b"destroy" if argc == 4 => {
+                let Some(s) = stream_mut(slot) else { return Err(subcommand_error(args)) };
+                Ok(F::int(i64::from(s.groups.remove(gname).is_some())))
+            }
+            b"createconsumer" if argc == 5 => {
+                let g = stream_mut(slot).and_then(|s| s.groups.get_mut(gname)).expect("checked above");
+                if g.consumers.contains_key(&args[4]) {
+                    return Ok(F::int(0));
+                }
+                g.consumers.insert(args[4].clone(), crate::store::object::stream::Consumer { seen_time: now, ..Default::default() });
+                Ok(F::int(1))
+            }
+            b"delconsumer" if argc == 5 => {
+                let g = stream_mut(slot).and_then(|s| s.groups.get_mut(gname)).expect("checked above");
+                let Some(c) = g.consumers.remove(&args[4]) else { return Ok(F::int(0)) };
+                for id in &c.pel {
+                    g.pel.remove(id);
+                }
+                Ok(F::int(c.pel.len() as i64))
+            }
+            _ => Err(subcommand_error(args)),
+        }
+    })?
+}
+
+// --- XACK / XPENDING -----------------------------------------------------------------------------
+
+fn xack(store: &Store, args: &[Bytes]) -> CmdResult {
+    write(store, &args[1], |slot, _| {
+        let Some(g) = stream_mut(slot).and_then(|s| s.groups.get_mut(&args[2])) else { return Ok(F::int(0)) };
+        let ids = args[3..].iter().map(|a| parse_strict(a)).collect::<Result<Vec<_>, _>>()?;
+        Ok(F::int(ids.into_iter().filter(|&id| g.ack(id)).count() as i64))
+    })?
+}
+
+fn nogroup(key: &[u8], group: &[u8]) -> CmdError {
+    CmdError::Owned(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)))
+}
+
+fn xpending(store: &Store, args: &[Bytes]) -> CmdResult {
+    let argc = args.len();
+    if argc != 3 && !(6..=9).contains(&argc) {
+        return Err(SYNTAX);
+    }
+    let mut range = None;
+    if argc >= 6 {
+        let mut at = 3;
+        let mut minidle = 0;
+        if eq(&args[3], "idle") {
+            minidle = ll(&args[4], None)?;
+            if argc < 8 {
+                return Err(SYNTAX);
+            }
+            at += 2;
+        }
+        let count = ll(&args[at + 2], None)?.max(0);
+        let start = start_bound(&args[at])?;
+        let end = end_bound(&args[at + 1])?;
+        let consumer = args.get(at + 3).cloned();
+        range = Some((minidle, count as usize, start, end, consumer));
+    }
+    let now = now_ms(store);
+    read(store, &args[1], |s| {
+        let g = s.and_then(|s| s.groups.get(&args[2])).ok_or_else(|| nogroup(&args[1], &args[2]))?;
+        let Some((minidle, count, start, end, consumer)) = range else {
+            let (Some(first), Some(last)) = (g.pel.keys().next(), g.pel.keys().next_back()) else {
+                return Ok(F::array(vec![F::int(0), F::nil(), F::nil(), F::null_array()]));
+            };
+            let owners = g
+                .consumers
+                .iter()
+                .filter(|(_, c)| !c.pel.is_empty())
+                .map(|(n, c)| F::array(vec![F::bulk(n.clone()), F::bulk(Bytes::from(c.pel.len().to_string()))]))
+                .collect();
+            return Ok(F::array(vec![F::int(g.pel.len() as i64), id_frame(*first), id_frame(*last), F::array(owners)]));
+        };
+        let ids: Vec<StreamId> = match &consumer {
+            Some(c) => match g.consumers.get(c) {
+                None => return Ok(F::array(Vec::new())),
+                Some(c) => c.pel.range(start..).copied().collect(),
+            },
+            None => g.pel.range(start..).map(|(id, _)| *id).collect(),
+        };
+        let mut out = Vec::new();
+        for id in ids {
+            if out.len() >= count || id > end {
+                break;
+            }
+            let n = &g.pel[&id];
+            let idle = (now - n.delivery_time).max(0);
+            if minidle != 0 && now - n.delivery_time < minidle {
+                continue;
+            }
+            out.push(F::array(vec![id_frame(id), F::bulk(n.consumer.clone()), F::int(idle), F::int(n.delivery_count as i64)]));
+        }
+        Ok(F::array(out))
+    })?
+}
+
+// --- XCLAIM / XAUTOCLAIM -------------------------------------------------------------------------
+
+fn ensure_consumer(g: &mut Group, name: &Bytes, now: i64) {
+    g.consumers.entry(name.clone()).or_default().seen_time = now;
+}
+
+fn xclaim(store: &Store, args: &[Bytes]) -> CmdResult {
+    let now = now_ms(store);
+    write(store, &args[1], |slot, _| {
+        let Some(s) = stream_mut(slot) else { return Err(nogroup(&args[1], &args[2])) };
+        if !s.groups.contains_key(&args[2]) {
+            return Err(nogroup(&args[1], &args[2]));
+        }
+        let minidle = ll(&args[4], Some("ERR Invalid min-idle-time argument for XCLAIM"))?.max(0);
+        let mut ids = Vec::new();
+        let mut j = 5;
+        while j < args.len() {
+            match parse_strict(&args[j]) {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
+            }
+            j += 1;
+        }
+        let (mut force, mut justid) = (false, false);
+        let mut retrycount: i64 = -1;
+        let mut deliverytime: i64 = -1;
+        let mut last_id = StreamId::MIN;
+        while j < args.len() {
+            let more = args.len() - 1 - j;
+            let opt = &args[j];
+            if eq(opt, "force") {
+                force = true;
+            } else if eq(opt, "justid") {
+                justid = true;
+            } else if eq(opt, "idle") && more > 0 {
+                j += 1;
+                deliverytime = now - ll(&args[j], Some("ERR Invalid IDLE option argument for XCLAIM"))?;
+            } else if eq(opt, "time") && more > 0 {
+                j += 1;
+                deliverytime = ll(&args[j], Some("ERR Invalid TIME option argument for XCLAIM"))?;
+            } else if eq(opt, "retrycount") && more > 0 {
+                j += 1;
+                retrycount = ll(&args[j], Some("ERR Invalid RETRYCOUNT option argument for XCLAIM"))?;
+            } else if eq(opt, "lastid") && more > 0 {
+                j += 1;
+                last_id = parse_strict(&args[j])?;
+            } else {
+                return Err(CmdError::Owned(format!("ERR Unrecognized XCLAIM option '{}'", lossy(opt))));
+            }
+            j += 1;
+        }
+        let mut g = s.groups.remove(&args[2]).expect("checked");
+        if last_id > g.last_id {
+            g.last_id = last_id;
+        }
+        if deliverytime == -1 || deliverytime < 0 || deliverytime > now {
+            deliverytime = now;
+        }
+        let name = &args[3];
+        let mut out = Vec::new();
+        let mut have_consumer = false;
+        for id in ids {
+            let pending = g.pel.contains_key(&id);
+            let entry = s.get(id);
+            if entry.is_none() {
+                if pending {
+                    g.ack(id);
+                }
+                continue;
+            }
+            if !pending && !force {
+                continue;
+            }
+            if let Some(n) = g.pel.get(&id)
+                && minidle > 0
+                && now - n.delivery_time < minidle
+            {
+                continue;
+            }
+            if !have_consumer {
+                ensure_consumer(&mut g, name, now);
+                have_consumer = true;
+            }
+            // A FORCEd new entry starts at one delivery, as Redis's `streamCreateNACK`.
+            let n = g.assign(id, name, now);
+            n.delivery_time = deliverytime;
+            if retrycount >= 0 {
+                n.delivery_count = retrycount as u64;
+            } else if !justid {
+                n.delivery_count += 1;
+            }
+            out.push(if justid { id_frame(id) } else { entry_frame(&entry.expect("exists")) });
+        }
+        s.groups.insert(args[2].clone(), g);
+        Ok(F::array(out))
+    })?
+}
+
+fn xautoclaim(store: &Store, args: &[Bytes]) -> CmdResult {
+    let minidle = ll(&args[4], Some("ERR Invalid min-idle-time argument for XAUTOCLAIM"))?.max(0);
+    let start = start_bound(&args[5])?;
+    let mut count: i64 = 100;
+    let mut justid = false;
+    let mut j = 6;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        if eq(&args[j], "count") && more > 0 {
+            let max = i64::MAX / 16;
+            count = match shoal_wire::num::parse_i64(&args[j + 1]) {
+                Some(n) if (1..=max).contains(&n) => n,
+                _ => return Err(CmdError::Text("ERR COUNT must be > 0")),
+            };
+            j += 1;
+        } else if eq(&args[j], "justid") {
+            justid = true;
+        } else {
+            return Err(SYNTAX);
+        }
+        j += 1;
+    }
+    let now = now_ms(store);
+    write(store, &args[1], |slot, _| {
+        let Some(s) = stream_mut(slot) else { return Err(nogroup(&args[1], &args[2])) };
+        let Some(mut g) = s.groups.remove(&args[2]) else { return Err(nogroup(&args[1], &args[2])) };
+        let name = &args[3];
+        let mut attempts = count * 10;
+        let mut count = count;
+        let mut claimed = Vec::new();
+        let mut deleted = Vec::new();
+        let mut have_consumer = false;
+        let mut cursor = Some(start);
+        while let Some(from) = cursor {
+            if attempts == 0 || count == 0 {
+                break;
+            }
+            let Some((&id, n)) = g.pel.range(from..).next() else {
+                cursor = None;
+                break;
+            };
+            attempts -= 1;
+            cursor = id.incr();
+            let delivered = n.delivery_time;
+            let Some(entry) = s.get(id) else {
+                g.ack(id);
+                deleted.push(id_frame(id));
+                count -= 1;
+                continue;
+            };
+            if minidle > 0 && now - delivered < minidle {
+                continue;
+            }
+            if !have_consumer {
+                ensure_consumer(&mut g, name, now);
+                have_consumer = true;
+            }
+            let n = g.assign(id, name, now);
+            n.delivery_time = now;
+            if !justid {
+                n.delivery_count += 1;
+            }
+            claimed.push(if justid { id_frame(id) } else { entry_frame(&entry) });
+            count -= 1;
+        }
+        // The next cursor: the first pending ID after the last one looked at (0-0: the end).
+        let next = cursor.and_then(|c| g.pel.range(c..).next().map(|(id, _)| *id)).unwrap_or(StreamId::MIN);
+        s.groups.insert(args[2].clone(), g);
+        Ok(F::array(vec![id_frame(next), F::array(claimed), F::array(deleted)]))
+    })?
+}
+
+// --- XINFO ---------------------------------------------------------------------------------------
+
+fn lag_frame(s: &Stream, g: &Group) -> shoal_wire::proto::Frame {
+    s.lag(g).map_or_else(F::nil, F::int)
+}
+
+fn entries_read_frame(g: &Group) -> shoal_wire::proto::Frame {
+    if g.entries_read == ENTRIES_READ_UNKNOWN { F::nil() } else { F::int(g.entries_read) }
+}
+
+fn name(n: &str) -> shoal_wire::proto::Frame {
+    F::bulk(Bytes::copy_from_slice(n.as_bytes()))
+}
+
+fn xinfo(store: &Store, args: &[Bytes]) -> CmdResult {
+    if args.len() < 3 {
+        return Err(subcommand_error(args));
+    }
+    let sub = args[1].to_ascii_lowercase();
+    let now = now_ms(store);
+    read(store, &args[2], |s| {
+        let s = s.ok_or(CmdError::Text("ERR no such key"))?;
+        match &sub[..] {
+            b"consumers" if args.len() == 4 => {
+                let g = s.groups.get(&args[3]).ok_or_else(|| {
+                    CmdError::Owned(format!(
+                        "NOGROUP No such consumer group '{}' for key name '{}'",
+                        lossy(&args[3]),
+                        lossy(&args[2])
+                    ))
+                })?;
+                Ok(F::array(
+                    g.consumers
+                        .iter()
+                        .map(|(n, c)| {
+                            F::map(vec![
+                                name("name"),
+                                F::bulk(n.clone()),
+                                name("pending"),
+                                F::int(c.pel.len() as i64),
+                                name("idle"),
+                                F::int((now - c.seen_time).max(0)),
+                            ])
+                        })
+                        .collect(),
+                ))
+            }
+            b"groups" if args.len() == 3 => Ok(F::array(
+                s.groups
+                    .iter()
+                    .map(|(n, g)| {
+                        F::map(vec![
+                            name("name"),
+                            F::bulk(n.clone()),
+                            name("consumers"),
+                            F::int(g.consumers.len() as i64),
+                            name("pending"),
+                            F::int(g.pel.len() as i64),
+                            name("last-delivered-id"),
+                            id_frame(g.last_id),
+                            name("entries-read"),
+                            entries_read_frame(g),
+                            name("lag"),
+                            lag_frame(s, g),
+                        ])
+                    })
+                    .collect(),
+            )),
+            b"stream" => stream_info(s, args),
+            _ => Err(subcommand_error(args)),
+        }
+    })?
+}
+
+fn stream_info(s: &Stream, args: &[Bytes]) -> CmdResult {
+    let opts = &args[3..];
+    let full = !opts.is_empty();
+    let mut count: i64 = 10;
+    if full {
+        if (opts.len() != 1 && opts.len() != 3) || !eq(&opts[0], "full") {
+            return Err(subcommand_error(args));
+        }
+        if opts.len() == 3 {
+            if !eq(&opts[1], "count") {
+                return Err(subcommand_error(args));
+            }
+            count = ll(&opts[2], None)?;
+            if count < 0 {
+                count = 10;
+            }
+        }
+    }
+    let mut m = vec![
+        name("length"),
+        F::int(s.length as i64),
+        name("radix-tree-keys"),
+        F::int(s.node_count() as i64),
+        name("radix-tree-nodes"),
+        F::int(s.rax_nodes() as i64),
+        name("last-generated-id"),
+        id_frame(s.last_id),
+        name("max-deleted-entry-id"),
+        id_frame(s.max_deleted),
+        name("entries-added"),
+        F::int(s.entries_added as i64),
+        name("recorded-first-entry-id"),
+        id_frame(s.first_id),
+    ];
+    if !full {
+        let first = s.range(StreamId::MIN, StreamId::MAX, false, 1);
+        let last = s.range(StreamId::MIN, StreamId::MAX, true, 1);
+        m.extend([
+            name("groups"),
+            F::int(s.groups.len() as i64),
+            name("first-entry"),
+            first.first().map_or_else(F::nil, entry_frame),
+            name("last-entry"),
+            last.first().map_or_else(F::nil, entry_frame),
+        ]);
+        return Ok(F::map(m));
+    }
+    let count = count as usize;
+    let within = |n: usize| count == 0 || n < count;
+    m.push(name("entries"));
+    m.push(entries_frame(&s.range(StreamId::MIN, StreamId::MAX, false, count)));
+    m.push(name("groups"));
+    m.push(F::array(
+        s.groups
+            .iter()
+            .map(|(n, g)| {
+                let pending = g
+                    .pel
+                    .iter()
+                    .enumerate()
+                    .take_while(|(i, _)| within(*i))
+                    .map(|(_, (id, p))| {
+                        F::array(vec![
+                            id_frame(*id),
+                            F::bulk(p.consumer.clone()),
+                            F::int(p.delivery_time),
+                            F::int(p.delivery_count as i64),
+                        ])
+                    })
+                    .collect();
+                let consumers = g
+                    .consumers
+                    .iter()
+                    .map(|(cn, c)| {
+                        let pel = c
+                            .pel
+                            .iter()
+                            .enumerate()
+                            .take_while(|(i, _)| within(*i))
+                            .map(|(_, id)| {
+                                let p = &g.pel[id];
+                                F::array(vec![id_frame(*id), F::int(p.delivery_time), F::int(p.delivery_count as i64)])
+                            })
+                            .collect();
+                        F::map(vec![
+                            name("name"),
+                            F::bulk(cn.clone()),
+                            name("seen-time"),
+                            F::int(c.seen_time),
+                            name("pel-count"),
+                            F::int(c.pel.len() as i64),
+                            name("pending"),
+                            F::array(pel),
+                        ])
+                    })
+                    .collect();
+                F::map(vec![
+                    name("name"),
+                    F::bulk(n.clone()),
+                    name("last-delivered-id"),
+                    id_frame(g.last_id),
+                    name("entries-read"),
+                    entries_read_frame(g),
+                    name("lag"),
+                    lag_frame(s, g),
+                    name("pel-count"),
+                    F::int(g.pel.len() as i64),
+                    name("pending"),
+                    F::array(pending),
+                    name("consumers"),
+                    F::array(consumers),
+                ])
+            })
+            .collect(),
+    ));
+    Ok(F::map(m))
+}

@@ -1,0 +1,895 @@
+//! Streams: entries in Redis's node layout, and consumer groups.
+//!
+//! Entries live in listpack nodes (`super::listpack`), keyed by their first ("master") ID in an
+//! ordered map, exactly as Redis keeps them in a radix tree: a node opens with its live and
+//! deleted counts and the master entry's field names, and each entry stores its ID as deltas
+//! from the master ID, its fields only when they differ from the master's (the SAMEFIELDS flag),
+//! its values, and a trailing element count. Deleting marks an entry with a flag; a node goes
+//! when its last live entry does. Nodes fill up where Redis's do (`stream-node-max-bytes`,
+//! `stream-node-max-entries`), so memory per entry, `XTRIM ~` and `XINFO STREAM`'s node counts
+//! match redis-server's.
+//!
+//! Consumer groups keep Redis's structures: a group's pending entries list (PEL) maps an ID to
+//! its owner, last delivery time and delivery count; each consumer keeps the IDs it owns. The
+//! commands (`crate::commands::stream`) are written over the primitives here; the rules that
+//! concern a group's `entries_read` counter and lag (Redis 7.0's `streamEstimateDistance...`)
+//! live here too, since they only read the stream's own counters.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use bytes::Bytes;
+
+use super::PackError;
+use super::limits::alloc_size;
+use super::listpack::{self, Ele};
+
+/// A stream entry ID: milliseconds and sequence number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub const MIN: StreamId = StreamId { ms: 0, seq: 0 };
+    pub const MAX: StreamId = StreamId { ms: u64::MAX, seq: u64::MAX };
+
+    pub fn new(ms: u64, seq: u64) -> StreamId {
+        StreamId { ms, seq }
+    }
+
+    /// The next ID (`None` past the last possible one).
+    pub fn incr(self) -> Option<StreamId> {
+        if self.seq < u64::MAX {
+            Some(StreamId::new(self.ms, self.seq + 1))
+        } else if self.ms < u64::MAX {
+            Some(StreamId::new(self.ms + 1, 0))
+        } else {
+            None
+        }
+    }
+
+    /// The previous ID (`None` before 0-0).
+    pub fn decr(self) -> Option<StreamId> {
+        if self.seq > 0 {
+            Some(StreamId::new(self.ms, self.seq - 1))
+        } else if self.ms > 0 {
+            Some(StreamId::new(self.ms - 1, u64::MAX))
+        } else {
+            None
+        }
+    }
+
+    pub fn is_zero(self) -> bool {
+        self == StreamId::MIN
+    }
+
+    fn to_be(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.ms.to_be_bytes());
+        b[8..].copy_from_slice(&self.seq.to_be_bytes());
+        b
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+const FLAG_DELETED: i64 = 1;
+const FLAG_SAMEFIELDS: i64 = 2;
+/// Redis's `STREAM_LISTPACK_MAX_SIZE`: the most bytes one node (or one entry) may hold.
+pub const LISTPACK_MAX_SIZE: usize = 1 << 30;
+/// A group's `entries_read` when it is not known (Redis's `SCG_INVALID_ENTRIES_READ`).
+pub const ENTRIES_READ_UNKNOWN: i64 = -1;
+
+/// Where stream nodes fill up (`stream-node-max-bytes`, `stream-node-max-entries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    pub max_bytes: usize,
+    pub max_entries: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits { max_bytes: 4096, max_entries: 100 }
+    }
+}
+
+/// One entry as read: its ID and its fields and values, flat (`field, value, field, ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: StreamId,
+    pub fields: Vec<Bytes>,
+}
+
+/// A pending entry of a group: who has it, since when, how often it was delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nack {
+    pub consumer: Bytes,
+    pub delivery_time: i64,
+    pub delivery_count: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Consumer {
+    pub seen_time: i64,
+    /// The IDs this consumer owns in its group's PEL.
+    pub pel: BTreeSet<StreamId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub last_id: StreamId,
+    /// Entries the group has read, or [`ENTRIES_READ_UNKNOWN`].
+    pub entries_read: i64,
+    pub pel: BTreeMap<StreamId, Nack>,
+    pub consumers: BTreeMap<Bytes, Consumer>,
+}
+
+impl Group {
+    pub fn new(last_id: StreamId, entries_read: i64) -> Group {
+        Group { last_id, entries_read, pel: BTreeMap::new(), consumers: BTreeMap::new() }
+    }
+
+    /// Drops `id` from the PEL and from its owner's list; whether it was pending.
+    pub fn ack(&mut self, id: StreamId) -> bool {
+        match self.pel.remove(&id) {
+            Some(n) => {
+                if let Some(c) = self.consumers.get_mut(&n.consumer) {
+                    c.pel.remove(&id);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives the pending entry `id` to `consumer` (which must exist), creating the PEL entry if
+    /// needed; returns it for its caller to set times and counts.
+    pub fn assign(&mut self, id: StreamId, consumer: &Bytes, now: i64) -> &mut Nack {
+        if let Some(old) = self.pel.get(&id).map(|n| n.consumer.clone())
+            && old != *consumer
+            && let Some(c) = self.consumers.get_mut(&old)
+        {
+            c.pel.remove(&id);
+        }
+        if let Some(c) = self.consumers.get_mut(consumer) {
+            c.pel.insert(id);
+        }
+        let nack = self.pel.entry(id).or_insert_with(|| Nack {
+            consumer: consumer.clone(),
+            delivery_time: now,
+            delivery_count: 1,
+        });
+        nack.consumer = consumer.clone();
+        nack
+    }
+}
+
+/// A stream value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stream {
+    /// Listpack nodes by master ID.
+    nodes: BTreeMap<StreamId, Vec<u8>>,
+    /// Live entries.
+    pub length: u64,
+    pub last_id: StreamId,
+    /// The first live entry's ID as last recorded (Redis's `first_id`; 0-0 when empty).
+    pub first_id: StreamId,
+    pub max_deleted: StreamId,
+    pub entries_added: u64,
+    pub groups: BTreeMap<Bytes, Group>,
+}
+
+/// What a node holds, decoded.
+struct Node<'a> {
+    count: i64,
+    deleted: i64,
+    /// Byte offset of the deleted count.
+    deleted_at: usize,
+    master_fields: Vec<Ele<'a>>,
+    entries: Vec<RawEntry<'a>>,
+}
+
+struct RawEntry<'a> {
+    id: StreamId,
+    flags: i64,
+    flags_at: usize,
+    /// Flat field, value pairs.
+    fields: Vec<Ele<'a>>,
+}
+
+impl RawEntry<'_> {
+    fn live(&self) -> bool {
+        self.flags & FLAG_DELETED == 0
+    }
+
+    fn entry(&self) -> Entry {
+        Entry { id: self.id, fields: self.fields.iter().map(|e| e.to_bytes()).collect() }
+    }
+}
+
+fn need<T>(v: Option<T>) -> Result<T, listpack::Malformed> {
+    v.ok_or(listpack::Malformed)
+}
+
+/// Reads a node's elements in order.
+struct Cursor<'a> {
+    lp: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// The next element and its offset.
+    fn next(&mut self) -> Result<(Ele<'a>, usize), listpack::Malformed> {
+        let here = self.at;
+        let (e, n) = need(listpack::read(self.lp, self.at)?)?;
+        self.at = n;
+        Ok((e, here))
+    }
+
+    fn ele(&mut self) -> Result<Ele<'a>, listpack::Malformed> {
+        Ok(self.next()?.0)
+    }
+
+    fn int(&mut self) -> Result<i64, listpack::Malformed> {
+        need(self.ele()?.int())
+    }
+
+    /// A field count (at most what `u32` holds, as Redis's listpacks).
+    fn count(&mut self) -> Result<usize, listpack::Malformed> {
+        let n = self.int()?;
+        if !(0..=i64::from(u32::MAX)).contains(&n) {
+            return Err(listpack::Malformed);
+        }
+        Ok(n as usize)
+    }
+
+    fn at_end(&self) -> Result<bool, listpack::Malformed> {
+        Ok(listpack::read(self.lp, self.at)?.is_none())
+    }
+}
+
+fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> {
+    let mut c = Cursor { lp, at: listpack::HEADER };
+    let count = c.int()?;
+    let (deleted, deleted_at) = c.next()?;
+    let deleted = need(deleted.int())?;
+    let nmaster = c.count()?;
+    let mut master_fields = Vec::with_capacity(nmaster.min(1024));
+    for _ in 0..nmaster {
+        master_fields.push(c.ele()?);
+    }
+    if c.int()? != 0 {
+        return Err(listpack::Malformed);
+    }
+    let mut entries = Vec::new();
+    while !c.at_end()? {
+        let (flags, flags_at) = c.next()?;
+        let flags = need(flags.int())?;
+        let ms = c.int()?;
+        let seq = c.int()?;
+        let id = StreamId::new(master.ms.wrapping_add(ms as u64), master.seq.wrapping_add(seq as u64));
+        let mut fields = Vec::new();
+        if flags & FLAG_SAMEFIELDS != 0 {
+            for f in &master_fields {
+                fields.push(*f);
+                fields.push(c.ele()?);
+            }
+        } else {
+            for _ in 0..c.count()? * 2 {
+                fields.push(c.ele()?);
+            }
+        }
+        let _lp_count = c.int()?;
+        entries.push(RawEntry { id, flags, flags_at, fields });
+    }
+    Ok(Node { count, deleted, deleted_at, master_fields, entries })
+}
+
+/// A node this process wrote (always well formed).
+fn decoded(master: StreamId, lp: &[u8]) -> Node<'_> {
+    decode(master, lp).expect("a stream node this process wrote")
+}
+
+/// How a stream is trimmed (XADD/XTRIM `MAXLEN` or `MINID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trim {
+    MaxLen(u64),
+    MinId(StreamId),
+}
+
+impl Stream {
+    pub fn len(&self) -> usize {
+        self.length as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// Listpack nodes (`XINFO STREAM`'s `radix-tree-keys`).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The nodes a radix tree over the node keys has (`radix-tree-nodes`): the root, every
+    /// branch point, and every node a branch or a key starts, as Redis's rax compresses chains.
+    pub fn rax_nodes(&self) -> usize {
+        let keys: Vec<[u8; 16]> = self.nodes.keys().map(|k| k.to_be()).collect();
+        if keys.is_empty() { 1 } else { trie_nodes(&keys, 0, false) }
+    }
+
+    /// The ID XADD `*` makes at `now_ms` (`None`: the stream is at the last possible ID).
+    pub fn next_id(&self, now_ms: u64) -> Option<StreamId> {
+        if now_ms > self.last_id.ms { Some(StreamId::new(now_ms, 0)) } else { self.last_id.incr() }
+    }
+
+    /// Appends an entry with ID `id` (greater than `last_id`: the caller checked) and the flat
+    /// field/value list `fields`.
+    pub fn append(&mut self, id: StreamId, fields: &[Bytes], limits: NodeLimits) {
+        let numfields = (fields.len() / 2) as i64;
+        let total: usize = fields.iter().map(|f| f.len()).sum();
+        let max_bytes =
+            if limits.max_bytes == 0 || limits.max_bytes > LISTPACK_MAX_SIZE { LISTPACK_MAX_SIZE } else { limits.max_bytes };
+        let mut tail = self.nodes.last_key_value().map(|(k, _)| *k);
+        if let Some(master) = tail {
+            let lp = &self.nodes[&master];
+            let n = decoded(master, lp);
+            if lp.len() + total >= max_bytes
+                || (limits.max_entries > 0 && n.count + n.deleted >= limits.max_entries as i64)
+            {
+                tail = None;
+            }
+        }
+        let mut flags = 0;
+        let (master, lp) = match tail {
+            None => {
+                let mut lp = listpack::new();
+                listpack::append_int(&mut lp, 1);
+                listpack::append_int(&mut lp, 0);
+                listpack::append_int(&mut lp, numfields);
+                for f in fields.iter().step_by(2) {
+                    listpack::append_str(&mut lp, f);
+                }
+                listpack::append_int(&mut lp, 0);
+                flags |= FLAG_SAMEFIELDS;
+                self.nodes.insert(id, lp);
+                (id, self.nodes.get_mut(&id).expect("just inserted"))
+            }
+            Some(master) => {
+                let lp = self.nodes.get_mut(&master).expect("the tail node");
+                let (count, same) = {
+                    let n = decoded(master, lp);
+                    let same = n.master_fields.len() == fields.len() / 2
+                        && n.master_fields.iter().zip(fields.iter().step_by(2)).all(|(m, f)| m.eq_bytes(f));
+                    (n.count, same)
+                };
+                listpack::replace_int(lp, listpack::HEADER, count + 1);
+                if same {
+                    flags |= FLAG_SAMEFIELDS;
+                }
+                (master, lp)
+            }
+        };
+        listpack::append_int(lp, flags);
+        listpack::append_int(lp, id.ms.wrapping_sub(master.ms) as i64);
+        listpack::append_int(lp, id.seq.wrapping_sub(master.seq) as i64);
+        if flags & FLAG_SAMEFIELDS == 0 {
+            listpack::append_int(lp, numfields);
+        }
+        for (i, f) in fields.iter().enumerate() {
+            if flags & FLAG_SAMEFIELDS == 0 || i % 2 == 1 {
+                listpack::append_str(lp, f);
+            }
+        }
+        let lp_count = numfields + 3 + if flags & FLAG_SAMEFIELDS == 0 { numfields + 1 } else { 0 };
+        listpack::append_int(lp, lp_count);
+        self.length += 1;
+        self.entries_added += 1;
+        self.last_id = id;
+        if self.length == 1 {
+            self.first_id = id;
+        }
+    }
+
+    /// Live entries from `start` to `end` (inclusive), backwards if `rev`, at most `count` of
+    /// them (0: all).
+    pub fn range(&self, start: StreamId, end: StreamId, rev: bool, count: usize) -> Vec<Entry> {
+        let mut out = Vec::new();
+        if start > end {
+            return out;
+        }
+        let first_node = self.nodes.range(..=start).next_back().map(|(k, _)| *k).unwrap_or(StreamId::MIN);
+        let nodes = self.nodes.range(first_node..=end);
+        let full = |out: &Vec<Entry>| count > 0 && out.len() >= count;
+        let visit = |master: &StreamId, lp: &Vec<u8>, out: &mut Vec<Entry>| {
+            let n = decoded(*master, lp);
+            let mut take = |e: &RawEntry<'_>| {
+                if e.live() && e.id >= start && e.id <= end && !full(out) {
+                    out.push(e.entry());
+                }
+            };
+            if rev {
+                n.entries.iter().rev().for_each(&mut take);
+            } else {
+                n.entries.iter().for_each(&mut take);
+            }
+        };
+        if rev {
+            for (m, lp) in nodes.rev() {
+                visit(m, lp, &mut out);
+                if full(&out) {
+                    break;
+                }
+            }
+        } else {
+            for (m, lp) in nodes {
+                visit(m, lp, &mut out);
+                if full(&out) {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// The live entry `id`.
+    pub fn get(&self, id: StreamId) -> Option<Entry> {
+        self.range(id, id, false, 1).pop()
+    }
+
+    pub fn exists(&self, id: StreamId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// The last live entry's ID (Redis's `streamLastValidID`).
+    pub fn last_valid_id(&self) -> Option<StreamId> {
+        self.range(StreamId::MIN, StreamId::MAX, true, 1).pop().map(|e| e.id)
+    }
+
+    fn first_valid_id(&self) -> Option<StreamId> {
+        self.range(StreamId::MIN, StreamId::MAX, false, 1).pop().map(|e| e.id)
+    }
+
+    /// Marks the live entry `id` deleted (a node whose last live entry goes is dropped).
+    fn delete_one(&mut self, id: StreamId) -> bool {
+        let Some((&master, _)) = self.nodes.range(..=id).next_back() else { return false };
+        let lp = self.nodes.get_mut(&master).expect("found");
+        let (flags_at, flags, count, deleted, deleted_at) = {
+            let n = decoded(master, lp);
+            let Some(e) = n.entries.iter().find(|e| e.id == id && e.live()) else { return false };
+            (e.flags_at, e.flags, n.count, n.deleted, n.deleted_at)
+        };
+        self.length -= 1;
+        if count == 1 {
+            self.nodes.remove(&master);
+            return true;
+        }
+        // Later offsets first: a resized count must not move what is still to be replaced.
+        listpack::replace_int(lp, flags_at, flags | FLAG_DELETED);
+        listpack::replace_int(lp, deleted_at, deleted + 1);
+        listpack::replace_int(lp, listpack::HEADER, count - 1);
+        true
+    }
+
+    /// XDEL: deletes the live entries among `ids`; how many there were.
+    pub fn delete(&mut self, ids: &[StreamId]) -> u64 {
+        let mut deleted = 0;
+        let mut first = false;
+        for &id in ids {
+            if self.delete_one(id) {
+                first |= id == self.first_id;
+                self.max_deleted = self.max_deleted.max(id);
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            if self.length == 0 {
+                self.first_id = StreamId::MIN;
+            } else if first {
+                self.first_id = self.first_valid_id().unwrap_or(StreamId::MAX);
+            }
+        }
+        deleted
+    }
+
+    /// Trims as Redis's `streamTrim`: whole nodes first; with `approx` only whole nodes; at most
+    /// `limit` entries (0: no limit). Returns how many entries went.
+    pub fn trim(&mut self, how: Trim, approx: bool, limit: u64) -> u64 {
+        let mut deleted = 0u64;
+        let masters: Vec<StreamId> = self.nodes.keys().copied().collect();
+        for master in masters {
+            if let Trim::MaxLen(max) = how
+                && self.length <= max
+            {
+                break;
+            }
+            let lp = self.nodes.get_mut(&master).expect("listed");
+            let (entries, remove) = {
+                let n = decoded(master, lp);
+                let remove = match how {
+                    Trim::MaxLen(max) => self.length - n.count as u64 >= max,
+                    Trim::MinId(min) => n.entries.last().is_some_and(|e| e.id < min),
+                };
+                (n.count as u64, remove)
+            };
+            if limit > 0 && deleted + entries > limit {
+                break;
+            }
+            if remove {
+                self.nodes.remove(&master);
+                self.length -= entries;
+                deleted += entries;
+                continue;
+            }
+            if approx {
+                break;
+            }
+            // Mark entries deleted from the front of this node until the target is met.
+            let (marks, node_deleted, deleted_at) = {
+                let n = decoded(master, lp);
+                let mut marks = Vec::new();
+                let mut length = self.length;
+                for e in &n.entries {
+                    let stop = match how {
+                        Trim::MaxLen(max) => length <= max,
+                        Trim::MinId(min) => e.id >= min,
+                    };
+                    if stop {
+                        break;
+                    }
+                    if e.live() {
+                        marks.push((e.flags_at, e.flags | FLAG_DELETED));
+                        length -= 1;
+                    }
+                }
+                (marks, n.deleted, n.deleted_at)
+            };
+            let from_node = marks.len() as u64;
+            for &(at, flags) in marks.iter().rev() {
+                listpack::replace_int(lp, at, flags);
+            }
+            listpack::replace_int(lp, deleted_at, node_deleted + from_node as i64);
+            listpack::replace_int(lp, listpack::HEADER, (entries - from_node) as i64);
+            self.length -= from_node;
+            deleted += from_node;
+            break;
+        }
+        if self.length == 0 {
+            self.first_id = StreamId::MIN;
+        } else if deleted > 0 {
+            self.first_id = self.first_valid_id().unwrap_or(StreamId::MAX);
+        }
+        deleted
+    }
+
+    /// Whether a tombstone may lie between `start` and `end` (Redis's
+    /// `streamRangeHasTombstones`, which only looks at `max_deleted`).
+    pub fn range_has_tombstones(&self, start: StreamId, end: StreamId) -> bool {
+        if self.length == 0 || self.max_deleted.is_zero() || self.first_id > self.max_deleted {
+            return false;
+        }
+        start <= self.max_deleted && self.max_deleted <= end
+    }
+
+    /// An ID's logical read counter, when it can be known (Redis's
+    /// `streamEstimateDistanceFromFirstEverEntry`; `None` for its "invalid").
+    pub fn estimate_distance(&self, id: StreamId) -> Option<u64> {
+        if self.entries_added == 0 {
+            return Some(0);
+        }
+        if self.length == 0 && id <= self.last_id {
+            return Some(self.entries_added);
+        }
+        if id == self.last_id {
+            return Some(self.entries_added);
+        } else if id > self.last_id {
+            return None;
+        }
+        if self.max_deleted.is_zero() || self.max_deleted < self.first_id {
+            if id < self.first_id {
+                return Some(self.entries_added - self.length);
+            } else if id == self.first_id {
+                return Some(self.entries_added - self.length + 1);
+            }
+        }
+        None
+    }
+
+    /// A group's lag (`None`: not known, Redis's null).
+    pub fn lag(&self, g: &Group) -> Option<i64> {
+        if self.entries_added == 0 {
+            return Some(0);
+        }
+        if g.entries_read != ENTRIES_READ_UNKNOWN && !self.range_has_tombstones(g.last_id, StreamId::MAX) {
+            return Some(self.entries_added as i64 - g.entries_read);
+        }
+        self.estimate_distance(g.last_id).map(|read| self.entries_added as i64 - read as i64)
+    }
+
+    /// Advances a group past `id`, just delivered (Redis's read-counter rule in
+    /// `streamReplyWithRange`).
+    pub fn deliver(&self, g: &mut Group, id: StreamId) {
+        if id <= g.last_id {
+            return;
+        }
+        if g.entries_read != ENTRIES_READ_UNKNOWN && !self.range_has_tombstones(id, StreamId::MAX) {
+            g.entries_read += 1;
+        } else if self.entries_added > 0 {
+            g.entries_read = self.estimate_distance(id).map_or(ENTRIES_READ_UNKNOWN, |n| n as i64);
+        }
+        g.last_id = id;
+    }
+
+    /// Heap bytes held.
+    pub fn mem(&self) -> usize {
+        let nodes: usize = self.nodes.values().map(|lp| alloc_size(lp.capacity()) + 16 + 32).sum();
+        let groups: usize = self
+            .groups
+            .iter()
+            .map(|(name, g)| {
+                alloc_size(name.len())
+                    + 96
+                    + g.pel.values().map(|_| 16 + 40 + 32).sum::<usize>()
+                    + g.consumers.iter().map(|(n, c)| alloc_size(n.len()) + 64 + c.pel.len() * 24).sum::<usize>()
+            })
+            .sum();
+        std::mem::size_of::<Stream>() + nodes + groups
+    }
+
+    /// The serialized form (snapshots, slot transfers, replication): counters, nodes as they
+    /// are, groups with their PELs and consumers.
+    pub fn serialize(&self, out: &mut Vec<u8>) {
+        out.push(1); // format version
+        for n in [self.length, self.entries_added] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for id in [self.last_id, self.first_id, self.max_deleted] {
+            put_id(out, id);
+        }
+        out.extend_from_slice(&(self.nodes.len() as u64).to_le_bytes());
+        for (id, lp) in &self.nodes {
+            put_id(out, *id);
+            super::pack::put(out, lp);
+        }
+        out.extend_from_slice(&(self.groups.len() as u64).to_le_bytes());
+        for (name, g) in &self.groups {
+            super::pack::put(out, name);
+            put_id(out, g.last_id);
+            out.extend_from_slice(&g.entries_read.to_le_bytes());
+            out.extend_from_slice(&(g.consumers.len() as u64).to_le_bytes());
+            for (cname, c) in &g.consumers {
+                super::pack::put(out, cname);
+                out.extend_from_slice(&c.seen_time.to_le_bytes());
+            }
+            out.extend_from_slice(&(g.pel.len() as u64).to_le_bytes());
+            for (id, n) in &g.pel {
+                put_id(out, *id);
+                super::pack::put(out, &n.consumer);
+                out.extend_from_slice(&n.delivery_time.to_le_bytes());
+                out.extend_from_slice(&n.delivery_count.to_le_bytes());
+            }
+        }
+    }
+
+    /// Reads [`Stream::serialize`]'s form, checking every node and the PEL's owners.
+    pub fn deserialize(bytes: &[u8]) -> Result<Stream, PackError> {
+        let bad = PackError::BadElement("stream");
+        let mut r = Reader { b: bytes, at: 0 };
+        if r.take(1)? != [1] {
+            return Err(bad);
+        }
+        let mut s = Stream { length: r.u64()?, entries_added: r.u64()?, ..Stream::default() };
+        s.last_id = r.id()?;
+        s.first_id = r.id()?;
+        s.max_deleted = r.id()?;
+        let mut live = 0u64;
+        for _ in 0..r.count()? {
+            let id = r.id()?;
+            let lp = r.bytes()?;
+            listpack::validate(lp).map_err(|_| bad.clone())?;
+            let n = decode(id, lp).map_err(|_| bad.clone())?;
+            let alive = n.entries.iter().filter(|e| e.live()).count();
+            if n.count < 0 || n.count as usize != alive || n.entries.first().is_none_or(|e| e.id != id) {
+                return Err(bad);
+            }
+            if n.entries.windows(2).any(|w| w[0].id >= w[1].id) || n.entries.last().is_some_and(|e| e.id > s.last_id) {
+                return Err(bad);
+            }
+            if s.nodes.last_key_value().is_some_and(|(pm, prev)| decoded(*pm, prev).entries.last().is_some_and(|e| e.id >= id)) {
+                return Err(bad);
+            }
+            live += alive as u64;
+            s.nodes.insert(id, lp.to_vec());
+        }
+        if live != s.length || s.entries_added < s.length {
+            return Err(bad);
+        }
+        for _ in 0..r.count()? {
+            let name = Bytes::copy_from_slice(r.bytes()?);
+            let mut g = Group::new(r.id()?, r.i64()?);
+            for _ in 0..r.count()? {
+                let cname = Bytes::copy_from_slice(r.bytes()?);
+                g.consumers.insert(cname, Consumer { seen_time: r.i64()?, pel: BTreeSet::new() });
+            }
+            for _ in 0..r.count()? {
+                let id = r.id()?;
+                let consumer = Bytes::copy_from_slice(r.bytes()?);
+                let (delivery_time, delivery_count) = (r.i64()?, r.u64()?);
+                g.consumers.get_mut(&consumer).ok_or(bad.clone())?.pel.insert(id);
+                g.pel.insert(id, Nack { consumer, delivery_time, delivery_count });
+            }
+            s.groups.insert(name, g);
+        }
+        if r.at != bytes.len() {
+            return Err(bad);
+        }
+        Ok(s)
+    }
+
+    /// Every live entry in order (tests, fuzzing).
+    pub fn entries(&self) -> Vec<Entry> {
+        self.range(StreamId::MIN, StreamId::MAX, false, 0)
+    }
+}
+
+/// The rax nodes under the trie node that `keys` (sorted, sharing their first `depth` bytes)
+/// pass through: it is a rax node of its own if it is the root or a leaf, if its parent
+/// branches, or if it branches itself; a chain of single-child nodes is one compressed node.
+fn trie_nodes(keys: &[[u8; 16]], depth: usize, parent_branches: bool) -> usize {
+    if depth == 16 {
+        return 1;
+    }
+    let mut groups = Vec::new();
+    let mut from = 0;
+    for i in 1..=keys.len() {
+        if i == keys.len() || keys[i][depth] != keys[from][depth] {
+            groups.push(&keys[from..i]);
+            from = i;
+        }
+    }
+    let branches = groups.len() >= 2;
+    let own = usize::from(depth == 0 || parent_branches || branches);
+    own + groups.iter().map(|g| trie_nodes(g, depth + 1, branches)).sum::<usize>()
+}
+
+fn put_id(out: &mut Vec<u8>, id: StreamId) {
+    out.extend_from_slice(&id.ms.to_le_bytes());
+    out.extend_from_slice(&id.seq.to_le_bytes());
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PackError> {
+        let s = self.b.get(self.at..self.at.checked_add(n).ok_or(PackError::Truncated)?).ok_or(PackError::Truncated)?;
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u64(&mut self) -> Result<u64, PackError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn i64(&mut self) -> Result<i64, PackError> {
+        Ok(self.u64()? as i64)
+    }
+
+    fn id(&mut self) -> Result<StreamId, PackError> {
+        Ok(StreamId::new(self.u64()?, self.u64()?))
+    }
+
+    /// A count of items that follow, bounded by the bytes left (each item takes at least one).
+    fn count(&mut self) -> Result<u64, PackError> {
+        let n = self.u64()?;
+        if n > (self.b.len() - self.at) as u64 {
+            return Err(PackError::Truncated);
+        }
+        Ok(n)
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], PackError> {
+        let mut len = 0usize;
+        let mut shift = 0;
+        loop {
+            let b = self.take(1)?[0];
+            if shift > 56 {
+                return Err(PackError::Truncated);
+            }
+            len |= usize::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        self.take(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<Bytes> {
+        pairs.iter().flat_map(|(f, v)| [Bytes::from(f.to_string()), Bytes::from(v.to_string())]).collect()
+    }
+
+    fn ids(s: &Stream) -> Vec<u64> {
+        s.entries().iter().map(|e| e.id.ms).collect()
+    }
+
+    #[test]
+    fn entries_fill_nodes_as_redis_does_and_read_back() {
+        let mut s = Stream::default();
+        for i in 1..=250u64 {
+            let f = if i % 3 == 0 { fields(&[("a", "1"), ("other", "x")]) } else { fields(&[("a", &i.to_string())]) };
+            s.append(StreamId::new(i, 0), &f, NodeLimits::default());
+        }
+        assert_eq!(s.len(), 250);
+        assert_eq!(s.node_count(), 3, "100 entries per node");
+        let e = s.get(StreamId::new(3, 0)).unwrap();
+        assert_eq!(e.fields, fields(&[("a", "1"), ("other", "x")]));
+        assert_eq!(s.get(StreamId::new(4, 0)).unwrap().fields, fields(&[("a", "4")]));
+        let back = s.range(StreamId::new(95, 0), StreamId::new(105, 0), true, 3);
+        assert_eq!(back.iter().map(|e| e.id.ms).collect::<Vec<_>>(), vec![105, 104, 103]);
+        // Bytes: a small node limit splits by size.
+        let mut small = Stream::default();
+        for i in 1..=10u64 {
+            small.append(StreamId::new(i, 0), &fields(&[("field", &"v".repeat(40))]), NodeLimits { max_bytes: 200, max_entries: 100 });
+        }
+        assert!(small.node_count() > 2, "{} nodes", small.node_count());
+    }
+
+    #[test]
+    fn deletes_mark_and_drop_nodes_and_trims_follow_redis() {
+        let mut s = Stream::default();
+        for i in 1..=10u64 {
+            s.append(StreamId::new(i, 0), &fields(&[("f", "v")]), NodeLimits { max_bytes: 4096, max_entries: 3 });
+        }
+        assert_eq!(s.node_count(), 4);
+        assert_eq!(s.delete(&[StreamId::new(1, 0), StreamId::new(1, 0), StreamId::new(99, 0)]), 1);
+        assert_eq!(s.first_id, StreamId::new(2, 0));
+        assert_eq!(s.max_deleted, StreamId::new(1, 0));
+        assert_eq!(s.delete(&[StreamId::new(2, 0), StreamId::new(3, 0)]), 2);
+        assert_eq!(s.node_count(), 3, "a node whose entries all went is dropped");
+        // Approximate trimming removes whole nodes only.
+        assert_eq!(s.trim(Trim::MaxLen(5), true, 0), 0, "the first node (3) cannot go whole");
+        assert_eq!(s.trim(Trim::MaxLen(4), true, 0), 3);
+        assert_eq!(ids(&s), vec![7, 8, 9, 10]);
+        assert_eq!(s.trim(Trim::MinId(StreamId::new(9, 0)), false, 0), 2);
+        assert_eq!(ids(&s), vec![9, 10]);
+        assert_eq!(s.first_id, StreamId::new(9, 0));
+        let back = Stream::deserialize(&{
+            let mut b = Vec::new();
+            s.serialize(&mut b);
+            b
+        })
+        .unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn groups_survive_serialization_and_garbage_is_refused() {
+        let mut s = Stream::default();
+        s.append(StreamId::new(5, 1), &fields(&[("f", "v")]), NodeLimits::default());
+        let mut g = Group::new(StreamId::MIN, 0);
+        g.consumers.insert(Bytes::from("alice"), Consumer::default());
+        g.assign(StreamId::new(5, 1), &Bytes::from("alice"), 77).delivery_count = 3;
+        s.groups.insert(Bytes::from("g"), g);
+        let mut b = Vec::new();
+        s.serialize(&mut b);
+        assert_eq!(Stream::deserialize(&b).unwrap(), s);
+        for cut in 0..b.len() {
+            assert!(Stream::deserialize(&b[..cut]).is_err(), "a cut at {cut} is refused");
+        }
+        assert_eq!(s.rax_nodes(), 2);
+    }
+}
