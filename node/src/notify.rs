@@ -13,12 +13,11 @@
 //! Raised: `new` (a write created the key), `del` (also when a command empties a collection or
 //! an EXPIRE lies in the past), `expire`, `persist`, `rename_from`/`rename_to`, `copy_to`,
 //! `set`, `append`, `setrange`, `incrby`, `incrbyfloat`, `setbit`, `pfadd`, the list, hash, set
-//! and sorted-set events of their commands. Not raised: `keymiss` (class `m` is accepted and
-//! shown by CONFIG GET, but reads do not report misses), stream and module events (no such
-//! types).
+//! sorted-set and stream events of their commands. Not raised: `keymiss` (class `m` is accepted
+//! and shown by CONFIG GET, but reads do not report misses), module events (no modules).
 
 use bytes::Bytes;
-use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STRING, ZSET};
+use shoal_wire::notify::{GENERIC, HASH, LIST, NEW, SET, STREAM, STRING, ZSET};
 use shoal_wire::proto::{Frame, Op, Reply, frame, op::Kind, reply};
 
 use crate::commands::dispatch::frame_of;
@@ -43,6 +42,13 @@ struct Before {
     /// GEOSEARCHSTORE and GEORADIUS's STORE: the destination's argument index and whether it
     /// existed (an empty result deletes it: `del`).
     dst: Option<(usize, bool)>,
+    /// XADD with MAXLEN/MINID: the stream's length before (an `xtrim` follows `xadd` when the
+    /// length did not grow by one).
+    stream_len: Option<u64>,
+    /// XREADGROUP, XCLAIM, XAUTOCLAIM and XGROUP DELCONSUMER: per key, its group, the consumer
+    /// and whether the consumer existed (created: `xgroup-createconsumer`; deleted:
+    /// `xgroup-delconsumer`).
+    consumers: Vec<(Bytes, Bytes, Bytes, bool)>,
 }
 
 /// Runs a typed op (not a `Command`: see [`command`]) and raises its events.
@@ -232,6 +238,29 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
             let ask = [Bytes::from_static(b"sismember"), args[2].clone(), args[3].clone()];
             b.member_there = matches!(frame_of(store, &ask), Some(frame::Kind::Int(1)));
         }
+        b"xadd" if flags & STREAM != 0 => {
+            let trims = args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"maxlen") || a.eq_ignore_ascii_case(b"minid"));
+            if trims {
+                b.stream_len = Some(stream_len(store, &args[1]));
+            }
+        }
+        b"xreadgroup" | b"xclaim" | b"xautoclaim" | b"xgroup" if flags & STREAM != 0 => {
+            let named = match name {
+                b"xreadgroup" => crate::commands::read_group_names(args),
+                b"xgroup" if args.len() == 5 && args[1].eq_ignore_ascii_case(b"delconsumer") => {
+                    Some((args[3].clone(), args[4].clone(), vec![args[2].clone()]))
+                }
+                b"xgroup" => None,
+                _ if args.len() > 3 => Some((args[2].clone(), args[3].clone(), vec![args[1].clone()])),
+                _ => None,
+            };
+            if let Some((group, consumer, keys)) = named {
+                for k in keys {
+                    let there = has_consumer(store, &k, &group, &consumer);
+                    b.consumers.push((k, group.clone(), consumer.clone(), there));
+                }
+            }
+        }
         b"zadd" if flags & ZSET != 0 => {
             let (options, _) = add_flags(args);
             if !options.ch && !options.incr {
@@ -241,6 +270,27 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         _ => {}
     }
     b
+}
+
+/// The length of the stream at `key` (0: none).
+fn stream_len(store: &Store, key: &[u8]) -> u64 {
+    use crate::store::object::{Object, ValueType};
+    store.read_object(key, ValueType::Stream, |o| match o {
+        Some(Object::Stream(s)) => s.length,
+        _ => 0,
+    })
+    .unwrap_or(0)
+}
+
+/// Whether the stream at `key` has `consumer` in `group`.
+fn has_consumer(store: &Store, key: &[u8], group: &[u8], consumer: &[u8]) -> bool {
+    use crate::store::object::{Object, ValueType};
+    store
+        .read_object(key, ValueType::Stream, |o| match o {
+            Some(Object::Stream(s)) => s.groups.get(group).is_some_and(|g| g.consumers.contains_key(consumer)),
+            _ => false,
+        })
+        .unwrap_or(false)
 }
 
 /// ZMSCORE of the members a ZADD names (its arguments after the options, in pairs).
@@ -314,7 +364,46 @@ fn command_events(store: &Store, name: &[u8], args: &[Bytes], f: &Frame, before:
     list_events(&done, out);
     set_events(&done, out);
     zset_events(&done, out);
+    stream_events(&done, out);
     other_events(&done, out);
+}
+
+fn stream_events(d: &Done, out: &mut Raised) {
+    let ok = matches!(&d.f.kind, Some(frame::Kind::Simple(_)));
+    match d.name {
+        b"xadd" if !d.null => {
+            out.push((STREAM, "xadd", d.k(1)));
+            if let Some(before) = d.before.stream_len
+                && stream_len(d.store, &d.k(1)) <= before
+            {
+                out.push((STREAM, "xtrim", d.k(1)));
+            }
+        }
+        b"xtrim" if d.positive => out.push((STREAM, "xtrim", d.k(1))),
+        b"xdel" if d.positive => out.push((STREAM, "xdel", d.k(1))),
+        b"xsetid" if ok => out.push((STREAM, "xsetid", d.k(1))),
+        b"xgroup" => {
+            let sub = d.k(1).to_ascii_lowercase();
+            match &sub[..] {
+                b"create" if ok => out.push((STREAM, "xgroup-create", d.k(2))),
+                b"setid" if ok => out.push((STREAM, "xgroup-setid", d.k(2))),
+                b"destroy" if d.positive => out.push((STREAM, "xgroup-destroy", d.k(2))),
+                b"createconsumer" if d.positive => out.push((STREAM, "xgroup-createconsumer", d.k(2))),
+                b"delconsumer" if d.before.consumers.first().is_some_and(|c| c.3) => {
+                    out.push((STREAM, "xgroup-delconsumer", d.k(2)))
+                }
+                _ => {}
+            }
+        }
+        b"xreadgroup" | b"xclaim" | b"xautoclaim" => {
+            for (k, g, c, there) in &d.before.consumers {
+                if !there && has_consumer(d.store, k, g, c) {
+                    out.push((STREAM, "xgroup-createconsumer", k.clone()));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn hash_events(d: &Done, out: &mut Raised) {

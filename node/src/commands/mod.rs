@@ -50,3 +50,4 @@ pub use error::{CmdError, CmdResult, NOT_INTEGER, SYNTAX, make_room, wrong_arity
 pub use frame::{F, for_the_wire, raw_bulks};
 pub use fuzz::fuzz_check_zset_args;
 pub use run::{run, run_resp, run_scratch};
+pub use stream::read_group_names;

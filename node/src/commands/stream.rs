@@ -426,6 +426,13 @@ fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError> {
     Ok(r)
 }
 
+/// XREADGROUP's group, consumer and keys, when its arguments parse (keyspace notifications).
+pub fn read_group_names(args: &[Bytes]) -> Option<(Bytes, Bytes, Vec<Bytes>)> {
+    let r = parse_read(args, true).ok()?;
+    let (g, c) = r.group?;
+    Some((g, c, r.keys))
+}
+
 fn read_keys(args: &[Bytes]) -> Result<Vec<Bytes>, CmdError> {
     let group = args[0].len() == 10;
     parse_read(args, group).map(|r| r.keys)
