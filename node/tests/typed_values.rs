@@ -33,7 +33,7 @@ fn text(f: shoal_wire::proto::Frame) -> String {
         Nil(_) | NullArray(_) => "(nil)".into(),
         Simple(s) => s,
         Double(d) => String::from_utf8_lossy(&d).into_owned(),
-        Array(a) | Map(a) | Set(a) | Pairs(a) => a.items.into_iter().map(text).collect::<Vec<_>>().join(","),
+        Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => a.items.into_iter().map(text).collect::<Vec<_>>().join(","),
         Raw(raw) => commands::raw_bulks(&raw)
             .expect("a raw reply is an array of bulk strings")
             .iter()
@@ -87,6 +87,43 @@ fn typed_values_survive_a_snapshot_and_change_on_top_of_it() {
     assert_eq!(run(&again, &["HGETALL", "small"]), "b,2,a,1,c,3");
     assert_eq!(again.type_of(b"ttl"), "none");
     assert_eq!(again.len(), 3);
+}
+
+#[test]
+fn streams_survive_a_snapshot_with_their_groups() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let s = store(&clock);
+    for i in 1..=250 {
+        run(&s, &["XADD", "events", &format!("{i}-0"), "n", &i.to_string(), "payload", "x"]);
+    }
+    run(&s, &["XDEL", "events", "7-0"]);
+    run(&s, &["XGROUP", "CREATE", "events", "workers", "0"]);
+    assert_eq!(run(&s, &["XREADGROUP", "GROUP", "workers", "w1", "COUNT", "3", "STREAMS", "events", ">"]).matches(",n,").count(), 3);
+    run(&s, &["XACK", "events", "workers", "1-0"]);
+    // An emptied stream stays, with its last ID.
+    run(&s, &["XADD", "emptied", "5-5", "f", "v"]);
+    run(&s, &["XDEL", "emptied", "5-5"]);
+    let info = run(&s, &["XINFO", "STREAM", "events"]);
+    write_snapshot(&s, d.path(), 3).unwrap();
+
+    let r = store(&clock);
+    Persistence::open(r.clone(), Some(d.path().to_path_buf()), 2).unwrap();
+    assert_eq!(r.type_of(b"events"), "stream");
+    assert_eq!(run(&r, &["XLEN", "events"]), "249");
+    assert_eq!(run(&r, &["XINFO", "STREAM", "events"]), info, "nodes, counters and first/last entries kept");
+    assert_eq!(run(&r, &["XPENDING", "events", "workers"]), "2,2-0,3-0,w1,2");
+    assert_eq!(run(&r, &["XRANGE", "events", "6", "8"]), "6-0,n,6,payload,x,8-0,n,8,payload,x");
+    assert_eq!(run(&r, &["XLEN", "emptied"]), "0");
+    assert_eq!(run(&r, &["XADD", "emptied", "5-5", "f", "v"]), "-ERR The ID specified in XADD is equal or smaller than the target stream top item");
+    // Reads and writes go on over the loaded value.
+    assert_eq!(run(&r, &["XREADGROUP", "GROUP", "workers", "w2", "COUNT", "1", "STREAMS", "events", ">"]), "events,4-0,n,4,payload,x");
+    run(&r, &["XADD", "events", "300-0", "n", "300"]);
+    write_snapshot(&r, d.path(), 3).unwrap();
+    let again = store(&clock);
+    Persistence::open(again.clone(), Some(d.path().to_path_buf()), 2).unwrap();
+    assert_eq!(run(&again, &["XLEN", "events"]), "250");
+    assert_eq!(run(&again, &["XPENDING", "events", "workers"]), "3,2-0,4-0,w1,2,w2,1");
 }
 
 #[test]

@@ -4,11 +4,12 @@
 use shoal_wire::SLOT_COUNT;
 
 pub const MAGIC: &[u8; 8] = b"SHOALSNP";
-/// The version written. Version 1 (strings only, every entry's flags 0) is still read.
-pub const VERSION: u32 = 2;
+/// The version written. Versions 1 (strings only, every entry's flags 0) and 2 (no streams)
+/// are still read; a node that only reads version 2 refuses a file that may hold streams.
+pub const VERSION: u32 = 3;
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Largest value-type number an entry's flags may carry (`store::object::ValueType`).
-pub const MAX_VALUE_TYPE: u16 = 4;
+pub const MAX_VALUE_TYPE: u16 = 5;
 /// Byte-order mark; reads back as this value only on the byte order it was written in.
 pub const BOM: u32 = 0x0102_0304;
 pub const HEADER_LEN: usize = 64;
