@@ -6,6 +6,8 @@
 mod support;
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::Raw;
@@ -131,6 +133,43 @@ async fn wake_ups_match_redis() {
             (8, ""),
             (0, "CLIENT UNBLOCK {id1}"),
             (9, ""),
+        ],
+        // Streams: XREAD BLOCK with `$` gets what arrives after it blocked (one stream: the one
+        // that woke it), two readers both get the entry; a time-out answers null.
+        &[(1, "XREAD BLOCK 0 STREAMS {q}s1 {q}s2 $ $"), (0, "XADD {q}s2 5-0 f v"), (9, ""), (0, "XLEN {q}s2")],
+        &[
+            (0, "XADD {q}s1 1-0 old x"),
+            (1, "XREAD BLOCK 0 STREAMS {q}s1 $"),
+            (2, "XREAD COUNT 1 BLOCK 0 STREAMS {q}s1 1-0"),
+            (0, "XADD {q}s1 2-0 new y"),
+            (9, ""),
+            (8, ""),
+        ],
+        &[(1, "XREAD BLOCK 150 STREAMS {q}s3 $"), (7, ""), (9, ""), (1, "PING"), (9, "")],
+        &[(1, "XREAD BLOCK 100 STREAMS {q}s4 0"), (0, "SET {q}s4 str"), (9, "")],
+        // XREADGROUP BLOCK `>`: consumers waiting on a group are served in arrival order, each a
+        // distinct entry, and the entries are pending for who got them.
+        &[
+            (0, "XGROUP CREATE {q}g grp $ MKSTREAM"),
+            (1, "XREADGROUP GROUP grp c1 COUNT 1 BLOCK 0 STREAMS {q}g >"),
+            (2, "XREADGROUP GROUP grp c2 COUNT 1 BLOCK 0 STREAMS {q}g >"),
+            (0, "XADD {q}g 1-0 job 1"),
+            (9, ""),
+            (0, "XADD {q}g 2-0 job 2"),
+            (8, ""),
+            (0, "XPENDING {q}g grp"),
+            (0, "XINFO GROUPS {q}g"),
+        ],
+        // NOACK, and a blocked XREADGROUP inside MULTI does not wait.
+        &[
+            (0, "XGROUP CREATE {q}h grp $ MKSTREAM"),
+            (1, "XREADGROUP GROUP grp c1 NOACK BLOCK 0 STREAMS {q}h >"),
+            (0, "XADD {q}h 1-0 a 1"),
+            (9, ""),
+            (0, "XPENDING {q}h grp"),
+            (0, "MULTI"),
+            (0, "XREADGROUP GROUP grp c1 BLOCK 0 STREAMS {q}h >"),
+            (0, "EXEC"),
         ],
         // Commands pipelined behind a blocked one wait for it, in order.
         &[(1, "BLPOP {q}p 0"), (1, "GET {q}k"), (0, "SET {q}k v"), (0, "RPUSH {q}p e"), (9, ""), (9, "")],
@@ -318,5 +357,212 @@ async fn blocked_clients_hold_no_thread() {
             format!("*2\r\n${}\r\n{key}\r\n$1\r\nx\r\n", key.len()).into_bytes()
         );
     }
+    router.shutdown().await;
+}
+
+/// Stream entry IDs in a reply (bulk strings that read as `ms-seq`).
+fn stream_ids(reply: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(reply)
+        .split("\r\n")
+        .filter(|l| l.split_once('-').is_some_and(|(a, b)| {
+            !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+        }))
+        .map(str::to_string)
+        .collect()
+}
+
+/// What one consumer of group `grp` did: the IDs `>` gave it, and those its XACK removed.
+#[derive(Default)]
+struct Consumed {
+    delivered: Vec<String>,
+    acked: Vec<String>,
+}
+
+/// A consumer: XREADGROUP BLOCK `>` and XACK until the producers are done and the stream has been
+/// quiet for a while; then it claims what is left pending (a reply lost to a restarting node or
+/// a moving slot leaves its entries pending, as with Redis) and acks that too. Errors (a node
+/// restarting, a slot moving) are retried; every loop is bounded.
+async fn consume(addr: std::net::SocketAddr, key: String, name: String, done: Arc<AtomicBool>) -> Consumed {
+    let mut c = Raw::connect(addr).await;
+    let mut out = Consumed::default();
+    let start = Instant::now();
+    let mut quiet = 0;
+    while start.elapsed() < Duration::from_secs(120) {
+        let r = c.cmd(&["XREADGROUP", "GROUP", "grp", &name, "COUNT", "20", "BLOCK", "300", "STREAMS", &key, ">"]).await;
+        if r.first() == Some(&b'-') {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let ids = stream_ids(&r);
+        if ids.is_empty() {
+            quiet += 1;
+            if done.load(Ordering::SeqCst) && quiet >= 3 {
+                break;
+            }
+            continue;
+        }
+        quiet = 0;
+        out.delivered.extend(ids.iter().map(|id| format!("{key} {id}")));
+        ack(&mut c, &key, ids, &mut out.acked).await;
+    }
+    // Pending leftovers: claimed (min idle 0) and acked; whoever acks first gets the 1.
+    for _ in 0..50 {
+        let r = c.cmd(&["XAUTOCLAIM", &key, "grp", &name, "0", "0-0", "COUNT", "100", "JUSTID"]).await;
+        if r.first() == Some(&b'-') {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        // [next cursor, claimed IDs, deleted IDs]: the cursor is an ID too.
+        let ids: Vec<String> = stream_ids(&r).into_iter().skip(1).collect();
+        if ids.is_empty() {
+            break;
+        }
+        ack(&mut c, &key, ids, &mut out.acked).await;
+    }
+    out
+}
+
+async fn ack(c: &mut Raw, key: &str, ids: Vec<String>, acked: &mut Vec<String>) {
+    for id in ids {
+        for _ in 0..100 {
+            let r = c.cmd(&["XACK", key, "grp", &id]).await;
+            match r.as_slice() {
+                b":1\r\n" => acked.push(format!("{key} {id}")),
+                b":0\r\n" => {}
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+}
+
+/// XADD with explicit IDs 1..=n on `key`, retrying errors; an "equal or smaller" after a retry
+/// means the first attempt landed.
+async fn produce(addr: std::net::SocketAddr, key: String, n: usize) {
+    let mut c = Raw::connect(addr).await;
+    for j in 1..=n {
+        let id = format!("{j}-1");
+        let mut retried = false;
+        for attempt in 0..200 {
+            let r = c.cmd(&["XADD", &key, &id, "job", &j.to_string()]).await;
+            let text = String::from_utf8_lossy(&r).to_string();
+            if r.first() == Some(&b'$') || (retried && text.contains("equal or smaller")) {
+                break;
+            }
+            assert!(attempt < 199, "XADD {key} {id} never landed: {text}");
+            retried = true;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Every entry of every stream was delivered by `>` at most once and acked exactly once.
+fn check_once(all: Vec<Consumed>, keys: usize, per_key: usize) {
+    let (mut delivered, mut acked) = (HashSet::new(), HashSet::new());
+    for c in all {
+        for d in c.delivered {
+            assert!(delivered.insert(d.clone()), "{d} delivered twice by `>`");
+        }
+        for a in c.acked {
+            assert!(acked.insert(a.clone()), "{a} acked twice");
+        }
+    }
+    assert_eq!(acked.len(), keys * per_key, "every entry acked once (delivered {})", delivered.len());
+}
+
+/// A consumer group read through one router while a producer writes through another (three node
+/// processes), and one node restarts in the middle (SIGTERM: it snapshots, then comes back at its
+/// address from the snapshot): no entry goes to two consumers, none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_group_through_two_routers_and_a_node_restart_delivers_each_entry_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<String> = (0..3).map(|i| dir.path().join(format!("data{i}")).display().to_string()).collect();
+    let mut nodes = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &["--data-dir", d]).await);
+    }
+    let list = nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(",");
+    let a = support::router(&["--nodes", &list]).await;
+    let b = support::router(&["--nodes", &list]).await;
+    const KEYS: usize = 3;
+    const PER_KEY: usize = 400;
+    let mut admin = Raw::connect(a.resp_addr()).await;
+    for k in 0..KEYS {
+        let r = admin.cmd(&["XGROUP", "CREATE", &format!("jobs:{k}"), "grp", "$", "MKSTREAM"]).await;
+        assert_eq!(r, b"+OK\r\n");
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let mut consumers = Vec::new();
+    for k in 0..KEYS {
+        for c in 0..2 {
+            let (addr, done) = (b.resp_addr(), done.clone());
+            consumers.push(tokio::spawn(consume(addr, format!("jobs:{k}"), format!("c{c}"), done)));
+        }
+    }
+    let producers: Vec<_> =
+        (0..KEYS).map(|k| tokio::spawn(produce(a.resp_addr(), format!("jobs:{k}"), PER_KEY))).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(producers.iter().any(|p| !p.is_finished()), "the restart happens while entries are written");
+    let (addr, pid) = (nodes[1].addr.clone(), nodes[1].child.id());
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = nodes[1].child.wait();
+    nodes[1] = NodeProc::start_at(dir.path(), "node1", &addr, &["--data-dir", &data[1]]).await;
+    for p in producers {
+        p.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for c in consumers {
+        all.push(c.await.unwrap());
+    }
+    check_once(all, KEYS, PER_KEY);
+    for k in 0..KEYS {
+        let key = format!("jobs:{k}");
+        assert_eq!(admin.cmd(&["XLEN", &key]).await, format!(":{PER_KEY}\r\n").into_bytes());
+        assert_eq!(admin.cmd(&["XPENDING", &key, "grp", "-", "+", "10"]).await, b"*0\r\n", "nothing left pending");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// The same while the cluster scales 3 → 5 → 2 under the blocked consumers: their streams move
+/// between nodes (the groups with them) and no entry is delivered twice or lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_group_while_the_cluster_scales_delivers_each_entry_once() {
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr();
+    let mut admin = Raw::connect(addr).await;
+    const KEYS: usize = 6;
+    const PER_KEY: usize = 300;
+    for k in 0..KEYS {
+        let r = admin.cmd(&["XGROUP", "CREATE", &format!("moving:{k}"), "grp", "$", "MKSTREAM"]).await;
+        assert_eq!(r, b"+OK\r\n");
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let mut consumers = Vec::new();
+    for k in 0..KEYS {
+        for c in 0..2 {
+            consumers.push(tokio::spawn(consume(addr, format!("moving:{k}"), format!("c{c}"), done.clone())));
+        }
+    }
+    let producers: Vec<_> = (0..KEYS).map(|k| tokio::spawn(produce(addr, format!("moving:{k}"), PER_KEY))).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(producers.iter().any(|p| !p.is_finished()), "the moves happen while entries are written");
+    for n in [5, 2] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        support::wait_scaled(&mut admin, n).await;
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for c in consumers {
+        all.push(c.await.unwrap());
+    }
+    check_once(all, KEYS, PER_KEY);
     router.shutdown().await;
 }
