@@ -132,6 +132,18 @@ pub struct ServeArgs {
           value_parser = list_size)]
     pub list_max_listpack_size: i64,
 
+    /// A stream's listpack node holds at most this many bytes (Redis's stream-node-max-bytes;
+    /// 0: no cap but Redis's 1 GiB).
+    #[arg(long, env = "SHOAL_NODE_STREAM_NODE_MAX_BYTES", default_value = "4096", allow_negative_numbers = true,
+          value_parser = byte_limit)]
+    pub stream_node_max_bytes: u64,
+
+    /// A stream's listpack node holds at most this many entries (Redis's
+    /// stream-node-max-entries; 0: no cap).
+    #[arg(long, env = "SHOAL_NODE_STREAM_NODE_MAX_ENTRIES", default_value = "100", allow_negative_numbers = true,
+          value_parser = count)]
+    pub stream_node_max_entries: u64,
+
     /// Keyspace notifications (Redis's notify-keyspace-events letters, e.g. KEA; empty: off),
     /// published through this node's pub/sub to every router's subscribers. CONFIG SET through
     /// a router changes it at runtime (not kept across restarts).
@@ -261,7 +273,10 @@ impl ServeArgs {
             zset_max_listpack_entries: size(self.zset_max_listpack_entries),
             zset_max_listpack_value: size(self.zset_max_listpack_value),
             list_max_listpack_size: self.list_max_listpack_size,
-            ..Limits::default()
+            stream_node: crate::store::object::stream::NodeLimits {
+                max_bytes: size(self.stream_node_max_bytes),
+                max_entries: size(self.stream_node_max_entries),
+            },
         }
     }
 

@@ -118,6 +118,8 @@ impl NodeState {
             zset_max_listpack_entries: Some(l.zset_max_listpack_entries as u64),
             zset_max_listpack_value: Some(l.zset_max_listpack_value as u64),
             list_max_listpack_size: Some(l.list_max_listpack_size),
+            stream_node_max_bytes: Some(l.stream_node.max_bytes as u64),
+            stream_node_max_entries: Some(l.stream_node.max_entries as u64),
             notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
             busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
             cluster_slot_stats_enabled: Some(self.store.slot_traffic.enabled()),
@@ -184,6 +186,12 @@ pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result
     }
     if let Some(v) = change.list_max_listpack_size {
         l.list_max_listpack_size = v;
+    }
+    if let Some(v) = change.stream_node_max_bytes {
+        l.stream_node.max_bytes = size(v);
+    }
+    if let Some(v) = change.stream_node_max_entries {
+        l.stream_node.max_entries = size(v);
     }
     if let Some(v) = &change.notify_keyspace_events {
         config.notify_keyspace_events = shoal_wire::notify::parse(v.as_bytes()).unwrap_or_default();

@@ -33,13 +33,15 @@ pub enum Setting {
     ZsetMaxListpackEntries,
     ZsetMaxListpackValue,
     ListMaxListpackSize,
+    StreamNodeMaxBytes,
+    StreamNodeMaxEntries,
     NotifyKeyspaceEvents,
     BusyReplyThreshold,
     ClusterSlotStatsEnabled,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 11] = [
+    pub const ALL: [Setting; 13] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -48,6 +50,8 @@ impl Setting {
         Setting::ZsetMaxListpackEntries,
         Setting::ZsetMaxListpackValue,
         Setting::ListMaxListpackSize,
+        Setting::StreamNodeMaxBytes,
+        Setting::StreamNodeMaxEntries,
         Setting::NotifyKeyspaceEvents,
         Setting::BusyReplyThreshold,
         Setting::ClusterSlotStatsEnabled,
@@ -64,6 +68,8 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => "zset-max-listpack-entries",
             Setting::ZsetMaxListpackValue => "zset-max-listpack-value",
             Setting::ListMaxListpackSize => "list-max-listpack-size",
+            Setting::StreamNodeMaxBytes => "stream-node-max-bytes",
+            Setting::StreamNodeMaxEntries => "stream-node-max-entries",
             Setting::NotifyKeyspaceEvents => "notify-keyspace-events",
             Setting::BusyReplyThreshold => "busy-reply-threshold",
             Setting::ClusterSlotStatsEnabled => "cluster-slot-stats-enabled",
@@ -94,6 +100,8 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => into.zset_max_listpack_entries = Some(parse_count(value)?),
             Setting::ZsetMaxListpackValue => into.zset_max_listpack_value = Some(parse_byte_limit(value)?),
             Setting::ListMaxListpackSize => into.list_max_listpack_size = Some(parse_list_size(value)?),
+            Setting::StreamNodeMaxBytes => into.stream_node_max_bytes = Some(parse_byte_limit(value)?),
+            Setting::StreamNodeMaxEntries => into.stream_node_max_entries = Some(parse_count(value)?),
             Setting::NotifyKeyspaceEvents => {
                 crate::notify::parse(value).ok_or(crate::notify::BAD_CLASS)?;
                 into.notify_keyspace_events = Some(String::from_utf8_lossy(value).into_owned());
@@ -115,6 +123,8 @@ impl Setting {
             Setting::ZsetMaxListpackEntries => s.zset_max_listpack_entries.map(|v| v.to_string()),
             Setting::ZsetMaxListpackValue => s.zset_max_listpack_value.map(|v| v.to_string()),
             Setting::ListMaxListpackSize => s.list_max_listpack_size.map(|v| v.to_string()),
+            Setting::StreamNodeMaxBytes => s.stream_node_max_bytes.map(|v| v.to_string()),
+            Setting::StreamNodeMaxEntries => s.stream_node_max_entries.map(|v| v.to_string()),
             Setting::NotifyKeyspaceEvents => s.notify_keyspace_events.clone(),
             Setting::BusyReplyThreshold => s.busy_reply_threshold.map(|v| v.to_string()),
             Setting::ClusterSlotStatsEnabled => {

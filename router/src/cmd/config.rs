@@ -137,6 +137,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("list-max-listpack-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-max-ziplist-size", Param::Node(Setting::ListMaxListpackSize)),
     ("list-compress-depth", Param::Accepted("0", Accepts::Count)),
+    ("stream-node-max-bytes", Param::Node(Setting::StreamNodeMaxBytes)),
+    ("stream-node-max-entries", Param::Node(Setting::StreamNodeMaxEntries)),
     ("hll-sparse-max-bytes", Param::Fixed("3000")),
     ("notify-keyspace-events", Param::Node(Setting::NotifyKeyspaceEvents)),
     ("client-output-buffer-limit", Param::OutputLimit),
