@@ -160,6 +160,33 @@ async fn wake_ups_match_redis() {
             (0, "XPENDING {q}g grp"),
             (0, "XINFO GROUPS {q}g"),
         ],
+        // A reader whose ID lies past the new entry keeps waiting; one behind it is served.
+        &[
+            (0, "XADD {q}k 5-0 a 1"),
+            (1, "XREAD BLOCK 300 STREAMS {q}k 100-0"),
+            (2, "XREAD BLOCK 0 STREAMS {q}k $"),
+            (0, "XADD {q}k 6-0 b 2"),
+            (8, ""),
+            (9, ""),
+        ],
+        // A destroyed group ends the wait with NOGROUP, a deleted or overwritten key with
+        // UNBLOCKED; an XREAD waits on.
+        &[
+            (0, "XGROUP CREATE {q}d grp $ MKSTREAM"),
+            (1, "XREADGROUP GROUP grp c BLOCK 0 STREAMS {q}d >"),
+            (0, "XGROUP DESTROY {q}d grp"),
+            (9, ""),
+            (0, "XGROUP CREATE {q}d grp $"),
+            (1, "XREADGROUP GROUP grp c BLOCK 300 STREAMS {q}d >"),
+            (0, "DEL {q}d"),
+            (9, ""),
+            (0, "XGROUP CREATE {q}d grp $ MKSTREAM"),
+            (1, "XREADGROUP GROUP grp c BLOCK 0 STREAMS {q}d >"),
+            (2, "XREAD BLOCK 300 STREAMS {q}d $"),
+            (0, "SET {q}d x"),
+            (9, ""),
+            (8, ""),
+        ],
         // NOACK, and a blocked XREADGROUP inside MULTI does not wait.
         &[
             (0, "XGROUP CREATE {q}h grp $ MKSTREAM"),

@@ -82,9 +82,21 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
     while let Some(key) = ready.pop_front() {
         for id in locked.queues.waiting_on(&key) {
             let Some(w) = locked.queues.get(id).map(parked) else { continue };
-            let reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
-            if found_nothing(&reply) {
+            let mut reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
+            let stream = is_stream_read(&w.op);
+            if stream && is_group_read(&w.op) && store.type_of(&key) != "stream" {
+                // Redis 7.0 ends a blocked XREADGROUP whose key was deleted or overwritten with
+                // another type (its group cannot come back).
+                reply = error_reply("UNBLOCKED the stream key no longer exists");
+            } else if found_nothing(&reply) {
+                // Pops: nothing left for those behind either. Stream reads each start at their
+                // own ID: the next one may still find something.
+                if stream {
+                    continue;
+                }
                 break;
+            } else if stream && nogroup(&reply) {
+                reply = error_reply("NOGROUP the consumer group this client was blocked on no longer exists");
             }
             if is_wrong_type(&reply) && !waits_for_type_of(store, &w.op, &key) {
                 continue;
@@ -122,6 +134,28 @@ pub(super) fn found_nothing(reply: &Reply) -> bool {
         &reply.kind,
         Some(reply::Kind::Frame(f)) if matches!(f.kind, Some(frame::Kind::Nil(_) | frame::Kind::NullArray(_)))
     )
+}
+
+/// Whether the blocked command is XREAD or XREADGROUP.
+fn is_stream_read(op: &Op) -> bool {
+    let Some(Kind::Command(c)) = &op.kind else { return false };
+    c.args.first().is_some_and(|n| n.eq_ignore_ascii_case(b"xread") || n.eq_ignore_ascii_case(b"xreadgroup"))
+}
+
+fn is_group_read(op: &Op) -> bool {
+    let Some(Kind::Command(c)) = &op.kind else { return false };
+    c.args.first().is_some_and(|n| n.eq_ignore_ascii_case(b"xreadgroup"))
+}
+
+fn nogroup(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    matches!(&reply.kind, Some(reply::Kind::Frame(f)) if matches!(&f.kind, Some(frame::Kind::Error(e)) if e.starts_with("NOGROUP")))
+}
+
+/// An error answer for a blocked client (Redis 7.0's texts for a stream that went away).
+fn error_reply(text: &str) -> Reply {
+    let frame = shoal_wire::proto::Frame { kind: Some(shoal_wire::proto::frame::Kind::Error(text.to_string())) };
+    Reply { kind: Some(reply::Kind::Frame(frame)), ..Default::default() }
 }
 
 pub(super) fn is_wrong_type(reply: &Reply) -> bool {

@@ -93,6 +93,12 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
             cmd.name
         ));
     }
+    if matches!(cmd.name, "xread" | "xreadgroup") && blocks(args) {
+        return Err(format!(
+            "ERR {} command is not allowed with BLOCK option from scripts",
+            String::from_utf8_lossy(&args[0])
+        ));
+    }
     let keys = match crate::commands::multi_key_keys(name.as_slice(), args) {
         Some(Ok(keys)) => keys,
         // The command's own error (a bad numkeys) is its reply: let it answer.
@@ -113,6 +119,24 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
         ctx.written.extend(keys);
     }
     Ok(cmd)
+}
+
+/// Whether an XREAD/XREADGROUP asks to BLOCK, read as Redis's `xreadCommand` reads its options
+/// up to that one (an option that fails before it is the command's own error to answer).
+fn blocks(args: &[bytes::Bytes]) -> bool {
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        let w = args[i].to_ascii_lowercase();
+        match &w[..] {
+            b"block" if more > 0 => return true,
+            b"count" if more > 0 && shoal_wire::num::parse_i64(&args[i + 1]).is_some() => i += 2,
+            b"group" if more >= 2 && args[0].len() == 10 => i += 3,
+            b"noack" if args[0].len() == 10 => i += 1,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Commands Redis has that the router answers (a node does not know them).
