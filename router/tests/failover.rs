@@ -621,11 +621,18 @@ async fn typed_keys(c: &mut Raw, n: usize) {
         pipeline.extend(support::encode(&[b"RPUSH", k("l").as_bytes(), b"a", b"b"]));
         pipeline.extend(support::encode(&[b"SADD", k("set").as_bytes(), b"x", b"y", b"z"]));
         pipeline.extend(support::encode(&[b"ZADD", k("z").as_bytes(), b"1.5", b"m"]));
+        pipeline.extend(support::encode(&[b"XADD", k("xs").as_bytes(), b"7-1", b"f", format!("{i}").as_bytes()]));
+        pipeline.extend(support::encode(&[b"XGROUP", b"CREATE", k("xs").as_bytes(), b"g", b"0"]));
+        pipeline.extend(support::encode(&[b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", k("xs").as_bytes(), b">"]));
     }
     c.send(&pipeline).await;
-    for _ in 0..n * 5 {
+    for _ in 0..n * 8 {
         let r = c.reply().await.unwrap();
-        assert!(r == b"+OK\r\n" || r.starts_with(b":"), "{}", String::from_utf8_lossy(&r));
+        assert!(
+            r == b"+OK\r\n" || r.starts_with(b":") || r == b"$3\r\n7-1\r\n" || r.starts_with(b"*1\r\n"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
     }
 }
 
@@ -636,6 +643,11 @@ async fn check_typed_keys(c: &mut Raw, n: usize, when: &str) {
         assert_eq!(c.cmd(&["LLEN", &format!("l:{i}")]).await, b":2\r\n", "{when}");
         assert_eq!(c.cmd(&["SCARD", &format!("set:{i}")]).await, b":3\r\n", "{when}");
         assert_eq!(c.cmd(&["ZSCORE", &format!("z:{i}"), "m"]).await, support::bulk("1.5"), "{when}");
+        let x = format!("xs:{i}");
+        let want = format!("*1\r\n*2\r\n$3\r\n7-1\r\n*2\r\n$1\r\nf\r\n${}\r\n{i}\r\n", i.to_string().len());
+        assert_eq!(String::from_utf8(c.cmd(&["XRANGE", &x, "-", "+"]).await).unwrap(), want, "{when}");
+        let pending = String::from_utf8(c.cmd(&["XPENDING", &x, "g"]).await).unwrap();
+        assert!(pending.starts_with("*4\r\n:1\r\n$3\r\n7-1\r\n"), "the group and its PEL replicate ({when}): {pending}");
     }
 }
 
@@ -711,7 +723,7 @@ async fn the_embedded_cluster_with_replicas_fails_over_and_scales_without_losing
     support::wait_scaled(&mut c, 2).await;
     check_typed_keys(&mut c, N, "after shrinking to 2").await;
     assert_eq!(c.cmd(&["GET", "after:failover"]).await, support::bulk("1"));
-    assert_eq!(c.cmd(&["DBSIZE"]).await, format!(":{}\r\n", N * 6 + 1).into_bytes());
+    assert_eq!(c.cmd(&["DBSIZE"]).await, format!(":{}\r\n", N * 7 + 1).into_bytes());
     router.shutdown().await;
 }
 

@@ -346,6 +346,13 @@ impl Stream {
                 tail = None;
             }
         }
+        if tail.is_none()
+            && let Some(lp) = self.nodes.values_mut().next_back()
+        {
+            // A full node takes no more entries: give back what growing it reserved (Redis's
+            // `lpShrinkToFit`).
+            lp.shrink_to_fit();
+        }
         let mut flags = 0;
         let (master, lp) = match tail {
             None => {
