@@ -239,7 +239,10 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
             b.member_there = matches!(frame_of(store, &ask), Some(frame::Kind::Int(1)));
         }
         b"xadd" if flags & STREAM != 0 => {
-            let trims = args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"maxlen") || a.eq_ignore_ascii_case(b"minid"));
+            let trims = args
+                .iter()
+                .skip(2)
+                .any(|a| a.eq_ignore_ascii_case(b"maxlen") || a.eq_ignore_ascii_case(b"minid"));
             if trims {
                 b.stream_len = Some(stream_len(store, &args[1]));
             }
@@ -275,11 +278,12 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
 /// The length of the stream at `key` (0: none).
 fn stream_len(store: &Store, key: &[u8]) -> u64 {
     use crate::store::object::{Object, ValueType};
-    store.read_object(key, ValueType::Stream, |o| match o {
-        Some(Object::Stream(s)) => s.length,
-        _ => 0,
-    })
-    .unwrap_or(0)
+    store
+        .read_object(key, ValueType::Stream, |o| match o {
+            Some(Object::Stream(s)) => s.length,
+            _ => 0,
+        })
+        .unwrap_or(0)
 }
 
 /// Whether the stream at `key` has `consumer` in `group`.
@@ -287,7 +291,9 @@ fn has_consumer(store: &Store, key: &[u8], group: &[u8], consumer: &[u8]) -> boo
     use crate::store::object::{Object, ValueType};
     store
         .read_object(key, ValueType::Stream, |o| match o {
-            Some(Object::Stream(s)) => s.groups.get(group).is_some_and(|g| g.consumers.contains_key(consumer)),
+            Some(Object::Stream(s)) => {
+                s.groups.get(group).is_some_and(|g| g.consumers.contains_key(consumer))
+            }
             _ => false,
         })
         .unwrap_or(false)

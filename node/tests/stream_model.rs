@@ -147,7 +147,11 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
     let (cmd, want): (Vec<String>, R) = match op {
         Op::Add(step, layout) => {
             let ms = m.last.0 + step;
-            let new = if m.exists && ms == m.last.0 || (!m.exists && ms == 0) { (ms, m.last.1 + 1) } else { (ms, 0) };
+            let new = if m.exists && ms == m.last.0 || (!m.exists && ms == 0) {
+                (ms, m.last.1 + 1)
+            } else {
+                (ms, 0)
+            };
             let fields = match layout {
                 0 => strings(&["f", "1"]),
                 1 => strings(&["f", "22", "g", "x"]),
@@ -183,7 +187,10 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
             gone.iter().for_each(|i| {
                 m.entries.remove(i);
             });
-            (strings(&["XTRIM", KEY, "MAXLEN", &max.to_string()]), R::I(if m.exists { extra as i64 } else { 0 }))
+            (
+                strings(&["XTRIM", KEY, "MAXLEN", &max.to_string()]),
+                R::I(if m.exists { extra as i64 } else { 0 }),
+            )
         }
         Op::TrimMinId(n) => {
             let min = pick(m, *n);
@@ -237,8 +244,11 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
                     "-NOGROUP No such key '{KEY}' or consumer group '{name}' in XREADGROUP with GROUP option"
                 )),
                 Some(grp) => {
-                    let mut ids: Vec<Id> =
-                        m.entries.range((std::ops::Bound::Excluded(grp.last), std::ops::Bound::Unbounded)).map(|(i, _)| *i).collect();
+                    let mut ids: Vec<Id> = m
+                        .entries
+                        .range((std::ops::Bound::Excluded(grp.last), std::ops::Bound::Unbounded))
+                        .map(|(i, _)| *i)
+                        .collect();
                     if ids.is_empty() {
                         R::Nil
                     } else {
@@ -274,7 +284,10 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
                         match m.entries.get(i) {
                             Some(f) => {
                                 *n += 1;
-                                out.push(R::A(vec![R::S(id(*i)), R::A(f.iter().cloned().map(R::S).collect())]));
+                                out.push(R::A(vec![
+                                    R::S(id(*i)),
+                                    R::A(f.iter().cloned().map(R::S).collect()),
+                                ]));
                             }
                             None => out.push(R::A(vec![R::S(id(*i)), R::Nil])),
                         }
@@ -287,7 +300,9 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
         Op::Ack(g, n) => {
             let name = GROUPS[*g];
             let target = match m.groups.get(name) {
-                Some(grp) if !grp.pel.is_empty() => *grp.pel.keys().nth(n % grp.pel.len()).expect("n mod len"),
+                Some(grp) if !grp.pel.is_empty() => {
+                    *grp.pel.keys().nth(n % grp.pel.len()).expect("n mod len")
+                }
                 _ => pick(m, *n),
             };
             let acked = m.groups.get_mut(name).is_some_and(|grp| grp.pel.remove(&target).is_some());
@@ -296,7 +311,9 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
         Op::Claim(g, c, n) => {
             let (name, consumer) = (GROUPS[*g], CONSUMERS[*c]);
             let target = match m.groups.get(name) {
-                Some(grp) if !grp.pel.is_empty() => *grp.pel.keys().nth(n % grp.pel.len()).expect("n mod len"),
+                Some(grp) if !grp.pel.is_empty() => {
+                    *grp.pel.keys().nth(n % grp.pel.len()).expect("n mod len")
+                }
                 _ => pick(m, *n),
             };
             let cmd = strings(&["XCLAIM", KEY, name, consumer, "0", &id(target)]);
@@ -325,11 +342,14 @@ fn step(s: &Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
                 None => R::S(format!("-NOGROUP No such key '{KEY}' or consumer group '{name}'")),
                 Some(grp) => {
                     // Idle times are the clock's: the model's clock stands still, so they are 0.
-                    R::A(grp
-                        .pel
-                        .iter()
-                        .map(|(i, (owner, n))| R::A(vec![R::S(id(*i)), R::S(owner.clone()), R::I(0), R::I(*n)]))
-                        .collect())
+                    R::A(
+                        grp.pel
+                            .iter()
+                            .map(|(i, (owner, n))| {
+                                R::A(vec![R::S(id(*i)), R::S(owner.clone()), R::I(0), R::I(*n)])
+                            })
+                            .collect(),
+                    )
                 }
             };
             (cmd, want)

@@ -33,7 +33,9 @@ fn text(f: shoal_wire::proto::Frame) -> String {
         Nil(_) | NullArray(_) => "(nil)".into(),
         Simple(s) => s,
         Double(d) => String::from_utf8_lossy(&d).into_owned(),
-        Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => a.items.into_iter().map(text).collect::<Vec<_>>().join(","),
+        Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => {
+            a.items.into_iter().map(text).collect::<Vec<_>>().join(",")
+        }
         Raw(raw) => commands::raw_bulks(&raw)
             .expect("a raw reply is an array of bulk strings")
             .iter()
@@ -99,7 +101,12 @@ fn streams_survive_a_snapshot_with_their_groups() {
     }
     run(&s, &["XDEL", "events", "7-0"]);
     run(&s, &["XGROUP", "CREATE", "events", "workers", "0"]);
-    assert_eq!(run(&s, &["XREADGROUP", "GROUP", "workers", "w1", "COUNT", "3", "STREAMS", "events", ">"]).matches(",n,").count(), 3);
+    assert_eq!(
+        run(&s, &["XREADGROUP", "GROUP", "workers", "w1", "COUNT", "3", "STREAMS", "events", ">"])
+            .matches(",n,")
+            .count(),
+        3
+    );
     run(&s, &["XACK", "events", "workers", "1-0"]);
     // An emptied stream stays, with its last ID.
     run(&s, &["XADD", "emptied", "5-5", "f", "v"]);
@@ -115,9 +122,15 @@ fn streams_survive_a_snapshot_with_their_groups() {
     assert_eq!(run(&r, &["XPENDING", "events", "workers"]), "2,2-0,3-0,w1,2");
     assert_eq!(run(&r, &["XRANGE", "events", "6", "8"]), "6-0,n,6,payload,x,8-0,n,8,payload,x");
     assert_eq!(run(&r, &["XLEN", "emptied"]), "0");
-    assert_eq!(run(&r, &["XADD", "emptied", "5-5", "f", "v"]), "-ERR The ID specified in XADD is equal or smaller than the target stream top item");
+    assert_eq!(
+        run(&r, &["XADD", "emptied", "5-5", "f", "v"]),
+        "-ERR The ID specified in XADD is equal or smaller than the target stream top item"
+    );
     // Reads and writes go on over the loaded value.
-    assert_eq!(run(&r, &["XREADGROUP", "GROUP", "workers", "w2", "COUNT", "1", "STREAMS", "events", ">"]), "events,4-0,n,4,payload,x");
+    assert_eq!(
+        run(&r, &["XREADGROUP", "GROUP", "workers", "w2", "COUNT", "1", "STREAMS", "events", ">"]),
+        "events,4-0,n,4,payload,x"
+    );
     run(&r, &["XADD", "events", "300-0", "n", "300"]);
     write_snapshot(&r, d.path(), 3).unwrap();
     let again = store(&clock);

@@ -136,7 +136,12 @@ async fn wake_ups_match_redis() {
         ],
         // Streams: XREAD BLOCK with `$` gets what arrives after it blocked (one stream: the one
         // that woke it), two readers both get the entry; a time-out answers null.
-        &[(1, "XREAD BLOCK 0 STREAMS {q}s1 {q}s2 $ $"), (0, "XADD {q}s2 5-0 f v"), (9, ""), (0, "XLEN {q}s2")],
+        &[
+            (1, "XREAD BLOCK 0 STREAMS {q}s1 {q}s2 $ $"),
+            (0, "XADD {q}s2 5-0 f v"),
+            (9, ""),
+            (0, "XLEN {q}s2"),
+        ],
         &[
             (0, "XADD {q}s1 1-0 old x"),
             (1, "XREAD BLOCK 0 STREAMS {q}s1 $"),
@@ -391,9 +396,11 @@ async fn blocked_clients_hold_no_thread() {
 fn stream_ids(reply: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(reply)
         .split("\r\n")
-        .filter(|l| l.split_once('-').is_some_and(|(a, b)| {
-            !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
-        }))
+        .filter(|l| {
+            l.split_once('-').is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+            })
+        })
         .map(str::to_string)
         .collect()
 }
@@ -415,7 +422,9 @@ async fn consume(addr: std::net::SocketAddr, key: String, name: String, done: Ar
     let start = Instant::now();
     let mut quiet = 0;
     while start.elapsed() < Duration::from_secs(120) {
-        let r = c.cmd(&["XREADGROUP", "GROUP", "grp", &name, "COUNT", "20", "BLOCK", "300", "STREAMS", &key, ">"]).await;
+        let r = c
+            .cmd(&["XREADGROUP", "GROUP", "grp", &name, "COUNT", "20", "BLOCK", "300", "STREAMS", &key, ">"])
+            .await;
         if r.first() == Some(&b'-') {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -506,7 +515,8 @@ fn check_once(all: Vec<Consumed>, keys: usize, per_key: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_group_through_two_routers_and_a_node_restart_delivers_each_entry_once() {
     let dir = tempfile::tempdir().unwrap();
-    let data: Vec<String> = (0..3).map(|i| dir.path().join(format!("data{i}")).display().to_string()).collect();
+    let data: Vec<String> =
+        (0..3).map(|i| dir.path().join(format!("data{i}")).display().to_string()).collect();
     let mut nodes = Vec::new();
     for (i, d) in data.iter().enumerate() {
         nodes.push(NodeProc::start(dir.path(), &format!("node{i}"), &["--data-dir", d]).await);
@@ -549,7 +559,11 @@ async fn a_stream_group_through_two_routers_and_a_node_restart_delivers_each_ent
     for k in 0..KEYS {
         let key = format!("jobs:{k}");
         assert_eq!(admin.cmd(&["XLEN", &key]).await, format!(":{PER_KEY}\r\n").into_bytes());
-        assert_eq!(admin.cmd(&["XPENDING", &key, "grp", "-", "+", "10"]).await, b"*0\r\n", "nothing left pending");
+        assert_eq!(
+            admin.cmd(&["XPENDING", &key, "grp", "-", "+", "10"]).await,
+            b"*0\r\n",
+            "nothing left pending"
+        );
     }
     a.shutdown().await;
     b.shutdown().await;
@@ -575,7 +589,8 @@ async fn a_stream_group_while_the_cluster_scales_delivers_each_entry_once() {
             consumers.push(tokio::spawn(consume(addr, format!("moving:{k}"), format!("c{c}"), done.clone())));
         }
     }
-    let producers: Vec<_> = (0..KEYS).map(|k| tokio::spawn(produce(addr, format!("moving:{k}"), PER_KEY))).collect();
+    let producers: Vec<_> =
+        (0..KEYS).map(|k| tokio::spawn(produce(addr, format!("moving:{k}"), PER_KEY))).collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(producers.iter().any(|p| !p.is_finished()), "the moves happen while entries are written");
     for n in [5, 2] {

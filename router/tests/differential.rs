@@ -156,7 +156,9 @@ async fn run_script(
 fn mask_clock(reply: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(reply.len());
     for line in reply.split_inclusive(|&b| b == b'\n') {
-        let digits = line.strip_prefix(b":").map(|r| r.iter().take_while(|b| b.is_ascii_digit() || **b == b'-').count());
+        let digits = line
+            .strip_prefix(b":")
+            .map(|r| r.iter().take_while(|b| b.is_ascii_digit() || **b == b'-').count());
         match digits {
             Some(d) if d >= 10 => out.extend_from_slice(b":#\r\n"),
             _ => out.extend_from_slice(line),

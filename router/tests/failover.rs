@@ -621,9 +621,23 @@ async fn typed_keys(c: &mut Raw, n: usize) {
         pipeline.extend(support::encode(&[b"RPUSH", k("l").as_bytes(), b"a", b"b"]));
         pipeline.extend(support::encode(&[b"SADD", k("set").as_bytes(), b"x", b"y", b"z"]));
         pipeline.extend(support::encode(&[b"ZADD", k("z").as_bytes(), b"1.5", b"m"]));
-        pipeline.extend(support::encode(&[b"XADD", k("xs").as_bytes(), b"7-1", b"f", format!("{i}").as_bytes()]));
+        pipeline.extend(support::encode(&[
+            b"XADD",
+            k("xs").as_bytes(),
+            b"7-1",
+            b"f",
+            format!("{i}").as_bytes(),
+        ]));
         pipeline.extend(support::encode(&[b"XGROUP", b"CREATE", k("xs").as_bytes(), b"g", b"0"]));
-        pipeline.extend(support::encode(&[b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", k("xs").as_bytes(), b">"]));
+        pipeline.extend(support::encode(&[
+            b"XREADGROUP",
+            b"GROUP",
+            b"g",
+            b"c",
+            b"STREAMS",
+            k("xs").as_bytes(),
+            b">",
+        ]));
     }
     c.send(&pipeline).await;
     for _ in 0..n * 8 {
@@ -647,7 +661,10 @@ async fn check_typed_keys(c: &mut Raw, n: usize, when: &str) {
         let want = format!("*1\r\n*2\r\n$3\r\n7-1\r\n*2\r\n$1\r\nf\r\n${}\r\n{i}\r\n", i.to_string().len());
         assert_eq!(String::from_utf8(c.cmd(&["XRANGE", &x, "-", "+"]).await).unwrap(), want, "{when}");
         let pending = String::from_utf8(c.cmd(&["XPENDING", &x, "g"]).await).unwrap();
-        assert!(pending.starts_with("*4\r\n:1\r\n$3\r\n7-1\r\n"), "the group and its PEL replicate ({when}): {pending}");
+        assert!(
+            pending.starts_with("*4\r\n:1\r\n$3\r\n7-1\r\n"),
+            "the group and its PEL replicate ({when}): {pending}"
+        );
     }
 }
 

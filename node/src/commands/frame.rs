@@ -96,7 +96,11 @@ pub fn for_the_wire(f: Frame, resp3: bool) -> Frame {
 fn nested_deeper(f: &Frame, levels: usize) -> bool {
     let items = match &f.kind {
         Some(
-            Kind::Array(items) | Kind::Map(items) | Kind::Set(items) | Kind::Pairs(items) | Kind::Keyed(items),
+            Kind::Array(items)
+            | Kind::Map(items)
+            | Kind::Set(items)
+            | Kind::Pairs(items)
+            | Kind::Keyed(items),
         ) => items,
         _ => return false,
     };

@@ -39,8 +39,10 @@ pub static TABLE: &[(&str, Handler)] = &[
 ];
 
 /// XREAD and XREADGROUP: their keys are the first half of what follows `STREAMS`.
-pub static READS: &[(&str, (KeysOf, MultiHandler))] =
-    &[("xread", (read_keys, |l, a| xread(l, a, false))), ("xreadgroup", (read_keys, |l, a| xread(l, a, true)))];
+pub static READS: &[(&str, (KeysOf, MultiHandler))] = &[
+    ("xread", (read_keys, |l, a| xread(l, a, false))),
+    ("xreadgroup", (read_keys, |l, a| xread(l, a, true))),
+];
 
 const INVALID_ID: CmdError = CmdError::Text("ERR Invalid stream ID specified as stream command argument");
 
@@ -52,7 +54,8 @@ fn string2ull(s: &[u8]) -> Option<u64> {
     if let Some(n) = shoal_wire::num::parse_i64(s) {
         return u64::try_from(n).ok();
     }
-    let mut i = s.iter().take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')).count();
+    let mut i =
+        s.iter().take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')).count();
     let neg = match s.get(i) {
         Some(b'-') => {
             i += 1;
@@ -77,7 +80,12 @@ fn string2ull(s: &[u8]) -> Option<u64> {
 
 /// Redis's `streamGenericParseIDOrReply`: `ms-seq`, `ms` (sequence `missing_seq`), `-` and `+`
 /// unless `strict`; with `seq_given` the `ms-*` form too (its flag is then false).
-fn parse_id_full(b: &[u8], missing_seq: u64, strict: bool, allow_star: bool) -> Result<(StreamId, bool), CmdError> {
+fn parse_id_full(
+    b: &[u8],
+    missing_seq: u64,
+    strict: bool,
+    allow_star: bool,
+) -> Result<(StreamId, bool), CmdError> {
     if b.len() > 127 {
         return Err(INVALID_ID);
     }
@@ -207,7 +215,8 @@ fn parse_add_trim(args: &[Bytes], xadd: bool) -> Result<(AddTrim, usize), CmdErr
     let mut limit_given = false;
     let mut limit: i64 = 0;
     let mut i = 2;
-    let both = CmdError::Text("ERR syntax error, MAXLEN and MINID options at the same time are not compatible");
+    let both =
+        CmdError::Text("ERR syntax error, MAXLEN and MINID options at the same time are not compatible");
     while i < args.len() {
         let more = args.len() - 1 - i;
         let opt = &args[i];
@@ -263,14 +272,18 @@ fn parse_add_trim(args: &[Bytes], xadd: bool) -> Result<(AddTrim, usize), CmdErr
         i += 1;
     }
     if limit != 0 && a.trim.is_none() {
-        return Err(CmdError::Text("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"));
+        return Err(CmdError::Text(
+            "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy",
+        ));
     }
     if !xadd && a.trim.is_none() {
         return Err(CmdError::Text("ERR syntax error, XTRIM must be called with a trimming strategy"));
     }
     if limit_given {
         if !a.approx {
-            return Err(CmdError::Text("ERR syntax error, LIMIT cannot be used without the special ~ option"));
+            return Err(CmdError::Text(
+                "ERR syntax error, LIMIT cannot be used without the special ~ option",
+            ));
         }
         a.limit = limit as u64;
     } else if a.approx {
@@ -301,12 +314,18 @@ fn xadd(store: &Store, args: &[Bytes]) -> CmdResult {
         }
         let s = stream_mut(slot).expect("a stream");
         if s.last_id == StreamId::MAX {
-            return Err(CmdError::Text("ERR The stream has exhausted the last possible ID, unable to add more items"));
+            return Err(CmdError::Text(
+                "ERR The stream has exhausted the last possible ID, unable to add more items",
+            ));
         }
-        let smaller = CmdError::Text("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+        let smaller = CmdError::Text(
+            "ERR The ID specified in XADD is equal or smaller than the target stream top item",
+        );
         let id = match opts.id {
             Some((id, true)) => id,
-            Some((id, false)) if id.ms == s.last_id.ms => s.last_id.incr().filter(|_| s.last_id.seq < u64::MAX).ok_or(smaller.clone())?,
+            Some((id, false)) if id.ms == s.last_id.ms => {
+                s.last_id.incr().filter(|_| s.last_id.seq < u64::MAX).ok_or(smaller.clone())?
+            }
             Some((id, false)) => id,
             None => s.next_id(now).unwrap_or(StreamId::MIN),
         };
@@ -374,7 +393,8 @@ struct ReadArgs {
 }
 
 fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError> {
-    let mut r = ReadArgs { count: 0, block: false, group: None, noack: false, keys: Vec::new(), ids: Vec::new() };
+    let mut r =
+        ReadArgs { count: 0, block: false, group: None, noack: false, keys: Vec::new(), ids: Vec::new() };
     let mut streams_at = None;
     let mut i = 1;
     while i < args.len() {
@@ -402,13 +422,17 @@ fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError> {
             break;
         } else if eq(o, "group") && more >= 2 {
             if !group_cmd {
-                return Err(CmdError::Text("ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."));
+                return Err(CmdError::Text(
+                    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
             }
             r.group = Some((args[i + 1].clone(), args[i + 2].clone()));
             i += 2;
         } else if eq(o, "noack") {
             if !group_cmd {
-                return Err(CmdError::Text("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."));
+                return Err(CmdError::Text(
+                    "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
             }
             r.noack = true;
         } else {
@@ -453,7 +477,9 @@ fn xread(l: &mut Locked<'_>, args: &[Bytes], group_cmd: bool) -> CmdResult {
     for (key, id) in r.keys.iter().zip(&r.ids) {
         let last = l.read_object(key, ValueType::Stream, |o| {
             o.map(|o| match o {
-                Object::Stream(s) => (s.last_id, r.group.as_ref().is_some_and(|(g, _)| s.groups.contains_key(g))),
+                Object::Stream(s) => {
+                    (s.last_id, r.group.as_ref().is_some_and(|(g, _)| s.groups.contains_key(g)))
+                }
                 _ => unreachable!("type checked"),
             })
         })?;
@@ -528,7 +554,12 @@ fn read_group(
             // The consumer's history: its pending IDs above `gt`, each with its entry (or a
             // null if the entry was deleted meanwhile), counted as delivered again.
             let ids: Vec<StreamId> = match gt.incr() {
-                Some(start) => g.consumers[cname].pel.range(start..).take(if count == 0 { usize::MAX } else { count }).copied().collect(),
+                Some(start) => g.consumers[cname]
+                    .pel
+                    .range(start..)
+                    .take(if count == 0 { usize::MAX } else { count })
+                    .copied()
+                    .collect(),
                 None => Vec::new(),
             };
             let mut out = Vec::new();
@@ -607,7 +638,9 @@ fn xsetid(store: &Store, args: &[Bytes]) -> CmdResult {
         let Some(s) = stream_mut(slot) else { return Err(CmdError::Text("ERR no such key")) };
         if s.length > 0 {
             if s.last_valid_id().is_some_and(|max| id < max) {
-                return Err(CmdError::Text("ERR The ID specified in XSETID is smaller than the target stream top item"));
+                return Err(CmdError::Text(
+                    "ERR The ID specified in XSETID is smaller than the target stream top item",
+                ));
             }
             if entries_added != -1 && s.length > entries_added as u64 {
                 return Err(CmdError::Text(
@@ -672,7 +705,9 @@ fn xgroup(store: &Store, args: &[Bytes]) -> CmdResult {
                     "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
                 ));
             };
-            if !s.groups.contains_key(gname) && matches!(&sub[..], b"setid" | b"createconsumer" | b"delconsumer") {
+            if !s.groups.contains_key(gname)
+                && matches!(&sub[..], b"setid" | b"createconsumer" | b"delconsumer")
+            {
                 return Err(CmdError::Owned(format!(
                     "NOGROUP No such consumer group '{}' for key name '{}'",
                     lossy(gname),
@@ -714,7 +749,10 @@ fn xgroup(store: &Store, args: &[Bytes]) -> CmdResult {
                 if g.consumers.contains_key(&args[4]) {
                     return Ok(F::int(0));
                 }
-                g.consumers.insert(args[4].clone(), crate::store::object::stream::Consumer { seen_time: now, ..Default::default() });
+                g.consumers.insert(
+                    args[4].clone(),
+                    crate::store::object::stream::Consumer { seen_time: now, ..Default::default() },
+                );
                 Ok(F::int(1))
             }
             b"delconsumer" if argc == 5 => {
@@ -777,9 +815,16 @@ fn xpending(store: &Store, args: &[Bytes]) -> CmdResult {
                 .consumers
                 .iter()
                 .filter(|(_, c)| !c.pel.is_empty())
-                .map(|(n, c)| F::array(vec![F::bulk(n.clone()), F::bulk(Bytes::from(c.pel.len().to_string()))]))
+                .map(|(n, c)| {
+                    F::array(vec![F::bulk(n.clone()), F::bulk(Bytes::from(c.pel.len().to_string()))])
+                })
                 .collect();
-            return Ok(F::array(vec![F::int(g.pel.len() as i64), id_frame(*first), id_frame(*last), F::array(owners)]));
+            return Ok(F::array(vec![
+                F::int(g.pel.len() as i64),
+                id_frame(*first),
+                id_frame(*last),
+                F::array(owners),
+            ]));
         };
         let ids: Vec<StreamId> = match &consumer {
             Some(c) => match g.consumers.get(c) {
@@ -798,7 +843,12 @@ fn xpending(store: &Store, args: &[Bytes]) -> CmdResult {
             if minidle != 0 && now - n.delivery_time < minidle {
                 continue;
             }
-            out.push(F::array(vec![id_frame(id), F::bulk(n.consumer.clone()), F::int(idle), F::int(n.delivery_count as i64)]));
+            out.push(F::array(vec![
+                id_frame(id),
+                F::bulk(n.consumer.clone()),
+                F::int(idle),
+                F::int(n.delivery_count as i64),
+            ]));
         }
         Ok(F::array(out))
     })?
@@ -1129,7 +1179,11 @@ fn stream_info(s: &Stream, args: &[Bytes]) -> CmdResult {
                             .take_while(|(i, _)| within(*i))
                             .map(|(_, id)| {
                                 let p = &g.pel[id];
-                                F::array(vec![id_frame(*id), F::int(p.delivery_time), F::int(p.delivery_count as i64)])
+                                F::array(vec![
+                                    id_frame(*id),
+                                    F::int(p.delivery_time),
+                                    F::int(p.delivery_count as i64),
+                                ])
                             })
                             .collect();
                         F::map(vec![

@@ -154,7 +154,8 @@ fn nogroup(reply: &Reply) -> bool {
 
 /// An error answer for a blocked client (Redis 7.0's texts for a stream that went away).
 fn error_reply(text: &str) -> Reply {
-    let frame = shoal_wire::proto::Frame { kind: Some(shoal_wire::proto::frame::Kind::Error(text.to_string())) };
+    let frame =
+        shoal_wire::proto::Frame { kind: Some(shoal_wire::proto::frame::Kind::Error(text.to_string())) };
     Reply { kind: Some(reply::Kind::Frame(frame)), ..Default::default() }
 }
 

@@ -61,7 +61,8 @@ pub const XSETID: CommandSpec = CommandSpec { decl: &redis::XSETID, run: write_k
 
 pub const XACK: CommandSpec = CommandSpec { decl: &redis::XACK, run: write_key, ..CommandSpec::DEFAULT };
 
-pub const XPENDING: CommandSpec = CommandSpec { decl: &redis::XPENDING, run: read_key, ..CommandSpec::DEFAULT };
+pub const XPENDING: CommandSpec =
+    CommandSpec { decl: &redis::XPENDING, run: read_key, ..CommandSpec::DEFAULT };
 
 pub const XCLAIM: CommandSpec = CommandSpec { decl: &redis::XCLAIM, run: write_key, ..CommandSpec::DEFAULT };
 
@@ -70,7 +71,8 @@ pub const XAUTOCLAIM: CommandSpec =
 
 pub const XREAD: CommandSpec = CommandSpec { decl: &redis::XREAD, run: read, ..CommandSpec::DEFAULT };
 
-pub const XREADGROUP: CommandSpec = CommandSpec { decl: &redis::XREADGROUP, run: read, ..CommandSpec::DEFAULT };
+pub const XREADGROUP: CommandSpec =
+    CommandSpec { decl: &redis::XREADGROUP, run: read, ..CommandSpec::DEFAULT };
 
 pub const XGROUP_CREATE: CommandSpec =
     CommandSpec { decl: &redis::XGROUP_CREATE, run: write_second, ..CommandSpec::DEFAULT };

@@ -291,7 +291,22 @@ mod tests {
     #[test]
     fn elements_round_trip_in_redis_sizes() {
         let mut lp = new();
-        let ints = [0, 127, 128, -1, -4096, 4095, 4096, -32768, 32767, 8_388_607, -8_388_608, i32::MAX as i64, i64::MIN, i64::MAX];
+        let ints = [
+            0,
+            127,
+            128,
+            -1,
+            -4096,
+            4095,
+            4096,
+            -32768,
+            32767,
+            8_388_607,
+            -8_388_608,
+            i32::MAX as i64,
+            i64::MIN,
+            i64::MAX,
+        ];
         for n in ints {
             append_int(&mut lp, n);
         }

@@ -68,9 +68,16 @@ impl ValueType {
     }
 
     pub fn from_name(name: &[u8]) -> Option<ValueType> {
-        [ValueType::String, ValueType::Hash, ValueType::List, ValueType::Set, ValueType::ZSet, ValueType::Stream]
-            .into_iter()
-            .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
+        [
+            ValueType::String,
+            ValueType::Hash,
+            ValueType::List,
+            ValueType::Set,
+            ValueType::ZSet,
+            ValueType::Stream,
+        ]
+        .into_iter()
+        .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
 }
 
@@ -213,7 +220,11 @@ fn fuzz_contents(o: &Object) -> Vec<Vec<u8>> {
             return z.iter().map(|(m, s)| [m, &s.to_bits().to_le_bytes()[..]].concat()).collect();
         }
         Object::Stream(s) => {
-            return s.entries().iter().map(|e| [&e.id.ms.to_le_bytes()[..], &e.fields.concat()].concat()).collect();
+            return s
+                .entries()
+                .iter()
+                .map(|e| [&e.id.ms.to_le_bytes()[..], &e.fields.concat()].concat())
+                .collect();
         }
     };
     out.sort();

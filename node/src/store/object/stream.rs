@@ -334,8 +334,11 @@ impl Stream {
     pub fn append(&mut self, id: StreamId, fields: &[Bytes], limits: NodeLimits) {
         let numfields = (fields.len() / 2) as i64;
         let total: usize = fields.iter().map(|f| f.len()).sum();
-        let max_bytes =
-            if limits.max_bytes == 0 || limits.max_bytes > LISTPACK_MAX_SIZE { LISTPACK_MAX_SIZE } else { limits.max_bytes };
+        let max_bytes = if limits.max_bytes == 0 || limits.max_bytes > LISTPACK_MAX_SIZE {
+            LISTPACK_MAX_SIZE
+        } else {
+            limits.max_bytes
+        };
         let mut tail = self.nodes.last_key_value().map(|(k, _)| *k);
         if let Some(master) = tail {
             let lp = &self.nodes[&master];
@@ -643,7 +646,10 @@ impl Stream {
                 alloc_size(name.len())
                     + 96
                     + g.pel.values().map(|_| 16 + 40 + 32).sum::<usize>()
-                    + g.consumers.iter().map(|(n, c)| alloc_size(n.len()) + 64 + c.pel.len() * 24).sum::<usize>()
+                    + g.consumers
+                        .iter()
+                        .map(|(n, c)| alloc_size(n.len()) + 64 + c.pel.len() * 24)
+                        .sum::<usize>()
             })
             .sum();
         std::mem::size_of::<Stream>() + nodes + groups
@@ -705,10 +711,15 @@ impl Stream {
             if n.count < 0 || n.count as usize != alive || n.entries.first().is_none_or(|e| e.id != id) {
                 return Err(bad);
             }
-            if n.entries.windows(2).any(|w| w[0].id >= w[1].id) || n.entries.last().is_some_and(|e| e.id > s.last_id) {
+            if n.entries.windows(2).any(|w| w[0].id >= w[1].id)
+                || n.entries.last().is_some_and(|e| e.id > s.last_id)
+            {
                 return Err(bad);
             }
-            if s.nodes.last_key_value().is_some_and(|(pm, prev)| decoded(*pm, prev).entries.last().is_some_and(|e| e.id >= id)) {
+            if s.nodes
+                .last_key_value()
+                .is_some_and(|(pm, prev)| decoded(*pm, prev).entries.last().is_some_and(|e| e.id >= id))
+            {
                 return Err(bad);
             }
             live += alive as u64;
@@ -777,7 +788,10 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], PackError> {
-        let s = self.b.get(self.at..self.at.checked_add(n).ok_or(PackError::Truncated)?).ok_or(PackError::Truncated)?;
+        let s = self
+            .b
+            .get(self.at..self.at.checked_add(n).ok_or(PackError::Truncated)?)
+            .ok_or(PackError::Truncated)?;
         self.at += n;
         Ok(s)
     }
@@ -837,7 +851,11 @@ mod tests {
     fn entries_fill_nodes_as_redis_does_and_read_back() {
         let mut s = Stream::default();
         for i in 1..=250u64 {
-            let f = if i % 3 == 0 { fields(&[("a", "1"), ("other", "x")]) } else { fields(&[("a", &i.to_string())]) };
+            let f = if i % 3 == 0 {
+                fields(&[("a", "1"), ("other", "x")])
+            } else {
+                fields(&[("a", &i.to_string())])
+            };
             s.append(StreamId::new(i, 0), &f, NodeLimits::default());
         }
         assert_eq!(s.len(), 250);
@@ -850,7 +868,11 @@ mod tests {
         // Bytes: a small node limit splits by size.
         let mut small = Stream::default();
         for i in 1..=10u64 {
-            small.append(StreamId::new(i, 0), &fields(&[("field", &"v".repeat(40))]), NodeLimits { max_bytes: 200, max_entries: 100 });
+            small.append(
+                StreamId::new(i, 0),
+                &fields(&[("field", &"v".repeat(40))]),
+                NodeLimits { max_bytes: 200, max_entries: 100 },
+            );
         }
         assert!(small.node_count() > 2, "{} nodes", small.node_count());
     }
@@ -859,7 +881,11 @@ mod tests {
     fn deletes_mark_and_drop_nodes_and_trims_follow_redis() {
         let mut s = Stream::default();
         for i in 1..=10u64 {
-            s.append(StreamId::new(i, 0), &fields(&[("f", "v")]), NodeLimits { max_bytes: 4096, max_entries: 3 });
+            s.append(
+                StreamId::new(i, 0),
+                &fields(&[("f", "v")]),
+                NodeLimits { max_bytes: 4096, max_entries: 3 },
+            );
         }
         assert_eq!(s.node_count(), 4);
         assert_eq!(s.delete(&[StreamId::new(1, 0), StreamId::new(1, 0), StreamId::new(99, 0)]), 1);
