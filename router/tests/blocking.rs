@@ -191,6 +191,13 @@ async fn wake_ups_match_redis() {
             (0, "SET {q}d x"),
             (9, ""),
             (8, ""),
+            (0, "DEL {q}d"),
+            (0, "XGROUP CREATE {q}d grp $ MKSTREAM"),
+            (1, "XREADGROUP GROUP grp c BLOCK 0 STREAMS {q}d >"),
+            (2, "BLPOP {q}l 0.3"),
+            (0, "FLUSHALL"),
+            (9, ""),
+            (8, ""),
         ],
         // NOACK, and a blocked XREADGROUP inside MULTI does not wait.
         &[

@@ -66,7 +66,11 @@ pub(super) fn apply_gated(
             let write = class_of(&op) != OpClass::Read;
             // Clients blocked on a key this op writes run right after it (as Redis serves them
             // after the command that made their key ready).
-            let ready = (write && store.blocked.active()).then(|| owned_keys(&op));
+            let ready = (write && store.blocked.active()).then(|| match &op.kind {
+                // Every key went: Redis 7.0 ends the XREADGROUPs blocked on any of them.
+                Some(Kind::Flush(_)) => store.blocked.lock().queues.keys(),
+                _ => owned_keys(&op),
+            });
             let reply = apply_seen(store, view, op, write);
             if let Some(keys) = ready {
                 serve_blocked(store, view, keys);

@@ -73,6 +73,11 @@ impl Queues {
         self.waiters.get(&id)
     }
 
+    /// Every key someone waits on (a FLUSHALL makes them all ready: blocked XREADGROUPs end).
+    pub fn keys(&self) -> Vec<Bytes> {
+        self.by_key.keys().cloned().collect()
+    }
+
     /// Whether anyone waits on `key`.
     pub fn has(&self, key: &[u8]) -> bool {
         self.by_key.contains_key(key)
