@@ -179,6 +179,7 @@ impl Engine {
         globals.raw_set("redis", redis_library(&lua)?)?;
         globals.raw_set("cjson", super::cjson::library(&lua)?)?;
         globals.raw_set("bit", super::bit::library(&lua)?)?;
+        globals.raw_set("cmsgpack", super::cmsgpack::library(&lua)?)?;
         let xpcall: Function = globals.raw_get("xpcall")?;
         let prelude = lua.load(PRELUDE).set_name("=shoal").into_function()?;
         let error_text = lua.create_function(|lua, e: Value| {

@@ -19,7 +19,8 @@
 //!   (carried by the `Script` op when restricted); the refusals go back with the reply
 //!   (`ScriptDenied`) for the router's ACL LOG.
 //! - [`table`]: the commands scripts may call (arity, flags, keys).
-//! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`bit`]: the libraries.
+//! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`cmsgpack`], [`bit`]:
+//!   the libraries.
 //!
 //! While a script runs, ops of other streams wait for it without blocking their threads; once it
 //! has run past `busy-reply-threshold` they are answered `BUSY`, and SCRIPT KILL (the node's
@@ -33,6 +34,7 @@ pub mod acl;
 pub mod bit;
 pub mod call;
 pub mod cjson;
+pub mod cmsgpack;
 pub mod convert;
 pub mod engine;
 mod runner;
