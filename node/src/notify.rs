@@ -231,6 +231,9 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         | b"zrangestore" => b.existed[0] = exists(1),
         b"bitop" => b.existed[1] = exists(2),
         b"geosearchstore" => b.dst = Some((1, exists(1))),
+        b"sort" => {
+            b.dst = shoal_wire::sort::layout(args, false).and_then(|l| l.store).map(|i| (i, exists(i)))
+        }
         b"georadius" | b"georadiusbymember" => {
             b.dst = shoal_wire::acl::commands::georadius_store(args).map(|i| (i, exists(i)));
         }
@@ -572,6 +575,11 @@ fn other_events(d: &Done, out: &mut Raised) {
             out.push((GENERIC, "rename_to", k(2)));
         }
         b"copy" if d.positive => out.push((GENERIC, "copy_to", k(2))),
+        b"sort" => match d.before.dst {
+            Some((i, _)) if d.positive => out.push((LIST, "sortstore", k(i))),
+            Some((i, true)) => out.push((GENERIC, "del", k(i))),
+            _ => {}
+        },
         _ => {}
     }
 }

@@ -11,6 +11,8 @@
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
+//! - [`sort`]: the keys SORT's STORE, BY and GET name (the router gathers them, the node reads
+//!   them).
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET and ACL patterns).
 //! - [`acl`]: Redis's command table (generated from redis-server 7.0.15: arity, flags, key
 //!   range, ACL categories, docs and key specs of every command, the one source the router's
@@ -53,6 +55,7 @@ pub mod pieces;
 pub mod script;
 pub mod settings;
 pub mod slot;
+pub mod sort;
 pub mod tls;
 pub mod topology;
 pub mod topology_file;

@@ -15,6 +15,7 @@ use super::list;
 use super::multi;
 use super::object;
 use super::set;
+use super::sort;
 use super::stream;
 use super::zset;
 use crate::store::Store;
@@ -72,8 +73,16 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 ("shoal.restore", restore),
                 ("pfadd", hll::pfadd),
             ];
-            let families =
-                [hash::TABLE, set::TABLE, list::TABLE, zset::TABLE, bits::TABLE, geo::TABLE, stream::TABLE];
+            let families = [
+                hash::TABLE,
+                set::TABLE,
+                list::TABLE,
+                zset::TABLE,
+                bits::TABLE,
+                geo::TABLE,
+                stream::TABLE,
+                sort::TABLE,
+            ];
             for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {
                 m.insert(name.as_bytes(), Entry::One(f));
             }

@@ -464,7 +464,7 @@ fn sort(points: &mut [Point], sort: Sort, count: usize) {
         // glibc's qsort, a stable merge sort.
         points.sort_by(|a, b| cmp(a, b).cmp(&0));
     } else {
-        partial_sort(points, &cmp, count - 1);
+        super::pqsort::partial_sort(points, &cmp, count - 1);
     }
 }
 
@@ -526,112 +526,4 @@ fn find(z: &ZSet, search: &Search, limit: usize) -> Vec<Point> {
         last = Some(i);
     }
     out
-}
-
-/// Redis's `pqsort` (a Bentley-McIlroy quicksort that only sorts the partitions overlapping
-/// `0..=upto`), step for step, so that points at equal distances come out in Redis's order when
-/// COUNT keeps fewer than were found.
-fn partial_sort<T>(v: &mut [T], cmp: &impl Fn(&T, &T) -> i32, upto: usize) {
-    let n = v.len();
-    pqsort(v, cmp, upto, 0, n);
-}
-
-/// [`partial_sort`] of `v[a..a + n]`. A partition is sorted further only if it starts at or
-/// before `upto` (Redis's test of the wanted range against the partition's addresses, for a
-/// range that starts at 0).
-fn pqsort<T>(v: &mut [T], cmp: &impl Fn(&T, &T) -> i32, upto: usize, mut a: usize, mut n: usize) {
-    let med3 = |v: &[T], a: usize, b: usize, c: usize| {
-        if cmp(&v[a], &v[b]) < 0 {
-            if cmp(&v[b], &v[c]) < 0 {
-                b
-            } else if cmp(&v[a], &v[c]) < 0 {
-                c
-            } else {
-                a
-            }
-        } else if cmp(&v[b], &v[c]) > 0 {
-            b
-        } else if cmp(&v[a], &v[c]) < 0 {
-            a
-        } else {
-            c
-        }
-    };
-    let vecswap = |v: &mut [T], i: usize, j: usize, n: usize| (0..n).for_each(|k| v.swap(i + k, j + k));
-    loop {
-        if n < 7 {
-            for pm in a + 1..a + n {
-                let mut pl = pm;
-                while pl > a && cmp(&v[pl - 1], &v[pl]) > 0 {
-                    v.swap(pl, pl - 1);
-                    pl -= 1;
-                }
-            }
-            return;
-        }
-        let mut pm = a + n / 2;
-        if n > 7 {
-            let (mut pl, mut pn) = (a, a + n - 1);
-            if n > 40 {
-                let d = n / 8;
-                pl = med3(v, pl, pl + d, pl + 2 * d);
-                pm = med3(v, pm - d, pm, pm + d);
-                pn = med3(v, pn - 2 * d, pn - d, pn);
-            }
-            pm = med3(v, pl, pm, pn);
-        }
-        v.swap(a, pm);
-        // Elements equal to the pivot gather at both ends (before `pa`, after `pd`) and move to
-        // the middle once the rest is partitioned.
-        let (mut pa, mut pb) = (a + 1, a + 1);
-        let (mut pc, mut pd) = (a + n - 1, a + n - 1);
-        loop {
-            while pb <= pc {
-                let c = cmp(&v[pb], &v[a]);
-                if c > 0 {
-                    break;
-                }
-                if c == 0 {
-                    v.swap(pa, pb);
-                    pa += 1;
-                }
-                pb += 1;
-            }
-            while pb <= pc {
-                let c = cmp(&v[pc], &v[a]);
-                if c < 0 {
-                    break;
-                }
-                if c == 0 {
-                    v.swap(pc, pd);
-                    pd -= 1;
-                }
-                pc -= 1;
-            }
-            if pb > pc {
-                break;
-            }
-            v.swap(pb, pc);
-            pb += 1;
-            pc -= 1;
-        }
-        let pn = a + n;
-        let r = (pa - a).min(pb - pa);
-        vecswap(v, a, pb - r, r);
-        let r = (pd - pc).min(pn - pd - 1);
-        vecswap(v, pb, pn - r, r);
-        let r = pb - pa;
-        if r > 1 && a <= upto {
-            pqsort(v, cmp, upto, a, r);
-        }
-        let r = pd - pc;
-        if r <= 1 {
-            return;
-        }
-        a = pn - r;
-        n = r;
-        if a > upto {
-            return;
-        }
-    }
 }

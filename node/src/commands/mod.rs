@@ -36,10 +36,12 @@ mod hll;
 mod list;
 mod multi;
 mod object;
+mod pqsort;
 mod random;
 mod run;
 mod scan;
 mod set;
+mod sort;
 mod stream;
 pub(crate) mod zset;
 
@@ -50,4 +52,5 @@ pub use error::{CmdError, CmdResult, NOT_INTEGER, SYNTAX, make_room, wrong_arity
 pub use frame::{F, for_the_wire, raw_bulks};
 pub use fuzz::fuzz_check_zset_args;
 pub use run::{run, run_resp, run_scratch};
+pub use sort::store_key as sort_store_key;
 pub use stream::read_group_names;

@@ -103,7 +103,14 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
         Some(Ok(keys)) => keys,
         // The command's own error (a bad numkeys) is its reply: let it answer.
         Some(Err(_)) => Vec::new(),
-        None => cmd.range_keys(args).into_iter().cloned().collect(),
+        None => {
+            let mut keys: Vec<bytes::Bytes> = cmd.range_keys(args).into_iter().cloned().collect();
+            // SORT's STORE destination is a key the legacy range does not cover.
+            if cmd.name == "sort" {
+                keys.extend(crate::commands::sort_store_key(args));
+            }
+            keys
+        }
     };
     for key in &keys {
         let slot = shoal_wire::key_slot(key);

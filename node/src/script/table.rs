@@ -191,6 +191,8 @@ pub static NAMES: &[&str] = &[
     "smembers",
     "smismember",
     "smove",
+    "sort",
+    "sort_ro",
     "spop",
     "srandmember",
     "srem",

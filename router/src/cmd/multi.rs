@@ -68,6 +68,10 @@ fn cross_of(args: &[Bytes]) -> Cross {
         b"lmpop" | b"zmpop" => Cross::MPop,
         // It changes its groups on every key it reads: only where all of them are.
         b"xreadgroup" => Cross::Refuse,
+        b"sort" => match shoal_wire::sort::layout(args, false).and_then(|l| l.store) {
+            Some(dst) => Cross::Replace { dst, if_changed: false, delete_source: false },
+            None => Cross::Read,
+        },
         _ => Cross::Read,
     }
 }
@@ -93,6 +97,10 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
         b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
         b"bitop" => Some(args[2..].to_vec()),
         b"xread" | b"xreadgroup" => super::streams::read_layout(args).map(|(_, keys)| keys),
+        b"sort" | b"sort_ro" => {
+            let l = shoal_wire::sort::layout(args, name == b"sort_ro")?;
+            Some(std::iter::once(args[1].clone()).chain(l.store.map(|i| args[i].clone())).collect())
+        }
         b"zunionstore" | b"zinterstore" | b"zdiffstore" => {
             let mut keys = numkeys(2)?;
             keys.insert(0, args[1].clone());
@@ -149,6 +157,28 @@ pub const RENAME: CommandSpec = CommandSpec { decl: &redis::RENAME, run, ..Comma
 pub const RENAMENX: CommandSpec = CommandSpec { decl: &redis::RENAMENX, run, ..CommandSpec::DEFAULT };
 
 pub const COPY: CommandSpec = CommandSpec { decl: &redis::COPY, run, ..CommandSpec::DEFAULT };
+
+pub const SORT: CommandSpec = CommandSpec { decl: &redis::SORT, run: sort, ..CommandSpec::DEFAULT };
+
+pub const SORT_RO: CommandSpec = CommandSpec { decl: &redis::SORT_RO, run: sort, ..CommandSpec::DEFAULT };
+
+/// SORT and SORT_RO: without BY/GET patterns that read other keys, a multi-key command like the
+/// rest (the key, and the STORE destination). With them, the keys the patterns name are only
+/// known from the elements: the elements are read first (`SORT key BY nosort`), then the sort
+/// runs on a scratch store holding the key and every key its patterns name (and STORE writes
+/// the destination back), wherever those keys live.
+fn sort(args: &Args, ctx: &mut Ctx) -> Pending {
+    let readonly = args[0].eq_ignore_ascii_case(b"sort_ro");
+    let Some(layout) = shoal_wire::sort::layout(args, readonly).filter(|l| l.reads_other_keys()) else {
+        return run(args, ctx);
+    };
+    let (state, deadline) = (ctx.state.clone(), ctx.deadline);
+    let args: Vec<Bytes> = args.to_vec();
+    Pending::Barrier(Box::pin(async move {
+        let remote = Remote { routing: state.backend.routing(), state, deadline };
+        remote.sort(&args, &layout).await.unwrap_or_else(|e| e)
+    }))
+}
 
 fn command(args: &Args, readonly: bool) -> proto::Command {
     proto::Command { args: args.to_vec(), readonly, ..Default::default() }
@@ -292,6 +322,41 @@ impl Remote {
             del.wait().await.map_err(Reply::from)?;
         }
         Ok(reply)
+    }
+
+    /// SORT with patterns (see [`sort`]).
+    async fn sort(&self, args: &[Bytes], layout: &shoal_wire::sort::Layout) -> Step<Reply> {
+        let key = &args[1];
+        let listed = self
+            .on_key(
+                key,
+                cmd(&["sort"], &[key, &Bytes::from_static(b"BY"), &Bytes::from_static(b"nosort")]),
+                true,
+            )
+            .await?;
+        // An error (the key's type) is the command's to answer, after its own syntax checks: the
+        // scratch run below answers it with only the key gathered.
+        let elements: Vec<Bytes> = match listed {
+            Reply::Array(items) => items
+                .into_iter()
+                .filter_map(|r| match r {
+                    Reply::Bulk(b) => Some(b),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut keys = shoal_wire::sort::pattern_keys(layout, &elements);
+        keys.push(key.clone());
+        if let Some(dst) = layout.store {
+            keys.push(args[dst].clone());
+        }
+        keys.sort();
+        keys.dedup();
+        match layout.store {
+            Some(dst) => self.replace(args, &keys, dst, false, false).await,
+            None => self.scratch(args, &keys, &[]).await.map(|(reply, _)| reply),
+        }
     }
 
     /// SMOVE: the checks Redis makes, then SADD on the destination before SREM on the source, so

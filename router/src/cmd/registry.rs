@@ -208,6 +208,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &multi::RENAME,
     &multi::RENAMENX,
     &multi::COPY,
+    &multi::SORT,
+    &multi::SORT_RO,
     &hll::PFADD,
     &hll::PFCOUNT,
     &hll::PFMERGE,
