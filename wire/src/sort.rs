@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn layouts_find_the_destination_and_the_patterns() {
         let l = layout(&args("SORT k BY w_* GET # GET h_*->f LIMIT 0 1 STORE dst"), false).unwrap();
-        assert_eq!(l.store, Some(11));
+        assert_eq!(l.store, Some(12), "the destination after STORE");
         assert!(l.reads_other_keys());
         assert_eq!(pattern_keys(&l, &[Bytes::from("1"), Bytes::from("2")]), args("h_1 h_2 w_1 w_2"));
         assert!(!layout(&args("SORT k BY nosort GET #"), false).unwrap().reads_other_keys());
