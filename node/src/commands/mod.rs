@@ -10,10 +10,11 @@
 //! - `dispatch.rs`: the index of every command by name, and the call that locks its keys.
 //! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
 //!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
-//!   `geohash.rs`), `stream.rs` (X* commands on streams), `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the
-//!   random-member counts).
+//!   `geohash.rs`), `stream.rs` (X* commands on streams), `sort.rs` (SORT, SORT_RO),
+//!   `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
-//!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies).
+//!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies),
+//!   `pqsort.rs` (Redis's partial quicksort: GEO with COUNT, SORT BY with LIMIT).
 //!
 //! This file only declares the modules and re-exports what the rest of the node names.
 //!
