@@ -202,7 +202,12 @@ fn getkeys(args: &Args, ctx: &mut Ctx, with_flags: bool) -> Pending {
     if !c.arity_ok(argv.len()) {
         return Reply::error("ERR Invalid number of arguments specified for command").into();
     }
-    let keys = if commands::specs_accept(id, argv) { commands::keys(id, argv) } else { Vec::new() };
+    let keys = match c.name() {
+        // Incomplete key specs: Redis asks the command's own key finder.
+        "sort" | "sort_ro" => commands::sort_keys(argv, c.name() == "sort_ro"),
+        _ if commands::specs_accept(id, argv) => commands::keys(id, argv),
+        _ => Vec::new(),
+    };
     if keys.is_empty() {
         return if c.has_flag(commands::flag::NO_MANDATORY_KEYS) {
             Reply::Array(vec![]).into()
@@ -247,6 +252,8 @@ fn key_flags(c: &CommandSpec, k: &commands::KeyUse) -> Vec<&'static str> {
         (true, "set") => vec!["OW", "update"],
         (true, "bitfield") if k.write => vec!["RW", "access", "update"],
         (true, "bitfield") => vec!["RO", "access"],
+        // SORT's STORE destination (its second, incomplete spec).
+        (_, "sort") if k.write => vec!["OW", "update"],
         _ => docs::key_spec_flags(c.name(), k.spec),
     }
 }

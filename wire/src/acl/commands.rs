@@ -282,6 +282,31 @@ pub fn georadius_store(args: &[impl AsRef<[u8]>]) -> Option<usize> {
     found
 }
 
+/// SORT's keys as Redis's own finder (`sortGetKeys`) finds them, its key specs being incomplete:
+/// the sorted key, and the last `STORE` destination (options LIMIT, GET and BY skip their
+/// arguments). SORT_RO (`readonly`) has only the sorted key.
+pub fn sort_keys(args: &[impl AsRef<[u8]>], readonly: bool) -> Vec<KeyUse> {
+    let mut out = vec![KeyUse { index: 1, spec: 0, read: true, write: false }];
+    if readonly {
+        return out;
+    }
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        let a = args[i].as_ref();
+        if a.eq_ignore_ascii_case(b"limit") {
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"get") || a.eq_ignore_ascii_case(b"by") {
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"store") && i + 1 < args.len() {
+            store = Some(i + 1);
+        }
+        i += 1;
+    }
+    out.extend(store.map(|index| KeyUse { index, spec: 1, read: false, write: true }));
+    out
+}
+
 /// Whether Redis's key-spec lookup (`getKeysUsingKeySpecs`) accepts these arguments: every key
 /// spec it reaches must find a `numkeys` that is a non-negative integer and a first and last key
 /// inside the arguments. Where it does not, Redis falls back to its command's own key finder,
