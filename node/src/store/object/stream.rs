@@ -171,7 +171,7 @@ impl Group {
 }
 
 /// A stream value.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Stream {
     /// Listpack nodes by master ID.
     nodes: BTreeMap<StreamId, Vec<u8>>,
@@ -183,6 +183,30 @@ pub struct Stream {
     pub max_deleted: StreamId,
     pub entries_added: u64,
     pub groups: BTreeMap<Bytes, Group>,
+    /// What the nodes cost (allocations and map slots), kept as they change: the store asks
+    /// for a value's memory after every write, and a sum over thousands of nodes each time
+    /// would make every XADD cost as much as the stream is long.
+    node_bytes: usize,
+}
+
+/// Equal contents (what the nodes cost in memory is not part of the value).
+impl PartialEq for Stream {
+    fn eq(&self, o: &Stream) -> bool {
+        self.nodes == o.nodes
+            && self.length == o.length
+            && self.last_id == o.last_id
+            && self.first_id == o.first_id
+            && self.max_deleted == o.max_deleted
+            && self.entries_added == o.entries_added
+            && self.groups == o.groups
+    }
+}
+
+impl Eq for Stream {}
+
+/// What one node costs: its allocation and its slot in the map.
+fn node_cost(_lp: &[u8], capacity: usize) -> usize {
+    alloc_size(capacity) + 16 + 32
 }
 
 /// What a node holds, decoded.
@@ -291,6 +315,23 @@ fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> 
     Ok(Node { count, deleted, deleted_at, master_fields, entries })
 }
 
+/// A node's master entry alone: live and deleted counts and the master fields (what an append
+/// needs, without decoding the node's entries).
+fn master_entry(lp: &[u8]) -> (i64, i64, Vec<Ele<'_>>) {
+    let read = || -> Result<(i64, i64, Vec<Ele<'_>>), listpack::Malformed> {
+        let mut c = Cursor { lp, at: listpack::HEADER };
+        let count = c.int()?;
+        let deleted = c.int()?;
+        let n = c.count()?;
+        let mut fields = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            fields.push(c.ele()?);
+        }
+        Ok((count, deleted, fields))
+    };
+    read().expect("a stream node this process wrote")
+}
+
 /// A node this process wrote (always well formed).
 fn decoded(master: StreamId, lp: &[u8]) -> Node<'_> {
     decode(master, lp).expect("a stream node this process wrote")
@@ -342,9 +383,9 @@ impl Stream {
         let mut tail = self.nodes.last_key_value().map(|(k, _)| *k);
         if let Some(master) = tail {
             let lp = &self.nodes[&master];
-            let n = decoded(master, lp);
+            let (count, deleted, _) = master_entry(lp);
             if lp.len() + total >= max_bytes
-                || (limits.max_entries > 0 && n.count + n.deleted >= limits.max_entries as i64)
+                || (limits.max_entries > 0 && count + deleted >= limits.max_entries as i64)
             {
                 tail = None;
             }
@@ -354,10 +395,12 @@ impl Stream {
         {
             // A full node takes no more entries: give back what growing it reserved (Redis's
             // `lpShrinkToFit`).
+            let before = node_cost(lp, lp.capacity());
             lp.shrink_to_fit();
+            self.node_bytes = self.node_bytes - before + node_cost(lp, lp.capacity());
         }
         let mut flags = 0;
-        let (master, lp) = match tail {
+        let (master, lp, cap_before_append) = match tail {
             None => {
                 let mut lp = listpack::new();
                 listpack::append_int(&mut lp, 1);
@@ -368,22 +411,24 @@ impl Stream {
                 }
                 listpack::append_int(&mut lp, 0);
                 flags |= FLAG_SAMEFIELDS;
+                self.node_bytes += node_cost(&lp, 0);
                 self.nodes.insert(id, lp);
-                (id, self.nodes.get_mut(&id).expect("just inserted"))
+                (id, self.nodes.get_mut(&id).expect("just inserted"), 0)
             }
             Some(master) => {
                 let lp = self.nodes.get_mut(&master).expect("the tail node");
+                let cap = lp.capacity();
                 let (count, same) = {
-                    let n = decoded(master, lp);
-                    let same = n.master_fields.len() == fields.len() / 2
-                        && n.master_fields.iter().zip(fields.iter().step_by(2)).all(|(m, f)| m.eq_bytes(f));
-                    (n.count, same)
+                    let (count, _, master_fields) = master_entry(lp);
+                    let same = master_fields.len() == fields.len() / 2
+                        && master_fields.iter().zip(fields.iter().step_by(2)).all(|(m, f)| m.eq_bytes(f));
+                    (count, same)
                 };
                 listpack::replace_int(lp, listpack::HEADER, count + 1);
                 if same {
                     flags |= FLAG_SAMEFIELDS;
                 }
-                (master, lp)
+                (master, lp, cap)
             }
         };
         listpack::append_int(lp, flags);
@@ -399,6 +444,9 @@ impl Stream {
         }
         let lp_count = numfields + 3 + if flags & FLAG_SAMEFIELDS == 0 { numfields + 1 } else { 0 };
         listpack::append_int(lp, lp_count);
+        // (A new node was counted at capacity 0 above: its real allocation is added here.)
+        let (cap_before, cap_after) = (cap_before_append, lp.capacity());
+        self.node_bytes = self.node_bytes + alloc_size(cap_after) - alloc_size(cap_before);
         self.length += 1;
         self.entries_added += 1;
         self.last_id = id;
@@ -476,14 +524,17 @@ impl Stream {
             (e.flags_at, e.flags, n.count, n.deleted, n.deleted_at)
         };
         self.length -= 1;
+        let before = node_cost(lp, lp.capacity());
         if count == 1 {
             self.nodes.remove(&master);
+            self.node_bytes -= before;
             return true;
         }
         // Later offsets first: a resized count must not move what is still to be replaced.
         listpack::replace_int(lp, flags_at, flags | FLAG_DELETED);
         listpack::replace_int(lp, deleted_at, deleted + 1);
         listpack::replace_int(lp, listpack::HEADER, count - 1);
+        self.node_bytes = self.node_bytes - before + node_cost(lp, lp.capacity());
         true
     }
 
@@ -532,7 +583,9 @@ impl Stream {
                 break;
             }
             if remove {
-                self.nodes.remove(&master);
+                if let Some(lp) = self.nodes.remove(&master) {
+                    self.node_bytes -= node_cost(&lp, lp.capacity());
+                }
                 self.length -= entries;
                 deleted += entries;
                 continue;
@@ -561,11 +614,13 @@ impl Stream {
                 (marks, n.deleted, n.deleted_at)
             };
             let from_node = marks.len() as u64;
+            let before = node_cost(lp, lp.capacity());
             for &(at, flags) in marks.iter().rev() {
                 listpack::replace_int(lp, at, flags);
             }
             listpack::replace_int(lp, deleted_at, node_deleted + from_node as i64);
             listpack::replace_int(lp, listpack::HEADER, (entries - from_node) as i64);
+            self.node_bytes = self.node_bytes - before + node_cost(lp, lp.capacity());
             self.length -= from_node;
             deleted += from_node;
             break;
@@ -723,7 +778,9 @@ impl Stream {
                 return Err(bad);
             }
             live += alive as u64;
-            s.nodes.insert(id, lp.to_vec());
+            let lp = lp.to_vec();
+            s.node_bytes += node_cost(&lp, lp.capacity());
+            s.nodes.insert(id, lp);
         }
         if live != s.length || s.entries_added < s.length {
             return Err(bad);
@@ -907,6 +964,31 @@ mod tests {
         })
         .unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn the_kept_node_cost_is_the_sum_over_nodes() {
+        let sum = |s: &Stream| s.nodes.values().map(|lp| node_cost(lp, lp.capacity())).sum::<usize>();
+        let mut s = Stream::default();
+        for i in 1..=500u64 {
+            s.append(
+                StreamId::new(i, 0),
+                &fields(&[("f", &"x".repeat((i % 50) as usize))]),
+                NodeLimits::default(),
+            );
+            assert_eq!(s.node_bytes, sum(&s), "after appending {i}");
+        }
+        s.delete(&(1..=150).map(|i| StreamId::new(i * 3, 0)).collect::<Vec<_>>());
+        assert_eq!(s.node_bytes, sum(&s));
+        s.trim(Trim::MaxLen(120), false, 0);
+        assert_eq!(s.node_bytes, sum(&s));
+        s.trim(Trim::MinId(StreamId::new(480, 0)), true, 0);
+        assert_eq!(s.node_bytes, sum(&s));
+        let mut b = Vec::new();
+        s.serialize(&mut b);
+        let back = Stream::deserialize(&b).unwrap();
+        assert_eq!(back.node_bytes, sum(&back));
+        assert!(s.mem() > s.length as usize * 10, "entries are counted");
     }
 
     #[test]
