@@ -215,7 +215,6 @@ struct Node<'a> {
     deleted: i64,
     /// Byte offset of the deleted count.
     deleted_at: usize,
-    master_fields: Vec<Ele<'a>>,
     entries: Vec<RawEntry<'a>>,
 }
 
@@ -312,7 +311,7 @@ fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> 
         let _lp_count = c.int()?;
         entries.push(RawEntry { id, flags, flags_at, fields });
     }
-    Ok(Node { count, deleted, deleted_at, master_fields, entries })
+    Ok(Node { count, deleted, deleted_at, entries })
 }
 
 /// A node's master entry alone: live and deleted counts and the master fields (what an append
