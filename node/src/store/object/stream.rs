@@ -690,23 +690,23 @@ impl Stream {
         g.last_id = id;
     }
 
-    /// Heap bytes held.
+    /// Heap bytes held. Costs O(groups + consumers), not O(entries): the store asks after every
+    /// write (the nodes' share is kept as they change; pending entries are counted, not walked).
     pub fn mem(&self) -> usize {
-        let nodes: usize = self.nodes.values().map(|lp| alloc_size(lp.capacity()) + 16 + 32).sum();
         let groups: usize = self
             .groups
             .iter()
             .map(|(name, g)| {
                 alloc_size(name.len())
                     + 96
-                    + g.pel.values().map(|_| 16 + 40 + 32).sum::<usize>()
+                    + g.pel.len() * (16 + 40 + 32)
                     + g.consumers
                         .iter()
                         .map(|(n, c)| alloc_size(n.len()) + 64 + c.pel.len() * 24)
                         .sum::<usize>()
             })
             .sum();
-        std::mem::size_of::<Stream>() + nodes + groups
+        std::mem::size_of::<Stream>() + self.node_bytes + groups
     }
 
     /// The serialized form (snapshots, slot transfers, replication): counters, nodes as they
