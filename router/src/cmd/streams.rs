@@ -8,8 +8,10 @@
 use bytes::Bytes;
 
 use super::spec::*;
-use super::typed::{read_key, read_second, write_key, write_second};
-use super::{Args, Ctx, Pending};
+use shoal_wire::proto::{self, op::Kind};
+
+use super::typed::{from_node, read_key, read_second, write_key, write_second};
+use super::{Args, Ctx, Pending, op};
 
 /// Where XREAD/XREADGROUP's `BLOCK` value is (if given) and its keys, when its options read
 /// as such (else the node answers the error).
@@ -40,6 +42,17 @@ pub fn read_layout(args: &[Bytes]) -> Option<(Option<usize>, Vec<Bytes>)> {
 fn read(args: &Args, ctx: &mut Ctx) -> Pending {
     match read_layout(args) {
         Some((Some(_), _)) if !ctx.routing.capturing => super::blocking::block(args, ctx),
+        // One stream (the usual case): a plain call to its node, which encodes the reply for
+        // this connection; it pipelines like any one-key command.
+        Some((_, keys)) if keys.len() == 1 => {
+            let key = keys[0].clone();
+            let key_index = (args.len() - 2) as u32;
+            let readonly = args[0].eq_ignore_ascii_case(b"xread");
+            let resp = ctx.session.protocol().version() as u32;
+            let command =
+                proto::Command { args: args.to_vec(), readonly, key_index, resp, ..Default::default() };
+            Pending::Call(ctx.call(&key, op(Kind::Command(Box::new(command)))), from_node)
+        }
         _ => super::multi::run(args, ctx),
     }
 }

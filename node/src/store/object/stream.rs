@@ -209,30 +209,52 @@ fn node_cost(_lp: &[u8], capacity: usize) -> usize {
     alloc_size(capacity) + 16 + 32
 }
 
-/// What a node holds, decoded.
+/// What a node holds, decoded: counts and each entry's ID, flags and where its fields are (the
+/// fields themselves are read only for the entries a command returns).
 struct Node<'a> {
+    lp: &'a [u8],
     count: i64,
     deleted: i64,
     /// Byte offset of the deleted count.
     deleted_at: usize,
-    entries: Vec<RawEntry<'a>>,
+    master_fields: Vec<Ele<'a>>,
+    entries: Vec<RawEntry>,
 }
 
-struct RawEntry<'a> {
+struct RawEntry {
     id: StreamId,
     flags: i64,
     flags_at: usize,
-    /// Flat field, value pairs.
-    fields: Vec<Ele<'a>>,
+    /// Offset of the entry's field count (or, with SAMEFIELDS, of its first value).
+    fields_at: usize,
 }
 
-impl RawEntry<'_> {
+impl RawEntry {
     fn live(&self) -> bool {
         self.flags & FLAG_DELETED == 0
     }
+}
 
-    fn entry(&self) -> Entry {
-        Entry { id: self.id, fields: self.fields.iter().map(|e| e.to_bytes()).collect() }
+impl Node<'_> {
+    /// The entry with its fields and values.
+    fn entry(&self, e: &RawEntry) -> Entry {
+        let mut c = Cursor { lp: self.lp, at: e.fields_at };
+        let mut fields = Vec::new();
+        let read = |c: &mut Cursor<'_>| c.ele().expect("a stream node this process wrote").to_bytes();
+        if e.flags & FLAG_SAMEFIELDS != 0 {
+            fields.reserve(self.master_fields.len() * 2);
+            for f in &self.master_fields {
+                fields.push(f.to_bytes());
+                fields.push(read(&mut c));
+            }
+        } else {
+            let n = c.count().expect("a stream node this process wrote");
+            fields.reserve(n * 2);
+            for _ in 0..n * 2 {
+                fields.push(read(&mut c));
+            }
+        }
+        Entry { id: e.id, fields }
     }
 }
 
@@ -297,21 +319,21 @@ fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> 
         let ms = c.int()?;
         let seq = c.int()?;
         let id = StreamId::new(master.ms.wrapping_add(ms as u64), master.seq.wrapping_add(seq as u64));
-        let mut fields = Vec::new();
+        let fields_at = c.at;
+        // Walked over (and so checked), not kept.
         if flags & FLAG_SAMEFIELDS != 0 {
-            for f in &master_fields {
-                fields.push(*f);
-                fields.push(c.ele()?);
+            for _ in 0..master_fields.len() {
+                c.ele()?;
             }
         } else {
             for _ in 0..c.count()? * 2 {
-                fields.push(c.ele()?);
+                c.ele()?;
             }
         }
         let _lp_count = c.int()?;
-        entries.push(RawEntry { id, flags, flags_at, fields });
+        entries.push(RawEntry { id, flags, flags_at, fields_at });
     }
-    Ok(Node { count, deleted, deleted_at, entries })
+    Ok(Node { lp, count, deleted, deleted_at, master_fields, entries })
 }
 
 /// A node's master entry alone: live and deleted counts and the master fields (what an append
@@ -466,9 +488,9 @@ impl Stream {
         let full = |out: &Vec<Entry>| count > 0 && out.len() >= count;
         let visit = |master: &StreamId, lp: &Vec<u8>, out: &mut Vec<Entry>| {
             let n = decoded(*master, lp);
-            let mut take = |e: &RawEntry<'_>| {
+            let mut take = |e: &RawEntry| {
                 if e.live() && e.id >= start && e.id <= end && !full(out) {
-                    out.push(e.entry());
+                    out.push(n.entry(e));
                 }
             };
             if rev {
@@ -506,11 +528,14 @@ impl Stream {
 
     /// The last live entry's ID (Redis's `streamLastValidID`).
     pub fn last_valid_id(&self) -> Option<StreamId> {
-        self.range(StreamId::MIN, StreamId::MAX, true, 1).pop().map(|e| e.id)
+        self.nodes
+            .iter()
+            .rev()
+            .find_map(|(m, lp)| decoded(*m, lp).entries.iter().rev().find(|e| e.live()).map(|e| e.id))
     }
 
     fn first_valid_id(&self) -> Option<StreamId> {
-        self.range(StreamId::MIN, StreamId::MAX, false, 1).pop().map(|e| e.id)
+        self.nodes.iter().find_map(|(m, lp)| decoded(*m, lp).entries.iter().find(|e| e.live()).map(|e| e.id))
     }
 
     /// Marks the live entry `id` deleted (a node whose last live entry goes is dropped).
