@@ -518,11 +518,13 @@ fn xread(l: &mut Locked<'_>, args: &[Bytes], group_cmd: bool) -> CmdResult {
             match &r.group {
                 None => {
                     let From::After(gt) = from[i] else { unreachable!("checked") };
-                    if s.is_empty() || s.last_valid_id().is_none_or(|max| max <= gt) {
-                        return None;
-                    }
                     let start = gt.incr()?;
-                    Some(entries_frame(&s.range(start, StreamId::MAX, false, r.count)))
+                    let entries = if s.last_id >= start {
+                        s.range(start, StreamId::MAX, false, r.count)
+                    } else {
+                        Vec::new()
+                    };
+                    (!entries.is_empty()).then(|| entries_frame(&entries))
                 }
                 Some((gname, cname)) => read_group(s, gname, cname, from[i], r.count, r.noack, now),
             }
@@ -577,13 +579,18 @@ fn read_group(
             }
             Some(F::array(out))
         }
-        From::New if s.is_empty() || s.last_valid_id().is_none_or(|max| max <= g.last_id) => None,
         From::New => {
-            ensure_consumer(&mut g, cname, now);
+            // Entries after the group's last ID, if any (what Redis's check of the last live ID
+            // against it decides, without a second walk).
             let entries = match g.last_id.incr() {
-                Some(start) => s.range(start, StreamId::MAX, false, count),
-                None => Vec::new(),
+                Some(start) if s.last_id >= start => s.range(start, StreamId::MAX, false, count),
+                _ => Vec::new(),
             };
+            if entries.is_empty() {
+                s.groups.insert(gname.clone(), g);
+                return None;
+            }
+            ensure_consumer(&mut g, cname, now);
             for e in &entries {
                 s.deliver(&mut g, e.id);
                 if !noack {

@@ -299,7 +299,8 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> {
+/// A node's header (counts and master fields) and a cursor at its first entry.
+fn header(lp: &[u8]) -> Result<(Node<'_>, Cursor<'_>), listpack::Malformed> {
     let mut c = Cursor { lp, at: listpack::HEADER };
     let count = c.int()?;
     let (deleted, deleted_at) = c.next()?;
@@ -312,28 +313,44 @@ fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> 
     if c.int()? != 0 {
         return Err(listpack::Malformed);
     }
-    let mut entries = Vec::new();
-    while !c.at_end()? {
-        let (flags, flags_at) = c.next()?;
-        let flags = need(flags.int())?;
-        let ms = c.int()?;
-        let seq = c.int()?;
-        let id = StreamId::new(master.ms.wrapping_add(ms as u64), master.seq.wrapping_add(seq as u64));
-        let fields_at = c.at;
-        // Walked over (and so checked), not kept.
-        if flags & FLAG_SAMEFIELDS != 0 {
-            for _ in 0..master_fields.len() {
-                c.ele()?;
-            }
-        } else {
-            for _ in 0..c.count()? * 2 {
-                c.ele()?;
-            }
-        }
-        let _lp_count = c.int()?;
-        entries.push(RawEntry { id, flags, flags_at, fields_at });
+    Ok((Node { lp, count, deleted, deleted_at, master_fields, entries: Vec::new() }, c))
+}
+
+/// The entry at the cursor (`None` at the node's end), its fields walked over (and so checked).
+fn next_entry(
+    c: &mut Cursor<'_>,
+    master: StreamId,
+    nmaster: usize,
+) -> Result<Option<RawEntry>, listpack::Malformed> {
+    if c.at_end()? {
+        return Ok(None);
     }
-    Ok(Node { lp, count, deleted, deleted_at, master_fields, entries })
+    let (flags, flags_at) = c.next()?;
+    let flags = need(flags.int())?;
+    let ms = c.int()?;
+    let seq = c.int()?;
+    let id = StreamId::new(master.ms.wrapping_add(ms as u64), master.seq.wrapping_add(seq as u64));
+    let fields_at = c.at;
+    if flags & FLAG_SAMEFIELDS != 0 {
+        for _ in 0..nmaster {
+            c.ele()?;
+        }
+    } else {
+        for _ in 0..c.count()? * 2 {
+            c.ele()?;
+        }
+    }
+    let _lp_count = c.int()?;
+    Ok(Some(RawEntry { id, flags, flags_at, fields_at }))
+}
+
+fn decode(master: StreamId, lp: &[u8]) -> Result<Node<'_>, listpack::Malformed> {
+    let (mut node, mut c) = header(lp)?;
+    let nmaster = node.master_fields.len();
+    while let Some(e) = next_entry(&mut c, master, nmaster)? {
+        node.entries.push(e);
+    }
+    Ok(node)
 }
 
 /// A node's master entry alone: live and deleted counts and the master fields (what an append
@@ -487,6 +504,22 @@ impl Stream {
         let nodes = self.nodes.range(first_node..=end);
         let full = |out: &Vec<Entry>| count > 0 && out.len() >= count;
         let visit = |master: &StreamId, lp: &Vec<u8>, out: &mut Vec<Entry>| {
+            if !rev {
+                // Forwards: entries read one by one, up to what is wanted.
+                let (n, mut c) = header(lp).expect("a stream node this process wrote");
+                let nmaster = n.master_fields.len();
+                while let Some(e) =
+                    next_entry(&mut c, *master, nmaster).expect("a stream node this process wrote")
+                {
+                    if e.id > end || full(out) {
+                        break;
+                    }
+                    if e.live() && e.id >= start {
+                        out.push(n.entry(&e));
+                    }
+                }
+                return;
+            }
             let n = decoded(*master, lp);
             let mut take = |e: &RawEntry| {
                 if e.live() && e.id >= start && e.id <= end && !full(out) {
