@@ -76,7 +76,7 @@ fn conv(f: Frame) -> R {
             let t = std::str::from_utf8(&d).expect("double text");
             R::Dbl(t.parse().unwrap_or_else(|_| panic!("double {t:?}")))
         }
-        Array(a) | Map(a) | Set(a) | Pairs(a) => R::Arr(a.items.into_iter().map(conv).collect()),
+        Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => R::Arr(a.items.into_iter().map(conv).collect()),
         Raw(raw) => R::Arr(
             commands::raw_bulks(&raw)
                 .expect("a raw reply is an array of bulk strings")

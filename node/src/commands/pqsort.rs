@@ -101,7 +101,7 @@ fn pqsort<T>(v: &mut [T], cmp: &impl Fn(&T, &T) -> i32, lo: usize, hi: usize, mu
         let r = (pd - pc).min(pn - pd - 1);
         vecswap(v, pb, pn - r, r);
         let r = pb - pa;
-        if r > 1 && a <= hi && a + r - 1 >= lo {
+        if r > 1 && a <= hi && a + r > lo {
             pqsort(v, cmp, lo, hi, a, r);
         }
         let r = pd - pc;

@@ -161,10 +161,8 @@ fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
 /// A `long long` argument with Redis's texts (`what`: the text of `getLongLongFromObjectOrReply`'s
 /// message argument, or the generic one).
 fn ll(b: &[u8], what: Option<&'static str>) -> Result<i64, CmdError> {
-    shoal_wire::num::parse_i64(b).ok_or_else(|| match what {
-        Some(t) => CmdError::Text(t),
-        None => CmdError::Text("ERR value is not an integer or out of range"),
-    })
+    shoal_wire::num::parse_i64(b)
+        .ok_or(CmdError::Text(what.unwrap_or("ERR value is not an integer or out of range")))
 }
 
 // --- access --------------------------------------------------------------------------------------
@@ -413,7 +411,7 @@ fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError> {
             r.count = ll(&args[i], None)?.max(0) as usize;
         } else if eq(o, "streams") && more > 0 {
             let n = args.len() - i - 1;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(CmdError::Text(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));

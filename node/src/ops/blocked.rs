@@ -220,7 +220,7 @@ fn streams_at(args: &[bytes::Bytes]) -> Option<usize> {
     while i < args.len() {
         let w = args[i].to_ascii_lowercase();
         i += match &w[..] {
-            b"streams" => return Some(i + 1).filter(|&at| (args.len() - at) % 2 == 0),
+            b"streams" => return Some(i + 1).filter(|&at| (args.len() - at).is_multiple_of(2)),
             b"block" | b"count" => 2,
             b"group" => 3,
             b"noack" => 1,

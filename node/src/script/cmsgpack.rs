@@ -115,11 +115,7 @@ fn bytes(s: &[u8], out: &mut Vec<u8>) {
 /// A Lua 5.1 number: an integer when it is a whole value a 64-bit integer holds (C's
 /// `(int64_t)x == x`, where an out-of-range conversion never compares equal), else a float.
 fn lua_number(n: f64, out: &mut Vec<u8>) {
-    if n.is_finite()
-        && n >= -9.223_372_036_854_776e18
-        && n < 9.223_372_036_854_776e18
-        && (n as i64) as f64 == n
-    {
+    if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&n) && (n as i64) as f64 == n {
         int(n as i64, out);
     } else if (n as f32) as f64 == n {
         out.push(0xca);

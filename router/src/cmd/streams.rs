@@ -24,7 +24,7 @@ pub fn read_layout(args: &[Bytes]) -> Option<(Option<usize>, Vec<Bytes>)> {
             b"streams" => {
                 let at = i + 1;
                 let n = args.len() - at;
-                return (n > 0 && n % 2 == 0).then(|| (block, args[at..at + n / 2].to_vec()));
+                return (n > 0 && n.is_multiple_of(2)).then(|| (block, args[at..at + n / 2].to_vec()));
             }
             b"block" => {
                 block = Some(i + 1);
