@@ -313,8 +313,8 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(Header::decode(&bad, 192), Err(FormatError::BadMagic));
         let mut bad = bytes;
-        bad[8] = 3;
-        assert_eq!(Header::decode(&bad, 192), Err(FormatError::UnsupportedVersion(3)));
+        bad[8] = VERSION as u8 + 1;
+        assert_eq!(Header::decode(&bad, 192), Err(FormatError::UnsupportedVersion(VERSION + 1)));
         let mut bad = bytes;
         bad[12..16].copy_from_slice(&BOM.to_be_bytes());
         assert!(matches!(Header::decode(&bad, 192), Err(FormatError::WrongByteOrder(_))));
