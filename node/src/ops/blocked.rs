@@ -193,8 +193,8 @@ pub(super) fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
         // XREAD/XREADGROUP [options] STREAMS key ... id ...: served from the ready key alone, as
         // Redis answers a blocked XREAD with just the stream that woke it.
         b"xread" | b"xreadgroup" => {
-            let Some(at) = streams_at(&c.args) else { return op.clone() };
-            let n = (c.args.len() - at) / 2;
+            let Some((_, keys)) = shoal_wire::acl::commands::xread_layout(&c.args) else { return op.clone() };
+            let (at, n) = (keys.start, keys.len());
             let Some(i) = c.args[at..at + n].iter().position(|k| k == key) else { return op.clone() };
             let mut a = c.args[..at].to_vec();
             a.push(key.clone());
@@ -214,22 +214,6 @@ pub(super) fn narrowed(op: &Op, key: &bytes::Bytes) -> Op {
     Op { kind: Some(Kind::Command(Box::new(command))), ..op.clone() }
 }
 
-/// Where the keys of an XREAD/XREADGROUP start (after `STREAMS`), if its options read as such.
-fn streams_at(args: &[bytes::Bytes]) -> Option<usize> {
-    let mut i = 1;
-    while i < args.len() {
-        let w = args[i].to_ascii_lowercase();
-        i += match &w[..] {
-            b"streams" => return Some(i + 1).filter(|&at| (args.len() - at).is_multiple_of(2)),
-            b"block" | b"count" => 2,
-            b"group" => 3,
-            b"noack" => 1,
-            _ => return None,
-        };
-    }
-    None
-}
-
 /// XREAD's `$` means "what arrives after the client starts waiting": it is fixed once, to the
 /// stream's last ID, before the first attempt, so the attempts that follow each write read
 /// from there (an attempt with `$` itself would never find anything).
@@ -238,8 +222,8 @@ fn pin_dollar(store: &Store, op: Op) -> Op {
     if !c.args[0].eq_ignore_ascii_case(b"xread") || !c.args.iter().any(|a| &a[..] == b"$") {
         return op;
     }
-    let Some(at) = streams_at(&c.args) else { return op };
-    let n = (c.args.len() - at) / 2;
+    let Some((_, keys)) = shoal_wire::acl::commands::xread_layout(&c.args) else { return op };
+    let (at, n) = (keys.start, keys.len());
     let mut args = c.args.clone();
     for i in 0..n {
         if &args[at + n + i][..] == b"$" {

@@ -16,27 +16,7 @@ use super::{Args, Ctx, Pending, op};
 /// Where XREAD/XREADGROUP's `BLOCK` value is (if given) and its keys, when its options read
 /// as such (else the node answers the error).
 pub fn read_layout(args: &[Bytes]) -> Option<(Option<usize>, Vec<Bytes>)> {
-    let mut block = None;
-    let mut i = 1;
-    while i < args.len() {
-        let w = args[i].to_ascii_lowercase();
-        match &w[..] {
-            b"streams" => {
-                let at = i + 1;
-                let n = args.len() - at;
-                return (n > 0 && n.is_multiple_of(2)).then(|| (block, args[at..at + n / 2].to_vec()));
-            }
-            b"block" => {
-                block = Some(i + 1);
-                i += 2;
-            }
-            b"count" => i += 2,
-            b"group" => i += 3,
-            b"noack" => i += 1,
-            _ => return None,
-        }
-    }
-    None
+    shoal_wire::acl::commands::xread_layout(args).map(|(block, keys)| (block, args[keys].to_vec()))
 }
 
 fn read(args: &Args, ctx: &mut Ctx) -> Pending {

@@ -282,6 +282,34 @@ pub fn georadius_store(args: &[impl AsRef<[u8]>]) -> Option<usize> {
     found
 }
 
+/// XREAD's and XREADGROUP's keys as their options lay them out (`BLOCK` and `COUNT` take a value,
+/// `GROUP` two, `NOACK` none, up to `STREAMS`, then as many IDs as keys): the index of BLOCK's
+/// value if given, and the keys' positions. `None` when the options read otherwise (the command
+/// answers its own error). Routers route and block by it, nodes pin `$` and narrow waiters by it.
+pub fn xread_layout(args: &[impl AsRef<[u8]>]) -> Option<(Option<usize>, std::ops::Range<usize>)> {
+    let mut block = None;
+    let mut i = 1;
+    while i < args.len() {
+        let w = args[i].as_ref().to_ascii_lowercase();
+        match &w[..] {
+            b"streams" => {
+                let at = i + 1;
+                let n = args.len() - at;
+                return (n > 0 && n.is_multiple_of(2)).then_some((block, at..at + n / 2));
+            }
+            b"block" => {
+                block = Some(i + 1);
+                i += 2;
+            }
+            b"count" => i += 2,
+            b"group" => i += 3,
+            b"noack" => i += 1,
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// SORT's keys as Redis's own finder (`sortGetKeys`) finds them, its key specs being incomplete:
 /// the sorted key, and the last `STORE` destination (options LIMIT, GET and BY skip their
 /// arguments). SORT_RO (`readonly`) has only the sorted key.
