@@ -220,37 +220,25 @@ fn parse_add_trim(args: &[Bytes], xadd: bool) -> Result<(AddTrim, usize), CmdErr
         let opt = &args[i];
         if xadd && &opt[..] == b"*" {
             break;
-        } else if eq(opt, "maxlen") && more > 0 {
+        } else if (eq(opt, "maxlen") || eq(opt, "minid")) && more > 0 {
             if a.trim.is_some() {
                 return Err(both);
             }
-            a.approx = false;
+            // An optional `~` (approximate) or `=` before the threshold.
             let next = &args[i + 1];
-            if more >= 2 && &next[..] == b"~" {
-                a.approx = true;
-                i += 1;
-            } else if more >= 2 && &next[..] == b"=" {
+            a.approx = more >= 2 && &next[..] == b"~";
+            if more >= 2 && (&next[..] == b"~" || &next[..] == b"=") {
                 i += 1;
             }
-            let max = ll(&args[i + 1], None)?;
-            if max < 0 {
-                return Err(CmdError::Text("ERR The MAXLEN argument must be >= 0."));
-            }
-            i += 1;
-            a.trim = Some(Trim::MaxLen(max as u64));
-        } else if eq(opt, "minid") && more > 0 {
-            if a.trim.is_some() {
-                return Err(both);
-            }
-            a.approx = false;
-            let next = &args[i + 1];
-            if more >= 2 && &next[..] == b"~" {
-                a.approx = true;
-                i += 1;
-            } else if more >= 2 && &next[..] == b"=" {
-                i += 1;
-            }
-            a.trim = Some(Trim::MinId(parse_strict(&args[i + 1])?));
+            a.trim = Some(if eq(opt, "maxlen") {
+                let max = ll(&args[i + 1], None)?;
+                if max < 0 {
+                    return Err(CmdError::Text("ERR The MAXLEN argument must be >= 0."));
+                }
+                Trim::MaxLen(max as u64)
+            } else {
+                Trim::MinId(parse_strict(&args[i + 1])?)
+            });
             i += 1;
         } else if eq(opt, "limit") && more > 0 {
             limit = ll(&args[i + 1], None)?;

@@ -555,10 +555,6 @@ impl Stream {
         self.range(id, id, false, 1).pop()
     }
 
-    pub fn exists(&self, id: StreamId) -> bool {
-        self.get(id).is_some()
-    }
-
     /// The last live entry's ID (Redis's `streamLastValidID`).
     pub fn last_valid_id(&self) -> Option<StreamId> {
         self.nodes
