@@ -246,3 +246,35 @@ def write_docs(name, body):
     """Replaces section `name` of the report (DOCS) with `body` and says so."""
     replace_section(DOCS, name, body)
     say(f"updated {DOCS}")
+
+
+def benchmark_rps(port, command, pipeline, requests, rand=1_000_000, clients=50):
+    """redis-benchmark of one command (`__rand_int__` drawn below `rand`) on the load generator's
+    core; its requests per second."""
+    import csv
+    import io
+    out = subprocess.run(
+        pinned(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients), "-r", str(rand),
+                "-n", str(requests), "-P", str(pipeline), "--csv", *command], CLIENT_CPUS),
+        capture_output=True, text=True, timeout=CALL_LIMIT_S, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    if not rows:
+        sys.exit(f"[bench] redis-benchmark printed no row: {out!r}")
+    return float(rows[0]["rps"])
+
+
+def ratio_table(tests, pipelines, names, rates):
+    """Markdown rows: per test and pipeline depth, each target's median rate, then each target's
+    ratio to the first (redis-server). `rates[(test, p, name)]` lists the rounds' rates."""
+    import statistics
+    lines = [
+        "| test | P | " + " | ".join(f"{n} req/s" for n in names) + " | "
+        + " | ".join(f"{n} / redis" for n in names[1:]) + " |",
+        "|---|---|" + "---|" * (2 * len(names) - 1),
+    ]
+    for test in tests:
+        for p in pipelines:
+            med = [statistics.median(rates[(test, p, n)]) for n in names]
+            lines.append(f"| {test} | {p} | " + " | ".join(f"{m:,.0f}" for m in med) + " | "
+                         + " | ".join(f"{m / med[0]:.2f}x" for m in med[1:]) + " |")
+    return lines

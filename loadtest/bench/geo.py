@@ -12,11 +12,8 @@ by box (20 x 20 km, WITHDIST), GEODIST of two members, GEOPOS of one. Rounds are
 across targets and the median rate is reported with the Shoal/redis ratio of this run.
 """
 import argparse
-import csv
-import io
 import random
 import socket
-import statistics
 import subprocess
 import sys
 
@@ -57,17 +54,6 @@ def load(port):
             sys.exit(f"[bench] port {port} does not hold {POINTS} points")
 
 
-def bench(port, command, pipeline, requests):
-    out = subprocess.run(
-        common.pinned(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS), "-r", "1000000",
-                       "-n", str(requests), "-P", str(pipeline), "--csv", *command], common.CLIENT_CPUS),
-        capture_output=True, text=True, timeout=common.CALL_LIMIT_S, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    if not rows:
-        sys.exit(f"[bench] redis-benchmark printed no row: {out!r}")
-    return float(rows[0]["rps"])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -93,7 +79,7 @@ def main():
         for test, command in TESTS.items():
             for p in pipelines:
                 for name, port in targets.items():
-                    rate = bench(port, command, p, a.requests * (4 if p > 1 else 1))
+                    rate = common.benchmark_rps(port, command, p, a.requests * (4 if p > 1 else 1), clients=CLIENTS)
                     rates.setdefault((test, p, name), []).append(rate)
         common.say(f"round {r + 1}/{a.rounds} done")
     names = list(targets)
@@ -104,15 +90,8 @@ def main():
         "interleaved rounds; load average at the end "
         f"{common.load_average():.1f}).",
         "",
-        "| test | P | " + " | ".join(f"{n} req/s" for n in names) + " | "
-        + " | ".join(f"{n} / redis" for n in names[1:]) + " |",
-        "|---|---|" + "---|" * (2 * len(names) - 1),
     ]
-    for test in TESTS:
-        for p in pipelines:
-            med = [statistics.median(rates[(test, p, n)]) for n in names]
-            lines.append(f"| {test} | {p} | " + " | ".join(f"{m:,.0f}" for m in med) + " | "
-                         + " | ".join(f"{m / med[0]:.2f}x" for m in med[1:]) + " |")
+    lines += common.ratio_table(TESTS, pipelines, names, rates)
     table = "\n".join(lines)
     print(table)
     if a.write_docs:

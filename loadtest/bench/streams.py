@@ -14,10 +14,7 @@ are interleaved across targets; the median rate is reported with the Shoal/redis
 Memory per entry: `MEMORY USAGE s:idx` over its 100,000 entries on each target.
 """
 import argparse
-import csv
-import io
 import socket
-import statistics
 import subprocess
 import sys
 
@@ -70,17 +67,6 @@ def memory(port):
         return int(call(s, f, "MEMORY", "USAGE", "s:idx", "SAMPLES", "0"))
 
 
-def bench(port, command, pipeline, requests, rand):
-    out = subprocess.run(
-        common.pinned(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS), "-r", str(rand),
-                       "-n", str(requests), "-P", str(pipeline), "--csv", *command], common.CLIENT_CPUS),
-        capture_output=True, text=True, timeout=common.CALL_LIMIT_S, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    if not rows:
-        sys.exit(f"[bench] redis-benchmark printed no row: {out!r}")
-    return float(rows[0]["rps"])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -112,7 +98,7 @@ def main():
                     if test.startswith("XREADGROUP"):
                         regroup(port)
                     n = a.requests * (4 if p > 1 else 1)
-                    rates.setdefault((test, p, name), []).append(bench(port, command, p, n, rand))
+                    rates.setdefault((test, p, name), []).append(common.benchmark_rps(port, command, p, n, rand, CLIENTS))
         common.say(f"round {r + 1}/{a.rounds} done")
     names = list(targets)
     lines = [
@@ -121,15 +107,8 @@ def main():
         f"one core, redis-benchmark to the other; entries of two fields, a 64-byte payload; median of "
         f"{a.rounds} interleaved rounds; load average at the end {common.load_average():.1f}).",
         "",
-        "| test | P | " + " | ".join(f"{n} req/s" for n in names) + " | "
-        + " | ".join(f"{n} / redis" for n in names[1:]) + " |",
-        "|---|---|" + "---|" * (2 * len(names) - 1),
     ]
-    for test in TESTS:
-        for p in pipelines:
-            med = [statistics.median(rates[(test, p, n)]) for n in names]
-            lines.append(f"| {test} | {p} | " + " | ".join(f"{m:,.0f}" for m in med) + " | "
-                         + " | ".join(f"{m / med[0]:.2f}x" for m in med[1:]) + " |")
+    lines += common.ratio_table(TESTS, pipelines, names, rates)
     lines += [
         "",
         f"Memory of `s:idx` ({INDEXED:,} entries; `MEMORY USAGE s:idx SAMPLES 0`): "
