@@ -113,6 +113,22 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
 /// clients have in flight on the same node's stream at that moment (the same router's) are
 /// answered as ever. (Issue 38: such a reply once failed to decode on the router and failed the
 /// node's stream under everyone.)
+/// Hostile MessagePack (arrays nested 200,000 deep, a length past the input) given to
+/// `cmsgpack.unpack` fails that script with Redis's text; the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_msgpack_fails_its_script_and_hurts_no_node() {
+    let router = support::cluster().await;
+    let mut c = support::Raw::connect(router.resp_addr()).await;
+    let nested = "return cmsgpack.unpack(string.rep(string.char(0x91), 200000) .. string.char(0x90))";
+    let long = "return cmsgpack.unpack(string.char(0xdb, 0xff, 0xff, 0xff, 0xff) .. 'x')";
+    for (script, error) in [(nested, "Bad data format in input."), (long, "Missing bytes in input.")] {
+        let reply = text(c.cmd(&["EVAL", script, "1", "{m}k"]).await);
+        assert!(reply.starts_with("-ERR user_script:1: ") && reply.contains(error), "{reply}");
+        assert_eq!(c.cmd(&["SET", "{m}k", "v"]).await, b"+OK\r\n", "the script's node still serves");
+    }
+    router.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deeply_nested_script_reply_hurts_no_other_client() {
     use redis::AsyncCommands;
