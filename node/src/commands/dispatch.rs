@@ -16,8 +16,8 @@ use super::multi;
 use super::object;
 use super::set;
 use super::sort;
-use super::stream;
 use super::zset;
+use super::{stream, stream_group};
 use crate::store::Store;
 use crate::store::object::ValueType;
 
@@ -81,6 +81,7 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 bits::TABLE,
                 geo::TABLE,
                 stream::TABLE,
+                stream_group::TABLE,
                 sort::TABLE,
             ];
             for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {

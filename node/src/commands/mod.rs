@@ -44,6 +44,7 @@ mod scan;
 mod set;
 mod sort;
 mod stream;
+mod stream_group;
 pub(crate) mod zset;
 
 pub use args::{MAX_RANDOM_REPEATS, check_repeats, int_arg, non_negative};

@@ -229,57 +229,16 @@ fn sort(store: &Store, args: &[Bytes], readonly: bool) -> CmdResult {
         start = 0;
     }
     let mut items: Vec<Item> = elements.into_iter().map(|obj| Item { obj, score: 0.0, cmp: None }).collect();
-    let mut conversion_error = false;
-    if !o.dontsort {
-        for it in &mut items {
-            let byval = match &o.by {
-                Some(p) => match lookup(store, p, &it.obj) {
-                    Some(v) => v,
-                    None => continue,
-                },
-                None => it.obj.clone(),
-            };
-            if o.alpha {
-                if o.by.is_some() {
-                    it.cmp = Some(byval);
-                }
-            } else {
-                match strtod(&byval) {
-                    Some(s) => it.score = s,
-                    None => conversion_error = true,
-                }
-            }
-        }
-        let (alpha, by, stores) = (o.alpha, o.by.is_some(), o.store.is_some());
-        let cmp = |a: &Item, b: &Item| -> Ordering {
-            let c = if !alpha {
-                a.score.partial_cmp(&b.score).unwrap_or(Ordering::Equal).then_with(|| a.obj.cmp(&b.obj))
-            } else if by {
-                match (&a.cmp, &b.cmp) {
-                    (None, None) => Ordering::Equal,
-                    (None, _) => Ordering::Less,
-                    (_, None) => Ordering::Greater,
-                    (Some(x), Some(y)) if stores => x.cmp(y),
-                    (Some(x), Some(y)) => cstr_cmp(x, y),
-                }
-            } else if stores {
-                a.obj.cmp(&b.obj)
-            } else {
-                cstr_cmp(&a.obj, &b.obj)
-            };
-            if o.desc { c.reverse() } else { c }
-        };
-        if o.by.is_some() && (start != 0 || end != items.len() as i64 - 1) && !items.is_empty() {
-            let as_int = |a: &Item, b: &Item| cmp(a, b) as i32;
-            super::pqsort::pqsort_range(&mut items, &as_int, start.max(0) as usize, end.max(0) as usize);
-        } else {
-            items.sort_by(cmp);
-        }
-    }
-    if conversion_error {
+    let converted = o.dontsort || order(store, &o, &mut items, start, end);
+    if !converted {
         return Err(CmdError::Text("ERR One or more scores can't be converted into double"));
     }
     let range: &[Item] = if end >= start && start >= 0 { &items[start as usize..=end as usize] } else { &[] };
+    answer(store, &o, range)
+}
+
+/// The sorted range (or its `GET` lookups), as the reply or stored in `STORE`'s list.
+fn answer(store: &Store, o: &Opts, range: &[Item]) -> CmdResult {
     let Some(dst) = &o.store else {
         let mut out = Vec::new();
         for it in range {
@@ -313,6 +272,58 @@ fn sort(store: &Store, args: &[Bytes], readonly: bool) -> CmdResult {
         Ok(())
     })?;
     Ok(F::int(n))
+}
+
+/// Scores (or comparison strings) for the items, then their order: all of them, or with `BY`
+/// and a `LIMIT` only the asked range, as Redis's partial quicksort does. False when a score
+/// did not read as a number (the command's error once everything was looked up).
+fn order(store: &Store, o: &Opts, items: &mut [Item], start: i64, end: i64) -> bool {
+    let mut converted = true;
+    for it in items.iter_mut() {
+        let byval = match &o.by {
+            Some(p) => match lookup(store, p, &it.obj) {
+                Some(v) => v,
+                None => continue,
+            },
+            None => it.obj.clone(),
+        };
+        if o.alpha {
+            if o.by.is_some() {
+                it.cmp = Some(byval);
+            }
+        } else {
+            match strtod(&byval) {
+                Some(s) => it.score = s,
+                None => converted = false,
+            }
+        }
+    }
+    let (alpha, by, stores) = (o.alpha, o.by.is_some(), o.store.is_some());
+    let cmp = |a: &Item, b: &Item| -> Ordering {
+        let c = if !alpha {
+            a.score.partial_cmp(&b.score).unwrap_or(Ordering::Equal).then_with(|| a.obj.cmp(&b.obj))
+        } else if by {
+            match (&a.cmp, &b.cmp) {
+                (None, None) => Ordering::Equal,
+                (None, _) => Ordering::Less,
+                (_, None) => Ordering::Greater,
+                (Some(x), Some(y)) if stores => x.cmp(y),
+                (Some(x), Some(y)) => cstr_cmp(x, y),
+            }
+        } else if stores {
+            a.obj.cmp(&b.obj)
+        } else {
+            cstr_cmp(&a.obj, &b.obj)
+        };
+        if o.desc { c.reverse() } else { c }
+    };
+    if o.by.is_some() && (start != 0 || end != items.len() as i64 - 1) && !items.is_empty() {
+        let as_int = |a: &Item, b: &Item| cmp(a, b) as i32;
+        super::pqsort::pqsort_range(items, &as_int, start.max(0) as usize, end.max(0) as usize);
+    } else {
+        items.sort_by(cmp);
+    }
+    converted
 }
 
 #[cfg(test)]

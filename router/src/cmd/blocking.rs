@@ -57,8 +57,8 @@ fn layout(args: &Args) -> Result<(usize, Vec<Bytes>), Reply> {
     let name = args[0].to_ascii_lowercase();
     let last = args.len() - 1;
     Ok(match &name[..] {
-        b"xread" | b"xreadgroup" => match super::streams::read_layout(args) {
-            Some((Some(at), keys)) => (at, keys),
+        b"xread" | b"xreadgroup" => match shoal_wire::acl::commands::xread_layout(args) {
+            Some((Some(at), keys)) => (at, args[keys].to_vec()),
             _ => return Err(super::syntax_error()),
         },
         b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => (last, args[1..last].to_vec()),

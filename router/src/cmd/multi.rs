@@ -96,7 +96,9 @@ fn keys_of(args: &Args) -> Option<Vec<Bytes>> {
         }
         b"sintercard" | b"lmpop" | b"zmpop" | b"zunion" | b"zinter" | b"zdiff" | b"zintercard" => numkeys(1),
         b"bitop" => Some(args[2..].to_vec()),
-        b"xread" | b"xreadgroup" => super::streams::read_layout(args).map(|(_, keys)| keys),
+        b"xread" | b"xreadgroup" => {
+            shoal_wire::acl::commands::xread_layout(args).map(|(_, keys)| args[keys].to_vec())
+        }
         b"sort" | b"sort_ro" => {
             let l = shoal_wire::sort::layout(args, name == b"sort_ro")?;
             Some(std::iter::once(args[1].clone()).chain(l.store.map(|i| args[i].clone())).collect())

@@ -15,7 +15,7 @@ use super::{Args, Ctx, Pending, op};
 
 /// Where XREAD/XREADGROUP's `BLOCK` value is (if given) and its keys, when its options read
 /// as such (else the node answers the error).
-pub fn read_layout(args: &[Bytes]) -> Option<(Option<usize>, Vec<Bytes>)> {
+fn read_layout(args: &[Bytes]) -> Option<(Option<usize>, Vec<Bytes>)> {
     shoal_wire::acl::commands::xread_layout(args).map(|(block, keys)| (block, args[keys].to_vec()))
 }
 

@@ -14,7 +14,7 @@ pub struct Limits {
     /// negative one (-1 to -5) its bytes (4 KiB to 64 KiB).
     pub list_max_listpack_size: i64,
     /// Redis's `stream-node-max-bytes` and `stream-node-max-entries`.
-    pub stream_node: super::stream::NodeLimits,
+    pub stream_node: NodeLimits,
 }
 
 impl Default for Limits {
@@ -26,7 +26,7 @@ impl Default for Limits {
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
             list_max_listpack_size: -2,
-            stream_node: super::stream::NodeLimits { max_bytes: 4096, max_entries: 100 },
+            stream_node: NodeLimits { max_bytes: 4096, max_entries: 100 },
         }
     }
 }
@@ -40,7 +40,7 @@ impl Limits {
         zset_max_listpack_entries: 0,
         zset_max_listpack_value: 0,
         list_max_listpack_size: 1,
-        stream_node: super::stream::NodeLimits { max_bytes: 4096, max_entries: 100 },
+        stream_node: NodeLimits { max_bytes: 4096, max_entries: 100 },
     };
 
     /// Limits a few elements cross (fuzzing, tests): 4 entries, 8-byte strings.
@@ -51,8 +51,21 @@ impl Limits {
         zset_max_listpack_entries: 4,
         zset_max_listpack_value: 8,
         list_max_listpack_size: 4,
-        stream_node: super::stream::NodeLimits { max_bytes: 200, max_entries: 4 },
+        stream_node: NodeLimits { max_bytes: 200, max_entries: 4 },
     };
+}
+
+/// Where stream nodes fill up (`stream-node-max-bytes`, `stream-node-max-entries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    pub max_bytes: usize,
+    pub max_entries: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits { max_bytes: 4096, max_entries: 100 }
+    }
 }
 
 /// What an allocation of `n` bytes costs, rounded as allocators round small sizes.
