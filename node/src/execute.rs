@@ -175,7 +175,7 @@ pub(crate) async fn wait_for_gate(state: &NodeState) -> Result<parking_lot::RwLo
             return Ok(shared);
         }
         if state.scripts.busy() {
-            return Err(crate::ops::error(crate::script::BUSY));
+            return Err(crate::ops::error(state.scripts.busy_text()));
         }
         if !held_long(state) {
             return Ok(state.store.gate.read());
@@ -237,7 +237,7 @@ impl Running {
             Ok(r) => Step::Reply(r),
             // A script holds the store: wait without the thread, or answer BUSY once it has
             // held it past busy-reply-threshold.
-            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(crate::script::BUSY)),
+            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(state.scripts.busy_text())),
             Err(op) if held_long(state) => Step::Held(op),
             // Other ops hold it shared, or a transaction is about to run: a moment; wait here
             // (reading the time after the wait, not the message's held time).

@@ -38,6 +38,8 @@
 //! - [`snapshot`]: the mmap snapshot format, writer and reader (under the store, which serves a
 //!   base snapshot), and the offline bake (which builds typed values).
 //! - [`config`], [`link_tls`]: the `shoal-node` command line, node-link TLS.
+//! - [`rdb`]: Redis's RDB encoding of DUMP-style payloads (lengths, strings, LZF, CRC64): FUNCTION
+//!   DUMP/RESTORE write and read it, a leaf under [`script`].
 
 pub mod commands;
 pub mod config;
@@ -51,6 +53,7 @@ pub mod notify;
 pub mod ops;
 pub mod persistence;
 pub mod pubsub;
+pub mod rdb;
 pub mod redis_error;
 pub mod replication;
 pub mod script;

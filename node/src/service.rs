@@ -72,14 +72,15 @@ impl Node for NodeService {
 
     async fn kill_script(
         &self,
-        _request: Request<proto::KillScriptRequest>,
+        request: Request<proto::KillScriptRequest>,
     ) -> Result<Response<proto::KillScriptReply>, Status> {
         use crate::script::Kill;
         use proto::kill_script_reply::Outcome;
-        let outcome = match self.state.scripts.kill() {
+        let outcome = match self.state.scripts.kill(request.into_inner().function) {
             Kill::NotBusy => Outcome::NotBusy,
             Kill::Killed => Outcome::Killed,
             Kill::Unkillable => Outcome::Unkillable,
+            Kill::OtherKind => Outcome::OtherKind,
         };
         Ok(Response::new(proto::KillScriptReply { outcome: outcome as i32 }))
     }

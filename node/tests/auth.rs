@@ -63,7 +63,7 @@ async fn every_rpc(c: &mut Client, addr: &str) -> Vec<(&'static str, Code)> {
         ("UpdateTopology", code(c.update_topology(TopologyDoc { json: t.to_json() }).await)),
         ("Configure", code(c.configure(NodeSettings::default()).await)),
         ("Block", code(c.block(BlockRequest::default()).await)),
-        ("KillScript", code(c.kill_script(KillScriptRequest {}).await)),
+        ("KillScript", code(c.kill_script(KillScriptRequest::default()).await)),
         ("Subscribe", code(c.subscribe(tokio_stream::iter(vec![SubscribeRequest::default()])).await)),
         ("PubSubInfo", code(c.pub_sub_info(PubSubQuery::default()).await)),
         ("Replicate", code(c.replicate(tokio_stream::iter(vec![ReplicaAck::default()])).await)),

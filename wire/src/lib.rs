@@ -13,6 +13,7 @@
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
 //! - [`sort`]: the keys SORT's STORE, BY and GET name (the router gathers them, the node reads
 //!   them).
+//! - [`splitargs`]: Redis's `sdssplitargs` (inline commands, ACL files, library metadata).
 //! - [`glob`]: Redis's glob patterns (KEYS, SCAN MATCH on the nodes; CONFIG GET and ACL patterns).
 //! - [`acl`]: Redis's command table (generated from redis-server 7.0.15: arity, flags, key
 //!   range, ACL categories, docs and key specs of every command, the one source the router's
@@ -56,6 +57,7 @@ pub mod script;
 pub mod settings;
 pub mod slot;
 pub mod sort;
+pub mod splitargs;
 pub mod tls;
 pub mod topology;
 pub mod topology_file;

@@ -195,6 +195,10 @@ impl F {
         F::of(Kind::Simple("OK".into()))
     }
 
+    pub fn status(text: &str) -> Frame {
+        F::of(Kind::Simple(text.into()))
+    }
+
     pub fn error(text: String) -> Frame {
         F::of(Kind::Error(text))
     }

@@ -35,6 +35,9 @@ const HOOK_EVERY: u32 = 100_000;
 const VERSION: &str = "7.0.15";
 const VERSION_NUM: i64 = 0x07_00_0f;
 
+/// FCALL of a function no library registered.
+pub const FUNCTION_NOT_FOUND: &str = "ERR Function not found";
+
 /// Raised as a plain Lua error string (the error handler gives it its `ERR` code).
 pub const KILLED: &str = "Script killed by user with SCRIPT KILL...";
 
@@ -57,7 +60,7 @@ pub fn redis_error(text: impl Into<String>) -> mlua::Error {
 }
 
 /// An error raised in Rust: its text, and whether it is an error table (see [`RedisError`]).
-fn classify(e: &mlua::Error) -> (String, bool) {
+pub(super) fn classify(e: &mlua::Error) -> (String, bool) {
     match e {
         mlua::Error::CallbackError { cause, .. } => classify(cause),
         mlua::Error::ExternalError(inner) => match inner.downcast_ref::<RedisError>() {
@@ -132,16 +135,33 @@ G.loadstring = function(s, name)
   return f, e
 end
 getmetatable('').__metatable = false
-return env
+-- Library functions (FUNCTION LOAD) see globals of their own: an empty read-only table whose
+-- lookups go to the load-time API while a library loads and to `env` once it runs, as Redis
+-- swaps its function VM's globals. `invoke` calls one with its keys and arguments under the
+-- error handler (xpcall passes no arguments in Lua 5.1).
+local fn_meta = {
+  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+  __metatable = false,
+}
+local fn_globals = setmetatable({}, fn_meta)
+protected[fn_globals] = true
+local function invoke(f, handler, keys, args)
+  return xpcall(function() return f(keys, args) end, handler)
+end
+return env, readonly, fn_globals, fn_meta, invoke
 "#;
 
-/// A compiled script and how it may run.
-struct Compiled {
-    function: Function,
-    flags: Flags,
+/// Builds the load-time globals of function libraries from the VM, its globals and the
+/// sandbox's read-only wrapper.
+pub type LoadApi = fn(&Lua, &Table, &Function) -> mlua::Result<Table>;
+
+/// A compiled script (or a library's function) and how it may run.
+pub(super) struct Compiled {
+    pub(super) function: Function,
+    pub(super) flags: Flags,
 }
 
-/// The flags of a `#!lua flags=...` first line.
+/// The flags of a `#!lua flags=...` first line or of `redis.register_function`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Flags {
     pub no_writes: bool,
@@ -149,14 +169,24 @@ pub struct Flags {
 }
 
 pub struct Engine {
-    lua: Lua,
+    pub(super) lua: Lua,
     functions: HashMap<String, Compiled>,
     /// The read-only environment scripts run in.
-    env: Table,
+    pub(super) env: Table,
     /// The real globals (KEYS and ARGV are set here).
     globals: Table,
     xpcall: Function,
     handler: Function,
+    /// Library functions by name, and the registry generation they were built from
+    /// (`super::functions`).
+    pub(super) library: HashMap<String, Compiled>,
+    pub(super) library_generation: u64,
+    /// Library functions' globals, their metatable (whose `__index` switches between the
+    /// load-time API and `env`), the load-time API, and the caller that passes keys and args.
+    pub(super) fn_globals: Table,
+    pub(super) fn_meta: Table,
+    pub(super) load_api: Table,
+    invoke: Function,
 }
 
 impl std::fmt::Debug for Engine {
@@ -173,7 +203,9 @@ pub struct Outcome {
 }
 
 impl Engine {
-    pub fn new(shared: Arc<Shared>, memory_limit: usize) -> mlua::Result<Engine> {
+    /// A VM; `load_api` builds the globals a function library's code sees while it loads
+    /// (`super::functions::load_api`, given here so the VM does not import the functions above it).
+    pub fn new(shared: Arc<Shared>, memory_limit: usize, load_api: LoadApi) -> mlua::Result<Engine> {
         let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::default())?;
         let globals = lua.globals();
         globals.raw_set("redis", redis_library(&lua)?)?;
@@ -192,7 +224,10 @@ impl Engine {
                 _ => e,
             })
         })?;
-        let env: Table = prelude.call((globals.clone(), error_text))?;
+        let (env, readonly, fn_globals, fn_meta, invoke): (Table, Function, Table, Table, Function) =
+            prelude.call((globals.clone(), error_text))?;
+        let load_api = load_api(&lua, &globals, &readonly)?;
+        fn_meta.raw_set("__index", env.clone())?;
         let handler = lua.create_function(error_handler)?;
         lua.set_memory_limit(memory_limit)?;
         let killer = shared.clone();
@@ -200,9 +235,25 @@ impl Engine {
             if killer.kill.load(Ordering::Relaxed) {
                 return Err(mlua::Error::RuntimeError(KILLED.into()));
             }
+            if killer.loading_past_deadline() {
+                return Err(redis_error("ERR FUNCTION LOAD timeout"));
+            }
             Ok(mlua::VmState::Continue)
         })?;
-        Ok(Engine { lua, functions: HashMap::new(), env, globals, xpcall, handler })
+        Ok(Engine {
+            lua,
+            functions: HashMap::new(),
+            env,
+            globals,
+            xpcall,
+            handler,
+            library: HashMap::new(),
+            library_generation: 0,
+            fn_globals,
+            fn_meta,
+            load_api,
+            invoke,
+        })
     }
 
     pub fn has(&self, sha: &str) -> bool {
@@ -244,22 +295,66 @@ impl Engine {
         ctx.readonly |= compiled.flags.no_writes;
         ctx.allow_oom |= compiled.flags.allow_oom;
         let function = compiled.function.clone();
-        let reply = match self.set_arguments(keys, args) {
-            Ok(()) => {
+        let called = self.set_arguments(keys, args).map(|()| {
+            let xpcall = self.xpcall.clone();
+            let handler = self.handler.clone();
+            move || xpcall.call::<MultiValue>((function, handler))
+        });
+        let outcome = self.execute(sha, called, ctx);
+        let _ = self.globals.raw_set("KEYS", Value::Nil);
+        let _ = self.globals.raw_set("ARGV", Value::Nil);
+        outcome
+    }
+
+    /// Runs library function `name` (FCALL): called with its keys and arguments as two tables,
+    /// its errors worded with its name where a script's carry its SHA.
+    pub fn call_function(&mut self, name: &str, keys: &[Bytes], args: &[Bytes], mut ctx: RunCtx) -> Outcome {
+        let Some(compiled) = self.library.get(&name.to_ascii_lowercase()) else {
+            return Outcome {
+                reply: F::error(FUNCTION_NOT_FOUND.into()),
+                written: Vec::new(),
+                denials: Vec::new(),
+            };
+        };
+        ctx.readonly |= compiled.flags.no_writes;
+        ctx.allow_oom |= compiled.flags.allow_oom;
+        let function = compiled.function.clone();
+        let list = |items: &[Bytes]| -> mlua::Result<Table> {
+            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, self.lua.create_string(item)?)?;
+            }
+            Ok(t)
+        };
+        let called = list(keys).and_then(|k| Ok((k, list(args)?))).map(|(k, a)| {
+            let invoke = self.invoke.clone();
+            let handler = self.handler.clone();
+            move || invoke.call::<MultiValue>((function, handler, k, a))
+        });
+        self.execute(name, called, ctx)
+    }
+
+    /// Runs `called` with `ctx` as the calls' context; `label` names the script in errors.
+    fn execute(
+        &mut self,
+        label: &str,
+        called: mlua::Result<impl FnOnce() -> mlua::Result<MultiValue>>,
+        ctx: RunCtx,
+    ) -> Outcome {
+        let reply = match called {
+            Ok(call) => {
                 self.lua.set_app_data(ctx);
-                let result = self.xpcall.call::<MultiValue>((function, self.handler.clone()));
+                let result = call();
                 let script_resp3 = self.lua.app_data_ref::<RunCtx>().is_some_and(|c| c.resp3);
                 match result {
-                    Ok(values) => outcome_frame(values, sha, script_resp3),
-                    Err(e) => F::error(format!("ERR Error running script {sha}: {}", message(&e))),
+                    Ok(values) => outcome_frame(values, label, script_resp3),
+                    Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
                 }
             }
-            Err(e) => F::error(format!("ERR Error running script {sha}: {}", message(&e))),
+            Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
         };
         let (written, denials) =
             self.lua.remove_app_data::<RunCtx>().map(|c| (c.written, c.denials)).unwrap_or_default();
-        let _ = self.globals.raw_set("KEYS", Value::Nil);
-        let _ = self.globals.raw_set("ARGV", Value::Nil);
         let _ = self.lua.gc_step();
         Outcome { reply, written, denials }
     }
@@ -305,7 +400,7 @@ fn outcome_frame(values: MultiValue, sha: &str, script_resp3: bool) -> Frame {
     }
 }
 
-fn text(v: &Value) -> Option<String> {
+pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(String::from_utf8_lossy(&s.as_bytes()).into_owned()),
         // Lua 5.1 has doubles only; mlua shows the integral ones as integers.

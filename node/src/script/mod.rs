@@ -1,4 +1,5 @@
-//! Lua scripts (EVAL, EVALSHA and their `_RO` forms; SCRIPT LOAD, EXISTS, FLUSH, KILL), run on the
+//! Lua scripts (EVAL, EVALSHA and their `_RO` forms; SCRIPT LOAD, EXISTS, FLUSH, KILL) and
+//! library functions (FUNCTION, FCALL, FCALL_RO), run on the
 //! node that owns their keys, atomically, as Redis runs them.
 //!
 //! Data flow: a `Script` op arrives on an `Execute` stream → the service hands it to
@@ -19,6 +20,8 @@
 //!   (carried by the `Script` op when restricted); the refusals go back with the reply
 //!   (`ScriptDenied`) for the router's ACL LOG.
 //! - [`table`]: the commands scripts may call (arity, flags, keys).
+//! - [`functions`]: FUNCTION LOAD/DELETE/FLUSH/LIST/DUMP/RESTORE/STATS and FCALL's libraries
+//!   (the code in a [`registry`] that [`shared`] holds, compiled in the script thread's VM).
 //! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`cmsgpack`], [`bit`]:
 //!   the libraries.
 //!
@@ -37,6 +40,8 @@ pub mod cjson;
 pub mod cmsgpack;
 pub mod convert;
 pub mod engine;
+pub mod functions;
+pub mod registry;
 mod runner;
 pub mod shared;
 pub mod table;

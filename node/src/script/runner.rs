@@ -21,8 +21,7 @@ use crate::commands::F;
 use crate::membership::view::NodeView;
 use crate::store::Store;
 
-pub const BUSY: &str =
-    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub use super::shared::{BUSY, BUSY_FUNCTION};
 /// The script thread's stack (see `start_thread`).
 const SCRIPT_STACK_BYTES: usize = 64 << 20;
 
@@ -37,6 +36,8 @@ pub enum Kill {
     NotBusy,
     Killed,
     Unkillable,
+    /// What runs is of the other kind (a function for SCRIPT KILL, a script for FUNCTION KILL).
+    OtherKind,
 }
 
 struct Job {
@@ -71,6 +72,9 @@ impl Scripts {
             kill: AtomicBool::new(false),
             busy_ms: AtomicU64::new(busy_ms),
             acl: Mutex::new(acl::Cache::default()),
+            functions: Mutex::new(super::registry::Registry::default()),
+            load_deadline: AtomicU64::new(0),
+            current: Mutex::new(None),
         });
         Scripts { shared, store, memory_limit: memory_limit.into(), jobs: Mutex::new(None) }
     }
@@ -85,7 +89,13 @@ impl Scripts {
     pub fn is_script_op(op: &Op) -> bool {
         match &op.kind {
             Some(Kind::Script(_)) => true,
-            Some(Kind::ScriptAdmin(a)) => a.action() == Action::Load,
+            Some(Kind::ScriptAdmin(a)) => match a.action() {
+                Action::Load => true,
+                // FUNCTION STATS answers beside a running script; the rest compile or read the
+                // libraries on the script thread.
+                Action::Function => !a.args.first().is_some_and(|s| s.eq_ignore_ascii_case(b"stats")),
+                _ => false,
+            },
             // EVAL inside MULTI: the whole transaction runs where the VM is.
             Some(Kind::Transaction(_)) => crate::ops::holds_script(op),
             _ => false,
@@ -156,6 +166,7 @@ impl Scripts {
                     None => Reply { kind: Some(reply::Kind::Nil(proto::Empty {})), ..Default::default() },
                 }
             }
+            Action::Function => frame(super::functions::stats(&self.shared)),
             Action::Load => crate::ops::error("ERR SCRIPT LOAD runs on the script thread"),
         }
     }
@@ -177,13 +188,34 @@ impl Scripts {
         since != 0 && self.shared.now() >= since - 1 + self.shared.busy_ms.load(Ordering::Relaxed)
     }
 
-    /// SCRIPT KILL.
-    pub fn kill(&self) -> Kill {
-        if !self.running() {
-            return Kill::NotBusy;
+    /// What a BUSY reply says to call: FUNCTION KILL while a library function runs.
+    pub fn busy_text(&self) -> &'static str {
+        match self.shared.running() {
+            Some(r) if r.function => BUSY_FUNCTION,
+            _ => BUSY,
         }
+    }
+
+    /// The libraries as FUNCTION DUMP's payload (snapshots keep them).
+    pub fn functions_payload(&self) -> Vec<u8> {
+        self.shared.functions.lock().dump()
+    }
+
+    /// Puts the libraries of a FUNCTION DUMP payload in place (a snapshot loading).
+    pub fn restore_functions(&self, payload: &[u8]) -> Result<usize, String> {
+        super::functions::restore_registry(&self.shared, payload)
+    }
+
+    /// SCRIPT KILL (`function` false) or FUNCTION KILL (true).
+    pub fn kill(&self, function: bool) -> Kill {
+        let Some(running) = self.shared.running() else {
+            return Kill::NotBusy;
+        };
         if self.shared.wrote.load(Ordering::Acquire) {
             return Kill::Unkillable;
+        }
+        if running.function != function {
+            return Kill::OtherKind;
         }
         self.shared.kill.store(true, Ordering::Release);
         Kill::Killed
@@ -217,7 +249,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                 }
             }
             if engine.is_none() {
-                match engine::Engine::new(shared.clone(), memory_limit) {
+                match engine::Engine::new(shared.clone(), memory_limit, super::functions::load_api) {
                     Ok(e) => engine = Some(e),
                     Err(e) => {
                         return crate::ops::error(&format!("ERR the script engine could not start: {e}"));
@@ -228,6 +260,9 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
             let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
             match op.kind {
                 Some(Kind::Script(s)) => run(&at, e, *s),
+                Some(Kind::ScriptAdmin(a)) if a.action() == Action::Function => {
+                    frame(super::functions::command(e, &shared, &a.args))
+                }
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
@@ -314,8 +349,22 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
 /// carries. Returns its reply and the keys it wrote.
 fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
     let shared = at.shared;
+    if !s.function.is_empty() {
+        engine.sync_library(shared);
+        match engine.library.get(&s.function.to_ascii_lowercase()) {
+            None => return (frame(F::error(engine::FUNCTION_NOT_FOUND.into())), Vec::new()),
+            // FCALL with a bad `numkeys` reaches a node only to learn whether the function
+            // exists (Redis looks it up first).
+            Some(_) if !s.numkeys_error.is_empty() => return (frame(F::error(s.numkeys_error)), Vec::new()),
+            Some(f) if s.readonly && !f.flags.no_writes => {
+                let text = "ERR Can not execute a script with write flag using *_ro command.";
+                return (frame(F::error(text.into())), Vec::new());
+            }
+            Some(_) => {}
+        }
+    }
     let sha = s.sha.to_ascii_lowercase();
-    if !engine.has(&sha) {
+    if s.function.is_empty() && !engine.has(&sha) {
         let body =
             if s.body.is_empty() { shared.cache.lock().get(&sha).cloned() } else { Some(s.body.clone()) };
         let Some(body) = body else {
@@ -341,6 +390,11 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     };
     shared.kill.store(false, Ordering::Relaxed);
     shared.wrote.store(false, Ordering::Relaxed);
+    *shared.current.lock() = Some(super::shared::Current {
+        function: !s.function.is_empty(),
+        name: if s.function.is_empty() { sha.clone() } else { s.function.clone() },
+        command: fcall_command(&s),
+    });
     shared.running_since.store(shared.now() + 1, Ordering::Release);
     let ctx = call::RunCtx {
         store: at.store.clone(),
@@ -354,8 +408,13 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         perms,
         denials: Vec::new(),
     };
-    let outcome = engine.run(&sha, &s.keys, &s.args, ctx);
+    let outcome = if s.function.is_empty() {
+        engine.run(&sha, &s.keys, &s.args, ctx)
+    } else {
+        engine.call_function(&s.function, &s.keys, &s.args, ctx)
+    };
     shared.running_since.store(0, Ordering::Release);
+    *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
     let reply = if outcome.denials.is_empty() {
@@ -365,4 +424,18 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() }
     };
     (reply, outcome.written)
+}
+
+/// The command FUNCTION STATS shows for a running function (as the client sent it, bar the
+/// command name's case); empty for EVAL scripts, which FUNCTION STATS does not describe.
+fn fcall_command(s: &proto::Script) -> Vec<Bytes> {
+    if s.function.is_empty() {
+        return Vec::new();
+    }
+    let name = if s.readonly { "FCALL_RO" } else { "FCALL" };
+    let mut command = vec![Bytes::from_static(name.as_bytes()), Bytes::from(s.function.clone())];
+    command.push(Bytes::from(s.keys.len().to_string()));
+    command.extend(s.keys.iter().cloned());
+    command.extend(s.args.iter().cloned());
+    command
 }

@@ -4,13 +4,20 @@
 //! which all read or set them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::acl;
+
+/// What ops meet while a script has held the store past busy-reply-threshold.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// BUSY while a library function (FCALL) runs.
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 
 /// What the script thread and the rest of the node share.
 #[derive(Debug)]
@@ -34,10 +41,57 @@ pub struct Shared {
     pub(super) busy_ms: AtomicU64,
     /// Users' permissions as scripts carried them, parsed (only the script thread uses it).
     pub(super) acl: Mutex<acl::Cache>,
+    /// Function libraries (changed only on the script thread, read by FUNCTION STATS and
+    /// snapshots beside it).
+    pub functions: Mutex<super::registry::Registry>,
+    /// While a library loads: when its FUNCTION LOAD times out (ms since `epoch`; 0: never).
+    pub(super) load_deadline: AtomicU64,
+    /// What runs now, for FUNCTION STATS and for which KILL may stop it.
+    pub(super) current: Mutex<Option<Current>>,
+}
+
+/// The script or function running now.
+#[derive(Debug, Clone)]
+pub struct Current {
+    /// A library function (FCALL), not an EVAL script.
+    pub function: bool,
+    pub name: String,
+    pub command: Vec<Bytes>,
+}
+
+/// [`Current`] with how long it has run.
+pub struct Running {
+    pub function: bool,
+    pub name: String,
+    pub command: Vec<Bytes>,
+    pub duration_ms: u64,
 }
 
 impl Shared {
     pub(super) fn now(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    pub(super) fn set_load_deadline(&self, timeout_ms: u64) {
+        let at = if timeout_ms == 0 { 0 } else { self.now() + timeout_ms };
+        self.load_deadline.store(at, Ordering::Relaxed);
+    }
+
+    /// A library's load has run past FUNCTION LOAD's timeout (the VM's hook asks).
+    pub(super) fn loading_past_deadline(&self) -> bool {
+        let at = self.load_deadline.load(Ordering::Relaxed);
+        at != 0 && self.now() > at
+    }
+
+    /// The script or function running now, if one is.
+    pub fn running(&self) -> Option<Running> {
+        let since = self.running_since.load(Ordering::Acquire);
+        let current = self.current.lock().clone()?;
+        (since != 0).then(|| Running {
+            function: current.function,
+            name: current.name,
+            command: current.command,
+            duration_ms: self.now().saturating_sub(since - 1),
+        })
     }
 }

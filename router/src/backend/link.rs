@@ -367,12 +367,15 @@ impl NodePort for NodeLink {
         })
     }
 
-    fn kill_script(&self) -> BoxFuture<'_, Result<shoal_wire::proto::KillScriptReply, BackendError>> {
+    fn kill_script(
+        &self,
+        function: bool,
+    ) -> BoxFuture<'_, Result<shoal_wire::proto::KillScriptReply, BackendError>> {
         Box::pin(async move {
             let mut client = self.client()?;
             self.unary(
                 self.shared.ident.deadline,
-                client.kill_script(shoal_wire::proto::KillScriptRequest {}),
+                client.kill_script(shoal_wire::proto::KillScriptRequest { function }),
             )
             .await
         })

@@ -51,8 +51,10 @@ pub trait NodePort: Send + Sync + fmt::Debug {
         let _ = req;
         Box::pin(async { Err(BackendError::BadReply("this node port cannot block".into())) })
     }
-    /// SCRIPT KILL on this node (a call of its own: the stream is busy with the script).
-    fn kill_script(&self) -> BoxFuture<'_, Result<KillScriptReply, BackendError>> {
+    /// SCRIPT KILL (or FUNCTION KILL, `function`) on this node (a call of its own: the stream
+    /// is busy with the script).
+    fn kill_script(&self, function: bool) -> BoxFuture<'_, Result<KillScriptReply, BackendError>> {
+        let _ = function;
         Box::pin(async { Err(BackendError::BadReply("this node port cannot kill scripts".into())) })
     }
     /// WAIT on this node: how many of its replicas acked every change it had applied when the

@@ -26,6 +26,7 @@ mod config;
 mod connection;
 mod del;
 mod expire;
+pub mod functions;
 mod geo;
 mod get;
 mod getex;

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 
 use super::spec::{CommandSpec, Registry};
 use super::{
-    acl, bits, blocking, client, command, config, connection, del, expire, geo, get, getex, hash, hll, incr,
-    info, keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting, set, sets,
-    shoal, slowlog, streams, strings, transaction, ttl, zsets,
+    acl, bits, blocking, client, command, config, connection, del, expire, functions, geo, get, getex, hash,
+    hll, incr, info, keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting,
+    set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -228,6 +228,9 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &scripting::EVAL_RO,
     &scripting::EVALSHA_RO,
     &scripting::SCRIPT,
+    &functions::FCALL,
+    &functions::FCALL_RO,
+    &functions::FUNCTION,
     &shoal::SHOAL,
 ];
 

@@ -89,14 +89,19 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
         (shoal_wire::script::sha1_hex(&args[1]), args[1].clone())
     };
     let split = 3 + numkeys as usize;
-    let keys = args[3..split].to_vec();
+    let script = proto::Script { sha, body, args: args[split..].to_vec(), readonly, ..Default::default() };
+    send(script, args[3..split].to_vec(), ctx)
+}
+
+/// Sends a script (or a library function: FCALL) to the node of its keys, any node without
+/// keys; the reply is the script's.
+pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pending {
     // The user's permissions travel with the script (empty for an unrestricted user), so the
     // node checks each of its calls as Redis does; EVAL inside MULTI comes here too, at EXEC.
     let user = super::acl::session_user(ctx);
-    let acl = user.script_rules().to_string();
-    let resp = ctx.session.protocol().version() as u32;
-    let script =
-        proto::Script { sha, body, keys: keys.clone(), args: args[split..].to_vec(), readonly, acl, resp };
+    script.acl = user.script_rules().to_string();
+    script.resp = ctx.session.protocol().version() as u32;
+    script.keys = keys.clone();
     let routing = ctx.routing.clone();
     // A script without keys runs on any node; spread them.
     let pos = match (keys.is_empty(), routing.one_owner(&keys)) {
@@ -142,7 +147,7 @@ fn eval_generic(args: &Args, ctx: &mut Ctx, by_sha: bool, readonly: bool) -> Pen
 }
 
 /// A script that did not run (or may have: a timeout, a broken link; never sent twice, as EXEC).
-fn unit_failed(e: AtomicError) -> Reply {
+pub fn unit_failed(e: AtomicError) -> Reply {
     match e {
         AtomicError::Spread => Reply::error(super::CROSSSLOT),
         AtomicError::Backend(e) => e.into(),
@@ -178,7 +183,7 @@ async fn recover(
 }
 
 /// Every node's reply to a fan-out; the first error any node answered is the command's reply.
-async fn gather_all(all: crate::backend::AllCall) -> Result<Vec<proto::Reply>, Reply> {
+pub async fn gather_all(all: crate::backend::AllCall) -> Result<Vec<proto::Reply>, Reply> {
     let replies = all.gather().await.map_err(Reply::from)?;
     match replies.iter().find_map(|r| match &r.kind {
         Some(reply::Kind::Error(e)) => Some(e.clone()),
@@ -190,7 +195,7 @@ async fn gather_all(all: crate::backend::AllCall) -> Result<Vec<proto::Reply>, R
 }
 
 fn admin(action: Action, body: Bytes, shas: Vec<String>) -> Op {
-    op(Kind::ScriptAdmin(proto::ScriptAdmin { action: action as i32, body, shas }))
+    op(Kind::ScriptAdmin(proto::ScriptAdmin { action: action as i32, body, shas, ..Default::default() }))
 }
 
 /// SCRIPT LOAD: compiled on every node (a script runs on the node of its keys, so every node
@@ -244,12 +249,17 @@ fn flush(args: &Args, ctx: &mut Ctx) -> Pending {
     })
 }
 
-/// SCRIPT KILL: asks every node; one stopped script is enough for OK (as Redis Cluster's
-/// `one_succeeded` policy). Otherwise a script that already wrote answers UNKILLABLE.
 fn kill(_args: &Args, ctx: &mut Ctx) -> Pending {
+    kill_running(ctx, false)
+}
+
+/// SCRIPT KILL (`function` false) or FUNCTION KILL: asks every node; one stopped script is
+/// enough for OK (as Redis Cluster's `one_succeeded` policy). Otherwise a script that already
+/// wrote answers UNKILLABLE, and one of the other kind BUSY naming the KILL that stops it.
+pub fn kill_running(ctx: &mut Ctx, function: bool) -> Pending {
     let routing = ctx.routing.clone();
     Pending::later(async move {
-        let outcomes = futures_join(routing.nodes.iter().map(|n| n.kill_script()).collect()).await;
+        let outcomes = futures_join(routing.nodes.iter().map(|n| n.kill_script(function)).collect()).await;
         let seen = |o: Outcome| outcomes.iter().any(|r| r.as_ref().is_ok_and(|r| r.outcome() == o));
         if seen(Outcome::Killed) {
             Reply::OK
@@ -258,6 +268,11 @@ fn kill(_args: &Args, ctx: &mut Ctx) -> Pending {
                 "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either \
                  wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
             )
+        } else if seen(Outcome::OtherKind) {
+            let other = if function { "SCRIPT" } else { "FUNCTION" };
+            Reply::error_fmt(format!(
+                "BUSY Redis is busy running a script. You can only call {other} KILL or SHUTDOWN NOSAVE."
+            ))
         } else if let Some(Err(e)) = outcomes.into_iter().find(|r| r.is_err()) {
             e.into()
         } else {

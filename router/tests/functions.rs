@@ -1,0 +1,144 @@
+//! Function libraries across a cluster of node processes (one-connection cases, byte-compared
+//! with redis-server, are in differential/functions.redis): a library loaded, restored or
+//! deleted through one router is on (or gone from) every node, as FCALL through another router
+//! on a key of each node shows; FUNCTION DUMP payloads move between redis-server and Shoal both
+//! ways, byte-identical for the same libraries; a looping function answers FUNCTION STATS and
+//! stops at FUNCTION KILL, while SCRIPT KILL names the KILL that would stop it.
+
+mod support;
+
+use std::time::Duration;
+
+use support::Raw;
+use support::procs::{NodeProc, RouterProc};
+
+const LIB: &str = "#!lua name=kv\n\
+    redis.register_function('kv_set', function(keys, args) return redis.call('set', keys[1], args[1]) end)\n\
+    redis.register_function{function_name='kv_get', callback=function(keys) return redis.call('get', keys[1]) end, \
+    flags={'no-writes'}, description='reads one key'}\n";
+
+const SPIN_LIB: &str = "#!lua name=spin\n\
+    redis.register_function{function_name='spin', callback=function() local i = 0 while true do i = i + 1 end end, \
+    flags={'no-writes'}}\n";
+
+fn text(b: Vec<u8>) -> String {
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// One key the topology gives to each node.
+fn a_key_per_node(topology: &shoal_wire::Topology) -> Vec<String> {
+    let mut owners = Vec::new();
+    let mut keys = Vec::new();
+    for k in (0..10_000).map(|i| format!("fk{i}")) {
+        let owner = topology.owner_of(shoal_wire::key_slot(k.as_bytes()));
+        if !owners.contains(&owner) {
+            owners.push(owner);
+            keys.push(k);
+        }
+    }
+    assert_eq!(keys.len(), 3, "three nodes own keys");
+    keys
+}
+
+/// A bulk reply's payload.
+fn bulk_payload(reply: &[u8]) -> Vec<u8> {
+    let header = reply.iter().position(|&b| b == b'\n').expect("a bulk header") + 1;
+    assert_eq!(reply[0], b'$', "a bulk reply: {:?}", String::from_utf8_lossy(reply));
+    reply[header..reply.len() - 2].to_vec()
+}
+
+async fn cmd_bytes(c: &mut Raw, args: &[&[u8]]) -> Vec<u8> {
+    c.send(&support::encode(args)).await;
+    c.reply().await.expect("a reply")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libraries_reach_every_node_and_payloads_move_both_ways_with_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let mut redis = Raw::connect(redis_addr).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let a = RouterProc::start(dir.path(), "router-a", &["--nodes", &list]).await;
+    let b = RouterProc::start(dir.path(), "router-b", &["--nodes", &list]).await;
+    let topology = shoal_wire::Topology::even(&nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
+    let keys = a_key_per_node(&topology);
+    let (mut ca, mut cb) = (a.raw().await, b.raw().await);
+
+    // A library loaded in redis-server, dumped there and restored through router a: every node
+    // has it (FCALL through router b on a key of each node), and Shoal dumps the same bytes.
+    assert_eq!(redis.cmd(&["FUNCTION", "FLUSH"]).await, b"+OK\r\n");
+    assert_eq!(text(redis.cmd(&["FUNCTION", "LOAD", LIB]).await), "$2\r\nkv\r\n");
+    let payload = bulk_payload(&redis.cmd(&["FUNCTION", "DUMP"]).await);
+    assert_eq!(cmd_bytes(&mut ca, &[b"FUNCTION", b"RESTORE", &payload]).await, b"+OK\r\n");
+    for k in &keys {
+        assert_eq!(cb.cmd(&["FCALL", "kv_set", "1", k, "v"]).await, b"+OK\r\n", "node of {k}");
+        assert_eq!(text(cb.cmd(&["FCALL_RO", "kv_get", "1", k]).await), "$1\r\nv\r\n", "node of {k}");
+    }
+    assert_eq!(bulk_payload(&cb.cmd(&["FUNCTION", "DUMP"]).await), payload, "the same payload");
+    // (FUNCTION LIST is not compared: Redis lists a library's functions in its hash table's
+    // order, which changes from one redis-server to the next.)
+    assert_eq!(
+        text(ca.cmd(&["FUNCTION", "RESTORE", &String::from_utf8_lossy(&payload)]).await),
+        "-ERR DUMP payload version or checksum are wrong\r\n",
+        "a payload mangled by a text conversion is refused"
+    );
+    assert_eq!(
+        text(cmd_bytes(&mut ca, &[b"FUNCTION", b"RESTORE", &payload]).await),
+        "-ERR Library kv already exists\r\n"
+    );
+
+    // The reverse: a library loaded through Shoal restores into redis-server.
+    let second = "#!lua name=two\nredis.register_function('two', function() return 2 end)\n";
+    assert_eq!(text(ca.cmd(&["FUNCTION", "LOAD", second]).await), "$3\r\ntwo\r\n");
+    let both = bulk_payload(&cb.cmd(&["FUNCTION", "DUMP"]).await);
+    assert_eq!(cmd_bytes(&mut redis, &[b"FUNCTION", b"RESTORE", &both, b"REPLACE"]).await, b"+OK\r\n");
+    assert_eq!(text(redis.cmd(&["FCALL", "two", "0"]).await), ":2\r\n");
+    assert_eq!(redis.cmd(&["FUNCTION", "STATS"]).await, cb.cmd(&["FUNCTION", "STATS"]).await);
+
+    // Deleted through one router: gone from every node.
+    assert_eq!(cb.cmd(&["FUNCTION", "DELETE", "kv"]).await, b"+OK\r\n");
+    for k in &keys {
+        assert_eq!(text(ca.cmd(&["FCALL", "kv_get", "1", k]).await), "-ERR Function not found\r\n");
+    }
+    assert_eq!(text(ca.cmd(&["FCALL", "two", "0"]).await), ":2\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let a = RouterProc::start(dir.path(), "router-a", &["--nodes", &list]).await;
+    let topology = shoal_wire::Topology::even(&nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
+    let keys = a_key_per_node(&topology);
+    let mut admin = a.raw().await;
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "300"]).await, b"+OK\r\n");
+    assert_eq!(text(admin.cmd(&["FUNCTION", "LOAD", SPIN_LIB]).await), "$4\r\nspin\r\n");
+    let mut spinner = a.raw().await;
+    spinner.send(&support::encode(&[b"FCALL", b"spin", b"1", keys[0].as_bytes()])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let stats = text(admin.cmd(&["FUNCTION", "STATS"]).await);
+    assert!(
+        stats.starts_with(&format!(
+            "*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n$7\r\ncommand\r\n*4\r\n$5\r\nFCALL\r\n\
+             $4\r\nspin\r\n$1\r\n1\r\n${}\r\n{}\r\n$11\r\nduration_ms\r\n:",
+            keys[0].len(),
+            keys[0]
+        )),
+        "{stats}"
+    );
+    assert_eq!(
+        text(admin.cmd(&["GET", &keys[0]]).await),
+        "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
+    );
+    assert_eq!(text(admin.cmd(&["SET", &keys[1], "x"]).await), "+OK\r\n", "other nodes serve");
+    assert_eq!(
+        text(admin.cmd(&["SCRIPT", "KILL"]).await),
+        "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
+    );
+    assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"+OK\r\n");
+    let killed = text(spinner.reply_within(Duration::from_secs(5)).await.expect("the FCALL's reply"));
+    assert!(killed.starts_with("-ERR Script killed by user with SCRIPT KILL..."), "{killed}");
+    assert_eq!(text(admin.cmd(&["GET", &keys[0]]).await), "$-1\r\n");
+    assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"-NOTBUSY No scripts in execution right now.\r\n");
+}
