@@ -226,7 +226,7 @@ impl Running {
             // A write (or a script) sent to a replica: the router routes it again, to the primary.
             return Step::Reply(crate::ops::moved(self.view.version()));
         }
-        if crate::script::Scripts::is_script_op(&op) {
+        if crate::script::Scripts::is_script_op(&op) || state.scripts.stats_on_thread(&op) {
             let (rx, started) = state.scripts.submit(op, self.view.clone(), self.version);
             return Step::Script(rx, started);
         }

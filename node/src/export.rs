@@ -17,7 +17,10 @@ pub fn export(
 ) {
     let plan = store.plan(first..=last);
     let keys_estimate = (plan.memory_entries() + store.base_entries_in(first..=last)) as u64;
-    let mut chunk = ExportChunk { keys_estimate, ..Default::default() };
+    // The libraries travel with the first chunk: the node taking slots over may run FCALLs
+    // on their keys.
+    let functions = store.libraries.get().bytes;
+    let mut chunk = ExportChunk { keys_estimate, functions, ..Default::default() };
     let mut size = 0;
     let mut entries = Vec::new();
     for slot in first..=last {

@@ -130,6 +130,16 @@ async fn pull_once(
         if puller.served.version() != version {
             return Ok(()); // superseded mid-stream
         }
+        if !chunk.functions.is_empty() {
+            // The old owner's libraries join this node's (a library of the same name is
+            // replaced): FCALLs on the keys moving here must find their functions.
+            let mut payload = puller.store.libraries.lock();
+            let merged = crate::script::registry::merge(&payload.bytes, &chunk.functions);
+            if merged[..] != payload.bytes[..] {
+                payload.bytes = merged.into();
+                payload.generation += 1;
+            }
+        }
         let view = puller.served.view();
         let complete_below = chunk.complete_below;
         let chunk_estimate = chunk.keys_estimate;

@@ -137,6 +137,16 @@ impl Persistence {
                 }
                 tracing::info!(dir = %d.display(), "no snapshot to load; starting empty");
             }
+            match read_libraries(d) {
+                Ok(Some(payload)) => {
+                    p.store.libraries.set(payload);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "the function libraries file failed its checks; starting without them");
+                    problems.push(format!("{LIBRARIES_FILE}: {e}"));
+                }
+            }
             if !problems.is_empty() {
                 p.status.lock().problem = Some(format!("at start: {}", problems.join("; ")));
             }
@@ -309,11 +319,45 @@ fn write_and_prune(
         }
     }
     let written = writer.finish()?;
+    write_libraries(store, dir)?;
     Snapshot::open(&written.path)
         .map_err(|e| std::io::Error::other(format!("the snapshot just written: {e}")))?;
     verified.add(&written.path);
     let pruned = dir::prune(dir, keep, verified)?;
     Ok((written, pruned))
+}
+
+/// The function libraries beside the snapshots: FUNCTION DUMP's payload as of the newest
+/// snapshot (absent: none), replaced whole with each snapshot written.
+pub const LIBRARIES_FILE: &str = "functions.rdb";
+
+fn write_libraries(store: &Store, dir: &Path) -> std::io::Result<()> {
+    let path = dir.join(LIBRARIES_FILE);
+    let payload = store.libraries.get().bytes;
+    if payload.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let tmp = dir.join(format!("{LIBRARIES_FILE}.tmp"));
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&payload)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)
+}
+
+/// The libraries file's payload, checked (RDB version and CRC64, as FUNCTION RESTORE checks).
+fn read_libraries(dir: &Path) -> Result<Option<bytes::Bytes>, String> {
+    match std::fs::read(dir.join(LIBRARIES_FILE)) {
+        Ok(bytes) if crate::rdb::verify(&bytes).is_some() => Ok(Some(bytes.into())),
+        Ok(_) => Err("its version or checksum is wrong".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Keeps a loop at a duty cycle: work in short bursts (so a burst never holds a core long enough to

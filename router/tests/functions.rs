@@ -3,7 +3,8 @@
 //! deleted through one router is on (or gone from) every node, as FCALL through another router
 //! on a key of each node shows; FUNCTION DUMP payloads move between redis-server and Shoal both
 //! ways, byte-identical for the same libraries; a looping function answers FUNCTION STATS and
-//! stops at FUNCTION KILL, while SCRIPT KILL names the KILL that would stop it.
+//! stops at FUNCTION KILL, while SCRIPT KILL names the KILL that would stop it; libraries
+//! reach replicas and nodes that join, and survive a restart.
 
 mod support;
 
@@ -141,4 +142,66 @@ async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
     assert!(killed.starts_with("-ERR Script killed by user with SCRIPT KILL..."), "{killed}");
     assert_eq!(text(admin.cmd(&["GET", &keys[0]]).await), "$-1\r\n");
     assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"-NOTBUSY No scripts in execution right now.\r\n");
+}
+
+/// FCALL of `counter` on `n` keys spread over every slot range: every node serving them has
+/// the library.
+async fn fcall_everywhere(c: &mut Raw, n: usize, what: &str) {
+    for i in 0..n {
+        let key = format!("fc:{i}");
+        let reply = text(c.cmd(&["FCALL", "counter", "1", &key]).await);
+        assert!(reply.starts_with(':'), "{what}: FCALL on {key}: {reply}");
+    }
+}
+
+const COUNTER: &str = "#!lua name=counter\nredis.register_function('counter', function(keys) return redis.call('incr', keys[1]) end)\n";
+
+/// A library follows the data: replicas get it from their primary (a promoted one serves it),
+/// nodes that join by scaling get it with the slots they take, and a node that restarts from
+/// its data directory has it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libraries_reach_replicas_new_nodes_and_survive_a_restart() {
+    let router = support::router(&["--embedded-nodes", "2", "--replicas", "1"]).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
+    assert_eq!(text(c.cmd(&["FUNCTION", "LOAD", COUNTER]).await), "$7\r\ncounter\r\n");
+    let states = router.node_states().await;
+    assert_eq!(states.len(), 4);
+    support::wait_until(Duration::from_secs(10), || {
+        states.iter().all(|n| !n.store.libraries.get().bytes.is_empty())
+    })
+    .await;
+    assert_eq!(c.cmd(&["SHOAL", "FAILOVER", "0"]).await, b"+OK\r\n");
+    fcall_everywhere(&mut c, 200, "after a failover").await;
+    assert_eq!(c.cmd(&["SHOAL", "SCALE", "3"]).await, b"+OK\r\n");
+    support::wait_scaled(&mut c, 3).await;
+    fcall_everywhere(&mut c, 200, "after growing to 3").await;
+    let states = router.node_states().await;
+    assert_eq!(states.len(), 6);
+    support::wait_until(Duration::from_secs(10), || {
+        states.iter().all(|n| !n.store.libraries.get().bytes.is_empty())
+    })
+    .await;
+    // Deleted: gone from replicas too.
+    assert_eq!(c.cmd(&["FUNCTION", "DELETE", "counter"]).await, b"+OK\r\n");
+    support::wait_until(Duration::from_secs(10), || {
+        states.iter().all(|n| n.store.libraries.get().bytes.is_empty())
+    })
+    .await;
+    router.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let router = support::router(&["--embedded-nodes", "3", "--data-dir", &d]).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
+    assert_eq!(text(c.cmd(&["FUNCTION", "LOAD", COUNTER]).await), "$7\r\ncounter\r\n");
+    fcall_everywhere(&mut c, 50, "before the restart").await;
+    drop(c);
+    router.shutdown().await; // each node writes a last snapshot, and its libraries beside it
+    let router = support::router(&["--embedded-nodes", "3", "--data-dir", &d]).await;
+    let mut c = Raw::connect(router.resp_addr()).await;
+    let stats = text(c.cmd(&["FUNCTION", "STATS"]).await);
+    assert!(stats.ends_with("$15\r\nlibraries_count\r\n:1\r\n$15\r\nfunctions_count\r\n:1\r\n"), "{stats}");
+    assert_eq!(text(c.cmd(&["FCALL", "counter", "1", "fc:0"]).await), ":2\r\n", "data and library back");
+    fcall_everywhere(&mut c, 50, "after the restart").await;
+    router.shutdown().await;
 }

@@ -120,8 +120,23 @@ async fn send_changes(
         full_sync(store, repl, generation, tx).await?
     };
     let mut last_sent: Option<tokio::time::Instant> = None;
+    // The libraries' generation the replica has (a full sync sends them; a replica that
+    // continues from the backlog gets them once, here).
+    let mut libraries_sent = None;
     loop {
         still(repl, generation)?;
+        let libraries = store.libraries.get().generation;
+        if libraries_sent != Some(libraries) {
+            let functions = libraries_payload(store);
+            let chunk = ReplicationChunk {
+                run_id: repl.run_id.clone(),
+                offset: cursor,
+                functions,
+                ..Default::default()
+            };
+            tx.send(Ok(chunk)).await.map_err(|_| ())?;
+            libraries_sent = Some(libraries);
+        }
         let appended = log.appended.notified();
         if let Some(due) = last_sent.map(|at| at + repl.chunk_gap())
             && log.end() > cursor
@@ -359,6 +374,13 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
     tx.send(Ok(chunk)).await.map_err(|_| ())
 }
 
+/// The libraries as a replication chunk carries them: a payload even when there are none (an
+/// empty field means "not sent").
+fn libraries_payload(store: &Store) -> Bytes {
+    let p = store.libraries.get();
+    if p.bytes.is_empty() { Bytes::from(crate::script::registry::payload_of(&[])) } else { p.bytes }
+}
+
 /// An empty chunk at the replica's offset: this feed is alive (the replica acks it).
 async fn heartbeat(repl: &Replication, cursor: u64, tx: &Tx) -> Result<(), ()> {
     let beat = ReplicationChunk { run_id: repl.run_id.clone(), offset: cursor, ..Default::default() };
@@ -380,7 +402,10 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let start = store.events.changes.end();
     let started = std::time::Instant::now();
     still(repl, generation)?;
-    let begin = ReplicationChunk { run_id: run_id.to_string(), full_start: true, ..Default::default() };
+    // The libraries go first: the replica's become the primary's (an empty payload says "none").
+    let functions = libraries_payload(store);
+    let begin =
+        ReplicationChunk { run_id: run_id.to_string(), full_start: true, functions, ..Default::default() };
     tx.send(Ok(begin)).await.map_err(|_| ())?;
     let (etx, mut erx) = mpsc::channel(4);
     let export_store = store.clone();

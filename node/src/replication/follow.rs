@@ -110,6 +110,19 @@ async fn follow_once(
             return Ok(());
         }
         repl.link_up.store(true, Ordering::Relaxed);
+        if !chunk.functions.is_empty() {
+            // The primary's libraries, as they are now (sent at a full sync and on each change).
+            let none = crate::script::registry::payload_of(&[]);
+            let bytes = if chunk.functions[..] == none[..] { Bytes::new() } else { chunk.functions.clone() };
+            if store.libraries.get().bytes != bytes {
+                store.libraries.set(bytes);
+            }
+            // Libraries alone (not a full sync's first chunk): no cut, nothing to ack; it must
+            // not stand for the cut a full sync waits for before the replica counts as synced.
+            if !chunk.full_start && chunk.entries.is_empty() && chunk.deleted.is_empty() && !chunk.more {
+                continue;
+            }
+        }
         if chunk.full_start {
             in_full_sync = true;
             assembler = EntryAssembler::default();

@@ -11,22 +11,19 @@
 //! globals. Library and function order in FUNCTION LIST and DUMP is by name (Redis's is its hash
 //! table's, which no client can rely on).
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use shoal_wire::proto::Frame;
 
 use super::engine::{Compiled, Engine, Flags, classify, redis_error, text};
-use super::registry::{FLAG_NAMES, FnMeta, Library, Registry};
+use super::registry::{BAD_NAME, FLAG_NAMES, FnMeta, Library, Registry, metadata, payload_codes, valid_name};
 use super::shared::Shared;
 use crate::commands::F;
 use crate::rdb;
+use crate::store::libraries::{Libraries, Payload};
 
 /// How long a library's top-level code may run in FUNCTION LOAD (Redis's `LOAD_TIMEOUT_MS`).
 pub const LOAD_TIMEOUT_MS: u64 = 500;
-
-const BAD_NAME: &str = "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
 
 /// A function `redis.register_function` registered while a library loads.
 pub(super) struct Registered {
@@ -86,10 +83,6 @@ pub(super) fn load_api(lua: &Lua, globals: &Table, readonly: &Function) -> mlua:
     )?;
     api.set_metatable(Some(missing))?;
     Ok(api)
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 /// A Lua string or number as `lua_tostring` gives it.
@@ -195,41 +188,6 @@ fn engine_flags(bits: u8) -> Flags {
     Flags { no_writes: bits & 1 != 0, allow_oom: bits & 2 != 0 }
 }
 
-/// `functionExtractLibMetaData`: the library's name and the code after its first line (the
-/// newline kept, so line numbers hold).
-fn metadata(code: &[u8]) -> Result<(String, &[u8]), String> {
-    if !code.starts_with(b"#!") {
-        return Err("Missing library metadata".into());
-    }
-    let end = code.iter().position(|&b| b == b'\n').ok_or("Invalid library metadata")?;
-    let line = String::from_utf8_lossy(&code[..end]);
-    let parts = shoal_wire::splitargs::split_args(line.as_bytes()).ok_or("Invalid library metadata")?;
-    let Some((engine, options)) = parts.split_first() else {
-        return Err("Invalid library metadata".into());
-    };
-    let mut name = None;
-    for part in options {
-        let part = String::from_utf8_lossy(part);
-        if part.len() >= 5 && part[..5].eq_ignore_ascii_case("name=") {
-            if name.is_some() {
-                return Err("Invalid metadata value, name argument was given multiple times".into());
-            }
-            name = Some(part[5..].to_string());
-            continue;
-        }
-        return Err(format!("Invalid metadata value given: {part}"));
-    }
-    let name = name.ok_or("Library name was not given")?;
-    if !valid_name(&name) {
-        return Err(BAD_NAME.into());
-    }
-    let engine = String::from_utf8_lossy(&engine[2..]).into_owned();
-    if !engine.eq_ignore_ascii_case("lua") {
-        return Err(format!("Engine '{engine}' not found"));
-    }
-    Ok((name, &code[end..]))
-}
-
 impl Engine {
     /// Runs a library's code (after its first line) to collect what it registers; the error is
     /// Redis's text without its `ERR ` code. `timeout_ms` 0: no limit (RESTORE, snapshots).
@@ -303,23 +261,33 @@ impl Engine {
         Ok((Library { name, code: code.clone(), functions }, fns))
     }
 
-    /// Rebuilds the compiled functions from the registry if it changed without this VM.
-    pub(super) fn sync_library(&mut self, shared: &Shared) {
-        let registry = shared.functions.lock();
-        if self.library_generation == registry.generation {
+    /// Rebuilds the registry and the compiled functions from the store's payload if it changed
+    /// without this VM (a snapshot loaded, slots or a replica's copy arrived with libraries, or
+    /// the VM started afresh). A library that does not load is left out, and logged.
+    pub(super) fn sync_library(&mut self, shared: &Shared, payload: &Payload) {
+        if self.library_generation == payload.generation {
             return;
         }
         self.library.clear();
-        for lib in registry.libs.values() {
-            let body = metadata(&lib.code).map(|(_, b)| b.to_vec());
-            match body.map(|b| self.load_library(shared, &b, 0)) {
-                Ok(Ok(fns)) => self.add(fns),
-                Ok(Err(e)) | Err(e) => {
-                    tracing::warn!(library = %lib.name, error = %e, "library did not load")
+        let mut registry = Registry { generation: payload.generation, ..Registry::default() };
+        let codes = match rdb::verify(&payload.bytes) {
+            Some((body, _)) => payload_codes(body).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the stored libraries do not read");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
+        for code in codes {
+            match self.create(shared, &registry, &code, true, 0) {
+                Ok((lib, fns)) => {
+                    registry.libs.insert(lib.name.clone(), lib);
+                    self.add(fns);
                 }
+                Err(e) => tracing::warn!(error = %e, "a stored library did not load"),
             }
         }
-        self.library_generation = registry.generation;
+        *shared.functions.lock() = registry;
+        self.library_generation = payload.generation;
     }
 
     fn add(&mut self, fns: Vec<Registered>) {
@@ -344,8 +312,6 @@ impl Engine {
             registry.libs.insert(lib.name.clone(), lib);
             self.add(fns);
         }
-        registry.generation += 1;
-        self.library_generation = registry.generation;
     }
 }
 
@@ -361,11 +327,28 @@ fn syntax(args: &[Bytes]) -> Frame {
 }
 
 /// A FUNCTION subcommand that changes or reads the libraries (`args` start at the
-/// subcommand), on the script thread.
-pub(super) fn command(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
-    engine.sync_library(shared);
+/// subcommand), on the script thread. The store's payload stays locked throughout, and a
+/// change is written back to it (a new generation, which this VM already reflects).
+pub(super) fn command(engine: &mut Engine, shared: &Shared, libraries: &Libraries, args: &[Bytes]) -> Frame {
+    let mut payload = libraries.lock();
+    engine.sync_library(shared, &payload);
+    let before = shared.functions.lock().dump();
+    let reply = subcommand(engine, shared, args);
+    let after = shared.functions.lock().dump();
+    if after != before {
+        payload.bytes =
+            if shared.functions.lock().libs.is_empty() { Bytes::new() } else { Bytes::from(after) };
+        payload.generation += 1;
+        shared.functions.lock().generation = payload.generation;
+        engine.library_generation = payload.generation;
+    }
+    reply
+}
+
+fn subcommand(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
     let Some(sub) = args.first() else { return syntax(&[Bytes::from_static(b"")]) };
     match sub.to_ascii_lowercase().as_slice() {
+        b"stats" => stats(shared),
         b"load" => load(engine, shared, args),
         b"delete" if args.len() == 2 => {
             let mut registry = shared.functions.lock();
@@ -485,35 +468,6 @@ fn list(registry: &Registry, args: &[Bytes]) -> Frame {
     )
 }
 
-/// The library codes of a FUNCTION DUMP payload's body.
-fn payload_codes(body: &[u8]) -> Result<Vec<Bytes>, String> {
-    let mut r = rdb::Reader::new(body);
-    let mut codes = Vec::new();
-    while !r.at_end() {
-        let code = match r.byte().map_err(|_| "can not read data type")? {
-            rdb::OPCODE_FUNCTION2 => r.string().map_err(|_| "Failed loading library payload")?,
-            rdb::OPCODE_FUNCTION => {
-                let name = r.string().map_err(|_| "Failed loading library name")?;
-                let engine = r.string().map_err(|_| "Failed loading engine name")?;
-                if r.read_len().map_err(|_| "Failed loading library description indicator")? != 0 {
-                    r.string().map_err(|_| "Failed loading library description")?;
-                }
-                let blob = r.string().map_err(|_| "Failed loading library blob")?;
-                let mut code = b"#!".to_vec();
-                code.extend_from_slice(&engine);
-                code.extend_from_slice(b" name=");
-                code.extend_from_slice(&name);
-                code.push(b'\n');
-                code.extend_from_slice(&blob);
-                code
-            }
-            _ => return Err("given type is not a function".into()),
-        };
-        codes.push(Bytes::from(code));
-    }
-    Ok(codes)
-}
-
 fn restore(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
     if args.len() < 2 || args.len() > 3 {
         return syntax(args);
@@ -607,41 +561,4 @@ fn stats_frame(shared: &Shared, running: Frame) -> Frame {
             ]),
         ]),
     ])
-}
-
-/// Libraries from a FUNCTION DUMP payload (a snapshot's), put in place of the registry's; the
-/// script thread compiles them when it next runs.
-pub fn restore_registry(shared: &Shared, payload: &[u8]) -> Result<usize, String> {
-    let (body, _) = rdb::verify(payload).ok_or("the functions payload's checksum is wrong")?;
-    let mut libs = BTreeMap::new();
-    for code in payload_codes(body)? {
-        let (name, _) = metadata(&code)?;
-        libs.insert(name.clone(), Library { name, code, functions: BTreeMap::new() });
-    }
-    let mut registry = shared.functions.lock();
-    let n = libs.len();
-    registry.libs = libs;
-    registry.generation += 1;
-    Ok(n)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_texts_are_redis_s() {
-        assert_eq!(metadata(b"return 1").unwrap_err(), "Missing library metadata");
-        assert_eq!(metadata(b"#!lua name=x").unwrap_err(), "Invalid library metadata");
-        assert_eq!(metadata(b"#!lua\n").unwrap_err(), "Library name was not given");
-        assert_eq!(
-            metadata(b"#!lua name=a name=b\n").unwrap_err(),
-            "Invalid metadata value, name argument was given multiple times"
-        );
-        assert_eq!(metadata(b"#!lua foo=bar\n").unwrap_err(), "Invalid metadata value given: foo=bar");
-        assert_eq!(metadata(b"#!lua name=a-b\n").unwrap_err(), BAD_NAME);
-        assert_eq!(metadata(b"#!js name=a\n").unwrap_err(), "Engine 'js' not found");
-        let (name, body) = metadata(b"#!LUA NAME=lib_1\nreturn 1").unwrap();
-        assert_eq!((name.as_str(), body), ("lib_1", &b"\nreturn 1"[..]));
-    }
 }

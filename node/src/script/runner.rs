@@ -196,14 +196,10 @@ impl Scripts {
         }
     }
 
-    /// The libraries as FUNCTION DUMP's payload (snapshots keep them).
-    pub fn functions_payload(&self) -> Vec<u8> {
-        self.shared.functions.lock().dump()
-    }
-
-    /// Puts the libraries of a FUNCTION DUMP payload in place (a snapshot loading).
-    pub fn restore_functions(&self, payload: &[u8]) -> Result<usize, String> {
-        super::functions::restore_registry(&self.shared, payload)
+    /// FUNCTION STATS goes to the script thread when no script runs there (its libraries may
+    /// have arrived with slots or a snapshot and not be compiled yet); beside it otherwise.
+    pub fn stats_on_thread(&self, op: &Op) -> bool {
+        matches!(&op.kind, Some(Kind::ScriptAdmin(a)) if a.action() == Action::Function) && !self.running()
     }
 
     /// SCRIPT KILL (`function` false) or FUNCTION KILL (true).
@@ -261,7 +257,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
             match op.kind {
                 Some(Kind::Script(s)) => run(&at, e, *s),
                 Some(Kind::ScriptAdmin(a)) if a.action() == Action::Function => {
-                    frame(super::functions::command(e, &shared, &a.args))
+                    frame(super::functions::command(e, &shared, &store.libraries, &a.args))
                 }
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
                 Some(Kind::Transaction(t)) => {
@@ -350,7 +346,7 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
 fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
     let shared = at.shared;
     if !s.function.is_empty() {
-        engine.sync_library(shared);
+        engine.sync_library(shared, &at.store.libraries.get());
         match engine.library.get(&s.function.to_ascii_lowercase()) {
             None => return (frame(F::error(engine::FUNCTION_NOT_FOUND.into())), Vec::new()),
             // FCALL with a bad `numkeys` reaches a node only to learn whether the function

@@ -71,6 +71,8 @@ pub struct Store {
     pub expiry_lag: Arc<lag::ExpiryLag>,
     /// Set while the node is a replica (shared with the shards; see [`Store::set_follower`]).
     follower: Arc<AtomicBool>,
+    /// The node's function libraries (copied wherever the store is copied).
+    pub libraries: super::libraries::Libraries,
 }
 
 impl fmt::Debug for Store {
@@ -121,6 +123,7 @@ impl Store {
             slot_traffic,
             expiry_lag,
             follower,
+            libraries: Default::default(),
         }
     }
 
