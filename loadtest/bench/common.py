@@ -204,9 +204,9 @@ def _mmss(secs):
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def redis_server(port, extra=(), cpus=None):
-    need("redis-server", "run .ci/tools/install apt")
-    p = start(f"redis-{port}", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+def redis_server(port, extra=(), cpus=None, binary="redis-server"):
+    need(binary, "run .ci/tools/install apt")
+    p = start(f"redis-{port}", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", *extra], cpus=cpus)
     wait_port(port)
     return p

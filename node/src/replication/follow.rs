@@ -110,18 +110,8 @@ async fn follow_once(
             return Ok(());
         }
         repl.link_up.store(true, Ordering::Relaxed);
-        if !chunk.functions.is_empty() {
-            // The primary's libraries, as they are now (sent at a full sync and on each change).
-            let none = crate::script::registry::payload_of(&[]);
-            let bytes = if chunk.functions[..] == none[..] { Bytes::new() } else { chunk.functions.clone() };
-            if store.libraries.get().bytes != bytes {
-                store.libraries.set(bytes);
-            }
-            // Libraries alone (not a full sync's first chunk): no cut, nothing to ack; it must
-            // not stand for the cut a full sync waits for before the replica counts as synced.
-            if !chunk.full_start && chunk.entries.is_empty() && chunk.deleted.is_empty() && !chunk.more {
-                continue;
-            }
+        if take_libraries(store, &chunk) {
+            continue;
         }
         if chunk.full_start {
             in_full_sync = true;
@@ -130,7 +120,6 @@ async fn follow_once(
                 return Ok(());
             }
         }
-        let full_done = chunk.full_done;
         let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
         pending.entries.extend(chunk.entries);
         pending.deleted.extend(chunk.deleted);
@@ -154,7 +143,7 @@ async fn follow_once(
         // same rule as the store: never for a generation that has ended, or a follower finishing
         // late could mark a replica synced that its next follower has just begun to refill.
         let ack = repl.while_current(generation, || {
-            if full_done {
+            if chunk.full_done {
                 in_full_sync = false;
                 *repl.primary_run_id.lock() = chunk_run_id;
                 // Not synced yet: the export may hold part of a transaction or script that ran
@@ -180,6 +169,21 @@ async fn follow_once(
             Some(false) => {}
         }
     }
+}
+
+/// Takes the primary's libraries from `chunk` if it carries them (at a full sync and on each
+/// change). True if that is all it carries: no cut, nothing to ack (it must not stand for the
+/// cut a full sync waits for before the replica counts as synced).
+fn take_libraries(store: &Store, chunk: &ReplicationChunk) -> bool {
+    if chunk.functions.is_empty() {
+        return false;
+    }
+    let none = crate::script::registry::payload_of(&[]);
+    let bytes = if chunk.functions[..] == none[..] { Bytes::new() } else { chunk.functions.clone() };
+    if store.libraries.get().bytes != bytes {
+        store.libraries.set(bytes);
+    }
+    !chunk.full_start && chunk.entries.is_empty() && chunk.deleted.is_empty() && !chunk.more
 }
 
 /// Opens the `Replicate` stream on `primary`, saying who this replica is and how far it got

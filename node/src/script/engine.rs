@@ -96,10 +96,12 @@ local function readonly(t)
   })
   return proxy
 end
--- Library tables are replaced by read-only views of themselves.
+-- Library tables are replaced by read-only views of themselves; `server` is Valkey 8's name
+-- for `redis` (the same view).
 for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'bit', 'cjson', 'redis'}) do
   G[name] = readonly(G[name])
 end
+G.server = G.redis
 -- Redis's pcall: an error table comes back as its text.
 local function pcall_result(ok, ...)
   if ok then return ok, ... end

@@ -70,7 +70,9 @@ pub(super) fn load_api(lua: &Lua, globals: &Table, readonly: &Function) -> mlua:
         .set_name("=shoal")
         .call(redis)?;
     let api = lua.create_table()?;
-    api.raw_set("redis", strict)?;
+    api.raw_set("redis", strict.clone())?;
+    // Valkey 8's name for it (its test suite and newer libraries register with it).
+    api.raw_set("server", strict)?;
     let missing = lua.create_table()?;
     missing.raw_set(
         "__index",
