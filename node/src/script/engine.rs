@@ -1,6 +1,7 @@
 //! The Lua 5.1 VM a node runs scripts in (mlua, Lua built from source), set up like Redis 7.0's:
 //!
-//! - **Sandbox.** The base, table, string and math libraries plus `bit` and `cjson`; no `os`,
+//! - **Sandbox.** The base, table, string and math libraries plus `bit`, `cjson`, `cmsgpack` and
+//!   `struct`; no `os`,
 //!   `io`, `package`, `require`, `dofile`, `loadfile`, `setfenv`/`getfenv` or `debug`. Globals,
 //!   the libraries and `redis` are read-only: a script that assigns a global gets Redis's
 //!   "Attempt to modify a readonly table", one that reads a missing global "Script attempted to
@@ -214,6 +215,7 @@ impl Engine {
         globals.raw_set("cjson", super::cjson::library(&lua)?)?;
         globals.raw_set("bit", super::bit::library(&lua)?)?;
         globals.raw_set("cmsgpack", super::cmsgpack::library(&lua)?)?;
+        globals.raw_set("struct", super::lua_struct::library(&lua)?)?;
         let xpcall: Function = globals.raw_get("xpcall")?;
         let prelude = lua.load(PRELUDE).set_name("=shoal").into_function()?;
         let error_text = lua.create_function(|lua, e: Value| {

@@ -22,8 +22,8 @@
 //! - [`table`]: the commands scripts may call (arity, flags, keys).
 //! - [`functions`]: FUNCTION LOAD/DELETE/FLUSH/LIST/DUMP/RESTORE/STATS and FCALL's libraries
 //!   (the code in a [`registry`] that [`shared`] holds, compiled in the script thread's VM).
-//! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`cmsgpack`], [`bit`]:
-//!   the libraries.
+//! - [`convert`]: replies ↔ Lua values (RESP2/RESP3 rules). [`cjson`], [`cmsgpack`], [`bit`],
+//!   [`lua_struct`]: the libraries.
 //!
 //! While a script runs, ops of other streams wait for it without blocking their threads; once it
 //! has run past `busy-reply-threshold` they are answered `BUSY`, and SCRIPT KILL (the node's
@@ -41,6 +41,7 @@ pub mod cmsgpack;
 pub mod convert;
 pub mod engine;
 pub mod functions;
+pub mod lua_struct;
 pub mod registry;
 mod runner;
 pub mod shared;
