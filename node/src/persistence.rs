@@ -39,6 +39,8 @@ struct Status {
     /// repaired or quarantined), for `SnapshotInfo.last_error` while the last write succeeded.
     problem: Option<String>,
     loaded: Option<(PathBuf, u64, Duration)>,
+    /// The change count when the last successful snapshot began.
+    dirty_saved: u64,
 }
 
 /// Counts of damaged snapshot files, for `/metrics`.
@@ -190,6 +192,8 @@ impl Persistence {
         // rather than all competing with traffic at once; separate node processes are unaffected.
         let _process_turn = PROCESS_WRITER.lock().await;
         self.status.lock().in_progress = true;
+        // Changes from here on are not in this snapshot (Redis's `dirty_before_bgsave`).
+        let dirty_at_start = self.store.events.changes.dirty();
         let this = self.clone();
         let result = tokio::task::spawn_blocking(move || {
             write_and_prune(&this.store, &dir, this.keep, duty, &this.verified)
@@ -210,6 +214,7 @@ impl Persistence {
         match &result {
             Ok(w) => {
                 st.written += 1;
+                st.dirty_saved = dirty_at_start;
                 st.last = Some(w.clone());
                 st.last_error = None;
                 tracing::info!(
@@ -255,6 +260,7 @@ impl Persistence {
             // The last write's error; while writes succeed, the latest problem with the files.
             last_error: st.last_error.clone().or_else(|| st.problem.clone()).unwrap_or_default(),
             corrupt_entries: self.store.base().map_or(0, |b| b.corrupt_entries()),
+            changes_since_last_save: self.store.events.changes.dirty().saturating_sub(st.dirty_saved),
             ..Default::default()
         };
         if let Some(w) = &st.last {

@@ -31,6 +31,8 @@ async fn embedded_cluster_restarts_warm() {
     }
     c.cmd(&["SET", "ttl", "x", "EX", "1000"]).await;
     c.cmd(&["DEL", "k7"]).await;
+    let info = c.cmd(&["INFO", "persistence"]).await;
+    assert_eq!(info_field(&info, "rdb_changes_since_last_save"), "302", "one per write that changed a key");
     assert_eq!(c.cmd(&["BGSAVE"]).await, b"+Background saving started\r\n");
     let states = router.node_states().await;
     support::wait_until(Duration::from_secs(10), || {
@@ -45,6 +47,7 @@ async fn embedded_cluster_restarts_warm() {
     assert!((now - 60..=now).contains(&lastsave), "{lastsave} vs {now}");
     let info = c.cmd(&["INFO", "persistence"]).await;
     assert_eq!(info_field(&info, "rdb_last_bgsave_status"), "ok");
+    assert_eq!(info_field(&info, "rdb_changes_since_last_save"), "0", "all in the snapshot");
     assert!(info_field(&info, "rdb_saves").parse::<u64>().unwrap() >= 9);
     let metrics = support::http_get(router.http_addr(), "/metrics").await;
     for series in

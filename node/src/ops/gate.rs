@@ -8,7 +8,7 @@ use shoal_wire::proto::{Op, Reply, op::Kind};
 use super::blocked::serve_blocked;
 use super::check::{check, owned_keys};
 use super::reply::moved;
-use super::run::{apply, apply_seen};
+use super::run::{apply, apply_seen, count_change};
 use super::transaction::transaction;
 use crate::membership::view::NodeView;
 use crate::store::Store;
@@ -60,6 +60,7 @@ pub(super) fn apply_gated(
                 && !store.events.changes.active()
                 && !store.watches.tracking.active() =>
         {
+            count_change(store, &op);
             apply(store, view, op)
         }
         Ok(()) => {

@@ -89,12 +89,24 @@ pub(super) fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) ->
     apply_seen_with(store, view, op, write, true)
 }
 
+/// Counts a write op in the node's changes (INFO's `rdb_changes_since_last_save`). A SET
+/// counts itself where it records its value, a FLUSHALL where it records itself.
+#[inline]
+pub(super) fn count_change(store: &Store, op: &Op) {
+    if matches!(class_of(op), OpClass::Write | OpClass::Delete | OpClass::ReadModifyWrite)
+        && !matches!(op.kind, Some(Kind::Set(_)))
+    {
+        store.events.changes.count();
+    }
+}
+
 /// [`apply_seen`], counted in the slot stats or not (`count`).
 pub(super) fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: bool, count: bool) -> Reply {
     if write && store.watches.active() {
         touch_keys(store, &op);
     }
     // A SET records its own change, value and all, under its shard lock (store/changes.rs).
+    count_change(store, &op);
     let log = write && store.events.changes.active() && !matches!(op.kind, Some(Kind::Set(_)));
     let written = (log || (write && store.watches.tracking.active())).then(|| owned_keys(&op));
     let reply = if count { apply(store, view, op) } else { apply_uncounted(store, view, op) };

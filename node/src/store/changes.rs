@@ -200,6 +200,32 @@ pub struct ChangeLog {
     inner: Mutex<Inner>,
     /// Wakes the feeds when a change arrives.
     pub appended: tokio::sync::Notify,
+    /// Changes recorded since the node started, log on or off (Redis's `dirty`: INFO's
+    /// `rdb_changes_since_last_save` is this less its value when the last snapshot began).
+    dirty: Dirty,
+}
+
+/// A counter striped over cache lines: each writer thread adds to its own line, so the
+/// commonest writes never contend for one.
+#[derive(Debug, Default)]
+struct Dirty([Stripe; STRIPES]);
+
+const STRIPES: usize = 8;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe(std::sync::atomic::AtomicU64);
+
+impl Dirty {
+    #[inline]
+    fn add(&self) {
+        let i = STRIPE.with(|s| *s);
+        self.0[i].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+    }
 }
 
 impl Default for ChangeLog {
@@ -209,6 +235,7 @@ impl Default for ChangeLog {
             backlog_bytes: AtomicUsize::new(DEFAULT_BACKLOG_BYTES),
             inner: Mutex::default(),
             appended: tokio::sync::Notify::new(),
+            dirty: Dirty::default(),
         }
     }
 }
@@ -230,9 +257,24 @@ impl ChangeLog {
         self.backlog_bytes.store(bytes.max(1), Ordering::Relaxed);
     }
 
+    /// Changes since the node started: each SET, expiry, eviction and FLUSHALL recorded here,
+    /// and each other write op ([`ChangeLog::count`]).
+    pub fn dirty(&self) -> u64 {
+        self.dirty.sum()
+    }
+
+    /// Counts a write op whose keys are recorded with [`ChangeLog::keys`] (or not at all, the
+    /// log being off): one per op, whether or not it changed anything (Redis counts changes,
+    /// so its count stays put for a DEL of a missing key; this one does not).
+    #[inline]
+    pub fn count(&self) {
+        self.dirty.add();
+    }
+
     /// `key` changed (call after the change is applied).
     #[inline]
     pub fn key(&self, key: &[u8]) {
+        self.dirty.add();
         if self.active() && !in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             self.push_keys(&[key]);
         }
@@ -244,6 +286,7 @@ impl ChangeLog {
     /// the key is recorded.
     #[inline]
     pub fn value(&self, key: &[u8], value: &[u8], expire_at: u64) {
+        self.dirty.add();
         if !self.active() || in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             return;
         }
@@ -285,6 +328,7 @@ impl ChangeLog {
 
     /// Every key changed (FLUSHALL; call after it is applied).
     pub fn resync(&self) {
+        self.dirty.add();
         if self.active() {
             self.push(|inner| {
                 inner.put(&[TAG_RESYNC]);
@@ -360,7 +404,11 @@ impl ChangeLog {
     }
 }
 
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
+    /// This thread's line of [`Dirty`] (threads take them in turn).
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
     /// The keys of the unit this thread is running, if any (see [`ChangeLog::unit`]).
     static UNIT: RefCell<Option<Vec<Bytes>>> = const { RefCell::new(None) };
 }

@@ -155,6 +155,7 @@ impl Gathered {
         let last_save = snaps.iter().map(|s| s.last_created_ms).min().unwrap_or(0) / 1000;
         let all_ok = snaps.iter().all(|s| s.last_ok);
         field("loading", "0".into());
+        field("rdb_changes_since_last_save", total(|s| s.changes_since_last_save).to_string());
         field("rdb_bgsave_in_progress", u8::from(snaps.iter().any(|s| s.in_progress)).to_string());
         field("rdb_last_save_time", last_save.to_string());
         field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
