@@ -135,7 +135,7 @@ enum Step {
     Piece,
     /// A script runs on the script thread (set once it holds the store); its reply will arrive
     /// here.
-    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>),
+    Script(oneshot::Receiver<Reply>, Arc<crate::script::Progress>),
     /// A script holds the store: the op waits for it.
     Held(Op),
 }
@@ -144,7 +144,7 @@ enum Step {
 enum Waiting {
     /// The script's reply, whether the script holds the store yet, and when to tell the router
     /// the stream is alive meanwhile.
-    Script(oneshot::Receiver<Reply>, Arc<std::sync::atomic::AtomicBool>, Pin<Box<tokio::time::Sleep>>),
+    Script(oneshot::Receiver<Reply>, Arc<crate::script::Progress>, Pin<Box<tokio::time::Sleep>>),
     /// Try the held op again after a moment (and keep the router's calls alive meanwhile).
     Gate(Pin<Box<tokio::time::Sleep>>, tokio::time::Instant),
 }
@@ -348,8 +348,14 @@ impl Stream for Replies {
                             // Past busy-reply-threshold, the script no longer holds this stream:
                             // its reply is deferred and the ops after it go on (BUSY meanwhile).
                             // Only once it holds the store, so that none of them runs before it.
-                            if started.load(std::sync::atomic::Ordering::Acquire) && this.state.scripts.busy()
-                            {
+                            let busy = this.state.scripts.busy();
+                            // Still queued behind a busy script: BUSY (and it never runs).
+                            if busy && started.cancel() {
+                                running.waiting = None;
+                                running.push_reply(crate::ops::error(this.state.scripts.busy_text()));
+                                continue;
+                            }
+                            if started.holds_store() && busy {
                                 let Some(Waiting::Script(rx, ..)) = running.waiting.take() else {
                                     unreachable!()
                                 };

@@ -133,6 +133,17 @@ async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
         "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
     );
     assert_eq!(text(admin.cmd(&["SET", &keys[1], "x"]).await), "+OK\r\n", "other nodes serve");
+    // Scripts and library changes queued behind it are answered BUSY, and never run.
+    let busy =
+        "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n";
+    let started = std::time::Instant::now();
+    assert_eq!(
+        text(admin.cmd(&["EVAL", "redis.call('set', KEYS[1], 'ran') return 1", "1", &keys[0]]).await),
+        busy
+    );
+    let another = "#!lua name=later\nredis.register_function('later', function() return 1 end)\n";
+    assert_eq!(text(admin.cmd(&["FUNCTION", "LOAD", another]).await), busy);
+    assert!(started.elapsed() < Duration::from_secs(2), "answered, not held");
     assert_eq!(
         text(admin.cmd(&["SCRIPT", "KILL"]).await),
         "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
@@ -140,7 +151,12 @@ async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
     assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"+OK\r\n");
     let killed = text(spinner.reply_within(Duration::from_secs(5)).await.expect("the FCALL's reply"));
     assert!(killed.starts_with("-ERR Script killed by user with SCRIPT KILL..."), "{killed}");
-    assert_eq!(text(admin.cmd(&["GET", &keys[0]]).await), "$-1\r\n");
+    assert_eq!(text(admin.cmd(&["GET", &keys[0]]).await), "$-1\r\n", "the EVAL answered BUSY never ran");
+    // The other nodes took the library; loaded again (REPLACE), it is on every node.
+    assert_eq!(text(admin.cmd(&["FUNCTION", "LOAD", "REPLACE", another]).await), "$5\r\nlater\r\n");
+    for k in &keys {
+        assert_eq!(text(admin.cmd(&["FCALL", "later", "1", k]).await), ":1\r\n", "node of {k}");
+    }
     assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"-NOTBUSY No scripts in execution right now.\r\n");
 }
 

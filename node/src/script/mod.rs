@@ -47,5 +47,5 @@ mod runner;
 pub mod shared;
 pub mod table;
 
-pub use runner::{BUSY, DEFAULT_BUSY_MS, DEFAULT_MEMORY_LIMIT, Kill, Scripts};
+pub use runner::{BUSY, DEFAULT_BUSY_MS, DEFAULT_MEMORY_LIMIT, Kill, Progress, Scripts};
 pub use shoal_wire::script::{NOSCRIPT, sha1_hex};

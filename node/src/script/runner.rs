@@ -45,9 +45,43 @@ struct Job {
     view: Arc<NodeView>,
     version: u64,
     reply: oneshot::Sender<Reply>,
-    /// Set once the job holds the store (the stream may then let later ops go on, past
-    /// busy-reply-threshold: none of them can run before the script any more).
-    started: Arc<AtomicBool>,
+    /// Where the job is (the stream may let later ops go on once it holds the store, past
+    /// busy-reply-threshold; or give up on it while it is still queued: see [`Progress`]).
+    started: Arc<Progress>,
+}
+
+/// A submitted job's progress, shared by the stream waiting for it and the script thread:
+/// queued, taken by the thread, holding the store; or cancelled while still queued (the stream
+/// answered BUSY for it: it never runs).
+#[derive(Debug, Default)]
+pub struct Progress(std::sync::atomic::AtomicU8);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const HOLDING: u8 = 2;
+const CANCELLED: u8 = 3;
+
+impl Progress {
+    /// The job holds the store: nothing behind it can run before it any more.
+    pub fn holds_store(&self) -> bool {
+        self.0.load(Ordering::Acquire) == HOLDING
+    }
+
+    /// Gives up on a job the thread has not taken (it will not run); false if it has. A stream
+    /// does so for a job queued behind a script past busy-reply-threshold, answering BUSY as
+    /// Redis answers every command then: no client waits on a script that may never end.
+    pub fn cancel(&self) -> bool {
+        self.0.compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The thread takes the job; false if it was cancelled.
+    fn take(&self) -> bool {
+        self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    fn hold(&self) {
+        self.0.store(HOLDING, Ordering::Release);
+    }
 }
 
 /// A node's scripting: the cache, the script thread (started with the first script) and the
@@ -102,16 +136,16 @@ impl Scripts {
         }
     }
 
-    /// Hands a script op to the script thread; the reply arrives on the receiver, and the flag
-    /// is set once the script holds the store.
+    /// Hands a script op to the script thread; the reply arrives on the receiver, and its
+    /// progress says when the script holds the store (or lets the caller give up on it).
     pub fn submit(
         &self,
         op: Op,
         view: Arc<NodeView>,
         version: u64,
-    ) -> (oneshot::Receiver<Reply>, Arc<AtomicBool>) {
+    ) -> (oneshot::Receiver<Reply>, Arc<Progress>) {
         let (tx, rx) = oneshot::channel();
-        let started = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Progress::default());
         let job = Job { op, view, version, reply: tx, started: started.clone() };
         let mut jobs = self.jobs.lock();
         let sender = jobs.get_or_insert_with(|| self.start_thread());
@@ -236,6 +270,9 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
     let mut flushes_seen = 0;
     for job in jobs {
         let Job { op, view, version, reply, started } = job;
+        if !started.take() {
+            continue; // answered BUSY while it waited in the queue
+        }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let flushes = shared.flushes.load(Ordering::Relaxed);
             if flushes != flushes_seen {
@@ -264,7 +301,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                     let mut written = Vec::new();
                     let _holding = Holding::mark(&shared);
                     let exclusive = store.gate.write();
-                    started.store(true, Ordering::Release);
+                    started.hold();
                     let reply =
                         crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
                             let (reply, w) = run_unlocked(&at, e, s);
@@ -322,8 +359,8 @@ struct At<'a> {
     shared: &'a Arc<Shared>,
     view: &'a Arc<NodeView>,
     version: u64,
-    /// Set once the store is held (see [`Job::started`]).
-    started: &'a AtomicBool,
+    /// Marked once the store is held (see [`Job::started`]).
+    started: &'a Progress,
 }
 
 /// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
@@ -332,7 +369,7 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     let _exclusive = at.store.gate.write();
     // Replicas get the script's keys as one unit (dropped before the gate is).
     let _unit = at.store.events.changes.unit();
-    at.started.store(true, Ordering::Release);
+    at.started.hold();
     if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
         return refused;
     }
