@@ -6,6 +6,7 @@
 use mlua::{Lua, MultiValue, Table, Value};
 
 use super::cjson::at_caller;
+use crate::commands::fmt_g;
 
 /// Widest `i`/`I` integer (`MAXINTSIZE`).
 const MAX_INT_SIZE: usize = 32;
@@ -143,9 +144,9 @@ fn string_arg(lua: &Lua, args: &[Value], n: usize, name: &str) -> mlua::Result<V
     let v = args.get(n - 1);
     match v {
         Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(Value::Integer(_) | Value::Number(_)) => {
-            Ok(super::engine::text(v.expect("matched")).unwrap_or_default().into_bytes())
-        }
+        // As Lua writes a number (`%.14g`).
+        Some(Value::Integer(i)) => Ok(fmt_g(*i as f64, 14).into_bytes()),
+        Some(Value::Number(x)) => Ok(fmt_g(*x, 14).into_bytes()),
         _ => Err(arg_error(lua, n, name, &format!("string expected, got {}", type_name(v)))),
     }
 }
