@@ -158,6 +158,18 @@ async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
         assert_eq!(text(admin.cmd(&["FCALL", "later", "1", k]).await), ":1\r\n", "node of {k}");
     }
     assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).await, b"-NOTBUSY No scripts in execution right now.\r\n");
+
+    // A payload whose library never finishes loading is refused at the load timeout (Redis
+    // would run it for ever), and scripts go on.
+    let endless = bytes::Bytes::from_static(b"#!lua name=endless\nwhile true do end\n");
+    let payload = shoal_node::script::registry::payload_of(&[endless]);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        text(cmd_bytes(&mut admin, &[b"FUNCTION", b"RESTORE", &payload]).await),
+        "-ERR Error registering functions: ERR FUNCTION LOAD timeout\r\n"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3), "bounded by the load timeout");
+    assert_eq!(text(admin.cmd(&["EVAL", "return 7", "0"]).await), ":7\r\n");
 }
 
 /// FCALL of `counter` on `n` keys spread over every slot range: every node serving them has

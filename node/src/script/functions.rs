@@ -22,7 +22,7 @@ use crate::commands::F;
 use crate::rdb;
 use crate::store::libraries::{Libraries, Payload};
 
-/// How long a library's top-level code may run in FUNCTION LOAD (Redis's `LOAD_TIMEOUT_MS`).
+/// How long a library's top-level code may run when it loads (Redis's `LOAD_TIMEOUT_MS`).
 pub const LOAD_TIMEOUT_MS: u64 = 500;
 
 /// A function `redis.register_function` registered while a library loads.
@@ -192,13 +192,11 @@ fn engine_flags(bits: u8) -> Flags {
 
 impl Engine {
     /// Runs a library's code (after its first line) to collect what it registers; the error is
-    /// Redis's text without its `ERR ` code. `timeout_ms` 0: no limit (RESTORE, snapshots).
-    fn load_library(
-        &mut self,
-        shared: &Shared,
-        body: &[u8],
-        timeout_ms: u64,
-    ) -> Result<Vec<Registered>, String> {
+    /// Redis's text without its `ERR ` code. Every load is bounded by FUNCTION LOAD's timeout,
+    /// RESTORE's and a stored library's too (Redis runs those without one): a library whose
+    /// top-level code never ends would otherwise hold the script thread, and every script of
+    /// the node, for ever.
+    fn load_library(&mut self, shared: &Shared, body: &[u8]) -> Result<Vec<Registered>, String> {
         let chunk = self
             .lua
             .load(body)
@@ -211,7 +209,7 @@ impl Engine {
         let identity = self.lua.create_function(|_, v: Value| Ok(v)).map_err(fail)?;
         self.fn_meta.raw_set("__index", self.load_api.clone()).map_err(fail)?;
         self.lua.set_app_data(Loading::default());
-        shared.set_load_deadline(timeout_ms);
+        shared.set_load_deadline(LOAD_TIMEOUT_MS);
         let xpcall: Function = self.lua.globals().raw_get("xpcall").map_err(fail)?;
         let result = xpcall.call::<MultiValue>((chunk, identity));
         shared.set_load_deadline(0);
@@ -244,13 +242,12 @@ impl Engine {
         existing: &Registry,
         code: &Bytes,
         replace: bool,
-        timeout_ms: u64,
     ) -> Result<(Library, Vec<Registered>), String> {
         let (name, body) = metadata(code)?;
         if existing.libs.contains_key(&name) && !replace {
             return Err(format!("Library '{name}' already exists"));
         }
-        let fns = self.load_library(shared, body, timeout_ms)?;
+        let fns = self.load_library(shared, body)?;
         if fns.is_empty() {
             return Err("No functions registered".into());
         }
@@ -280,7 +277,7 @@ impl Engine {
             None => Vec::new(),
         };
         for code in codes {
-            match self.create(shared, &registry, &code, true, 0) {
+            match self.create(shared, &registry, &code, true) {
                 Ok((lib, fns)) => {
                     registry.libs.insert(lib.name.clone(), lib);
                     self.add(fns);
@@ -314,6 +311,7 @@ impl Engine {
             registry.libs.insert(lib.name.clone(), lib);
             self.add(fns);
         }
+        registry.generation += 1;
     }
 }
 
@@ -334,14 +332,13 @@ fn syntax(args: &[Bytes]) -> Frame {
 pub(super) fn command(engine: &mut Engine, shared: &Shared, libraries: &Libraries, args: &[Bytes]) -> Frame {
     let mut payload = libraries.lock();
     engine.sync_library(shared, &payload);
-    let before = shared.functions.lock().dump();
+    let before = shared.functions.lock().generation;
     let reply = subcommand(engine, shared, args);
-    let after = shared.functions.lock().dump();
-    if after != before {
-        payload.bytes =
-            if shared.functions.lock().libs.is_empty() { Bytes::new() } else { Bytes::from(after) };
+    let mut registry = shared.functions.lock();
+    if registry.generation != before {
+        payload.bytes = if registry.libs.is_empty() { Bytes::new() } else { Bytes::from(registry.dump()) };
         payload.generation += 1;
-        shared.functions.lock().generation = payload.generation;
+        registry.generation = payload.generation;
         engine.library_generation = payload.generation;
     }
     reply
@@ -395,7 +392,7 @@ fn load(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
     }
     let Some(code) = args.get(pos) else { return err("Function code is missing") };
     let existing = std::mem::take(&mut *shared.functions.lock());
-    let created = engine.create(shared, &existing, code, replace, LOAD_TIMEOUT_MS);
+    let created = engine.create(shared, &existing, code, replace);
     let mut registry = shared.functions.lock();
     *registry = existing;
     match created {
@@ -489,7 +486,7 @@ fn restore(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
     let mut staged = Registry::default();
     let mut built = Vec::new();
     for code in payload_codes(body).map_err(err).into_iter().flatten() {
-        match engine.create(shared, &staged, &code, false, 0) {
+        match engine.create(shared, &staged, &code, false) {
             Ok((lib, fns)) => {
                 staged.libs.insert(lib.name.clone(), lib.clone());
                 built.push((lib, fns));

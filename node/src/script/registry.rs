@@ -27,7 +27,8 @@ pub struct Library {
     pub functions: BTreeMap<String, FnMeta>,
 }
 
-/// The node's libraries; `generation` moves with every change.
+/// The node's libraries; `generation` is the store's payload generation they reflect, moved on
+/// by every change the script thread makes (which then writes them back to the store).
 #[derive(Debug, Default)]
 pub struct Registry {
     pub libs: BTreeMap<String, Library>,
