@@ -241,15 +241,8 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
             if op >= out_len {
                 return None;
             }
-            lit += 1;
-            out[op] = input[ip];
-            op += 1;
+            literal(&mut out, &mut op, &mut lit, input[ip]);
             ip += 1;
-            if lit == MAX_LIT {
-                out[op - lit - 1] = (lit - 1) as u8;
-                lit = 0;
-                op += 1;
-            }
             continue;
         };
         let off = ip - rf - 1;
@@ -288,20 +281,26 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
         return None;
     }
     while ip < n {
-        lit += 1;
-        out[op] = input[ip];
-        op += 1;
+        literal(&mut out, &mut op, &mut lit, input[ip]);
         ip += 1;
-        if lit == MAX_LIT {
-            out[op - lit - 1] = (lit - 1) as u8;
-            lit = 0;
-            op += 1;
-        }
     }
     out[op - lit - 1] = (lit as u8).wrapping_sub(1);
     op -= usize::from(lit == 0);
     out.truncate(op);
     Some(out)
+}
+
+/// Appends one literal byte to the open run, closing the run (its length byte before it) when
+/// it is full and opening the next, as `lzf_c.c` does.
+fn literal(out: &mut [u8], op: &mut usize, lit: &mut usize, b: u8) {
+    *lit += 1;
+    out[*op] = b;
+    *op += 1;
+    if *lit == MAX_LIT {
+        out[*op - *lit - 1] = (*lit - 1) as u8;
+        *lit = 0;
+        *op += 1;
+    }
 }
 
 /// How many bytes at `ip` repeat those at `rf` (at least 3, known to match), measured as

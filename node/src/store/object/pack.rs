@@ -52,7 +52,7 @@ pub fn read_len(buf: &[u8], at: usize) -> (usize, usize) {
 }
 
 /// The element starting at `at`: its bytes and where the next one starts.
-fn next(buf: &[u8], at: usize) -> Result<(&[u8], usize), PackError> {
+pub(super) fn next(buf: &[u8], at: usize) -> Result<(&[u8], usize), PackError> {
     let mut len = 0usize;
     let mut shift = 0;
     let mut i = at;

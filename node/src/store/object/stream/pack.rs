@@ -150,20 +150,10 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
+    /// A length-prefixed string, as `pack::put` writes it.
     fn bytes(&mut self) -> Result<&'a [u8], PackError> {
-        let mut len = 0usize;
-        let mut shift = 0;
-        loop {
-            let b = self.take(1)?[0];
-            if shift > 56 {
-                return Err(PackError::Truncated);
-            }
-            len |= usize::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        self.take(len)
+        let (s, end) = pack::next(self.b, self.at)?;
+        self.at = end;
+        Ok(s)
     }
 }
