@@ -125,9 +125,12 @@ async fn send_changes(
     let mut libraries_sent = None;
     loop {
         still(repl, generation)?;
-        let libraries = store.libraries.get().generation;
-        if libraries_sent != Some(libraries) {
-            let functions = libraries_payload(store);
+        // Never waits: while a FUNCTION command holds the libraries (a load may take up to
+        // its timeout), the check waits for the next turn of this loop.
+        if let Some(libraries) = store.libraries.try_get()
+            && libraries_sent != Some(libraries.generation)
+        {
+            let functions = sendable(libraries.bytes);
             let chunk = ReplicationChunk {
                 run_id: repl.run_id.clone(),
                 offset: cursor,
@@ -135,7 +138,7 @@ async fn send_changes(
                 ..Default::default()
             };
             tx.send(Ok(chunk)).await.map_err(|_| ())?;
-            libraries_sent = Some(libraries);
+            libraries_sent = Some(libraries.generation);
         }
         let appended = log.appended.notified();
         if let Some(due) = last_sent.map(|at| at + repl.chunk_gap())
@@ -377,8 +380,11 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
 /// The libraries as a replication chunk carries them: a payload even when there are none (an
 /// empty field means "not sent").
 fn libraries_payload(store: &Store) -> Bytes {
-    let p = store.libraries.get();
-    if p.bytes.is_empty() { Bytes::from(crate::script::registry::payload_of(&[])) } else { p.bytes }
+    sendable(store.libraries.get().bytes)
+}
+
+fn sendable(bytes: Bytes) -> Bytes {
+    if bytes.is_empty() { Bytes::from(crate::script::registry::payload_of(&[])) } else { bytes }
 }
 
 /// An empty chunk at the replica's offset: this feed is alive (the replica acks it).

@@ -25,6 +25,11 @@ impl Libraries {
         self.inner.lock().clone()
     }
 
+    /// The payload now, unless a writer holds it (`None`: for loops that must not wait).
+    pub fn try_get(&self) -> Option<Payload> {
+        self.inner.try_lock().map(|p| p.clone())
+    }
+
     /// The payload held for a read-modify-write (other writers wait).
     pub fn lock(&self) -> MutexGuard<'_, Payload> {
         self.inner.lock()
