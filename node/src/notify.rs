@@ -12,7 +12,7 @@
 //!
 //! Raised: `new` (a write created the key), `del` (also when a command empties a collection or
 //! an EXPIRE lies in the past), `expire`, `persist`, `rename_from`/`rename_to`, `copy_to`,
-//! `set`, `append`, `setrange`, `incrby`, `incrbyfloat`, `setbit`, `pfadd`, the list, hash, set
+//! `restore`, `set`, `append`, `setrange`, `incrby`, `incrbyfloat`, `setbit`, `pfadd`, the list, hash, set
 //! sorted-set and stream events of their commands. Not raised: `keymiss` (class `m` is accepted
 //! and shown by CONFIG GET, but reads do not report misses), module events (no modules).
 
@@ -226,7 +226,7 @@ fn look_before(store: &Store, name: &[u8], args: &[Bytes], flags: u32) -> Before
         b.existed = [exists(1), exists(2)];
     }
     match name {
-        b"ltrim" => b.existed[0] = exists(1),
+        b"ltrim" | b"restore" => b.existed[0] = exists(1),
         b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
         | b"zrangestore" => b.existed[0] = exists(1),
         b"bitop" => b.existed[1] = exists(2),
@@ -575,6 +575,15 @@ fn other_events(d: &Done, out: &mut Raised) {
             out.push((GENERIC, "rename_to", k(2)));
         }
         b"copy" if d.positive => out.push((GENERIC, "copy_to", k(2))),
+        // RESTORE stores the key (`restore`), or, with a TTL already past, stores nothing and
+        // REPLACE has deleted what was there (`del`).
+        b"restore" if matches!(&d.f.kind, Some(frame::Kind::Simple(_))) => {
+            if d.store.exists(&k(1)) {
+                out.push((GENERIC, "restore", k(1)));
+            } else if d.before.existed[0] {
+                out.push((GENERIC, "del", k(1)));
+            }
+        }
         b"sort" => match d.before.dst {
             Some((i, _)) if d.positive => out.push((LIST, "sortstore", k(i))),
             Some((i, true)) => out.push((GENERIC, "del", k(i))),

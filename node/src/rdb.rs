@@ -147,7 +147,7 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RdbError> {
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], RdbError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(RdbError::Truncated)?;
         let s = &self.b[self.at..end];
         self.at = end;

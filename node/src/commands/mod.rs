@@ -11,7 +11,8 @@
 //! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
 //!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
 //!   `geohash.rs`), `stream.rs` (X* commands on streams), `sort.rs` (SORT, SORT_RO),
-//!   `object.rs`, `scan.rs` (HSCAN and its kin), `random.rs` (the random-member counts).
+//!   `object.rs`, `dump.rs` (DUMP, RESTORE; the payload's encoding in `payload.rs`), `scan.rs`
+//!   (HSCAN and its kin), `random.rs` (the random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
 //!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies),
 //!   `pqsort.rs` (Redis's partial quicksort: GEO with COUNT, SORT BY with LIMIT).
@@ -27,6 +28,7 @@ mod args;
 mod bits;
 pub(crate) mod dispatch;
 mod double;
+mod dump;
 pub(crate) mod error;
 mod frame;
 mod fuzz;
@@ -37,6 +39,7 @@ mod hll;
 mod list;
 mod multi;
 mod object;
+mod payload;
 mod pqsort;
 mod random;
 mod run;

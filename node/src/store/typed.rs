@@ -267,6 +267,30 @@ impl Locked<'_> {
         Ok(())
     }
 
+    /// Makes `key` hold the decoded value `object` (or, when `None`, the string `value`) with
+    /// absolute expiry `expire_at` (0: none), whatever it held before (RESTORE).
+    pub fn restore_value(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        object: Option<Box<Object>>,
+        expire_at: u64,
+    ) -> Result<(), StoreError> {
+        self.store.check_len(key.len())?;
+        self.store.check_len(value.len())?;
+        self.put_restored(key, value, expire_at, object);
+        Ok(())
+    }
+
+    /// Makes `key` look idle for `secs` seconds (RESTORE ... IDLETIME, OBJECT IDLETIME's view).
+    pub fn set_idle(&mut self, key: &[u8], secs: u64) {
+        let (s, h, now) = self.shard(key);
+        if let Some(p) = s.find_live(h, key, now) {
+            let lru = lru_now(now).wrapping_sub(secs.saturating_mul(100).min(u64::from(u32::MAX / 2)) as u32);
+            s.update(p, |e| e.lru = lru);
+        }
+    }
+
     /// [`Locked::restore`]'s write, of a value [`Store::check_restore`] passed.
     fn put_restored(&mut self, key: &[u8], value: &[u8], expire_at: u64, object: Option<Box<Object>>) {
         let (s, h, now) = self.shard(key);

@@ -1,8 +1,9 @@
 //! OBJECT ENCODING/FREQ/IDLETIME/REFCOUNT/HELP: the node answers about the key
-//! (`node/src/commands/object.rs`); HELP is answered here.
+//! (`node/src/commands/object.rs`); HELP is answered here. DUMP and RESTORE: the key's value as
+//! Redis's serialized payload and back, run by the key's node (`node/src/commands/dump.rs`).
 
 use super::spec::*;
-use super::typed::read_second;
+use super::typed::{read_key, read_second, write_key};
 use super::{Args, Ctx, Pending};
 
 pub const OBJECT_ENCODING: CommandSpec =
@@ -16,6 +17,11 @@ pub const OBJECT_IDLETIME: CommandSpec =
 
 pub const OBJECT_REFCOUNT: CommandSpec =
     CommandSpec { decl: &redis::OBJECT_REFCOUNT, run: read_second, ..CommandSpec::DEFAULT };
+
+pub const DUMP: CommandSpec = CommandSpec { decl: &redis::DUMP, run: read_key, ..CommandSpec::DEFAULT };
+
+pub const RESTORE: CommandSpec =
+    CommandSpec { decl: &redis::RESTORE, run: write_key, ..CommandSpec::DEFAULT };
 
 pub const OBJECT_HELP: CommandSpec =
     CommandSpec { decl: &redis::OBJECT_HELP, run: help, ..CommandSpec::DEFAULT };

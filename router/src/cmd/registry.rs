@@ -223,6 +223,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &pubsub::SPUBLISH,
     &pubsub::PUBSUB,
     &object::OBJECT,
+    &object::DUMP,
+    &object::RESTORE,
     &scripting::EVAL,
     &scripting::EVALSHA,
     &scripting::EVAL_RO,

@@ -20,6 +20,7 @@
 //! in step, so they stay in one file; the serialized form is `pack`.
 
 mod pack;
+pub mod rdb;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
