@@ -1,4 +1,5 @@
-//! Replays every input saved in `fuzz/regressions/typed_decode/` and `fuzz/regressions/zrange_args/`
+//! Replays every input saved in `fuzz/regressions/<target>/` (typed_decode, zrange_args,
+//! dump_payload, stream_ids)
 //! (crashes the fuzzers found once, and hand-picked tricky inputs) through the fuzzing properties,
 //! so they stay fixed, and so the properties run in the normal test suite without nightly.
 
@@ -23,4 +24,14 @@ fn saved_typed_decode_inputs_still_pass() {
 #[test]
 fn saved_zrange_args_inputs_still_pass() {
     replay("zrange_args", shoal_node::commands::fuzz_check_zset_args);
+}
+
+#[test]
+fn saved_dump_payload_inputs_still_pass() {
+    replay("dump_payload", shoal_node::commands::fuzz_check_payload);
+}
+
+#[test]
+fn saved_stream_ids_inputs_still_pass() {
+    replay("stream_ids", shoal_node::commands::fuzz_check_stream_id);
 }

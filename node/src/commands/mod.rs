@@ -55,7 +55,7 @@ pub use dispatch::{frame_of, multi_key_keys};
 pub use double::{fmt_g, fmt_g17};
 pub use error::{CmdError, CmdResult, NOT_INTEGER, SYNTAX, make_room, wrong_arity};
 pub use frame::{F, for_the_wire, raw_bulks};
-pub use fuzz::fuzz_check_zset_args;
+pub use fuzz::{fuzz_check_payload, fuzz_check_stream_id, fuzz_check_zset_args};
 pub use run::{run, run_resp, run_scratch};
 pub use sort::store_key as sort_store_key;
 pub use stream::read_group_names;

@@ -72,7 +72,7 @@ fn string2ull(s: &[u8]) -> Option<u64> {
 
 /// Redis's `streamGenericParseIDOrReply`: `ms-seq`, `ms` (sequence `missing_seq`), `-` and `+`
 /// unless `strict`; with `seq_given` the `ms-*` form too (its flag is then false).
-fn parse_id_full(
+pub(super) fn parse_id_full(
     b: &[u8],
     missing_seq: u64,
     strict: bool,
