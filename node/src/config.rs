@@ -94,6 +94,16 @@ pub struct ServeArgs {
           value_parser = clap::builder::PossibleValuesParser::new(EvictionPolicy::ALL.map(|p| p.as_str())))]
     pub maxmemory_policy: String,
 
+    /// How slowly the LFU counter of allkeys-lfu/volatile-lfu grows (Redis's lfu-log-factor:
+    /// an access increments it with probability 1 / ((counter - 5) * factor + 1)).
+    #[arg(long, env = "SHOAL_NODE_LFU_LOG_FACTOR", default_value = "10", value_parser = int32_count)]
+    pub lfu_log_factor: u64,
+
+    /// Minutes after which an idle key's LFU counter drops by one (Redis's lfu-decay-time; 0:
+    /// never).
+    #[arg(long, env = "SHOAL_NODE_LFU_DECAY_TIME", default_value = "1", value_parser = int32_count)]
+    pub lfu_decay_time: u64,
+
     /// Hashes with more fields than this are stored as hash tables instead of listpacks (Redis's
     /// hash-max-listpack-entries, 0 to 9223372036854775807). This and the other thresholds below
     /// can be changed at runtime with CONFIG SET through a router (not kept across restarts);
@@ -259,6 +269,8 @@ impl ServeArgs {
             limits: self.limits(),
             notify_keyspace_events: self.notify_keyspace_events,
             slot_stats: self.slot_stats,
+            lfu_log_factor: self.lfu_log_factor as u32,
+            lfu_decay_time: self.lfu_decay_time as u32,
             ..StoreConfig::default()
         }
     }
@@ -290,6 +302,10 @@ impl ServeArgs {
 }
 
 // Flag parsers with Redis's ranges and texts (shoal_wire::settings).
+fn int32_count(s: &str) -> Result<u64, String> {
+    shoal_wire::settings::parse_int32_count(s.as_bytes()).map_err(str::to_string)
+}
+
 fn count(s: &str) -> Result<u64, String> {
     settings::parse_count(s.as_bytes()).map_err(String::from)
 }

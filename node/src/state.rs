@@ -123,6 +123,8 @@ impl NodeState {
             notify_keyspace_events: Some(shoal_wire::notify::to_string(self.store.events.flags())),
             busy_reply_threshold: Some(self.scripts.busy_reply_threshold()),
             cluster_slot_stats_enabled: Some(self.store.slot_traffic.enabled()),
+            lfu_log_factor: Some(u64::from(self.store.lfu_params().0)),
+            lfu_decay_time: Some(u64::from(self.store.lfu_params().1)),
         }
     }
 
@@ -137,6 +139,8 @@ impl NodeState {
             limits: store.limits(),
             notify_keyspace_events: store.events.flags(),
             slot_stats: store.slot_traffic.enabled(),
+            lfu_log_factor: store.lfu_params().0,
+            lfu_decay_time: store.lfu_params().1,
             ..store.config().clone()
         };
         apply_settings(&mut now, change)?;
@@ -144,6 +148,7 @@ impl NodeState {
             store.set_limits(now.limits);
         }
         store.set_policy(now.policy);
+        store.set_lfu_params(now.lfu_log_factor, now.lfu_decay_time);
         store.set_maxmemory(now.maxmemory);
         store.events.set_flags(now.notify_keyspace_events);
         store.slot_traffic.set_enabled(now.slot_stats);
@@ -198,6 +203,13 @@ pub fn apply_settings(config: &mut StoreConfig, change: &NodeSettings) -> Result
     }
     if let Some(on) = change.cluster_slot_stats_enabled {
         config.slot_stats = on;
+    }
+    // `check` has kept both within a C int.
+    if let Some(v) = change.lfu_log_factor {
+        config.lfu_log_factor = v as u32;
+    }
+    if let Some(v) = change.lfu_decay_time {
+        config.lfu_decay_time = v as u32;
     }
     Ok(())
 }

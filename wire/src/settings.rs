@@ -6,9 +6,17 @@
 use crate::num::{parse_i64, parse_redis_memory};
 use crate::proto::NodeSettings;
 
-/// The eviction policies a node offers, by Redis's names (the LFU ones are not offered).
-pub const POLICIES: [&str; 6] =
-    ["noeviction", "allkeys-lru", "allkeys-random", "volatile-lru", "volatile-random", "volatile-ttl"];
+/// The eviction policies a node offers, by Redis's names.
+pub const POLICIES: [&str; 8] = [
+    "noeviction",
+    "allkeys-lru",
+    "allkeys-random",
+    "volatile-lru",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lfu",
+    "volatile-lfu",
+];
 
 /// Redis's texts (after "CONFIG SET failed (possibly related to argument '...') - ").
 pub const NOT_INTEGER: &str = "argument couldn't be parsed into an integer";
@@ -18,9 +26,7 @@ pub const NOT_INT32: &str = "argument must be between -2147483648 and 2147483647
 pub const NOT_YES_NO: &str = "argument must be 'yes' or 'no'";
 pub const NOT_POLICY: &str = "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
     volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction";
-/// Shoal's own: a policy Redis has and Shoal does not.
-pub const LFU_POLICY: &str =
-    "the LFU policies are not offered by Shoal (use allkeys-lru, volatile-lru or another policy)";
+pub const NOT_NON_NEGATIVE_INT32: &str = "argument must be between 0 and 2147483647 inclusive";
 
 /// A node setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +44,12 @@ pub enum Setting {
     NotifyKeyspaceEvents,
     BusyReplyThreshold,
     ClusterSlotStatsEnabled,
+    LfuLogFactor,
+    LfuDecayTime,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 13] = [
+    pub const ALL: [Setting; 15] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -55,6 +63,8 @@ impl Setting {
         Setting::NotifyKeyspaceEvents,
         Setting::BusyReplyThreshold,
         Setting::ClusterSlotStatsEnabled,
+        Setting::LfuLogFactor,
+        Setting::LfuDecayTime,
     ];
 
     /// Redis's name (lower case).
@@ -73,6 +83,8 @@ impl Setting {
             Setting::NotifyKeyspaceEvents => "notify-keyspace-events",
             Setting::BusyReplyThreshold => "busy-reply-threshold",
             Setting::ClusterSlotStatsEnabled => "cluster-slot-stats-enabled",
+            Setting::LfuLogFactor => "lfu-log-factor",
+            Setting::LfuDecayTime => "lfu-decay-time",
         }
     }
 
@@ -108,6 +120,8 @@ impl Setting {
             }
             Setting::BusyReplyThreshold => into.busy_reply_threshold = Some(parse_count(value)?),
             Setting::ClusterSlotStatsEnabled => into.cluster_slot_stats_enabled = Some(parse_yes_no(value)?),
+            Setting::LfuLogFactor => into.lfu_log_factor = Some(parse_int32_count(value)?),
+            Setting::LfuDecayTime => into.lfu_decay_time = Some(parse_int32_count(value)?),
         }
         Ok(())
     }
@@ -130,6 +144,8 @@ impl Setting {
             Setting::ClusterSlotStatsEnabled => {
                 s.cluster_slot_stats_enabled.map(|on| if on { "yes" } else { "no" }.to_string())
             }
+            Setting::LfuLogFactor => s.lfu_log_factor.map(|v| v.to_string()),
+            Setting::LfuDecayTime => s.lfu_decay_time.map(|v| v.to_string()),
         }
     }
 }
@@ -138,6 +154,12 @@ impl Setting {
 pub fn parse_count(value: &[u8]) -> Result<u64, &'static str> {
     let n = parse_i64(value).ok_or(NOT_INTEGER)?;
     u64::try_from(n).map_err(|_| NOT_NON_NEGATIVE)
+}
+
+/// A count Redis keeps in a C `int` from 0 (`lfu-log-factor`, `lfu-decay-time`).
+pub fn parse_int32_count(value: &[u8]) -> Result<u64, &'static str> {
+    let n = parse_i64(value).ok_or(NOT_INTEGER)?;
+    if (0..=i64::from(i32::MAX)).contains(&n) { Ok(n as u64) } else { Err(NOT_NON_NEGATIVE_INT32) }
 }
 
 /// A size limit in bytes (`hash-max-listpack-value`, ...): a memory value up to `i64::MAX`.
@@ -166,13 +188,7 @@ pub fn parse_yes_no(value: &[u8]) -> Result<bool, &'static str> {
 
 /// An eviction policy name (any case) as its lower-case name.
 pub fn parse_policy(value: &[u8]) -> Result<&'static str, &'static str> {
-    if let Some(p) = POLICIES.iter().find(|p| p.as_bytes().eq_ignore_ascii_case(value)) {
-        return Ok(p);
-    }
-    if [&b"allkeys-lfu"[..], b"volatile-lfu"].iter().any(|p| p.eq_ignore_ascii_case(value)) {
-        return Err(LFU_POLICY);
-    }
-    Err(NOT_POLICY)
+    POLICIES.iter().find(|p| p.as_bytes().eq_ignore_ascii_case(value)).copied().ok_or(NOT_POLICY)
 }
 
 /// Checks the values a `Configure` request sets (a node's guard: routers check before sending).
@@ -189,6 +205,12 @@ pub fn check(s: &NodeSettings) -> Result<(), String> {
     ] {
         if v.is_some_and(|v| v > i64::MAX as u64) {
             return fail(setting, NOT_NON_NEGATIVE);
+        }
+    }
+    for (setting, v) in [(Setting::LfuLogFactor, s.lfu_log_factor), (Setting::LfuDecayTime, s.lfu_decay_time)]
+    {
+        if v.is_some_and(|v| v > i32::MAX as u64) {
+            return fail(setting, NOT_NON_NEGATIVE_INT32);
         }
     }
     if s.list_max_listpack_size.is_some_and(|v| i32::try_from(v).is_err()) {
@@ -232,7 +254,10 @@ mod tests {
         assert_eq!(parse_list_size(b"-2147483648"), Ok(-2147483648));
         assert_eq!(parse_list_size(b"2147483648"), Err(NOT_INT32));
         assert_eq!(parse_policy(b"AllKeys-LRU"), Ok("allkeys-lru"));
-        assert_eq!(parse_policy(b"allkeys-lfu"), Err(LFU_POLICY));
+        assert_eq!(parse_policy(b"ALLKEYS-LFU"), Ok("allkeys-lfu"));
+        assert_eq!(parse_int32_count(b"2147483647"), Ok(i32::MAX as u64));
+        assert_eq!(parse_int32_count(b"2147483648"), Err(NOT_NON_NEGATIVE_INT32));
+        assert_eq!(parse_int32_count(b"-1"), Err(NOT_NON_NEGATIVE_INT32));
         assert_eq!(parse_policy(b"foo"), Err(NOT_POLICY));
         assert_eq!(parse_yes_no(b"YES"), Ok(true));
         assert_eq!(parse_yes_no(b"no"), Ok(false));

@@ -39,12 +39,13 @@ struct Options {
     replace: bool,
     absttl: bool,
     idle_secs: Option<u64>,
+    freq: Option<u8>,
 }
 
 /// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]`. Checked in Redis's order:
 /// options, an existing key (BUSYKEY unless REPLACE), the TTL, the payload's version and
 /// checksum, then its contents. A TTL already past stores nothing (and REPLACE deletes the old
-/// value). FREQ is checked and, as under Redis's LRU policies, not used (Shoal counts no LFU).
+/// value). FREQ sets the LFU counter under an LFU policy, IDLETIME the idle time under the others.
 fn restore(store: &Store, args: &[Bytes]) -> CmdResult {
     if args.len() < 4 {
         return Err(super::error::wrong_arity(&args[0]));
@@ -82,8 +83,11 @@ fn restore(store: &Store, args: &[Bytes]) -> CmdResult {
             Value::Object(o) => (Vec::new(), Some(Box::<Object>::new(o))),
         };
         l.restore_value(key, &bytes, object, expire_at)?;
-        if let Some(secs) = opts.idle_secs {
-            l.set_idle(key, secs);
+        // As Redis's `objectSetLRUOrLFU`: FREQ counts under an LFU policy, IDLETIME under the others.
+        match (store.policy().is_lfu(), opts.freq, opts.idle_secs) {
+            (true, Some(f), _) => l.set_freq(key, f),
+            (false, _, Some(secs)) => l.set_idle(key, secs),
+            _ => {}
         }
         Ok(F::ok())
     })
@@ -113,6 +117,7 @@ fn options(args: &[Bytes]) -> Result<Options, CmdError> {
                 return Err(CmdError::Text("ERR Invalid FREQ value, must be >= 0 and <= 255"));
             }
             freq_given = true;
+            o.freq = Some(n as u8);
             i += 1;
         } else {
             return Err(SYNTAX);

@@ -4,8 +4,8 @@ use bytes::Bytes;
 
 use super::error::{CmdError, CmdResult};
 use super::frame::F;
-use crate::store::Store;
 use crate::store::object::ValueType;
+use crate::store::{KeyInfo, Store};
 
 /// Redis's OBJ_SHARED_REFCOUNT: what REFCOUNT says of the shared small integers.
 const SHARED_REFCOUNT: i64 = i32::MAX as i64;
@@ -37,7 +37,14 @@ pub fn object(store: &Store, args: &[Bytes]) -> CmdResult {
     Ok(match (&sub[..], info) {
         (b"encoding", None) | (b"idletime", None) | (b"refcount", None) | (b"freq", None) => F::nil(),
         (b"encoding", Some(i)) => F::bulk(i.encoding),
-        (b"idletime", Some(i)) => F::int(i.idle_secs as i64),
+        (b"idletime", Some(i)) if i.freq.is_none() => F::int(i.idle_secs as i64),
+        (b"idletime", Some(_)) => {
+            return Err(CmdError::Text(
+                "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when \
+                 switching between policies at runtime LRU and LFU data will take some time to adjust.",
+            ));
+        }
+        (b"freq", Some(KeyInfo { freq: Some(f), .. })) => F::int(i64::from(f)),
         (b"refcount", Some(i)) => {
             let shared = i.value_type == ValueType::String
                 && i.encoding == "int"

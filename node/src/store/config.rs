@@ -9,8 +9,7 @@ use super::object::limits::Limits;
 /// Largest value (and key) a node stores, as Redis's default `proto-max-bulk-len`.
 pub const DEFAULT_MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
 
-/// What to drop when `maxmemory` is reached (Redis's `maxmemory-policy`; the LFU policies are not
-/// offered).
+/// What to drop when `maxmemory` is reached (Redis's `maxmemory-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EvictionPolicy {
     /// Refuse writes that may grow memory with `-OOM`.
@@ -21,17 +20,27 @@ pub enum EvictionPolicy {
     VolatileLru,
     VolatileRandom,
     VolatileTtl,
+    /// The least frequently used key (`super::lfu`), of all keys or of those with a TTL.
+    AllKeysLfu,
+    VolatileLfu,
 }
 
 impl EvictionPolicy {
-    pub const ALL: [EvictionPolicy; 6] = [
+    pub const ALL: [EvictionPolicy; 8] = [
         EvictionPolicy::NoEviction,
         EvictionPolicy::AllKeysLru,
         EvictionPolicy::AllKeysRandom,
         EvictionPolicy::VolatileLru,
         EvictionPolicy::VolatileRandom,
         EvictionPolicy::VolatileTtl,
+        EvictionPolicy::AllKeysLfu,
+        EvictionPolicy::VolatileLfu,
     ];
+
+    /// Whether the policy ranks keys by their LFU counter (which is then kept up to date).
+    pub fn is_lfu(self) -> bool {
+        matches!(self, EvictionPolicy::AllKeysLfu | EvictionPolicy::VolatileLfu)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -41,6 +50,8 @@ impl EvictionPolicy {
             EvictionPolicy::VolatileLru => "volatile-lru",
             EvictionPolicy::VolatileRandom => "volatile-random",
             EvictionPolicy::VolatileTtl => "volatile-ttl",
+            EvictionPolicy::AllKeysLfu => "allkeys-lfu",
+            EvictionPolicy::VolatileLfu => "volatile-lfu",
         }
     }
 }
@@ -76,6 +87,9 @@ pub struct StoreConfig {
     pub notify_keyspace_events: u32,
     /// Count per-slot traffic for SHOAL SLOT-STATS (`cluster-slot-stats-enabled`).
     pub slot_stats: bool,
+    /// The LFU counter's `lfu-log-factor` and `lfu-decay-time` (minutes).
+    pub lfu_log_factor: u32,
+    pub lfu_decay_time: u32,
 }
 
 impl Default for StoreConfig {
@@ -88,6 +102,8 @@ impl Default for StoreConfig {
             limits: Limits::default(),
             notify_keyspace_events: 0,
             slot_stats: false,
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
         }
     }
 }
@@ -111,6 +127,7 @@ mod tests {
         for p in EvictionPolicy::ALL {
             assert_eq!(p.as_str().parse::<EvictionPolicy>(), Ok(p));
         }
-        assert!("allkeys-lfu".parse::<EvictionPolicy>().is_err());
+        assert!("allkeys-lfu".parse::<EvictionPolicy>().is_ok_and(EvictionPolicy::is_lfu));
+        assert!("lfu".parse::<EvictionPolicy>().is_err());
     }
 }

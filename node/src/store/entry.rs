@@ -36,6 +36,10 @@ pub const IN_BASE: u32 = 2;
 /// Any other type lives in the shard's object table (the entry's value bytes are empty).
 const TYPE_SHIFT: u32 = 2;
 const TYPE_MASK: u32 = 0b111 << TYPE_SHIFT;
+/// Bits 8-31: the LFU counter (8 bits) and the minute it last decayed (16); the flags below
+/// them are [`LOW_FLAGS`].
+const LFU_SHIFT: u32 = 8;
+pub const LOW_FLAGS: u32 = (1 << LFU_SHIFT) - 1;
 
 /// The LRU clock: store time in centiseconds, truncated to 32 bits (wraps every ~497 days; idle
 /// times are compared with wrapping arithmetic).
@@ -54,7 +58,27 @@ impl Entry {
             key_len: key.len() as u32,
             val_len: value.len() as u32,
             lru,
-            flags: 0,
+            flags: super::lfu::initial(lru) << LFU_SHIFT,
+        }
+    }
+
+    /// The LFU counter and its minute (`super::lfu`): minute << 8 | counter.
+    #[inline]
+    pub fn lfu_bits(&self) -> u32 {
+        self.flags >> LFU_SHIFT
+    }
+
+    pub fn set_lfu_bits(&mut self, bits: u32) {
+        self.flags = (self.flags & LOW_FLAGS) | (bits << LFU_SHIFT);
+    }
+
+    /// Records an access: the LRU clock, and the LFU counter when `lfu` says it is kept.
+    #[inline]
+    pub fn touch(&mut self, now_ms: u64, lfu: Option<super::lfu::Lfu>) {
+        let lru = lru_now(now_ms);
+        self.lru = lru;
+        if let Some(l) = lfu {
+            self.set_lfu_bits(l.touched(self.lfu_bits(), lru, fastrand::f64()));
         }
     }
 

@@ -49,6 +49,9 @@ impl Store {
 fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastrand::Rng) -> bool {
     let lru = lru_now(now);
     let idle = |s: &Shard, pos: u32| lru.wrapping_sub(s.entry(pos).lru);
+    // Under an LFU policy the least used key goes: Redis ranks by 255 minus the decayed counter.
+    let lfu = s.lfu.get().unwrap_or(super::lfu::Lfu { log_factor: 10, decay_time: 1 });
+    let unused = |s: &Shard, pos: u32| 255 - lfu.decayed(s.entry(pos).lfu_bits(), lru);
     let victim = match policy {
         EvictionPolicy::NoEviction => None,
         EvictionPolicy::AllKeysRandom => s.random_pos(rng).map(|p| (s.hash(s.entry(p).key()), p)),
@@ -61,6 +64,13 @@ fn evict_from(s: &mut Shard, policy: EvictionPolicy, now: u64, rng: &mut fastran
             (0..LRU_SAMPLES).filter_map(|_| s.random_volatile_pos(rng)).max_by_key(|&(_, p)| idle(s, p))
         }
         EvictionPolicy::VolatileTtl => s.soonest_expiring(),
+        EvictionPolicy::AllKeysLfu => (0..LRU_SAMPLES)
+            .filter_map(|_| s.random_pos(rng))
+            .max_by_key(|&p| unused(s, p))
+            .map(|p| (s.hash(s.entry(p).key()), p)),
+        EvictionPolicy::VolatileLfu => {
+            (0..LRU_SAMPLES).filter_map(|_| s.random_volatile_pos(rng)).max_by_key(|&(_, p)| unused(s, p))
+        }
     };
     match victim {
         Some((hash, pos)) => {
@@ -145,10 +155,43 @@ mod tests {
     }
 
     #[test]
+    fn allkeys_lfu_keeps_frequently_used_keys_even_when_others_were_used_later() {
+        let limit = 256 * 1024;
+        let (s, clock) = store(limit, EvictionPolicy::AllKeysLfu);
+        fill(&s, "hot", 200, None);
+        for _ in 0..30 {
+            for i in 0..200 {
+                s.get(format!("hot{i}").as_bytes());
+            }
+        }
+        fill(&s, "cold", 800, None);
+        clock.advance(5_000);
+        // The cold keys are the most recently used now (an LRU policy would keep them), once each.
+        for i in 0..800 {
+            s.get(format!("cold{i}").as_bytes());
+        }
+        fill(&s, "new", 1500, None);
+        assert!(s.used_memory() <= limit + limit / 8, "memory held near the limit");
+        assert!(s.stats().evicted_keys > 500);
+        let hot_alive = (0..200).filter(|i| s.exists(format!("hot{i}").as_bytes())).count();
+        let cold_alive = (0..800).filter(|i| s.exists(format!("cold{i}").as_bytes())).count();
+        let new_alive = (0..1500).filter(|i| s.exists(format!("new{i}").as_bytes())).count();
+        assert!(hot_alive >= 190, "frequently used keys survive: {hot_alive}/200");
+        // Counters: hot ones well above 6, cold ones 6 (one access), new ones 5 (none yet).
+        assert!(
+            cold_alive * 1500 > new_alive * 800,
+            "keys never used go first: {cold_alive}/800 used once and {new_alive}/1500 never used are left"
+        );
+    }
+
+    #[test]
     fn volatile_policies_only_touch_keys_with_ttl() {
-        for policy in
-            [EvictionPolicy::VolatileLru, EvictionPolicy::VolatileRandom, EvictionPolicy::VolatileTtl]
-        {
+        for policy in [
+            EvictionPolicy::VolatileLru,
+            EvictionPolicy::VolatileRandom,
+            EvictionPolicy::VolatileTtl,
+            EvictionPolicy::VolatileLfu,
+        ] {
             let (s, clock) = store(80 * 1024, policy);
             fill(&s, "persistent", 300, None);
             fill(&s, "volatile", 300, Some(clock.now_ms() + 1_000_000));

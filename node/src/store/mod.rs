@@ -14,6 +14,7 @@
 //!   writing and slot export read from.
 //! - [`blocked`]: clients blocked on keys (BLPOP and its kin), first come first served.
 //! - [`changes`]: the change log replicas follow (which keys changed, in order).
+//! - [`lfu`]: the LFU access counter (LFU eviction policies, OBJECT FREQ).
 //! - [`libraries`]: the function libraries' payload, kept here so every copy of the store has it.
 //! - [`watch`]: versions of watched keys (WATCH), bumped by every change to them.
 //! - [`events`]: keyspace notifications on or off, and the sink (the node's pub/sub) that the
@@ -40,6 +41,7 @@ pub use shoal_wire::glob;
 pub mod hll;
 mod keyspace;
 pub mod lag;
+pub mod lfu;
 pub mod libraries;
 pub mod object;
 pub mod persist;

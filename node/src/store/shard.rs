@@ -30,7 +30,7 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 use shoal_wire::notify;
 
-use super::entry::{ENTRY_SIZE, Entry, IN_BASE, TOMBSTONE};
+use super::entry::{ENTRY_SIZE, Entry, IN_BASE, LOW_FLAGS, TOMBSTONE};
 use super::events::Events;
 use super::lag::{ExpiryLag, Removal};
 use super::object::{Limits, Object, ValueType};
@@ -111,6 +111,8 @@ pub struct Shard {
     /// Set while the node is a replica (shared by the store's shards): see
     /// [`keeps_expired`](Self::keeps_expired).
     pub follower: Arc<AtomicBool>,
+    /// Whether accesses count for LFU, and how (shared by the store's shards).
+    pub lfu: Arc<super::lfu::LfuSettings>,
     /// Memory entries that are tombstones.
     tombstones: usize,
     /// Memory entries (values or tombstones) whose key the base also holds.
@@ -129,6 +131,7 @@ impl Shard {
             events: Arc::default(),
             lag: Arc::default(),
             follower: Arc::default(),
+            lfu: Arc::default(),
             hasher,
             index: HashTable::new(),
             slab: Vec::new(),
@@ -430,7 +433,7 @@ impl Shard {
         match self.in_memory(hash, key, now) {
             InMemory::Live(pos) => {
                 if touch {
-                    self.entry_mut(pos).lru = super::entry::lru_now(now);
+                    self.touch(pos, now);
                 }
                 let e = self.entry(pos);
                 Some(f(Value { value: e.value(), expire_at: e.expire_at, value_type: e.value_type() }))
@@ -457,11 +460,11 @@ impl Shard {
             let value_type = ValueType::from_u32(b.value_type).unwrap_or(ValueType::String);
             if value_type == ValueType::String {
                 let mut e = Entry::new(b.key, b.value, b.expire_at, super::entry::lru_now(now));
-                e.flags = IN_BASE;
+                e.flags = (e.flags & !LOW_FLAGS) | IN_BASE;
                 return (e, None);
             }
             let mut e = Entry::new(b.key, b"", b.expire_at, super::entry::lru_now(now));
-            e.flags = IN_BASE;
+            e.flags = (e.flags & !LOW_FLAGS) | IN_BASE;
             // The snapshot reader has checked the entry's checksum; a value that still does not
             // decode is served as empty rather than not at all (and logged).
             let o = Object::deserialize(value_type, b.value, &self.limits).unwrap_or_else(|err| {
@@ -499,6 +502,7 @@ impl Shard {
                 e.set_value(value);
                 e.flags &= !TOMBSTONE;
                 e.lru = lru;
+                e.set_lfu_bits(super::lfu::initial(lru));
             });
             self.set_expire(hash, pos, expire_at);
             return pos;
@@ -611,6 +615,14 @@ impl Shard {
     }
 
     /// Runs `f` on the entry at `pos`, keeping the byte count right if `f` resizes the value.
+    /// Records an access to the entry at `pos`: its LRU clock, and its LFU counter while an LFU
+    /// policy is set (`super::lfu`).
+    #[inline]
+    pub fn touch(&mut self, pos: u32, now: u64) {
+        let lfu = self.lfu.get();
+        self.entry_mut(pos).touch(now, lfu);
+    }
+
     pub fn update<R>(&mut self, pos: u32, f: impl FnOnce(&mut Entry) -> R) -> R {
         let entry = self.slab[pos as usize].as_mut().expect("live");
         let before = entry.heap_size();
@@ -852,6 +864,7 @@ impl Shard {
             events: self.events.clone(),
             lag: self.lag.clone(),
             follower: self.follower.clone(),
+            lfu: self.lfu.clone(),
             ..Shard::new(self.hasher.clone(), self.slots.clone(), self.watches.clone())
         };
         n

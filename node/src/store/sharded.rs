@@ -71,6 +71,8 @@ pub struct Store {
     pub expiry_lag: Arc<lag::ExpiryLag>,
     /// Set while the node is a replica (shared with the shards; see [`Store::set_follower`]).
     follower: Arc<AtomicBool>,
+    /// Whether accesses count for LFU (an LFU policy is set), and how.
+    lfu: Arc<super::lfu::LfuSettings>,
     /// The node's function libraries (copied wherever the store is copied).
     pub libraries: super::libraries::Libraries,
 }
@@ -93,6 +95,8 @@ impl Store {
         let follower = Arc::new(AtomicBool::new(false));
         let slot_traffic = slots::SlotCounters::default();
         slot_traffic.set_enabled(config.slot_stats);
+        let lfu = Arc::new(super::lfu::LfuSettings::default());
+        lfu.set(config.policy.is_lfu(), config.lfu_log_factor, config.lfu_decay_time);
         let shards = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(hasher.clone(), slots.clone(), watches.clone());
@@ -100,6 +104,7 @@ impl Store {
                 shard.events = events.clone();
                 shard.lag = expiry_lag.clone();
                 shard.follower = follower.clone();
+                shard.lfu = lfu.clone();
                 Mutex::new(shard)
             })
             .collect();
@@ -123,6 +128,7 @@ impl Store {
             slot_traffic,
             expiry_lag,
             follower,
+            lfu,
             libraries: Default::default(),
         }
     }
@@ -291,6 +297,21 @@ impl Store {
 
     pub fn set_policy(&self, policy: EvictionPolicy) {
         self.policy.store(policy_index(policy), Ordering::Relaxed);
+        self.lfu.set(policy.is_lfu(), self.lfu.log_factor(), self.lfu.decay_time());
+    }
+
+    /// `lfu-log-factor` and `lfu-decay-time` now.
+    pub fn lfu_params(&self) -> (u32, u32) {
+        (self.lfu.log_factor(), self.lfu.decay_time())
+    }
+
+    pub fn set_lfu_params(&self, log_factor: u32, decay_time: u32) {
+        self.lfu.set(self.policy().is_lfu(), log_factor, decay_time);
+    }
+
+    /// The LFU counter's parameters while an LFU policy is set (`None`: not kept).
+    pub fn lfu(&self) -> Option<super::lfu::Lfu> {
+        self.lfu.get()
     }
 
     /// The configuration the store started with (the shard count and value size limit hold; for

@@ -132,10 +132,8 @@ impl Store {
             match pos {
                 Some(p) => {
                     s.drop_object(p);
-                    s.update(p, |e| {
-                        e.set_value(value);
-                        e.lru = lru_now(now);
-                    });
+                    s.update(p, |e| e.set_value(value));
+                    s.touch(p, now);
                     s.set_expire(h, p, expire_at);
                 }
                 None => {
@@ -162,10 +160,8 @@ impl Store {
                 let old_len = s.entry(p).value().len();
                 let new_len = old_len.checked_add(value.len()).ok_or(StoreError::TooLarge)?;
                 self.check_len(new_len)?;
-                s.update(p, |e| {
-                    e.value_resize(new_len)[old_len..].copy_from_slice(value);
-                    e.lru = lru_now(now);
-                });
+                s.update(p, |e| e.value_resize(new_len)[old_len..].copy_from_slice(value));
+                s.touch(p, now);
                 Ok(new_len)
             }
         })
@@ -209,10 +205,8 @@ impl Store {
                 Some(p) => p,
                 None => s.insert_new(h, key, b"", 0, lru_now(now)),
             };
-            s.update(p, |e| {
-                e.value_resize(new_len)[offset..end].copy_from_slice(value);
-                e.lru = lru_now(now);
-            });
+            s.update(p, |e| e.value_resize(new_len)[offset..end].copy_from_slice(value));
+            s.touch(p, now);
             Ok(new_len)
         })
     }
@@ -232,10 +226,10 @@ impl Store {
             let next = current.checked_add(delta).ok_or(StoreError::Overflow)?;
             let text = next.to_string();
             match pos {
-                Some(p) => s.update(p, |e| {
-                    e.set_value(text.as_bytes());
-                    e.lru = lru_now(now);
-                }),
+                Some(p) => {
+                    s.update(p, |e| e.set_value(text.as_bytes()));
+                    s.touch(p, now);
+                }
                 None => {
                     s.insert_new(h, key, text.as_bytes(), 0, lru_now(now));
                 }
@@ -258,10 +252,10 @@ impl Store {
             };
             let next = float::incr_by_float(current, increment)?;
             match pos {
-                Some(p) => s.update(p, |e| {
-                    e.set_value(&next);
-                    e.lru = lru_now(now);
-                }),
+                Some(p) => {
+                    s.update(p, |e| e.set_value(&next));
+                    s.touch(p, now);
+                }
                 None => {
                     s.insert_new(h, key, &next, 0, lru_now(now));
                 }
@@ -287,7 +281,7 @@ impl Store {
             let Some(p) = s.lookup(h, key, now) else { return Ok(None) };
             string(s.entry(p).value_type())?;
             let value = Bytes::copy_from_slice(s.entry(p).value());
-            s.entry_mut(p).lru = lru_now(now);
+            s.touch(p, now);
             match expiry {
                 SetExpiry::Keep => {}
                 SetExpiry::Clear => s.set_expire(h, p, 0),

@@ -19,6 +19,8 @@ pub struct KeyInfo {
     pub memory: usize,
     /// Seconds since the last access.
     pub idle_secs: u64,
+    /// The LFU counter, decayed (`None`: no LFU policy, counters are not kept).
+    pub freq: Option<u32>,
 }
 
 impl Store {
@@ -81,10 +83,19 @@ impl Store {
             let pos = s.find_live(h, key, now)?;
             let e = s.entry(pos);
             let idle_secs = u64::from(lru_now(now).wrapping_sub(e.lru)) / 100;
+            let freq = s.lfu.get().map(|l| l.decayed(e.lfu_bits(), lru_now(now)));
             let base = super::entry::ENTRY_SIZE + e.heap_size();
             Some(match s.object(pos) {
-                Some(o) => KeyInfo { value_type, encoding: o.encoding(), memory: base + o.mem(), idle_secs },
-                None => KeyInfo { value_type, encoding: string_encoding(e.value()), memory: base, idle_secs },
+                Some(o) => {
+                    KeyInfo { value_type, encoding: o.encoding(), memory: base + o.mem(), idle_secs, freq }
+                }
+                None => KeyInfo {
+                    value_type,
+                    encoding: string_encoding(e.value()),
+                    memory: base,
+                    idle_secs,
+                    freq,
+                },
             })
         })
     }
@@ -291,6 +302,14 @@ impl Locked<'_> {
         }
     }
 
+    /// Sets `key`'s LFU counter (RESTORE ... FREQ).
+    pub fn set_freq(&mut self, key: &[u8], freq: u8) {
+        let (s, h, now) = self.shard(key);
+        if let Some(p) = s.find_live(h, key, now) {
+            s.update(p, |e| e.set_lfu_bits(super::lfu::with_counter(lru_now(now), freq)));
+        }
+    }
+
     /// [`Locked::restore`]'s write, of a value [`Store::check_restore`] passed.
     fn put_restored(&mut self, key: &[u8], value: &[u8], expire_at: u64, object: Option<Box<Object>>) {
         let (s, h, now) = self.shard(key);
@@ -355,11 +374,9 @@ impl StrSlot<'_> {
                 p
             }
         };
-        let now = self.now;
-        Ok(self.s.update(pos, |e| {
-            e.lru = lru_now(now);
-            f(e.value_resize(len))
-        }))
+        let r = self.s.update(pos, |e| f(e.value_resize(len)));
+        self.s.touch(pos, self.now);
+        Ok(r)
     }
 
     /// Replaces the value (creating the key if missing).
@@ -421,7 +438,7 @@ fn read_in<R>(
         Some(_) => {}
     }
     let pos = s.lookup(h, key, now).expect("present a moment ago, under the same lock");
-    s.entry_mut(pos).lru = lru_now(now);
+    s.touch(pos, now);
     Ok(f(s.object(pos)))
 }
 
@@ -445,7 +462,7 @@ fn write_in<R>(
     match (pos, slot) {
         (Some(p), Some(o)) if !o.is_empty() => {
             s.put_object(p, o);
-            s.entry_mut(p).lru = lru_now(now);
+            s.touch(p, now);
         }
         (Some(p), _) => s.delete(h, p),
         (None, Some(o)) if !o.is_empty() => {

@@ -118,6 +118,9 @@ const PARAMS: &[(&str, Param)] = &[
     ("slowlog-max-len", Param::SlowlogMaxLen),
     ("maxmemory", Param::Node(Setting::Maxmemory)),
     ("maxmemory-policy", Param::Node(Setting::MaxmemoryPolicy)),
+    // In the order redis-server 7.0's CONFIG GET lfu-* lists them.
+    ("lfu-decay-time", Param::Node(Setting::LfuDecayTime)),
+    ("lfu-log-factor", Param::Node(Setting::LfuLogFactor)),
     ("maxclients", Param::Maxclients),
     ("port", Param::Port),
     ("databases", Param::Fixed("1")),
