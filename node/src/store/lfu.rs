@@ -88,7 +88,7 @@ impl Lfu {
         let (then, counter) = (bits >> 8 & 0xffff, bits & 0xff);
         let now = minutes(lru);
         let elapsed = if now >= then { now - then } else { 65535 - then + now };
-        let periods = if self.decay_time == 0 { 0 } else { elapsed / self.decay_time };
+        let periods = elapsed.checked_div(self.decay_time).unwrap_or(0);
         counter.saturating_sub(periods)
     }
 
