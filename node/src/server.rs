@@ -315,7 +315,11 @@ async fn active_expiry(store: Arc<Store>, interval: Duration, mut stop: watch::R
         }
         let deadline = Instant::now() + interval / 4;
         loop {
+            let started = Instant::now();
             let removed = store.purge_expired(EXPIRE_BUDGET_PER_SHARD);
+            // Redis's `expire-cycle` latency event: one pass of active expiry (a large value's
+            // removal is most of it).
+            store.latency.add_if_needed("expire-cycle", started.elapsed().as_millis() as u64, store.now_ms());
             if removed * 4 < full_pass || Instant::now() >= deadline {
                 break;
             }

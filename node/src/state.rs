@@ -77,6 +77,7 @@ impl NodeState {
             bytes_migrated_in: self.membership.pulls.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
             slots_dropped: self.membership.slots_dropped.load(std::sync::atomic::Ordering::Relaxed),
             slots_migrated_in: self.membership.pulls.slots_in.load(std::sync::atomic::Ordering::Relaxed),
+            latency: self.store.latency.to_proto(),
             ..self.replication_stats()
         }
     }
@@ -125,6 +126,7 @@ impl NodeState {
             cluster_slot_stats_enabled: Some(self.store.slot_traffic.enabled()),
             lfu_log_factor: Some(u64::from(self.store.lfu_params().0)),
             lfu_decay_time: Some(u64::from(self.store.lfu_params().1)),
+            latency_monitor_threshold: Some(self.store.latency.threshold()),
         }
     }
 
@@ -149,6 +151,9 @@ impl NodeState {
         }
         store.set_policy(now.policy);
         store.set_lfu_params(now.lfu_log_factor, now.lfu_decay_time);
+        if let Some(ms) = change.latency_monitor_threshold {
+            store.latency.set_threshold(ms);
+        }
         store.set_maxmemory(now.maxmemory);
         store.events.set_flags(now.notify_keyspace_events);
         store.slot_traffic.set_enabled(now.slot_stats);

@@ -28,7 +28,7 @@
 //! [`acl`] (users and rules; the check is `shoal_wire::acl`, shared with the nodes), [`pubsub`]
 //! (this router's subscribers and one `Subscribe` stream per node, and CLIENT TRACKING's
 //! table), [`nearcache`] (`--near-cache`, invalidated by the nodes), [`hotkeys`],
-//! [`stats`] (INFO commandstats, SLOWLOG), [`metrics`] (counters; [`scrape`] renders `/metrics`)
+//! [`stats`] (INFO commandstats, SLOWLOG), [`latency`] (the latency monitor), [`metrics`] (counters; [`scrape`] renders `/metrics`)
 //! and [`resp`]'s parser and reply encoder.
 //!
 //! Around them: [`config`] (the command line), [`embedded`] (in-process nodes and coordinator
@@ -48,6 +48,7 @@ pub mod front;
 pub mod fuzzing;
 pub mod guard;
 pub mod hotkeys;
+pub mod latency;
 pub mod metrics;
 pub mod nearcache;
 pub mod pause;

@@ -255,6 +255,8 @@ pub struct RouterState {
     pub embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     /// INFO commandstats and SLOWLOG.
     pub stats: crate::stats::CommandStats,
+    /// The latency monitor's command events (LATENCY LATEST and its kin).
+    pub latency: crate::latency::Latency,
     /// The open RESP connections (CLIENT LIST, CLIENT KILL).
     pub clients: crate::clients::Clients,
     /// CLIENT PAUSE, for this router process.
@@ -302,6 +304,7 @@ impl RouterState {
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
             embedded,
             stats: crate::stats::CommandStats::default(),
+            latency: crate::latency::Latency::default(),
             clients: crate::clients::Clients::default(),
             pause: crate::pause::Pause::default(),
             pubsub: crate::pubsub::Hub::new(settings_deadline, near),

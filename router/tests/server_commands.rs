@@ -245,3 +245,53 @@ async fn config_set_reaches_every_node() {
     let _: () = con.set("accepted", "x").await.unwrap();
     router.shutdown().await;
 }
+
+/// The latency monitor: a slow script is a "command" event in this router, a large value's active
+/// expiry an "expire-cycle" event on its node; LATENCY LATEST, HISTORY, GRAPH and DOCTOR show them
+/// together, and RESET forgets both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_monitor_reports_commands_and_expiry() {
+    let router = support::cluster().await;
+    let mut con = support::redis_conn(router.resp_addr()).await;
+    let none: Vec<redis::Value> = redis::cmd("LATENCY").arg("LATEST").query_async(&mut con).await.unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    config_set(&mut con, &[("latency-monitor-threshold", "5")]).await.unwrap();
+    assert_eq!(config_get(&mut con, "latency-monitor-threshold").await, "5");
+    // About 100 ms of busy loop in the node's VM, end to end through the router.
+    let spin = "local i = 0 while i < 2000000 do i = i + 1 end return i";
+    let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query_async(&mut con).await.unwrap();
+    let fill = "for i = 1, 300000 do redis.call('sadd', KEYS[1], i) end return 1";
+    let _: i64 = redis::cmd("EVAL").arg(fill).arg(1).arg("big").query_async(&mut con).await.unwrap();
+    config_set(&mut con, &[("latency-monitor-threshold", "1")]).await.unwrap();
+    let _: i64 = con.pexpire("big", 10).await.unwrap();
+    let mut expired = false;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let events: Vec<(String, i64, i64, i64)> =
+            redis::cmd("LATENCY").arg("LATEST").query_async(&mut con).await.unwrap();
+        if events.iter().any(|e| e.0 == "expire-cycle") {
+            expired = true;
+            let cmd = events.iter().find(|e| e.0 == "command").expect("the script's event");
+            assert!(cmd.2 >= 5 && cmd.3 >= cmd.2, "{events:?}");
+            break;
+        }
+    }
+    assert!(expired, "removing 300,000 members took a millisecond or more");
+    let history: Vec<(i64, i64)> =
+        redis::cmd("LATENCY").arg("HISTORY").arg("command").query_async(&mut con).await.unwrap();
+    assert!(!history.is_empty() && history.iter().all(|s| s.1 >= 1), "{history:?}");
+    let graph: String =
+        redis::cmd("LATENCY").arg("GRAPH").arg("expire-cycle").query_async(&mut con).await.unwrap();
+    assert!(graph.starts_with("expire-cycle - high "), "{graph}");
+    let doctor: String = redis::cmd("LATENCY").arg("DOCTOR").query_async(&mut con).await.unwrap();
+    assert!(doctor.contains(". command: ") && doctor.contains(". expire-cycle: "), "{doctor}");
+    let reset: i64 = redis::cmd("LATENCY").arg("RESET").query_async(&mut con).await.unwrap();
+    assert!(reset >= 2, "{reset}");
+    config_set(&mut con, &[("latency-monitor-threshold", "0")]).await.unwrap();
+    let after: Vec<redis::Value> = redis::cmd("LATENCY").arg("LATEST").query_async(&mut con).await.unwrap();
+    assert!(after.is_empty(), "{after:?}");
+    let missing: redis::RedisResult<String> =
+        redis::cmd("LATENCY").arg("GRAPH").arg("command").query_async(&mut con).await;
+    assert!(missing.unwrap_err().to_string().contains("No samples available for event 'command'"));
+    router.shutdown().await;
+}

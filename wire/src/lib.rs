@@ -48,6 +48,7 @@ pub mod codec;
 pub mod command;
 pub mod fast;
 pub mod glob;
+pub mod latency;
 pub mod local;
 pub mod notify;
 pub mod num;

@@ -46,10 +46,11 @@ pub enum Setting {
     ClusterSlotStatsEnabled,
     LfuLogFactor,
     LfuDecayTime,
+    LatencyMonitorThreshold,
 }
 
 impl Setting {
-    pub const ALL: [Setting; 15] = [
+    pub const ALL: [Setting; 16] = [
         Setting::Maxmemory,
         Setting::MaxmemoryPolicy,
         Setting::HashMaxListpackEntries,
@@ -65,6 +66,7 @@ impl Setting {
         Setting::ClusterSlotStatsEnabled,
         Setting::LfuLogFactor,
         Setting::LfuDecayTime,
+        Setting::LatencyMonitorThreshold,
     ];
 
     /// Redis's name (lower case).
@@ -85,6 +87,7 @@ impl Setting {
             Setting::ClusterSlotStatsEnabled => "cluster-slot-stats-enabled",
             Setting::LfuLogFactor => "lfu-log-factor",
             Setting::LfuDecayTime => "lfu-decay-time",
+            Setting::LatencyMonitorThreshold => "latency-monitor-threshold",
         }
     }
 
@@ -122,6 +125,7 @@ impl Setting {
             Setting::ClusterSlotStatsEnabled => into.cluster_slot_stats_enabled = Some(parse_yes_no(value)?),
             Setting::LfuLogFactor => into.lfu_log_factor = Some(parse_int32_count(value)?),
             Setting::LfuDecayTime => into.lfu_decay_time = Some(parse_int32_count(value)?),
+            Setting::LatencyMonitorThreshold => into.latency_monitor_threshold = Some(parse_count(value)?),
         }
         Ok(())
     }
@@ -146,6 +150,7 @@ impl Setting {
             }
             Setting::LfuLogFactor => s.lfu_log_factor.map(|v| v.to_string()),
             Setting::LfuDecayTime => s.lfu_decay_time.map(|v| v.to_string()),
+            Setting::LatencyMonitorThreshold => s.latency_monitor_threshold.map(|v| v.to_string()),
         }
     }
 }
@@ -202,6 +207,7 @@ pub fn check(s: &NodeSettings) -> Result<(), String> {
         (Setting::ZsetMaxListpackEntries, s.zset_max_listpack_entries),
         (Setting::ZsetMaxListpackValue, s.zset_max_listpack_value),
         (Setting::BusyReplyThreshold, s.busy_reply_threshold),
+        (Setting::LatencyMonitorThreshold, s.latency_monitor_threshold),
     ] {
         if v.is_some_and(|v| v > i64::MAX as u64) {
             return fail(setting, NOT_NON_NEGATIVE);

@@ -26,12 +26,27 @@ impl Store {
             return Ok(());
         }
         let policy = self.policy();
-        while self.used_memory() > limit {
-            if policy == EvictionPolicy::NoEviction || !self.evict_one(policy) {
-                return Err(StoreError::OutOfMemory);
+        let mut cycle: Option<std::time::Instant> = None;
+        let result = loop {
+            if self.used_memory() <= limit {
+                break Ok(());
             }
+            if policy == EvictionPolicy::NoEviction {
+                break Err(StoreError::OutOfMemory);
+            }
+            // The latency monitor's events: each key's eviction, and the whole pass.
+            let started = std::time::Instant::now();
+            cycle.get_or_insert(started);
+            let evicted = self.evict_one(policy);
+            self.latency.add_if_needed("eviction-del", started.elapsed().as_millis() as u64, self.now_ms());
+            if !evicted {
+                break Err(StoreError::OutOfMemory);
+            }
+        };
+        if let Some(started) = cycle {
+            self.latency.add_if_needed("eviction-cycle", started.elapsed().as_millis() as u64, self.now_ms());
         }
-        Ok(())
+        result
     }
 
     /// Evicts one key from the first shard, starting at the rotating cursor, that has a

@@ -73,6 +73,8 @@ pub struct Store {
     follower: Arc<AtomicBool>,
     /// Whether accesses count for LFU (an LFU policy is set), and how.
     lfu: Arc<super::lfu::LfuSettings>,
+    /// The latency monitor's expiry and eviction events (`latency-monitor-threshold`).
+    pub latency: Arc<shoal_wire::latency::Monitor>,
     /// The node's function libraries (copied wherever the store is copied).
     pub libraries: super::libraries::Libraries,
 }
@@ -129,6 +131,7 @@ impl Store {
             expiry_lag,
             follower,
             lfu,
+            latency: Arc::default(),
             libraries: Default::default(),
         }
     }

@@ -121,6 +121,7 @@ const PARAMS: &[(&str, Param)] = &[
     // In the order redis-server 7.0's CONFIG GET lfu-* lists them.
     ("lfu-decay-time", Param::Node(Setting::LfuDecayTime)),
     ("lfu-log-factor", Param::Node(Setting::LfuLogFactor)),
+    ("latency-monitor-threshold", Param::Node(Setting::LatencyMonitorThreshold)),
     ("maxclients", Param::Maxclients),
     ("port", Param::Port),
     ("databases", Param::Fixed("1")),
@@ -325,6 +326,10 @@ impl Parsed {
 
     /// The router's own parameters, set.
     fn apply_local(&self, state: &RouterState) {
+        // The nodes time their own events; this router times commands by the same threshold.
+        if let Some(ms) = self.change.latency_monitor_threshold {
+            state.latency.monitor.set_threshold(ms);
+        }
         let mut accepted = state.accepted_config.lock();
         for (name, value) in &self.accepted {
             accepted.insert(name, value.clone());

@@ -2,11 +2,17 @@
 //!
 //! LATENCY HISTOGRAM reports each command's latency distribution from the router's stats
 //! (`crate::stats`: power-of-two microsecond buckets, end to end as clients see it). The latency
-//! *monitor* (LATEST, HISTORY, GRAPH, DOCTOR) records events above `latency-monitor-threshold`,
-//! which is 0 (off) in Redis by default and is not offered by Shoal: those answer as a Redis with
-//! the monitor off does. MEMORY USAGE asks the key's node (`node/src/commands/object.rs`).
+//! *monitor* (LATEST, HISTORY, GRAPH, DOCTOR, RESET) answers over this router's command events
+//! and every node's expiry and eviction events (`crate::latency`), gathered per call from the
+//! nodes' stats. MEMORY USAGE asks the key's node (`node/src/commands/object.rs`).
 
-use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use shoal_wire::latency::{self, Series};
+use shoal_wire::proto::NodeStats;
+
+use crate::state::RouterState;
 
 use super::spec::*;
 use super::typed::read_second;
@@ -63,30 +69,82 @@ pub const MEMORY: CommandSpec = CommandSpec {
     lane: LaneClass::No,
 };
 
-pub fn latest(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Array(Vec::new()).into()
+/// Runs `answer` over every event this router and the nodes that answered know, with the
+/// nodes' stats at hand, and the time (Unix ms).
+fn over_events(
+    ctx: &mut Ctx,
+    answer: impl FnOnce(&RouterState, BTreeMap<String, Series>, &[NodeStats], u64) -> Reply + Send + 'static,
+) -> Pending {
+    let state = Arc::clone(ctx.state);
+    let routing = Arc::clone(ctx.routing);
+    Pending::later(async move {
+        let nodes: Vec<NodeStats> = routing.stats_all().await.into_iter().flatten().collect();
+        let events = state.latency.events(&nodes);
+        let now_ms = state.clock.now_ms();
+        answer(&state, events, &nodes, now_ms)
+    })
 }
 
-pub fn history(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Array(Vec::new()).into()
+/// `LATENCY LATEST`: per event, its name, its latest sample's time and latency, its worst.
+pub fn latest(_args: &Args, ctx: &mut Ctx) -> Pending {
+    over_events(ctx, |_, events, _, _| {
+        Reply::Array(
+            events
+                .into_iter()
+                .filter_map(|(name, s)| {
+                    let &(time, latency, _) = s.samples.last()?;
+                    Some(Reply::Array(vec![
+                        Reply::bulk(name.into_bytes()),
+                        Reply::Int(time as i64),
+                        Reply::Int(latency as i64),
+                        Reply::Int(s.max as i64),
+                    ]))
+                })
+                .collect(),
+        )
+    })
 }
 
-pub fn reset(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Int(0).into()
+/// `LATENCY HISTORY event`: its samples, oldest first, as (time, latency) pairs.
+pub fn history(args: &Args, ctx: &mut Ctx) -> Pending {
+    let event = String::from_utf8_lossy(&args[2]).into_owned();
+    over_events(ctx, move |_, events, _, _| {
+        let samples = events.get(&event).map(|s| s.samples.clone()).unwrap_or_default();
+        Reply::Array(
+            samples
+                .into_iter()
+                .map(|(time, latency, _)| {
+                    Reply::Array(vec![Reply::Int(time as i64), Reply::Int(latency as i64)])
+                })
+                .collect(),
+        )
+    })
 }
 
-pub fn graph(args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::error_fmt(format!("ERR No samples available for event '{}'", String::from_utf8_lossy(&args[2])))
-        .into()
+/// `LATENCY RESET [event ...]`: how many events were forgotten.
+pub fn reset(args: &Args, ctx: &mut Ctx) -> Pending {
+    let events: Vec<String> = args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    over_events(ctx, move |state, _, nodes, now_ms| {
+        Reply::Int(state.latency.reset(&events, nodes, now_ms) as i64)
+    })
 }
 
-pub fn doctor(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    Reply::Verbatim(Bytes::from_static(
-        b"I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Redis instance. You may \
-          use \"CONFIG SET latency-monitor-threshold <milliseconds>.\" in order to enable it. If we weren't in \
-          a deep space mission I'd suggest to take a look at https://redis.io/topics/latency-monitor.\n",
-    ))
-    .into()
+/// `LATENCY GRAPH event`: Redis's ASCII sparkline of the event's samples.
+pub fn graph(args: &Args, ctx: &mut Ctx) -> Pending {
+    let event = String::from_utf8_lossy(&args[2]).into_owned();
+    over_events(ctx, move |_, events, _, now_ms| match events.get(&event) {
+        Some(s) => Reply::Verbatim(latency::graph(&event, s, now_ms / 1000).into()),
+        None => Reply::error_fmt(format!("ERR No samples available for event '{event}'")),
+    })
+}
+
+/// `LATENCY DOCTOR`: Redis's report over the events.
+pub fn doctor(_args: &Args, ctx: &mut Ctx) -> Pending {
+    over_events(ctx, |state, events, _, now_ms| {
+        let threshold = state.latency.monitor.threshold();
+        let slower_than = state.stats.slower_than_us.load(std::sync::atomic::Ordering::Relaxed);
+        Reply::Verbatim(latency::doctor(&events, threshold, slower_than, now_ms / 1000).into())
+    })
 }
 
 /// `LATENCY HISTOGRAM [command ...]`: per command, its calls and the cumulative count of calls

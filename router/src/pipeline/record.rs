@@ -35,8 +35,16 @@ impl Timing {
         state.metrics.command_seconds.observe_n(took.as_secs_f64(), n);
         if let Some(slot) = self.slot {
             state.stats.record_n(slot, took, self.failed, n);
+            state.latency.command(took, || is_fast(slot), || state.clock.now_ms());
         }
     }
+}
+
+/// Whether Redis flags the command in stats slot `slot` `fast` (the latency monitor's
+/// "fast-command" event rather than "command").
+fn is_fast(slot: usize) -> bool {
+    use shoal_wire::acl::commands::flag;
+    cmd::registry::spec_at(slot).is_some_and(|s| s.decl.flags & flag::FAST != 0)
 }
 
 /// A request answered now, with its arguments at hand (RESP, HTTP): timed, counted, and written
@@ -46,6 +54,7 @@ pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[
     state.metrics.command_seconds.observe(took.as_secs_f64());
     if let Some(slot) = timing.slot {
         state.stats.record(slot, took, timing.failed);
+        state.latency.command(took, || is_fast(slot), || state.clock.now_ms());
         state.stats.maybe_log(took, args, || {
             let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
             (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
