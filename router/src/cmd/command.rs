@@ -152,11 +152,35 @@ pub fn docs(args: &Args, ctx: &mut Ctx) -> Pending {
     Reply::Map(pairs).into()
 }
 
+/// `COMMAND LIST [FILTERBY MODULE name|ACLCAT category|PATTERN pattern]`: every command and
+/// subcommand (`client|list`), in the registry's order, or those the filter keeps (no modules;
+/// an unknown category keeps none; patterns match full names ignoring case).
 pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
-    if args.len() > 2 {
-        return syntax_error().into();
+    let keep: Box<dyn Fn(&CommandSpec) -> bool> = match &args[2..] {
+        [] => Box::new(|_| true),
+        [by, kind, arg] if by.eq_ignore_ascii_case(b"filterby") => match &kind.to_ascii_lowercase()[..] {
+            b"module" => Box::new(|_| false),
+            b"aclcat" => {
+                let cat = commands::category(&String::from_utf8_lossy(arg)).unwrap_or(0);
+                Box::new(move |c| c.decl.categories & cat != 0)
+            }
+            b"pattern" => {
+                let pattern = arg.to_ascii_lowercase();
+                Box::new(move |c| shoal_wire::glob::glob_match(&pattern, c.name().as_bytes()))
+            }
+            _ => return syntax_error().into(),
+        },
+        _ => return syntax_error().into(),
+    };
+    let mut names = Vec::new();
+    for c in ctx.registry.commands {
+        for spec in std::iter::once(*c).chain(c.subcommands.iter().copied()) {
+            if keep(spec) {
+                names.push(Reply::bulk(spec.name()));
+            }
+        }
     }
-    Reply::Array(ctx.registry.commands.iter().map(|c| Reply::bulk(c.name())).collect()).into()
+    Reply::Array(names).into()
 }
 
 pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
