@@ -57,6 +57,7 @@ impl NodeState {
             pubsub_routers: self.pubsub.routers() as u64,
             keys: s.keys,
             volatile_keys: s.volatile_keys,
+            avg_ttl_ms: s.avg_ttl_ms,
             oldest_overdue_ms: self.store.oldest_overdue_ms(),
             used_memory: s.used_memory,
             maxmemory: self.store.maxmemory() as u64,

@@ -295,3 +295,21 @@ async fn latency_monitor_reports_commands_and_expiry() {
     assert!(missing.unwrap_err().to_string().contains("No samples available for event 'command'"));
     router.shutdown().await;
 }
+
+/// INFO keyspace's `avg_ttl`: the average time left of the keys with a TTL, over every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_keyspace_averages_the_ttls_of_every_node() {
+    let router = support::cluster().await;
+    let mut con = support::redis_conn(router.resp_addr()).await;
+    for i in 0..30 {
+        let ttl = if i % 2 == 0 { 1000 } else { 2000 };
+        let _: () = con.set_ex(format!("ttl:{i}"), "v", ttl).await.unwrap();
+        let _: () = con.set(format!("plain:{i}"), "v").await.unwrap();
+    }
+    let info: String = redis::cmd("INFO").arg("keyspace").query_async(&mut con).await.unwrap();
+    let db0 = info.lines().find(|l| l.starts_with("db0:")).expect("db0 listed").to_string();
+    let avg: u64 = db0.rsplit("avg_ttl=").next().unwrap().trim().parse().unwrap();
+    assert!(db0.starts_with("db0:keys=60,expires=30,avg_ttl="), "{db0}");
+    assert!((1_490_000..=1_500_000).contains(&avg), "half 1000 s, half 2000 s: {db0}");
+    router.shutdown().await;
+}

@@ -96,8 +96,9 @@ pub struct Shard {
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     /// `(expire_at, base index)` of the base's keys with a TTL (see `add_base_expiry`).
     base_expiry: BinaryHeap<Reverse<(u64, u32)>>,
-    /// Entries with a TTL.
+    /// Entries with a TTL, and the sum of their expiry times (INFO keyspace's `avg_ttl`).
     volatile: usize,
+    expire_sum: u128,
     /// Sum of `Entry::heap_size` over live entries.
     heap_bytes: usize,
     base: Option<Arc<Snapshot>>,
@@ -141,6 +142,7 @@ impl Shard {
             expiry: BinaryHeap::new(),
             base_expiry: BinaryHeap::new(),
             volatile: 0,
+            expire_sum: 0,
             heap_bytes: 0,
             base: None,
             tombstones: 0,
@@ -211,6 +213,11 @@ impl Shard {
 
     pub fn volatile(&self) -> usize {
         self.volatile
+    }
+
+    /// The sum of the volatile entries' expiry times (Unix ms).
+    pub fn expire_sum(&self) -> u128 {
+        self.expire_sum
     }
 
     /// Bytes this shard accounts for: entry allocations plus the slab, index, free list and heap
@@ -543,6 +550,7 @@ impl Shard {
             .insert_unique(hash, pos, |&p| hasher.hash_one(slab[p as usize].as_ref().expect("live").key()));
         if expire_at != 0 {
             self.volatile += 1;
+            self.expire_sum += u128::from(expire_at);
             self.push_expiry(expire_at, hash);
         }
         pos
@@ -604,6 +612,7 @@ impl Shard {
         self.heap_bytes -= entry.heap_size();
         if entry.expire_at != 0 {
             self.volatile -= 1;
+            self.expire_sum -= u128::from(entry.expire_at);
         }
         if entry.in_base() {
             self.shadowed -= 1;
@@ -641,6 +650,7 @@ impl Shard {
             (true, false) => self.volatile -= 1,
             _ => {}
         }
+        self.expire_sum = self.expire_sum + u128::from(at) - u128::from(old);
         if at != 0 && at != old {
             self.push_expiry(at, hash);
         }

@@ -26,6 +26,8 @@ use crate::snapshot::Snapshot;
 pub struct StoreStats {
     pub keys: u64,
     pub volatile_keys: u64,
+    /// The keys with a TTL: their average time left, in ms (INFO keyspace's `avg_ttl`).
+    pub avg_ttl_ms: u64,
     pub used_memory: u64,
     pub expired_keys: u64,
     pub evicted_keys: u64,
@@ -453,13 +455,20 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let mut st = StoreStats { used_memory: self.used_memory() as u64, ..Default::default() };
         st.keys = self.len() as u64;
+        let mut expire_sum = 0u128;
         for shard in self.shards.iter() {
             let s = shard.lock();
             st.volatile_keys += s.volatile() as u64;
+            expire_sum += s.expire_sum();
             st.expired_keys += s.expired;
             st.evicted_keys += s.evicted;
             st.keyspace_hits += s.hits;
             st.keyspace_misses += s.misses;
+        }
+        if st.volatile_keys > 0 {
+            // Keys past their time but not removed yet count as 0 left, not as negative.
+            let mean = (expire_sum / u128::from(st.volatile_keys)) as u64;
+            st.avg_ttl_ms = mean.saturating_sub(self.now_ms());
         }
         st
     }

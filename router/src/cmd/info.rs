@@ -243,7 +243,12 @@ impl Gathered {
     fn keyspace(&self, field: &mut dyn FnMut(&str, String)) {
         let keys = self.sum(|n| n.keys);
         if keys > 0 {
-            field("db0", format!("keys={keys},expires={},avg_ttl=0", self.sum(|n| n.volatile_keys)));
+            let expires = self.sum(|n| n.volatile_keys);
+            // The nodes' averages, weighted by their keys with a TTL.
+            let weighted: u128 =
+                self.nodes.iter().map(|n| u128::from(n.avg_ttl_ms) * u128::from(n.volatile_keys)).sum();
+            let avg_ttl = if expires == 0 { 0 } else { weighted / u128::from(expires) };
+            field("db0", format!("keys={keys},expires={expires},avg_ttl={avg_ttl}"));
         }
     }
 
