@@ -128,6 +128,12 @@ const PARAMS: &[(&str, Param)] = &[
     ("timeout", Param::Fixed("0")),
     ("save", Param::Accepted("", Accepts::SavePoints)),
     ("appendonly", Param::Accepted("no", Accepts::YesNo)),
+    // Shoal frees values where it removes them (no background freeing): accepted, kept, shown.
+    ("lazyfree-lazy-eviction", Param::Accepted("no", Accepts::YesNo)),
+    ("lazyfree-lazy-expire", Param::Accepted("no", Accepts::YesNo)),
+    ("lazyfree-lazy-server-del", Param::Accepted("no", Accepts::YesNo)),
+    ("lazyfree-lazy-user-del", Param::Accepted("no", Accepts::YesNo)),
+    ("lazyfree-lazy-user-flush", Param::Accepted("no", Accepts::YesNo)),
     ("appendfsync", Param::Accepted("everysec", Accepts::OneOf(&["everysec", "always", "no"]))),
     ("hash-max-listpack-entries", Param::Node(Setting::HashMaxListpackEntries)),
     ("hash-max-ziplist-entries", Param::Node(Setting::HashMaxListpackEntries)),

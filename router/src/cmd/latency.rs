@@ -156,7 +156,14 @@ pub fn histogram(args: &Args, ctx: &mut Ctx) -> Pending {
         .stats
         .snapshot(|s| ctx.registry.name_of(s))
         .into_iter()
-        .filter(|n| wanted.is_empty() || wanted.iter().any(|w| w == n.name.as_bytes()))
+        // A container's name (CLIENT) stands for its subcommands too (client|id, client|list).
+        .filter(|n| {
+            let name = n.name.as_bytes();
+            wanted.is_empty()
+                || wanted.iter().any(|w| {
+                    w == name || name.strip_prefix(&w[..]).is_some_and(|rest| rest.starts_with(b"|"))
+                })
+        })
         .map(|n| {
             let mut cumulative = 0;
             let mut points = Vec::new();
