@@ -311,5 +311,22 @@ async fn info_keyspace_averages_the_ttls_of_every_node() {
     let avg: u64 = db0.rsplit("avg_ttl=").next().unwrap().trim().parse().unwrap();
     assert!(db0.starts_with("db0:keys=60,expires=30,avg_ttl="), "{db0}");
     assert!((1_490_000..=1_500_000).contains(&avg), "half 1000 s, half 2000 s: {db0}");
+    // MEMORY STATS reads the same nodes: Redis's fields, in its order, with the cluster's numbers.
+    let stats: Vec<redis::Value> = redis::cmd("MEMORY").arg("STATS").query_async(&mut con).await.unwrap();
+    let names: Vec<String> = stats
+        .iter()
+        .step_by(2)
+        .map(|v| match v {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("a field name: {other:?}"),
+        })
+        .collect();
+    assert_eq!(names.len(), 28, "27 fields and db.0: {names:?}");
+    assert_eq!(&names[..3], ["peak.allocated", "total.allocated", "startup.allocated"]);
+    assert_eq!(names[10], "db.0");
+    let field = |name: &str| stats[2 * names.iter().position(|n| n == name).unwrap() + 1].clone();
+    assert_eq!(field("keys.count"), redis::Value::Int(60));
+    assert!(matches!(field("total.allocated"), redis::Value::Int(n) if n > 60 * 40), "{stats:?}");
+    assert_eq!(names.last().map(String::as_str), Some("fragmentation.bytes"));
     router.shutdown().await;
 }

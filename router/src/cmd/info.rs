@@ -294,7 +294,7 @@ fn proc_times(path: &str) -> [u64; 4] {
     [0, 1, 2, 3].map(|i| f.get(i).copied().unwrap_or(0))
 }
 
-fn resident_bytes(embedded: bool, nodes: &[NodeStats]) -> u64 {
+pub(super) fn resident_bytes(embedded: bool, nodes: &[NodeStats]) -> u64 {
     if embedded { shoal_telemetry::metrics::rss_bytes() } else { nodes.iter().map(|n| n.rss_bytes).sum() }
 }
 

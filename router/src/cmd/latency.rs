@@ -1,10 +1,10 @@
-//! LATENCY and MEMORY USAGE.
+//! LATENCY.
 //!
 //! LATENCY HISTOGRAM reports each command's latency distribution from the router's stats
 //! (`crate::stats`: power-of-two microsecond buckets, end to end as clients see it). The latency
 //! *monitor* (LATEST, HISTORY, GRAPH, DOCTOR, RESET) answers over this router's command events
 //! and every node's expiry and eviction events (`crate::latency`), gathered per call from the
-//! nodes' stats. MEMORY USAGE asks the key's node (`node/src/commands/object.rs`).
+//! nodes' stats.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +15,6 @@ use shoal_wire::proto::NodeStats;
 use crate::state::RouterState;
 
 use super::spec::*;
-use super::typed::read_second;
 use super::{Args, Ctx, Pending};
 use crate::resp::Reply;
 use crate::stats::BUCKETS;
@@ -53,19 +52,6 @@ pub const LATENCY: CommandSpec = CommandSpec {
         &LATENCY_HISTOGRAM,
         &LATENCY_HELP,
     ],
-    lane: LaneClass::No,
-};
-
-pub const MEMORY_USAGE: CommandSpec =
-    CommandSpec { decl: &redis::MEMORY_USAGE, run: read_second, ..CommandSpec::DEFAULT };
-
-pub const MEMORY_HELP: CommandSpec =
-    CommandSpec { decl: &redis::MEMORY_HELP, run: memory_help, ..CommandSpec::DEFAULT };
-
-pub const MEMORY: CommandSpec = CommandSpec {
-    decl: &redis::MEMORY,
-    run: memory_help,
-    subcommands: &[&MEMORY_USAGE, &MEMORY_HELP],
     lane: LaneClass::No,
 };
 
@@ -201,26 +187,6 @@ pub fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
         "HISTOGRAM [COMMAND ...]",
         "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
         "    If no commands are specified then all histograms are replied.",
-        "HELP",
-        "    Prints this help.",
-    ];
-    super::help_reply(&lines)
-}
-
-pub fn memory_help(_args: &Args, _ctx: &mut Ctx) -> Pending {
-    let lines = [
-        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "DOCTOR",
-        "    Return memory problems reports.",
-        "MALLOC-STATS",
-        "    Return internal statistics report from the memory allocator.",
-        "PURGE",
-        "    Attempt to purge dirty pages for reclamation by the allocator.",
-        "STATS",
-        "    Return information about the memory usage of the server.",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value. Nested values are",
-        "    sampled up to <count> times (default: 5, 0 means sample all).",
         "HELP",
         "    Prints this help.",
     ];

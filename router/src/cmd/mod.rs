@@ -37,6 +37,7 @@ mod info;
 mod keys;
 mod latency;
 mod lists;
+mod memory;
 mod mget;
 mod mset;
 mod multi;

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, command, config, connection, del, expire, functions, geo, get, getex, hash,
-    hll, incr, info, keys, latency, lists, mget, mset, multi, object, persistence, pubsub, scan, scripting,
-    set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
+    hll, incr, info, keys, latency, lists, memory, mget, mset, multi, object, persistence, pubsub, scan,
+    scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -30,7 +30,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &slowlog::SLOWLOG,
     &acl::ACL,
     &latency::LATENCY,
-    &latency::MEMORY,
+    &memory::MEMORY,
     &keys::DBSIZE,
     &keys::FLUSHALL,
     &keys::FLUSHDB,
