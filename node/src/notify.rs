@@ -90,16 +90,27 @@ fn created(store: &Store, flags: u32, keys: &[Bytes], existed: &[bool]) -> Vec<B
 }
 
 /// The parts of an op its events depend on (the op itself is consumed by running it).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum OpShape {
-    Set { get: bool, condition: i32, expiry: bool },
+    /// `compare`: IFEQ's value (condition 3).
+    Set {
+        get: bool,
+        condition: i32,
+        expiry: bool,
+        compare: Bytes,
+    },
     Del,
     GetDel,
-    GetEx { persist: bool, expire: bool },
+    GetEx {
+        persist: bool,
+        expire: bool,
+    },
     Expire,
     Persist,
     Append,
-    SetRange { empty: bool },
+    SetRange {
+        empty: bool,
+    },
     IncrBy,
     IncrByFloat,
 }
@@ -108,7 +119,12 @@ impl OpShape {
     fn of(op: &Op) -> Option<OpShape> {
         use shoal_wire::proto::GetExMode::*;
         Some(match op.kind.as_ref()? {
-            Kind::Set(s) => OpShape::Set { get: s.get, condition: s.condition, expiry: s.expiry.is_some() },
+            Kind::Set(s) => OpShape::Set {
+                get: s.get,
+                condition: s.condition,
+                expiry: s.expiry.is_some(),
+                compare: s.compare.clone(),
+            },
             Kind::Del(_) => OpShape::Del,
             Kind::GetDel(_) => OpShape::GetDel,
             Kind::GetEx(g) => OpShape::GetEx {
@@ -135,12 +151,13 @@ fn op_events(store: &Store, shape: OpShape, key: Bytes, had_ttl: bool, reply: &R
     }
     let int = |n: i64| matches!(r, Some(R::Int(v)) if *v == n);
     match shape {
-        OpShape::Set { get, condition, expiry } => {
+        OpShape::Set { get, condition, expiry, compare } => {
             let stored = if get {
                 // SET ... GET answers the old value: whether it stored follows from the condition.
                 match condition {
                     1 => matches!(r, Some(R::Nil(_))),
                     2 => !matches!(r, Some(R::Nil(_))),
+                    3 => matches!(r, Some(R::Value(v)) if *v == compare),
                     _ => true,
                 }
             } else {
@@ -575,6 +592,7 @@ fn other_events(d: &Done, out: &mut Raised) {
             out.push((GENERIC, "rename_to", k(2)));
         }
         b"copy" if d.positive => out.push((GENERIC, "copy_to", k(2))),
+        b"delifeq" if d.positive => out.push((GENERIC, "del", k(1))),
         // RESTORE stores the key (`restore`), or, with a TTL already past, stores nothing and
         // REPLACE has deleted what was there (`del`).
         b"restore" if matches!(&d.f.kind, Some(frame::Kind::Simple(_))) => {

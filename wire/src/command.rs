@@ -125,6 +125,8 @@ pub struct ExtendedOptions {
     pub keep_ttl: bool,
     pub persist: bool,
     pub expire: Option<(ExpireUnit, Bytes)>,
+    /// `IFEQ value` (Valkey 8.1): set only when the key holds this string.
+    pub ifeq: Option<Bytes>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,10 +144,14 @@ pub fn parse_extended(opts: &[Bytes], command: OptionsFor) -> Result<ExtendedOpt
         let next = opts.get(j + 1);
         let has = |u: ExpireUnit| matches!(o.expire, Some((x, _)) if x == u);
         let eq = |name: &[u8]| opt.eq_ignore_ascii_case(name);
-        if eq(b"NX") && !o.xx && is_set {
+        let conditioned = o.nx || o.xx || o.ifeq.is_some();
+        if eq(b"NX") && !o.xx && o.ifeq.is_none() && is_set {
             o.nx = true;
-        } else if eq(b"XX") && !o.nx && is_set {
+        } else if eq(b"XX") && !o.nx && o.ifeq.is_none() && is_set {
             o.xx = true;
+        } else if let Some(value) = next.filter(|_| eq(b"IFEQ") && !conditioned && is_set) {
+            o.ifeq = Some(value.clone());
+            j += 1;
         } else if eq(b"GET") && is_set {
             o.get = true;
         } else if eq(b"KEEPTTL") && !o.persist && o.expire.is_none() && is_set {
@@ -198,9 +204,10 @@ pub fn expiry(unit: ExpireUnit, arg: &[u8], command: &str, now_ms: i64) -> Resul
 
 /// The wire op for a SET with these options.
 pub fn set_op(key: Bytes, value: Bytes, o: &ExtendedOptions, expiry: Option<proto::Expiry>) -> Op {
-    let condition = match (o.nx, o.xx) {
-        (true, _) => SetCondition::SetIfAbsent,
-        (_, true) => SetCondition::SetIfPresent,
+    let condition = match (o.nx, o.xx, &o.ifeq) {
+        (true, _, _) => SetCondition::SetIfAbsent,
+        (_, true, _) => SetCondition::SetIfPresent,
+        (_, _, Some(_)) => SetCondition::SetIfEqual,
         _ => SetCondition::SetAlways,
     };
     op(Kind::Set(proto::Set {
@@ -210,6 +217,7 @@ pub fn set_op(key: Bytes, value: Bytes, o: &ExtendedOptions, expiry: Option<prot
         condition: condition as i32,
         keep_ttl: o.keep_ttl,
         get: o.get,
+        compare: o.ifeq.clone().unwrap_or_default(),
     }))
 }
 
@@ -218,7 +226,7 @@ fn set_with(args: &[Bytes], o: &ExtendedOptions, expiry: Option<proto::Expiry>, 
     OneKey { op: set_op(key.clone(), args[2].clone(), o, expiry), key, answer }
 }
 
-/// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT ts|PXAT ts|KEEPTTL]`
+/// `SET key value [NX|XX|IFEQ value] [GET] [EX s|PX ms|EXAT ts|PXAT ts|KEEPTTL]` (IFEQ: Valkey 8.1)
 pub fn set(args: &[Bytes], now: i64) -> Result<OneKey, ArgError> {
     let o = parse_extended(&args[3..], OptionsFor::Set)?;
     let expiry = match &o.expire {
@@ -459,6 +467,13 @@ mod tests {
         assert!(parse(&["PERSIST"], GetEx).is_ok());
         assert!(parse(&["NX"], GetEx).is_err());
         assert!(parse(&["PERSIST", "EX", "1"], GetEx).is_err());
+        // IFEQ (Valkey 8.1) excludes NX and XX in either order, once, and needs its value.
+        assert_eq!(parse(&["IFEQ", "v", "GET", "EX", "1"], Set).unwrap().ifeq.unwrap(), "v");
+        assert!(parse(&["NX", "IFEQ", "v"], Set).is_err());
+        assert!(parse(&["IFEQ", "v", "XX"], Set).is_err());
+        assert!(parse(&["IFEQ", "a", "IFEQ", "b"], Set).is_err());
+        assert!(parse(&["IFEQ"], Set).is_err());
+        assert!(parse(&["IFEQ", "v"], GetEx).is_err());
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn op_is_large(op: &Op) -> bool {
 /// What a GET or a SET op encodes to beyond its key and value, at most: every other field set,
 /// every length and number at its longest varint (see `op_len_bound`'s test).
 const GET_OVERHEAD: usize = 48;
-const SET_OVERHEAD: usize = 64;
+const SET_OVERHEAD: usize = 80;
 
 /// An upper bound on `op.encoded_len()`, cheap for the ops pipelines send most (GET and SET: a
 /// sum of two lengths, where encoding's length walks every field). What the router sizes a
@@ -107,7 +107,7 @@ const SET_OVERHEAD: usize = 64;
 pub fn op_len_bound(op: &Op) -> usize {
     match &op.kind {
         Some(op::Kind::Get(g)) => g.key.len() + GET_OVERHEAD,
-        Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + SET_OVERHEAD,
+        Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + s.compare.len() + SET_OVERHEAD,
         _ => op.encoded_len(),
     }
 }
@@ -351,6 +351,7 @@ mod tests {
                     condition: SetCondition::SetIfPresent as i32,
                     keep_ttl: true,
                     get: true,
+                    compare: key.clone(),
                 })),
             };
             assert!(op_len_bound(&set) >= set.encoded_len(), "SET of a {len}-byte key and value");

@@ -492,6 +492,7 @@ pub fn bitop(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     // The destination is replaced whatever it held, its TTL cleared; an empty result deletes it.
     if max > 0 {
         l.restore(dst, &out, 0, ValueType::String)?;
+        l.mark_raw(dst);
     } else {
         l.delete(dst);
     }

@@ -11,7 +11,8 @@
 //! - the families: `hash.rs`, `list.rs`, `set.rs`, `zset.rs`, `bits.rs`, `hll.rs`, `multi.rs`
 //!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
 //!   `geohash.rs`), `stream.rs` (X* commands on streams), `sort.rs` (SORT, SORT_RO),
-//!   `object.rs`, `dump.rs` (DUMP, RESTORE; the payload's encoding in `payload.rs`), `scan.rs`
+//!   `object.rs`, `dump.rs` (DUMP, RESTORE; the payload's encoding in `payload.rs`), `strings.rs`
+//!   (DELIFEQ), `scan.rs`
 //!   (HSCAN and its kin), `random.rs` (the random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
 //!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies),
@@ -48,6 +49,7 @@ mod set;
 mod sort;
 mod stream;
 mod stream_group;
+mod strings;
 pub(crate) mod zset;
 
 pub use args::{MAX_RANDOM_REPEATS, check_repeats, int_arg, non_negative};

@@ -83,6 +83,7 @@ fn set(store: &Store, o: proto::Set) -> Reply {
         proto::SetCondition::SetAlways => SetCondition::Always,
         proto::SetCondition::SetIfAbsent => SetCondition::IfAbsent,
         proto::SetCondition::SetIfPresent => SetCondition::IfPresent,
+        proto::SetCondition::SetIfEqual => SetCondition::IfEqual(o.compare),
     };
     match store.set(&o.key, &o.value, SetOptions { condition, expiry, get: o.get }) {
         Ok(out) if o.get => value_or_nil(out.old),

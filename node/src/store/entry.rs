@@ -32,6 +32,13 @@ pub const TOMBSTONE: u32 = 1;
 /// tombstone while that entry could still be served).
 pub const IN_BASE: u32 = 2;
 
+/// A string edited in place (APPEND, SETRANGE, SETBIT, BITFIELD, HyperLogLogs): Redis reports
+/// such a value as `raw` whatever it holds, until a write replaces it whole (SET, INCR).
+pub const RAW: u32 = 1 << 5;
+/// A string written whole by a command Redis never stores as an integer (INCRBYFLOAT's result is
+/// `embstr`, or `raw` past 44 bytes, even when it reads as one).
+pub const NOT_INT: u32 = 1 << 6;
+
 /// Bits 2-4: the value's type (`object::ValueType`); 0 is a string, held in the entry itself.
 /// Any other type lives in the shard's object table (the entry's value bytes are empty).
 const TYPE_SHIFT: u32 = 2;
@@ -102,6 +109,26 @@ impl Entry {
         self.flags = (self.flags & !TYPE_MASK) | ((t as u32) << TYPE_SHIFT);
     }
 
+    /// Redis's encoding of this string value: `raw` once edited in place ([`RAW`]), else by the
+    /// value as written: `int` for a canonical integer (unless [`NOT_INT`]), `embstr` up to 44
+    /// bytes, `raw` past that.
+    pub fn string_encoding(&self) -> &'static str {
+        let v = self.value();
+        if self.flags & RAW != 0 || v.len() > 44 {
+            "raw"
+        } else if self.flags & NOT_INT == 0 && v.len() <= 20 && super::object::set::as_int(v).is_some() {
+            "int"
+        } else {
+            "embstr"
+        }
+    }
+
+    /// Marks the string as one Redis would report `raw` ([`RAW`]) or never `int` ([`NOT_INT`]).
+    pub fn mark_string(&mut self, flag: u32) {
+        debug_assert!(flag == RAW || flag == NOT_INT);
+        self.flags |= flag;
+    }
+
     pub fn in_base(&self) -> bool {
         self.flags & IN_BASE != 0
     }
@@ -140,6 +167,7 @@ impl Entry {
             self.data = data.into_boxed_slice();
         }
         self.val_len = value.len() as u32;
+        self.flags &= !(RAW | NOT_INT);
     }
 
     /// Makes the value `len` bytes long, zero-filling new bytes, growing greedily; returns the
@@ -156,6 +184,7 @@ impl Entry {
             self.data[k + self.val_len as usize..k + len].fill(0);
         }
         self.val_len = len as u32;
+        self.flags |= RAW;
         &mut self.data[k..k + len]
     }
 }

@@ -5,19 +5,21 @@ use std::cell::RefCell;
 
 use bytes::{Bytes, BytesMut};
 
-use super::entry::lru_now;
+use super::entry::{NOT_INT, lru_now};
 use super::error::StoreError;
 use super::float;
 use super::object::ValueType;
 use super::sharded::Store;
 
-/// SET's NX / XX.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// SET's NX / XX / IFEQ.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum SetCondition {
     #[default]
     Always,
     IfAbsent,
     IfPresent,
+    /// IFEQ (Valkey 8.1): the key holds a string equal to this one; another type is WRONGTYPE.
+    IfEqual(Bytes),
 }
 
 /// What a SET does to the key's TTL.
@@ -33,7 +35,7 @@ pub enum SetExpiry {
     At(u64),
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct SetOptions {
     pub condition: SetCondition,
     pub expiry: SetExpiry,
@@ -103,16 +105,18 @@ impl Store {
         self.make_room()?;
         self.with_shard(key, |s, h, now| {
             let pos = s.find_live(h, key, now);
-            if opts.get
+            let compared = matches!(opts.condition, SetCondition::IfEqual(_));
+            if (opts.get || compared)
                 && let Some(p) = pos
             {
                 string(s.entry(p).value_type())?;
             }
             let old = if opts.get { pos.map(|p| Bytes::copy_from_slice(s.entry(p).value())) } else { None };
-            let allowed = match opts.condition {
+            let allowed = match &opts.condition {
                 SetCondition::Always => true,
                 SetCondition::IfAbsent => pos.is_none(),
                 SetCondition::IfPresent => pos.is_some(),
+                SetCondition::IfEqual(v) => pos.is_some_and(|p| s.entry(p).value() == &v[..]),
             };
             if !allowed {
                 return Ok(SetOutcome { stored: false, old });
@@ -251,15 +255,15 @@ impl Store {
                 None => b"0",
             };
             let next = float::incr_by_float(current, increment)?;
-            match pos {
+            let p = match pos {
                 Some(p) => {
                     s.update(p, |e| e.set_value(&next));
                     s.touch(p, now);
+                    p
                 }
-                None => {
-                    s.insert_new(h, key, &next, 0, lru_now(now));
-                }
-            }
+                None => s.insert_new(h, key, &next, 0, lru_now(now)),
+            };
+            s.update(p, |e| e.mark_string(NOT_INT));
             Ok(Bytes::from(next))
         })
     }
@@ -334,8 +338,8 @@ mod tests {
         let (s, _) = store();
         let nx = SetOptions { condition: SetCondition::IfAbsent, ..Default::default() };
         let xx = SetOptions { condition: SetCondition::IfPresent, get: true, ..Default::default() };
-        assert!(!set(&s, "k", "1", xx).stored, "XX on a missing key");
-        assert!(set(&s, "k", "1", nx).stored);
+        assert!(!set(&s, "k", "1", xx.clone()).stored, "XX on a missing key");
+        assert!(set(&s, "k", "1", nx.clone()).stored);
         assert!(!set(&s, "k", "2", nx).stored, "NX on a present key");
         let out = set(&s, "k", "3", xx);
         assert_eq!(out, SetOutcome { stored: true, old: Some(Bytes::from("1")) });
@@ -464,6 +468,56 @@ mod tests {
         assert_eq!(s.get(b"none"), None, "empty SETRANGE does not create the key");
         assert_eq!(s.setrange(b"k", -1, b"x"), Err(StoreError::OffsetOutOfRange));
         assert_eq!(s.setrange(b"k", 512 * 1024 * 1024, b"x"), Err(StoreError::TooLarge));
+    }
+
+    #[test]
+    fn set_if_equal() {
+        let (s, _) = store();
+        let ifeq = |v: &str, get| SetOptions {
+            condition: SetCondition::IfEqual(Bytes::copy_from_slice(v.as_bytes())),
+            get,
+            ..Default::default()
+        };
+        assert!(!set(&s, "k", "v", ifeq("v", false)).stored, "a missing key is never equal");
+        assert_eq!(s.get(b"k"), None);
+        set(&s, "k", "a", SetOptions::default());
+        assert!(!set(&s, "k", "b", ifeq("x", false)).stored);
+        assert_eq!(s.get(b"k").unwrap(), "a");
+        assert_eq!(set(&s, "k", "b", ifeq("a", true)), SetOutcome { stored: true, old: Some("a".into()) });
+        assert_eq!(s.get(b"k").unwrap(), "b");
+        s.write_object(b"h", ValueType::Hash, |slot, limits| {
+            let o =
+                slot.get_or_insert_with(|| Box::new(super::super::object::Object::empty(ValueType::Hash)));
+            let super::super::object::Object::Hash(h) = &mut **o else { unreachable!() };
+            h.set(b"f", b"v", limits)
+        })
+        .unwrap();
+        assert_eq!(s.set(b"h", b"v", ifeq("v", false)), Err(StoreError::WrongType));
+    }
+
+    #[test]
+    fn values_edited_in_place_are_raw_until_rewritten() {
+        let (s, _) = store();
+        let enc = |k: &[u8]| s.key_info(k).unwrap().encoding;
+        set(&s, "k", "12", SetOptions::default());
+        assert_eq!(enc(b"k"), "int");
+        s.append(b"k", b"3").unwrap();
+        assert_eq!(enc(b"k"), "raw");
+        s.incr_by(b"k", 1).unwrap();
+        assert_eq!(enc(b"k"), "int");
+        s.setrange(b"k", 0, b"").unwrap();
+        assert_eq!(enc(b"k"), "int", "an empty SETRANGE changes nothing");
+        s.setrange(b"k", 0, b"9").unwrap();
+        assert_eq!(enc(b"k"), "raw");
+        set(&s, "k", "short", SetOptions::default());
+        assert_eq!(enc(b"k"), "embstr");
+        s.append(b"new", b"7").unwrap();
+        assert_eq!(enc(b"new"), "int", "APPEND creating a key writes it whole");
+        s.incr_by_float(b"new", b"1").unwrap();
+        assert_eq!(s.get(b"new").unwrap(), "8");
+        assert_eq!(enc(b"new"), "embstr", "INCRBYFLOAT never stores an integer");
+        s.incr_by(b"new", 1).unwrap();
+        assert_eq!(enc(b"new"), "int");
     }
 
     #[test]

@@ -89,13 +89,7 @@ impl Store {
                 Some(o) => {
                     KeyInfo { value_type, encoding: o.encoding(), memory: base + o.mem(), idle_secs, freq }
                 }
-                None => KeyInfo {
-                    value_type,
-                    encoding: string_encoding(e.value()),
-                    memory: base,
-                    idle_secs,
-                    freq,
-                },
+                None => KeyInfo { value_type, encoding: e.string_encoding(), memory: base, idle_secs, freq },
             })
         })
     }
@@ -302,6 +296,14 @@ impl Locked<'_> {
         }
     }
 
+    /// Marks `key`'s string as built in place, which Redis reports `raw` (BITOP's destination).
+    pub fn mark_raw(&mut self, key: &[u8]) {
+        let (s, h, now) = self.shard(key);
+        if let Some(p) = s.find_live(h, key, now) {
+            s.update(p, |e| e.mark_string(super::entry::RAW));
+        }
+    }
+
     /// Sets `key`'s LFU counter (RESTORE ... FREQ).
     pub fn set_freq(&mut self, key: &[u8], freq: u8) {
         let (s, h, now) = self.shard(key);
@@ -472,17 +474,6 @@ fn write_in<R>(
         (None, _) => {}
     }
     Ok(r)
-}
-
-/// Redis's string encodings: "int" for a canonical integer, "embstr" up to 44 bytes, "raw".
-fn string_encoding(v: &[u8]) -> &'static str {
-    if v.len() <= 20 && super::object::set::as_int(v).is_some() {
-        "int"
-    } else if v.len() <= 44 {
-        "embstr"
-    } else {
-        "raw"
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! keys, channels, their rules and check) are [`shoal_wire::acl::Permissions`], which nodes share
 //! to check a script's calls; this file adds what only the router needs.
 
-use shoal_wire::acl::commands::CommandId;
+use shoal_wire::acl::commands::{CommandId, RedisCommand};
 pub use shoal_wire::acl::{Denied, Permissions, RuleError};
 
 /// One user. Passwords are kept as SHA-256 hex, as Redis keeps them.
@@ -150,9 +150,9 @@ impl User {
         self.perms.check(id, args)
     }
 
-    /// See [`Permissions::allows_extension`] (`categories`: ACL category bits).
-    pub fn allows_extension(&self, categories: u32) -> bool {
-        self.perms.allows_extension(categories)
+    /// See [`Permissions::check_extension`]: a command newer than Redis 7.0, with its keys.
+    pub fn check_extension(&self, cmd: &RedisCommand, args: &[impl AsRef<[u8]>]) -> Result<(), Denied> {
+        self.perms.check_extension(cmd, args)
     }
 
     pub fn flags(&self) -> Vec<&'static str> {

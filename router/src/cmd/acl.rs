@@ -122,8 +122,8 @@ pub fn check(spec: &CommandSpec, args: &Args, ctx: &Ctx) -> Result<(), Reply> {
     let user = cell.get();
     let denied = match spec.decl.id {
         Some(id) => user.check(id, args).err(),
-        // A command Redis does not have (SHOAL).
-        None => (!user.allows_extension(spec.categories())).then_some(Denied::Command),
+        // A command Redis 7.0 does not have (SHOAL, DELIFEQ): by its categories and key specs.
+        None => user.check_extension(spec.decl, args).err(),
     };
     let Some(denied) = denied else { return Ok(()) };
     let context = if ctx.session.multi.is_some() { Context::Multi } else { Context::Toplevel };

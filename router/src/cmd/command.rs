@@ -217,9 +217,6 @@ fn getkeys(args: &Args, ctx: &mut Ctx, with_flags: bool) -> Pending {
     let Some(c) = resolve(ctx, argv) else {
         return Reply::error("ERR Invalid command specified").into();
     };
-    let Some(id) = c.decl.id else {
-        return Reply::error("ERR The command has no key arguments").into();
-    };
     if !c.decl.keys.iter().any(|k| !k.not_key) {
         return Reply::error("ERR The command has no key arguments").into();
     }
@@ -229,7 +226,8 @@ fn getkeys(args: &Args, ctx: &mut Ctx, with_flags: bool) -> Pending {
     let keys = match c.name() {
         // Incomplete key specs: Redis asks the command's own key finder.
         "sort" | "sort_ro" => commands::sort_keys(argv, c.name() == "sort_ro"),
-        _ if commands::specs_accept(id, argv) => commands::keys(id, argv),
+        // A command newer than 7.0's table (DELIFEQ) by its own declaration's specs.
+        _ if c.decl.id.is_none_or(|id| commands::specs_accept(id, argv)) => commands::keys_of(c.decl, argv),
         _ => Vec::new(),
     };
     if keys.is_empty() {

@@ -59,6 +59,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &set::PSETEX,
     &set::GETSET,
     &get::GETDEL,
+    &strings::DELIFEQ,
     &getex::GETEX,
     &mget::MGET,
     &mset::MSET,

@@ -407,7 +407,11 @@ pub struct KeyUse {
 /// `getKeysFromCommandWithSpecs`; specs whose flags depend on the arguments use the command's
 /// own rule (SET with GET reads its key; BITFIELD with only GETs does not write it).
 pub fn keys(id: CommandId, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
-    let cmd = &REDIS_COMMANDS[id];
+    keys_of(&REDIS_COMMANDS[id], args)
+}
+
+/// [`keys`] by a declaration's key specs (also for commands newer than Redis 7.0's table).
+pub fn keys_of(cmd: &RedisCommand, args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
     let argc = args.len();
     let mut out = Vec::new();
     for (spec_index, spec) in cmd.keys.iter().enumerate() {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::glob::glob_match;
 
-use super::commands::{self, CATEGORIES, CommandId, REDIS_COMMANDS};
+use super::commands::{self, CATEGORIES, CommandId, REDIS_COMMANDS, RedisCommand};
 
 /// Enough 64-bit words for one bit per command of Redis's table.
 const WORDS: usize = 8;
@@ -347,17 +347,7 @@ impl Permissions {
                 return Err(Denied::Command);
             }
         }
-        if !self.allkeys {
-            for k in commands::keys(id, args) {
-                let key = args[k.index].as_ref();
-                let ok = self.keys.iter().any(|p| {
-                    (p.read || !k.read) && (p.write || !k.write) && glob_match(p.pattern.as_bytes(), key)
-                });
-                if !ok {
-                    return Err(Denied::Key(k.index));
-                }
-            }
-        }
+        self.check_keys(cmd, args)?;
         if !self.allchannels {
             for c in commands::channels(id, args.len()) {
                 let channel = args[c.index].as_ref();
@@ -381,6 +371,33 @@ impl Permissions {
                 .map(|i| 1 << i)
                 .filter(|bit| categories & bit != 0)
                 .all(|bit| self.commands.count(bit).1 == 0)
+    }
+
+    /// [`Self::allows_extension`] for a command declared with key specs (a command newer than
+    /// Redis 7.0, such as DELIFEQ): the command by its categories, then its keys as [`Self::check`]
+    /// checks them.
+    pub fn check_extension(&self, cmd: &RedisCommand, args: &[impl AsRef<[u8]>]) -> Result<(), Denied> {
+        if !self.allows_extension(cmd.categories) {
+            return Err(Denied::Command);
+        }
+        self.check_keys(cmd, args)
+    }
+
+    /// Every key `cmd` reads or writes matches a pattern that allows that access.
+    fn check_keys(&self, cmd: &RedisCommand, args: &[impl AsRef<[u8]>]) -> Result<(), Denied> {
+        if self.allkeys {
+            return Ok(());
+        }
+        for k in commands::keys_of(cmd, args) {
+            let key = args[k.index].as_ref();
+            let ok = self.keys.iter().any(|p| {
+                (p.read || !k.read) && (p.write || !k.write) && glob_match(p.pattern.as_bytes(), key)
+            });
+            if !ok {
+                return Err(Denied::Key(k.index));
+            }
+        }
+        Ok(())
     }
 
     /// `~a %R~b`, or `~*` (GETUSER's `keys`).
@@ -521,5 +538,22 @@ mod tests {
         assert!(perms("+@all").allows_extension(cat::ADMIN | cat::SLOW));
         assert!(!perms("+@all -config|set").allows_extension(cat::ADMIN));
         assert!(!perms("-@all +@admin").allows_extension(cat::ADMIN), "not from +@all");
+        // A newer command's keys are checked by its own key specs.
+        let delifeq = RedisCommand {
+            name: "delifeq",
+            categories: cat::WRITE | cat::STRING | cat::FAST,
+            keys: REDIS_COMMANDS[id("getdel")].keys,
+            ..REDIS_COMMANDS[id("getdel")]
+        };
+        assert_eq!(perms("+@all ~k*").check_extension(&delifeq, &["delifeq", "k1", "v"]), Ok(()));
+        assert_eq!(perms("+@all ~k*").check_extension(&delifeq, &["delifeq", "x", "v"]), Err(Denied::Key(1)));
+        assert_eq!(
+            perms("+@all %R~k*").check_extension(&delifeq, &["delifeq", "k1", "v"]),
+            Err(Denied::Key(1))
+        );
+        assert_eq!(
+            perms("+@all -@string").check_extension(&delifeq, &["delifeq", "k1", "v"]),
+            Err(Denied::Command)
+        );
     }
 }
