@@ -52,6 +52,7 @@ pub struct ClientHandle {
     protocol: AtomicU8,
     /// CLIENT NO-EVICT on (flag `e`). Shoal never evicts clients; it is recorded and shown.
     no_evict: AtomicBool,
+    no_touch: AtomicBool,
     /// A command of this client waits for CLIENT PAUSE to end (flag `b`, as Redis's postponed
     /// clients show).
     held: AtomicBool,
@@ -85,6 +86,7 @@ impl ClientHandle {
             last_command: AtomicUsize::new(NO_COMMAND),
             protocol: AtomicU8::new(2),
             no_evict: AtomicBool::new(false),
+            no_touch: AtomicBool::new(false),
             held: AtomicBool::new(false),
             multi: AtomicI64::new(-1),
             blocked: AtomicBool::new(false),
@@ -149,6 +151,11 @@ impl ClientHandle {
 
     pub fn set_no_evict(&self, on: bool) {
         self.no_evict.store(on, Ordering::Relaxed);
+    }
+
+    /// CLIENT NO-TOUCH: shown as flag `T`.
+    pub fn set_no_touch(&self, on: bool) {
+        self.no_touch.store(on, Ordering::Relaxed);
     }
 
     pub fn set_held(&self, held: bool) {
@@ -245,6 +252,9 @@ impl ClientHandle {
         }
         if self.no_evict.load(Ordering::Relaxed) {
             f.push('e');
+        }
+        if self.no_touch.load(Ordering::Relaxed) {
+            f.push('T');
         }
         if f.is_empty() {
             f.push('N');

@@ -46,6 +46,12 @@ pub struct Session {
     pub caching: Option<bool>,
     /// CLIENT REPLY: whether replies are written.
     pub reply: ReplyMode,
+    /// CLIENT NO-TOUCH ON (Redis 7.2): this client's commands, TOUCH excepted, leave the LRU
+    /// clocks and LFU counters of the keys they read as they were.
+    pub no_touch: bool,
+    /// The command being run leaves access times alone (`no_touch`, and it is not TOUCH): its
+    /// ops carry `Op.no_touch`. Set by `cmd::prepare`.
+    pub skip_touch: bool,
 }
 
 /// CLIENT REPLY ON|OFF|SKIP: OFF silences every reply until ON; SKIP the one command after it.
@@ -127,6 +133,8 @@ impl Session {
             tracking: None,
             caching: None,
             reply: ReplyMode::default(),
+            no_touch: false,
+            skip_touch: false,
         }
     }
 
@@ -194,13 +202,18 @@ impl Session {
     }
 
     /// RESET: back to a fresh connection's state (keeping identity, the client library's
-    /// name and version, and NO-EVICT, as Redis does): out of pub/sub too. The caller releases
+    /// name and version, and NO-EVICT, as Redis 7.0 does; NO-TOUCH goes, as in 7.2): out of
+    /// pub/sub too. The caller releases
     /// the watches.
     pub fn reset(&mut self, password_required: bool) {
         self.subscriber = None;
         self.tracking = None;
         self.caching = None;
         self.reply = ReplyMode::default();
+        // As Redis 7.2 does; NO-EVICT stays (7.0's RESET keeps it).
+        self.no_touch = false;
+        self.skip_touch = false;
+        self.client.set_no_touch(false);
         self.client.set_tracking(0, -1);
         self.multi = None;
         self.client.set_multi(None);

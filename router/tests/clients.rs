@@ -351,3 +351,74 @@ async fn pause_all_holds_every_command_until_it_ends() {
     assert_eq!(reader.reply().await.unwrap(), b"$-1\r\n");
     router.shutdown().await;
 }
+
+/// The integer of a `:n` reply.
+fn int(reply: &[u8]) -> i64 {
+    let s = String::from_utf8_lossy(reply);
+    s.strip_prefix(':')
+        .and_then(|s| s.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("not an integer: {s:?}"))
+}
+
+/// CLIENT NO-TOUCH (Redis 7.2) across 3 nodes: reads of every kind (lane GET, MGET over nodes,
+/// a typed read, a transaction) leave idle times and LFU counters alone; TOUCH still touches;
+/// the `T` flag; OFF and RESET end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_no_touch_leaves_access_times_alone() {
+    let router = support::router(&["--embedded-nodes", "3"]).await;
+    let mut plain = connect(router.resp_addr()).await;
+    let mut quiet = connect(router.resp_addr()).await;
+    let keys: Vec<String> = (0..8).map(|i| format!("nt:{i}")).collect();
+    for k in &keys {
+        plain.cmd(&["SET", k, "v"]).await;
+    }
+    plain.cmd(&["HSET", "nt:h", "f", "v"]).await;
+    assert_eq!(quiet.cmd(&["CLIENT", "NO-TOUCH", "ON"]).await, b"+OK\r\n");
+    assert_eq!(quiet.cmd(&["CLIENT", "NO-TOUCH", "maybe"]).await, b"-ERR syntax error\r\n");
+    let info = String::from_utf8_lossy(&quiet.cmd(&["CLIENT", "INFO"]).await).into_owned();
+    assert!(info.contains(" flags=T "), "{info}");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+
+    quiet.cmd(&["GET", &keys[0]]).await;
+    let mut mget = vec!["MGET"];
+    mget.extend(keys[1..6].iter().map(String::as_str));
+    quiet.cmd(&mget).await;
+    quiet.cmd(&["HGET", "nt:h", "f"]).await;
+    quiet.cmd(&["MULTI"]).await;
+    quiet.cmd(&["GET", &keys[6]]).await;
+    assert_eq!(quiet.cmd(&["EXEC"]).await, b"*1\r\n$1\r\nv\r\n");
+    for k in keys[..7].iter().map(String::as_str).chain(["nt:h"]) {
+        let idle = int(&plain.cmd(&["OBJECT", "IDLETIME", k]).await);
+        assert!(idle >= 2, "{k}: a NO-TOUCH read refreshed it (idle {idle})");
+    }
+    // TOUCH touches whoever sends it; so does any read of a client without NO-TOUCH.
+    quiet.cmd(&["TOUCH", &keys[7]]).await;
+    assert!(int(&plain.cmd(&["OBJECT", "IDLETIME", &keys[7]]).await) < 2);
+    plain.cmd(&["GET", &keys[0]]).await;
+    assert!(int(&plain.cmd(&["OBJECT", "IDLETIME", &keys[0]]).await) < 2);
+
+    // Under an LFU policy the counter stays put for the NO-TOUCH client only. (A new key's
+    // counter is at its initial value, where the first access always counts.)
+    assert_eq!(plain.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]).await, b"+OK\r\n");
+    plain.cmd(&["SET", "nt:f", "v"]).await;
+    let before = int(&plain.cmd(&["OBJECT", "FREQ", "nt:f"]).await);
+    for _ in 0..50 {
+        quiet.cmd(&["GET", "nt:f"]).await;
+    }
+    assert_eq!(int(&plain.cmd(&["OBJECT", "FREQ", "nt:f"]).await), before);
+    plain.cmd(&["GET", "nt:f"]).await;
+    assert!(int(&plain.cmd(&["OBJECT", "FREQ", "nt:f"]).await) > before);
+
+    // OFF ends it, and so does RESET (as in Redis 7.2).
+    assert_eq!(quiet.cmd(&["CLIENT", "NO-TOUCH", "OFF"]).await, b"+OK\r\n");
+    let info = String::from_utf8_lossy(&quiet.cmd(&["CLIENT", "INFO"]).await).into_owned();
+    assert!(info.contains(" flags=N "), "{info}");
+    quiet.cmd(&["CLIENT", "NO-TOUCH", "ON"]).await;
+    assert_eq!(quiet.cmd(&["RESET"]).await, b"+RESET\r\n");
+    let info = String::from_utf8_lossy(&quiet.cmd(&["CLIENT", "INFO"]).await).into_owned();
+    assert!(info.contains(" flags=N "), "{info}");
+    plain.cmd(&["SET", "nt:g", "v"]).await;
+    let before = int(&plain.cmd(&["OBJECT", "FREQ", "nt:g"]).await);
+    quiet.cmd(&["GET", "nt:g"]).await;
+    assert!(int(&plain.cmd(&["OBJECT", "FREQ", "nt:g"]).await) > before, "after RESET reads count again");
+}

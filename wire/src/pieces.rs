@@ -339,11 +339,13 @@ mod tests {
             let key = big(len);
             let get = Op {
                 fallback: true,
+                no_touch: true,
                 kind: Some(op::Kind::Get(Get { key: key.clone(), nil_if_not_string: true, track: u64::MAX })),
             };
             assert!(op_len_bound(&get) >= get.encoded_len(), "GET of a {len}-byte key");
             let set = Op {
                 fallback: true,
+                no_touch: true,
                 kind: Some(op::Kind::Set(Set {
                     key: key.clone(),
                     value: key.clone(),

@@ -26,6 +26,12 @@ pub(super) fn apply(store: &Store, view: &NodeView, op: Op) -> Reply {
 
 /// [`apply`] without the slot stats.
 pub(super) fn apply_uncounted(store: &Store, view: &NodeView, op: Op) -> Reply {
+    // CLIENT NO-TOUCH: the keys it reads keep their access times (`Shard::touch`).
+    if op.no_touch {
+        return crate::store::without_touching(|| {
+            crate::notify::op(store, op, |op| apply_op(store, view, op))
+        });
+    }
     crate::notify::op(store, op, |op| apply_op(store, view, op))
 }
 

@@ -61,5 +61,5 @@ pub use typed::{KeyInfo, Locked, Restore, StrSlot};
 
 pub use config::{DEFAULT_MAX_VALUE_LEN, EvictionPolicy, StoreConfig, default_shards};
 pub use error::StoreError;
-pub use shard::Presence;
+pub use shard::{Presence, without_touching};
 pub use sharded::{Store, StoreStats};

@@ -124,6 +124,27 @@ pub struct Shard {
     pub misses: u64,
 }
 
+thread_local! {
+    /// Set while an op of a CLIENT NO-TOUCH client runs on this thread ([`without_touching`]):
+    /// [`Shard::touch`] then leaves access times as they were. A thread-local rather than a
+    /// parameter because every read path of every type touches, and an op runs on one thread
+    /// from start to end.
+    static NO_TOUCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (one op of a CLIENT NO-TOUCH client) with access times left alone.
+pub fn without_touching<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            NO_TOUCH.set(false);
+        }
+    }
+    NO_TOUCH.set(true);
+    let _reset = Reset;
+    f()
+}
+
 impl Shard {
     pub fn new(hasher: DefaultHashBuilder, slots: Arc<SlotFlags>, watches: Arc<Watches>) -> Shard {
         Shard {
@@ -628,6 +649,9 @@ impl Shard {
     /// policy is set (`super::lfu`).
     #[inline]
     pub fn touch(&mut self, pos: u32, now: u64) {
+        if NO_TOUCH.get() {
+            return;
+        }
         let lfu = self.lfu.get();
         self.entry_mut(pos).touch(now, lfu);
     }

@@ -19,6 +19,10 @@ use crate::state::RouterState;
 pub fn prepare(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) {
     ctx.state.metrics.commands.inc();
     ctx.read_from = read_from(spec, ctx.state, ctx.session);
+    if ctx.session.no_touch {
+        // Redis 7.2: TOUCH still touches.
+        ctx.session.skip_touch = spec.name() != "touch";
+    }
     if ctx.state.pubsub.tracking.active() {
         client_tracking(spec, args, ctx);
     }

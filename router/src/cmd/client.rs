@@ -46,6 +46,24 @@ pub const CLIENT_REPLY: CommandSpec =
 pub const CLIENT_NO_EVICT: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_NO_EVICT, run: no_evict, ..CommandSpec::DEFAULT };
 
+/// CLIENT NO-TOUCH is Redis 7.2's: declared as Redis 7.2 declares it.
+const CLIENT_NO_TOUCH_DECL: RedisCommand = RedisCommand {
+    name: "client|no-touch",
+    arity: 3,
+    flags: flag::NOSCRIPT | flag::LOADING | flag::STALE,
+    key_range: KeyRange::NONE,
+    categories: cat::SLOW | cat::CONNECTION,
+    container: false,
+    summary: "Controls whether commands sent by the client affect the LRU/LFU of accessed keys",
+    since: "7.2.0",
+    group: "connection",
+    complexity: "O(1)",
+    ..SHOAL_OWN
+};
+
+pub const CLIENT_NO_TOUCH: CommandSpec =
+    CommandSpec { decl: &CLIENT_NO_TOUCH_DECL, run: no_touch, ..CommandSpec::DEFAULT };
+
 pub const CLIENT_UNBLOCK: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_UNBLOCK, run: unblock, ..CommandSpec::DEFAULT };
 
@@ -327,6 +345,7 @@ pub const CLIENT: CommandSpec = CommandSpec {
         &clients::CLIENT_PAUSE,
         &clients::CLIENT_UNPAUSE,
         &CLIENT_NO_EVICT,
+        &CLIENT_NO_TOUCH,
         &CLIENT_REPLY,
         &CLIENT_UNBLOCK,
         &CLIENT_TRACKING,
@@ -426,6 +445,22 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
         return syntax_error().into();
     };
     ctx.session.client.set_no_evict(on);
+    Reply::OK.into()
+}
+
+/// `CLIENT NO-TOUCH ON|OFF` (Redis 7.2): while on, this client's commands (TOUCH excepted) leave
+/// the access times of the keys they read as they were (`Op.no_touch`; see `Session::no_touch`).
+pub fn no_touch(args: &Args, ctx: &mut Ctx) -> Pending {
+    let on = if args[2].eq_ignore_ascii_case(b"on") {
+        true
+    } else if args[2].eq_ignore_ascii_case(b"off") {
+        false
+    } else {
+        return syntax_error().into();
+    };
+    ctx.session.no_touch = on;
+    ctx.session.skip_touch = false;
+    ctx.session.client.set_no_touch(on);
     Reply::OK.into()
 }
 

@@ -45,7 +45,8 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// `op` on the node that owns `key`, queued now.
-    pub fn call(&self, key: &Bytes, op: Op) -> KeyCall {
+    pub fn call(&self, key: &Bytes, mut op: Op) -> KeyCall {
+        op.no_touch |= self.session.skip_touch;
         if self.read_from != ReadFrom::Primary {
             return self.state.backend.key_on_replica(
                 self.routing,
@@ -60,6 +61,11 @@ impl Ctx<'_> {
 
     /// One op per key, grouped per node and queued now; replies in the order of `items`.
     pub fn call_keys(&self, items: impl Iterator<Item = (Bytes, Op)>) -> MultiCall {
+        let skip_touch = self.session.skip_touch;
+        let items = items.map(move |(key, mut op)| {
+            op.no_touch |= skip_touch;
+            (key, op)
+        });
         self.state.backend.keys(self.routing, items, self.deadline)
     }
 
@@ -86,7 +92,8 @@ impl Ctx<'_> {
     }
 
     /// `op` over `keys` that must share one node, which applies it as one unit.
-    pub fn call_atomic(&self, keys: Vec<Bytes>, op: Op) -> UnitCall {
+    pub fn call_atomic(&self, keys: Vec<Bytes>, mut op: Op) -> UnitCall {
+        op.no_touch |= self.session.skip_touch;
         self.state.backend.atomic(self.routing, keys, op, self.deadline)
     }
 }

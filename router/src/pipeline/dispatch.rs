@@ -81,6 +81,7 @@ fn run<T>(
     }
     let pending = match (spec.run)(args, ctx) {
         Pending::Op(mut one) => {
+            one.op.no_touch |= ctx.session.skip_touch;
             let miss = if near_read { near::miss(&mut one, ctx) } else { None };
             return match (lane, miss) {
                 (Some(lane), miss) => {
