@@ -313,6 +313,9 @@ async fn active_expiry(store: Arc<Store>, interval: Duration, mut stop: watch::R
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        if !store.active_expire.load(std::sync::atomic::Ordering::Relaxed) {
+            continue;
+        }
         let deadline = Instant::now() + interval / 4;
         loop {
             let started = Instant::now();

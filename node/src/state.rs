@@ -128,6 +128,7 @@ impl NodeState {
             lfu_log_factor: Some(u64::from(self.store.lfu_params().0)),
             lfu_decay_time: Some(u64::from(self.store.lfu_params().1)),
             latency_monitor_threshold: Some(self.store.latency.threshold()),
+            active_expire: Some(self.store.active_expire.load(std::sync::atomic::Ordering::Relaxed)),
         }
     }
 
@@ -154,6 +155,9 @@ impl NodeState {
         store.set_lfu_params(now.lfu_log_factor, now.lfu_decay_time);
         if let Some(ms) = change.latency_monitor_threshold {
             store.latency.set_threshold(ms);
+        }
+        if let Some(on) = change.active_expire {
+            store.active_expire.store(on, std::sync::atomic::Ordering::Relaxed);
         }
         store.set_maxmemory(now.maxmemory);
         store.events.set_flags(now.notify_keyspace_events);

@@ -255,6 +255,13 @@ pub struct RouterArgs {
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub near_cache_lease_ms: u64,
 
+    /// Who may run DEBUG (its safe subcommands: OBJECT, SET-ACTIVE-EXPIRE, ERROR, LOG, HELP):
+    /// nobody (`no`, Redis's default), everyone (`yes`), or loopback and Unix-socket clients
+    /// (`local`). Test suites that inspect values want it; production does not.
+    #[arg(long, env = "SHOAL_ENABLE_DEBUG_COMMAND", value_enum,
+          default_value_t = crate::state::DebugCommand::No)]
+    pub enable_debug_command: crate::state::DebugCommand,
+
     /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
     /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
     /// SHOAL FAILOVER hands a shard over to it without losing a write.

@@ -268,6 +268,7 @@ fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
         fast_max_in_flight: args.fast_max_in_flight as usize,
         near_cache: args.near_cache as usize,
         near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
+        enable_debug_command: args.enable_debug_command,
     }
 }
 

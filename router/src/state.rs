@@ -56,6 +56,31 @@ pub struct Settings {
     /// `--near-cache` in bytes (0: off) and its lease (`--near-cache-lease-ms`).
     pub near_cache: usize,
     pub near_cache_lease: Duration,
+    /// `--enable-debug-command`: who may run DEBUG.
+    pub enable_debug_command: DebugCommand,
+}
+
+/// `--enable-debug-command` (Redis's `enable-debug-command`): who may run DEBUG's subcommands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DebugCommand {
+    /// Nobody (Redis's default).
+    #[default]
+    No,
+    /// Every client (that ACL lets run it).
+    Yes,
+    /// Clients on the loopback interface or the Unix socket.
+    Local,
+}
+
+impl DebugCommand {
+    /// As CONFIG GET shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DebugCommand::No => "no",
+            DebugCommand::Yes => "yes",
+            DebugCommand::Local => "local",
+        }
+    }
 }
 
 impl Default for Settings {
@@ -83,6 +108,7 @@ impl Default for Settings {
             fast_max_in_flight: DEFAULT_FAST_MAX_IN_FLIGHT,
             near_cache: 0,
             near_cache_lease: crate::nearcache::DEFAULT_LEASE,
+            enable_debug_command: DebugCommand::No,
         }
     }
 }

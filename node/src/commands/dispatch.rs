@@ -67,8 +67,9 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
     static INDEX: std::sync::LazyLock<std::collections::HashMap<&'static [u8], Entry>> =
         std::sync::LazyLock::new(|| {
             let mut m = std::collections::HashMap::new();
-            let ones: [(&str, OneKey); 4] = [
+            let ones: [(&str, OneKey); 5] = [
                 ("object", object::object),
+                ("debug", object::debug),
                 ("memory", object::memory),
                 ("shoal.restore", restore),
                 ("pfadd", hll::pfadd),

@@ -134,14 +134,14 @@ thread_local! {
 
 /// Runs `f` (one op of a CLIENT NO-TOUCH client) with access times left alone.
 pub fn without_touching<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset;
-    impl Drop for Reset {
+    /// Puts back what was set before (a scope inside another keeps the outer one's setting).
+    struct Restore(bool);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            NO_TOUCH.set(false);
+            NO_TOUCH.set(self.0);
         }
     }
-    NO_TOUCH.set(true);
-    let _reset = Reset;
+    let _restore = Restore(NO_TOUCH.replace(true));
     f()
 }
 

@@ -77,6 +77,9 @@ pub struct Store {
     lfu: Arc<super::lfu::LfuSettings>,
     /// The latency monitor's expiry and eviction events (`latency-monitor-threshold`).
     pub latency: Arc<shoal_wire::latency::Monitor>,
+    /// Whether the active expiry pass runs (DEBUG SET-ACTIVE-EXPIRE turns it off for tests of
+    /// lazy expiry; keys still expire when read).
+    pub active_expire: AtomicBool,
     /// The node's function libraries (copied wherever the store is copied).
     pub libraries: super::libraries::Libraries,
 }
@@ -134,6 +137,7 @@ impl Store {
             follower,
             lfu,
             latency: Arc::default(),
+            active_expire: AtomicBool::new(true),
             libraries: Default::default(),
         }
     }

@@ -21,6 +21,9 @@ pub struct KeyInfo {
     pub idle_secs: u64,
     /// The LFU counter, decayed (`None`: no LFU policy, counters are not kept).
     pub freq: Option<u32>,
+    /// The LRU clock of the last access, in seconds on a 24-bit clock as Redis's DEBUG OBJECT
+    /// shows it (`lru:`).
+    pub lru_secs: u32,
 }
 
 impl Store {
@@ -85,11 +88,24 @@ impl Store {
             let idle_secs = u64::from(lru_now(now).wrapping_sub(e.lru)) / 100;
             let freq = s.lfu.get().map(|l| l.decayed(e.lfu_bits(), lru_now(now)));
             let base = super::entry::ENTRY_SIZE + e.heap_size();
+            let lru_secs = (e.lru / 100) & 0xFF_FFFF;
             Some(match s.object(pos) {
-                Some(o) => {
-                    KeyInfo { value_type, encoding: o.encoding(), memory: base + o.mem(), idle_secs, freq }
-                }
-                None => KeyInfo { value_type, encoding: e.string_encoding(), memory: base, idle_secs, freq },
+                Some(o) => KeyInfo {
+                    value_type,
+                    encoding: o.encoding(),
+                    memory: base + o.mem(),
+                    idle_secs,
+                    freq,
+                    lru_secs,
+                },
+                None => KeyInfo {
+                    value_type,
+                    encoding: e.string_encoding(),
+                    memory: base,
+                    idle_secs,
+                    freq,
+                    lru_secs,
+                },
             })
         })
     }

@@ -52,6 +52,8 @@ enum Param {
     Fixed(&'static str),
     Maxclients,
     Port,
+    /// `enable-debug-command`: this router's `--enable-debug-command` (immutable, as in Redis).
+    DebugCommand,
     /// Owned by the nodes: read from them, set on every node of the current topology.
     Node(Setting),
     /// `client-output-buffer-limit`: the `pubsub` class is enforced by this router's pub/sub hub;
@@ -124,6 +126,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("latency-monitor-threshold", Param::Node(Setting::LatencyMonitorThreshold)),
     ("maxclients", Param::Maxclients),
     ("port", Param::Port),
+    ("enable-debug-command", Param::DebugCommand),
     ("databases", Param::Fixed("1")),
     ("timeout", Param::Fixed("0")),
     ("save", Param::Accepted("", Accepts::SavePoints)),
@@ -207,6 +210,7 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Fixed(v) => v.to_string(),
                     Param::Maxclients => state.settings.maxclients.to_string(),
                     Param::Port => state.settings.tcp_port.to_string(),
+                    Param::DebugCommand => state.settings.enable_debug_command.as_str().to_string(),
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                     Param::OutputLimit => output_limits(&state),
                     Param::TrackingMaxKeys => state.pubsub.tracking.max_keys().to_string(),
@@ -279,7 +283,7 @@ fn named(args: &Args) -> Result<Vec<(&'static str, Param, &Bytes)>, Reply> {
         };
         // These two name the parameter as the client wrote it, as Redis does.
         let given = String::from_utf8_lossy(&pair[0]);
-        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port) {
+        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand) {
             return Err(failed(&given, "can't set immutable config"));
         }
         if named.iter().any(|(n, _, _)| *n == name) {
@@ -324,7 +328,9 @@ impl Parsed {
                 Param::Accepted(_, accepts) => {
                     parsed.accepted.push((name, accepts.check(value).map_err(|why| failed(name, &why))?));
                 }
-                Param::Fixed(_) | Param::Maxclients | Param::Port => unreachable!("refused by `named`"),
+                Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand => {
+                    unreachable!("refused by `named`")
+                }
             }
         }
         Ok(parsed)

@@ -24,6 +24,7 @@ mod clients;
 mod command;
 mod config;
 mod connection;
+mod debug;
 mod del;
 mod expire;
 pub mod functions;

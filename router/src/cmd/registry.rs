@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 
 use super::spec::{CommandSpec, Registry};
 use super::{
-    acl, bits, blocking, client, command, config, connection, del, expire, functions, geo, get, getex, hash,
-    hll, incr, info, keys, latency, lists, memory, mget, mset, multi, object, persistence, pubsub, scan,
-    scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
+    acl, bits, blocking, client, command, config, connection, debug, del, expire, functions, geo, get, getex,
+    hash, hll, incr, info, keys, latency, lists, memory, mget, mset, multi, object, persistence, pubsub,
+    scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -27,6 +27,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &command::COMMAND,
     &info::INFO,
     &config::CONFIG,
+    &debug::DEBUG,
     &slowlog::SLOWLOG,
     &acl::ACL,
     &latency::LATENCY,

