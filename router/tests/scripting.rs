@@ -316,3 +316,45 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
     .await;
     router.shutdown().await;
 }
+
+/// `cmdstat_<name>`'s calls, rejected_calls and failed_calls from INFO commandstats.
+fn cmdstat(info: &str, name: &str) -> Option<(u64, u64, u64)> {
+    let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{name}:")))?;
+    let field = |f: &str| {
+        line.split([':', ',']).find_map(|kv| kv.strip_prefix(&format!("{f}="))).and_then(|v| v.parse().ok())
+    };
+    Some((field("calls")?, field("rejected_calls")?, field("failed_calls")?))
+}
+
+/// INFO commandstats counts the commands scripts call (EVAL and FCALL), run on the node, as
+/// redis-server does: compared with it after the same commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commandstats_count_the_calls_scripts_make_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::router(&["--embedded-nodes", "3"]).await;
+    let mut shoal = support::Raw::connect(router.resp_addr()).await;
+    let mut redis = support::Raw::connect(redis_addr).await;
+    let script = "redis.call('set', KEYS[1], 0) redis.call('expire', KEYS[1], 100) \
+                  redis.call('geoadd', KEYS[1] .. 'g', 0, 0, 'bar') redis.pcall('incr', KEYS[1] .. 'g') \
+                  return redis.call('get', KEYS[1])";
+    let library = "#!lua name=statslib\nredis.register_function('f', function(keys) \
+                   return redis.call('hset', keys[1], 'f', 'v') end)";
+    for cmd in [
+        vec!["CONFIG", "RESETSTAT"],
+        vec!["SET", "{s}key", "v"],
+        vec!["EVAL", script, "1", "{s}key"],
+        vec!["EVAL", script, "1", "{s}key"],
+        vec!["FUNCTION", "LOAD", "REPLACE", library],
+        vec!["FCALL", "f", "1", "{s}hash"],
+    ] {
+        let (s, r) = (text(shoal.cmd(&cmd).await), text(redis.cmd(&cmd).await));
+        assert_eq!(s, r, "{cmd:?}");
+    }
+    let (s, r) =
+        (text(shoal.cmd(&["INFO", "commandstats"]).await), text(redis.cmd(&["INFO", "commandstats"]).await));
+    for name in ["set", "expire", "geoadd", "incr", "get", "eval", "hset", "fcall"] {
+        assert_eq!(cmdstat(&s, name), cmdstat(&r, name), "cmdstat_{name}\nshoal:\n{s}\nredis:\n{r}");
+    }
+    assert_eq!(cmdstat(&s, "set"), Some((3, 0, 0)), "one SET sent, two called by scripts");
+    assert_eq!(cmdstat(&s, "incr"), Some((2, 0, 2)), "INCR of a sorted set fails: failed_calls");
+}

@@ -36,6 +36,25 @@ pub struct RunCtx {
     pub perms: Option<Arc<shoal_wire::acl::Permissions>>,
     /// The refusals met so far (for the router's ACL LOG).
     pub denials: Vec<proto::AclDenial>,
+    /// The commands run so far, one entry per name (for the router's INFO commandstats).
+    pub calls: Vec<proto::ScriptCall>,
+}
+
+impl RunCtx {
+    /// Counts one run of `name` that took `took` (`failed`: it answered an error).
+    fn count(&mut self, name: &str, took: std::time::Duration, failed: bool) {
+        let i = match self.calls.iter().position(|c| c.name == name) {
+            Some(i) => i,
+            None => {
+                self.calls.push(proto::ScriptCall { name: name.to_string(), ..Default::default() });
+                self.calls.len() - 1
+            }
+        };
+        let c = &mut self.calls[i];
+        c.calls += 1;
+        c.failed += u64::from(failed);
+        c.usec += took.as_micros() as u64;
+    }
 }
 
 pub const UNKNOWN: &str = "ERR Unknown Redis command called from script";
@@ -50,10 +69,15 @@ pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is
 /// Runs `args` (name first) for a script; an error is an error frame (`redis.call` raises it,
 /// `redis.pcall` returns it).
 pub fn call(ctx: &mut RunCtx, args: &[Bytes]) -> Frame {
-    match checked(ctx, args).and_then(|cmd| run(ctx, cmd, args)) {
-        Ok(f) => f,
-        Err(e) => F::error(e),
-    }
+    let cmd = match checked(ctx, args) {
+        Ok(cmd) => cmd,
+        Err(e) => return F::error(e),
+    };
+    let started = std::time::Instant::now();
+    let frame = run(ctx, cmd, args).unwrap_or_else(F::error);
+    let failed = matches!(frame.kind, Some(proto::frame::Kind::Error(_)));
+    ctx.count(cmd.name, started.elapsed(), failed);
+    frame
 }
 
 fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, String> {

@@ -203,6 +203,8 @@ pub struct Outcome {
     pub reply: Frame,
     pub written: Vec<Bytes>,
     pub denials: Vec<shoal_wire::proto::AclDenial>,
+    /// The commands its calls ran (`RunCtx::calls`).
+    pub calls: Vec<shoal_wire::proto::ScriptCall>,
 }
 
 impl Engine {
@@ -294,6 +296,7 @@ impl Engine {
                 reply: F::error(shoal_wire::script::NOSCRIPT.into()),
                 written: Vec::new(),
                 denials: Vec::new(),
+                calls: Vec::new(),
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -318,6 +321,7 @@ impl Engine {
                 reply: F::error(FUNCTION_NOT_FOUND.into()),
                 written: Vec::new(),
                 denials: Vec::new(),
+                calls: Vec::new(),
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -357,10 +361,10 @@ impl Engine {
             }
             Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
         };
-        let (written, denials) =
-            self.lua.remove_app_data::<RunCtx>().map(|c| (c.written, c.denials)).unwrap_or_default();
+        let (written, denials, calls) =
+            self.lua.remove_app_data::<RunCtx>().map(|c| (c.written, c.denials, c.calls)).unwrap_or_default();
         let _ = self.lua.gc_step();
-        Outcome { reply, written, denials }
+        Outcome { reply, written, denials, calls }
     }
 
     fn set_arguments(&self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {

@@ -440,6 +440,7 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         shared: shared.clone(),
         perms,
         denials: Vec::new(),
+        calls: Vec::new(),
     };
     let outcome = if s.function.is_empty() {
         engine.run(&sha, &s.keys, &s.args, ctx)
@@ -450,12 +451,13 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
-    let reply = if outcome.denials.is_empty() {
+    let mut reply = if outcome.denials.is_empty() {
         frame(returned)
     } else {
         let denied = proto::ScriptDenied { frame: Some(returned), denials: outcome.denials };
         Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() }
     };
+    reply.script_calls = outcome.calls;
     (reply, outcome.written)
 }
 

@@ -134,6 +134,7 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
                 Err(e) => return unit_failed(e),
             };
         }
+        count_calls(&state, registry, &reply.script_calls);
         match reply.kind {
             Some(reply::Kind::Frame(f)) => from_frame(f),
             Some(reply::Kind::ScriptDenied(d)) => {
@@ -144,6 +145,23 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
             other => super::unexpected(other),
         }
     })
+}
+
+/// Adds the commands a script's calls ran to INFO commandstats (Redis counts them there, beside
+/// the EVAL or FCALL itself); their time is split evenly among them.
+fn count_calls(state: &RouterState, registry: &Registry, calls: &[proto::ScriptCall]) {
+    for c in calls {
+        let spec = match c.name.split_once('|') {
+            Some((parent, sub)) => registry.lookup(parent.as_bytes()).and_then(|p| {
+                p.subcommands.iter().copied().find(|s| s.short_name().eq_ignore_ascii_case(sub))
+            }),
+            None => registry.lookup(c.name.as_bytes()),
+        };
+        let Some(slot) = spec.and_then(|s| registry.slot_of(s)) else { continue };
+        let each = std::time::Duration::from_micros(c.usec / c.calls.max(1));
+        state.stats.record_n(slot, each, false, c.calls - c.failed.min(c.calls));
+        state.stats.record_n(slot, each, true, c.failed.min(c.calls));
+    }
 }
 
 /// A script that did not run (or may have: a timeout, a broken link; never sent twice, as EXEC).
