@@ -46,19 +46,12 @@ pub const CLIENT_REPLY: CommandSpec =
 pub const CLIENT_NO_EVICT: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_NO_EVICT, run: no_evict, ..CommandSpec::DEFAULT };
 
-/// CLIENT NO-TOUCH is Redis 7.2's: declared as Redis 7.2 declares it.
+/// CLIENT NO-TOUCH is Redis 7.2's too, with SETINFO's flags and categories.
 const CLIENT_NO_TOUCH_DECL: RedisCommand = RedisCommand {
     name: "client|no-touch",
     arity: 3,
-    flags: flag::NOSCRIPT | flag::LOADING | flag::STALE,
-    key_range: KeyRange::NONE,
-    categories: cat::SLOW | cat::CONNECTION,
-    container: false,
     summary: "Controls whether commands sent by the client affect the LRU/LFU of accessed keys",
-    since: "7.2.0",
-    group: "connection",
-    complexity: "O(1)",
-    ..SHOAL_OWN
+    ..CLIENT_SETINFO_DECL
 };
 
 pub const CLIENT_NO_TOUCH: CommandSpec =
@@ -437,13 +430,7 @@ pub fn reply(args: &Args, ctx: &mut Ctx) -> Pending {
 /// `CLIENT NO-EVICT ON|OFF`: Shoal never evicts clients, so this only records the `e` flag
 /// that CLIENT INFO and CLIENT LIST show (RESET keeps it, as in Redis).
 pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
-    let on = if args[2].eq_ignore_ascii_case(b"on") {
-        true
-    } else if args[2].eq_ignore_ascii_case(b"off") {
-        false
-    } else {
-        return syntax_error().into();
-    };
+    let Some(on) = on_off(&args[2]) else { return syntax_error().into() };
     ctx.session.client.set_no_evict(on);
     Reply::OK.into()
 }
@@ -451,17 +438,22 @@ pub fn no_evict(args: &Args, ctx: &mut Ctx) -> Pending {
 /// `CLIENT NO-TOUCH ON|OFF` (Redis 7.2): while on, this client's commands (TOUCH excepted) leave
 /// the access times of the keys they read as they were (`Op.no_touch`; see `Session::no_touch`).
 pub fn no_touch(args: &Args, ctx: &mut Ctx) -> Pending {
-    let on = if args[2].eq_ignore_ascii_case(b"on") {
-        true
-    } else if args[2].eq_ignore_ascii_case(b"off") {
-        false
-    } else {
-        return syntax_error().into();
-    };
+    let Some(on) = on_off(&args[2]) else { return syntax_error().into() };
     ctx.session.no_touch = on;
     ctx.session.skip_touch = false;
     ctx.session.client.set_no_touch(on);
     Reply::OK.into()
+}
+
+/// `ON` or `OFF`, any case (CLIENT NO-EVICT, NO-TOUCH).
+fn on_off(arg: &[u8]) -> Option<bool> {
+    if arg.eq_ignore_ascii_case(b"on") {
+        Some(true)
+    } else if arg.eq_ignore_ascii_case(b"off") {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// Redis 7.0.15's CLIENT HELP, word for word and in its order, with SETINFO where Redis 7.2
