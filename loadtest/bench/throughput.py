@@ -3,7 +3,7 @@ and twemproxy in front of 3 redis-servers; over TCP and a Unix socket, at severa
 and value sizes, with the CPU time each server's processes spent per million operations.
 
     python3 loadtest/bench/throughput.py [--rounds 3] [--requests 200000] [--pipelines 1,16,64]
-        [--sizes 32,4096] [--transports tcp,unix] [--baseline ROUTER_BIN] [--json FILE] [--write-docs]
+        [--sizes 32,4096] [--transports tcp,unix] [--baseline ROUTER_BIN] [--pin] [--json FILE] [--write-docs]
 
 Each (target, transport, value size, pipeline depth, command) cell is measured `rounds` times,
 interleaved across targets so machine noise hits them alike; the median run is reported. Deeper
@@ -51,15 +51,16 @@ def bench(addr, test, pipeline, size, requests):
     sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
 
 
-def start_targets(router_bin, baseline=None):
-    """Starts every target; returns {name: {"tcp": port, "unix": path, "procs": {group: [pid]}}}."""
+def start_targets(router_bin, baseline=None, cpus=None):
+    """Starts every target (on `cpus`, when given); returns {name: {"tcp": port, "unix": path,
+    "procs": {group: [pid]}}}."""
     targets = {}
     port, sock = common.free_port(), common.WORK / "redis.sock"
-    p = common.redis_server(port, ["--unixsocket", str(sock), "--unixsocketperm", "700"])
+    p = common.redis_server(port, ["--unixsocket", str(sock), "--unixsocketperm", "700"], cpus=cpus)
     targets["redis-server"] = {"tcp": port, "unix": sock, "procs": {"redis-server": [p.pid]}}
 
     backends = [common.free_port() for _ in range(3)]
-    pids = [common.redis_server(b).pid for b in backends]
+    pids = [common.redis_server(b, cpus=cpus).pid for b in backends]
     tw, tw_sock = common.free_port(), common.WORK / "nutcracker.sock"
     servers = "".join(f"   - 127.0.0.1:{b}:1\n" for b in backends)
     pool = ("  hash: fnv1a_64\n  distribution: ketama\n  redis: true\n  auto_eject_hosts: false\n"
@@ -67,7 +68,7 @@ def start_targets(router_bin, baseline=None):
     # Two pools over the same three backends: one listens on TCP, one on a Unix socket.
     conf = common.WORK / "nutcracker.yml"
     conf.write_text(f"bench_tcp:\n  listen: 127.0.0.1:{tw}\n{pool}bench_unix:\n  listen: {tw_sock} 0600\n{pool}")
-    nc = common.start("nutcracker", ["nutcracker", "-c", str(conf), "-s", str(common.free_port())])
+    nc = common.start("nutcracker", ["nutcracker", "-c", str(conf), "-s", str(common.free_port())], cpus=cpus)
     common.wait_port(tw)
     targets["twemproxy (3 redis)"] = {"tcp": tw, "unix": tw_sock,
                                       "procs": {"nutcracker": [nc.pid], "3 redis-servers": pids}}
@@ -77,13 +78,14 @@ def start_targets(router_bin, baseline=None):
     # the one process is the whole cluster.
     for label, extra in [("shoal (3 nodes, 1 thread)", ["--threads", "1"]), ("shoal (3 nodes, default threads)", [])]:
         sock = common.WORK / f"shoal-{len(targets)}.sock"
-        p, resp, _ = common.start_shoal(router_bin, f"shoal-{len(targets)}", extra, unix_socket=sock)
+        p, resp, _ = common.start_shoal(router_bin, f"shoal-{len(targets)}", extra, unix_socket=sock, cpus=cpus)
         targets[label] = {"tcp": resp, "unix": sock, "procs": {"shoal-router (+3 embedded nodes)": [p.pid]}}
     if baseline:
         # Another build of the router (say, of an earlier commit), measured in the same run: the
         # fair way to tell a change's cost on a machine whose absolute speed drifts.
         sock = common.WORK / "shoal-baseline.sock"
-        p, resp, _ = common.start_shoal(baseline, "shoal-baseline", ["--threads", "1"], unix_socket=sock)
+        p, resp, _ = common.start_shoal(baseline, "shoal-baseline", ["--threads", "1"], unix_socket=sock,
+                                        cpus=cpus)
         targets["shoal baseline build (1 thread)"] = {"tcp": resp, "unix": sock,
                                                       "procs": {"shoal-router (+3 embedded nodes)": [p.pid]}}
     return targets
@@ -110,6 +112,10 @@ def main():
                     help="how the baseline binary is named in the report's command line")
     ap.add_argument("--write-docs", action="store_true", help=f"update {common.DOCS}")
     ap.add_argument("--json", help="also write raw results here (loadtest/bench/charts.py reads them)")
+    ap.add_argument("--pin", action="store_true",
+                    help=f"run every server on CPU {common.SERVER_CPUS} (redis-benchmark is on CPU {common.CLIENT_CPUS}), "
+                    "so no target shares the load generator's core: the fair setting on 2 cores (default threads "
+                    "then share that one CPU too)")
     args = ap.parse_args()
     common.need("redis-benchmark", "run .ci/tools/install apt")
     common.need("nutcracker", "run .ci/tools/install apt")
@@ -120,7 +126,7 @@ def main():
     if not set(transports) <= {"tcp", "unix"}:
         sys.exit("[bench] --transports: tcp and/or unix")
 
-    targets = start_targets(router_bin, args.baseline)
+    targets = start_targets(router_bin, args.baseline, common.SERVER_CPUS if args.pin else None)
     cells = [(t, tr, sz, pl) for tr in transports for sz in sizes for pl in pipelines for t in targets]
     runs = {(c, test): [] for c in cells for test in TESTS}
     progress = common.Progress(len(cells) * args.rounds)
@@ -149,7 +155,8 @@ def main():
     at = {(x["target"], x["transport"], x["size"], x["pipeline"], x["test"]): x for x in results}
     cmd = (f"python3 loadtest/bench/throughput.py --rounds {args.rounds} --requests {args.requests} "
            f"--pipelines {args.pipelines} --sizes {args.sizes} --transports {args.transports}"
-           + (f" --baseline {args.baseline_label}" if args.baseline else "") + " --write-docs")
+           + (f" --baseline {args.baseline_label}" if args.baseline else "") + (" --pin" if args.pin else "")
+           + " --write-docs")
     machine = common.machine()
     if args.json:  # first, so the raw results survive whatever follows
         with open(args.json, "w") as f:

@@ -193,7 +193,7 @@ impl Persistence {
         let _process_turn = PROCESS_WRITER.lock().await;
         self.status.lock().in_progress = true;
         // Changes from here on are not in this snapshot (Redis's `dirty_before_bgsave`).
-        let dirty_at_start = self.store.events.changes.dirty();
+        let dirty_at_start = self.store.dirty();
         let this = self.clone();
         let result = tokio::task::spawn_blocking(move || {
             write_and_prune(&this.store, &dir, this.keep, duty, &this.verified)
@@ -260,7 +260,7 @@ impl Persistence {
             // The last write's error; while writes succeed, the latest problem with the files.
             last_error: st.last_error.clone().or_else(|| st.problem.clone()).unwrap_or_default(),
             corrupt_entries: self.store.base().map_or(0, |b| b.corrupt_entries()),
-            changes_since_last_save: self.store.events.changes.dirty().saturating_sub(st.dirty_saved),
+            changes_since_last_save: self.store.dirty().saturating_sub(st.dirty_saved),
             ..Default::default()
         };
         if let Some(w) = &st.last {

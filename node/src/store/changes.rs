@@ -200,8 +200,8 @@ pub struct ChangeLog {
     inner: Mutex<Inner>,
     /// Wakes the feeds when a change arrives.
     pub appended: tokio::sync::Notify,
-    /// Changes recorded since the node started, log on or off (Redis's `dirty`: INFO's
-    /// `rdb_changes_since_last_save` is this less its value when the last snapshot began).
+    /// Changes recorded since the node started, log on or off, SETs aside (Redis's `dirty`, with
+    /// `Shard::sets`: see `Store::dirty`).
     dirty: Dirty,
 }
 
@@ -285,8 +285,8 @@ impl ChangeLog {
     /// order they were applied. Inside a unit, or for a value over [`RECORDED_VALUE_MAX`], only
     /// the key is recorded.
     #[inline]
+    /// The caller counts the change (`Shard::sets`).
     pub fn value(&self, key: &[u8], value: &[u8], expire_at: u64) {
-        self.dirty.add();
         if !self.active() || in_unit(|unit| unit.push(Bytes::copy_from_slice(key))) {
             return;
         }

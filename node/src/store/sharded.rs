@@ -456,6 +456,13 @@ impl Store {
         counts.into_iter().map(|n| n.max(0) as u64).collect()
     }
 
+    /// Changes since the node started (Redis's `dirty`: INFO's `rdb_changes_since_last_save` is
+    /// this less its value when the last snapshot began): the change log's count and every
+    /// shard's SETs.
+    pub fn dirty(&self) -> u64 {
+        self.events.changes.dirty() + self.shards.iter().map(|s| s.lock().sets).sum::<u64>()
+    }
+
     pub fn stats(&self) -> StoreStats {
         let mut st = StoreStats { used_memory: self.used_memory() as u64, ..Default::default() };
         st.keys = self.len() as u64;

@@ -145,6 +145,7 @@ impl Store {
                 }
             }
             // Under the shard lock: the log holds this key's values in the order they applied.
+            s.sets += 1;
             self.events.changes.value(key, value, expire_at);
             Ok(SetOutcome { stored: true, old })
         })
