@@ -120,7 +120,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("slowlog-max-len", Param::SlowlogMaxLen),
     ("maxmemory", Param::Node(Setting::Maxmemory)),
     ("maxmemory-policy", Param::Node(Setting::MaxmemoryPolicy)),
-    // In the order redis-server 7.0's CONFIG GET lfu-* lists them.
+    // (redis-server lists `lfu-*` in its seeded hash table's order, which varies per start.)
     ("lfu-decay-time", Param::Node(Setting::LfuDecayTime)),
     ("lfu-log-factor", Param::Node(Setting::LfuLogFactor)),
     ("latency-monitor-threshold", Param::Node(Setting::LatencyMonitorThreshold)),
