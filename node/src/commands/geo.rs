@@ -16,7 +16,7 @@ use super::frame::F;
 use super::geohash::{self, Search, Shape};
 use super::multi::{self, KeysOf, first_two, store_object};
 use super::zset::{read, zadd};
-use crate::store::object::{Limits, Object, ValueType, ZSet};
+use crate::store::object::{Object, ValueType, ZSet};
 use crate::store::{Locked, Store};
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
@@ -257,7 +257,7 @@ fn search(l: &mut Locked<'_>, args: &[Bytes], form: Form) -> CmdResult {
     match outcome {
         Outcome::Reply(f) => Ok(f),
         Outcome::Store(dst, points) => {
-            let limits = Limits::default();
+            let limits = l.limits();
             let mut z = ZSet::default();
             for (m, s) in &points {
                 z.insert(m, *s, &limits);

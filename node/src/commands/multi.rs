@@ -155,7 +155,7 @@ fn set_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool) -> CmdResult 
     for k in keys {
         sets.push(read_set(l, k)?);
     }
-    let limits = crate::store::object::Limits::default();
+    let limits = l.limits();
     let mut out = Set::default();
     match op {
         Op::Inter => {
@@ -423,7 +423,7 @@ fn zset_op(l: &mut Locked<'_>, args: &[Bytes], op: Op, store: bool, card_only: b
     if card_only {
         return Ok(F::int(result.len() as i64));
     }
-    let limits = crate::store::object::Limits::default();
+    let limits = l.limits();
     let mut z = ZSet::default();
     for (m, s) in &result {
         z.insert(m, *s, &limits);
@@ -559,9 +559,9 @@ fn combine(op: Op, inputs: &[Option<Scored>], o: &ZOptions, card_only: bool) -> 
 
 fn zrangestore(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
     let q = parse_query(args, 2, Kind::Auto, Dir::Auto, true)?;
+    let limits = l.limits();
     let z = l.read_object(&args[2], ValueType::ZSet, |o| match o {
         Some(Object::ZSet(z)) => {
-            let limits = crate::store::object::Limits::default();
             let mut out = ZSet::default();
             for (m, s) in select(z, &q) {
                 out.insert(m, s, &limits);

@@ -356,6 +356,12 @@ impl Locked<'_> {
         self.store.config.max_value_len
     }
 
+    /// The node's encoding thresholds now (what a value built by a command, say a STORE
+    /// destination, is encoded by).
+    pub fn limits(&self) -> super::object::Limits {
+        self.store.limits()
+    }
+
     /// Unix ms by the store's clock, fixed for the command.
     pub fn now_ms(&self) -> u64 {
         self.now

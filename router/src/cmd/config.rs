@@ -143,6 +143,10 @@ const PARAMS: &[(&str, Param)] = &[
     ("hash-max-listpack-value", Param::Node(Setting::HashMaxListpackValue)),
     ("hash-max-ziplist-value", Param::Node(Setting::HashMaxListpackValue)),
     ("set-max-intset-entries", Param::Node(Setting::SetMaxIntsetEntries)),
+    // Redis 7.2's (small sets as listpacks; Valkey's suite sets them): accepted and shown, while
+    // Shoal's sets keep 7.0's encodings (intset, then hashtable).
+    ("set-max-listpack-entries", Param::Accepted("128", Accepts::Count)),
+    ("set-max-listpack-value", Param::Accepted("64", Accepts::Count)),
     ("zset-max-listpack-entries", Param::Node(Setting::ZsetMaxListpackEntries)),
     ("zset-max-ziplist-entries", Param::Node(Setting::ZsetMaxListpackEntries)),
     ("zset-max-listpack-value", Param::Node(Setting::ZsetMaxListpackValue)),
