@@ -53,13 +53,7 @@ fn to_r(f: shoal_wire::proto::Frame) -> R {
         Int(n) => R::I(n),
         Nil(_) | NullArray(_) => R::Nil,
         Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => R::A(a.items.into_iter().map(to_r).collect()),
-        Raw(raw) => R::A(
-            commands::raw_bulks(&raw)
-                .expect("bulks")
-                .iter()
-                .map(|b| R::S(String::from_utf8_lossy(b).into_owned()))
-                .collect(),
-        ),
+        Raw(raw) => to_r(commands::raw_frame(&raw).expect("a raw reply reads back as frames")),
         other => panic!("unexpected frame {other:?}"),
     }
 }

@@ -77,13 +77,7 @@ fn conv(f: Frame) -> R {
             R::Dbl(t.parse().unwrap_or_else(|_| panic!("double {t:?}")))
         }
         Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => R::Arr(a.items.into_iter().map(conv).collect()),
-        Raw(raw) => R::Arr(
-            commands::raw_bulks(&raw)
-                .expect("a raw reply is an array of bulk strings")
-                .into_iter()
-                .map(|b| R::Bulk(String::from_utf8(b.to_vec()).expect("utf-8 in these tests")))
-                .collect(),
-        ),
+        Raw(raw) => conv(commands::raw_frame(&raw).expect("a raw reply reads back as frames")),
         Boolean(_) | BigNumber(_) | Verbatim(_) => {
             panic!("typed commands never answer script-only reply types")
         }

@@ -36,12 +36,7 @@ fn text(f: shoal_wire::proto::Frame) -> String {
         Array(a) | Map(a) | Set(a) | Pairs(a) | Keyed(a) => {
             a.items.into_iter().map(text).collect::<Vec<_>>().join(",")
         }
-        Raw(raw) => commands::raw_bulks(&raw)
-            .expect("a raw reply is an array of bulk strings")
-            .iter()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .collect::<Vec<_>>()
-            .join(","),
+        Raw(raw) => text(commands::raw_frame(&raw).expect("a raw reply reads back as frames")),
         Boolean(b) => b.to_string(),
         BigNumber(n) | Verbatim(n) => String::from_utf8_lossy(&n).into_owned(),
     }

@@ -107,26 +107,77 @@ fn nested_deeper(f: &Frame, levels: usize) -> bool {
     levels == 0 || items.items.iter().any(|i| nested_deeper(i, levels - 1))
 }
 
-/// The bulk strings of a `raw` frame as [`F::bulk_array`] writes it (`None` for other bytes):
-/// for code and tests that look into a reply rather than pass it on.
-pub fn raw_bulks(raw: &[u8]) -> Option<Vec<Bytes>> {
-    fn line(raw: &[u8], at: &mut usize, prefix: u8) -> Option<usize> {
-        let rest = raw.get(*at..)?.strip_prefix(&[prefix])?;
+/// The frame a `raw` reply stands for, read back from the RESP the node wrote at once ([`Raw`],
+/// [`F::bulk_array`]: arrays, bulk strings, integers, nils, status and error lines); `None` for
+/// other bytes. For code and tests that look into a reply rather than pass it on (a script's
+/// `redis.call`).
+pub fn raw_frame(raw: &[u8]) -> Option<Frame> {
+    fn line<'a>(raw: &'a [u8], at: &mut usize) -> Option<(u8, &'a [u8])> {
+        let rest = raw.get(*at..)?;
         let end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let n = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-        *at += 1 + end + 2;
-        Some(n)
+        *at += end + 2;
+        Some((*rest.first()?, &rest[1..end]))
+    }
+    fn number(text: &[u8]) -> Option<i64> {
+        shoal_wire::num::parse_i64(text)
+    }
+    fn value(raw: &[u8], at: &mut usize, depth: usize) -> Option<Frame> {
+        let (kind, text) = line(raw, at)?;
+        Some(match kind {
+            b'*' if number(text)? < 0 => F::null_array(),
+            b'*' if depth < MAX_FRAME_NESTING => {
+                let n = usize::try_from(number(text)?).ok()?;
+                let mut items = Vec::with_capacity(n.min(raw.len()));
+                for _ in 0..n {
+                    items.push(value(raw, at, depth + 1)?);
+                }
+                F::array(items)
+            }
+            b'$' if number(text)? < 0 => F::nil(),
+            b'$' => {
+                let len = usize::try_from(number(text)?).ok()?;
+                let item = raw.get(*at..at.checked_add(len)?)?;
+                if raw.get(*at + len..*at + len + 2)? != b"\r\n" {
+                    return None;
+                }
+                *at += len + 2;
+                F::bulk_from(item)
+            }
+            b':' => F::int(number(text)?),
+            b'+' => F::status(std::str::from_utf8(text).ok()?),
+            b'-' => F::error(String::from_utf8_lossy(text).into_owned()),
+            _ => return None,
+        })
     }
     let mut at = 0;
-    let n = line(raw, &mut at, b'*')?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = line(raw, &mut at, b'$')?;
-        let item = raw.get(at..at + len)?;
-        out.push(Bytes::copy_from_slice(item));
-        at += len + 2;
+    let f = value(raw, &mut at, 0)?;
+    (at == raw.len()).then_some(f)
+}
+
+/// A reply written as RESP at once, for shapes that read the same in RESP2 and RESP3 (arrays of
+/// bulk strings, nested): one buffer for the whole reply, where frames cost an allocation per
+/// element (XRANGE's entries, [`F::bulk_array`]).
+pub struct Raw(Vec<u8>);
+
+impl Raw {
+    pub fn with_capacity(bytes: usize) -> Raw {
+        Raw(Vec::with_capacity(bytes))
     }
-    (at == raw.len()).then_some(out)
+
+    /// An array of `n` elements follows.
+    pub fn array(&mut self, n: usize) {
+        length_line(&mut self.0, b'*', n);
+    }
+
+    pub fn bulk(&mut self, b: &[u8]) {
+        length_line(&mut self.0, b'$', b.len());
+        self.0.extend_from_slice(b);
+        self.0.extend_from_slice(b"\r\n");
+    }
+
+    pub fn finish(self) -> Frame {
+        F::of(Kind::Raw(self.0.into()))
+    }
 }
 
 /// Appends a RESP length line (`*3\r\n`, `$5\r\n`); short lengths, the common case, skip the
@@ -165,18 +216,11 @@ impl F {
     /// An array of bulk strings, encoded here at once (it reads the same in RESP2 and RESP3):
     /// one buffer for the whole reply, where frames would cost an allocation per element.
     pub fn bulk_array<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Frame {
-        let mut body = Vec::new();
-        let mut n = 0;
-        for b in items {
-            length_line(&mut body, b'$', b.len());
-            body.extend_from_slice(b);
-            body.extend_from_slice(b"\r\n");
-            n += 1;
-        }
-        let mut out = Vec::with_capacity(body.len() + 16);
-        length_line(&mut out, b'*', n);
-        out.extend_from_slice(&body);
-        F::of(Kind::Raw(out.into()))
+        let items: Vec<&[u8]> = items.into_iter().collect();
+        let mut raw = Raw::with_capacity(16 + items.iter().map(|b| b.len() + 16).sum::<usize>());
+        raw.array(items.len());
+        items.iter().for_each(|b| raw.bulk(b));
+        raw.finish()
     }
 
     pub fn int(n: i64) -> Frame {
@@ -255,10 +299,33 @@ mod tests {
             assert_eq!(a, b, "resp3: {resp3}");
         }
         let Some(Kind::Raw(bytes)) = &raw.kind else { panic!("{raw:?}") };
-        let back = raw_bulks(bytes).expect("parses");
-        assert_eq!(back.iter().map(|b| &b[..]).collect::<Vec<_>>(), items);
-        assert_eq!(raw_bulks(&bytes[..bytes.len() - 1]), None, "truncated");
+        assert_eq!(raw_frame(bytes).expect("parses"), framed);
+        assert_eq!(raw_frame(&bytes[..bytes.len() - 1]), None, "truncated");
         let Some(Kind::Raw(empty)) = F::bulk_array(std::iter::empty()).kind else { panic!() };
         assert_eq!(&empty[..], b"*0\r\n");
+    }
+
+    #[test]
+    fn raw_replies_read_back_as_the_frames_they_stand_for() {
+        let nested = F::array(vec![
+            F::array(vec![F::bulk_from(b"1-1"), F::array(vec![F::bulk_from(b"f"), F::bulk_from(b"")])]),
+            F::int(-7),
+            F::nil(),
+            F::null_array(),
+            F::status("OK"),
+            F::error("ERR no".into()),
+            F::array(vec![]),
+        ]);
+        let mut bytes = Vec::new();
+        encode(&nested, false, &mut bytes);
+        assert_eq!(raw_frame(&bytes), Some(nested));
+        for bad in
+            [&b"*2\r\n$1\r\na\r\n"[..], b"$3\r\nab\r\n", b"$1\r\nab\r\n", b"?x\r\n", b":1\r\nextra", b"*-1"]
+        {
+            assert_eq!(raw_frame(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        // Nesting past what frames may carry is not read back.
+        let deep = "*1\r\n".repeat(MAX_FRAME_NESTING + 2) + "*0\r\n";
+        assert_eq!(raw_frame(deep.as_bytes()), None);
     }
 }

@@ -56,7 +56,7 @@ pub use args::{MAX_RANDOM_REPEATS, check_repeats, int_arg, non_negative};
 pub use dispatch::{frame_of, multi_key_keys};
 pub use double::{fmt_g, fmt_g17};
 pub use error::{CmdError, CmdResult, NOT_INTEGER, SYNTAX, make_room, wrong_arity};
-pub use frame::{F, for_the_wire, raw_bulks};
+pub use frame::{F, for_the_wire, raw_frame};
 pub use fuzz::{fuzz_check_payload, fuzz_check_stream_id, fuzz_check_zset_args};
 pub use run::{run, run_resp, run_scratch};
 pub use sort::store_key as sort_store_key;

@@ -14,7 +14,7 @@ use mlua::{Lua, Table, Value};
 use shoal_wire::proto::{Frame, frame::Kind};
 
 pub use crate::commands::fmt_g;
-use crate::commands::{F, fmt_g17, raw_bulks};
+use crate::commands::{F, fmt_g17, raw_frame};
 
 /// Redis converts a script's return value with the table being converted on top of the Lua
 /// stack and each nested value pushed above it; a value the stack has no room for (Lua 5.1's
@@ -112,8 +112,8 @@ pub fn frame_to_lua(lua: &Lua, f: &Frame, resp3: bool) -> mlua::Result<Value> {
             wrapped(lua, "verbatim_string", Value::Table(t))?
         }
         Some(Kind::Verbatim(v)) => Value::String(lua.create_string(v.get(4..).unwrap_or_default())?),
-        Some(Kind::Raw(raw)) => match raw_bulks(raw) {
-            Some(items) => array(lua, items.iter().map(|b| Ok(Value::String(lua.create_string(b)?))))?,
+        Some(Kind::Raw(raw)) => match raw_frame(raw) {
+            Some(f) => frame_to_lua(lua, &f, resp3)?,
             None => error_table(lua, "ERR a reply the script engine cannot read")?,
         },
     })
