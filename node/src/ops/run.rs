@@ -132,8 +132,8 @@ pub(super) fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: boo
 /// Tells the watches that `op` writes its keys.
 pub(super) fn touch_keys(store: &Store, op: &Op) {
     match &op.kind {
-        Some(Kind::Flush(_)) => store.watches.touch_all_watched(),
-        Some(Kind::Watch(_) | Kind::Fetch(_)) => {}
+        // A flush touches the watched keys that exist itself (`Store::flush`).
+        Some(Kind::Flush(_) | Kind::Watch(_) | Kind::Fetch(_)) => {}
         _ => keys_of(op).into_iter().for_each(|k| store.watches.touch_watched(k)),
     }
 }

@@ -311,6 +311,15 @@ impl Store {
     /// FLUSHALL / FLUSHDB: memory and the base snapshot alike.
     pub fn flush(&self) -> usize {
         let n = self.len();
+        // As Redis 7.0: the watched keys that exist change; a watched key that is not there is
+        // not changed by a flush (WATCH x, FLUSHALL, then EXEC still runs when x never existed).
+        if self.watches.active() {
+            for key in self.watches.watched_keys() {
+                if self.exists(&key) {
+                    self.watches.touch_watched(&key);
+                }
+            }
+        }
         self.base.write().take();
         for i in 0..self.shards.len() {
             self.with_shard_at(i, |s| s.clear());

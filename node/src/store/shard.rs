@@ -889,15 +889,16 @@ impl Shard {
 
     /// Drops everything, the base included, returning the number of memory values dropped.
     pub fn clear(&mut self) -> usize {
-        // Tracking routers hear of a flush once, from `Store::flush`, not once per shard.
-        self.watches.touch_all_watched();
+        // Watchers and tracking routers hear of a flush from `Store::flush`, not once per shard.
         let n = self.values();
-        let (expired, evicted, hits, misses) = (self.expired, self.evicted, self.hits, self.misses);
+        let (expired, evicted, hits, misses, sets) =
+            (self.expired, self.evicted, self.hits, self.misses, self.sets);
         *self = Shard {
             expired,
             evicted,
             hits,
             misses,
+            sets,
             limits: self.limits.clone(),
             events: self.events.clone(),
             lag: self.lag.clone(),

@@ -111,6 +111,11 @@ impl Watches {
         }
     }
 
+    /// The keys watched now.
+    pub fn watched_keys(&self) -> Vec<Bytes> {
+        self.keys.lock().keys().cloned().collect()
+    }
+
     /// Registers a watch on `key`; returns its version.
     pub fn register(&self, key: &[u8]) -> u64 {
         let mut keys = self.keys.lock();
