@@ -175,7 +175,7 @@ pub(crate) async fn wait_for_gate(state: &NodeState) -> Result<parking_lot::RwLo
             return Ok(shared);
         }
         if state.scripts.busy() {
-            return Err(crate::ops::error(state.scripts.busy_text()));
+            return Err(crate::ops::busy(state.scripts.busy_text()));
         }
         if !held_long(state) {
             return Ok(state.store.gate.read());
@@ -237,7 +237,7 @@ impl Running {
             Ok(r) => Step::Reply(r),
             // A script holds the store: wait without the thread, or answer BUSY once it has
             // held it past busy-reply-threshold.
-            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::error(state.scripts.busy_text())),
+            Err(_) if state.scripts.busy() => Step::Reply(crate::ops::busy(state.scripts.busy_text())),
             Err(op) if held_long(state) => Step::Held(op),
             // Other ops hold it shared, or a transaction is about to run: a moment; wait here
             // (reading the time after the wait, not the message's held time).
@@ -352,7 +352,7 @@ impl Stream for Replies {
                             // Still queued behind a busy script: BUSY (and it never runs).
                             if busy && started.cancel() {
                                 running.waiting = None;
-                                running.push_reply(crate::ops::error(this.state.scripts.busy_text()));
+                                running.push_reply(crate::ops::busy(this.state.scripts.busy_text()));
                                 continue;
                             }
                             if started.holds_store() && busy {

@@ -80,6 +80,16 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
     assert!(queued_at.elapsed() >= Duration::from_millis(1200), "past the threshold, not before");
     assert_eq!(text(queued.cmd(&["GET", &same[0]]).await), busy);
     assert_eq!(queued.cmd(&["GET", &other[0]]).await, b"$1\r\nx\r\n", "other nodes through the same router");
+    // EXEC refused while the script runs discards its transaction, as Redis's does: EXECABORT
+    // with the reason, nothing applied, and the connection is out of MULTI.
+    assert_eq!(c.cmd(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", &same[0], "from-exec"]).await, b"+QUEUED\r\n");
+    assert_eq!(
+        text(c.cmd(&["EXEC"]).await),
+        format!("-EXECABORT Transaction discarded because of: {}", &busy[1..])
+    );
+    assert_eq!(c.cmd(&["MULTI"]).await, b"+OK\r\n", "no longer in MULTI");
+    assert_eq!(c.cmd(&["DISCARD"]).await, b"+OK\r\n");
 
     assert_eq!(admin.cmd(&["SCRIPT", "KILL"]).await, b"+OK\r\n");
     let killed = text(spinner.reply().await.expect("the script's reply"));

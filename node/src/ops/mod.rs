@@ -28,7 +28,7 @@ mod tests;
 pub use blocked::{block_or_queue, withdraw};
 pub use check::still_served;
 pub use gate::{apply_batch, apply_checked, try_apply_checked};
-pub use reply::error;
+pub use reply::{busy, error};
 pub use transaction::holds_script;
 
 pub(crate) use blocked::serve_blocked_after;

@@ -48,6 +48,12 @@ pub fn error(text: &str) -> Reply {
     Reply { kind: Some(reply::Kind::Error(text.to_string())), ..Default::default() }
 }
 
+/// BUSY: a script holds the node past busy-reply-threshold and the op did not run (`text` names
+/// the KILL that stops it).
+pub fn busy(text: &str) -> Reply {
+    Reply { error_kind: shoal_wire::proto::ErrorKind::Busy as i32, ..error(text) }
+}
+
 /// A refused store call, answered with its Redis error line and its kind.
 pub(super) fn store_error(e: StoreError) -> Reply {
     Reply { error_kind: error_kind(&e) as i32, ..error(redis_error(&e)) }

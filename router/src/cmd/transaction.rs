@@ -269,9 +269,15 @@ async fn send(
         Err(AtomicError::Spread) => return Err(Reply::error(CROSSSLOT)),
         Err(AtomicError::Backend(e)) => return Err(e.into()),
     };
+    let busy = reply.error_kind() == proto::ErrorKind::Busy;
     match reply.kind {
         Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
         Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
+        // As Redis's EXEC refused while a script runs (`execCommandAbort`): nothing ran, and the
+        // transaction is discarded.
+        Some(reply::Kind::Error(e)) if busy => {
+            Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {e}")))
+        }
         Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
         other => Err(super::unexpected(other)),
     }

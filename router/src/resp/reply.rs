@@ -103,7 +103,7 @@ impl ErrorKind {
             Wire::WrongType => ErrorKind::WrongType,
             Wire::OutOfMemory => ErrorKind::OutOfMemory,
             // The router answers a script no node holds itself (EVALSHA's retry with the body).
-            Wire::NoScript | Wire::Other => ErrorKind::Other,
+            Wire::NoScript | Wire::Busy | Wire::Other => ErrorKind::Other,
         }
     }
 }
