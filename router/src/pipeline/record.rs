@@ -91,6 +91,34 @@ impl Untimed {
     }
 }
 
+/// Answers of one finished job recorded as runs: consecutive answers with the same timing (a
+/// lane's requests were taken up together, so a pipelined run of one command shares its start,
+/// command and outcome) cost one recording, not one each (six atomic adds per recording were
+/// about 5% of a fast-path request).
+#[derive(Debug, Default)]
+pub struct Runs(Option<(Timing, u64)>);
+
+impl Runs {
+    #[inline]
+    pub fn add(&mut self, state: &RouterState, now: Instant, timing: Timing) {
+        match &mut self.0 {
+            Some((last, n)) if *last == timing => *n += 1,
+            run => {
+                if let Some((last, n)) = run.replace((timing, 1)) {
+                    last.record_n(state, now, n);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    pub fn end(self, state: &RouterState, now: Instant) {
+        if let Some((last, n)) = self.0 {
+            last.record_n(state, now, n);
+        }
+    }
+}
+
 /// Whether the hot-key sketch counts this session's requests (it is on, and the client signed
 /// in). Off (the default), hot keys cost this one check.
 #[inline]

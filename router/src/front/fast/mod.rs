@@ -64,7 +64,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::cmd::{CommandSpec, Pending};
 use crate::guard::Guard;
 use crate::nearcache::{COPY_OUT, NearValue};
-use crate::pipeline::record::{self, Timing, Untimed};
+use crate::pipeline::record::{self, Runs, Timing, Untimed};
 use crate::pipeline::settle::{Finished, InFlight};
 use crate::pipeline::{Pipeline, Step};
 use crate::resp::{Out, Reply};
@@ -478,7 +478,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     fn finish(&mut self, done: Finished<Meta>) -> bool {
         let (state, out) = (self.guard.state, &mut self.out);
         let now = Instant::now();
-        done.each(|meta, reply| answer(state, out, meta, reply).record(state, now));
+        let mut runs = Runs::default();
+        done.each(|meta, reply| runs.add(state, now, answer(state, out, meta, reply)));
+        runs.end(state, now);
         self.guard.output_ok(self.out.len(), &self.session)
     }
 
