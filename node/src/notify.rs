@@ -123,8 +123,17 @@ impl OpShape {
                 get: s.get,
                 condition: s.condition,
                 expiry: s.expiry.is_some(),
-                compare: s.compare.clone(),
+                compare: Bytes::new(),
             },
+            Kind::SetIfEqual(o) => {
+                let s = o.set.as_ref()?;
+                OpShape::Set {
+                    get: s.get,
+                    condition: s.condition,
+                    expiry: s.expiry.is_some(),
+                    compare: o.compare.clone(),
+                }
+            }
             Kind::Del(_) => OpShape::Del,
             Kind::GetDel(_) => OpShape::GetDel,
             Kind::GetEx(g) => OpShape::GetEx {

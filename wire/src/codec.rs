@@ -25,7 +25,7 @@ use crate::proto::{Batch, BatchReply};
 /// travels as frames. prost's decoder refuses a message nested more than 100 deep, and one such
 /// refusal fails the whole stream, every client's ops on it included; each level of frames is
 /// two messages (`Frame`, `Frames`) under an envelope of at most six (`BatchReply`,
-/// `DeferredReply`, `Reply`, `Replies`, `Reply`, `ScriptDenied`). A deeper reply (only a script's
+/// `DeferredReply`, `Reply`, `Replies`, `Reply`, `ScriptReply`). A deeper reply (only a script's
 /// can be: Redis nests a returned table as deep as Lua's stack allows) travels as the RESP bytes
 /// it stands for (`Frame.raw`).
 pub const MAX_FRAME_NESTING: usize = 32;
@@ -152,15 +152,14 @@ mod tests {
     /// nested much deeper would not (which is why deeper ones travel as bytes).
     #[test]
     fn frames_nested_to_the_limit_decode_in_the_deepest_envelope() {
-        use crate::proto::{DeferredReply, Frame, Frames, Replies, Reply, ScriptDenied, frame, reply};
+        use crate::proto::{DeferredReply, Frame, Frames, Replies, Reply, ScriptReply, frame, reply};
         let nested = |depth: usize| {
             let mut f = Frame { kind: Some(frame::Kind::Int(1)) };
             for _ in 0..depth {
                 f = Frame { kind: Some(frame::Kind::Array(Frames { items: vec![f] })) };
             }
-            let denied = ScriptDenied { frame: Some(f), denials: Vec::new() };
-            let inner =
-                Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() };
+            let script = ScriptReply { frame: Some(f), ..Default::default() };
+            let inner = Reply { kind: Some(reply::Kind::Script(Box::new(script))), ..Default::default() };
             let outer = Reply {
                 kind: Some(reply::Kind::Replies(Replies { replies: vec![inner] })),
                 ..Default::default()

@@ -210,15 +210,14 @@ pub fn set_op(key: Bytes, value: Bytes, o: &ExtendedOptions, expiry: Option<prot
         (_, _, Some(_)) => SetCondition::SetIfEqual,
         _ => SetCondition::SetAlways,
     };
-    op(Kind::Set(proto::Set {
-        key,
-        value,
-        expiry,
-        condition: condition as i32,
-        keep_ttl: o.keep_ttl,
-        get: o.get,
-        compare: o.ifeq.clone().unwrap_or_default(),
-    }))
+    let set =
+        proto::Set { key, value, expiry, condition: condition as i32, keep_ttl: o.keep_ttl, get: o.get };
+    match &o.ifeq {
+        None => op(Kind::Set(set)),
+        Some(compare) => {
+            op(Kind::SetIfEqual(Box::new(proto::SetIfEqual { set: Some(set), compare: compare.clone() })))
+        }
+    }
 }
 
 fn set_with(args: &[Bytes], o: &ExtendedOptions, expiry: Option<proto::Expiry>, answer: Answer) -> OneKey {

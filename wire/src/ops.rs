@@ -26,6 +26,7 @@ pub fn key_of(op: &Op) -> Option<&[u8]> {
     Some(match op.kind.as_ref()? {
         Kind::Get(o) => &o.key,
         Kind::Set(o) => &o.key,
+        Kind::SetIfEqual(o) => &o.set.as_ref()?.key,
         Kind::Del(o) => &o.key,
         Kind::Exists(o) => &o.key,
         Kind::Touch(o) => &o.key,

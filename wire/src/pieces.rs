@@ -107,7 +107,7 @@ const SET_OVERHEAD: usize = 80;
 pub fn op_len_bound(op: &Op) -> usize {
     match &op.kind {
         Some(op::Kind::Get(g)) => g.key.len() + GET_OVERHEAD,
-        Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + s.compare.len() + SET_OVERHEAD,
+        Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + SET_OVERHEAD,
         _ => op.encoded_len(),
     }
 }
@@ -353,7 +353,6 @@ mod tests {
                     condition: SetCondition::SetIfPresent as i32,
                     keep_ttl: true,
                     get: true,
-                    compare: key.clone(),
                 })),
             };
             assert!(op_len_bound(&set) >= set.encoded_len(), "SET of a {len}-byte key and value");

@@ -2,6 +2,7 @@
 //! `crate::commands`) and its result a wire reply. The one place where `proto` types meet the
 //! store's own.
 
+use bytes::Bytes;
 use shoal_wire::ops::{OpClass, class_of, key_of};
 use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
 
@@ -22,7 +23,11 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
         Kind::Get(o) if o.track != 0 => tracked_get(store, view, o),
         Kind::Get(o) if o.nil_if_not_string => value_or_nil(store.get(&o.key)),
         Kind::Get(o) => result_value(store.get_checked(&o.key)),
-        Kind::Set(o) => set(store, o),
+        Kind::Set(o) => set(store, o, None),
+        Kind::SetIfEqual(o) => match o.set {
+            Some(s) => set(store, s, Some(o.compare)),
+            None => error("ERR SET without its key"),
+        },
         Kind::Del(o) => int(store.del(&o.key)),
         Kind::Exists(o) => int(store.exists(&o.key)),
         Kind::Touch(o) => int(store.touch(&o.key)),
@@ -72,8 +77,8 @@ pub(super) fn apply_op(store: &Store, view: &NodeView, op: Op) -> Reply {
     }
 }
 
-/// SET with its condition, expiry and GET options.
-fn set(store: &Store, o: proto::Set) -> Reply {
+/// SET with its condition, expiry and GET options; `compare`: IFEQ's value.
+fn set(store: &Store, o: proto::Set, compare: Option<Bytes>) -> Reply {
     let expiry = match o.expiry {
         Some(e) => SetExpiry::At(absolute_ms(store, e)),
         None if o.keep_ttl => SetExpiry::Keep,
@@ -83,7 +88,7 @@ fn set(store: &Store, o: proto::Set) -> Reply {
         proto::SetCondition::SetAlways => SetCondition::Always,
         proto::SetCondition::SetIfAbsent => SetCondition::IfAbsent,
         proto::SetCondition::SetIfPresent => SetCondition::IfPresent,
-        proto::SetCondition::SetIfEqual => SetCondition::IfEqual(o.compare),
+        proto::SetCondition::SetIfEqual => SetCondition::IfEqual(compare.unwrap_or_default()),
     };
     match store.set(&o.key, &o.value, SetOptions { condition, expiry, get: o.get }) {
         Ok(out) if o.get => value_or_nil(out.old),

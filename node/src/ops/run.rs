@@ -100,7 +100,7 @@ pub(super) fn apply_seen(store: &Store, view: &NodeView, op: Op, write: bool) ->
 #[inline]
 pub(super) fn count_change(store: &Store, op: &Op) {
     if matches!(class_of(op), OpClass::Write | OpClass::Delete | OpClass::ReadModifyWrite)
-        && !matches!(op.kind, Some(Kind::Set(_)))
+        && !matches!(op.kind, Some(Kind::Set(_) | Kind::SetIfEqual(_)))
     {
         store.events.changes.count();
     }
@@ -113,7 +113,9 @@ pub(super) fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: boo
     }
     // A SET records its own change, value and all, under its shard lock (store/changes.rs).
     count_change(store, &op);
-    let log = write && store.events.changes.active() && !matches!(op.kind, Some(Kind::Set(_)));
+    let log = write
+        && store.events.changes.active()
+        && !matches!(op.kind, Some(Kind::Set(_) | Kind::SetIfEqual(_)));
     let written = (log || (write && store.watches.tracking.active())).then(|| owned_keys(&op));
     let reply = if count { apply(store, view, op) } else { apply_uncounted(store, view, op) };
     if let Some(keys) = written {

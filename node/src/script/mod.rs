@@ -18,7 +18,7 @@
 //! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
 //! - [`acl`]: the ACL check of each call against the rules of the user running the script
 //!   (carried by the `Script` op when restricted); the refusals go back with the reply
-//!   (`ScriptDenied`) for the router's ACL LOG.
+//!   (`ScriptReply`, with the commands it ran for INFO commandstats) for the router's ACL LOG.
 //! - [`table`]: the commands scripts may call (arity, flags, keys).
 //! - [`functions`]: FUNCTION LOAD/DELETE/FLUSH/LIST/DUMP/RESTORE/STATS and FCALL's libraries
 //!   (the code in a [`registry`] that [`shared`] holds, compiled in the script thread's VM).

@@ -451,13 +451,12 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
-    let mut reply = if outcome.denials.is_empty() {
+    let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() {
         frame(returned)
     } else {
-        let denied = proto::ScriptDenied { frame: Some(returned), denials: outcome.denials };
-        Reply { kind: Some(reply::Kind::ScriptDenied(Box::new(denied))), ..Default::default() }
+        let r = proto::ScriptReply { frame: Some(returned), denials: outcome.denials, calls: outcome.calls };
+        Reply { kind: Some(reply::Kind::Script(Box::new(r))), ..Default::default() }
     };
-    reply.script_calls = outcome.calls;
     (reply, outcome.written)
 }
 

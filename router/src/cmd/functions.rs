@@ -90,11 +90,11 @@ fn fcall(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
 fn admin(args: &Args) -> impl Fn() -> proto::Op + Send + Sync + 'static {
     let rest: Vec<Bytes> = args[1..].to_vec();
     move || {
-        op(Kind::ScriptAdmin(proto::ScriptAdmin {
+        op(Kind::ScriptAdmin(Box::new(proto::ScriptAdmin {
             action: Action::Function as i32,
             args: rest.clone(),
             ..Default::default()
-        }))
+        })))
     }
 }
 

@@ -134,12 +134,12 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
                 Err(e) => return unit_failed(e),
             };
         }
-        count_calls(&state, registry, &reply.script_calls);
         match reply.kind {
             Some(reply::Kind::Frame(f)) => from_frame(f),
-            Some(reply::Kind::ScriptDenied(d)) => {
-                super::acl::log_script_denials(&state, registry, &client, &user.name, &d.denials);
-                d.frame.map_or_else(|| super::unexpected(None), from_frame)
+            Some(reply::Kind::Script(s)) => {
+                count_calls(&state, registry, &s.calls);
+                super::acl::log_script_denials(&state, registry, &client, &user.name, &s.denials);
+                s.frame.map_or_else(|| super::unexpected(None), from_frame)
             }
             Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
             other => super::unexpected(other),
@@ -213,7 +213,12 @@ pub async fn gather_all(all: crate::backend::AllCall) -> Result<Vec<proto::Reply
 }
 
 fn admin(action: Action, body: Bytes, shas: Vec<String>) -> Op {
-    op(Kind::ScriptAdmin(proto::ScriptAdmin { action: action as i32, body, shas, ..Default::default() }))
+    op(Kind::ScriptAdmin(Box::new(proto::ScriptAdmin {
+        action: action as i32,
+        body,
+        shas,
+        ..Default::default()
+    })))
 }
 
 /// SCRIPT LOAD: compiled on every node (a script runs on the node of its keys, so every node
