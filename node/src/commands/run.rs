@@ -23,7 +23,7 @@ pub fn run_resp(store: &Store, args: &[Bytes], resp3: bool) -> Reply {
     };
     let mut out = Vec::with_capacity(64);
     frame::encode(&frame, resp3, &mut out);
-    Reply { kind: Some(reply::Kind::Resp(out.into())), error_kind: kind as i32, ..Default::default() }
+    Reply { kind: Some(reply::Kind::Resp(out.into())), error_kind: kind as i32 }
 }
 
 fn frame_reply(r: CmdResult) -> Reply {
@@ -31,7 +31,7 @@ fn frame_reply(r: CmdResult) -> Reply {
         Ok(f) => (f, ErrorKind::Other),
         Err(e) => (F::error(e.to_string()), e.kind()),
     };
-    Reply { kind: Some(reply::Kind::Frame(frame)), error_kind: kind as i32, ..Default::default() }
+    Reply { kind: Some(reply::Kind::Frame(frame)), error_kind: kind as i32 }
 }
 
 /// Runs a multi-key command whose keys live on several nodes: the router has fetched every key's
