@@ -133,6 +133,21 @@ pub struct CacheClusterSpec {
     /// runtime but only until a node restarts; set them here to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<Encoding>,
+    /// How routers answer CLUSTER: `off` (a standalone Redis, the default) or `emulated` (a
+    /// one-node Redis Cluster owning every slot, for cluster-mode clients such as redis-py's
+    /// RedisCluster, ioredis Cluster, go-redis ClusterClient, Jedis and Lettuce). Emulated
+    /// routers announce the routers' Service name, so those clients keep going through it.
+    #[serde(default)]
+    pub cluster_mode: ClusterMode,
+}
+
+/// Routers' `--cluster-mode`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterMode {
+    #[default]
+    Off,
+    Emulated,
 }
 
 fn default_routers() -> i32 {

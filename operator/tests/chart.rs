@@ -177,6 +177,7 @@ fn the_cluster_and_its_password() {
     );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
     assert!(cc["spec"].get("encoding").is_none(), "no thresholds set: the nodes' defaults");
+    assert_eq!(cc["spec"]["clusterMode"], "off", "standalone Redis unless asked");
     // Two Secrets: the cluster's password and the operator's key (cluster secrets derive from it).
     let password = |docs: &[Value]| {
         find(docs, "Secret").into_iter().find(|s| s["data"].get("password").is_some()).cloned().unwrap()
@@ -247,6 +248,10 @@ fn the_cluster_and_its_password() {
         serde_json::json!({"setMaxIntsetEntries": 4096, "zsetMaxListpackValue": 0}),
         "only the thresholds set, as numbers"
     );
+    let docs = render(&["--set", "cluster.clusterMode=emulated"]).unwrap().unwrap();
+    let spec: shoal_operator::crd::CacheClusterSpec =
+        serde_json::from_value(one(&docs, "CacheCluster")["spec"].clone()).unwrap();
+    assert_eq!(spec.cluster_mode, shoal_operator::crd::ClusterMode::Emulated, "the operator reads it");
     let docs = render(&["--set", "cluster.enabled=false"]).unwrap().unwrap();
     assert!(find(&docs, "CacheCluster").is_empty() && find(&docs, "Pod").is_empty());
 }
@@ -429,6 +434,7 @@ fn the_values_schema_refuses_bad_values() {
         (vec!["--set", "cluster.shardSpread.mode=Sometimes"], "/cluster/shardSpread/mode"),
         (vec!["--set", "cluster.shardSpread.zones=3"], "additional properties 'zones'"),
         (vec!["--set", "clutser.shards=3"], "additional properties 'clutser'"),
+        (vec!["--set", "cluster.clusterMode=on"], "/cluster/clusterMode"),
         (vec!["--set", "cluster.encoding.setMaxIntsetEntries=-1"], "/cluster/encoding/setMaxIntsetEntries"),
         (
             vec!["--set", "cluster.encoding.hashMaxListpackValue=64b"],

@@ -262,6 +262,22 @@ pub struct RouterArgs {
           default_value_t = crate::state::DebugCommand::No)]
     pub enable_debug_command: crate::state::DebugCommand,
 
+    /// Answer CLUSTER SLOTS/SHARDS/NODES/INFO ... as a one-node Redis Cluster whose node is this
+    /// router and owns every slot (`emulated`), so that cluster-mode clients (redis-py
+    /// RedisCluster, ioredis Cluster, go-redis ClusterClient, Jedis, Lettuce) connect and send
+    /// everything here; `off` (default): a standalone Redis, as before.
+    #[arg(long, env = "SHOAL_CLUSTER_MODE", value_enum, default_value_t = crate::state::ClusterMode::Off)]
+    pub cluster_mode: crate::state::ClusterMode,
+
+    /// The host (IP or name) the emulated cluster tells clients to connect to (default: the
+    /// address each client reached, e.g. a Service's; set it behind NAT or a load balancer).
+    #[arg(long, env = "SHOAL_CLUSTER_ANNOUNCE_HOST")]
+    pub cluster_announce_host: Option<String>,
+
+    /// The port the emulated cluster tells clients to connect to (default: the one each reached).
+    #[arg(long, env = "SHOAL_CLUSTER_ANNOUNCE_PORT")]
+    pub cluster_announce_port: Option<u16>,
+
     /// Replicas per embedded shard (0: none). With replicas, the router also runs the failover
     /// writer for its embedded nodes: a replica follows its primary, WAIT counts it, and
     /// SHOAL FAILOVER hands a shard over to it without losing a write.

@@ -269,6 +269,12 @@ fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
         near_cache: args.near_cache as usize,
         near_cache_lease: Duration::from_millis(args.near_cache_lease_ms),
         enable_debug_command: args.enable_debug_command,
+        cluster: crate::state::ClusterSettings {
+            mode: args.cluster_mode,
+            announce_host: args.cluster_announce_host.clone(),
+            announce_port: args.cluster_announce_port,
+            ..Default::default()
+        },
     }
 }
 

@@ -58,6 +58,58 @@ pub struct Settings {
     pub near_cache_lease: Duration,
     /// `--enable-debug-command`: who may run DEBUG.
     pub enable_debug_command: DebugCommand,
+    /// `--cluster-mode` and what the emulated cluster announces (`cmd/cluster.rs`).
+    pub cluster: ClusterSettings,
+}
+
+/// `--cluster-mode`: whether the router answers CLUSTER as a one-node Redis Cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ClusterMode {
+    /// Redis standalone: CLUSTER and ASKING answer "cluster support disabled".
+    #[default]
+    Off,
+    /// A one-node cluster (this router, every slot), for cluster-mode clients.
+    Emulated,
+}
+
+/// The emulated cluster's node: this router.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    pub mode: ClusterMode,
+    /// `--cluster-announce-host/-port`: the address clients are told (default: the one each
+    /// client reached).
+    pub announce_host: Option<String>,
+    pub announce_port: Option<u16>,
+    /// This router's node id (40 hex digits, new at each start).
+    pub id: String,
+}
+
+/// A node id for this router process: 40 hex digits, as Redis's, random per start (Redis keeps
+/// its id in nodes.conf; a router keeps nothing, and clients only compare ids within one answer).
+pub fn new_node_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let state = std::collections::hash_map::RandomState::new();
+    let word = |i: u64| {
+        let mut h = state.build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+        );
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    (0..3).map(|i| format!("{:016x}", word(i))).collect::<String>()[..40].to_string()
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            mode: ClusterMode::Off,
+            announce_host: None,
+            announce_port: None,
+            id: new_node_id(),
+        }
+    }
 }
 
 /// `--enable-debug-command` (Redis's `enable-debug-command`): who may run DEBUG's subcommands.
@@ -109,6 +161,7 @@ impl Default for Settings {
             near_cache: 0,
             near_cache_lease: crate::nearcache::DEFAULT_LEASE,
             enable_debug_command: DebugCommand::No,
+            cluster: ClusterSettings::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
     SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 
 use super::labels::{Component, labels, meta, selector};
 use super::names::{ROUTER_HTTP_PORT, ROUTER_HTTPS_PORT, ROUTER_RESP_PORT, ROUTER_TLS_PORT, router_name};
@@ -15,7 +16,7 @@ use super::pod::{
     topology_volume,
 };
 use super::secret::cluster_secret_env;
-use crate::crd::CacheCluster;
+use crate::crd::{CacheCluster, ClusterMode};
 
 /// Where a router finds its TLS Secret and its ACL file.
 pub const ROUTER_TLS_DIR: &str = "/etc/shoal/tls";
@@ -183,6 +184,19 @@ pub(super) fn router_listeners(cc: &CacheCluster) -> Listeners {
             ..Default::default()
         });
     }
+    if s.cluster_mode == ClusterMode::Emulated {
+        // Cluster clients connect where CLUSTER SLOTS points them: the Service, not a pod.
+        let port = if plaintext { ROUTER_RESP_PORT } else { ROUTER_TLS_PORT };
+        let service = format!("{}.{}.svc", cc.name_any(), cc.namespace().unwrap_or_default());
+        args.extend([
+            "--cluster-mode".into(),
+            "emulated".into(),
+            "--cluster-announce-host".into(),
+            service,
+            "--cluster-announce-port".into(),
+            port.to_string(),
+        ]);
+    }
     args.extend(["--log-format".into(), "json".into()]);
     Listeners { args, ports, mounts, volumes }
 }
@@ -257,6 +271,7 @@ mod tests {
         assert!(mounts.iter().all(|m| m.sub_path.is_none() && m.read_only == Some(true)));
         let svc: Vec<i32> = router_service(&cc).spec.unwrap().ports.unwrap().iter().map(|p| p.port).collect();
         assert_eq!(svc, ports, "the Service exposes every listener");
+        assert!(!args.contains("--cluster-mode"), "standalone unless asked: {args}");
 
         // TLS only: plaintext RESP and the API are off; 8080 serves metrics and probes only.
         let cc = cluster(serde_json::json!({"shards": 1,
@@ -287,5 +302,25 @@ mod tests {
         let np = router_network_policy(&plain).spec.unwrap();
         assert_eq!(np.ingress.as_ref().unwrap().len(), 1);
         assert!(np.ingress.unwrap()[0].from.is_none());
+    }
+
+    #[test]
+    fn emulated_cluster_routers_announce_the_service() {
+        let args = |cc: &CacheCluster| {
+            let d = router_deployment(cc);
+            pod_spec(&d.spec.unwrap().template).containers[0].args.clone().unwrap().join(" ")
+        };
+        let cc = cluster(serde_json::json!({"shards": 2, "clusterMode": "emulated"}));
+        assert!(
+            args(&cc).contains(
+                "--cluster-mode emulated --cluster-announce-host demo.shop.svc --cluster-announce-port 6379"
+            ),
+            "{}",
+            args(&cc)
+        );
+        // TLS only: cluster clients are sent to the TLS port.
+        let cc = cluster(serde_json::json!({"shards": 2, "clusterMode": "emulated",
+            "tls": {"secretName": "demo-tls", "plaintext": false}}));
+        assert!(args(&cc).contains("--cluster-announce-port 6380"), "{}", args(&cc));
     }
 }

@@ -58,6 +58,11 @@ impl Routing {
         (self.table.node_of(slot), self.table.moving_from(slot))
     }
 
+    /// The position of the node that owns `slot` (a slot moving counts as its new owner's).
+    pub fn node_of_slot(&self, slot: u16) -> usize {
+        self.table.node_of(slot)
+    }
+
     /// The one node position that owns every one of `keys` by the table (a slot moving counts as
     /// its new owner's; no keys: the first node); `None` when they are spread (where a unit or a
     /// blocking command answers CROSSSLOT).

@@ -10,7 +10,7 @@ use super::spec::*;
 use super::{Args, Ctx, Pending};
 use crate::backend::Routing;
 use crate::resp::Reply;
-use crate::state::RouterState;
+use crate::state::{ClusterMode, RouterState};
 
 pub const INFO: CommandSpec = CommandSpec { decl: &redis::INFO, run: info, ..CommandSpec::DEFAULT };
 
@@ -101,7 +101,10 @@ impl Gathered {
             "modules" => {}
             // Clients see one server, not a cluster (the router does the routing): as Redis
             // without cluster mode answers, which is what clients and test harnesses check.
-            "cluster" => field("cluster_enabled", "0".into()),
+            "cluster" => {
+                let on = self.state.settings.cluster.mode == ClusterMode::Emulated;
+                field("cluster_enabled", if on { "1" } else { "0" }.into())
+            }
             "commandstats" => self.commandstats(field),
             "latencystats" => self.latencystats(field),
             "keyspace" => self.keyspace(field),
@@ -114,7 +117,11 @@ impl Gathered {
     fn server(&self, field: &mut dyn FnMut(&str, String)) {
         field("redis_version", REDIS_COMPAT_VERSION.into());
         field("shoal_version", env!("CARGO_PKG_VERSION").into());
-        field("redis_mode", "standalone".into());
+        let mode = match self.state.settings.cluster.mode {
+            ClusterMode::Off => "standalone",
+            ClusterMode::Emulated => "cluster",
+        };
+        field("redis_mode", mode.into());
         field("os", format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
         field("arch_bits", (usize::BITS).to_string());
         field("process_id", std::process::id().to_string());

@@ -21,6 +21,7 @@ mod blocking;
 mod call;
 mod client;
 mod clients;
+mod cluster;
 mod command;
 mod config;
 mod connection;

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 
 use super::spec::{CommandSpec, Registry};
 use super::{
-    acl, bits, blocking, client, command, config, connection, debug, del, expire, functions, geo, get, getex,
-    hash, hll, incr, info, keys, latency, lists, memory, mget, mset, multi, object, persistence, pubsub,
-    scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
+    acl, bits, blocking, client, cluster, command, config, connection, debug, del, expire, functions, geo,
+    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, mset, multi, object, persistence,
+    pubsub, scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -21,6 +21,8 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &connection::SELECT,
     &connection::READONLY,
     &connection::READWRITE,
+    &cluster::ASKING,
+    &cluster::CLUSTER,
     &connection::QUIT,
     &connection::RESET,
     &client::CLIENT,
