@@ -133,7 +133,7 @@ pub struct CacheClusterSpec {
     /// runtime but only until a node restarts; set them here to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<Encoding>,
-    /// How routers answer CLUSTER: `off` (a standalone Redis, the default) or `emulated` (a
+    /// How routers answer CLUSTER: `standalone` (a standalone Redis, the default) or `emulated` (a
     /// one-node Redis Cluster owning every slot, for cluster-mode clients such as redis-py's
     /// RedisCluster, ioredis Cluster, go-redis ClusterClient, Jedis and Lettuce). Emulated
     /// routers announce the routers' Service name, so those clients keep going through it.
@@ -141,12 +141,12 @@ pub struct CacheClusterSpec {
     pub cluster_mode: ClusterMode,
 }
 
-/// Routers' `--cluster-mode`.
+/// Routers' `--cluster-mode` (`off` there; not here, where YAML would read `off` as false).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMode {
     #[default]
-    Off,
+    Standalone,
     Emulated,
 }
 

@@ -177,7 +177,7 @@ fn the_cluster_and_its_password() {
     );
     assert_eq!(cc["spec"]["image"], "ghcr.io/shoal-dev/shoal:0.1.0", "the chart's appVersion");
     assert!(cc["spec"].get("encoding").is_none(), "no thresholds set: the nodes' defaults");
-    assert_eq!(cc["spec"]["clusterMode"], "off", "standalone Redis unless asked");
+    assert_eq!(cc["spec"]["clusterMode"], "standalone", "standalone Redis unless asked");
     // Two Secrets: the cluster's password and the operator's key (cluster secrets derive from it).
     let password = |docs: &[Value]| {
         find(docs, "Secret").into_iter().find(|s| s["data"].get("password").is_some()).cloned().unwrap()
