@@ -1,7 +1,7 @@
 //! `--cluster-mode emulated`: CLUSTER's replies beside a one-node redis-server 7.0.15 running in
 //! cluster mode (ids, addresses and ports masked, everything else byte for byte, RESP2 and
-//! RESP3), Redis's standalone errors with the mode off, and redis-py's `RedisCluster` working
-//! through a 3-node Shoal.
+//! RESP3), Redis's standalone errors with the mode off, and redis-py's `RedisCluster` and
+//! Lettuce's `RedisClusterClient` working through a 3-node Shoal.
 
 mod support;
 
@@ -237,5 +237,19 @@ async fn redis_py_cluster_client_works() {
     // The keys went to every one of Shoal's nodes.
     let per_node: Vec<usize> = router.node_states().await.iter().map(|n| n.store.len()).collect();
     assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
+    router.shutdown().await;
+}
+
+/// Lettuce's `RedisClusterClient` against `--cluster-mode emulated`: it reads the topology from
+/// CLUSTER NODES, finds one master of every slot at the router, and keys of every slot,
+/// multi-key commands it splits by slot and a pipeline work (`tests/java/LettuceClusterCheck.java`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lettuce_cluster_client_works() {
+    let (_classes, classpath) = support::java::compile_lettuce_check("LettuceClusterCheck").await;
+    let router = support::router(&["--embedded-nodes", "3", "--cluster-mode", "emulated"]).await;
+    let port = [router.resp_addr().port().to_string()];
+    let (ok, out) =
+        support::java::run_java(&classpath, "LettuceClusterCheck", &port, Duration::from_secs(180)).await;
+    assert!(ok, "Lettuce cluster checks failed:\n{out}");
     router.shutdown().await;
 }

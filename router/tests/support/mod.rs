@@ -5,6 +5,7 @@
 
 pub mod faults;
 pub mod history;
+pub mod java;
 pub mod procs;
 pub mod pubsub;
 pub mod workload;
