@@ -330,3 +330,33 @@ async fn info_keyspace_averages_the_ttls_of_every_node() {
     assert_eq!(names.last().map(String::as_str), Some("fragmentation.bytes"));
     router.shutdown().await;
 }
+
+/// A pipelined round's replies are counted as runs (one recording per run of one command's
+/// answers that came together): the counts stay exact, failures apart, over lanes and a
+/// command that fails in the middle of a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_commands_count_exactly_in_the_command_stats() {
+    let router = support::cluster().await;
+    let mut c = support::Raw::connect(router.resp_addr()).await;
+    c.cmd(&["HSET", "stats:h", "f", "v"]).await;
+    let mut round = Vec::new();
+    for i in 0..300 {
+        round.extend(support::encode(&[b"SET", format!("k{i}").as_bytes(), b"v"]));
+    }
+    for i in 0..200 {
+        let key = if i == 100 { "stats:h".to_string() } else { format!("k{i}") };
+        round.extend(support::encode(&[b"GET", key.as_bytes()]));
+    }
+    c.send(&round).await;
+    for _ in 0..500 {
+        c.reply().await.expect("a reply for every request");
+    }
+    let info = String::from_utf8_lossy(&c.cmd(&["INFO", "commandstats"]).await).into_owned();
+    let line =
+        |name: &str| info.lines().find(|l| l.starts_with(&format!("cmdstat_{name}:"))).unwrap().to_string();
+    assert!(line("set").starts_with("cmdstat_set:calls=300,"), "{info}");
+    assert!(line("set").ends_with(",rejected_calls=0,failed_calls=0"), "{info}");
+    assert!(line("get").starts_with("cmdstat_get:calls=200,"), "{info}");
+    assert!(line("get").ends_with(",rejected_calls=0,failed_calls=1"), "{info}");
+    router.shutdown().await;
+}

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use crate::cmd::{self, CommandSpec, Pending};
 use crate::guard::{self, Ended, Guard};
-use crate::pipeline::record::{self, Timing};
+use crate::pipeline::record::{self, Runs, Timing};
 use crate::pipeline::{Pipeline, Step};
 use crate::resp::{Out, Protocol, Reply, RequestParser};
 use crate::session::Session;
@@ -193,10 +193,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     }
 
     /// Takes up every complete request in the read buffer (up to the round's limit): each goes
-    /// down the pipeline; their replies are awaited afterwards, in order.
+    /// down the pipeline; their replies are awaited afterwards, in order. The requests of one
+    /// buffer are taken up at one time (one clock read, as on the fast path), so a pipelined run
+    /// of one command's replies is counted once (`record::Runs`).
     fn take_up(&mut self) -> TakenUp {
         let mut taken = TakenUp::default();
         let limit = self.round_limit();
+        let taken_at = Instant::now();
         while self.pending.len() < limit {
             let limits = self.guard.state.settings.limits(self.session.authenticated);
             let (step, args) = match self.held.take() {
@@ -212,8 +215,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                     Ok(Some(args)) => {
                         let at = self.pending.len();
                         let step =
-                            self.pipeline
-                                .take(&mut self.session, &args, None, Instant::now(), |_, _| Some(at));
+                            self.pipeline.take(&mut self.session, &args, None, taken_at, |_, _| Some(at));
                         (step, args)
                     }
                     Ok(None) => return taken,
@@ -272,6 +274,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     /// close.
     async fn answer(&mut self) -> bool {
         self.reply_size = 0;
+        // Replies in hand together (a lane's, those ready at take-up) are timed by one clock read
+        // and counted as runs; the clock is read again after anything that waited.
+        let mut runs = Runs::default();
+        let mut known_at: Option<Instant> = None;
         for i in 0..self.pending.len() {
             if self.pending[i].reply.is_none() {
                 // The first request of the next lane: all of its replies are in together.
@@ -279,20 +285,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 for (at, reply) in call.wait().await {
                     self.pending[at].reply = Some(Pending::Ready(reply));
                 }
+                known_at = None;
             }
             let reply = match self.pending[i].reply.take().expect("filled above") {
-                Pending::Blocking(wait, on_unblock) => match self.blocked(wait, on_unblock).await {
-                    Some(reply) => reply,
-                    // Gone, killed or shutting down: dropping the wait withdraws it.
-                    None => return false,
-                },
-                other => other.resolve().await,
+                Pending::Ready(reply) => reply,
+                Pending::Blocking(wait, on_unblock) => {
+                    known_at = None;
+                    match self.blocked(wait, on_unblock).await {
+                        Some(reply) => reply,
+                        // Gone, killed or shutting down: dropping the wait withdraws it.
+                        None => {
+                            runs.end(self.guard.state);
+                            return false;
+                        }
+                    }
+                }
+                other => {
+                    known_at = None;
+                    other.resolve().await
+                }
             };
+            let now = *known_at.get_or_insert_with(Instant::now);
             let request = &mut self.pending[i];
             let args = std::mem::take(&mut request.args);
             let timing = Timing { started: request.started, slot: request.slot, failed: reply.is_error() };
             let (protocol, written) = (request.protocol, request.written);
-            record::answered(self.guard.state, &self.session, timing, &args);
+            record::answered_in(&mut runs, self.guard.state, &self.session, timing, now, &args);
             let before = self.output.len();
             if written || reply.is_push() {
                 reply.encode(protocol, &mut self.output);
@@ -305,12 +323,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 record::hot_command(&self.guard.state.hotkeys, spec, &args, bytes);
             }
             if !self.guard.output_ok(self.output.len(), &self.session) {
+                runs.end(self.guard.state);
                 return false;
             }
             if self.output.len() >= WRITE_AT && !self.flush().await {
+                runs.end(self.guard.state);
                 return false;
             }
         }
+        runs.end(self.guard.state);
         self.pending.clear();
         self.output.is_empty() || self.flush().await
     }

@@ -50,11 +50,29 @@ fn is_fast(slot: usize) -> bool {
 /// A request answered now, with its arguments at hand (RESP, HTTP): timed, counted, and written
 /// to the slow log if it took long enough.
 pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[Bytes]) {
-    let took = timing.started.elapsed();
-    state.metrics.command_seconds.observe(took.as_secs_f64());
-    if let Some(slot) = timing.slot {
-        state.stats.record(slot, took, timing.failed);
-        state.latency.command(took, || is_fast(slot), || state.clock.now_ms());
+    let now = Instant::now();
+    timing.record(state, now);
+    slow_log(state, session, timing, now, args);
+}
+
+/// [`answered`] for a request whose reply came at `now` with others' (a lane's, or a round's
+/// replies ready together): its counters join `runs`, its slow log entry is written now.
+#[inline]
+pub fn answered_in(
+    runs: &mut Runs,
+    state: &RouterState,
+    session: &Session,
+    t: Timing,
+    now: Instant,
+    args: &[Bytes],
+) {
+    runs.add(state, now, t);
+    slow_log(state, session, t, now, args);
+}
+
+fn slow_log(state: &RouterState, session: &Session, timing: Timing, now: Instant, args: &[Bytes]) {
+    if timing.slot.is_some() {
+        let took = now.saturating_duration_since(timing.started);
         state.stats.maybe_log(took, args, || {
             let name = session.name().map(|n| String::from_utf8_lossy(&n).into_owned());
             (state.clock.now_ms() / 1000, session.peer.to_string(), name.unwrap_or_default())
@@ -95,26 +113,28 @@ impl Untimed {
 /// lane's requests were taken up together, so a pipelined run of one command shares its start,
 /// command and outcome) cost one recording, not one each (six atomic adds per recording were
 /// about 5% of a fast-path request).
+/// A run is answers of the same timing answered at the same instant.
 #[derive(Debug, Default)]
-pub struct Runs(Option<(Timing, u64)>);
+pub struct Runs(Option<(Timing, Instant, u64)>);
 
 impl Runs {
     #[inline]
     pub fn add(&mut self, state: &RouterState, now: Instant, timing: Timing) {
         match &mut self.0 {
-            Some((last, n)) if *last == timing => *n += 1,
+            Some((last, at, n)) if *last == timing && *at == now => *n += 1,
             run => {
-                if let Some((last, n)) = run.replace((timing, 1)) {
-                    last.record_n(state, now, n);
+                if let Some((last, at, n)) = run.replace((timing, now, 1)) {
+                    last.record_n(state, at, n);
                 }
             }
         }
     }
 
+    /// Records the run in progress.
     #[inline]
-    pub fn end(self, state: &RouterState, now: Instant) {
-        if let Some((last, n)) = self.0 {
-            last.record_n(state, now, n);
+    pub fn end(&mut self, state: &RouterState) {
+        if let Some((last, at, n)) = self.0.take() {
+            last.record_n(state, at, n);
         }
     }
 }

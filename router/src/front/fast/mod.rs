@@ -480,7 +480,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let now = Instant::now();
         let mut runs = Runs::default();
         done.each(|meta, reply| runs.add(state, now, answer(state, out, meta, reply)));
-        runs.end(state, now);
+        runs.end(state);
         self.guard.output_ok(self.out.len(), &self.session)
     }
 
