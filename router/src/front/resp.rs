@@ -277,6 +277,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         // Replies in hand together (a lane's, those ready at take-up) are timed by one clock read
         // and counted as runs; the clock is read again after anything that waited.
         let mut runs = Runs::default();
+        let answered = self.answer_each(&mut runs).await;
+        runs.end(self.guard.state);
+        if !answered {
+            return false;
+        }
+        self.pending.clear();
+        self.output.is_empty() || self.flush().await
+    }
+
+    /// [`Self::answer`]'s loop over the round's requests; false: close.
+    async fn answer_each(&mut self, runs: &mut Runs) -> bool {
         let mut known_at: Option<Instant> = None;
         for i in 0..self.pending.len() {
             if self.pending[i].reply.is_none() {
@@ -291,13 +302,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 Pending::Ready(reply) => reply,
                 Pending::Blocking(wait, on_unblock) => {
                     known_at = None;
+                    // Counted before a wait that may be long, so INFO shows them meanwhile.
+                    runs.end(self.guard.state);
                     match self.blocked(wait, on_unblock).await {
                         Some(reply) => reply,
                         // Gone, killed or shutting down: dropping the wait withdraws it.
-                        None => {
-                            runs.end(self.guard.state);
-                            return false;
-                        }
+                        None => return false,
                     }
                 }
                 other => {
@@ -310,7 +320,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             let args = std::mem::take(&mut request.args);
             let timing = Timing { started: request.started, slot: request.slot, failed: reply.is_error() };
             let (protocol, written) = (request.protocol, request.written);
-            record::answered_in(&mut runs, self.guard.state, &self.session, timing, now, &args);
+            record::answered_in(runs, self.guard.state, &self.session, timing, now, &args);
             let before = self.output.len();
             if written || reply.is_push() {
                 reply.encode(protocol, &mut self.output);
@@ -323,17 +333,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 record::hot_command(&self.guard.state.hotkeys, spec, &args, bytes);
             }
             if !self.guard.output_ok(self.output.len(), &self.session) {
-                runs.end(self.guard.state);
                 return false;
             }
             if self.output.len() >= WRITE_AT && !self.flush().await {
-                runs.end(self.guard.state);
                 return false;
             }
         }
-        runs.end(self.guard.state);
-        self.pending.clear();
-        self.output.is_empty() || self.flush().await
+        true
     }
 
     async fn flush(&mut self) -> bool {
