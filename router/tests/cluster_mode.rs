@@ -1,7 +1,8 @@
 //! `--cluster-mode emulated`: CLUSTER's replies beside a one-node redis-server 7.0.15 running in
 //! cluster mode (ids, addresses and ports masked, everything else byte for byte, RESP2 and
-//! RESP3), Redis's standalone errors with the mode off, and redis-py's `RedisCluster` and
-//! Lettuce's `RedisClusterClient` working through a 3-node Shoal.
+//! RESP3), Redis's standalone errors with the mode off, and the cluster clients redis-py
+//! `RedisCluster`, Lettuce `RedisClusterClient`, go-redis `ClusterClient` and ioredis `Cluster`
+//! working through a 3-node Shoal.
 
 mod support;
 
@@ -245,11 +246,41 @@ async fn redis_py_cluster_client_works() {
 /// multi-key commands it splits by slot and a pipeline work (`tests/java/LettuceClusterCheck.java`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lettuce_cluster_client_works() {
-    let (_classes, classpath) = support::java::compile_lettuce_check("LettuceClusterCheck").await;
+    let (_classes, classpath) = support::clients::compile_lettuce_check("LettuceClusterCheck").await;
     let router = support::router(&["--embedded-nodes", "3", "--cluster-mode", "emulated"]).await;
     let port = [router.resp_addr().port().to_string()];
     let (ok, out) =
-        support::java::run_java(&classpath, "LettuceClusterCheck", &port, Duration::from_secs(180)).await;
+        support::clients::run_java(&classpath, "LettuceClusterCheck", &port, Duration::from_secs(180)).await;
     assert!(ok, "Lettuce cluster checks failed:\n{out}");
+    router.shutdown().await;
+}
+
+/// go-redis's `ClusterClient` against `--cluster-mode emulated` (RESP2 and RESP3;
+/// `tests/go/clusterclient`): the topology from CLUSTER SLOTS, keys of every slot, a pipeline it
+/// groups by node, MULTI/EXEC and WATCH on one slot, the per-master helpers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_redis_cluster_client_works() {
+    let router = support::router(&["--embedded-nodes", "3", "--cluster-mode", "emulated"]).await;
+    let mut check = support::clients::goredis_cluster_check();
+    check.arg(router.resp_addr().port().to_string());
+    let (ok, out) = support::clients::run_check(check, Duration::from_secs(120)).await;
+    assert!(ok, "go-redis cluster checks failed:\n{out}");
+    let per_node: Vec<usize> = router.node_states().await.iter().map(|n| n.store.len()).collect();
+    assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
+    router.shutdown().await;
+}
+
+/// ioredis's `Cluster` against `--cluster-mode emulated` (`tests/node/ioredis_cluster.js`):
+/// the topology from CLUSTER SLOTS, keys of every slot, a pipeline, MULTI/EXEC and EVAL on one
+/// slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ioredis_cluster_client_works() {
+    let router = support::router(&["--embedded-nodes", "3", "--cluster-mode", "emulated"]).await;
+    let mut check = support::clients::node_check("ioredis_cluster.js");
+    check.arg(router.resp_addr().port().to_string());
+    let (ok, out) = support::clients::run_check(check, Duration::from_secs(120)).await;
+    assert!(ok, "ioredis cluster checks failed:\n{out}");
+    let per_node: Vec<usize> = router.node_states().await.iter().map(|n| n.store.len()).collect();
+    assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
     router.shutdown().await;
 }

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::java::{compile_lettuce_check, run_java};
+use support::clients::{compile_lettuce_check, run_java};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lettuce_client_and_its_client_side_cache_work_through_two_routers() {

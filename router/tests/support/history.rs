@@ -273,10 +273,7 @@ pub async fn read(c: &mut Conn, process: usize, key: &str, lists: bool, rec: &Re
 
 /// The `shoal-checker` binary: on PATH, else in the tools cache (`.ci/tools/install checker`).
 pub fn checker() -> PathBuf {
-    let cache = std::env::var("SHOAL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/shoal"));
-    let in_cache = cache.join("bin/shoal-checker");
+    let in_cache = super::clients::tools_cache().join("bin/shoal-checker");
     if in_cache.exists() {
         return in_cache;
     }

@@ -3,9 +3,9 @@
 //! redis-server as an oracle.
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod faults;
 pub mod history;
-pub mod java;
 pub mod procs;
 pub mod pubsub;
 pub mod workload;
