@@ -105,6 +105,7 @@ impl Node for NodeService {
             &self.state.membership.view(),
             version,
             op.clone(),
+            req.watch,
             tx,
         ) {
             Ok(reply) => return Ok(Response::new(reply)),

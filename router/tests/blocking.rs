@@ -230,6 +230,145 @@ async fn wake_ups_match_redis() {
     router.shutdown().await;
 }
 
+/// Pops over keys of several nodes (`a`, `b`, `c` hash to slots 15495, 3300 and 7365: one on
+/// each of the cluster's three nodes) answer as Redis's: the first key in argument order that
+/// holds something serves, a push to any of them wakes the client, WRONGTYPE, timeouts, COUNT,
+/// sorted sets and CLIENT UNBLOCK. (One client blocks at a time here: which of two clients
+/// blocked over several nodes gets an element is not Redis's first-come order, see
+/// `backend/block.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pops_over_keys_of_several_nodes_match_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let scenarios: &[&[Step]] = &[
+        &[(1, "BLPOP a b c 0"), (0, "RPUSH c x y"), (9, ""), (0, "LRANGE c 0 -1")],
+        &[(1, "BRPOP a b c 0"), (0, "LPUSH a v"), (9, ""), (0, "EXISTS a")],
+        // Something there already: the first key in argument order serves.
+        &[
+            (0, "RPUSH b 1"),
+            (0, "RPUSH c 2"),
+            (0, "BLPOP a c b 0"),
+            (0, "BLPOP a b c 0"),
+            (0, "BLPOP a c b 0.1"),
+        ],
+        // A key of another type: WRONGTYPE at once if it is met first; while waiting it serves
+        // nobody and the client waits on.
+        &[(0, "SET b s"), (0, "BLPOP a b c 0"), (0, "RPUSH c 1"), (0, "BLPOP c b 0")],
+        &[(1, "BRPOP a b 0"), (0, "SET a str"), (7, ""), (0, "RPUSH b v"), (9, ""), (0, "TYPE a")],
+        // Timeouts.
+        &[(0, "BRPOP a b c 0.2"), (0, "BZPOPMIN a b 0.1"), (0, "BLMPOP 0.1 2 a b LEFT")],
+        // Sorted sets.
+        &[(1, "BZPOPMIN a b c 0"), (0, "ZADD b 2 y 1 x"), (9, ""), (0, "ZRANGE b 0 -1")],
+        &[(0, "ZADD c 5 m 4 n"), (0, "BZPOPMAX a b c 0"), (0, "BZPOPMAX a b c 0")],
+        &[(1, "BZMPOP 0 2 a c MIN COUNT 5"), (0, "ZADD c 1 p 2 q"), (9, ""), (0, "EXISTS c")],
+        // BLMPOP's COUNT and direction.
+        &[(1, "BLMPOP 0 3 a b c RIGHT COUNT 2"), (0, "RPUSH c p q r"), (9, ""), (0, "LRANGE c 0 -1")],
+        &[(0, "RPUSH a 1 2 3"), (0, "BLMPOP 0 3 c b a LEFT COUNT 5")],
+        // CLIENT UNBLOCK ends the wait as a timeout, or with an error.
+        &[(1, "BLPOP a b c 0"), (0, "CLIENT UNBLOCK {id1}"), (9, ""), (0, "RPUSH b e"), (0, "LLEN b")],
+        &[(1, "BZPOPMIN a b 0"), (0, "CLIENT UNBLOCK {id1} ERROR"), (9, "")],
+        // Commands pipelined behind the blocked one wait for it, in order.
+        &[(1, "BLPOP a b 0"), (1, "GET c"), (0, "SET c v"), (0, "RPUSH a e"), (9, ""), (9, "")],
+    ];
+    for resp3 in [false, true] {
+        for (n, steps) in scenarios.iter().enumerate() {
+            let want = run_against(redis_addr, steps, resp3).await;
+            let got = run_against(router.resp_addr(), steps, resp3).await;
+            assert_eq!(want.len(), got.len());
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    String::from_utf8_lossy(g),
+                    String::from_utf8_lossy(w),
+                    "scenario {n} (resp3: {resp3}), reply {i}: {steps:?}"
+                );
+            }
+        }
+    }
+    // The keys did land on three nodes (else this tested one node's pops).
+    let mut c = Raw::connect(router.resp_addr()).await;
+    c.cmd(&["FLUSHALL"]).await;
+    c.cmd(&["RPUSH", "a", "1"]).await;
+    c.cmd(&["RPUSH", "b", "1"]).await;
+    c.cmd(&["RPUSH", "c", "1"]).await;
+    let per_node: Vec<usize> = router.node_states().await.iter().map(|n| n.store.len()).collect();
+    assert_eq!(per_node, vec![1, 1, 1]);
+    router.shutdown().await;
+}
+
+/// Sidekiq's and Celery's shape: consumers BRPOP over every queue at once, queues spread over
+/// the nodes (no hashtags), producers on another router: every job is consumed exactly once,
+/// and every consumer is woken by pushes to any of the queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_blocked_over_queues_of_several_nodes_take_each_job_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let a = support::router(&["--nodes", &list]).await;
+    let b = support::router(&["--nodes", &list]).await;
+    const JOBS: usize = 2000;
+    let queues: Vec<String> = (0..5).map(|q| format!("queue:{q}")).collect();
+    let mut consumers = Vec::new();
+    for i in 0..8 {
+        let addr = if i % 2 == 0 { a.resp_addr() } else { b.resp_addr() };
+        let queues = queues.clone();
+        consumers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut got = Vec::new();
+            let start = Instant::now();
+            let mut cmd: Vec<&str> = vec!["BRPOP"];
+            cmd.extend(queues.iter().map(String::as_str));
+            cmd.push("1");
+            // Until every queue stays empty for a second (the producers are done by then).
+            while start.elapsed() < Duration::from_secs(60) {
+                let r = c.cmd(&cmd).await;
+                if r == b"*-1\r\n" {
+                    break;
+                }
+                let s = String::from_utf8(r).unwrap();
+                let mut lines = s.lines();
+                let queue = lines.nth(2).expect("[queue, job]").to_string();
+                let job = lines.nth(1).expect("[queue, job]").to_string();
+                assert!(job.ends_with(&format!("@{queue}")), "{job} came from {queue}");
+                got.push(job);
+            }
+            got
+        }));
+    }
+    // The consumers block before the first job.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut producers = Vec::new();
+    for p in 0..2 {
+        let addr = if p == 0 { a.resp_addr() } else { b.resp_addr() };
+        let queues = queues.clone();
+        producers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for j in (p..JOBS).step_by(2) {
+                let q = &queues[j % queues.len()];
+                assert_eq!(c.cmd(&["LPUSH", q, &format!("job{j}@{q}")]).await[0], b':');
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    let mut busy = 0;
+    for c in consumers {
+        let jobs = c.await.unwrap();
+        busy += usize::from(!jobs.is_empty());
+        for job in jobs {
+            assert!(seen.insert(job.clone()), "{job} consumed twice");
+        }
+    }
+    assert_eq!(seen.len(), JOBS, "every job consumed once");
+    assert!(busy >= 4, "only {busy} of 8 consumers were ever served");
+    // The queues are spread: their slots fall in at least two of the three nodes' even ranges.
+    let thirds: HashSet<u16> =
+        queues.iter().map(|q| shoal_wire::key_slot(q.as_bytes()) * 3 / 16384).collect();
+    assert!(thirds.len() >= 2, "the queues all hash to one node");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 /// Producers push jobs through one router, consumers BRPOP them through another (both in front of
 /// the same three node processes): every job is consumed exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,9 @@ struct Parked {
     op: Op,
     /// The topology version the router routed by.
     version: u64,
+    /// Only watching (a pop over keys of several nodes): answered with the ready key's name,
+    /// the command not run (the router pops with an ordinary call).
+    watch: bool,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -32,18 +35,31 @@ fn unparked(w: Waiter) -> Parked {
 }
 
 /// What a `Block` call does first, under the gate (`_shared`, taken by the caller, which may not
-/// wait for it on its thread) and the registry lock: the command's attempt; `Ok(reply)` if it
-/// found something (or failed, or the slot is not served here), else the waiter is queued and its
-/// id returned.
+/// wait for it on its thread) and the registry lock: the command's attempt (a watch's: whether
+/// a key is ready); `Ok(reply)` if it found something (or failed, or the slot is not served
+/// here), else the waiter is queued and its id returned.
 pub fn block_or_queue(
     store: &Store,
     _shared: parking_lot::RwLockReadGuard<'_, ()>,
     view: &NodeView,
     version: u64,
     op: Op,
+    watch: bool,
     reply: oneshot::Sender<Reply>,
 ) -> Result<Reply, u64> {
     let mut locked = store.blocked.lock();
+    if watch {
+        if let Err(v) = check(view, version, &op) {
+            return Ok(moved(v));
+        }
+        let keys = owned_keys(&op);
+        if let Some(key) = keys.iter().find(|k| waits_for_type_of(store, &op, k)) {
+            return Ok(ready_answer(key));
+        }
+        return Err(locked
+            .queues
+            .register(Waiter { keys, parked: Box::new(Parked { op, version, watch, reply }) }));
+    }
     let op = pin_dollar(store, op);
     let first = attempt_blocked(store, view, version, &op);
     if !found_nothing(&first) {
@@ -55,7 +71,13 @@ pub fn block_or_queue(
         return Ok(first);
     }
     let keys = owned_keys(&op);
-    Err(locked.queues.register(Waiter { keys, parked: Box::new(Parked { op, version, reply }) }))
+    Err(locked.queues.register(Waiter { keys, parked: Box::new(Parked { op, version, watch, reply }) }))
+}
+
+/// A watch's answer: `key` holds what its command pops from.
+fn ready_answer(key: &bytes::Bytes) -> Reply {
+    let frame = shoal_wire::proto::Frame { kind: Some(shoal_wire::proto::frame::Kind::Bulk(key.clone())) };
+    Reply { kind: Some(reply::Kind::Frame(frame)), ..Default::default() }
 }
 
 /// Withdraws waiter `id` (timeout, moved slot, cancelled call); false if it was served first.
@@ -82,6 +104,17 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
     while let Some(key) = ready.pop_front() {
         for id in locked.queues.waiting_on(&key) {
             let Some(w) = locked.queues.get(id).map(parked) else { continue };
+            if w.watch {
+                // A watch takes nothing: it is told, and those behind it are served as if it
+                // were not there (were they held back for it, a watcher whose router went away
+                // would leave them waiting beside a ready key).
+                if !waits_for_type_of(store, &w.op, &key) {
+                    continue;
+                }
+                let w = unparked(locked.queues.remove(id).expect("a registered waiter"));
+                let _ = w.reply.send(ready_answer(&key));
+                continue;
+            }
             let mut reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
             let stream = is_stream_read(&w.op);
             if stream && is_group_read(&w.op) && store.type_of(&key) != "stream" {

@@ -105,8 +105,15 @@ fn a_blocked_command_counts_once_in_the_slot_stats() {
     store.slot_traffic.set_enabled(true);
     let slot = shoal_wire::key_slot(b"list");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    let queued =
-        block_or_queue(&store, store.gate.read(), &view, 0, command(&["BLPOP", "list", "0"], "list"), tx);
+    let queued = block_or_queue(
+        &store,
+        store.gate.read(),
+        &view,
+        0,
+        command(&["BLPOP", "list", "0"], "list"),
+        false,
+        tx,
+    );
     assert!(queued.is_err(), "nothing to pop: it waits");
     assert_eq!(store.slot_traffic.get(slot).writes, 0, "waiting is not a command run");
     // The push serves the waiter (apply serves blocked clients after a write): one push,
@@ -130,7 +137,7 @@ fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_elem
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let wait = command(&["BRPOPLPUSH", "{s}src", "{s}dst", "0"], &["{s}src", "{s}dst"]);
     assert!(
-        block_or_queue(&store, store.gate.read(), &view, 0, wait, tx).is_err(),
+        block_or_queue(&store, store.gate.read(), &view, 0, wait, false, tx).is_err(),
         "nothing to pop: it waits"
     );
     // Another string at a key the waiter waits on serves nobody; then src gets an element.
@@ -150,6 +157,55 @@ fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_elem
         Some(reply::Kind::Frame(f)) => assert_eq!(int(f), Some(1), "the element is still in src"),
         other => panic!("LLEN answered {other:?}"),
     }
+}
+
+/// A watch (a pop over keys of several nodes waits on each node this way) takes nothing: a push
+/// tells it which key is ready, leaves the element, and a client blocked behind it is served as
+/// if the watch were not there; a key of another type tells it nothing; a key that is ready when
+/// the watch arrives answers at once.
+#[test]
+fn a_watch_is_told_of_a_ready_key_and_takes_nothing() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    let command = |args: &[&str], keys: &[&str]| {
+        op(Kind::Command(Box::new(proto::Command {
+            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+            keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
+            ..Default::default()
+        })))
+    };
+    let bulk = |r: &proto::Reply| match &r.kind {
+        Some(reply::Kind::Frame(proto::Frame { kind: Some(proto::frame::Kind::Bulk(b)) })) => b.clone(),
+        other => panic!("not a bulk string: {other:?}"),
+    };
+    let watch = || command(&["BLPOP", "{w}a", "{w}b", "0"], &["{w}a", "{w}b"]);
+    let (watch_tx, mut watched) = tokio::sync::oneshot::channel();
+    assert!(
+        block_or_queue(&store, store.gate.read(), &view, 0, watch(), true, watch_tx).is_err(),
+        "nothing ready"
+    );
+    let (pop_tx, mut popped) = tokio::sync::oneshot::channel();
+    let pop = command(&["BLPOP", "{w}b", "0"], &["{w}b"]);
+    assert!(block_or_queue(&store, store.gate.read(), &view, 0, pop, false, pop_tx).is_err());
+    // A string tells a list's watch nothing.
+    apply_batch(&store, &view, 0, vec![set("{w}a", "s", None)]);
+    assert!(watched.try_recv().is_err(), "a string is not ready for BLPOP");
+    apply_batch(&store, &view, 0, vec![command(&["RPUSH", "{w}b", "x"], &["{w}b"])]);
+    assert_eq!(bulk(&watched.try_recv().expect("told")), "{w}b");
+    // The client behind the watch popped the element; the watch took nothing.
+    let served = popped.try_recv().expect("the client behind the watch was served");
+    assert!(format!("{served:?}").contains(r#"Bulk(b"x")"#), "{served:?}");
+    // Ready when the watch arrives: answered at once with the key.
+    apply_batch(&store, &view, 0, vec![command(&["RPUSH", "{w}b", "y"], &["{w}b"])]);
+    let (tx, _rx) = tokio::sync::oneshot::channel();
+    let at_once = block_or_queue(&store, store.gate.read(), &view, 0, watch(), true, tx).expect("ready");
+    assert_eq!(bulk(&at_once), "{w}b");
+    let len = apply_batch(&store, &view, 0, vec![command(&["LLEN", "{w}b"], &["{w}b"])]);
+    assert!(
+        matches!(&len[0].kind, Some(reply::Kind::Frame(f)) if f.kind == Some(proto::frame::Kind::Int(1))),
+        "{len:?}"
+    );
+    assert_eq!(store.blocked.len(), 0, "nobody waits");
 }
 
 #[test]

@@ -9,6 +9,11 @@
 //! keeps reading: a client that disconnects cancels the call, which withdraws it from the node's
 //! queue. Inside MULTI/EXEC a blocking command does not block: it runs its attempt once, as in
 //! Redis.
+//!
+//! A pop (BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP) over keys of several nodes waits
+//! on all of them (`Backend::pop_spread`): the command is cut into its one-key attempts and each
+//! node's share to watch ([`over_keys`]). The moves (BLMOVE, BRPOPLPUSH) and stream reads need
+//! their keys on one node.
 
 use std::time::Duration;
 
@@ -121,8 +126,22 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
     let until =
         (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
     let settle = ctx.state.settings.deadline;
+    let spread_pop = over_keys(args, &keys[..1]).is_some().then(|| (args.to_vec(), op.no_touch));
     let wait = Box::pin(async move {
-        match backend.block(routing, keys, op, until, settle).await {
+        let spread_keys = spread_pop.as_ref().map(|_| keys.clone());
+        let mut blocked = backend.block(routing, keys, op, until, settle).await;
+        if let (true, Some((args, no_touch)), Some(keys)) =
+            (matches!(blocked, Err(AtomicError::Spread)), spread_pop, spread_keys)
+        {
+            let cut = move |keys: &[Bytes]| {
+                let args = over_keys(&args, keys).expect("a pop");
+                let command = proto::Command { args, keys: keys.to_vec(), ..Default::default() };
+                proto::Op { no_touch, ..super::op(Kind::Command(Box::new(command))) }
+            };
+            let attempt = |key: &Bytes| cut(std::slice::from_ref(key));
+            blocked = backend.pop_spread(keys, attempt, &cut, until, settle).await;
+        }
+        match blocked {
             Ok(Unblocked::Reply(r)) => from_node(r),
             Ok(Unblocked::TimedOut) => Reply::NilArray,
             Err(AtomicError::Spread) => Reply::error(super::CROSSSLOT),
@@ -130,6 +149,30 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
         }
     });
     Pending::Blocking(wait, Reply::NilArray)
+}
+
+/// A pop's arguments with `keys` in place of its keys (BLPOP a b c 0 over [c]: BLPOP c 0); `None`
+/// for the commands that are not pops over any of their keys.
+fn over_keys(args: &[Bytes], keys: &[Bytes]) -> Option<Vec<Bytes>> {
+    let name = args[0].to_ascii_lowercase();
+    match &name[..] {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
+            let mut out = Vec::with_capacity(keys.len() + 2);
+            out.push(args[0].clone());
+            out.extend_from_slice(keys);
+            out.push(args[args.len() - 1].clone());
+            Some(out)
+        }
+        // BLMPOP timeout numkeys key ... LEFT|RIGHT [COUNT n] (numkeys checked by `layout`).
+        b"blmpop" | b"bzmpop" => {
+            let n = shoal_wire::num::parse_i64(&args[2])? as usize;
+            let mut out = vec![args[0].clone(), args[1].clone(), Bytes::from(keys.len().to_string())];
+            out.extend_from_slice(keys);
+            out.extend_from_slice(args.get(3 + n..)?);
+            Some(out)
+        }
+        _ => None,
+    }
 }
 
 /// `WAIT numreplicas timeout`: how many replicas have every write this connection made. Each
