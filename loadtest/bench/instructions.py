@@ -10,8 +10,9 @@ no substitute for rates: cache misses, syscalls' kernel time and waiting are not
 Each build runs as a router with 3 embedded nodes on one worker thread (`--threads 1`) under
 `valgrind --tool=callgrind`, once plain and once with `--near-cache 64mb`; for each part the
 counters are zeroed (`callgrind_control --zero`), the requests sent, and the counters dumped:
-the part's instructions over its requests. The parts: RESP SET/GET at P=1 and P=16, LPUSH and
-HSET at P=16 (redis-benchmark, one connection, -r 1000 -d 32), and the binary fast path's
+the part's instructions over its requests. The parts: RESP SET/GET at P=1 and P=16, LPUSH, LPOP
+(of what LPUSH left), LRANGE_100 (redis-benchmark first fills its list with as many LPUSHes, which
+count in the part) and HSET at P=16 (redis-benchmark, one connection, -r 1000 -d 32), and the binary fast path's
 SET/GET at P=256 and near-cache hits (shoal-bench, 4 connections, keys written first). Keys and
 values are the same for both builds.
 """
@@ -28,7 +29,9 @@ KEYS = 1000
 # shoal-bench (test, pipeline); "near" runs on the router with the near cache.
 PARTS = [("SET P=1", "plain", ("resp", "set", 1)), ("GET P=1", "plain", ("resp", "get", 1)),
          ("SET P=16", "plain", ("resp", "set", 16)), ("GET P=16", "plain", ("resp", "get", 16)),
-         ("LPUSH P=16", "plain", ("resp", "lpush", 16)), ("HSET P=16", "plain", ("resp", "hset", 16)),
+         ("LPUSH P=16", "plain", ("resp", "lpush", 16)), ("LPOP P=16", "plain", ("resp", "lpop", 16)),
+         ("LRANGE_100 P=16 (with its LPUSH fill)", "plain", ("resp", "lrange_100", 16)),
+         ("HSET P=16", "plain", ("resp", "hset", 16)),
          ("fast SET P=256", "plain", ("fast", "set", 256)), ("fast GET P=256", "plain", ("fast", "get", 256)),
          ("near-cache hits (fast GET P=256)", "near", ("fast", "get", 256))]
 

@@ -63,11 +63,12 @@ def bench(port, test, pipeline, requests):
     sys.exit(f"[bench] redis-benchmark printed no {test} row: {out!r}")
 
 
-def node_cluster(node_bin, router_bin, replicas, extra=(), name=None, roles=None):
+def node_cluster(node_bin, router_bin, replicas, extra=(), name=None, roles=None, router_extra=()):
     """A topology file, 3 shard primaries (+ a replica each, and the failover writer) and a router,
     as separate processes; returns the router's RESP port once every shard is served (and, with
     replicas, every replica has synced: WAIT 1 answers 1). `extra` flags go to every process (e.g.
-    node-link TLS). `roles`, if given, is filled with each role's pids (ROLES)."""
+    node-link TLS), `router_extra` to the router only (e.g. its Unix socket). `roles`, if given, is
+    filled with each role's pids (ROLES)."""
     pids = {role: [] for role in ROLES}
     import json
     ports = [common.free_port() for _ in range(3)]
@@ -96,7 +97,7 @@ def node_cluster(node_bin, router_bin, replicas, extra=(), name=None, roles=None
     resp, http = common.free_port(), common.free_port()
     pids["router"].append(common.start(
         f"{name}-router", [str(router_bin), "--topology-file", str(path), "--threads", "1",
-                           "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}", *extra],
+                           "--resp", f"127.0.0.1:{resp}", "--http", f"127.0.0.1:{http}", *extra, *router_extra],
         cpus=common.SERVER_CPUS).pid)
     if roles is not None:
         roles.update(pids)
