@@ -196,6 +196,11 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_HTTP_MAX_BODY", default_value = "64mb", value_parser = parse_memory)]
     pub http_max_body: u64,
 
+    /// Close a RESP client idle this many seconds between requests (Redis's `timeout`; CONFIG SET
+    /// timeout changes it at run time). Pub/sub clients and blocked clients are exempt. 0: never.
+    #[arg(long, env = "SHOAL_TIMEOUT", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=2_147_483_647))]
+    pub timeout: u64,
+
     /// With a password set, a RESP client that has not authenticated within this many ms is
     /// disconnected (with an error line). 0: no limit.
     #[arg(long, env = "SHOAL_AUTH_TIMEOUT_MS", default_value_t = 10_000)]

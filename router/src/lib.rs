@@ -259,6 +259,7 @@ fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
         auth_timeout: args.auth_timeout(),
         http_body_timeout: args.http_body_timeout(),
         tls_handshake_timeout: args.tls.handshake_timeout(),
+        idle_timeout_secs: args.timeout,
         request_buffer_budget: args.request_buffer_budget.resolve(shoal_telemetry::runtime::memory_limit()),
         tcp_port: addrs.resp.or(addrs.tls).map_or(0, |a| a.port()),
         read_from: args.read_from,

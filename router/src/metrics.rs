@@ -1,5 +1,7 @@
 //! The router's own counters (the `/metrics` page that shows them is [`crate::scrape`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use shoal_telemetry::metrics::{Counter, Histogram, LATENCY_BUCKETS};
 
 #[derive(Debug)]
@@ -25,6 +27,39 @@ pub struct RouterMetrics {
     pub fast_connections: Counter,
     pub fast_requests: Counter,
     pub fast_errors: Counter,
+    /// Where INFO's counters start from: their values at the last CONFIG RESETSTAT (Prometheus's
+    /// counters above never go back, as a scraper expects).
+    pub info_base: InfoBase,
+}
+
+/// INFO's `total_commands_processed`, `total_connections_received` and `rejected_connections`
+/// count from the last CONFIG RESETSTAT, as Redis's do.
+#[derive(Debug, Default)]
+pub struct InfoBase {
+    commands: AtomicU64,
+    connections: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl RouterMetrics {
+    /// CONFIG RESETSTAT: INFO's counters start again from zero.
+    pub fn reset_info(&self) {
+        let b = &self.info_base;
+        b.commands.store(self.commands.get(), Ordering::Relaxed);
+        b.connections.store(self.connections.get(), Ordering::Relaxed);
+        b.rejected.store(self.rejected_connections.get(), Ordering::Relaxed);
+    }
+
+    /// INFO's (commands processed, connections received, rejected connections).
+    pub fn info_counts(&self) -> (u64, u64, u64) {
+        let b = &self.info_base;
+        let since = |c: &Counter, base: &AtomicU64| c.get().saturating_sub(base.load(Ordering::Relaxed));
+        (
+            since(&self.commands, &b.commands),
+            since(&self.connections, &b.connections),
+            since(&self.rejected_connections, &b.rejected),
+        )
+    }
 }
 
 impl Default for RouterMetrics {
@@ -44,6 +79,7 @@ impl Default for RouterMetrics {
             fast_connections: Counter::default(),
             fast_requests: Counter::default(),
             fast_errors: Counter::default(),
+            info_base: InfoBase::default(),
         }
     }
 }

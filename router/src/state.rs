@@ -40,6 +40,8 @@ pub struct Settings {
     pub http_body_timeout: Option<Duration>,
     /// A TLS client must complete its handshake within this long (a pre-authentication limit).
     pub tls_handshake_timeout: Duration,
+    /// `--timeout`: the idle-client timeout at start, in seconds (0: none).
+    pub idle_timeout_secs: u64,
     /// Process-wide cap on buffered request bytes (see [`BufferBudget`]); `usize::MAX`: none.
     pub request_buffer_budget: usize,
     /// The RESP TCP port, for INFO.
@@ -151,6 +153,7 @@ impl Default for Settings {
             auth_timeout: Some(Duration::from_secs(10)),
             http_body_timeout: Some(Duration::from_secs(30)),
             tls_handshake_timeout: Duration::from_secs(5),
+            idle_timeout_secs: 0,
             request_buffer_budget: 1 << 30,
             tcp_port: 6379,
             read_from: ReadFrom::Primary,
@@ -355,6 +358,11 @@ pub struct RouterState {
     pub hotkeys: crate::hotkeys::HotKeys,
     /// The near cache (`--near-cache`; `None`: off).
     pub near: Option<Arc<crate::nearcache::NearCache>>,
+    /// Redis's `timeout` (`--timeout`, CONFIG SET): seconds a RESP client may sit idle between
+    /// requests before it is closed; 0 (the default): never. Pub/sub clients and clients in a
+    /// blocking command are exempt, as in Redis. A change applies to each connection from its
+    /// next request on (one relaxed load per read; Redis's cron looks at every client instead).
+    pub idle_timeout_secs: AtomicU64,
 }
 
 impl RouterState {
@@ -391,8 +399,17 @@ impl RouterState {
             accepted_config: parking_lot::Mutex::default(),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
+            idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
             settings,
         })
+    }
+
+    /// When a client idle from now on is to be closed (`timeout`), or `None`.
+    pub fn idle_deadline(&self) -> Option<tokio::time::Instant> {
+        match self.idle_timeout_secs.load(Ordering::Relaxed) {
+            0 => None,
+            secs => tokio::time::Instant::now().checked_add(std::time::Duration::from_secs(secs)),
+        }
     }
 
     pub fn next_client_id(&self) -> u64 {

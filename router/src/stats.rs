@@ -76,6 +76,9 @@ pub const DEFAULT_SLOWLOG_LEN: usize = 128;
 #[derive(Debug)]
 pub struct CommandStats {
     counters: Vec<Counters>,
+    /// Error replies by error code (INFO errorstats), and all of them (`total_error_replies`).
+    errors: Mutex<std::collections::BTreeMap<Vec<u8>, u64>>,
+    error_replies: AtomicU64,
     /// `slowlog-log-slower-than` in µs (negative: off; 0: every command).
     pub slower_than_us: AtomicI64,
     pub slowlog_max_len: AtomicUsize,
@@ -103,12 +106,17 @@ impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
             counters: (0..SLOTS).map(|_| Counters::default()).collect(),
+            errors: Mutex::default(),
+            error_replies: AtomicU64::new(0),
             slower_than_us: AtomicI64::new(DEFAULT_SLOWER_THAN_US),
             slowlog_max_len: AtomicUsize::new(DEFAULT_SLOWLOG_LEN),
             slowlog: Mutex::new(SlowLog::default()),
         }
     }
 }
+
+/// Different error codes INFO errorstats keeps (Redis's ERRORSTATS_LIMIT).
+const ERROR_CODES: usize = 128;
 
 /// At most this many arguments, each cut to this many bytes, are kept per slow-log entry (as
 /// Redis does: SLOWLOG_ENTRY_MAX_ARGC, SLOWLOG_ENTRY_MAX_STRING).
@@ -202,8 +210,36 @@ impl CommandStats {
             .collect()
     }
 
+    /// An error reply with this code (its first word) went to a client. As Redis, at most
+    /// [`ERROR_CODES`] different codes are kept (a flood of made-up codes cannot grow the table);
+    /// every error counts in the total.
+    pub fn count_error(&self, code: &[u8]) {
+        self.error_replies.fetch_add(1, Ordering::Relaxed);
+        let mut errors = self.errors.lock();
+        let room = errors.len() < ERROR_CODES;
+        match errors.get_mut(code) {
+            Some(n) => *n += 1,
+            None if room => {
+                errors.insert(code.to_vec(), 1);
+            }
+            None => {}
+        }
+    }
+
+    /// INFO errorstats: (code, count), codes in byte order (Redis's rax order).
+    pub fn errors(&self) -> Vec<(Vec<u8>, u64)> {
+        self.errors.lock().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// INFO's `total_error_replies`.
+    pub fn error_replies(&self) -> u64 {
+        self.error_replies.load(Ordering::Relaxed)
+    }
+
     /// CONFIG RESETSTAT.
     pub fn reset(&self) {
+        self.errors.lock().clear();
+        self.error_replies.store(0, Ordering::Relaxed);
         for c in &self.counters {
             c.calls.store(0, Ordering::Relaxed);
             c.usec.store(0, Ordering::Relaxed);

@@ -27,8 +27,7 @@ async fn commandstats_slowlog_and_config() {
     );
     let default: String = redis::cmd("INFO").query_async(&mut con).await.unwrap();
     assert!(!default.contains("# Commandstats"), "not a default section, as in Redis");
-    // Redis 7.0's sections in its order (redis-server 7.0.15 prints Errorstats too, which the
-    // router does not count yet; docs/compatibility.md), then Shoal's own.
+    // Redis 7.0's sections in its order, then Shoal's own.
     let titles = |text: &str| {
         text.lines().filter_map(|l| l.strip_prefix("# ")).map(str::to_string).collect::<Vec<_>>()
     };
@@ -41,13 +40,15 @@ async fn commandstats_slowlog_and_config() {
         "Replication",
         "CPU",
         "Modules",
+        "Errorstats",
         "Cluster",
         "Keyspace",
     ];
     assert_eq!(titles(&default), [&redis_default[..], &["Shoal"]].concat());
     assert!(default.contains("\r\ncluster_enabled:0\r\n"), "redis-py's test suite reads it: {default}");
     let every = ["Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules"];
-    let every = [&every[..], &["Commandstats", "Latencystats", "Cluster", "Keyspace", "Shoal"]].concat();
+    let every =
+        [&every[..], &["Commandstats", "Errorstats", "Latencystats", "Cluster", "Keyspace", "Shoal"]].concat();
     assert_eq!(titles(&all), every);
     let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut con).await.unwrap();
     let seconds = |name: &str| -> f64 {
@@ -358,5 +359,143 @@ async fn pipelined_commands_count_exactly_in_the_command_stats() {
     assert!(line("set").ends_with(",rejected_calls=0,failed_calls=0"), "{info}");
     assert!(line("get").starts_with("cmdstat_get:calls=200,"), "{info}");
     assert!(line("get").ends_with(",rejected_calls=0,failed_calls=1"), "{info}");
+    router.shutdown().await;
+}
+
+/// SCAN over a keyspace smaller than COUNT answers it whole with cursor 0 in one call, as one
+/// Redis does (a node that is done hands over to the next within the call; redis-py's tests
+/// count on it), and a scan by COUNT 1 still returns every key once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_of_a_small_keyspace_answers_it_whole_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut c = support::Raw::connect(addr).await;
+        // a, b and c live on three nodes.
+        for k in ["a", "b", "c"] {
+            c.cmd(&["SET", k, "1"]).await;
+        }
+        let reply = String::from_utf8(c.cmd(&["SCAN", "0"]).await).unwrap();
+        let mut lines: Vec<&str> = reply.lines().collect();
+        assert_eq!(&lines[..3], ["*2", "$1", "0"], "{addr}: {reply}");
+        lines.drain(..4);
+        let mut keys: Vec<&str> = lines.into_iter().filter(|l| !l.starts_with('$')).collect();
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c"], "{addr}");
+        // COUNT 1 over 30 keys: every key once, however many calls it takes.
+        for i in 0..30 {
+            c.cmd(&["SET", &format!("many:{i}"), "1"]).await;
+        }
+        let (mut cursor, mut seen, mut calls) = ("0".to_string(), Vec::new(), 0);
+        loop {
+            let reply =
+                String::from_utf8(c.cmd(&["SCAN", &cursor, "MATCH", "many:*", "COUNT", "1"]).await).unwrap();
+            let lines: Vec<&str> = reply.lines().collect();
+            cursor = lines[2].to_string();
+            seen.extend(lines[4..].iter().filter(|l| !l.starts_with('$')).map(|l| l.to_string()));
+            calls += 1;
+            if cursor == "0" || calls > 1000 {
+                break;
+            }
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 30, "{addr}: {seen:?}");
+    }
+    router.shutdown().await;
+}
+
+/// CONFIG RESETSTAT starts INFO's command and connection counts again, as Redis's does: the
+/// numbers right after it are Redis's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_resetstat_resets_the_info_counters_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut got = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut c = support::Raw::connect(addr).await;
+        for _ in 0..20 {
+            c.cmd(&["PING"]).await;
+        }
+        drop(support::Raw::connect(addr).await);
+        c.cmd(&["CONFIG", "RESETSTAT"]).await;
+        let info = String::from_utf8(c.cmd(&["INFO", "stats"]).await).unwrap();
+        let field = |name: &str| {
+            info.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).unwrap_or("missing").to_string()
+        };
+        got.push((
+            field("total_commands_processed"),
+            field("total_connections_received"),
+            field("rejected_connections"),
+        ));
+    }
+    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    router.shutdown().await;
+}
+
+/// `timeout` (CONFIG SET): a client idle that long is closed, as by Redis; a subscribed client
+/// and one that keeps sending are not; 0 turns it off again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_are_closed_after_the_timeout() {
+    let router = support::cluster().await;
+    let mut admin = support::Raw::connect(router.resp_addr()).await;
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "timeout", "1"]).await, b"+OK\r\n");
+    // (A change applies to a connection from its next request: these start after it.)
+    let mut idle = support::Raw::connect(router.resp_addr()).await;
+    let mut idle_after_a_command = support::Raw::connect(router.resp_addr()).await;
+    idle_after_a_command.cmd(&["SET", "k", "v"]).await;
+    let mut busy = support::Raw::connect(router.resp_addr()).await;
+    let mut subscriber = support::Raw::connect(router.resp_addr()).await;
+    subscriber.cmd(&["SUBSCRIBE", "news"]).await;
+    for _ in 0..12 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert_eq!(busy.cmd(&["PING"]).await, b"+PONG\r\n", "a client that keeps sending stays");
+        admin.cmd(&["PING"]).await;
+    }
+    // Three seconds on: the idle client was closed (Redis checks about once a second).
+    assert_eq!(idle.reply().await, None, "the idle client was closed");
+    assert_eq!(idle_after_a_command.reply().await, None, "idle since its last command: closed");
+    assert_eq!(subscriber.cmd(&["PING"]).await, b"*2\r\n$4\r\npong\r\n$0\r\n\r\n", "a subscriber stays");
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "timeout", "0"]).await, b"+OK\r\n");
+    let mut later = support::Raw::connect(router.resp_addr()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(later.cmd(&["PING"]).await, b"+PONG\r\n", "timeout 0: never closed");
+    router.shutdown().await;
+}
+
+/// INFO errorstats and `total_error_replies` count error replies by their code, as Redis's do:
+/// an unknown command, arity, WRONGTYPE from a node, a script's own code, NOSCRIPT, EXECABORT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errorstats_count_error_replies_by_code_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut got = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut c = support::Raw::connect(addr).await;
+        c.cmd(&["CONFIG", "RESETSTAT"]).await;
+        c.cmd(&["SET", "s", "v"]).await;
+        for cmd in [
+            &["NOSUCHCOMMAND"][..],
+            &["GET"],
+            &["LPUSH", "s", "x"],
+            &["HGET", "s", "f"],
+            &["EVAL", "return redis.error_reply('MYCODE something')", "0"],
+            &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+            &["INCR", "s"],
+        ] {
+            assert_eq!(c.cmd(cmd).await[0], b'-', "{cmd:?} on {addr}");
+        }
+        c.cmd(&["MULTI"]).await;
+        c.cmd(&["NOSUCHCOMMAND"]).await;
+        c.cmd(&["EXEC"]).await;
+        let info = String::from_utf8(c.cmd(&["INFO", "errorstats"]).await).unwrap();
+        let lines: Vec<String> =
+            info.lines().filter(|l| l.starts_with("errorstat_")).map(String::from).collect();
+        let stats = String::from_utf8(c.cmd(&["INFO", "stats"]).await).unwrap();
+        let total = stats.lines().find(|l| l.starts_with("total_error_replies:")).map(String::from);
+        got.push((lines, total));
+    }
+    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert!(!got[0].0.is_empty());
     router.shutdown().await;
 }

@@ -62,6 +62,8 @@ enum Param {
     OutputLimit,
     /// `tracking-table-max-keys`: CLIENT TRACKING's table in this router (crate::pubsub::tracking).
     TrackingMaxKeys,
+    /// `timeout`: this router closes RESP clients idle for that many seconds (0: never).
+    IdleTimeout,
     /// Mutable in Redis, without effect in Shoal: checked as Redis checks it, kept by this router
     /// and shown back (a harness that sets `save ""` or `appendonly no` before its tests, as
     /// Valkey's does, must not be refused). What each means here is in docs/compatibility.md.
@@ -128,7 +130,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("port", Param::Port),
     ("enable-debug-command", Param::DebugCommand),
     ("databases", Param::Fixed("1")),
-    ("timeout", Param::Fixed("0")),
+    ("timeout", Param::IdleTimeout),
     ("save", Param::Accepted("", Accepts::SavePoints)),
     ("appendonly", Param::Accepted("no", Accepts::YesNo)),
     // Shoal frees values where it removes them (no background freeing): accepted, kept, shown.
@@ -218,6 +220,9 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                     Param::OutputLimit => output_limits(&state),
                     Param::TrackingMaxKeys => state.pubsub.tracking.max_keys().to_string(),
+                    Param::IdleTimeout => {
+                        state.idle_timeout_secs.load(std::sync::atomic::Ordering::Relaxed).to_string()
+                    }
                     Param::Accepted(default, _) => {
                         state.accepted_config.lock().get(name).cloned().unwrap_or_else(|| default.to_string())
                     }
@@ -329,6 +334,11 @@ impl Parsed {
                     }
                 }
                 Param::Node(s) => s.parse_into(value, &mut parsed.change).map_err(|why| failed(name, why))?,
+                // Redis's `timeout`: an int config from 0 to INT_MAX.
+                Param::IdleTimeout => {
+                    let secs = Accepts::Count.check(value).map_err(|why| failed(name, &why))?;
+                    parsed.local.push((p, secs.parse().expect("checked")));
+                }
                 Param::Accepted(_, accepts) => {
                     parsed.accepted.push((name, accepts.check(value).map_err(|why| failed(name, &why))?));
                 }
@@ -367,6 +377,7 @@ impl Parsed {
             match p {
                 Param::SlowerThan => state.stats.slower_than_us.store(n, Ordering::Relaxed),
                 Param::TrackingMaxKeys => state.pubsub.tracking.set_max_keys(n as u64),
+                Param::IdleTimeout => state.idle_timeout_secs.store(n as u64, Ordering::Relaxed),
                 _ => {
                     state.stats.slowlog_max_len.store(n as usize, Ordering::Relaxed);
                     state.stats.slowlog_trim();
@@ -421,10 +432,11 @@ fn parse_output_limits(value: &[u8]) -> Result<Vec<(Class, u64, u64, u64)>, &'st
     Ok(out)
 }
 
-/// The router's statistics (commandstats, latency, hot keys) and every node's slot traffic
-/// counters (SHOAL SLOT-STATS) start again from zero.
+/// The router's statistics (commandstats, latency, hot keys, INFO's command and connection
+/// counts) and every node's slot traffic counters (SHOAL SLOT-STATS) start again from zero.
 pub fn resetstat(_args: &Args, ctx: &mut Ctx) -> Pending {
     ctx.state.stats.reset();
+    ctx.state.metrics.reset_info();
     ctx.state.hotkeys.reset();
     let calls = ctx.call_all(super::slotstats::reset_op);
     Pending::later(async move {

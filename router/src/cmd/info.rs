@@ -27,6 +27,7 @@ const ALL_SECTIONS: &[&str] = &[
     "cpu",
     "modules",
     "commandstats",
+    "errorstats",
     "latencystats",
     "cluster",
     "keyspace",
@@ -106,6 +107,12 @@ impl Gathered {
                 field("cluster_enabled", if on { "1" } else { "0" }.into())
             }
             "commandstats" => self.commandstats(field),
+            // Error replies by code (this router's), as Redis counts them.
+            "errorstats" => {
+                for (code, count) in self.state.stats.errors() {
+                    field(&format!("errorstat_{}", String::from_utf8_lossy(&code)), format!("count={count}"));
+                }
+            }
             "latencystats" => self.latencystats(field),
             "keyspace" => self.keyspace(field),
             "shoal" => self.shoal(field),
@@ -179,9 +186,10 @@ impl Gathered {
 
     /// Counters: the router's, and the nodes' summed.
     fn stats(&self, field: &mut dyn FnMut(&str, String)) {
-        field("total_connections_received", self.state.metrics.connections.get().to_string());
-        field("total_commands_processed", self.state.metrics.commands.get().to_string());
-        field("rejected_connections", self.state.metrics.rejected_connections.get().to_string());
+        let (commands, connections, rejected) = self.state.metrics.info_counts();
+        field("total_connections_received", connections.to_string());
+        field("total_commands_processed", commands.to_string());
+        field("rejected_connections", rejected.to_string());
         field("expired_keys", self.sum(|n| n.expired_keys).to_string());
         field("evicted_keys", self.sum(|n| n.evicted_keys).to_string());
         field("keyspace_hits", self.sum(|n| n.keyspace_hits).to_string());
@@ -191,6 +199,7 @@ impl Gathered {
         field("pubsub_channels", first(|n| n.pubsub_channels));
         field("pubsub_patterns", first(|n| n.pubsub_patterns));
         field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
+        field("total_error_replies", self.state.stats.error_replies().to_string());
     }
 
     /// To clients the router is one master; its replicas are every shard's.

@@ -41,6 +41,7 @@ mod latency;
 mod lists;
 mod memory;
 mod mget;
+mod module;
 mod mset;
 mod multi;
 pub mod near;

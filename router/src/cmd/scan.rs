@@ -1,8 +1,8 @@
 //! SCAN across every node.
 //!
 //! The client's cursor holds the node position in its low 10 bits and that node's own cursor
-//! above them. A node reports 0 when it is done; the router then moves to the next node, and
-//! returns 0 after the last one. Between topology changes the Redis guarantee holds: a key present
+//! above them. A node reports 0 when it is done; the router then moves to the next node (in the
+//! same call while fewer than COUNT keys were found), and returns 0 after the last one. Between topology changes the Redis guarantee holds: a key present
 //! for the whole scan is returned at least once.
 
 use bytes::Bytes;
@@ -45,34 +45,43 @@ pub fn scan(args: &Args, ctx: &mut Ctx) -> Pending {
         i += 2;
     }
     let nodes = ctx.routing.len() as u64;
-    let pos = (cursor & ((1 << NODE_BITS) - 1)) % nodes;
-    let local = cursor >> NODE_BITS;
-    let o = op(Kind::Scan(proto::Scan {
-        cursor: local,
-        count,
-        has_pattern: pattern.is_some(),
-        pattern: pattern.unwrap_or_default(),
-        type_filter,
-    }));
-    let call = ctx.call_at(pos as usize, o);
+    let first = (cursor & ((1 << NODE_BITS) - 1)) % nodes;
+    let (backend, routing, deadline) = (ctx.state.backend.clone(), ctx.routing.clone(), ctx.deadline);
     Pending::later(async move {
-        match call.wait().await {
-            Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)), .. }) => {
-                let next = if page.cursor != 0 {
-                    (page.cursor << NODE_BITS) | pos
-                } else if pos + 1 < nodes {
-                    pos + 1
-                } else {
-                    0
-                };
-                Reply::Array(vec![
-                    Reply::bulk(next.to_string()),
-                    Reply::Array(page.keys.into_iter().map(Reply::Bulk).collect()),
-                ])
+        // A node that is done before `count` keys were found hands over to the next one in the
+        // same call, as one Redis's SCAN goes on through its table: a small keyspace comes back
+        // whole with cursor 0, as from Redis (redis-py's tests count on it).
+        let (mut pos, mut local, mut keys) = (first, cursor >> NODE_BITS, Vec::new());
+        let next = loop {
+            let o = op(Kind::Scan(proto::Scan {
+                cursor: local,
+                count,
+                has_pattern: pattern.is_some(),
+                pattern: pattern.clone().unwrap_or_default(),
+                type_filter: type_filter.clone(),
+            }));
+            match backend.at(&routing, pos as usize, o, deadline).wait().await {
+                Ok(proto::Reply { kind: Some(reply::Kind::Scan(page)), .. }) => {
+                    keys.extend(page.keys);
+                    if page.cursor != 0 {
+                        break (page.cursor << NODE_BITS) | pos;
+                    }
+                    if pos + 1 >= nodes {
+                        break 0;
+                    }
+                    (pos, local) = (pos + 1, 0);
+                    if keys.len() as u64 >= count {
+                        break pos;
+                    }
+                }
+                Ok(other) => return plain(other),
+                Err(e) => return e.into(),
             }
-            Ok(other) => plain(other),
-            Err(e) => e.into(),
-        }
+        };
+        Reply::Array(vec![
+            Reply::bulk(next.to_string()),
+            Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+        ])
     })
 }
 

@@ -228,7 +228,11 @@ impl Api<'_> {
             }
             Step::Held(..) | Step::NotHere(_) => unreachable!("resumed above; HTTP carries every command"),
         };
-        record::answered(self.state, self.session, Timing { started, slot, failed: reply.is_error() }, args);
+        let code = reply.error_code();
+        if let Some(code) = code {
+            self.state.stats.count_error(code);
+        }
+        record::answered(self.state, self.session, Timing { started, slot, failed: code.is_some() }, args);
         reply
     }
 

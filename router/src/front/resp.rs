@@ -318,7 +318,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             let now = *known_at.get_or_insert_with(Instant::now);
             let request = &mut self.pending[i];
             let args = std::mem::take(&mut request.args);
-            let timing = Timing { started: request.started, slot: request.slot, failed: reply.is_error() };
+            let code = reply.error_code();
+            if let Some(code) = code {
+                self.guard.state.stats.count_error(code);
+            }
+            let timing = Timing { started: request.started, slot: request.slot, failed: code.is_some() };
             let (protocol, written) = (request.protocol, request.written);
             record::answered_in(runs, self.guard.state, &self.session, timing, now, &args);
             let before = self.output.len();
@@ -413,6 +417,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             self.input.reserve(want);
         }
         self.guard.buffered.set(self.input.capacity());
+        // `timeout` (CONFIG SET): a client idle between requests is closed, unless it is
+        // subscribed (as Redis exempts pub/sub clients). A request half read counts as activity
+        // only once its bytes arrive, as in Redis.
+        let idle = if self.session.subscribed() { None } else { self.guard.state.idle_deadline() };
         let (stream, input, session) = (&mut self.stream, &mut self.input, &self.session);
         let read = self
             .guard
@@ -421,17 +429,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 // still written at the top of every round.
                 tokio::select! {
                     biased;
-                    read = stream.read_buf(input) => matches!(read, Ok(n) if n > 0),
+                    read = stream.read_buf(input) => Some(matches!(read, Ok(n) if n > 0)),
                     // A pub/sub message: written at the top of the next round.
-                    _ = pushed(session) => true,
+                    _ = pushed(session) => Some(true),
+                    _ = guard::expiry(idle) => None,
                 }
             })
             .await;
         match read {
-            Ok(true) => {}
+            Ok(Some(true)) => {}
+            Ok(None) => {
+                tracing::debug!(peer = %self.session.peer, "idle past `timeout`; closing");
+                return Go::Stop;
+            }
             // Closed by the client; killed; idle at a request boundary (or mid-request,
             // abandoned) at shutdown.
-            Ok(false) | Err(Ended::Killed | Ended::Shutdown) => return Go::Stop,
+            Ok(Some(false)) | Err(Ended::Killed | Ended::Shutdown) => return Go::Stop,
             Err(Ended::AuthTimeout) => {
                 tracing::info!(peer = %self.session.peer, "no AUTH within the auth timeout; closing");
                 guard::close_with(&mut self.stream, error_line(guard::AUTH_TIMEOUT).as_bytes()).await;

@@ -145,6 +145,19 @@ impl Reply {
     }
 
     /// Whether this is an error (a pre-encoded one too), as the command stats count failures.
+    /// An error reply's code, as Redis counts it in INFO errorstats: the first word of its text
+    /// (`None` for replies that are not errors).
+    pub fn error_code(&self) -> Option<&[u8]> {
+        let text: &[u8] = match self {
+            Reply::Error(text, _) => text.as_bytes(),
+            Reply::Failure(_) => return Some(b"ERR"),
+            Reply::Raw(bytes) if bytes.first() == Some(&b'-') => &bytes[1..],
+            _ => return None,
+        };
+        let end = text.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n').unwrap_or(text.len());
+        Some(&text[..end])
+    }
+
     pub fn is_error(&self) -> bool {
         match self {
             Reply::Error(..) | Reply::Failure(_) => true,
