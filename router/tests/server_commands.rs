@@ -47,8 +47,8 @@ async fn commandstats_slowlog_and_config() {
     assert_eq!(titles(&default), [&redis_default[..], &["Shoal"]].concat());
     assert!(default.contains("\r\ncluster_enabled:0\r\n"), "redis-py's test suite reads it: {default}");
     let every = ["Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules"];
-    let every =
-        [&every[..], &["Commandstats", "Errorstats", "Latencystats", "Cluster", "Keyspace", "Shoal"]].concat();
+    let every = [&every[..], &["Commandstats", "Errorstats", "Latencystats", "Cluster", "Keyspace", "Shoal"]]
+        .concat();
     assert_eq!(titles(&all), every);
     let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut con).await.unwrap();
     let seconds = |name: &str| -> f64 {

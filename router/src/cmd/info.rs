@@ -1,6 +1,5 @@
 //! INFO: Redis's sections, with values summed over the nodes, plus a `shoal` section.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use shoal_wire::proto::NodeStats;
@@ -51,18 +50,28 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
         let reachable = stats.iter().filter(|s| s.is_ok()).count();
         let nodes: Vec<NodeStats> = stats.into_iter().flatten().collect();
         let gathered = Gathered { state, routing, registry, clients, blocked, embedded, nodes, reachable };
-        let mut out = String::new();
+        let mut out: Vec<u8> = Vec::new();
         for section in ALL_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
             if !out.is_empty() {
-                out.push_str("\r\n");
+                out.extend_from_slice(b"\r\n");
             }
             let title = match *section {
                 "cpu" => "CPU".to_string(),
                 s => format!("{}{}", s[..1].to_ascii_uppercase(), &s[1..]),
             };
-            let _ = write!(out, "# {title}\r\n");
+            out.extend_from_slice(format!("# {title}\r\n").as_bytes());
+            if *section == "errorstats" {
+                // Error replies by code (this router's), as Redis counts them; a code is written
+                // as the bytes it is (a script may raise one that is not UTF-8), as by Redis.
+                for (code, count) in gathered.state.stats.errors() {
+                    out.extend_from_slice(b"errorstat_");
+                    out.extend_from_slice(&code);
+                    out.extend_from_slice(format!(":count={count}\r\n").as_bytes());
+                }
+                continue;
+            }
             let mut field = |k: &str, v: String| {
-                let _ = write!(out, "{k}:{v}\r\n");
+                out.extend_from_slice(format!("{k}:{v}\r\n").as_bytes());
             };
             gathered.section(section, &mut field);
         }
@@ -107,12 +116,7 @@ impl Gathered {
                 field("cluster_enabled", if on { "1" } else { "0" }.into())
             }
             "commandstats" => self.commandstats(field),
-            // Error replies by code (this router's), as Redis counts them.
-            "errorstats" => {
-                for (code, count) in self.state.stats.errors() {
-                    field(&format!("errorstat_{}", String::from_utf8_lossy(&code)), format!("count={count}"));
-                }
-            }
+            // (errorstats: written by `info`, as bytes.)
             "latencystats" => self.latencystats(field),
             "keyspace" => self.keyspace(field),
             "shoal" => self.shoal(field),
