@@ -270,6 +270,18 @@ async fn client_kill_closes_the_chosen_connections() {
     }
     assert_closed(&mut bystander).await;
     assert_eq!(me.cmd(&["PING"]).await, b"+PONG\r\n");
+
+    // USER: the clients authenticated as that ACL user, none of the others; an unknown user is
+    // an error (redis-py's test_client_kill_filter_by_user).
+    assert_eq!(me.cmd(&["ACL", "SETUSER", "worker", "on", "nopass", "~*", "+@all"]).await, b"+OK\r\n");
+    let mut worker = connect(addr).await;
+    assert_eq!(worker.cmd(&["AUTH", "worker", "x"]).await, b"+OK\r\n");
+    let mut plain = connect(addr).await;
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "USER", "worker"]).await, b":1\r\n");
+    assert_closed(&mut worker).await;
+    assert_eq!(plain.cmd(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "USER", "worker"]).await, b":0\r\n", "a user with no clients");
+    assert_eq!(me.cmd(&["CLIENT", "KILL", "USER", "nosuch"]).await, b"-ERR No such user 'nosuch'\r\n");
     router.shutdown().await;
 }
 

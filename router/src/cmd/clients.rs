@@ -83,12 +83,13 @@ struct Filter<'a> {
     laddr: Option<&'a [u8]>,
     kind: Option<ClientType>,
     id: Option<u64>,
+    user: Option<&'a [u8]>,
     skip_me: bool,
 }
 
 impl Filter<'_> {
     /// Redis parses the options in order and answers the first bad one.
-    fn parse(args: &Args) -> Result<Filter<'_>, Reply> {
+    fn parse<'a>(args: &'a Args, acl: &crate::acl::Acl) -> Result<Filter<'a>, Reply> {
         let mut f = Filter { skip_me: true, ..Filter::default() };
         let mut i = 2;
         while i < args.len() {
@@ -104,8 +105,8 @@ impl Filter<'_> {
                 b"type" => f.kind = Some(client_type(value)?),
                 b"addr" => f.addr = Some(value),
                 b"laddr" => f.laddr = Some(value),
-                // Shoal has one user, `default`, whom every client is.
-                b"user" if &value[..] == b"default" => {}
+                // A user ACL knows (as Redis, an unknown one is an error, not "none killed").
+                b"user" if acl.user(value).is_some() => f.user = Some(value),
                 b"user" => {
                     return Err(Reply::error_fmt(format!(
                         "ERR No such user '{}'",
@@ -126,6 +127,7 @@ impl Filter<'_> {
             && self.laddr.is_none_or(|a| a == c.local.as_bytes())
             && self.kind.is_none_or(|k| k == ClientType::of(c))
             && self.id.is_none_or(|id| id == c.id)
+            && self.user.is_none_or(|u| c.names().user.as_deref().unwrap_or("default").as_bytes() == u)
             && !(self.skip_me && c.id == me)
     }
 }
@@ -138,7 +140,7 @@ pub fn kill(args: &Args, ctx: &mut Ctx) -> Pending {
     let filter = if old_form {
         Filter { addr: Some(&args[2]), ..Filter::default() }
     } else {
-        match Filter::parse(args) {
+        match Filter::parse(args, &ctx.state.acl) {
             Ok(f) => f,
             Err(e) => return e.into(),
         }
