@@ -380,3 +380,33 @@ async fn an_acl_file_without_a_default_user_keeps_the_requirepass_password() {
     .await;
     router.shutdown().await;
 }
+
+/// CONFIG SET requirepass sets the default user's password, as Redis's does: new connections
+/// must AUTH (with or without the user name), connections already in keep going, CONFIG GET shows
+/// it, and an empty one opens the default user again. Every reply compared with redis-server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_set_requirepass_sets_the_default_users_password_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut got = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut replies = Vec::new();
+        let mut admin = Raw::connect(addr).await;
+        replies.push(admin.cmd(&["AUTH", "nosuchpass"]).await);
+        replies.push(admin.cmd(&["CONFIG", "SET", "requirepass", "temp_pass"]).await);
+        replies.push(admin.cmd(&["PING"]).await);
+        replies.push(admin.cmd(&["CONFIG", "GET", "requirepass"]).await);
+        let mut fresh = Raw::connect(addr).await;
+        replies.push(fresh.cmd(&["GET", "k"]).await);
+        replies.push(fresh.cmd(&["AUTH", "wrong"]).await);
+        replies.push(fresh.cmd(&["AUTH", "temp_pass"]).await);
+        replies.push(fresh.cmd(&["AUTH", "default", "temp_pass"]).await);
+        replies.push(fresh.cmd(&["GET", "k"]).await);
+        replies.push(admin.cmd(&["CONFIG", "SET", "requirepass", ""]).await);
+        let mut open = Raw::connect(addr).await;
+        replies.push(open.cmd(&["GET", "k"]).await);
+        got.push(replies);
+    }
+    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    router.shutdown().await;
+}

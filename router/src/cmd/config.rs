@@ -64,6 +64,9 @@ enum Param {
     TrackingMaxKeys,
     /// `timeout`: this router closes RESP clients idle for that many seconds (0: never).
     IdleTimeout,
+    /// `requirepass`: the `default` ACL user's password on this router (empty: `nopass`), as
+    /// Redis's CONFIG SET requirepass sets it; shown as last set (or `--requirepass`).
+    Requirepass,
     /// Mutable in Redis, without effect in Shoal: checked as Redis checks it, kept by this router
     /// and shown back (a harness that sets `save ""` or `appendonly no` before its tests, as
     /// Valkey's does, must not be refused). What each means here is in docs/compatibility.md.
@@ -131,6 +134,7 @@ const PARAMS: &[(&str, Param)] = &[
     ("enable-debug-command", Param::DebugCommand),
     ("databases", Param::Fixed("1")),
     ("timeout", Param::IdleTimeout),
+    ("requirepass", Param::Requirepass),
     ("save", Param::Accepted("", Accepts::SavePoints)),
     ("appendonly", Param::Accepted("no", Accepts::YesNo)),
     // Shoal frees values where it removes them (no background freeing): accepted, kept, shown.
@@ -223,6 +227,12 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::IdleTimeout => {
                         state.idle_timeout_secs.load(std::sync::atomic::Ordering::Relaxed).to_string()
                     }
+                    Param::Requirepass => state
+                        .accepted_config
+                        .lock()
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| state.settings.requirepass.clone().unwrap_or_default()),
                     Param::Accepted(default, _) => {
                         state.accepted_config.lock().get(name).cloned().unwrap_or_else(|| default.to_string())
                     }
@@ -342,6 +352,9 @@ impl Parsed {
                 Param::Accepted(_, accepts) => {
                     parsed.accepted.push((name, accepts.check(value).map_err(|why| failed(name, &why))?));
                 }
+                Param::Requirepass => {
+                    parsed.accepted.push((name, String::from_utf8_lossy(value).into_owned()));
+                }
                 Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand => {
                     unreachable!("refused by `named`")
                 }
@@ -359,6 +372,15 @@ impl Parsed {
         let mut accepted = state.accepted_config.lock();
         for (name, value) in &self.accepted {
             accepted.insert(name, value.clone());
+            if *name == "requirepass" {
+                // Redis's ACLUpdateDefaultUserPassword: an empty password opens the default user.
+                let rules = if value.is_empty() {
+                    vec!["nopass".to_string()]
+                } else {
+                    vec!["resetpass".into(), format!(">{value}")]
+                };
+                state.acl.set_user("default", &rules).expect("the default user takes a password");
+            }
         }
         drop(accepted);
         for &(class, hard, soft, seconds) in self.limits.iter().flatten() {
