@@ -27,7 +27,8 @@
 //! MULTI's queue and WATCH list), [`clients`] (CLIENT LIST / KILL), [`pause`] (CLIENT PAUSE),
 //! [`acl`] (users and rules; the check is `shoal_wire::acl`, shared with the nodes), [`pubsub`]
 //! (this router's subscribers and one `Subscribe` stream per node, and CLIENT TRACKING's
-//! table), [`nearcache`] (`--near-cache`, invalidated by the nodes), [`hotkeys`],
+//! table), [`monitor`] (MONITOR's lines, queued like pub/sub messages), [`nearcache`]
+//! (`--near-cache`, invalidated by the nodes), [`hotkeys`],
 //! [`stats`] (INFO commandstats, SLOWLOG), [`latency`] (the latency monitor), [`metrics`] (counters; [`scrape`] renders `/metrics`)
 //! and [`resp`]'s parser and reply encoder.
 //!
@@ -50,6 +51,7 @@ pub mod guard;
 pub mod hotkeys;
 pub mod latency;
 pub mod metrics;
+pub mod monitor;
 pub mod nearcache;
 pub mod pause;
 pub mod pipeline;

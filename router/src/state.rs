@@ -358,6 +358,8 @@ pub struct RouterState {
     pub hotkeys: crate::hotkeys::HotKeys,
     /// The near cache (`--near-cache`; `None`: off).
     pub near: Option<Arc<crate::nearcache::NearCache>>,
+    /// MONITOR's connections.
+    pub monitors: crate::monitor::Monitors,
     /// Redis's `timeout` (`--timeout`, CONFIG SET): seconds a RESP client may sit idle between
     /// requests before it is closed; 0 (the default): never. Pub/sub clients and clients in a
     /// blocking command are exempt, as in Redis. A change applies to each connection from its
@@ -400,6 +402,7 @@ impl RouterState {
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
+            monitors: crate::monitor::Monitors::default(),
             settings,
         })
     }

@@ -499,3 +499,54 @@ async fn errorstats_count_error_replies_by_code_like_redis() {
     assert!(!got[0].0.is_empty());
     router.shutdown().await;
 }
+
+/// MONITOR shows the commands other clients run, in Redis's format (quoted and escaped
+/// arguments, AUTH's and HELLO AUTH's secrets redacted, admin and unknown commands left out,
+/// MULTI's commands in order), compared with redis-server's lines with times and ports masked;
+/// RESET ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_shows_commands_like_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut got = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut monitor = support::Raw::connect(addr).await;
+        assert_eq!(monitor.cmd(&["MONITOR"]).await, b"+OK\r\n");
+        let mut c = support::Raw::connect(addr).await;
+        c.send(&support::encode(&[b"SET", b"a\"b", b"x\x92\n"])).await;
+        c.reply().await;
+        for cmd in [
+            &["GET", "k"][..],
+            &["AUTH", "nosuch", "pass"],
+            &["CONFIG", "GET", "maxmemory"],
+            &["NOSUCHCOMMAND", "x"],
+            &["HELLO", "2", "AUTH", "default", "wrong"],
+            &["MULTI"],
+            &["SET", "k", "1"],
+            &["INCR", "k"],
+            &["EXEC"],
+            &["PING"],
+        ] {
+            c.cmd(cmd).await;
+        }
+        let mut lines = Vec::new();
+        while let Some(line) = monitor.reply_within(std::time::Duration::from_millis(500)).await {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            // `+<time> [0 127.0.0.1:<port>] ...`: the time and the port are the run's own.
+            let rest = text.split_once(" [0 ").map(|(_, r)| r).unwrap_or(&text);
+            let rest = rest.split_once("] ").map(|(_, r)| r).unwrap_or(rest);
+            lines.push(rest.trim_end().to_string());
+        }
+        assert_eq!(monitor.cmd(&["RESET"]).await, b"+RESET\r\n");
+        c.cmd(&["GET", "after-reset"]).await;
+        assert_eq!(
+            monitor.reply_within(std::time::Duration::from_millis(300)).await,
+            None,
+            "{addr}: RESET ends it"
+        );
+        got.push(lines);
+    }
+    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert!(got[0].len() >= 8, "{:?}", got[0]);
+    router.shutdown().await;
+}

@@ -6,7 +6,6 @@ use super::{Args, Ctx, Pending, clients, syntax_error};
 use bytes::Bytes;
 
 use crate::pubsub::tracking::Options;
-use crate::pubsub::{LeaveOnDrop, Subscriber};
 use crate::resp::Reply;
 use crate::session::Tracked;
 
@@ -222,15 +221,7 @@ fn all_prefixes(mut held: Vec<Bytes>, new: &[Bytes]) -> Result<Vec<Bytes>, Reply
 fn track(o: Options, ctx: &mut Ctx) -> Pending {
     // Where its own pushes are queued (the connection writes them between replies).
     let hub = ctx.state.pubsub.clone();
-    let sub = match &ctx.session.subscriber {
-        Some(s) => s.sub.clone(),
-        None => {
-            let sub = Subscriber::new(ctx.session.client.clone());
-            hub.tracking.register_queue(ctx.session.id, &sub);
-            ctx.session.subscriber = Some(LeaveOnDrop { hub: hub.clone(), sub: sub.clone() });
-            sub
-        }
-    };
+    let sub = super::pubsub::own_queue(ctx);
     let flags = 1 | if o.bcast { 4 } else { 0 };
     ctx.session.client.set_tracking(flags, o.redirect as i64);
     let before = hub.tracking.bcast_prefixes();

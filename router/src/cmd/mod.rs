@@ -42,6 +42,7 @@ mod lists;
 mod memory;
 mod mget;
 mod module;
+mod monitor;
 mod mset;
 mod multi;
 pub mod near;

@@ -132,13 +132,7 @@ fn change(args: &Args, ctx: &mut Ctx, add: bool) -> Pending {
                 hub.change(&Subscriber::new(ctx.session.client.clone()), kind, &args[1..], false);
             return Reply::Seq(replies).into();
         }
-        None => {
-            let sub = Subscriber::new(ctx.session.client.clone());
-            // A CLIENT TRACKING REDIRECT target is found by its id.
-            hub.tracking.register_queue(ctx.session.id, &sub);
-            ctx.session.subscriber = Some(LeaveOnDrop { hub: hub.clone(), sub: sub.clone() });
-            sub
-        }
+        None => own_queue(ctx),
     };
     let (replies, acked) = hub.change(&sub, kind, &args[1..], add);
     Pending::later(async move {
@@ -236,4 +230,19 @@ fn help(_args: &Args, _ctx: &mut Ctx) -> Pending {
 pub fn subscribed_ping(args: &Args) -> Reply {
     let arg = args.get(1).cloned().unwrap_or_else(Bytes::new);
     Reply::Array(vec![Reply::bulk("pong"), Reply::Bulk(arg)])
+}
+
+/// This connection's queue of pushes (pub/sub messages, invalidations, MONITOR's lines), made
+/// on first use: the connection writes what it holds between replies, and leaves the hub when
+/// it closes or RESETs.
+pub(super) fn own_queue(ctx: &mut Ctx) -> std::sync::Arc<Subscriber> {
+    if let Some(s) = &ctx.session.subscriber {
+        return s.sub.clone();
+    }
+    let hub = ctx.state.pubsub.clone();
+    let sub = Subscriber::new(ctx.session.client.clone());
+    // A CLIENT TRACKING REDIRECT target is found by its id.
+    hub.tracking.register_queue(ctx.session.id, &sub);
+    ctx.session.subscriber = Some(LeaveOnDrop { hub, sub: sub.clone() });
+    sub
 }

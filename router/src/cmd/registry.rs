@@ -8,9 +8,9 @@ use std::sync::LazyLock;
 use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, cluster, command, config, connection, debug, del, expire, functions, geo,
-    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, module, mset, multi, object,
-    persistence, pubsub, scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction, ttl,
-    zsets,
+    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, module, monitor, mset, multi,
+    object, persistence, pubsub, scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction,
+    ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -37,6 +37,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &memory::MEMORY,
     &module::MODULE,
     &module::ROLE,
+    &monitor::MONITOR,
     &keys::DBSIZE,
     &keys::FLUSHALL,
     &keys::FLUSHDB,

@@ -53,6 +53,9 @@ pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[
     let now = Instant::now();
     timing.record(state, now);
     slow_log(state, session, timing, now, args);
+    if state.monitors.active() {
+        monitor(state, session, timing, args);
+    }
 }
 
 /// [`answered`] for a request whose reply came at `now` with others' (a lane's, or a round's
@@ -68,6 +71,26 @@ pub fn answered_in(
 ) {
     runs.add(state, now, t);
     slow_log(state, session, t, now, args);
+    if state.monitors.active() {
+        monitor(state, session, t, args);
+    }
+}
+
+/// MONITOR's line for an answered command: not for commands Redis keeps from monitors (admin
+/// commands such as CONFIG and CLIENT LIST, and those flagged `skip_monitor`) nor for unknown
+/// ones.
+#[cold]
+fn monitor(state: &RouterState, session: &Session, timing: Timing, args: &[Bytes]) {
+    use shoal_wire::acl::commands::flag;
+    let Some(spec) = timing.slot.and_then(cmd::registry::spec_at) else { return };
+    if spec.decl.flags & (flag::ADMIN | flag::SKIP_MONITOR) != 0 || args.is_empty() {
+        return;
+    }
+    let micros =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros();
+    let client = &session.client;
+    let who = if client.unix { format!("unix:{}", client.local) } else { client.peer.clone() };
+    state.monitors.feed(crate::monitor::line(micros, &who, args), &state.pubsub.limits);
 }
 
 fn slow_log(state: &RouterState, session: &Session, timing: Timing, now: Instant, args: &[Bytes]) {

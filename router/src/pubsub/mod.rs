@@ -55,7 +55,9 @@ impl Local {
     fn of(&mut self, kind: Kind) -> &mut Holders {
         match kind {
             // Tracking messages are never subscribed to.
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &mut self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
+                &mut self.channels
+            }
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
@@ -63,7 +65,9 @@ impl Local {
 
     fn get(&self, kind: Kind) -> &Holders {
         match kind {
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
+                &self.channels
+            }
             Kind::Pattern => &self.patterns,
             Kind::Shard => &self.shard,
         }
@@ -99,7 +103,7 @@ impl Local {
 
 fn wire_kind(kind: Kind) -> PubSubKind {
     match kind {
-        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
             PubSubKind::PubsubChannel
         }
         Kind::Pattern => PubSubKind::PubsubPattern,
@@ -114,7 +118,7 @@ fn registration(kind: Kind, name: Bytes, clients: usize) -> Subscription {
 /// The reply words of each kind: (subscribe, unsubscribe).
 fn words(kind: Kind) -> (&'static str, &'static str) {
     match kind {
-        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+        Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
             ("subscribe", "unsubscribe")
         }
         Kind::Pattern => ("psubscribe", "punsubscribe"),

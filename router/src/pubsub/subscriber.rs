@@ -35,6 +35,9 @@ pub enum Kind {
     /// CLIENT TRACKING REDIRECT: the target (its id, as text, in `payload`) is gone, so an
     /// invalidation could not be delivered (`tracking-redir-broken`, RESP3 only).
     RedirBroken,
+    /// MONITOR: a command this router ran, `payload` its line (`crate::monitor`), written as a
+    /// simple string in both protocols, as Redis does. Never subscribed to.
+    Monitor,
 }
 
 /// A message waiting for its client.
@@ -56,6 +59,12 @@ impl Message {
     /// Appends the push as Redis writes it (`>` in RESP3, an array in RESP2), without building a
     /// reply value first (the hot path of a busy subscriber).
     pub fn encode(&self, protocol: Protocol, out: &mut Out) {
+        if self.kind == Kind::Monitor {
+            out.put_slice(b"+");
+            out.put_slice(&self.payload);
+            out.put_slice(b"\r\n");
+            return;
+        }
         if self.kind == Kind::RedirBroken {
             // Redis's `sendTrackingMessage` sends it to RESP3 clients only.
             out.put_slice(b">2\r\n$21\r\ntracking-redir-broken\r\n:");
@@ -86,7 +95,9 @@ impl Message {
             (Kind::Pattern, Protocol::Resp3) => b">4\r\n$8\r\npmessage\r\n",
             (Kind::Shard, Protocol::Resp2) => b"*3\r\n$8\r\nsmessage\r\n",
             (Kind::Shard, Protocol::Resp3) => b">3\r\n$8\r\nsmessage\r\n",
-            (Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken, _) => unreachable!("encoded above"),
+            (Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor, _) => {
+                unreachable!("encoded above")
+            }
         };
         out.put_slice(head);
         if self.kind == Kind::Pattern {
@@ -111,7 +122,7 @@ impl Message {
                 Reply::Bulk(self.channel.clone()),
                 Reply::Bulk(self.payload.clone()),
             ],
-            Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => {
+            Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
                 unreachable!("not a pub/sub message")
             }
             Kind::Shard => {
@@ -151,7 +162,9 @@ pub struct Subscriptions {
 impl Subscriptions {
     pub fn of(&mut self, kind: Kind) -> &mut Vec<Bytes> {
         match kind {
-            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken => &mut self.channels,
+            Kind::Channel | Kind::Invalidate | Kind::InvalidateAll | Kind::RedirBroken | Kind::Monitor => {
+                &mut self.channels
+            }
             Kind::Pattern => &mut self.patterns,
             Kind::Shard => &mut self.shard,
         }
