@@ -14,6 +14,15 @@ fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
 
+/// A `Command` op: a Redis command's arguments and the keys it names.
+fn command(args: &[&str], keys: &[&str]) -> Op {
+    op(Kind::Command(Box::new(proto::Command {
+        args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+        keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
+        ..Default::default()
+    })))
+}
+
 /// A router stream tracking on `store`, read the way the Subscribe stream reads it.
 struct TrackingStream {
     outbox: Arc<crate::pubsub::Outbox>,
@@ -95,13 +104,7 @@ fn a_set_records_its_value_once_and_inside_a_transaction_only_its_key_in_the_uni
 fn a_blocked_command_counts_once_in_the_slot_stats() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
     let view = NodeView::unmanaged();
-    let command = |args: &[&str], key: &str| {
-        op(Kind::Command(Box::new(proto::Command {
-            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
-            keys: vec![Bytes::from(key.to_string())],
-            ..Default::default()
-        })))
-    };
+    let command = |args: &[&str], key: &str| command(args, &[key]);
     store.slot_traffic.set_enabled(true);
     let slot = shoal_wire::key_slot(b"list");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -127,13 +130,6 @@ fn a_blocked_command_counts_once_in_the_slot_stats() {
 fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_element() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
     let view = NodeView::unmanaged();
-    let command = |args: &[&str], keys: &[&str]| {
-        op(Kind::Command(Box::new(proto::Command {
-            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
-            keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
-            ..Default::default()
-        })))
-    };
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let wait = command(&["BRPOPLPUSH", "{s}src", "{s}dst", "0"], &["{s}src", "{s}dst"]);
     assert!(
@@ -167,13 +163,6 @@ fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_elem
 fn a_watch_is_told_of_a_ready_key_and_takes_nothing() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
     let view = NodeView::unmanaged();
-    let command = |args: &[&str], keys: &[&str]| {
-        op(Kind::Command(Box::new(proto::Command {
-            args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
-            keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
-            ..Default::default()
-        })))
-    };
     let bulk = |r: &proto::Reply| match &r.kind {
         Some(reply::Kind::Frame(proto::Frame { kind: Some(proto::frame::Kind::Bulk(b)) })) => b.clone(),
         other => panic!("not a bulk string: {other:?}"),
