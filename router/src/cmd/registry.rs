@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, cluster, command, config, connection, debug, del, expire, functions, geo,
-    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, module, monitor, mset, multi,
-    object, persistence, pubsub, scan, scripting, set, sets, shoal, slowlog, streams, strings, transaction,
+    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, monitor, mset, multi, object,
+    persistence, pubsub, scan, scripting, server, set, sets, shoal, slowlog, streams, strings, transaction,
     ttl, zsets,
 };
 
@@ -35,8 +35,10 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &acl::ACL,
     &latency::LATENCY,
     &memory::MEMORY,
-    &module::MODULE,
-    &module::ROLE,
+    &server::MODULE,
+    &server::ROLE,
+    &server::REPLICAOF,
+    &server::SLAVEOF,
     &monitor::MONITOR,
     &keys::DBSIZE,
     &keys::FLUSHALL,

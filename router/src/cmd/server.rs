@@ -1,7 +1,9 @@
-//! MODULE and ROLE: what clients and test harnesses ask a server about itself. Shoal loads no
-//! modules (MODULE LIST is empty; LOAD, LOADEX and UNLOAD answer what Redis 7.0 answers with its
-//! default `enable-module-command no`, which Shoal cannot turn on), and to clients the router is
-//! one master whose replicas are every shard's (as INFO's `# Replication` says).
+//! MODULE, ROLE and REPLICAOF: what clients and test harnesses ask a server about itself and its
+//! role. Shoal loads no modules (MODULE LIST is empty; LOAD, LOADEX and UNLOAD answer what Redis
+//! 7.0 answers with its default `enable-module-command no`, which Shoal cannot turn on), and to
+//! clients the router is one master whose replicas are every shard's (as INFO's `# Replication`
+//! says): REPLICAOF NO ONE leaves it so, and it cannot be made anyone's replica (a shard's
+//! replicas are its topology's).
 
 use std::sync::Arc;
 
@@ -41,6 +43,28 @@ pub const MODULE: CommandSpec = CommandSpec {
 };
 
 pub const ROLE: CommandSpec = CommandSpec { decl: &redis::ROLE, run: role, ..CommandSpec::DEFAULT };
+
+pub const REPLICAOF: CommandSpec =
+    CommandSpec { decl: &redis::REPLICAOF, run: replicaof, ..CommandSpec::DEFAULT };
+
+pub const SLAVEOF: CommandSpec =
+    CommandSpec { decl: &redis::SLAVEOF, run: replicaof, ..CommandSpec::DEFAULT };
+
+/// `REPLICAOF host port` / `REPLICAOF NO ONE`, with Redis's checks and texts: NO ONE answers OK
+/// (the router is a master already); a master to follow is refused with the reason.
+fn replicaof(args: &Args, _ctx: &mut Ctx) -> Pending {
+    if args[1].eq_ignore_ascii_case(b"no") && args[2].eq_ignore_ascii_case(b"one") {
+        return Reply::OK.into();
+    }
+    match shoal_wire::num::parse_i64(&args[2]) {
+        Some(port) if (0..=65535).contains(&port) => Reply::error(
+            "ERR REPLICAOF is not allowed: Shoal's replicas are set per shard by its topology \
+(the CacheCluster's replicas), not by clients",
+        )
+        .into(),
+        _ => Reply::error("ERR Invalid master port").into(),
+    }
+}
 
 fn not_allowed(_args: &Args, _ctx: &mut Ctx) -> Pending {
     Reply::error(NOT_ALLOWED).into()
