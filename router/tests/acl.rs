@@ -407,6 +407,6 @@ async fn config_set_requirepass_sets_the_default_users_password_like_redis() {
         replies.push(open.cmd(&["GET", "k"]).await);
         got.push(replies);
     }
-    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert_eq!(got[1], got[0], "Shoal (left) against Redis (right)");
     router.shutdown().await;
 }

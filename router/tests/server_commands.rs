@@ -429,7 +429,7 @@ async fn config_resetstat_resets_the_info_counters_like_redis() {
             field("rejected_connections"),
         ));
     }
-    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert_eq!(got[1], got[0], "Shoal (left) against Redis (right)");
     router.shutdown().await;
 }
 
@@ -488,6 +488,12 @@ async fn errorstats_count_error_replies_by_code_like_redis() {
         c.cmd(&["MULTI"]).await;
         c.cmd(&["NOSUCHCOMMAND"]).await;
         c.cmd(&["EXEC"]).await;
+        // Errors of commands inside EXEC count too, each by its code.
+        c.cmd(&["MULTI"]).await;
+        c.cmd(&["INCR", "s"]).await;
+        c.cmd(&["LPUSH", "s", "x"]).await;
+        c.cmd(&["GET", "s"]).await;
+        c.cmd(&["EXEC"]).await;
         let info = String::from_utf8(c.cmd(&["INFO", "errorstats"]).await).unwrap();
         let lines: Vec<String> =
             info.lines().filter(|l| l.starts_with("errorstat_")).map(String::from).collect();
@@ -495,7 +501,7 @@ async fn errorstats_count_error_replies_by_code_like_redis() {
         let total = stats.lines().find(|l| l.starts_with("total_error_replies:")).map(String::from);
         got.push((lines, total));
     }
-    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert_eq!(got[1], got[0], "Shoal (left) against Redis (right)");
     assert!(!got[0].0.is_empty());
     router.shutdown().await;
 }
@@ -546,7 +552,7 @@ async fn monitor_shows_commands_like_redis() {
         );
         got.push(lines);
     }
-    assert_eq!(got[1], got[0], "Shoal (right) against Redis (left)");
+    assert_eq!(got[1], got[0], "Shoal (left) against Redis (right)");
     assert!(got[0].len() >= 8, "{:?}", got[0]);
     router.shutdown().await;
 }

@@ -228,11 +228,8 @@ impl Api<'_> {
             }
             Step::Held(..) | Step::NotHere(_) => unreachable!("resumed above; HTTP carries every command"),
         };
-        let code = reply.error_code();
-        if let Some(code) = code {
-            self.state.stats.count_error(code);
-        }
-        record::answered(self.state, self.session, Timing { started, slot, failed: code.is_some() }, args);
+        let failed = record::count_errors(self.state, slot, &reply);
+        record::answered(self.state, self.session, Timing { started, slot, failed }, args);
         reply
     }
 

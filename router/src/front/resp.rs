@@ -318,11 +318,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             let now = *known_at.get_or_insert_with(Instant::now);
             let request = &mut self.pending[i];
             let args = std::mem::take(&mut request.args);
-            let code = reply.error_code();
-            if let Some(code) = code {
-                self.guard.state.stats.count_error(code);
-            }
-            let timing = Timing { started: request.started, slot: request.slot, failed: code.is_some() };
+            let failed = record::count_errors(self.guard.state, request.slot, &reply);
+            let timing = Timing { started: request.started, slot: request.slot, failed };
             let (protocol, written) = (request.protocol, request.written);
             record::answered_in(runs, self.guard.state, &self.session, timing, now, &args);
             let before = self.output.len();

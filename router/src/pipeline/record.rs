@@ -40,6 +40,25 @@ impl Timing {
     }
 }
 
+/// INFO errorstats: a reply's error code, counted; and for EXEC, the codes of its commands'
+/// error replies (as Redis counts each command's error). Whether the reply is an error (the
+/// command failed).
+#[inline]
+pub fn count_errors(state: &RouterState, slot: Option<usize>, reply: &crate::resp::Reply) -> bool {
+    if let Some(code) = reply.error_code() {
+        state.stats.count_error(code);
+        return true;
+    }
+    if let crate::resp::Reply::Array(items) = reply
+        && slot.and_then(cmd::registry::spec_at).is_some_and(|spec| spec.name() == "exec")
+    {
+        for code in items.iter().filter_map(|r| r.error_code()) {
+            state.stats.count_error(code);
+        }
+    }
+    false
+}
+
 /// Whether Redis flags the command in stats slot `slot` `fast` (the latency monitor's
 /// "fast-command" event rather than "command").
 fn is_fast(slot: usize) -> bool {
