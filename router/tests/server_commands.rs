@@ -556,3 +556,50 @@ async fn monitor_shows_commands_like_redis() {
     assert!(got[0].len() >= 8, "{:?}", got[0]);
     router.shutdown().await;
 }
+
+/// A MONITOR that never reads is cut off once its lines pass the pub/sub output limit, and the
+/// clients whose commands it would show are neither slowed down nor refused (a client can never
+/// hurt another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_that_does_not_read_is_cut_off_and_hurts_nobody() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let router = support::cluster().await;
+    let mut admin = support::Raw::connect(router.resp_addr()).await;
+    let limit = b"pubsub 1mb 0 0";
+    assert_eq!(
+        admin
+            .cmd(&["CONFIG", "SET", "client-output-buffer-limit", std::str::from_utf8(limit).unwrap()])
+            .await,
+        b"+OK\r\n"
+    );
+    // The slow monitor: a small receive buffer, and it never reads after MONITOR's +OK.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut slow = socket.connect(router.resp_addr()).await.unwrap();
+    slow.write_all(&support::encode(&[b"MONITOR"])).await.unwrap();
+    let mut ok = [0u8; 5];
+    slow.read_exact(&mut ok).await.unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    // 16 MiB of SETs shown as lines, far past the limit and the socket: every SET answered in time.
+    let mut c = support::Raw::connect(router.resp_addr()).await;
+    let value = "v".repeat(16 * 1024);
+    let started = std::time::Instant::now();
+    for i in 0..1024 {
+        assert_eq!(c.cmd(&["SET", &format!("big:{i}"), &value]).await, b"+OK\r\n");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the writer was held up");
+    // The monitor was cut off: reading drains at most what the kernel held, then EOF.
+    let mut drained = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => drained += n,
+            Err(_) => panic!("the monitor that did not read is still connected ({drained} bytes read)"),
+        }
+    }
+    assert!(drained < 8 << 20, "it was cut off well before all 16 MiB ({drained} bytes)");
+    assert_eq!(admin.cmd(&["PING"]).await, b"+PONG\r\n");
+    router.shutdown().await;
+}
