@@ -295,6 +295,29 @@ async fn pops_over_keys_of_several_nodes_match_redis() {
     router.shutdown().await;
 }
 
+/// A client blocked over keys of several nodes that loses the element it was woken for (a client
+/// blocked on that node alone took it first: the one ordering difference Shoal documents) waits
+/// on; a key of another type among its keys does not end its wait with WRONGTYPE, as in Redis
+/// (`a` and `b` live on two nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_pop_that_loses_its_element_waits_on_past_a_key_of_another_type() {
+    let router = support::cluster().await;
+    let mut producer = Raw::connect(router.resp_addr()).await;
+    let mut spread = Raw::connect(router.resp_addr()).await;
+    let mut local = Raw::connect(router.resp_addr()).await;
+    send(&mut spread, "BLPOP a b 0").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    send(&mut local, "BLPOP b 0").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(producer.cmd(&["SET", "a", "str"]).await, b"+OK\r\n");
+    assert_eq!(producer.cmd(&["RPUSH", "b", "x"]).await, b":1\r\n");
+    assert_eq!(local.reply().await.unwrap(), b"*2\r\n$1\r\nb\r\n$1\r\nx\r\n");
+    assert_eq!(spread.reply_within(Duration::from_millis(300)).await, None, "still waiting, no WRONGTYPE");
+    assert_eq!(producer.cmd(&["RPUSH", "b", "y"]).await, b":1\r\n");
+    assert_eq!(spread.reply().await.unwrap(), b"*2\r\n$1\r\nb\r\n$1\r\ny\r\n");
+    router.shutdown().await;
+}
+
 /// Sidekiq's and Celery's shape: consumers BRPOP over every queue at once, queues spread over
 /// the nodes (no hashtags), producers on another router: every job is consumed exactly once,
 /// and every consumer is woken by pushes to any of the queues.

@@ -69,6 +69,7 @@ impl Backend {
         // The key a watch said is ready, tried first: Redis serves a woken client from the key
         // that became ready.
         let mut woken: Option<Bytes> = None;
+        let mut blocked = false;
         loop {
             for key in woken.take().iter().chain(&keys) {
                 let routing = self.routing();
@@ -76,10 +77,16 @@ impl Backend {
                     .atomic(&routing, vec![key.clone()], attempt(key), Instant::now() + settle)
                     .wait()
                     .await?;
+                // Once the client waits, a key of another type serves nobody, as in Redis
+                // (WRONGTYPE is the answer only when the command first looks).
+                if blocked && reply.error_kind() == proto::ErrorKind::WrongType {
+                    continue;
+                }
                 if !found_nothing(&reply) {
                     return Ok(Unblocked::Reply(reply));
                 }
             }
+            blocked = true;
             let routing = self.routing();
             let mut shares: Vec<(usize, Vec<Bytes>)> = Vec::new();
             for key in &keys {
