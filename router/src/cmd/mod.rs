@@ -39,6 +39,7 @@ mod info;
 mod keys;
 mod latency;
 mod lists;
+mod lolwut;
 mod memory;
 mod mget;
 mod monitor;

@@ -8,9 +8,9 @@ use std::sync::LazyLock;
 use super::spec::{CommandSpec, Registry};
 use super::{
     acl, bits, blocking, client, cluster, command, config, connection, debug, del, expire, functions, geo,
-    get, getex, hash, hll, incr, info, keys, latency, lists, memory, mget, monitor, mset, multi, object,
-    persistence, pubsub, scan, scripting, server, set, sets, shoal, slowlog, streams, strings, transaction,
-    ttl, zsets,
+    get, getex, hash, hll, incr, info, keys, latency, lists, lolwut, memory, mget, monitor, mset, multi,
+    object, persistence, pubsub, scan, scripting, server, set, sets, shoal, slowlog, streams, strings,
+    transaction, ttl, zsets,
 };
 
 /// Every command, in the order `COMMAND` lists them.
@@ -39,6 +39,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &server::ROLE,
     &server::REPLICAOF,
     &server::SLAVEOF,
+    &lolwut::LOLWUT,
     &monitor::MONITOR,
     &keys::DBSIZE,
     &keys::FLUSHALL,
