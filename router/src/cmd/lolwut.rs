@@ -93,6 +93,8 @@ impl Canvas {
     /// A square centred at (x, y), rotated by `angle`, as Redis's `lwDrawSquare` (its float and
     /// double steps kept, so that the corners round as Redis's do).
     fn square(&mut self, x: i32, y: i32, size: f32, angle: f32) {
+        // Redis's own literal, not SQRT_2: the rounding of the corners depends on it.
+        #[allow(clippy::approx_constant)]
         let size = ((size as f64 / 1.4142135623) as f32 as f64).round() as f32;
         let mut k = (std::f64::consts::FRAC_PI_4 + angle as f64) as f32;
         let mut corners = [(0, 0); 4];
