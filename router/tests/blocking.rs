@@ -53,6 +53,28 @@ async fn run_against(addr: std::net::SocketAddr, steps: &[Step], resp3: bool) ->
     out
 }
 
+/// Runs every scenario against Redis and against Shoal, in RESP2 and RESP3: every reply the same.
+async fn assert_scenarios_match(
+    redis: std::net::SocketAddr,
+    shoal: std::net::SocketAddr,
+    scenarios: &[&[Step]],
+) {
+    for resp3 in [false, true] {
+        for (n, steps) in scenarios.iter().enumerate() {
+            let want = run_against(redis, steps, resp3).await;
+            let got = run_against(shoal, steps, resp3).await;
+            assert_eq!(want.len(), got.len());
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    String::from_utf8_lossy(g),
+                    String::from_utf8_lossy(w),
+                    "scenario {n} (resp3: {resp3}), reply {i}: {steps:?}"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_ups_match_redis() {
     let (_redis, redis_addr) = support::redis_server().await;
@@ -213,20 +235,7 @@ async fn wake_ups_match_redis() {
         // Commands pipelined behind a blocked one wait for it, in order.
         &[(1, "BLPOP {q}p 0"), (1, "GET {q}k"), (0, "SET {q}k v"), (0, "RPUSH {q}p e"), (9, ""), (9, "")],
     ];
-    for resp3 in [false, true] {
-        for (n, steps) in scenarios.iter().enumerate() {
-            let want = run_against(redis_addr, steps, resp3).await;
-            let got = run_against(router.resp_addr(), steps, resp3).await;
-            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-                assert_eq!(
-                    String::from_utf8_lossy(g),
-                    String::from_utf8_lossy(w),
-                    "scenario {n} (resp3: {resp3}), reply {i}: {steps:?}"
-                );
-            }
-            assert_eq!(want.len(), got.len());
-        }
-    }
+    assert_scenarios_match(redis_addr, router.resp_addr(), scenarios).await;
     router.shutdown().await;
 }
 
@@ -270,20 +279,7 @@ async fn pops_over_keys_of_several_nodes_match_redis() {
         // Commands pipelined behind the blocked one wait for it, in order.
         &[(1, "BLPOP a b 0"), (1, "GET c"), (0, "SET c v"), (0, "RPUSH a e"), (9, ""), (9, "")],
     ];
-    for resp3 in [false, true] {
-        for (n, steps) in scenarios.iter().enumerate() {
-            let want = run_against(redis_addr, steps, resp3).await;
-            let got = run_against(router.resp_addr(), steps, resp3).await;
-            assert_eq!(want.len(), got.len());
-            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-                assert_eq!(
-                    String::from_utf8_lossy(g),
-                    String::from_utf8_lossy(w),
-                    "scenario {n} (resp3: {resp3}), reply {i}: {steps:?}"
-                );
-            }
-        }
-    }
+    assert_scenarios_match(redis_addr, router.resp_addr(), scenarios).await;
     // The keys did land on three nodes (else this tested one node's pops).
     let mut c = Raw::connect(router.resp_addr()).await;
     c.cmd(&["FLUSHALL"]).await;
