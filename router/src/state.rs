@@ -350,7 +350,8 @@ pub struct RouterState {
     pub output_limits: parking_lot::Mutex<[[u64; 3]; 2]>,
     /// CONFIG SET values of the parameters Shoal accepts and reports without acting on them
     /// (`save`, `appendonly`, ...; `cmd/config.rs`'s `Param::Accepted`), by name: unset ones show
-    /// their defaults.
+    /// their defaults. Also `requirepass` as last set (`Param::Requirepass`, which does act: it
+    /// sets the default user's password; this keeps what CONFIG GET shows).
     pub accepted_config: parking_lot::Mutex<std::collections::HashMap<&'static str, String>>,
     /// ACL users (`default` carries `--requirepass`).
     pub acl: crate::acl::Acl,

@@ -126,7 +126,7 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
     let until =
         (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
     let settle = ctx.state.settings.deadline;
-    let spread_pop = over_keys(args, &keys[..1]).is_some().then(|| (args.to_vec(), op.no_touch));
+    let spread_pop = is_pop(&args[0]).then(|| (args.to_vec(), op.no_touch));
     let wait = Box::pin(async move {
         let spread_keys = spread_pop.as_ref().map(|_| keys.clone());
         let mut blocked = backend.block(routing, keys, op, until, settle).await;
@@ -149,6 +149,13 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
         }
     });
     Pending::Blocking(wait, Reply::NilArray)
+}
+
+/// Whether the command is one of the pops that may wait on keys of several nodes.
+fn is_pop(name: &[u8]) -> bool {
+    [&b"blpop"[..], b"brpop", b"bzpopmin", b"bzpopmax", b"blmpop", b"bzmpop"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// A pop's arguments with `keys` in place of its keys (BLPOP a b c 0 over [c]: BLPOP c 0); `None`
