@@ -451,8 +451,83 @@ fn hash_events(d: &Done, out: &mut Raised) {
             out.push((HASH, "hdel", d.k(1)));
             d.emptied(d.k(1), out);
         }
+        _ => field_expiry_events(d, out),
+    }
+}
+
+/// Hash field expiry (Redis 7.4) and HGETDEL/HGETEX/HSETEX (8.0), from their per-field replies:
+/// a field a time in the past deleted raises `hdel` rather than `hexpire`, as in Redis. HGETEX
+/// and HSETEX do not say per field what they did; their events are read from what the hash holds
+/// after (a field asked for and gone was deleted by a past time).
+fn field_expiry_events(d: &Done, out: &mut Raised) {
+    let codes: Vec<Option<i64>> = match &d.f.kind {
+        Some(frame::Kind::Array(a)) => a
+            .items
+            .iter()
+            .map(|f| match f.kind {
+                Some(frame::Kind::Int(n)) => Some(n),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let key = d.k(1);
+    let any = |n: i64| codes.contains(&Some(n));
+    let served = match &d.f.kind {
+        Some(frame::Kind::Array(a)) => a.items.iter().any(|f| bulk_of(Some(f)).is_some()),
+        _ => false,
+    };
+    let field_gone = |from: usize| d.args[from..].iter().any(|f| !hash_has(d.store, &key, f));
+    match d.name {
+        b"hexpire" | b"hpexpire" | b"hexpireat" | b"hpexpireat" => {
+            if any(2) {
+                out.push((HASH, "hdel", key.clone()));
+            } else if any(1) {
+                out.push((HASH, "hexpire", key.clone()));
+            }
+            if any(2) {
+                d.emptied(key, out);
+            }
+        }
+        b"hpersist" if any(1) => out.push((HASH, "hpersist", key)),
+        b"hgetdel" if served => {
+            out.push((HASH, "hdel", key.clone()));
+            d.emptied(key, out);
+        }
+        b"hgetex" if served && d.word(2, b"PERSIST") => out.push((HASH, "hpersist", key)),
+        b"hgetex" if served && !d.word(2, b"FIELDS") => {
+            let deleted = field_gone(6);
+            out.push((HASH, if deleted { "hdel" } else { "hexpire" }, key.clone()));
+            if deleted {
+                d.emptied(key, out);
+            }
+        }
+        b"hsetex" if d.positive => {
+            out.push((HASH, "hset", key.clone()));
+            let at = d.args.iter().position(|a| a.eq_ignore_ascii_case(b"FIELDS")).unwrap_or(d.args.len());
+            let timed = d.args[2..at]
+                .iter()
+                .any(|a| [&b"EX"[..], b"PX", b"EXAT", b"PXAT"].iter().any(|w| a.eq_ignore_ascii_case(w)));
+            if timed {
+                let fields: Vec<Bytes> =
+                    d.args[(at + 2).min(d.args.len())..].iter().step_by(2).cloned().collect();
+                let deleted = fields.iter().any(|f| !hash_has(d.store, &key, f));
+                out.push((HASH, if deleted { "hdel" } else { "hexpire" }, key.clone()));
+                if deleted {
+                    d.emptied(key, out);
+                }
+            }
+        }
         _ => {}
     }
+}
+
+/// Whether the hash at `key` holds `field` now.
+fn hash_has(store: &Store, key: &[u8], field: &[u8]) -> bool {
+    use crate::store::object::{Object, ValueType};
+    store
+        .read_object(key, ValueType::Hash, |o| matches!(o, Some(Object::Hash(h)) if h.get(field).is_some()))
+        .unwrap_or(false)
 }
 
 fn list_events(d: &Done, out: &mut Raised) {

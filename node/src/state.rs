@@ -63,6 +63,7 @@ impl NodeState {
             maxmemory: self.store.maxmemory() as u64,
             maxmemory_policy: self.store.policy().to_string(),
             expired_keys: s.expired_keys,
+            expired_subkeys: s.expired_subkeys,
             evicted_keys: s.evicted_keys,
             keyspace_hits: s.keyspace_hits,
             keyspace_misses: s.keyspace_misses,

@@ -282,6 +282,39 @@ async fn a_replica_whose_clock_runs_ahead_keeps_what_its_primary_still_holds() {
     replica.shutdown().await.unwrap();
 }
 
+/// Hash field times (HEXPIRE, Redis 7.4) reach a replica with their fields, and a field whose
+/// time passes leaves the replica by its primary's removal: the replica's reads never remove one
+/// on their own (its copy would then differ from its primary's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_field_times_reach_the_replica_and_leave_it_by_the_primarys_expiry() {
+    use shoal_node::store::object::Object;
+    let primary = start().await;
+    let mut p = connect(&primary.addr.to_string()).await;
+    run(&mut p, 0, command(&["hset", "h", "keep", "1", "short", "2", "long", "3"])).await;
+    run(&mut p, 0, command(&["hpexpireat", "h", "4000000000000", "FIELDS", "1", "long"])).await;
+    let (replica, _) = add_replica(&primary).await;
+    assert_eq!(state(&replica, "h"), state(&primary, "h"), "the full sync brings the field times");
+    run(&mut p, 2, command(&["hpexpire", "h", "300", "FIELDS", "1", "short"])).await;
+    assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1);
+    assert_eq!(state(&replica, "h"), state(&primary, "h"), "a change brings them");
+    let fields = |n: &NodeHandle| {
+        n.state
+            .store
+            .read_object(b"h", ValueType::Hash, |o| match o {
+                Some(Object::Hash(h)) => (h.len(), h.field_ttl(b"short").is_some(), h.field_ttl(b"long")),
+                _ => (0, false, None),
+            })
+            .unwrap()
+    };
+    assert_eq!(fields(&replica), (3, true, Some(4_000_000_000_000)));
+    until("the primary's removal of the expired field on the replica", || fields(&replica).0 == 2).await;
+    assert_eq!(fields(&primary), (2, false, Some(4_000_000_000_000)));
+    assert_eq!(fields(&replica), (2, false, Some(4_000_000_000_000)));
+    // The replica first: a primary that stops while its replica runs hands its shard over first.
+    replica.shutdown().await.unwrap();
+    primary.shutdown().await.unwrap();
+}
+
 /// Issue 38, item 7: a transaction whose writes exceed what one cut may hold (here the limit is
 /// lowered to 64 KiB) does not travel as one cut held whole on both sides: the replica gets a full
 /// sync instead, in bounded chunks, and ends with every key of it. A unit under the limit still

@@ -199,6 +199,24 @@ async fn newer_commands_match_valkey_byte_for_byte() {
     router.shutdown().await;
 }
 
+/// Commands newer than Valkey 8.1 too (hash field expiry: Redis 7.4; HGETDEL, HGETEX, HSETEX:
+/// 8.0), against redis-server 8.0 (`.ci/tools/install redis8`), in `tests/differential/redis8/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_commands_match_redis8_byte_for_byte() {
+    let (_redis8, redis8_addr) = support::redis8_server().await;
+    let router = support::cluster().await;
+    let mut mismatches = Vec::new();
+    for path in scripts_in("differential/redis8") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = format!("redis8/{}", path.file_name().unwrap().to_string_lossy());
+        for resp3 in [false, true] {
+            mismatches.extend(run_script(&name, &text, redis8_addr, router.resp_addr(), resp3).await);
+        }
+    }
+    assert!(mismatches.is_empty(), "{} replies differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    router.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_scripts_match_redis_byte_for_byte() {
     let (_redis, redis_addr) = support::redis_server().await;

@@ -76,6 +76,14 @@ async fn typed_values_move_whole_while_scaling() {
             .ignore()
             .expire(format!("h:{i}"), 100_000)
             .ignore()
+            // A field time (HEXPIRE, Redis 7.4) travels inside the hash's value.
+            .cmd("HPEXPIREAT")
+            .arg(format!("h:{i}"))
+            .arg(4_000_000_000_000u64 + i as u64)
+            .arg("FIELDS")
+            .arg(1)
+            .arg("b")
+            .ignore()
             .query_async(&mut con)
             .await
             .unwrap();
@@ -131,6 +139,16 @@ async fn typed_values_move_whole_while_scaling() {
                 assert_eq!(h, BTreeMap::from([("a".into(), i.to_string()), ("b".into(), format!("v{i}"))]));
                 let ttl: i64 = con.ttl(format!("h:{i}")).await.unwrap();
                 assert!(ttl > 90_000, "TTL moved with the hash: {ttl}");
+                let times: Vec<i64> = redis::cmd("HPEXPIRETIME")
+                    .arg(format!("h:{i}"))
+                    .arg("FIELDS")
+                    .arg(2)
+                    .arg("a")
+                    .arg("b")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                assert_eq!(times, vec![-1, 4_000_000_000_000 + i as i64], "field times moved with h:{i}");
                 let l: Vec<usize> = con.lrange(format!("l:{i}"), 0, -1).await.unwrap();
                 assert_eq!(l, vec![i, i + 1, i + 2]);
                 let s: BTreeSet<String> = con.smembers(format!("s:{i}")).await.unwrap();

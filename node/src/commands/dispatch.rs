@@ -17,7 +17,7 @@ use super::object;
 use super::set;
 use super::sort;
 use super::zset;
-use super::{dump, stream, stream_group, strings};
+use super::{dump, hash_ttl, stream, stream_group, strings};
 use crate::store::Store;
 use crate::store::object::ValueType;
 
@@ -86,6 +86,7 @@ fn index() -> &'static std::collections::HashMap<&'static [u8], Entry> {
                 sort::TABLE,
                 dump::TABLE,
                 strings::TABLE,
+                hash_ttl::TABLE,
             ];
             for (name, f) in ones.into_iter().chain(families.into_iter().flatten().copied()) {
                 m.insert(name.as_bytes(), Entry::One(f));

@@ -144,7 +144,7 @@ fn hincrby(store: &Store, args: &[Bytes]) -> CmdResult {
         };
         let next =
             current.checked_add(delta).ok_or(CmdError::Text("ERR increment or decrement would overflow"))?;
-        h.set(&args[2], &shoal_wire::num::format_i64(next), limits);
+        h.set_keep_ttl(&args[2], &shoal_wire::num::format_i64(next), limits);
         Ok(F::int(next))
     })?
 }
@@ -164,7 +164,7 @@ fn hincrbyfloat(store: &Store, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Text("ERR hash value is not a float"));
         }
         let next = float::incr_by_float(current, &args[3]).map_err(|e| CmdError::Store(e.into()))?;
-        h.set(&args[2], &next, limits);
+        h.set_keep_ttl(&args[2], &next, limits);
         Ok(F::bulk(next))
     })?
 }

@@ -12,7 +12,8 @@
 //!   (commands over several keys), `geo.rs` (GEO commands on sorted sets; its arithmetic in
 //!   `geohash.rs`), `stream.rs` (X* commands on streams), `sort.rs` (SORT, SORT_RO),
 //!   `object.rs`, `dump.rs` (DUMP, RESTORE; the payload's encoding in `payload.rs`), `strings.rs`
-//!   (DELIFEQ), `scan.rs`
+//!   (DELIFEQ), `hash_ttl.rs` (hash field expiry: HEXPIRE and its kin, HGETDEL, HGETEX,
+//!   HSETEX), `scan.rs`
 //!   (HSCAN and its kin), `random.rs` (the random-member counts).
 //! - what the families share: `error.rs` (a command's failure), `args.rs` (integers, counts,
 //!   ranges), `double.rs` (scores and `%.17g`), `frame.rs` (building and encoding replies),
@@ -36,6 +37,7 @@ mod fuzz;
 pub(crate) mod geo;
 mod geohash;
 mod hash;
+mod hash_ttl;
 mod hll;
 mod list;
 mod multi;

@@ -85,7 +85,7 @@ pub fn dump_object(o: &Object) -> Vec<u8> {
                 put_string(&mut out, &m);
             }
         }
-        Object::Hash(h @ Hash::Pack(_)) => {
+        Object::Hash(h) if h.is_packed() => {
             out.push(HASH_LISTPACK);
             let mut lp = listpack::new();
             for (f, v) in h.iter() {

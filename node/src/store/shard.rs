@@ -13,7 +13,8 @@
 //! The expiry heap holds `(expire_at, key hash)` pairs. It is never updated in place: an entry whose
 //! TTL changes or that is deleted leaves a stale pair behind, which is recognised and dropped when it
 //! reaches the top (the entry is gone or has another `expire_at`). The heap is rebuilt when stale
-//! pairs outnumber live ones.
+//! pairs outnumber live ones. Hash field expiry (HEXPIRE) has a heap of its own, of `(earliest field
+//! time, slab position)` pairs for the hashes whose fields have times, with the same stale-pair rule.
 //!
 //! Two layers: memory (this slab) over the base snapshot the node started from. Reads look in
 //! memory, then in the base. Writes first copy a base-only key into memory ("promote"), so every
@@ -96,6 +97,14 @@ pub struct Shard {
     expiry: BinaryHeap<Reverse<(u64, u64)>>,
     /// `(expire_at, base index)` of the base's keys with a TTL (see `add_base_expiry`).
     base_expiry: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Hash field expiry (HEXPIRE): the earliest field time registered for each slab position
+    /// holding a hash with field times, and a heap of `(time, position)` pairs for active expiry.
+    /// Stale pairs (the hash's earliest time changed, the entry is gone) are dropped when they
+    /// reach the top, as the key expiry heap's are.
+    field_min: hashbrown::HashMap<u32, u64>,
+    field_expiry: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Hash fields removed because their time passed (INFO's `expired_subkeys`).
+    pub expired_fields: u64,
     /// Entries with a TTL, and the sum of their expiry times (INFO keyspace's `avg_ttl`).
     volatile: usize,
     expire_sum: u128,
@@ -165,6 +174,9 @@ impl Shard {
             limits: Limits::default(),
             expiry: BinaryHeap::new(),
             base_expiry: BinaryHeap::new(),
+            field_min: hashbrown::HashMap::new(),
+            field_expiry: BinaryHeap::new(),
+            expired_fields: 0,
             volatile: 0,
             expire_sum: 0,
             heap_bytes: 0,
@@ -278,6 +290,12 @@ impl Shard {
     pub fn put_object(&mut self, pos: u32, o: Box<Object>) {
         self.entry_mut(pos).set_value_type(o.value_type());
         self.heap_bytes += o.mem();
+        if let Object::Hash(h) = &*o
+            && let Some(at) = h.min_ttl()
+            && self.field_min.insert(pos, at) != Some(at)
+        {
+            self.field_expiry.push(Reverse((at, pos)));
+        }
         if let Some(old) = self.objects.insert(pos, o) {
             self.heap_bytes -= old.mem();
         }
@@ -619,12 +637,83 @@ impl Shard {
         }
     }
 
+    /// Removes the fields of the hash at `pos` whose time has passed at `now` (lazily, before a
+    /// command sees the hash, and by active expiry): counted in `expired_subkeys`, the
+    /// `hexpired` event, the key recorded for replicas; a hash left empty is deleted (`del`).
+    /// Returns whether the key is gone. A replica removes nothing (its primary's removal comes
+    /// down the feed), as it keeps expired keys.
+    pub fn purge_fields(&mut self, pos: u32, now: u64) -> bool {
+        if self.keeps_expired() {
+            return false;
+        }
+        let Some(Object::Hash(h)) = self.objects.get_mut(&pos).map(|o| &mut **o) else { return false };
+        if h.min_ttl().is_none_or(|at| at > now) {
+            return false;
+        }
+        let before = h.mem();
+        let gone = h.purge_expired(now).len() as u64;
+        let (after, empty, next) = (h.mem(), h.is_empty(), h.min_ttl());
+        self.heap_bytes = self.heap_bytes + after - before;
+        self.expired_fields += gone;
+        match next {
+            Some(at) if self.field_min.insert(pos, at) != Some(at) => {
+                self.field_expiry.push(Reverse((at, pos)))
+            }
+            Some(_) => {}
+            None => {
+                self.field_min.remove(&pos);
+            }
+        }
+        let key = self.entry(pos).key().to_vec();
+        self.events.emit(notify::HASH, "hexpired", &key);
+        if empty {
+            let hash = self.hash(&key);
+            self.delete(hash, pos);
+            self.events.emit(notify::GENERIC, "del", &key);
+        }
+        self.events.changes.key(&key);
+        empty
+    }
+
+    /// Active expiry of hash fields: purges up to `budget` hashes whose earliest field time is
+    /// at or before `now`. Returns how many hashes it purged.
+    fn purge_expired_fields(&mut self, now: u64, budget: usize) -> usize {
+        let mut purged = 0;
+        let mut work = 0;
+        while purged < budget && work < budget * 4 {
+            let Some(&Reverse((at, pos))) = self.field_expiry.peek() else { break };
+            if at > now {
+                break;
+            }
+            self.field_expiry.pop();
+            work += 1;
+            if self.field_min.get(&pos) != Some(&at) {
+                continue; // stale: the hash's earliest time changed, or the entry is gone
+            }
+            let current = match self.objects.get(&pos).map(|o| &**o) {
+                Some(Object::Hash(h)) => h.min_ttl(),
+                _ => None,
+            };
+            if current != Some(at) {
+                self.field_min.remove(&pos);
+                continue;
+            }
+            self.purge_fields(pos, now);
+            purged += 1;
+        }
+        if self.field_expiry.is_empty() {
+            self.field_expiry.shrink_to(64);
+        }
+        purged
+    }
+
     /// Takes the entry at `pos` out of memory entirely.
     fn remove(&mut self, hash: u64, pos: u32) -> Entry {
         if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
             found.remove();
         }
         self.take_object(pos);
+        self.field_min.remove(&pos);
         let entry = self.slab[pos as usize].take().expect("removing a live entry");
         if !entry.is_tombstone() {
             self.watches.touch(entry.key());
@@ -724,7 +813,7 @@ impl Shard {
         if self.keeps_expired() {
             return 0;
         }
-        let mut removed = 0;
+        let mut removed = self.purge_expired_fields(now, budget);
         let mut work = 0;
         while removed < budget && work < budget * 4 {
             let Some(&Reverse((at, hash))) = self.expiry.peek() else { break };

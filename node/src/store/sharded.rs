@@ -30,6 +30,8 @@ pub struct StoreStats {
     pub avg_ttl_ms: u64,
     pub used_memory: u64,
     pub expired_keys: u64,
+    /// Hash fields removed because their time passed.
+    pub expired_subkeys: u64,
     pub evicted_keys: u64,
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
@@ -472,6 +474,7 @@ impl Store {
             st.volatile_keys += s.volatile() as u64;
             expire_sum += s.expire_sum();
             st.expired_keys += s.expired;
+            st.expired_subkeys += s.expired_fields;
             st.evicted_keys += s.evicted;
             st.keyspace_hits += s.hits;
             st.keyspace_misses += s.misses;

@@ -462,6 +462,11 @@ fn read_in<R>(
         Some(_) => {}
     }
     let pos = s.lookup(h, key, now).expect("present a moment ago, under the same lock");
+    // A hash's fields past their time are removed before anything reads it (Redis's lazy field
+    // expiry); one whose every field had expired is gone.
+    if t == ValueType::Hash && s.purge_fields(pos, now) {
+        return Ok(f(None));
+    }
     s.touch(pos, now);
     Ok(f(s.object(pos)))
 }
@@ -474,11 +479,17 @@ fn write_in<R>(
     t: ValueType,
     f: impl FnOnce(&mut Option<Box<Object>>, &Limits) -> R,
 ) -> Result<R, StoreError> {
-    let pos = s.find_live(h, key, now);
+    let mut pos = s.find_live(h, key, now);
     if let Some(p) = pos
         && s.entry(p).value_type() != t
     {
         return Err(StoreError::WrongType);
+    }
+    if t == ValueType::Hash
+        && let Some(p) = pos
+        && s.purge_fields(p, now)
+    {
+        pos = None; // every field had expired: the hash is gone, as for read_in
     }
     let limits = s.limits.clone();
     let mut slot = pos.and_then(|p| s.take_object(p));

@@ -195,6 +195,8 @@ impl Gathered {
         field("total_commands_processed", commands.to_string());
         field("rejected_connections", rejected.to_string());
         field("expired_keys", self.sum(|n| n.expired_keys).to_string());
+        // Redis 7.4's: hash fields removed by their own time (HEXPIRE).
+        field("expired_subkeys", self.sum(|n| n.expired_subkeys).to_string());
         field("evicted_keys", self.sum(|n| n.evicted_keys).to_string());
         field("keyspace_hits", self.sum(|n| n.keyspace_hits).to_string());
         field("keyspace_misses", self.sum(|n| n.keyspace_misses).to_string());

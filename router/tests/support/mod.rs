@@ -380,6 +380,18 @@ pub async fn valkey_server() -> (Proc, SocketAddr) {
     server_at(&path, &[]).await
 }
 
+/// Starts redis-server 8.0 (`.ci/tools/install redis8` builds it into ~/.cache/shoal/bin, or
+/// `$SHOAL_REDIS8_SERVER`), the oracle of the commands newer than Redis 7.0 that Valkey 8.1 lacks.
+pub async fn redis8_server() -> (Proc, SocketAddr) {
+    let path = std::env::var("SHOAL_REDIS8_SERVER").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| {
+        let cache = std::env::var("SHOAL_CACHE")
+            .unwrap_or_else(|_| format!("{}/.cache/shoal", std::env::var("HOME").unwrap_or_default()));
+        format!("{cache}/bin/redis8-server")
+    });
+    assert!(std::path::Path::new(&path).exists(), "{path}: run .ci/tools/install redis8 (.ci/test does)");
+    server_at(&path, &[]).await
+}
+
 async fn server_at(program: &str, extra: &[&str]) -> (Proc, SocketAddr) {
     let port = free_port();
     let child = Command::new(program)

@@ -172,9 +172,7 @@ impl Object {
         let pack = Pack::from_bytes(bytes)?;
         Ok(match t {
             ValueType::Hash => {
-                if !pack.len().is_multiple_of(2) {
-                    return Err(PackError::BadCount(pack.len()));
-                }
+                // Pairs, and (an odd count) the field times last: `Hash::from_pairs` checks both.
                 Object::Hash(Hash::from_pairs(pack.iter(), limits).ok_or(PackError::BadCount(pack.len()))?)
             }
             ValueType::List => Object::List(List::from_items(pack.iter(), limits.list_max_listpack_size)),
