@@ -29,6 +29,18 @@ pub struct Cli {
     pub serve: ServeArgs,
     #[command(flatten)]
     pub auth: shoal_wire::auth::SecretArgs,
+    /// Colocation rules, `PREFIX*` (repeat, or comma separated): keys starting with PREFIX hash
+    /// on PREFIX alone, so they share one slot and one node without {hashtags} (an application's
+    /// transactions and scripts over them then run as on one Redis). Every router and node of a
+    /// cluster, and `bake`, must have the same rules for the life of the data.
+    #[arg(
+        long = "colocate",
+        env = "SHOAL_COLOCATE",
+        value_delimiter = ',',
+        value_name = "PREFIX*",
+        global = true
+    )]
+    pub colocate: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -15,6 +15,7 @@ use shoal_wire::auth::Credentials;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
+    shoal_wire::slot::set_colocation(&cli.colocate)?;
     match &cli.command {
         Some(Command::Bake(args)) => run_bake(args),
         Some(Command::Get(args)) => {

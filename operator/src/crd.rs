@@ -139,6 +139,15 @@ pub struct CacheClusterSpec {
     /// routers announce the routers' Service name, so those clients keep going through it.
     #[serde(default)]
     pub cluster_mode: ClusterMode,
+    /// Colocation rules, `PREFIX*` (e.g. `rq:*`, `bull:*`): keys starting with PREFIX share one
+    /// slot, so an application's transactions and scripts over its own default key names run as on
+    /// one Redis, without {hashtags}. Passed to every node and router. Fixed once the cluster
+    /// exists: keys live in the slots these rules give them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(r, r.matches('^[^*?\\\\[\\]]+[*]$'))")
+        .message("each colocation rule is a key prefix followed by one '*', e.g. 'rq:*'"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("colocate cannot change once set"))]
+    pub colocate: Vec<String>,
 }
 
 /// Routers' `--cluster-mode` (`off` there; not here, where YAML would read `off` as false).

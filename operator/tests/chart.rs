@@ -252,6 +252,11 @@ fn the_cluster_and_its_password() {
     let spec: shoal_operator::crd::CacheClusterSpec =
         serde_json::from_value(one(&docs, "CacheCluster")["spec"].clone()).unwrap();
     assert_eq!(spec.cluster_mode, shoal_operator::crd::ClusterMode::Emulated, "the operator reads it");
+    assert!(spec.colocate.is_empty(), "no colocation rules unless asked");
+    let docs = render(&["--set", "cluster.colocate={rq:*,bull:*}"]).unwrap().unwrap();
+    let spec: shoal_operator::crd::CacheClusterSpec =
+        serde_json::from_value(one(&docs, "CacheCluster")["spec"].clone()).unwrap();
+    assert_eq!(spec.colocate, ["rq:*", "bull:*"], "the operator reads the colocation rules");
     let docs = render(&["--set", "cluster.enabled=false"]).unwrap().unwrap();
     assert!(find(&docs, "CacheCluster").is_empty() && find(&docs, "Pod").is_empty());
 }

@@ -115,6 +115,14 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_EMBEDDED_NODES")]
     pub embedded_nodes: Option<usize>,
 
+    /// Colocation rules, `PREFIX*` (repeat, or comma separated): keys starting with PREFIX hash
+    /// on PREFIX alone, so they share one slot and one node without {hashtags}: an application's
+    /// MULTI/EXEC and scripts over its own keys (`rq:*`, `bull:*`) then work unchanged. Every
+    /// router and node of a cluster must have the same rules for the life of the data (CONFIG GET
+    /// cluster-colocate shows them).
+    #[arg(long = "colocate", env = "SHOAL_COLOCATE", value_delimiter = ',', value_name = "PREFIX*")]
+    pub colocate: Vec<String>,
+
     /// RESP (Redis protocol) listen address; `off` for none (TLS clients only, with --tls-port).
     #[arg(long, env = "SHOAL_RESP", default_value = DEFAULT_RESP)]
     pub resp: Bind,

@@ -406,6 +406,8 @@ fn serve(
 impl Router {
     /// Binds every listener and starts serving; returns once clients can connect.
     pub async fn start(args: &RouterArgs) -> anyhow::Result<Router> {
+        // Before anything computes a key's slot (embedded nodes share this process's rules).
+        shoal_wire::slot::set_colocation(&args.colocate)?;
         let (stop, stopped) = watch::channel(false);
         let (secret, credentials) = node_credentials(args)?;
         let (embedded, topology, managed) = start_cluster(args, secret).await?;

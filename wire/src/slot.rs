@@ -4,6 +4,14 @@
 //! `{` and the next `}` when that part is non-empty, else the whole key. The function is fixed by
 //! this code (not a std/ahash hasher whose output may change between builds), so routers of any
 //! version agree on where a key lives.
+//!
+//! One addition, off by default: **colocation rules** (`--colocate 'rq:*'` on every router and
+//! node, set once at start with [`set_colocation`]). A key that starts with a rule's prefix hashes
+//! on that prefix alone, so an application's keys share one slot, and so one node, without
+//! `{hashtags}` in their names: its transactions and scripts over several of them run where they
+//! all are, as on one Redis. Every process of a cluster must have the same rules (a router or node
+//! with others sends or finds keys in other slots: MOVED, then an error, never a silent misplace),
+//! for as long as the data lives (snapshots and slot moves follow slots).
 
 /// Number of hash slots, as in Redis Cluster.
 pub const SLOT_COUNT: usize = 16384;
@@ -99,9 +107,72 @@ fn find_byte(data: &[u8], b: u8) -> Option<usize> {
     words.remainder().iter().position(|&x| x == b).map(|i| at + i)
 }
 
-/// The cluster slot of `key`, in `0..16384`.
+/// The cluster slot of `key`, in `0..16384` (a colocation rule's prefix, if one matches).
+#[inline]
 pub fn key_slot(key: &[u8]) -> u16 {
-    crc16(hashtag(key)) & (SLOT_COUNT as u16 - 1)
+    crc16(hashed_part(key)) & (SLOT_COUNT as u16 - 1)
+}
+
+/// The bytes of `key` its slot is computed from: a matching colocation rule's prefix, else
+/// [`hashtag`]. Without rules (the default) this costs one relaxed load.
+#[inline]
+pub fn hashed_part(key: &[u8]) -> &[u8] {
+    if COLOCATING.load(std::sync::atomic::Ordering::Relaxed)
+        && let Some(prefix) = COLOCATION.get().and_then(|rules| rules.iter().find(|p| key.starts_with(p)))
+    {
+        return prefix;
+    }
+    hashtag(key)
+}
+
+static COLOCATION: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+static COLOCATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Why colocation rules were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ColocationError {
+    #[error(
+        "colocation rule {0:?} must be a key prefix followed by one '*' (e.g. 'rq:*'), with no other glob characters"
+    )]
+    BadPattern(String),
+    #[error("colocation rules are set once, at start; these differ from the rules in force")]
+    AlreadySet,
+}
+
+/// Parses colocation patterns (`PREFIX*`) into their prefixes.
+pub fn parse_colocation(patterns: &[String]) -> Result<Vec<Vec<u8>>, ColocationError> {
+    patterns
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.strip_suffix('*') {
+            Some(prefix) if !prefix.is_empty() && !prefix.contains(['*', '?', '[', ']', '\\']) => {
+                Ok(prefix.as_bytes().to_vec())
+            }
+            _ => Err(ColocationError::BadPattern(p.clone())),
+        })
+        .collect()
+}
+
+/// Puts colocation rules in force for this process (first match wins). Once: a second call with
+/// the same rules is accepted (embedded nodes share their router's process), other rules are not.
+pub fn set_colocation(patterns: &[String]) -> Result<(), ColocationError> {
+    let rules = parse_colocation(patterns)?;
+    if rules.is_empty() && COLOCATION.get().is_none() {
+        return Ok(());
+    }
+    let set = COLOCATION.get_or_init(|| rules.clone());
+    if *set != rules {
+        return Err(ColocationError::AlreadySet);
+    }
+    COLOCATING.store(!set.is_empty(), std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// The colocation rules in force, as given (`rq:*`), for CONFIG GET and INFO.
+pub fn colocation_patterns() -> Vec<String> {
+    COLOCATION.get().map_or_else(Vec::new, |rules| {
+        rules.iter().map(|p| format!("{}*", String::from_utf8_lossy(p))).collect()
+    })
 }
 
 #[cfg(test)]
@@ -157,6 +228,18 @@ mod tests {
         for (key, slot) in cases {
             assert_eq!(key_slot(key), *slot, "key {:?}", String::from_utf8_lossy(key));
         }
+    }
+
+    #[test]
+    fn colocation_patterns_are_prefixes() {
+        let p = |v: &[&str]| parse_colocation(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(p(&["rq:*", "bull:*"]), Ok(vec![b"rq:".to_vec(), b"bull:".to_vec()]));
+        assert_eq!(p(&[""]), Ok(vec![]));
+        for bad in ["rq:", "*", "a*b*", "a?*", "[a]*"] {
+            assert!(matches!(p(&[bad]), Err(ColocationError::BadPattern(_))), "{bad}");
+        }
+        // Not set in this test process: the hashtag rule alone.
+        assert_eq!(hashed_part(b"rq:job:{x}"), b"x");
     }
 
     #[test]

@@ -116,6 +116,10 @@ pub(super) fn router_listeners(cc: &CacheCluster) -> Listeners {
     let s = &cc.spec;
     let plaintext = s.tls.as_ref().is_none_or(|t| t.plaintext);
     let mut args: Vec<String> = vec!["--topology-file".into(), topology_file()];
+    // The same rules as the nodes' (`node_args`): routers and nodes must agree on every slot.
+    if !s.colocate.is_empty() {
+        args.extend(["--colocate".into(), s.colocate.join(",")]);
+    }
     if plaintext {
         args.extend(["--resp".into(), format!("0.0.0.0:{ROUTER_RESP_PORT}")]);
         args.extend(["--http".into(), format!("0.0.0.0:{ROUTER_HTTP_PORT}")]);

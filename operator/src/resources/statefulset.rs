@@ -198,6 +198,9 @@ pub fn node_args(cc: &CacheCluster, placement: Placement) -> Vec<String> {
     if let Some(rate) = &s.migrate_rate {
         args.extend(["--migrate-rate".to_string(), rate.clone()]);
     }
+    if !s.colocate.is_empty() {
+        args.extend(["--colocate".to_string(), s.colocate.join(",")]);
+    }
     // The kubelet expands $(VAR) from the container's environment (see `node_env`).
     match placement {
         Placement::Ordinal => {}
@@ -290,7 +293,8 @@ mod tests {
     fn nodes_get_their_settings_ids_and_storage() {
         let mut cc = cluster(serde_json::json!({
             "shards": 3, "maxmemory": "2gb", "maxmemoryPolicy": "allkeys-lru", "migrateRate": "32mb",
-            "storage": {"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "fast"}
+            "storage": {"type": "PersistentVolumeClaim", "size": "5Gi", "storageClassName": "fast"},
+            "colocate": ["rq:*", "bull:*"]
         }));
         let sts = node_statefulset(&cc, 0, 4, Placement::Ordinal);
         let spec = sts.spec.as_ref().unwrap();
@@ -298,6 +302,9 @@ mod tests {
         let c = &pod_spec(&spec.template).containers[0];
         let args = c.args.clone().unwrap().join(" ");
         assert!(args.contains("--maxmemory 2gb --maxmemory-policy allkeys-lru"), "{args}");
+        assert!(args.contains("--colocate rq:*,bull:*"), "the nodes' colocation rules: {args}");
+        let router = crate::resources::deployment::router_listeners(&cc).args.join(" ");
+        assert!(router.contains("--colocate rq:*,bull:*"), "the routers' are the same: {router}");
         assert!(
             args.contains("--migrate-rate 32mb")
                 && args.contains("--topology-file /etc/shoal/topology/topology.json")

@@ -54,6 +54,8 @@ enum Param {
     Port,
     /// `enable-debug-command`: this router's `--enable-debug-command` (immutable, as in Redis).
     DebugCommand,
+    /// `cluster-colocate` (Shoal's): the `--colocate` rules, set at start on every process.
+    Colocate,
     /// Owned by the nodes: read from them, set on every node of the current topology.
     Node(Setting),
     /// `client-output-buffer-limit`: the `pubsub` class is enforced by this router's pub/sub hub;
@@ -170,6 +172,8 @@ const PARAMS: &[(&str, Param)] = &[
     ("tracking-table-max-keys", Param::TrackingMaxKeys),
     // Redis 8's (7.0 has no such parameter): SHOAL SLOT-STATS counts reads, writes and bytes.
     ("cluster-slot-stats-enabled", Param::Node(Setting::ClusterSlotStatsEnabled)),
+    // Shoal's: keys sharing a slot by prefix (`--colocate`), immutable (slots hold data).
+    ("cluster-colocate", Param::Colocate),
 ];
 
 /// The nodes' settings, from the first node in topology order that answers (nodes started with
@@ -221,6 +225,7 @@ pub fn get(args: &Args, ctx: &mut Ctx) -> Pending {
                     Param::Maxclients => state.settings.maxclients.to_string(),
                     Param::Port => state.settings.tcp_port.to_string(),
                     Param::DebugCommand => state.settings.enable_debug_command.as_str().to_string(),
+                    Param::Colocate => shoal_wire::slot::colocation_patterns().join(" "),
                     Param::Node(s) => s.show(&nodes).unwrap_or_default(),
                     Param::OutputLimit => output_limits(&state),
                     Param::TrackingMaxKeys => state.pubsub.tracking.max_keys().to_string(),
@@ -302,7 +307,10 @@ fn named(args: &Args) -> Result<Vec<(&'static str, Param, &Bytes)>, Reply> {
         };
         // These two name the parameter as the client wrote it, as Redis does.
         let given = String::from_utf8_lossy(&pair[0]);
-        if matches!(p, Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand) {
+        if matches!(
+            p,
+            Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand | Param::Colocate
+        ) {
             return Err(failed(&given, "can't set immutable config"));
         }
         if named.iter().any(|(n, _, _)| *n == name) {
@@ -355,7 +363,7 @@ impl Parsed {
                 Param::Requirepass => {
                     parsed.accepted.push((name, String::from_utf8_lossy(value).into_owned()));
                 }
-                Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand => {
+                Param::Fixed(_) | Param::Maxclients | Param::Port | Param::DebugCommand | Param::Colocate => {
                     unreachable!("refused by `named`")
                 }
             }
