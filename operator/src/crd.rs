@@ -144,8 +144,7 @@ pub struct CacheClusterSpec {
     /// one Redis, without {hashtags}. Passed to every node and router. Fixed once the cluster
     /// exists: keys live in the slots these rules give them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = Rule::new("self.all(r, r.matches('^[^*?\\\\[\\]]+[*]$'))")
-        .message("each colocation rule is a key prefix followed by one '*', e.g. 'rq:*'"))]
+    #[schemars(length(max = 32), inner(length(min = 2, max = 256), regex(pattern = r"^[^*?\[\]\\]+\*$")))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("colocate cannot change once set"))]
     pub colocate: Vec<String>,
 }
