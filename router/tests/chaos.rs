@@ -7,7 +7,10 @@
 //! of faults runs: SIGKILL and restart of a node, SIGSTOP/SIGCONT, a primary partitioned from its
 //! replica, split brain (a primary cut off from the writer, its replica and the clients' routers,
 //! and the stale router from every other node), a one-way cut of a primary's packets to the writer, resets
-//! between routers and nodes, a bandwidth limit on a primary, and a router killed and restarted.
+//! between routers and nodes, a bandwidth limit on a primary, a router killed and restarted,
+//! packet loss, lag (a primary stalled in 25 ms pulses), silent closes (a node killed while its
+//! FIN and RST packets are dropped), a jump of a node's wall clock (libfaketime) and a full disk
+//! under a node's snapshots (each node's data directory is a small tmpfs).
 //! Then every fault is healed, the cluster must recover, every key is read once more, and
 //! `shoal-checker` checks the whole history: registers linearizable over WAIT-confirmed writes,
 //! list appends neither lost, duplicated nor reordered (docs/architecture.md, "What a client can
@@ -15,7 +18,8 @@
 //! (lost when it rejoins) are counted and must be none: the writer's lease fences it first.
 //!
 //! Needs root (network namespaces); `SHOAL_CHAOS_SEED` repeats a schedule, `SHOAL_CHAOS_SECS`
-//! sets the length of the fault phase (default 75; `loadtest/chaos` runs it for an hour);
+//! sets the length of the fault phase (default 75; `loadtest/chaos` runs it for an hour),
+//! `SHOAL_CHAOS_FAULTS` (kinds by name, comma separated) draws from some kinds only;
 //! `SHOAL_CHAOS_KEEP` keeps the history and the logs of a run that passed (one that fails keeps
 //! them always).
 
@@ -26,18 +30,22 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use shoal_wire::{NodeInfo, Topology};
-use support::faults::{Host, Net};
+use support::faults::{Clock, DataDisk, Host, Net};
 use support::history::{self, Conn, Recorder, Reply};
 
 const NODES: [&str; 4] = ["p0", "r0", "p1", "r1"];
 const ROUTERS: [&str; 3] = ["rt0", "rt1", "stale"];
 const NODE_PORT: u16 = 7000;
 
-/// The cluster. Fields drop in order: processes first, then the namespaces they ran in.
+/// The cluster. Fields drop in order: processes first, then their disks and the namespaces they
+/// ran in.
 struct Bed {
     nodes: Vec<Host>,
     routers: Vec<Host>,
     writer: Host,
+    /// Each node's wall clock (`None` without libfaketime) and data directory.
+    clocks: Vec<Option<Clock>>,
+    disks: Vec<DataDisk>,
     net: Net,
     dir: PathBuf,
     topology: PathBuf,
@@ -62,6 +70,8 @@ impl Bed {
             nodes: NODES.iter().map(|n| Host::new(n)).collect(),
             routers: ROUTERS.iter().map(|n| Host::new(n)).collect(),
             writer: Host::new("writer"),
+            clocks: NODES.iter().map(|_| None).collect(),
+            disks: NODES.iter().map(|n| DataDisk::mount(&dir.join(format!("{n}-data")), 64)).collect(),
             net,
             dir: dir.to_path_buf(),
             topology,
@@ -94,6 +104,9 @@ impl Bed {
         let mut c = self.net.command(name, &bin("shoal-node"));
         c.args(["--listen", &format!("{}:{NODE_PORT}", self.net.ip(name))]);
         c.args(["--topology-file", private.to_str().unwrap()]).env("SHOAL_CLUSTER_SECRET", support::SECRET);
+        // Snapshots every few seconds on a disk that a fault fills.
+        c.args(["--data-dir", self.disks[i].path.to_str().unwrap(), "--snapshot-interval", "5"]);
+        self.clocks[i] = Clock::attach(&mut c, &self.dir.join(format!("{name}-clock")));
         self.nodes[i].start(&self.dir, c);
     }
 
@@ -180,9 +193,14 @@ enum Fault {
     Reset,
     Throttle,
     RouterRestart,
+    Loss,
+    Lag,
+    SilentClose,
+    ClockJump,
+    DiskFull,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 13] = [
     Fault::KillRestart,
     Fault::StopCont,
     Fault::PartitionReplica,
@@ -191,6 +209,11 @@ const FAULTS: [Fault; 8] = [
     Fault::Reset,
     Fault::Throttle,
     Fault::RouterRestart,
+    Fault::Loss,
+    Fault::Lag,
+    Fault::SilentClose,
+    Fault::ClockJump,
+    Fault::DiskFull,
 ];
 
 /// What the schedule did and saw, for the report.
@@ -263,6 +286,47 @@ impl Bed {
                 tokio::time::sleep(hold / 2).await;
                 self.start_router(r);
                 format!("SIGKILL router {} , restart after {:?}", ROUTERS[r], hold / 2)
+            }
+            Fault::Loss => {
+                let percent = 5 + rng.u32(..26);
+                self.net.loss(primary, Some(percent));
+                tokio::time::sleep(hold).await;
+                self.net.loss(primary, None);
+                format!("primary {primary} drops {percent}% of what it sends for {hold:?}")
+            }
+            Fault::Lag => {
+                let i = NODES.iter().position(|n| *n == primary).unwrap();
+                self.nodes[i].lag(hold).await;
+                format!("primary {primary} lagging (25 ms stalls) for {hold:?}")
+            }
+            Fault::SilentClose => {
+                let i = rng.usize(..NODES.len());
+                self.net.silent_closes(NODES[i], true);
+                self.nodes[i].kill();
+                tokio::time::sleep(hold).await;
+                self.net.silent_closes(NODES[i], false);
+                self.start_node(i);
+                format!("SIGKILL {} with its FIN/RST dropped, restart after {hold:?}", NODES[i])
+            }
+            Fault::ClockJump => {
+                let i = rng.usize(..NODES.len());
+                let secs = (30 + rng.i64(0..91)) * if rng.bool() { 1 } else { -1 };
+                match &self.clocks[i] {
+                    Some(clock) => {
+                        clock.shift(secs);
+                        tokio::time::sleep(hold).await;
+                        clock.shift(0);
+                        format!("{}'s wall clock jumped {secs:+} s for {hold:?}", NODES[i])
+                    }
+                    None => "clock jump left out: no libfaketime".to_string(),
+                }
+            }
+            Fault::DiskFull => {
+                let i = NODES.iter().position(|n| *n == primary).unwrap();
+                self.disks[i].fill(true);
+                tokio::time::sleep(hold.max(Duration::from_secs(6))).await;
+                self.disks[i].fill(false);
+                format!("primary {primary}'s data disk full for {:?}", hold.max(Duration::from_secs(6)))
             }
         };
         let took = self.recovered(Duration::from_secs(45)).await;
@@ -482,11 +546,18 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
         .map(|(r, key)| tokio::spawn(probe(bed.resp(r), key, rec.start, stop_at)))
         .collect();
     let mut log = Log { start: Some(rec.start), ..Log::default() };
+    // SHOAL_CHAOS_FAULTS=Loss,DiskFull,... draws from those kinds only (to work on one).
+    let only = std::env::var("SHOAL_CHAOS_FAULTS").unwrap_or_default();
+    let kinds: Vec<Fault> = FAULTS
+        .into_iter()
+        .filter(|f| only.is_empty() || only.split(',').any(|o| o == format!("{f:?}")))
+        .collect();
+    assert!(!kinds.is_empty(), "SHOAL_CHAOS_FAULTS={only} names no fault kind");
     for _ in 0..10_000 {
         if Instant::now() >= faults_end {
             break;
         }
-        let fault = FAULTS[rng.usize(..FAULTS.len())];
+        let fault = kinds[rng.usize(..kinds.len())];
         let hold = Duration::from_millis(rng.u64(1500..4000));
         bed.inject(fault, &mut rng, hold, &mut log).await;
         tokio::time::sleep(Duration::from_millis(rng.u64(200..1500))).await;
@@ -502,6 +573,18 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
     let (report, sound) = history::check(&rec.path);
     eprintln!("chaos: checked in {:?}; {:?} in all", checking.elapsed(), began.elapsed());
     eprintln!("chaos: faults:\n  {}", log.lines.join("\n  "));
+    let per_kind: Vec<String> = FAULTS
+        .iter()
+        .map(|f| {
+            let n = log
+                .spans
+                .iter()
+                .filter(|(.., k)| std::mem::discriminant(k) == std::mem::discriminant(f))
+                .count();
+            format!("{f:?} {n}")
+        })
+        .collect();
+    eprintln!("chaos: faults of each kind: {}", per_kind.join(", "));
     eprintln!("chaos: split brains (last lost ack after the promotion, lost acks): {:?}", log.split_brain);
     eprintln!("chaos: checker: {report}");
     let mut windows: Vec<(Duration, Duration)> = Vec::new();

@@ -14,12 +14,19 @@
 //! - resets ([`Net::reset`]: every TCP connection between two hosts is destroyed, `ss -K`, so
 //!   both ends see a reset at once);
 //! - bandwidth limits ([`Net::throttle`]: a token bucket on the host's egress);
-//! - process faults on [`Host`] processes: SIGKILL, SIGSTOP/SIGCONT, restart.
+//! - packet loss ([`Net::loss`]: nftables drops a share of the host's egress at random; `tc
+//!   netem` would do, but this kernel is built without `sch_netem`, so added latency is a process
+//!   fault below, and loss brings retransmission delays of its own);
+//! - silent closes ([`Net::silent_closes`]: the host's FIN and RST packets are dropped, so a
+//!   process that dies or closes leaves its peers' connections open until they time out);
+//! - process faults on [`Host`] processes: SIGKILL, SIGSTOP/SIGCONT, restart, lag ([`Host::lag`]:
+//!   stopped and continued in 25 ms pulses, so everything it answers or sends is late by up to
+//!   that, jittered), a clock jump ([`Clock`]: libfaketime, preloaded, reads the offset of the
+//!   process's wall clock from a file; its monotonic clock runs on), and a full disk
+//!   ([`DataDisk`]: the data directory is a small tmpfs, filled on demand).
 //!
-//! Not here: added latency and loss (`tc netem`: this kernel is built without `sch_netem`), disk
-//! full and clock jumps (see docs/benchmarks.md, "Faults").
-//!
-//! Needs root (CI runs as root) and iproute2 (`ip`, `tc`, `ss`). Everything is created under a
+//! Needs root (CI runs as root), iproute2 (`ip`, `tc`, `ss`), nftables (`nft`) and, for clock
+//! jumps, libfaketime (Debian's `faketime`; without it clock jumps are left out). Everything is created under a
 //! tag made of the test process's id and torn down on drop, so two runs never meet.
 
 use std::net::Ipv4Addr;
@@ -189,6 +196,33 @@ impl Net {
         c.status().is_ok_and(|s| s.success())
     }
 
+    /// Drops `percent`% of the packets `name` sends, at random (nftables in its namespace); `None`
+    /// lifts it.
+    pub fn loss(&self, name: &str, percent: Option<u32>) {
+        self.nft_rule(name, "chaosloss", percent.map(|p| format!("numgen random mod 100 < {p} drop")));
+    }
+
+    /// Drops every FIN and RST `name` sends (`on`), or lifts that: its closes go unseen.
+    pub fn silent_closes(&self, name: &str, on: bool) {
+        self.nft_rule(name, "chaosclose", on.then(|| "tcp flags & (fin | rst) != 0 drop".to_string()));
+    }
+
+    /// Puts `rule` on the egress of `name`'s namespace in its own table `table` (replacing what
+    /// the table held), or removes the table.
+    fn nft_rule(&self, name: &str, table: &str, rule: Option<String>) {
+        let ns = self.ns(name);
+        let _ = run(&["ip", "netns", "exec", &ns, "nft", "delete", "table", "inet", table]);
+        if let Some(rule) = rule {
+            let script = format!(
+                "add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0; }}\nadd rule inet {table} out {rule}\n"
+            );
+            let path = std::env::temp_dir().join(format!("{}-{name}-{table}.nft", self.tag));
+            std::fs::write(&path, script).unwrap();
+            must(&["ip", "netns", "exec", &ns, "nft", "-f", path.to_str().unwrap()]);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
     /// Limits what `name` sends to `kbit` kbit/s (token bucket, 400 ms of queue); `None` lifts it.
     pub fn throttle(&self, name: &str, kbit: Option<u32>) {
         let ns = self.ns(name);
@@ -285,6 +319,85 @@ impl Host {
     /// SIGCONT after [`Host::stop`].
     pub fn cont(&self) {
         self.signal("-CONT");
+    }
+
+    /// Lag for `hold`: stopped and continued in 25 ms pulses (a process starved of CPU, a slow
+    /// disk's stalls): every answer and packet it sends is late by up to 25 ms, jittered.
+    pub async fn lag(&self, hold: std::time::Duration) {
+        let start = std::time::Instant::now();
+        while start.elapsed() < hold {
+            self.stop();
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            self.cont();
+            tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+        }
+    }
+}
+
+/// A process's wall clock, shifted on demand: libfaketime (Debian's `faketime`) preloaded into it
+/// reads the offset from a file, at most a second old; the monotonic clock is left alone (timers
+/// run on), as when NTP steps a machine's clock.
+pub struct Clock {
+    file: std::path::PathBuf,
+}
+
+/// Where Debian's libfaketime lives.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+impl Clock {
+    /// A clock for the process `command` starts, its offset in `file` (0 to begin with); `None`
+    /// when libfaketime is not installed.
+    pub fn attach(command: &mut Command, file: &Path) -> Option<Clock> {
+        if !Path::new(LIBFAKETIME).exists() {
+            return None;
+        }
+        let clock = Clock { file: file.to_path_buf() };
+        clock.shift(0);
+        command
+            .env("LD_PRELOAD", LIBFAKETIME)
+            .env("FAKETIME_TIMESTAMP_FILE", file)
+            .env("FAKETIME_CACHE_DURATION", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        Some(clock)
+    }
+
+    /// Shifts the process's wall clock to `secs` seconds from the true time (negative: back).
+    pub fn shift(&self, secs: i64) {
+        std::fs::write(&self.file, format!("{secs:+}s\n")).unwrap();
+    }
+}
+
+/// A data directory on a tmpfs of its own (`size`), so a test can fill the disk under a process.
+pub struct DataDisk {
+    pub path: std::path::PathBuf,
+}
+
+impl DataDisk {
+    pub fn mount(path: &Path, size_mb: u32) -> DataDisk {
+        std::fs::create_dir_all(path).unwrap();
+        let size = format!("size={size_mb}m");
+        must(&["mount", "-t", "tmpfs", "-o", &size, "tmpfs", path.to_str().unwrap()]);
+        DataDisk { path: path.to_path_buf() }
+    }
+
+    /// Fills the disk (`true`: a file takes every free byte, so any write fails with ENOSPC) or
+    /// frees it again.
+    pub fn fill(&self, full: bool) {
+        let filler = self.path.join(".chaos-filler");
+        if full {
+            let _ = Command::new("dd")
+                .args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M"])
+                .stderr(Stdio::null())
+                .status();
+        } else {
+            let _ = std::fs::remove_file(&filler);
+        }
+    }
+}
+
+impl Drop for DataDisk {
+    fn drop(&mut self) {
+        let _ = run(&["umount", "-l", self.path.to_str().unwrap()]);
     }
 }
 
