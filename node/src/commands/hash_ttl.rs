@@ -89,6 +89,19 @@ fn expire_time(name: &[u8], arg: &[u8], unit: Unit, base: u64) -> Result<u64, Cm
     Ok(ms + base)
 }
 
+/// HGETEX's and HSETEX's time options: EX and PX count from `now`, EXAT and PXAT from 0.
+fn time_option(word: &[u8], now: u64) -> Option<(Unit, u64)> {
+    [
+        (&b"EX"[..], Unit::Seconds, now),
+        (b"PX", Unit::Millis, now),
+        (b"EXAT", Unit::Seconds, 0),
+        (b"PXAT", Unit::Millis, 0),
+    ]
+    .into_iter()
+    .find(|(w, ..)| word.eq_ignore_ascii_case(w))
+    .map(|(_, unit, base)| (unit, base))
+}
+
 /// `FIELDS numfields field ...` with FIELDS at `at`: the fields, checked in Redis's order.
 fn fields_at<'a>(args: &'a [Bytes], at: usize, count_error: &'static str) -> Result<&'a [Bytes], CmdError> {
     if !args.get(at).is_some_and(|a| a.eq_ignore_ascii_case(b"FIELDS")) {
@@ -222,16 +235,8 @@ fn getex(store: &Store, args: &[Bytes]) -> CmdResult {
     let now = store.now_ms();
     store.write_object(&args[1], ValueType::Hash, |slot, _| {
         let word = |w: &[u8]| args[2].eq_ignore_ascii_case(w);
-        let timed = [
-            (&b"EX"[..], Unit::Seconds, now),
-            (b"PX", Unit::Millis, now),
-            (b"EXAT", Unit::Seconds, 0),
-            (b"PXAT", Unit::Millis, 0),
-        ]
-        .into_iter()
-        .find(|(w, ..)| word(w));
-        let (action, at_fields) = match timed {
-            Some((_, unit, base)) => (GetExAction::Expire(expire_time(&args[0], &args[3], unit, base)?), 4),
+        let (action, at_fields) = match time_option(&args[2], now) {
+            Some((unit, base)) => (GetExAction::Expire(expire_time(&args[0], &args[3], unit, base)?), 4),
             None if word(b"PERSIST") => (GetExAction::Persist, 3),
             None => (GetExAction::Nothing, 2),
         };
@@ -280,14 +285,7 @@ fn parse_setex<'a>(args: &'a [Bytes], now: u64) -> Result<SetEx<'a>, CmdError> {
     let mut i = 2;
     while i < args.len() {
         let word = |w: &[u8]| args[i].eq_ignore_ascii_case(w);
-        let timed = [
-            (&b"EX"[..], Unit::Seconds, now),
-            (b"PX", Unit::Millis, now),
-            (b"EXAT", Unit::Seconds, 0),
-            (b"PXAT", Unit::Millis, 0),
-        ]
-        .into_iter()
-        .find(|(w, ..)| word(w));
+        let timed = time_option(&args[i], now);
         if word(b"FIELDS") {
             if i + 3 >= args.len() {
                 return Err(wrong_arity(&args[0]));
@@ -301,7 +299,7 @@ fn parse_setex<'a>(args: &'a [Bytes], now: u64) -> Result<SetEx<'a>, CmdError> {
             }
             o.pairs = &args[i + 2..];
             return Ok(o);
-        } else if let Some((_, unit, base)) = timed {
+        } else if let Some((unit, base)) = timed {
             if o.at.is_some() || o.keep_ttl {
                 return Err(ONE_TIME);
             }
