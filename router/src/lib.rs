@@ -419,6 +419,9 @@ impl Router {
         let links = LinkOptions { deadline: settings.deadline, credentials, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
         let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
+        if embedded.is_some() && args.embedded_maxmemory > 0 {
+            state.memory_limited.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut tasks = follow(args, &state, embedded.as_ref(), &stopped)?;
         tokio::spawn(state.pubsub.clone().follow(state.backend.clone()));
         let addrs = listeners.addrs();

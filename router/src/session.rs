@@ -233,6 +233,9 @@ pub struct Multi {
     pub(crate) bytes: usize,
     /// A command was refused while queueing: EXEC answers EXECABORT.
     pub dirty: bool,
+    /// Set when a queued command's node refused it after it was queued (OOM: memory full, found
+    /// by the room check `transaction::queue` makes): as `dirty`, but set from that check's reply.
+    pub(crate) refused: Arc<std::sync::atomic::AtomicBool>,
     /// The queued bytes held against the process-wide request buffer budget (set on the first
     /// queued command): many clients, each within its own limit, cannot together queue more.
     pub(crate) charge: Option<crate::state::Charge>,

@@ -333,6 +333,11 @@ pub struct RouterState {
     draining: AtomicBool,
     /// A BGSAVE is running (Redis refuses a second one).
     pub bgsave_running: std::sync::atomic::AtomicBool,
+    /// The nodes were given a memory limit through this router (CONFIG SET maxmemory, or the
+    /// embedded cluster's --embedded-maxmemory): a command queued in MULTI then asks its key's
+    /// node for room, as Redis refuses it with OOM at queueing. A limit set
+    /// elsewhere is met at EXEC (EXECABORT with the OOM reason), as Redis meets one set meanwhile.
+    pub memory_limited: AtomicBool,
     /// The in-process nodes and coordinator, in embedded mode (SHOAL SCALE).
     pub embedded: Option<Arc<crate::embedded::EmbeddedCluster>>,
     /// INFO commandstats and SLOWLOG.
@@ -392,6 +397,7 @@ impl RouterState {
             connected: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
+            memory_limited: AtomicBool::new(false),
             embedded,
             stats: crate::stats::CommandStats::default(),
             latency: crate::latency::Latency::default(),

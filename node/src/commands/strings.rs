@@ -10,7 +10,15 @@ use crate::store::object::ValueType;
 
 type Handler = fn(&Store, &[Bytes]) -> CmdResult;
 
-pub static TABLE: &[(&str, Handler)] = &[("delifeq", delifeq)];
+pub static TABLE: &[(&str, Handler)] = &[("delifeq", delifeq), ("shoal-room", room)];
+
+/// `shoal-room key` (the router's own, never a client's: no router lists it): whether a write to
+/// the key's node may grow memory now, evicting as a write would; OOM if not. The router asks it
+/// for a `denyoom` command queued in MULTI, as Redis refuses one at queueing when memory is full.
+fn room(store: &Store, _args: &[Bytes]) -> CmdResult {
+    super::error::make_room(store)?;
+    Ok(F::ok())
+}
 
 /// `DELIFEQ key value`: 1 when the key held exactly `value` and is deleted, else 0 (a missing
 /// key, another value); WRONGTYPE for a key of another type, as Valkey answers.

@@ -25,6 +25,27 @@ pub(super) fn transaction(
     })
 }
 
+/// Whether `op` is a command Redis flags `denyoom` (it may grow memory).
+fn may_grow(op: &Op) -> bool {
+    match &op.kind {
+        Some(
+            Kind::Set(_)
+            | Kind::SetIfEqual(_)
+            | Kind::Append(_)
+            | Kind::SetRange(_)
+            | Kind::IncrBy(_)
+            | Kind::IncrByFloat(_)
+            | Kind::MsetNx(_),
+        ) => true,
+        Some(Kind::Command(c)) => c
+            .args
+            .first()
+            .and_then(|name| crate::script::table::lookup(name))
+            .is_some_and(|c| c.flags & crate::script::table::DENYOOM != 0),
+        _ => false,
+    }
+}
+
 /// Whether a transaction holds a script (it then runs on the script thread, which has the VM).
 pub fn holds_script(op: &Op) -> bool {
     matches!(&op.kind, Some(Kind::Transaction(t)) if t.ops.iter().any(|o| matches!(o.kind, Some(Kind::Script(_)))))
@@ -52,6 +73,14 @@ pub(crate) fn transaction_with(
         return refused;
     }
     let Some(Kind::Transaction(t)) = whole.kind else { unreachable!("built above") };
+    // Redis refuses the EXEC itself, before its WATCHes, when memory is full and a queued
+    // command may grow it (`denyoom`): nothing runs (the router answers EXECABORT with the reason).
+    if t.ops.iter().any(may_grow) && store.make_room().is_err() {
+        return Reply {
+            error_kind: proto::ErrorKind::OutOfMemory as i32,
+            ..error(crate::redis_error::redis_error(&crate::store::StoreError::OutOfMemory))
+        };
+    }
     for w in &t.watches {
         // A watched key that has expired since counts as changed: expire it now (which touches it).
         store.presence(&w.key);

@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(s.len(), 101);
         assert_eq!(s.flush(), 101);
         assert!(s.is_empty());
-        assert_eq!(s.used_memory(), 0, "flush returns every accounted byte");
+        assert_eq!(s.used_memory(), s.fixed_memory(), "flush returns every accounted byte");
     }
 
     #[test]

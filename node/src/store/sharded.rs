@@ -346,8 +346,16 @@ impl Store {
     }
 
     /// Bytes accounted against `maxmemory`.
+    /// Bytes the store holds: its values and indexes as accounted, plus its shards' own
+    /// structures ([`Self::fixed_memory`]), so that even an empty store uses some memory, as any
+    /// Redis does (`maxmemory 1` is full at once, as Valkey's tests expect).
     pub fn used_memory(&self) -> usize {
-        self.used.load(Ordering::Relaxed)
+        self.used.load(Ordering::Relaxed) + self.fixed_memory()
+    }
+
+    /// What an empty store uses: its shards' structures.
+    pub fn fixed_memory(&self) -> usize {
+        self.shards.len() * std::mem::size_of::<Mutex<Shard>>()
     }
 
     pub(super) fn shard_of(&self, key: &[u8]) -> usize {

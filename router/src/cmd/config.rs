@@ -373,6 +373,9 @@ impl Parsed {
 
     /// The router's own parameters, set.
     fn apply_local(&self, state: &RouterState) {
+        if let Some(bytes) = self.change.maxmemory {
+            state.memory_limited.store(bytes != 0, std::sync::atomic::Ordering::Relaxed);
+        }
         // The nodes time their own events; this router times commands by the same threshold.
         if let Some(ms) = self.change.latency_monitor_threshold {
             state.latency.monitor.set_threshold(ms);

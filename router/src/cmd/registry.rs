@@ -37,6 +37,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &memory::MEMORY,
     &server::MODULE,
     &server::ROLE,
+    &server::SHUTDOWN,
     &server::REPLICAOF,
     &server::SLAVEOF,
     &lolwut::LOLWUT,

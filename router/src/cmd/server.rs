@@ -1,5 +1,5 @@
-//! MODULE, ROLE and REPLICAOF: what clients and test harnesses ask a server about itself and its
-//! role. Shoal loads no modules (MODULE LIST is empty; LOAD, LOADEX and UNLOAD answer what Redis
+//! MODULE, ROLE, REPLICAOF and SHUTDOWN: what clients and test harnesses ask a server about
+//! itself and its role. Shoal loads no modules (MODULE LIST is empty; LOAD, LOADEX and UNLOAD answer what Redis
 //! 7.0 answers with its default `enable-module-command no`, which Shoal cannot turn on), and to
 //! clients the router is one master whose replicas are every shard's (as INFO's `# Replication`
 //! says): REPLICAOF NO ONE leaves it so, and it cannot be made anyone's replica (a shard's
@@ -49,6 +49,18 @@ pub const REPLICAOF: CommandSpec =
 
 pub const SLAVEOF: CommandSpec =
     CommandSpec { decl: &redis::SLAVEOF, run: replicaof, ..CommandSpec::DEFAULT };
+
+/// SHUTDOWN is declared as Redis declares it (so that inside MULTI it is refused as Redis refuses
+/// it: not allowed in a transaction) and refused: a client does not stop a cluster's processes;
+/// SIGTERM does (each router and node shuts down gracefully on it).
+pub const SHUTDOWN: CommandSpec = CommandSpec {
+    decl: &redis::SHUTDOWN,
+    run: |_, _| {
+        Reply::error("ERR SHUTDOWN is not offered by Shoal: stop its processes with SIGTERM (Kubernetes: scale or delete the pods)")
+            .into()
+    },
+    ..CommandSpec::DEFAULT
+};
 
 /// `REPLICAOF host port` / `REPLICAOF NO ONE`, with Redis's checks and texts: NO ONE answers OK
 /// (the router is a master already); a master to follow is refused with the reason.

@@ -99,7 +99,40 @@ pub fn queue(spec: &'static CommandSpec, args: &Args, ctx: &mut Ctx) -> Pending 
     multi.bytes += size;
     multi.queued.push((ctx.registry.slot_of(spec).expect("every command has a slot"), args.to_vec()));
     ctx.session.client.set_multi(Some(multi.queued.len()));
+    // Redis refuses any command but EXEC and DISCARD in MULTI while memory is full (queueing
+    // grows memory): the key's node is asked (a command without a key is queued).
+    if ctx.state.memory_limited.load(std::sync::atomic::Ordering::Relaxed) {
+        let keys = shoal_wire::acl::commands::keys_of(spec.decl, args);
+        if let Some(k) = keys.first() {
+            return room_check(args[k.index].clone(), multi.refused.clone(), ctx);
+        }
+    }
     Reply::simple("QUEUED").into()
+}
+
+/// Redis refuses a command queued in MULTI with OOM when memory is full (the transaction then
+/// aborts at EXEC): the key's node is asked for room (it evicts as a write would), and its OOM
+/// is the command's reply. The next commands of the pipeline wait for it.
+fn room_check(key: Bytes, refused: Arc<std::sync::atomic::AtomicBool>, ctx: &mut Ctx) -> Pending {
+    let command = proto::Command {
+        args: vec![Bytes::from_static(b"shoal-room"), key.clone()],
+        key_index: 1,
+        ..Default::default()
+    };
+    let call = ctx.call(&key, op(Kind::Command(Box::new(command))));
+    Pending::Barrier(Box::pin(async move {
+        match call.wait().await {
+            Ok(reply) if reply.error_kind() == proto::ErrorKind::OutOfMemory => {
+                refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                match reply.kind {
+                    Some(reply::Kind::Error(e)) => Reply::error_fmt(e),
+                    _ => Reply::error("OOM command not allowed when used memory > 'maxmemory'."),
+                }
+            }
+            // Room, or no answer: queued (EXEC meets a full memory again, whole).
+            _ => Reply::simple("QUEUED"),
+        }
+    }))
 }
 
 fn http_refusal(ctx: &Ctx) -> Option<Pending> {
@@ -180,7 +213,7 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     };
     ctx.session.client.set_multi(None);
     let watched = ctx.session.watched.take();
-    if multi.dirty {
+    if multi.dirty || multi.refused.load(std::sync::atomic::Ordering::Relaxed) {
         release(ctx.state, watched);
         return Reply::error("EXECABORT Transaction discarded because of previous errors.").into();
     }
@@ -269,12 +302,14 @@ async fn send(
         Err(AtomicError::Spread) => return Err(Reply::error(CROSSSLOT)),
         Err(AtomicError::Backend(e)) => return Err(e.into()),
     };
-    let busy = reply.error_kind() == proto::ErrorKind::Busy;
+    // BUSY (a script holds the node) and OOM (memory is full and a queued command may grow it)
+    // refuse the EXEC itself: nothing ran.
+    let busy = matches!(reply.error_kind(), proto::ErrorKind::Busy | proto::ErrorKind::OutOfMemory);
     match reply.kind {
         Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
         Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
-        // As Redis's EXEC refused while a script runs (`execCommandAbort`): nothing ran, and the
-        // transaction is discarded.
+        // As Redis's EXEC refused while a script runs or memory is full (`execCommandAbort`):
+        // nothing ran, and the transaction is discarded.
         Some(reply::Kind::Error(e)) if busy => {
             Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {e}")))
         }
