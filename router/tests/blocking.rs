@@ -388,6 +388,77 @@ async fn consumers_blocked_over_queues_of_several_nodes_take_each_job_once() {
     b.shutdown().await;
 }
 
+/// The same shape while the cluster scales 3 -> 5 -> 3: consumers BRPOP over five queues spread
+/// over the nodes while their slots move under them (a spread pop's watches end with the move and
+/// the pop starts over on the new owners), producers pushing throughout: every job is consumed
+/// exactly once, none lost, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_of_spread_queues_take_each_job_once_while_the_cluster_scales() {
+    let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
+    let addr = router.resp_addr();
+    let mut admin = Raw::connect(addr).await;
+    const JOBS: usize = 3000;
+    let queues: Vec<String> = (0..5).map(|q| format!("jobs:{q}")).collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut consumers = Vec::new();
+    for _ in 0..6 {
+        let (queues, done) = (queues.clone(), done.clone());
+        consumers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut got = Vec::new();
+            let mut cmd: Vec<&str> = vec!["BRPOP"];
+            cmd.extend(queues.iter().map(String::as_str));
+            cmd.push("1");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(120) {
+                let r = c.cmd(&cmd).await;
+                if r == b"*-1\r\n" {
+                    if done.load(Ordering::Relaxed) {
+                        break; // the producers are done and every queue stayed empty for a second
+                    }
+                    continue;
+                }
+                let s = String::from_utf8(r).unwrap();
+                assert!(s.starts_with("*2\r\n"), "a BRPOP while slots move answered {s:?}");
+                got.push(s.lines().nth(4).expect("[queue, job]").to_string());
+            }
+            got
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let producer = {
+        let queues = queues.clone();
+        tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for j in 0..JOBS {
+                let q = &queues[j % queues.len()];
+                let r = c.cmd(&["LPUSH", q, &format!("job{j}")]).await;
+                assert_eq!(r[0], b':', "LPUSH while slots move: {:?}", String::from_utf8_lossy(&r));
+                if j % 100 == 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        })
+    };
+    for n in [5, 3] {
+        assert_eq!(admin.cmd(&["SHOAL", "SCALE", &n.to_string()]).await, b"+OK\r\n");
+        support::wait_scaled(&mut admin, n).await;
+    }
+    producer.await.unwrap();
+    done.store(true, Ordering::Relaxed);
+    let mut seen = HashSet::new();
+    for c in consumers {
+        for job in c.await.unwrap() {
+            assert!(seen.insert(job.clone()), "{job} consumed twice");
+        }
+    }
+    for q in &queues {
+        assert_eq!(admin.cmd(&["LLEN", q]).await, b":0\r\n", "{q} drained");
+    }
+    assert_eq!(seen.len(), JOBS, "every job consumed once");
+    router.shutdown().await;
+}
+
 /// Producers push jobs through one router, consumers BRPOP them through another (both in front of
 /// the same three node processes): every job is consumed exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

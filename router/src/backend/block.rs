@@ -73,8 +73,10 @@ impl Backend {
         loop {
             for key in woken.take().iter().chain(&keys) {
                 let routing = self.routing();
+                // A one-key unit: a slot in motion is waited out (`atomic` would answer Spread,
+                // which the client would see as CROSSSLOT while the cluster scales).
                 let reply = self
-                    .atomic(&routing, vec![key.clone()], attempt(key), Instant::now() + settle)
+                    .unit(&routing, vec![key.clone()], None, attempt(key), Instant::now() + settle)
                     .wait()
                     .await?;
                 // Once the client waits, a key of another type serves nobody, as in Redis
@@ -156,13 +158,20 @@ impl Backend {
                 Ok(proto::Reply { kind: Some(reply::Kind::Nil(_)), .. }) => moved_since = None,
                 Ok(r) => return Ok(Unblocked::Reply(r)),
                 // The node went away: block again where the keys are now, within the settle time.
+                // A watch takes nothing, so it may also wait for the topology to catch up (a
+                // node retired by a scale-down closes its links as the routers learn of it).
                 Err(e) => {
                     let current = self.routing();
                     let moved_on = current.version() != routing.version();
-                    if !moved_on || moved_since.get_or_insert_with(Instant::now).elapsed() > settle {
+                    if (!moved_on && !watch)
+                        || moved_since.get_or_insert_with(Instant::now).elapsed() > settle
+                    {
                         return Err(e.into());
                     }
-                    routing = current;
+                    if !moved_on {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    routing = self.routing();
                 }
             }
         }
