@@ -12,6 +12,11 @@ use thiserror::Error;
 
 /// The RDB version Redis 7.0 writes (and the newest it reads).
 pub const RDB_VERSION: u16 = 10;
+/// The newest RDB version RESTORE reads: Redis 8.0's 12 (7.2's listpack sets, 7.4's hashes with
+/// field times), so that values DUMPed by a newer Redis move here too.
+pub const RDB_VERSION_READ: u16 = 12;
+/// The version DUMP writes for a hash with field times (RDB types 24 and 25).
+pub const RDB_VERSION_FIELD_TTLS: u16 = 12;
 /// A function library in a payload (`RDB_OPCODE_FUNCTION2`).
 pub const OPCODE_FUNCTION2: u8 = 245;
 /// The pre-GA 7.0 form of a library (`RDB_OPCODE_FUNCTION`): name, engine, description, body.
@@ -55,7 +60,13 @@ pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
 
 /// Appends the trailer: RDB version (little-endian) and the CRC64 of everything before it.
 pub fn seal(out: &mut Vec<u8>) {
-    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
+    seal_as(out, RDB_VERSION);
+}
+
+/// [`seal`] with another RDB version: Redis 7.4's 12 for a hash with field times, whose types
+/// 7.0's version 10 does not have.
+pub fn seal_as(out: &mut Vec<u8>, version: u16) {
+    out.extend_from_slice(&version.to_le_bytes());
     let crc = crc64(0, out);
     out.extend_from_slice(&crc.to_le_bytes());
 }
@@ -68,7 +79,7 @@ pub fn verify(p: &[u8]) -> Option<(&[u8], u16)> {
     }
     let footer = &p[p.len() - 10..];
     let version = u16::from_le_bytes([footer[0], footer[1]]);
-    if version > RDB_VERSION {
+    if version > RDB_VERSION_READ {
         return None;
     }
     let crc = crc64(0, &p[..p.len() - 8]);

@@ -37,6 +37,11 @@ const HASH_LISTPACK: u8 = 16;
 const ZSET_LISTPACK: u8 = 17;
 const LIST_QUICKLIST_2: u8 = 18;
 const STREAM_LISTPACKS_2: u8 = 19;
+/// Redis 7.2's small set (RDB 11), and 7.4's hashes with field times (RDB 12): a table's pairs
+/// each behind its time, and a listpack of field, value, time triples, each after the earliest time.
+const SET_LISTPACK: u8 = 20;
+const HASH_METADATA: u8 = 24;
+const HASH_LISTPACK_EX: u8 = 25;
 
 /// A quicklist node holding one large element as it is, or a listpack of elements.
 const CONTAINER_PLAIN: u64 = 1;
@@ -84,6 +89,11 @@ pub fn dump_object(o: &Object) -> Vec<u8> {
             for m in s.iter() {
                 put_string(&mut out, &m);
             }
+        }
+        Object::Hash(h) if h.has_field_ttls() => {
+            write_hash_with_times(h, &mut out);
+            rdb::seal_as(&mut out, rdb::RDB_VERSION_FIELD_TTLS);
+            return out;
         }
         Object::Hash(h) if h.is_packed() => {
             out.push(HASH_LISTPACK);
@@ -190,6 +200,79 @@ fn allow_insert(size: usize, count: usize, fill: i64, len: usize) -> bool {
     new_size <= 8192 && fill >= 0 && (count as i64) < fill
 }
 
+/// A hash with field times as Redis 7.4 writes it: packed (`listpackex`), the earliest time (0:
+/// none) then a listpack of field, value, time (0: none) triples in the hash's order; else the
+/// earliest time, the field count, and per field its time after the earliest plus one (0: none),
+/// field and value.
+fn write_hash_with_times(h: &Hash, out: &mut Vec<u8>) {
+    let min = h.min_ttl().unwrap_or(0);
+    if h.is_packed() {
+        out.push(HASH_LISTPACK_EX);
+        out.extend_from_slice(&min.to_le_bytes());
+        let mut lp = listpack::new();
+        for (f, v) in h.iter() {
+            listpack::append_str(&mut lp, f);
+            listpack::append_str(&mut lp, v);
+            listpack::append_int(&mut lp, h.field_ttl(f).map_or(0, |at| at as i64));
+        }
+        put_string(out, &lp);
+    } else if min == 0 {
+        // A table without times is 7.0's hash (with version 12: the caller seals).
+        out.push(HASH);
+        put_len(out, h.len() as u64);
+        for (f, v) in h.iter() {
+            put_string(out, f);
+            put_string(out, v);
+        }
+    } else {
+        out.push(HASH_METADATA);
+        out.extend_from_slice(&min.to_le_bytes());
+        put_len(out, h.len() as u64);
+        for (f, v) in h.iter() {
+            put_len(out, h.field_ttl(f).map_or(0, |at| at - min + 1));
+            put_string(out, f);
+            put_string(out, v);
+        }
+    }
+}
+
+/// A hash with field times from its payload (types 24 and 25).
+fn read_hash_with_times(r: &mut Reader<'_>, packed: bool, limits: &Limits) -> Result<Object, PayloadError> {
+    let min = u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"));
+    let mut h = Hash::default();
+    h.allow_field_ttls();
+    let add = |h: &mut Hash, f: &[u8], v: &[u8], at: u64| -> Result<(), PayloadError> {
+        if !h.set_keep_ttl(f, v, limits) {
+            return Err(PayloadError::Bad("duplicate hash field"));
+        }
+        if at != 0 {
+            h.restore_field_ttl(f, at);
+        }
+        Ok(())
+    };
+    if packed {
+        let items = listpack_items(&r.string()?)?;
+        if items.len() % 3 != 0 {
+            return Err(PayloadError::Bad("listpackex element count"));
+        }
+        for t in items.chunks(3) {
+            let at = shoal_wire::num::parse_i64(&t[2])
+                .filter(|&n| n >= 0)
+                .ok_or(PayloadError::Bad("field time"))?;
+            add(&mut h, &t[0], &t[1], at as u64)?;
+        }
+    } else {
+        for _ in 0..count(r)? {
+            let ttl = r.read_len()?;
+            let (f, v) = (r.string()?, r.string()?);
+            let at =
+                if ttl == 0 { 0 } else { min.checked_add(ttl - 1).ok_or(PayloadError::Bad("field time"))? };
+            add(&mut h, &f, &v, at)?;
+        }
+    }
+    Ok(Object::Hash(h))
+}
+
 /// RESTORE's reading of a payload: its version and checksum (`None`: wrong), then the value.
 pub fn undump(payload: &[u8], limits: &Limits) -> Option<Result<Value, PayloadError>> {
     let (body, _version) = rdb::verify(payload)?;
@@ -225,6 +308,8 @@ fn read_value(r: &mut Reader<'_>, limits: &Limits) -> Result<Value, PayloadError
         HASH_ZIPLIST => hash_of(ziplist(&r.string()?)?.iter().map(Vec::as_slice), limits)?,
         LIST_QUICKLIST | LIST_QUICKLIST_2 => read_quicklist(r, t == LIST_QUICKLIST_2, limits)?,
         HASH_LISTPACK => hash_of(listpack_items(&r.string()?)?.iter().map(Vec::as_slice), limits)?,
+        HASH_METADATA | HASH_LISTPACK_EX => read_hash_with_times(r, t == HASH_LISTPACK_EX, limits)?,
+        SET_LISTPACK => set_of(listpack_items(&r.string()?)?.iter().map(Vec::as_slice), limits)?,
         ZSET_LISTPACK => zset_of(score_pairs(listpack_items(&r.string()?)?)?, limits)?,
         STREAM_LISTPACKS | STREAM_LISTPACKS_2 => {
             return Ok(Value::Object(Object::Stream(Box::new(Stream::read_rdb(

@@ -209,6 +209,17 @@ impl Hash {
         self.ttls.as_ref()?.get(field)
     }
 
+    /// Whether the hash keeps field times (Redis's `listpackex` when packed), even if none is set.
+    pub fn has_field_ttls(&self) -> bool {
+        self.ttls.is_some()
+    }
+
+    /// Records `at` as `field`'s time without moving the pair (a restored value arrives in the
+    /// order it was kept in).
+    pub fn restore_field_ttl(&mut self, field: &[u8], at: u64) {
+        self.ttls.get_or_insert_with(Box::default).set(field, at);
+    }
+
     /// The earliest expiry time of any field (what active expiry waits for).
     pub fn min_ttl(&self) -> Option<u64> {
         self.ttls.as_ref()?.by_time.first().map(|(at, _)| *at)
