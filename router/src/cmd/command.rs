@@ -226,6 +226,7 @@ fn getkeys(args: &Args, ctx: &mut Ctx, with_flags: bool) -> Pending {
     let keys = match c.name() {
         // Incomplete key specs: Redis asks the command's own key finder.
         "sort" | "sort_ro" => commands::sort_keys(argv, c.name() == "sort_ro"),
+        "migrate" => commands::migrate_keys(argv),
         // A command newer than 7.0's table (DELIFEQ) by its own declaration's specs.
         _ if c.decl.id.is_none_or(|id| commands::specs_accept(id, argv)) => commands::keys_of(c.decl, argv),
         _ => Vec::new(),

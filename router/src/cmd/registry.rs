@@ -38,6 +38,7 @@ pub static COMMANDS: &[&CommandSpec] = &[
     &server::MODULE,
     &server::ROLE,
     &server::SHUTDOWN,
+    &server::MIGRATE,
     &server::REPLICAOF,
     &server::SLAVEOF,
     &lolwut::LOLWUT,

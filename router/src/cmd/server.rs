@@ -50,6 +50,17 @@ pub const REPLICAOF: CommandSpec =
 pub const SLAVEOF: CommandSpec =
     CommandSpec { decl: &redis::SLAVEOF, run: replicaof, ..CommandSpec::DEFAULT };
 
+/// MIGRATE is declared as Redis declares it (clients' key parsers look it up in COMMAND, and
+/// COMMAND GETKEYS answers its keys) and refused: keys move between nodes by resharding.
+pub const MIGRATE: CommandSpec = CommandSpec {
+    decl: &redis::MIGRATE,
+    run: |_, _| {
+        Reply::error("ERR MIGRATE is not offered by Shoal: keys move between nodes by resharding (SHOAL SCALE, the operator), and DUMP/RESTORE move a key to another server")
+            .into()
+    },
+    ..CommandSpec::DEFAULT
+};
+
 /// SHUTDOWN is declared as Redis declares it (so that inside MULTI it is refused as Redis refuses
 /// it: not allowed in a transaction) and refused: a client does not stop a cluster's processes;
 /// SIGTERM does (each router and node shuts down gracefully on it).

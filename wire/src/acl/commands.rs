@@ -313,6 +313,31 @@ pub fn xread_layout(args: &[impl AsRef<[u8]>]) -> Option<(Option<usize>, std::op
 /// SORT's keys as Redis's own finder (`sortGetKeys`) finds them, its key specs being incomplete:
 /// the sorted key, and the last `STORE` destination (options LIMIT, GET and BY skip their
 /// arguments). SORT_RO (`readonly`) has only the sorted key.
+/// MIGRATE's keys by its own rule (Redis's `migrateGetKeys`: its key specs are incomplete): the
+/// key argument, or with an empty one every argument after KEYS (AUTH's and AUTH2's values are
+/// skipped on the way); none when both a key and KEYS are given.
+pub fn migrate_keys(args: &[impl AsRef<[u8]>]) -> Vec<KeyUse> {
+    let key = |index, spec| KeyUse { index, spec, read: true, write: true };
+    let mut i = 6;
+    while i < args.len() {
+        let a = args[i].as_ref();
+        if a.eq_ignore_ascii_case(b"keys") {
+            if !args[3].as_ref().is_empty() {
+                return Vec::new();
+            }
+            return (i + 1..args.len()).map(|k| key(k, 1)).collect();
+        }
+        i += if a.eq_ignore_ascii_case(b"auth") {
+            2
+        } else if a.eq_ignore_ascii_case(b"auth2") {
+            3
+        } else {
+            1
+        };
+    }
+    if args.len() > 3 { vec![key(3, 0)] } else { Vec::new() }
+}
+
 pub fn sort_keys(args: &[impl AsRef<[u8]>], readonly: bool) -> Vec<KeyUse> {
     let mut out = vec![KeyUse { index: 1, spec: 0, read: true, write: false }];
     if readonly {
