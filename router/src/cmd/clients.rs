@@ -149,7 +149,9 @@ pub fn kill(args: &Args, ctx: &mut Ctx) -> Pending {
     let mut killed = 0;
     let mut close_me = false;
     for c in ctx.state.clients.all() {
-        if !filter.matches(&c, me) {
+        // One killed already is gone for Redis (freed at once), though its connection may not
+        // have closed here yet: a second kill does not count it.
+        if !filter.matches(&c, me) || c.is_killed() {
             continue;
         }
         if c.id == me {
