@@ -47,6 +47,13 @@ async fn delifeq_releases_only_the_holders_lock_on_every_node() {
     assert_eq!(text(c.cmd(&["GET", "lock:x"]).await), "+QUEUED\r\n");
     assert_eq!(text(c.cmd(&["EXEC"]).await), "*3\r\n+OK\r\n:0\r\n$7\r\nowner-b\r\n");
 
+    // Scripts call it too (declared with the newer commands, `shoal_wire::acl::newer`).
+    assert_eq!(text(c.cmd(&["SET", "lock:s", "me"]).await), "+OK\r\n");
+    let release = "return redis.call('DELIFEQ', KEYS[1], ARGV[1])";
+    assert_eq!(text(c.cmd(&["EVAL", release, "1", "lock:s", "other"]).await), ":0\r\n");
+    assert_eq!(text(c.cmd(&["EVAL", release, "1", "lock:s", "me"]).await), ":1\r\n");
+    assert_eq!(text(c.cmd(&["EXISTS", "lock:s"]).await), ":0\r\n");
+
     // How clients and proxies learn where its key is.
     assert_eq!(
         text(c.cmd(&["COMMAND", "GETKEYS", "DELIFEQ", "lock:x", "v"]).await),

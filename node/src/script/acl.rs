@@ -59,11 +59,14 @@ impl Cache {
 /// Checks one call (`args[0]` is the name) against `perms`; a refusal is recorded in `denials`
 /// and returned as Redis's text.
 pub fn check(perms: &Permissions, args: &[Bytes], denials: &mut Vec<AclDenial>) -> Result<(), &'static str> {
-    // Every command a script may call is in Redis's table (a test says so); one that were not
-    // is refused rather than let through unchecked.
+    // Every command a script may call is in Redis's table or declared among the newer ones (a
+    // test says so); one that were in neither is refused rather than let through unchecked.
     let (denied, name) = match commands::resolve(args) {
         Some(id) => (perms.check(id, args).err(), commands::REDIS_COMMANDS[id].name.as_bytes()),
-        None => (Some(Denied::Command), &args[0][..]),
+        None => match shoal_wire::acl::newer::lookup(&args[0]) {
+            Some(decl) => (perms.check_extension(decl, args).err(), decl.name.as_bytes()),
+            None => (Some(Denied::Command), &args[0][..]),
+        },
     };
     let Some(denied) = denied else { return Ok(()) };
     let (reason, object, text) = match denied {
@@ -134,5 +137,23 @@ mod tests {
         for c in super::super::table::COMMANDS.iter().chain(super::super::table::SERVER.iter()) {
             assert!(commands::lookup(c.name).is_some(), "{}", c.name);
         }
+        for c in super::super::table::NEWER.iter() {
+            assert!(shoal_wire::acl::newer::lookup(c.name.as_bytes()).is_some(), "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn newer_commands_are_checked_by_their_categories_and_keys() {
+        let mut denials = Vec::new();
+        let perms = Permissions::parse("~k* +@all").unwrap();
+        let call = args(&["hexpire", "k1", "10", "FIELDS", "1", "f"]);
+        assert_eq!(check(&perms, &call, &mut denials), Ok(()));
+        let call = args(&["hexpire", "x1", "10", "FIELDS", "1", "f"]);
+        assert_eq!(check(&perms, &call, &mut denials), Err(DENIED_KEY));
+        let perms = Permissions::parse("~* +@all -@hash").unwrap();
+        assert_eq!(
+            check(&perms, &args(&["httl", "k1", "FIELDS", "1", "f"]), &mut denials),
+            Err(DENIED_COMMAND)
+        );
     }
 }

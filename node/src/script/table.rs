@@ -38,7 +38,11 @@ impl ScriptCommand {
     /// What Redis's table declares about `name` (which must be in it).
     fn from_redis(name: &'static str) -> ScriptCommand {
         let id = redis::lookup(name).unwrap_or_else(|| panic!("{name} is not in Redis's table"));
-        let c: &RedisCommand = &redis::REDIS_COMMANDS[id];
+        Self::from_decl(name, &redis::REDIS_COMMANDS[id])
+    }
+
+    /// What a declaration says (Redis's table's, or a newer command's: `shoal_wire::acl::newer`).
+    fn from_decl(name: &'static str, c: &RedisCommand) -> ScriptCommand {
         let mut flags = 0;
         for (bit, redis_flag) in [(WRITE, flag::WRITE), (DENYOOM, flag::DENYOOM), (NOSCRIPT, flag::NOSCRIPT)]
         {
@@ -264,6 +268,12 @@ pub static SERVER_NAMES: &[&str] = &["echo", "ping", "publish", "spublish", "tim
 pub static COMMANDS: LazyLock<Vec<ScriptCommand>> =
     LazyLock::new(|| NAMES.iter().map(|n| ScriptCommand::from_redis(n)).collect());
 
+/// The commands newer than Redis 7.0's table that scripts may call too (hash field expiry,
+/// HGETDEL/HGETEX/HSETEX, DELIFEQ), as `shoal_wire::acl::newer` declares them.
+pub static NEWER: LazyLock<Vec<ScriptCommand>> = LazyLock::new(|| {
+    shoal_wire::acl::newer::NEWER.iter().map(|c| ScriptCommand::from_decl(c.name, c)).collect()
+});
+
 /// [`SERVER_NAMES`] with Redis's declarations, built once.
 pub static SERVER: LazyLock<Vec<ScriptCommand>> =
     LazyLock::new(|| SERVER_NAMES.iter().map(|n| ScriptCommand::from_redis(n)).collect());
@@ -308,6 +318,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static ScriptCommand> {
         .ok()
         .map(|i| &COMMANDS[i])
         .or_else(|| SERVER.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name)))
+        .or_else(|| NEWER.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name)))
 }
 
 #[cfg(test)]

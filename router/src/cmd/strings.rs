@@ -7,22 +7,9 @@ use super::spec::*;
 use super::typed::write_key;
 use super::{Args, Ctx, Pending, one_key};
 
-/// DELIFEQ is Valkey 9.0's (the lock release scripts used to do): declared as Valkey declares
-/// it, with GETDEL's key spec (the key is read and deleted).
-const DELIFEQ_DECL: RedisCommand = RedisCommand {
-    name: "delifeq",
-    id: None,
-    arity: 3,
-    flags: flag::WRITE | flag::FAST,
-    categories: cat::WRITE | cat::STRING | cat::FAST,
-    summary: "Delete key if value matches string.",
-    since: "9.0.0",
-    group: "string",
-    complexity: "O(1)",
-    ..redis::GETDEL
-};
-
-pub const DELIFEQ: CommandSpec = CommandSpec { decl: &DELIFEQ_DECL, run: write_key, ..CommandSpec::DEFAULT };
+/// DELIFEQ (Valkey 9.0), as `shoal_wire::acl::newer` declares it.
+pub const DELIFEQ: CommandSpec =
+    CommandSpec { decl: &shoal_wire::acl::newer::DELIFEQ, run: write_key, ..CommandSpec::DEFAULT };
 
 pub const APPEND: CommandSpec =
     CommandSpec { decl: &redis::APPEND, run: append, lane: LaneClass::OneKey, ..CommandSpec::DEFAULT };

@@ -18,6 +18,7 @@
 
 pub mod commands;
 pub mod docs;
+pub mod newer;
 pub mod perms;
 pub mod table;
 
