@@ -8,6 +8,9 @@
 # The build stage needs no protoc (the .proto files compile in-process with protox) and no
 # OpenSSL (kube uses rustls with ring), so the runtime stage is distroless: glibc, CA
 # certificates, no shell, running as the unprivileged user 65532 that the chart's pods expect.
+#
+# Machines that reach no registry (Shoal's CI) build the same image with `.ci/image`: the same
+# cargo builds, then `scratch` plus the libraries the binaries link (.ci/image.Containerfile).
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -23,7 +26,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cargo build --release --locked -p shoal-router --bin shoal-router --no-default-features \
  && mkdir -p /out \
  && cp target/release/shoal-node target/release/shoal-router target/release/shoal-operator \
-       target/release/shoal-bench target/release/shoal-sidecar-demo /out/
+       target/release/shoal-bench target/release/shoal-sidecar-demo /out/ \
+# Without symbols and line tables the five binaries are about 50 MB instead of 270 MB.
+ && strip --strip-all /out/*
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.source="https://github.com/shoal-dev/shoal" \
