@@ -45,11 +45,23 @@ const Never = math.MaxInt64
 
 // String is the op as recorded, a long list cut to its length and last 8 elements.
 func (o Op) String() string {
-	if n := len(o.List); n > 8 {
-		o.List = append([]string{fmt.Sprintf("(%d elements) ...", n)}, o.List[n-8:]...)
+	o.List = cut(o.List)
+	if o.Lists != nil {
+		lists := make([][]string, len(o.Lists))
+		for i, l := range o.Lists {
+			lists[i] = cut(l)
+		}
+		o.Lists = lists
 	}
 	b, _ := json.Marshal(o)
 	return string(b)
+}
+
+func cut(l []string) []string {
+	if n := len(l); n > 8 {
+		return append([]string{fmt.Sprintf("(%d elements) ...", n)}, l[n-8:]...)
+	}
+	return l
 }
 
 // End is when the op completed, or Never if its outcome is unknown.
