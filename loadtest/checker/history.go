@@ -1,7 +1,8 @@
 // Package main is shoal-checker: it reads a history of client operations (JSON lines, as the
 // chaos tests record them) and checks it against the guarantees docs/architecture.md states
 // ("What a client can rely on"): single-key registers with Porcupine, and lists with an
-// Elle-style append check. It prints every anomaly it finds and exits 1 if there is one.
+// Elle-style append check (lists.go, transactions.go) and Elle's dependency-cycle check
+// (cycles.go). It prints every anomaly it finds and exits 1 if there is one.
 package main
 
 import (
@@ -22,8 +23,9 @@ import (
 //     list of Keys, read in one transaction) are transactions over lists on one node.
 //
 // Outcome "ok": the op took effect (a write: acknowledged *and* confirmed by WAIT 1, the only
-// writes Shoal promises to keep through a failover); "fail": it certainly did not (reads only:
-// a failed read has no effect); "unknown": it may or may not have taken effect, and an effect
+// writes Shoal promises to keep through a failover); "fail": it certainly did not (a failed read
+// has no effect; the clients record no write as failed today, and an element of a failed append
+// in a read is an aborted read, G1a); "unknown": it may or may not have taken effect, and an effect
 // may later be lost (a write acknowledged without a WAIT confirmation, a timeout, an error).
 type Op struct {
 	Process  int        `json:"process"`
@@ -45,11 +47,23 @@ const Never = math.MaxInt64
 
 // String is the op as recorded, a long list cut to its length and last 8 elements.
 func (o Op) String() string {
-	if n := len(o.List); n > 8 {
-		o.List = append([]string{fmt.Sprintf("(%d elements) ...", n)}, o.List[n-8:]...)
+	o.List = cut(o.List)
+	if o.Lists != nil {
+		lists := make([][]string, len(o.Lists))
+		for i, l := range o.Lists {
+			lists[i] = cut(l)
+		}
+		o.Lists = lists
 	}
 	b, _ := json.Marshal(o)
 	return string(b)
+}
+
+func cut(l []string) []string {
+	if n := len(l); n > 8 {
+		return append([]string{fmt.Sprintf("(%d elements) ...", n)}, l[n-8:]...)
+	}
+	return l
 }
 
 // End is when the op completed, or Never if its outcome is unknown.

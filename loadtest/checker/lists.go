@@ -6,7 +6,8 @@ import (
 )
 
 // checkLists checks each list key's append/read history, Elle's list-append checks for a single
-// key without transactions (where every dependency cycle comes down to one of these):
+// key (with real time, a single key's dependency cycles come down to one of these; checkCycles,
+// cycles.go, finds the cycles themselves, across the lists of a transaction too):
 //
 //   - duplicated append: a read holds an element twice (every appended value is unique);
 //   - phantom read: a read holds an element no append wrote, or one whose append was invoked

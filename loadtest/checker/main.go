@@ -59,10 +59,11 @@ func Check(ops []Op, timeout time.Duration, maxOps int) Result {
 	for _, o := range ops {
 		count[o.Kind+"/"+o.Outcome]++
 	}
+	cycles := checkCycles(ops)
 	ops, txn := expandTransactions(ops)
 	reg, undecided := checkRegisters(ops, timeout, maxOps)
 	lists := checkLists(ops)
-	r := Result{Anomalies: append(append(txn, reg...), lists...), Undecided: undecided}
+	r := Result{Anomalies: append(append(append(txn, reg...), lists...), cycles...), Undecided: undecided}
 	r.Summary = fmt.Sprintf("%d ops %v: %d anomalies, %d keys undecided %v",
 		len(ops), count, len(r.Anomalies), len(undecided), undecided)
 	return r

@@ -10,7 +10,9 @@ import "fmt"
 // Every transaction of a group appends one value to every list of its Keys, and nothing else
 // writes those lists, so a transaction that reads them all must find them equal: a difference is
 // a read of part of a transaction (Elle's intermediate read; with unconfirmed transactions
-// possibly lost, a transaction lost on one list and kept on another shows the same way).
+// possibly lost, a transaction lost on one list and kept on another shows the same way). The
+// dependency-cycle check (cycles.go) takes each transaction as one op instead: part of a
+// confirmed transaction seen is a G-single cycle there.
 func expandTransactions(ops []Op) ([]Op, []Anomaly) {
 	var out []Op
 	var anomalies []Anomaly
