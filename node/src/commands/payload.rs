@@ -236,12 +236,19 @@ fn write_hash_with_times(h: &Hash, out: &mut Vec<u8>) {
     }
 }
 
+/// The latest field time a payload may carry (Redis's `EB_EXPIRE_TIME_MAX`, Unix ms).
+const FIELD_TIME_MAX: u64 = 0x0000_FFFF_FFFF_FFFF;
+
 /// A hash with field times from its payload (types 24 and 25).
 fn read_hash_with_times(r: &mut Reader<'_>, packed: bool, limits: &Limits) -> Result<Object, PayloadError> {
     let min = u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"));
     let mut h = Hash::default();
     h.allow_field_ttls();
     let add = |h: &mut Hash, f: &[u8], v: &[u8], at: u64| -> Result<(), PayloadError> {
+        // Redis refuses a field time past its ebuckets' limit (2^48 - 1 ms) when it loads one.
+        if at > FIELD_TIME_MAX {
+            return Err(PayloadError::Bad("field time"));
+        }
         if !h.set_keep_ttl(f, v, limits) {
             return Err(PayloadError::Bad("duplicate hash field"));
         }
