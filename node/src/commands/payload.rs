@@ -90,7 +90,9 @@ pub fn dump_object(o: &Object) -> Vec<u8> {
                 put_string(&mut out, &m);
             }
         }
-        Object::Hash(h) if h.has_field_ttls() => {
+        // A table keeping no time is 7.0's hash (the plain arm below, version 10), so that the
+        // same value always dumps the same.
+        Object::Hash(h) if h.has_field_ttls() && (h.is_packed() || h.min_ttl().is_some()) => {
             write_hash_with_times(h, &mut out);
             rdb::seal_as(&mut out, rdb::RDB_VERSION_FIELD_TTLS);
             return out;
@@ -216,14 +218,6 @@ fn write_hash_with_times(h: &Hash, out: &mut Vec<u8>) {
             listpack::append_int(&mut lp, h.field_ttl(f).map_or(0, |at| at as i64));
         }
         put_string(out, &lp);
-    } else if min == 0 {
-        // A table without times is 7.0's hash (with version 12: the caller seals).
-        out.push(HASH);
-        put_len(out, h.len() as u64);
-        for (f, v) in h.iter() {
-            put_string(out, f);
-            put_string(out, v);
-        }
     } else {
         out.push(HASH_METADATA);
         out.extend_from_slice(&min.to_le_bytes());
