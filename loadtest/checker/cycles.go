@@ -85,9 +85,7 @@ func listComponents(ops []Op) [][]int {
 	}
 	for i := range ops {
 		o := &ops[i]
-		switch o.Kind {
-		case "append", "read", "mappend", "mread":
-		default:
+		if !isListOp(o) {
 			continue
 		}
 		ks := opKeys(o)
@@ -102,9 +100,7 @@ func listComponents(ops []Op) [][]int {
 	var comps [][]int
 	for i := range ops {
 		o := &ops[i]
-		switch o.Kind {
-		case "append", "read", "mappend", "mread":
-		default:
+		if !isListOp(o) {
 			continue
 		}
 		r := find(opKeys(o)[0])
@@ -558,4 +554,13 @@ func (g *depGraph) report(scc []int) Anomaly {
 	text := fmt.Sprintf("a dependency cycle of %d ops (in a strongly connected component of %d): %s",
 		len(c), len(scc), strings.Join(why, "; "))
 	return Anomaly{name, strings.Join(keys, ","), text, ops}
+}
+
+// isListOp tells the ops the list graphs are made of: appends and reads, single or transactional.
+func isListOp(o *Op) bool {
+	switch o.Kind {
+	case "append", "read", "mappend", "mread":
+		return true
+	}
+	return false
 }
