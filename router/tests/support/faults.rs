@@ -67,6 +67,7 @@ impl Net {
         let subnet = [10, (n / 256 % 200 + 50) as u8, (n % 256) as u8];
         let tag = format!("sf{pid:x}{}", k % 10);
         sweep();
+        sweep_disks();
         let net = Net { bridge: format!("{tag}br"), tag, subnet, hosts: vec!["test".into()] };
         let mut net = net;
         must(&["ip", "link", "add", &net.bridge, "type", "bridge"]);
@@ -260,6 +261,19 @@ fn sweep() {
         let name = line.split(": ").nth(1).unwrap_or("");
         if name.strip_suffix("br").is_some_and(dead) {
             let _ = run(&["ip", "link", "del", name]);
+        }
+    }
+}
+
+/// Unmounts the data disks ([`DataDisk`]) a chaos test killed before its drops left mounted:
+/// tmpfs mounts under `shoal-chaos-<seed>-<pid>/` whose test process no longer exists.
+fn sweep_disks() {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for point in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+        let Some(dir) = point.split('/').find(|p| p.starts_with("shoal-chaos-")) else { continue };
+        let pid = dir.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = run(&["umount", "-l", point]);
         }
     }
 }
