@@ -301,6 +301,57 @@ impl Shard {
         }
     }
 
+    /// Runs `f` on the typed value of the entry at `pos` where it lies in `objects`: one lookup,
+    /// where [`take_object`](Self::take_object) then [`put_object`](Self::put_object) hash and
+    /// probe twice and move the box out and back (a typed write's common case, LPUSH or HSET on
+    /// a key that exists). `f` may change, empty, replace or drop the value; an emptied value
+    /// leaves `objects` at once. The memory count and the hash field-time index follow what `f`
+    /// left. Returns `f`'s result and whether the entry is left without a value (the caller
+    /// deletes it, as for an emptied [`take_object`](Self::take_object)).
+    pub fn edit_object<R>(&mut self, pos: u32, f: impl FnOnce(&mut Option<Box<Object>>) -> R) -> (R, bool) {
+        use hashbrown::hash_map::Entry as Slot;
+        let Slot::Occupied(found) = self.objects.entry(pos) else {
+            let mut slot = None;
+            let r = f(&mut slot);
+            return match slot.filter(|o| !o.is_empty()) {
+                Some(o) => {
+                    self.put_object(pos, o);
+                    (r, false)
+                }
+                None => (r, true),
+            };
+        };
+        let (mut r, mut before, mut after) = (None, 0, None);
+        found.replace_entry_with(|_, o| {
+            before = o.mem();
+            let mut slot = Some(o);
+            r = Some(f(&mut slot));
+            let kept = slot.filter(|o| !o.is_empty());
+            after = kept.as_ref().map(|o| {
+                let field_min = match &**o {
+                    Object::Hash(h) => h.min_ttl(),
+                    _ => None,
+                };
+                (o.mem(), o.value_type(), field_min)
+            });
+            kept
+        });
+        let r = r.expect("replace_entry_with runs its closure on an occupied entry");
+        self.heap_bytes -= before;
+        let Some((mem, value_type, field_min)) = after else { return (r, true) };
+        self.heap_bytes += mem;
+        let entry = self.entry_mut(pos);
+        if entry.value_type() != value_type {
+            entry.set_value_type(value_type);
+        }
+        if let Some(at) = field_min
+            && self.field_min.insert(pos, at) != Some(at)
+        {
+            self.field_expiry.push(Reverse((at, pos)));
+        }
+        (r, false)
+    }
+
     /// Drops the typed value of the entry at `pos`, making it an (empty) string.
     pub fn drop_object(&mut self, pos: u32) {
         if self.take_object(pos).is_some() {
@@ -1061,6 +1112,61 @@ mod tests {
         assert!(s.lookup(h, b"x", 50).is_none());
         assert_eq!(s.values(), 0);
         assert_eq!((s.hits, s.misses, s.expired), (1, 1, 1));
+    }
+
+    #[test]
+    fn objects_edited_in_place_keep_the_count_the_type_and_the_field_times() {
+        let mut s = shard();
+        let limits = Limits::default();
+        let p = put(&mut s, "k", 0);
+        let strings_only = s.heap_bytes;
+        let mut list = Object::empty(ValueType::List);
+        let Object::List(l) = &mut list else { unreachable!() };
+        l.push(b"a", true);
+        s.put_object(p, Box::new(list));
+        // Grown in place: counted as take/put would have counted it.
+        let (len, emptied) = s.edit_object(p, |slot| {
+            let Some(Object::List(l)) = slot.as_deref_mut() else { panic!("the list is there") };
+            for i in 0..100 {
+                l.push(format!("element {i}").as_bytes(), true);
+            }
+            l.len()
+        });
+        assert_eq!((len, emptied), (101, false));
+        assert_eq!(s.heap_bytes, strings_only + s.object(p).unwrap().mem());
+        assert_eq!(s.entry(p).value_type(), ValueType::List);
+        // Replaced by a hash with a field time: the entry's type and the field-time index follow.
+        let (_, emptied) = s.edit_object(p, |slot| {
+            let mut hash = Object::empty(ValueType::Hash);
+            let Object::Hash(h) = &mut hash else { unreachable!() };
+            h.set(b"f", b"v", &limits);
+            h.set_field_ttl(b"f", 5_000);
+            *slot = Some(Box::new(hash));
+        });
+        assert!(!emptied);
+        assert_eq!(s.entry(p).value_type(), ValueType::Hash);
+        assert_eq!(s.heap_bytes, strings_only + s.object(p).unwrap().mem());
+        assert_eq!(s.field_min.get(&p), Some(&5_000));
+        assert_eq!(s.field_expiry.peek(), Some(&Reverse((5_000, p))));
+        // Emptied: the value leaves `objects` and its bytes the count; the caller deletes the key.
+        let (_, emptied) = s.edit_object(p, |slot| {
+            let Some(Object::Hash(h)) = slot.as_deref_mut() else { panic!("the hash is there") };
+            h.remove(b"f");
+        });
+        assert!(emptied);
+        assert!(s.object(p).is_none());
+        assert_eq!(s.heap_bytes, strings_only);
+        // Dropped outright (`*slot = None`) counts the same.
+        let p2 = put(&mut s, "k2", 0);
+        let with_k2 = s.heap_bytes;
+        let mut set = Object::empty(ValueType::Set);
+        let Object::Set(members) = &mut set else { unreachable!() };
+        members.add(b"m", &limits);
+        s.put_object(p2, Box::new(set));
+        assert!(s.heap_bytes > with_k2);
+        let (_, emptied) = s.edit_object(p2, |slot| *slot = None);
+        assert!(emptied);
+        assert_eq!(s.heap_bytes, with_k2);
     }
 
     #[test]

@@ -492,19 +492,21 @@ fn write_in<R>(
         pos = None; // every field had expired: the hash is gone, as for read_in
     }
     let limits = s.limits.clone();
-    let mut slot = pos.and_then(|p| s.take_object(p));
-    let r = f(&mut slot, &limits);
-    match (pos, slot) {
-        (Some(p), Some(o)) if !o.is_empty() => {
-            s.put_object(p, o);
-            s.touch(p, now);
-        }
-        (Some(p), _) => s.delete(h, p),
-        (None, Some(o)) if !o.is_empty() => {
+    let Some(p) = pos else {
+        let mut slot = None;
+        let r = f(&mut slot, &limits);
+        if let Some(o) = slot.filter(|o| !o.is_empty()) {
             let p = s.insert_new(h, key, b"", 0, lru_now(now));
             s.put_object(p, o);
         }
-        (None, _) => {}
+        return Ok(r);
+    };
+    // The value is changed where it lies (`Shard::edit_object`); an emptied one deletes its key.
+    let (r, emptied) = s.edit_object(p, |slot| f(slot, &limits));
+    if emptied {
+        s.delete(h, p);
+    } else {
+        s.touch(p, now);
     }
     Ok(r)
 }
