@@ -129,6 +129,15 @@ impl Hash {
     }
 
     /// Sets `field` (HSET: a time it had is dropped, as Redis drops it); true if it is new.
+    /// The pair at position `i` of a table-encoded hash (O(1)); `None` past its end or for a
+    /// packed hash. HSCAN's cursor is such a position.
+    pub fn table_pair(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        match &self.fields {
+            Fields::Table(t) => t.item(i).map(PairKey::split),
+            Fields::Pack(_) => None,
+        }
+    }
+
     pub fn set(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
         let had_ttl = self.ttls.as_mut().is_some_and(|t| t.remove(field));
         if had_ttl && let Fields::Pack(p) = &mut self.fields {
@@ -346,7 +355,7 @@ impl Hash {
 
 /// The index of the pair whose field is `field` in a packed hash.
 fn pair_index(p: &Pack, field: &[u8]) -> Option<usize> {
-    p.iter().step_by(2).position(|f| f == field)
+    p.pair_position(field)
 }
 
 /// The (field, time) list of a serialized hash's times element, checked.

@@ -51,7 +51,18 @@ pub fn read_len(buf: &[u8], at: usize) -> (usize, usize) {
     }
 }
 
-/// The element starting at `at`: its bytes and where the next one starts.
+/// [`read_len`] with its common case inline: a length under 128 is one byte.
+#[inline(always)]
+fn short_len(buf: &[u8], at: usize) -> (usize, usize) {
+    match buf[at] {
+        b if b < 0x80 => (usize::from(b), at + 1),
+        _ => read_len(buf, at),
+    }
+}
+
+/// The element starting at `at`: its bytes and where the next one starts. Inlined: it is the
+/// step of every walk over a pack (a packed hash's HSET walks its fields with it).
+#[inline]
 pub(super) fn next(buf: &[u8], at: usize) -> Result<(&[u8], usize), PackError> {
     let mut len = 0usize;
     let mut shift = 0;
@@ -128,6 +139,25 @@ impl Pack {
         Iter { buf: &self.buf, at: 0 }
     }
 
+    /// The index `i` of the pair (elements `2i` and `2i + 1`) whose first element is `first`:
+    /// a packed hash's field lookup. One pass that compares each pair's first element and steps
+    /// over the second.
+    /// Lengths are read unchecked: a pack's bytes are well formed (checked on the way in).
+    pub fn pair_position(&self, first: &[u8]) -> Option<usize> {
+        let buf = &self.buf[..];
+        let (mut at, mut i) = (0, 0);
+        while at < buf.len() {
+            let (len, start) = short_len(buf, at);
+            let end = start + len;
+            let (second, second_start) = short_len(buf, end);
+            if len == first.len() && buf[start..end] == *first {
+                return Some(i);
+            }
+            (at, i) = (second_start + second, i + 1);
+        }
+        None
+    }
+
     pub fn push(&mut self, s: &[u8]) {
         put(&mut self.buf, s);
         self.len += 1;
@@ -191,5 +221,22 @@ mod tests {
         bad.truncate(bad.len() - 1);
         assert_eq!(Pack::from_bytes(&bad), Err(PackError::Truncated));
         assert_eq!(Pack::from_bytes(&[0xff; 12]), Err(PackError::Truncated));
+    }
+
+    #[test]
+    fn pairs_are_found_by_their_first_element_only() {
+        let long = vec![7u8; 300];
+        let p = Pack::from_items([&b"f1"[..], b"f2", b"f2", b"v2", &long, b"", b"", &long]);
+        assert_eq!(p.pair_position(b"f1"), Some(0));
+        assert_eq!(p.pair_position(b"f2"), Some(1), "the first pair's value f2 is not a field");
+        assert_eq!(p.pair_position(b"v2"), None, "a value is never taken for a field");
+        assert_eq!(p.pair_position(&long), Some(2));
+        assert_eq!(p.pair_position(b""), Some(3));
+        assert_eq!(p.pair_position(b"missing"), None);
+        assert_eq!(Pack::default().pair_position(b"f1"), None);
+        // Each answer is the one the plain walk over every other element gives.
+        for probe in [&b"f1"[..], b"f2", b"v2", &long, b"", b"missing"] {
+            assert_eq!(p.pair_position(probe), p.iter().step_by(2).position(|f| f == probe));
+        }
     }
 }
