@@ -99,6 +99,11 @@ pub fn op_is_large(op: &Op) -> bool {
 /// every length and number at its longest varint (see `op_len_bound`'s test).
 const GET_OVERHEAD: usize = 48;
 const SET_OVERHEAD: usize = 80;
+/// A command op (a typed command: LPUSH, HSET, ...) beyond its arguments and keys, at most: the
+/// op's flags, the kind's tag and length, `readonly`, `key_index` and `resp` at their longest.
+const COMMAND_OVERHEAD: usize = 64;
+/// What each argument or key of a command adds beyond its bytes, at most: a tag and a length.
+const PER_BYTES_FIELD: usize = 11;
 
 /// An upper bound on `op.encoded_len()`, cheap for the ops pipelines send most (GET and SET: a
 /// sum of two lengths, where encoding's length walks every field). What the router sizes a
@@ -108,6 +113,11 @@ pub fn op_len_bound(op: &Op) -> usize {
     match &op.kind {
         Some(op::Kind::Get(g)) => g.key.len() + GET_OVERHEAD,
         Some(op::Kind::Set(s)) => s.key.len() + s.value.len() + SET_OVERHEAD,
+        // Typed commands: a sum over the arguments, where encoding's length walks each with its
+        // varint (a scratch command carries values too and is measured exactly).
+        Some(op::Kind::Command(c)) if c.inputs.is_empty() && c.outputs.is_empty() => {
+            c.args.iter().chain(&c.keys).map(|a| a.len() + PER_BYTES_FIELD).sum::<usize>() + COMMAND_OVERHEAD
+        }
         _ => op.encoded_len(),
     }
 }
@@ -358,6 +368,30 @@ mod tests {
             assert!(op_len_bound(&set) >= set.encoded_len(), "SET of a {len}-byte key and value");
             assert_eq!(op_is_large(&get), get.encoded_len() > PIECE_BYTES);
             assert_eq!(op_is_large(&set), set.encoded_len() > PIECE_BYTES);
+        }
+    }
+
+    #[test]
+    fn the_length_bound_of_a_command_is_never_below_its_encoding() {
+        use crate::proto::Command;
+        for len in [0, 1, 127, 128, 16_383, 16_384, PIECE_BYTES - 64, PIECE_BYTES, PIECE_BYTES + 1] {
+            for args in [1, 2, 3, 40] {
+                let command = Command {
+                    args: (0..args).map(|i| big(if i == 1 { len } else { 16 })).collect(),
+                    readonly: true,
+                    key_index: u32::MAX,
+                    keys: vec![big(len), big(3)],
+                    scratch: false,
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    resp: u32::MAX,
+                };
+                let op =
+                    Op { fallback: true, no_touch: true, kind: Some(op::Kind::Command(Box::new(command))) };
+                assert!(op_len_bound(&op) >= op.encoded_len(), "{args} arguments, one of {len} bytes");
+                assert!(op_len_bound(&op) <= op.encoded_len() + COMMAND_OVERHEAD + 11 * (args + 2));
+                assert_eq!(op_is_large(&op), op.encoded_len() > PIECE_BYTES);
+            }
         }
     }
 

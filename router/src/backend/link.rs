@@ -131,12 +131,21 @@ struct Request {
     waiter: Waiter,
     /// The topology version these ops were routed by.
     version: u64,
+    /// The ops' size, bounded from above (`pieces::op_len_bound`): measured once here, where the
+    /// writer asks for it as the request is queued, batched and sized.
+    bytes: usize,
 }
 
 impl Request {
-    /// A single op too large for one message: it travels as a transfer.
+    fn new(ops: Vec<Op>, waiter: Waiter, version: u64) -> Request {
+        let bytes = ops.iter().map(pieces::op_len_bound).sum();
+        Request { ops, waiter, version, bytes }
+    }
+
+    /// A single op too large for one message: it travels as a transfer. (Only an op whose bound
+    /// passes a piece is measured exactly.)
     fn is_transfer(&self) -> bool {
-        self.ops.len() == 1 && pieces::op_is_large(&self.ops[0])
+        self.ops.len() == 1 && self.bytes > pieces::PIECE_BYTES && pieces::op_is_large(&self.ops[0])
     }
 }
 
@@ -293,7 +302,7 @@ impl NodePort for NodeLink {
 
     fn call(&self, op: Op, version: u64, deadline: Instant) -> NodeCall<Reply> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue(Request { ops: vec![op], waiter: Waiter::One(tx), version }, rx, deadline)
+        self.enqueue(Request::new(vec![op], Waiter::One(tx), version), rx, deadline)
     }
 
     fn call_group(&self, ops: Vec<Op>, version: u64, deadline: Instant) -> NodeCall<Vec<Reply>> {
@@ -303,7 +312,7 @@ impl NodePort for NodeLink {
         }
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter::Group { need: ops.len(), got: Vec::with_capacity(ops.len()), tx };
-        self.enqueue(Request { ops, waiter, version }, rx, deadline)
+        self.enqueue(Request::new(ops, waiter, version), rx, deadline)
     }
 
     fn get_topology(&self) -> BoxFuture<'_, Result<Option<Topology>, BackendError>> {
@@ -621,7 +630,7 @@ struct Building {
 
 impl Building {
     fn push(&mut self, req: Request) {
-        self.bytes += req.ops.iter().map(pieces::op_len_bound).sum::<usize>();
+        self.bytes += req.bytes;
         self.replies += req.ops.len();
         if self.ops.is_empty() {
             // The first request's ops start the batch as they are (under load a batch is often
@@ -769,7 +778,7 @@ impl<'a> Writer<'a> {
     fn add_transfer_pieces(&mut self, b: &mut Building) {
         if self.transfer.is_none() {
             let Some(req) = self.waiting_transfers.pop_front() else { return };
-            let Request { mut ops, waiter, version } = req;
+            let Request { mut ops, waiter, version, .. } = req;
             self.transfer = Some(Transfer {
                 ops: pieces::op_in_pieces(&ops.pop().expect("one op")).into(),
                 waiter: Some(waiter),
