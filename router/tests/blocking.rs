@@ -221,6 +221,27 @@ async fn wake_ups_match_redis() {
             (9, ""),
             (8, ""),
         ],
+        // A pop waiting ahead on the same key (it finds nothing once the key is gone) does not
+        // hide the group reader behind it: DEL ends that one with UNBLOCKED, the pop waits on.
+        &[
+            (1, "BLPOP {q}e 0"),
+            (0, "XADD {q}e 1-0 f v"),
+            (0, "XGROUP CREATE {q}e grp $"),
+            (2, "XREADGROUP GROUP grp c BLOCK 0 STREAMS {q}e >"),
+            (0, "DEL {q}e"),
+            (8, ""),
+            (0, "RPUSH {q}e x"),
+            (9, ""),
+        ],
+        &[
+            (1, "BZPOPMIN {q}f 0"),
+            (0, "XGROUP CREATE {q}f grp $ MKSTREAM"),
+            (2, "XREADGROUP GROUP grp c BLOCK 0 STREAMS {q}f >"),
+            (0, "FLUSHALL"),
+            (8, ""),
+            (0, "ZADD {q}f 1 m"),
+            (9, ""),
+        ],
         // NOACK, and a blocked XREADGROUP inside MULTI does not wait.
         &[
             (0, "XGROUP CREATE {q}h grp $ MKSTREAM"),

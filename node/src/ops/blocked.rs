@@ -102,6 +102,10 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
     let mut ready: std::collections::VecDeque<bytes::Bytes> =
         keys.into_iter().filter(|k| locked.queues.has(k)).collect();
     while let Some(key) = ready.pop_front() {
+        // Once a pop finds nothing here, every pop behind it would too (the key is gone or
+        // emptied); the stream readers behind it are still looked at: each reads from its own
+        // ID, and a group reader whose key went is ended (UNBLOCKED) whatever waits ahead of it.
+        let mut pops_done = false;
         for id in locked.queues.waiting_on(&key) {
             let Some(w) = locked.queues.get(id).map(parked) else { continue };
             if w.watch {
@@ -115,19 +119,18 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
                 let _ = w.reply.send(ready_answer(&key));
                 continue;
             }
-            let mut reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
             let stream = is_stream_read(&w.op);
+            if pops_done && !stream {
+                continue;
+            }
+            let mut reply = attempt_blocked(store, view, w.version, &narrowed(&w.op, &key));
             if stream && is_group_read(&w.op) && store.type_of(&key) != "stream" {
                 // Redis 7.0 ends a blocked XREADGROUP whose key was deleted or overwritten with
                 // another type (its group cannot come back).
                 reply = error_reply("UNBLOCKED the stream key no longer exists");
             } else if found_nothing(&reply) {
-                // Pops: nothing left for those behind either. Stream reads each start at their
-                // own ID: the next one may still find something.
-                if stream {
-                    continue;
-                }
-                break;
+                pops_done |= !stream;
+                continue;
             } else if stream && nogroup(&reply) {
                 reply = error_reply("NOGROUP the consumer group this client was blocked on no longer exists");
             }
