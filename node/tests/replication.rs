@@ -329,6 +329,7 @@ async fn a_unit_over_the_cut_limit_reaches_the_replica_by_a_full_sync() {
     let unit = |prefix: &str, n: usize| Transaction {
         ops: (0..n).map(|i| set_op(&format!("{prefix}{i}"), "x".repeat(2000))).collect(),
         watches: Vec::new(),
+        ..Default::default()
     };
     let syncs = repl.full_syncs();
     assert!(matches!(run(&mut p, 2, Kind::Transaction(unit("small", 8))).await, reply::Kind::Replies(_)));
@@ -436,6 +437,7 @@ async fn a_replica_never_holds_part_of_a_transaction() {
         let unit = Transaction {
             ops: ["a", "b", "c"].iter().map(|k| set_op(k, v.clone())).collect(),
             watches: Vec::new(),
+            ..Default::default()
         };
         let mut ops = vec![Op { kind: Some(Kind::Transaction(unit)), ..Default::default() }];
         // Single-key writes between the transactions, so cut and chunk edges fall anywhere.
@@ -566,7 +568,7 @@ async fn a_replica_that_cannot_store_a_unit_stores_none_of_it_and_stops_counting
     set(&mut p, 2, "before", "v").await;
     assert_eq!(wait_replicas(&mut p, 1, 5000).await, 1, "a healthy replica counts");
     let unit =
-        Transaction { ops: vec![set_op("fits", "v"), set_op("big", "x".repeat(1000))], watches: Vec::new() };
+        Transaction { ops: vec![set_op("fits", "v"), set_op("big", "x".repeat(1000))], ..Default::default() };
     assert!(matches!(run(&mut p, 2, Kind::Transaction(unit)).await, reply::Kind::Replies(_)));
     assert_eq!(
         wait_replicas(&mut p, 1, 500).await,

@@ -272,6 +272,48 @@ async fn evalsha_survives_a_node_that_lost_its_scripts() {
     assert_eq!(n, 3);
 }
 
+/// EVALSHA inside MULTI where the transaction's node never had the script (an EVAL on another
+/// node's key loaded it there only; ioredis sends EVALSHA once a connection has sent the body,
+/// inside MULTI too, as BullMQ's FlowProducer does): the node refuses the transaction before
+/// running anything, the router fetches the body and sends it again, and EXEC answers as Redis
+/// does. A script no node knows answers NOSCRIPT in its place, the rest of the transaction runs.
+/// (`b` and `c` hash to slots 3300 and 7365: nodes 0 and 1 of the embedded cluster.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evalsha_inside_multi_finds_a_script_only_another_node_has() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let body = "return redis.call('incr', KEYS[1])";
+    let sha = shoal_wire::script::sha1_hex(body.as_bytes());
+    let unknown = "f".repeat(40);
+    let mut answers = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut c = support::Raw::connect(addr).await;
+        let mut out = Vec::new();
+        for line in [
+            vec!["FLUSHALL"],
+            vec!["SCRIPT", "FLUSH"],
+            vec!["EVAL", body, "1", "b"],
+            vec!["MULTI"],
+            vec!["SET", "c", "5"],
+            vec!["EVALSHA", &sha, "1", "c"],
+            vec!["EVALSHA", &unknown, "1", "c"],
+            vec!["GET", "c"],
+            vec!["EXEC"],
+            vec!["WATCH", "c"],
+            vec!["MULTI"],
+            vec!["EVALSHA", &unknown, "1", "c"],
+            vec!["EXEC"],
+            vec!["GET", "c"],
+        ] {
+            out.push(text(c.cmd(&line).await));
+        }
+        answers.push(out);
+    }
+    assert_eq!(answers[1], answers[0], "Shoal's answers (right) against redis-server's (left)");
+    assert!(answers[1][8].contains(":6\r\n"), "the script ran: {}", answers[1][8]);
+    assert!(answers[1][8].contains("NOSCRIPT"), "{}", answers[1][8]);
+}
+
 /// Scripts while the cluster scales 3 → 5 → 2: each applies whole or not at all, exactly once
 /// (the three counters of a pair always agree), clients see no error, and nodes that join
 /// after SCRIPT LOAD get the script from the others when EVALSHA first reaches them.

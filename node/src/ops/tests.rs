@@ -87,6 +87,7 @@ fn a_set_records_its_value_once_and_inside_a_transaction_only_its_key_in_the_uni
     let multi = proto::Transaction {
         ops: vec![set("b", "2"), set("c", "3"), op(Kind::IncrBy(IncrBy { key: b("n"), delta: 1 }))],
         watches: Vec::new(),
+        ..Default::default()
     };
     apply_checked(&store, &view, 0, op(Kind::Transaction(multi)));
     let (changes, _) = store.events.changes.read(0, 10, usize::MAX).unwrap();

@@ -297,6 +297,14 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                     frame(super::functions::command(e, &shared, &store.libraries, &a.args))
                 }
                 Some(Kind::ScriptAdmin(a)) => load(&shared, e, &a.body),
+                Some(Kind::Transaction(t))
+                    if t.refuse_unknown_scripts && !knows_every_script(&shared, e, &t) =>
+                {
+                    Reply {
+                        error_kind: proto::ErrorKind::NoScript as i32,
+                        ..frame(F::error(NOSCRIPT.into()))
+                    }
+                }
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
                     let _holding = Holding::mark(&shared);
@@ -323,6 +331,18 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
         });
         let _ = reply.send(answer);
     }
+}
+
+/// Whether every script op of `t` that comes without its body (EVALSHA inside MULTI) names a
+/// script this node has: compiled, or its body cached.
+fn knows_every_script(shared: &Shared, engine: &engine::Engine, t: &proto::Transaction) -> bool {
+    t.ops.iter().all(|op| match &op.kind {
+        Some(Kind::Script(s)) if s.function.is_empty() && s.body.is_empty() => {
+            let sha = s.sha.to_ascii_lowercase();
+            engine.has(&sha) || shared.cache.lock().contains_key(&sha)
+        }
+        _ => true,
+    })
 }
 
 /// SCRIPT LOAD: compiles and keeps the body; answers its SHA.

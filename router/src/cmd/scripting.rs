@@ -185,7 +185,7 @@ fn op_with_body(op: &Op, body: Bytes) -> Op {
 }
 
 /// The body of script `sha` from any node that has it.
-async fn recover(
+pub(super) async fn recover(
     state: &Arc<RouterState>,
     routing: &Arc<Routing>,
     sha: &str,

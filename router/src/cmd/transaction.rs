@@ -292,16 +292,30 @@ async fn send(
     watched: &[(Bytes, u64)],
     deadline: Instant,
 ) -> Result<Outcome, Reply> {
-    let watches =
+    let watches: Vec<proto::Watched> =
         watched.iter().map(|(key, version)| proto::Watched { key: key.clone(), version: *version }).collect();
-    let transaction = op(Kind::Transaction(proto::Transaction { ops, watches }));
-    let keys: Vec<Bytes> =
-        shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
-    let reply = match state.backend.unit(&routing, keys, Some(pos), transaction, deadline).wait().await {
-        Ok(r) => r,
-        Err(AtomicError::Spread) => return Err(Reply::error(CROSSSLOT)),
-        Err(AtomicError::Backend(e)) => return Err(e.into()),
-    };
+    // EVALSHA inside MULTI: the node may not have the script (it was loaded through another
+    // node). It refuses such a transaction before running anything; the bodies are fetched from
+    // the nodes that have them and the transaction goes again (scripting.rs does the same for
+    // a lone EVALSHA, which can simply be sent twice).
+    let refuse_unknown_scripts = ops.iter().any(is_script_by_sha);
+    let kept = refuse_unknown_scripts.then(|| ops.clone());
+    let t = proto::Transaction { ops, watches: watches.clone(), refuse_unknown_scripts };
+    let mut reply = send_unit(state, &routing, pos, t, deadline).await?;
+    if let Some(mut ops) = kept
+        && reply.error_kind() == proto::ErrorKind::NoScript
+    {
+        for op in &mut ops {
+            if is_script_by_sha(op)
+                && let Some(Kind::Script(s)) = &mut op.kind
+                && let Some(body) = super::scripting::recover(state, &routing, &s.sha, deadline).await
+            {
+                s.body = body;
+            }
+        }
+        let t = proto::Transaction { ops, watches, refuse_unknown_scripts: false };
+        reply = send_unit(state, &routing, pos, t, deadline).await?;
+    }
     // BUSY (a script holds the node) and OOM (memory is full and a queued command may grow it)
     // refuse the EXEC itself: nothing ran.
     let busy = matches!(reply.error_kind(), proto::ErrorKind::Busy | proto::ErrorKind::OutOfMemory);
@@ -316,6 +330,29 @@ async fn send(
         Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
         other => Err(super::unexpected(other)),
     }
+}
+
+/// One send of a transaction as a unit (see [`send`]).
+async fn send_unit(
+    state: &Arc<RouterState>,
+    routing: &Arc<Routing>,
+    pos: usize,
+    t: proto::Transaction,
+    deadline: Instant,
+) -> Result<proto::Reply, Reply> {
+    let transaction = op(Kind::Transaction(t));
+    let keys: Vec<Bytes> =
+        shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
+    match state.backend.unit(routing, keys, Some(pos), transaction, deadline).wait().await {
+        Ok(r) => Ok(r),
+        Err(AtomicError::Spread) => Err(Reply::error(CROSSSLOT)),
+        Err(AtomicError::Backend(e)) => Err(e.into()),
+    }
+}
+
+/// A script op that names its script by SHA only (EVALSHA), not a library function.
+fn is_script_by_sha(op: &Op) -> bool {
+    matches!(&op.kind, Some(Kind::Script(s)) if s.body.is_empty() && s.function.is_empty())
 }
 
 pub const MULTI: CommandSpec = CommandSpec { decl: &redis::MULTI, run: multi, ..CommandSpec::DEFAULT };
