@@ -39,6 +39,29 @@ async fn embedded_cluster_restarts_warm() {
         states.iter().all(|n| n.persistence.info().snapshots_written >= 1)
     })
     .await;
+    // Pipelined BGSAVE, INFO, BGSAVE (redis-py's test_bgsave): whenever the second BGSAVE is
+    // refused as already running, the INFO between them said a save was in progress.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let mut pipeline = support::encode(&[b"BGSAVE"]);
+        pipeline.extend(support::encode(&[b"INFO", b"persistence"]));
+        pipeline.extend(support::encode(&[b"BGSAVE", b"SCHEDULE"]));
+        c.send(&pipeline).await;
+        let (first, info, second) =
+            (c.reply().await.unwrap(), c.reply().await.unwrap(), c.reply().await.unwrap());
+        assert_eq!(first, b"+Background saving started\r\n");
+        if second.starts_with(b"-ERR Background save already in progress") {
+            refused += 1;
+            assert_eq!(info_field(&info, "rdb_bgsave_in_progress"), "1", "INFO said no save was running");
+        }
+        // The next round starts once this save is over (INFO says so).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while info_field(&c.cmd(&["INFO", "persistence"]).await, "rdb_bgsave_in_progress") != "0" {
+            assert!(Instant::now() < deadline, "BGSAVE still running after 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(refused > 0, "no BGSAVE was refused while another ran: the check above checked nothing");
     assert_eq!(c.cmd(&["SAVE"]).await, b"+OK\r\n");
     let report = String::from_utf8(c.cmd(&["SHOAL", "SNAPSHOT"]).await).unwrap();
     assert_eq!(report.matches("ok=yes").count(), 3, "{report}");

@@ -174,7 +174,10 @@ impl Gathered {
         let all_ok = snaps.iter().all(|s| s.last_ok);
         field("loading", "0".into());
         field("rdb_changes_since_last_save", total(|s| s.changes_since_last_save).to_string());
-        field("rdb_bgsave_in_progress", u8::from(snaps.iter().any(|s| s.in_progress)).to_string());
+        // A BGSAVE through this router counts from when it answered "started" (the nodes may not
+        // have begun yet), as long as it refuses another one.
+        let bgsave = self.state.bgsave_running.load(std::sync::atomic::Ordering::Acquire);
+        field("rdb_bgsave_in_progress", u8::from(bgsave || snaps.iter().any(|s| s.in_progress)).to_string());
         field("rdb_last_save_time", last_save.to_string());
         field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
         field("rdb_last_bgsave_time_sec", (max(|s| s.last_duration_ms) / 1000).to_string());
@@ -205,6 +208,8 @@ impl Gathered {
         field("pubsub_channels", first(|n| n.pubsub_channels));
         field("pubsub_patterns", first(|n| n.pubsub_patterns));
         field("pubsub_shardchannels", first(|n| n.pubsub_shard_channels));
+        // MIGRATE is refused (docs/compatibility.md): no socket to another server is ever cached.
+        field("migrate_cached_sockets", "0".into());
         field("total_error_replies", self.state.stats.error_replies().to_string());
     }
 
