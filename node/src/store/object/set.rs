@@ -69,6 +69,15 @@ impl Set {
         }
     }
 
+    /// The member at position `i` of a table-encoded set (O(1), borrowed); `None` past its end or
+    /// for an intset. SSCAN's cursor is such a position.
+    pub fn table_member(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Set::Table(t) => t.item(i),
+            Set::Ints(_) => None,
+        }
+    }
+
     /// A uniformly random member.
     pub fn random(&self) -> Option<Vec<u8>> {
         if self.is_empty() { None } else { self.nth(fastrand::usize(..self.len())) }
