@@ -299,10 +299,10 @@ async fn send(
     // the nodes that have them and the transaction goes again (scripting.rs does the same for
     // a lone EVALSHA, which can simply be sent twice).
     let refuse_unknown_scripts = ops.iter().any(is_script_by_sha);
-    let kept = refuse_unknown_scripts.then(|| ops.clone());
-    let t = proto::Transaction { ops, watches: watches.clone(), refuse_unknown_scripts };
+    let kept = refuse_unknown_scripts.then(|| (ops.clone(), watches.clone()));
+    let t = proto::Transaction { ops, watches, refuse_unknown_scripts };
     let mut reply = send_unit(state, &routing, pos, t, deadline).await?;
-    if let Some(mut ops) = kept
+    if let Some((mut ops, watches)) = kept
         && reply.error_kind() == proto::ErrorKind::NoScript
     {
         for op in &mut ops {
