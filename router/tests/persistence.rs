@@ -42,7 +42,8 @@ async fn embedded_cluster_restarts_warm() {
     // Pipelined BGSAVE, INFO, BGSAVE (redis-py's test_bgsave): whenever the second BGSAVE is
     // refused as already running, the INFO between them said a save was in progress.
     let mut refused = 0;
-    for _ in 0..20 {
+    // (30 rounds: the TTL check after the restart below allows 10 s for all of this test.)
+    for _ in 0..30 {
         let mut pipeline = support::encode(&[b"BGSAVE"]);
         pipeline.extend(support::encode(&[b"INFO", b"persistence"]));
         pipeline.extend(support::encode(&[b"BGSAVE", b"SCHEDULE"]));

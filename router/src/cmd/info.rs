@@ -44,12 +44,16 @@ pub fn info(args: &Args, ctx: &mut Ctx) -> Pending {
     let state = Arc::clone(ctx.state);
     let routing = Arc::clone(ctx.routing);
     let (clients, blocked) = (state.connected_clients(), state.clients.blocked());
+    // Read as INFO arrives, as BGSAVE reads it: commands pipelined behind this INFO are judged
+    // by the flag then, not after the nodes' stats come back (a save may end meanwhile).
+    let bgsave = state.bgsave_running.load(std::sync::atomic::Ordering::Acquire);
     let (embedded, registry) = (state.embedded.is_some(), ctx.registry);
     Pending::later(async move {
         let stats = routing.stats_all().await;
         let reachable = stats.iter().filter(|s| s.is_ok()).count();
         let nodes: Vec<NodeStats> = stats.into_iter().flatten().collect();
-        let gathered = Gathered { state, routing, registry, clients, blocked, embedded, nodes, reachable };
+        let gathered =
+            Gathered { state, routing, registry, clients, blocked, bgsave, embedded, nodes, reachable };
         let mut out: Vec<u8> = Vec::new();
         for section in ALL_SECTIONS.iter().filter(|s| wanted.iter().any(|w| w == *s)) {
             if !out.is_empty() {
@@ -86,6 +90,8 @@ struct Gathered {
     registry: &'static Registry,
     clients: usize,
     blocked: usize,
+    /// A BGSAVE through this router was running when INFO arrived.
+    bgsave: bool,
     embedded: bool,
     /// The nodes that answered.
     nodes: Vec<NodeStats>,
@@ -176,8 +182,10 @@ impl Gathered {
         field("rdb_changes_since_last_save", total(|s| s.changes_since_last_save).to_string());
         // A BGSAVE through this router counts from when it answered "started" (the nodes may not
         // have begun yet), as long as it refuses another one.
-        let bgsave = self.state.bgsave_running.load(std::sync::atomic::Ordering::Acquire);
-        field("rdb_bgsave_in_progress", u8::from(bgsave || snaps.iter().any(|s| s.in_progress)).to_string());
+        field(
+            "rdb_bgsave_in_progress",
+            u8::from(self.bgsave || snaps.iter().any(|s| s.in_progress)).to_string(),
+        );
         field("rdb_last_save_time", last_save.to_string());
         field("rdb_last_bgsave_status", if all_ok { "ok" } else { "err" }.into());
         field("rdb_last_bgsave_time_sec", (max(|s| s.last_duration_ms) / 1000).to_string());
