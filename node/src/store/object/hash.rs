@@ -142,7 +142,7 @@ impl Hash {
         let had_ttl = self.ttls.as_mut().is_some_and(|t| t.remove(field));
         if had_ttl && let Fields::Pack(p) = &mut self.fields {
             // It leaves the timed fields for the end, as a listpackex moves it.
-            if let Some(i) = pair_index(p, field) {
+            if let Some(i) = p.pair_position(field) {
                 p.splice(2 * i, 2, &[]);
             }
         }
@@ -156,7 +156,7 @@ impl Hash {
             if field.len() > limits.hash_max_listpack_value || value.len() > limits.hash_max_listpack_value {
                 self.convert();
             } else {
-                let new = match pair_index(p, field) {
+                let new = match p.pair_position(field) {
                     Some(i) => {
                         p.splice(2 * i + 1, 1, &[value]);
                         false
@@ -193,7 +193,7 @@ impl Hash {
             t.remove(field);
         }
         match &mut self.fields {
-            Fields::Pack(p) => match pair_index(p, field) {
+            Fields::Pack(p) => match p.pair_position(field) {
                 Some(i) => {
                     p.splice(2 * i, 2, &[]);
                     p.shrink();
@@ -240,7 +240,7 @@ impl Hash {
         let ttls = self.ttls.get_or_insert_with(Box::default);
         ttls.set(field, at);
         let Fields::Pack(p) = &mut self.fields else { return };
-        let Some(i) = pair_index(p, field) else { return };
+        let Some(i) = p.pair_position(field) else { return };
         let value = p.iter().nth(2 * i + 1).expect("pair").to_vec();
         p.splice(2 * i, 2, &[]);
         let mut to = 0;
@@ -260,7 +260,7 @@ impl Hash {
             return false;
         }
         if let Fields::Pack(p) = &mut self.fields
-            && let Some(i) = pair_index(p, field)
+            && let Some(i) = p.pair_position(field)
         {
             let value = p.iter().nth(2 * i + 1).expect("pair").to_vec();
             p.splice(2 * i, 2, &[]);
@@ -351,11 +351,6 @@ impl Hash {
             super::pack::put(out, &blob);
         }
     }
-}
-
-/// The index of the pair whose field is `field` in a packed hash.
-fn pair_index(p: &Pack, field: &[u8]) -> Option<usize> {
-    p.pair_position(field)
 }
 
 /// The (field, time) list of a serialized hash's times element, checked.
