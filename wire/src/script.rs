@@ -7,6 +7,12 @@ use sha1::{Digest, Sha1};
 /// the router recognizes it to send the body from another node.
 pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
+/// Whether a script op names its script by SHA alone (EVALSHA: no body, not a library function):
+/// the ops a node may not hold the script of, which the router sends again with the body.
+pub fn by_sha_only(s: &crate::proto::Script) -> bool {
+    s.body.is_empty() && s.function.is_empty()
+}
+
 pub fn sha1_hex(body: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha1::digest(body);

@@ -337,7 +337,7 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
 /// script this node has: compiled, or its body cached.
 fn knows_every_script(shared: &Shared, engine: &engine::Engine, t: &proto::Transaction) -> bool {
     t.ops.iter().all(|op| match &op.kind {
-        Some(Kind::Script(s)) if s.function.is_empty() && s.body.is_empty() => {
+        Some(Kind::Script(s)) if shoal_wire::script::by_sha_only(s) => {
             let sha = s.sha.to_ascii_lowercase();
             engine.has(&sha) || shared.cache.lock().contains_key(&sha)
         }

@@ -352,7 +352,7 @@ async fn send_unit(
 
 /// A script op that names its script by SHA only (EVALSHA), not a library function.
 fn is_script_by_sha(op: &Op) -> bool {
-    matches!(&op.kind, Some(Kind::Script(s)) if s.body.is_empty() && s.function.is_empty())
+    matches!(&op.kind, Some(Kind::Script(s)) if shoal_wire::script::by_sha_only(s))
 }
 
 pub const MULTI: CommandSpec = CommandSpec { decl: &redis::MULTI, run: multi, ..CommandSpec::DEFAULT };
