@@ -12,6 +12,11 @@ use shoal_node::{metrics, server};
 use shoal_telemetry::{http, logging, runtime, shutdown};
 use shoal_wire::auth::Credentials;
 
+/// jemalloc, not glibc's malloc: a store's many small values and the per-request buffers churn
+/// glibc's bins (docs/benchmarks.md, "The allocator"); Redis ships with jemalloc too.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");

@@ -5,6 +5,11 @@ use shoal_router::Router;
 use shoal_router::config::{Cli, Command};
 use shoal_telemetry::{logging, runtime, shutdown};
 
+/// jemalloc, not glibc's malloc: a router's requests are short-lived buffers and boxes that
+/// glibc's bins consolidate and split at a cost (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.serve.log_format, "info");
