@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -11,29 +13,38 @@ import (
 
 func s(v string) *string { return &v }
 
+// elem is v interned, or nil.
+func elem(v *string) *Elem {
+	if v == nil {
+		return nil
+	}
+	e := Intern(*v)
+	return &e
+}
+
 // Shorthands for hand-made histories: times are small integers.
 func set(p int, v string, from, to int64, outcome string) Op {
-	return Op{Process: p, Kind: "set", Key: "k", Value: v, Invoke: from, Complete: to, Outcome: outcome}
+	return Op{Process: p, Kind: "set", Key: "k", Value: Intern(v), Invoke: from, Complete: to, Outcome: outcome}
 }
 
 func get(p int, v *string, from, to int64) Op {
-	return Op{Process: p, Kind: "get", Key: "k", Read: v, Invoke: from, Complete: to, Outcome: "ok"}
+	return Op{Process: p, Kind: "get", Key: "k", Read: elem(v), Invoke: from, Complete: to, Outcome: "ok"}
 }
 
 func push(p int, v string, from, to int64, outcome string) Op {
-	return Op{Process: p, Kind: "append", Key: "l", Value: v, Invoke: from, Complete: to, Outcome: outcome}
+	return Op{Process: p, Kind: "append", Key: "l", Value: Intern(v), Invoke: from, Complete: to, Outcome: outcome}
 }
 
 func read(p int, list []string, from, to int64) Op {
-	return Op{Process: p, Kind: "read", Key: "l", List: list, Invoke: from, Complete: to, Outcome: "ok"}
+	return Op{Process: p, Kind: "read", Key: "l", List: InternAll(list), Invoke: from, Complete: to, Outcome: "ok"}
 }
 
 func txn(p int, v string, from, to int64, outcome string) Op {
-	return Op{Process: p, Kind: "mappend", Keys: []string{"x", "y"}, Value: v, Invoke: from, Complete: to, Outcome: outcome}
+	return Op{Process: p, Kind: "mappend", Keys: []string{"x", "y"}, Value: Intern(v), Invoke: from, Complete: to, Outcome: outcome}
 }
 
 func txnRead(p int, x, y []string, from, to int64) Op {
-	return Op{Process: p, Kind: "mread", Keys: []string{"x", "y"}, Lists: [][]string{x, y}, Invoke: from, Complete: to, Outcome: "ok"}
+	return Op{Process: p, Kind: "mread", Keys: []string{"x", "y"}, Lists: [][]Elem{InternAll(x), InternAll(y)}, Invoke: from, Complete: to, Outcome: "ok"}
 }
 
 func kinds(r Result) string {
@@ -142,6 +153,100 @@ func TestReadHistoryRefusesATruncatedLine(t *testing.T) {
 	}
 }
 
+// Values and elements are interned as they are read: one Elem per string, whichever op and key
+// hold it; ops and anomalies are printed with the strings recorded.
+func TestReadHistoryInternsElements(t *testing.T) {
+	history := strings.Join([]string{
+		`{"complete":2,"invoke":1,"key":"l","op":"append","outcome":"ok","process":4,"value":"4-1"}`,
+		`{"complete":4,"invoke":3,"key":"l","op":"append","outcome":"unknown","process":4,"value":"q\"\u00e9"}`,
+		`{"complete":6,"invoke":5,"key":"l","list":["4-1","q\"é","4-1"],"op":"read","outcome":"ok","process":5}`,
+		`{"complete":8,"invoke":7,"key":"x,y","keys":["x","y"],"op":"mappend","outcome":"ok","process":6,"value":"6-1"}`,
+		`{"complete":10,"invoke":9,"key":"x,y","keys":["x","y"],"lists":[["6-1"],["6-1","4-1"]],"op":"mread","outcome":"ok","process":7}`,
+		`{"complete":12,"invoke":11,"key":"k","op":"set","outcome":"ok","process":0,"value":"4-1"}`,
+		`{"complete":14,"invoke":13,"key":"k","op":"get","outcome":"ok","process":1,"read":"4-1"}`,
+		`{"complete":16,"invoke":15,"key":"k","op":"get","outcome":"ok","process":1,"read":null}`,
+	}, "\n")
+	ops, err := ReadHistory(strings.NewReader(history))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, q, r, tx, tr, set, get, missing := ops[0].Value, ops[1].Value, ops[2], ops[3].Value, ops[4], ops[5], ops[6], ops[7]
+	if one == q || one == tx || q == tx || one == 0 {
+		t.Errorf("distinct values share an Elem: %d %d %d", one, q, tx)
+	}
+	if fmt.Sprint(r.List) != fmt.Sprint([]Elem{one, q, one}) || fmt.Sprint(tr.Lists) != fmt.Sprint([][]Elem{{tx}, {tx, one}}) {
+		t.Errorf("reads hold other Elems than the appends: %d %d %d, read %d, transaction read %d", one, q, tx, r.List, tr.Lists)
+	}
+	if set.Value != one || *get.Read != one || missing.Read != nil {
+		t.Errorf("register values: set %d, read %v, missing read %v, want %d", set.Value, get.Read, missing.Read, one)
+	}
+	if one.String() != "4-1" || q.String() != `q"é` || Intern(`q"é`) != q {
+		t.Errorf("Elems and strings: %d is %q, %d is %q", one, one, q, q)
+	}
+	for i, want := range []string{
+		`{"process":4,"op":"append","key":"l","value":"4-1","invoke":1,"complete":2,"outcome":"ok"}`,
+		`{"process":5,"op":"read","key":"l","list":["4-1","q\"é","4-1"],"invoke":5,"complete":6,"outcome":"ok"}`,
+		`{"process":7,"op":"mread","key":"x,y","keys":["x","y"],"lists":[["6-1"],["6-1","4-1"]],"invoke":9,"complete":10,"outcome":"ok"}`,
+		`{"process":1,"op":"get","key":"k","read":"4-1","invoke":13,"complete":14,"outcome":"ok"}`,
+		`{"process":1,"op":"get","key":"k","invoke":15,"complete":16,"outcome":"ok"}`,
+	} {
+		if got := ops[[]int{0, 2, 4, 6, 7}[i]].String(); got != want {
+			t.Errorf("printed as %s, recorded as %s", got, want)
+		}
+	}
+	long := read(1, strings.Fields("e0 e1 e2 e3 e4 e5 e6 e7 e8 e9"), 1, 2)
+	if got, want := long.String(), `{"process":1,"op":"read","key":"l","list":["(10 elements) ...","e2","e3","e4","e5","e6","e7","e8","e9"],"invoke":1,"complete":2,"outcome":"ok"}`; got != want {
+		t.Errorf("a long list printed as %s, want %s", got, want)
+	}
+	var texts []string
+	for _, a := range Check(ops, 5*time.Second, 1000).Anomalies {
+		texts = append(texts, a.String())
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{
+		`duplicated append on "l": "4-1" is in the list twice`,
+		`"list":["4-1","q\"é","4-1"]`,
+		`one transaction read "" and "4-1" at position 1 of x and y`,
+		`phantom read on "y": "4-1" was never appended`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no %s in the anomalies:\n%s", want, all)
+		}
+	}
+}
+
+// Reading a history keeps an element read in 4 bytes (its Elem), however long its string and
+// however often it is read: a long list read many times.
+func TestReadHistoryMemoryPerElement(t *testing.T) {
+	const n, reads = 2000, 500
+	list := make([]string, n)
+	for i := range list {
+		list[i] = fmt.Sprintf("memory-test-%d", i)
+	}
+	l, _ := json.Marshal(list)
+	var b strings.Builder
+	for i := 0; i < reads; i++ {
+		fmt.Fprintf(&b, `{"complete":%d,"invoke":%d,"key":"m","list":%s,"op":"read","outcome":"ok","process":1}`+"\n", 2*i+1, 2*i, l)
+	}
+	history := b.String()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ops, err := ReadHistory(strings.NewReader(history))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perElement := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / (n * reads)
+	runtime.KeepAlive(ops)
+	runtime.KeepAlive(history)
+	t.Logf("%.2f heap bytes per element read (%d reads of %d)", perElement, reads, n)
+	if perElement > 8 {
+		t.Errorf("%.2f heap bytes per element read, want at most 8", perElement)
+	}
+}
+
 func TestALongKeyIsUndecidedNotPassed(t *testing.T) {
 	ops := []Op{set(0, "a", 0, 10, "ok"), get(1, s("a"), 20, 30), get(1, s("a"), 40, 50)}
 	if r := Check(ops, time.Second, 2); len(r.Undecided) != 1 {
@@ -151,11 +256,11 @@ func TestALongKeyIsUndecidedNotPassed(t *testing.T) {
 
 // Shorthands for the cycle check's histories: single appends and reads of any list.
 func pushTo(p int, key, v string, from, to int64, outcome string) Op {
-	return Op{Process: p, Kind: "append", Key: key, Value: v, Invoke: from, Complete: to, Outcome: outcome}
+	return Op{Process: p, Kind: "append", Key: key, Value: Intern(v), Invoke: from, Complete: to, Outcome: outcome}
 }
 
 func readOf(p int, key string, list []string, from, to int64) Op {
-	return Op{Process: p, Kind: "read", Key: key, List: list, Invoke: from, Complete: to, Outcome: "ok"}
+	return Op{Process: p, Kind: "read", Key: key, List: InternAll(list), Invoke: from, Complete: to, Outcome: "ok"}
 }
 
 // Each history holds one dependency cycle (or aborted read); the anomaly named must be found
@@ -255,7 +360,7 @@ func randomHistory(seed int64, n int) []Op {
 		at := o.Invoke + rng.Int63n(10)
 		o.Complete = at + 1 + rng.Int63n(10)
 		clock[p] = o.Complete
-		value := fmt.Sprintf("%d-%d", p, i)
+		value := Intern(fmt.Sprintf("%d-%d", p, i))
 		switch rng.Intn(4) {
 		case 0:
 			o.Kind, o.Key, o.Value = "append", "l", value
@@ -277,8 +382,8 @@ func randomHistory(seed int64, n int) []Op {
 		plan = append(plan, planned{o, at, applies})
 	}
 	sort.SliceStable(plan, func(a, b int) bool { return plan[a].at < plan[b].at })
-	state := map[string][]string{}
-	confirmed := map[string]bool{}
+	state := map[string][]Elem{}
+	confirmed := map[Elem]bool{}
 	var ops []Op
 	for _, pl := range plan {
 		o := pl.op
@@ -299,16 +404,16 @@ func randomHistory(seed int64, n int) []Op {
 			if pl.applies {
 				confirmed[o.Value] = o.Outcome == "ok"
 				for _, k := range opKeys(&o) {
-					state[k] = append(append([]string(nil), state[k]...), o.Value)
+					state[k] = append(append([]Elem(nil), state[k]...), o.Value)
 				}
 			}
 		case "read":
 			if o.Outcome == "ok" {
-				o.List = append([]string{}, state["l"]...)
+				o.List = append([]Elem{}, state["l"]...)
 			}
 		case "mread":
 			if o.Outcome == "ok" {
-				o.Lists = [][]string{append([]string{}, state["x"]...), append([]string{}, state["y"]...)}
+				o.Lists = [][]Elem{append([]Elem{}, state["x"]...), append([]Elem{}, state["y"]...)}
 			}
 		}
 		ops = append(ops, o)

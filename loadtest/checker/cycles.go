@@ -129,7 +129,7 @@ type edge struct {
 	key  string
 	// ww: the later element (and prev the earlier); wr: the last element read; rw: the element
 	// the read did not hold.
-	elem, prev string
+	elem, prev Elem
 }
 
 type depGraph struct {
@@ -139,17 +139,23 @@ type depGraph struct {
 }
 
 // readList is what op o read of its i-th key.
-func readList(o *Op, i int) []string {
+func readList(o *Op, i int) []Elem {
 	if o.Kind == "mread" {
 		return o.Lists[i]
 	}
 	return o.List
 }
 
+// listElem is an element of one list.
+type listElem struct {
+	key  string
+	elem Elem
+}
+
 func checkComponent(ops []Op, comp []int) []Anomaly {
 	var out []Anomaly
 	// Who appended each value to each list (any outcome).
-	writer := map[string]map[string]int{}
+	writer := map[string]map[Elem]int{}
 	for _, i := range comp {
 		o := &ops[i]
 		if !isListWrite(o) {
@@ -157,18 +163,18 @@ func checkComponent(ops []Op, comp []int) []Anomaly {
 		}
 		for _, k := range opKeys(o) {
 			if writer[k] == nil {
-				writer[k] = map[string]int{}
+				writer[k] = map[Elem]int{}
 			}
 			writer[k][o.Value] = i
 		}
 	}
-	confirmed := func(k, v string) bool {
+	confirmed := func(k string, v Elem) bool {
 		w, ok := writer[k][v]
 		return ok && ops[w].Outcome == "ok"
 	}
 	// G1a, and each list's version order: its confirmed elements in the read holding the most.
-	aborted := map[string]bool{}
-	best := map[string][]string{}
+	aborted := map[listElem]bool{}
+	best := map[string][]Elem{}
 	bestN := map[string]int{}
 	for _, i := range comp {
 		o := &ops[i]
@@ -183,8 +189,8 @@ func checkComponent(ops []Op, comp []int) []Anomaly {
 				case !ok:
 				case ops[w].Outcome == "ok":
 					n++
-				case ops[w].Outcome == "fail" && !aborted[k+"\x00"+v]:
-					aborted[k+"\x00"+v] = true
+				case ops[w].Outcome == "fail" && !aborted[listElem{k, v}]:
+					aborted[listElem{k, v}] = true
 					out = append(out, Anomaly{"G1a", k, fmt.Sprintf(
 						"aborted read: %q is read, and its append failed (it certainly did not apply)", v),
 						[]Op{ops[w], *o}})
@@ -196,9 +202,9 @@ func checkComponent(ops []Op, comp []int) []Anomaly {
 			}
 		}
 	}
-	order := map[string][]string{}
+	order := map[string][]Elem{}
 	for k, l := range best {
-		seen := map[string]bool{}
+		seen := map[Elem]bool{}
 		for _, v := range l {
 			if confirmed(k, v) && !seen[v] {
 				seen[v] = true

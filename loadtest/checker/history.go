@@ -17,10 +17,13 @@ import (
 // Op is one client operation as recorded: invoked at Invoke, answered at Complete (nanoseconds
 // on one clock), with its outcome.
 //
-//   - "set" (Value) and "get" (Read: the value, or null for a missing key) are register ops;
+//   - "set" (Value) and "get" (Read: the value, or nil for a missing key) are register ops;
 //   - "append" (Value, pushed to the list Key) and "read" (List: the whole list) are list ops;
 //   - "mappend" (Value pushed to every list of Keys in one transaction) and "mread" (Lists: every
 //     list of Keys, read in one transaction) are transactions over lists on one node.
+//
+// Values and list elements are interned (Elem): a long run's lists are read whole millions of
+// times, and as strings they held about 6 GB of memory per GB of history.
 //
 // Outcome "ok": the op took effect (a write: acknowledged *and* confirmed by WAIT 1, the only
 // writes Shoal promises to keep through a failover); "fail": it certainly did not (a failed read
@@ -28,6 +31,22 @@ import (
 // in a read is an aborted read, G1a); "unknown": it may or may not have taken effect, and an effect
 // may later be lost (a write acknowledged without a WAIT confirmation, a timeout, an error).
 type Op struct {
+	Process  int
+	Kind     string
+	Key      string
+	Value    Elem
+	Read     *Elem
+	List     []Elem
+	Keys     []string
+	Lists    [][]Elem
+	Invoke   int64
+	Complete int64
+	Outcome  string
+}
+
+// record is an op as the clients write it (router/tests/support/history.rs), one JSON line: the
+// shape ReadHistory parses and Op.String prints.
+type record struct {
 	Process  int        `json:"process"`
 	Kind     string     `json:"op"`
 	Key      string     `json:"key"`
@@ -41,29 +60,83 @@ type Op struct {
 	Outcome  string     `json:"outcome"`
 }
 
+// Elem is a value or list element of the history, by its index in the table of every one seen
+// (two are equal if and only if their strings are); 0 is "", the Value of an op without one.
+// Formatted (%q, %s, %v) it is its string.
+type Elem int32
+
+// The table, for the whole process: one history is read and checked, in one goroutine.
+var (
+	elemIDs  = map[string]Elem{"": 0}
+	elemStrs = []string{""}
+)
+
+// Intern is s's Elem, s added to the table if it is new.
+func Intern(s string) Elem {
+	if e, ok := elemIDs[s]; ok {
+		return e
+	}
+	if len(elemStrs) > math.MaxInt32 {
+		panic("more than 2^31 distinct values in one history")
+	}
+	e := Elem(len(elemStrs))
+	elemIDs[s] = e
+	elemStrs = append(elemStrs, s)
+	return e
+}
+
+// InternAll is a list's Elems, in a slice of its length (a nil list stays nil).
+func InternAll(l []string) []Elem {
+	if l == nil {
+		return nil
+	}
+	out := make([]Elem, len(l))
+	for i, s := range l {
+		out[i] = Intern(s)
+	}
+	return out
+}
+
+func (e Elem) String() string { return elemStrs[e] }
+
+func strs(l []Elem) []string {
+	if l == nil {
+		return nil
+	}
+	out := make([]string, len(l))
+	for i, e := range l {
+		out[i] = e.String()
+	}
+	return out
+}
+
 // Never is the completion time of an op whose outcome is unknown: it may take effect at any time
 // after its invocation (Porcupine's convention for a crashed client's op).
 const Never = math.MaxInt64
 
 // String is the op as recorded, a long list cut to its length and last 8 elements.
 func (o Op) String() string {
-	o.List = cut(o.List)
-	if o.Lists != nil {
-		lists := make([][]string, len(o.Lists))
-		for i, l := range o.Lists {
-			lists[i] = cut(l)
-		}
-		o.Lists = lists
+	r := record{Process: o.Process, Kind: o.Kind, Key: o.Key, Value: o.Value.String(), List: cut(o.List),
+		Keys: o.Keys, Invoke: o.Invoke, Complete: o.Complete, Outcome: o.Outcome}
+	if o.Read != nil {
+		v := o.Read.String()
+		r.Read = &v
 	}
-	b, _ := json.Marshal(o)
+	if o.Lists != nil {
+		r.Lists = make([][]string, len(o.Lists))
+		for i, l := range o.Lists {
+			r.Lists[i] = cut(l)
+		}
+	}
+	b, _ := json.Marshal(r)
 	return string(b)
 }
 
-func cut(l []string) []string {
+func cut(l []Elem) []string {
 	if n := len(l); n > 8 {
-		return append([]string{fmt.Sprintf("(%d elements) ...", n)}, l[n-8:]...)
+		return append([]string{fmt.Sprintf("(%d elements) ...", n)}, strs(l[n-8:])...)
 	}
-	return l
+	return strs(l)
 }
 
 // End is when the op completed, or Never if its outcome is unknown.
@@ -75,16 +148,25 @@ func (o Op) End() int64 {
 }
 
 // ReadHistory parses JSON lines; a malformed line is an error (a truncated history must not
-// pass for a short one).
+// pass for a short one). Each line's strings are garbage once it is parsed: its op keeps the
+// values and elements as Elems, and its kind, outcome and keys as strings shared by every op.
 func ReadHistory(r io.Reader) ([]Op, error) {
 	var ops []Op
+	names := map[string]string{}
+	name := func(s string) string {
+		if n, ok := names[s]; ok {
+			return n
+		}
+		names[s] = s
+		return s
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for n := 1; sc.Scan(); n++ {
 		if len(sc.Bytes()) == 0 {
 			continue
 		}
-		var o Op
+		var o record
 		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
 			return nil, fmt.Errorf("line %d: %v", n, err)
 		}
@@ -107,7 +189,25 @@ func ReadHistory(r io.Reader) ([]Op, error) {
 		if o.Outcome != "unknown" && o.Complete < o.Invoke {
 			return nil, fmt.Errorf("line %d: completes before it is invoked", n)
 		}
-		ops = append(ops, o)
+		op := Op{Process: o.Process, Kind: name(o.Kind), Key: name(o.Key), Value: Intern(o.Value),
+			List: InternAll(o.List), Invoke: o.Invoke, Complete: o.Complete, Outcome: name(o.Outcome)}
+		if o.Read != nil {
+			v := Intern(*o.Read)
+			op.Read = &v
+		}
+		if o.Keys != nil {
+			op.Keys = make([]string, len(o.Keys))
+			for i, k := range o.Keys {
+				op.Keys[i] = name(k)
+			}
+		}
+		if o.Lists != nil {
+			op.Lists = make([][]Elem, len(o.Lists))
+			for i, l := range o.Lists {
+				op.Lists[i] = InternAll(l)
+			}
+		}
+		ops = append(ops, op)
 	}
 	return ops, sc.Err()
 }

@@ -34,7 +34,7 @@ func checkLists(ops []Op) []Anomaly {
 
 func checkList(key string, g []Op) []Anomaly {
 	var out []Anomaly
-	appends := map[string]Op{}
+	appends := map[Elem]Op{}
 	var confirmed []Op
 	var reads []Op
 	for _, o := range g {
@@ -49,9 +49,9 @@ func checkList(key string, g []Op) []Anomaly {
 		}
 	}
 	// The confirmed elements of each read, in the order read.
-	proj := make([][]string, len(reads))
+	proj := make([][]Elem, len(reads))
 	for i, r := range reads {
-		seen := map[string]bool{}
+		seen := map[Elem]bool{}
 		for _, v := range r.List {
 			a, ok := appends[v]
 			switch {
@@ -74,7 +74,7 @@ func checkList(key string, g []Op) []Anomaly {
 
 // prefixes: every two reads' confirmed elements are one a prefix of the other. Checking each
 // read against the longest is enough: two prefixes of one list are prefixes of each other.
-func prefixes(key string, reads []Op, proj [][]string) []Anomaly {
+func prefixes(key string, reads []Op, proj [][]Elem) []Anomaly {
 	longest := 0
 	for i := range proj {
 		if len(proj[i]) > len(proj[longest]) {
@@ -99,7 +99,7 @@ func prefixes(key string, reads []Op, proj [][]string) []Anomaly {
 // confirmed elements than reads that completed before they began, and confirmed appends are
 // read in their real-time order. Linear in the size of each read (a chaos run's lists hold
 // thousands of elements, read thousands of times).
-func realTime(key string, reads []Op, proj [][]string, confirmed []Op, appends map[string]Op) []Anomaly {
+func realTime(key string, reads []Op, proj [][]Elem, confirmed []Op, appends map[Elem]Op) []Anomaly {
 	var out []Anomaly
 	// Reads by completion time, and the most confirmed elements any read completed by then held.
 	done := make([]int, len(reads))
@@ -114,9 +114,9 @@ func realTime(key string, reads []Op, proj [][]string, confirmed []Op, appends m
 			most[k] = most[k-1]
 		}
 	}
-	reported := map[string]bool{}
+	reported := map[Elem]bool{}
 	for i, r := range reads {
-		in := make(map[string]bool, len(proj[i]))
+		in := make(map[Elem]bool, len(proj[i]))
 		for _, v := range proj[i] {
 			in[v] = true
 		}

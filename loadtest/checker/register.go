@@ -9,17 +9,17 @@ import (
 
 // A register's state: its value, or absent (never written, the state every key starts in).
 type regState struct {
-	value  string
+	value  Elem
 	exists bool
 }
 
 type regInput struct {
 	set   bool
-	value string
+	value Elem
 }
 
 type regOutput struct {
-	value  string
+	value  Elem
 	exists bool
 }
 
@@ -54,7 +54,7 @@ var registerModel = porcupine.Model{
 // such reads are still checked for values never written (see checkRegisters). Failed reads had
 // no effect and are dropped.
 func registerOps(ops []Op) []porcupine.Operation {
-	confirmed := map[string]bool{}
+	confirmed := map[Elem]bool{}
 	for _, o := range ops {
 		if o.Kind == "set" && o.Outcome == "ok" {
 			confirmed[o.Value] = true
@@ -90,7 +90,7 @@ func checkRegisters(ops []Op, timeout time.Duration, maxOps int) (anomalies []An
 	keys, groups := byKey(ops, "set", "get")
 	for _, key := range keys {
 		g := groups[key]
-		written := map[string]bool{}
+		written := map[Elem]bool{}
 		for _, o := range g {
 			if o.Kind == "set" {
 				written[o.Value] = true

@@ -54,7 +54,7 @@ func partRead(o Op) *Anomaly {
 			n = len(l)
 		}
 		for j := 0; j < n; j++ {
-			var a, b string
+			var a, b Elem // "" past the end of the shorter list
 			if j < len(first) {
 				a = first[j]
 			}
