@@ -172,13 +172,29 @@ impl<S: Registry, N: Nodes> Coordinator<S, N> {
         target: &[NodeInfo],
         report: &(dyn Fn(&Progress) + Send + Sync),
     ) -> Result<Topology, CoordinatorError> {
+        self.step(|current| plan::plan(current, target), report).await
+    }
+
+    /// Moves the slots `start..=end` onto node `to` (a member), finishing any step in flight
+    /// first ([`plan::move_slots`]). Returns the final topology.
+    pub async fn move_slots(&self, start: u16, end: u16, to: u32) -> Result<Topology, CoordinatorError> {
+        self.step(|current| plan::move_slots(current, start, end, to), &self.on_progress).await
+    }
+
+    /// Finishes any step in flight, then publishes what `next` plans from the current topology
+    /// and drives it to the end.
+    async fn step(
+        &self,
+        next: impl Fn(&Topology) -> Result<Topology, PlanError>,
+        report: &(dyn Fn(&Progress) + Send + Sync),
+    ) -> Result<Topology, CoordinatorError> {
         loop {
             let current = self.store.load().await?.ok_or(CoordinatorError::NoTopology)?;
             if !current.migrations.is_empty() {
                 self.finish(&current, report).await?;
                 continue;
             }
-            let next = plan::plan(&current, target)?;
+            let next = next(&current)?;
             if next.migrations.is_empty() && next.nodes == current.nodes {
                 // Already there; make sure every node serves it (or a newer version of it).
                 if self.offer_all(&current, &current.nodes).await?.is_some() {

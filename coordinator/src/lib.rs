@@ -1,7 +1,8 @@
 //! Resharding: the planner and the coordinator.
 //!
 //! - [`plan`]: pure. Current topology + wanted nodes -> next topology with minimal movement, and
-//!   [`plan::finalize`] once migrations are done.
+//!   [`plan::finalize`] once migrations are done; [`plan::move_slots`] moves chosen slots onto a
+//!   member instead (a hot range, a chaos test's keys).
 //! - [`registry`]: where the topology lives (a file, memory); the coordinator is its one writer.
 //! - [`coordinator`]: publishes a plan, makes sure every node serves it, waits while the new
 //!   owners pull their slots (they report progress), then publishes the final topology. It keeps no
@@ -18,5 +19,5 @@ pub mod plan;
 pub mod registry;
 
 pub use coordinator::{Coordinator, CoordinatorError, GrpcNodes, Nodes, Progress};
-pub use plan::{PlanError, finalize, plan};
+pub use plan::{PlanError, finalize, move_slots, plan};
 pub use registry::{FileRegistry, MemoryRegistry, Registry, RegistryError};

@@ -23,6 +23,10 @@ pub enum PlanError {
     DuplicateNode(u32),
     #[error("node id {id} changed address from {old} to {new} while owning slots")]
     AddressChanged { id: u32, old: String, new: String },
+    #[error("slots {start}-{end} are not a range of the {count} slots")]
+    BadRange { start: u16, end: u16, count: usize },
+    #[error("node id {0} is not a member of the cluster")]
+    UnknownNode(u32),
 }
 
 /// The topology that moves `current` (which must have no migrations in flight) onto the nodes in
@@ -101,6 +105,33 @@ pub fn plan(current: &Topology, target: &[NodeInfo]) -> Result<Topology, PlanErr
     let next = Topology {
         version: current.version + 1,
         nodes,
+        slots: ranges(&new_owner),
+        migrations: moves(&owner, &new_owner),
+    };
+    debug_assert!(next.validate().is_ok());
+    Ok(next)
+}
+
+/// The topology that moves the slots `start..=end` onto node `to`, a member of `current` (which must
+/// have no migrations in flight), as version `current.version + 1`; slots `to` already owns stay.
+/// Not balanced: this is for moving chosen slots (a hot range, a test's keys), as `plan` is for
+/// changing the set of nodes.
+pub fn move_slots(current: &Topology, start: u16, end: u16, to: u32) -> Result<Topology, PlanError> {
+    if !current.migrations.is_empty() {
+        return Err(PlanError::MigrationsInFlight);
+    }
+    if start > end || usize::from(end) >= SLOT_COUNT {
+        return Err(PlanError::BadRange { start, end, count: SLOT_COUNT });
+    }
+    if current.node(to).is_none() {
+        return Err(PlanError::UnknownNode(to));
+    }
+    let owner = slot_owners(current);
+    let mut new_owner = owner.clone();
+    new_owner[usize::from(start)..=usize::from(end)].fill(to);
+    let next = Topology {
+        version: current.version + 1,
+        nodes: current.nodes.clone(),
         slots: ranges(&new_owner),
         migrations: moves(&owner, &new_owner),
     };
@@ -188,6 +219,36 @@ mod tests {
                 .enumerate()
                 .map(|(i, &c)| c.saturating_sub(base + usize::from(i < rem)))
                 .sum::<usize>()
+    }
+
+    #[test]
+    fn chosen_slots_move_onto_one_node_and_nothing_else_moves() {
+        let t = Topology::even(&["a:1".to_string(), "b:1".to_string(), "c:1".to_string()]);
+        let before = slot_owners(&t);
+        // Across the boundary of nodes 0 and 1 onto node 2: two migrations, from 0 and from 1.
+        let (start, end) = (5000u16, 6000u16);
+        let next = move_slots(&t, start, end, 2).unwrap();
+        next.validate().unwrap();
+        assert_eq!(next.version, t.version + 1);
+        assert_eq!(next.nodes, t.nodes);
+        let after = slot_owners(&next);
+        for slot in 0..SLOT_COUNT {
+            let inside = (usize::from(start)..=usize::from(end)).contains(&slot);
+            assert_eq!(after[slot], if inside { 2 } else { before[slot] }, "slot {slot}");
+        }
+        let moved: usize = next.migrations.iter().map(Migration::len).sum();
+        assert_eq!(moved, 1001);
+        assert!(next.migrations.iter().all(|m| m.to == 2 && m.from != 2), "{:?}", next.migrations);
+        assert_eq!(next.migrations.len(), 2);
+        // Back again: the finalized topology is the one we started from, at a later version.
+        let back = move_slots(&finalize(&next), start, usize::from(end).min(5460) as u16, 0).unwrap();
+        assert!(back.migrations.iter().all(|m| m.from == 2 && m.to == 0));
+        assert_eq!(move_slots(&next, 0, 1, 0), Err(PlanError::MigrationsInFlight));
+        assert!(matches!(move_slots(&t, 9, 8, 0), Err(PlanError::BadRange { .. })));
+        assert!(matches!(move_slots(&t, 0, 16384, 0), Err(PlanError::BadRange { .. })));
+        assert_eq!(move_slots(&t, 0, 1, 7), Err(PlanError::UnknownNode(7)));
+        // Slots the target already owns are no migration.
+        assert!(move_slots(&t, 0, 100, 0).unwrap().migrations.is_empty());
     }
 
     /// Plans, checks every property, and returns (the plan, its finalized form).
