@@ -7,6 +7,10 @@
 //! Progress (slots complete, keys, bytes) is reported for the coordinator. If the old owner is
 //! unreachable or the stream breaks, the pull resumes from the first slot not yet complete, with
 //! backoff; entries received twice are simply skipped the second time.
+//!
+//! A pull reports done only once a replica of this shard (if the topology lists any) holds what
+//! it pulled: the coordinator then ends the move and the old owner drops the slots, so a primary
+//! lost right after must not take the only copy with it (found by the chaos run's resharding).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,6 +24,7 @@ use shoal_wire::proto::{ExportRequest, TopologyDoc};
 
 use crate::membership::pulls::Pulls;
 use crate::membership::served::Served;
+use crate::replication::Replication;
 use crate::store::Store;
 
 const CHUNK_BYTES: u32 = 256 << 10;
@@ -33,6 +38,8 @@ pub struct Puller {
     pub served: Arc<Served>,
     pub pulls: Arc<Pulls>,
     pub credentials: Credentials,
+    /// This node's replication, to wait until a replica holds what was pulled.
+    pub replication: Arc<Replication>,
 }
 
 /// Pulls `m` (started by topology `version`) from the node at `from` until done, or until the
@@ -46,7 +53,14 @@ pub async fn pull(puller: Puller, m: Migration, version: u64, from: String) {
         if puller.served.version() != version {
             return; // superseded: the coordinator moved on (it only does once we are done)
         }
-        match pull_once(&puller, m, version, &from, &mut resume).await {
+        // (Once every slot is in, a retry only waits for the replicas again.)
+        let stored =
+            if resume > m.end { Ok(()) } else { pull_once(&puller, m, version, &from, &mut resume).await };
+        let pulled = match stored {
+            Ok(()) => replicated(&puller, m, version).await,
+            Err(e) => Err(e),
+        };
+        match pulled {
             Ok(()) => {
                 puller.pulls.report(m, version, |p| {
                     p.done = true;
@@ -69,6 +83,24 @@ pub async fn pull(puller: Puller, m: Migration, version: u64, from: String) {
             }
         }
     }
+}
+
+/// Waits until one of the replicas the topology lists for this shard has acknowledged every
+/// change made so far (the pulled entries among them), as `WAIT 1` would; Ok at once when none is
+/// listed, or when a newer version is served (the pull then ends without reporting). An error
+/// after a while, so the pull's report says what it waits for; it is then asked again.
+async fn replicated(puller: &Puller, m: Migration, version: u64) -> Result<(), String> {
+    let view = puller.served.view();
+    let listed = match view.topology.as_ref() {
+        Some(t) if t.version == version => t.node(m.to).map(|n| n.replicas.clone()).unwrap_or_default(),
+        _ => return Ok(()), // superseded: the caller sees the new version and stops
+    };
+    if listed.is_empty() {
+        return Ok(());
+    }
+    let acked =
+        crate::replication::feed::wait(&puller.store, &puller.replication, &listed, 1, Some(STALL)).await;
+    if acked >= 1 { Ok(()) } else { Err(format!("pulled; waiting for a replica of {listed:?} to hold it")) }
 }
 
 /// How long the old owner may take to answer a call of a pull, or to send the next chunk of its

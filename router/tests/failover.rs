@@ -17,6 +17,9 @@
 //!   read-only commands to replicas (counted on the replicas' nodes); writes still go to primaries.
 //! - A primary SIGKILLed while it ships a large transaction leaves the promoted replica all of it
 //!   or none of it.
+//! - A slot move onto a shard whose replica is frozen does not end until the replica holds what
+//!   the new owner pulled: the primary killed right after loses nothing (issue 38's chaos run lost
+//!   every key of a moved slot this way).
 //! - A primary frozen with SIGSTOP is replaced; resumed, it refuses a write routed by the old
 //!   topology (as a router that has not heard of the failover would send it) instead of taking
 //!   a write the resync to the new primary would undo.
@@ -326,6 +329,61 @@ async fn a_killed_primary_is_replaced_within_the_window_and_loses_no_replicated_
     assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n", "every replica has every write");
     let (old, new) = (stats(&p0).await.unwrap(), stats(&r0).await.unwrap());
     assert_eq!((old.primary_addr.as_str(), old.keys), (r0.as_str(), new.keys));
+}
+
+/// Found by the chaos run's resharding: the new owner of a slot reported its pull done as soon as
+/// it had stored the entries, the move ended and the old owner dropped them, and the new owner's
+/// primary, killed before its replica had them, took the only copy along. A pull now reports done
+/// only once a replica of its shard holds what it pulled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_move_ends_only_once_a_replica_of_the_new_owner_holds_its_keys() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start().await;
+    let mut c = Raw::connect(cluster.resp).await;
+    // Keys on shard 1 (tag {a}), confirmed on its replica.
+    for i in 0..50 {
+        assert_eq!(c.cmd(&["SET", &format!("{{a}}moved{i}"), &format!("v{i}")]).await, b"+OK\r\n");
+    }
+    assert_eq!(c.cmd(&["WAIT", "1", "2000"]).await, b":1\r\n");
+    // Shard 0's replica freezes; the slot moves onto shard 0.
+    cluster.signal(1, "STOP");
+    let slot = shoal_wire::key_slot(b"a");
+    let coordinator = shoal_coordinator::Coordinator::new(
+        shoal_coordinator::FileRegistry::new(&cluster.topology),
+        shoal_wire::auth::Credentials::secret(Some(support::secret())),
+    )
+    .with_timeout(Duration::from_secs(60));
+    let mut mover = tokio::spawn(async move { coordinator.move_slots(slot, slot, 0).await });
+    let early = tokio::time::timeout(Duration::from_secs(3), &mut mover).await;
+    assert!(
+        early.is_err(),
+        "the move ended while the new owner's replica could not hold the keys: {early:?}"
+    );
+    cluster.signal(1, "CONT");
+    let moved = tokio::time::timeout(Duration::from_secs(30), mover).await;
+    let t = moved.expect("the move ends once the replica is back").unwrap().expect("the move succeeds");
+    assert_eq!(shoal_coordinator::plan::slot_owners(&t)[usize::from(slot)], 0, "{:?}", t.slots);
+    // The new owner's primary dies at once: its replica, promoted, has every key.
+    cluster.signal(0, "KILL");
+    let start = Instant::now();
+    while read_topology(&cluster.topology).nodes[0].addr != cluster.addrs[1] {
+        assert!(start.elapsed() < Duration::from_secs(20), "the failover writer did not promote r0");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut c = Raw::connect(cluster.resp).await;
+    for i in 0..50 {
+        let key = format!("{{a}}moved{i}");
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got = c.cmd(&["GET", &key]).await;
+            if !got.starts_with(b"-") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let want = format!("v{i}");
+        assert_eq!(String::from_utf8_lossy(&got), format!("${}\r\n{want}\r\n", want.len()), "{key}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -521,6 +521,7 @@ impl Membership {
             served: self.served.clone(),
             pulls: self.pulls.clone(),
             credentials: self.credentials.clone(),
+            replication: self.replication.clone(),
         }
     }
 
