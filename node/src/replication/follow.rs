@@ -264,10 +264,31 @@ async fn apply(
     }
 }
 
+/// Slots of `keys` that this replica gave away (its own view dropped them) while its primary writes
+/// them again: the primary took them back (a pull, a move back) before this replica adopted that
+/// topology. Their leftovers from the earlier stay go now and the slots are kept, before the
+/// primary's entries land: otherwise adopting the topology later would purge the slot as one
+/// "coming back" and take those entries with it, though this replica had acknowledged them (issue
+/// 38's chaos run lost a moved slot's keys so, once that replica was promoted).
+fn take_back_slots<'a>(store: &Store, keys: impl Iterator<Item = &'a [u8]>) {
+    use crate::store::slots::DROPPING;
+    let mut back: Vec<u16> =
+        keys.map(shoal_wire::key_slot).filter(|&s| store.slot_flags().has(s, DROPPING)).collect();
+    if back.is_empty() {
+        return;
+    }
+    back.sort_unstable();
+    back.dedup();
+    let removed = store.purge_slots(&back);
+    back.iter().for_each(|&s| store.keep_slot(s));
+    tracing::info!(slots = back.len(), removed, "the primary writes slots this replica had given away: kept");
+}
+
 /// [`apply`]'s change, under the store's gate held exclusively: the whole cut, or (a value that
 /// cannot be stored here: a type this node does not know, a value over its limits) nothing of it.
 fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) -> Result<(), String> {
     let _exclusive = store.gate.write();
+    take_back_slots(store, whole.iter().map(|e| &e.key[..]).chain(deleted.iter().map(|k| &k[..])));
     let mut entries = Vec::with_capacity(whole.len());
     for e in whole {
         let Some(value_type) = ValueType::from_u32(e.value_type) else {
@@ -287,4 +308,43 @@ fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) -> Result<
         store.with_keys(&[key], |l| l.delete(key));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use shoal_wire::proto::ExportEntry;
+
+    use crate::store::slots::DROPPING;
+    use crate::store::{ManualClock, SetOptions, Store, StoreConfig};
+
+    fn entry(key: &str, value: &str) -> ExportEntry {
+        ExportEntry {
+            slot: u32::from(shoal_wire::key_slot(key.as_bytes())),
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            value: Bytes::copy_from_slice(value.as_bytes()),
+            expire_at_ms: 0,
+            partial: false,
+            value_type: 0,
+        }
+    }
+
+    /// A replica that gave a slot away, then gets its primary's entries for it (the primary pulled
+    /// it back before the replica heard of the move): they stay, through the purge that reclaims
+    /// given-away slots, and what the slot held on its earlier stay does not come back.
+    #[test]
+    fn a_slot_the_primary_took_back_keeps_what_it_replicates() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
+        let slot = shoal_wire::key_slot(b"{a}x");
+        store.set(b"{a}stale", b"earlier stay", SetOptions::default()).unwrap();
+        store.drop_slot(slot);
+        assert!(store.slot_flags().has(slot, DROPPING));
+        super::apply_now(&store, &[entry("{a}x", "pulled by the primary")], &[]).unwrap();
+        assert!(!store.slot_flags().has(slot, DROPPING), "the slot is served again");
+        store.purge();
+        assert_eq!(store.get(b"{a}x").as_deref(), Some(&b"pulled by the primary"[..]));
+        assert_eq!(store.get(b"{a}stale"), None, "the earlier stay's leftovers are gone");
+    }
 }
