@@ -219,11 +219,6 @@ const FAULTS: [Fault; 14] = [
     Fault::Reshard,
 ];
 
-/// Kinds drawn only when `SHOAL_CHAOS_FAULTS` names them. Reshard with a primary killed mid-move
-/// still loses keys that no client wrote during the move (docs/benchmarks.md, "Faults", run 36;
-/// issue 38): it joins the default schedule once that is mended.
-const OPT_IN: [Fault; 1] = [Fault::Reshard];
-
 /// What the schedule did and saw, for the report.
 #[derive(Default)]
 struct Log {
@@ -626,12 +621,6 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
         .filter(|f| only.is_empty() || only.split(',').any(|o| o == format!("{f:?}")))
         .collect();
     assert!(!kinds.is_empty(), "SHOAL_CHAOS_FAULTS={only} names no fault kind");
-    let kinds: Vec<Fault> = kinds
-        .into_iter()
-        .filter(|f| {
-            !only.is_empty() || !OPT_IN.iter().any(|o| std::mem::discriminant(o) == std::mem::discriminant(f))
-        })
-        .collect();
     for _ in 0..10_000 {
         if Instant::now() >= faults_end {
             break;
