@@ -87,8 +87,9 @@ pub async fn pull(puller: Puller, m: Migration, version: u64, from: String) {
 
 /// Waits until one of the replicas the topology lists for this shard has acknowledged every
 /// change made so far (the pulled entries among them), as `WAIT 1` would; Ok at once when none is
-/// listed, or when a newer version is served (the pull then ends without reporting). An error
-/// after a while, so the pull's report says what it waits for; it is then asked again.
+/// listed, or when a newer version is served (the pull's report is then for a version nobody
+/// waits on, and that version's pulls start afresh). An error after a while, so the pull's
+/// report says what it waits for; it is then asked again.
 async fn replicated(puller: &Puller, m: Migration, version: u64) -> Result<(), String> {
     let view = puller.served.view();
     let listed = match view.topology.as_ref() {
