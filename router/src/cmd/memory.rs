@@ -2,8 +2,9 @@
 //! MALLOC-STATS and PURGE answer for the cluster from the nodes' stats (what INFO memory reads):
 //! Redis 7.0's fields and texts, filled with what Shoal measures. The nodes account each key's
 //! entry, index and value together, so the dataset is everything they hold (no separate overhead),
-//! no peak is kept (the peak is the current total), and the allocator is the system's (no
-//! allocator statistics: MALLOC-STATS says so, as Redis does when built without jemalloc).
+//! no peak is kept (the peak is the current total), and no allocator statistics are gathered
+//! (routers and nodes allocate with jemalloc, but a cluster's arenas are not one report):
+//! MALLOC-STATS and PURGE answer as a Redis built without jemalloc.
 
 use std::sync::Arc;
 
@@ -145,12 +146,13 @@ pub fn doctor(_args: &Args, ctx: &mut Ctx) -> Pending {
     })
 }
 
-/// `MEMORY MALLOC-STATS`: Redis's answer without jemalloc.
+/// `MEMORY MALLOC-STATS`: Redis's answer without jemalloc (no allocator report is gathered).
 pub fn malloc_stats(_args: &Args, _ctx: &mut Ctx) -> Pending {
     Reply::Verbatim("Stats not supported for the current allocator".into()).into()
 }
 
-/// `MEMORY PURGE`: nothing to purge without jemalloc (Redis answers OK then too).
+/// `MEMORY PURGE`: OK, as Redis without jemalloc (jemalloc here returns dirty pages by its own
+/// decay; nothing asks it to purge at once).
 pub fn purge(_args: &Args, _ctx: &mut Ctx) -> Pending {
     Reply::OK.into()
 }
