@@ -354,7 +354,7 @@ impl Bed {
     async fn reshard(&mut self, s: usize, rng: &mut fastrand::Rng) -> String {
         let t = self.current();
         let (from, to) = (t.nodes[s].id, t.nodes[1 - s].id);
-        let tag = if s == 0 { "b" } else { "a" };
+        let tag = shard_tag(s);
         let slot = shoal_wire::slot::key_slot(tag.as_bytes());
         let owners = shoal_coordinator::plan::slot_owners(&t);
         let owned = |x: u16| owners[usize::from(x)] == from;
@@ -425,8 +425,7 @@ impl Bed {
         self.net.isolate(primary, &cut);
         let others: Vec<&str> = NODES.iter().copied().filter(|n| *n != primary).collect();
         self.net.isolate("stale", &others);
-        let tag = if s == 0 { "{b}" } else { "{a}" };
-        let key = format!("{tag}split{}", log.lines.len());
+        let key = format!("{{{}}}split{}", shard_tag(s), log.lines.len());
         let start = Instant::now();
         let mut promoted = None;
         // Elements acknowledged after the promotion: (element, when after it, WAIT 1 said 1).
@@ -472,6 +471,12 @@ impl Bed {
             lost.len(),
         )
     }
+}
+
+/// The hash tag of shard `s`'s client keys as the cluster starts (and as every resharding fault
+/// leaves it): `{b}` hashes into shard 0's half, `{a}` into shard 1's.
+fn shard_tag(s: usize) -> &'static str {
+    if s == 0 { "b" } else { "a" }
 }
 
 /// The keys: registers and lists on both shards (`{a}` and `{b}` hash to different halves).
