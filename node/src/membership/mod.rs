@@ -239,7 +239,7 @@ impl Membership {
         let serving = self.unfenced(t.version, has_replicas, primary);
         self.guarded.store(primary && has_replicas, Ordering::Relaxed);
         let new = Arc::new(NodeView::with_serving(id, t.clone(), serving));
-        self.prepare_slots(&new);
+        self.prepare_slots(&new, primary);
         // A replica promoted: its follower stops, and a change of its in progress lands, before
         // the new view lets a write in (see `Replication::end_generation`).
         if primary {
@@ -263,7 +263,7 @@ impl Membership {
         if old.topology.is_some() {
             self.served.retire(&old, t.version);
         }
-        let (dropped, settled) = self.release_slots(&old, &new);
+        let (dropped, settled) = self.release_slots(&old, &new, primary);
         tracing::info!(
             version = t.version,
             node = id,
@@ -284,34 +284,43 @@ impl Membership {
         t.version
     }
 
-    /// Before `new` lets any op in: a slot coming back to this node must not show what it held on
-    /// an earlier stay (entries given away but not reclaimed yet are stale), and a slot moving in
-    /// must record deletes as tombstones from its first op on.
-    fn prepare_slots(&self, new: &NodeView) {
-        let flags = self.store.slot_flags();
-        let returning: Vec<u16> = (0..SLOT_COUNT as u16)
-            .filter(|&s| {
-                matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
-            })
-            .collect();
-        if !returning.is_empty() {
-            let removed = self.store.purge_slots(&returning);
-            tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
-        }
-        for slot in 0..SLOT_COUNT as u16 {
-            match new.role(slot) {
-                INCOMING => self.store.set_incoming(slot, true),
-                OWNER => self.store.keep_slot(slot),
-                _ => {}
+    /// Before `new` lets any op in: a slot coming back to this primary must not show what it held
+    /// on an earlier stay (entries given away but not reclaimed yet are stale), and a slot moving
+    /// in must record deletes as tombstones from its first op on.
+    ///
+    /// A replica only marks slots moving in (it may be promoted mid-move). Which slots it holds
+    /// as given away or taken back is its primary's to say, in order with the writes it
+    /// replicates ([`Change::Slots`](crate::store::changes::Change::Slots)): topologies reach a
+    /// replica in no fixed order with that stream, and a replica that dropped or purged a slot
+    /// by its own view could lose what its primary had written there since (issue 38).
+    fn prepare_slots(&self, new: &NodeView, primary: bool) {
+        if primary {
+            let flags = self.store.slot_flags();
+            let returning: Vec<u16> = (0..SLOT_COUNT as u16)
+                .filter(|&s| {
+                    matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
+                })
+                .collect();
+            if !returning.is_empty() {
+                let removed = self.store.take_back_slots(&returning);
+                self.store.events.changes.slots(true, &returning);
+                tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
             }
+        }
+        for slot in (0..SLOT_COUNT as u16).filter(|&s| new.role(s) == INCOMING) {
+            self.store.set_incoming(slot, true);
         }
     }
 
-    /// After the swap from `old` to `new`: slots given away are dropped and slots whose move
-    /// finished stop being flagged (no op by the new view reaches either). Returns how many slots
-    /// were dropped and whether any settled.
-    fn release_slots(&self, old: &NodeView, new: &NodeView) -> (u64, bool) {
-        let (mut dropped, mut settled) = (0, false);
+    /// After the swap from `old` to `new`: slots whose move finished stop being flagged, and a
+    /// primary drops the slots it does not hold (given away, or never its own: a replica just
+    /// promoted may not have heard of every slot its old primary gave away) and tells its
+    /// replicas so (see [`prepare_slots`](Self::prepare_slots)). No op by the new view reaches
+    /// either. Returns how many slots were dropped and whether any settled.
+    fn release_slots(&self, old: &NodeView, new: &NodeView, primary: bool) -> (u64, bool) {
+        let mut settled = false;
+        let mut dropped = Vec::new();
+        let flags = self.store.slot_flags();
         for slot in 0..SLOT_COUNT as u16 {
             let (was, now) = (if old.topology.is_some() { old.role(slot) } else { NONE }, new.role(slot));
             match now {
@@ -320,14 +329,15 @@ impl Membership {
                     settled = true;
                 }
                 INCOMING | OWNER | OUTGOING => {}
-                _ => {
-                    if was != NONE || old.topology.is_none() {
-                        self.store.drop_slot(slot);
-                        dropped += 1;
-                    }
+                _ if primary && !flags.has(slot, crate::store::slots::DROPPING) => {
+                    self.store.drop_slot(slot);
+                    dropped.push(slot);
                 }
+                _ => {}
             }
         }
+        self.store.events.changes.slots(false, &dropped);
+        let dropped = dropped.len() as u64;
         if old.topology.is_some() {
             self.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
         }
@@ -635,6 +645,49 @@ mod tests {
         assert_eq!(store.get(key.as_bytes()), None, "the stale value must not come back");
         assert_eq!(store.import([(key.as_bytes(), &b"new"[..], 0, 0)]), 1, "the pulled copy is taken");
         assert_eq!(store.get(key.as_bytes()).as_deref(), Some(&b"new"[..]));
+    }
+
+    /// Issue 38 (found by reading, after the chaos runs' finding 5b): a replica learns topologies
+    /// in no fixed order with its primary's stream. Its primary gave slots 0-99 away and took
+    /// them back, and the replica already holds what the primary wrote there since; adopting the
+    /// topology of the give-away only now must not drop it (the replica would then lose
+    /// acknowledged writes, and a promotion would serve without them). A primary tells its
+    /// replicas what it gives away and takes back in its change log, in order.
+    #[tokio::test]
+    async fn a_replica_keeps_what_its_primary_wrote_whatever_order_topologies_arrive_in() {
+        use crate::store::changes::Change;
+        use crate::store::{StoreConfig, SystemClock};
+        let shards = ["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
+        let mut owned = Topology::even(&shards);
+        owned.nodes[0].replicas = vec!["127.0.0.1:3".into()];
+        owned.version = 4;
+        let mut given_away = moving();
+        given_away.nodes[0].replicas = owned.nodes[0].replicas.clone();
+        given_away.migrations.clear();
+        given_away.version = 5;
+        let key = (0..).map(|i| format!("k{i}")).find(|k| shoal_wire::key_slot(k.as_bytes()) < 100).unwrap();
+
+        let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+        let replica =
+            Membership::new(None, Some("127.0.0.1:3".into()), store.clone(), None, Credentials::default());
+        replica.replication.set_exiting(); // (no follower dialing the primary in this test)
+        assert_eq!(replica.adopt(owned.clone()), 4);
+        store
+            .set(key.as_bytes(), b"written after the primary took the slot back", Default::default())
+            .unwrap();
+        assert_eq!(replica.adopt(given_away.clone()), 5);
+        store.purge(); // (as the purger would, had the slot been given away here)
+        assert!(store.get(key.as_bytes()).is_some(), "a replica drops nothing by its own view");
+
+        // The primary's side: what it gives away is in its change log.
+        let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(SystemClock)));
+        let primary =
+            Membership::new(None, Some("127.0.0.1:1".into()), store.clone(), None, Credentials::default());
+        assert_eq!(primary.adopt(owned), 4);
+        store.events.changes.activate();
+        assert_eq!(primary.adopt(given_away), 5);
+        let (changes, _) = store.events.changes.read(0, 10, usize::MAX).unwrap();
+        assert_eq!(changes, vec![Change::Slots { kept: false, slots: (0..100).collect() }]);
     }
 
     /// Issue 38, item 2: a batch in hand when its view is replaced (here a primary demoted by the

@@ -211,6 +211,8 @@ pub struct Cut {
     pub reached: u64,
     /// It ends at a `Resync` (FLUSHALL): a full sync follows.
     pub resync: bool,
+    /// It is a [`Change::Slots`] alone: slots given away (`false`) or taken back (`true`).
+    pub slots: Option<(bool, Vec<u16>)>,
 }
 
 /// Takes the cut from `from` on: under the store's gate held shared (`_shared`: no transaction
@@ -235,6 +237,14 @@ pub fn take_cut(
         match change {
             Change::Resync => {
                 cut.resync = true;
+                break;
+            }
+            // Slots given away or taken back travel alone, between the cuts of the changes
+            // before and after them: the replica applies each in its order.
+            Change::Slots { .. } if cut.reached > from => break,
+            Change::Slots { kept, slots } => {
+                cut.slots = Some((kept, slots));
+                cut.reached += 1;
                 break;
             }
             Change::Key(k) => states.read(store, k),
@@ -372,6 +382,11 @@ async fn send_cut(run_id: &str, cut: Cut, from: u64, tx: &Tx) -> Result<(), ()> 
         }
     }
     chunk.deleted = cut.deleted;
+    match cut.slots {
+        Some((true, slots)) => chunk.kept_slots = slots.into_iter().map(u32::from).collect(),
+        Some((false, slots)) => chunk.dropped_slots = slots.into_iter().map(u32::from).collect(),
+        None => {}
+    }
     chunk.offset = cut.reached;
     chunk.more = false;
     tx.send(Ok(chunk)).await.map_err(|_| ())
@@ -408,10 +423,17 @@ async fn full_sync(store: &Arc<Store>, repl: &Replication, generation: u64, tx: 
     let start = store.events.changes.end();
     let started = std::time::Instant::now();
     still(repl, generation)?;
-    // The libraries go first: the replica's become the primary's (an empty payload says "none").
+    // The libraries go first: the replica's become the primary's (an empty payload says "none"),
+    // and so do the slots given away (read after `start`: a change of them since is sent again).
     let functions = libraries_payload(store);
-    let begin =
-        ReplicationChunk { run_id: run_id.to_string(), full_start: true, functions, ..Default::default() };
+    let dropped_slots = store.dropped_slots().into_iter().map(u32::from).collect();
+    let begin = ReplicationChunk {
+        run_id: run_id.to_string(),
+        full_start: true,
+        functions,
+        dropped_slots,
+        ..Default::default()
+    };
     tx.send(Ok(begin)).await.map_err(|_| ())?;
     let (etx, mut erx) = mpsc::channel(4);
     let export_store = store.clone();
@@ -536,6 +558,29 @@ mod tests {
         let gone = cut.deleted.iter().any(|k| k == key.as_bytes());
         assert!(live.is_some() != gone, "{key} must be in the cut exactly once");
         live.map(|e| (String::from_utf8_lossy(&e.value).into_owned(), e.expire_at_ms))
+    }
+
+    /// Slots given away or taken back travel in a cut of their own, between the cuts of the
+    /// changes recorded before and after them.
+    #[test]
+    fn slots_given_away_or_taken_back_travel_alone_in_stream_order() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
+        store.events.changes.activate();
+        store.set(b"before", b"1", SetOptions::default()).unwrap();
+        store.events.changes.slots(false, &[5, 6]);
+        store.events.changes.slots(true, &[5]);
+        store.set(b"after", b"2", SetOptions::default()).unwrap();
+        let first = cut(&store, 0);
+        assert_eq!((first.reached, first.slots.as_ref()), (1, None), "ends before the slots");
+        assert_eq!(state(&first, "before"), Some(("1".into(), 0)));
+        let given = cut(&store, 1);
+        assert_eq!(given.reached, 2);
+        assert_eq!(given.slots, Some((false, vec![5, 6])));
+        assert!(given.entries.is_empty() && given.deleted.is_empty());
+        assert_eq!(cut(&store, 2).slots, Some((true, vec![5])));
+        let last = cut(&store, 3);
+        assert_eq!((last.reached, last.slots.as_ref()), (4, None));
+        assert_eq!(state(&last, "after"), Some(("2".into(), 0)));
     }
 
     #[test]

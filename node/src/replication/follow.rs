@@ -87,7 +87,7 @@ async fn follow_once(
     let mut awaiting_cut = false;
     let mut heard = tokio::time::Instant::now();
     loop {
-        let chunk = tokio::select! {
+        let mut chunk = tokio::select! {
             next = stream.message() => match next {
                 Ok(Some(c)) => c,
                 Ok(None) => return Err("the primary closed the stream".into()),
@@ -116,13 +116,16 @@ async fn follow_once(
         if chunk.full_start {
             in_full_sync = true;
             assembler = EntryAssembler::default();
-            if !start_full_sync(store, repl, generation).await? {
+            let dropped = slots_of(std::mem::take(&mut chunk.dropped_slots));
+            if !start_full_sync(store, repl, generation, dropped).await? {
                 return Ok(());
             }
         }
         let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
         pending.entries.extend(chunk.entries);
         pending.deleted.extend(chunk.deleted);
+        pending.dropped_slots.extend(chunk.dropped_slots);
+        pending.kept_slots.extend(chunk.kept_slots);
         if chunk.more {
             repl.mid_cut.store(true, Ordering::Relaxed);
             continue;
@@ -183,7 +186,21 @@ fn take_libraries(store: &Store, chunk: &ReplicationChunk) -> bool {
     if store.libraries.get().bytes != bytes {
         store.libraries.set(bytes);
     }
-    !chunk.full_start && chunk.entries.is_empty() && chunk.deleted.is_empty() && !chunk.more
+    !chunk.full_start
+        && chunk.entries.is_empty()
+        && chunk.deleted.is_empty()
+        && chunk.dropped_slots.is_empty()
+        && chunk.kept_slots.is_empty()
+        && !chunk.more
+}
+
+/// The slot numbers a chunk lists (any out of range dropped: a peer's bug must not index past
+/// the slot table).
+fn slots_of(slots: Vec<u32>) -> Vec<u16> {
+    slots
+        .into_iter()
+        .filter_map(|s| u16::try_from(s).ok().filter(|&s| usize::from(s) < shoal_wire::SLOT_COUNT))
+        .collect()
 }
 
 /// Opens the `Replicate` stream on `primary`, saying who this replica is and how far it got
@@ -215,11 +232,13 @@ async fn open(
 }
 
 /// A full sync begins: the replica is not synced any more and drops everything it held (under
-/// the store's exclusive gate). `Ok(false)`: generation `generation` had ended, nothing changed.
+/// the store's exclusive gate); the slots it counts as given away become its primary's
+/// (`dropped`). `Ok(false)`: generation `generation` had ended, nothing changed.
 async fn start_full_sync(
     store: &Arc<Store>,
     repl: &Arc<Replication>,
     generation: u64,
+    dropped: Vec<u16>,
 ) -> Result<bool, String> {
     let (s, r) = (store.clone(), repl.clone());
     let flushed = tokio::task::spawn_blocking(move || {
@@ -227,6 +246,7 @@ async fn start_full_sync(
             r.unsync();
             let _exclusive = s.gate.write();
             s.flush();
+            s.set_dropped_slots(&dropped);
         })
     });
     Ok(flushed.await.map_err(|e| e.to_string())?.is_some())
@@ -247,13 +267,20 @@ async fn apply(
             whole.push(e);
         }
     }
-    if whole.is_empty() && chunk.deleted.is_empty() {
+    let slots = Slots { dropped: slots_of(chunk.dropped_slots), kept: slots_of(chunk.kept_slots) };
+    if whole.is_empty() && chunk.deleted.is_empty() && slots.dropped.is_empty() && slots.kept.is_empty() {
         return Ok(repl.current(generation));
     }
     let (store, repl) = (store.clone(), repl.clone());
     let deleted = chunk.deleted;
     let applied = tokio::task::spawn_blocking(move || {
-        repl.while_current(generation, || apply_now(&store, &whole, &deleted))
+        let applied = repl.while_current(generation, || apply_now(&store, &whole, &deleted, &slots));
+        // Given away (marked above): their memory is reclaimed here, outside the gate, so replica
+        // reads do not wait for it.
+        if !slots.dropped.is_empty() {
+            store.purge_slots(&slots.dropped);
+        }
+        applied
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -264,31 +291,30 @@ async fn apply(
     }
 }
 
-/// Slots of `keys` that this replica gave away (its own view dropped them) while its primary writes
-/// them again: the primary took them back (a pull, a move back) before this replica adopted that
-/// topology. Their leftovers from the earlier stay go now and the slots are kept, before the
-/// primary's entries land: otherwise adopting the topology later would purge the slot as one
-/// "coming back" and take those entries with it, though this replica had acknowledged them (issue
-/// 38's chaos run lost a moved slot's keys so, once that replica was promoted).
-fn take_back_slots<'a>(store: &Store, keys: impl Iterator<Item = &'a [u8]>) {
-    use crate::store::slots::DROPPING;
-    let mut back: Vec<u16> =
-        keys.map(shoal_wire::key_slot).filter(|&s| store.slot_flags().has(s, DROPPING)).collect();
-    if back.is_empty() {
-        return;
-    }
-    back.sort_unstable();
-    back.dedup();
-    let removed = store.purge_slots(&back);
-    back.iter().for_each(|&s| store.keep_slot(s));
-    tracing::info!(slots = back.len(), removed, "the primary writes slots this replica had given away: kept");
+/// What a cut says of slots (see [`Change::Slots`](crate::store::changes::Change::Slots)): its
+/// primary gave them away, or took them back.
+#[derive(Debug, Default)]
+struct Slots {
+    dropped: Vec<u16>,
+    kept: Vec<u16>,
 }
 
 /// [`apply`]'s change, under the store's gate held exclusively: the whole cut, or (a value that
 /// cannot be stored here: a type this node does not know, a value over its limits) nothing of it.
-fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes]) -> Result<(), String> {
+/// Slots given away or taken back come in a cut of their own, at their place in the stream: the
+/// replica's copy of a slot follows its primary's, whatever order topologies reach it in (issue
+/// 38's chaos runs lost a moved slot's keys when a replica dropped or purged slots by its view).
+fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes], slots: &Slots) -> Result<(), String> {
     let _exclusive = store.gate.write();
-    take_back_slots(store, whole.iter().map(|e| &e.key[..]).chain(deleted.iter().map(|k| &k[..])));
+    slots.dropped.iter().for_each(|&s| store.drop_slot(s));
+    let removed = store.take_back_slots(&slots.kept);
+    if !slots.kept.is_empty() {
+        tracing::debug!(
+            slots = slots.kept.len(),
+            removed,
+            "the primary took slots back: leftovers reclaimed"
+        );
+    }
     let mut entries = Vec::with_capacity(whole.len());
     for e in whole {
         let Some(value_type) = ValueType::from_u32(e.value_type) else {
@@ -317,6 +343,7 @@ mod tests {
     use bytes::Bytes;
     use shoal_wire::proto::ExportEntry;
 
+    use super::Slots;
     use crate::store::slots::DROPPING;
     use crate::store::{ManualClock, SetOptions, Store, StoreConfig};
 
@@ -331,20 +358,36 @@ mod tests {
         }
     }
 
-    /// A replica that gave a slot away, then gets its primary's entries for it (the primary pulled
-    /// it back before the replica heard of the move): they stay, through the purge that reclaims
-    /// given-away slots, and what the slot held on its earlier stay does not come back.
+    /// A replica follows its primary's slots in stream order: a slot given away is marked for
+    /// reclaiming (out of listings), one taken back loses the earlier stay's leftovers
+    /// before the primary's new entries land, and they stay through the purge.
     #[test]
-    fn a_slot_the_primary_took_back_keeps_what_it_replicates() {
+    fn a_slot_given_away_and_taken_back_follows_the_stream() {
         let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
         let slot = shoal_wire::key_slot(b"{a}x");
+        let (drop, keep) = (
+            Slots { dropped: vec![slot], ..Default::default() },
+            Slots { kept: vec![slot], ..Default::default() },
+        );
         store.set(b"{a}stale", b"earlier stay", SetOptions::default()).unwrap();
-        store.drop_slot(slot);
-        assert!(store.slot_flags().has(slot, DROPPING));
-        super::apply_now(&store, &[entry("{a}x", "pulled by the primary")], &[]).unwrap();
+        super::apply_now(&store, &[], &[], &drop).unwrap();
+        assert!(store.slot_flags().has(slot, DROPPING), "given away: out of listings, to be reclaimed");
+        super::apply_now(&store, &[], &[], &keep).unwrap();
         assert!(!store.slot_flags().has(slot, DROPPING), "the slot is served again");
+        assert_eq!(store.get(b"{a}stale"), None, "what the earlier stay left went first");
+        super::apply_now(&store, &[entry("{a}x", "pulled by the primary")], &[], &Slots::default()).unwrap();
         store.purge();
         assert_eq!(store.get(b"{a}x").as_deref(), Some(&b"pulled by the primary"[..]));
         assert_eq!(store.get(b"{a}stale"), None, "the earlier stay's leftovers are gone");
+    }
+
+    /// A full sync's opening makes the slots the replica counts as given away its primary's.
+    #[test]
+    fn a_full_sync_takes_the_primarys_slots_given_away() {
+        let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(1_000_000)));
+        store.drop_slot(7);
+        store.set_dropped_slots(&[9, 11]);
+        assert_eq!(store.dropped_slots(), vec![9, 11]);
+        assert_eq!(super::slots_of(vec![3, 16383, 16384, u32::MAX]), vec![3, 16383], "out of range: ignored");
     }
 }

@@ -52,6 +52,10 @@ pub enum Change {
     Unit(Vec<Bytes>),
     /// Everything changed (FLUSHALL): send everything again.
     Resync,
+    /// The node gave these slots away (`kept: false`) or took them back (`kept: true`, their
+    /// leftovers reclaimed). A replica does the same at the same point of the stream, never by
+    /// its own reading of the topology, which reaches it in no fixed order with the stream.
+    Slots { kept: bool, slots: Vec<u16> },
 }
 
 /// The state a string SET left: its key, value and expiry (Unix ms, 0: none).
@@ -72,7 +76,8 @@ pub struct Behind;
 /// - `TAG_KEY`: key length (u32 LE), key;
 /// - `TAG_VALUE`: key length, value length (u32 LE each), expiry (u64 LE), key, value;
 /// - `TAG_UNIT`: key count (u32 LE), then each key as a `TAG_KEY` body;
-/// - `TAG_RESYNC`: nothing.
+/// - `TAG_RESYNC`: nothing;
+/// - `TAG_DROPPED` / `TAG_KEPT`: slot count (u32 LE), then each slot (u16 LE).
 #[derive(Debug, Default)]
 struct Inner {
     /// Offset of the first change held.
@@ -90,6 +95,8 @@ const TAG_KEY: u8 = 0;
 const TAG_VALUE: u8 = 1;
 const TAG_UNIT: u8 = 2;
 const TAG_RESYNC: u8 = 3;
+const TAG_DROPPED: u8 = 4;
+const TAG_KEPT: u8 = 5;
 /// What each held change costs besides its encoding (its entry in `ends`).
 const PER_CHANGE: usize = 8;
 
@@ -186,6 +193,14 @@ fn decode(buf: Bytes, n: usize) -> Vec<Change> {
                 Change::Unit(keys)
             }
             TAG_RESYNC => Change::Resync,
+            TAG_DROPPED | TAG_KEPT => {
+                let count = u32_at(at);
+                at += 4;
+                let slots =
+                    (0..count).map(|i| u16::from_le_bytes([buf[at + 2 * i], buf[at + 2 * i + 1]])).collect();
+                at += 2 * count;
+                Change::Slots { kept: tag == TAG_KEPT, slots }
+            }
             other => unreachable!("the log never writes tag {other}"),
         };
         out.push(change);
@@ -335,6 +350,19 @@ impl ChangeLog {
                 inner.close();
             });
         }
+    }
+
+    /// This node gave `slots` away (`kept: false`) or took them back (see [`Change::Slots`]).
+    pub fn slots(&self, kept: bool, slots: &[u16]) {
+        if slots.is_empty() || !self.active() {
+            return;
+        }
+        self.push(|inner| {
+            inner.put(&[if kept { TAG_KEPT } else { TAG_DROPPED }]);
+            inner.put(&(slots.len() as u32).to_le_bytes());
+            slots.iter().for_each(|s| inner.put(&s.to_le_bytes()));
+            inner.close();
+        });
     }
 
     /// Records each of `keys` as a change of its own.
@@ -524,6 +552,7 @@ mod tests {
             Change::Value(v) => 1 + 16 + v.key.len() + v.value.len(),
             Change::Unit(keys) => 1 + 4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>(),
             Change::Resync => 1,
+            Change::Slots { slots, .. } => 1 + 4 + 2 * slots.len(),
         }
     }
 
@@ -561,9 +590,15 @@ mod tests {
                     }
                     Change::Unit(keys)
                 }
-                _ => {
+                9 if rng.bool() => {
                     log.resync();
                     Change::Resync
+                }
+                _ => {
+                    let (kept, slots): (bool, Vec<u16>) =
+                        (rng.bool(), (0..rng.usize(1..6)).map(|_| rng.u16(..16384)).collect());
+                    log.slots(kept, &slots);
+                    Change::Slots { kept, slots }
                 }
             };
             model.push(change);

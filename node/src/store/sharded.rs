@@ -163,7 +163,6 @@ impl Store {
     pub fn set_incoming(&self, slot: u16, incoming: bool) {
         if incoming {
             self.slots.set(slot, INCOMING);
-            self.slots.clear(slot, DROPPING);
         } else {
             self.slots.clear(slot, INCOMING);
         }
@@ -185,6 +184,35 @@ impl Store {
     /// stay dead.
     pub fn keep_slot(&self, slot: u16) {
         self.slots.clear(slot, DROPPING);
+    }
+
+    /// `slots` come back (a primary takes them back, or its replica hears so): what an earlier
+    /// stay left in memory is reclaimed now, then they are served again. Returns how many
+    /// entries went.
+    pub fn take_back_slots(&self, slots: &[u16]) -> usize {
+        let back: Vec<u16> = slots.iter().copied().filter(|&s| self.slots.has(s, DROPPING)).collect();
+        if back.is_empty() {
+            return 0;
+        }
+        let removed = self.purge_slots(&back);
+        back.iter().for_each(|&s| self.keep_slot(s));
+        removed
+    }
+
+    /// The slots given away and not taken back (see [`drop_slot`](Self::drop_slot)).
+    pub fn dropped_slots(&self) -> Vec<u16> {
+        (0..shoal_wire::SLOT_COUNT as u16).filter(|&s| self.slots.has(s, DROPPING)).collect()
+    }
+
+    /// A replica's full sync begins, its store just emptied: the slots it counts as given away
+    /// become exactly its primary's (`dropped`), so that what the primary sends next lands as it
+    /// does there.
+    pub fn set_dropped_slots(&self, dropped: &[u16]) {
+        let mut is_dropped = vec![false; shoal_wire::SLOT_COUNT];
+        dropped.iter().for_each(|&s| is_dropped[usize::from(s) % shoal_wire::SLOT_COUNT] = true);
+        for (slot, dropped) in (0..).zip(is_dropped) {
+            if dropped { self.drop_slot(slot) } else { self.keep_slot(slot) }
+        }
     }
 
     pub fn slot_flags(&self) -> &SlotFlags {
