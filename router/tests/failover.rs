@@ -334,7 +334,8 @@ async fn a_killed_primary_is_replaced_within_the_window_and_loses_no_replicated_
 /// Found by the chaos run's resharding: the new owner of a slot reported its pull done as soon as
 /// it had stored the entries, the move ended and the old owner dropped them, and the new owner's
 /// primary, killed before its replica had them, took the only copy along. A pull now reports done
-/// only once a replica of its shard holds what it pulled.
+/// only once a replica of its shard holds what it pulled, and a coordinator restarted meanwhile
+/// (`resume`) waits for that too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_move_ends_only_once_a_replica_of_the_new_owner_holds_its_keys() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -348,20 +349,31 @@ async fn a_slot_move_ends_only_once_a_replica_of_the_new_owner_holds_its_keys() 
     // Shard 0's replica freezes; the slot moves onto shard 0.
     cluster.signal(1, "STOP");
     let slot = shoal_wire::key_slot(b"a");
-    let coordinator = shoal_coordinator::Coordinator::new(
-        shoal_coordinator::FileRegistry::new(&cluster.topology),
-        shoal_wire::auth::Credentials::secret(Some(support::secret())),
-    )
-    .with_timeout(Duration::from_secs(60));
-    let mut mover = tokio::spawn(async move { coordinator.move_slots(slot, slot, 0).await });
+    let coordinator = || {
+        shoal_coordinator::Coordinator::new(
+            shoal_coordinator::FileRegistry::new(&cluster.topology),
+            shoal_wire::auth::Credentials::secret(Some(support::secret())),
+        )
+        .with_timeout(Duration::from_secs(60))
+    };
+    let first = coordinator();
+    let mut mover = tokio::spawn(async move { first.move_slots(slot, slot, 0).await });
     let early = tokio::time::timeout(Duration::from_secs(3), &mut mover).await;
     assert!(
         early.is_err(),
         "the move ended while the new owner's replica could not hold the keys: {early:?}"
     );
+    // The coordinator dies while the pull waits for the replica; one started again (it keeps no
+    // state but the published topology) waits for the same thing.
+    mover.abort();
+    let again = coordinator();
+    let mut mover = tokio::spawn(async move { again.resume().await });
+    let early = tokio::time::timeout(Duration::from_secs(2), &mut mover).await;
+    assert!(early.is_err(), "the resumed move ended while the replica could not hold the keys: {early:?}");
     cluster.signal(1, "CONT");
     let moved = tokio::time::timeout(Duration::from_secs(30), mover).await;
     let t = moved.expect("the move ends once the replica is back").unwrap().expect("the move succeeds");
+    assert!(t.migrations.is_empty(), "{:?}", t.migrations);
     assert_eq!(shoal_coordinator::plan::slot_owners(&t)[usize::from(slot)], 0, "{:?}", t.slots);
     // The new owner's primary dies at once: its replica, promoted, has every key.
     cluster.signal(0, "KILL");
