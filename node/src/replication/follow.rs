@@ -116,17 +116,14 @@ async fn follow_once(
         if chunk.full_start {
             in_full_sync = true;
             assembler = EntryAssembler::default();
-            let dropped = slots_of(std::mem::take(&mut chunk.dropped_slots));
-            if !start_full_sync(store, repl, generation, dropped).await? {
+            if !start_full_sync(store, repl, generation, std::mem::take(&mut chunk.dropped_slots)).await? {
                 return Ok(());
             }
         }
-        let (offset, chunk_run_id) = (chunk.offset, chunk.run_id.clone());
-        pending.entries.extend(chunk.entries);
-        pending.deleted.extend(chunk.deleted);
-        pending.dropped_slots.extend(chunk.dropped_slots);
-        pending.kept_slots.extend(chunk.kept_slots);
-        if chunk.more {
+        let (offset, chunk_run_id, more, full_done) =
+            (chunk.offset, chunk.run_id.clone(), chunk.more, chunk.full_done);
+        gather(&mut pending, chunk);
+        if more {
             repl.mid_cut.store(true, Ordering::Relaxed);
             continue;
         }
@@ -146,7 +143,7 @@ async fn follow_once(
         // same rule as the store: never for a generation that has ended, or a follower finishing
         // late could mark a replica synced that its next follower has just begun to refill.
         let ack = repl.while_current(generation, || {
-            if chunk.full_done {
+            if full_done {
                 in_full_sync = false;
                 *repl.primary_run_id.lock() = chunk_run_id;
                 // Not synced yet: the export may hold part of a transaction or script that ran
@@ -172,6 +169,14 @@ async fn follow_once(
             Some(false) => {}
         }
     }
+}
+
+/// Adds what `chunk` carries to the cut being received.
+fn gather(pending: &mut ReplicationChunk, chunk: ReplicationChunk) {
+    pending.entries.extend(chunk.entries);
+    pending.deleted.extend(chunk.deleted);
+    pending.dropped_slots.extend(chunk.dropped_slots);
+    pending.kept_slots.extend(chunk.kept_slots);
 }
 
 /// Takes the primary's libraries from `chunk` if it carries them (at a full sync and on each
@@ -238,9 +243,9 @@ async fn start_full_sync(
     store: &Arc<Store>,
     repl: &Arc<Replication>,
     generation: u64,
-    dropped: Vec<u16>,
+    dropped: Vec<u32>,
 ) -> Result<bool, String> {
-    let (s, r) = (store.clone(), repl.clone());
+    let (s, r, dropped) = (store.clone(), repl.clone(), slots_of(dropped));
     let flushed = tokio::task::spawn_blocking(move || {
         r.while_current(generation, || {
             r.unsync();
