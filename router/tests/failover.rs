@@ -574,6 +574,25 @@ async fn a_write_in_flight_at_a_replaced_primary_is_answered_with_an_error_and_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transaction() {
     let _one = ONE_AT_A_TIME.lock().await;
+    // The case meant needs the replica to have received the cut's first messages before the
+    // stream broke (a replica that received nothing of it would hold none of it trivially). Under
+    // a loaded machine the kernel or HTTP/2 sometimes hands it none (a CI run sharing the cores
+    // with a chaos run saw that once in three), so the scenario runs again, in a fresh cluster,
+    // up to three times until it is the one meant; every attempt must leave none of the
+    // transaction.
+    let mut partial_cuts = Vec::new();
+    for _ in 0..3 {
+        partial_cuts.push(kill_mid_cut().await);
+        if partial_cuts.last() == Some(&1) {
+            return;
+        }
+    }
+    panic!("the replica never dropped a half-received cut: {partial_cuts:?}");
+}
+
+/// One attempt of the test above: returns how many half-received cuts the promoted replica
+/// dropped.
+async fn kill_mid_cut() -> u64 {
     let mut cluster = Cluster::start().await;
     let (resp, r0) = (cluster.resp, cluster.addrs[1].clone());
     assert!(shoal_wire::key_slot(b"{b}") < 8192, "the keys below are shard 0's");
@@ -602,8 +621,18 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     // messages, never its end.
     let (replica_pid, primary_port) = (cluster.nodes[1].as_ref().unwrap().0.id(), port_of(&cluster.addrs[0]));
     let start = Instant::now();
-    while queued_between(replica_pid, primary_port) < (1 << 20) + (256 << 10) {
-        assert!(start.elapsed() < Duration::from_secs(20), "the primary did not start sending the cut");
+    // And once the primary has read everything the replica sent it before freezing (acks,
+    // HTTP/2 control frames): a process killed with unread input resets its connections, and a
+    // reset throws away what it had not sent yet.
+    loop {
+        let (queued, unread_by_primary) = queued_between(replica_pid, primary_port);
+        if queued >= (1 << 20) + (256 << 10) && unread_by_primary == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the primary did not start sending the cut, or left input unread"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.signal(0, "KILL");
@@ -624,10 +653,7 @@ async fn a_primary_killed_mid_cut_leaves_the_promoted_replica_none_of_the_transa
     let held = lengths.iter().filter(|l| **l == new).count();
     assert!(lengths.iter().all(|l| *l == new || l == ":3\r\n"), "{lengths:?}");
     assert_eq!(held, 0, "the promoted replica holds {held} of the transaction's {KEYS} keys");
-    // And the case was the one meant: the replica had received the cut's first messages (a
-    // replica that received nothing of it would hold none of it trivially).
-    let dropped = stats(&r0).await.expect("the promoted replica answers").partial_cuts_dropped;
-    assert_eq!(dropped, 1, "the replica dropped one half-received cut");
+    stats(&r0).await.expect("the promoted replica answers").partial_cuts_dropped
 }
 
 fn port_of(addr: &str) -> u16 {
@@ -635,9 +661,10 @@ fn port_of(addr: &str) -> u16 {
 }
 
 /// Bytes in flight on the TCP connections from process `pid` to local port `port`: what that
-/// process has not read yet plus what the other end has written but not had acknowledged (from
+/// process has not read yet plus what the other end has written but not had acknowledged; and
+/// what the other end (the one listening on `port`) has not read of what `pid` sent it (from
 /// `/proc`: the sockets `pid`'s descriptors name, matched in `/proc/net/tcp`).
-fn queued_between(pid: u32, port: u16) -> usize {
+fn queued_between(pid: u32, port: u16) -> (usize, usize) {
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .into_iter()
         .flatten()
@@ -673,12 +700,9 @@ fn queued_between(pid: u32, port: u16) -> usize {
     let mine: Vec<&Socket> =
         sockets.iter().filter(|s| s.remote == port && inodes.contains(&s.inode)).collect();
     let unread: usize = mine.iter().map(|s| s.rx).sum();
-    let unacked: usize = sockets
-        .iter()
-        .filter(|s| s.local == port && mine.iter().any(|m| m.local == s.remote))
-        .map(|s| s.tx)
-        .sum();
-    unread + unacked
+    let theirs = || sockets.iter().filter(|s| s.local == port && mine.iter().any(|m| m.local == s.remote));
+    let unacked: usize = theirs().map(|s| s.tx).sum();
+    (unread + unacked, theirs().map(|s| s.rx).sum())
 }
 
 /// Writes `n` keys of every type through `c` (pipelined); `check` reads them back.
