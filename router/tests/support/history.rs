@@ -286,8 +286,15 @@ pub fn checker() -> PathBuf {
 }
 
 /// Runs the checker over the history; its report, and whether it found the history sound.
+/// `SHOAL_CHECKER_TIMEOUT` (a Go duration, e.g. `5m`) raises Porcupine's time per register key
+/// from the checker's 60 s: a long run checked on a loaded machine may need it (`loadtest/chaos`
+/// sets 5m), or it leaves a key undecided, which fails the run without an anomaly.
 pub fn check(history: &Path) -> (String, bool) {
-    let out = std::process::Command::new(checker()).arg(history).output().unwrap();
+    let mut cmd = std::process::Command::new(checker());
+    if let Ok(t) = std::env::var("SHOAL_CHECKER_TIMEOUT") {
+        cmd.args(["-timeout", &t]);
+    }
+    let out = cmd.arg(history).output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (report, out.status.success())
 }
