@@ -295,14 +295,9 @@ impl Membership {
     /// by its own view could lose what its primary had written there since (issue 38).
     fn prepare_slots(&self, new: &NodeView, primary: bool) {
         if primary {
-            let flags = self.store.slot_flags();
-            let returning: Vec<u16> = (0..SLOT_COUNT as u16)
-                .filter(|&s| {
-                    matches!(new.role(s), INCOMING | OWNER) && flags.has(s, crate::store::slots::DROPPING)
-                })
-                .collect();
+            let held = (0..SLOT_COUNT as u16).filter(|&s| matches!(new.role(s), INCOMING | OWNER));
+            let (returning, removed) = self.store.take_back_slots(held);
             if !returning.is_empty() {
-                let removed = self.store.take_back_slots(&returning);
                 self.store.events.changes.slots(true, &returning);
                 tracing::debug!(slots = returning.len(), removed, "reclaimed leftovers of slots coming back");
             }

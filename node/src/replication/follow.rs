@@ -280,9 +280,9 @@ async fn apply(
     let deleted = chunk.deleted;
     let applied = tokio::task::spawn_blocking(move || {
         let applied = repl.while_current(generation, || apply_now(&store, &whole, &deleted, &slots));
-        // Given away (marked above): their memory is reclaimed here, outside the gate, so replica
-        // reads do not wait for it.
-        if !slots.dropped.is_empty() {
+        // Given away (marked by the cut just applied): their memory is reclaimed here, outside
+        // the gate, so replica reads do not wait for it.
+        if matches!(applied, Some(Ok(()))) && !slots.dropped.is_empty() {
             store.purge_slots(&slots.dropped);
         }
         applied
@@ -312,13 +312,9 @@ struct Slots {
 fn apply_now(store: &Store, whole: &[ExportEntry], deleted: &[Bytes], slots: &Slots) -> Result<(), String> {
     let _exclusive = store.gate.write();
     slots.dropped.iter().for_each(|&s| store.drop_slot(s));
-    let removed = store.take_back_slots(&slots.kept);
-    if !slots.kept.is_empty() {
-        tracing::debug!(
-            slots = slots.kept.len(),
-            removed,
-            "the primary took slots back: leftovers reclaimed"
-        );
+    let (back, removed) = store.take_back_slots(slots.kept.iter().copied());
+    if !back.is_empty() {
+        tracing::debug!(slots = back.len(), removed, "the primary took slots back: leftovers reclaimed");
     }
     let mut entries = Vec::with_capacity(whole.len());
     for e in whole {

@@ -186,17 +186,17 @@ impl Store {
         self.slots.clear(slot, DROPPING);
     }
 
-    /// `slots` come back (a primary takes them back, or its replica hears so): what an earlier
-    /// stay left in memory is reclaimed now, then they are served again. Returns how many
-    /// entries went.
-    pub fn take_back_slots(&self, slots: &[u16]) -> usize {
-        let back: Vec<u16> = slots.iter().copied().filter(|&s| self.slots.has(s, DROPPING)).collect();
+    /// Of `slots`, those given away come back (a primary takes them back, or its replica hears
+    /// so): what an earlier stay left in memory is reclaimed now, then they are served again.
+    /// Returns those slots and how many entries went.
+    pub fn take_back_slots(&self, slots: impl IntoIterator<Item = u16>) -> (Vec<u16>, usize) {
+        let back: Vec<u16> = slots.into_iter().filter(|&s| self.slots.has(s, DROPPING)).collect();
         if back.is_empty() {
-            return 0;
+            return (back, 0);
         }
         let removed = self.purge_slots(&back);
         back.iter().for_each(|&s| self.keep_slot(s));
-        removed
+        (back, removed)
     }
 
     /// The slots given away and not taken back (see [`drop_slot`](Self::drop_slot)).
