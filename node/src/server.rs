@@ -313,6 +313,7 @@ async fn active_expiry(store: Arc<Store>, interval: Duration, mut stop: watch::R
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        store.note_peak();
         if !store.active_expire.load(std::sync::atomic::Ordering::Relaxed) {
             continue;
         }

@@ -60,6 +60,7 @@ impl NodeState {
             avg_ttl_ms: s.avg_ttl_ms,
             oldest_overdue_ms: self.store.oldest_overdue_ms(),
             used_memory: s.used_memory,
+            used_memory_peak: s.used_memory_peak,
             maxmemory: self.store.maxmemory() as u64,
             maxmemory_policy: self.store.policy().to_string(),
             expired_keys: s.expired_keys,

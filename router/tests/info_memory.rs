@@ -74,3 +74,51 @@ async fn separate_nodes_are_summed() {
     assert_close(reported, before, after, "2 node processes");
     router.shutdown().await;
 }
+
+/// INFO memory's field `name` as a number.
+async fn info_field(c: &mut Raw, name: &str) -> String {
+    let info = String::from_utf8(c.cmd(&["INFO", "memory"]).await).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+        .trim()
+        .to_string()
+}
+
+/// `used_memory_peak` (and its `_human`/`_perc` forms, which Sidekiq's dashboard reads) keeps the
+/// most the data took after it is deleted, as Redis's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_peak_outlives_the_data() {
+    let router = support::cluster().await;
+    let mut c = Raw::connect(router.resp_addr()).await;
+    let value = "x".repeat(8192);
+    for i in 0..500 {
+        assert_eq!(c.cmd(&["SET", &format!("peak{i}"), &value]).await, b"+OK\r\n");
+    }
+    let used_full: u64 = info_field(&mut c, "used_memory").await.parse().unwrap();
+    let peak_full: u64 = info_field(&mut c, "used_memory_peak").await.parse().unwrap();
+    assert!(used_full > 500 * 8192 && peak_full >= used_full, "used {used_full}, peak {peak_full}");
+    assert_eq!(
+        info_field(&mut c, "used_memory_peak_perc")
+            .await
+            .trim_end_matches('%')
+            .parse::<f64>()
+            .unwrap()
+            .round(),
+        100.0
+    );
+    for i in 0..500 {
+        assert_eq!(c.cmd(&["DEL", &format!("peak{i}")]).await, b":1\r\n");
+    }
+    let used: u64 = info_field(&mut c, "used_memory").await.parse().unwrap();
+    let peak: u64 = info_field(&mut c, "used_memory_peak").await.parse().unwrap();
+    assert!(used < used_full / 10, "the data is gone: used {used}");
+    assert!(peak >= used_full, "the peak stays: {peak} < {used_full}");
+    let perc: f64 = info_field(&mut c, "used_memory_peak_perc").await.trim_end_matches('%').parse().unwrap();
+    assert!(perc < 10.0, "used is a small part of the peak now: {perc}%");
+    assert!(
+        info_field(&mut c, "used_memory_peak_human").await.ends_with('M'),
+        "about 4 MB, in Redis's format"
+    );
+    router.shutdown().await;
+}

@@ -29,6 +29,7 @@ pub struct StoreStats {
     /// The keys with a TTL: their average time left, in ms (INFO keyspace's `avg_ttl`).
     pub avg_ttl_ms: u64,
     pub used_memory: u64,
+    pub used_memory_peak: u64,
     pub expired_keys: u64,
     /// Hash fields removed because their time passed.
     pub expired_subkeys: u64,
@@ -51,6 +52,8 @@ pub struct Store {
     /// own copy, read under its lock).
     pub(super) limits: RwLock<Limits>,
     pub(super) used: AtomicUsize,
+    /// The most [`Self::used_memory`] has been when sampled ([`Self::note_peak`]).
+    pub(super) peak: AtomicUsize,
     /// Where the next eviction starts looking, so evictions spread over the shards.
     pub(super) evict_cursor: AtomicUsize,
     /// The base snapshot (also held by each shard, which is where reads use it).
@@ -126,6 +129,7 @@ impl Store {
             limits: RwLock::new(config.limits.clone()),
             config: StoreConfig { shards: n, ..config },
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             evict_cursor: AtomicUsize::new(0),
             base: RwLock::new(None),
             slots,
@@ -381,6 +385,14 @@ impl Store {
         self.used.load(Ordering::Relaxed) + self.fixed_memory()
     }
 
+    /// Records [`Self::used_memory`] as the peak if it is the most seen, and returns the peak.
+    /// Sampled (every active-expiry tick and every stats read), not per write: the write path
+    /// stays one atomic add, and INFO's `used_memory_peak` is a dashboard's figure.
+    pub fn note_peak(&self) -> usize {
+        let used = self.used_memory();
+        self.peak.fetch_max(used, Ordering::Relaxed).max(used)
+    }
+
     /// What an empty store uses: its shards' structures.
     pub fn fixed_memory(&self) -> usize {
         self.shards.len() * std::mem::size_of::<Mutex<Shard>>()
@@ -502,7 +514,11 @@ impl Store {
     }
 
     pub fn stats(&self) -> StoreStats {
-        let mut st = StoreStats { used_memory: self.used_memory() as u64, ..Default::default() };
+        let mut st = StoreStats {
+            used_memory: self.used_memory() as u64,
+            used_memory_peak: self.note_peak() as u64,
+            ..Default::default()
+        };
         st.keys = self.len() as u64;
         let mut expire_sum = 0u128;
         for shard in self.shards.iter() {

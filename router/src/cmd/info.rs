@@ -164,6 +164,12 @@ impl Gathered {
         let rss = resident_bytes(self.embedded, &self.nodes);
         field("used_memory_rss", rss.to_string());
         field("used_memory_rss_human", human(rss));
+        // Each node's own peak, summed: at least the cluster's (the nodes peaked at different
+        // times), as a Redis's peak is its process's. Sidekiq's dashboard reads the _human form.
+        let peak = self.sum(|n| n.used_memory_peak).max(used);
+        field("used_memory_peak", peak.to_string());
+        field("used_memory_peak_human", human(peak));
+        field("used_memory_peak_perc", format!("{:.2}%", used as f64 * 100.0 / peak.max(1) as f64));
         field("maxmemory", max.to_string());
         field("maxmemory_human", human(max));
         let policy = self.nodes.first().map_or("noeviction", |n| n.maxmemory_policy.as_str());
