@@ -16,7 +16,9 @@ use anyhow::Context as _;
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
@@ -55,6 +57,10 @@ struct Cli {
     /// The Lease that elects one active replica.
     #[arg(long, env = "SHOAL_OPERATOR_LEASE_NAME", default_value = "shoal-operator")]
     lease_name: String,
+    /// The operator's own Deployment, made the Lease's owner, so that removing the operator
+    /// (helm uninstall) removes the Lease the operator made (the chart passes it).
+    #[arg(long, env = "SHOAL_OPERATOR_LEASE_OWNER")]
+    lease_owner: Option<String>,
     /// Namespace of the Lease (default: the pod's namespace, else --namespace, else "default").
     #[arg(long, env = "SHOAL_OPERATOR_LEASE_NAMESPACE")]
     lease_namespace: Option<String>,
@@ -183,9 +189,34 @@ async fn elect(
         .build()
         .await
         .context("setting up leader election")?;
+    if let Some(owner) = &cli.lease_owner {
+        // Best effort: without it the Lease outlives an uninstall, as it always did.
+        if let Err(e) = own_lease(client, &lease_ns, &cli.lease_name, owner).await {
+            tracing::warn!(error = %format!("{e:#}"), lease = %cli.lease_name, %owner, "could not make the Deployment the Lease's owner");
+        }
+    }
     let watched = manager.watch().await;
     tracing::info!(%identity, lease = %cli.lease_name, namespace = %lease_ns, "waiting to lead");
     Ok(watched)
+}
+
+/// Makes Deployment `owner` the owner of the Lease: the Lease is made at run time (by the first
+/// replica to start), not by the chart, so only the garbage collector, following this reference,
+/// removes it when the Deployment goes.
+async fn own_lease(client: &Client, ns: &str, lease: &str, owner: &str) -> anyhow::Result<()> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(owner)
+        .await
+        .with_context(|| format!("reading Deployment {ns}/{owner}"))?;
+    let uid = deployment.metadata.uid.context("the Deployment has no uid")?;
+    let patch = serde_json::json!({ "metadata": { "ownerReferences": [
+        { "apiVersion": "apps/v1", "kind": "Deployment", "name": owner, "uid": uid }
+    ] } });
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .patch(lease, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("patching Lease {ns}/{lease}"))?;
+    Ok(())
 }
 
 /// Waits until this replica leads (true), or a shutdown signal comes first (false).

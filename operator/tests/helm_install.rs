@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerPort, Pod, PodSpec, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -402,7 +403,9 @@ async fn chart_lints_renders_installs_tests_and_uninstalls() {
                 .await
                 .ok()?
                 .is_none()
-            && Api::<ClusterRole>::all(client.clone()).get_opt("rel-shoal-operator").await.ok()?.is_none();
+            && Api::<ClusterRole>::all(client.clone()).get_opt("rel-shoal-operator").await.ok()?.is_none()
+            // The Lease the operator made at run time goes with its Deployment (its owner).
+            && Api::<Lease>::namespaced(client.clone(), NS).get_opt("rel-shoal-operator").await.ok()?.is_none();
         gone.then_some(())
     })
     .await;
