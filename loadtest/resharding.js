@@ -22,7 +22,7 @@
 //
 // Settings (-e NAME=value): SHOAL_ADDR, DURATION (60s), RATE (200), VALUE_SIZE (32), SEED_KEYS
 // (20000), SCALE_STEPS (5,2,4 | none), SCALE_START (5s), SCALE_PAUSE_MS (1000), SCALE_TAIL_S (5),
-// STEP_TIMEOUT_S (120), SLO_P99_MS (100).
+// STEP_TIMEOUT_S (120), SLO_P99_MS (100), PRE_VUS (20).
 import { check, fail } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
@@ -86,7 +86,9 @@ export const options = {
       rate: intEnv('RATE', 200),
       timeUnit: '1s',
       duration: DURATION,
-      preAllocatedVUs: 20,
+      // VUs ready before the load starts: k6 drops iterations while it makes more, so a run that
+      // must absorb stalls (a pod deleted, a CPU shared with other work) asks for more.
+      preAllocatedVUs: intEnv('PRE_VUS', 20),
       maxVUs: 200,
     },
     scale: {
@@ -213,6 +215,8 @@ async function scaleTo(n) {
 async function watch() {
   const end = Date.now() + (durationSecs(DURATION) - durationSecs(env('SCALE_START', '5s'))) * 1000;
   let last = await topology();
+  // The first line says the load has begun (setup is done): a driver outside k6 waits for it.
+  if (last) console.log(`watching topology: version ${last.version}, ${last.nodes} nodes, ${last.migrations} migrations`);
   while (Date.now() < end - 1000) {
     await sleepMs(1000);
     const t = await topology();
