@@ -14,13 +14,7 @@ fn rss_of(pid: &str) -> u64 {
 }
 
 async fn used_memory_rss(c: &mut Raw) -> u64 {
-    let info = String::from_utf8(c.cmd(&["INFO", "memory"]).await).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory_rss:"))
-        .unwrap_or_else(|| panic!("no used_memory_rss in {info}"))
-        .trim()
-        .parse()
-        .unwrap()
+    info_field(c, "used_memory_rss").await.parse().unwrap()
 }
 
 /// Asserts `reported` is within a factor of 1.5 of what /proc says (read before and after).
@@ -75,7 +69,7 @@ async fn separate_nodes_are_summed() {
     router.shutdown().await;
 }
 
-/// INFO memory's field `name` as a number.
+/// INFO memory's field `name`, as text.
 async fn info_field(c: &mut Raw, name: &str) -> String {
     let info = String::from_utf8(c.cmd(&["INFO", "memory"]).await).unwrap();
     info.lines()
