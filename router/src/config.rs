@@ -209,6 +209,13 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_TIMEOUT", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=2_147_483_647))]
     pub timeout: u64,
 
+    /// On SIGTERM, serve on for this many ms (new connections too) with `/readyz` answering 503
+    /// before closing connections, so that a load balancer (a Kubernetes Service's endpoints and
+    /// kube-proxy) stops sending clients here first. Then connections close at a request
+    /// boundary. 0: at once. The operator sets it on router pods; a second signal cuts it short.
+    #[arg(long, env = "SHOAL_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
+
     /// With a password set, a RESP client that has not authenticated within this many ms is
     /// disconnected (with an error line). 0: no limit.
     #[arg(long, env = "SHOAL_AUTH_TIMEOUT_MS", default_value_t = 10_000)]

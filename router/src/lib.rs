@@ -260,6 +260,7 @@ fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
         http_max_body: args.http_max_body as usize,
         auth_timeout: args.auth_timeout(),
         http_body_timeout: args.http_body_timeout(),
+        shutdown_delay: Duration::from_millis(args.shutdown_delay_ms),
         tls_handshake_timeout: args.tls.handshake_timeout(),
         idle_timeout_secs: args.timeout,
         request_buffer_budget: args.request_buffer_budget.resolve(shoal_telemetry::runtime::memory_limit()),
@@ -465,10 +466,20 @@ impl Router {
         }
     }
 
-    /// Graceful shutdown: stop accepting, let connections finish the request in hand, then stop
-    /// the embedded nodes.
+    /// Graceful shutdown: unready at once (`/readyz` 503); serving on for the shutdown delay,
+    /// so that the load balancer in front stops sending clients here while those already here
+    /// are still answered; then stop accepting, let connections finish the request in hand (an
+    /// idle one closes at once), then stop the embedded nodes.
     pub async fn shutdown(self) {
         self.state.start_draining();
+        let delay = self.state.settings.shutdown_delay;
+        if !delay.is_zero() {
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "stopping: /readyz answers 503; serving on for the shutdown delay before closing connections"
+            );
+            tokio::time::sleep(delay).await;
+        }
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

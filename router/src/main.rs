@@ -29,6 +29,12 @@ fn main() -> anyhow::Result<()> {
     runtime::build(cli.serve.threads)?.block_on(async {
         let router = Router::start(&cli.serve).await?;
         shutdown::signal().await;
+        // A second signal: stop now, without the shutdown delay or the drain.
+        tokio::spawn(async {
+            shutdown::signal().await;
+            tracing::warn!("second shutdown signal: exiting now");
+            std::process::exit(1);
+        });
         router.shutdown().await;
         anyhow::Ok(())
     })

@@ -38,6 +38,8 @@ pub struct Settings {
     pub auth_timeout: Option<Duration>,
     /// An HTTP request body must arrive completely within this long.
     pub http_body_timeout: Option<Duration>,
+    /// `--shutdown-delay-ms`: how long a stopping router serves on, unready, before it closes.
+    pub shutdown_delay: Duration,
     /// A TLS client must complete its handshake within this long (a pre-authentication limit).
     pub tls_handshake_timeout: Duration,
     /// `--timeout`: the idle-client timeout at start, in seconds (0: none).
@@ -152,6 +154,7 @@ impl Default for Settings {
             http_max_body: 64 * 1024 * 1024,
             auth_timeout: Some(Duration::from_secs(10)),
             http_body_timeout: Some(Duration::from_secs(30)),
+            shutdown_delay: Duration::ZERO,
             tls_handshake_timeout: Duration::from_secs(5),
             idle_timeout_secs: 0,
             request_buffer_budget: 1 << 30,

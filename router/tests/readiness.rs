@@ -86,3 +86,52 @@ async fn a_killed_node_leaves_the_router_ready_and_its_other_keys_served() {
         assert!(line.contains(&format!("reachable={reachable}")), "node {id}: {nodes_text}");
     }
 }
+
+/// SIGTERM with `--shutdown-delay-ms` (as the operator runs router pods): the router turns
+/// unready at once, so the Service stops sending it new clients, yet answers the connection it
+/// has and new ones until the delay ends; only then do its connections close and it exits 0.
+/// Without the delay, clients mid-conversation would see their connection closed while the
+/// load balancer still sends new ones here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_router_is_unready_but_serves_through_its_shutdown_delay() {
+    const DELAY: Duration = Duration::from_millis(2000);
+    let dir = tempfile::tempdir().unwrap();
+    let mut router =
+        RouterProc::start(dir.path(), "router", &["--shutdown-delay-ms", &DELAY.as_millis().to_string()])
+            .await;
+    let mut c = router.raw().await;
+    assert_eq!(c.cmd(&["SET", "k", "v"]).await, b"+OK\r\n");
+    assert_eq!(status(&support::http_get(router.http, "/readyz").await), 200);
+
+    let signalled = Instant::now();
+    router.signal("-TERM");
+    loop {
+        let ready = support::http_get(router.http, "/readyz").await;
+        if status(&ready) == 503 {
+            break;
+        }
+        assert!(signalled.elapsed() < Duration::from_millis(500), "still ready after SIGTERM: {ready}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Through most of the delay: the connection it had, and a new one, are answered.
+    let mut answered = 0;
+    while signalled.elapsed() < DELAY - Duration::from_millis(500) {
+        assert_eq!(c.cmd(&["GET", "k"]).await, b"$1\r\nv\r\n", "{}", router.logs());
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(answered >= 10, "{answered}");
+    let mut late = router.raw().await;
+    assert_eq!(late.cmd(&["GET", "k"]).await, b"$1\r\nv\r\n", "a client arriving during the delay is served");
+
+    // Then both connections close (at a request boundary) and the process exits 0.
+    // (`reply_within` also gives None at its limit: the time tells a close from a timeout.)
+    assert_eq!(c.reply_within(Duration::from_secs(5)).await, None, "the connection closes after the delay");
+    let closed = signalled.elapsed();
+    assert!(closed >= DELAY, "closed {closed:?} after SIGTERM, before the delay ended");
+    assert!(closed < DELAY + Duration::from_secs(2), "not closed {closed:?} after SIGTERM");
+    assert_eq!(late.reply_within(Duration::from_secs(5)).await, None);
+    let exit = router.wait_exit(Duration::from_secs(15)).await.expect("exits after the delay");
+    assert!(exit.success(), "{exit:?}\n{}", router.logs());
+    assert!(router.logs().contains("serving on for the shutdown delay"), "{}", router.logs());
+}

@@ -23,9 +23,19 @@ pub const ROUTER_TLS_DIR: &str = "/etc/shoal/tls";
 pub const ROUTER_ACL_DIR: &str = "/etc/shoal/acl";
 pub const ROUTER_ACL_FILE: &str = "/etc/shoal/acl/users.acl";
 
+/// How long a router pod told to stop serves on, unready, before closing its connections
+/// (`--shutdown-delay-ms`): the time a Service takes to drop a terminating pod's endpoint and
+/// kube-proxy its rules, so a rolling restart sends no client to a router that has closed. Well
+/// inside the pod's grace period ([`ROUTER_GRACE_SECONDS`]).
+pub const ROUTER_SHUTDOWN_DELAY_MS: u64 = 5_000;
+/// The router pod's termination grace period: the shutdown delay, the request deadline and the
+/// close, with room to spare.
+pub const ROUTER_GRACE_SECONDS: i64 = 30;
+
 pub fn router_deployment(cc: &CacheCluster) -> Deployment {
     let s = &cc.spec;
-    let Listeners { args, ports, mounts, volumes } = router_listeners(cc);
+    let Listeners { mut args, ports, mounts, volumes } = router_listeners(cc);
+    args.extend(["--shutdown-delay-ms".into(), ROUTER_SHUTDOWN_DELAY_MS.to_string()]);
     let container = Container {
         name: "router".into(),
         image: Some(s.image.clone()),
@@ -60,7 +70,7 @@ pub fn router_deployment(cc: &CacheCluster) -> Deployment {
                     service_account_name: Some(router_name(cc)),
                     automount_service_account_token: Some(false),
                     security_context: Some(pod_security()),
-                    termination_grace_period_seconds: Some(30),
+                    termination_grace_period_seconds: Some(ROUTER_GRACE_SECONDS),
                     topology_spread_constraints: Some(spread(cc, Component::Router)),
                     containers: vec![container],
                     volumes: Some(volumes),
@@ -234,6 +244,18 @@ mod tests {
         assert_eq!(e.name, "SHOAL_REQUIREPASS");
         assert_eq!(e.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "pw");
         assert!(e.value.is_none(), "never the password itself");
+    }
+
+    #[test]
+    fn router_pods_drain_within_their_grace_period() {
+        let d = router_deployment(&cluster(serde_json::json!({"shards": 1})));
+        let pod = pod_spec(&d.spec.unwrap().template).clone();
+        let args = pod.containers[0].args.clone().unwrap().join(" ");
+        assert!(args.contains(&format!("--shutdown-delay-ms {ROUTER_SHUTDOWN_DELAY_MS}")), "{args}");
+        // The delay, a request's deadline and the close fit in the grace period, or the kubelet
+        // kills a router still answering.
+        let grace = pod.termination_grace_period_seconds.unwrap();
+        assert!(grace * 1000 >= ROUTER_SHUTDOWN_DELAY_MS as i64 + 10_000, "{grace} s");
     }
 
     #[test]

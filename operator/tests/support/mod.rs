@@ -499,6 +499,8 @@ pub async fn router_pod(
             ("--tls-port", format!("127.0.0.1:{tls}")),
             ("--https", format!("127.0.0.1:{}", free_port())),
             ("--topology-file", topology_file.display().to_string()),
+            // No Service sends clients here (kwok runs no kube-proxy): stop at once.
+            ("--shutdown-delay-ms", "0".into()),
         ],
     );
     // Secret volumes (TLS certificate, ACL file) written where the process can read them, and
