@@ -33,6 +33,8 @@
 //! Modules, lower ones never importing higher ones:
 //! - [`controller`]: the reconciler, in stages (see its docs); uses everything below.
 //! - [`failover`]: the failover writer of each cluster with replicas, its Events and metrics.
+//! - [`election`]: leader election on a Lease, with a hand-over in milliseconds (a standby
+//!   watches the Lease; the leader frees it once stopped).
 //! - [`context`]: what the reconciler and the failover writers share: client, settings, Events
 //!   recorder, metrics, and each cluster's memory between reconciles (its move, writer, restarts).
 //! - [`metrics`]: the operator's counters and their exposition.
@@ -48,12 +50,14 @@
 //!   subresources; `crdgen` writes its YAML into the chart.
 //! - `fake_api` (tests only): a scripted fake API server for the API-call scenario tests.
 //!
-//! `main.rs` adds the CLI, leader election on a Lease (moves and failover writers stop the moment
-//! it is lost), the ops HTTP endpoint and shutdown.
+//! `main.rs` adds the CLI, the election (moves and failover writers stop the moment leadership is
+//! lost; on SIGTERM they run until the controller has stopped, then the Lease is freed), the ops
+//! HTTP endpoint and shutdown.
 
 pub mod context;
 pub mod controller;
 pub mod crd;
+pub mod election;
 pub mod failover;
 #[cfg(test)]
 mod fake_api;

@@ -24,11 +24,11 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use shoal_coordinator::failover::FailoverOptions;
 use shoal_operator::context::{self, Context, Settings};
 use shoal_operator::controller;
 use shoal_operator::crd::CacheCluster;
+use shoal_operator::election::{Elector, Leadership};
 use shoal_operator::resources::{self, AddressMode};
 use shoal_telemetry::logging::LogFormat;
 use shoal_telemetry::{http, logging, shutdown};
@@ -104,7 +104,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let ops = serve_ops(cli.metrics_listen, ctx.clone(), stop_rx).await?;
-    let (mut leader, lease_task) = elect(&cli, &client, &identity).await?;
+    let leadership = elect(&cli, &client, &identity).await?;
+    let mut leader = leadership.leading.clone();
     let mut signal = Box::pin(shutdown::signal());
     let lost = if wait_to_lead(&mut leader, &mut signal).await? {
         ctx.metrics.leader.set(1);
@@ -118,7 +119,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         false
     };
     drop(leader);
-    let _ = lease_task.await; // releases the lease for the next leader
+    // Nothing of the leader's work runs now: free the Lease, which a standby takes at once.
+    leadership.release().await;
     let _ = stop_tx.send(true);
     let _ = ops.await;
     if lost {
@@ -167,37 +169,31 @@ async fn serve_ops(
     Ok(ops)
 }
 
-/// Leader election on the Lease: only its holder reconciles. Returns whether this replica holds
-/// it (as it changes), and the task that renews it, which releases it once every receiver is
-/// dropped.
-async fn elect(
-    cli: &Cli,
-    client: &Client,
-    identity: &str,
-) -> anyhow::Result<(watch::Receiver<bool>, JoinHandle<kube_lease_manager::Result<LeaseManager>>)> {
+/// Leader election on the Lease (`election`): only its holder reconciles.
+async fn elect(cli: &Cli, client: &Client, identity: &str) -> anyhow::Result<Leadership> {
     let lease_ns = cli
         .lease_namespace
         .clone()
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .or_else(|| cli.namespace.clone())
         .unwrap_or_else(|| "default".into());
-    let manager = LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
-        .with_namespace(&lease_ns)
-        .with_identity(identity)
-        .with_duration(cli.lease_seconds)
-        .with_grace((cli.lease_seconds / 3).max(1))
-        .build()
-        .await
-        .context("setting up leader election")?;
+    let leadership = Elector {
+        api: Api::namespaced(client.clone(), &lease_ns),
+        name: cli.lease_name.clone(),
+        identity: identity.to_string(),
+        duration: Duration::from_secs(cli.lease_seconds.max(3)),
+    }
+    .start()
+    .await
+    .context("setting up leader election")?;
     if let Some(owner) = &cli.lease_owner {
         // Best effort: without it the Lease outlives an uninstall, as it always did.
         if let Err(e) = own_lease(client, &lease_ns, &cli.lease_name, owner).await {
             tracing::warn!(error = %format!("{e:#}"), lease = %cli.lease_name, %owner, "could not make the Deployment the Lease's owner");
         }
     }
-    let watched = manager.watch().await;
     tracing::info!(%identity, lease = %cli.lease_name, namespace = %lease_ns, "waiting to lead");
-    Ok(watched)
+    Ok(leadership)
 }
 
 /// Makes Deployment `owner` the owner of the Lease: the Lease is made at run time (by the first
@@ -236,9 +232,12 @@ async fn wait_to_lead(
 }
 
 /// Runs the controller until SIGTERM, or until the lease is lost (another replica leads then);
-/// returns whether it was lost. Moves and failover writers stop at once: only the leader may
-/// publish topologies, and the next leader starts its own (the topology's compare-and-swap
-/// refuses a late publish anyway).
+/// returns whether it was lost. A lost lease stops moves and failover writers at once: only the
+/// leader may publish topologies, and the next leader starts its own (the topology's
+/// compare-and-swap refuses a late publish anyway). On SIGTERM they run on until the controller
+/// has stopped (this process still leads): the failover writers' probes keep the primaries'
+/// writer leases alive until the Lease goes to the next leader, whose writers take over before
+/// those leases run out, so no primary stops serving for want of a writer.
 async fn reconcile_while_leading(
     cli: &Cli,
     client: &Client,
@@ -252,13 +251,13 @@ async fn reconcile_while_leading(
     let stop = async move {
         tokio::select! {
             _ = signal => tracing::info!("shutting down"),
-            // Also when the lease task is gone: then nobody renews the lease either.
+            // Also when the election task is gone: then nobody renews the lease either.
             _ = leader.wait_for(|held| !*held) => {
                 lost_flag.store(true, Ordering::SeqCst);
                 tracing::error!("lost the leader lease; stopping");
+                stop_ctx.stop_background();
             }
         }
-        stop_ctx.stop_background();
     };
     let (cc_api, sts_api, dep_api, cm_api, pod_api) = match &cli.namespace {
         Some(ns) => (
