@@ -18,9 +18,20 @@ export const cmdFailed = new Rate('resp_failed');
 
 // newClient: retries off (go-redis retries failed commands 3 times by default), so every error
 // the cluster returns reaches the metrics instead of being papered over by the client.
+// RESP_MAX_RETRIES=N allows N retries, which go-redis makes only for a connection that failed
+// (EOF, reset, timeout) and a few Redis errors Shoal does not send (LOADING, READONLY,
+// CLUSTERDOWN, TRYAGAIN), never for `ERR ...`. It is for runs in which a router pod stops: a
+// router must close its connections, RESP has no way to say so in advance, and k6's client, whose
+// dialer wraps the socket, cannot run go-redis's check that drops connections the server closed
+// before reusing one (with the standard dialer an application's go-redis does, and most clients
+// retry such a failure once).
 export function newClient() {
   const url = redisUrl();
-  return new redis.Client(url + (url.includes('?') ? '&' : '?') + 'max_retries=-1');
+  const retries = __ENV.RESP_MAX_RETRIES || '-1';
+  if (!/^(-1|[0-9]+)$/.test(retries)) {
+    fail(`RESP_MAX_RETRIES must be -1 or a count, not '${retries}'`);
+  }
+  return new redis.Client(url + (url.includes('?') ? '&' : '?') + `max_retries=${retries}`);
 }
 
 let errorsLogged = 0;

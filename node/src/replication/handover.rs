@@ -160,12 +160,63 @@ pub async fn before_exit(membership: &Arc<Membership>, linger: Duration, by: Ins
         return;
     }
     repl.set_exiting();
-    let timeout = DEFAULT_TIMEOUT.min(by.saturating_duration_since(Instant::now()));
-    match run(membership, None, timeout).await {
-        Ok(s) => {
-            tracing::info!(version = s.version, primary = %s.primary, linger_ms = linger.as_millis() as u64, "handed over before exiting");
-            tokio::time::sleep_until(by.min(Instant::now() + linger)).await;
+    for attempt in 1.. {
+        let timeout = DEFAULT_TIMEOUT.min(by.saturating_duration_since(Instant::now()));
+        match run(membership, None, timeout).await {
+            Ok(s) => {
+                tracing::info!(version = s.version, primary = %s.primary, linger_ms = linger.as_millis() as u64, "handed over before exiting");
+                tokio::time::sleep_until(by.min(Instant::now() + linger)).await;
+                return;
+            }
+            Err(e) => match again_after(&e, attempt, Instant::now(), by) {
+                Some(pause) => {
+                    tracing::warn!(error = %e, attempt, "hand-over not done; trying again before exiting");
+                    tokio::time::sleep(pause).await;
+                }
+                None => {
+                    tracing::warn!(error = %e, "exiting without a hand-over");
+                    return;
+                }
+            },
         }
-        Err(e) => tracing::warn!(error = %e, "exiting without a hand-over"),
+    }
+}
+
+/// How many times an exiting primary tries to hand over.
+const EXIT_ATTEMPTS: u32 = 20;
+/// The pause between two tries.
+const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Whether an exiting primary whose hand-over failed with `e` (try number `attempt`) tries
+/// again, and after what pause: only when this process serves again (the writer kept it, or no
+/// replica caught up) and the drain deadline `by` leaves a second for another try. A writer that
+/// could not reach the replica at that moment (a pod restarted a moment ago, its new address not
+/// yet in every DNS cache) usually can a moment later; exiting instead turns a planned hand-over
+/// into a failover, with clients' errors until the writer's down-after.
+fn again_after(e: &HandoverError, attempt: u32, now: Instant, by: Instant) -> Option<Duration> {
+    let serving_again = matches!(e, HandoverError::Confirmed(_) | HandoverError::NotCaughtUp(_));
+    (serving_again && attempt < EXIT_ATTEMPTS && now + EXIT_RETRY_PAUSE + Duration::from_secs(1) <= by)
+        .then_some(EXIT_RETRY_PAUSE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exiting_primary_tries_again_only_while_it_serves_and_time_remains() {
+        let now = Instant::now();
+        let by = now + Duration::from_secs(30);
+        let confirmed = HandoverError::Confirmed("r:1".into());
+        assert_eq!(again_after(&confirmed, 1, now, by), Some(EXIT_RETRY_PAUSE));
+        assert_eq!(again_after(&HandoverError::NotCaughtUp(10_000), 2, now, by), Some(EXIT_RETRY_PAUSE));
+        // Committed (the writer will switch): never serves this version again, so never again.
+        assert_eq!(again_after(&HandoverError::NotSwitched("r:1".into(), 10_000), 1, now, by), None);
+        for e in [HandoverError::NoWriter, HandoverError::NotPrimary, HandoverError::NotServing] {
+            assert_eq!(again_after(&e, 1, now, by), None, "{e}");
+        }
+        // Bounded in tries and by the drain deadline.
+        assert_eq!(again_after(&confirmed, EXIT_ATTEMPTS, now, by), None);
+        assert_eq!(again_after(&confirmed, 1, now, now + Duration::from_millis(1200)), None);
     }
 }
