@@ -127,6 +127,33 @@ fn files_pubsub_tracking(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
             "Snapshots loaded after repairing a damaged header (every entry verified first).",
             files.salvaged,
         );
+    // The snapshots themselves, with a data directory (a router shows the same for the nodes it
+    // runs in process; a node run on its own, as on Kubernetes, says it here: the chart's
+    // ShoalSnapshotFailing alert reads shoal_node_snapshot_last_ok).
+    if let Some(info) = s.snapshot.as_ref().filter(|i| i.enabled) {
+        e.counter("shoal_node_snapshots_written_total", "Snapshots written.", info.snapshots_written)
+            .gauge(
+                "shoal_node_snapshot_last_ok",
+                "1 if the last snapshot attempt succeeded.",
+                flag(info.last_ok),
+            )
+            .gauge(
+                "shoal_node_snapshot_last_timestamp_seconds",
+                "When the last successful snapshot started (Unix).",
+                info.last_created_ms as f64 / 1000.0,
+            )
+            .gauge(
+                "shoal_node_snapshot_last_duration_ms",
+                "Duration of the last snapshot.",
+                info.last_duration_ms as f64,
+            )
+            .gauge("shoal_node_snapshot_last_bytes", "Size of the last snapshot.", info.last_bytes as f64)
+            .gauge(
+                "shoal_node_snapshot_last_entries",
+                "Entries in the last snapshot.",
+                info.last_entries as f64,
+            );
+    }
 }
 
 /// How late expired keys were removed, by active and by lazy expiry.

@@ -125,6 +125,10 @@ async fn damaged_files_are_quarantined_or_salvaged_never_deleted_or_kept() {
     assert_eq!(support::metric(&page, "shoal_node_snapshot_load_fallbacks_total"), 3.0, "b, c and d");
     assert_eq!(support::metric(&page, "shoal_node_snapshot_quarantined_total"), 4.0);
     assert_eq!(support::metric(&page, "shoal_node_snapshot_salvaged_total"), 1.0);
+    // The snapshot just written, as the node itself reports it (what the chart's alert reads).
+    assert_eq!(support::metric(&page, "shoal_node_snapshot_last_ok"), 1.0);
+    assert_eq!(support::metric(&page, "shoal_node_snapshots_written_total"), 1.0);
+    assert!(support::metric(&page, "shoal_node_snapshot_last_bytes") > 0.0);
 
     // Loudly: an ERROR line naming each file.
     assert!(node.terminate().success());

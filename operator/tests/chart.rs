@@ -1,43 +1,13 @@
 //! Chart unit tests: render `charts/shoal` with `helm template` (the real helm) under several
 //! values and assert on the manifests: the restricted Pod Security settings, least-privilege
-//! RBAC, labels and selectors, the password Secret, the ServiceMonitor guard, and the values
-//! schema refusing bad values. (`operator/tests/helm_install.rs` installs it for real.)
+//! RBAC, labels and selectors, the password Secret, the ServiceMonitor guard, the alerts (checked
+//! and unit-tested by the real `promtool`) and the dashboard, and the values schema refusing bad
+//! values. (`operator/tests/helm_install.rs` installs it for real.)
 
 mod support;
 
 use serde_json::Value;
-
-/// The helm binary from the tool cache, or None (skipping, outside CI) when it is missing.
-fn helm() -> Option<std::path::PathBuf> {
-    let path = support::cache().join("bin/helm");
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(std::env::var_os("CI").is_none(), "helm missing: run .ci/tools/install helm");
-    eprintln!("SKIPPED: helm missing (run .ci/tools/install helm)");
-    None
-}
-
-/// `helm template` with `args`; the manifests as JSON values, or helm's error text.
-fn render(args: &[&str]) -> Option<Result<Vec<Value>, String>> {
-    let helm = helm()?;
-    let chart = support::repo().join("charts/shoal");
-    let out = std::process::Command::new(helm)
-        .args(["template", "rel", chart.to_str().unwrap(), "--namespace", "shoal-system"])
-        .args(args)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Some(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
-    }
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs = text
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
-        .filter(|v| v.is_object())
-        .collect();
-    Some(Ok(docs))
-}
+use support::{render, tool};
 
 fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
@@ -679,4 +649,88 @@ fn the_sidecar_example_runs_the_demo_and_the_bench_on_the_routers_socket() {
         .collect::<Vec<_>>()
         .join(" ");
     assert!(exec.ends_with(&format!("-- shoal-bench {}", args.join(" "))), "{exec}");
+}
+
+#[test]
+fn alerts_render_where_the_api_exists_and_pass_promtools_tests() {
+    let Some(docs) = render(&["--set", "prometheusRule.enabled=true"]) else { return };
+    assert!(find(&docs.unwrap(), "PrometheusRule").is_empty(), "no Prometheus Operator, no PrometheusRule");
+    let api = ["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"];
+    let alerts = |docs: &[Value]| -> Vec<String> {
+        one(docs, "PrometheusRule")["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap())
+            .map(|r| r["alert"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let docs = render(&[&["--set", "prometheusRule.enabled=true"][..], &api].concat()).unwrap().unwrap();
+    let with_replicas = alerts(&docs);
+    for a in
+        ["ShoalOperatorNoLeader", "ShoalNodeUnreachable", "ShoalShardWithoutReplica", "ShoalMemoryNearLimit"]
+    {
+        assert!(with_replicas.iter().any(|x| x == a), "{a} in {with_replicas:?}");
+    }
+    // Without replicas (a shard is one pod by choice), no alert about replicas.
+    let none = alerts(
+        &render(
+            &[&["--set", "prometheusRule.enabled=true", "--set", "cluster.replicasPerShard=0"][..], &api]
+                .concat(),
+        )
+        .unwrap()
+        .unwrap(),
+    );
+    assert!(none.iter().all(|a| !a.contains("Replica")), "{none:?}");
+    assert_eq!(none.len() + 3, with_replicas.len());
+
+    // The rules as Prometheus reads them: promtool checks them, then runs the chart's unit tests
+    // of them (charts/shoal/tests/alerts.test.yaml, written against release `rel` in shoal-system).
+    let Some(promtool) = tool("promtool") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let rules = serde_yaml::to_string(&one(&docs, "PrometheusRule")["spec"]).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
+    std::fs::copy(
+        support::repo().join("charts/shoal/tests/alerts.test.yaml"),
+        dir.path().join("alerts.test.yaml"),
+    )
+    .unwrap();
+    for args in [["check", "rules", "rules.yaml"], ["test", "rules", "alerts.test.yaml"]] {
+        let out = std::process::Command::new(&promtool).args(args).current_dir(dir.path()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_ships_in_a_configmap_its_sidecar_finds() {
+    let Some(docs) = render(&[]) else { return };
+    assert!(find(&docs.unwrap(), "ConfigMap").is_empty(), "off by default");
+    let docs = render(&["--set", "grafanaDashboard.enabled=true"]).unwrap().unwrap();
+    let cm = one(&docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["name"], "rel-shoal-dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dash: Value = serde_json::from_str(cm["data"]["shoal.json"].as_str().unwrap()).unwrap();
+    assert_eq!(dash["uid"], "shoal-cluster");
+    let panels: Vec<&Value> =
+        dash["panels"].as_array().unwrap().iter().filter(|p| p["type"] != "row").collect();
+    assert!(panels.len() >= 12, "{}", panels.len());
+    for p in panels {
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{}", p["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            assert!(
+                expr.contains("shoal_") && expr.contains("namespace=~\"$namespace\""),
+                "{}: {expr}",
+                p["title"]
+            );
+        }
+    }
+    // Every metric it and the alerts read is one Shoal exports: operator/tests/e2e.rs checks
+    // them against live /metrics pages.
 }

@@ -407,6 +407,63 @@ async fn operator_creates_scales_and_deletes_a_cache_cluster() {
     kubelet.stop().await;
 }
 
+/// Every series the chart's alerts and Grafana dashboard query is exported by a live process of
+/// this cluster: the operator, a router, a primary and its replica (a renamed or missing series
+/// would leave an alert that never fires and a panel that stays empty).
+async fn alerts_and_dashboard_read_live_series(operator_port: u16, router_http: &str, t: &Topology) {
+    let args = [
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PrometheusRule",
+    ];
+    let Some(docs) = support::render(&args) else { return };
+    let mut exprs = Vec::new();
+    for d in docs.unwrap() {
+        if d["kind"] == "PrometheusRule" {
+            for g in d["spec"]["groups"].as_array().unwrap() {
+                exprs.extend(
+                    g["rules"].as_array().unwrap().iter().map(|r| r["expr"].as_str().unwrap().to_string()),
+                );
+            }
+        } else if d["kind"] == "ConfigMap" && d["data"]["shoal.json"].is_string() {
+            let dash: serde_json::Value =
+                serde_json::from_str(d["data"]["shoal.json"].as_str().unwrap()).unwrap();
+            for p in dash["panels"].as_array().unwrap() {
+                for target in p["targets"].as_array().into_iter().flatten() {
+                    exprs.push(target["expr"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    let mut wanted = std::collections::BTreeSet::new();
+    for e in &exprs {
+        for (at, _) in e.match_indices("shoal_") {
+            let name: String = e[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            wanted.insert(name);
+        }
+    }
+    assert!(wanted.len() > 20, "{wanted:?}");
+    let metrics_of = |addr: &str| format!("{}:9090", addr.rsplit_once(':').unwrap().0);
+    let mut exported = support::metric_families(&format!("127.0.0.1:{operator_port}")).await;
+    exported.extend(support::metric_families(router_http).await);
+    exported.extend(support::metric_families(&metrics_of(&t.nodes[0].addr)).await);
+    exported.extend(support::metric_families(&metrics_of(&t.nodes[0].replicas[0])).await);
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|w| {
+            let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| w.strip_suffix(s));
+            !exported.contains(*w) && !base.is_some_and(|b| exported.contains(b))
+        })
+        .collect();
+    assert!(missing.is_empty(), "queried by the chart but exported by no process: {missing:?}");
+}
+
 /// The node pod (by name) whose IP is `addr`'s host.
 async fn pod_at(client: &Client, addr: &str) -> String {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
@@ -493,6 +550,7 @@ async fn replicas_take_over_from_a_deleted_primary_and_follow_resharding() {
     let mut c = redis(&addr).await;
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query_async(&mut c).await.unwrap();
     assert_eq!(acked, 1, "every shard's replica has every key");
+    alerts_and_dashboard_read_live_series(port, &router.http, &before).await;
 
     // Delete the pod of shard 0's primary, as a drain or a node going away would.
     let old_primary = before.nodes[0].addr.clone();

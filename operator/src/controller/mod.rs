@@ -77,6 +77,40 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     report::status(&ctx, &cc, &wanted, &seen, plan, Acted { published, restarting }).await
 }
 
+/// Starts the failover writer of every CacheCluster in `clusters` that has replicas, at once
+/// and before the controller's first reconcile: a leader that has just taken over must probe
+/// the primaries before their writer leases run out (a down-after after the previous leader's
+/// last probe, 1 s by default) or they fence themselves until a writer confirms them, and a
+/// first reconcile (the controller's watches started, objects applied, every member probed, one
+/// of them perhaps restarting) takes longer than that. Best effort: the reconcile starts any
+/// writer this could not.
+pub async fn start_failover_writers(ctx: &Arc<Context>, clusters: &Api<CacheCluster>) {
+    let list = match clusters.list(&Default::default()).await {
+        Ok(list) => list,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing CacheClusters to start their failover writers");
+            return;
+        }
+    };
+    for cc in list.items {
+        let Ok(wanted) = Wanted::of(&cc) else { continue };
+        if wanted.replicas == 0 {
+            continue;
+        }
+        let store = ConfigMapRegistry::new(Api::<ConfigMap>::namespaced(ctx.client.clone(), &wanted.ns), &cc);
+        match store.load().await {
+            Ok(Some(t)) if members::replica_mode(wanted.replicas, Some(&t)) => {
+                let secret = resources::derive_cluster_secret(&ctx.settings.secret_key, &cc);
+                failover::ensure(ctx, &cc, store, &secret);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(cluster = %wanted.name, error = %e, "reading the topology to start its failover writer")
+            }
+        }
+    }
+}
+
 /// The objects whose content does not depend on the scaling state.
 async fn apply_fixed_objects(client: &Client, ns: &str, cc: &CacheCluster) -> Result<(), Error> {
     apply(client, ns, &resources::service_account(cc, Component::Node)).await?;

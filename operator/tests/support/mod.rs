@@ -164,6 +164,40 @@ impl Drop for Proc {
     }
 }
 
+/// A tool from the tool cache (`.ci/tools/install`), or None (skipping, outside CI) when it is
+/// missing.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let path = cache().join("bin").join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("CI").is_none(), "{name} missing: run .ci/tools/install {name}");
+    eprintln!("SKIPPED: {name} missing (run .ci/tools/install {name})");
+    None
+}
+
+/// `helm template` of `charts/shoal` (release `rel`, namespace shoal-system) with `args`; the
+/// manifests as JSON values, or helm's error text. None when helm is missing (see [`tool`]).
+pub fn render(args: &[&str]) -> Option<Result<Vec<serde_json::Value>, String>> {
+    let helm = tool("helm")?;
+    let chart = repo().join("charts/shoal");
+    let out = Command::new(helm)
+        .args(["template", "rel", chart.to_str().unwrap(), "--namespace", "shoal-system"])
+        .args(args)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Some(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = text
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_json::Value>(d).ok())
+        .filter(|v| v.is_object())
+        .collect();
+    Some(Ok(docs))
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -576,6 +610,13 @@ async fn scrape(addr: &str) -> Option<String> {
     let mut body = String::new();
     s.read_to_string(&mut body).await.ok()?;
     Some(body)
+}
+
+/// The metric families (`# TYPE` lines) of `addr`'s /metrics page (empty while it is not
+/// answering).
+pub async fn metric_families(addr: &str) -> std::collections::BTreeSet<String> {
+    let page = scrape(addr).await.unwrap_or_default();
+    page.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()
 }
 
 /// An unlabelled series from `addr`'s /metrics (None while it is not answering).
