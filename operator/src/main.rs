@@ -277,7 +277,9 @@ async fn reconcile_while_leading(
     };
     // The failover writers first: the primaries' writer leases run out a down-after after the
     // previous leader's last probe, sooner than the controller's first reconcile gets to them.
-    controller::start_failover_writers(ctx, &cc_api).await;
+    // (Bounded: a slow API server must not hold the controller back; it starts them too.)
+    let _ =
+        tokio::time::timeout(Duration::from_secs(5), controller::start_failover_writers(ctx, &cc_api)).await;
     let managed_by = format!("app.kubernetes.io/managed-by={}", resources::OPERATOR_NAME_LABEL);
     let managed = watcher::Config::default().labels(&managed_by);
     Controller::new(cc_api, watcher::Config::default())
