@@ -272,8 +272,11 @@ async fn latency_monitor_reports_commands_and_expiry() {
             redis::cmd("LATENCY").arg("LATEST").query_async(&mut con).await.unwrap();
         if events.iter().any(|e| e.0 == "expire-cycle") {
             expired = true;
+            // (Fields: name, time, latest ms, max ms.) The ~100 ms script is the event's max; its
+            // latest sample may be a later command that took a millisecond (the threshold is 1 ms
+            // now, and a busy CI machine makes a CONFIG SET or a PEXPIRE take that long).
             let cmd = events.iter().find(|e| e.0 == "command").expect("the script's event");
-            assert!(cmd.2 >= 5 && cmd.3 >= cmd.2, "{events:?}");
+            assert!(cmd.3 >= 5 && cmd.3 >= cmd.2 && cmd.2 >= 1, "{events:?}");
             break;
         }
     }
