@@ -71,8 +71,21 @@ async fn conditional_writes_raise_events_only_when_they_write() {
     assert_eq!(text(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]).await), "+OK\r\n");
     let mut sub = Raw::connect(router.resp_addr()).await;
     sub.cmd(&["PSUBSCRIBE", "__keyspace@0__:k*"]).await;
-    c.cmd(&["SET", "k1", "a"]).await;
-    assert!(text(sub.reply().await.unwrap()).ends_with("$3\r\nset\r\n"));
+    // The router opens its pub/sub links to the nodes as it starts, and a PSUBSCRIBE waits for a
+    // link still opening at most the request deadline (a node that is down must not hold it up);
+    // on a busy machine a link can take longer. The subscription reaches that node once it is
+    // open: write until an event arrives, then let any late one in before the checks below.
+    let mut armed = false;
+    for _ in 0..50 {
+        c.cmd(&["SET", "k1", "a"]).await;
+        if let Some(event) = sub.reply_within(std::time::Duration::from_millis(200)).await {
+            assert!(text(event).ends_with("$3\r\nset\r\n"));
+            armed = true;
+            break;
+        }
+    }
+    assert!(armed, "no keyspace event within 10 s of PSUBSCRIBE");
+    while sub.reply_within(std::time::Duration::from_millis(300)).await.is_some() {}
     // Not equal: nothing written, nothing raised (with GET as without).
     assert_eq!(text(c.cmd(&["SET", "k1", "b", "IFEQ", "zz"]).await), "$-1\r\n");
     assert_eq!(text(c.cmd(&["SET", "k1", "b", "IFEQ", "zz", "GET"]).await), "$1\r\na\r\n");

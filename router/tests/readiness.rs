@@ -94,7 +94,7 @@ async fn a_killed_node_leaves_the_router_ready_and_its_other_keys_served() {
 /// load balancer still sends new ones here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_router_is_unready_but_serves_through_its_shutdown_delay() {
-    const DELAY: Duration = Duration::from_millis(2000);
+    const DELAY: Duration = Duration::from_millis(3000);
     let dir = tempfile::tempdir().unwrap();
     let mut router =
         RouterProc::start(dir.path(), "router", &["--shutdown-delay-ms", &DELAY.as_millis().to_string()])
@@ -110,17 +110,17 @@ async fn a_stopping_router_is_unready_but_serves_through_its_shutdown_delay() {
         if status(&ready) == 503 {
             break;
         }
-        assert!(signalled.elapsed() < Duration::from_millis(500), "still ready after SIGTERM: {ready}");
+        assert!(signalled.elapsed() < Duration::from_millis(1000), "still ready after SIGTERM: {ready}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Through most of the delay: the connection it had, and a new one, are answered.
     let mut answered = 0;
-    while signalled.elapsed() < DELAY - Duration::from_millis(500) {
+    while signalled.elapsed() < DELAY - Duration::from_millis(1000) {
         assert_eq!(c.cmd(&["GET", "k"]).await, b"$1\r\nv\r\n", "{}", router.logs());
         answered += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(answered >= 10, "{answered}");
+    assert!(answered >= 5, "{answered}");
     let mut late = router.raw().await;
     assert_eq!(late.cmd(&["GET", "k"]).await, b"$1\r\nv\r\n", "a client arriving during the delay is served");
 
