@@ -77,6 +77,47 @@ async fn a_stopped_node_fails_fast_and_recovers() {
     }
 }
 
+/// Seen on a real Kubernetes node (issue 41's eviction phase): a replica pod away for 7 s, back
+/// and synced, then handed its shard by the evicted primary. The router's link to it was still
+/// backing off (2 s between attempts) and every call in between failed with the error of an
+/// attempt made while the pod was away. A topology that makes the node a primary
+/// (`reconnect_now`) must end the backoff and let calls wait for the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_made_primary_is_reconnected_at_once_and_calls_wait_for_it() {
+    use shoal_router::backend::{LinkOptions, NodeLink, NodePort};
+    use shoal_wire::proto::{self, op::Kind};
+    let addr: SocketAddr = format!("127.0.0.1:{}", support::free_port()).parse().unwrap();
+    let node = node_at(addr).await;
+    let options = LinkOptions { deadline: Duration::from_millis(1500), ..Default::default() };
+    let link = NodeLink::spawn(1, addr.to_string(), &options);
+    let get = || proto::Op {
+        kind: Some(Kind::Get(proto::Get { key: "k".into(), ..Default::default() })),
+        ..Default::default()
+    };
+    let call = |link: &NodeLink| link.call(get(), 0, tokio::time::Instant::now() + options.deadline).wait();
+    support::wait_until(Duration::from_secs(5), || link.is_up()).await;
+    assert!(call(&link).await.is_ok());
+
+    node.shutdown().await.unwrap();
+    support::wait_until(Duration::from_secs(5), || !link.is_up()).await;
+    // Away long enough for the backoff to reach its longest wait (2 s between attempts).
+    tokio::time::sleep(Duration::from_millis(4200)).await;
+    let started = Instant::now();
+    let err = call(&link).await.unwrap_err().to_string();
+    assert!(started.elapsed() < Duration::from_millis(100), "a down link fails fast: {err}");
+    assert!(err.starts_with(&format!("node 1 ({addr}) is unavailable")), "{err}");
+
+    let node = node_at(addr).await;
+    link.reconnect_now();
+    let started = Instant::now();
+    let answer = call(&link).await;
+    assert!(answer.is_ok(), "the call waited for the reconnect: {answer:?}");
+    assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
+    assert!(link.is_up());
+    link.close();
+    node.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_times_out_within_the_deadline() {
     // A real node process, frozen with SIGSTOP: its TCP connection stays open but nothing answers.

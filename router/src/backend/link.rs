@@ -26,8 +26,11 @@
 //! client gets an error, never a hang). When the stream breaks, every in-flight call fails at
 //! once (`InFlight`: the node may have run it; calls not sent yet fail `Unavailable`), the link
 //! is marked down (new calls fail immediately instead of waiting out the deadline) and the
-//! manager reconnects with exponential backoff. A full queue (node far slower than its
-//! clients) rejects calls instead of growing.
+//! manager reconnects with exponential backoff. A topology that makes a down node a primary
+//! ([`NodePort::reconnect_now`]: a replica that restarted a moment ago and was just handed the
+//! shard) ends the backoff: the link retries at once and, for one deadline, calls wait for the
+//! connection instead of failing with the error of an attempt made before the node was back. A
+//! full queue (node far slower than its clients) rejects calls instead of growing.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -167,6 +170,10 @@ struct Shared {
     /// router just started), calls wait in the queue for the connection, within their deadline,
     /// instead of failing at once.
     connected_once: AtomicBool,
+    /// Until when calls wait for a reconnect instead of failing fast (set by
+    /// [`NodePort::reconnect_now`]), and the signal that ends the manager's backoff.
+    awaited_until: Mutex<Option<Instant>>,
+    retry_now: Notify,
     last_error: Mutex<String>,
     client: Mutex<Option<client::Client>>,
     /// When the node's stream last delivered a message: calls measure their deadline from it.
@@ -185,6 +192,13 @@ struct Shared {
 type StreamHandle = (Arc<Mutex<Inflight>>, Arc<Notify>);
 
 impl Shared {
+    /// Whether calls made while the link is down should wait for it: before its first
+    /// connection, and for a while after [`NodePort::reconnect_now`].
+    fn worth_waiting(&self) -> bool {
+        !self.connected_once.load(Ordering::Acquire)
+            || self.awaited_until.lock().is_some_and(|until| Instant::now() < until)
+    }
+
     fn unavailable(&self) -> BackendError {
         self.ident.unavailable(self.last_error.lock().clone())
     }
@@ -222,6 +236,8 @@ impl NodeLink {
             up: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             connected_once: AtomicBool::new(false),
+            awaited_until: Mutex::new(None),
+            retry_now: Notify::new(),
             last_error: Mutex::new("not connected yet".into()),
             client: Mutex::new(None),
             progress: Arc::new(Progress::new()),
@@ -245,7 +261,7 @@ impl NodeLink {
             s.metrics.failed_calls.inc();
             NodeCall::done(Err(e), s.ident.clone())
         };
-        if !self.is_up() && s.connected_once.load(Ordering::Acquire) {
+        if !self.is_up() && !s.worth_waiting() {
             return refused(s.unavailable());
         }
         // An op travelling in pieces is assembled, decoded and stored in single steps that take
@@ -437,6 +453,15 @@ impl NodePort for NodeLink {
         self.shared.closing.store(true, Ordering::Release);
     }
 
+    fn reconnect_now(&self) {
+        let s = &self.shared;
+        if self.is_up() {
+            return;
+        }
+        *s.awaited_until.lock() = Some(Instant::now() + s.ident.deadline);
+        s.retry_now.notify_one();
+    }
+
     fn abandon_if_silent(&self, quiet: Duration) {
         let s = &self.shared;
         if s.progress.last().elapsed() < quiet {
@@ -536,24 +561,29 @@ async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
             }
         }
         // While down, calls fail fast at `call()`; anything that was queued before the link went
-        // down is failed here rather than left to time out. Before the first connection, queued
-        // calls wait for it instead (each until its own deadline).
+        // down is failed here rather than left to time out. Before the first connection, or while
+        // a reconnect is awaited (`reconnect_now`), queued calls wait for it instead (each until
+        // its own deadline) and attempts follow each other quickly.
         let retry_at = Instant::now() + backoff;
-        if !s.connected_once.load(Ordering::Acquire) {
-            tokio::time::sleep_until(retry_at).await;
+        if s.worth_waiting() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(retry_at) => {}
+                _ = s.retry_now.notified() => {}
+            }
             backoff = (backoff * 2).min(MAX_BACKOFF / 4);
             continue;
         }
-        loop {
+        let woken = loop {
             tokio::select! {
                 req = queue.recv() => match req {
                     Some(req) => s.fail(req.waiter),
                     None => return, // every sender is gone: the router dropped this link
                 },
-                _ = tokio::time::sleep_until(retry_at) => break,
+                _ = tokio::time::sleep_until(retry_at) => break false,
+                _ = s.retry_now.notified() => break true,
             }
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        };
+        backoff = if woken { MIN_BACKOFF } else { (backoff * 2).min(MAX_BACKOFF) };
     }
 }
 

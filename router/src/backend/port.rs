@@ -76,6 +76,10 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);
+    /// The node just became a primary in the routing topology: if its link is down, try again
+    /// now (not at the end of a backoff that began while the node was away) and let calls wait
+    /// one deadline for the connection.
+    fn reconnect_now(&self) {}
     /// The node was replaced as a primary: if its stream has delivered nothing for `quiet`, the
     /// calls waiting on it fail now as if the stream broke, so they are routed again by the new
     /// topology instead of waiting out their deadline on a node that is frozen or cut off. A node

@@ -365,6 +365,11 @@ impl Backend {
         let current = routing.clone();
         drop(routing);
         drop(ports);
+        // A node that just became a primary may have been away a moment ago (a replica that
+        // restarted, then was handed the shard): its link stops backing off.
+        for new in current.nodes.iter().filter(|p| !previous.contains(&***p)) {
+            new.reconnect_now();
+        }
         // A primary replaced while it does not answer (frozen, cut off): the calls waiting on it
         // are routed again now, by this topology, rather than waiting out their deadline.
         for old in previous.nodes.iter().filter(|p| !current.contains(&***p)) {
