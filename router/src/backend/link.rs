@@ -533,6 +533,9 @@ impl Inflight {
 /// The background half of a link: connects, runs the writer, spawns the reader, reconnects.
 async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
     let mut backoff = MIN_BACKOFF;
+    // A call taken off the queue while down, just as a reconnect became awaited: it goes first
+    // on the next connection (or fails if that attempt fails and the wait is over).
+    let mut held: Option<Request> = None;
     loop {
         match connect(&s.ident.addr, s.credentials.clone()).await {
             Ok((client, batches, replies)) => {
@@ -540,11 +543,13 @@ async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
                 s.metrics.connects.inc();
                 *s.client.lock() = Some(client.clone());
                 s.up.store(true, Ordering::Release);
+                // The awaited reconnect happened: a later loss fails calls fast again.
+                *s.awaited_until.lock() = None;
                 let connection = s.connection.fetch_add(1, Ordering::AcqRel) + 1;
                 tokio::spawn(ping(s.clone(), client, connection));
                 s.connected_once.store(true, Ordering::Release);
                 tracing::info!(node = s.ident.id, addr = %s.ident.addr, "connected to node");
-                let reason = Writer::new(&s).run(&mut queue, batches, replies).await;
+                let reason = Writer::new(&s).run(held.take(), &mut queue, batches, replies).await;
                 s.up.store(false, Ordering::Release);
                 *s.client.lock() = None;
                 if s.closing.load(Ordering::Acquire) {
@@ -573,14 +578,23 @@ async fn manage(s: Arc<Shared>, mut queue: mpsc::Receiver<Request>) {
             backoff = (backoff * 2).min(MAX_BACKOFF / 4);
             continue;
         }
+        if let Some(req) = held.take() {
+            s.fail(req.waiter);
+        }
         let woken = loop {
             tokio::select! {
+                biased;
+                _ = s.retry_now.notified() => break true,
                 req = queue.recv() => match req {
+                    // Queued after `reconnect_now`, before its signal was seen here.
+                    Some(req) if s.worth_waiting() => {
+                        held = Some(req);
+                        break true;
+                    }
                     Some(req) => s.fail(req.waiter),
                     None => return, // every sender is gone: the router dropped this link
                 },
                 _ = tokio::time::sleep_until(retry_at) => break false,
-                _ = s.retry_now.notified() => break true,
             }
         };
         backoff = if woken { MIN_BACKOFF } else { (backoff * 2).min(MAX_BACKOFF) };
@@ -693,6 +707,7 @@ impl<'a> Writer<'a> {
     /// Runs one connected stream until it breaks; returns why.
     async fn run(
         mut self,
+        mut held: Option<Request>,
         queue: &mut mpsc::Receiver<Request>,
         batches: mpsc::Sender<Batch>,
         replies: BoxStream<BatchReply>,
@@ -710,6 +725,8 @@ impl<'a> Writer<'a> {
             // Work to do: a transfer under way, or a queued request.
             let first = if self.transfer.is_some() || !self.waiting_transfers.is_empty() {
                 None
+            } else if let Some(req) = held.take() {
+                Some(req)
             } else {
                 tokio::select! {
                     biased;
