@@ -204,18 +204,29 @@ impl Default for FailoverOptions {
     }
 }
 
-/// The writer's probes of the members: one round asks every member for its stats at once.
+/// A probe's answer: the member's client (kept for the next probe) and its stats.
+type Answer = Option<(client::Client, NodeStats)>;
+
+/// The writer's probes of the members: one round asks every member for its stats at once, and
+/// waits for the members that answered last time. A member found not answering is probed in
+/// the background instead (one probe at a time, each within the probe timeout), its answer
+/// taken up by the first round after it arrives: a member that is restarting, or whose address
+/// leads nowhere for a while, must not hold up the rounds whose probes renew every other
+/// primary's lease (two rounds slowed to connect timeout + call timeout each let leases lapse,
+/// which is what happened at an operator hand-over while a node pod restarted).
 struct Prober {
     options: ClientOptions,
     clients: HashMap<String, client::Client>,
     /// When each member that stopped answering was first found not answering.
     down_since: HashMap<String, Instant>,
     /// The lease on primaries (node/src/membership/lease.rs): each round's probes carry the
-    /// round's number and, per member, the last round whose answer came back. Numbers start from
+    /// round's number and, per member, the last probe whose answer came back. Numbers start from
     /// the time this writer started, so a restarted writer never names a probe of another.
     round: u64,
     answered: HashMap<String, u64>,
     down_after_ms: u64,
+    /// Probes of members not answering: each one's number and task.
+    background: HashMap<String, (u64, tokio::task::JoinHandle<Answer>)>,
 }
 
 impl Prober {
@@ -234,45 +245,86 @@ impl Prober {
                 .map_or(1, |d| d.as_micros() as u64),
             answered: HashMap::new(),
             down_after_ms: options.down_after.as_millis() as u64,
+            background: HashMap::new(),
+        }
+    }
+
+    /// One probe of `addr`, numbered `probe`, within the probe timeout (connecting first if
+    /// there is no client).
+    fn probe(&self, addr: &str, probe: u64) -> impl std::future::Future<Output = Answer> + Send + 'static {
+        let (cached, options, addr) =
+            (self.clients.get(addr).cloned(), self.options.clone(), addr.to_string());
+        let request = StatsRequest {
+            failover_writer: true,
+            probe,
+            acked_probe: self.answered.get(&addr).copied().unwrap_or(0),
+            down_after_ms: self.down_after_ms,
+        };
+        async move {
+            let mut c = match cached {
+                Some(c) => c,
+                None => client::connect(&addr, &options).await.ok()?,
+            };
+            let s = tokio::time::timeout(options.connect_timeout, c.stats(request)).await.ok()?.ok()?;
+            Some((c, s.into_inner()))
         }
     }
 
     /// Probes every member once; how each stands.
     async fn round(&mut self, members: &[String]) -> HashMap<String, Health> {
         self.round += 1;
-        let asks = members.iter().map(|addr| {
-            let (cached, probe) = (self.clients.get(addr).cloned(), self.options.clone());
-            let request = StatsRequest {
-                failover_writer: true,
-                probe: self.round,
-                acked_probe: self.answered.get(addr).copied().unwrap_or(0),
-                down_after_ms: self.down_after_ms,
-            };
-            async move {
-                let mut c = match cached {
-                    Some(c) => c,
-                    None => client::connect(addr, &probe).await.ok()?,
-                };
-                let s = tokio::time::timeout(probe.connect_timeout, c.stats(request)).await.ok()?.ok()?;
-                Some((c, s.into_inner()))
+        let round = self.round;
+        self.background.retain(|addr, (_, task)| {
+            let keep = members.contains(addr);
+            if !keep {
+                task.abort();
             }
+            keep
         });
-        let answers = join_all(asks).await;
+        // Background probes that have finished, with the number each carried.
+        let mut answers: HashMap<&String, (u64, Answer)> = HashMap::new();
+        for addr in members {
+            if self.background.get(addr).is_some_and(|(_, task)| task.is_finished()) {
+                let (probe, task) = self.background.remove(addr).expect("just seen");
+                answers.insert(addr, (probe, task.await.ok().flatten()));
+            }
+        }
+        // The rest: those that answered last time are waited for; those that did not (and have
+        // no probe out, or one that just failed) get one in the background.
+        let mut waited = Vec::new();
+        for addr in members {
+            let answered = answers.get(addr).is_some_and(|(_, a)| a.is_some());
+            if answered || self.background.contains_key(addr) {
+                continue;
+            }
+            if self.down_since.contains_key(addr) {
+                let task = tokio::spawn(self.probe(addr, round));
+                self.background.insert(addr.clone(), (round, task));
+            } else {
+                waited.push((addr, self.probe(addr, round)));
+            }
+        }
+        let (addrs, asks): (Vec<_>, Vec<_>) = waited.into_iter().unzip();
+        for (addr, answer) in addrs.into_iter().zip(join_all(asks).await) {
+            answers.insert(addr, (round, answer));
+        }
         let mut health = HashMap::new();
-        for (addr, answer) in members.iter().zip(answers) {
+        for addr in members {
             let now = Instant::now();
-            let h = match answer {
-                Some((c, s)) => {
+            let h = match answers.remove(addr) {
+                Some((probe, Some((c, s)))) => {
                     self.clients.insert(addr.clone(), c);
-                    self.answered.insert(addr.clone(), self.round);
+                    self.answered.insert(addr.clone(), probe);
                     self.down_since.remove(addr);
                     Health { stats: Some(s), down_for: Duration::ZERO }
                 }
-                None => {
-                    self.clients.remove(addr);
-                    // Counting down from the last answer: no lease from this writer until the
-                    // member answers again (its down-after may be running out).
-                    self.answered.remove(addr);
+                answer => {
+                    if answer.is_some() {
+                        // Counting down from the last answer: no lease from this writer until
+                        // the member answers again (its down-after may be running out).
+                        self.clients.remove(addr);
+                        self.answered.remove(addr);
+                    }
                     let since = *self.down_since.entry(addr.clone()).or_insert(now);
                     Health { stats: None, down_for: now - since }
                 }
@@ -280,6 +332,12 @@ impl Prober {
             health.insert(addr.clone(), h);
         }
         health
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.background.values().for_each(|(_, task)| task.abort());
     }
 }
 
@@ -502,5 +560,51 @@ mod tests {
         let d = decide(&cluster(), &h, DOWN).unwrap();
         assert_eq!(d.topology.nodes, cluster().nodes, "same members");
         assert_eq!(d.topology.version, 2);
+    }
+}
+
+#[cfg(test)]
+mod prober_tests {
+    use super::*;
+
+    /// A member whose address accepts connections and never answers (a listener that never
+    /// accepts: the kernel completes the handshake, HTTP/2's never comes) holds up the first round
+    /// that probes it, by the probe timeout, and no round after it: later rounds see it down, for
+    /// longer each time, while its probes run in the background one at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_that_does_not_answer_holds_up_one_round_only() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let options = FailoverOptions { probe_timeout: Duration::from_millis(300), ..Default::default() };
+        let mut prober = Prober::new(&options);
+        let members = vec![addr.clone()];
+
+        let started = Instant::now();
+        let first = prober.round(&members).await;
+        assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+        assert!(first[&addr].stats.is_none());
+
+        let mut last_down = Duration::ZERO;
+        let mut probes = std::collections::BTreeSet::new();
+        let watching = Instant::now();
+        while watching.elapsed() < Duration::from_millis(1500) {
+            let started = Instant::now();
+            let h = prober.round(&members).await;
+            assert!(
+                started.elapsed() < Duration::from_millis(100),
+                "a round waited: {:?}",
+                started.elapsed()
+            );
+            assert!(h[&addr].stats.is_none());
+            assert!(h[&addr].down_for >= last_down);
+            last_down = h[&addr].down_for;
+            assert_eq!(prober.background.len(), 1, "one probe out at a time");
+            probes.insert(prober.background[&addr].0);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(last_down >= Duration::from_millis(1400), "{last_down:?}");
+        // Each background probe ends at its timeout and the next round starts another.
+        assert!((3..=8).contains(&probes.len()), "{probes:?}");
+        drop(silent);
     }
 }
