@@ -94,12 +94,9 @@ pub async fn start_failover_writers(ctx: &Arc<Context>, clusters: &Api<CacheClus
     };
     for cc in list.items {
         let Ok(wanted) = Wanted::of(&cc) else { continue };
-        if wanted.replicas == 0 {
-            continue;
-        }
         let store = ConfigMapRegistry::new(Api::<ConfigMap>::namespaced(ctx.client.clone(), &wanted.ns), &cc);
         match store.load().await {
-            Ok(Some(t)) if members::replica_mode(wanted.replicas, Some(&t)) => {
+            Ok(published) if needs_failover_writer(&wanted, published.as_ref()) => {
                 let secret = resources::derive_cluster_secret(&ctx.settings.secret_key, &cc);
                 failover::ensure(ctx, &cc, store, &secret);
             }
@@ -126,6 +123,13 @@ async fn apply_fixed_objects(client: &Client, ns: &str, cc: &CacheCluster) -> Re
 /// Routers start once there is a topology to route by; the failover writer runs while it has
 /// replicas (or should). Returns the topology published now, read again: a step above may
 /// have published.
+/// Whether a cluster's topology, once published, needs a failover writer: it runs with replicas
+/// (or still has some in the topology, while going back to none). The same rule at a new
+/// leader's start ([`start_failover_writers`]) and in every reconcile.
+fn needs_failover_writer(wanted: &Wanted, published: Option<&Topology>) -> bool {
+    published.is_some() && members::replica_mode(wanted.replicas, published)
+}
+
 async fn start_routers_and_failover(
     ctx: &Arc<Context>,
     cc: &CacheCluster,
@@ -137,7 +141,7 @@ async fn start_routers_and_failover(
     if published.is_some() {
         apply(&ctx.client, &wanted.ns, &resources::router_deployment(cc)).await?;
     }
-    if published.is_some() && members::replica_mode(wanted.replicas, published.as_ref()) {
+    if needs_failover_writer(wanted, published.as_ref()) {
         failover::ensure(ctx, cc, store.clone(), secret);
     } else {
         failover::stop(ctx, &wanted.key);
