@@ -410,6 +410,10 @@ fn the_values_schema_refuses_bad_values() {
         (vec!["--set", "cluster.shardSpread.zones=3"], "additional properties 'zones'"),
         (vec!["--set", "clutser.shards=3"], "additional properties 'clutser'"),
         (vec!["--set", "cluster.clusterMode=on"], "/cluster/clusterMode"),
+        // A short commit id of digits only (8522793 was one) is a number to --set: refused
+        // rather than rendered as a different tag (0123456 would become 123456); README says
+        // --set-string.
+        (vec!["--set", "image.tag=8522793"], "at '/image/tag': got number, want string"),
         (vec!["--set", "cluster.encoding.setMaxIntsetEntries=-1"], "/cluster/encoding/setMaxIntsetEntries"),
         (
             vec!["--set", "cluster.encoding.hashMaxListpackValue=64b"],
