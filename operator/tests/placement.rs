@@ -125,10 +125,8 @@ async fn a_shards_pods_land_in_different_zones_and_a_drain_is_not_blocked() {
     for i in 0..3 {
         assert_ne!(at[&primary(i)], at[&replica(i)], "shard {i}'s pods share a zone: {at:?}");
     }
-    // The whole cluster spreads too: two pods a zone.
-    for z in ZONES {
-        assert_eq!(at.values().filter(|v| *v == z).count(), 2, "{at:?}");
-    }
+    // (The cluster-wide spread, two pods a zone, is ScheduleAnyway: a score among others, which
+    // CI once saw lose (3, 2, 1). Not asserted.)
 
     // Drain every zone but shard 0's replica's: its primary, evicted, can only go there.
     let keep = at[&replica(0)].clone();
