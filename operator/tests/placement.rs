@@ -95,6 +95,46 @@ async fn create(
     }
 }
 
+/// Shard 0's primary pod (member 0, index 0): the one evicted.
+const PRIMARY_0: &str = "shoal-node-0";
+
+/// Creates the cluster in `ns` with spread `mode`, waits for its six pods, checks that each
+/// shard's two pods are in different zones, then cordons every zone but shard 0's replica's and
+/// evicts shard 0's primary. Returns the zone left and the namespace's pods.
+async fn place_then_drain_to_one_zone(
+    client: &Client,
+    plane: &Plane,
+    zone_of: &BTreeMap<String, String>,
+    ns: &str,
+    mode: &str,
+) -> (String, Api<Pod>) {
+    let objects = cluster(ns, mode);
+    create(client, plane, ns, &objects).await;
+    let sts = &objects.1;
+    let (primary, replica) =
+        (|i: usize| format!("{}-{i}", sts[0].name_any()), |i: usize| format!("{}-{i}", sts[1].name_any()));
+    assert_eq!(primary(0), PRIMARY_0);
+    let at = wait_for(&format!("six pods running ({mode})"), Duration::from_secs(90), async || {
+        let at = placed(client, ns, zone_of).await;
+        (at.len() == 6).then_some(at)
+    })
+    .await;
+    for i in 0..3 {
+        assert_ne!(at[&primary(i)], at[&replica(i)], "shard {i}'s pods share a zone ({mode}): {at:?}");
+    }
+    // (The cluster-wide spread, two pods a zone, is ScheduleAnyway: a score among others, which
+    // CI once saw lose (3, 2, 1). Not asserted.)
+    let keep = at[&replica(0)].clone();
+    for (node, z) in zone_of {
+        if *z != keep {
+            plane.kubectl(&["cordon", node], None);
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.evict(PRIMARY_0, &EvictParams::default()).await.unwrap();
+    (keep, pods)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shards_pods_land_in_different_zones_and_a_drain_is_not_blocked() {
     let Some(plane) = Plane::up("placement") else { return };
@@ -112,34 +152,11 @@ async fn a_shards_pods_land_in_different_zones_and_a_drain_is_not_blocked() {
     // The plane's own node has no zone: keep pods off it.
     plane.kubectl(&["cordon", "kwok-node-0"], None);
 
-    let cluster_p = cluster("preferred", "Preferred");
-    create(&client, &plane, "preferred", &cluster_p).await;
-    let sts = &cluster_p.1;
-    let primary = |i: usize| format!("{}-{i}", sts[0].name_any());
-    let replica = |i: usize| format!("{}-{i}", sts[1].name_any());
-    let at = wait_for("six pods running", Duration::from_secs(90), async || {
-        let at = placed(&client, "preferred", &zone_of).await;
-        (at.len() == 6).then_some(at)
-    })
-    .await;
-    for i in 0..3 {
-        assert_ne!(at[&primary(i)], at[&replica(i)], "shard {i}'s pods share a zone: {at:?}");
-    }
-    // (The cluster-wide spread, two pods a zone, is ScheduleAnyway: a score among others, which
-    // CI once saw lose (3, 2, 1). Not asserted.)
-
-    // Drain every zone but shard 0's replica's: its primary, evicted, can only go there.
-    let keep = at[&replica(0)].clone();
-    for (node, z) in &zone_of {
-        if *z != keep {
-            plane.kubectl(&["cordon", node], None);
-        }
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "preferred");
-    pods.evict(&primary(0), &EvictParams::default()).await.unwrap();
+    // Preferred (the default): the evicted primary goes beside its replica.
+    let (keep, _) = place_then_drain_to_one_zone(&client, &plane, &zone_of, "preferred", "Preferred").await;
     let again = wait_for("the evicted primary placed again", Duration::from_secs(90), async || {
         let at = placed(&client, "preferred", &zone_of).await;
-        at.get(&primary(0)).filter(|z| **z == keep).cloned()
+        at.get(PRIMARY_0).filter(|z| **z == keep).cloned()
     })
     .await;
     assert_eq!(again, keep, "beside its replica, the only zone left");
@@ -148,25 +165,9 @@ async fn a_shards_pods_land_in_different_zones_and_a_drain_is_not_blocked() {
     for node in zone_of.keys() {
         plane.kubectl(&["uncordon", node], None);
     }
-    create(&client, &plane, "required", &cluster("required", "Required")).await;
-    let at = wait_for("six pods running (Required)", Duration::from_secs(90), async || {
-        let at = placed(&client, "required", &zone_of).await;
-        (at.len() == 6).then_some(at)
-    })
-    .await;
-    for i in 0..3 {
-        assert_ne!(at[&primary(i)], at[&replica(i)], "shard {i} (Required): {at:?}");
-    }
-    let keep = at[&replica(0)].clone();
-    for (node, z) in &zone_of {
-        if *z != keep {
-            plane.kubectl(&["cordon", node], None);
-        }
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "required");
-    pods.evict(&primary(0), &EvictParams::default()).await.unwrap();
+    let (_, pods) = place_then_drain_to_one_zone(&client, &plane, &zone_of, "required", "Required").await;
     let reason = wait_for("the evicted primary unschedulable", Duration::from_secs(90), async || {
-        let p = pods.get_opt(&primary(0)).await.ok()??;
+        let p = pods.get_opt(PRIMARY_0).await.ok()??;
         let status = p.status?;
         let cond = status.conditions?.into_iter().find(|c| c.type_ == "PodScheduled")?;
         (cond.status == "False").then(|| cond.message.unwrap_or_default())

@@ -368,8 +368,8 @@ impl Backend {
         // A node that just became a primary may have been away a moment ago (a replica that
         // restarted, then was handed the shard): its link stops backing off.
         // (Not at the first topology: its links are new and wait for their first connection.)
-        for new in current.nodes.iter().filter(|p| !previous.nodes.is_empty() && !previous.contains(&***p)) {
-            new.reconnect_now();
+        if !previous.nodes.is_empty() {
+            current.nodes.iter().filter(|p| !previous.contains(&***p)).for_each(|new| new.reconnect_now());
         }
         // A primary replaced while it does not answer (frozen, cut off): the calls waiting on it
         // are routed again now, by this topology, rather than waiting out their deadline.
