@@ -13,6 +13,8 @@
 //!   [`server::NodeHandle`] runs a node in-process), [`service`] (the RPCs), [`execute`] (the
 //!   `Execute` stream), [`pubsub::stream`] (the `Subscribe` stream), [`metrics`] (the `/metrics`
 //!   page), [`replication::handover`] (handing a shard to a replica).
+//! - [`twophase`]: a transaction over several nodes, this node's half (`Prepare` holds the gate
+//!   until `Decide`; a participant without a decision asks the coordinator's [`decisions`]).
 //! - [`state`]: [`state::NodeState`], what the front shares (store, scripts, persistence,
 //!   membership, pub/sub, the node's counters and settings). Below its users, it imports only
 //!   what it holds.
@@ -43,6 +45,7 @@
 
 pub mod commands;
 pub mod config;
+pub mod decisions;
 pub mod execute;
 pub mod export;
 pub mod link_tls;
@@ -62,3 +65,4 @@ pub mod service;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod twophase;

@@ -61,6 +61,21 @@ fn store_and_traffic(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
             "Open Execute streams (connected routers).",
             state.metrics.streams.get() as f64,
         )
+        .counter(
+            "shoal_node_cross_node_prepared_total",
+            "Transactions over several nodes prepared here (their part held until decided).",
+            state.metrics.transactions_prepared.get(),
+        )
+        .counter(
+            "shoal_node_cross_node_committed_total",
+            "Transactions over several nodes whose part was applied here.",
+            state.metrics.transactions_committed.get(),
+        )
+        .counter(
+            "shoal_node_cross_node_aborted_total",
+            "Transactions over several nodes prepared here and let go (aborted, or no decision within the lease).",
+            state.metrics.transactions_aborted.get(),
+        )
         .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0);
 }
 

@@ -192,6 +192,25 @@ impl Node for NodeService {
         }
     }
 
+    async fn prepare(
+        &self,
+        request: Request<proto::PrepareRequest>,
+    ) -> Result<Response<proto::Reply>, Status> {
+        Ok(Response::new(crate::twophase::prepare(&self.state, request.into_inner()).await))
+    }
+
+    async fn decide(&self, request: Request<proto::DecideRequest>) -> Result<Response<proto::Reply>, Status> {
+        Ok(Response::new(crate::twophase::decide(&self.state, request.into_inner()).await))
+    }
+
+    async fn decision(
+        &self,
+        request: Request<proto::DecisionQuery>,
+    ) -> Result<Response<proto::DecisionReply>, Status> {
+        let committed = self.state.decisions.question(&request.into_inner().txid);
+        Ok(Response::new(proto::DecisionReply { committed }))
+    }
+
     async fn ping(
         &self,
         _request: Request<proto::PingRequest>,

@@ -9,6 +9,7 @@ use std::time::Instant;
 use shoal_telemetry::metrics::{Counter, Gauge, Histogram, SIZE_BUCKETS};
 use shoal_wire::proto::{NodeSettings, NodeStats};
 
+use crate::decisions::Decisions;
 use crate::membership::Membership;
 use crate::persistence::Persistence;
 use crate::pubsub::PubSub;
@@ -28,6 +29,8 @@ pub struct NodeState {
     pub started: Instant,
     /// Routers' subscriptions; the store publishes through it (PUBLISH ops, notifications).
     pub pubsub: Arc<PubSub>,
+    /// Transactions over several nodes prepared here and their decisions.
+    pub decisions: Decisions,
 }
 
 impl NodeState {
@@ -44,6 +47,7 @@ impl NodeState {
             metrics: NodeMetrics::default(),
             started: Instant::now(),
             pubsub,
+            decisions: Decisions::default(),
         }
     }
 
@@ -239,6 +243,10 @@ pub struct NodeMetrics {
     /// Connections refused in the node-link TLS handshake (no certificate from the cluster's CA,
     /// an expired one, plaintext) or that did not finish it in time.
     pub link_tls_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Transactions over several nodes prepared here, and how they ended (`crate::twophase`).
+    pub transactions_prepared: Counter,
+    pub transactions_committed: Counter,
+    pub transactions_aborted: Counter,
 }
 
 impl Default for NodeMetrics {
@@ -250,6 +258,9 @@ impl Default for NodeMetrics {
             streams: Gauge::default(),
             unauthenticated: Default::default(),
             link_tls_refused: Default::default(),
+            transactions_prepared: Counter::default(),
+            transactions_committed: Counter::default(),
+            transactions_aborted: Counter::default(),
         }
     }
 }

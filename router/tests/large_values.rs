@@ -251,9 +251,17 @@ async fn a_large_value_costs_about_twice_its_size_and_a_moving_transfer_is_not_c
             && got[header.len()..header.len() + size].iter().all(|&b| b == b'v')
     );
     drop(got);
-    let (node_after, node_peak) = memory(node);
-    let (router_after, router_peak) = memory(router);
     let grew = |peak: usize, before: usize| peak.saturating_sub(before) as f64 / size as f64;
+    // The allocator gives freed pages back over a moment (jemalloc's decay), not at once: wait up
+    // to 5 s for the router's to go (CI saw +0.55x when measured at once on a busy machine).
+    let given_back = Instant::now() + Duration::from_secs(5);
+    let (mut node_after, mut node_peak) = memory(node);
+    let (mut router_after, mut router_peak) = memory(router);
+    while grew(router_after, router_before) >= 0.5 && Instant::now() < given_back {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (node_after, node_peak) = memory(node);
+        (router_after, router_peak) = memory(router);
+    }
     eprintln!(
         "node: peak +{:.2}x, after +{:.2}x; router: peak +{:.2}x, after +{:.2}x",
         grew(node_peak, node_before),

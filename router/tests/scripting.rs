@@ -327,7 +327,8 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
     // Filler (12 MB), so that slots take a while to move and scripts meet them moving.
     support::fill(&mut admin, 3000, 4096).await;
     const PAIRS: usize = 40;
-    support::transfer_pairs(&mut admin, PAIRS).await;
+    let pairs = support::Pairs { n: PAIRS, spread: false };
+    support::transfer_pairs(&mut admin, pairs).await;
     let transfer =
         "redis.call('decr', KEYS[1]) redis.call('incr', KEYS[2]) return redis.call('incr', KEYS[3])";
     let sha = shoal_wire::script::sha1_hex(transfer.as_bytes());
@@ -362,7 +363,7 @@ async fn scripts_apply_whole_while_the_cluster_scales() {
         clients,
         &stop,
         &applied,
-        PAIRS,
+        pairs,
         "script",
     )
     .await;

@@ -103,9 +103,92 @@ async fn watch_races_match_redis() {
             (0, "EXEC"),
         ],
     ];
+    compare_scenarios(redis_addr, router.resp_addr(), scenarios).await;
+    router.shutdown().await;
+}
+
+/// WATCH and MULTI over keys of several nodes (no hash tags: `a`, `b`, `c` and `x` are spread
+/// over the 3 nodes), byte-compared with redis-server: a change to any watched key, on any node,
+/// aborts the whole; otherwise every node's part is applied, each command answered in its place
+/// (a WRONGTYPE among them as Redis answers it); queueing errors abort the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_over_several_nodes_match_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut c = Raw::connect(router.resp_addr()).await;
+    // The keys are on more than one node (a script over them is refused as in Redis Cluster).
+    let spread = c.cmd(&["EVAL", "return 1", "4", "a", "b", "c", "x"]).await;
+    assert!(spread.starts_with(b"-CROSSSLOT"), "{}", String::from_utf8_lossy(&spread));
+    let scenarios: &[&[(usize, &str)]] = &[
+        &[(0, "MULTI"), (0, "SET a 1"), (0, "INCR b"), (0, "LPUSH c x"), (0, "GET a"), (0, "EXEC")],
+        &[
+            (0, "MGET a b c"),
+            (0, "SET a 1"),
+            (0, "MULTI"),
+            (0, "MSET a 2 b 2 x 2"),
+            (0, "MGET a b x"),
+            (0, "EXEC"),
+        ],
+        // A command error inside is that command's reply; the others are applied.
+        &[
+            (0, "LPUSH c x"),
+            (0, "MULTI"),
+            (0, "SET a 1"),
+            (0, "INCR c"),
+            (0, "SET x 1"),
+            (0, "EXEC"),
+            (0, "MGET a x"),
+        ],
+        // Watched keys on several nodes, one changed by another client: nothing runs.
+        &[
+            (0, "WATCH a b c"),
+            (1, "SET c changed"),
+            (0, "MULTI"),
+            (0, "SET a 1"),
+            (0, "SET x 1"),
+            (0, "EXEC"),
+            (0, "MGET a c x"),
+        ],
+        // ... none changed: it runs.
+        &[(0, "WATCH a b c"), (1, "GET c"), (0, "MULTI"), (0, "SET a 1"), (0, "SET x 1"), (0, "EXEC")],
+        // A watched key on a node the transaction does not write to.
+        &[
+            (0, "WATCH x"),
+            (1, "DEL x"),
+            (1, "SET x 5"),
+            (0, "MULTI"),
+            (0, "SET a 1"),
+            (0, "EXEC"),
+            (0, "GET a"),
+        ],
+        // Queueing errors abort the whole (EXECABORT), whatever the nodes.
+        &[(0, "MULTI"), (0, "SET a 1"), (0, "SET b"), (0, "SET x 1"), (0, "EXEC"), (0, "EXISTS a x")],
+        // Keyspace-wide commands inside: every node takes part.
+        &[
+            (0, "SET a 1"),
+            (0, "SET b 1"),
+            (0, "MULTI"),
+            (0, "DBSIZE"),
+            (0, "SET c 1"),
+            (0, "DBSIZE"),
+            (0, "EXEC"),
+        ],
+        &[(0, "SET a 1"), (0, "MULTI"), (0, "FLUSHALL"), (0, "SET b 2"), (0, "EXEC"), (0, "DBSIZE")],
+    ];
+    compare_scenarios(redis_addr, router.resp_addr(), scenarios).await;
+    router.shutdown().await;
+}
+
+/// Runs each scenario on redis-server and on Shoal (two connections each, after a FLUSHALL; a
+/// step of connection 2 is a 100 ms pause) and asserts byte-identical replies.
+async fn compare_scenarios(
+    redis_addr: std::net::SocketAddr,
+    shoal_addr: std::net::SocketAddr,
+    scenarios: &[&[(usize, &str)]],
+) {
     for (n, steps) in scenarios.iter().enumerate() {
         let mut redis = [Raw::connect(redis_addr).await, Raw::connect(redis_addr).await];
-        let mut shoal = [Raw::connect(router.resp_addr()).await, Raw::connect(router.resp_addr()).await];
+        let mut shoal = [Raw::connect(shoal_addr).await, Raw::connect(shoal_addr).await];
         redis[0].cmd(&["FLUSHALL"]).await;
         shoal[0].cmd(&["FLUSHALL"]).await;
         for &(who, line) in steps.iter() {
@@ -123,7 +206,6 @@ async fn watch_races_match_redis() {
             );
         }
     }
-    router.shutdown().await;
 }
 
 /// Transfers between two keys run as transactions from several clients at once, while other
@@ -131,22 +213,42 @@ async fn watch_races_match_redis() {
 /// interleave with another's), and no transfer is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_do_not_interleave() {
+    transfers_do_not_interleave(["{bank}a", "{bank}b", "{bank}transfers"]).await;
+}
+
+/// The same with the three keys on different nodes: no reader, itself a transaction over those
+/// nodes, ever sees a transfer applied on one node and not yet on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_over_several_nodes_do_not_interleave() {
+    transfers_do_not_interleave(["bank-a", "bank-b", "bank-transfers"]).await;
+}
+
+async fn transfers_do_not_interleave(keys: [&'static str; 3]) {
+    let [key_a, key_b, key_n] = keys;
     let router = support::cluster().await;
     let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
-    admin.cmd(&["MSET", "{bank}a", "1000", "{bank}b", "1000"]).await;
+    if !key_a.starts_with('{') {
+        let spread = admin.cmd(&["EVAL", "return 1", "3", key_a, key_b, key_n]).await;
+        assert!(
+            spread.starts_with(b"-CROSSSLOT"),
+            "the keys share a node: {}",
+            String::from_utf8_lossy(&spread)
+        );
+    }
+    admin.cmd(&["SET", key_a, "1000"]).await;
+    admin.cmd(&["SET", key_b, "1000"]).await;
     let done = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..4 {
         writers.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
             for i in 0..150 {
-                let (from, to) =
-                    if (w + i) % 2 == 0 { ("{bank}a", "{bank}b") } else { ("{bank}b", "{bank}a") };
+                let (from, to) = if (w + i) % 2 == 0 { (key_a, key_b) } else { (key_b, key_a) };
                 let mut request = support::encode(&[b"MULTI"]);
                 request.extend(support::encode(&[b"DECRBY", from.as_bytes(), b"7"]));
                 request.extend(support::encode(&[b"INCRBY", to.as_bytes(), b"7"]));
-                request.extend(support::encode(&[b"INCR", b"{bank}transfers"]));
+                request.extend(support::encode(&[b"INCR", key_n.as_bytes()]));
                 request.extend(support::encode(&[b"EXEC"]));
                 c.send(&request).await;
                 for _ in 0..4 {
@@ -165,8 +267,8 @@ async fn concurrent_transactions_do_not_interleave() {
             let mut reads = 0u64;
             while !done.load(Ordering::Relaxed) && reads < 5000 {
                 let mut request = support::encode(&[b"MULTI"]);
-                request.extend(support::encode(&[b"GET", b"{bank}a"]));
-                request.extend(support::encode(&[b"GET", b"{bank}b"]));
+                request.extend(support::encode(&[b"GET", key_a.as_bytes()]));
+                request.extend(support::encode(&[b"GET", key_b.as_bytes()]));
                 request.extend(support::encode(&[b"EXEC"]));
                 c.send(&request).await;
                 for _ in 0..3 {
@@ -190,9 +292,9 @@ async fn concurrent_transactions_do_not_interleave() {
         reads += r.await.unwrap();
     }
     assert!(reads > 10, "readers ran alongside the writers ({reads} reads)");
-    assert_eq!(admin.cmd(&["GET", "{bank}transfers"]).await, support::bulk("600"));
-    let a = admin.cmd(&["GET", "{bank}a"]).await;
-    let b = admin.cmd(&["GET", "{bank}b"]).await;
+    assert_eq!(admin.cmd(&["GET", key_n]).await, support::bulk("600"));
+    let a = admin.cmd(&["GET", key_a]).await;
+    let b = admin.cmd(&["GET", key_b]).await;
     let num = |r: &[u8]| String::from_utf8_lossy(r).lines().nth(1).unwrap().parse::<i64>().unwrap();
     assert_eq!(num(&a) + num(&b), 2000);
     router.shutdown().await;
@@ -228,13 +330,26 @@ async fn large_values_inside_a_transaction() {
 /// every EXEC a client saw succeed is counted exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_while_slots_move() {
+    transfers_while_slots_move(false).await;
+}
+
+/// The same over keys of several nodes (`acctPa`, `acctPb`, `acctPn` without a hash tag): each
+/// transaction is prepared on every node it touches and committed on all of them or none, while
+/// slots move under it (`moved` and `try_again` abort what was prepared and go again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_over_several_nodes_while_slots_move() {
+    transfers_while_slots_move(true).await;
+}
+
+async fn transfers_while_slots_move(spread: bool) {
     let router = support::router(&["--embedded-nodes", "3", "--deadline-ms", "5000"]).await;
     let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     // Filler (12 MB), so that slots take a while to move and transactions meet them moving.
     support::fill(&mut admin, 3000, 4096).await;
     const PAIRS: usize = 40;
-    support::transfer_pairs(&mut admin, PAIRS).await;
+    let pairs = support::Pairs { n: PAIRS, spread };
+    support::transfer_pairs(&mut admin, pairs).await;
     let stop = Arc::new(AtomicBool::new(false));
     let applied = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
@@ -248,7 +363,8 @@ async fn transactions_while_slots_move() {
             while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
                 let p = i % PAIRS;
                 i += 3;
-                let (a, b, n) = (format!("{{acct{p}}}a"), format!("{{acct{p}}}b"), format!("{{acct{p}}}n"));
+                let key = |k| support::pair_key(p, k, spread);
+                let (a, b, n) = (key("a"), key("b"), key("n"));
                 // WATCH-guarded read-modify-write, as clients write optimistic locking.
                 c.cmd(&["WATCH", &a]).await;
                 let balance = c.cmd(&["GET", &a]).await;
@@ -282,7 +398,7 @@ async fn transactions_while_slots_move() {
         clients,
         &stop,
         &applied,
-        PAIRS,
+        pairs,
         "transaction",
     )
     .await;

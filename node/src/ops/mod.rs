@@ -35,4 +35,4 @@ pub(crate) use blocked::serve_blocked_after;
 pub(crate) use check::{check_group, reads_only};
 pub(crate) use gate::apply_for_script;
 pub(crate) use reply::moved;
-pub(crate) use transaction::transaction_with;
+pub(crate) use transaction::{admit, run_admitted, transaction_with};

@@ -60,34 +60,60 @@ pub(crate) fn transaction_with(
     t: proto::Transaction,
     script: &mut dyn FnMut(proto::Script) -> Reply,
 ) -> Reply {
+    match admit(store, view, batch_version, t) {
+        Ok(t) => run_admitted(store, view, t, script),
+        Err(refused) => refused,
+    }
+}
+
+/// A transaction's checks, made under the store's exclusive gate before anything of it runs:
+/// every op routed here at `batch_version` (`moved`), none of its keys moving (`try_again`), room
+/// for a command that may grow memory (OOM), and its WATCHes (`aborted`). `Err` is the reply that
+/// refuses it; nothing ran. A cross-node transaction's prepare (`crate::twophase`) makes these
+/// checks, then holds the gate until the router decides.
+pub(crate) fn admit(
+    store: &Store,
+    view: &NodeView,
+    batch_version: u64,
+    t: proto::Transaction,
+) -> Result<proto::Transaction, Reply> {
     for op in &t.ops {
         if matches!(op.kind, Some(Kind::Transaction(_) | Kind::Watch(_))) {
-            return error("ERR a transaction cannot hold a transaction or a watch");
+            return Err(error("ERR a transaction cannot hold a transaction or a watch"));
         }
         if let Err(version) = check(view, batch_version, op) {
-            return moved(version);
+            return Err(moved(version));
         }
     }
     let whole = Op { kind: Some(Kind::Transaction(t)), ..Default::default() };
-    if let Err(refused) = check_group(view, batch_version, keys_of(&whole)) {
-        return refused;
-    }
+    check_group(view, batch_version, keys_of(&whole))?;
     let Some(Kind::Transaction(t)) = whole.kind else { unreachable!("built above") };
     // Redis refuses the EXEC itself, before its WATCHes, when memory is full and a queued
     // command may grow it (`denyoom`): nothing runs (the router answers EXECABORT with the reason).
     if t.ops.iter().any(may_grow) && store.make_room().is_err() {
-        return Reply {
+        return Err(Reply {
             error_kind: proto::ErrorKind::OutOfMemory as i32,
             ..error(crate::redis_error::redis_error(&crate::store::StoreError::OutOfMemory))
-        };
+        });
     }
     for w in &t.watches {
         // A watched key that has expired since counts as changed: expire it now (which touches it).
         store.presence(&w.key);
         if !store.watches.unchanged(&w.key, w.version) {
-            return Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})), ..Default::default() };
+            return Err(Reply { kind: Some(reply::Kind::Aborted(proto::Empty {})), ..Default::default() });
         }
     }
+    Ok(t)
+}
+
+/// Runs an admitted transaction's ops in order (the caller holds the exclusive gate): replicas
+/// get its keys as one unit, blocked clients are served after the whole of it.
+pub(crate) fn run_admitted(
+    store: &Store,
+    view: &NodeView,
+    t: proto::Transaction,
+    script: &mut dyn FnMut(proto::Script) -> Reply,
+) -> Reply {
     let ready: Vec<bytes::Bytes> = if store.blocked.active() {
         // A script's keys are served by the script thread, after it ran, from what it wrote.
         t.ops

@@ -74,6 +74,14 @@ impl Capture {
         std::mem::take(&mut state.ops).into_iter().map(|(_, op)| op).collect()
     }
 
+    /// Takes the recorded ops with the node position each was made for, in order; later calls
+    /// fail (a transaction over several nodes: `super::spread`).
+    pub fn seal_placed(&self) -> Vec<(usize, Op)> {
+        let mut state = self.state.lock();
+        state.sealed = true;
+        std::mem::take(&mut state.ops)
+    }
+
     /// Hands out the transaction's replies (one per sealed op, in order).
     pub fn deliver(&self, replies: Vec<Reply>) {
         let waiters = std::mem::take(&mut self.state.lock().waiters);

@@ -24,6 +24,12 @@ pub enum BackendError {
     /// A unit's keys stayed in a slot moving between nodes until the deadline (nothing of it ran).
     #[error("a key of the transaction is in a slot moving between nodes; try again")]
     TryAgain,
+    /// A transaction over several nodes whose commit a node did not answer: the nodes finish it
+    /// among themselves (all of it or none, `backend::spread`), but its replies are lost.
+    #[error(
+        "the transaction's outcome is unknown to this router: node {node} ({addr}) did not answer its commit ({reason}); the nodes apply all of it or none"
+    )]
+    Undecided { node: u32, addr: String, reason: String },
 }
 
 /// Why an atomic call did not run.

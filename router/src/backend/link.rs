@@ -392,6 +392,24 @@ impl NodePort for NodeLink {
         })
     }
 
+    fn prepare(
+        &self,
+        req: shoal_wire::proto::PrepareRequest,
+        wait: Duration,
+    ) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(wait + self.shared.ident.deadline, client.prepare(req)).await
+        })
+    }
+
+    fn decide(&self, req: shoal_wire::proto::DecideRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            self.unary(self.shared.ident.deadline, client.decide(req)).await
+        })
+    }
+
     fn kill_script(
         &self,
         function: bool,

@@ -11,7 +11,8 @@
 //! - `settle`: the one settle loop every call goes through (deadline → count → catch up or wait
 //!   out a move → route again); `moving`: the migration-aware path for a key whose slot is moving
 //!   (fallback reads, copy-before-read-modify-write, deletes on both owners).
-//! - [`capture`]: a routing whose ports record ops instead of sending them (MULTI/EXEC).
+//! - [`capture`]: a routing whose ports record ops instead of sending them (MULTI/EXEC);
+//!   [`spread`]: a transaction over keys of several nodes, in two phases.
 //! - [`port`]: the node trait, its call handle and counters; [`link`]: the real node link.
 //!
 //! A connection takes a [`Routing`] snapshot (an `Arc`) and refreshes it only when the version
@@ -26,6 +27,7 @@ mod moving;
 pub mod port;
 pub mod routing;
 mod settle;
+pub mod spread;
 #[cfg(test)]
 mod tests;
 pub mod unit;
@@ -35,4 +37,5 @@ pub use error::{AtomicError, BackendError};
 pub use link::{LinkOptions, NodeLink};
 pub use port::{NodeCall, NodeIdent, NodePort};
 pub use routing::{Backend, BackendMetrics, PortFactory, ReadFrom, Routing, futures_join};
+pub use spread::SpreadOutcome;
 pub use unit::UnitCall;

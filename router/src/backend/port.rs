@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shoal_wire::Topology;
-use shoal_wire::proto::{BlockRequest, KillScriptReply, NodeSettings, NodeStats, Op, Reply, SnapshotInfo};
+use shoal_wire::proto::{
+    BlockRequest, DecideRequest, KillScriptReply, NodeSettings, NodeStats, Op, PrepareRequest, Reply,
+    SnapshotInfo,
+};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -73,6 +76,17 @@ pub trait NodePort: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'_, Result<(u64, String), BackendError>> {
         let _ = (replica, timeout_ms);
         Box::pin(async { Err(BackendError::BadReply("this node port cannot hand over".into())) })
+    }
+    /// A transaction over several nodes, first phase (the node's `Prepare`): `ok` once the node
+    /// holds it, else the node's refusal. `wait` bounds how long the node may wait for its gate.
+    fn prepare(&self, req: PrepareRequest, wait: Duration) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        let _ = (req, wait);
+        Box::pin(async { Err(BackendError::BadReply("this node port cannot prepare".into())) })
+    }
+    /// The decision on a prepared transaction (the node's `Decide`): a commit answers its replies.
+    fn decide(&self, req: DecideRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        let _ = req;
+        Box::pin(async { Err(BackendError::BadReply("this node port cannot decide".into())) })
     }
     /// Shutdown: when the node's stream ends now, it is expected, not a failure.
     fn close(&self);

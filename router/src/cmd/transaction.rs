@@ -3,12 +3,13 @@
 //! Commands after MULTI queue in the session (Redis's `processCommand` gates still apply: an
 //! unknown command, a wrong arity or a command refused in transactions flags the transaction,
 //! and EXEC then answers EXECABORT). EXEC runs each queued command's ordinary handler against a
-//! capturing routing (`backend::capture`), checks that every op and every watched key belongs to
-//! one node (else CROSSSLOT, as Redis Cluster answers), and sends the ops as one `Transaction` op:
-//! the node applies them with no other op in between, or none of them if a watched key changed
-//! (EXEC then answers a null array). It travels as a unit (`crate::backend::unit`): a `moved`
-//! reply or a slot in motion sends the same ops again, by the new topology, until the command
-//! deadline: a transaction is applied whole, once, or not at all.
+//! capturing routing (`backend::capture`). When every op and every watched key belongs to one
+//! node, it sends the ops as one `Transaction` op: the node applies them with no other op in
+//! between, or none of them if a watched key changed (EXEC then answers a null array). It travels
+//! as a unit (`crate::backend::unit`): a `moved` reply or a slot in motion sends the same ops
+//! again, by the new topology, until the command deadline: a transaction is applied whole, once,
+//! or not at all. Over several nodes, `crate::backend::spread` runs it in two phases with the
+//! same guarantees (docs/architecture.md, "Transactions over several nodes").
 //!
 //! WATCH registers each key on its node, which answers the key's current version
 //! (`node/src/store/watch.rs`); EXEC hands the versions back for the node to compare. A key that
@@ -25,7 +26,7 @@ use tokio::time::Instant;
 use super::spec::*;
 use super::{Args, BoxReply, Ctx, Pending, op, run};
 use crate::backend::capture::Capture;
-use crate::backend::{AtomicError, BackendError, Routing};
+use crate::backend::{AtomicError, BackendError, Routing, SpreadOutcome};
 use crate::resp::Reply;
 use crate::session::{Multi, WatchList};
 use crate::state::{Charge, RouterState};
@@ -244,16 +245,33 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let mut nodes = capture.positions();
     nodes.extend(watched.iter().map(|(k, _)| ctx.routing.locate(k).0));
-    if nodes.len() > 1 {
-        capture.fail(BackendError::NotTransactional);
-        release(ctx.state, watched);
-        return Reply::error(CROSSSLOT).into();
-    }
-    let any = capture.any_position();
-    let ops = capture.seal();
     let state = ctx.state.clone();
     let routing = ctx.routing.clone();
     let deadline = ctx.deadline;
+    if nodes.len() > 1 {
+        let placed = capture.seal_placed();
+        // Scripts run on a node's script thread, which a transaction over several nodes does not
+        // hold (docs/compatibility.md): refused as Redis Cluster refuses them.
+        if placed.iter().any(|(_, op)| matches!(op.kind, Some(Kind::Script(_)))) {
+            capture.fail(BackendError::NotTransactional);
+            release(ctx.state, watched);
+            return Reply::error(CROSSSLOT).into();
+        }
+        return Pending::Barrier(Box::pin(async move {
+            let watches = watches_of(&watched);
+            let outcome = state.backend.spread_transaction(&routing, placed, watches, deadline).await;
+            release(&state, watched);
+            let outcome = match outcome {
+                Ok(SpreadOutcome::Replies(r)) => Ok(Outcome::Replies(r)),
+                Ok(SpreadOutcome::Refused(r)) => node_outcome(r),
+                Err(AtomicError::Spread) => Err(Reply::error(CROSSSLOT)),
+                Err(AtomicError::Backend(e)) => Err(e.into()),
+            };
+            finish(outcome, &capture, replies).await
+        }));
+    }
+    let any = capture.any_position();
+    let ops = capture.seal();
     Pending::Barrier(Box::pin(async move {
         let outcome = match nodes.first().copied().or(any) {
             // Nothing for a node (only commands the router answers itself): nothing to check.
@@ -261,25 +279,53 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
             Some(pos) => send(&state, routing, pos, ops, &watched, deadline).await,
         };
         release(&state, watched);
-        match outcome {
-            Ok(Outcome::Replies(r)) => {
-                capture.deliver(r);
-                let mut out = Vec::with_capacity(replies.len());
-                for reply in replies {
-                    out.push(reply.await);
-                }
-                Reply::Array(out)
-            }
-            Ok(Outcome::Aborted) => {
-                capture.fail(BackendError::NotTransactional);
-                Reply::NilArray
-            }
-            Err(e) => {
-                capture.fail(BackendError::NotTransactional);
-                e
-            }
-        }
+        finish(outcome, &capture, replies).await
     }))
+}
+
+/// EXEC's reply from what the node(s) made of the transaction: each queued command's own reply,
+/// a null array (a watched key changed), or the error that refused it.
+async fn finish(outcome: Result<Outcome, Reply>, capture: &Capture, replies: Vec<BoxReply>) -> Reply {
+    match outcome {
+        Ok(Outcome::Replies(r)) => {
+            capture.deliver(r);
+            let mut out = Vec::with_capacity(replies.len());
+            for reply in replies {
+                out.push(reply.await);
+            }
+            Reply::Array(out)
+        }
+        Ok(Outcome::Aborted) => {
+            capture.fail(BackendError::NotTransactional);
+            Reply::NilArray
+        }
+        Err(e) => {
+            capture.fail(BackendError::NotTransactional);
+            e
+        }
+    }
+}
+
+fn watches_of(watched: &[(Bytes, u64)]) -> Vec<proto::Watched> {
+    watched.iter().map(|(key, version)| proto::Watched { key: key.clone(), version: *version }).collect()
+}
+
+/// A node's answer to a transaction (or to its part of one) as EXEC's outcome.
+fn node_outcome(reply: proto::Reply) -> Result<Outcome, Reply> {
+    // BUSY (a script holds the node) and OOM (memory is full and a queued command may grow it)
+    // refuse the EXEC itself: nothing ran.
+    let busy = matches!(reply.error_kind(), proto::ErrorKind::Busy | proto::ErrorKind::OutOfMemory);
+    match reply.kind {
+        Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
+        Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
+        // As Redis's EXEC refused while a script runs or memory is full (`execCommandAbort`):
+        // nothing ran, and the transaction is discarded.
+        Some(reply::Kind::Error(e)) if busy => {
+            Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {e}")))
+        }
+        Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
+        other => Err(super::unexpected(other)),
+    }
 }
 
 /// Sends the transaction to the node at `pos` as one unit: the backend sends it again by the
@@ -292,8 +338,7 @@ async fn send(
     watched: &[(Bytes, u64)],
     deadline: Instant,
 ) -> Result<Outcome, Reply> {
-    let watches: Vec<proto::Watched> =
-        watched.iter().map(|(key, version)| proto::Watched { key: key.clone(), version: *version }).collect();
+    let watches = watches_of(watched);
     // EVALSHA inside MULTI: the node may not have the script (it was loaded through another
     // node). It refuses such a transaction before running anything; the bodies are fetched from
     // the nodes that have them and the transaction goes again (scripting.rs does the same for
@@ -316,20 +361,7 @@ async fn send(
         let t = proto::Transaction { ops, watches, refuse_unknown_scripts: false };
         reply = send_unit(state, &routing, pos, t, deadline).await?;
     }
-    // BUSY (a script holds the node) and OOM (memory is full and a queued command may grow it)
-    // refuse the EXEC itself: nothing ran.
-    let busy = matches!(reply.error_kind(), proto::ErrorKind::Busy | proto::ErrorKind::OutOfMemory);
-    match reply.kind {
-        Some(reply::Kind::Replies(r)) => Ok(Outcome::Replies(r.replies)),
-        Some(reply::Kind::Aborted(_)) => Ok(Outcome::Aborted),
-        // As Redis's EXEC refused while a script runs or memory is full (`execCommandAbort`):
-        // nothing ran, and the transaction is discarded.
-        Some(reply::Kind::Error(e)) if busy => {
-            Err(Reply::error_fmt(format!("EXECABORT Transaction discarded because of: {e}")))
-        }
-        Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
-        other => Err(super::unexpected(other)),
-    }
+    node_outcome(reply)
 }
 
 /// One send of a transaction as a unit (see [`send`]).

@@ -58,15 +58,30 @@ def main():
     r.transaction(move_ten, "{py:acct}a")
     assert attempts == [70, 71], attempts
     assert r.mget("{py:acct}a", "{py:acct}b") == ["61", "40"]
-    # Keys on several nodes in one transaction: Redis Cluster's CROSSSLOT, nothing applied.
+    # Keys on several nodes in one transaction: applied whole (two phases over the nodes).
     pipe = r.pipeline(transaction=True)
-    pipe.set("py:x1", 1).set("py:x2", 2).set("py:x3", 3).set("py:x4", 4)
+    pipe.set("py:x1", 1).set("py:x2", 2).incr("py:x3").set("py:x4", 4)
+    assert pipe.execute() == [True, True, 1, True]
+    assert r.mget("py:x1", "py:x2", "py:x3", "py:x4") == ["1", "2", "1", "4"]
+    # ... with WATCH over keys of several nodes: a change to one of them aborts the whole.
+    with r.pipeline(transaction=True) as pipe:
+        pipe.watch("py:x1", "py:x2", "py:x3")
+        r.incr("py:x3")
+        pipe.multi()
+        pipe.set("py:x1", "lost").set("py:x4", "lost")
+        try:
+            pipe.execute()
+            raise AssertionError("a watched key changed: EXEC must abort")
+        except redis.exceptions.WatchError:
+            pass
+    assert r.mget("py:x1", "py:x4") == ["1", "4"]
+    # A script over keys of several nodes: Redis Cluster's CROSSSLOT, nothing run.
     try:
-        pipe.execute()
-        raise AssertionError("a transaction across nodes must fail")
+        r.eval("redis.call('SET', KEYS[1], 'x') return redis.call('SET', KEYS[2], 'x')", 4, "py:x1", "py:x2", "py:x3", "py:x4")
+        raise AssertionError("a script across nodes must fail")
     except redis.exceptions.ClusterCrossSlotError as e:  # how redis-py reads CROSSSLOT
         assert "{hashtag}" in str(e), str(e)
-    assert r.exists("py:x1", "py:x2", "py:x3", "py:x4") == 0
+    assert r.mget("py:x1", "py:x2") == ["1", "2"]
     # SCAN iteration finds every key exactly once.
     found = list(r.scan_iter(match="py:p*", count=25))
     assert sorted(found) == sorted(f"py:p{i}" for i in range(100)), len(found)

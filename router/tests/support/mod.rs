@@ -476,20 +476,35 @@ pub async fn fill(c: &mut Raw, n: usize, size: usize) {
 
 /// Transfer pairs: `{acct<p>}a` and `{acct<p>}b` start at 100 each, a transfer moves one from a
 /// to b and counts itself in `{acct<p>}n`.
-pub async fn transfer_pairs(c: &mut Raw, pairs: usize) {
-    for p in 0..pairs {
-        c.cmd(&["MSET", &format!("{{acct{p}}}a"), "100", &format!("{{acct{p}}}b"), "100"]).await;
+pub async fn transfer_pairs(c: &mut Raw, pairs: Pairs) {
+    for p in 0..pairs.n {
+        c.cmd(&["SET", &pair_key(p, "a", pairs.spread), "100"]).await;
+        c.cmd(&["SET", &pair_key(p, "b", pairs.spread), "100"]).await;
     }
+}
+
+/// The transfer pairs of [`transfer_pairs`]: how many, and whether a pair's keys are spread over
+/// nodes (see [`pair_key`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Pairs {
+    pub n: usize,
+    pub spread: bool,
+}
+
+/// Key `k` (a, b or n) of pair `p`: `{acctP}k`, one slot for the pair; with `spread`, `acctPk`,
+/// so that a pair's keys land on different nodes (transactions over several nodes).
+pub fn pair_key(p: usize, k: &str, spread: bool) -> String {
+    if spread { format!("acct{p}{k}") } else { format!("{{acct{p}}}{k}") }
 }
 
 /// Checks that every pair is whole (a + b = 200, and b moved by exactly its count) and returns the
 /// transfers counted over all pairs. `what` names the unit of work in the messages.
-pub async fn counted_transfers(c: &mut Raw, pairs: usize, what: &str) -> i64 {
+pub async fn counted_transfers(c: &mut Raw, pairs: Pairs, what: &str) -> i64 {
     let mut counted = 0;
-    for p in 0..pairs {
+    for p in 0..pairs.n {
         let mut values = Vec::new();
         for k in ["a", "b", "n"] {
-            let r = c.cmd(&["GET", &format!("{{acct{p}}}{k}")]).await;
+            let r = c.cmd(&["GET", &pair_key(p, k, pairs.spread)]).await;
             values.push(String::from_utf8_lossy(&r).lines().nth(1).map_or(0, |v| v.parse::<i64>().unwrap()));
         }
         assert_eq!(values[0] + values[1], 200, "pair {p}: a {what} applied in part");
@@ -510,7 +525,7 @@ pub async fn scale_during_transfers(
     clients: Vec<tokio::task::JoinHandle<Vec<String>>>,
     stop: &std::sync::atomic::AtomicBool,
     applied: &std::sync::atomic::AtomicU64,
-    pairs: usize,
+    pairs: Pairs,
     what: &str,
 ) {
     use std::sync::atomic::Ordering;
