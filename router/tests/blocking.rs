@@ -865,3 +865,50 @@ async fn a_stream_group_while_the_cluster_scales_delivers_each_entry_once() {
     check_once(all, KEYS, PER_KEY);
     router.shutdown().await;
 }
+
+/// BLMOVE and BRPOPLPUSH over keys of two nodes (Redis Cluster answers CROSSSLOT): clients block
+/// on the source's node and each element, once pushed, moves to the destination exactly once, in
+/// one transaction over both nodes; a client nobody serves times out with Redis's `*-1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_moves_over_two_nodes() {
+    let router = support::cluster().await;
+    let addr = router.resp_addr();
+    let mut c = Raw::connect(addr).await;
+    let spread = c.cmd(&["EVAL", "return 1", "2", "bq-src", "bq-dst"]).await;
+    assert!(spread.starts_with(b"-CROSSSLOT"), "the keys share a node: {}", String::from_utf8_lossy(&spread));
+    assert_eq!(c.cmd(&["BLMOVE", "bq-src", "bq-dst", "LEFT", "RIGHT", "0.1"]).await, b"*-1\r\n");
+    assert_eq!(c.cmd(&["BRPOPLPUSH", "bq-src", "bq-dst", "0.1"]).await, b"*-1\r\n");
+    let mut movers = Vec::new();
+    for i in 0..4 {
+        movers.push(tokio::spawn(async move {
+            let mut m = Raw::connect(addr).await;
+            if i % 2 == 0 {
+                m.cmd(&["BLMOVE", "bq-src", "bq-dst", "LEFT", "RIGHT", "3"]).await
+            } else {
+                m.cmd(&["BRPOPLPUSH", "bq-src", "bq-dst", "3"]).await
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.cmd(&["RPUSH", "bq-src", "a", "b", "c"]).await, b":3\r\n");
+    let mut served = Vec::new();
+    let mut timed_out = 0;
+    for m in movers {
+        let reply = m.await.unwrap();
+        if reply == b"*-1\r\n" {
+            timed_out += 1;
+        } else {
+            let text = String::from_utf8(reply).unwrap();
+            served.push(text.lines().nth(1).expect("a bulk element").to_string());
+        }
+    }
+    served.sort();
+    assert_eq!(served, ["a", "b", "c"], "each element served once");
+    assert_eq!(timed_out, 1);
+    let moved = String::from_utf8(c.cmd(&["LRANGE", "bq-dst", "0", "-1"]).await).unwrap();
+    let mut moved: Vec<&str> = moved.lines().skip(2).step_by(2).collect();
+    moved.sort();
+    assert_eq!(moved, ["a", "b", "c"]);
+    assert_eq!(c.cmd(&["EXISTS", "bq-src"]).await, b":0\r\n");
+    router.shutdown().await;
+}

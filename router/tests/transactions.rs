@@ -300,6 +300,102 @@ async fn transfers_do_not_interleave(keys: [&'static str; 3]) {
     router.shutdown().await;
 }
 
+/// LMOVE and SMOVE between keys of different nodes (Redis Cluster answers CROSSSLOT) run as one
+/// transaction over both nodes: while movers pass list elements round three lists and set
+/// members between two sets, readers (transactions over the same nodes) always count every
+/// element exactly once, and at the end each element is in exactly one place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_between_nodes_are_atomic() {
+    const LISTS: [&str; 3] = ["ring-a", "ring-b", "ring-c"];
+    const SETS: [&str; 2] = ["pool-a", "pool-b"];
+    let router = support::cluster().await;
+    let addr = router.resp_addr();
+    let mut admin = Raw::connect(addr).await;
+    let spread = admin.cmd(&["EVAL", "return 1", "5", LISTS[0], LISTS[1], LISTS[2], SETS[0], SETS[1]]).await;
+    assert!(spread.starts_with(b"-CROSSSLOT"), "the keys share a node: {}", String::from_utf8_lossy(&spread));
+    let elements: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
+    let members: Vec<String> = (0..30).map(|i| format!("m{i}")).collect();
+    let mut push = vec!["RPUSH", LISTS[0]];
+    push.extend(elements.iter().map(String::as_str));
+    admin.cmd(&push).await;
+    let mut add = vec!["SADD", SETS[0]];
+    add.extend(members.iter().map(String::as_str));
+    admin.cmd(&add).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let mut movers = Vec::new();
+    for w in 0..3usize {
+        movers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for i in 0..100usize {
+                let from = (w + i) % 3;
+                let moved = c.cmd(&["LMOVE", LISTS[from], LISTS[(from + 1) % 3], "RIGHT", "LEFT"]).await;
+                assert!(
+                    moved.starts_with(b"$") || moved == b"$-1\r\n",
+                    "{}",
+                    String::from_utf8_lossy(&moved)
+                );
+                let member = format!("m{}", (w * 7 + i) % 30);
+                let (src, dst) = if i % 2 == 0 { (SETS[0], SETS[1]) } else { (SETS[1], SETS[0]) };
+                let moved = c.cmd(&["SMOVE", src, dst, &member]).await;
+                assert!(moved == b":1\r\n" || moved == b":0\r\n", "{}", String::from_utf8_lossy(&moved));
+            }
+        }));
+    }
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut reads = 0u64;
+            while !done.load(Ordering::Relaxed) && reads < 5000 {
+                let mut request = support::encode(&[b"MULTI"]);
+                for l in LISTS {
+                    request.extend(support::encode(&[b"LLEN", l.as_bytes()]));
+                }
+                for s in SETS {
+                    request.extend(support::encode(&[b"SCARD", s.as_bytes()]));
+                }
+                request.extend(support::encode(&[b"EXEC"]));
+                c.send(&request).await;
+                for _ in 0..6 {
+                    c.reply().await.expect("queued");
+                }
+                let exec = String::from_utf8(c.reply().await.expect("exec")).unwrap();
+                let n: Vec<i64> = exec.lines().skip(1).map(|l| l[1..].parse().unwrap()).collect();
+                assert_eq!(n[0] + n[1] + n[2], 60, "a read saw an element in two lists or in none: {exec}");
+                assert_eq!(n[3] + n[4], 30, "a read saw a member in two sets or in none: {exec}");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    for m in movers {
+        m.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    assert!(reads > 10, "readers ran alongside the movers ({reads} reads)");
+    let mut found = Vec::new();
+    for l in LISTS {
+        let range = String::from_utf8(admin.cmd(&["LRANGE", l, "0", "-1"]).await).unwrap();
+        found.extend(range.lines().skip(2).step_by(2).map(str::to_string));
+    }
+    found.sort();
+    let mut want = elements.clone();
+    want.sort();
+    assert_eq!(found, want, "every element in exactly one list");
+    let union = String::from_utf8(admin.cmd(&["SUNION", SETS[0], SETS[1]]).await).unwrap();
+    assert_eq!(union.lines().skip(2).step_by(2).count(), 30);
+    let in_a = admin.cmd(&["SCARD", SETS[0]]).await;
+    let in_b = admin.cmd(&["SCARD", SETS[1]]).await;
+    let num = |r: &[u8]| String::from_utf8_lossy(&r[1..]).trim().parse::<i64>().unwrap();
+    assert_eq!(num(&in_a) + num(&in_b), 30, "every member in exactly one set");
+    router.shutdown().await;
+}
+
 /// A value larger than a transfer piece inside a transaction: the transaction op travels in
 /// pieces and its reply comes back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,19 @@ impl Backend {
         self.block_on(routing, keys, op, until, settle, false).await
     }
 
+    /// Waits until `key` holds what the blocking command `op` takes from it, without running it
+    /// (the node's watch-only block), until `until`: a blocking move whose destination is on
+    /// another node then moves with a transaction over both (`cmd/blocking.rs`).
+    pub async fn wait_ready(
+        self: &Arc<Self>,
+        key: Bytes,
+        op: Op,
+        until: Option<Instant>,
+        settle: Duration,
+    ) -> Result<Unblocked, AtomicError> {
+        self.block_on(self.routing(), vec![key], op, until, settle, true).await
+    }
+
     /// A blocking pop over `keys` that live on several nodes (see the module's notes):
     /// `attempt(key)` is the command's non-blocking form on that key alone, `watch(keys)` the
     /// command over one node's share of them.

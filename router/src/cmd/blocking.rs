@@ -12,7 +12,8 @@
 //!
 //! A pop (BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP) over keys of several nodes waits
 //! on all of them (`Backend::pop_spread`): the command is cut into its one-key attempts and each
-//! node's share to watch ([`over_keys`]). The moves (BLMOVE, BRPOPLPUSH) and stream reads need
+//! node's share to watch ([`over_keys`]). The moves (BLMOVE, BRPOPLPUSH) over two nodes wait on
+//! the source's node and move with a transaction over both ([`move_across`]). Stream reads need
 //! their keys on one node.
 
 use std::time::Duration;
@@ -127,9 +128,14 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
         (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
     let settle = ctx.state.settings.deadline;
     let spread_pop = is_pop(&args[0]).then(|| (args.to_vec(), op.no_touch));
+    let spread_move = as_move(args);
+    let state = ctx.state.clone();
     let wait = Box::pin(async move {
         let spread_keys = spread_pop.as_ref().map(|_| keys.clone());
-        let mut blocked = backend.block(routing, keys, op, until, settle).await;
+        let mut blocked = backend.block(routing, keys, op.clone(), until, settle).await;
+        if let (true, Some(lmove)) = (matches!(blocked, Err(AtomicError::Spread)), spread_move) {
+            return move_across(state, lmove, op, until, settle).await;
+        }
         if let (true, Some((args, no_touch)), Some(keys)) =
             (matches!(blocked, Err(AtomicError::Spread)), spread_pop, spread_keys)
         {
@@ -149,6 +155,52 @@ pub fn block(args: &Args, ctx: &mut Ctx) -> Pending {
         }
     });
     Pending::Blocking(wait, Reply::NilArray)
+}
+
+/// BLMOVE or BRPOPLPUSH over keys of two nodes: LMOVE (RPOPLPUSH) over them as one transaction
+/// (`super::multi::move_across`); while the source has nothing, a watch-only wait on the
+/// source's node (`op`, the blocking command, says what it waits for), then again. An element
+/// is taken only with its push, so none is lost or doubled whatever dies in between.
+async fn move_across(
+    state: std::sync::Arc<RouterState>,
+    lmove: Vec<Bytes>,
+    op: proto::Op,
+    until: Option<Instant>,
+    settle: Duration,
+) -> Reply {
+    let src = lmove[1].clone();
+    // The watch is about the source alone (the destination is on another node).
+    let op = match op.kind {
+        Some(Kind::Command(mut c)) => {
+            c.keys = vec![src.clone()];
+            proto::Op { kind: Some(Kind::Command(c)), ..op }
+        }
+        other => proto::Op { kind: other, ..op },
+    };
+    loop {
+        match super::multi::move_across(state.clone(), &lmove, Instant::now() + settle).await {
+            Reply::Nil => {}
+            served => return served,
+        }
+        match state.backend.wait_ready(src.clone(), op.clone(), until, settle).await {
+            Ok(Unblocked::TimedOut) => return Reply::NilArray,
+            Ok(Unblocked::Reply(_)) | Err(AtomicError::Spread) => {}
+            Err(AtomicError::Backend(e)) => return e.into(),
+        }
+    }
+}
+
+/// The non-blocking form of BLMOVE (LMOVE) and BRPOPLPUSH (RPOPLPUSH); `None` for the others.
+fn as_move(args: &Args) -> Option<Vec<Bytes>> {
+    if args[0].eq_ignore_ascii_case(b"blmove") && args.len() == 6 {
+        let mut lmove = vec![Bytes::from_static(b"lmove")];
+        lmove.extend_from_slice(&args[1..5]);
+        Some(lmove)
+    } else if args[0].eq_ignore_ascii_case(b"brpoplpush") && args.len() == 4 {
+        Some(vec![Bytes::from_static(b"rpoplpush"), args[1].clone(), args[2].clone()])
+    } else {
+        None
+    }
 }
 
 /// Whether the command is one of the pops that may wait on keys of several nodes.

@@ -4,18 +4,17 @@
 //!
 //! Keys on one node (same `{hashtag}`, or by chance): the whole command goes to that node, which
 //! runs it atomically. Keys on several nodes, where Redis Cluster answers CROSSSLOT:
-//! - commands that only read, or that replace a destination (the STORE forms, ZRANGESTORE, BITOP, COPY,
-//!   RENAME): the router fetches every key's value, a node runs the command on a scratch store
-//!   holding those values, and the router writes the changed destination back to its owner (and,
-//!   for RENAME, deletes the source);
-//! - commands that take from one key and give to another (SMOVE, LMOVE, RPOPLPUSH, LMPOP, ZMPOP):
-//!   the same steps Redis takes, as single-key commands on each owner. SMOVE adds to the
-//!   destination before removing from the source (stopped half-way: the member is in both).
-//!   LMOVE/RPOPLPUSH must pop to learn the element, then push it (put back if the destination
-//!   refuses it); a router stopped between the two loses that element (a conditional pop on
-//!   the node would close this; not done yet).
-//!
-//! The cross-node forms are not atomic (docs/compatibility.md), as MSET across nodes is not.
+//! - commands that only read: the router fetches every key's value and a node runs the command on
+//!   a scratch store holding those values;
+//! - commands that write (the STORE forms, ZRANGESTORE, BITOP, COPY, RENAME, SMOVE, LMOVE,
+//!   RPOPLPUSH): [`Remote::atomically`] watches every key, reads what the command needs (the
+//!   values, on a scratch store; a type, a member, the element at the end of a list), and applies
+//!   the writes that follow from it (the destination written back, the source deleted; SREM and
+//!   SADD; the pop and the push) as one transaction over their nodes (`crate::backend::spread`),
+//!   which a write to any watched key in between aborts (it then starts over). So these are
+//!   atomic across nodes too: no client sees the element in neither list or in both, and a
+//!   router stopped at any step leaves all of it applied or none;
+//! - LMPOP and ZMPOP: one key at a time in order, each pop atomic on its node.
 
 use bytes::Bytes;
 use shoal_wire::proto::{self, Frame, frame, op::Kind, reply};
@@ -24,7 +23,7 @@ use tokio::time::Instant;
 use super::spec::*;
 use super::typed::{from_frame, from_node};
 use super::{Args, Ctx, Pending, gather, op, unexpected};
-use crate::backend::{AtomicError, Routing};
+use crate::backend::{AtomicError, Routing, SpreadOutcome};
 use crate::resp::Reply;
 use crate::state::RouterState;
 use std::sync::Arc;
@@ -226,6 +225,13 @@ pub fn run(args: &Args, ctx: &mut Ctx) -> Pending {
     }))
 }
 
+/// LMOVE or RPOPLPUSH (`args`) over keys of two nodes, atomically (BLMOVE and BRPOPLPUSH once
+/// their source is ready: `cmd/blocking.rs`).
+pub(super) async fn move_across(state: Arc<RouterState>, args: &[Bytes], deadline: Instant) -> Reply {
+    let remote = Remote { routing: state.backend.routing(), state, deadline };
+    remote.lmove(args).await.unwrap_or_else(|e| e)
+}
+
 /// The steps of a command whose keys are on several nodes.
 struct Remote {
     state: Arc<RouterState>,
@@ -235,6 +241,38 @@ struct Remote {
 
 /// A node's answer as the command's reply, or the reply to send instead (errors included).
 type Step<T> = Result<T, Reply>;
+
+/// A writing command over keys of several nodes (see [`Remote::atomically`]).
+enum Job<'a> {
+    /// [`Cross::Replace`] over the values of `keys`.
+    Replace {
+        args: &'a [Bytes],
+        keys: &'a [Bytes],
+        dst: usize,
+        if_changed: bool,
+        delete_source: bool,
+    },
+    SMove {
+        src: &'a Bytes,
+        dst: &'a Bytes,
+        member: &'a Bytes,
+    },
+    /// LMOVE and RPOPLPUSH, by the ends they name.
+    LMove {
+        src: &'a Bytes,
+        dst: &'a Bytes,
+        from_left: bool,
+        to_left: bool,
+    },
+}
+
+/// What a writing command over several nodes does, once it has read what it needs.
+enum Plan {
+    /// Nothing to write: this is the reply.
+    Answer(Reply),
+    /// These one-key ops, applied together, and then this reply.
+    Write(Vec<proto::Op>, Reply),
+}
 
 impl Remote {
     /// A one-key command on `key`'s owner (through any move of its slot).
@@ -286,9 +324,8 @@ impl Remote {
     }
 
     /// STORE forms, BITOP, PFMERGE, COPY, RENAME ([`Cross::Replace`]): compute on gathered
-    /// values, write the destination back, then delete the source if asked. The destination is
-    /// written before the source is deleted, so a router stopped between the two leaves the
-    /// value in both keys, never in neither.
+    /// values, then write the destination back (and delete the source, if asked) in one
+    /// transaction with every key watched since the values were read.
     async fn replace(
         &self,
         args: &[Bytes],
@@ -297,33 +334,138 @@ impl Remote {
         if_changed: bool,
         delete_source: bool,
     ) -> Step<Reply> {
-        let dst = &args[dst];
-        let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
-        let changed = !if_changed || matches!(reply, Reply::Simple(_) | Reply::Int(1..));
-        if matches!(reply, Reply::Error(..)) || !changed {
-            return Ok(reply);
+        let mut watched: Vec<Bytes> = keys.to_vec();
+        if !watched.contains(&args[dst]) {
+            watched.push(args[dst].clone());
         }
-        let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
-        if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
-            for f in v.items {
-                match f.kind {
-                    Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
-                    Some(frame::Kind::Bulk(b)) => restore.push(b),
-                    other => return Err(unexpected(Some(reply::Kind::Frame(Frame { kind: other })))),
+        self.atomically(&watched, Job::Replace { args, keys, dst, if_changed, delete_source }).await
+    }
+
+    /// What `job` writes, from what it reads now (see [`Remote::atomically`]).
+    async fn plan(&self, job: &Job<'_>) -> Step<Plan> {
+        match *job {
+            Job::Replace { args, keys, dst, if_changed, delete_source } => {
+                let dst = &args[dst];
+                let (reply, outputs) = self.scratch(args, keys, std::slice::from_ref(dst)).await?;
+                let changed = !if_changed || matches!(reply, Reply::Simple(_) | Reply::Int(1..));
+                if matches!(reply, Reply::Error(..)) || !changed {
+                    return Ok(Plan::Answer(reply));
                 }
+                let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
+                if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
+                    for f in v.items {
+                        match f.kind {
+                            Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
+                            Some(frame::Kind::Bulk(b)) => restore.push(b),
+                            other => return Err(unexpected(Some(reply::Kind::Frame(Frame { kind: other })))),
+                        }
+                    }
+                }
+                let mut writes = vec![one_key(restore)];
+                if delete_source {
+                    writes.push(op(Kind::Del(proto::Del { key: args[1].clone() })));
+                }
+                Ok(Plan::Write(writes, reply))
+            }
+            Job::SMove { src, dst, member } => {
+                match &self.type_of(src).await?[..] {
+                    b"none" => return Ok(Plan::Answer(Reply::Int(0))),
+                    b"set" => {}
+                    _ => return Ok(Plan::Answer(wrong_type())),
+                }
+                if !matches!(&self.type_of(dst).await?[..], b"none" | b"set") {
+                    return Ok(Plan::Answer(wrong_type()));
+                }
+                let found =
+                    fail_on_error(self.on_key(src, cmd(&["sismember"], &[src, member]), true).await?)?;
+                if found != Reply::Int(1) {
+                    return Ok(Plan::Answer(Reply::Int(0)));
+                }
+                let writes =
+                    vec![one_key(cmd(&["srem"], &[src, member])), one_key(cmd(&["sadd"], &[dst, member]))];
+                Ok(Plan::Write(writes, Reply::Int(1)))
+            }
+            Job::LMove { src, dst, from_left, to_left } => {
+                match &self.type_of(src).await?[..] {
+                    b"none" => return Ok(Plan::Answer(Reply::Nil)),
+                    b"list" => {}
+                    _ => return Ok(Plan::Answer(wrong_type())),
+                }
+                if !matches!(&self.type_of(dst).await?[..], b"none" | b"list") {
+                    return Ok(Plan::Answer(wrong_type()));
+                }
+                let at = Bytes::from_static(if from_left { b"0" } else { b"-1" });
+                let Reply::Bulk(v) = self.on_key(src, cmd(&["lindex"], &[src, &at]), true).await? else {
+                    return Ok(Plan::Answer(Reply::Nil));
+                };
+                let pop = if from_left { "lpop" } else { "rpop" };
+                let push = if to_left { "lpush" } else { "rpush" };
+                let writes = vec![one_key(cmd(&[pop], &[src])), one_key(cmd(&[push], &[dst, &v]))];
+                Ok(Plan::Write(writes, Reply::Bulk(v)))
             }
         }
-        fail_on_error(self.on_key(dst, restore, false).await?)?;
-        if delete_source {
-            let del = self.state.backend.key(
-                &self.routing,
-                args[1].clone(),
-                op(Kind::Del(proto::Del { key: args[1].clone() })),
-                self.deadline,
-            );
-            del.wait().await.map_err(Reply::from)?;
+    }
+
+    /// Watches `keys` on their nodes: their versions, for [`Remote::commit`].
+    async fn watch(&self, keys: &[Bytes]) -> Step<Vec<proto::Watched>> {
+        let items = keys
+            .iter()
+            .map(|k| (k.clone(), op(Kind::Watch(proto::Watch { keys: vec![k.clone()], release: false }))));
+        let replies = gather(self.state.backend.keys(&self.routing, items, self.deadline)).await?;
+        keys.iter()
+            .zip(replies)
+            .map(|(key, r)| match r.kind {
+                Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => {
+                    Ok(proto::Watched { key: key.clone(), version: v.versions[0] })
+                }
+                Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
+                other => Err(unexpected(other)),
+            })
+            .collect()
+    }
+
+    /// Applies `writes` (one-key commands, each on its key's node) as one transaction over their
+    /// nodes, unless a key of `watched` changed since it was watched (`None`: start over).
+    async fn commit(&self, writes: Vec<proto::Op>, watched: Vec<proto::Watched>) -> Step<Option<Vec<Reply>>> {
+        let ops = writes.into_iter().map(|op| (0, op)).collect();
+        match self.state.backend.spread_transaction(&self.routing, ops, watched, self.deadline).await {
+            Ok(SpreadOutcome::Replies(r)) => Ok(Some(r.into_iter().map(from_node).collect())),
+            Ok(SpreadOutcome::Refused(r)) if matches!(r.kind, Some(reply::Kind::Aborted(_))) => Ok(None),
+            Ok(SpreadOutcome::Refused(r)) => Err(from_node(r)),
+            Err(AtomicError::Spread) => Err(Reply::error(super::CROSSSLOT)),
+            Err(AtomicError::Backend(e)) => Err(e.into()),
         }
-        Ok(reply)
+    }
+
+    /// A command over keys of several nodes that writes, made atomic: watch `keys`, run `plan`
+    /// (its reads, and the writes that follow from them), apply the writes as one transaction
+    /// over their nodes unless a watched key changed meanwhile (then again, until the deadline).
+    async fn atomically(&self, keys: &[Bytes], job: Job<'_>) -> Step<Reply> {
+        loop {
+            let watched = self.watch(keys).await?;
+            let versions: Vec<(Bytes, u64)> = watched.iter().map(|w| (w.key.clone(), w.version)).collect();
+            let outcome = match self.plan(&job).await {
+                Ok(Plan::Answer(reply)) => Ok(Some(reply)),
+                Ok(Plan::Write(writes, reply)) => match self.commit(writes, watched).await {
+                    Ok(Some(replies)) => match replies.into_iter().find(|r| matches!(r, Reply::Error(..))) {
+                        Some(refused) => Err(refused),
+                        None => Ok(Some(reply)),
+                    },
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            super::transaction::release(&self.state, versions);
+            match outcome {
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) if Instant::now() < self.deadline => {
+                    self.state.backend.metrics.transaction_retries.inc();
+                }
+                Ok(None) => return Err(crate::backend::BackendError::TryAgain.into()),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// SORT with patterns (see [`sort`]).
@@ -361,31 +503,15 @@ impl Remote {
         }
     }
 
-    /// SMOVE: the checks Redis makes, then SADD on the destination before SREM on the source, so
-    /// a router stopped between the two leaves the member in both sets, never in neither.
+    /// SMOVE: the checks Redis makes, then SREM from the source and SADD to the destination in
+    /// one transaction ([`Remote::atomically`]).
     async fn smove(&self, args: &[Bytes]) -> Step<Reply> {
-        let (src, dst, m) = (&args[1], &args[2], &args[3]);
-        match &self.type_of(src).await?[..] {
-            b"none" => return Ok(Reply::Int(0)),
-            b"set" => {}
-            _ => return Ok(wrong_type()),
-        }
-        if !matches!(&self.type_of(dst).await?[..], b"none" | b"set") {
-            return Ok(wrong_type());
-        }
-        let member = self.on_key(src, cmd(&["sismember"], &[src, m]), true).await?;
-        if member != Reply::Int(1) {
-            return Ok(fail_on_error(member).map(|_| Reply::Int(0)).unwrap_or_else(|e| e));
-        }
-        if let Err(e) = fail_on_error(self.on_key(dst, cmd(&["sadd"], &[dst, m]), false).await?) {
-            return Ok(e);
-        }
-        fail_on_error(self.on_key(src, cmd(&["srem"], &[src, m]), false).await?)?;
-        Ok(Reply::Int(1))
+        let (src, dst, member) = (&args[1], &args[2], &args[3]);
+        self.atomically(&[src.clone(), dst.clone()], Job::SMove { src, dst, member }).await
     }
 
-    /// LMOVE and RPOPLPUSH: the checks Redis makes, a pop on the source, a push on the
-    /// destination (the element goes back where it came from if the destination refuses it).
+    /// LMOVE and RPOPLPUSH: the checks Redis makes and the element at the source's end, then the
+    /// pop and the push in one transaction ([`Remote::atomically`]).
     async fn lmove(&self, args: &[Bytes]) -> Step<Reply> {
         let (src, dst) = (&args[1], &args[2]);
         let ends = if args[0].eq_ignore_ascii_case(b"rpoplpush") {
@@ -396,23 +522,8 @@ impl Remote {
                 _ => return Ok(super::syntax_error()),
             }
         };
-        match &self.type_of(src).await?[..] {
-            b"none" => return Ok(Reply::Nil),
-            b"list" => {}
-            _ => return Ok(wrong_type()),
-        }
-        if !matches!(&self.type_of(dst).await?[..], b"none" | b"list") {
-            return Ok(wrong_type());
-        }
-        let pop = if ends.0 { "lpop" } else { "rpop" };
-        let Reply::Bulk(v) = self.on_key(src, cmd(&[pop], &[src]), false).await? else {
-            return Ok(Reply::Nil);
-        };
-        let push = if ends.1 { "lpush" } else { "rpush" };
-        let back = if ends.0 { "lpush" } else { "rpush" };
-        let pushed = self.on_key(dst, cmd(&[push], &[dst, &v]), false);
-        let put_back = self.on_key(src, cmd(&[back], &[src, &v]), false);
-        Ok(moved_or_put_back(v, pushed, put_back).await)
+        let (from_left, to_left) = ends;
+        self.atomically(&[src.clone(), dst.clone()], Job::LMove { src, dst, from_left, to_left }).await
     }
 
     /// LMPOP and ZMPOP: each key in order, as its own one-key command, until one pops.
@@ -431,33 +542,6 @@ impl Remote {
     }
 }
 
-/// The end of a cross-node move of `element`, popped from its source: `push` it to its
-/// destination, and if that fails in any way (refused, or the node unavailable or past the
-/// deadline), `put_back` where it came from. A push whose reply was lost may still have been
-/// applied: the element is then in both lists (at least once, never lost; docs/architecture.md,
-/// "Semantics worth knowing"). Only if the put-back fails too is it gone, and that is logged.
-async fn moved_or_put_back(
-    element: Bytes,
-    push: impl std::future::Future<Output = Step<Reply>>,
-    put_back: impl std::future::Future<Output = Step<Reply>>,
-) -> Reply {
-    let refused = match push.await {
-        Ok(pushed) => match fail_on_error(pushed) {
-            Ok(_) => return Reply::Bulk(element),
-            Err(refused) => refused,
-        },
-        Err(failed) => failed,
-    };
-    if let Err(e) = put_back.await.and_then(fail_on_error) {
-        tracing::error!(
-            element = %String::from_utf8_lossy(&element),
-            why = ?e,
-            "a list element popped for a cross-node move could be neither pushed nor put back"
-        );
-    }
-    refused
-}
-
 fn side(b: &[u8]) -> Option<bool> {
     if b.eq_ignore_ascii_case(b"left") {
         Some(true)
@@ -466,6 +550,11 @@ fn side(b: &[u8]) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// A one-key command op (its key is `args[1]`).
+fn one_key(args: Vec<Bytes>) -> proto::Op {
+    op(Kind::Command(Box::new(proto::Command { args, key_index: 1, ..Default::default() })))
 }
 
 fn cmd(name: &[&str], args: &[&Bytes]) -> Vec<Bytes> {
@@ -495,44 +584,5 @@ fn scratch_reply(r: proto::Reply) -> Step<(Reply, Vec<Frame>)> {
             Ok((reply, items.collect()))
         }
         other => Err(from_node(proto::Reply { kind: other, ..Default::default() })),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    fn unavailable() -> Reply {
-        crate::backend::BackendError::Unavailable { node: 1, addr: "a".into(), reason: "down".into() }.into()
-    }
-
-    /// Issue 38, item 5: a push that fails below the reply (the node unavailable, a timeout)
-    /// puts the element back, as a refused push does; a push that succeeds does not.
-    #[tokio::test]
-    async fn a_cross_node_move_puts_the_element_back_whatever_failed() {
-        let element = Bytes::from_static(b"e");
-        for (push, moved) in [
-            (Err(unavailable()), false),
-            (Ok(Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")), false),
-            (Ok(Reply::Int(3)), true),
-        ] {
-            let expected = match &push {
-                Ok(Reply::Int(_)) => Reply::Bulk(element.clone()),
-                Ok(r) | Err(r) => r.clone(),
-            };
-            let put_back = AtomicBool::new(false);
-            let back = async {
-                put_back.store(true, Ordering::SeqCst);
-                Ok(Reply::Int(1))
-            };
-            let reply = moved_or_put_back(element.clone(), async { push }, back).await;
-            assert_eq!(reply, expected);
-            assert_eq!(
-                put_back.load(Ordering::SeqCst),
-                !moved,
-                "put back exactly when the push did not land"
-            );
-        }
     }
 }
