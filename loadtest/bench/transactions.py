@@ -5,7 +5,9 @@
                                            [--rounds R] [--write-docs]
 
 Each transaction is `MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` on keys of its own
-connection (one hashtag, so one Shoal node). Its replies are always the same bytes, so the load
+connection (one hashtag, so one Shoal node); `--keys several` runs the same on two keys without a
+hashtag chosen to live on two different nodes of the 3 (`tx:c:a`, `tx:c:b<k>`: a transaction over
+several nodes, in two phases), `--keys one,several` both, each with its own row. Its replies are always the same bytes, so the load
 generator (this script, pinned to its own core) checks every reply by comparing bytes and spends
 almost nothing per transaction. C connections each keep D transactions in flight (D=1: one at a
 time; D=16: sixteen sent in one write), N transactions in all. Reported per system: transactions
@@ -24,22 +26,46 @@ import common
 VALUE = b"v" * 16
 
 
-def transaction(c):
-    a, b = b"{tx:%d}a" % c, b"{tx:%d}b" % c
+def crc16(data):
+    """Redis Cluster's key hash (CRC16/XMODEM)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def node_of(key, nodes=3):
+    """The node of `key` in an even split of the 16384 slots over `nodes` (no hashtags here)."""
+    return (crc16(key) % 16384) * nodes // 16384
+
+
+def keys_for(c, spread):
+    if not spread:
+        return b"{tx:%d}a" % c, b"{tx:%d}b" % c
+    a = b"tx:%d:a" % c
+    b = next(b"tx:%d:b%d" % (c, k) for k in range(1000) if node_of(b"tx:%d:b%d" % (c, k)) != node_of(a))
+    return a, b
+
+
+def transaction(c, spread=False):
+    a, b = keys_for(c, spread)
     commands = [(b"MULTI",), (b"SET", a, VALUE), (b"SET", b, VALUE), (b"GET", a), (b"EXEC",)]
     request = b"".join(common.resp_encode(*c) for c in commands)
     reply = b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n+OK\r\n+OK\r\n$%d\r\n%s\r\n" % (len(VALUE), VALUE)
     return request, reply
 
 
-def run(port, total, connections, depth):
+def run(port, total, connections, depth, spread=False):
     """Runs `total` transactions; returns the seconds they took. Exits on a wrong reply."""
     sel = selectors.DefaultSelector()
     conns = []
     for c in range(connections):
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        request, reply = transaction(c)
+        request, reply = transaction(c, spread)
         conns.append({"sock": s, "req": request * depth, "want": reply * depth, "buf": b"", "left": 0})
     per_conn = total // (connections * depth)
     t0 = time.perf_counter()
@@ -81,41 +107,51 @@ def main():
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--depths", default="1,16")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keys", default="one", help="one (a hashtag: one node), several (two nodes), or both")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
+    kinds = args.keys.split(",")
+    if any(k not in ("one", "several") for k in kinds):
+        sys.exit("--keys takes one, several or one,several")
     targets = common.shoal_vs_redis()
     if common.CLIENT_CPUS is not None:
         import os
         os.sched_setaffinity(0, {int(common.CLIENT_CPUS)})
     load_before = common.load_average()
     results = {}  # (target, depth) -> [(tx/s, cpu-us per tx)]
-    progress = common.Progress(args.rounds * len(depths) * len(targets))
+    progress = common.Progress(args.rounds * len(depths) * len(targets) * len(kinds))
     for r in range(args.rounds):
-        for depth in depths:
-            for name, (port, pids) in targets.items():
-                progress.step(f"round {r + 1}: {name}, {depth} in flight per connection")
-                run(port, 2000, args.connections, depth)  # warm up (connections, keys)
-                cpu0 = common.cpu_total(pids)
-                secs, done = run(port, args.transactions, args.connections, depth)
-                cpu = common.cpu_total(pids) - cpu0
-                results.setdefault((name, depth), []).append((done / secs, cpu / done * 1e6))
+        for kind in kinds:
+            spread = kind == "several"
+            for depth in depths:
+                for name, (port, pids) in targets.items():
+                    progress.step(f"round {r + 1}: {name}, keys on {kind} node(s), {depth} in flight")
+                    run(port, 2000, args.connections, depth, spread)  # warm up (connections, keys)
+                    cpu0 = common.cpu_total(pids)
+                    secs, done = run(port, args.transactions, args.connections, depth, spread)
+                    cpu = common.cpu_total(pids) - cpu0
+                    results.setdefault((name, kind, depth), []).append((done / secs, cpu / done * 1e6))
     load_after = common.load_average()
     med = {k: (statistics.median(x for x, _ in v), statistics.median(c for _, c in v)) for k, v in results.items()}
     lines = [
         f"Machine: {common.machine()}; 1-minute load average {load_before:.1f} at the start, "
         f"{load_after:.1f} at the end. Command: `python3 loadtest/bench/transactions.py --transactions "
         f"{args.transactions} --connections {args.connections} --depths {args.depths} --rounds {args.rounds}"
+        f" --keys {args.keys}"
         f"{' --write-docs' if args.write_docs else ''}` (median of {args.rounds} interleaved rounds; servers "
         f"pinned to CPU {common.SERVER_CPUS}, the load generator to CPU {common.CLIENT_CPUS}). One transaction: "
-        "`MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` (16-byte values), every reply checked.",
+        "`MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` (16-byte values), every reply checked; "
+        "keys on several nodes: the same over `tx:c:a` and a `tx:c:b<k>` on another node (two phases).",
         "",
-        "| in flight per connection | Shoal tx/s | redis tx/s | Shoal/redis | Shoal CPU-us/tx | redis CPU-us/tx |",
-        "|---|---|---|---|---|---|",
+        "| keys | in flight per connection | Shoal tx/s | redis tx/s | Shoal/redis | Shoal CPU-us/tx | redis CPU-us/tx |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for depth in depths:
-        (st, sc), (rt, rc) = med[("shoal", depth)], med[("redis", depth)]
-        lines.append(f"| {depth} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f}x | {sc:.1f} | {rc:.1f} |")
+    for kind in kinds:
+        for depth in depths:
+            (st, sc), (rt, rc) = med[("shoal", kind, depth)], med[("redis", kind, depth)]
+            label = "one node" if kind == "one" else "two nodes"
+            lines.append(f"| {label} | {depth} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f}x | {sc:.1f} | {rc:.1f} |")
     body = "\n".join(lines)
     print(body)
     if args.write_docs:
