@@ -396,6 +396,99 @@ async fn moves_between_nodes_are_atomic() {
     router.shutdown().await;
 }
 
+/// A router killed (SIGKILL) while clients pipeline transactions over several nodes through it:
+/// every transaction is applied on all of its nodes or on none (the nodes finish what the router
+/// left among themselves: a prepared node lets go at its lease, a participant whose coordinator
+/// committed applies its part), every EXEC a client saw succeed is applied, and the nodes serve
+/// another router's transactions again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_killed_mid_transaction_leaves_every_transaction_whole() {
+    use support::procs::{NodeProc, RouterProc};
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let doomed = RouterProc::start(dir.path(), "doomed", &["--nodes", &list]).await;
+    let survivor = support::router(&["--nodes", &list]).await;
+    let pairs = support::Pairs { n: 20, spread: true };
+    let mut admin = Raw::connect(survivor.resp_addr()).await;
+    support::transfer_pairs(&mut admin, pairs).await;
+    let (acked, sent) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut clients = Vec::new();
+    for w in 0..8usize {
+        let (acked, sent, addr) = (acked.clone(), sent.clone(), doomed.resp);
+        clients.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let started = Instant::now();
+            let mut i = w;
+            // Until the router dies (its connection closes), at most 20 s: 4 transactions per
+            // write, their replies read after.
+            while started.elapsed() < Duration::from_secs(20) {
+                let mut request = Vec::new();
+                for _ in 0..4 {
+                    let key = |k| support::pair_key(i % pairs.n, k, true);
+                    request.extend(support::encode(&[b"MULTI"]));
+                    request.extend(support::encode(&[b"DECRBY", key("a").as_bytes(), b"1"]));
+                    request.extend(support::encode(&[b"INCRBY", key("b").as_bytes(), b"1"]));
+                    request.extend(support::encode(&[b"INCR", key("n").as_bytes()]));
+                    request.extend(support::encode(&[b"EXEC"]));
+                    i += 8;
+                }
+                c.send(&request).await;
+                sent.fetch_add(4, Ordering::Relaxed);
+                for _ in 0..4 {
+                    for _ in 0..4 {
+                        if c.reply().await.is_none() {
+                            return;
+                        }
+                    }
+                    match c.reply().await {
+                        Some(exec) if exec.starts_with(b"*3\r\n") => {
+                            acked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some(other) => panic!("EXEC answered {}", String::from_utf8_lossy(&other)),
+                        None => return,
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    doomed.signal("-KILL");
+    for c in clients {
+        c.await.unwrap();
+    }
+    let (acked, sent) = (acked.load(Ordering::Relaxed), sent.load(Ordering::Relaxed));
+    assert!(
+        acked > 20 && sent > acked,
+        "transactions ran, and some were in flight at the kill ({acked} of {sent})"
+    );
+    // The nodes finish what the router left: within a lease (1 s) and a question to the coordinator.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let counted = support::counted_transfers(&mut admin, pairs, "transaction").await;
+    let logs: String = (0..3)
+        .map(|i| std::fs::read_to_string(dir.path().join(format!("node{i}.log"))).unwrap_or_default())
+        .collect();
+    eprintln!(
+        "DEBUG decided-by-coordinator {} lease-aborts {}",
+        logs.matches("decided by its coordinator").count(),
+        logs.matches("no decision within its lease").count()
+    );
+    assert!(counted as u64 >= acked, "{counted} applied, yet {acked} were acknowledged");
+    assert!(counted as u64 <= sent, "{counted} applied of {sent} sent");
+    // Nothing is held: another router's transaction over the same nodes runs.
+    let mut request = support::encode(&[b"MULTI"]);
+    for k in ["a", "b", "n"] {
+        request.extend(support::encode(&[b"GET", support::pair_key(0, k, true).as_bytes()]));
+    }
+    request.extend(support::encode(&[b"EXEC"]));
+    admin.send(&request).await;
+    for _ in 0..4 {
+        admin.reply().await.expect("queued");
+    }
+    let exec = admin.reply().await.expect("exec");
+    assert!(exec.starts_with(b"*3\r\n"), "{}", String::from_utf8_lossy(&exec));
+    survivor.shutdown().await;
+}
+
 /// A value larger than a transfer piece inside a transaction: the transaction op travels in
 /// pieces and its reply comes back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
