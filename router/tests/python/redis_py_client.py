@@ -212,10 +212,15 @@ def check_pubsub(port, password):
         assert r.publish("py:nope", "x") == 1
         deadline = time.monotonic() + 10
         got = [next_message(p, deadline) for _ in range(3)]
-        assert [(m["type"], m["channel"], m["data"]) for m in got] == [
+        # One channel's messages arrive in publish order; messages to channels on different nodes
+        # in no particular order (docs/compatibility.md, "Pub/sub"): py:news's two first, py:nope's
+        # wherever it lands.
+        assert sorted((m["type"], m["channel"], m["data"]) for m in got) == [
             ("message", "py:news", "hello"), ("pmessage", "py:news", "hello"),
             ("pmessage", "py:nope", "x")], got
-        assert got[1]["pattern"] == "py:n*"
+        news = [m for m in got if m["channel"] == "py:news"]
+        assert [m["type"] for m in news] == ["message", "pmessage"], got
+        assert news[1]["pattern"] == "py:n*"
         assert r.pubsub_numsub("py:news") == [("py:news", 1)]
         assert r.pubsub_numpat() == 1
         assert "py:news" in r.pubsub_channels("py:*")
