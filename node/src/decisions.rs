@@ -8,7 +8,7 @@
 //! whichever takes the lock first decides. On the coordinator that is the transaction's decision
 //! (docs/architecture.md, "Transactions over several nodes").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,9 @@ use parking_lot::Mutex;
 use shoal_wire::proto::{self, Reply, reply};
 use tokio::sync::oneshot;
 
-/// How long a decided transaction's record is kept.
-const KEEP: Duration = Duration::from_secs(300);
+/// How long a decided transaction's record is kept: past every participant's questions (they ask
+/// at their lease, 1 s by default, and give up after `twophase::GIVE_UP`, 30 s).
+const KEEP: Duration = Duration::from_secs(60);
 
 /// What the thread holding a prepared transaction is told.
 #[derive(Debug)]
@@ -34,8 +35,9 @@ enum Entry {
     Held(mpsc::Sender<Order>),
     /// A commit order was sent; the holder is applying it.
     Committing,
-    /// Applied: its replies, for a late or repeated Decide.
-    Committed(Reply, Instant),
+    /// Applied; with its replies when no router order asked for them yet (a participant that
+    /// applied on its coordinator's word), for a late Decide.
+    Committed(Option<Reply>, Instant),
     Aborted(Instant),
 }
 
@@ -48,7 +50,31 @@ pub enum Decided {
 
 #[derive(Debug, Default)]
 pub struct Decisions {
-    entries: Mutex<HashMap<Bytes, Entry>>,
+    entries: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    map: HashMap<Bytes, Entry>,
+    /// Decided transactions, oldest first: swept after [`KEEP`] (amortized O(1) per decision).
+    decided: VecDeque<(Instant, Bytes)>,
+}
+
+impl Table {
+    fn decide(&mut self, txid: &[u8], entry: Entry) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.decided.front()
+            && now.duration_since(*at) >= KEEP
+        {
+            let (_, old) = self.decided.pop_front().expect("a front");
+            if matches!(self.map.get(&old), Some(Entry::Committed(..) | Entry::Aborted(_))) {
+                self.map.remove(&old);
+            }
+        }
+        let txid = Bytes::copy_from_slice(txid);
+        self.decided.push_back((now, txid.clone()));
+        self.map.insert(txid, entry);
+    }
 }
 
 fn ok() -> Reply {
@@ -63,59 +89,60 @@ impl Decisions {
     /// A transaction was prepared here; its holder takes orders on `to_holder`. False if it was
     /// already decided (a participant's question got here first: then it is aborted).
     pub fn hold(&self, txid: Bytes, to_holder: mpsc::Sender<Order>) -> bool {
-        let mut entries = self.entries.lock();
-        let now = Instant::now();
-        entries.retain(|_, e| match e {
-            Entry::Committed(_, at) | Entry::Aborted(at) => now.duration_since(*at) < KEEP,
-            _ => true,
-        });
-        if entries.contains_key(&txid) {
+        let mut table = self.entries.lock();
+        if table.map.contains_key(&txid) {
             return false;
         }
-        entries.insert(txid, Entry::Held(to_holder));
+        table.map.insert(txid, Entry::Held(to_holder));
         true
     }
 
     /// The router's decision.
     pub fn decide(&self, txid: &[u8], commit: bool) -> Decided {
-        let mut entries = self.entries.lock();
-        let now = Instant::now();
-        let Some(entry) = entries.get_mut(txid) else {
+        let mut t = self.entries.lock();
+        let Some(entry) = t.map.remove(txid) else {
             if commit {
                 return Decided::Now(error("ERR no such prepared transaction (its node restarted?)"));
             }
-            entries.insert(Bytes::copy_from_slice(txid), Entry::Aborted(now));
+            t.decide(txid, Entry::Aborted(Instant::now()));
             return Decided::Now(ok());
         };
-        match (std::mem::replace(entry, Entry::Committing), commit) {
+        let keep = |t: &mut Table, e: Entry| drop(t.map.insert(Bytes::copy_from_slice(txid), e));
+        match (entry, commit) {
             (Entry::Held(to_holder), true) => {
                 let (tx, rx) = oneshot::channel();
                 if to_holder.send(Order::Commit(tx)).is_err() {
-                    *entry = Entry::Aborted(now);
+                    t.decide(txid, Entry::Aborted(Instant::now()));
                     return Decided::Now(error("ERR the transaction's holder is gone"));
                 }
+                keep(&mut t, Entry::Committing);
                 Decided::Later(rx)
             }
             (Entry::Held(to_holder), false) => {
                 let _ = to_holder.send(Order::Abort);
-                *entry = Entry::Aborted(now);
+                t.decide(txid, Entry::Aborted(Instant::now()));
                 Decided::Now(ok())
             }
-            (Entry::Committing, _) => Decided::Now(error("ERR the transaction is being committed")),
-            (Entry::Committed(r, at), true) => {
-                *entry = Entry::Committed(r.clone(), at);
-                Decided::Now(r)
+            (Entry::Committing, _) => {
+                keep(&mut t, Entry::Committing);
+                Decided::Now(error("ERR the transaction is being committed"))
             }
-            (Entry::Committed(r, at), false) => {
-                *entry = Entry::Committed(r, at);
+            (Entry::Committed(replies, at), true) => {
+                keep(&mut t, Entry::Committed(None, at));
+                Decided::Now(replies.unwrap_or_else(|| {
+                    error("ERR the transaction was committed; its replies went to the first commit")
+                }))
+            }
+            (Entry::Committed(replies, at), false) => {
+                keep(&mut t, Entry::Committed(replies, at));
                 Decided::Now(error("ERR the transaction was committed"))
             }
             (Entry::Aborted(at), true) => {
-                *entry = Entry::Aborted(at);
+                keep(&mut t, Entry::Aborted(at));
                 Decided::Now(error("ERR the transaction was aborted: no decision came within its lease"))
             }
             (Entry::Aborted(at), false) => {
-                *entry = Entry::Aborted(at);
+                keep(&mut t, Entry::Aborted(at));
                 Decided::Now(ok())
             }
         }
@@ -125,19 +152,15 @@ impl Decisions {
     /// One still held is aborted by the question (the answer is final); one never seen is
     /// recorded as aborted, so a prepare arriving after the question is refused.
     pub fn question(&self, txid: &[u8]) -> bool {
-        let mut entries = self.entries.lock();
-        let now = Instant::now();
-        match entries.get_mut(txid) {
+        let mut t = self.entries.lock();
+        match t.map.get(txid) {
             Some(Entry::Committing | Entry::Committed(..)) => true,
             Some(Entry::Aborted(_)) => false,
-            Some(entry @ Entry::Held(_)) => {
-                if let Entry::Held(to_holder) = std::mem::replace(entry, Entry::Aborted(now)) {
+            Some(Entry::Held(_)) | None => {
+                if let Some(Entry::Held(to_holder)) = t.map.remove(txid) {
                     let _ = to_holder.send(Order::Abort);
                 }
-                false
-            }
-            None => {
-                entries.insert(Bytes::copy_from_slice(txid), Entry::Aborted(now));
+                t.decide(txid, Entry::Aborted(Instant::now()));
                 false
             }
         }
@@ -152,10 +175,14 @@ impl Decisions {
     /// A participant learned the coordinator's decision. True: the holder acts on it itself
     /// (applies, or lets go); false: a router's order already came and is in the holder's channel.
     pub fn learned(&self, txid: &[u8], committed: bool) -> bool {
-        let mut entries = self.entries.lock();
-        match entries.get_mut(txid) {
-            Some(entry @ Entry::Held(_)) => {
-                *entry = if committed { Entry::Committing } else { Entry::Aborted(Instant::now()) };
+        let mut t = self.entries.lock();
+        match t.map.get(txid) {
+            Some(Entry::Held(_)) if committed => {
+                t.map.insert(Bytes::copy_from_slice(txid), Entry::Committing);
+                true
+            }
+            Some(Entry::Held(_)) => {
+                t.decide(txid, Entry::Aborted(Instant::now()));
                 true
             }
             Some(Entry::Aborted(_)) | None => true,
@@ -163,14 +190,20 @@ impl Decisions {
         }
     }
 
-    /// The holder applied the transaction; `reply` is what a (repeated) commit order answers.
-    pub fn committed(&self, txid: &[u8], reply: Reply) {
-        self.entries.lock().insert(Bytes::copy_from_slice(txid), Entry::Committed(reply, Instant::now()));
+    /// The holder applied the transaction; `replies` (when no router order has taken them yet)
+    /// are what a late commit order answers.
+    pub fn committed(&self, txid: &[u8], replies: Option<Reply>) {
+        self.entries.lock().decide(txid, Entry::Committed(replies, Instant::now()));
     }
 
     /// How many transactions are prepared and not yet decided here.
     pub fn held(&self) -> usize {
-        self.entries.lock().values().filter(|e| matches!(e, Entry::Held(_) | Entry::Committing)).count()
+        self.entries.lock().map.values().filter(|e| matches!(e, Entry::Held(_) | Entry::Committing)).count()
+    }
+
+    /// How many records are kept (held and decided).
+    pub fn records(&self) -> usize {
+        self.entries.lock().map.len()
     }
 }
 
@@ -211,10 +244,26 @@ mod tests {
         let _rx = held(&d, b"a");
         assert!(d.learned(b"a", true), "the holder commits on the coordinator's word");
         assert_eq!(d.held(), 1);
-        d.committed(b"a", ok());
+        d.committed(b"a", Some(ok()));
         assert_eq!(d.held(), 0);
         let Decided::Now(r) = d.decide(b"a", true) else { panic!("decided") };
         assert_eq!(r, ok());
+        // The replies go once; a second commit order learns that it was committed.
+        let Decided::Now(r) = d.decide(b"a", true) else { panic!("decided") };
+        assert!(matches!(r.kind, Some(reply::Kind::Error(e)) if e.contains("committed")));
         assert!(d.question(b"a"));
+    }
+
+    #[test]
+    fn decided_records_are_swept_after_a_while_and_held_ones_never() {
+        let d = Decisions::default();
+        let _rx = held(&d, b"held");
+        d.committed(b"old", None);
+        // Age the old record past KEEP (as if decided long ago).
+        d.entries.lock().decided[0].0 = Instant::now() - KEEP - Duration::from_secs(1);
+        d.committed(b"new", None);
+        assert_eq!(d.records(), 2, "the old record went, the held one and the new one stay");
+        assert!(d.question(b"new"));
+        assert_eq!(d.held(), 1);
     }
 }

@@ -142,7 +142,7 @@ fn hold(
                         break None;
                     }
                     let reply = commit_now(state, &view, t, gate);
-                    state.decisions.committed(&txid, reply);
+                    state.decisions.committed(&txid, Some(reply));
                     return;
                 }
                 None if Instant::now() >= give_up => {
@@ -162,7 +162,7 @@ fn hold(
     match commit {
         Some(reply_to) => {
             let reply = commit_now(state, &view, t, gate);
-            state.decisions.committed(&txid, reply.clone());
+            state.decisions.committed(&txid, None);
             let _ = reply_to.send(reply);
         }
         None => state.metrics.transactions_aborted.inc(),

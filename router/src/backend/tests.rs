@@ -26,6 +26,8 @@ enum Scripted {
     Moved(u64),
     /// Fail as if the node had gone away.
     Down,
+    /// Do what the node does (to script a later call).
+    Serve,
 }
 
 type Hook = Box<dyn FnMut(&Op, &Store) + Send>;
@@ -42,6 +44,8 @@ struct FakeNode {
     log: Mutex<Vec<(String, u64)>>,
     /// The round trip the link reports (`--read-from nearest`).
     rtt: Mutex<Option<Duration>>,
+    /// Transactions over several nodes prepared here (`spread.rs`), with their versions.
+    prepared: Mutex<HashMap<Bytes, (proto::Transaction, u64)>>,
 }
 
 impl std::fmt::Debug for FakeNode {
@@ -70,6 +74,7 @@ impl FakeNode {
             hook: Mutex::default(),
             log: Mutex::default(),
             rtt: Mutex::default(),
+            prepared: Mutex::default(),
         });
         node.adopt(t);
         node
@@ -100,13 +105,25 @@ impl FakeNode {
                 return Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() });
             }
             Some(Scripted::Down) => return Err(self.ident.unavailable("scripted outage")),
-            None => {}
+            Some(Scripted::Serve) | None => {}
         }
         if let Some(hook) = self.hook.lock().as_mut() {
             hook(&op, &self.store);
         }
         let view = self.view.lock().clone();
         Ok(shoal_node::ops::apply_checked(&self.store, &view, version, op))
+    }
+
+    /// The next scripted answer, as `apply` takes it (`None`: serve).
+    fn scripted(&self, what: &str, version: u64) -> Option<Result<Reply, BackendError>> {
+        self.log.lock().push((what.to_string(), version));
+        match self.script.lock().pop_front() {
+            Some(Scripted::Moved(v)) => {
+                Some(Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() }))
+            }
+            Some(Scripted::Down) => Some(Err(self.ident.unavailable("scripted outage"))),
+            Some(Scripted::Serve) | None => None,
+        }
     }
 
     fn ops_of(&self, kind: &str) -> usize {
@@ -152,6 +169,38 @@ impl NodePort for FakeNode {
     }
     fn snapshot(&self) -> BoxFuture<'_, Result<SnapshotInfo, BackendError>> {
         Box::pin(async { Ok(SnapshotInfo::default()) })
+    }
+    /// Records the part (the real node also takes its gate and checks it now; the fake checks
+    /// it when it commits).
+    fn prepare(
+        &self,
+        req: proto::PrepareRequest,
+        _wait: Duration,
+    ) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        let answer = self.scripted("Prepare", req.topology_version).unwrap_or_else(|| {
+            let t = req.transaction.unwrap_or_default();
+            self.prepared.lock().insert(req.txid, (t, req.topology_version));
+            Ok(Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() })
+        });
+        Box::pin(async move { answer })
+    }
+    fn decide(&self, req: proto::DecideRequest) -> BoxFuture<'_, Result<Reply, BackendError>> {
+        let what = if req.commit { "Commit" } else { "Abort" };
+        let answer = self.scripted(what, 0).unwrap_or_else(|| {
+            let part = self.prepared.lock().remove(&req.txid);
+            Ok(match (part, req.commit) {
+                (Some((t, version)), true) => {
+                    let view = self.view.lock().clone();
+                    shoal_node::ops::apply_checked(&self.store, &view, version, op(Kind::Transaction(t)))
+                }
+                (None, true) => Reply {
+                    kind: Some(reply::Kind::Error("ERR no such transaction".into())),
+                    ..Default::default()
+                },
+                (_, false) => Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() },
+            })
+        });
+        Box::pin(async move { answer })
     }
     fn close(&self) {}
     fn metrics(&self) -> &LinkMetrics {
@@ -559,4 +608,74 @@ fn nearest_reads_from_the_replica_with_the_shortest_round_trip_if_the_primary_is
     *near.rtt.lock() = Some(ms(1));
     let near: Arc<dyn NodePort> = near;
     assert_eq!(pick(&near), None);
+}
+
+/// Keys of node 0 and node 1 of `even(2)`, and the ops of a transfer between them.
+fn transfer_over_two_nodes() -> (String, String, Vec<(usize, Op)>) {
+    let (a, b) = (key_in(0, 8191), key_in(8192, 16383));
+    let ops = vec![(0, set(&a, "1")), (1, incr(&b)), (0, get(&a))];
+    (a, b, ops)
+}
+
+fn steps(f: &Fakes) -> Vec<Vec<String>> {
+    f.nodes.iter().map(|n| n.log.lock().iter().map(|(k, _)| k.clone()).collect()).collect()
+}
+
+#[tokio::test]
+async fn a_spread_transaction_prepares_in_order_then_commits_the_coordinator_first() {
+    let f = Fakes::new(&even(2), None);
+    let (a, b, ops) = transfer_over_two_nodes();
+    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    let SpreadOutcome::Replies(replies) = outcome else { panic!("{outcome:?}") };
+    // One reply per op, in the ops' order although they ran on two nodes.
+    assert!(matches!(replies[0].kind, Some(reply::Kind::Ok(_))), "{replies:?}");
+    assert_eq!(int(&replies[1]), 1);
+    assert_eq!(value(&replies[2]), Some(&b"1"[..]));
+    assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare", "Commit"]]);
+    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
+    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
+}
+
+#[tokio::test]
+async fn a_refused_prepare_lets_go_of_every_part_and_applies_nothing() {
+    let f = Fakes::new(&even(2), None);
+    let (a, b, ops) = transfer_over_two_nodes();
+    f.nodes[1].script.lock().push_back(Scripted::Down);
+    let err = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap_err();
+    assert!(matches!(err, AtomicError::Backend(BackendError::Unavailable { .. })), "{err:?}");
+    // Node 1 may have prepared before its link failed: it is told to let go too.
+    assert_eq!(steps(&f), [vec!["Prepare", "Abort"], vec!["Prepare", "Abort"]]);
+    assert!(f.nodes.iter().all(|n| n.prepared.lock().is_empty()));
+    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), None);
+    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), None);
+}
+
+#[tokio::test]
+async fn a_coordinator_silent_at_its_commit_leaves_the_others_to_ask_it() {
+    let f = Fakes::new(&even(2), None);
+    let (_, _, ops) = transfer_over_two_nodes();
+    f.nodes[0].script.lock().extend([Scripted::Serve, Scripted::Down]);
+    let err = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap_err();
+    assert!(matches!(err, AtomicError::Backend(BackendError::Undecided { node: 0, .. })), "{err:?}");
+    // No abort goes to the participant: the coordinator may have committed, and it decides.
+    assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare"]]);
+}
+
+#[tokio::test]
+async fn a_spread_transaction_told_moved_lets_go_and_goes_again_by_the_new_topology() {
+    let t1 = even(2);
+    let t2 = settled(&t1);
+    let f = Fakes::new(&t1, None);
+    let (a, b, ops) = transfer_over_two_nodes();
+    // Node 1 has moved on to version 2: the router catches up and prepares both again.
+    f.nodes.iter().for_each(|n| {
+        n.adopt(&t2);
+    });
+    f.nodes[1].script.lock().push_back(Scripted::Moved(t2.version));
+    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    assert!(matches!(outcome, SpreadOutcome::Replies(_)), "{outcome:?}");
+    assert_eq!(steps(&f)[0], ["Prepare", "Abort", "Prepare", "Commit"]);
+    assert_eq!(f.backend.metrics.transaction_retries.get(), 1);
+    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
+    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
 }
