@@ -184,6 +184,21 @@ fn backend_series(e: &mut Exposition, c: &crate::backend::BackendMetrics) {
             c.transaction_retries.get(),
         )
         .counter(
+            "shoal_router_cross_node_transactions_committed_total",
+            "Transactions over keys of several nodes applied on every node (two phases).",
+            c.spread_committed.get(),
+        )
+        .counter(
+            "shoal_router_cross_node_transactions_refused_total",
+            "Transactions over keys of several nodes applied on none (a watched key changed, BUSY, OOM, a node down).",
+            c.spread_refused.get(),
+        )
+        .counter(
+            "shoal_router_cross_node_transactions_undecided_total",
+            "Transactions over keys of several nodes whose commit went unanswered (the nodes finish them; their replies are lost).",
+            c.spread_undecided.get(),
+        )
+        .counter(
             "shoal_router_stale_retries_total",
             "Ops routed again because their node had left the cluster.",
             c.stale_retries.get(),

@@ -169,6 +169,12 @@ pub struct BackendMetrics {
     /// Units (EXEC, scripts) sent again: a slot of theirs was moving, a node answered `moved`, or
     /// the node had left.
     pub transaction_retries: Counter,
+    /// Transactions over several nodes (`spread.rs`) by how they ended: applied on every node,
+    /// refused (nothing applied: a watched key changed, BUSY, OOM, a node down), or undecided (a
+    /// commit unanswered: the nodes finish it among themselves).
+    pub spread_committed: Counter,
+    pub spread_refused: Counter,
+    pub spread_undecided: Counter,
     /// Topologies adopted.
     pub topology_changes: Counter,
 }

@@ -106,10 +106,18 @@ impl Backend {
             self.metrics.transaction_retries.inc();
             self.spread_attempt(routing, ops, watches, nodes_then)
         };
-        match self.settle(first, again, deadline).await? {
-            Attempt::Done(outcome) => Ok(outcome),
-            Attempt::Spread => Err(AtomicError::Spread),
+        let result = match self.settle(first, again, deadline).await {
+            Ok(Attempt::Done(outcome)) => Ok(outcome),
+            Ok(Attempt::Spread) => Err(AtomicError::Spread),
+            Err(e) => Err(AtomicError::Backend(e)),
+        };
+        let m = &self.metrics;
+        match &result {
+            Ok(SpreadOutcome::Replies(_)) => m.spread_committed.inc(),
+            Err(AtomicError::Backend(BackendError::Undecided { .. })) => m.spread_undecided.inc(),
+            Ok(SpreadOutcome::Refused(_)) | Err(_) => m.spread_refused.inc(),
         }
+        result
     }
 
     async fn spread_attempt(

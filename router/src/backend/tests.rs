@@ -632,6 +632,7 @@ async fn a_spread_transaction_prepares_in_order_then_commits_the_coordinator_fir
     assert_eq!(int(&replies[1]), 1);
     assert_eq!(value(&replies[2]), Some(&b"1"[..]));
     assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare", "Commit"]]);
+    assert_eq!(f.backend.metrics.spread_committed.get(), 1);
     assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
     assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
 }
@@ -645,6 +646,7 @@ async fn a_refused_prepare_lets_go_of_every_part_and_applies_nothing() {
     assert!(matches!(err, AtomicError::Backend(BackendError::Unavailable { .. })), "{err:?}");
     // Node 1 may have prepared before its link failed: it is told to let go too.
     assert_eq!(steps(&f), [vec!["Prepare", "Abort"], vec!["Prepare", "Abort"]]);
+    assert_eq!(f.backend.metrics.spread_refused.get(), 1);
     assert!(f.nodes.iter().all(|n| n.prepared.lock().is_empty()));
     assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), None);
     assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), None);
@@ -659,6 +661,7 @@ async fn a_coordinator_silent_at_its_commit_leaves_the_others_to_ask_it() {
     assert!(matches!(err, AtomicError::Backend(BackendError::Undecided { node: 0, .. })), "{err:?}");
     // No abort goes to the participant: the coordinator may have committed, and it decides.
     assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare"]]);
+    assert_eq!(f.backend.metrics.spread_undecided.get(), 1);
 }
 
 #[tokio::test]
