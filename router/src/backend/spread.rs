@@ -13,9 +13,11 @@
 //! 3. A refusal (`moved`, `try_again`, a watched key changed, BUSY, OOM, a node down) aborts the
 //!    parts prepared so far; `moved` and `try_again` go round the settle loop like a one-node
 //!    unit, the others are the EXEC's answer.
-//! 4. Commit the coordinator: its record is the decision. Then commit the others. A router that
-//!    dies before the coordinator's commit leaves every node to abort at its lease; one that dies
-//!    after it leaves the participants to learn "committed" from the coordinator and apply.
+//! 4. Commit the coordinator: its record is the decision (one that refuses, its lease having run
+//!    out on a slow prepare, applied nothing: the whole transaction goes again). Then commit the
+//!    others. A router that dies before the coordinator's commit leaves every node to abort at its
+//!    lease; one that dies after it leaves the participants to learn "committed" from the
+//!    coordinator and apply.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -170,10 +172,12 @@ impl Backend {
         let commit = DecideRequest { txid: txid.clone(), commit: true };
         let first = match coordinator.decide(commit.clone()).await {
             Ok(r) if is(&r, |k| matches!(k, reply::Kind::Replies(_))) => r,
-            // Its lease ran out before the commit came: aborted, and so is every part.
+            // Not committed (its lease ran out before the commit came, or it restarted): nothing
+            // was applied anywhere, so the whole transaction goes again (until the deadline).
             Ok(r) => {
+                tracing::debug!(reply = ?r.kind, "a coordinator refused its commit; the transaction goes again");
                 let_go(&txid, prepared.map(|(p, _)| p).collect()).await;
-                return Ok(Outcome::Done(Attempt::Done(SpreadOutcome::Refused(r))));
+                return Ok(Outcome::TryAgain);
             }
             // Committed or not, the coordinator knows and the participants will ask it: nothing
             // more is sent (an abort now could undo a part of a committed transaction).

@@ -28,6 +28,8 @@ enum Scripted {
     Down,
     /// Do what the node does (to script a later call).
     Serve,
+    /// Answer an error line (a coordinator whose lease ran out refuses its commit so).
+    Refuse,
 }
 
 type Hook = Box<dyn FnMut(&Op, &Store) + Send>;
@@ -105,6 +107,7 @@ impl FakeNode {
                 return Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() });
             }
             Some(Scripted::Down) => return Err(self.ident.unavailable("scripted outage")),
+            Some(Scripted::Refuse) => return Ok(refusal()),
             Some(Scripted::Serve) | None => {}
         }
         if let Some(hook) = self.hook.lock().as_mut() {
@@ -122,6 +125,7 @@ impl FakeNode {
                 Some(Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() }))
             }
             Some(Scripted::Down) => Some(Err(self.ident.unavailable("scripted outage"))),
+            Some(Scripted::Refuse) => Some(Ok(refusal())),
             Some(Scripted::Serve) | None => None,
         }
     }
@@ -206,6 +210,11 @@ impl NodePort for FakeNode {
     fn metrics(&self) -> &LinkMetrics {
         &self.metrics
     }
+}
+
+fn refusal() -> Reply {
+    let line = "ERR the transaction was aborted: no decision came within its lease";
+    Reply { kind: Some(reply::Kind::Error(line.into())), ..Default::default() }
 }
 
 /// Fake nodes and a backend routing over them.
@@ -681,4 +690,19 @@ async fn a_spread_transaction_told_moved_lets_go_and_goes_again_by_the_new_topol
     assert_eq!(f.backend.metrics.transaction_retries.get(), 1);
     assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
     assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
+}
+
+#[tokio::test]
+async fn a_coordinator_that_refuses_its_commit_has_the_whole_transaction_go_again() {
+    let f = Fakes::new(&even(2), None);
+    let (_, b, ops) = transfer_over_two_nodes();
+    f.nodes[0].script.lock().extend([Scripted::Serve, Scripted::Refuse]);
+    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    assert!(matches!(outcome, SpreadOutcome::Replies(_)), "{outcome:?}");
+    // Nothing was applied the first time (the participant was told to let go), once the second.
+    assert_eq!(
+        steps(&f),
+        [vec!["Prepare", "Commit", "Prepare", "Commit"], vec!["Prepare", "Abort", "Prepare", "Commit"]]
+    );
+    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]), "the increment applied once");
 }
