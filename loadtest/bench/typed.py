@@ -188,20 +188,26 @@ def main():
     runs = {(name, pl, t): [] for name, pl in cells for t in runnable[name]}
     cpu = {(name, pl): [] for name, pl in cells}
     progress = common.Progress(len(cells) * args.rounds)
+    names = list(targets)
     for r in range(args.rounds):
-        for name, pl in cells:
-            progress.step(f"round {r + 1}: {name} P={pl}")
-            target, n = targets[name], requests_at(args.requests, pl)
-            if not runnable[name]:
-                continue
-            reset(target["port"])
-            before = common.cpu_total(target["pids"])
-            out = bench(target["port"], runnable[name], pl, n)
-            # Server CPU for the whole invocation, per request (the LRANGE fill's requests included).
-            total = n * (len(runnable[name]) + (1 if "lrange_100" in runnable[name] else 0))
-            cpu[(name, pl)].append((common.cpu_total(target["pids"]) - before) / total * 1e6)
-            for t, row in out.items():
-                runs[(name, pl, t)].append(row)
+        # The targets take turns going first (round r starts with the r-th): a fixed order put
+        # the same target first after the previous depth's heavier runs in every round, and
+        # single P=1 cells moved by up to 13% between two full runs of the same binaries.
+        order = names[r % len(names):] + names[:r % len(names)]
+        for pl in pipelines:
+            for name in order:
+                progress.step(f"round {r + 1}: {name} P={pl}")
+                target, n = targets[name], requests_at(args.requests, pl)
+                if not runnable[name]:
+                    continue
+                reset(target["port"])
+                before = common.cpu_total(target["pids"])
+                out = bench(target["port"], runnable[name], pl, n)
+                # Server CPU for the whole invocation, per request (the LRANGE fill's requests included).
+                total = n * (len(runnable[name]) + (1 if "lrange_100" in runnable[name] else 0))
+                cpu[(name, pl)].append((common.cpu_total(target["pids"]) - before) / total * 1e6)
+                for t, row in out.items():
+                    runs[(name, pl, t)].append(row)
 
     med = {k: {f: statistics.median(x[f] for x in v) for f in ("rps", "p50", "p99")} for k, v in runs.items()}
     cpu_med = {k: statistics.median(v) if v else None for k, v in cpu.items()}
