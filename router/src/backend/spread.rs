@@ -28,7 +28,7 @@ use shoal_wire::proto::{self, DecideRequest, Op, PrepareRequest, Reply, reply};
 use tokio::time::Instant;
 
 use super::port::{BoxFuture, NodePort};
-use super::settle::{Outcome, may_route_again};
+use super::settle::Outcome;
 use super::{AtomicError, Backend, BackendError, Routing, futures_join};
 
 /// How long a prepared node holds its gate without a decision before it aborts (the coordinator)
@@ -160,7 +160,10 @@ impl Backend {
                 Err(e) => {
                     // It may have prepared before the link failed: it is told to let go too.
                     prepared.push((port.clone(), Vec::new()));
-                    let again = may_route_again(&e, &Op::default()) && self.has_left(&*port, &routing);
+                    // Routed again only if the call never reached a node that has left since
+                    // (the settle loop's rule for a write; the part is let go of either way).
+                    let never_sent = matches!(e, BackendError::Unavailable { .. });
+                    let again = never_sent && self.has_left(&*port, &routing);
                     if again { Ok(Outcome::Stale) } else { Err(e) }
                 }
             };

@@ -101,14 +101,8 @@ impl FakeNode {
     }
 
     fn apply(&self, op: Op, version: u64) -> Result<Reply, BackendError> {
-        self.log.lock().push((kind_name(&op), version));
-        match self.script.lock().pop_front() {
-            Some(Scripted::Moved(v)) => {
-                return Ok(Reply { kind: Some(reply::Kind::Moved(v)), ..Default::default() });
-            }
-            Some(Scripted::Down) => return Err(self.ident.unavailable("scripted outage")),
-            Some(Scripted::Refuse) => return Ok(refusal()),
-            Some(Scripted::Serve) | None => {}
+        if let Some(answer) = self.scripted(&kind_name(&op), version) {
+            return answer;
         }
         if let Some(hook) = self.hook.lock().as_mut() {
             hook(&op, &self.store);
@@ -117,7 +111,7 @@ impl FakeNode {
         Ok(shoal_node::ops::apply_checked(&self.store, &view, version, op))
     }
 
-    /// The next scripted answer, as `apply` takes it (`None`: serve).
+    /// Logs the call (`what` at `version`) and takes the next scripted answer (`None`: serve).
     fn scripted(&self, what: &str, version: u64) -> Option<Result<Reply, BackendError>> {
         self.log.lock().push((what.to_string(), version));
         match self.script.lock().pop_front() {
@@ -626,6 +620,17 @@ fn transfer_over_two_nodes() -> (String, String, Vec<(usize, Op)>) {
     (a, b, ops)
 }
 
+impl Fakes {
+    async fn spread(&self, ops: Vec<(usize, Op)>) -> Result<SpreadOutcome, AtomicError> {
+        self.backend.spread_transaction(&self.routing(), ops, Vec::new(), self.deadline()).await
+    }
+
+    /// `key`'s value, read through the backend.
+    async fn value_of(&self, key: &str) -> Option<Vec<u8>> {
+        value(&self.run(key, get(key)).await.unwrap()).map(<[u8]>::to_vec)
+    }
+}
+
 fn steps(f: &Fakes) -> Vec<Vec<String>> {
     f.nodes.iter().map(|n| n.log.lock().iter().map(|(k, _)| k.clone()).collect()).collect()
 }
@@ -634,7 +639,7 @@ fn steps(f: &Fakes) -> Vec<Vec<String>> {
 async fn a_spread_transaction_prepares_in_order_then_commits_the_coordinator_first() {
     let f = Fakes::new(&even(2), None);
     let (a, b, ops) = transfer_over_two_nodes();
-    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    let outcome = f.spread(ops).await.unwrap();
     let SpreadOutcome::Replies(replies) = outcome else { panic!("{outcome:?}") };
     // One reply per op, in the ops' order although they ran on two nodes.
     assert!(matches!(replies[0].kind, Some(reply::Kind::Ok(_))), "{replies:?}");
@@ -642,8 +647,8 @@ async fn a_spread_transaction_prepares_in_order_then_commits_the_coordinator_fir
     assert_eq!(value(&replies[2]), Some(&b"1"[..]));
     assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare", "Commit"]]);
     assert_eq!(f.backend.metrics.spread_committed.get(), 1);
-    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
-    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
+    assert_eq!(f.value_of(&a).await.as_deref(), Some(&b"1"[..]));
+    assert_eq!(f.value_of(&b).await.as_deref(), Some(&b"1"[..]));
 }
 
 #[tokio::test]
@@ -651,14 +656,14 @@ async fn a_refused_prepare_lets_go_of_every_part_and_applies_nothing() {
     let f = Fakes::new(&even(2), None);
     let (a, b, ops) = transfer_over_two_nodes();
     f.nodes[1].script.lock().push_back(Scripted::Down);
-    let err = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap_err();
+    let err = f.spread(ops).await.unwrap_err();
     assert!(matches!(err, AtomicError::Backend(BackendError::Unavailable { .. })), "{err:?}");
     // Node 1 may have prepared before its link failed: it is told to let go too.
     assert_eq!(steps(&f), [vec!["Prepare", "Abort"], vec!["Prepare", "Abort"]]);
     assert_eq!(f.backend.metrics.spread_refused.get(), 1);
     assert!(f.nodes.iter().all(|n| n.prepared.lock().is_empty()));
-    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), None);
-    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), None);
+    assert_eq!(f.value_of(&a).await, None);
+    assert_eq!(f.value_of(&b).await, None);
 }
 
 #[tokio::test]
@@ -666,7 +671,7 @@ async fn a_coordinator_silent_at_its_commit_leaves_the_others_to_ask_it() {
     let f = Fakes::new(&even(2), None);
     let (_, _, ops) = transfer_over_two_nodes();
     f.nodes[0].script.lock().extend([Scripted::Serve, Scripted::Down]);
-    let err = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap_err();
+    let err = f.spread(ops).await.unwrap_err();
     assert!(matches!(err, AtomicError::Backend(BackendError::Undecided { node: 0, .. })), "{err:?}");
     // No abort goes to the participant: the coordinator may have committed, and it decides.
     assert_eq!(steps(&f), [vec!["Prepare", "Commit"], vec!["Prepare"]]);
@@ -684,12 +689,12 @@ async fn a_spread_transaction_told_moved_lets_go_and_goes_again_by_the_new_topol
         n.adopt(&t2);
     });
     f.nodes[1].script.lock().push_back(Scripted::Moved(t2.version));
-    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    let outcome = f.spread(ops).await.unwrap();
     assert!(matches!(outcome, SpreadOutcome::Replies(_)), "{outcome:?}");
     assert_eq!(steps(&f)[0], ["Prepare", "Abort", "Prepare", "Commit"]);
     assert_eq!(f.backend.metrics.transaction_retries.get(), 1);
-    assert_eq!(value(&f.run(&a, get(&a)).await.unwrap()), Some(&b"1"[..]));
-    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]));
+    assert_eq!(f.value_of(&a).await.as_deref(), Some(&b"1"[..]));
+    assert_eq!(f.value_of(&b).await.as_deref(), Some(&b"1"[..]));
 }
 
 #[tokio::test]
@@ -697,12 +702,12 @@ async fn a_coordinator_that_refuses_its_commit_has_the_whole_transaction_go_agai
     let f = Fakes::new(&even(2), None);
     let (_, b, ops) = transfer_over_two_nodes();
     f.nodes[0].script.lock().extend([Scripted::Serve, Scripted::Refuse]);
-    let outcome = f.backend.spread_transaction(&f.routing(), ops, Vec::new(), f.deadline()).await.unwrap();
+    let outcome = f.spread(ops).await.unwrap();
     assert!(matches!(outcome, SpreadOutcome::Replies(_)), "{outcome:?}");
     // Nothing was applied the first time (the participant was told to let go), once the second.
     assert_eq!(
         steps(&f),
         [vec!["Prepare", "Commit", "Prepare", "Commit"], vec!["Prepare", "Abort", "Prepare", "Commit"]]
     );
-    assert_eq!(value(&f.run(&b, get(&b)).await.unwrap()), Some(&b"1"[..]), "the increment applied once");
+    assert_eq!(f.value_of(&b).await.as_deref(), Some(&b"1"[..]), "the increment applied once");
 }

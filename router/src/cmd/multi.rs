@@ -412,16 +412,25 @@ impl Remote {
             .iter()
             .map(|k| (k.clone(), op(Kind::Watch(proto::Watch { keys: vec![k.clone()], release: false }))));
         let replies = gather(self.state.backend.keys(&self.routing, items, self.deadline)).await?;
-        keys.iter()
-            .zip(replies)
-            .map(|(key, r)| match r.kind {
-                Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => {
-                    Ok(proto::Watched { key: key.clone(), version: v.versions[0] })
-                }
-                Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
-                other => Err(unexpected(other)),
-            })
-            .collect()
+        let mut watched = Vec::with_capacity(keys.len());
+        let mut failure = None;
+        for (key, r) in keys.iter().zip(replies) {
+            match super::transaction::version_of(r) {
+                Ok(version) => watched.push(proto::Watched { key: key.clone(), version }),
+                Err(e) => failure = Some(e),
+            }
+        }
+        match failure {
+            None => Ok(watched),
+            // The keys that were registered are let go again (not left to the node's sweep).
+            Some(e) => {
+                super::transaction::release(
+                    &self.state,
+                    watched.into_iter().map(|w| (w.key, w.version)).collect(),
+                );
+                Err(e)
+            }
+        }
     }
 
     /// Applies `writes` (one-key commands, each on its key's node) as one transaction over their

@@ -190,14 +190,22 @@ fn watch(args: &Args, ctx: &mut Ctx) -> Pending {
         let mut failure = None;
         let mut watched = list.lock();
         for (key, r) in keys.into_iter().zip(replies) {
-            match r.kind {
-                Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => watched.push((key, v.versions[0])),
-                Some(reply::Kind::Error(e)) => failure = Some(Reply::error_fmt(e)),
-                other => failure = Some(super::unexpected(other)),
+            match version_of(r) {
+                Ok(version) => watched.push((key, version)),
+                Err(e) => failure = Some(e),
             }
         }
         failure.unwrap_or(Reply::OK)
     }))
+}
+
+/// A key's version from the node's answer to its `Watch` op (the error to answer instead).
+pub(super) fn version_of(r: proto::Reply) -> Result<u64, Reply> {
+    match r.kind {
+        Some(reply::Kind::Versions(v)) if v.versions.len() == 1 => Ok(v.versions[0]),
+        Some(reply::Kind::Error(e)) => Err(Reply::error_fmt(e)),
+        other => Err(super::unexpected(other)),
+    }
 }
 
 /// What the node made of the transaction.
