@@ -51,6 +51,8 @@ pub enum Decided {
 #[derive(Debug, Default)]
 pub struct Decisions {
     entries: Mutex<Table>,
+    /// Holder threads alive (`twophase` bounds them).
+    pub holders: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]

@@ -14,6 +14,7 @@
 //! at any step leaves every node applied or none.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,9 @@ const LEASE_BOUNDS: (u64, u64) = (10, 60_000);
 /// How long a question to the coordinator may take, and the pause before asking again.
 const QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
 const QUESTION_RETRY: Duration = Duration::from_millis(200);
+/// At most this many holder threads at once: a burst of cross-node transactions beyond it is
+/// answered `try_again` (the router goes again after a pause) rather than given a thread each.
+const MAX_HOLDERS: usize = 256;
 /// A participant that cannot reach its coordinator for this long lets go of its part (aborts),
 /// so one dead node cannot hold another for ever (the double failure of docs/architecture.md).
 const GIVE_UP: Duration = Duration::from_secs(30);
@@ -52,13 +56,29 @@ pub async fn prepare(state: &Arc<NodeState>, req: PrepareRequest) -> Reply {
     if req.txid.is_empty() || req.transaction.is_none() {
         return error("ERR a prepare needs a transaction id and a transaction");
     }
+    let holders = &state.decisions.holders;
+    if holders.fetch_add(1, Ordering::AcqRel) >= MAX_HOLDERS {
+        holders.fetch_sub(1, Ordering::AcqRel);
+        return try_again();
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let holder = {
         let state = state.clone();
         let rt = tokio::runtime::Handle::current();
-        move || hold(&state, &rt, req, tx)
+        move || {
+            // Counted out however the holder ends (a panic included).
+            struct Alive<'a>(&'a std::sync::atomic::AtomicUsize);
+            impl Drop for Alive<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            let _alive = Alive(&state.decisions.holders);
+            hold(&state, &rt, req, tx);
+        }
     };
     if let Err(e) = std::thread::Builder::new().name("shoal-2pc".into()).spawn(holder) {
+        holders.fetch_sub(1, Ordering::AcqRel);
         return error(&format!("ERR cannot start the transaction's holder: {e}"));
     }
     rx.await.unwrap_or_else(|_| error("ERR the transaction's holder is gone"))

@@ -175,3 +175,23 @@ async fn a_prepare_whose_watched_key_changed_holds_nothing() {
     let commit = decide(&mut ca, b"t4", true).await;
     assert!(matches!(commit.kind, Some(reply::Kind::Error(_))), "{commit:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepares_beyond_the_holder_bound_are_told_to_try_again() {
+    use std::sync::atomic::Ordering;
+    let (a, _b, mut ca, _cb) = two_nodes().await;
+    // As if 256 transactions were held here already: the next prepare gets no thread.
+    a.state.decisions.holders.store(256, Ordering::SeqCst);
+    let r = prepare(&mut ca, b"t5", vec![set_op("k", "new")], vec![], "", 1000).await;
+    assert!(matches!(r.kind, Some(reply::Kind::TryAgain(_))), "{r:?}");
+    assert_eq!(a.state.decisions.held(), 0);
+    // Below the bound it is prepared, and its thread is counted out when it ends.
+    a.state.decisions.holders.store(0, Ordering::SeqCst);
+    assert!(is_ok(&prepare(&mut ca, b"t6", vec![set_op("k", "new")], vec![], "", 1000).await));
+    assert!(is_ok(&decide(&mut ca, b"t6", false).await));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.state.decisions.holders.load(Ordering::SeqCst) != 0 {
+        assert!(std::time::Instant::now() < deadline, "the holder thread was not counted out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
