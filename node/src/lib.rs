@@ -15,6 +15,8 @@
 //!   page), [`replication::handover`] (handing a shard to a replica).
 //! - [`twophase`]: a transaction over several nodes, this node's half (`Prepare` holds the gate
 //!   until `Decide`; a participant without a decision asks the coordinator's [`decisions`]).
+//!   [`held`]: the `Hold` stream, which holds the gate for a script running on another node and
+//!   applies its ops on this node's keys (the script's side is `script/reach.rs`).
 //! - [`state`]: [`state::NodeState`], what the front shares (store, scripts, persistence,
 //!   membership, pub/sub, the node's counters and settings). Below its users, it imports only
 //!   what it holds.
@@ -48,6 +50,7 @@ pub mod config;
 pub mod decisions;
 pub mod execute;
 pub mod export;
+pub mod held;
 pub mod link_tls;
 pub mod membership;
 pub mod metrics;

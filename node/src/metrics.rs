@@ -76,6 +76,21 @@ fn store_and_traffic(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
             "Transactions over several nodes prepared here and let go (aborted, or no decision within the lease).",
             state.metrics.transactions_aborted.get(),
         )
+        .counter(
+            "shoal_node_script_holds_total",
+            "Holds given to scripts running on other nodes (their ops on this node's keys applied under it).",
+            state.metrics.script_holds.get(),
+        )
+        .counter(
+            "shoal_node_spread_scripts_total",
+            "Scripts run here holding other nodes (keys of several nodes).",
+            state.scripts.spread_runs(),
+        )
+        .counter(
+            "shoal_node_script_reach_refused_total",
+            "Keys of another node a script reached mid-run, after writing, and could not hold (the call failed).",
+            state.scripts.reach_refused(),
+        )
         .gauge("shoal_node_uptime_seconds", "Seconds since the node started.", s.uptime_ms as f64 / 1000.0);
 }
 

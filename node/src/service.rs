@@ -45,6 +45,14 @@ impl Node for NodeService {
     type ExecuteStream = ReplyStream;
     type ExportSlotsStream = ExportStream;
     type SubscribeStream = crate::pubsub::stream::DeliveryStream;
+    type HoldStream = crate::held::HeldStream;
+
+    async fn hold(
+        &self,
+        request: Request<Streaming<proto::HoldRequest>>,
+    ) -> Result<Response<Self::HoldStream>, Status> {
+        Ok(Response::new(crate::held::open(self.state.clone(), request.into_inner())))
+    }
 
     async fn subscribe(
         &self,

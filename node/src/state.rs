@@ -39,6 +39,7 @@ impl NodeState {
         store.events.set_sink(pubsub.clone());
         let scripts =
             Scripts::new(store.clone(), crate::script::DEFAULT_MEMORY_LIMIT, crate::script::DEFAULT_BUSY_MS);
+        scripts.attach(membership.clone());
         NodeState {
             store,
             scripts,
@@ -247,6 +248,8 @@ pub struct NodeMetrics {
     pub transactions_prepared: Counter,
     pub transactions_committed: Counter,
     pub transactions_aborted: Counter,
+    /// Holds this node gave a script running on another node (`crate::held`).
+    pub script_holds: Counter,
 }
 
 impl Default for NodeMetrics {
@@ -261,6 +264,7 @@ impl Default for NodeMetrics {
             transactions_prepared: Counter::default(),
             transactions_committed: Counter::default(),
             transactions_aborted: Counter::default(),
+            script_holds: Counter::default(),
         }
     }
 }

@@ -19,13 +19,18 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use shoal_wire::client::{self, ClientOptions};
-use shoal_wire::proto::{self, DecideRequest, DecisionQuery, PrepareRequest, Reply, op::Kind, reply};
+use shoal_wire::proto::{self, DecideRequest, DecisionQuery, PrepareRequest, Reply, op::Kind};
 
 use crate::decisions::{Decided, Order};
 use crate::state::NodeState;
 
 /// The shortest and longest lease a router may ask for.
 const LEASE_BOUNDS: (u64, u64) = (10, 60_000);
+/// The longest a prepare waits for the gate before answering `try_again` (the router lets go of
+/// what it prepared and goes again after a pause): shorter than a request's deadline, so that
+/// a prepare waiting in a circle with a script that reaches a node mid-run (`script/reach.rs`)
+/// breaks the circle in time for the retry to succeed.
+const PREPARE_WAIT: Duration = Duration::from_millis(250);
 /// How long a question to the coordinator may take, and the pause before asking again.
 const QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
 const QUESTION_RETRY: Duration = Duration::from_millis(200);
@@ -40,14 +45,6 @@ fn error(text: &str) -> Reply {
     crate::ops::error(text)
 }
 
-fn prepared() -> Reply {
-    Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() }
-}
-
-fn try_again() -> Reply {
-    Reply { kind: Some(reply::Kind::TryAgain(proto::Empty {})), ..Default::default() }
-}
-
 /// The `Prepare` RPC: answers once the transaction is prepared (held) or refused.
 pub async fn prepare(state: &Arc<NodeState>, req: PrepareRequest) -> Reply {
     if state.scripts.busy() {
@@ -56,32 +53,70 @@ pub async fn prepare(state: &Arc<NodeState>, req: PrepareRequest) -> Reply {
     if req.txid.is_empty() || req.transaction.is_none() {
         return error("ERR a prepare needs a transaction id and a transaction");
     }
-    let holders = &state.decisions.holders;
-    if holders.fetch_add(1, Ordering::AcqRel) >= MAX_HOLDERS {
-        holders.fetch_sub(1, Ordering::AcqRel);
-        return try_again();
-    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let holder = {
         let state = state.clone();
         let rt = tokio::runtime::Handle::current();
-        move || {
-            // Counted out however the holder ends (a panic included).
-            struct Alive<'a>(&'a std::sync::atomic::AtomicUsize);
-            impl Drop for Alive<'_> {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-            let _alive = Alive(&state.decisions.holders);
-            hold(&state, &rt, req, tx);
-        }
+        move || hold(&state, &rt, req, tx)
     };
-    if let Err(e) = std::thread::Builder::new().name("shoal-2pc".into()).spawn(holder) {
-        holders.fetch_sub(1, Ordering::AcqRel);
-        return error(&format!("ERR cannot start the transaction's holder: {e}"));
+    if let Err(refused) = spawn_holder(state, "shoal-2pc", holder) {
+        return refused;
     }
     rx.await.unwrap_or_else(|_| error("ERR the transaction's holder is gone"))
+}
+
+/// The store's gate, exclusively, waited for up to `wait`. One that has written nothing
+/// (`patient` false: a prepare, a hold for a script that has not written) gives up at once when
+/// this node's own script has written and waits for another node (its gate may be what that
+/// node's holder waits for: a circle only giving up can break).
+pub(crate) fn take_gate(
+    state: &NodeState,
+    wait: Duration,
+    patient: bool,
+) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
+    const STEP: Duration = Duration::from_millis(5);
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Some(gate) = state.store.gate.try_write_for(left.min(STEP)) {
+            return Some(gate);
+        }
+        if left.is_zero() || (!patient && state.scripts.stuck_after_write()) {
+            return None;
+        }
+    }
+}
+
+/// Starts a thread that will hold the store's gate (a prepared transaction's part, or a script's
+/// hold from another node: `crate::held`), counted among the node's holders while it lives;
+/// beyond [`MAX_HOLDERS`] the answer is `try_again` (the caller goes again after a pause).
+pub(crate) fn spawn_holder(
+    state: &Arc<NodeState>,
+    name: &str,
+    holder: impl FnOnce() + Send + 'static,
+) -> Result<(), Reply> {
+    let holders = &state.decisions.holders;
+    if holders.fetch_add(1, Ordering::AcqRel) >= MAX_HOLDERS {
+        holders.fetch_sub(1, Ordering::AcqRel);
+        return Err(crate::ops::try_again());
+    }
+    let counted = state.clone();
+    let run = move || {
+        // Counted out however the holder ends (a panic included).
+        struct Alive<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Alive<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _alive = Alive(&counted.decisions.holders);
+        holder();
+    };
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(run) {
+        holders.fetch_sub(1, Ordering::AcqRel);
+        return Err(error(&format!("ERR cannot start a holder thread: {e}")));
+    }
+    Ok(())
 }
 
 /// The `Decide` RPC.
@@ -101,11 +136,14 @@ fn hold(
 ) {
     let store = &state.store;
     let lease = Duration::from_millis(req.lease_ms.clamp(LEASE_BOUNDS.0, LEASE_BOUNDS.1));
-    // Another transaction (or a script) may hold the gate: wait for it up to the lease, then ask
-    // the router to try again (it lets go of what it prepared first).
-    let Some(gate) = store.gate.try_write_for(lease) else {
-        let refusal =
-            if state.scripts.busy() { crate::ops::busy(state.scripts.busy_text()) } else { try_again() };
+    // Another transaction (or a script) may hold the gate: wait for it a while, then ask the
+    // router to try again (it lets go of what it prepared first).
+    let Some(gate) = take_gate(state, lease.min(PREPARE_WAIT), false) else {
+        let refusal = if state.scripts.busy() {
+            crate::ops::busy(state.scripts.busy_text())
+        } else {
+            crate::ops::try_again()
+        };
         let _ = answer.send(refusal);
         return;
     };
@@ -134,7 +172,8 @@ fn hold(
     }
     state.metrics.transactions_prepared.inc();
     // The router gave up waiting: nobody will commit what it does not know is prepared.
-    let mut next = if answer.send(prepared()).is_err() { Instant::now() } else { Instant::now() + lease };
+    let mut next =
+        if answer.send(crate::ops::ok()).is_err() { Instant::now() } else { Instant::now() + lease };
     let give_up = Instant::now() + GIVE_UP.max(lease * 4);
     let commit = loop {
         match orders.recv_timeout(next.saturating_duration_since(Instant::now())) {

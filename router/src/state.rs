@@ -374,6 +374,9 @@ pub struct RouterState {
     /// blocking command are exempt, as in Redis. A change applies to each connection from its
     /// next request on (one relaxed load per read; Redis's cron looks at every client instead).
     pub idle_timeout_secs: AtomicU64,
+    /// Scripts (by SHA, or function name) a node reported reaching an undeclared key of a node
+    /// it did not hold: sent from then on to the first node, holding every node (`cmd/scripting.rs`).
+    pub reaching_scripts: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 impl RouterState {
@@ -412,6 +415,7 @@ impl RouterState {
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
+            reaching_scripts: Default::default(),
             monitors: crate::monitor::Monitors::default(),
             settings,
         })

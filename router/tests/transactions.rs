@@ -116,9 +116,7 @@ async fn transactions_over_several_nodes_match_redis() {
     let (_redis, redis_addr) = support::redis_server().await;
     let router = support::cluster().await;
     let mut c = Raw::connect(router.resp_addr()).await;
-    // The keys are on more than one node (a script over them is refused as in Redis Cluster).
-    let spread = c.cmd(&["EVAL", "return 1", "4", "a", "b", "c", "x"]).await;
-    assert!(spread.starts_with(b"-CROSSSLOT"), "{}", String::from_utf8_lossy(&spread));
+    assert_eq!(support::nodes_of(&mut c, &["a", "b", "c", "x"]).await, 3, "the keys are on every node");
     let scenarios: &[&[(usize, &str)]] = &[
         &[(0, "MULTI"), (0, "SET a 1"), (0, "INCR b"), (0, "LPUSH c x"), (0, "GET a"), (0, "EXEC")],
         &[
@@ -229,12 +227,7 @@ async fn transfers_do_not_interleave(keys: [&'static str; 3]) {
     let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
     if !key_a.starts_with('{') {
-        let spread = admin.cmd(&["EVAL", "return 1", "3", key_a, key_b, key_n]).await;
-        assert!(
-            spread.starts_with(b"-CROSSSLOT"),
-            "the keys share a node: {}",
-            String::from_utf8_lossy(&spread)
-        );
+        assert_eq!(support::nodes_of(&mut admin, &keys).await, 3, "the keys share a node");
     }
     admin.cmd(&["SET", key_a, "1000"]).await;
     admin.cmd(&["SET", key_b, "1000"]).await;
@@ -290,8 +283,8 @@ async fn moves_between_nodes_are_atomic() {
     let router = support::cluster().await;
     let addr = router.resp_addr();
     let mut admin = Raw::connect(addr).await;
-    let spread = admin.cmd(&["EVAL", "return 1", "5", LISTS[0], LISTS[1], LISTS[2], SETS[0], SETS[1]]).await;
-    assert!(spread.starts_with(b"-CROSSSLOT"), "the keys share a node: {}", String::from_utf8_lossy(&spread));
+    let keys = [LISTS[0], LISTS[1], LISTS[2], SETS[0], SETS[1]];
+    assert!(support::nodes_of(&mut admin, &keys).await > 1, "the keys share a node");
     let elements: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
     let members: Vec<String> = (0..30).map(|i| format!("m{i}")).collect();
     let mut push = vec!["RPUSH", LISTS[0]];

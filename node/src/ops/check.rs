@@ -3,7 +3,7 @@
 //! is moving), and which ops only read (a replica may serve those).
 
 use shoal_wire::ops::{OpClass, class_of, key_of, keys_of};
-use shoal_wire::proto::{self, Op, Reply, op::Kind, reply};
+use shoal_wire::proto::{Op, Reply, op::Kind};
 
 use super::reply::moved;
 use crate::membership::view::NodeView;
@@ -66,7 +66,7 @@ pub(crate) fn check_group<'a>(
             return Err(moved(v));
         }
         if view.is_moving(slot) {
-            return Err(Reply { kind: Some(reply::Kind::TryAgain(proto::Empty {})), ..Default::default() });
+            return Err(super::reply::try_again());
         }
     }
     Ok(())

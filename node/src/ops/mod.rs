@@ -34,5 +34,5 @@ pub use transaction::holds_script;
 pub(crate) use blocked::serve_blocked_after;
 pub(crate) use check::{check_group, reads_only};
 pub(crate) use gate::apply_for_script;
-pub(crate) use reply::moved;
+pub(crate) use reply::{moved, ok, try_again};
 pub(crate) use transaction::{admit, run_admitted, transaction_with};

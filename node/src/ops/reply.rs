@@ -8,7 +8,7 @@ use crate::redis_error::{error_kind, redis_error};
 use crate::store::StoreError;
 
 #[inline]
-pub(super) fn ok() -> Reply {
+pub(crate) fn ok() -> Reply {
     Reply { kind: Some(reply::Kind::Ok(proto::Empty {})), ..Default::default() }
 }
 
@@ -61,6 +61,12 @@ pub(super) fn store_error(e: StoreError) -> Reply {
 
 pub(crate) fn moved(version: u64) -> Reply {
     Reply { kind: Some(reply::Kind::Moved(version)), ..Default::default() }
+}
+
+/// Not run now, for a reason that passes (a slot moving, a gate held elsewhere): the router
+/// sends it again after a pause.
+pub(crate) fn try_again() -> Reply {
+    Reply { kind: Some(reply::Kind::TryAgain(shoal_wire::proto::Empty {})), ..Default::default() }
 }
 
 pub(super) trait IntoI64 {

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use shoal_wire::command::{Answer, builder};
 use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
+use super::reach::{self, Place, Reach};
 use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
 use crate::commands::F;
 use crate::membership::view::NodeView;
@@ -38,6 +39,42 @@ pub struct RunCtx {
     pub denials: Vec<proto::AclDenial>,
     /// The commands run so far, one entry per name (for the router's INFO commandstats).
     pub calls: Vec<proto::ScriptCall>,
+    /// The other nodes this script holds, and its calls on their keys ([`super::reach`]).
+    pub reach: Reach,
+    /// Where the current call's keys live (`per_key`: each of its ops goes by its own key).
+    target: Place,
+    per_key: bool,
+}
+
+impl RunCtx {
+    /// The context of one run; `reach` says which other nodes it may call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<Store>,
+        view: Arc<NodeView>,
+        version: u64,
+        readonly: bool,
+        shared: Arc<super::shared::Shared>,
+        perms: Option<Arc<shoal_wire::acl::Permissions>>,
+        reach: Reach,
+    ) -> RunCtx {
+        RunCtx {
+            store,
+            view,
+            version,
+            readonly,
+            allow_oom: false,
+            resp3: false,
+            written: Vec::new(),
+            shared,
+            perms,
+            denials: Vec::new(),
+            calls: Vec::new(),
+            reach,
+            target: Place::Here,
+            per_key: false,
+        }
+    }
 }
 
 impl RunCtx {
@@ -65,6 +102,10 @@ pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 pub const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node";
 pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is moving between nodes; \
     declare the keys a script uses (numkeys) so that it waits for the move";
+pub const CROSS_NODE: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+pub const GIVEN_UP: &str = "ERR the script stopped to be sent again: a node it reached is held elsewhere";
+pub const REACH_REFUSED: &str = "ERR Script attempted to access a key of another node that stayed held elsewhere; \
+    its earlier writes stand (declare the keys a script uses, or send it again)";
 
 /// Runs `args` (name first) for a script; an error is an error frame (`redis.call` raises it,
 /// `redis.pcall` returns it).
@@ -81,6 +122,10 @@ pub fn call(ctx: &mut RunCtx, args: &[Bytes]) -> Frame {
 }
 
 fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, String> {
+    if ctx.reach.given_up.is_some() {
+        // The run is over, to be sent again: nothing more runs (a `pcall` goes on to this).
+        return Err(GIVEN_UP.into());
+    }
     let name = args[0].to_ascii_lowercase();
     let Some(cmd) = table::lookup(&name) else {
         let name = String::from_utf8_lossy(&name).into_owned();
@@ -136,20 +181,52 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
             keys
         }
     };
+    // Commands the calls below split into one op per key may span nodes; the others are one op.
+    let per_key = matches!(cmd.name, "mget" | "mset" | "del" | "unlink" | "exists" | "touch");
+    let mut one_place = None;
     for key in &keys {
-        let slot = shoal_wire::key_slot(key);
-        if ctx.view.check(slot, ctx.version).is_err() {
-            return Err(NON_LOCAL.into());
+        let place = ctx.reach.locate(key)?;
+        if let Place::There(id) = place {
+            if !ctx.reach.holds(id) {
+                reach_for(ctx, id)?;
+            } else if !ctx.reach.is_declared(id) {
+                // Held only because every node is: the router learns that the script reaches.
+                ctx.reach.reached = true;
+            }
         }
-        if ctx.view.is_moving(slot) {
-            return Err(MOVING.into());
+        if !per_key && one_place.is_some_and(|p| p != place) {
+            return Err(CROSS_NODE.into());
         }
+        one_place = Some(place);
     }
+    ctx.target = one_place.unwrap_or(Place::Here);
+    ctx.per_key = per_key;
     if cmd.writes() {
         ctx.shared.wrote.store(true, std::sync::atomic::Ordering::Release);
         ctx.written.extend(keys);
     }
     Ok(cmd)
+}
+
+/// A call on an undeclared key of node `id`, not held: hold it now (see `reach.rs`: before any
+/// write, a refusal ends the run to be sent again; after one, it fails this call).
+fn reach_for(ctx: &mut RunCtx, id: u32) -> Result<(), String> {
+    ctx.reach.reached = true;
+    let wrote = ctx.shared.wrote.load(std::sync::atomic::Ordering::Acquire);
+    ctx.shared.waiting_after_write.store(wrote, std::sync::atomic::Ordering::Release);
+    let held = ctx.reach.hold(id, Vec::new(), wrote);
+    ctx.shared.waiting_after_write.store(false, std::sync::atomic::Ordering::Release);
+    match held {
+        Ok(()) => Ok(()),
+        Err(refusal) if !wrote => {
+            ctx.reach.given_up = Some(reach::given_up_to_router(reach::refusal_to_router(refusal)));
+            Err(GIVEN_UP.into())
+        }
+        Err(_) => {
+            ctx.shared.reach_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(REACH_REFUSED.into())
+        }
+    }
 }
 
 /// Whether an XREAD/XREADGROUP asks to BLOCK, read as Redis's `xreadCommand` reads its options
@@ -274,12 +351,27 @@ fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
 
-fn apply(ctx: &RunCtx, op: Op, write: bool) -> Reply {
-    crate::ops::apply_for_script(&ctx.store, &ctx.view, op, write)
+/// Applies `op` where the call's keys live (`checked` found the place; the ops of a command
+/// split per key, MGET or DEL, each go by their own key): here, or on the held node that owns
+/// them.
+fn apply(ctx: &mut RunCtx, op: Op, write: bool) -> Reply {
+    let place = if ctx.per_key {
+        let first = shoal_wire::ops::keys_of(&op).first().map(|k| ctx.reach.locate(k));
+        match first {
+            Some(Ok(p)) => p,
+            _ => Place::Here,
+        }
+    } else {
+        ctx.target
+    };
+    match place {
+        Place::There(id) => ctx.reach.apply(id, op, write),
+        Place::Here => crate::ops::apply_for_script(&ctx.store, &ctx.view, op, write),
+    }
 }
 
 /// DEL, EXISTS, TOUCH, UNLINK: one op per key, the integers added up.
-fn sum(ctx: &RunCtx, ops: Vec<Op>, write: bool) -> Result<Frame, String> {
+fn sum(ctx: &mut RunCtx, ops: Vec<Op>, write: bool) -> Result<Frame, String> {
     let mut total = 0;
     for o in ops {
         match apply(ctx, o, write).kind {

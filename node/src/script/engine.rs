@@ -205,6 +205,10 @@ pub struct Outcome {
     pub denials: Vec<shoal_wire::proto::AclDenial>,
     /// The commands its calls ran (`RunCtx::calls`).
     pub calls: Vec<shoal_wire::proto::ScriptCall>,
+    /// It reached a node it did not hold when it started (`RunCtx::reach`).
+    pub reached: bool,
+    /// It was given up before writing, to be sent again: this is its answer.
+    pub given_up: Option<shoal_wire::proto::Reply>,
 }
 
 impl Engine {
@@ -297,6 +301,8 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
+                reached: false,
+                given_up: None,
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -322,6 +328,8 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
+                reached: false,
+                given_up: None,
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -361,10 +369,13 @@ impl Engine {
             }
             Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
         };
-        let (written, denials, calls) =
-            self.lua.remove_app_data::<RunCtx>().map(|c| (c.written, c.denials, c.calls)).unwrap_or_default();
+        // The context goes here, its holds on other nodes with it (`reach.rs`).
+        let (written, denials, calls, reached, given_up) = match self.lua.remove_app_data::<RunCtx>() {
+            Some(c) => (c.written, c.denials, c.calls, c.reach.reached, c.reach.given_up),
+            None => Default::default(),
+        };
         let _ = self.lua.gc_step();
-        Outcome { reply, written, denials, calls }
+        Outcome { reply, written, denials, calls, reached, given_up }
     }
 
     fn set_arguments(&self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {

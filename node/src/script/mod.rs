@@ -16,6 +16,8 @@
 //! - [`engine`]: the Lua 5.1 VM (mlua, Lua built from source): sandbox, the `redis` library,
 //!   running a script and wording its errors as Redis does.
 //! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
+//! - [`reach`]: a script over keys of several nodes: the other nodes it holds while it runs
+//!   (their `Hold` streams, served by `crate::held`) and its calls on their keys.
 //! - [`acl`]: the ACL check of each call against the rules of the user running the script
 //!   (carried by the `Script` op when restricted); the refusals go back with the reply
 //!   (`ScriptReply`, with the commands it ran for INFO commandstats) for the router's ACL LOG.
@@ -42,6 +44,7 @@ pub mod convert;
 pub mod engine;
 pub mod functions;
 pub mod lua_struct;
+pub mod reach;
 pub mod registry;
 mod runner;
 pub mod shared;

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use super::acl;
 use super::call;
 use super::engine;
+use super::reach::{self, Peers, Place, Reach};
 use super::shared::Shared;
 use crate::commands::F;
 use crate::membership::view::NodeView;
@@ -92,6 +93,8 @@ pub struct Scripts {
     store: Arc<Store>,
     memory_limit: std::sync::atomic::AtomicUsize,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    /// How scripts reach other nodes (set once the node has its membership).
+    peers: std::sync::OnceLock<Arc<Peers>>,
 }
 
 impl Scripts {
@@ -109,8 +112,41 @@ impl Scripts {
             functions: Mutex::new(super::registry::Registry::default()),
             load_deadline: AtomicU64::new(0),
             current: Mutex::new(None),
+            reaching: Mutex::new(Default::default()),
+            vetted: Mutex::new(Default::default()),
+            spread_runs: AtomicU64::new(0),
+            reach_refused: AtomicU64::new(0),
+            waiting_after_write: AtomicBool::new(false),
         });
-        Scripts { shared, store, memory_limit: memory_limit.into(), jobs: Mutex::new(None) }
+        Scripts {
+            shared,
+            store,
+            memory_limit: memory_limit.into(),
+            jobs: Mutex::new(None),
+            peers: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Lets scripts reach the other nodes of the cluster `membership` serves (keys of several
+    /// nodes: `reach.rs`). Without it a script's keys must all live here.
+    pub fn attach(&self, membership: Arc<crate::membership::Membership>) {
+        let _ = self.peers.set(Arc::new(Peers::new(membership)));
+    }
+
+    /// Scripts run here holding other nodes, so far.
+    pub fn spread_runs(&self) -> u64 {
+        self.shared.spread_runs.load(Ordering::Relaxed)
+    }
+
+    /// The script running here has written and waits for another node's gate: whatever waits
+    /// for this node's gate (and wrote nothing) should give up rather than wait in a circle.
+    pub fn stuck_after_write(&self) -> bool {
+        self.shared.waiting_after_write.load(Ordering::Acquire)
+    }
+
+    /// Mid-run reaches for another node refused after the script wrote, so far.
+    pub fn reach_refused(&self) -> u64 {
+        self.shared.reach_refused.load(Ordering::Relaxed)
     }
 
     /// Sets the VM's memory limit (for a VM not started yet) and the busy threshold.
@@ -161,12 +197,14 @@ impl Scripts {
         let (tx, rx) = mpsc::channel::<Job>();
         let (store, shared) = (self.store.clone(), self.shared.clone());
         let limit = self.memory_limit.load(Ordering::Relaxed);
+        // Calls to other nodes run on the runtime that submitted the first script.
+        let peers = self.peers.get().cloned().zip(tokio::runtime::Handle::try_current().ok());
         let spawned = std::thread::Builder::new()
             .name("shoal-lua".into())
             // A returned table nested as deep as Redis allows (7,995 arrays) is converted by
             // recursion; the stack is reserved, not committed, beyond what a script uses.
             .stack_size(SCRIPT_STACK_BYTES)
-            .spawn(move || worker(store, shared, rx, limit));
+            .spawn(move || worker(store, shared, peers, rx, limit));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the script thread");
         }
@@ -265,7 +303,13 @@ fn frame(f: proto::Frame) -> Reply {
 }
 
 /// The script thread: one job at a time, each under the store's gate.
-fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, memory_limit: usize) {
+fn worker(
+    store: Arc<Store>,
+    shared: Arc<Shared>,
+    peers: Option<(Arc<Peers>, tokio::runtime::Handle)>,
+    jobs: mpsc::Receiver<Job>,
+    memory_limit: usize,
+) {
     let mut engine: Option<engine::Engine> = None;
     let mut flushes_seen = 0;
     for job in jobs {
@@ -290,7 +334,8 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                 }
             }
             let e = engine.as_mut().expect("started above");
-            let at = At { store: &store, shared: &shared, view: &view, version, started: &started };
+            let at =
+                At { store: &store, shared: &shared, peers: &peers, view: &view, version, started: &started };
             match op.kind {
                 Some(Kind::Script(s)) => run(&at, e, *s),
                 Some(Kind::ScriptAdmin(a)) if a.action() == Action::Function => {
@@ -312,7 +357,8 @@ fn worker(store: Arc<Store>, shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, mem
                     started.hold();
                     let reply =
                         crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
-                            let (reply, w) = run_unlocked(&at, e, s);
+                            let reach = Reach::local(view.clone(), version);
+                            let (reply, w) = run_unlocked(&at, e, s, reach);
                             written.extend(w);
                             reply
                         });
@@ -377,6 +423,8 @@ impl Drop for Holding<'_> {
 struct At<'a> {
     store: &'a Arc<Store>,
     shared: &'a Arc<Shared>,
+    /// How a script reaches other nodes (none outside a cluster).
+    peers: &'a Option<(Arc<Peers>, tokio::runtime::Handle)>,
     view: &'a Arc<NodeView>,
     version: u64,
     /// Marked once the store is held (see [`Job::started`]).
@@ -390,17 +438,67 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     // Replicas get the script's keys as one unit (dropped before the gate is).
     let _unit = at.store.events.changes.unit();
     at.started.hold();
-    if let Err(refused) = crate::ops::check_group(at.view, at.version, s.keys.iter().map(|k| &k[..])) {
+    let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
+    // The declared keys served here are checked as a group; the nodes of the others are held
+    // (with those keys checked there), and every node for a script known to reach beyond them.
+    let mut here = Vec::with_capacity(s.keys.len());
+    let mut others: std::collections::BTreeMap<u32, Vec<Bytes>> = Default::default();
+    for key in &s.keys {
+        match reach.locate(key) {
+            Ok(Place::There(id)) => others.entry(id).or_default().push(key.clone()),
+            // Here, or refused here (`moved`, `try_again`) by the group check.
+            _ => here.push(&key[..]),
+        }
+    }
+    if let Err(refused) = crate::ops::check_group(at.view, at.version, here) {
         return refused;
     }
-    let (reply, written) = run_unlocked(at, engine, s);
+    // A script known to reach beyond its declared keys' nodes, and any script's first run here,
+    // holds every node, from the first node (a first run finds out whether the script reaches:
+    // `reach.rs`); elsewhere it goes back to the router, which sends it there.
+    let name = if s.function.is_empty() { s.sha.to_ascii_lowercase() } else { s.function.clone() };
+    let several = !reach.others().is_empty();
+    let learned = several && at.shared.reaching.lock().contains(&name);
+    let first = several && !learned && remember(&at.shared.vetted, &name);
+    if (learned || first) && !s.hold_all && !reach.first_node() {
+        return reach::from_the_first_node(learned);
+    }
+    reach.declare(others.keys().copied());
+    if s.hold_all || learned || first {
+        for id in reach.others() {
+            others.entry(id).or_default();
+        }
+    }
+    if !others.is_empty() {
+        at.shared.spread_runs.fetch_add(1, Ordering::Relaxed);
+    }
+    // In the order of the nodes' positions, as transactions take theirs.
+    for id in reach.in_order(others.keys().copied()) {
+        let keys = others.remove(&id).unwrap_or_default();
+        if let Err(refused) = reach.hold(id, keys, false) {
+            return reach::refusal_to_router(refused);
+        }
+    }
+    let (reply, written) = run_unlocked(at, engine, s, reach);
     crate::ops::serve_blocked_after(at.store, at.view, written);
     reply
 }
 
+/// Adds `name` to a bounded set (past [`REACHING_MAX`] it starts over); true if it was new.
+fn remember(set: &Mutex<std::collections::HashSet<String>>, name: &str) -> bool {
+    let mut set = set.lock();
+    if set.contains(name) {
+        return false;
+    }
+    if set.len() >= super::shared::REACHING_MAX {
+        set.clear();
+    }
+    set.insert(name.to_string())
+}
+
 /// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
 /// carries. Returns its reply and the keys it wrote.
-fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Reply, Vec<Bytes>) {
+fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script, reach: Reach) -> (Reply, Vec<Bytes>) {
     let shared = at.shared;
     if !s.function.is_empty() {
         engine.sync_library(shared, &at.store.libraries.get());
@@ -449,19 +547,15 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
         command: fcall_command(&s),
     });
     shared.running_since.store(shared.now() + 1, Ordering::Release);
-    let ctx = call::RunCtx {
-        store: at.store.clone(),
-        view: at.view.clone(),
-        version: at.version,
-        readonly: s.readonly,
-        allow_oom: false,
-        resp3: false,
-        written: Vec::new(),
-        shared: shared.clone(),
+    let ctx = call::RunCtx::new(
+        at.store.clone(),
+        at.view.clone(),
+        at.version,
+        s.readonly,
+        shared.clone(),
         perms,
-        denials: Vec::new(),
-        calls: Vec::new(),
-    };
+        reach,
+    );
     let outcome = if s.function.is_empty() {
         engine.run(&sha, &s.keys, &s.args, ctx)
     } else {
@@ -470,11 +564,24 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script) -> (Repl
     shared.running_since.store(0, Ordering::Release);
     *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
+    if outcome.reached {
+        remember(&shared.reaching, if s.function.is_empty() { &sha } else { &s.function });
+    }
+    if let Some(given_up) = outcome.given_up {
+        // Nothing was written: the router sends the script again, holding every node then
+        // (`reach::given_up_to_router`).
+        return (given_up, Vec::new());
+    }
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
-    let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() {
+    let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() && !outcome.reached {
         frame(returned)
     } else {
-        let r = proto::ScriptReply { frame: Some(returned), denials: outcome.denials, calls: outcome.calls };
+        let r = proto::ScriptReply {
+            frame: Some(returned),
+            denials: outcome.denials,
+            calls: outcome.calls,
+            reached: outcome.reached,
+        };
         Reply { kind: Some(reply::Kind::Script(Box::new(r))), ..Default::default() }
     };
     (reply, outcome.written)

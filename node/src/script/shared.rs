@@ -48,7 +48,22 @@ pub struct Shared {
     pub(super) load_deadline: AtomicU64,
     /// What runs now, for FUNCTION STATS and for which KILL may stop it.
     pub(super) current: Mutex<Option<Current>>,
+    /// Scripts (by SHA, or function name) that reached an undeclared key of a node they did not
+    /// hold: their later runs here hold every node first (`reach.rs`). Bounded by [`REACHING_MAX`].
+    pub(super) reaching: Mutex<std::collections::HashSet<String>>,
+    /// Scripts that have had their first run here (or been sent to the first node for it).
+    pub(super) vetted: Mutex<std::collections::HashSet<String>>,
+    /// Scripts run here holding other nodes.
+    pub(super) spread_runs: AtomicU64,
+    /// Mid-run reaches refused after the script wrote (the call failed).
+    pub reach_refused: AtomicU64,
+    /// The running script has written and waits for another node (`reach.rs`): a hold or a
+    /// prepare waiting for this node's gate gives up at once rather than wait in a circle with it.
+    pub waiting_after_write: AtomicBool,
 }
+
+/// At most this many scripts are remembered as reaching, or as run (past it, a set starts over).
+pub const REACHING_MAX: usize = 4096;
 
 /// The script or function running now.
 #[derive(Debug, Clone)]

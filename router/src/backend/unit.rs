@@ -31,6 +31,10 @@ enum Placement {
     Owner(Option<usize>),
     /// The keys' one node, only while none of their slots is moving (else `Spread`).
     Settled,
+    /// A script over keys of several nodes: the first of their owners by position, which holds
+    /// the others while it runs (`node/src/script/reach.rs`); the first node of all when `all`
+    /// (it holds every node).
+    Spanning { all: bool },
 }
 
 impl Placement {
@@ -38,6 +42,8 @@ impl Placement {
         match self {
             Placement::Owner(at) if keys.is_empty() => Some(at.unwrap_or(0) % routing.len().max(1)),
             Placement::Owner(_) => routing.one_owner(keys),
+            Placement::Spanning { all: true } => Some(0),
+            Placement::Spanning { all: false } => keys.iter().map(|k| routing.locate(k).0).min().or(Some(0)),
             Placement::Settled => {
                 let mut node = None;
                 for key in keys {
@@ -66,6 +72,21 @@ impl Backend {
     ) -> UnitCall {
         let first = at.or_else(|| Placement::Owner(None).node(routing, &keys));
         self.send_unit(routing, keys, Placement::Owner(at), first, op, deadline)
+    }
+
+    /// A script's `op` over `keys` that may live on several nodes (see [`Placement::Spanning`]);
+    /// sent again, like any unit, when the node answers `moved` or `try_again`.
+    pub fn spanning_unit(
+        self: &Arc<Self>,
+        routing: &Arc<Routing>,
+        keys: Vec<Bytes>,
+        all: bool,
+        op: Op,
+        deadline: Instant,
+    ) -> UnitCall {
+        let placement = Placement::Spanning { all };
+        let first = placement.node(routing, &keys);
+        self.send_unit(routing, keys, placement, first, op, deadline)
     }
 
     /// `op` about `keys`, all of which must live on one node whose slots are settled: when they
@@ -125,7 +146,7 @@ impl UnitCall {
         let again = |routing: Arc<Routing>| {
             let (backend, keys, op, spread) = (&backend, &keys, &op, &spread);
             async move {
-                if let Placement::Owner(_) = placement {
+                if let Placement::Owner(_) | Placement::Spanning { .. } = placement {
                     backend.metrics.transaction_retries.inc();
                 }
                 let Some(pos) = placement.node(&routing, keys) else {

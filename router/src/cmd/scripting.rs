@@ -1,9 +1,7 @@
 //! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD/EXISTS/FLUSH/KILL/DEBUG/HELP.
 //!
 //! A script runs on the node that holds its keys, atomically (the node's script thread holds its
-//! store while it runs: `node/src/script`). Its declared keys must share one node, as Redis
-//! Cluster requires (`CROSSSLOT` otherwise; give them a common `{hashtag}`); a script without
-//! keys runs on any node. The router sends a `Script` op on the node's batched stream, so a
+//! store while it runs: `node/src/script`); a script without keys runs on any node. The router sends a `Script` op on the node's batched stream, so a
 //! pipeline of scripts flows like any other commands. It travels as a unit, as EXEC's
 //! transactions do (`crate::backend::unit`): a `moved` reply or a slot in motion sends it again.
 //!
@@ -103,18 +101,36 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
     script.resp = ctx.session.protocol().version() as u32;
     script.keys = keys.clone();
     let routing = ctx.routing.clone();
+    // A script once seen reaching an undeclared key of another node (a node reported it) goes to
+    // the first node, which holds every node while it runs; one whose declared keys live on
+    // several nodes goes to the first of them, which holds the others. Without a topology (static
+    // `--nodes`) nodes cannot reach each other: CROSSSLOT, as Redis Cluster answers.
+    let name = if script.function.is_empty() { script.sha.clone() } else { script.function.clone() };
+    let several = routing.managed && routing.len() > 1;
+    let everywhere = several && ctx.state.reaching_scripts.lock().contains(&name);
+    let spanning = !keys.is_empty() && routing.one_owner(&keys).is_none();
+    if spanning && !several {
+        return Reply::error(super::CROSSSLOT).into();
+    }
+    script.hold_all = everywhere;
     // A script without keys runs on any node; spread them.
-    let pos = match (keys.is_empty(), routing.one_owner(&keys)) {
-        (true, _) => fastrand::usize(..routing.len().max(1)),
-        (false, Some(p)) => p,
-        (false, None) => return Reply::error(super::CROSSSLOT).into(),
-    };
+    let at = (keys.is_empty() && !everywhere).then(|| fastrand::usize(..routing.len().max(1)));
     let op = op(Kind::Script(Box::new(script)));
-    let at = keys.is_empty().then_some(pos);
     let (state, deadline) = (ctx.state.clone(), ctx.deadline);
     // Sent now, with the commands dispatched before it (they share the node's stream, in order);
     // sent again by the backend, like EXEC, if the topology moved under it.
-    let first = state.backend.unit(&routing, keys.clone(), Some(pos), op.clone(), deadline);
+    let send = {
+        let (state, keys) = (state.clone(), keys.clone());
+        move |routing: &Arc<Routing>, op: Op, everywhere: bool| {
+            if everywhere || spanning {
+                state.backend.spanning_unit(routing, keys.clone(), everywhere, op, deadline)
+            } else {
+                let pos = at.or_else(|| routing.one_owner(&keys));
+                state.backend.unit(routing, keys.clone(), pos, op, deadline)
+            }
+        }
+    };
+    let first = send(&routing, op.clone(), everywhere);
     let client = ctx.session.client.clone();
     let registry = ctx.registry;
     Pending::later(async move {
@@ -128,11 +144,33 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
             && let Some(body) = recover(&state, &routing, &s.sha, deadline).await
         {
             let again = op_with_body(&op, body);
-            reply = match state.backend.unit(&state.backend.routing(), keys, at, again, deadline).wait().await
-            {
+            reply = match send(&state.backend.routing(), again, everywhere).wait().await {
                 Ok(r) => r,
                 Err(e) => return unit_failed(e),
             };
+        }
+        if let Some(reply::Kind::Script(s)) = &reply.kind
+            && (s.reached || s.frame.is_none())
+        {
+            if s.reached {
+                let mut reaching = state.reaching_scripts.lock();
+                if reaching.len() >= REACHING_MAX {
+                    reaching.clear();
+                }
+                reaching.insert(name);
+            }
+            // The node sends it to the first node, holding every node (its first run there, or a
+            // script known to reach, or one that stopped before writing on a node held
+            // elsewhere): once more, from there (it cannot come back so but for a topology change).
+            if s.frame.is_none() && several {
+                reply = match send(&state.backend.routing(), with_hold_all(&op), true).wait().await {
+                    Ok(r) => r,
+                    Err(e) => return unit_failed(e),
+                };
+                if matches!(&reply.kind, Some(reply::Kind::Script(s)) if s.frame.is_none()) {
+                    return unit_failed(AtomicError::Backend(crate::backend::BackendError::TryAgain));
+                }
+            }
         }
         match reply.kind {
             Some(reply::Kind::Frame(f)) => from_frame(f),
@@ -146,6 +184,10 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
         }
     })
 }
+
+/// At most this many scripts are remembered as reaching other nodes (past it, the set starts
+/// over: a script forgotten reaches again once, and is learned again).
+const REACHING_MAX: usize = 4096;
 
 /// Adds the commands a script's calls ran to INFO commandstats (Redis counts them there, beside
 /// the EVAL or FCALL itself); their time is split evenly among them.
@@ -174,6 +216,14 @@ pub fn unit_failed(e: AtomicError) -> Reply {
 
 fn is_noscript(r: &proto::Reply) -> bool {
     r.error_kind() == proto::ErrorKind::NoScript
+}
+
+fn with_hold_all(op: &Op) -> Op {
+    let mut again = op.clone();
+    if let Some(Kind::Script(s)) = &mut again.kind {
+        s.hold_all = true;
+    }
+    again
 }
 
 fn op_with_body(op: &Op, body: Bytes) -> Op {

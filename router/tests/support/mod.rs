@@ -549,3 +549,26 @@ pub async fn scale_during_transfers(
     let retries = metric_sum(&page, "shoal_router_transaction_retries_total");
     assert!(retries > 0.0, "{what}s met moving slots and were sent again");
 }
+
+/// How many nodes the keys live on, by the cluster's SHOAL TOPOLOGY (so that a test about keys
+/// of several nodes knows its keys are spread).
+pub async fn nodes_of(c: &mut Raw, keys: &[&str]) -> usize {
+    let out = String::from_utf8(c.cmd(&["SHOAL", "TOPOLOGY"]).await).unwrap();
+    let mut owners: Vec<usize> = Vec::new();
+    for key in keys {
+        let slot = shoal_wire::key_slot(key.as_bytes());
+        let owner = out.lines().skip(1).position(|line| {
+            let ranges = line.split(' ').find_map(|w| w.strip_prefix("slots=")).unwrap_or_default();
+            ranges.split(',').filter(|r| !r.is_empty()).any(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                let (a, b): (u16, u16) = (a.parse().unwrap(), b.parse().unwrap());
+                (a..=b).contains(&slot)
+            })
+        });
+        let owner = owner.unwrap_or_else(|| panic!("no node owns {key}: {out}"));
+        if !owners.contains(&owner) {
+            owners.push(owner);
+        }
+    }
+    owners.len()
+}

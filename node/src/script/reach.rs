@@ -1,0 +1,305 @@
+//! A script's reach beyond its node: the other nodes it holds while it runs, and its calls on
+//! their keys (the other nodes' half is `crate::held`; the argument is in docs/architecture.md,
+//! "Scripts over several nodes").
+//!
+//! A script runs on one node, under that node's gate. Before it starts, that node holds every
+//! other node that owns one of its declared keys (and every node the router lists, for a script
+//! known to reach undeclared keys), one `Hold` stream each, taken in the order of the nodes'
+//! positions after its own gate: while the script runs, no other op runs on any node it touches,
+//! so nobody sees part of it and nothing interleaves with it, as on one Redis. A call on a key of
+//! a held node travels on that node's stream and is applied there under its hold.
+//!
+//! A call on an undeclared key of a node not held reaches for it mid-run. If the script has not
+//! written yet, a refusal (the node stays held elsewhere past [`IN_ORDER`], or [`AGAINST_ORDER`]
+//! for a node before this one) ends the run with nothing done: the router learns that the script
+//! reaches and sends it again to the first node, holding every node. If it has written, it waits
+//! longer ([`AFTER_WRITE`]); a refusal then fails that call (its earlier writes stand, as a
+//! script's writes do when a call fails on Redis), counted in
+//! `shoal_node_script_reach_refused_total`. Either way the run is marked `reached`: this node and
+//! the router remember the script and hold every node before its later runs, so it never reaches
+//! mid-run again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shoal_wire::client::{self, Client, ClientOptions};
+use shoal_wire::proto::{self, HeldOp, HoldRequest, HoldStart, Op, Reply, hold_request, reply};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::call::{MOVING, NON_LOCAL};
+use crate::membership::Membership;
+use crate::membership::view::NodeView;
+
+/// How long a node held elsewhere is waited for, before the script writes (giving up loses
+/// nothing: the router sends the script again), when the node comes after this one and every
+/// node held already, in the nodes' order: every wait of that kind goes up the one order (as a
+/// transaction's prepares do), so none waits in a circle.
+pub const IN_ORDER: Duration = Duration::from_millis(100);
+/// The same for a node before this one: a wait against the order may be half of a circle (that
+/// node's holder waiting for this one), so it is short.
+pub const AGAINST_ORDER: Duration = Duration::from_millis(30);
+/// How long a node is waited for mid-run once the script has written (giving up fails the call).
+pub const AFTER_WRITE: Duration = Duration::from_millis(5000);
+/// A held node's answer to one op may take this long beyond the op's own time.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a key is served, for a script running here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Here,
+    /// On the node with this topology id.
+    There(u32),
+}
+
+/// What a node's scripts need to reach the others: the membership (this node's id, the
+/// credentials of node links) and the clients already connected, by address.
+#[derive(Debug)]
+pub struct Peers {
+    membership: Arc<Membership>,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+impl Peers {
+    pub fn new(membership: Arc<Membership>) -> Peers {
+        Peers { membership, clients: Mutex::new(HashMap::new()) }
+    }
+
+    async fn client(&self, addr: &str) -> Result<Client, String> {
+        if let Some(c) = self.clients.lock().get(addr) {
+            return Ok(c.clone());
+        }
+        let options = ClientOptions::default().with_credentials(self.membership.credentials.clone());
+        let c = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
+        self.clients.lock().insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
+/// One held node: the stream the script's ops go on, and their answers.
+struct Link {
+    ops: mpsc::Sender<HoldRequest>,
+    answers: tonic::Streaming<Reply>,
+}
+
+/// A running script's holds on other nodes (see the module doc). Dropping it ends every hold.
+pub struct Reach {
+    peers: Option<(Arc<Peers>, tokio::runtime::Handle)>,
+    view: Arc<NodeView>,
+    version: u64,
+    /// This node's id in the topology it serves (None: no topology, or not a primary).
+    own: Option<u32>,
+    held: BTreeMap<u32, Link>,
+    /// The nodes of its declared keys (other than this one).
+    declared: Vec<u32>,
+    /// A call reached a node that owns none of its declared keys.
+    pub reached: bool,
+    /// The run was given up before it wrote: its answer (`try_again`, BUSY) replaces the script's.
+    pub given_up: Option<Reply>,
+}
+
+impl Reach {
+    /// A script that may reach other nodes (`peers`: none for a node outside a cluster).
+    pub fn new(
+        peers: Option<(Arc<Peers>, tokio::runtime::Handle)>,
+        view: Arc<NodeView>,
+        version: u64,
+    ) -> Reach {
+        let own = match &peers {
+            Some((p, _)) if view.topology.is_some() => p.membership.primary_of().map(|(_, id, _)| id),
+            _ => None,
+        };
+        Reach {
+            peers,
+            view,
+            version,
+            own,
+            held: BTreeMap::new(),
+            declared: Vec::new(),
+            reached: false,
+            given_up: None,
+        }
+    }
+
+    /// A script that reaches no other node (one inside a transaction: the transaction holds only
+    /// this node).
+    pub fn local(view: Arc<NodeView>, version: u64) -> Reach {
+        Reach::new(None, view, version)
+    }
+
+    /// Where `key` is served for this script: here, on another node, or nowhere it may go (the
+    /// error a call on it answers).
+    pub fn locate(&self, key: &[u8]) -> Result<Place, &'static str> {
+        let slot = shoal_wire::key_slot(key);
+        if self.view.check(slot, self.version).is_ok() {
+            return if self.view.is_moving(slot) { Err(MOVING) } else { Ok(Place::Here) };
+        }
+        let (Some(t), Some(own)) = (&self.view.topology, self.own) else { return Err(NON_LOCAL) };
+        if self.version > t.version {
+            return Err(NON_LOCAL);
+        }
+        if t.migration_of(slot).is_some() {
+            return Err(MOVING);
+        }
+        match t.owner_of(slot) {
+            Some(id) if id != own => Ok(Place::There(id)),
+            _ => Err(NON_LOCAL),
+        }
+    }
+
+    /// The other nodes of the topology, in position order (for a script held over all of them).
+    pub fn others(&self) -> Vec<u32> {
+        match (&self.view.topology, self.own) {
+            (Some(t), Some(own)) => t.nodes.iter().map(|n| n.id).filter(|&id| id != own).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A node's position in the topology (the order holds are taken in).
+    fn position(&self, id: Option<u32>) -> Option<usize> {
+        let t = self.view.topology.as_ref()?;
+        t.nodes.iter().position(|n| Some(n.id) == id)
+    }
+
+    /// Whether this node is the first of the topology (where scripts holding every node run).
+    pub fn first_node(&self) -> bool {
+        self.own.is_some() && self.position(self.own) == Some(0)
+    }
+
+    /// Notes the nodes of the script's declared keys: a call elsewhere marks it `reached`.
+    pub fn declare(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.declared.extend(ids);
+    }
+
+    /// Whether node `id` owns one of the script's declared keys.
+    pub fn is_declared(&self, id: u32) -> bool {
+        self.declared.contains(&id)
+    }
+
+    /// `ids` in the order of their positions.
+    pub fn in_order(&self, ids: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut ids: Vec<u32> = ids.into_iter().collect();
+        ids.sort_by_key(|&id| self.position(Some(id)));
+        ids
+    }
+
+    pub fn holds(&self, id: u32) -> bool {
+        self.held.contains_key(&id)
+    }
+
+    /// Holds node `id` for this script, its declared `keys` there checked; waits for its gate
+    /// as long as the order allows ([`IN_ORDER`], [`AGAINST_ORDER`]), or [`AFTER_WRITE`] when
+    /// `wrote`. `Err`: that node's refusal (nothing held there).
+    pub fn hold(&mut self, id: u32, keys: Vec<Bytes>, wrote: bool) -> Result<(), Reply> {
+        if self.holds(id) || Some(id) == self.own {
+            return Ok(());
+        }
+        // In order: after this node and every node held already (a reach mid-run may come
+        // before one of those).
+        let highest =
+            self.held.keys().map(|&h| self.position(Some(h))).max().flatten().max(self.position(self.own));
+        let wait = if wrote {
+            AFTER_WRITE
+        } else if self.position(Some(id)) > highest {
+            IN_ORDER
+        } else {
+            AGAINST_ORDER
+        };
+        let refused =
+            |text: String| crate::ops::error(&format!("ERR cannot hold node {id} for a script: {text}"));
+        let (Some((peers, rt)), Some(t)) = (&self.peers, &self.view.topology) else {
+            return Err(crate::ops::error(NON_LOCAL));
+        };
+        let Some(addr) = t.node(id).map(|n| n.addr.clone()) else {
+            return Err(refused("not in the topology".into()));
+        };
+        let (ops, queued) = mpsc::channel(2);
+        let start = HoldStart {
+            topology_version: self.version,
+            keys,
+            wait_ms: wait.as_millis() as u64,
+            after_write: wrote,
+        };
+        let _ = ops.try_send(HoldRequest { kind: Some(hold_request::Kind::Start(start)) });
+        let peers = peers.clone();
+        let opened = rt.block_on(async move {
+            let mut client = peers.client(&addr).await?;
+            let mut answers = client
+                .hold(ReceiverStream::new(queued))
+                .await
+                .map_err(|s| s.message().to_string())?
+                .into_inner();
+            match tokio::time::timeout(wait + ANSWER_TIMEOUT, answers.message()).await {
+                Ok(Ok(Some(first))) => Ok((answers, first)),
+                Ok(Ok(None)) => Err("the node ended the hold".to_string()),
+                Ok(Err(s)) => Err(s.message().to_string()),
+                Err(_) => Err("no answer".to_string()),
+            }
+        });
+        match opened {
+            Ok((answers, Reply { kind: Some(reply::Kind::Ok(_)), .. })) => {
+                self.held.insert(id, Link { ops, answers });
+                Ok(())
+            }
+            Ok((_, refusal)) => Err(refusal),
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// Applies `op` on held node `id` and answers its reply.
+    pub fn apply(&mut self, id: u32, op: Op, write: bool) -> Reply {
+        let (Some((_, rt)), Some(link)) = (&self.peers, self.held.get_mut(&id)) else {
+            return crate::ops::error(NON_LOCAL);
+        };
+        let sent = HoldRequest { kind: Some(hold_request::Kind::Op(HeldOp { op: Some(op), write })) };
+        let answered = rt.block_on(async {
+            link.ops.send(sent).await.map_err(|_| "the hold ended".to_string())?;
+            match tokio::time::timeout(ANSWER_TIMEOUT, link.answers.message()).await {
+                Ok(Ok(Some(r))) => Ok(r),
+                Ok(Ok(None)) => Err("the hold ended".to_string()),
+                Ok(Err(s)) => Err(s.message().to_string()),
+                Err(_) => Err("no answer".to_string()),
+            }
+        });
+        answered.unwrap_or_else(|e| {
+            // The node is gone or stuck: nothing more goes to it.
+            self.held.remove(&id);
+            crate::ops::error(&format!("ERR a script's call on node {id} failed: {e}"))
+        })
+    }
+
+    /// How many other nodes the script holds.
+    pub fn holding(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// A reply that refused a hold, as the script's own answer to its router: a held node in a
+/// newer or older topology, or held elsewhere too long, is a reason to send the script again;
+/// BUSY and errors are the answer.
+pub fn refusal_to_router(r: Reply) -> Reply {
+    match r.kind {
+        Some(reply::Kind::Error(_)) => r,
+        _ => crate::ops::try_again(),
+    }
+}
+
+/// The answer of a script that runs from the first node, holding every node, and arrived
+/// elsewhere: a script reply with no frame (`reached` if this node knows the script reaches),
+/// which the router answers by sending it there.
+pub fn from_the_first_node(reached: bool) -> Reply {
+    let r = proto::ScriptReply { reached, ..Default::default() };
+    Reply { kind: Some(reply::Kind::Script(Box::new(r))), ..Default::default() }
+}
+
+/// The answer of a run given up mid-way before it wrote: "send it again, holding every node"
+/// (a script reply with no frame that says it reached), or the refusal itself (BUSY, an error).
+pub fn given_up_to_router(r: Reply) -> Reply {
+    match r.kind {
+        Some(reply::Kind::TryAgain(_)) => from_the_first_node(true),
+        _ => r,
+    }
+}

@@ -1,0 +1,182 @@
+//! Scripts over keys of several nodes (Redis Cluster answers CROSSSLOT or "non local key"): their
+//! replies byte-compared with redis-server, declared keys and keys a script names itself (as
+//! BullMQ and channels-redis do); and their atomicity while many clients run them at once, beside
+//! transactions over the same nodes, each reader seeing every script whole.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use support::Raw;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Each step runs on redis-server and on a 3-node Shoal (after a FLUSHALL, scripts flushed);
+/// every reply must be byte-identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_over_several_nodes_match_redis() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let mut redis = Raw::connect(redis_addr).await;
+    let mut shoal = Raw::connect(router.resp_addr()).await;
+    assert_eq!(support::nodes_of(&mut shoal, &["acct:a", "acct:b", "acct:c"]).await, 3);
+    let move_money = "local v = tonumber(redis.call('GET', KEYS[1]) or '0') \
+        if v < tonumber(ARGV[1]) then return redis.error_reply('ERR not enough') end \
+        redis.call('DECRBY', KEYS[1], ARGV[1]) redis.call('INCRBY', KEYS[2], ARGV[1]) \
+        redis.call('RPUSH', KEYS[3], KEYS[1] .. '>' .. KEYS[2]) \
+        return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('LLEN', KEYS[3])}";
+    // Keys named in ARGV, declared nowhere (channels-redis's EVAL with 0 keys).
+    let undeclared = "redis.call('SET', ARGV[1], ARGV[3]) redis.call('SET', ARGV[2], ARGV[3]) \
+        redis.call('SADD', 'seen', ARGV[1], ARGV[2]) \
+        return {redis.call('MGET', ARGV[1], ARGV[2]), redis.call('SCARD', 'seen'), redis.call('DEL', ARGV[1], ARGV[2])}";
+    // Reads on other nodes first, then a write (the script reaches before it writes).
+    let read_then_write = "local n = 0 for i = 1, #ARGV do n = n + tonumber(redis.call('GET', ARGV[i]) or '0') end \
+        redis.call('SET', 'total', n) return n";
+    // A failing call mid-way: what was written before stands, as on Redis.
+    let fails_midway = "redis.call('SET', KEYS[1], 'before') redis.call('LPUSH', KEYS[2], 'x') \
+        redis.call('INCR', KEYS[2]) redis.call('SET', KEYS[3], 'after') return 1";
+    let pcall = "redis.call('SET', KEYS[1], 1) local r = redis.pcall('INCR', KEYS[2]) \
+        redis.call('SET', KEYS[3], 3) return r";
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["SET", "acct:a", "100"],
+        vec!["EVAL", move_money, "3", "acct:a", "acct:b", "acct:c", "30"],
+        vec!["EVAL", move_money, "3", "acct:b", "acct:c", "acct:a", "20"],
+        vec!["EVAL", move_money, "3", "acct:c", "acct:a", "acct:b", "500"],
+        vec!["MGET", "acct:a", "acct:b", "acct:c"],
+        vec!["EVAL", undeclared, "0", "job:1", "job:2", "v1"],
+        vec!["EVAL", undeclared, "0", "job:3", "job:1", "v2"],
+        vec!["MSET", "q:1", "5", "job:1", "7", "la", "11"],
+        vec!["EVAL", read_then_write, "0", "q:1", "job:1", "la", "nothing"],
+        vec!["EVAL", read_then_write, "0", "la", "q:1"],
+        vec!["GET", "total"],
+        vec!["EVAL", fails_midway, "3", "a", "b", "c"],
+        vec!["MGET", "a", "c"],
+        vec!["LRANGE", "b", "0", "-1"],
+        vec!["EVAL", pcall, "3", "x", "b", "c"],
+        vec!["MGET", "x", "c"],
+        vec!["EVAL_RO", "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}", "2", "x", "q:1"],
+        vec!["EVAL_RO", "return redis.call('SET', KEYS[1], 1)", "2", "x", "q:1"],
+        vec!["SCRIPT", "LOAD", move_money],
+        vec!["EVALSHA", "f7d6c5e0b0e8e1f0a0b0c0d0e0f0a0b0c0d0e0f0", "2", "a", "b"],
+        vec!["DBSIZE"],
+    ];
+    for (n, step) in steps.iter().enumerate() {
+        if n == 0 {
+            redis.cmd(&["FLUSHALL"]).await;
+            shoal.cmd(&["FLUSHALL"]).await;
+        }
+        let want = redis.cmd(step).await;
+        let got = shoal.cmd(step).await;
+        assert_eq!(text(&got), text(&want), "step {n}: {step:?}");
+    }
+    // EVALSHA of the script loaded above, over keys of three nodes.
+    let sha = text(&shoal.cmd(&["SCRIPT", "LOAD", move_money]).await);
+    let sha = sha.lines().nth(1).unwrap().to_string();
+    for c in [&mut redis, &mut shoal] {
+        c.cmd(&["MSET", "acct:a", "10", "acct:b", "0"]).await;
+    }
+    let step = ["EVALSHA", &sha, "3", "acct:a", "acct:b", "acct:c", "4"];
+    assert_eq!(text(&shoal.cmd(&step).await), text(&redis.cmd(&step).await));
+    // A library function over keys of several nodes.
+    let lib = "#!lua name=spread\nredis.register_function('swap', function(keys) \
+        local a = redis.call('GET', keys[1]) redis.call('SET', keys[1], redis.call('GET', keys[2])) \
+        redis.call('SET', keys[2], a) return {redis.call('GET', keys[1]), redis.call('GET', keys[2])} end)";
+    for step in [
+        vec!["FUNCTION", "LOAD", "REPLACE", lib],
+        vec!["MSET", "q:1", "one", "job:2", "two"],
+        vec!["FCALL", "swap", "2", "q:1", "job:2"],
+        vec!["MGET", "q:1", "job:2"],
+    ] {
+        assert_eq!(text(&shoal.cmd(&step).await), text(&redis.cmd(&step).await), "{step:?}");
+    }
+    // One command over keys of two nodes inside a script is refused as Redis Cluster refuses it
+    // (docs/compatibility.md): Shoal runs each of a script's commands on one node.
+    shoal.cmd(&["SADD", "sa", "1"]).await;
+    let one_command = shoal
+        .cmd(&["EVAL", "return redis.call('SUNIONSTORE', KEYS[1], KEYS[2], KEYS[3])", "3", "sa", "sb", "la"])
+        .await;
+    assert!(text(&one_command).contains("CROSSSLOT"), "{}", text(&one_command));
+    router.shutdown().await;
+}
+
+/// Transfers between three keys of three nodes, as scripts (declared keys, and keys named in
+/// ARGV) from several clients at once, while readers check the total with a script over the
+/// same keys and with a transaction over their nodes: no reader ever sees part of a transfer, no
+/// transfer is lost, and the scripts that named undeclared keys were learned (their node held
+/// every node for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_over_several_nodes_are_atomic_and_isolated() {
+    const KEYS: [&str; 3] = ["acct:a", "acct:b", "acct:c"];
+    let router = support::cluster().await;
+    let addr = router.resp_addr();
+    let mut admin = Raw::connect(addr).await;
+    assert_eq!(support::nodes_of(&mut admin, &KEYS).await, 3);
+    for k in KEYS {
+        admin.cmd(&["SET", k, "1000"]).await;
+    }
+    let transfer = "redis.call('DECRBY', KEYS[1], ARGV[1]) redis.call('INCRBY', KEYS[2], ARGV[1]) \
+        return redis.call('INCR', KEYS[3] .. ':n')";
+    let transfer_undeclared = "redis.call('DECRBY', ARGV[1], ARGV[3]) redis.call('INCRBY', ARGV[2], ARGV[3]) \
+        return redis.call('INCR', 'acct:n')";
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4usize {
+        writers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for i in 0..100usize {
+                let (from, to) = (KEYS[(w + i) % 3], KEYS[(w + i + 1) % 3]);
+                let r = if w % 2 == 0 {
+                    c.cmd(&["EVAL", transfer, "3", from, to, "acct", "7"]).await
+                } else {
+                    c.cmd(&["EVAL", transfer_undeclared, "0", from, to, "7"]).await
+                };
+                assert!(r.starts_with(b":"), "writer {w}, transfer {i}: {}", text(&r));
+            }
+        }));
+    }
+    let mut readers = Vec::new();
+    for r in 0..2usize {
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            let mut reads = 0u64;
+            while !done.load(Ordering::Relaxed) && reads < 3000 {
+                let out = if r == 0 {
+                    let sum = "return tonumber(redis.call('GET', KEYS[1])) + tonumber(redis.call('GET', KEYS[2])) \
+                        + tonumber(redis.call('GET', KEYS[3]))";
+                    text(&c.cmd(&["EVAL", sum, "3", KEYS[0], KEYS[1], KEYS[2]]).await)
+                } else {
+                    c.cmd(&["MULTI"]).await;
+                    for k in KEYS {
+                        c.cmd(&["GET", k]).await;
+                    }
+                    let exec = text(&c.cmd(&["EXEC"]).await);
+                    let sum: i64 = exec.lines().filter_map(|l| l.parse::<i64>().ok()).sum();
+                    if sum == 3000 { format!(":{sum}\r\n") } else { exec }
+                };
+                assert_eq!(out, ":3000\r\n", "reader {r} saw part of a transfer (read {reads})");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    assert!(reads > 10, "readers ran alongside the writers ({reads} reads)");
+    assert_eq!(admin.cmd(&["GET", "acct:n"]).await, support::bulk("400"), "every transfer counted once");
+    let values: Vec<i64> = text(&admin.cmd(&["MGET", KEYS[0], KEYS[1], KEYS[2]]).await)
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert_eq!(values.iter().sum::<i64>(), 3000, "{values:?}");
+    router.shutdown().await;
+}
