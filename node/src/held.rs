@@ -92,6 +92,13 @@ fn hold(
         answer(refused);
         return;
     }
+    if !start.watches.is_empty() {
+        let watches = proto::Transaction { watches: start.watches.clone(), ..Default::default() };
+        if let Err(refused) = crate::ops::admit(store, &view, start.topology_version, watches) {
+            answer(refused);
+            return;
+        }
+    }
     // Replicas get what the script wrote here as one unit (dropped before the gate is).
     let _unit = store.events.changes.unit();
     if !answer(crate::ops::ok()) {

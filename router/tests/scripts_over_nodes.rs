@@ -92,6 +92,40 @@ async fn scripts_over_several_nodes_match_redis() {
     ] {
         assert_eq!(text(&shoal.cmd(&step).await), text(&redis.cmd(&step).await), "{step:?}");
     }
+    // A transaction holding scripts over keys of several nodes (RQ's and kombu's pipelines), with
+    // WATCHes on several nodes: run whole, or not at all when a watched key changed.
+    let mut redis2 = Raw::connect(redis_addr).await;
+    let mut shoal2 = Raw::connect(router.resp_addr()).await;
+    let steps: Vec<(usize, Vec<&str>)> = vec![
+        (0, vec!["MSET", "acct:a", "50", "acct:b", "5", "acct:c", "0"]),
+        (0, vec!["MULTI"]),
+        (0, vec!["SET", "x", "in-tx"]),
+        (0, vec!["EVAL", move_money, "3", "acct:a", "acct:b", "acct:c", "10"]),
+        (0, vec!["EVAL", undeclared, "0", "job:1", "job:2", "v3"]),
+        (0, vec!["INCR", "q:1"]),
+        (0, vec!["MGET", "acct:a", "x"]),
+        (0, vec!["EXEC"]),
+        (0, vec!["WATCH", "acct:b", "la"]),
+        (0, vec!["MULTI"]),
+        (0, vec!["EVAL", move_money, "3", "acct:a", "acct:b", "acct:c", "1"]),
+        (0, vec!["DEL", "x"]),
+        (0, vec!["EXEC"]),
+        (0, vec!["WATCH", "acct:b", "la"]),
+        (1, vec!["SET", "la", "changed"]),
+        (0, vec!["MULTI"]),
+        (0, vec!["EVAL", move_money, "3", "acct:a", "acct:b", "acct:c", "1"]),
+        (0, vec!["DEL", "x"]),
+        (0, vec!["EXEC"]),
+        (0, vec!["MGET", "acct:a", "acct:b", "acct:c", "x", "la"]),
+    ];
+    for (n, (who, step)) in steps.iter().enumerate() {
+        let (want, got) = if *who == 0 {
+            (redis.cmd(step).await, shoal.cmd(step).await)
+        } else {
+            (redis2.cmd(step).await, shoal2.cmd(step).await)
+        };
+        assert_eq!(text(&got), text(&want), "transaction step {n}: {step:?}");
+    }
     // One command over keys of two nodes inside a script is refused as Redis Cluster refuses it
     // (docs/compatibility.md): Shoal runs each of a script's commands on one node.
     shoal.cmd(&["SADD", "sa", "1"]).await;

@@ -214,7 +214,7 @@ fn reach_for(ctx: &mut RunCtx, id: u32) -> Result<(), String> {
     ctx.reach.reached = true;
     let wrote = ctx.shared.wrote.load(std::sync::atomic::Ordering::Acquire);
     ctx.shared.waiting_after_write.store(wrote, std::sync::atomic::Ordering::Release);
-    let held = ctx.reach.hold(id, Vec::new(), wrote);
+    let held = ctx.reach.hold(id, Vec::new(), Vec::new(), wrote);
     ctx.shared.waiting_after_write.store(false, std::sync::atomic::Ordering::Release);
     match held {
         Ok(()) => Ok(()),

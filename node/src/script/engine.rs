@@ -205,10 +205,9 @@ pub struct Outcome {
     pub denials: Vec<shoal_wire::proto::AclDenial>,
     /// The commands its calls ran (`RunCtx::calls`).
     pub calls: Vec<shoal_wire::proto::ScriptCall>,
-    /// It reached a node it did not hold when it started (`RunCtx::reach`).
-    pub reached: bool,
-    /// It was given up before writing, to be sent again: this is its answer.
-    pub given_up: Option<shoal_wire::proto::Reply>,
+    /// Its holds on other nodes, given back (`RunCtx::reach`: whether it reached a node, or was
+    /// given up to be sent again).
+    pub reach: Option<super::reach::Reach>,
 }
 
 impl Engine {
@@ -301,8 +300,7 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
-                reached: false,
-                given_up: None,
+                reach: Some(ctx.reach),
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -328,8 +326,7 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
-                reached: false,
-                given_up: None,
+                reach: Some(ctx.reach),
             };
         };
         ctx.readonly |= compiled.flags.no_writes;
@@ -369,13 +366,13 @@ impl Engine {
             }
             Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
         };
-        // The context goes here, its holds on other nodes with it (`reach.rs`).
-        let (written, denials, calls, reached, given_up) = match self.lua.remove_app_data::<RunCtx>() {
-            Some(c) => (c.written, c.denials, c.calls, c.reach.reached, c.reach.given_up),
+        // The context's holds on other nodes go back to the caller (`reach.rs`).
+        let (written, denials, calls, reach) = match self.lua.remove_app_data::<RunCtx>() {
+            Some(c) => (c.written, c.denials, c.calls, Some(c.reach)),
             None => Default::default(),
         };
         let _ = self.lua.gc_step();
-        Outcome { reply, written, denials, calls, reached, given_up }
+        Outcome { reply, written, denials, calls, reach }
     }
 
     fn set_arguments(&self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {

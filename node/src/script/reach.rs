@@ -150,6 +150,11 @@ impl Reach {
         }
     }
 
+    /// Whether the topology has nodes other than this one (a script may reach them).
+    pub fn several(&self) -> bool {
+        matches!((&self.view.topology, self.own), (Some(t), Some(_)) if t.nodes.len() > 1)
+    }
+
     /// The other nodes of the topology, in position order (for a script held over all of them).
     pub fn others(&self) -> Vec<u32> {
         match (&self.view.topology, self.own) {
@@ -162,6 +167,11 @@ impl Reach {
     fn position(&self, id: Option<u32>) -> Option<usize> {
         let t = self.view.topology.as_ref()?;
         t.nodes.iter().position(|n| Some(n.id) == id)
+    }
+
+    /// This node's id in the topology (None: outside a cluster, or not a primary).
+    pub fn own(&self) -> Option<u32> {
+        self.own
     }
 
     /// Whether this node is the first of the topology (where scripts holding every node run).
@@ -190,10 +200,17 @@ impl Reach {
         self.held.contains_key(&id)
     }
 
-    /// Holds node `id` for this script, its declared `keys` there checked; waits for its gate
+    /// Holds node `id` for this script, its declared `keys` there checked (and a transaction's
+    /// `watches` of keys there: `aborted` if one changed); waits for its gate
     /// as long as the order allows ([`IN_ORDER`], [`AGAINST_ORDER`]), or [`AFTER_WRITE`] when
     /// `wrote`. `Err`: that node's refusal (nothing held there).
-    pub fn hold(&mut self, id: u32, keys: Vec<Bytes>, wrote: bool) -> Result<(), Reply> {
+    pub fn hold(
+        &mut self,
+        id: u32,
+        keys: Vec<Bytes>,
+        watches: Vec<proto::Watched>,
+        wrote: bool,
+    ) -> Result<(), Reply> {
         if self.holds(id) || Some(id) == self.own {
             return Ok(());
         }
@@ -222,6 +239,7 @@ impl Reach {
             keys,
             wait_ms: wait.as_millis() as u64,
             after_write: wrote,
+            watches,
         };
         let _ = ops.try_send(HoldRequest { kind: Some(hold_request::Kind::Start(start)) });
         let peers = peers.clone();

@@ -350,6 +350,7 @@ fn worker(
                         ..frame(F::error(NOSCRIPT.into()))
                     }
                 }
+                Some(Kind::Transaction(t)) if !t.nodes.is_empty() => held_transaction(&at, e, t),
                 Some(Kind::Transaction(t)) => {
                     let mut written = Vec::new();
                     let _holding = Holding::mark(&shared);
@@ -357,8 +358,8 @@ fn worker(
                     started.hold();
                     let reply =
                         crate::ops::transaction_with(&store, &view, version, exclusive, t, &mut |s| {
-                            let reach = Reach::local(view.clone(), version);
-                            let (reply, w) = run_unlocked(&at, e, s, reach);
+                            let mut reach = Reach::local(view.clone(), version);
+                            let (reply, w) = run_unlocked(&at, e, s, &mut reach);
                             written.extend(w);
                             reply
                         });
@@ -446,7 +447,9 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     for key in &s.keys {
         match reach.locate(key) {
             Ok(Place::There(id)) => others.entry(id).or_default().push(key.clone()),
-            // Here, or refused here (`moved`, `try_again`) by the group check.
+            // In a slot moving between nodes (here or elsewhere): once the move is done.
+            Err(call::MOVING) => return crate::ops::try_again(),
+            // Here, or refused here (`moved`) by the group check.
             _ => here.push(&key[..]),
         }
     }
@@ -457,7 +460,7 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     // holds every node, from the first node (a first run finds out whether the script reaches:
     // `reach.rs`); elsewhere it goes back to the router, which sends it there.
     let name = if s.function.is_empty() { s.sha.to_ascii_lowercase() } else { s.function.clone() };
-    let several = !reach.others().is_empty();
+    let several = reach.several();
     let learned = several && at.shared.reaching.lock().contains(&name);
     let first = several && !learned && remember(&at.shared.vetted, &name);
     if (learned || first) && !s.hold_all && !reach.first_node() {
@@ -475,13 +478,118 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     // In the order of the nodes' positions, as transactions take theirs.
     for id in reach.in_order(others.keys().copied()) {
         let keys = others.remove(&id).unwrap_or_default();
-        if let Err(refused) = reach.hold(id, keys, false) {
+        if let Err(refused) = reach.hold(id, keys, Vec::new(), false) {
             return reach::refusal_to_router(refused);
         }
     }
-    let (reply, written) = run_unlocked(at, engine, s, reach);
+    let (reply, written) = run_unlocked(at, engine, s, &mut reach);
     crate::ops::serve_blocked_after(at.store, at.view, written);
     reply
+}
+
+/// A transaction holding a script over keys of several nodes (`Transaction.nodes`), sent here,
+/// the first node: it runs on this script thread, holding every other node as a script over
+/// several nodes does (`reach.rs`), each op applied where its keys live (an op without keys on
+/// the node `nodes` names for it; a script here, where the VM is). Its WATCHes are checked on
+/// their nodes before anything runs (`aborted`); replicas get each node's part as one unit.
+fn held_transaction(at: &At, engine: &mut engine::Engine, t: proto::Transaction) -> Reply {
+    use shoal_wire::ops::{OpClass, class_of, keys_of};
+    let _holding = Holding::mark(at.shared);
+    let _exclusive = at.store.gate.write();
+    let _unit = at.store.events.changes.unit();
+    at.started.hold();
+    let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
+    let Some(own) = reach.own() else {
+        return crate::ops::error("ERR a transaction over several nodes needs this node in a cluster");
+    };
+    let copied = |keys: Vec<&[u8]>| keys.into_iter().map(Bytes::copy_from_slice).collect::<Vec<_>>();
+    // Where each op runs, and what each node checks before anything runs.
+    let mut places = Vec::with_capacity(t.ops.len());
+    let mut here = proto::Transaction::default();
+    let mut there: std::collections::BTreeMap<u32, (Vec<Bytes>, Vec<proto::Watched>)> = Default::default();
+    for (i, op) in t.ops.iter().enumerate() {
+        let mut place = None;
+        for key in keys_of(op) {
+            let p = match reach.locate(key) {
+                Ok(p) => p,
+                Err(call::MOVING) => return crate::ops::try_again(),
+                Err(_) => return crate::ops::moved(at.view.version()),
+            };
+            if let Place::There(id) = p {
+                there.entry(id).or_default().0.push(Bytes::copy_from_slice(key));
+            }
+            if !matches!(op.kind, Some(Kind::Script(_))) && place.is_some_and(|q| q != p) {
+                return crate::ops::error(call::CROSS_NODE);
+            }
+            place = Some(p);
+        }
+        let place = match (&op.kind, place) {
+            (Some(Kind::Script(_)), _) => Place::Here,
+            (_, Some(p)) => p,
+            (_, None) => match t.nodes.get(i) {
+                Some(&id) if id != own => Place::There(id),
+                _ => Place::Here,
+            },
+        };
+        if place == Place::Here && !matches!(op.kind, Some(Kind::Script(_))) {
+            here.ops.push(op.clone());
+        }
+        places.push(place);
+    }
+    for w in &t.watches {
+        match reach.locate(&w.key) {
+            Ok(Place::There(id)) => there.entry(id).or_default().1.push(w.clone()),
+            // Here, or refused by the checks below.
+            _ => here.watches.push(w.clone()),
+        }
+    }
+    if let Err(refused) = crate::ops::admit(at.store, at.view, at.version, here) {
+        return refused;
+    }
+    for id in reach.others() {
+        there.entry(id).or_default();
+    }
+    for id in reach.in_order(there.keys().copied()) {
+        let (keys, watches) = there.remove(&id).unwrap_or_default();
+        if let Err(refused) = reach.hold(id, keys, watches, false) {
+            return match refused.kind {
+                Some(reply::Kind::Aborted(_)) => refused,
+                _ => reach::refusal_to_router(refused),
+            };
+        }
+    }
+    at.shared.spread_runs.fetch_add(1, Ordering::Relaxed);
+    // Every node is held: the scripts inside reach nothing new (nothing to learn from them).
+    let others = reach.others();
+    reach.declare(others);
+    let mut written = Vec::new();
+    let mut replies = Vec::with_capacity(t.ops.len());
+    for (op, place) in t.ops.into_iter().zip(places) {
+        let write = class_of(&op) != OpClass::Read;
+        let reply = match (op.kind, place) {
+            (Some(Kind::Script(s)), _) => {
+                let (r, w) = run_unlocked(at, engine, *s, &mut reach);
+                written.extend(w);
+                r
+            }
+            (kind, place) => {
+                let op = Op { kind, ..op };
+                match place {
+                    Place::There(id) => reach.apply(id, op, write),
+                    Place::Here => {
+                        if write {
+                            written.extend(copied(keys_of(&op)));
+                        }
+                        crate::ops::apply_for_script(at.store, at.view, op, write)
+                    }
+                }
+            }
+        };
+        replies.push(reply);
+    }
+    drop(reach);
+    crate::ops::serve_blocked_after(at.store, at.view, written);
+    Reply { kind: Some(reply::Kind::Replies(proto::Replies { replies })), ..Default::default() }
 }
 
 /// Adds `name` to a bounded set (past [`REACHING_MAX`] it starts over); true if it was new.
@@ -497,8 +605,14 @@ fn remember(set: &Mutex<std::collections::HashSet<String>>, name: &str) -> bool 
 }
 
 /// Runs script `s` (the caller holds the gate): found by SHA or compiled from the body it
-/// carries. Returns its reply and the keys it wrote.
-fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script, reach: Reach) -> (Reply, Vec<Bytes>) {
+/// carries, its calls reaching the nodes `reach` holds (or may hold). Returns its reply and the
+/// keys it wrote here.
+fn run_unlocked(
+    at: &At,
+    engine: &mut engine::Engine,
+    s: proto::Script,
+    reach: &mut Reach,
+) -> (Reply, Vec<Bytes>) {
     let shared = at.shared;
     if !s.function.is_empty() {
         engine.sync_library(shared, &at.store.libraries.get());
@@ -554,7 +668,7 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script, reach: R
         s.readonly,
         shared.clone(),
         perms,
-        reach,
+        std::mem::replace(reach, Reach::local(at.view.clone(), at.version)),
     );
     let outcome = if s.function.is_empty() {
         engine.run(&sha, &s.keys, &s.args, ctx)
@@ -564,23 +678,27 @@ fn run_unlocked(at: &At, engine: &mut engine::Engine, s: proto::Script, reach: R
     shared.running_since.store(0, Ordering::Release);
     *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
-    if outcome.reached {
+    if let Some(given_back) = outcome.reach {
+        *reach = given_back;
+    }
+    let reached = std::mem::take(&mut reach.reached);
+    if reached {
         remember(&shared.reaching, if s.function.is_empty() { &sha } else { &s.function });
     }
-    if let Some(given_up) = outcome.given_up {
+    if let Some(given_up) = reach.given_up.take() {
         // Nothing was written: the router sends the script again, holding every node then
         // (`reach::given_up_to_router`).
         return (given_up, Vec::new());
     }
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
-    let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() && !outcome.reached {
+    let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() && !reached {
         frame(returned)
     } else {
         let r = proto::ScriptReply {
             frame: Some(returned),
             denials: outcome.denials,
             calls: outcome.calls,
-            reached: outcome.reached,
+            reached,
         };
         Reply { kind: Some(reply::Kind::Script(Box::new(r))), ..Default::default() }
     };

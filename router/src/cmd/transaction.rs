@@ -258,12 +258,17 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     let deadline = ctx.deadline;
     if nodes.len() > 1 {
         let placed = capture.seal_placed();
-        // Scripts run on a node's script thread, which a transaction over several nodes does not
-        // hold (docs/compatibility.md): refused as Redis Cluster refuses them.
+        // Scripts run on a node's script thread, which the two phases do not reach: a
+        // transaction holding one goes whole to the first node, which runs it holding every
+        // other node, as a script over several nodes (docs/architecture.md).
         if placed.iter().any(|(_, op)| matches!(op.kind, Some(Kind::Script(_)))) {
-            capture.fail(BackendError::NotTransactional);
-            release(ctx.state, watched);
-            return Reply::error(CROSSSLOT).into();
+            let ids = placed.iter().map(|(pos, _)| routing.nodes[*pos % routing.len()].ident().id).collect();
+            let ops = placed.into_iter().map(|(_, op)| op).collect();
+            return Pending::Barrier(Box::pin(async move {
+                let outcome = send(&state, routing, 0, ops, ids, &watched, deadline).await;
+                release(&state, watched);
+                finish(outcome, &capture, replies).await
+            }));
         }
         return Pending::Barrier(Box::pin(async move {
             let watches = watches_of(&watched);
@@ -284,7 +289,7 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
         let outcome = match nodes.first().copied().or(any) {
             // Nothing for a node (only commands the router answers itself): nothing to check.
             None => Ok(Outcome::Replies(Vec::new())),
-            Some(pos) => send(&state, routing, pos, ops, &watched, deadline).await,
+            Some(pos) => send(&state, routing, pos, ops, Vec::new(), &watched, deadline).await,
         };
         release(&state, watched);
         finish(outcome, &capture, replies).await
@@ -337,12 +342,15 @@ fn node_outcome(reply: proto::Reply) -> Result<Outcome, Reply> {
 }
 
 /// Sends the transaction to the node at `pos` as one unit: the backend sends it again by the
-/// current topology after a `moved` reply or while a slot of it moves, until `deadline`.
+/// current topology after a `moved` reply or while a slot of it moves, until `deadline`. With
+/// `nodes` (the topology id of each op's node): a transaction holding a script over several
+/// nodes, sent to the first node, which holds the others (`Transaction.nodes`).
 async fn send(
     state: &Arc<RouterState>,
     routing: Arc<Routing>,
     pos: usize,
     ops: Vec<Op>,
+    nodes: Vec<u32>,
     watched: &[(Bytes, u64)],
     deadline: Instant,
 ) -> Result<Outcome, Reply> {
@@ -353,7 +361,7 @@ async fn send(
     // a lone EVALSHA, which can simply be sent twice).
     let refuse_unknown_scripts = ops.iter().any(is_script_by_sha);
     let kept = refuse_unknown_scripts.then(|| (ops.clone(), watches.clone()));
-    let t = proto::Transaction { ops, watches, refuse_unknown_scripts };
+    let t = proto::Transaction { ops, watches, refuse_unknown_scripts, nodes: nodes.clone() };
     let mut reply = send_unit(state, &routing, pos, t, deadline).await?;
     if let Some((mut ops, watches)) = kept
         && reply.error_kind() == proto::ErrorKind::NoScript
@@ -366,7 +374,7 @@ async fn send(
                 s.body = body;
             }
         }
-        let t = proto::Transaction { ops, watches, refuse_unknown_scripts: false };
+        let t = proto::Transaction { ops, watches, refuse_unknown_scripts: false, nodes };
         reply = send_unit(state, &routing, pos, t, deadline).await?;
     }
     node_outcome(reply)
@@ -380,10 +388,16 @@ async fn send_unit(
     t: proto::Transaction,
     deadline: Instant,
 ) -> Result<proto::Reply, Reply> {
+    let over_nodes = !t.nodes.is_empty();
     let transaction = op(Kind::Transaction(t));
     let keys: Vec<Bytes> =
         shoal_wire::ops::keys_of(&transaction).into_iter().map(Bytes::copy_from_slice).collect();
-    match state.backend.unit(routing, keys, Some(pos), transaction, deadline).wait().await {
+    let call = if over_nodes {
+        state.backend.spanning_unit(routing, keys, true, transaction, deadline)
+    } else {
+        state.backend.unit(routing, keys, Some(pos), transaction, deadline)
+    };
+    match call.wait().await {
         Ok(r) => Ok(r),
         Err(AtomicError::Spread) => Err(Reply::error(CROSSSLOT)),
         Err(AtomicError::Backend(e)) => Err(e.into()),
