@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use crate::script::call::{MOVING, NON_LOCAL};
+use crate::script::reach::{MOVING, NON_LOCAL};
 use crate::state::NodeState;
 
 /// The longest wait for the gate a script's node may ask for.

@@ -117,6 +117,12 @@ async fn scripts_over_several_nodes_match_redis() {
         (0, vec!["DEL", "x"]),
         (0, vec!["EXEC"]),
         (0, vec!["MGET", "acct:a", "acct:b", "acct:c", "x", "la"]),
+        // Only scripts inside (each placed on the first of its keys' nodes, all on one).
+        (0, vec!["MULTI"]),
+        (0, vec!["EVAL", move_money, "3", "acct:b", "acct:a", "acct:c", "2"]),
+        (0, vec!["EVAL", move_money, "3", "acct:b", "acct:c", "acct:a", "1"]),
+        (0, vec!["EXEC"]),
+        (0, vec!["MGET", "acct:a", "acct:b", "acct:c"]),
     ];
     for (n, (who, step)) in steps.iter().enumerate() {
         let (want, got) = if *who == 0 {

@@ -13,6 +13,7 @@ use shoal_wire::command::{Answer, builder};
 use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
 use super::reach::{self, Place, Reach};
+pub use super::reach::{MOVING, NON_LOCAL};
 use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
 use crate::commands::F;
 use crate::membership::view::NodeView;
@@ -99,9 +100,6 @@ pub const WRONG_ARITY: &str = "ERR Wrong number of args calling Redis command fr
 pub const NOT_ALLOWED: &str = "ERR This Redis command is not allowed from script";
 pub const READ_ONLY: &str = "ERR Write commands are not allowed from read-only scripts.";
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
-pub const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node";
-pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is moving between nodes; \
-    declare the keys a script uses (numkeys) so that it waits for the move";
 pub const CROSS_NODE: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 pub const GIVEN_UP: &str = "ERR the script stopped to be sent again: a node it reached is held elsewhere";
 pub const REACH_REFUSED: &str = "ERR Script attempted to access a key of another node that stayed held elsewhere; \

@@ -30,9 +30,14 @@ use shoal_wire::proto::{self, HeldOp, HoldRequest, HoldStart, Op, Reply, hold_re
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::call::{MOVING, NON_LOCAL};
 use crate::membership::Membership;
 use crate::membership::view::NodeView;
+
+/// A call on a key no node may serve for this script (Redis Cluster's text).
+pub const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node";
+/// A call on a key in a slot moving between nodes.
+pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is moving between nodes; \
+    declare the keys a script uses (numkeys) so that it waits for the move";
 
 /// How long a node held elsewhere is waited for, before the script writes (giving up loses
 /// nothing: the router sends the script again), when the node comes after this one and every
@@ -61,11 +66,22 @@ pub enum Place {
 pub struct Peers {
     membership: Arc<Membership>,
     clients: Mutex<HashMap<String, Client>>,
+    /// This node's id as of a topology version (found once per version: every script asks).
+    own: Mutex<(u64, Option<u32>)>,
 }
 
 impl Peers {
     pub fn new(membership: Arc<Membership>) -> Peers {
-        Peers { membership, clients: Mutex::new(HashMap::new()) }
+        Peers { membership, clients: Mutex::new(HashMap::new()), own: Mutex::new((0, None)) }
+    }
+
+    /// This node's id in the topology of `version` (None: not a primary of it).
+    fn own(&self, version: u64) -> Option<u32> {
+        let mut own = self.own.lock();
+        if own.0 != version {
+            *own = (version, self.membership.primary_of().map(|(_, id, _)| id));
+        }
+        own.1
     }
 
     async fn client(&self, addr: &str) -> Result<Client, String> {
@@ -108,8 +124,8 @@ impl Reach {
         view: Arc<NodeView>,
         version: u64,
     ) -> Reach {
-        let own = match &peers {
-            Some((p, _)) if view.topology.is_some() => p.membership.primary_of().map(|(_, id, _)| id),
+        let own = match (&peers, &view.topology) {
+            (Some((p, _)), Some(t)) => p.own(t.version),
             _ => None,
         };
         Reach {

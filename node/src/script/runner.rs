@@ -442,27 +442,29 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
     // The declared keys served here are checked as a group; the nodes of the others are held
     // (with those keys checked there), and every node for a script known to reach beyond them.
-    let mut here = Vec::with_capacity(s.keys.len());
     let mut others: std::collections::BTreeMap<u32, Vec<Bytes>> = Default::default();
     for key in &s.keys {
         match reach.locate(key) {
+            Ok(Place::Here) => {}
             Ok(Place::There(id)) => others.entry(id).or_default().push(key.clone()),
             // In a slot moving between nodes (here or elsewhere): once the move is done.
             Err(call::MOVING) => return crate::ops::try_again(),
-            // Here, or refused here (`moved`) by the group check.
-            _ => here.push(&key[..]),
+            // Not served here at the router's version: the group check's `moved`.
+            Err(_) => {
+                if let Err(refused) = crate::ops::check_group(at.view, at.version, [&key[..]]) {
+                    return refused;
+                }
+            }
         }
-    }
-    if let Err(refused) = crate::ops::check_group(at.view, at.version, here) {
-        return refused;
     }
     // A script known to reach beyond its declared keys' nodes, and any script's first run here,
     // holds every node, from the first node (a first run finds out whether the script reaches:
-    // `reach.rs`); elsewhere it goes back to the router, which sends it there.
-    let name = if s.function.is_empty() { s.sha.to_ascii_lowercase() } else { s.function.clone() };
+    // `reach.rs`); elsewhere it goes back to the router, which sends it there. (Routers send
+    // SHAs in lowercase.)
+    let name: &str = if s.function.is_empty() { &s.sha } else { &s.function };
     let several = reach.several();
-    let learned = several && at.shared.reaching.lock().contains(&name);
-    let first = several && !learned && remember(&at.shared.vetted, &name);
+    let learned = several && at.shared.reaching.lock().contains(name);
+    let first = several && !learned && remember(&at.shared.vetted, name);
     if (learned || first) && !s.hold_all && !reach.first_node() {
         return reach::from_the_first_node(learned);
     }

@@ -105,9 +105,12 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
     // the first node, which holds every node while it runs; one whose declared keys live on
     // several nodes goes to the first of them, which holds the others. Without a topology (static
     // `--nodes`) nodes cannot reach each other: CROSSSLOT, as Redis Cluster answers.
-    let name = if script.function.is_empty() { script.sha.clone() } else { script.function.clone() };
     let several = routing.managed && routing.len() > 1;
-    let everywhere = several && ctx.state.reaching_scripts.lock().contains(&name);
+    let name = if script.function.is_empty() { &script.sha } else { &script.function };
+    let everywhere = several && {
+        let reaching = ctx.state.reaching_scripts.lock();
+        !reaching.is_empty() && reaching.contains(name)
+    };
     let spanning = !keys.is_empty() && routing.one_owner(&keys).is_none();
     if spanning && !several {
         return Reply::error(super::CROSSSLOT).into();
@@ -120,7 +123,7 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
     // Sent now, with the commands dispatched before it (they share the node's stream, in order);
     // sent again by the backend, like EXEC, if the topology moved under it.
     let send = {
-        let (state, keys) = (state.clone(), keys.clone());
+        let state = state.clone();
         move |routing: &Arc<Routing>, op: Op, everywhere: bool| {
             if everywhere || spanning {
                 state.backend.spanning_unit(routing, keys.clone(), everywhere, op, deadline)
@@ -152,12 +155,15 @@ pub fn send(mut script: proto::Script, keys: Vec<Bytes>, ctx: &mut Ctx) -> Pendi
         if let Some(reply::Kind::Script(s)) = &reply.kind
             && (s.reached || s.frame.is_none())
         {
-            if s.reached {
+            if s.reached
+                && let Some(Kind::Script(sent)) = &op.kind
+            {
+                let name = if sent.function.is_empty() { &sent.sha } else { &sent.function };
                 let mut reaching = state.reaching_scripts.lock();
                 if reaching.len() >= REACHING_MAX {
                     reaching.clear();
                 }
-                reaching.insert(name);
+                reaching.insert(name.clone());
             }
             // The node sends it to the first node, holding every node (its first run there, or a
             // script known to reach, or one that stopped before writing on a node held

@@ -285,11 +285,26 @@ fn exec(_args: &Args, ctx: &mut Ctx) -> Pending {
     }
     let any = capture.any_position();
     let ops = capture.seal();
+    // Every op on one node, but a script's keys on several (its op was placed on the first of
+    // them): that transaction, too, runs from the first node holding the others.
+    let spread_script =
+        routing.len() > 1 && ops.iter().any(|op| matches!(op.kind, Some(Kind::Script(_)))) && {
+            let mut keys: Vec<Bytes> =
+                ops.iter().flat_map(shoal_wire::ops::keys_of).map(Bytes::copy_from_slice).collect();
+            keys.extend(watched.iter().map(|(k, _)| k.clone()));
+            routing.one_owner(&keys).is_none()
+        };
     Pending::Barrier(Box::pin(async move {
         let outcome = match nodes.first().copied().or(any) {
             // Nothing for a node (only commands the router answers itself): nothing to check.
             None => Ok(Outcome::Replies(Vec::new())),
-            Some(pos) => send(&state, routing, pos, ops, Vec::new(), &watched, deadline).await,
+            Some(pos) => {
+                let ids = match spread_script {
+                    true => vec![routing.nodes[pos % routing.len()].ident().id; ops.len()],
+                    false => Vec::new(),
+                };
+                send(&state, routing, pos, ops, ids, &watched, deadline).await
+            }
         };
         release(&state, watched);
         finish(outcome, &capture, replies).await
