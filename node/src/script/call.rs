@@ -333,10 +333,16 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
                 Some(Ok(keys)) => keys,
                 _ => Vec::new(),
             };
+            // The key's place among the arguments (XGROUP CREATE's is the third): what the node
+            // holding it checks the op by, and what WATCH sees it touch.
+            let key_index = match cmd.keys {
+                table::Keys::Range(first, ..) if first >= 1 => first as u32,
+                _ => 1,
+            };
             let command = proto::Command {
                 args: args.to_vec(),
                 readonly: !write,
-                key_index: 1,
+                key_index,
                 keys,
                 ..Default::default()
             };
