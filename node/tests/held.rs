@@ -13,9 +13,7 @@ use bytes::Bytes;
 use shoal_node::server::{NodeHandle, ServeOptions};
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::proto::node_client::NodeClient;
-use shoal_wire::proto::{
-    Batch, Get, HeldOp, HoldRequest, HoldStart, IncrBy, Op, Reply, hold_request, op::Kind, reply,
-};
+use shoal_wire::proto::{HeldOp, HoldRequest, HoldStart, IncrBy, Op, Reply, hold_request, op::Kind, reply};
 use support::connect;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -57,22 +55,6 @@ impl Hold {
     }
 }
 
-/// GET `key` in a batch of its own (waiting past keep-alive messages while the gate is held).
-async fn get(c: &mut NodeClient<Channel>, key: &str) -> reply::Kind {
-    let op = Op {
-        kind: Some(Kind::Get(Get { key: Bytes::from(key.to_string()), ..Default::default() })),
-        ..Default::default()
-    };
-    let batch = Batch { id: 1, ops: vec![op], topology_version: 0 };
-    let mut replies = c.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
-    loop {
-        let message = replies.message().await.unwrap().expect("a reply before the stream ends");
-        if let Some(r) = message.replies.into_iter().next() {
-            return r.kind.unwrap();
-        }
-    }
-}
-
 fn is_ok(r: &Reply) -> bool {
     matches!(r.kind, Some(reply::Kind::Ok(_)))
 }
@@ -86,7 +68,7 @@ async fn a_hold_runs_its_ops_alone_and_ends_with_its_stream() {
     assert!(is_ok(&first), "{first:?}");
     assert!(matches!(hold.apply(incr("n"), true).await.kind, Some(reply::Kind::Int(1))));
     // Held: another client's op waits.
-    let waited = tokio::time::timeout(Duration::from_millis(200), get(&mut other, "n")).await;
+    let waited = tokio::time::timeout(Duration::from_millis(200), support::get(&mut other, 0, "n")).await;
     assert!(waited.is_err(), "a held node answered another op: {waited:?}");
     // A second hold waits for the gate, then is told to try again, holding nothing.
     let started = Instant::now();
@@ -99,7 +81,8 @@ async fn a_hold_runs_its_ops_alone_and_ends_with_its_stream() {
     assert!(matches!(hold.apply(script, true).await.kind, Some(reply::Kind::Error(_))));
     // The stream's end lets go: the other client's op runs and sees both increments.
     drop(hold);
-    let seen = tokio::time::timeout(Duration::from_secs(5), get(&mut other, "n")).await.expect("let go");
+    let seen =
+        tokio::time::timeout(Duration::from_secs(5), support::get(&mut other, 0, "n")).await.expect("let go");
     assert!(matches!(seen, reply::Kind::Value(v) if &v[..] == b"2"));
     assert_eq!(node.state.metrics.script_holds.get(), 1);
 }
@@ -126,7 +109,9 @@ async fn a_hold_whose_holder_dies_lets_go() {
     });
     held.join().unwrap();
     let started = Instant::now();
-    let seen = tokio::time::timeout(Duration::from_secs(10), get(&mut other, "d")).await.expect("let go");
+    let seen = tokio::time::timeout(Duration::from_secs(10), support::get(&mut other, 0, "d"))
+        .await
+        .expect("let go");
     assert!(matches!(seen, reply::Kind::Value(v) if &v[..] == b"1"));
     assert!(
         started.elapsed() < Duration::from_secs(5),

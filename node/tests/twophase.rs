@@ -14,7 +14,7 @@ use shoal_node::server::{NodeHandle, ServeOptions};
 use shoal_node::store::{Store, StoreConfig, SystemClock};
 use shoal_wire::proto::node_client::NodeClient;
 use shoal_wire::proto::{
-    Batch, DecideRequest, Get, Op, PrepareRequest, Reply, Set, Transaction, Watch, Watched, op::Kind, reply,
+    DecideRequest, Op, PrepareRequest, Reply, Set, Transaction, Watch, Watched, op::Kind, reply,
 };
 use support::{connect, run, set};
 use tonic::transport::Channel;
@@ -55,23 +55,6 @@ async fn decide(c: &mut NodeClient<Channel>, txid: &'static [u8], commit: bool) 
     c.decide(DecideRequest { txid: Bytes::from_static(txid), commit }).await.unwrap().into_inner()
 }
 
-/// GET `key` in a batch of its own, waiting past the keep-alive messages a node sends while its
-/// gate is held.
-async fn get(c: &mut NodeClient<Channel>, key: &str) -> reply::Kind {
-    let op = Op {
-        kind: Some(Kind::Get(Get { key: Bytes::from(key.to_string()), ..Default::default() })),
-        ..Default::default()
-    };
-    let batch = Batch { id: 1, ops: vec![op], topology_version: 0 };
-    let mut replies = c.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
-    loop {
-        let message = replies.message().await.unwrap().expect("a reply before the stream ends");
-        if let Some(r) = message.replies.into_iter().next() {
-            return r.kind.unwrap();
-        }
-    }
-}
-
 fn is_ok(r: &Reply) -> bool {
     matches!(r.kind, Some(reply::Kind::Ok(_)))
 }
@@ -103,18 +86,18 @@ async fn a_router_dying_before_the_commit_leaves_nothing_applied() {
     assert!(is_ok(&r), "{r:?}");
     // Prepared: the node runs no other op until the transaction is decided.
     let mut other = connect(&coordinator).await;
-    let waited = tokio::time::timeout(Duration::from_millis(200), get(&mut other, "k")).await;
+    let waited = tokio::time::timeout(Duration::from_millis(200), support::get(&mut other, 0, "k")).await;
     assert!(waited.is_err(), "a prepared node answered another op: {waited:?}");
     // No decision comes (the router died): the coordinator aborts at its lease, and the
     // participant, asking it, lets go too. Both then answer, with nothing applied.
     let started = std::time::Instant::now();
-    assert_eq!(value(get(&mut other, "k").await), "old");
-    assert_eq!(value(get(&mut cb, "k").await), "old");
+    assert_eq!(value(support::get(&mut other, 0, "k").await), "old");
+    assert_eq!(value(support::get(&mut cb, 0, "k").await), "old");
     assert!(started.elapsed() < Duration::from_secs(5), "held for {:?}", started.elapsed());
     // A router's commit arriving after that is refused.
     let late = decide(&mut ca, b"t1", true).await;
     assert!(matches!(&late.kind, Some(reply::Kind::Error(e)) if e.contains("aborted")), "{late:?}");
-    assert_eq!(value(get(&mut ca, "k").await), "old");
+    assert_eq!(value(support::get(&mut ca, 0, "k").await), "old");
     for n in [&a, &b] {
         assert_eq!(n.state.metrics.transactions_aborted.get(), 1);
         assert_eq!(n.state.metrics.transactions_committed.get(), 0);
@@ -133,10 +116,10 @@ async fn a_router_dying_after_the_coordinators_commit_leaves_everything_applied(
         matches!(&committed.kind, Some(reply::Kind::Replies(r)) if r.replies.len() == 1),
         "{committed:?}"
     );
-    assert_eq!(value(get(&mut ca, "k").await), "new-a");
+    assert_eq!(value(support::get(&mut ca, 0, "k").await), "new-a");
     // The router dies here: the participant is never told, asks the coordinator at its lease,
     // learns "committed" and applies its part.
-    assert_eq!(value(get(&mut cb, "k").await), "new-b");
+    assert_eq!(value(support::get(&mut cb, 0, "k").await), "new-b");
     // A late commit from the router gets the part's replies, applied once.
     let late = decide(&mut cb, b"t2", true).await;
     assert!(matches!(&late.kind, Some(reply::Kind::Replies(r)) if r.replies.len() == 1), "{late:?}");
@@ -168,7 +151,7 @@ async fn a_prepare_whose_watched_key_changed_holds_nothing() {
     let r = prepare(&mut ca, b"t3", vec![set_op("k", "new")], watches, "", 60_000).await;
     assert!(matches!(r.kind, Some(reply::Kind::Aborted(_))), "{r:?}");
     // Nothing held: the next op is answered at once (the lease was a minute).
-    let next = tokio::time::timeout(Duration::from_secs(2), get(&mut ca, "k")).await;
+    let next = tokio::time::timeout(Duration::from_secs(2), support::get(&mut ca, 0, "k")).await;
     assert_eq!(value(next.expect("answered")), "changed");
     // A decision for a transaction that was never prepared: an abort is fine, a commit refused.
     assert!(is_ok(&decide(&mut ca, b"t3", false).await));

@@ -432,13 +432,28 @@ struct At<'a> {
     started: &'a Progress,
 }
 
+/// The store held by the script thread for a script or a transaction with scripts: marked as
+/// held, the gate taken exclusively, and replicas given what it writes as one unit. Fields drop
+/// in order: the unit, then the gate, then the mark.
+struct HeldStore<'a> {
+    _unit: crate::store::changes::UnitGuard<'a>,
+    _exclusive: parking_lot::RwLockWriteGuard<'a, ()>,
+    _holding: Holding<'a>,
+}
+
+impl<'a> HeldStore<'a> {
+    fn take(at: &At<'a>) -> HeldStore<'a> {
+        let holding = Holding::mark(at.shared);
+        let exclusive = at.store.gate.write();
+        let unit = at.store.events.changes.unit();
+        at.started.hold();
+        HeldStore { _unit: unit, _exclusive: exclusive, _holding: holding }
+    }
+}
+
 /// A script on its own: the store's gate, its keys' slots checked as a group, then the script.
 fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
-    let _holding = Holding::mark(at.shared);
-    let _exclusive = at.store.gate.write();
-    // Replicas get the script's keys as one unit (dropped before the gate is).
-    let _unit = at.store.events.changes.unit();
-    at.started.hold();
+    let _store = HeldStore::take(at);
     let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
     // The declared keys served here are checked as a group; the nodes of the others are held
     // (with those keys checked there), and every node for a script known to reach beyond them.
@@ -496,10 +511,7 @@ fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
 /// their nodes before anything runs (`aborted`); replicas get each node's part as one unit.
 fn held_transaction(at: &At, engine: &mut engine::Engine, t: proto::Transaction) -> Reply {
     use shoal_wire::ops::{OpClass, class_of, keys_of};
-    let _holding = Holding::mark(at.shared);
-    let _exclusive = at.store.gate.write();
-    let _unit = at.store.events.changes.unit();
-    at.started.hold();
+    let _store = HeldStore::take(at);
     let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
     let Some(own) = reach.own() else {
         return crate::ops::error("ERR a transaction over several nodes needs this node in a cluster");

@@ -64,13 +64,18 @@ pub async fn connect(addr: &str) -> NodeClient<Channel> {
     }
 }
 
-/// Runs one op in its own batch at `version` and returns its reply.
+/// Runs one op in its own batch at `version` and returns its reply (waiting past the empty
+/// keep-alive messages a node sends while its gate is held).
 pub async fn run(client: &mut NodeClient<Channel>, version: u64, op: Kind) -> reply::Kind {
     let batch =
         Batch { id: 1, ops: vec![Op { kind: Some(op), ..Default::default() }], topology_version: version };
     let mut replies = client.execute(tokio_stream::iter([batch])).await.unwrap().into_inner();
-    let reply = replies.message().await.unwrap().unwrap();
-    reply.replies.into_iter().next().and_then(|r| r.kind).unwrap()
+    loop {
+        let message = replies.message().await.unwrap().expect("a reply before the stream ends");
+        if let Some(r) = message.replies.into_iter().next() {
+            return r.kind.unwrap();
+        }
+    }
 }
 
 pub async fn get(client: &mut NodeClient<Channel>, version: u64, key: &str) -> reply::Kind {
