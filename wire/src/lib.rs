@@ -11,6 +11,8 @@
 //! - [`settings`]: the node settings CONFIG SET changes (names, aliases, Redis's ranges and error
 //!   texts), so a router's CONFIG SET, the node's `Configure` call and its flags agree.
 //! - [`notify`]: keyspace notification classes (`notify-keyspace-events` letters and flags).
+//! - [`cross`]: how a command over several keys is split when they live on several nodes (the
+//!   router's clients' commands and a node's scripts alike).
 //! - [`sort`]: the keys SORT's STORE, BY and GET name (the router gathers them, the node reads
 //!   them).
 //! - [`splitargs`]: Redis's `sdssplitargs` (inline commands, ACL files, library metadata).
@@ -46,6 +48,7 @@ pub mod client;
 pub mod clock;
 pub mod codec;
 pub mod command;
+pub mod cross;
 pub mod fast;
 pub mod glob;
 pub mod latency;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use shoal_wire::command::{Answer, builder};
+use shoal_wire::cross::{Cross, cross_of};
 use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
 use super::reach::{self, Place, Reach};
@@ -45,6 +46,8 @@ pub struct RunCtx {
     /// Where the current call's keys live (`per_key`: each of its ops goes by its own key).
     target: Place,
     per_key: bool,
+    /// The current call's keys live on several nodes and it is done in steps ([`super::spread`]).
+    spread: Option<Cross>,
 }
 
 impl RunCtx {
@@ -74,6 +77,7 @@ impl RunCtx {
             reach,
             target: Place::Here,
             per_key: false,
+            spread: None,
         }
     }
 }
@@ -179,8 +183,10 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
             keys
         }
     };
-    // Commands the calls below split into one op per key may span nodes; the others are one op.
+    // Commands the calls below split into one op per key may span nodes, and so may those done
+    // in steps over several nodes ([`super::spread`]); the others are one op, on one node.
     let per_key = matches!(cmd.name, "mget" | "mset" | "del" | "unlink" | "exists" | "touch");
+    let mut spread = false;
     let mut one_place = None;
     for key in &keys {
         let place = ctx.reach.locate(key)?;
@@ -193,9 +199,16 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
             }
         }
         if !per_key && one_place.is_some_and(|p| p != place) {
-            return Err(CROSS_NODE.into());
+            spread = true;
         }
         one_place = Some(place);
+    }
+    ctx.spread = None;
+    if spread {
+        match in_steps(cmd.name, args) {
+            Some(cross) => ctx.spread = Some(cross),
+            None => return Err(CROSS_NODE.into()),
+        }
     }
     ctx.target = one_place.unwrap_or(Place::Here);
     ctx.per_key = per_key;
@@ -204,6 +217,22 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
         ctx.written.extend(keys);
     }
     Ok(cmd)
+}
+
+/// How a command over keys of several nodes is done in steps, if it can be: not the blocking
+/// ones and not XREAD (a script's XREAD over streams of several nodes answers CROSSSLOT).
+fn in_steps(name: &str, args: &[Bytes]) -> Option<Cross> {
+    let blocking = matches!(
+        name,
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" | "blmpop" | "bzmpop" | "blmove" | "brpoplpush"
+    );
+    if blocking
+        || matches!(name, "xread" | "xreadgroup")
+        || crate::commands::multi_key_keys(name.as_bytes(), args).is_none()
+    {
+        return None;
+    }
+    Some(cross_of(args)).filter(|c| *c != Cross::Refuse)
 }
 
 /// A call on an undeclared key of node `id`, not held: hold it now (see `reach.rs`: before any
@@ -267,6 +296,13 @@ const ROUTER_ONLY: &[&str] = &[
 fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, String> {
     let write = cmd.writes();
     let name = cmd.name;
+    if let Some(cross) = ctx.spread.take() {
+        let keys = match crate::commands::multi_key_keys(name.as_bytes(), args) {
+            Some(Ok(keys)) => keys,
+            _ => return Err(CROSS_NODE.into()),
+        };
+        return super::spread::run(ctx, cross, args, &keys);
+    }
     if let Some(build) = builder(name.as_bytes()) {
         let now = ctx.store.now_ms() as i64;
         let b = build(args, now).map_err(|e| e.into_owned())?;
@@ -351,7 +387,7 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
     })
 }
 
-fn op(kind: Kind) -> Op {
+pub(super) fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
 
@@ -368,6 +404,11 @@ fn apply(ctx: &mut RunCtx, op: Op, write: bool) -> Reply {
     } else {
         ctx.target
     };
+    apply_at(ctx, place, op, write)
+}
+
+/// Applies `op` at `place`: here, or on the held node that owns its keys.
+pub(super) fn apply_at(ctx: &mut RunCtx, place: Place, op: Op, write: bool) -> Reply {
     match place {
         Place::There(id) => ctx.reach.apply(id, op, write),
         Place::Here => crate::ops::apply_for_script(&ctx.store, &ctx.view, op, write),

@@ -17,7 +17,8 @@
 //!   running a script and wording its errors as Redis does.
 //! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
 //! - [`reach`]: a script over keys of several nodes: the other nodes it holds while it runs
-//!   (their `Hold` streams, served by `crate::held`) and its calls on their keys.
+//!   (their `Hold` streams, served by `crate::held`) and its calls on their keys;
+//!   [`spread`]: one call over keys of several held nodes (RPOPLPUSH, RENAME, ...) done in steps.
 //! - [`acl`]: the ACL check of each call against the rules of the user running the script
 //!   (carried by the `Script` op when restricted); the refusals go back with the reply
 //!   (`ScriptReply`, with the commands it ran for INFO commandstats) for the router's ACL LOG.
@@ -48,6 +49,7 @@ pub mod reach;
 pub mod registry;
 mod runner;
 pub mod shared;
+mod spread;
 pub mod table;
 
 pub use runner::{BUSY, DEFAULT_BUSY_MS, DEFAULT_MEMORY_LIMIT, Kill, Progress, Scripts};

@@ -17,6 +17,7 @@
 //! - LMPOP and ZMPOP: one key at a time in order, each pop atomic on its node.
 
 use bytes::Bytes;
+use shoal_wire::cross::{Cross, cross_of, side};
 use shoal_wire::proto::{self, Frame, frame, op::Kind, reply};
 use tokio::time::Instant;
 
@@ -27,53 +28,6 @@ use crate::backend::{AtomicError, Routing, SpreadOutcome};
 use crate::resp::Reply;
 use crate::state::RouterState;
 use std::sync::Arc;
-
-/// How a command runs when its keys are on several nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cross {
-    /// Reads only: run on gathered values.
-    Read,
-    /// Writes the key at `args[dst]`: run on gathered values, then write it back; with
-    /// `if_changed`, only when the reply says the command wrote it (COPY, RENAMENX answer 0 when
-    /// they did not); with `delete_source`, then delete `args[1]` (RENAME).
-    Replace {
-        dst: usize,
-        if_changed: bool,
-        delete_source: bool,
-    },
-    SMove,
-    /// LMOVE (ends given) and RPOPLPUSH.
-    LMove,
-    MPop,
-    /// Answers CROSSSLOT, as Redis Cluster does.
-    Refuse,
-}
-
-fn cross_of(args: &[Bytes]) -> Cross {
-    match &args[0].to_ascii_lowercase()[..] {
-        b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore" | b"zdiffstore"
-        | b"zrangestore" | b"pfmerge" | b"geosearchstore" => {
-            Cross::Replace { dst: 1, if_changed: false, delete_source: false }
-        }
-        b"georadius" | b"georadiusbymember" => match shoal_wire::acl::commands::georadius_store(args) {
-            Some(dst) => Cross::Replace { dst, if_changed: false, delete_source: false },
-            None => Cross::Read,
-        },
-        b"bitop" => Cross::Replace { dst: 2, if_changed: false, delete_source: false },
-        b"copy" => Cross::Replace { dst: 2, if_changed: true, delete_source: false },
-        b"rename" | b"renamenx" => Cross::Replace { dst: 2, if_changed: true, delete_source: true },
-        b"smove" => Cross::SMove,
-        b"lmove" | b"rpoplpush" => Cross::LMove,
-        b"lmpop" | b"zmpop" => Cross::MPop,
-        // It changes its groups on every key it reads: only where all of them are.
-        b"xreadgroup" => Cross::Refuse,
-        b"sort" => match shoal_wire::sort::layout(args, false).and_then(|l| l.store) {
-            Some(dst) => Cross::Replace { dst, if_changed: false, delete_source: false },
-            None => Cross::Read,
-        },
-        _ => Cross::Read,
-    }
-}
 
 /// The keys of a multi-key command, as the node finds them; `None` when `numkeys` is not valid
 /// (the node then answers the error).
@@ -548,16 +502,6 @@ impl Remote {
             }
         }
         Ok(Reply::NilArray)
-    }
-}
-
-fn side(b: &[u8]) -> Option<bool> {
-    if b.eq_ignore_ascii_case(b"left") {
-        Some(true)
-    } else if b.eq_ignore_ascii_case(b"right") {
-        Some(false)
-    } else {
-        None
     }
 }
 

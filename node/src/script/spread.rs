@@ -1,0 +1,187 @@
+//! One `redis.call` over keys of several nodes (RPOPLPUSH from a queue's wait list to its active
+//! list, RENAME, SUNIONSTORE, ...; BullMQ's scripts do the first two with its default key names).
+//! The script holds every node it touches ([`super::reach`]), so nothing can come between the
+//! steps below: the command is done as the router does it for its clients over several nodes
+//! (`router/src/cmd/multi.rs`, classified by the same [`shoal_wire::cross::cross_of`]) without
+//! the router's watch and retry:
+//! - LMOVE/RPOPLPUSH and SMOVE: Redis's checks (types, the element or member), then the push
+//!   (add) on the destination's node and only then the pop (removal) on the source's, so that a
+//!   refused push leaves both keys as they were;
+//! - LMPOP/ZMPOP: one key at a time in order, each popped where it lives, until one has data;
+//! - the rest: the keys' values fetched into a scratch store on this node, the command run
+//!   there, and what it wrote (the destination; RENAME also deletes its source) written back
+//!   where it lives.
+
+use bytes::Bytes;
+use shoal_wire::cross::{Cross, side};
+use shoal_wire::proto::{self, Frame, Op, frame, op::Kind, reply};
+
+use super::call::{CROSS_NODE, RunCtx, apply_at, op};
+use crate::commands::F;
+
+const WRONG_TYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Runs `args`, whose keys (`keys`) live on several nodes the script holds.
+pub(super) fn run(ctx: &mut RunCtx, cross: Cross, args: &[Bytes], keys: &[Bytes]) -> Result<Frame, String> {
+    match cross {
+        Cross::Read => scratch(ctx, args, keys, &[]).map(|(reply, _)| reply),
+        Cross::Replace { dst, if_changed, delete_source } => {
+            let (reply, outputs) = scratch(ctx, args, keys, std::slice::from_ref(&args[dst]))?;
+            let changed =
+                !if_changed || matches!(reply.kind, Some(frame::Kind::Simple(_) | frame::Kind::Int(1..)));
+            if !changed {
+                return Ok(reply);
+            }
+            let mut restore = vec![Bytes::from_static(b"shoal.restore"), args[dst].clone()];
+            if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
+                for f in v.items {
+                    match f.kind {
+                        Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
+                        Some(frame::Kind::Bulk(b)) => restore.push(b),
+                        other => return Err(format!("ERR unexpected scratch output {other:?}")),
+                    }
+                }
+            }
+            on_key(ctx, restore, true)?;
+            if delete_source {
+                let src = args[1].clone();
+                let place = ctx.reach.locate(&src)?;
+                if let Some(reply::Kind::Error(e)) =
+                    apply_at(ctx, place, op(Kind::Del(proto::Del { key: src })), true).kind
+                {
+                    return Err(e);
+                }
+            }
+            Ok(reply)
+        }
+        Cross::LMove => lmove(ctx, args),
+        Cross::SMove => smove(ctx, args),
+        Cross::MPop => {
+            let rest = &args[2 + keys.len()..];
+            for k in keys {
+                let mut one = vec![args[0].clone(), Bytes::from_static(b"1"), k.clone()];
+                one.extend_from_slice(rest);
+                match on_key_at(ctx, one, 2, true)?.kind {
+                    Some(frame::Kind::NullArray(_) | frame::Kind::Nil(_)) | None => continue,
+                    other => return Ok(Frame { kind: other }),
+                }
+            }
+            Ok(F::null_array())
+        }
+        Cross::Refuse => Err(CROSS_NODE.into()),
+    }
+}
+
+/// LMOVE and RPOPLPUSH: Redis's checks (a missing source answers nil, then both types), the
+/// element at the source's end, pushed to the destination, then popped from the source.
+fn lmove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
+    let (src, dst) = (&args[1], &args[2]);
+    let (from_left, to_left) = if args[0].eq_ignore_ascii_case(b"rpoplpush") {
+        (false, true)
+    } else {
+        match (side(&args[3]), side(&args[4])) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err("ERR syntax error".into()),
+        }
+    };
+    match &type_of(ctx, src)?[..] {
+        b"none" => return Ok(F::nil()),
+        b"list" => {}
+        _ => return Err(WRONG_TYPE.into()),
+    }
+    if !matches!(&type_of(ctx, dst)?[..], b"none" | b"list") {
+        return Err(WRONG_TYPE.into());
+    }
+    let at = Bytes::from_static(if from_left { b"0" } else { b"-1" });
+    let Some(frame::Kind::Bulk(element)) = on_key(ctx, words(&["lindex"], &[src, &at]), false)?.kind else {
+        return Ok(F::nil());
+    };
+    on_key(ctx, words(&[if to_left { "lpush" } else { "rpush" }], &[dst, &element]), true)?;
+    on_key(ctx, words(&[if from_left { "lpop" } else { "rpop" }], &[src]), true)?;
+    Ok(F::bulk(element))
+}
+
+/// SMOVE: Redis's checks (a missing source answers 0, then both types, then the member), the
+/// member added to the destination, then removed from the source.
+fn smove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
+    let (src, dst, member) = (&args[1], &args[2], &args[3]);
+    match &type_of(ctx, src)?[..] {
+        b"none" => return Ok(F::int(0)),
+        b"set" => {}
+        _ => return Err(WRONG_TYPE.into()),
+    }
+    if !matches!(&type_of(ctx, dst)?[..], b"none" | b"set") {
+        return Err(WRONG_TYPE.into());
+    }
+    if on_key(ctx, words(&["sismember"], &[src, member]), false)?.kind != Some(frame::Kind::Int(1)) {
+        return Ok(F::int(0));
+    }
+    on_key(ctx, words(&["sadd"], &[dst, member]), true)?;
+    on_key(ctx, words(&["srem"], &[src, member]), true)?;
+    Ok(F::int(1))
+}
+
+/// Runs `args` on a scratch store holding the values of `keys` (fetched where they live); its
+/// reply, and the values of `outputs` afterwards (`[type, expire_at_ms, value]` or nil).
+fn scratch(
+    ctx: &mut RunCtx,
+    args: &[Bytes],
+    keys: &[Bytes],
+    outputs: &[Bytes],
+) -> Result<(Frame, Vec<Frame>), String> {
+    let mut inputs = Vec::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        if keys[..i].contains(key) {
+            continue;
+        }
+        let place = ctx.reach.locate(key)?;
+        match apply_at(ctx, place, op(Kind::Fetch(proto::Fetch { key: key.clone() })), false).kind {
+            Some(reply::Kind::Entry(e)) => inputs.push(*e),
+            Some(reply::Kind::Error(e)) => return Err(e),
+            _ => {}
+        }
+    }
+    match crate::commands::run_scratch(&ctx.store, args, &inputs, outputs).kind {
+        Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Array(items)) })) => {
+            let mut items = items.items.into_iter();
+            Ok((items.next().unwrap_or_else(F::nil), items.collect()))
+        }
+        Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Error(e)) })) => Err(e),
+        other => Err(format!("ERR unexpected scratch reply {other:?}")),
+    }
+}
+
+/// The type of `key`'s value, asked where it lives (`none` when missing).
+fn type_of(ctx: &mut RunCtx, key: &Bytes) -> Result<Bytes, String> {
+    let place = ctx.reach.locate(key)?;
+    match apply_at(ctx, place, op(Kind::TypeOf(proto::TypeOf { key: key.clone() })), false).kind {
+        Some(reply::Kind::Value(v)) => Ok(v),
+        Some(reply::Kind::Error(e)) => Err(e),
+        other => Err(format!("ERR unexpected reply {other:?}")),
+    }
+}
+
+/// A one-key command (its key is `args[1]`) where its key lives; an error answer is `Err`.
+fn on_key(ctx: &mut RunCtx, args: Vec<Bytes>, write: bool) -> Result<Frame, String> {
+    on_key_at(ctx, args, 1, write)
+}
+
+/// A one-key command whose key is `args[at]`, where its key lives.
+fn on_key_at(ctx: &mut RunCtx, args: Vec<Bytes>, at: usize, write: bool) -> Result<Frame, String> {
+    let place = ctx.reach.locate(&args[at])?;
+    let c = proto::Command { args, readonly: !write, key_index: at as u32, ..Default::default() };
+    let o: Op = op(Kind::Command(Box::new(c)));
+    match apply_at(ctx, place, o, write).kind {
+        Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Error(e)) }))
+        | Some(reply::Kind::Error(e)) => Err(e),
+        Some(reply::Kind::Frame(f)) => Ok(f),
+        other => Err(format!("ERR unexpected reply {other:?}")),
+    }
+}
+
+fn words(name: &[&str], args: &[&Bytes]) -> Vec<Bytes> {
+    name.iter()
+        .map(|n| Bytes::copy_from_slice(n.as_bytes()))
+        .chain(args.iter().map(|a| (*a).clone()))
+        .collect()
+}
