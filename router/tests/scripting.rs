@@ -125,6 +125,69 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
 /// node's stream under everyone.)
 /// Hostile MessagePack (arrays nested 200,000 deep, a length past the input) given to
 /// `cmsgpack.unpack` fails that script with Redis's text; the node keeps serving.
+/// A script over keys of two nodes, its own node SIGKILLed mid-run: the node it held lets go as
+/// soon as the connection drops (its other clients, held meanwhile, are answered then, not
+/// before), what the script wrote there stands (docs/architecture.md, "What a death leaves"),
+/// the third node's clients never waited, and the script's client gets an error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_s_node_killed_mid_run_lets_the_node_it_held_go() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nodes reach each other through the topology they share (a static `--nodes` list has none).
+    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
+    let topology = shoal_wire::Topology::even(&addrs);
+    let file = dir.path().join("topology.json");
+    std::fs::write(&file, topology.to_json()).unwrap();
+    let file = file.to_str().unwrap();
+    let mut nodes = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        nodes.push(
+            NodeProc::start_at(dir.path(), &format!("node{i}"), addr, &["--topology-file", file]).await,
+        );
+    }
+    let a = RouterProc::start(dir.path(), "router", &["--topology-file", file]).await;
+    let (first, held, free) = (keys_on(&topology, 0, 1), keys_on(&topology, 1, 2), keys_on(&topology, 2, 1));
+    // Writes the held node's key, then spins ARGV[1] seconds, then writes its own node's key.
+    let script = "redis.call('SET', KEYS[2], 'from-script') local t = tonumber(redis.call('TIME')[1]) \
+        while tonumber(redis.call('TIME')[1]) < t + tonumber(ARGV[1]) do end \
+        redis.call('SET', KEYS[1], 'end') return 1";
+    let mut c = a.raw().await;
+    // A first short run: a script's first run on a node holds every node; the long run below
+    // holds only the node of its declared keys.
+    assert_eq!(c.cmd(&["EVAL", script, "2", &first[0], &held[0], "0"]).await, b":1\r\n");
+    assert_eq!(c.cmd(&["DEL", &held[0]]).await, b":1\r\n");
+    let (resp, script_owned) = (a.resp, script.to_string());
+    let (k1, k2) = (first[0].clone(), held[0].clone());
+    let running = tokio::spawn(async move {
+        let mut c = support::Raw::connect(resp).await;
+        tokio::time::timeout(Duration::from_secs(20), c.cmd(&["EVAL", &script_owned, "2", &k1, &k2, "3"]))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A client of the held node waits for the script; one of the third node does not.
+    let held_key = held[1].clone();
+    let writer = tokio::spawn(async move {
+        let mut c = support::Raw::connect(resp).await;
+        let reply = c.cmd(&["SET", &held_key, "after"]).await;
+        (reply, Instant::now())
+    });
+    let started = Instant::now();
+    assert_eq!(c.cmd(&["SET", &free[0], "x"]).await, b"+OK\r\n");
+    assert!(started.elapsed() < Duration::from_millis(1500), "the third node's client waited");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!writer.is_finished(), "the held node served another client while the script held it");
+    let killed = Instant::now();
+    nodes[0].kill();
+    let (reply, answered) =
+        tokio::time::timeout(Duration::from_secs(10), writer).await.expect("held node let go").unwrap();
+    assert_eq!(reply, b"+OK\r\n");
+    assert!(answered >= killed, "answered before the script's node died");
+    assert!(answered - killed < Duration::from_secs(5), "the held node let go after {:?}", answered - killed);
+    let script_reply = running.await.unwrap().expect("the script's client got an answer");
+    assert!(script_reply.starts_with(b"-"), "{}", text(script_reply));
+    assert_eq!(c.cmd(&["GET", &held[0]]).await, b"$11\r\nfrom-script\r\n", "the held node's write stands");
+    assert_eq!(c.cmd(&["GET", &free[0]]).await, b"$1\r\nx\r\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_msgpack_fails_its_script_and_hurts_no_node() {
     let router = support::cluster().await;
