@@ -14,7 +14,7 @@ use shoal_wire::cross::{Cross, cross_of};
 use shoal_wire::proto::{self, Frame, Op, Reply, op::Kind, reply};
 
 use super::reach::{self, Place, Reach};
-pub use super::reach::{MOVING, NON_LOCAL};
+pub use super::reach::{CROSS_NODE, MOVING, NON_LOCAL};
 use super::table::{self, DENYOOM, NOSCRIPT, ScriptCommand};
 use crate::commands::F;
 use crate::membership::view::NodeView;
@@ -104,7 +104,6 @@ pub const WRONG_ARITY: &str = "ERR Wrong number of args calling Redis command fr
 pub const NOT_ALLOWED: &str = "ERR This Redis command is not allowed from script";
 pub const READ_ONLY: &str = "ERR Write commands are not allowed from read-only scripts.";
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
-pub const CROSS_NODE: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 pub const GIVEN_UP: &str = "ERR the script stopped to be sent again: a node it reached is held elsewhere";
 pub const REACH_REFUSED: &str = "ERR Script attempted to access a key of another node that stayed held elsewhere; \
     its earlier writes stand (declare the keys a script uses, or send it again)";
@@ -301,7 +300,7 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
             Some(Ok(keys)) => keys,
             _ => return Err(CROSS_NODE.into()),
         };
-        return super::spread::run(ctx, cross, args, &keys);
+        return super::spread::run(&mut Steps(ctx), cross, args, &keys);
     }
     if let Some(build) = builder(name.as_bytes()) {
         let now = ctx.store.now_ms() as i64;
@@ -387,7 +386,7 @@ fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, S
     })
 }
 
-pub(super) fn op(kind: Kind) -> Op {
+fn op(kind: Kind) -> Op {
     Op { kind: Some(kind), ..Default::default() }
 }
 
@@ -408,7 +407,7 @@ fn apply(ctx: &mut RunCtx, op: Op, write: bool) -> Reply {
 }
 
 /// Applies `op` at `place`: here, or on the held node that owns its keys.
-pub(super) fn apply_at(ctx: &mut RunCtx, place: Place, op: Op, write: bool) -> Reply {
+fn apply_at(ctx: &mut RunCtx, place: Place, op: Op, write: bool) -> Reply {
     match place {
         Place::There(id) => ctx.reach.apply(id, op, write),
         Place::Here => crate::ops::apply_for_script(&ctx.store, &ctx.view, op, write),
@@ -447,5 +446,22 @@ fn to_frame(r: Reply, answer: Answer) -> Frame {
         (Some(reply::Kind::Keys(k)), _) => F::array(k.keys.into_iter().map(F::bulk).collect()),
         (Some(reply::Kind::Frame(f)), _) => f,
         (other, _) => F::error(format!("ERR unexpected reply {other:?}")),
+    }
+}
+
+/// What a call done in steps ([`super::spread`]) needs of its run.
+struct Steps<'a>(&'a mut RunCtx);
+
+impl super::spread::Steps for Steps<'_> {
+    fn locate(&mut self, key: &[u8]) -> Result<Place, String> {
+        self.0.reach.locate(key).map_err(String::from)
+    }
+
+    fn apply_at(&mut self, place: Place, op: Op, write: bool) -> Reply {
+        apply_at(self.0, place, op, write)
+    }
+
+    fn store(&self) -> &Store {
+        &self.0.store
     }
 }

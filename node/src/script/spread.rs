@@ -16,13 +16,31 @@ use bytes::Bytes;
 use shoal_wire::cross::{Cross, side};
 use shoal_wire::proto::{self, Frame, Op, frame, op::Kind, reply};
 
-use super::call::{CROSS_NODE, RunCtx, apply_at, op};
+use super::reach::{CROSS_NODE, Place};
 use crate::commands::F;
+use crate::store::Store;
+
+/// What the steps need of the script's run (`call.rs` gives it): where a key lives, an op
+/// applied there (here, or over the hold on its node), and this node's store (for scratch).
+pub(super) trait Steps {
+    fn locate(&mut self, key: &[u8]) -> Result<Place, String>;
+    fn apply_at(&mut self, place: Place, op: Op, write: bool) -> proto::Reply;
+    fn store(&self) -> &Store;
+}
+
+fn op(kind: Kind) -> Op {
+    Op { kind: Some(kind), ..Default::default() }
+}
 
 const WRONG_TYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Runs `args`, whose keys (`keys`) live on several nodes the script holds.
-pub(super) fn run(ctx: &mut RunCtx, cross: Cross, args: &[Bytes], keys: &[Bytes]) -> Result<Frame, String> {
+pub(super) fn run(
+    ctx: &mut impl Steps,
+    cross: Cross,
+    args: &[Bytes],
+    keys: &[Bytes],
+) -> Result<Frame, String> {
     match cross {
         Cross::Read => scratch(ctx, args, keys, &[]).map(|(reply, _)| reply),
         Cross::Replace { dst, if_changed, delete_source } => {
@@ -45,9 +63,9 @@ pub(super) fn run(ctx: &mut RunCtx, cross: Cross, args: &[Bytes], keys: &[Bytes]
             on_key(ctx, restore, true)?;
             if delete_source {
                 let src = args[1].clone();
-                let place = ctx.reach.locate(&src)?;
+                let place = ctx.locate(&src)?;
                 if let Some(reply::Kind::Error(e)) =
-                    apply_at(ctx, place, op(Kind::Del(proto::Del { key: src })), true).kind
+                    ctx.apply_at(place, op(Kind::Del(proto::Del { key: src })), true).kind
                 {
                     return Err(e);
                 }
@@ -74,7 +92,7 @@ pub(super) fn run(ctx: &mut RunCtx, cross: Cross, args: &[Bytes], keys: &[Bytes]
 
 /// LMOVE and RPOPLPUSH: Redis's checks (a missing source answers nil, then both types), the
 /// element at the source's end, pushed to the destination, then popped from the source.
-fn lmove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
+fn lmove(ctx: &mut impl Steps, args: &[Bytes]) -> Result<Frame, String> {
     let (src, dst) = (&args[1], &args[2]);
     let (from_left, to_left) = if args[0].eq_ignore_ascii_case(b"rpoplpush") {
         (false, true)
@@ -103,7 +121,7 @@ fn lmove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
 
 /// SMOVE: Redis's checks (a missing source answers 0, then both types, then the member), the
 /// member added to the destination, then removed from the source.
-fn smove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
+fn smove(ctx: &mut impl Steps, args: &[Bytes]) -> Result<Frame, String> {
     let (src, dst, member) = (&args[1], &args[2], &args[3]);
     match &type_of(ctx, src)?[..] {
         b"none" => return Ok(F::int(0)),
@@ -124,7 +142,7 @@ fn smove(ctx: &mut RunCtx, args: &[Bytes]) -> Result<Frame, String> {
 /// Runs `args` on a scratch store holding the values of `keys` (fetched where they live); its
 /// reply, and the values of `outputs` afterwards (`[type, expire_at_ms, value]` or nil).
 fn scratch(
-    ctx: &mut RunCtx,
+    ctx: &mut impl Steps,
     args: &[Bytes],
     keys: &[Bytes],
     outputs: &[Bytes],
@@ -134,14 +152,14 @@ fn scratch(
         if keys[..i].contains(key) {
             continue;
         }
-        let place = ctx.reach.locate(key)?;
-        match apply_at(ctx, place, op(Kind::Fetch(proto::Fetch { key: key.clone() })), false).kind {
+        let place = ctx.locate(key)?;
+        match ctx.apply_at(place, op(Kind::Fetch(proto::Fetch { key: key.clone() })), false).kind {
             Some(reply::Kind::Entry(e)) => inputs.push(*e),
             Some(reply::Kind::Error(e)) => return Err(e),
             _ => {}
         }
     }
-    match crate::commands::run_scratch(&ctx.store, args, &inputs, outputs).kind {
+    match crate::commands::run_scratch(ctx.store(), args, &inputs, outputs).kind {
         Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Array(items)) })) => {
             let mut items = items.items.into_iter();
             Ok((items.next().unwrap_or_else(F::nil), items.collect()))
@@ -152,9 +170,9 @@ fn scratch(
 }
 
 /// The type of `key`'s value, asked where it lives (`none` when missing).
-fn type_of(ctx: &mut RunCtx, key: &Bytes) -> Result<Bytes, String> {
-    let place = ctx.reach.locate(key)?;
-    match apply_at(ctx, place, op(Kind::TypeOf(proto::TypeOf { key: key.clone() })), false).kind {
+fn type_of(ctx: &mut impl Steps, key: &Bytes) -> Result<Bytes, String> {
+    let place = ctx.locate(key)?;
+    match ctx.apply_at(place, op(Kind::TypeOf(proto::TypeOf { key: key.clone() })), false).kind {
         Some(reply::Kind::Value(v)) => Ok(v),
         Some(reply::Kind::Error(e)) => Err(e),
         other => Err(format!("ERR unexpected reply {other:?}")),
@@ -162,16 +180,16 @@ fn type_of(ctx: &mut RunCtx, key: &Bytes) -> Result<Bytes, String> {
 }
 
 /// A one-key command (its key is `args[1]`) where its key lives; an error answer is `Err`.
-fn on_key(ctx: &mut RunCtx, args: Vec<Bytes>, write: bool) -> Result<Frame, String> {
+fn on_key(ctx: &mut impl Steps, args: Vec<Bytes>, write: bool) -> Result<Frame, String> {
     on_key_at(ctx, args, 1, write)
 }
 
 /// A one-key command whose key is `args[at]`, where its key lives.
-fn on_key_at(ctx: &mut RunCtx, args: Vec<Bytes>, at: usize, write: bool) -> Result<Frame, String> {
-    let place = ctx.reach.locate(&args[at])?;
+fn on_key_at(ctx: &mut impl Steps, args: Vec<Bytes>, at: usize, write: bool) -> Result<Frame, String> {
+    let place = ctx.locate(&args[at])?;
     let c = proto::Command { args, readonly: !write, key_index: at as u32, ..Default::default() };
     let o: Op = op(Kind::Command(Box::new(c)));
-    match apply_at(ctx, place, o, write).kind {
+    match ctx.apply_at(place, o, write).kind {
         Some(reply::Kind::Frame(Frame { kind: Some(frame::Kind::Error(e)) }))
         | Some(reply::Kind::Error(e)) => Err(e),
         Some(reply::Kind::Frame(f)) => Ok(f),
