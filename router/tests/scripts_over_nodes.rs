@@ -184,6 +184,16 @@ async fn scripts_over_several_nodes_match_redis() {
         vec!["EVAL", call, "0", "ZUNIONSTORE", zc, "2", za, zb, "WEIGHTS", "2", "1"],
         vec!["ZRANGE", zc, "0", "-1", "WITHSCORES"],
         vec!["EVAL", call, "0", "ZINTER", "2", za, zb, "WITHSCORES"],
+        // Blocking commands never block in a script: over several nodes, key by key (or a move).
+        vec!["RPUSH", lb, "b1", "b2", "b3"],
+        vec!["EVAL", call, "0", "BLPOP", none_a, lb, "0"],
+        vec!["EVAL", call, "0", "BRPOPLPUSH", lb, la, "0"],
+        vec!["EVAL", call, "0", "BLMOVE", none_a, lb, "LEFT", "RIGHT", "0"],
+        vec!["EVAL", call, "0", "BLMOVE", lb, la, "RIGHT", "LEFT", "1"],
+        vec!["EVAL", call, "0", "BZPOPMIN", none_a, zb, "0"],
+        vec!["EVAL", call, "0", "BLMPOP", "0", "2", none_a, la, "RIGHT", "COUNT", "2"],
+        vec!["EVAL", call, "0", "BRPOP", none_a, sb, "0"],
+        vec!["LRANGE", la, "0", "-1"],
         vec!["DBSIZE"],
     ];
     for (n, step) in steps.iter().enumerate() {

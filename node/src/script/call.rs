@@ -218,20 +218,17 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
     Ok(cmd)
 }
 
-/// How a command over keys of several nodes is done in steps, if it can be: not the blocking
-/// ones and not XREAD (a script's XREAD over streams of several nodes answers CROSSSLOT).
+/// How a command over keys of several nodes is done in steps, if it can be: not XREAD or
+/// XREADGROUP (a script's XREAD over streams of several nodes answers CROSSSLOT).
 fn in_steps(name: &str, args: &[Bytes]) -> Option<Cross> {
-    let blocking = matches!(
-        name,
-        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" | "blmpop" | "bzmpop" | "blmove" | "brpoplpush"
-    );
-    if blocking
-        || matches!(name, "xread" | "xreadgroup")
-        || crate::commands::multi_key_keys(name.as_bytes(), args).is_none()
-    {
-        return None;
+    match name {
+        // Inside a script these never block: a pop key by key, or a move.
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" | "blmpop" | "bzmpop" => Some(Cross::MPop),
+        "blmove" | "brpoplpush" => Some(Cross::LMove),
+        "xread" | "xreadgroup" => None,
+        _ if crate::commands::multi_key_keys(name.as_bytes(), args).is_none() => None,
+        _ => Some(cross_of(args)).filter(|c| *c != Cross::Refuse),
     }
-    Some(cross_of(args)).filter(|c| *c != Cross::Refuse)
 }
 
 /// A call on an undeclared key of node `id`, not held: hold it now (see `reach.rs`: before any

@@ -7,7 +7,8 @@
 //! - LMOVE/RPOPLPUSH and SMOVE: Redis's checks (types, the element or member), then the push
 //!   (add) on the destination's node and only then the pop (removal) on the source's, so that a
 //!   refused push leaves both keys as they were;
-//! - LMPOP/ZMPOP: one key at a time in order, each popped where it lives, until one has data;
+//! - LMPOP/ZMPOP and the blocking pops (which never block inside a script, as in Redis): one key
+//!   at a time in order, each popped where it lives, until one has data;
 //! - the rest: the keys' values fetched into a scratch store on this node, the command run
 //!   there, and what it wrote (the destination; RENAME also deletes its source) written back
 //!   where it lives.
@@ -75,11 +76,27 @@ pub(super) fn run(
         Cross::LMove => lmove(ctx, args),
         Cross::SMove => smove(ctx, args),
         Cross::MPop => {
-            let rest = &args[2 + keys.len()..];
+            // Each key's own command: `BLPOP k timeout`, `BLMPOP timeout 1 k ...`, `LMPOP 1 k ...`
+            // (a blocking command inside a script does not block, as in Redis).
+            let name = args[0].to_ascii_lowercase();
             for k in keys {
-                let mut one = vec![args[0].clone(), Bytes::from_static(b"1"), k.clone()];
-                one.extend_from_slice(rest);
-                match on_key_at(ctx, one, 2, true)?.kind {
+                let (one, at) = match &name[..] {
+                    b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
+                        (vec![args[0].clone(), k.clone(), args[args.len() - 1].clone()], 1)
+                    }
+                    b"blmpop" | b"bzmpop" => {
+                        let mut one =
+                            vec![args[0].clone(), args[1].clone(), Bytes::from_static(b"1"), k.clone()];
+                        one.extend_from_slice(&args[3 + keys.len()..]);
+                        (one, 3)
+                    }
+                    _ => {
+                        let mut one = vec![args[0].clone(), Bytes::from_static(b"1"), k.clone()];
+                        one.extend_from_slice(&args[2 + keys.len()..]);
+                        (one, 2)
+                    }
+                };
+                match on_key_at(ctx, one, at, true)?.kind {
                     Some(frame::Kind::NullArray(_) | frame::Kind::Nil(_)) | None => continue,
                     other => return Ok(Frame { kind: other }),
                 }
@@ -94,7 +111,8 @@ pub(super) fn run(
 /// element at the source's end, pushed to the destination, then popped from the source.
 fn lmove(ctx: &mut impl Steps, args: &[Bytes]) -> Result<Frame, String> {
     let (src, dst) = (&args[1], &args[2]);
-    let (from_left, to_left) = if args[0].eq_ignore_ascii_case(b"rpoplpush") {
+    let name = args[0].to_ascii_lowercase();
+    let (from_left, to_left) = if name.ends_with(b"rpoplpush") {
         (false, true)
     } else {
         match (side(&args[3]), side(&args[4])) {
@@ -102,8 +120,10 @@ fn lmove(ctx: &mut impl Steps, args: &[Bytes]) -> Result<Frame, String> {
             _ => return Err("ERR syntax error".into()),
         }
     };
+    // BLMOVE and BRPOPLPUSH do not block in a script; finding nothing they answer a null array.
+    let nothing = if name.starts_with(b"b") { F::null_array() } else { F::nil() };
     match &type_of(ctx, src)?[..] {
-        b"none" => return Ok(F::nil()),
+        b"none" => return Ok(nothing),
         b"list" => {}
         _ => return Err(WRONG_TYPE.into()),
     }
@@ -112,7 +132,7 @@ fn lmove(ctx: &mut impl Steps, args: &[Bytes]) -> Result<Frame, String> {
     }
     let at = Bytes::from_static(if from_left { b"0" } else { b"-1" });
     let Some(frame::Kind::Bulk(element)) = on_key(ctx, words(&["lindex"], &[src, &at]), false)?.kind else {
-        return Ok(F::nil());
+        return Ok(nothing);
     };
     on_key(ctx, words(&[if to_left { "lpush" } else { "rpush" }], &[dst, &element]), true)?;
     on_key(ctx, words(&[if from_left { "lpop" } else { "rpop" }], &[src]), true)?;
