@@ -62,6 +62,27 @@ pub fn side(b: &[u8]) -> Option<bool> {
     }
 }
 
+/// The `shoal.restore` command that makes `dst` hold what a scratch run left in it: `output` is
+/// the run's `[type, expire_at_ms, value]` for `dst`, or nil (then the command deletes `dst`).
+/// `Err` carries an output of another shape.
+pub fn restore_command(
+    dst: &Bytes,
+    output: Option<crate::proto::Frame>,
+) -> Result<Vec<Bytes>, Option<crate::proto::frame::Kind>> {
+    use crate::proto::{Frame, frame::Kind};
+    let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
+    if let Some(Frame { kind: Some(Kind::Array(v)) }) = output {
+        for f in v.items {
+            match f.kind {
+                Some(Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
+                Some(Kind::Bulk(b)) => restore.push(b),
+                other => return Err(other),
+            }
+        }
+    }
+    Ok(restore)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

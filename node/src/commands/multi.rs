@@ -260,13 +260,7 @@ fn smove(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {
 // --- lists ---------------------------------------------------------------------------------------
 
 fn side(b: &[u8]) -> Result<bool, CmdError> {
-    if b.eq_ignore_ascii_case(b"left") {
-        Ok(true)
-    } else if b.eq_ignore_ascii_case(b"right") {
-        Ok(false)
-    } else {
-        Err(SYNTAX)
-    }
+    shoal_wire::cross::side(b).ok_or(SYNTAX)
 }
 
 fn lmove(l: &mut Locked<'_>, args: &[Bytes]) -> CmdResult {

@@ -14,7 +14,7 @@
 //!   where it lives.
 
 use bytes::Bytes;
-use shoal_wire::cross::{Cross, side};
+use shoal_wire::cross::{Cross, restore_command, side};
 use shoal_wire::proto::{self, Frame, Op, frame, op::Kind, reply};
 
 use super::reach::{CROSS_NODE, Place};
@@ -51,16 +51,8 @@ pub(super) fn run(
             if !changed {
                 return Ok(reply);
             }
-            let mut restore = vec![Bytes::from_static(b"shoal.restore"), args[dst].clone()];
-            if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
-                for f in v.items {
-                    match f.kind {
-                        Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
-                        Some(frame::Kind::Bulk(b)) => restore.push(b),
-                        other => return Err(format!("ERR unexpected scratch output {other:?}")),
-                    }
-                }
-            }
+            let restore = restore_command(&args[dst], outputs.into_iter().next())
+                .map_err(|other| format!("ERR unexpected scratch output {other:?}"))?;
             on_key(ctx, restore, true)?;
             if delete_source {
                 let src = args[1].clone();

@@ -305,16 +305,8 @@ impl Remote {
                 if matches!(reply, Reply::Error(..)) || !changed {
                     return Ok(Plan::Answer(reply));
                 }
-                let mut restore = vec![Bytes::from_static(b"shoal.restore"), dst.clone()];
-                if let Some(Frame { kind: Some(frame::Kind::Array(v)) }) = outputs.into_iter().next() {
-                    for f in v.items {
-                        match f.kind {
-                            Some(frame::Kind::Int(n)) => restore.push(Bytes::from(n.to_string())),
-                            Some(frame::Kind::Bulk(b)) => restore.push(b),
-                            other => return Err(unexpected(Some(reply::Kind::Frame(Frame { kind: other })))),
-                        }
-                    }
-                }
+                let restore = shoal_wire::cross::restore_command(dst, outputs.into_iter().next())
+                    .map_err(|other| unexpected(Some(reply::Kind::Frame(Frame { kind: other }))))?;
                 let mut writes = vec![one_key(restore)];
                 if delete_source {
                     writes.push(op(Kind::Del(proto::Del { key: args[1].clone() })));
