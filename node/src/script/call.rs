@@ -46,8 +46,9 @@ pub struct RunCtx {
     /// Where the current call's keys live (`per_key`: each of its ops goes by its own key).
     target: Place,
     per_key: bool,
-    /// The current call's keys live on several nodes and it is done in steps ([`super::spread`]).
-    spread: Option<Cross>,
+    /// The current call's keys live on several nodes and it is done in steps ([`super::spread`]):
+    /// how, and its keys.
+    spread: Option<(Cross, Vec<Bytes>)>,
 }
 
 impl RunCtx {
@@ -205,7 +206,7 @@ fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, S
     ctx.spread = None;
     if spread {
         match in_steps(cmd.name, args) {
-            Some(cross) => ctx.spread = Some(cross),
+            Some(cross) => ctx.spread = Some((cross, keys.clone())),
             None => return Err(CROSS_NODE.into()),
         }
     }
@@ -292,11 +293,7 @@ const ROUTER_ONLY: &[&str] = &[
 fn run(ctx: &mut RunCtx, cmd: &ScriptCommand, args: &[Bytes]) -> Result<Frame, String> {
     let write = cmd.writes();
     let name = cmd.name;
-    if let Some(cross) = ctx.spread.take() {
-        let keys = match crate::commands::multi_key_keys(name.as_bytes(), args) {
-            Some(Ok(keys)) => keys,
-            _ => return Err(CROSS_NODE.into()),
-        };
+    if let Some((cross, keys)) = ctx.spread.take() {
         return super::spread::run(&mut Steps(ctx), cross, args, &keys);
     }
     if let Some(build) = builder(name.as_bytes()) {
