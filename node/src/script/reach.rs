@@ -33,9 +33,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::membership::Membership;
 use crate::membership::view::NodeView;
 
-/// A call on a key no node may serve for this script (Redis Cluster's text).
 /// One command over keys of two nodes that a script cannot do in steps (`super::spread`).
 pub const CROSS_NODE: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+/// A call on a key no node may serve for this script (Redis Cluster's text).
 pub const NON_LOCAL: &str = "ERR Script attempted to access a non local key in a cluster node";
 /// A call on a key in a slot moving between nodes.
 pub const MOVING: &str = "ERR Script attempted to access a key in a slot that is moving between nodes; \
