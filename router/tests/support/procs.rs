@@ -50,7 +50,10 @@ impl RouterProc {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("router exited early ({status}):\n{}", self.logs());
             }
+            // The HTTP listener may bind after the RESP one (CI once met its port still closed):
+            // asked only once it accepts connections.
             if tokio::net::TcpStream::connect(self.resp).await.is_ok()
+                && tokio::net::TcpStream::connect(self.http).await.is_ok()
                 && super::http_get(self.http, "/healthz").await.contains("200 OK")
             {
                 return;
