@@ -35,7 +35,8 @@
 //!   [`replication`]'s state and follower, and `membership::{view, served, pulls}` (the view ops
 //!   are checked by, the views in force, the pulls' progress). [`replication`]'s feed (a primary's
 //!   changes to its replicas, WAIT) uses [`export`], which streams slots out in chunks.
-//! - [`pubsub`] (routers' subscriptions, the fan-out of messages), [`persistence`] (the newest
+//! - [`pubsub`] (routers' subscriptions, the fan-out of messages; [`pubsub::clients`] relays
+//!   CLIENT LIST/KILL between routers), [`persistence`] (the newest
 //!   snapshot loaded at start, new ones written).
 //! - [`store`]: the sharded in-memory store (TTL heap, eviction, memory accounting). A plain
 //!   synchronous API with no protocol types (it could back any front end); its errors are enums.

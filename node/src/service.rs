@@ -70,6 +70,13 @@ impl Node for NodeService {
         Ok(Response::new(self.state.pubsub.query(&request.into_inner())))
     }
 
+    async fn clients(
+        &self,
+        request: Request<proto::ClientsQuery>,
+    ) -> Result<Response<proto::ClientsReply>, Status> {
+        Ok(Response::new(self.state.pubsub.ask_clients(request.into_inner()).await))
+    }
+
     async fn execute(&self, request: Request<Streaming<Batch>>) -> Result<Response<ReplyStream>, Status> {
         Ok(Response::new(crate::execute::open(
             self.state.clone(),

@@ -17,6 +17,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use shoal_wire::proto::{ClientsAnswer, ClientsQuery};
+
 use crate::resp::Protocol;
 
 /// No command yet (`cmd=NULL`, as Redis shows it).
@@ -303,10 +305,120 @@ impl ClientHandle {
     }
 }
 
+/// A client type, as CLIENT LIST TYPE and CLIENT KILL TYPE name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    /// Subscribed to a channel, pattern or shard channel (Redis's pub/sub clients).
+    Pubsub,
+    /// Master or replica: Shoal has no such clients, so these match none.
+    Other,
+}
+
+impl ClientType {
+    pub fn of(c: &ClientHandle) -> ClientType {
+        if c.is_pubsub() { ClientType::Pubsub } else { ClientType::Normal }
+    }
+
+    /// A type as a client names it (any case); `None` for a name Redis does not know.
+    pub fn parse(name: &[u8]) -> Option<ClientType> {
+        match &name.to_ascii_lowercase()[..] {
+            b"normal" => Some(ClientType::Normal),
+            b"pubsub" => Some(ClientType::Pubsub),
+            b"master" | b"replica" | b"slave" => Some(ClientType::Other),
+            _ => None,
+        }
+    }
+
+    /// The name a [`ClientsQuery`] carries.
+    fn wire(self) -> &'static str {
+        match self {
+            ClientType::Normal => "normal",
+            ClientType::Pubsub => "pubsub",
+            ClientType::Other => "other",
+        }
+    }
+}
+
+/// Which clients a CLIENT LIST or CLIENT KILL means: every part that is set must match. The
+/// router that got the command builds it (from the arguments, checked); the other routers of
+/// the cluster get it in a [`ClientsQuery`] and match their clients alike.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Filter {
+    /// LIST ID / KILL ID: these ids (LIST lists an id as often as it is given, in that order).
+    /// Client ids are unique across the routers of a cluster (see `RouterState`), so an id
+    /// matches one client at most, wherever it is connected.
+    pub ids: Option<Vec<u64>>,
+    pub kind: Option<ClientType>,
+    pub addr: Option<Bytes>,
+    pub laddr: Option<Bytes>,
+    pub user: Option<Bytes>,
+    /// SKIPME yes: the caller's id, which never matches.
+    pub skip: Option<u64>,
+}
+
+impl Filter {
+    fn matches(&self, c: &ClientHandle) -> bool {
+        self.ids.as_ref().is_none_or(|ids| ids.contains(&c.id))
+            && self.addr.as_ref().is_none_or(|a| a == c.peer.as_bytes())
+            && self.laddr.as_ref().is_none_or(|a| a == c.local.as_bytes())
+            && self.kind.is_none_or(|k| k == ClientType::of(c))
+            && self
+                .user
+                .as_ref()
+                .is_none_or(|u| c.names().user.as_deref().unwrap_or("default").as_bytes() == u)
+            && self.skip != Some(c.id)
+    }
+
+    /// The question to the other routers (the asker's own clients are not among theirs, so
+    /// SKIPME does not travel).
+    pub fn query(&self, kill: bool) -> ClientsQuery {
+        let bytes = |b: &Option<Bytes>| b.clone().unwrap_or_default();
+        ClientsQuery {
+            kill,
+            // `ids` set and empty (every id given was out of range) must match nothing: id 0
+            // is never given to a client.
+            ids: match &self.ids {
+                Some(ids) if ids.is_empty() => vec![0],
+                Some(ids) => ids.clone(),
+                None => Vec::new(),
+            },
+            kind: self.kind.map(|k| k.wire().to_string()).unwrap_or_default(),
+            addr: bytes(&self.addr),
+            has_addr: self.addr.is_some(),
+            laddr: bytes(&self.laddr),
+            has_laddr: self.laddr.is_some(),
+            user: self.user.as_deref().map(|u| String::from_utf8_lossy(u).into_owned()).unwrap_or_default(),
+            has_user: self.user.is_some(),
+            ..ClientsQuery::default()
+        }
+    }
+
+    /// The filter another router's question means here.
+    pub fn of_query(q: &ClientsQuery) -> Filter {
+        Filter {
+            ids: (!q.ids.is_empty()).then(|| q.ids.clone()),
+            kind: match q.kind.as_str() {
+                "" => None,
+                "normal" => Some(ClientType::Normal),
+                "pubsub" => Some(ClientType::Pubsub),
+                _ => Some(ClientType::Other),
+            },
+            addr: q.has_addr.then(|| q.addr.clone()),
+            laddr: q.has_laddr.then(|| q.laddr.clone()),
+            user: q.has_user.then(|| Bytes::from(q.user.clone().into_bytes())),
+            skip: None,
+        }
+    }
+}
+
 /// The open RESP connections, by id (the order Redis lists them in: connection order).
 #[derive(Debug, Default)]
 pub struct Clients {
     open: Mutex<BTreeMap<u64, Arc<ClientHandle>>>,
+    /// The names of the commands' stats slots (`cmd=`), given once the command table is known
+    /// (the table sits above this module): for answering other routers' CLIENT LIST.
+    command_names: std::sync::OnceLock<fn(usize) -> Option<&'static str>>,
 }
 
 impl Clients {
@@ -329,6 +441,53 @@ impl Clients {
 
     pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
         self.open.lock().get(&id).cloned()
+    }
+
+    /// Names the commands' stats slots (`crate::cmd::name_of`), for [`Clients::answer`].
+    pub fn set_command_names(&self, name_of: fn(usize) -> Option<&'static str>) {
+        let _ = self.command_names.set(name_of);
+    }
+
+    /// CLIENT LIST's lines for the clients `f` matches: in id order, or, with ids, in the order
+    /// given (repeats included, as Redis).
+    pub fn list(&self, f: &Filter, name_of: impl Fn(usize) -> Option<&'static str>) -> String {
+        let chosen: Vec<Arc<ClientHandle>> = match &f.ids {
+            Some(ids) => ids.iter().filter_map(|&id| self.get(id)).filter(|c| f.matches(c)).collect(),
+            None => self.all().into_iter().filter(|c| f.matches(c)).collect(),
+        };
+        chosen.iter().map(|c| c.info_line(&name_of)).collect()
+    }
+
+    /// CLIENT KILL: closes the clients `f` matches that are not closing already, but `me` (the
+    /// caller, closed after its reply): how many matched, and whether `me` did.
+    pub fn kill(&self, f: &Filter, me: Option<u64>) -> (u64, bool) {
+        let (mut killed, mut close_me) = (0, false);
+        for c in self.all() {
+            // One killed already is gone for Redis (freed at once), though its connection may
+            // not have closed here yet: a second kill does not count it.
+            if !f.matches(&c) || c.is_killed() {
+                continue;
+            }
+            if Some(c.id) == me {
+                close_me = true;
+            } else {
+                c.kill();
+            }
+            killed += 1;
+        }
+        (killed, close_me)
+    }
+
+    /// Another router's CLIENT LIST or CLIENT KILL, about this router's clients.
+    pub fn answer(&self, q: &ClientsQuery) -> ClientsAnswer {
+        let f = Filter::of_query(q);
+        if q.kill {
+            let (killed, _) = self.kill(&f, None);
+            ClientsAnswer { query: q.id, killed, ..ClientsAnswer::default() }
+        } else {
+            let name_of = self.command_names.get().copied().unwrap_or(|_| None);
+            ClientsAnswer { query: q.id, lines: self.list(&f, name_of).into(), ..ClientsAnswer::default() }
+        }
     }
 }
 

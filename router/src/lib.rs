@@ -420,6 +420,7 @@ impl Router {
         let links = LinkOptions { deadline: settings.deadline, credentials, ..LinkOptions::default() };
         let nodes = topology.nodes.len();
         let state = RouterState::new(settings, Backend::new(topology, links, managed), embedded.clone());
+        state.clients.set_command_names(cmd::name_of);
         if embedded.is_some() && args.embedded_maxmemory > 0 {
             state.memory_limited.store(true, std::sync::atomic::Ordering::Relaxed);
         }

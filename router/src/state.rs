@@ -90,6 +90,15 @@ pub struct ClusterSettings {
 
 /// A node id for this router process: 40 hex digits, as Redis's, random per start (Redis keeps
 /// its id in nodes.conf; a router keeps nothing, and clients only compare ids within one answer).
+/// This router's first client id. Clients of every router of a cluster meet in one CLIENT LIST
+/// and CLIENT KILL ID (crate::cmd::clients), so ids must not repeat across routers: each router
+/// draws a random tag (1..=65535) for the bits above 32 and counts below them. Two routers of
+/// one cluster share a tag with odds of about n^2/131,072 for n routers (docs/compatibility.md);
+/// ids stay under 2^48, exact in every client's number type (JavaScript's too).
+pub fn first_client_id() -> u64 {
+    (fastrand::u64(1..=0xFFFF) << 32) | 1
+}
+
 pub fn new_node_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let state = std::collections::hash_map::RandomState::new();
@@ -330,6 +339,7 @@ pub struct RouterState {
     pub started: Instant,
     /// Wall-clock time (expiry checks, LASTSAVE, TIME); injectable for tests.
     pub clock: Arc<dyn shoal_wire::clock::Clock>,
+    /// The next client id: [`first_client_id`]'s router tag in the high bits, a count below.
     next_client_id: AtomicU64,
     connected: AtomicUsize,
     /// Set at shutdown: `/readyz` answers 503 from then on.
@@ -348,7 +358,7 @@ pub struct RouterState {
     /// The latency monitor's command events (LATENCY LATEST and its kin).
     pub latency: crate::latency::Latency,
     /// The open RESP connections (CLIENT LIST, CLIENT KILL).
-    pub clients: crate::clients::Clients,
+    pub clients: Arc<crate::clients::Clients>,
     /// CLIENT PAUSE, for this router process.
     pub pause: crate::pause::Pause,
     /// Pub/sub: this router's subscribed clients and its streams to the nodes.
@@ -367,8 +377,6 @@ pub struct RouterState {
     pub hotkeys: crate::hotkeys::HotKeys,
     /// The near cache (`--near-cache`; `None`: off).
     pub near: Option<Arc<crate::nearcache::NearCache>>,
-    /// MONITOR's connections.
-    pub monitors: crate::monitor::Monitors,
     /// Redis's `timeout` (`--timeout`, CONFIG SET): seconds a RESP client may sit idle between
     /// requests before it is closed; 0 (the default): never. Pub/sub clients and clients in a
     /// blocking command are exempt, as in Redis. A change applies to each connection from its
@@ -392,6 +400,7 @@ impl RouterState {
         if let Some(near) = &near {
             backend.set_near_cache(near.clone());
         }
+        let clients = Arc::new(crate::clients::Clients::default());
         Arc::new(RouterState {
             near: near.clone(),
             buffers: BufferBudget::new(settings.request_buffer_budget),
@@ -399,7 +408,7 @@ impl RouterState {
             metrics: RouterMetrics::default(),
             started: Instant::now(),
             clock: Arc::new(shoal_wire::clock::SystemClock),
-            next_client_id: AtomicU64::new(1),
+            next_client_id: AtomicU64::new(first_client_id()),
             connected: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             bgsave_running: std::sync::atomic::AtomicBool::new(false),
@@ -407,16 +416,15 @@ impl RouterState {
             embedded,
             stats: crate::stats::CommandStats::default(),
             latency: crate::latency::Latency::default(),
-            clients: crate::clients::Clients::default(),
+            clients: clients.clone(),
             pause: crate::pause::Pause::default(),
-            pubsub: crate::pubsub::Hub::new(settings_deadline, near),
+            pubsub: crate::pubsub::Hub::new(settings_deadline, near, clients),
             output_limits: parking_lot::Mutex::new([[0, 0, 0], [268_435_456, 67_108_864, 60]]),
             accepted_config: parking_lot::Mutex::default(),
             acl: crate::acl::Acl::new(settings.requirepass.as_deref(), settings.aclfile.clone()),
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
             reaching_scripts: Default::default(),
-            monitors: crate::monitor::Monitors::default(),
             settings,
         })
     }

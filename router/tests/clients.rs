@@ -434,3 +434,71 @@ async fn client_no_touch_leaves_access_times_alone() {
     quiet.cmd(&["GET", "nt:g"]).await;
     assert!(int(&plain.cmd(&["OBJECT", "FREQ", "nt:g"]).await) > before, "after RESET reads count again");
 }
+
+/// Two routers in front of the same three node processes: CLIENT LIST and CLIENT KILL through
+/// either see the clients of both (BullMQ's `getWorkers()` counts workers by name, wherever a
+/// load balancer put them), ids never repeat across the routers, and a kill through one router
+/// closes a client of the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_and_kill_reach_the_clients_of_every_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = support::procs::NodeProc::start_many(dir.path(), 3).await;
+    let a = support::router(&["--nodes", &list]).await;
+    let b = support::router(&["--nodes", &list]).await;
+    support::pubsub::wait_links(&a).await;
+    support::pubsub::wait_links(&b).await;
+
+    let mut admin = connect(a.resp_addr()).await;
+    let mut on_a = connect(a.resp_addr()).await;
+    let mut on_b = connect(b.resp_addr()).await;
+    let mut sub_b = connect(b.resp_addr()).await;
+    assert_eq!(on_a.cmd(&["CLIENT", "SETNAME", "worker-a"]).await, b"+OK\r\n");
+    assert_eq!(on_b.cmd(&["CLIENT", "SETNAME", "worker-b"]).await, b"+OK\r\n");
+    assert!(sub_b.cmd(&["SUBSCRIBE", "jobs"]).await.starts_with(b"*3\r\n"));
+    let (id_a, id_b) = (client_id(&mut on_a).await, client_id(&mut on_b).await);
+    assert_ne!(id_a >> 32, id_b >> 32, "each router tags its ids");
+
+    // Through either router: every client, each once, ids all different.
+    let mut peek = connect(b.resp_addr()).await;
+    for con in [&mut admin, &mut peek] {
+        let all = client_list(con, &[]).await;
+        assert_eq!(all.len(), 5, "admin, worker-a, worker-b, the subscriber, peek: {all:?}");
+        assert_eq!(all[&id_a]["name"], "worker-a");
+        assert_eq!(all[&id_b]["name"], "worker-b");
+        assert_eq!(all[&id_b]["cmd"], "client|id", "the other router names its client's last command");
+        let pubsub = client_list(con, &["TYPE", "pubsub"]).await;
+        assert_eq!(pubsub.values().map(|c| c["sub"].as_str()).collect::<Vec<_>>(), ["1"], "{pubsub:?}");
+    }
+    let two = text(&admin.cmd(&["CLIENT", "LIST", "ID", &id_b.to_string(), &id_a.to_string(), "7"]).await);
+    let ids: Vec<u64> = two.lines().map(|l| fields(l)[0].1.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{two}");
+    assert!(ids.contains(&id_a) && ids.contains(&id_b), "{two}");
+    assert_eq!(
+        text(&admin.cmd(&["CLIENT", "LIST", "ID", "-1"]).await),
+        "",
+        "an id out of range matches none"
+    );
+
+    // A kill through router A closes router B's client; the count includes it.
+    assert_eq!(admin.cmd(&["CLIENT", "KILL", "ID", &id_b.to_string()]).await, b":1\r\n");
+    assert_closed(&mut on_b).await;
+    assert_eq!(admin.cmd(&["CLIENT", "KILL", "ID", &id_b.to_string()]).await, b":0\r\n", "already gone");
+    // The old form with an address only B has.
+    let sub_addr = addr_of(&sub_b);
+    assert_eq!(admin.cmd(&["CLIENT", "KILL", &sub_addr]).await, b"+OK\r\n");
+    assert_closed(&mut sub_b).await;
+    assert_eq!(admin.cmd(&["CLIENT", "KILL", &sub_addr]).await, b"-ERR No such client\r\n");
+    // A filter matching clients on both routers counts them all (not the caller: SKIPME yes).
+    let mut on_b = connect(b.resp_addr()).await;
+    assert_eq!(on_b.cmd(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(
+        admin.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).await,
+        b":3\r\n",
+        "worker-a, peek, the new one"
+    );
+    assert_closed(&mut on_a).await;
+    assert_closed(&mut on_b).await;
+    assert_closed(&mut peek).await;
+    let left = client_list(&mut admin, &[]).await;
+    assert_eq!(left.keys().copied().collect::<Vec<_>>(), [client_id(&mut admin).await], "{left:?}");
+}

@@ -247,3 +247,55 @@ async fn evictions_raise_evicted() {
     assert_eq!(c.cmd(&["EXISTS", key]).await, b":0\r\n", "the key the event names is gone");
     router.shutdown().await;
 }
+
+/// MONITOR through one router shows the commands of every router of the cluster and the calls
+/// of scripts on the nodes (`[0 lua]`), each once; when its last monitor leaves, the other
+/// routers stop sending their lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_shows_every_router_s_commands_and_scripts_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let a = support::router(&["--nodes", &list]).await;
+    let b = support::router(&["--nodes", &list]).await;
+    support::pubsub::wait_links(&a).await;
+    support::pubsub::wait_links(&b).await;
+
+    let mut monitor = Raw::connect(a.resp_addr()).await;
+    assert_eq!(monitor.cmd(&["MONITOR"]).await, b"+OK\r\n");
+    // B hears from the nodes that a router monitors.
+    support::wait_until(Duration::from_secs(10), || b.state.pubsub.monitoring()).await;
+    let mut on_a = Raw::connect(a.resp_addr()).await;
+    let mut on_b = Raw::connect(b.resp_addr()).await;
+    let b_addr = on_b.stream.local_addr().unwrap().to_string();
+    assert_eq!(on_b.cmd(&["SET", "mon:k", "v"]).await, b"+OK\r\n");
+    assert_eq!(on_b.cmd(&["EVAL", "return redis.call('GET', KEYS[1])", "1", "mon:k"]).await, b"$1\r\nv\r\n");
+    assert_eq!(on_a.cmd(&["GET", "mon:k"]).await, b"$1\r\nv\r\n");
+
+    let mut lines = Vec::new();
+    while lines.len() < 3 {
+        let Some(line) = monitor.reply_within(Duration::from_secs(5)).await else { break };
+        let text = String::from_utf8_lossy(&line).into_owned();
+        lines.push(text.split_once(" [").map(|(_, rest)| format!("[{}", rest.trim_end())).unwrap_or(text));
+    }
+    // Anything more within a while would be a line shown twice. (EVAL itself is not shown:
+    // Redis flags it `skip_monitor` and shows the script's calls instead.)
+    assert_eq!(monitor.reply_within(Duration::from_millis(500)).await, None, "{lines:?}");
+    let mut want = vec![
+        format!("[0 {b_addr}] \"SET\" \"mon:k\" \"v\""),
+        "[0 lua] \"GET\" \"mon:k\"".to_string(),
+        format!("[0 {}] \"GET\" \"mon:k\"", on_a.stream.local_addr().unwrap()),
+    ];
+    lines.sort();
+    want.sort();
+    assert_eq!(lines, want);
+
+    // The monitor leaves: the next line B sends finds nobody at A, and B is told to stop.
+    assert_eq!(monitor.cmd(&["RESET"]).await, b"+RESET\r\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.state.pubsub.monitoring() {
+        assert!(std::time::Instant::now() < deadline, "router B still sends its lines");
+        on_b.cmd(&["PING"]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    support::wait_until(Duration::from_secs(10), || !a.state.pubsub.monitoring()).await;
+}

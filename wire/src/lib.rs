@@ -31,6 +31,8 @@
 //!   [`codec`]: the gRPC codec (prost's, presizing a batch's ops before decoding them);
 //!   [`local`]: in-memory pipes to nodes served in the same process (embedded clusters), which
 //!   `client::connect` takes instead of loopback TCP.
+//! - [`monitor`]: MONITOR's lines (the router's for its clients' commands, a node's for a
+//!   script's calls).
 //! - [`clock`]: the one source of wall-clock time (injectable; tests use a manual clock).
 //! - [`script`]: a Lua script's name (the SHA1 of its body), as routers and nodes both compute it.
 //! - [`pieces`]: large ops, replies and exported values cut into pieces and put back together.
@@ -53,6 +55,7 @@ pub mod fast;
 pub mod glob;
 pub mod latency;
 pub mod local;
+pub mod monitor;
 pub mod notify;
 pub mod num;
 pub mod ops;

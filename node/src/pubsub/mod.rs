@@ -21,6 +21,7 @@
 //! it and not queued. A router slow to read tracking traffic loses its cache, not the pub/sub
 //! messages its subscribers wait for.
 
+pub mod clients;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -31,7 +32,8 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use shoal_wire::glob::glob_match;
 use shoal_wire::proto::{
-    Delivery, Frame, Frames, PubSubKind, PubSubQuery, SubscribeRequest, frame, pub_sub_query::What,
+    ClientsQuery, ClientsReply, Delivery, Frame, Frames, PubSubKind, PubSubQuery, SubscribeRequest, frame,
+    pub_sub_query::What,
 };
 use tokio::sync::mpsc;
 
@@ -42,6 +44,10 @@ pub const ROUTER_BUFFER_LIMIT: usize = 64 << 20;
 /// What one router may have queued of invalidations before they coalesce into one
 /// `invalidate_all` (a share of [`ROUTER_BUFFER_LIMIT`], so that they alone never close it).
 pub const TRACKING_BUFFER_LIMIT: usize = ROUTER_BUFFER_LIMIT / 4;
+
+/// `Delivery.monitors`: some router monitors / none does any more.
+const MONITORS_ON: u32 = 1;
+const MONITORS_OFF: u32 = 2;
 
 /// Per name: each router registered on it, with its count of subscribed clients.
 type Holders = Vec<(u64, u32)>;
@@ -94,6 +100,10 @@ pub struct Outbox {
     /// The router's tracking token once it asked for near-cache invalidations here (0: none):
     /// the stream's end disables its tracking.
     pub tracking_token: AtomicU64,
+    /// The router's identity as its stream gave it (`SubscribeRequest.router`; 0: not given).
+    pub router: AtomicU64,
+    /// Some client of the router monitors (MONITOR): other routers' lines are relayed to it.
+    monitoring: AtomicBool,
     /// Bytes of invalidations queued and not yet taken.
     tracking_bytes: AtomicUsize,
     /// An `invalidate_all` is queued and not yet taken: it covers every change made meanwhile
@@ -149,7 +159,8 @@ impl Outbox {
 }
 
 fn delivery_size(d: &Delivery) -> usize {
-    d.channel.len() + d.pattern.len() + d.payload.len() + invalidation_size(&d.invalidate) + 16
+    let lines: usize = d.monitor_lines.iter().map(|l| l.len() + 4).sum();
+    d.channel.len() + d.pattern.len() + d.payload.len() + invalidation_size(&d.invalidate) + lines + 16
 }
 
 fn invalidation_size(keys: &[Bytes]) -> usize {
@@ -188,6 +199,10 @@ pub struct PubSub {
     pub delivered: AtomicU64,
     /// Router streams closed because the router fell behind.
     pub overflows: AtomicU64,
+    /// CLIENT LIST/KILL questions waiting for the routers' answers.
+    pub clients: clients::Gathers,
+    /// Streams whose router has a monitoring client (MONITOR).
+    monitoring: AtomicUsize,
 }
 
 impl PubSub {
@@ -200,19 +215,110 @@ impl PubSub {
             bytes: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             tracking_token: AtomicU64::new(0),
+            router: AtomicU64::new(0),
+            monitoring: AtomicBool::new(false),
             tracking_bytes: AtomicUsize::new(0),
             flush_queued: AtomicBool::new(false),
         });
-        self.registry.write().routers.insert(id, outbox.clone());
+        let mut reg = self.registry.write();
+        if self.monitoring.load(Ordering::Relaxed) > 0 {
+            outbox.push(Delivery { monitors: MONITORS_ON, ..Default::default() });
+        }
+        reg.routers.insert(id, outbox.clone());
         (id, outbox, rx)
     }
 
     /// The router's stream ended: forget it and everything it registered.
     pub fn detach(&self, router: u64) {
         let mut reg = self.registry.write();
-        if reg.routers.remove(&router).is_some() {
+        if let Some(outbox) = reg.routers.remove(&router) {
             reg.forget(router);
+            if outbox.monitoring.swap(false, Ordering::Relaxed) {
+                self.monitoring_changed(&reg, false);
+            }
         }
+        drop(reg);
+        self.clients.gone(router);
+    }
+
+    /// MONITOR across routers: stream `stream`'s router has a monitoring client now (or no
+    /// longer). While any router monitors, every router is told so (`Delivery.monitors`) and
+    /// sends its lines to one node, which relays them ([`PubSub::monitor_lines`]).
+    pub fn set_monitoring(&self, stream: u64, on: bool) {
+        let reg = self.registry.write();
+        let Some(outbox) = reg.routers.get(&stream) else { return };
+        if outbox.monitoring.swap(on, Ordering::Relaxed) != on {
+            self.monitoring_changed(&reg, on);
+        }
+    }
+
+    /// One stream more (`on`) or less monitors: the first and the last change tell every router.
+    fn monitoring_changed(&self, reg: &Registry, on: bool) {
+        let now = if on {
+            self.monitoring.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.monitoring.fetch_sub(1, Ordering::Relaxed) - 1
+        };
+        if now == usize::from(on) {
+            let monitors = if on { MONITORS_ON } else { MONITORS_OFF };
+            for outbox in reg.routers.values() {
+                outbox.push(Delivery { monitors, ..Default::default() });
+            }
+        }
+    }
+
+    /// Whether some router monitors (a script's calls are shown to them as `[0 lua]` lines).
+    pub fn monitored(&self) -> bool {
+        self.monitoring.load(Ordering::Relaxed) > 0
+    }
+
+    /// MONITOR lines from stream `from`'s router (or, `from` 0, of this node's scripts): queued
+    /// for every monitoring router but that one.
+    pub fn monitor_lines(&self, from: u64, lines: Vec<Bytes>) {
+        if lines.is_empty() {
+            return;
+        }
+        let reg = self.registry.read();
+        let origin = reg.routers.get(&from).map_or(0, |o| o.router.load(Ordering::Relaxed));
+        for (&stream, outbox) in &reg.routers {
+            let router = outbox.router.load(Ordering::Relaxed);
+            if stream == from
+                || (origin != 0 && router == origin)
+                || !outbox.monitoring.load(Ordering::Relaxed)
+            {
+                continue;
+            }
+            outbox.push(Delivery { monitor_lines: lines.clone(), ..Default::default() });
+        }
+    }
+
+    /// CLIENT LIST/KILL over every router but the one asking (see [`clients`]): asks the newest
+    /// stream of each and gathers the answers for at most the question's wait.
+    pub async fn ask_clients(&self, mut q: ClientsQuery) -> ClientsReply {
+        let wait = clients::wait_of(q.wait_ms);
+        // One stream per router (a router reconnecting may briefly hold two: the newer one
+        // counts); streams that never named their router are each asked.
+        let mut asked: HashMap<u64, (u64, Arc<Outbox>)> = HashMap::new();
+        for (&stream, outbox) in &self.registry.read().routers {
+            let router = outbox.router.load(Ordering::Relaxed);
+            if router != 0 && router == q.origin {
+                continue;
+            }
+            let by = if router == 0 { u64::MAX - stream } else { router };
+            match asked.get(&by) {
+                Some((newer, _)) if *newer > stream => {}
+                _ => {
+                    asked.insert(by, (stream, outbox.clone()));
+                }
+            }
+        }
+        let (id, done) = self.clients.open(asked.values().map(|(stream, _)| *stream));
+        q.id = id;
+        for (_, outbox) in asked.values() {
+            outbox.push(Delivery { clients: Some(q.clone()), ..Default::default() });
+        }
+        let _ = tokio::time::timeout(wait, done).await;
+        self.clients.close(id)
     }
 
     /// Routers with a stream open now.
@@ -354,6 +460,14 @@ impl PubSub {
 impl Sink for PubSub {
     fn publish(&self, channel: &[u8], message: &[u8], sharded: bool) -> u64 {
         PubSub::publish(self, channel, message, sharded)
+    }
+
+    fn monitored(&self) -> bool {
+        PubSub::monitored(self)
+    }
+
+    fn monitor_line(&self, line: Bytes) {
+        self.monitor_lines(0, vec![line]);
     }
 }
 

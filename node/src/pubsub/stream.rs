@@ -67,6 +67,16 @@ pub fn open(
         tokio::spawn(async move {
             // Ends when the router closes its side (or the call breaks).
             while let Ok(Some(mut req)) = inbound.message().await {
+                if req.router != 0 {
+                    outbox.router.store(req.router, Ordering::Relaxed);
+                }
+                if let Some(answer) = req.clients.take() {
+                    pubsub.clients.answered(id, answer);
+                }
+                if req.monitoring != 0 {
+                    pubsub.set_monitoring(id, req.monitoring == 1);
+                }
+                pubsub.monitor_lines(id, std::mem::take(&mut req.monitor_lines));
                 if let Some(t) = req.tracking.take() {
                     track(&store, id, &outbox, t);
                 }

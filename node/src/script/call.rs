@@ -118,9 +118,18 @@ pub fn call(ctx: &mut RunCtx, args: &[Bytes]) -> Frame {
     };
     let started = std::time::Instant::now();
     let frame = run(ctx, cmd, args).unwrap_or_else(F::error);
+    monitor(ctx, args);
     let failed = matches!(frame.kind, Some(proto::frame::Kind::Error(_)));
     ctx.count(cmd.name, started.elapsed(), failed);
     frame
+}
+
+/// MONITOR's `[0 lua]` line for a call that ran (Redis feeds it once the call is done), while
+/// some router's client monitors.
+fn monitor(ctx: &RunCtx, args: &[Bytes]) {
+    let Some(sink) = ctx.store.events.sink().filter(|s| s.monitored()) else { return };
+    let micros = shoal_wire::clock::Clock::now_us(&shoal_wire::clock::SystemClock);
+    sink.monitor_line(shoal_wire::monitor::line(u128::from(micros), "lua", args));
 }
 
 fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, String> {

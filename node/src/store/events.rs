@@ -18,6 +18,12 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
     /// Delivers `message` to the subscribers of `channel` (and of the patterns matching it; a
     /// shard channel's with `sharded`); returns how many clients received it, Redis's count.
     fn publish(&self, channel: &[u8], message: &[u8], sharded: bool) -> u64;
+    /// Whether some router's client monitors (MONITOR): a script's calls are then shown.
+    fn monitored(&self) -> bool {
+        false
+    }
+    /// A MONITOR line (a script's call), for every monitoring router.
+    fn monitor_line(&self, _line: bytes::Bytes) {}
 }
 
 /// The notification classes in force and the sink messages go to.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::spec::*;
 use super::{Args, Ctx, Pending, syntax_error};
-use crate::clients::ClientHandle;
+use crate::clients::{ClientType, Filter};
 use crate::pause::PauseMode;
 use crate::resp::Reply;
 
@@ -22,151 +22,112 @@ pub const CLIENT_PAUSE: CommandSpec =
 pub const CLIENT_UNPAUSE: CommandSpec =
     CommandSpec { decl: &redis::CLIENT_UNPAUSE, run: unpause, ..CommandSpec::DEFAULT };
 
-/// A client type, as CLIENT LIST TYPE and CLIENT KILL TYPE name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClientType {
-    Normal,
-    /// Subscribed to a channel, pattern or shard channel (Redis's pub/sub clients).
-    Pubsub,
-    /// Master or replica: Shoal has no such clients, so these match none.
-    Other,
-}
-
-impl ClientType {
-    fn of(c: &ClientHandle) -> ClientType {
-        if c.is_pubsub() { ClientType::Pubsub } else { ClientType::Normal }
-    }
-}
-
 fn client_type(name: &[u8]) -> Result<ClientType, Reply> {
-    match &name.to_ascii_lowercase()[..] {
-        b"normal" => Ok(ClientType::Normal),
-        b"pubsub" => Ok(ClientType::Pubsub),
-        b"master" | b"replica" | b"slave" => Ok(ClientType::Other),
-        _ => Err(Reply::error_fmt(format!("ERR Unknown client type '{}'", String::from_utf8_lossy(name)))),
-    }
+    ClientType::parse(name).ok_or_else(|| {
+        Reply::error_fmt(format!("ERR Unknown client type '{}'", String::from_utf8_lossy(name)))
+    })
 }
 
-/// `CLIENT LIST [TYPE type] | [ID id ...]`: one line per connection, in connection order.
+/// `CLIENT LIST [TYPE type] | [ID id ...]`: one line per connection, in connection order: this
+/// router's, then every other router's of the cluster (asked through a node: see
+/// `crate::pubsub::Hub::ask_clients`; a router that does not answer in time is left out).
 pub fn list(args: &Args, ctx: &mut Ctx) -> Pending {
-    let chosen: Vec<std::sync::Arc<ClientHandle>> =
-        if args.len() == 4 && args[2].eq_ignore_ascii_case(b"type") {
-            match client_type(&args[3]) {
-                Ok(wanted) => {
-                    ctx.state.clients.all().into_iter().filter(|c| ClientType::of(c) == wanted).collect()
-                }
-                Err(e) => return e.into(),
-            }
-        } else if args.len() > 3 && args[2].eq_ignore_ascii_case(b"id") {
-            let mut chosen = Vec::new();
-            for arg in &args[3..] {
-                let Some(id) = shoal_wire::num::parse_i64(arg) else {
-                    return Reply::error("ERR Invalid client ID").into();
-                };
-                // Redis lists an ID as often as it is given.
-                chosen.extend(u64::try_from(id).ok().and_then(|id| ctx.state.clients.get(id)));
-            }
-            chosen
-        } else if args.len() == 2 {
-            ctx.state.clients.all()
-        } else {
-            return syntax_error().into();
-        };
-    let text: String = chosen.iter().map(|c| c.info_line(|s| ctx.registry.name_of(s))).collect();
-    Reply::Verbatim(text.into()).into()
-}
-
-/// Which connections CLIENT KILL closes: every given filter must match.
-#[derive(Debug, Default)]
-struct Filter<'a> {
-    addr: Option<&'a [u8]>,
-    laddr: Option<&'a [u8]>,
-    kind: Option<ClientType>,
-    id: Option<u64>,
-    user: Option<&'a [u8]>,
-    skip_me: bool,
-}
-
-impl Filter<'_> {
-    /// Redis parses the options in order and answers the first bad one.
-    fn parse<'a>(args: &'a Args, acl: &crate::acl::Acl) -> Result<Filter<'a>, Reply> {
-        let mut f = Filter { skip_me: true, ..Filter::default() };
-        let mut i = 2;
-        while i < args.len() {
-            let (opt, value) = match args.get(i + 1) {
-                Some(v) => (args[i].to_ascii_lowercase(), v),
-                None => return Err(syntax_error()),
-            };
-            match &opt[..] {
-                b"id" => match shoal_wire::num::parse_i64(value).filter(|&n| n >= 1) {
-                    Some(n) => f.id = Some(n as u64),
-                    None => return Err(Reply::error("ERR client-id should be greater than 0")),
-                },
-                b"type" => f.kind = Some(client_type(value)?),
-                b"addr" => f.addr = Some(value),
-                b"laddr" => f.laddr = Some(value),
-                // A user ACL knows (as Redis, an unknown one is an error, not "none killed").
-                b"user" if acl.user(value).is_some() => f.user = Some(value),
-                b"user" => {
-                    return Err(Reply::error_fmt(format!(
-                        "ERR No such user '{}'",
-                        String::from_utf8_lossy(value)
-                    )));
-                }
-                b"skipme" if value.eq_ignore_ascii_case(b"yes") => f.skip_me = true,
-                b"skipme" if value.eq_ignore_ascii_case(b"no") => f.skip_me = false,
-                _ => return Err(syntax_error()),
-            }
-            i += 2;
+    let filter = if args.len() == 4 && args[2].eq_ignore_ascii_case(b"type") {
+        match client_type(&args[3]) {
+            Ok(kind) => Filter { kind: Some(kind), ..Filter::default() },
+            Err(e) => return e.into(),
         }
-        Ok(f)
-    }
+    } else if args.len() > 3 && args[2].eq_ignore_ascii_case(b"id") {
+        let mut ids = Vec::new();
+        for arg in &args[3..] {
+            let Some(id) = shoal_wire::num::parse_i64(arg) else {
+                return Reply::error("ERR Invalid client ID").into();
+            };
+            ids.extend(u64::try_from(id).ok());
+        }
+        Filter { ids: Some(ids), ..Filter::default() }
+    } else if args.len() == 2 {
+        Filter::default()
+    } else {
+        return syntax_error().into();
+    };
+    let mine = ctx.state.clients.list(&filter, |s| ctx.registry.name_of(s));
+    let others = ctx.state.pubsub.clone().ask_clients(filter.query(false));
+    Pending::later(async move {
+        let mut text = mine.into_bytes();
+        if let Ok(reply) = others.await {
+            text.extend_from_slice(&reply.lines);
+        }
+        Reply::Verbatim(text.into())
+    })
+}
 
-    fn matches(&self, c: &ClientHandle, me: u64) -> bool {
-        self.addr.is_none_or(|a| a == c.peer.as_bytes())
-            && self.laddr.is_none_or(|a| a == c.local.as_bytes())
-            && self.kind.is_none_or(|k| k == ClientType::of(c))
-            && self.id.is_none_or(|id| id == c.id)
-            && self.user.is_none_or(|u| c.names().user.as_deref().unwrap_or("default").as_bytes() == u)
-            && !(self.skip_me && c.id == me)
+/// CLIENT KILL's filters; Redis parses the options in order and answers the first bad one.
+fn kill_filter(args: &Args, acl: &crate::acl::Acl, me: u64) -> Result<Filter, Reply> {
+    let mut f = Filter { skip: Some(me), ..Filter::default() };
+    let mut i = 2;
+    while i < args.len() {
+        let (opt, value) = match args.get(i + 1) {
+            Some(v) => (args[i].to_ascii_lowercase(), v),
+            None => return Err(syntax_error()),
+        };
+        match &opt[..] {
+            b"id" => match shoal_wire::num::parse_i64(value).filter(|&n| n >= 1) {
+                Some(n) => f.ids = Some(vec![n as u64]),
+                None => return Err(Reply::error("ERR client-id should be greater than 0")),
+            },
+            b"type" => f.kind = Some(client_type(value)?),
+            b"addr" => f.addr = Some(value.clone()),
+            b"laddr" => f.laddr = Some(value.clone()),
+            // A user ACL knows (as Redis, an unknown one is an error, not "none killed").
+            b"user" if acl.user(value).is_some() => f.user = Some(value.clone()),
+            b"user" => {
+                return Err(Reply::error_fmt(format!(
+                    "ERR No such user '{}'",
+                    String::from_utf8_lossy(value)
+                )));
+            }
+            b"skipme" if value.eq_ignore_ascii_case(b"yes") => f.skip = Some(me),
+            b"skipme" if value.eq_ignore_ascii_case(b"no") => f.skip = None,
+            _ => return Err(syntax_error()),
+        }
+        i += 2;
     }
+    Ok(f)
 }
 
 /// `CLIENT KILL ip:port` (answers OK or an error; may close the caller) or `CLIENT KILL
-/// <filter> <value> ...` (answers how many it closed; skips the caller unless `SKIPME no`).
-/// The caller, if it is one of them, gets its reply and then is closed, as in Redis.
+/// <filter> <value> ...` (answers how many it closed; skips the caller unless `SKIPME no`), over
+/// the clients of every router of the cluster (as CLIENT LIST). The caller, if it is one of
+/// them, gets its reply and then is closed, as in Redis; that reply counts this router's
+/// clients only (the others' are closed all the same, without waiting for their count).
 pub fn kill(args: &Args, ctx: &mut Ctx) -> Pending {
+    let me = ctx.session.client.id;
     let old_form = args.len() == 3;
     let filter = if old_form {
-        Filter { addr: Some(&args[2]), ..Filter::default() }
+        Filter { addr: Some(args[2].clone()), ..Filter::default() }
     } else {
-        match Filter::parse(args, &ctx.state.acl) {
+        match kill_filter(args, &ctx.state.acl, me) {
             Ok(f) => f,
             Err(e) => return e.into(),
         }
     };
-    let me = ctx.session.client.id;
-    let mut killed = 0;
-    let mut close_me = false;
-    for c in ctx.state.clients.all() {
-        // One killed already is gone for Redis (freed at once), though its connection may not
-        // have closed here yet: a second kill does not count it.
-        if !filter.matches(&c, me) || c.is_killed() {
-            continue;
-        }
-        if c.id == me {
-            close_me = true;
-        } else {
-            c.kill();
-        }
-        killed += 1;
-    }
-    let reply = match (old_form, killed) {
+    let (mine, close_me) = ctx.state.clients.kill(&filter, Some(me));
+    let answer = move |killed: u64| match (old_form, killed) {
         (true, 0) => Reply::error("ERR No such client"),
         (true, _) => Reply::OK,
-        (false, n) => Reply::Int(n),
+        (false, n) => Reply::Int(n as i64),
     };
-    if close_me { Pending::Close(reply) } else { reply.into() }
+    // The old form names one address: found here, it is not asked elsewhere.
+    if old_form && mine > 0 {
+        return if close_me { Pending::Close(answer(mine)) } else { answer(mine).into() };
+    }
+    let others = ctx.state.pubsub.clone().ask_clients(filter.query(true));
+    if close_me {
+        tokio::spawn(others);
+        return Pending::Close(answer(mine));
+    }
+    Pending::later(async move { answer(mine + others.await.map_or(0, |r| r.killed)) })
 }
 
 /// `CLIENT PAUSE timeout [WRITE|ALL]`: pauses this router's clients (see [`crate::pause`]).

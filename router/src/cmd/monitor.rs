@@ -1,7 +1,8 @@
 //! MONITOR: this connection gets a line for every command the router runs from now on
 //! ([`crate::monitor`]), written between its own replies like pub/sub messages; RESET or closing
-//! ends it. Shoal's MONITOR shows the commands of the router it is sent to (its clients'; a
-//! script's own calls run on the nodes and are not shown).
+//! ends it. Shoal's MONITOR shows the commands of every router of the cluster and the calls of
+//! scripts on the nodes (`[0 lua]`); those come through a node, a little later than this
+//! router's own.
 
 use super::spec::*;
 use super::{Args, Ctx, Pending};
@@ -11,6 +12,6 @@ pub const MONITOR: CommandSpec = CommandSpec { decl: &redis::MONITOR, run: monit
 
 fn monitor(_args: &Args, ctx: &mut Ctx) -> Pending {
     let queue = super::pubsub::own_queue(ctx);
-    ctx.state.monitors.add(&queue);
+    ctx.state.pubsub.add_monitor(&queue);
     Reply::OK.into()
 }

@@ -72,7 +72,7 @@ pub fn answered(state: &RouterState, session: &Session, timing: Timing, args: &[
     let now = Instant::now();
     timing.record(state, now);
     slow_log(state, session, timing, now, args);
-    if state.monitors.active() {
+    if state.pubsub.monitoring() {
         monitor(state, session, timing, args);
     }
 }
@@ -90,7 +90,7 @@ pub fn answered_in(
 ) {
     runs.add(state, now, t);
     slow_log(state, session, t, now, args);
-    if state.monitors.active() {
+    if state.pubsub.monitoring() {
         monitor(state, session, t, args);
     }
 }
@@ -109,7 +109,7 @@ fn monitor(state: &RouterState, session: &Session, timing: Timing, args: &[Bytes
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros();
     let client = &session.client;
     let who = if client.unix { format!("unix:{}", client.local) } else { client.peer.clone() };
-    state.monitors.feed(crate::monitor::line(micros, &who, args), &state.pubsub.limits);
+    state.pubsub.monitor_line(crate::monitor::line(micros, &who, args));
 }
 
 fn slow_log(state: &RouterState, session: &Session, timing: Timing, now: Instant, args: &[Bytes]) {

@@ -18,16 +18,19 @@
 //! never queue behind large batch replies.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use shoal_wire::Topology;
 use shoal_wire::auth::Credentials;
 use shoal_wire::client::{self, ClientOptions};
 use shoal_wire::proto::{
-    Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery, SubscribeRequest, Subscription, Tracking,
+    ClientsAnswer, ClientsQuery, ClientsReply, Delivery, Frame, GetTopologyRequest, PubSubBatch, PubSubQuery,
+    SubscribeRequest, Subscription, Tracking,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -44,12 +47,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const RETIRE_GRACE: Duration = Duration::from_secs(30);
 
 /// A change to this router's registrations, and who waits for the node to have applied it.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Change {
     pub subs: Vec<Subscription>,
     pub ack: Option<oneshot::Sender<()>>,
     /// Register this router for tracking on the node (the first CLIENT TRACKING ON).
     pub tracking: bool,
+    /// Some client of this router monitors now (`Some(true)`), or none does any more.
+    pub monitoring: Option<bool>,
+    /// MONITOR lines of this router's commands, for the other routers' monitors.
+    pub lines: Vec<Bytes>,
 }
 
 #[derive(Debug)]
@@ -59,6 +66,8 @@ pub struct Link {
     changes: mpsc::UnboundedSender<Change>,
     client: Mutex<Option<client::Client>>,
     up: AtomicBool,
+    /// The node says some router monitors (`Delivery.monitors`) on the open stream.
+    monitors_elsewhere: AtomicBool,
     retired: watch::Sender<bool>,
 }
 
@@ -77,6 +86,7 @@ impl Link {
             changes,
             client: Mutex::new(None),
             up: AtomicBool::new(false),
+            monitors_elsewhere: AtomicBool::new(false),
             retired: watch::channel(false).0,
         });
         tokio::spawn(run(hub, backend, link.clone(), rx, stop));
@@ -117,6 +127,19 @@ impl Link {
         self.up.load(Ordering::Acquire)
     }
 
+    /// Whether this link's node says some router monitors.
+    pub fn monitors_elsewhere(&self) -> bool {
+        self.monitors_elsewhere.load(Ordering::Acquire)
+    }
+
+    /// The node's word on monitoring routers (false also when the stream ends: it no longer
+    /// holds).
+    fn set_monitors_elsewhere<H: LinkHub>(&self, hub: &H, on: bool) {
+        if self.monitors_elsewhere.swap(on, Ordering::AcqRel) != on {
+            hub.monitors_elsewhere(on);
+        }
+    }
+
     /// The node left the topology: stop once its stream ends.
     pub fn retire(&self) {
         let _ = self.retired.send(true);
@@ -124,14 +147,28 @@ impl Link {
 
     /// A PUBSUB question to this node.
     pub async fn query(&self, q: PubSubQuery, timeout: Duration) -> Result<Frame, BackendError> {
+        self.call(timeout, |mut client| async move { client.pub_sub_info(q).await }).await
+    }
+
+    /// A CLIENT LIST/KILL question about the other routers' clients, relayed by this node.
+    pub async fn clients(&self, q: ClientsQuery, timeout: Duration) -> Result<ClientsReply, BackendError> {
+        self.call(timeout, |mut client| async move { client.clients(q).await }).await
+    }
+
+    /// One unary call on this link's connection, bounded by `timeout`.
+    async fn call<T, F: Future<Output = Result<tonic::Response<T>, tonic::Status>>>(
+        &self,
+        timeout: Duration,
+        call: impl FnOnce(client::Client) -> F,
+    ) -> Result<T, BackendError> {
         let unavailable = |why: &str| BackendError::Unavailable {
             node: self.id,
             addr: self.addr.clone(),
             reason: why.to_string(),
         };
-        let Some(mut client) = self.client.lock().clone() else { return Err(unavailable("not connected")) };
-        match tokio::time::timeout(timeout, client.pub_sub_info(q)).await {
-            Ok(Ok(f)) => Ok(f.into_inner()),
+        let Some(client) = self.client.lock().clone() else { return Err(unavailable("not connected")) };
+        match tokio::time::timeout(timeout, call(client)).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
             Ok(Err(status)) => Err(unavailable(status.message())),
             Err(_) => Err(BackendError::Timeout {
                 node: self.id,
@@ -213,6 +250,16 @@ pub trait LinkHub: Send + Sync + 'static {
     fn near(&self) -> Option<&Arc<NearCache>>;
     /// CLIENT TRACKING's table, which hears of the same invalidations.
     fn tracking(&self) -> &ClientTracking;
+    /// This router's identity on the nodes (`SubscribeRequest.router`).
+    fn router_id(&self) -> u64;
+    /// Another router's CLIENT LIST/KILL, about this router's clients.
+    fn answer_clients(&self, q: &ClientsQuery) -> ClientsAnswer;
+    /// Whether some client of this router monitors (registered with every new stream).
+    fn monitoring(&self) -> bool;
+    /// One link more (`on`) or less whose node says some router monitors.
+    fn monitors_elsewhere(&self, on: bool);
+    /// MONITOR lines of other routers' commands or scripts' calls, for this router's monitors.
+    fn monitor_lines(&self, lines: &[Bytes]);
 }
 
 /// The link's task: connect, run the stream until it ends, reconnect with backoff.
@@ -299,7 +346,17 @@ impl<H: LinkHub> Stream<'_, H> {
         let lease = hub.near().map(|near| near.lease_of(link.id, &link.addr));
         let ping = hub.near().map_or(0, |near| near.ping());
         let tracking = hub.tracking_request();
-        let _ = requests.send(SubscribeRequest { changes: state, ack: id, replace: true, tracking, ping });
+        let router = hub.router_id();
+        let _ = requests.send(SubscribeRequest {
+            changes: state,
+            ack: id,
+            replace: true,
+            tracking,
+            ping,
+            router,
+            monitoring: if hub.monitoring() { 1 } else { 0 },
+            ..Default::default()
+        });
         let mut pings = tokio::time::interval(crate::nearcache::PING_EVERY);
         pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         link.up.store(true, Ordering::Release);
@@ -317,7 +374,7 @@ impl<H: LinkHub> Stream<'_, H> {
             };
             tokio::select! {
                 message = replies.message() => match message {
-                    Ok(Some(batch)) => self.delivered(batch, id, lease.as_deref()),
+                    Ok(Some(batch)) => self.delivered(batch, id, lease.as_deref(), &requests),
                     Ok(None) => break "node closed the stream".to_string(),
                     Err(status) => break format!("stream failed: {}", status.message()),
                 },
@@ -336,6 +393,7 @@ impl<H: LinkHub> Stream<'_, H> {
             }
         };
         link.up.store(false, Ordering::Release);
+        link.set_monitors_elsewhere(hub, false);
         // Invalidations sent while the stream is down are lost: forget what this node told us,
         // and serve nothing of it until a new stream is tracking.
         if let (Some(near), Some(lease)) = (hub.near(), &lease) {
@@ -349,11 +407,31 @@ impl<H: LinkHub> Stream<'_, H> {
     }
 
     /// A batch from the node: invalidations, acks, a newer topology, messages to deliver.
-    fn delivered(&mut self, batch: PubSubBatch, id: u64, lease: Option<&NodeLease>) {
+    fn delivered(
+        &mut self,
+        batch: PubSubBatch,
+        id: u64,
+        lease: Option<&NodeLease>,
+        requests: &mpsc::UnboundedSender<SubscribeRequest>,
+    ) {
         let (hub, link, backend) = (self.hub, self.link, self.backend);
         let mut deliveries = batch.deliveries;
         near_cache(hub.near().map(|n| &**n).zip(lease), hub.tracking(), &mut deliveries);
         deliveries.retain(|d| {
+            if d.monitors != 0 {
+                link.set_monitors_elsewhere(hub, d.monitors == 1);
+                return false;
+            }
+            if !d.monitor_lines.is_empty() {
+                hub.monitor_lines(&d.monitor_lines);
+                return false;
+            }
+            if let Some(q) = &d.clients {
+                // Another router's CLIENT LIST/KILL: answered at once, on this stream.
+                let clients = Some(hub.answer_clients(q));
+                let _ = requests.send(SubscribeRequest { clients, ..Default::default() });
+                return false;
+            }
             if d.topology_version != 0 {
                 // A node is ahead: slots may have changed owners, and entries cached by our
                 // version may no longer be invalidated by whoever takes the writes. No hits from
@@ -389,6 +467,18 @@ impl<H: LinkHub> Stream<'_, H> {
             id
         });
         let tracking = if change.tracking { self.hub.tracking_request() } else { None };
-        let _ = requests.send(SubscribeRequest { changes: change.subs, ack, tracking, ..Default::default() });
+        let monitoring = match change.monitoring {
+            Some(true) => 1,
+            Some(false) => 2,
+            None => 0,
+        };
+        let _ = requests.send(SubscribeRequest {
+            changes: change.subs,
+            ack,
+            tracking,
+            monitoring,
+            monitor_lines: change.lines,
+            ..Default::default()
+        });
     }
 }

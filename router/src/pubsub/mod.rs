@@ -27,12 +27,14 @@ pub mod tracking;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use shoal_wire::proto::{Delivery, Frame, PubSubKind, PubSubQuery, Subscription};
+use shoal_wire::proto::{
+    ClientsAnswer, ClientsQuery, ClientsReply, Delivery, Frame, PubSubKind, PubSubQuery, Subscription,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use subscriber::{Counters, Kind, Limits, Message, Subscriber};
@@ -148,10 +150,23 @@ pub struct Hub {
     /// a near cache, else from the first CLIENT TRACKING ON (so that routers whose clients
     /// never track cost the nodes nothing).
     pub tracking_on: AtomicBool,
+    /// This router's clients, which other routers' CLIENT LIST/KILL ask about through the nodes.
+    clients: Arc<crate::clients::Clients>,
+    /// MONITOR's connections on this router.
+    monitors: crate::monitor::Monitors,
+    /// Some client of this router monitors: the links register that with their nodes.
+    monitoring: AtomicBool,
+    /// Links whose node says some router monitors: while any does, this router's lines go to
+    /// one of them (the first up, in topology order), which relays them.
+    monitors_elsewhere: AtomicUsize,
 }
 
 impl Hub {
-    pub fn new(deadline: Duration, near: Option<Arc<crate::nearcache::NearCache>>) -> Arc<Hub> {
+    pub fn new(
+        deadline: Duration,
+        near: Option<Arc<crate::nearcache::NearCache>>,
+        clients: Arc<crate::clients::Clients>,
+    ) -> Arc<Hub> {
         Arc::new(Hub {
             local: RwLock::default(),
             links: Mutex::default(),
@@ -164,6 +179,10 @@ impl Hub {
             tracking_on: AtomicBool::new(near.is_some()),
             tracking: Arc::new(crate::pubsub::tracking::ClientTracking::new(Arc::new(Limits::default()))),
             near,
+            clients,
+            monitors: crate::monitor::Monitors::default(),
+            monitoring: AtomicBool::new(false),
+            monitors_elsewhere: AtomicUsize::new(0),
         })
     }
 
@@ -191,7 +210,7 @@ impl Hub {
             let mut acks = Vec::with_capacity(links.len());
             for link in links.values() {
                 let (tx, rx) = oneshot::channel();
-                if link.send(Change { subs: Vec::new(), ack: Some(tx), tracking: true }) {
+                if link.send(Change { ack: Some(tx), tracking: true, ..Change::default() }) {
                     acks.push(rx);
                 }
             }
@@ -275,7 +294,7 @@ impl Hub {
         let mut acks = Vec::with_capacity(links.len());
         for link in links.values() {
             let (tx, rx) = oneshot::channel();
-            if link.send(Change { subs: changes.clone(), ack: Some(tx), tracking: false }) {
+            if link.send(Change { subs: changes.clone(), ack: Some(tx), ..Change::default() }) {
                 acks.push(rx);
             }
         }
@@ -382,11 +401,75 @@ impl Hub {
     /// Asks one node (the first whose link is up, in topology order) a PUBSUB question; every
     /// node knows every router's registrations.
     pub async fn query(&self, q: PubSubQuery) -> Result<Frame, BackendError> {
+        let deadline = self.deadline;
+        self.ask_one_node(|link| {
+            let q = q.clone();
+            async move { link.query(q, deadline).await }
+        })
+        .await
+    }
+
+    /// MONITOR: `queue`'s connection gets the line of every command of the cluster from now on;
+    /// the first monitor of this router registers it with every node.
+    pub fn add_monitor(&self, queue: &Arc<subscriber::Subscriber>) {
+        if self.monitors.add(queue) {
+            self.set_monitoring(true);
+        }
+    }
+
+    fn set_monitoring(&self, on: bool) {
+        if self.monitoring.swap(on, Ordering::AcqRel) != on {
+            for link in self.links.lock().values() {
+                link.send(Change { monitoring: Some(on), ..Change::default() });
+            }
+        }
+    }
+
+    /// Whether an answered command's MONITOR line is wanted, here or by another router (two
+    /// relaxed loads: what a request pays while nobody monitors).
+    #[inline]
+    pub fn monitoring(&self) -> bool {
+        self.monitors.active() || self.monitors_elsewhere.load(Ordering::Relaxed) != 0
+    }
+
+    /// The MONITOR line of one of this router's commands: to its monitoring clients, and, while
+    /// another router monitors, through one node to it.
+    pub fn monitor_line(&self, line: Bytes) {
+        if self.monitors.active() && self.monitors.feed(std::slice::from_ref(&line), &self.limits) {
+            self.set_monitoring(false);
+        }
+        if self.monitors_elsewhere.load(Ordering::Relaxed) != 0 {
+            let links = self.links.lock();
+            if let Some(link) = links.values().find(|l| l.is_up() && l.monitors_elsewhere()) {
+                link.send(Change { lines: vec![line], ..Change::default() });
+            }
+        }
+    }
+
+    /// CLIENT LIST / CLIENT KILL over the clients of every other router of the cluster: one node
+    /// asks them all on their streams (node/src/pubsub/clients.rs) and waits half of this
+    /// router's deadline for their answers. This router's own clients are not included.
+    pub async fn ask_clients(self: Arc<Self>, mut q: ClientsQuery) -> Result<ClientsReply, BackendError> {
+        q.origin = self.token;
+        q.wait_ms = u32::try_from((self.deadline / 2).as_millis()).unwrap_or(u32::MAX);
+        let deadline = self.deadline;
+        self.ask_one_node(|link| {
+            let q = q.clone();
+            async move { link.clients(q, deadline).await }
+        })
+        .await
+    }
+
+    /// Tries the links, those up first, until one node answers.
+    async fn ask_one_node<T, F: Future<Output = Result<T, BackendError>>>(
+        &self,
+        ask: impl Fn(Arc<Link>) -> F,
+    ) -> Result<T, BackendError> {
         let links: Vec<Arc<Link>> = self.links.lock().values().cloned().collect();
         let mut last = None;
         for link in links.iter().filter(|l| l.is_up()).chain(links.iter().filter(|l| !l.is_up())) {
-            match link.query(q.clone(), self.deadline).await {
-                Ok(f) => return Ok(f),
+            match ask(link.clone()).await {
+                Ok(answer) => return Ok(answer),
                 Err(e) => last = Some(e),
             }
         }
@@ -478,6 +561,32 @@ impl LinkHub for Hub {
     fn tracking(&self) -> &crate::pubsub::tracking::ClientTracking {
         &self.tracking
     }
+
+    fn router_id(&self) -> u64 {
+        self.token
+    }
+
+    fn monitoring(&self) -> bool {
+        self.monitoring.load(Ordering::Acquire)
+    }
+
+    fn monitors_elsewhere(&self, on: bool) {
+        if on {
+            self.monitors_elsewhere.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.monitors_elsewhere.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn monitor_lines(&self, lines: &[Bytes]) {
+        if self.monitors.feed(lines, &self.limits) {
+            self.set_monitoring(false);
+        }
+    }
+
+    fn answer_clients(&self, q: &ClientsQuery) -> ClientsAnswer {
+        self.clients.answer(q)
+    }
 }
 
 impl LeaveOnDrop {
@@ -512,7 +621,7 @@ mod tests {
 
     #[test]
     fn replies_counts_and_deliveries_follow_redis() {
-        let hub = Hub::new(Duration::from_millis(10), None);
+        let hub = Hub::new(Duration::from_millis(10), None, Default::default());
         let client = Arc::new(ClientHandle::new(1, "a".into(), "l".into(), false));
         let sub = Subscriber::new(client.clone());
         let (r, _) = hub.change(&sub, Kind::Channel, &names(&["x", "y", "x"]), true);

@@ -1,0 +1,148 @@
+//! CLIENT LIST / CLIENT KILL over every router: the node as the meeting point.
+//!
+//! Routers do not know each other, but each keeps a `Subscribe` stream to every node (see
+//! [`super`]). A router that serves CLIENT LIST or CLIENT KILL answers for its own clients and
+//! asks one node for the others' ([`super::PubSub::ask_clients`]): the node puts the question on
+//! the stream of every other router (one stream per router, its newest), and [`Gathers`]
+//! collects their answers until all have come or the asker's wait ends. A router that does not
+//! answer in time (busy, its stream breaking) is counted as missing, never waited for longer; a
+//! stream that ends is struck off at once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use shoal_wire::proto::{ClientsAnswer, ClientsReply};
+use tokio::sync::oneshot;
+
+/// The longest a question waits for the routers' answers, whatever the asker allows.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// The wait when the asker names none.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(1);
+
+/// One question on its way: the streams that still owe an answer, and what came.
+#[derive(Debug)]
+struct Gather {
+    waiting: HashSet<u64>,
+    lines: Vec<u8>,
+    killed: u64,
+    done: Option<oneshot::Sender<()>>,
+}
+
+impl Gather {
+    fn finish_if_complete(&mut self) {
+        if self.waiting.is_empty()
+            && let Some(done) = self.done.take()
+        {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// The questions of this node that wait for answers, by id.
+#[derive(Debug, Default)]
+pub struct Gathers {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Gather>>,
+}
+
+impl Gathers {
+    /// Opens a question to the given streams: its id, and what completes when all answered.
+    pub fn open(&self, streams: impl IntoIterator<Item = u64>) -> (u64, oneshot::Receiver<()>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        let mut gather =
+            Gather { waiting: streams.into_iter().collect(), lines: Vec::new(), killed: 0, done: Some(tx) };
+        gather.finish_if_complete();
+        self.open.lock().insert(id, gather);
+        (id, rx)
+    }
+
+    /// Stream `stream` answered (an answer to a question that ended, or from a stream not asked,
+    /// is dropped).
+    pub fn answered(&self, stream: u64, answer: ClientsAnswer) {
+        let mut open = self.open.lock();
+        let Some(gather) = open.get_mut(&answer.query) else { return };
+        if !gather.waiting.remove(&stream) {
+            return;
+        }
+        gather.lines.extend_from_slice(&answer.lines);
+        gather.killed += answer.killed;
+        gather.finish_if_complete();
+    }
+
+    /// Stream `stream` ended: it answers nothing more.
+    pub fn gone(&self, stream: u64) {
+        for gather in self.open.lock().values_mut() {
+            if gather.waiting.remove(&stream) {
+                gather.finish_if_complete();
+            }
+        }
+    }
+
+    /// Ends question `id`: what came, and how many streams did not answer.
+    pub fn close(&self, id: u64) -> ClientsReply {
+        match self.open.lock().remove(&id) {
+            Some(Gather { waiting, lines, killed, .. }) => {
+                ClientsReply { lines: lines.into(), killed, missing: waiting.len() as u32 }
+            }
+            None => ClientsReply::default(),
+        }
+    }
+}
+
+/// How long a question waits, from what the asker allows (0: the default).
+pub fn wait_of(wait_ms: u32) -> Duration {
+    match wait_ms {
+        0 => DEFAULT_WAIT,
+        ms => Duration::from_millis(ms.into()).min(MAX_WAIT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(query: u64, lines: &str, killed: u64) -> ClientsAnswer {
+        ClientsAnswer { query, lines: lines.as_bytes().to_vec().into(), killed }
+    }
+
+    #[tokio::test]
+    async fn answers_gather_until_every_stream_asked_has_answered() {
+        let g = Gathers::default();
+        let (id, mut done) = g.open([1, 2]);
+        g.answered(1, answer(id, "id=1\n", 1));
+        // A stream not asked, and an unknown question, change nothing.
+        g.answered(3, answer(id, "id=3\n", 5));
+        g.answered(1, answer(id + 7, "id=9\n", 5));
+        assert!(done.try_recv().is_err(), "stream 2 still owes its answer");
+        // A second answer of stream 1 (a repeat) counts once.
+        g.answered(1, answer(id, "id=1\n", 1));
+        g.answered(2, answer(id, "id=2\n", 2));
+        done.await.expect("complete once both answered");
+        let reply = g.close(id);
+        assert_eq!((&reply.lines[..], reply.killed, reply.missing), (&b"id=1\nid=2\n"[..], 3, 0));
+        assert_eq!(g.close(id), ClientsReply::default(), "a closed question is gone");
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_is_struck_off_and_silent_ones_are_counted_missing() {
+        let g = Gathers::default();
+        let (id, mut done) = g.open([1, 2, 3]);
+        g.answered(2, answer(id, "id=2\n", 0));
+        g.gone(1);
+        assert!(done.try_recv().is_err(), "stream 3 has not answered");
+        let reply = g.close(id);
+        assert_eq!((&reply.lines[..], reply.missing), (&b"id=2\n"[..], 1));
+        let (_, done) = g.open([]);
+        done.await.expect("a question to nobody is complete at once");
+    }
+
+    #[test]
+    fn the_wait_is_bounded() {
+        assert_eq!(wait_of(0), DEFAULT_WAIT);
+        assert_eq!(wait_of(250), Duration::from_millis(250));
+        assert_eq!(wait_of(u32::MAX), MAX_WAIT);
+    }
+}
