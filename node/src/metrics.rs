@@ -141,6 +141,11 @@ fn files_pubsub_tracking(e: &mut Exposition, state: &NodeState, s: &NodeStats) {
             "Router Subscribe streams closed because the router fell behind (their queued messages were lost).",
             state.pubsub.overflows.load(std::sync::atomic::Ordering::Relaxed),
         )
+        .counter(
+            "shoal_node_monitor_lines_dropped_total",
+            "MONITOR lines not relayed to a router that had too many queued (its monitors miss them).",
+            state.pubsub.monitor_dropped.load(std::sync::atomic::Ordering::Relaxed),
+        )
         .gauge("shoal_node_pubsub_routers", "Routers with a Subscribe stream open.", s.pubsub_routers as f64)
         .gauge(
             "shoal_node_tracking_keys",

@@ -88,8 +88,6 @@ pub struct ClusterSettings {
     pub id: String,
 }
 
-/// A node id for this router process: 40 hex digits, as Redis's, random per start (Redis keeps
-/// its id in nodes.conf; a router keeps nothing, and clients only compare ids within one answer).
 /// This router's first client id. Clients of every router of a cluster meet in one CLIENT LIST
 /// and CLIENT KILL ID (crate::cmd::clients), so ids must not repeat across routers: each router
 /// draws a random tag (1..=65535) for the bits above 32 and counts below them. Two routers of
@@ -99,6 +97,8 @@ pub fn first_client_id() -> u64 {
     (fastrand::u64(1..=0xFFFF) << 32) | 1
 }
 
+/// A node id for this router process: 40 hex digits, as Redis's, random per start (Redis keeps
+/// its id in nodes.conf; a router keeps nothing, and clients only compare ids within one answer).
 pub fn new_node_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let state = std::collections::hash_map::RandomState::new();

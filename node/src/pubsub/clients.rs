@@ -92,6 +92,35 @@ impl Gathers {
     }
 }
 
+/// A question open in [`Gathers`]: closed when dropped, so that a call cancelled mid-wait (the
+/// asking router gave up or went away) leaves nothing behind.
+#[derive(Debug)]
+pub struct Question<'a> {
+    gathers: &'a Gathers,
+    id: u64,
+    closed: bool,
+}
+
+impl<'a> Question<'a> {
+    pub fn new(gathers: &'a Gathers, id: u64) -> Question<'a> {
+        Question { gathers, id, closed: false }
+    }
+
+    /// What came, and how many streams did not answer.
+    pub fn close(mut self) -> ClientsReply {
+        self.closed = true;
+        self.gathers.close(self.id)
+    }
+}
+
+impl Drop for Question<'_> {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.gathers.close(self.id);
+        }
+    }
+}
+
 /// How long a question waits, from what the asker allows (0: the default).
 pub fn wait_of(wait_ms: u32) -> Duration {
     match wait_ms {
@@ -137,6 +166,18 @@ mod tests {
         assert_eq!((&reply.lines[..], reply.missing), (&b"id=2\n"[..], 1));
         let (_, done) = g.open([]);
         done.await.expect("a question to nobody is complete at once");
+    }
+
+    #[test]
+    fn a_question_dropped_unanswered_is_closed() {
+        let g = Gathers::default();
+        let (id, _done) = g.open([1]);
+        drop(Question::new(&g, id));
+        assert!(g.open.lock().is_empty(), "nothing left behind");
+        let (id, _done) = g.open([1]);
+        g.answered(1, answer(id, "id=1\n", 0));
+        assert_eq!(&Question::new(&g, id).close().lines[..], b"id=1\n");
+        assert!(g.open.lock().is_empty());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub const ROUTER_BUFFER_LIMIT: usize = 64 << 20;
 /// What one router may have queued of invalidations before they coalesce into one
 /// `invalidate_all` (a share of [`ROUTER_BUFFER_LIMIT`], so that they alone never close it).
 pub const TRACKING_BUFFER_LIMIT: usize = ROUTER_BUFFER_LIMIT / 4;
+/// What one router may have queued of MONITOR lines; past it further lines are dropped (a
+/// share of [`ROUTER_BUFFER_LIMIT`], so that they alone never close the stream).
+pub const MONITOR_BUFFER_LIMIT: usize = ROUTER_BUFFER_LIMIT / 4;
 
 /// `Delivery.monitors`: some router monitors / none does any more.
 const MONITORS_ON: u32 = 1;
@@ -104,6 +107,11 @@ pub struct Outbox {
     pub router: AtomicU64,
     /// Some client of the router monitors (MONITOR): other routers' lines are relayed to it.
     monitoring: AtomicBool,
+    /// The router was last told that some other router monitors (`Delivery.monitors`).
+    told_monitors: AtomicBool,
+    /// Bytes of MONITOR lines queued and not yet taken (bounded apart: see
+    /// [`MONITOR_BUFFER_LIMIT`]).
+    monitor_bytes: AtomicUsize,
     /// Bytes of invalidations queued and not yet taken.
     tracking_bytes: AtomicUsize,
     /// An `invalidate_all` is queued and not yet taken: it covers every change made meanwhile
@@ -155,11 +163,31 @@ impl Outbox {
         if d.invalidate_all {
             self.flush_queued.store(false, Ordering::SeqCst);
         }
+        if !d.monitor_lines.is_empty() {
+            self.monitor_bytes.fetch_sub(lines_size(&d.monitor_lines), Ordering::Relaxed);
+        }
+    }
+
+    /// Queues MONITOR lines, or drops them (true) when the router already has
+    /// [`MONITOR_BUFFER_LIMIT`] of them queued: a monitor's traffic never closes the stream
+    /// other clients' messages ride.
+    fn push_lines(&self, lines: &[Bytes]) -> bool {
+        let n = lines_size(lines);
+        if self.monitor_bytes.fetch_add(n, Ordering::Relaxed) + n > MONITOR_BUFFER_LIMIT {
+            self.monitor_bytes.fetch_sub(n, Ordering::Relaxed);
+            return true;
+        }
+        self.push(Delivery { monitor_lines: lines.to_vec(), ..Default::default() });
+        false
     }
 }
 
+fn lines_size(lines: &[Bytes]) -> usize {
+    lines.iter().map(|l| l.len() + 4).sum()
+}
+
 fn delivery_size(d: &Delivery) -> usize {
-    let lines: usize = d.monitor_lines.iter().map(|l| l.len() + 4).sum();
+    let lines = lines_size(&d.monitor_lines);
     d.channel.len() + d.pattern.len() + d.payload.len() + invalidation_size(&d.invalidate) + lines + 16
 }
 
@@ -188,6 +216,35 @@ impl crate::store::tracking::Target for Outbox {
     }
 }
 
+/// The newest stream of each router (a router reconnecting may briefly hold two) among those
+/// `keep` accepts, but `origin`'s (0: none left out); streams that never named their router
+/// count as routers of their own.
+fn newest_per_router_streams(
+    reg: &Registry,
+    origin: u64,
+    keep: impl Fn(u64, &Outbox) -> bool,
+) -> Vec<(u64, Arc<Outbox>)> {
+    let mut newest: HashMap<u64, (u64, Arc<Outbox>)> = HashMap::new();
+    for (&stream, outbox) in &reg.routers {
+        let router = outbox.router.load(Ordering::Relaxed);
+        if (router != 0 && router == origin) || !keep(stream, outbox) {
+            continue;
+        }
+        let by = if router == 0 { u64::MAX - stream } else { router };
+        match newest.get(&by) {
+            Some((newer, _)) if *newer > stream => {}
+            _ => {
+                newest.insert(by, (stream, outbox.clone()));
+            }
+        }
+    }
+    newest.into_values().collect()
+}
+
+fn newest_per_router(reg: &Registry, origin: u64, keep: impl Fn(u64, &Outbox) -> bool) -> Vec<Arc<Outbox>> {
+    newest_per_router_streams(reg, origin, keep).into_iter().map(|(_, o)| o).collect()
+}
+
 /// The registry (one per node).
 #[derive(Debug, Default)]
 pub struct PubSub {
@@ -203,6 +260,8 @@ pub struct PubSub {
     pub clients: clients::Gathers,
     /// Streams whose router has a monitoring client (MONITOR).
     monitoring: AtomicUsize,
+    /// MONITOR lines dropped for routers with too many queued, for /metrics.
+    pub monitor_dropped: AtomicU64,
 }
 
 impl PubSub {
@@ -217,14 +276,14 @@ impl PubSub {
             tracking_token: AtomicU64::new(0),
             router: AtomicU64::new(0),
             monitoring: AtomicBool::new(false),
+            told_monitors: AtomicBool::new(false),
+            monitor_bytes: AtomicUsize::new(0),
             tracking_bytes: AtomicUsize::new(0),
             flush_queued: AtomicBool::new(false),
         });
         let mut reg = self.registry.write();
-        if self.monitoring.load(Ordering::Relaxed) > 0 {
-            outbox.push(Delivery { monitors: MONITORS_ON, ..Default::default() });
-        }
         reg.routers.insert(id, outbox.clone());
+        self.tell_monitors(&reg);
         (id, outbox, rx)
     }
 
@@ -234,7 +293,8 @@ impl PubSub {
         if let Some(outbox) = reg.routers.remove(&router) {
             reg.forget(router);
             if outbox.monitoring.swap(false, Ordering::Relaxed) {
-                self.monitoring_changed(&reg, false);
+                self.monitoring.fetch_sub(1, Ordering::Relaxed);
+                self.tell_monitors(&reg);
             }
         }
         drop(reg);
@@ -242,26 +302,30 @@ impl PubSub {
     }
 
     /// MONITOR across routers: stream `stream`'s router has a monitoring client now (or no
-    /// longer). While any router monitors, every router is told so (`Delivery.monitors`) and
-    /// sends its lines to one node, which relays them ([`PubSub::monitor_lines`]).
+    /// longer). Every router is told whether some *other* router monitors (`Delivery.monitors`);
+    /// while one does, it sends its lines to one node, which relays them
+    /// ([`PubSub::monitor_lines`]).
     pub fn set_monitoring(&self, stream: u64, on: bool) {
         let reg = self.registry.write();
         let Some(outbox) = reg.routers.get(&stream) else { return };
         if outbox.monitoring.swap(on, Ordering::Relaxed) != on {
-            self.monitoring_changed(&reg, on);
+            if on {
+                self.monitoring.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.monitoring.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.tell_monitors(&reg);
         }
     }
 
-    /// One stream more (`on`) or less monitors: the first and the last change tell every router.
-    fn monitoring_changed(&self, reg: &Registry, on: bool) {
-        let now = if on {
-            self.monitoring.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.monitoring.fetch_sub(1, Ordering::Relaxed) - 1
-        };
-        if now == usize::from(on) {
-            let monitors = if on { MONITORS_ON } else { MONITORS_OFF };
-            for outbox in reg.routers.values() {
+    /// Tells each router whose view changed whether some other router monitors (called under
+    /// the registry's write lock, after every change of who monitors or who is attached).
+    fn tell_monitors(&self, reg: &Registry) {
+        let total = self.monitoring.load(Ordering::Relaxed);
+        for outbox in reg.routers.values() {
+            let others = total > usize::from(outbox.monitoring.load(Ordering::Relaxed));
+            if outbox.told_monitors.swap(others, Ordering::Relaxed) != others {
+                let monitors = if others { MONITORS_ON } else { MONITORS_OFF };
                 outbox.push(Delivery { monitors, ..Default::default() });
             }
         }
@@ -273,22 +337,19 @@ impl PubSub {
     }
 
     /// MONITOR lines from stream `from`'s router (or, `from` 0, of this node's scripts): queued
-    /// for every monitoring router but that one.
+    /// for every other monitoring router, on its newest stream (a router reconnecting may
+    /// briefly hold two), and dropped for one that already has too many queued.
     pub fn monitor_lines(&self, from: u64, lines: Vec<Bytes>) {
         if lines.is_empty() {
             return;
         }
         let reg = self.registry.read();
         let origin = reg.routers.get(&from).map_or(0, |o| o.router.load(Ordering::Relaxed));
-        for (&stream, outbox) in &reg.routers {
-            let router = outbox.router.load(Ordering::Relaxed);
-            if stream == from
-                || (origin != 0 && router == origin)
-                || !outbox.monitoring.load(Ordering::Relaxed)
-            {
-                continue;
+        let monitoring = |stream: u64, o: &Outbox| stream != from && o.monitoring.load(Ordering::Relaxed);
+        for outbox in newest_per_router(&reg, origin, monitoring) {
+            if outbox.push_lines(&lines) {
+                self.monitor_dropped.fetch_add(lines.len() as u64, Ordering::Relaxed);
             }
-            outbox.push(Delivery { monitor_lines: lines.clone(), ..Default::default() });
         }
     }
 
@@ -296,29 +357,20 @@ impl PubSub {
     /// stream of each and gathers the answers for at most the question's wait.
     pub async fn ask_clients(&self, mut q: ClientsQuery) -> ClientsReply {
         let wait = clients::wait_of(q.wait_ms);
-        // One stream per router (a router reconnecting may briefly hold two: the newer one
-        // counts); streams that never named their router are each asked.
-        let mut asked: HashMap<u64, (u64, Arc<Outbox>)> = HashMap::new();
-        for (&stream, outbox) in &self.registry.read().routers {
-            let router = outbox.router.load(Ordering::Relaxed);
-            if router != 0 && router == q.origin {
-                continue;
+        // Opened under the registry's lock: a stream that ends after it is struck off by
+        // `detach`, never waited for.
+        let (question, done) = {
+            let reg = self.registry.read();
+            let asked = newest_per_router_streams(&reg, q.origin, |_, _| true);
+            let (id, done) = self.clients.open(asked.iter().map(|(stream, _)| *stream));
+            q.id = id;
+            for (_, outbox) in &asked {
+                outbox.push(Delivery { clients: Some(q.clone()), ..Default::default() });
             }
-            let by = if router == 0 { u64::MAX - stream } else { router };
-            match asked.get(&by) {
-                Some((newer, _)) if *newer > stream => {}
-                _ => {
-                    asked.insert(by, (stream, outbox.clone()));
-                }
-            }
-        }
-        let (id, done) = self.clients.open(asked.values().map(|(stream, _)| *stream));
-        q.id = id;
-        for (_, outbox) in asked.values() {
-            outbox.push(Delivery { clients: Some(q.clone()), ..Default::default() });
-        }
+            (clients::Question::new(&self.clients, id), done)
+        };
         let _ = tokio::time::timeout(wait, done).await;
-        self.clients.close(id)
+        question.close()
     }
 
     /// Routers with a stream open now.
@@ -466,8 +518,8 @@ impl Sink for PubSub {
         PubSub::monitored(self)
     }
 
-    fn monitor_line(&self, line: Bytes) {
-        self.monitor_lines(0, vec![line]);
+    fn monitor_lines(&self, lines: Vec<Bytes>) {
+        PubSub::monitor_lines(self, 0, lines);
     }
 }
 
@@ -563,6 +615,79 @@ mod tests {
             seen_overflow |= matches!(o, Out::Overflow);
         }
         assert!(seen_overflow, "the stream is told to close");
+    }
+
+    /// What one stream's queue holds now: (`monitors` values told, relayed lines).
+    fn monitor_traffic(rx: &mut mpsc::UnboundedReceiver<Out>) -> (Vec<u32>, Vec<String>) {
+        let (mut told, mut lines) = (Vec::new(), Vec::new());
+        while let Ok(o) = rx.try_recv() {
+            let Out::Delivery(d) = o else { panic!("not one delivery: {o:?}") };
+            if d.monitors != 0 {
+                told.push(d.monitors);
+            }
+            lines.extend(d.monitor_lines.iter().map(|l| String::from_utf8_lossy(l).into_owned()));
+        }
+        (told, lines)
+    }
+
+    #[test]
+    fn monitor_lines_reach_the_other_monitoring_routers_once_each() {
+        let ps = PubSub::default();
+        let (a, a_box, mut a_rx) = ps.attach();
+        let (b, b_box, mut b_rx) = ps.attach();
+        // Router A reconnected: two streams, the newer one counts.
+        let (a2, a2_box, mut a2_rx) = ps.attach();
+        // (What the stream task does with a request's `router`.)
+        for (outbox, router) in [(&a_box, 7), (&b_box, 8), (&a2_box, 7)] {
+            outbox.router.store(router, Ordering::Relaxed);
+        }
+        // A monitors (on both its streams): B is told some other router does; A is not (it is
+        // the only one), so it sends no lines for nobody.
+        ps.set_monitoring(a, true);
+        ps.set_monitoring(a2, true);
+        assert!(ps.monitored());
+        assert_eq!(monitor_traffic(&mut b_rx).0, [MONITORS_ON]);
+        // (A's two streams count each other as another monitoring stream: harmless, the lines
+        // are never sent back to their router.)
+        monitor_traffic(&mut a_rx);
+        monitor_traffic(&mut a2_rx);
+        // B's line reaches A once, on its newest stream; A's own line goes nowhere.
+        ps.monitor_lines(b, vec![Bytes::from_static(b"from B")]);
+        ps.monitor_lines(a2, vec![Bytes::from_static(b"from A")]);
+        ps.monitor_lines(0, vec![Bytes::from_static(b"lua")]);
+        assert_eq!(monitor_traffic(&mut a2_rx).1, ["from B", "lua"]);
+        assert_eq!(monitor_traffic(&mut a_rx).1, Vec::<String>::new());
+        assert_eq!(monitor_traffic(&mut b_rx).1, Vec::<String>::new(), "B does not monitor");
+        // A's last monitor leaves: B is told nobody does any more.
+        ps.set_monitoring(a, false);
+        ps.detach(a2);
+        assert!(!ps.monitored());
+        assert_eq!(monitor_traffic(&mut b_rx).0, [MONITORS_OFF]);
+        // A router that attaches while one monitors is told at once.
+        ps.set_monitoring(b, true);
+        let (_c, _c_box, mut c_rx) = ps.attach();
+        assert_eq!(monitor_traffic(&mut c_rx).0, [MONITORS_ON]);
+    }
+
+    #[test]
+    fn monitor_lines_a_router_does_not_read_are_dropped_without_closing_its_stream() {
+        let ps = PubSub::default();
+        let (a, outbox, mut rx) = ps.attach();
+        ps.set_monitoring(a, true);
+        let line = Bytes::from(vec![b'x'; 1 << 20]);
+        for _ in 0..(MONITOR_BUFFER_LIMIT >> 20) + 4 {
+            ps.monitor_lines(0, vec![line.clone()]);
+        }
+        assert!(!outbox.closed.load(Ordering::Relaxed), "pub/sub messages still flow");
+        assert!(ps.monitor_dropped.load(Ordering::Relaxed) >= 4);
+        let (_, lines) = monitor_traffic(&mut rx);
+        assert!(lines.len() < (MONITOR_BUFFER_LIMIT >> 20) + 1, "{} lines queued", lines.len());
+        // Taken off the queue (what the stream does), the budget is free again.
+        for _ in &lines {
+            outbox.taken(&Delivery { monitor_lines: vec![line.clone()], ..Default::default() });
+        }
+        ps.monitor_lines(0, vec![line.clone()]);
+        assert_eq!(monitor_traffic(&mut rx).1.len(), 1);
     }
 
     #[test]

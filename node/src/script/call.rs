@@ -41,6 +41,9 @@ pub struct RunCtx {
     pub denials: Vec<proto::AclDenial>,
     /// The commands run so far, one entry per name (for the router's INFO commandstats).
     pub calls: Vec<proto::ScriptCall>,
+    /// MONITOR's `[0 lua]` lines of the calls so far, while some router monitors: shown once
+    /// the run is over, unless it is given up to be sent again (its calls would show twice).
+    pub monitor: Vec<Bytes>,
     /// The other nodes this script holds, and its calls on their keys ([`super::reach`]).
     pub reach: Reach,
     /// Where the current call's keys live (`per_key`: each of its ops goes by its own key).
@@ -75,6 +78,7 @@ impl RunCtx {
             perms,
             denials: Vec::new(),
             calls: Vec::new(),
+            monitor: Vec::new(),
             reach,
             target: Place::Here,
             per_key: false,
@@ -125,11 +129,13 @@ pub fn call(ctx: &mut RunCtx, args: &[Bytes]) -> Frame {
 }
 
 /// MONITOR's `[0 lua]` line for a call that ran (Redis feeds it once the call is done), while
-/// some router's client monitors.
-fn monitor(ctx: &RunCtx, args: &[Bytes]) {
-    let Some(sink) = ctx.store.events.sink().filter(|s| s.monitored()) else { return };
+/// some router's client monitors; kept until the run is over ([`RunCtx::monitor`]).
+fn monitor(ctx: &mut RunCtx, args: &[Bytes]) {
+    if !ctx.store.events.sink().is_some_and(|s| s.monitored()) {
+        return;
+    }
     let micros = shoal_wire::clock::Clock::now_us(&shoal_wire::clock::SystemClock);
-    sink.monitor_line(shoal_wire::monitor::line(u128::from(micros), "lua", args));
+    ctx.monitor.push(shoal_wire::monitor::line(u128::from(micros), "lua", args));
 }
 
 fn checked(ctx: &mut RunCtx, args: &[Bytes]) -> Result<&'static ScriptCommand, String> {

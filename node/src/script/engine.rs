@@ -205,6 +205,8 @@ pub struct Outcome {
     pub denials: Vec<shoal_wire::proto::AclDenial>,
     /// The commands its calls ran (`RunCtx::calls`).
     pub calls: Vec<shoal_wire::proto::ScriptCall>,
+    /// MONITOR lines of its calls (`RunCtx::monitor`).
+    pub monitor: Vec<Bytes>,
     /// Its holds on other nodes, given back (`RunCtx::reach`: whether it reached a node, or was
     /// given up to be sent again).
     pub reach: Option<super::reach::Reach>,
@@ -300,6 +302,7 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
+                monitor: Vec::new(),
                 reach: Some(ctx.reach),
             };
         };
@@ -326,6 +329,7 @@ impl Engine {
                 written: Vec::new(),
                 denials: Vec::new(),
                 calls: Vec::new(),
+                monitor: Vec::new(),
                 reach: Some(ctx.reach),
             };
         };
@@ -367,12 +371,12 @@ impl Engine {
             Err(e) => F::error(format!("ERR Error running script {label}: {}", message(&e))),
         };
         // The context's holds on other nodes go back to the caller (`reach.rs`).
-        let (written, denials, calls, reach) = match self.lua.remove_app_data::<RunCtx>() {
-            Some(c) => (c.written, c.denials, c.calls, Some(c.reach)),
+        let (written, denials, calls, monitor, reach) = match self.lua.remove_app_data::<RunCtx>() {
+            Some(c) => (c.written, c.denials, c.calls, c.monitor, Some(c.reach)),
             None => Default::default(),
         };
         let _ = self.lua.gc_step();
-        Outcome { reply, written, denials, calls, reach }
+        Outcome { reply, written, denials, calls, monitor, reach }
     }
 
     fn set_arguments(&self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {

@@ -701,9 +701,10 @@ fn run_unlocked(
     }
     if let Some(given_up) = reach.given_up.take() {
         // Nothing was written: the router sends the script again, holding every node then
-        // (`reach::given_up_to_router`).
+        // (`reach::given_up_to_router`). Its calls show when that run makes them.
         return (given_up, Vec::new());
     }
+    at.store.events.monitor_lines(outcome.monitor);
     let returned = crate::commands::for_the_wire(outcome.reply, s.resp == 3);
     let reply = if outcome.denials.is_empty() && outcome.calls.is_empty() && !reached {
         frame(returned)

@@ -22,8 +22,8 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
     fn monitored(&self) -> bool {
         false
     }
-    /// A MONITOR line (a script's call), for every monitoring router.
-    fn monitor_line(&self, _line: bytes::Bytes) {}
+    /// MONITOR lines (a script's calls), for every monitoring router.
+    fn monitor_lines(&self, _lines: Vec<bytes::Bytes>) {}
 }
 
 /// The notification classes in force and the sink messages go to.
@@ -38,6 +38,13 @@ pub struct Events {
 }
 
 impl Events {
+    /// MONITOR lines (a script's calls) to the sink, for the monitoring routers.
+    pub fn monitor_lines(&self, lines: Vec<bytes::Bytes>) {
+        if let (false, Some(sink)) = (lines.is_empty(), self.sink.get()) {
+            sink.monitor_lines(lines);
+        }
+    }
+
     /// Installs the sink (once: a node has one registry for its life).
     pub fn set_sink(&self, sink: Arc<dyn Sink>) {
         let _ = self.sink.set(sink);

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,6 +34,7 @@ use shoal_wire::proto::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
@@ -45,6 +46,10 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long a link to a node that left keeps reading if the node does not end the stream.
 const RETIRE_GRACE: Duration = Duration::from_secs(30);
+/// The most MONITOR line bytes a link holds for its node (queued, not yet taken by the gRPC
+/// stream): past it, lines for other routers' monitors are dropped, never queued without bound
+/// behind a node that reads slowly.
+const LINE_BYTES_LIMIT: usize = 8 << 20;
 
 /// A change to this router's registrations, and who waits for the node to have applied it.
 #[derive(Debug, Default)]
@@ -68,6 +73,8 @@ pub struct Link {
     up: AtomicBool,
     /// The node says some router monitors (`Delivery.monitors`) on the open stream.
     monitors_elsewhere: AtomicBool,
+    /// MONITOR line bytes queued for the node and not yet taken by its stream.
+    line_bytes: Arc<AtomicUsize>,
     retired: watch::Sender<bool>,
 }
 
@@ -87,6 +94,7 @@ impl Link {
             client: Mutex::new(None),
             up: AtomicBool::new(false),
             monitors_elsewhere: AtomicBool::new(false),
+            line_bytes: Arc::default(),
             retired: watch::channel(false).0,
         });
         tokio::spawn(run(hub, backend, link.clone(), rx, stop));
@@ -121,6 +129,17 @@ impl Link {
     /// Queues a change for the node; false if the link has stopped.
     pub fn send(&self, change: Change) -> bool {
         self.changes.send(change).is_ok()
+    }
+
+    /// Queues a MONITOR line of this router's for the node to relay; dropped when the link
+    /// already holds [`LINE_BYTES_LIMIT`] of them.
+    pub fn send_line(&self, line: Bytes) {
+        let n = line.len();
+        if self.line_bytes.fetch_add(n, Ordering::Relaxed) + n > LINE_BYTES_LIMIT
+            || !self.send(Change { lines: vec![line], ..Change::default() })
+        {
+            release(&self.line_bytes, n);
+        }
     }
 
     pub fn is_up(&self) -> bool {
@@ -219,15 +238,29 @@ fn near_cache(
 /// A connected stream: its client, the requests' sender and the node's batches.
 type Open = (client::Client, mpsc::UnboundedSender<SubscribeRequest>, Streaming<PubSubBatch>);
 
-async fn connect(addr: &str, credentials: Credentials) -> Result<Open, String> {
+/// Takes `n` bytes off a MONITOR line budget (never below 0: a stream's end resets it while
+/// lines counted in it may still be on their way).
+fn release(budget: &AtomicUsize, n: usize) {
+    let _ = budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(n)));
+}
+
+fn line_bytes(lines: &[Bytes]) -> usize {
+    lines.iter().map(|l| l.len()).sum()
+}
+
+async fn connect(addr: &str, credentials: Credentials, budget: Arc<AtomicUsize>) -> Result<Open, String> {
     let options = ClientOptions::default().with_credentials(credentials);
     let mut client = client::connect(addr, &options).await.map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let response =
-        tokio::time::timeout(options.connect_timeout, client.subscribe(UnboundedReceiverStream::new(rx)))
-            .await
-            .map_err(|_| "timed out opening the stream".to_string())?
-            .map_err(|status| format!("stream refused: {}", status.message()))?;
+    // MONITOR lines leave the link's budget once the gRPC stream takes them.
+    let requests = UnboundedReceiverStream::new(rx).map(move |req: SubscribeRequest| {
+        release(&budget, line_bytes(&req.monitor_lines));
+        req
+    });
+    let response = tokio::time::timeout(options.connect_timeout, client.subscribe(requests))
+        .await
+        .map_err(|_| "timed out opening the stream".to_string())?
+        .map_err(|status| format!("stream refused: {}", status.message()))?;
     Ok((client, tx, response.into_inner()))
 }
 
@@ -279,7 +312,7 @@ async fn run<H: LinkHub>(
         if *stop.borrow() {
             return;
         }
-        match connect(&link.addr, backend.credentials()).await {
+        match connect(&link.addr, backend.credentials(), link.line_bytes.clone()).await {
             Ok(open) => {
                 connected_once = true;
                 backoff = MIN_BACKOFF;
@@ -306,7 +339,7 @@ async fn run<H: LinkHub>(
                 _ = tokio::time::sleep_until(until) => break,
                 change = changes.recv() => match change {
                     Some(Change { ack: Some(tx), .. }) if !connected_once => early.push(tx),
-                    Some(_) => {}
+                    Some(change) => release(&link.line_bytes, line_bytes(&change.lines)),
                     None => return,
                 },
                 _ = stop.wait_for(|s| *s) => return,
@@ -394,6 +427,8 @@ impl<H: LinkHub> Stream<'_, H> {
         };
         link.up.store(false, Ordering::Release);
         link.set_monitors_elsewhere(hub, false);
+        // Lines queued on the stream that ended are gone with it.
+        link.line_bytes.store(0, Ordering::Relaxed);
         // Invalidations sent while the stream is down are lost: forget what this node told us,
         // and serve nothing of it until a new stream is tracking.
         if let (Some(near), Some(lease)) = (hub.near(), &lease) {

@@ -413,13 +413,18 @@ impl Hub {
     /// the first monitor of this router registers it with every node.
     pub fn add_monitor(&self, queue: &Arc<subscriber::Subscriber>) {
         if self.monitors.add(queue) {
-            self.set_monitoring(true);
+            self.sync_monitoring();
         }
     }
 
-    fn set_monitoring(&self, on: bool) {
+    /// Tells the nodes whether this router has monitors now, if that changed. Decided and sent
+    /// under one lock, from the monitors' count as it is then: a first monitor added while the
+    /// last one is found gone cannot leave the nodes told the opposite of the final state.
+    fn sync_monitoring(&self) {
+        let links = self.links.lock();
+        let on = self.monitors.active();
         if self.monitoring.swap(on, Ordering::AcqRel) != on {
-            for link in self.links.lock().values() {
+            for link in links.values() {
                 link.send(Change { monitoring: Some(on), ..Change::default() });
             }
         }
@@ -436,12 +441,12 @@ impl Hub {
     /// another router monitors, through one node to it.
     pub fn monitor_line(&self, line: Bytes) {
         if self.monitors.active() && self.monitors.feed(std::slice::from_ref(&line), &self.limits) {
-            self.set_monitoring(false);
+            self.sync_monitoring();
         }
         if self.monitors_elsewhere.load(Ordering::Relaxed) != 0 {
             let links = self.links.lock();
             if let Some(link) = links.values().find(|l| l.is_up() && l.monitors_elsewhere()) {
-                link.send(Change { lines: vec![line], ..Change::default() });
+                link.send_line(line);
             }
         }
     }
@@ -451,13 +456,19 @@ impl Hub {
     /// router's deadline for their answers. This router's own clients are not included.
     pub async fn ask_clients(self: Arc<Self>, mut q: ClientsQuery) -> Result<ClientsReply, BackendError> {
         q.origin = self.token;
-        q.wait_ms = u32::try_from((self.deadline / 2).as_millis()).unwrap_or(u32::MAX);
+        q.wait_ms = u32::try_from((self.deadline / 2).as_millis()).unwrap_or(u32::MAX).max(1);
         let deadline = self.deadline;
-        self.ask_one_node(|link| {
+        // One deadline in all: a node that does not answer is not followed by another's full
+        // wait (and a KILL one node may have relayed is not sent twice after a timeout).
+        let asked = self.ask_one_node(|link| {
             let q = q.clone();
             async move { link.clients(q, deadline).await }
-        })
-        .await
+        });
+        tokio::time::timeout(deadline, asked).await.unwrap_or(Err(BackendError::Timeout {
+            node: 0,
+            addr: "any node".into(),
+            ms: deadline.as_millis() as u64,
+        }))
     }
 
     /// Tries the links, those up first, until one node answers.
@@ -580,11 +591,16 @@ impl LinkHub for Hub {
 
     fn monitor_lines(&self, lines: &[Bytes]) {
         if self.monitors.feed(lines, &self.limits) {
-            self.set_monitoring(false);
+            self.sync_monitoring();
         }
     }
 
     fn answer_clients(&self, q: &ClientsQuery) -> ClientsAnswer {
+        // A stream not yet named may be asked this router's own question: its clients are
+        // answered for by itself (and a relayed KILL knows nothing of SKIPME).
+        if q.origin == self.token {
+            return ClientsAnswer { query: q.id, ..ClientsAnswer::default() };
+        }
         self.clients.answer(q)
     }
 }
