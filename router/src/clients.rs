@@ -330,12 +330,12 @@ impl ClientType {
         }
     }
 
-    /// The name a [`ClientsQuery`] carries.
+    /// The name a [`ClientsQuery`] carries (one [`ClientType::parse`] reads back).
     fn wire(self) -> &'static str {
         match self {
             ClientType::Normal => "normal",
             ClientType::Pubsub => "pubsub",
-            ClientType::Other => "other",
+            ClientType::Other => "master",
         }
     }
 }
@@ -398,12 +398,9 @@ impl Filter {
     pub fn of_query(q: &ClientsQuery) -> Filter {
         Filter {
             ids: (!q.ids.is_empty()).then(|| q.ids.clone()),
-            kind: match q.kind.as_str() {
-                "" => None,
-                "normal" => Some(ClientType::Normal),
-                "pubsub" => Some(ClientType::Pubsub),
-                _ => Some(ClientType::Other),
-            },
+            // (A name this router does not know matches no client, as `Other`.)
+            kind: (!q.kind.is_empty())
+                .then(|| ClientType::parse(q.kind.as_bytes()).unwrap_or(ClientType::Other)),
             addr: q.has_addr.then(|| q.addr.clone()),
             laddr: q.has_laddr.then(|| q.laddr.clone()),
             user: q.has_user.then(|| Bytes::from(q.user.clone().into_bytes())),
@@ -510,6 +507,27 @@ mod tests {
 
     fn keys(line: &str) -> Vec<&str> {
         line.trim_end().split(' ').map(|f| f.split_once('=').unwrap().0).collect()
+    }
+
+    #[test]
+    fn a_filter_means_the_same_on_the_router_it_is_relayed_to() {
+        for kind in [ClientType::Normal, ClientType::Pubsub, ClientType::Other] {
+            let f = Filter {
+                ids: Some(vec![7, 9, 7]),
+                kind: Some(kind),
+                addr: Some(Bytes::from_static(b"127.0.0.1:5")),
+                laddr: Some(Bytes::new()),
+                user: Some(Bytes::from_static(b"lu")),
+                skip: None,
+            };
+            assert_eq!(Filter::of_query(&f.query(true)), f);
+        }
+        assert_eq!(Filter::of_query(&Filter::default().query(false)), Filter::default());
+        // Every id given was out of range: matches nothing there either (id 0 is never given).
+        let none = Filter::of_query(&Filter { ids: Some(Vec::new()), ..Filter::default() }.query(false));
+        assert_eq!(none.ids, Some(vec![0]));
+        // SKIPME stays with the asker (its caller is not another router's client).
+        assert_eq!(Filter::of_query(&Filter { skip: Some(3), ..Filter::default() }.query(true)).skip, None);
     }
 
     #[test]

@@ -442,11 +442,7 @@ async fn client_no_touch_leaves_access_times_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_list_and_kill_reach_the_clients_of_every_router() {
     let dir = tempfile::tempdir().unwrap();
-    let (_nodes, list) = support::procs::NodeProc::start_many(dir.path(), 3).await;
-    let a = support::router(&["--nodes", &list]).await;
-    let b = support::router(&["--nodes", &list]).await;
-    support::pubsub::wait_links(&a).await;
-    support::pubsub::wait_links(&b).await;
+    let (_nodes, a, b) = support::pubsub::two_routers(dir.path()).await;
 
     let mut admin = connect(a.resp_addr()).await;
     let mut on_a = connect(a.resp_addr()).await;

@@ -9,7 +9,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::Raw;
-use support::procs::NodeProc;
 use support::pubsub::{Sub, in_order, publish_all};
 
 /// Two routers in front of the same three nodes: messages published through either reach the
@@ -18,11 +17,7 @@ use support::pubsub::{Sub, in_order, publish_all};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_reach_subscribers_on_every_router_in_publish_order() {
     let dir = tempfile::tempdir().unwrap();
-    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
-    let a = support::router(&["--nodes", &list]).await;
-    let b = support::router(&["--nodes", &list]).await;
-    support::pubsub::wait_links(&a).await;
-    support::pubsub::wait_links(&b).await;
+    let (_nodes, a, b) = support::pubsub::two_routers(dir.path()).await;
 
     let mut a_channel = Sub::new(a.resp_addr(), &["news"], &[]).await;
     let mut a_pattern = Sub::new(a.resp_addr(), &[], &["n*"]).await;
@@ -254,11 +249,7 @@ async fn evictions_raise_evicted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_shows_every_router_s_commands_and_scripts_calls() {
     let dir = tempfile::tempdir().unwrap();
-    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
-    let a = support::router(&["--nodes", &list]).await;
-    let b = support::router(&["--nodes", &list]).await;
-    support::pubsub::wait_links(&a).await;
-    support::pubsub::wait_links(&b).await;
+    let (_nodes, a, b) = support::pubsub::two_routers(dir.path()).await;
 
     let mut monitor = Raw::connect(a.resp_addr()).await;
     assert_eq!(monitor.cmd(&["MONITOR"]).await, b"+OK\r\n");

@@ -101,3 +101,16 @@ pub fn in_order(got: &[(String, String)], publisher: &str, n: usize) -> Result<(
 pub async fn wait_links(router: &shoal_router::Router) {
     super::wait_until(Duration::from_secs(10), || router.state.pubsub.all_up()).await;
 }
+
+/// Two routers (in this process) in front of the same three node processes, their pub/sub
+/// links to every node up: the shape for what must reach across routers.
+pub async fn two_routers(
+    dir: &std::path::Path,
+) -> (Vec<super::procs::NodeProc>, shoal_router::Router, shoal_router::Router) {
+    let (nodes, list) = super::procs::NodeProc::start_many(dir, 3).await;
+    let a = super::router(&["--nodes", &list]).await;
+    let b = super::router(&["--nodes", &list]).await;
+    wait_links(&a).await;
+    wait_links(&b).await;
+    (nodes, a, b)
+}
