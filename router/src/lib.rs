@@ -25,6 +25,7 @@
 //! Below them, shared state that imports nothing above it: [`state`] (settings, the buffer
 //! budget and [`state::RouterState`], which holds the rest), [`session`] (per connection,
 //! MULTI's queue and WATCH list), [`clients`] (CLIENT LIST / KILL), [`pause`] (CLIENT PAUSE),
+//! [`keylocks`] (writes over keys of several nodes queue by key),
 //! [`acl`] (users and rules; the check is `shoal_wire::acl`, shared with the nodes), [`pubsub`]
 //! (this router's subscribers and one `Subscribe` stream per node, and CLIENT TRACKING's
 //! table), [`monitor`] (MONITOR's lines, queued like pub/sub messages), [`nearcache`]
@@ -49,6 +50,7 @@ pub mod front;
 pub mod fuzzing;
 pub mod guard;
 pub mod hotkeys;
+pub mod keylocks;
 pub mod latency;
 pub mod metrics;
 pub mod monitor;

@@ -385,6 +385,8 @@ pub struct RouterState {
     /// Scripts (by SHA, or function name) a node reported reaching an undeclared key of a node
     /// it did not hold: sent from then on to the first node, holding every node (`cmd/scripting.rs`).
     pub reaching_scripts: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Writes over keys of several nodes queue here by key (`crate::keylocks`).
+    pub key_locks: crate::keylocks::KeyLocks,
 }
 
 impl RouterState {
@@ -425,6 +427,7 @@ impl RouterState {
             hotkeys: crate::hotkeys::HotKeys::new(settings.hotkeys_capacity),
             idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
             reaching_scripts: Default::default(),
+            key_locks: Default::default(),
             settings,
         })
     }

@@ -24,6 +24,10 @@ pub enum BackendError {
     /// A unit's keys stayed in a slot moving between nodes until the deadline (nothing of it ran).
     #[error("a key of the transaction is in a slot moving between nodes; try again")]
     TryAgain,
+    /// A write over keys of several nodes (LMOVE, RENAME, ... across nodes) found its keys
+    /// changed by another writer at every attempt until the deadline (nothing of it ran).
+    #[error("the keys of this write over several nodes kept changing under it; try again")]
+    Contended,
     /// A transaction over several nodes whose commit a node did not answer: the nodes finish it
     /// among themselves (all of it or none, `backend::spread`), but its replies are lost.
     #[error(

@@ -395,7 +395,13 @@ impl Remote {
     /// A command over keys of several nodes that writes, made atomic: watch `keys`, run `plan`
     /// (its reads, and the writes that follow from them), apply the writes as one transaction
     /// over their nodes unless a watched key changed meanwhile (then again, until the deadline).
+    /// Writers of this router over the same keys queue for them (`crate::keylocks`); a retry
+    /// (a writer elsewhere changed a key) pauses at random first.
     async fn atomically(&self, keys: &[Bytes], job: Job<'_>) -> Step<Reply> {
+        let Some(_held) = self.state.key_locks.lock(keys, self.deadline).await else {
+            return Err(crate::backend::BackendError::Contended.into());
+        };
+        let mut round = 0;
         loop {
             let watched = self.watch(keys).await?;
             let versions: Vec<(Bytes, u64)> = watched.iter().map(|w| (w.key.clone(), w.version)).collect();
@@ -414,10 +420,15 @@ impl Remote {
             super::transaction::release(&self.state, versions);
             match outcome {
                 Ok(Some(reply)) => return Ok(reply),
-                Ok(None) if Instant::now() < self.deadline => {
+                Ok(None) => {
+                    let pause = crate::keylocks::backoff(round);
+                    if Instant::now() + pause >= self.deadline {
+                        return Err(crate::backend::BackendError::Contended.into());
+                    }
                     self.state.backend.metrics.transaction_retries.inc();
+                    round += 1;
+                    tokio::time::sleep(pause).await;
                 }
-                Ok(None) => return Err(crate::backend::BackendError::TryAgain.into()),
                 Err(e) => return Err(e),
             }
         }

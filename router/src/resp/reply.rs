@@ -73,10 +73,11 @@ pub enum Reply {
 }
 
 /// A node call's failure as a Redis error line (without the `-`): `TRYAGAIN` (Redis Cluster's
-/// code for "retry later") for a unit whose keys stayed in a moving slot, `ERR` for the rest.
+/// code for "retry later") for a unit whose keys stayed in a moving slot or a write whose keys
+/// kept changing, `ERR` for the rest.
 pub fn failure_text(e: &BackendError) -> String {
     match e {
-        BackendError::TryAgain => format!("TRYAGAIN {e}"),
+        BackendError::TryAgain | BackendError::Contended => format!("TRYAGAIN {e}"),
         _ => format!("ERR {e}"),
     }
 }
