@@ -1,5 +1,6 @@
 //! Key locks for this router's writes over keys of several nodes (LMOVE, SMOVE, RENAME, ...
-//! across nodes: `cmd::multi`).
+//! across nodes: `cmd::multi`), and node turns for its transactions over several nodes
+//! (`backend::spread`).
 //!
 //! Such a write is optimistic: it watches its keys, reads, and commits in two phases unless a
 //! watched key changed meanwhile, then goes again. Clients that move elements round the same
@@ -12,6 +13,16 @@
 //! Keys map to a fixed set of stripes; a write takes its keys' stripes in ascending order, so
 //! two writes never wait for each other in a circle. A stripe shared by unrelated keys only
 //! costs them some queueing.
+//!
+//! A transaction over several nodes holds each node's whole store gate from its prepare to its
+//! commit, and a node hands its gate to whichever prepare asks next after a 5 ms step, giving up
+//! at 250 ms (`node/src/twophase.rs`): fifty clients of one router running transactions over
+//! the same two nodes would wait there in no order, and some until their deadline. So the
+//! router queues its own transactions for the nodes first, first come first served, in a second
+//! set of stripes keyed by node address ([`KeyLocks::nodes`]); the node's gate then only sees
+//! other routers' transactions and scripts. Key stripes are always taken before node stripes
+//! (a write over several nodes commits by a transaction), never the other way round, so the two
+//! sets never make a circle either.
 
 use std::time::Duration;
 
@@ -20,6 +31,8 @@ use tokio::time::Instant;
 
 /// Stripes: enough that unrelated keys rarely share one, few enough to allocate up front.
 const STRIPES: usize = 1024;
+/// Stripes for node addresses (a cluster has tens of nodes, not thousands).
+const NODE_STRIPES: usize = 128;
 
 /// The stripes of one router.
 pub struct KeyLocks {
@@ -28,7 +41,7 @@ pub struct KeyLocks {
 
 impl Default for KeyLocks {
     fn default() -> Self {
-        KeyLocks { stripes: (0..STRIPES).map(|_| Mutex::new(())).collect() }
+        KeyLocks::with_stripes(STRIPES)
     }
 }
 
@@ -44,10 +57,20 @@ pub struct Held<'a> {
 }
 
 impl KeyLocks {
+    fn with_stripes(n: usize) -> Self {
+        KeyLocks { stripes: (0..n).map(|_| Mutex::new(())).collect() }
+    }
+
+    /// The node turns: stripes keyed by node address (see the module doc).
+    pub fn nodes() -> Self {
+        KeyLocks::with_stripes(NODE_STRIPES)
+    }
+
     /// Takes the stripes of `keys` (in ascending order), waiting until `deadline` at most
     /// (`None`: not all of them came in time; those taken are let go).
     pub async fn lock<K: AsRef<[u8]>>(&self, keys: &[K], deadline: Instant) -> Option<Held<'_>> {
-        let mut at: Vec<usize> = keys.iter().map(|k| stripe(k.as_ref())).collect();
+        let n = self.stripes.len();
+        let mut at: Vec<usize> = keys.iter().map(|k| stripe(k.as_ref(), n)).collect();
         at.sort_unstable();
         at.dedup();
         let mut guards = Vec::with_capacity(at.len());
@@ -58,13 +81,13 @@ impl KeyLocks {
     }
 }
 
-fn stripe(key: &[u8]) -> usize {
+fn stripe(key: &[u8], stripes: usize) -> usize {
     // FNV-1a: stable, cheap, and spreads short keys that differ in their last bytes.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    (h % STRIPES as u64) as usize
+    (h % stripes as u64) as usize
 }
 
 /// The pause before attempt `round` + 1 of a write whose watched keys changed: random, up to
@@ -87,10 +110,10 @@ mod tests {
         // A key in common waits, and gives up at its deadline.
         assert!(locks.lock(&[b"ring-b", b"ring-c"], soon()).await.is_none());
         // Keys on other stripes pass (these two are not on ring-a's or ring-b's).
-        let (a, b) = (stripe(b"ring-a"), stripe(b"ring-b"));
+        let (a, b) = (stripe(b"ring-a", STRIPES), stripe(b"ring-b", STRIPES));
         let other: Vec<String> = (0..100)
             .map(|i| format!("other-{i}"))
-            .filter(|k| ![a, b].contains(&stripe(k.as_bytes())))
+            .filter(|k| ![a, b].contains(&stripe(k.as_bytes(), STRIPES)))
             .collect();
         assert!(locks.lock(&other[..2], soon()).await.is_some());
         drop(held);

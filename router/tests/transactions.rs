@@ -352,6 +352,45 @@ async fn moves_between_nodes_are_atomic() {
     router.shutdown().await;
 }
 
+/// Forty clients of one router each run transactions over the same two node processes (the
+/// shape users deploy), one in flight: every EXEC commits. The router queues them for their
+/// nodes in order of arrival (`router/src/keylocks.rs`); left to wait at the nodes' gates (which
+/// serve whichever prepare asks next, and give up at 250 ms) some waited past their deadline
+/// and answered TRYAGAIN (loadtest/bench/transactions.py did, at 50 clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_transactions_over_the_same_two_nodes_all_commit() {
+    use support::procs::NodeProc;
+    const CLIENTS: usize = 40;
+    const EACH: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let router = support::router(&["--nodes", &list]).await;
+    let addr = router.resp_addr();
+    let mut admin = Raw::connect(addr).await;
+    let (a, b) = ("tally-a", "tally-b2");
+    assert_eq!(support::nodes_of(&mut admin, &[a, b]).await, 2, "the keys share a node");
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(tokio::spawn(async move {
+            let mut c = Raw::connect(addr).await;
+            for _ in 0..EACH {
+                let exec = multi_exec(&mut c, &[&["INCR", a], &["INCR", b]]).await;
+                let exec = String::from_utf8_lossy(&exec).into_owned();
+                assert!(exec.starts_with("*2\r\n:"), "an EXEC did not commit: {exec}");
+            }
+        }));
+    }
+    for c in clients {
+        tokio::time::timeout(Duration::from_secs(120), c).await.expect("clients finish").unwrap();
+    }
+    let n = (CLIENTS * EACH).to_string();
+    for key in [a, b] {
+        let got = String::from_utf8(admin.cmd(&["GET", key]).await).unwrap();
+        assert_eq!(got, format!("${}\r\n{n}\r\n", n.len()), "every transaction applied once on {key}");
+    }
+    router.shutdown().await;
+}
+
 /// A router killed (SIGKILL) while clients pipeline transactions over several nodes through it:
 /// every transaction is applied on all of its nodes or on none (the nodes finish what the router
 /// left among themselves: a prepared node lets go at its lease, a participant whose coordinator

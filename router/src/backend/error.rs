@@ -25,8 +25,11 @@ pub enum BackendError {
     #[error("a key of the transaction is in a slot moving between nodes; try again")]
     TryAgain,
     /// A write over keys of several nodes (LMOVE, RENAME, ... across nodes) found its keys
-    /// changed by another writer at every attempt until the deadline (nothing of it ran).
-    #[error("the keys of this write over several nodes kept changing under it; try again")]
+    /// changed by another writer at every attempt, or a transaction over several nodes waited
+    /// behind this router's others for its nodes, until the deadline (nothing of it ran).
+    #[error(
+        "other clients kept the keys or nodes of this command over several nodes busy until its deadline; try again"
+    )]
     Contended,
     /// A transaction over several nodes whose commit a node did not answer: the nodes finish it
     /// among themselves (all of it or none, `backend::spread`), but its replies are lost.

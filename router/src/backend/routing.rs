@@ -197,6 +197,9 @@ pub struct Backend {
     /// it replaced (a failover or a hand-over): WAIT counts no replica for writes made before
     /// it (see `cmd/blocking.rs`, `wait`).
     primaries_changed: AtomicU64,
+    /// This router's transactions over several nodes queue here for their nodes
+    /// (`crate::keylocks`), rather than at the nodes' gates.
+    pub(super) node_turns: crate::keylocks::KeyLocks,
 }
 
 impl std::fmt::Debug for Backend {
@@ -250,6 +253,7 @@ impl Backend {
             credentials,
             near: std::sync::OnceLock::new(),
             primaries_changed: AtomicU64::new(0),
+            node_turns: crate::keylocks::KeyLocks::nodes(),
         };
         backend.install(topology);
         Arc::new(backend)

@@ -103,10 +103,10 @@ impl Backend {
     ) -> Result<SpreadOutcome, AtomicError> {
         let nodes_then = routing.len();
         let (ops, watches) = (&ops, &watches);
-        let first = self.spread_attempt(routing.clone(), ops, watches, nodes_then);
+        let first = self.spread_attempt(routing.clone(), ops, watches, nodes_then, deadline);
         let again = |routing: Arc<Routing>| {
             self.metrics.transaction_retries.inc();
-            self.spread_attempt(routing, ops, watches, nodes_then)
+            self.spread_attempt(routing, ops, watches, nodes_then, deadline)
         };
         let result = match self.settle(first, again, deadline).await {
             Ok(Attempt::Done(outcome)) => Ok(outcome),
@@ -128,11 +128,18 @@ impl Backend {
         ops: &[(usize, Op)],
         watches: &[proto::Watched],
         nodes_then: usize,
+        deadline: Instant,
     ) -> Result<Outcome<Attempt>, BackendError> {
         let parts = match place(&routing, ops, watches, nodes_then) {
             Placed::Parts(parts) => parts,
             Placed::Spread => return Ok(Outcome::Done(Attempt::Spread)),
             Placed::Changed => return Err(BackendError::Unsettled),
+        };
+        // This router's transactions take turns at their nodes, in order of arrival
+        // (`crate::keylocks`): the nodes' gates would serve them in no order.
+        let addrs: Vec<&str> = parts.keys().map(|&pos| &routing.nodes[pos].ident().addr[..]).collect();
+        let Some(_turns) = self.node_turns.lock(&addrs, deadline).await else {
+            return Err(BackendError::Contended);
         };
         let txid = Bytes::copy_from_slice(&fastrand::u128(..).to_be_bytes());
         let mut prepared: Vec<(Arc<dyn NodePort>, Vec<usize>)> = Vec::with_capacity(parts.len());
