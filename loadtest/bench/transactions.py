@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""MULTI/EXEC throughput: Shoal (router, 1 thread, 3 embedded nodes) against one redis-server.
+"""MULTI/EXEC throughput: Shoal as the chart runs it (a router and 3 shoal-node processes, the
+cluster secret on) and in one process (router, 1 thread, 3 embedded nodes) against one redis-server.
 
     python3 loadtest/bench/transactions.py [--transactions N] [--connections C] [--depths 1,16]
-                                           [--rounds R] [--write-docs]
+                                           [--rounds R] [--keys one,several]
+                                           [--baseline-router BIN --baseline-node BIN] [--write-docs]
 
 Each transaction is `MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` on keys of its own
 connection (one hashtag, so one Shoal node); `--keys several` runs the same on two keys without a
@@ -12,7 +14,9 @@ generator (this script, pinned to its own core) checks every reply by comparing 
 almost nothing per transaction. C connections each keep D transactions in flight (D=1: one at a
 time; D=16: sixteen sent in one write), N transactions in all. Reported per system: transactions
 per second and server CPU-us per transaction (what the run cost the server processes, whatever
-limited the rate), median of R interleaved rounds, and Shoal's ratio to redis-server.
+limited the rate), median of R interleaved rounds, and Shoal's ratio to redis-server. With
+`--baseline-router` and `--baseline-node`, another build runs in the processes shape in the same
+rounds (A/B).
 """
 import argparse
 import selectors
@@ -22,6 +26,7 @@ import sys
 import time
 
 import common
+import replicas
 
 VALUE = b"v" * 16
 
@@ -101,6 +106,17 @@ def run(port, total, connections, depth, spread=False):
     return elapsed, per_conn * connections * depth
 
 
+PROCESSES = "shoal (router + 3 node processes, secret on)"
+EMBEDDED = "shoal (embedded, 1 thread)"
+
+
+def processes(node_bin, router_bin, name):
+    """Shoal as the chart runs it, on the server CPU: (resp port, [router and node pids])."""
+    roles = {}
+    port = replicas.node_cluster(node_bin, router_bin, False, name=name, roles=roles)
+    return port, roles["router"] + roles["primaries"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--transactions", type=int, default=100_000)
@@ -108,13 +124,24 @@ def main():
     ap.add_argument("--depths", default="1,16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keys", default="one", help="one (a hashtag: one node), several (two nodes), or both")
+    ap.add_argument("--baseline-router")
+    ap.add_argument("--baseline-node")
+    ap.add_argument("--baseline-label", default="baseline")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     kinds = args.keys.split(",")
     if any(k not in ("one", "several") for k in kinds):
         sys.exit("--keys takes one, several or one,several")
-    targets = common.shoal_vs_redis()
+    if bool(args.baseline_router) != bool(args.baseline_node):
+        sys.exit("--baseline-router and --baseline-node go together")
+    targets = {PROCESSES: processes(*common.binaries(), "tx")}
+    if args.baseline_router:
+        targets[f"shoal {args.baseline_label} (processes)"] = processes(args.baseline_node, args.baseline_router,
+                                                                        "tx-base")
+    embedded = common.shoal_vs_redis()
+    targets[EMBEDDED] = embedded["shoal"]
+    targets["redis"] = embedded["redis"]
     if common.CLIENT_CPUS is not None:
         import os
         os.sched_setaffinity(0, {int(common.CLIENT_CPUS)})
@@ -138,24 +165,27 @@ def main():
         f"Machine: {common.machine()}; 1-minute load average {load_before:.1f} at the start, "
         f"{load_after:.1f} at the end. Command: `python3 loadtest/bench/transactions.py --transactions "
         f"{args.transactions} --connections {args.connections} --depths {args.depths} --rounds {args.rounds}"
-        f" --keys {args.keys}"
+        f" --keys {args.keys}{' --baseline-router BIN --baseline-node BIN' if args.baseline_router else ''}"
         f"{' --write-docs' if args.write_docs else ''}` (median of {args.rounds} interleaved rounds; servers "
         f"pinned to CPU {common.SERVER_CPUS}, the load generator to CPU {common.CLIENT_CPUS}). One transaction: "
         "`MULTI; SET {tx:c}a v; SET {tx:c}b v; GET {tx:c}a; EXEC` (16-byte values), every reply checked; "
         "keys on several nodes: the same over `tx:c:a` and a `tx:c:b<k>` on another node (two phases).",
         "",
-        "| keys | in flight per connection | Shoal tx/s | redis tx/s | Shoal/redis | Shoal CPU-us/tx | redis CPU-us/tx |",
-        "|---|---|---|---|---|---|---|",
+        "| target | keys | in flight per connection | tx/s | / redis | server CPU-us/tx |",
+        "|---|---|---|---|---|---|",
     ]
     for kind in kinds:
         for depth in depths:
-            (st, sc), (rt, rc) = med[("shoal", kind, depth)], med[("redis", kind, depth)]
+            rt = med[("redis", kind, depth)][0]
             label = "one node" if kind == "one" else "two nodes"
-            lines.append(f"| {label} | {depth} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f}x | {sc:.1f} | {rc:.1f} |")
+            for name in targets:
+                t, c = med[(name, kind, depth)]
+                lines.append(f"| {name} | {label} | {depth} | {t:,.0f} | {t / rt:.2f}x | {c:.1f} |")
     body = "\n".join(lines)
     print(body)
     if args.write_docs:
-        common.write_docs("transactions", body)
+        # An A/B against another build is a section of its own beside the main table.
+        common.write_docs("transactions-ab" if args.baseline_router else "transactions", body)
 
 
 if __name__ == "__main__":
