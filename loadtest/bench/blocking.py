@@ -26,15 +26,6 @@ import time
 
 import common
 import replicas
-from transactions import node_of
-
-
-def keys_for(c, spread):
-    if not spread:
-        return b"{q:%d}a" % c, b"{q:%d}b" % c
-    a = b"q:%d:a" % c
-    b = next(b"q:%d:b%d" % (c, k) for k in range(1000) if node_of(b"q:%d:b%d" % (c, k)) != node_of(a))
-    return a, b
 
 
 class Conn:
@@ -61,15 +52,15 @@ def run(port, wakes, consumers, spread):
     producer = Conn(port)
     cons = []
     for c in range(consumers):
-        a, b = keys_for(c, spread)
+        a, b = common.key_pair(b"q", c, spread)
         producer.send("DEL", a, b)
         producer.read()
         conn = Conn(port)
         conn.send("BLPOP", a, b, "0")
         cons.append((conn, a, b))
-    # Every consumer is blocked before the first push (a push before its BLPOP would be served
-    # at once and measure nothing): CLIENT LIST's count would differ between targets, so wait
-    # for the slowest the simple way.
+    # Every consumer should be blocked before the first push (a push that comes before its
+    # BLPOP is served at once, which would flatter the target): a fixed pause, the same for
+    # every target. Later wakes are safe: a consumer blocks again while the others are woken.
     time.sleep(0.5)
     lat = []
     for i in range(wakes):

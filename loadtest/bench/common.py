@@ -57,6 +57,32 @@ def resp_read(f):
     raise ConnectionError(f"unexpected reply {line!r}")
 
 
+def crc16(data):
+    """Redis Cluster's key hash (CRC16/XMODEM)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def node_of(key, nodes=3):
+    """The node of `key` in an even split of the 16384 slots over `nodes` (no hashtags here)."""
+    return (crc16(key) % 16384) * nodes // 16384
+
+
+def key_pair(prefix, c, spread):
+    """Two keys of client `c`: on one node (`{prefix:c}a`, `{prefix:c}b`: one hashtag) or, with
+    `spread`, on two nodes of 3 (`prefix:c:a` and the first `prefix:c:b<k>` on another node)."""
+    if not spread:
+        return b"{%s:%d}a" % (prefix, c), b"{%s:%d}b" % (prefix, c)
+    a = b"%s:%d:a" % (prefix, c)
+    b = next(k for k in (b"%s:%d:b%d" % (prefix, c, i) for i in range(1000)) if node_of(k) != node_of(a))
+    return a, b
+
+
 def say(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

@@ -31,32 +31,8 @@ import replicas
 VALUE = b"v" * 16
 
 
-def crc16(data):
-    """Redis Cluster's key hash (CRC16/XMODEM)."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
-def node_of(key, nodes=3):
-    """The node of `key` in an even split of the 16384 slots over `nodes` (no hashtags here)."""
-    return (crc16(key) % 16384) * nodes // 16384
-
-
-def keys_for(c, spread):
-    if not spread:
-        return b"{tx:%d}a" % c, b"{tx:%d}b" % c
-    a = b"tx:%d:a" % c
-    b = next(b"tx:%d:b%d" % (c, k) for k in range(1000) if node_of(b"tx:%d:b%d" % (c, k)) != node_of(a))
-    return a, b
-
-
 def transaction(c, spread=False):
-    a, b = keys_for(c, spread)
+    a, b = common.key_pair(b"tx", c, spread)
     commands = [(b"MULTI",), (b"SET", a, VALUE), (b"SET", b, VALUE), (b"GET", a), (b"EXEC",)]
     request = b"".join(common.resp_encode(*c) for c in commands)
     reply = b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n+OK\r\n+OK\r\n$%d\r\n%s\r\n" % (len(VALUE), VALUE)

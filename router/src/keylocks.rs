@@ -81,13 +81,9 @@ impl KeyLocks {
     }
 }
 
+/// A key's stripe: by its slot (keys of one `{hashtag}` share a stripe, as they share a node).
 fn stripe(key: &[u8], stripes: usize) -> usize {
-    // FNV-1a: stable, cheap, and spreads short keys that differ in their last bytes.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % stripes as u64) as usize
+    usize::from(shoal_wire::key_slot(key)) % stripes
 }
 
 /// The pause before attempt `round` + 1 of a write whose watched keys changed: random, up to
