@@ -37,18 +37,36 @@ impl RouterProc {
         RouterProc { child, resp, http, log }
     }
 
-    /// Starts it and waits (at most 30 s) until its HTTP port answers `/healthz`.
+    /// Starts it and waits (at most 30 s) until its HTTP port answers `/healthz`. A free port
+    /// taken by another test between `free_port` and the router's bind (CI met it) is drawn
+    /// again, twice at most.
     pub async fn start(dir: &Path, name: &str, args: &[&str]) -> RouterProc {
+        for _ in 0..2 {
+            let mut r = RouterProc::spawn(dir, name, args);
+            match r.serving().await {
+                Ok(()) => return r,
+                Err(logs) if logs.contains("cannot listen on") && logs.contains("Address already in use") => {
+                }
+                Err(logs) => panic!("{logs}"),
+            }
+        }
         let mut r = RouterProc::spawn(dir, name, args);
         r.wait_serving().await;
         r
     }
 
     pub async fn wait_serving(&mut self) {
+        if let Err(logs) = self.serving().await {
+            panic!("{logs}");
+        }
+    }
+
+    /// Waits until serving; `Err` (why, with its logs) if it exited first.
+    async fn serving(&mut self) -> Result<(), String> {
         let start = Instant::now();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("router exited early ({status}):\n{}", self.logs());
+                return Err(format!("router exited early ({status}):\n{}", self.logs()));
             }
             // The HTTP listener may bind after the RESP one (CI once met its port still closed):
             // asked only once it accepts connections.
@@ -56,7 +74,7 @@ impl RouterProc {
                 && tokio::net::TcpStream::connect(self.http).await.is_ok()
                 && super::http_get(self.http, "/healthz").await.contains("200 OK")
             {
-                return;
+                return Ok(());
             }
             assert!(start.elapsed() < Duration::from_secs(30), "router did not start:\n{}", self.logs());
             tokio::time::sleep(Duration::from_millis(50)).await;
