@@ -609,6 +609,7 @@ async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
                 rec.clone(),
                 stop_at,
                 seed ^ p as u64,
+                history::Confirm::Wait,
             ))
         })
         .collect();

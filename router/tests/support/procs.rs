@@ -25,13 +25,37 @@ impl RouterProc {
         let (resp, http) = (free_port(), free_port());
         let resp: SocketAddr = format!("127.0.0.1:{resp}").parse().unwrap();
         let http: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+        RouterProc::spawn_at(dir, name, resp, http, args, false)
+    }
+
+    /// SIGKILLs it and starts it again on the same ports (its log goes on in the same file), as
+    /// a restarted pod behind the same address; returns once it serves.
+    pub async fn restart(&mut self, dir: &Path, name: &str, args: &[&str]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut again = RouterProc::spawn_at(dir, name, self.resp, self.http, args, true);
+        again.wait_serving().await;
+        std::mem::swap(self, &mut again);
+    }
+
+    /// `append`: its log goes on after what the file holds (else the file starts empty).
+    fn spawn_at(
+        dir: &Path,
+        name: &str,
+        resp: SocketAddr,
+        http: SocketAddr,
+        args: &[&str],
+        append: bool,
+    ) -> RouterProc {
         let log = dir.join(format!("{name}.log"));
+        let file =
+            std::fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(&log);
         let child = super::shoal("shoal-router")
             .args(["--resp", &resp.to_string(), "--http", &http.to_string()])
             .args(args)
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .stderr(Stdio::from(file.unwrap()))
             .spawn()
             .unwrap();
         RouterProc { child, resp, http, log }
@@ -116,7 +140,17 @@ pub struct NodeProc {
 impl NodeProc {
     /// Starts `shoal-node --listen 127.0.0.1:<free port>` with `args`; returns once it accepts
     /// TCP connections (at most 30 s).
+    /// A free port taken by another test between `free_port` and the node's bind is drawn
+    /// again, twice at most (as for [`RouterProc::start`]).
     pub async fn start(dir: &Path, name: &str, args: &[&str]) -> NodeProc {
+        for _ in 0..2 {
+            match NodeProc::serving_at(dir, name, &format!("127.0.0.1:{}", free_port()), args).await {
+                Ok(node) => return node,
+                Err(logs) if logs.contains("cannot listen on") && logs.contains("Address already in use") => {
+                }
+                Err(logs) => panic!("{logs}"),
+            }
+        }
         NodeProc::start_at(dir, name, &format!("127.0.0.1:{}", free_port()), args).await
     }
 
@@ -132,21 +166,42 @@ impl NodeProc {
 
     /// Like [`NodeProc::start`], on a given address (a node restarting where it was).
     pub async fn start_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> NodeProc {
+        NodeProc::serving_at(dir, name, addr, args).await.unwrap_or_else(|logs| panic!("{logs}"))
+    }
+
+    /// Starts it and waits (at most 30 s) until it serves on `addr`; `Err` (why, with its logs)
+    /// if it exited first. Serving means its own log says so: a port that accepts connections may
+    /// be another process's (the race `start` redraws for), this node having failed to bind it.
+    async fn serving_at(dir: &Path, name: &str, addr: &str, args: &[&str]) -> Result<NodeProc, String> {
         let addr = addr.to_string();
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let log = dir.join(format!("{name}.log"));
         let child = super::shoal("shoal-node")
             .args(["--listen", &addr])
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
             .spawn()
             .unwrap();
+        let mut node = NodeProc { child, addr };
+        // Without RUST_LOG the node logs at info and says when it serves; with it, that line may
+        // be filtered out, and an accepting port is taken as the sign.
+        let says_serving =
+            |logs: &str| std::env::var_os("RUST_LOG").is_some() || logs.contains("node serving gRPC");
         let start = Instant::now();
-        while tokio::net::TcpStream::connect(&addr).await.is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "node {name} did not start");
+        loop {
+            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+            if let Ok(Some(status)) = node.child.try_wait() {
+                return Err(format!("node {name} exited early ({status}):\n{}", logs()));
+            }
+            if tokio::net::TcpStream::connect(&node.addr).await.is_ok() && says_serving(&logs()) {
+                return Ok(node);
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                node.kill();
+                return Err(format!("node {name} did not start within 30 s:\n{}", logs()));
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        NodeProc { child, addr }
     }
 
     /// SIGKILL, and reap it.
