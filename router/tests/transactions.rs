@@ -360,17 +360,24 @@ async fn moves_between_nodes_are_atomic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_transactions_over_the_same_two_nodes_all_commit() {
     use support::procs::NodeProc;
-    const CLIENTS: usize = 40;
-    const EACH: usize = 25;
     let dir = tempfile::tempdir().unwrap();
     let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
     let router = support::router(&["--nodes", &list]).await;
-    let addr = router.resp_addr();
-    let mut admin = Raw::connect(addr).await;
+    every_transaction_commits(&[router.resp_addr()]).await;
+    router.shutdown().await;
+}
+
+/// 40 clients, spread over `routers`, each run 25 MULTI/EXECs of INCRs of two keys on two
+/// nodes; every EXEC must commit and every increment be applied once.
+async fn every_transaction_commits(routers: &[std::net::SocketAddr]) {
+    const CLIENTS: usize = 40;
+    const EACH: usize = 25;
+    let mut admin = Raw::connect(routers[0]).await;
     let (a, b) = ("tally-a", "tally-b2");
     assert_eq!(support::nodes_of(&mut admin, &[a, b]).await, 2, "the keys share a node");
     let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+    for i in 0..CLIENTS {
+        let addr = routers[i % routers.len()];
         clients.push(tokio::spawn(async move {
             let mut c = Raw::connect(addr).await;
             for _ in 0..EACH {
@@ -388,7 +395,19 @@ async fn many_clients_transactions_over_the_same_two_nodes_all_commit() {
         let got = String::from_utf8(admin.cmd(&["GET", key]).await).unwrap();
         assert_eq!(got, format!("${}\r\n{n}\r\n", n.len()), "every transaction applied once on {key}");
     }
-    router.shutdown().await;
+}
+
+/// The same over two router processes, half the clients on each: the routers' turns order only
+/// their own transactions, so here the two routers' prepares meet at the nodes' gates, which
+/// must serve both in time (every EXEC commits, none runs out of its deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_of_two_routers_transactions_over_the_same_two_nodes_all_commit() {
+    use support::procs::{NodeProc, RouterProc};
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, list) = NodeProc::start_many(dir.path(), 3).await;
+    let rt0 = RouterProc::start(dir.path(), "rt0", &["--nodes", &list]).await;
+    let rt1 = RouterProc::start(dir.path(), "rt1", &["--nodes", &list]).await;
+    every_transaction_commits(&[rt0.resp, rt1.resp]).await;
 }
 
 /// A router killed (SIGKILL) while clients pipeline transactions over several nodes through it:
