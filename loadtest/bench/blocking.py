@@ -59,9 +59,13 @@ def run(port, wakes, consumers, spread):
         conn.send("BLPOP", a, b, "0")
         cons.append((conn, a, b))
     # Every consumer should be blocked before the first push (a push that comes before its
-    # BLPOP is served at once, which would flatter the target): a fixed pause, the same for
-    # every target. Later wakes are safe: a consumer blocks again while the others are woken.
-    time.sleep(0.5)
+    # BLPOP is served at once, which would flatter the target): INFO's `blocked_clients` is
+    # polled until it counts them all (at most 5 s: a build that answers a BLPOP over two nodes
+    # CROSSSLOT blocks none, and its first read below says so). Later wakes are safe: a consumer
+    # blocks again while the others are woken.
+    until = time.monotonic() + 5
+    while blocked(producer) < consumers and time.monotonic() < until:
+        time.sleep(0.01)
     lat = []
     for i in range(wakes):
         conn, a, b = cons[i % consumers]
@@ -80,6 +84,17 @@ def run(port, wakes, consumers, spread):
         conn.send("BLPOP", a, b, "0")
     close(cons, producer)
     return lat
+
+
+def blocked(conn):
+    """INFO clients' `blocked_clients` on `conn`'s server."""
+    conn.send("INFO", "clients")
+    info = conn.read()
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    for line in info.splitlines():
+        if line.startswith("blocked_clients:"):
+            return int(line.split(":", 1)[1])
+    return 0
 
 
 def close(cons, producer):
