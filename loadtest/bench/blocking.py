@@ -61,11 +61,13 @@ def run(port, wakes, consumers, spread):
     # Every consumer should be blocked before the first push (a push that comes before its
     # BLPOP is served at once, which would flatter the target): INFO's `blocked_clients` is
     # polled until it counts them all (at most 5 s: a build that answers a BLPOP over two nodes
-    # CROSSSLOT blocks none, and its first read below says so). Later wakes are safe: a consumer
-    # blocks again while the others are woken.
+    # CROSSSLOT blocks none, and its first read below says so), then 50 ms more (a Shoal router
+    # counts a client blocked as it sends the wait to its node, a little before the node has
+    # it). Later wakes are safe: a consumer blocks again while the others are woken.
     until = time.monotonic() + 5
     while blocked(producer) < consumers and time.monotonic() < until:
         time.sleep(0.01)
+    time.sleep(0.05)
     lat = []
     for i in range(wakes):
         conn, a, b = cons[i % consumers]

@@ -20,8 +20,8 @@ import (
 //   - wr: T2 read the list up to T1's element (the last confirmed element it holds);
 //   - rw: T1 read the list up to the element before T2's (T2's confirmed append came after
 //     the state T1 saw: an anti-dependency);
-//   - rt: T1 completed before T2 was invoked (real time). With single-node transactions, each
-//     op touches one group of lists (one list, or the pair a transaction writes), and
+//   - rt: T1 completed before T2 was invoked (real time). Each op touches one group of lists
+//     (one list, or the lists a transaction writes, on one node or several), and
 //     linearizability is local: real-time edges within a group are enough for the whole
 //     history to be strictly serializable, so they are only drawn within a group. Each group
 //     of one key generation (lists get new keys every 20 s) is a graph of its own: a few

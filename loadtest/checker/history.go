@@ -20,13 +20,15 @@ import (
 //   - "set" (Value) and "get" (Read: the value, or nil for a missing key) are register ops;
 //   - "append" (Value, pushed to the list Key) and "read" (List: the whole list) are list ops;
 //   - "mappend" (Value pushed to every list of Keys in one transaction) and "mread" (Lists: every
-//     list of Keys, read in one transaction) are transactions over lists on one node.
+//     list of Keys, read in one transaction) are transactions over lists (on one node, or on
+//     several: router/tests/transaction_history.rs).
 //
 // Values and list elements are interned (Elem): a long run's lists are read whole millions of
 // times, and as strings they held about 6 GB of memory per GB of history.
 //
 // Outcome "ok": the op took effect (a write: acknowledged *and* confirmed by WAIT 1, the only
-// writes Shoal promises to keep through a failover); "fail": it certainly did not (a failed read
+// writes Shoal promises to keep through a failover; or only acknowledged, where the test kills
+// no node and runs none with replicas); "fail": it certainly did not (a failed read
 // has no effect; the clients record no write as failed today, and an element of a failed append
 // in a read is an aborted read, G1a); "unknown": it may or may not have taken effect, and an effect
 // may later be lost (a write acknowledged without a WAIT confirmation, a timeout, an error).

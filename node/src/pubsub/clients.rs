@@ -20,6 +20,11 @@ use tokio::sync::oneshot;
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// The wait when the asker names none.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(1);
+/// The most a question gathers of the routers' lines: what would take a reply past gRPC's
+/// message limit (`shoal_wire::client::MAX_MESSAGE_BYTES`, 64 MiB) would fail it whole, and a
+/// node's memory is its data's. A router's answer that would pass it is left out and counted
+/// among the routers that did not answer (tens of thousands of clients fit).
+pub const MAX_LINES: usize = 32 << 20;
 
 /// One question on its way: the streams that still owe an answer, and what came.
 #[derive(Debug)]
@@ -27,6 +32,8 @@ struct Gather {
     waiting: HashSet<u64>,
     lines: Vec<u8>,
     killed: u64,
+    /// Answers left out: their lines would have passed [`MAX_LINES`].
+    left_out: u32,
     done: Option<oneshot::Sender<()>>,
 }
 
@@ -41,10 +48,18 @@ impl Gather {
 }
 
 /// The questions of this node that wait for answers, by id.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Gathers {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Gather>>,
+    /// [`MAX_LINES`] (smaller in tests).
+    cap: usize,
+}
+
+impl Default for Gathers {
+    fn default() -> Gathers {
+        Gathers { next: AtomicU64::new(0), open: Mutex::default(), cap: MAX_LINES }
+    }
 }
 
 impl Gathers {
@@ -52,8 +67,13 @@ impl Gathers {
     pub fn open(&self, streams: impl IntoIterator<Item = u64>) -> (u64, oneshot::Receiver<()>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
-        let mut gather =
-            Gather { waiting: streams.into_iter().collect(), lines: Vec::new(), killed: 0, done: Some(tx) };
+        let mut gather = Gather {
+            waiting: streams.into_iter().collect(),
+            lines: Vec::new(),
+            killed: 0,
+            left_out: 0,
+            done: Some(tx),
+        };
         gather.finish_if_complete();
         self.open.lock().insert(id, gather);
         (id, rx)
@@ -67,7 +87,12 @@ impl Gathers {
         if !gather.waiting.remove(&stream) {
             return;
         }
-        gather.lines.extend_from_slice(&answer.lines);
+        if gather.lines.len() + answer.lines.len() <= self.cap {
+            gather.lines.extend_from_slice(&answer.lines);
+        } else {
+            gather.left_out += 1;
+        }
+        // A KILL's count stands whatever its lines' size (a kill answers none).
         gather.killed += answer.killed;
         gather.finish_if_complete();
     }
@@ -84,8 +109,8 @@ impl Gathers {
     /// Ends question `id`: what came, and how many streams did not answer.
     pub fn close(&self, id: u64) -> ClientsReply {
         match self.open.lock().remove(&id) {
-            Some(Gather { waiting, lines, killed, .. }) => {
-                ClientsReply { lines: lines.into(), killed, missing: waiting.len() as u32 }
+            Some(Gather { waiting, lines, killed, left_out, .. }) => {
+                ClientsReply { lines: lines.into(), killed, missing: waiting.len() as u32 + left_out }
             }
             None => ClientsReply::default(),
         }
@@ -178,6 +203,22 @@ mod tests {
         g.answered(1, answer(id, "id=1\n", 0));
         assert_eq!(&Question::new(&g, id).close().lines[..], b"id=1\n");
         assert!(g.open.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn lines_past_the_cap_are_left_out_and_counted_missing() {
+        let g = Gathers { cap: 20, ..Gathers::default() };
+        let (id, done) = g.open([1, 2, 3]);
+        g.answered(1, answer(id, "id=1 name=a\n", 0));
+        // 12 + 12 bytes would pass 20: left out, but its kills still count.
+        g.answered(2, answer(id, "id=2 name=b\n", 4));
+        // 12 + 8 is exactly the cap: kept.
+        g.answered(3, answer(id, "id=3 ab\n", 1));
+        done.await.expect("every stream answered");
+        let reply = g.close(id);
+        assert_eq!(&reply.lines[..], b"id=1 name=a\nid=3 ab\n");
+        assert_eq!((reply.killed, reply.missing), (5, 1));
+        assert_eq!(Gathers::default().cap, MAX_LINES);
     }
 
     #[test]

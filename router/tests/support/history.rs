@@ -5,8 +5,9 @@
 //!
 //! Outcomes follow what Shoal promises (docs/architecture.md, "What a client can rely on"): a
 //! write is `ok` only when acknowledged *and* confirmed by `WAIT 1` (the writes Shoal keeps
-//! through a failover); acknowledged without that, or answered with an error, or not answered in
-//! time, it is `unknown` (it may or may not have applied, and may be lost). A read is `ok` with
+//! through a failover; a transaction client may count EXEC's answer instead, [`Confirm::Exec`],
+//! where no node is killed and none has replicas); acknowledged without that, or answered with an
+//! error, or not answered in time, it is `unknown` (it may or may not have applied, and may be lost). A read is `ok` with
 //! what it read, or `fail` (a read that failed had no effect).
 
 use std::io::Write;
@@ -333,35 +334,65 @@ pub async fn transactions(
             groups[rng.usize(..groups.len())].iter().map(|k| epoch_key(k, rec.epoch())).collect();
         let value = format!("{process}-{n}");
         let invoke = Instant::now();
-        let write = rng.u8(..100) < 70;
-        let cmds: Vec<Vec<&str>> = keys
-            .iter()
-            .map(|k| {
-                if write {
-                    vec!["RPUSH", k.as_str(), value.as_str()]
-                } else {
-                    vec!["LRANGE", k.as_str(), "0", "-1"]
+        let outcome = if rng.u8(..100) < 70 {
+            let cmds: Vec<Vec<&str>> =
+                keys.iter().map(|k| vec!["RPUSH", k.as_str(), value.as_str()]).collect();
+            let outcome = match exec(&mut c, &cmds).await {
+                Some(r) if r.len() == keys.len() => {
+                    let confirmed = confirm == Confirm::Exec
+                        || c.call(&["WAIT", "1", "1000"], REPLY_LIMIT).await == Some(Reply::Int(1));
+                    if confirmed { "ok" } else { "unknown" }
                 }
-            })
-            .collect();
-        let reply = exec(&mut c, &cmds).await;
-        let (op, value, lists, outcome) = match (write, reply) {
-            (true, Some(r)) if r.len() == keys.len() => {
-                let confirmed = confirm == Confirm::Exec
-                    || c.call(&["WAIT", "1", "1000"], REPLY_LIMIT).await == Some(Reply::Int(1));
-                ("mappend", Some(value.as_str()), None, if confirmed { "ok" } else { "unknown" })
-            }
-            (true, _) => ("mappend", Some(value.as_str()), None, "unknown"),
-            (false, Some(r)) if r.len() == keys.len() => ("mread", None, Some(r), "ok"),
-            (false, _) => ("mread", None, None, "fail"),
+                _ => "unknown",
+            };
+            let (key, value) = (&keys.join(","), Some(value.as_str()));
+            let keys = Some(keys.clone());
+            rec.record(Rec {
+                process,
+                op: "mappend",
+                key,
+                value,
+                read: None,
+                list: None,
+                keys,
+                lists: None,
+                invoke,
+                outcome,
+            });
+            outcome
+        } else {
+            read_group(&mut c, process, &keys, &rec).await
         };
-        let key = &keys.join(",");
-        let keys = Some(keys.clone());
-        rec.record(Rec { process, op, key, value, read: None, list: None, keys, lists, invoke, outcome });
         if outcome != "ok" {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// MULTI, LRANGE 0 -1 of every list of `keys`, EXEC, recorded as an `mread`: the read that shows
+/// part of a transaction (the checker compares the lists it holds); its outcome.
+pub async fn read_group(c: &mut Conn, process: usize, keys: &[String], rec: &Recorder) -> &'static str {
+    let invoke = Instant::now();
+    let cmds: Vec<Vec<&str>> = keys.iter().map(|k| vec!["LRANGE", k.as_str(), "0", "-1"]).collect();
+    let (lists, outcome) = match exec(c, &cmds).await {
+        Some(r) if r.len() == keys.len() => (Some(r), "ok"),
+        _ => (None, "fail"),
+    };
+    let key = &keys.join(",");
+    let keys = Some(keys.to_vec());
+    rec.record(Rec {
+        process,
+        op: "mread",
+        key,
+        value: None,
+        read: None,
+        list: None,
+        keys,
+        lists,
+        invoke,
+        outcome,
+    });
+    outcome
 }
 
 /// MULTI, `cmds`, EXEC on `c`: EXEC's items, or `None` if any step failed (the connection is then

@@ -29,13 +29,24 @@ impl RouterProc {
     }
 
     /// SIGKILLs it and starts it again on the same ports (its log goes on in the same file), as
-    /// a restarted pod behind the same address; returns once it serves.
+    /// a restarted pod behind the same address; returns once it serves. A port another test
+    /// took meanwhile is asked for again, 200 ms apart, three times at most.
     pub async fn restart(&mut self, dir: &Path, name: &str, args: &[&str]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let mut again = RouterProc::spawn_at(dir, name, self.resp, self.http, args, true);
-        again.wait_serving().await;
-        std::mem::swap(self, &mut again);
+        for attempt in 1..=3 {
+            let mut again = RouterProc::spawn_at(dir, name, self.resp, self.http, args, true);
+            match again.serving().await {
+                Ok(()) => {
+                    std::mem::swap(self, &mut again);
+                    return;
+                }
+                Err(logs) if attempt < 3 && logs.contains("Address already in use") => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(logs) => panic!("{logs}"),
+            }
+        }
     }
 
     /// `append`: its log goes on after what the file holds (else the file starts empty).
@@ -138,8 +149,8 @@ pub struct NodeProc {
 }
 
 impl NodeProc {
-    /// Starts `shoal-node --listen 127.0.0.1:<free port>` with `args`; returns once it accepts
-    /// TCP connections (at most 30 s).
+    /// Starts `shoal-node --listen 127.0.0.1:<free port>` with `args`; returns once it serves
+    /// there (at most 30 s; see [`NodeProc::start_at`]).
     /// A free port taken by another test between `free_port` and the node's bind is drawn
     /// again, twice at most (as for [`RouterProc::start`]).
     pub async fn start(dir: &Path, name: &str, args: &[&str]) -> NodeProc {
