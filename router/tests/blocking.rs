@@ -911,3 +911,27 @@ async fn blocking_moves_over_two_nodes() {
     assert_eq!(c.cmd(&["EXISTS", "bq-src"]).await, b":0\r\n");
     router.shutdown().await;
 }
+
+/// A push sent right behind a BLPOP on another connection, with no wait between (as Valkey's
+/// list unit does), always serves it: the node's write checks for blocked clients *after* it
+/// applies, and a client making its first attempt is counted before it (node/src/store/blocked.rs,
+/// `Blocked::arriving`). Before that, about 1 try in 300 left the BLPOP waiting until its
+/// timeout (with timeout 0, for ever) while the list held the pushed element.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_right_behind_a_blpop_always_serves_it() {
+    let router = support::cluster().await;
+    let addr = router.resp_addr();
+    let (mut popper, mut pusher) = (Raw::connect(addr).await, Raw::connect(addr).await);
+    for i in 0..2_000 {
+        assert_eq!(pusher.cmd(&["DEL", "race"]).await.len(), 4, "DEL's :0 or :1");
+        popper.send(&support::encode(&[b"BLPOP", b"race", b"2"])).await;
+        assert_eq!(pusher.cmd(&["RPUSH", "race", "foo"]).await, b":1\r\n");
+        let got = popper.reply_within(Duration::from_secs(5)).await.expect("BLPOP answers");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            "*2\r\n$4\r\nrace\r\n$3\r\nfoo\r\n",
+            "try {i}: the BLPOP missed the push behind it"
+        );
+    }
+    router.shutdown().await;
+}

@@ -47,6 +47,9 @@ pub fn block_or_queue(
     watch: bool,
     reply: oneshot::Sender<Reply>,
 ) -> Result<Reply, u64> {
+    // Counted before the attempt, uncounted after the registry guard has counted the waiter
+    // (declared first, dropped last): see `Blocked::arriving`.
+    let _arriving = store.blocked.arriving();
     let mut locked = store.blocked.lock();
     if watch {
         if let Err(v) = check(view, version, &op) {

@@ -61,7 +61,10 @@ pub(super) fn apply_gated(
                 && !store.watches.tracking.active() =>
         {
             count_change(store, &op);
-            apply(store, view, op)
+            let write = class_of(&op) != OpClass::Read;
+            let reply = apply(store, view, op);
+            serve_arrived(store, view, write);
+            reply
         }
         Ok(()) => {
             let write = class_of(&op) != OpClass::Read;
@@ -73,12 +76,25 @@ pub(super) fn apply_gated(
                 _ => owned_keys(&op),
             });
             let reply = apply_seen(store, view, op, write);
-            if let Some(keys) = ready {
-                serve_blocked(store, view, keys);
+            match ready {
+                Some(keys) => serve_blocked(store, view, keys),
+                None => serve_arrived(store, view, write),
             }
             reply
         }
         Err(version) => moved(version),
+    }
+}
+
+/// After a write that found nobody blocked before it applied: a client that began its first
+/// attempt meanwhile (`Blocked::arriving`) may have missed what the write added, so if anybody
+/// waits or arrives now, every queued key is looked at (rare: the write and a blocking command
+/// on the node at the same moment; the keys this write touched were not kept, to keep the
+/// common path free of them).
+fn serve_arrived(store: &Store, view: &NodeView, write: bool) {
+    if write && store.blocked.active() {
+        let keys = store.blocked.lock().queues.keys();
+        serve_blocked(store, view, keys);
     }
 }
 
