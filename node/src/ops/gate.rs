@@ -61,9 +61,8 @@ pub(super) fn apply_gated(
                 && !store.watches.tracking.active() =>
         {
             count_change(store, &op);
-            let write = class_of(&op) != OpClass::Read;
             let reply = apply(store, view, op);
-            serve_arrived(store, view, write);
+            serve_arrived(store, view);
             reply
         }
         Ok(()) => {
@@ -78,7 +77,8 @@ pub(super) fn apply_gated(
             let reply = apply_seen(store, view, op, write);
             match ready {
                 Some(keys) => serve_blocked(store, view, keys),
-                None => serve_arrived(store, view, write),
+                None if write => serve_arrived(store, view),
+                None => {}
             }
             reply
         }
@@ -86,13 +86,13 @@ pub(super) fn apply_gated(
     }
 }
 
-/// After a write that found nobody blocked before it applied: a client that began its first
-/// attempt meanwhile (`Blocked::arriving`) may have missed what the write added, so if anybody
-/// waits or arrives now, every queued key is looked at (rare: the write and a blocking command
-/// on the node at the same moment; the keys this write touched were not kept, to keep the
-/// common path free of them).
-fn serve_arrived(store: &Store, view: &NodeView, write: bool) {
-    if write && store.blocked.active() {
+/// After an op that found nobody blocked before it applied: a client that began its first
+/// attempt meanwhile (`Blocked::arriving`) may have missed what a write added, so if anybody
+/// waits or arrives now, every queued key is looked at (rare: the op and a blocking command on
+/// the node at the same moment). Neither the op's keys nor whether it wrote are worked out
+/// first, to keep the common path as it was: a read's serve finds nothing new to serve.
+fn serve_arrived(store: &Store, view: &NodeView) {
+    if store.blocked.active() {
         let keys = store.blocked.lock().queues.keys();
         serve_blocked(store, view, keys);
     }
