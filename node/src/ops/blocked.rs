@@ -73,6 +73,8 @@ pub fn block_or_queue(
         }
         return Ok(first);
     }
+    #[cfg(test)]
+    between_attempt_and_registration::run(store);
     let keys = owned_keys(&op);
     Err(locked.queues.register(Waiter { keys, parked: Box::new(Parked { op, version, watch, reply }) }))
 }
@@ -272,4 +274,31 @@ fn pin_dollar(store: &Store, op: Op) -> Op {
     }
     let command = proto::Command { args, ..(**c).clone() };
     Op { kind: Some(Kind::Command(Box::new(command))), ..op }
+}
+
+/// Tests only: something to run in the window between a first attempt that found nothing and the
+/// waiter's registration (where a write from another thread once went unseen: see
+/// `Blocked::arriving`), so a test can put a write there every time rather than 1 in 300.
+#[cfg(test)]
+pub(super) mod between_attempt_and_registration {
+    use std::cell::RefCell;
+
+    use crate::store::Store;
+
+    type Hook = Box<dyn FnOnce(&Store)>;
+
+    thread_local! {
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `hook` in the window of this thread's next `block_or_queue` that waits.
+    pub fn set(hook: impl FnOnce(&Store) + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+    }
+
+    pub(in crate::ops) fn run(store: &Store) {
+        if let Some(hook) = HOOK.with(|h| h.borrow_mut().take()) {
+            hook(store);
+        }
+    }
 }

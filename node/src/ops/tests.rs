@@ -127,6 +127,47 @@ fn a_blocked_command_counts_once_in_the_slot_stats() {
     assert_eq!(store.slot_traffic.get(slot).writes, 2, "the push and the one pop that found something");
 }
 
+/// A push that lands after a BLPOP's first attempt found the list empty, but before the BLPOP
+/// is registered as a waiter, still serves it (it once did not: the push looked for waiters,
+/// found none yet, and the BLPOP then waited beside an element, forever with timeout 0). The
+/// push runs on another thread in exactly that window, every time.
+#[test]
+fn a_push_between_a_blpops_attempt_and_its_registration_serves_it() {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    let store = Arc::new(Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000))));
+    let view = Arc::new(NodeView::unmanaged());
+    let pusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let (store2, view2, pusher2) = (store.clone(), view.clone(), pusher.clone());
+    super::blocked::between_attempt_and_registration::set(move |_| {
+        let (store3, view3) = (store2.clone(), view2.clone());
+        let push = std::thread::spawn(move || {
+            apply_batch(&store3, &view3, 0, vec![command(&["RPUSH", "q", "job"], &["q"])]);
+        });
+        // Until the push has applied (EXISTS takes the key's shard lock, not the waiters' lock the
+        // BLPOP holds here); the push may then be waiting for that lock to serve the BLPOP.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !store2.exists(b"q") {
+            assert!(Instant::now() < deadline, "the push never applied");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        *pusher2.lock().unwrap() = Some(push);
+    });
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let blpop = command(&["BLPOP", "q", "0"], &["q"]);
+    assert!(
+        block_or_queue(&store, store.gate.read(), &view, 0, blpop, false, tx).is_err(),
+        "it found nothing"
+    );
+    let push = pusher.lock().unwrap().take().expect("the push ran in the window");
+    push.join().expect("the push thread");
+    let served = rx.try_recv().expect("the BLPOP was served by the push");
+    assert!(format!("{served:?}").contains(r#"Bulk(b"job")"#), "{served:?}");
+    assert!(!store.exists(b"q"), "the element went to the BLPOP");
+    assert_eq!(store.blocked.len(), 0, "nobody waits");
+}
+
 #[test]
 fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_element() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
