@@ -571,10 +571,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_keeps_every_confirmed_write_and_linearizable_registers() {
-    let seed = std::env::var("SHOAL_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
+    let seed = support::seed("SHOAL_CHAOS_SEED");
     let secs = std::env::var("SHOAL_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(75u64);
     let _one = ONE_AT_A_TIME.lock().await;
     eprintln!("chaos: seed {seed} (SHOAL_CHAOS_SEED={seed} repeats the schedule), {secs} s of faults");

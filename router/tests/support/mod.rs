@@ -21,6 +21,12 @@ use shoal_router::config::Cli;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// A randomized test's seed: `var` from the environment when set (to repeat a failed run's
+/// schedule), else a fresh one. Printed by the caller with the variable's name.
+pub fn seed(var: &str) -> u64 {
+    std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..))
+}
+
 /// Starts a router with `extra` flags, RESP and HTTP on free loopback ports, and waits until all
 /// its nodes are connected.
 pub async fn router(extra: &[&str]) -> Router {
