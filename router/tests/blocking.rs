@@ -107,6 +107,25 @@ async fn wake_ups_match_redis() {
             (0, "EXISTS {q}s {q}d"),
         ],
         &[(1, "BRPOPLPUSH {q}s {q}d 0"), (0, "RPUSH {q}s a b"), (9, ""), (0, "LRANGE {q}d 0 -1")],
+        // A client blocked on a move changes nothing while it waits: a WATCH of its destination
+        // taken meanwhile holds (Valkey's list unit: "BRPOPLPUSH does not affect WATCH while
+        // still blocked"); once it moved an element, a WATCH taken before aborts the EXEC.
+        &[
+            (0, "SET {q}k v"),
+            (1, "BRPOPLPUSH {q}s {q}d 0"),
+            (0, "WATCH {q}d"),
+            (0, "SET {q}s string"),
+            (0, "MULTI"),
+            (0, "GET {q}k"),
+            (0, "EXEC"),
+            (0, "DEL {q}s"),
+            (0, "WATCH {q}d"),
+            (0, "LPUSH {q}s e"),
+            (9, ""),
+            (0, "MULTI"),
+            (0, "GET {q}k"),
+            (0, "EXEC"),
+        ],
         // Sorted sets.
         &[(1, "BZPOPMIN {q}z 0"), (0, "ZADD {q}z 3 c 1 a 2 b"), (9, ""), (0, "ZRANGE {q}z 0 -1")],
         &[(1, "BZPOPMAX {q}z {q}y 0"), (0, "ZADD {q}y 1.5 m"), (9, "")],

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use super::check::{check, owned_keys};
 use super::reply::moved;
-use super::run::{Counted, apply_seen_with};
+use super::run::{Counted, apply_uncounted, seen_written};
 use crate::membership::view::NodeView;
 use crate::store::Store;
 use crate::store::blocked::Waiter;
@@ -151,7 +151,9 @@ pub(super) fn serve_blocked(store: &Store, view: &NodeView, keys: Vec<bytes::Byt
 }
 
 /// Runs the non-blocking form of a blocked command (checked at the router's version) and, when
-/// it found something, touches what it wrote. The registry lock is held by the caller. Only an
+/// it took something, tells watchers, tracking routers and replicas of what it wrote: an attempt
+/// that found nothing (or met another type) changed nothing, so a WATCH of its keys (BLMOVE's
+/// destination) must hold, as in Redis. The registry lock is held by the caller. Only an
 /// attempt that found something (or failed) counts in the slot stats: a command that waits is
 /// one command, however often it looks.
 pub(super) fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: &Op) -> Reply {
@@ -159,13 +161,27 @@ pub(super) fn attempt_blocked(store: &Store, view: &NodeView, version: u64, op: 
         return moved(v);
     }
     let counted = Counted::of(store, op);
-    let reply = apply_seen_with(store, view, op.clone(), true, false);
-    if let Some(counted) = counted
-        && !found_nothing(&reply)
-    {
+    let reply = apply_uncounted(store, view, op.clone());
+    if found_nothing(&reply) {
+        return reply;
+    }
+    if took_something(&reply) {
+        seen_written(store, op);
+    }
+    if let Some(counted) = counted {
         counted.record(store, reply.encoded_len() as u64);
     }
     reply
+}
+
+/// Whether an attempt that found something took it (an error took nothing).
+fn took_something(reply: &Reply) -> bool {
+    use shoal_wire::proto::frame;
+    match &reply.kind {
+        Some(reply::Kind::Error(_)) => false,
+        Some(reply::Kind::Frame(f)) => !matches!(f.kind, Some(frame::Kind::Error(_))),
+        _ => true,
+    }
 }
 
 /// Whether a blocking command's attempt found nothing (its non-blocking form answered null).

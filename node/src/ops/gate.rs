@@ -66,7 +66,9 @@ pub(super) fn apply_gated(
             reply
         }
         Ok(()) => {
-            let write = class_of(&op) != OpClass::Read;
+            // WATCH registers its keys but writes none of them: no blocked client to look at,
+            // nothing for replicas or tracking routers to hear.
+            let write = class_of(&op) != OpClass::Read && !matches!(op.kind, Some(Kind::Watch(_)));
             // Clients blocked on a key this op writes run right after it (as Redis serves them
             // after the command that made their key ready).
             let ready = (write && store.blocked.active()).then(|| match &op.kind {

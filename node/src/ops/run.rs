@@ -131,6 +131,27 @@ pub(super) fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: boo
     reply
 }
 
+/// For an op applied unseen (a blocked command's attempt, which writes only when it found
+/// something): tells watchers, tracking routers and replicas that it wrote its keys, after it
+/// ran, as [`apply_seen`] does for a write (touching a watch after the write rather than before
+/// is the safe side: a WATCH in between sees its EXEC aborted).
+pub(super) fn seen_written(store: &Store, op: &Op) {
+    if store.watches.active() {
+        touch_keys(store, op);
+    }
+    count_change(store, op);
+    let log = store.events.changes.active();
+    if log || store.watches.tracking.active() {
+        let keys = owned_keys(op);
+        if store.watches.tracking.active() {
+            keys.iter().for_each(|k| store.watches.tracking.touch(k));
+        }
+        if log {
+            store.events.changes.keys(keys);
+        }
+    }
+}
+
 /// Tells the watches that `op` writes its keys.
 pub(super) fn touch_keys(store: &Store, op: &Op) {
     match &op.kind {

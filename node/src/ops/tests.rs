@@ -168,6 +168,55 @@ fn a_push_between_a_blpops_attempt_and_its_registration_serves_it() {
     assert_eq!(store.blocked.len(), 0, "nobody waits");
 }
 
+/// A client blocked in BRPOPLPUSH src dst changes nothing while it waits: a WATCH of dst taken
+/// meanwhile holds through the WATCH itself, a write to another key, and a string SET at src
+/// (its attempts find nothing or another type), so the EXEC applies, as in Redis (Valkey's
+/// list unit, "BRPOPLPUSH does not affect WATCH while still blocked"). Once an element moves
+/// to dst, a WATCH taken before it aborts its EXEC.
+#[test]
+fn a_blocked_move_leaves_a_watch_of_its_destination_alone_until_it_moves_something() {
+    let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
+    let view = NodeView::unmanaged();
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let wait = command(&["BRPOPLPUSH", "{w}src", "{w}dst", "0"], &["{w}src", "{w}dst"]);
+    assert!(block_or_queue(&store, store.gate.read(), &view, 0, wait, false, tx).is_err(), "it waits");
+    let watch = || {
+        let replies = apply_batch(
+            &store,
+            &view,
+            0,
+            vec![op(Kind::Watch(proto::Watch { keys: vec!["{w}dst".into()], release: false }))],
+        );
+        match &replies[0].kind {
+            Some(reply::Kind::Versions(v)) => v.versions[0],
+            other => panic!("WATCH answered {other:?}"),
+        }
+    };
+    let exec = |version: u64| {
+        let t = proto::Transaction {
+            ops: vec![op(Kind::Get(Get { key: "{w}other".into(), ..Default::default() }))],
+            watches: vec![proto::Watched { key: "{w}dst".into(), version }],
+            ..Default::default()
+        };
+        let replies = apply_batch(&store, &view, 0, vec![op(Kind::Transaction(t))]);
+        !matches!(replies[0].kind, Some(reply::Kind::Aborted(_)))
+    };
+    let version = watch();
+    apply_batch(&store, &view, 0, vec![set("{w}other", "v", None)]);
+    assert!(exec(version), "nothing touched dst: the EXEC applies");
+
+    let version = watch();
+    apply_batch(&store, &view, 0, vec![set("{w}src", "a string", None)]);
+    assert!(rx.try_recv().is_err(), "a string at src serves nobody");
+    assert!(exec(version), "an attempt that met another type at src moved nothing to dst");
+
+    apply_batch(&store, &view, 0, vec![op(Kind::Del(proto::Del { key: "{w}src".into() }))]);
+    let version = watch();
+    apply_batch(&store, &view, 0, vec![command(&["RPUSH", "{w}src", "x"], &["{w}src"])]);
+    assert!(rx.try_recv().is_ok(), "the element moved");
+    assert!(!exec(version), "dst changed after the WATCH: the EXEC aborts");
+}
+
 #[test]
 fn a_blocked_move_to_a_key_of_another_type_answers_wrongtype_and_leaves_the_element() {
     let store = Store::new(StoreConfig::default(), Arc::new(ManualClock::new(5_000)));
