@@ -35,6 +35,53 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// The hexadecimal numbers C's `strtod`/`strtold` take beside decimal ones, which Redis's
+/// float arguments therefore take too (a BLPOP timeout of `0x7FFFFFFFFFFFFF`): `0x` or `0X`,
+/// hex digits with at most one `.` among them (at least one digit), then optionally a binary
+/// exponent, `p` or `P`, a sign and decimal digits (`0x1.8p1` is 3). `s` is the text after any
+/// sign; None unless all of it is one such number. Too large a number is infinite, as a decimal
+/// one parsed by Rust is.
+pub fn parse_hex_float(s: &[u8]) -> Option<f64> {
+    let rest = s.strip_prefix(b"0x").or_else(|| s.strip_prefix(b"0X"))?;
+    let (mut mantissa, mut exponent, mut digits, mut dot) = (0f64, 0i64, 0usize, false);
+    let mut i = 0;
+    while let Some(&c) = rest.get(i) {
+        match c {
+            b'.' if !dot => dot = true,
+            c if c.is_ascii_hexdigit() => {
+                mantissa = mantissa * 16.0 + f64::from((c as char).to_digit(16)?);
+                digits += 1;
+                if dot {
+                    exponent -= 4;
+                }
+            }
+            _ => break,
+        }
+        i += 1;
+    }
+    if digits == 0 {
+        return None;
+    }
+    if let Some(&p) = rest.get(i) {
+        if p != b'p' && p != b'P' {
+            return None;
+        }
+        let e = &rest[i + 1..];
+        let (negative, e) = match e.first() {
+            Some(b'-') => (true, &e[1..]),
+            Some(b'+') => (false, &e[1..]),
+            _ => (false, e),
+        };
+        if e.is_empty() || !e.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        // Saturating: past a few thousand the result is 0 or infinite either way.
+        let n = e.iter().fold(0i64, |n, d| n.saturating_mul(10).saturating_add(i64::from(d - b'0')));
+        exponent = exponent.saturating_add(if negative { -n } else { n });
+    }
+    Some(mantissa * 2f64.powi(exponent.clamp(-4000, 4000) as i32))
+}
+
 /// Formats an `i64` the way Redis replies with it.
 pub fn format_i64(v: i64) -> Vec<u8> {
     IntText::new(v).as_bytes().to_vec()
@@ -119,7 +166,22 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_i64, parse_memory, parse_redis_memory};
+    use super::{parse_hex_float, parse_i64, parse_memory, parse_redis_memory};
+
+    #[test]
+    fn hex_floats_as_c_reads_them() {
+        assert_eq!(parse_hex_float(b"0x10"), Some(16.0));
+        assert_eq!(parse_hex_float(b"0X1P-7"), Some(0.0078125));
+        assert_eq!(parse_hex_float(b"0x1.8p1"), Some(3.0));
+        assert_eq!(parse_hex_float(b"0x.02"), Some(2.0 / 256.0));
+        assert_eq!(parse_hex_float(b"0x7FFFFFFFFFFFFF"), Some(36028797018963967.0));
+        assert_eq!(parse_hex_float(b"0x1p99999"), Some(f64::INFINITY));
+        // `e` is a hex digit, not an exponent.
+        assert_eq!(parse_hex_float(b"0x1e"), Some(30.0));
+        for bad in [&b"0x"[..], b"0x.", b"0x1p", b"0x1p+", b"0xg", b"0x1.8.1", b"0x1 ", b"10", b"x10"] {
+            assert_eq!(parse_hex_float(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn redis_memory_is_memtoull() {

@@ -37,7 +37,16 @@ pub fn parse_timeout(b: &[u8]) -> Result<u64, Reply> {
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
         return Err(not_float());
     }
-    let v: f64 = s.parse().map_err(|_| not_float())?;
+    // C's strtold, which Redis parses with, takes hexadecimal too (`0x7FFFFFFFFFFFFF`).
+    let (sign, body) = match s.as_bytes()[0] {
+        b'-' => (-1.0, &s[1..]),
+        b'+' => (1.0, &s[1..]),
+        _ => (1.0, s),
+    };
+    let v: f64 = match shoal_wire::num::parse_hex_float(body.as_bytes()) {
+        Some(h) => sign * h,
+        None => s.parse().map_err(|_| not_float())?,
+    };
     if v.is_nan() {
         return Err(not_float());
     }
