@@ -119,16 +119,20 @@ pub(super) fn apply_seen_with(store: &Store, view: &NodeView, op: Op, write: boo
     let written = (log || (write && store.watches.tracking.active())).then(|| owned_keys(&op));
     let reply = if count { apply(store, view, op) } else { apply_uncounted(store, view, op) };
     if let Some(keys) = written {
-        // Routers caching these keys hear of the write now, after it is applied and before its
-        // reply leaves (see store/tracking.rs for why after).
-        if store.watches.tracking.active() {
-            keys.iter().for_each(|k| store.watches.tracking.touch(k));
-        }
-        if log {
-            store.events.changes.keys(keys);
-        }
+        tell_written(store, keys, log);
     }
     reply
+}
+
+/// After a write applied: routers caching `keys` hear of it now, before its reply leaves (see
+/// store/tracking.rs for why after), and with `log` replicas read the keys' state as it left them.
+fn tell_written(store: &Store, keys: Vec<bytes::Bytes>, log: bool) {
+    if store.watches.tracking.active() {
+        keys.iter().for_each(|k| store.watches.tracking.touch(k));
+    }
+    if log {
+        store.events.changes.keys(keys);
+    }
 }
 
 /// For an op applied unseen (a blocked command's attempt, which writes only when it found
@@ -142,13 +146,7 @@ pub(super) fn seen_written(store: &Store, op: &Op) {
     count_change(store, op);
     let log = store.events.changes.active();
     if log || store.watches.tracking.active() {
-        let keys = owned_keys(op);
-        if store.watches.tracking.active() {
-            keys.iter().for_each(|k| store.watches.tracking.touch(k));
-        }
-        if log {
-            store.events.changes.keys(keys);
-        }
+        tell_written(store, owned_keys(op), log);
     }
 }
 
