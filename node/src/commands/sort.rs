@@ -120,11 +120,8 @@ fn strtod(b: &[u8]) -> Option<f64> {
         _ => (false, t),
     };
     let lower = body.to_ascii_lowercase();
-    let v = if let Some(hex) = lower.strip_prefix("0x") {
-        if hex.is_empty() || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-        hex.bytes().fold(0f64, |acc, c| acc * 16.0 + f64::from((c as char).to_digit(16).unwrap_or(0)))
+    let v = if lower.starts_with("0x") {
+        shoal_wire::num::parse_hex_float(body.as_bytes())?
     } else if lower == "inf" || lower == "infinity" {
         f64::INFINITY
     } else {
@@ -336,6 +333,7 @@ mod tests {
         assert_eq!(strtod(b" -1.5e2"), Some(-150.0));
         assert_eq!(strtod(b""), Some(0.0));
         assert_eq!(strtod(b"0x10"), Some(16.0));
+        assert_eq!(strtod(b"-0x1.8p1"), Some(-3.0));
         assert_eq!(strtod(b"inf"), Some(f64::INFINITY));
         assert_eq!(strtod(b"12\0junk"), Some(12.0));
         for bad in [&b"abc"[..], b"1x", b"nan", b"1e400", b" ", b"1e-400"] {
