@@ -3,6 +3,7 @@ node processes side by side with redis-server, per request: user and kernel CPU,
 and context switches of each process group, and the rate.
 
     python3 loadtest/bench/hop_profile.py [--requests 150000] [--rounds 3] [--write-docs]
+        [--profile]   (then one more GET load under `perf record`: each side's top symbols)
 
 Targets: Shoal as the chart runs it (a router, `--threads 1`, and 3 shoal-node processes talking
 gRPC over loopback with the cluster secret on; throughput.start_processes) and one redis-server,
@@ -66,11 +67,31 @@ def measure(groups, port, test, requests):
     return out, rate
 
 
+def top_symbols(groups, port, requests):
+    """One GET load with `perf record` (1,999 Hz) on each group; prints each group's symbols
+    above 1.2% of its samples (`perf report --no-children --sort sym`)."""
+    records = {}
+    for g, pids in groups.items():
+        out = common.WORK / f"perf.{g.replace(' ', '-')}"
+        records[g] = (out, subprocess.Popen(["perf", "record", "-F", "1999", "-o", str(out), "-p",
+                                             ",".join(map(str, pids))], stderr=subprocess.DEVNULL))
+    time.sleep(0.5)
+    load(port, "GET", requests)
+    for g, (out, p) in records.items():
+        p.send_signal(2)
+        p.wait(timeout=60)
+        report = subprocess.run(["perf", "report", "-i", str(out), "--no-children", "--sort", "sym", "--stdio",
+                                 "-q", "--percent-limit", "1.2"], capture_output=True, text=True, timeout=300).stdout
+        print(f"\n{g}: symbols above 1.2% of its samples under a P=1 GET load")
+        print("\n".join(line.rstrip()[:140] for line in report.splitlines() if line.strip()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=150_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also print each side's top symbols (perf record)")
     args = ap.parse_args()
     common.need("perf", "Debian: apt-get install linux-perf")
     common.need("redis-benchmark", "run .ci/tools/install apt")
@@ -118,6 +139,9 @@ def main():
     if args.write_docs:
         common.write_docs("hop-profile", body)
     print(body)
+    if args.profile:
+        port, groups = targets["shoal (router + 3 node processes, secret on)"]
+        top_symbols(groups, port, args.requests * 2)
 
 
 if __name__ == "__main__":
