@@ -101,6 +101,9 @@ fn hold(
     }
     // Replicas get what the script wrote here as one unit (dropped before the gate is).
     let _unit = store.events.changes.unit();
+    // Past busy-reply-threshold, the ops held here meanwhile are answered BUSY (dropped before
+    // the gate is).
+    let _busy = state.scripts.held_for_script(start.function);
     if !answer(crate::ops::ok()) {
         return;
     }

@@ -236,8 +236,8 @@ fn stopped(stop: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 's
     }
 }
 
-/// The node's background work until `stop`: reclaiming dropped slots, the stall ticker, the
-/// topology file's watch and periodic snapshots.
+/// The node's background work until `stop`: reclaiming dropped slots, telling routers of busy
+/// scripts, the stall ticker, the topology file's watch and periodic snapshots.
 fn spawn_background(state: &Arc<NodeState>, options: &ServeOptions, stop: &watch::Receiver<bool>) {
     let until_stopped = || {
         let mut stop = stop.clone();
@@ -246,6 +246,11 @@ fn spawn_background(state: &Arc<NodeState>, options: &ServeOptions, stop: &watch
         }
     };
     tokio::spawn(state.membership.clone().run_purger(until_stopped()));
+    // Routers hear when a script here passes busy-reply-threshold and when it ends
+    // (`Delivery.busy`), for `--busy-reply-scope cluster`.
+    let busy = state.clone();
+    let stopped = until_stopped();
+    tokio::spawn(async move { busy.scripts.busy_changes(|now| busy.pubsub.set_busy(now), stopped).await });
     tokio::spawn(state.membership.clone().run_ticker(options.stall_fence, until_stopped()));
     if let Some(path) = options.topology_file.clone() {
         let every = Duration::from_millis(200);

@@ -289,6 +289,15 @@ pub struct RouterArgs {
     #[arg(long, env = "SHOAL_CLUSTER_MODE", value_enum, default_value_t = crate::state::ClusterMode::Off)]
     pub cluster_mode: crate::state::ClusterMode,
 
+    /// While a script runs past busy-reply-threshold on a node: answer BUSY only to commands
+    /// that reach that node (`node`, default: other clients are served on), or to every command
+    /// but SCRIPT KILL, FUNCTION KILL and the others Redis lets through (`cluster`: as one
+    /// Redis, for applications and test suites that expect it; one script then stalls every
+    /// client of the cluster until it ends or is killed).
+    #[arg(long, env = "SHOAL_BUSY_REPLY_SCOPE", value_enum,
+          default_value_t = crate::state::BusyReplyScope::Node)]
+    pub busy_reply_scope: crate::state::BusyReplyScope,
+
     /// The host (IP or name) the emulated cluster tells clients to connect to (default: the
     /// address each client reached, e.g. a Service's; set it behind NAT or a load balancer).
     #[arg(long, env = "SHOAL_CLUSTER_ANNOUNCE_HOST")]

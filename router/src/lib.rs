@@ -281,6 +281,7 @@ fn settings(args: &RouterArgs, listeners: &Listeners) -> Settings {
             announce_port: args.cluster_announce_port,
             ..Default::default()
         },
+        busy_reply_scope: args.busy_reply_scope,
     }
 }
 

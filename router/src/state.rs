@@ -64,6 +64,23 @@ pub struct Settings {
     pub enable_debug_command: DebugCommand,
     /// `--cluster-mode` and what the emulated cluster announces (`cmd/cluster.rs`).
     pub cluster: ClusterSettings,
+    /// `--busy-reply-scope`: whom a script past busy-reply-threshold makes wait.
+    pub busy_reply_scope: BusyReplyScope,
+}
+
+/// `--busy-reply-scope`: what a script that runs past busy-reply-threshold on one node does to
+/// the commands of other clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BusyReplyScope {
+    /// Only commands that reach that node are answered BUSY; every other node's keys, and what
+    /// the router answers itself (PING, ...), are served on: one client's script stalls one
+    /// node, not the cluster.
+    #[default]
+    Node,
+    /// Every command (but those Redis lets through, `allow_busy`: SCRIPT KILL, FUNCTION KILL,
+    /// MULTI, ...) is answered BUSY through every router until it ends, as one Redis would:
+    /// for applications and test suites that rely on it.
+    Cluster,
 }
 
 /// `--cluster-mode`: whether the router answers CLUSTER as a one-node Redis Cluster.
@@ -177,6 +194,7 @@ impl Default for Settings {
             near_cache_lease: crate::nearcache::DEFAULT_LEASE,
             enable_debug_command: DebugCommand::No,
             cluster: ClusterSettings::default(),
+            busy_reply_scope: BusyReplyScope::Node,
         }
     }
 }

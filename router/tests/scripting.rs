@@ -113,6 +113,96 @@ async fn a_long_script_makes_its_node_busy_and_script_kill_stops_it() {
     assert_eq!(c.cmd(&["GET", &same[0]]).await, b"$7\r\nwritten\r\n");
 }
 
+/// Polls PING on `c` until its answer starts with `prefix` (bounded).
+async fn ping_until(c: &mut support::Raw, prefix: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let got = text(c.cmd(&["PING"]).await);
+        if got.starts_with(prefix) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "PING answered {got:?}, not {prefix}..., within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the commands of another client get while a script (then a library function) loops past
+/// busy-reply-threshold, and after SCRIPT KILL / FUNCTION KILL: the replies in order. `also`,
+/// while each one loops: a check of another router's answers (given "SCRIPT" or "FUNCTION").
+async fn busy_story(addr: std::net::SocketAddr, also: impl AsyncFn(&str)) -> Vec<String> {
+    let mut admin = support::Raw::connect(addr).await;
+    let mut other = support::Raw::connect(addr).await;
+    let mut spinner = support::Raw::connect(addr).await;
+    let mut seen = Vec::new();
+    macro_rules! step {
+        ($c:expr, $args:expr) => {
+            seen.push(text($c.cmd($args).await))
+        };
+    }
+    step!(admin, &["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    step!(admin, &["SET", "xx", "1"]);
+    let lib = "#!lua name=spinlib\nredis.register_function('spin', function() local i = 0 while true do i = i + 1 end end)";
+    step!(admin, &["FUNCTION", "LOAD", "REPLACE", lib]);
+    for (start, kill) in [(["EVAL", SPIN, "0"], "SCRIPT"), (["FCALL", "spin", "0"], "FUNCTION")] {
+        spinner.send(&support::encode(&start.map(str::as_bytes))).await;
+        ping_until(&mut admin, "-BUSY", Duration::from_secs(5)).await;
+        // Everything but what Redis lets through (MULTI, WATCH, ...) is answered BUSY, keys and
+        // PING alike; inside MULTI a refused command flags the transaction, and EXEC refused
+        // discards it.
+        for args in
+            [&["PING"][..], &["GET", "xx"], &["MULTI"], &["INCR", "xx"], &["EXEC"], &["ECHO", "after"]]
+        {
+            step!(other, args);
+        }
+        also(kill).await;
+        step!(admin, &[kill, "KILL"]);
+        let killed = text(spinner.reply().await.expect("the script's reply"));
+        seen.push(killed.split("...").next().unwrap_or_default().to_string());
+        ping_until(&mut other, "+PONG", Duration::from_secs(3)).await;
+        step!(other, &["INCR", "xx"]);
+    }
+    step!(admin, &["FUNCTION", "DELETE", "spinlib"]);
+    seen
+}
+
+/// `--busy-reply-scope cluster`: while a script or a function runs past busy-reply-threshold on
+/// one node, the router answers every command as redis-server does while one runs there (BUSY,
+/// EXECABORT, ...: byte for byte, beside redis-server 7.0.15), until SCRIPT KILL / FUNCTION KILL;
+/// a router with the default scope, in front of the same nodes, meanwhile answers PING and
+/// serves keys of the other nodes as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_script_holds_every_command_with_busy_reply_scope_cluster() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let expected = busy_story(redis_addr, async |_| {}).await;
+    assert!(
+        expected[3].starts_with("-BUSY Redis is busy running a script. You can only call SCRIPT KILL"),
+        "{expected:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) =
+        support::two_routers(&dir, &["--embedded-nodes", "3", "--busy-reply-scope", "cluster"], &[]).await;
+    let b_addr = b.resp_addr();
+    let got = busy_story(a.resp_addr(), async |kill| {
+        let mut c = support::Raw::connect(b_addr).await;
+        assert_eq!(c.cmd(&["PING"]).await, b"+PONG\r\n", "the node scope's router answers PING itself");
+        // A script's first run holds every node (to learn which keys it reaches), so every key
+        // is the script's: each is answered BUSY at once, naming the right KILL, on the nodes
+        // held as on the script's own (held nodes once kept them waiting while the script ran).
+        let started = Instant::now();
+        for i in 0..30 {
+            let got = text(c.cmd(&["EXISTS", &format!("k{i}")]).await);
+            assert!(
+                got.starts_with("-BUSY") && got.contains(&format!("{kill} KILL")),
+                "EXISTS k{i}: {got:?}"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "answered at once: {:?}", started.elapsed());
+    })
+    .await;
+    assert_eq!(got, expected);
+}
+
 /// A script and a transaction each run whole: no other client's write lands in the middle of
 /// one. Scripts bump two keys through one router while transactions bump them through another
 /// (the node's other stream); readers on both, with a script and with MULTI/EXEC, always see

@@ -7,6 +7,14 @@ use sha1::{Digest, Sha1};
 /// the router recognizes it to send the body from another node.
 pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
+/// Redis's answer while a script (EVAL) has run past busy-reply-threshold: the node running it
+/// answers it, and so do routers with `--busy-reply-scope cluster`.
+pub const BUSY_SCRIPT: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// [`BUSY_SCRIPT`] while a library function (FCALL) runs.
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+
 /// Whether a script op names its script by SHA alone (EVALSHA: no body, not a library function):
 /// the ops a node may not hold the script of, which the router sends again with the body.
 pub fn by_sha_only(s: &crate::proto::Script) -> bool {

@@ -20,7 +20,11 @@
 //! `invalidate_all`, and until the router has taken that, further invalidations are covered by
 //! it and not queued. A router slow to read tracking traffic loses its cache, not the pub/sub
 //! messages its subscribers wait for.
+//!
+//! The same streams carry the node's word on MONITOR (`Delivery.monitors`), CLIENT LIST/KILL
+//! questions ([`clients`]) and busy scripts (`busy.rs`: `Delivery.busy`).
 
+mod busy;
 pub mod clients;
 pub mod stream;
 
@@ -262,6 +266,9 @@ pub struct PubSub {
     monitoring: AtomicUsize,
     /// MONITOR lines dropped for routers with too many queued, for /metrics.
     pub monitor_dropped: AtomicU64,
+    /// What every router was last told of busy scripts here (`Delivery.busy`; 0: nothing yet,
+    /// which means none).
+    busy: std::sync::atomic::AtomicU32,
 }
 
 impl PubSub {
@@ -284,6 +291,7 @@ impl PubSub {
         let mut reg = self.registry.write();
         reg.routers.insert(id, outbox.clone());
         self.tell_monitors(&reg);
+        self.tell_busy(&outbox);
         (id, outbox, rx)
     }
 

@@ -13,6 +13,8 @@
 //!
 //! - `runner.rs`: [`Scripts`], the handle the node holds, and the script thread it starts.
 //! - [`shared`]: what the script thread and the rest of the node share (cache, busy state).
+//! - `busy.rs`: when a script is past `busy-reply-threshold` here (or holds this node from
+//!   another), and telling the routers of it (`Delivery.busy`).
 //! - [`engine`]: the Lua 5.1 VM (mlua, Lua built from source): sandbox, the `redis` library,
 //!   running a script and wording its errors as Redis does.
 //! - [`call`]: `redis.call`/`redis.pcall`: what a script may call, with Redis's checks.
@@ -31,13 +33,15 @@
 //! While a script runs, ops of other streams wait for it without blocking their threads; once it
 //! has run past `busy-reply-threshold` they are answered `BUSY`, and SCRIPT KILL (the node's
 //! `KillScript` call, which needs no stream) stops it, unless it has written: then it is
-//! `UNKILLABLE`, as in Redis. One script thread per node: other nodes never wait for it.
+//! `UNKILLABLE`, as in Redis. One script thread per node: other nodes wait for it only while it
+//! holds them (its keys on several nodes), and answer BUSY past the threshold alike.
 //!
 //! This file only declares the modules and re-exports; each file imports from the one that
 //! defines an item (`shared.rs` sits below the runner, the engine and `redis.call`).
 
 pub mod acl;
 pub mod bit;
+mod busy;
 pub mod call;
 pub mod cjson;
 pub mod cmsgpack;
@@ -52,5 +56,6 @@ pub mod shared;
 mod spread;
 pub mod table;
 
+pub use busy::{BUSY_POLL, BusyNow, HeldForScript};
 pub use runner::{BUSY, DEFAULT_BUSY_MS, DEFAULT_MEMORY_LIMIT, Kill, Progress, Scripts};
 pub use shoal_wire::script::{NOSCRIPT, sha1_hex};

@@ -117,6 +117,9 @@ pub struct Reach {
     pub reached: bool,
     /// The run was given up before it wrote: its answer (`try_again`, BUSY) replaces the script's.
     pub given_up: Option<Reply>,
+    /// The script is a library function (told to the nodes it holds: their BUSY names FUNCTION
+    /// KILL).
+    pub function: bool,
 }
 
 impl Reach {
@@ -139,6 +142,7 @@ impl Reach {
             declared: Vec::new(),
             reached: false,
             given_up: None,
+            function: false,
         }
     }
 
@@ -258,6 +262,7 @@ impl Reach {
             wait_ms: wait.as_millis() as u64,
             after_write: wrote,
             watches,
+            function: self.function,
         };
         let _ = ops.try_send(HoldRequest { kind: Some(hold_request::Kind::Start(start)) });
         let peers = peers.clone();

@@ -22,12 +22,13 @@ use crate::commands::F;
 use crate::membership::view::NodeView;
 use crate::store::Store;
 
-pub use super::shared::{BUSY, BUSY_FUNCTION};
+pub use super::shared::BUSY;
 /// The script thread's stack (see `start_thread`).
 const SCRIPT_STACK_BYTES: usize = 64 << 20;
 
 /// Redis's default `busy-reply-threshold`, in ms.
 pub const DEFAULT_BUSY_MS: u64 = 5_000;
+
 /// The Lua VM's memory limit unless `--lua-memory-limit` says otherwise.
 pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
 
@@ -89,7 +90,7 @@ impl Progress {
 /// state of the script running now.
 #[derive(Debug)]
 pub struct Scripts {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     store: Arc<Store>,
     memory_limit: std::sync::atomic::AtomicUsize,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
@@ -104,6 +105,9 @@ impl Scripts {
             flushes: AtomicU64::new(0),
             epoch: Instant::now(),
             running_since: AtomicU64::new(0),
+            held_since: AtomicU64::new(0),
+            held_function: AtomicBool::new(false),
+            started: tokio::sync::Notify::new(),
             holding: AtomicBool::new(false),
             wrote: AtomicBool::new(false),
             kill: AtomicBool::new(false),
@@ -252,20 +256,6 @@ impl Scripts {
     /// waits for it without holding a thread.
     pub fn holds_store(&self) -> bool {
         self.shared.holding.load(Ordering::Acquire)
-    }
-
-    /// A script has held the store past `busy-reply-threshold`: other ops are answered BUSY.
-    pub fn busy(&self) -> bool {
-        let since = self.shared.running_since.load(Ordering::Acquire);
-        since != 0 && self.shared.now() >= since - 1 + self.shared.busy_ms.load(Ordering::Relaxed)
-    }
-
-    /// What a BUSY reply says to call: FUNCTION KILL while a library function runs.
-    pub fn busy_text(&self) -> &'static str {
-        match self.shared.running() {
-            Some(r) if r.function => BUSY_FUNCTION,
-            _ => BUSY,
-        }
     }
 
     /// FUNCTION STATS goes to the script thread when no script runs there (its libraries may
@@ -455,6 +445,7 @@ impl<'a> HeldStore<'a> {
 fn run(at: &At, engine: &mut engine::Engine, s: proto::Script) -> Reply {
     let _store = HeldStore::take(at);
     let mut reach = Reach::new(at.peers.clone(), at.view.clone(), at.version);
+    reach.function = !s.function.is_empty();
     // The declared keys served here are checked as a group; the nodes of the others are held
     // (with those keys checked there), and every node for a script known to reach beyond them.
     let mut others: std::collections::BTreeMap<u32, Vec<Bytes>> = Default::default();
@@ -675,6 +666,7 @@ fn run_unlocked(
         command: fcall_command(&s),
     });
     shared.running_since.store(shared.now() + 1, Ordering::Release);
+    shared.started.notify_one();
     let ctx = call::RunCtx::new(
         at.store.clone(),
         at.view.clone(),

@@ -13,11 +13,9 @@ use parking_lot::Mutex;
 use super::acl;
 
 /// What ops meet while a script has held the store past busy-reply-threshold.
-pub const BUSY: &str =
-    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const BUSY: &str = shoal_wire::script::BUSY_SCRIPT;
 /// BUSY while a library function (FCALL) runs.
-pub const BUSY_FUNCTION: &str =
-    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+pub const BUSY_FUNCTION: &str = shoal_wire::script::BUSY_FUNCTION;
 
 /// What the script thread and the rest of the node share.
 #[derive(Debug)]
@@ -29,6 +27,15 @@ pub struct Shared {
     pub(super) epoch: Instant,
     /// When the running script started (ms since `epoch`, plus one); 0: none runs.
     pub(super) running_since: AtomicU64,
+    /// While a script running on another node holds this node (`held.rs`): when the hold began
+    /// (ms since `epoch`, plus one; 0: no hold), and whether that script is a library function.
+    /// Past busy-reply-threshold the ops it holds here are answered BUSY, as on its own node.
+    pub(super) held_since: AtomicU64,
+    pub(super) held_function: AtomicBool,
+    /// Told when a script starts, for whoever watches for busy scripts
+    /// ([`super::Scripts::busy_changes`]); a permit waits when nobody listens, so a start is not
+    /// missed and costs one atomic operation.
+    pub(super) started: tokio::sync::Notify,
     /// The script thread holds (or is taking) the store's gate: from before it takes it for a
     /// script or a transaction with scripts until after it lets go, compiling and the
     /// transaction's plain ops included, so an op that finds the gate taken waits without a

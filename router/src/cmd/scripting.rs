@@ -348,10 +348,12 @@ pub fn kill_running(ctx: &mut Ctx, function: bool) -> Pending {
                  wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
             )
         } else if seen(Outcome::OtherKind) {
-            let other = if function { "SCRIPT" } else { "FUNCTION" };
-            Reply::error_fmt(format!(
-                "BUSY Redis is busy running a script. You can only call {other} KILL or SHUTDOWN NOSAVE."
-            ))
+            // SCRIPT KILL finds a function running, or FUNCTION KILL a script.
+            Reply::error(if function {
+                shoal_wire::script::BUSY_SCRIPT
+            } else {
+                shoal_wire::script::BUSY_FUNCTION
+            })
         } else if let Some(Err(e)) = outcomes.into_iter().find(|r| r.is_err()) {
             e.into()
         } else {

@@ -1,7 +1,9 @@
 //! Stage 1, admission: Redis's `processCommand` gates, in its order and with its texts (the
 //! command's name and subcommand, arity, authentication, the user's ACL rules, RESP2's pub/sub
 //! mode). A refused EXEC discards its transaction (Redis's `execCommandAbort`); any other
-//! refusal inside MULTI flags the transaction (Redis's `rejectCommand`). CLIENT PAUSE and MULTI
+//! refusal inside MULTI flags the transaction (Redis's `rejectCommand`); with
+//! `--busy-reply-scope cluster`, a busy script on any node refuses what Redis refuses while one
+//! runs. CLIENT PAUSE and MULTI
 //! queueing come right after, in [`super::Pipeline`].
 
 use std::sync::LazyLock;
@@ -12,7 +14,7 @@ use crate::backend::Routing;
 use crate::cmd::{self, CommandSpec, Ctx, acl, pubsub, transaction};
 use crate::resp::{Protocol, Reply};
 use crate::session::Session;
-use crate::state::RouterState;
+use crate::state::{BusyReplyScope, RouterState};
 
 /// The command's spec, or the reply that refuses it. `known`: the spec the caller already knows
 /// `args[0]` names (a command without subcommands: the fast path's typed ops, which then skip
@@ -84,6 +86,14 @@ fn gate(
         && ctx.session.subscribed()
     {
         return Err(pubsub::refused_while_subscribed(spec));
+    }
+    // `--busy-reply-scope cluster`: a script past busy-reply-threshold on any node holds every
+    // command Redis would hold (not those flagged allow_busy), in Redis's place for it.
+    if ctx.state.settings.busy_reply_scope == BusyReplyScope::Cluster
+        && !spec.has_flag(shoal_wire::acl::commands::flag::ALLOW_BUSY)
+        && let Some(text) = ctx.state.pubsub.busy_text()
+    {
+        return Err(Reply::error(text));
     }
     Ok(spec)
 }

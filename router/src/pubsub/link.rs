@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -73,6 +73,9 @@ pub struct Link {
     up: AtomicBool,
     /// The node says some router monitors (`Delivery.monitors`) on the open stream.
     monitors_elsewhere: AtomicBool,
+    /// The node says a script runs there past busy-reply-threshold (`Delivery.busy`): 0 none,
+    /// 1 a script (EVAL), 2 a library function (FCALL).
+    busy: AtomicU32,
     /// MONITOR line bytes queued for the node and not yet taken by its stream.
     line_bytes: Arc<AtomicUsize>,
     retired: watch::Sender<bool>,
@@ -94,6 +97,7 @@ impl Link {
             client: Mutex::new(None),
             up: AtomicBool::new(false),
             monitors_elsewhere: AtomicBool::new(false),
+            busy: AtomicU32::new(0),
             line_bytes: Arc::default(),
             retired: watch::channel(false).0,
         });
@@ -156,6 +160,26 @@ impl Link {
     fn set_monitors_elsewhere<H: LinkHub>(&self, hub: &H, on: bool) {
         if self.monitors_elsewhere.swap(on, Ordering::AcqRel) != on {
             hub.monitors_elsewhere(on);
+        }
+    }
+
+    /// What BUSY text this link's node would answer now, if a script runs there past
+    /// busy-reply-threshold.
+    pub fn busy_text(&self) -> Option<&'static str> {
+        match self.busy.load(Ordering::Acquire) {
+            1 => Some(shoal_wire::script::BUSY_SCRIPT),
+            2 => Some(shoal_wire::script::BUSY_FUNCTION),
+            _ => None,
+        }
+    }
+
+    /// The node's word on a busy script there (`Delivery.busy`; 0 also when the stream ends: a
+    /// node that is gone stalls nobody's commands).
+    fn set_busy<H: LinkHub>(&self, hub: &H, busy: u32) {
+        let busy = if matches!(busy, 1 | 2) { busy } else { 0 };
+        let was = self.busy.swap(busy, Ordering::AcqRel);
+        if (was != 0) != (busy != 0) {
+            hub.busy_nodes(busy != 0);
         }
     }
 
@@ -291,6 +315,9 @@ pub trait LinkHub: Send + Sync + 'static {
     fn monitoring(&self) -> bool;
     /// One link more (`on`) or less whose node says some router monitors.
     fn monitors_elsewhere(&self, on: bool);
+    /// One link more (`on`) or less whose node says a script runs there past
+    /// busy-reply-threshold.
+    fn busy_nodes(&self, on: bool);
     /// MONITOR lines of other routers' commands or scripts' calls, for this router's monitors.
     fn monitor_lines(&self, lines: &[Bytes]);
 }
@@ -427,6 +454,7 @@ impl<H: LinkHub> Stream<'_, H> {
         };
         link.up.store(false, Ordering::Release);
         link.set_monitors_elsewhere(hub, false);
+        link.set_busy(hub, 0);
         // Lines queued on the stream that ended are gone with it.
         link.line_bytes.store(0, Ordering::Relaxed);
         // Invalidations sent while the stream is down are lost: forget what this node told us,
@@ -455,6 +483,10 @@ impl<H: LinkHub> Stream<'_, H> {
         deliveries.retain(|d| {
             if d.monitors != 0 {
                 link.set_monitors_elsewhere(hub, d.monitors == 1);
+                return false;
+            }
+            if d.busy != 0 {
+                link.set_busy(hub, d.busy);
                 return false;
             }
             if !d.monitor_lines.is_empty() {

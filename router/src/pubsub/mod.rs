@@ -159,6 +159,8 @@ pub struct Hub {
     /// Links whose node says some router monitors: while any does, this router's lines go to
     /// one of them (the first up, in topology order), which relays them.
     monitors_elsewhere: AtomicUsize,
+    /// Links whose node says a script runs there past busy-reply-threshold (`Delivery.busy`).
+    busy_nodes: AtomicUsize,
 }
 
 impl Hub {
@@ -183,6 +185,7 @@ impl Hub {
             monitors: crate::monitor::Monitors::default(),
             monitoring: AtomicBool::new(false),
             monitors_elsewhere: AtomicUsize::new(0),
+            busy_nodes: AtomicUsize::new(0),
         })
     }
 
@@ -430,6 +433,16 @@ impl Hub {
         }
     }
 
+    /// The BUSY text of a node where a script runs past busy-reply-threshold, if one does (a
+    /// relaxed load while none does; for `--busy-reply-scope cluster`).
+    #[inline]
+    pub fn busy_text(&self) -> Option<&'static str> {
+        if self.busy_nodes.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.links.lock().values().find_map(|l| l.busy_text())
+    }
+
     /// Whether an answered command's MONITOR line is wanted, here or by another router (two
     /// relaxed loads: what a request pays while nobody monitors).
     #[inline]
@@ -586,6 +599,14 @@ impl LinkHub for Hub {
             self.monitors_elsewhere.fetch_add(1, Ordering::Relaxed);
         } else {
             self.monitors_elsewhere.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn busy_nodes(&self, on: bool) {
+        if on {
+            self.busy_nodes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.busy_nodes.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
