@@ -53,6 +53,8 @@ pub const AGAINST_ORDER: Duration = Duration::from_millis(30);
 pub const AFTER_WRITE: Duration = Duration::from_millis(5000);
 /// A held node's answer to one op may take this long beyond the op's own time.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a finished script waits for a node it held to say it let go.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where a key is served, for a script running here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +105,8 @@ struct Link {
     answers: tonic::Streaming<Reply>,
 }
 
-/// A running script's holds on other nodes (see the module doc). Dropping it ends every hold.
+/// A running script's holds on other nodes (see the module doc). Dropping it ends every hold
+/// and waits until the held nodes let go.
 pub struct Reach {
     peers: Option<(Arc<Peers>, tokio::runtime::Handle)>,
     view: Arc<NodeView>,
@@ -120,6 +123,38 @@ pub struct Reach {
     /// The script is a library function (told to the nodes it holds: their BUSY names FUNCTION
     /// KILL).
     pub function: bool,
+}
+
+impl Drop for Reach {
+    /// Ends every hold and waits (bounded by [`RELEASE_TIMEOUT`]) until each held node has let
+    /// go: its `Hold` stream ends once its holder has released the gate. So the script's reply
+    /// never reaches its client before the nodes it held serve again; a command sent right after
+    /// it would otherwise meet the hold still in place, wait for it, and past
+    /// busy-reply-threshold be answered BUSY for a script that has ended.
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        // Only on the script thread (never inside the runtime, where waiting would block it).
+        let Some((_, rt)) = &self.peers else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return;
+        }
+        let mut streams = Vec::with_capacity(held.len());
+        for Link { ops, answers } in held.into_values() {
+            drop(ops);
+            streams.push(answers);
+        }
+        rt.block_on(async move {
+            let all_ended = async {
+                for mut answers in streams {
+                    while let Ok(Some(_)) = answers.message().await {}
+                }
+            };
+            let _ = tokio::time::timeout(RELEASE_TIMEOUT, all_ended).await;
+        });
+    }
 }
 
 impl Reach {
