@@ -139,6 +139,12 @@ pub struct CacheClusterSpec {
     /// routers announce the routers' Service name, so those clients keep going through it.
     #[serde(default)]
     pub cluster_mode: ClusterMode,
+    /// What a script that runs past busy-reply-threshold on a node does to other clients'
+    /// commands: `node` (the default: only commands that reach the nodes it holds are answered
+    /// BUSY; the rest of the cluster serves on) or `cluster` (routers answer every command BUSY
+    /// but those Redis lets through, SCRIPT KILL, FUNCTION KILL, MULTI, ..., as one Redis would).
+    #[serde(default)]
+    pub busy_reply_scope: BusyReplyScope,
     /// Colocation rules, `PREFIX*` (e.g. `rq:*`, `bull:*`): keys starting with PREFIX share one
     /// slot, so an application's transactions and scripts over its own default key names run as on
     /// one Redis, without {hashtags}. Passed to every node and router. Fixed once the cluster
@@ -156,6 +162,15 @@ pub enum ClusterMode {
     #[default]
     Standalone,
     Emulated,
+}
+
+/// Routers' `--busy-reply-scope`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BusyReplyScope {
+    #[default]
+    Node,
+    Cluster,
 }
 
 fn default_routers() -> i32 {

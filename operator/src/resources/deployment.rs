@@ -16,7 +16,7 @@ use super::pod::{
     topology_volume,
 };
 use super::secret::cluster_secret_env;
-use crate::crd::{CacheCluster, ClusterMode};
+use crate::crd::{BusyReplyScope, CacheCluster, ClusterMode};
 
 /// Where a router finds its TLS Secret and its ACL file.
 pub const ROUTER_TLS_DIR: &str = "/etc/shoal/tls";
@@ -211,6 +211,9 @@ pub(super) fn router_listeners(cc: &CacheCluster) -> Listeners {
             port.to_string(),
         ]);
     }
+    if s.busy_reply_scope == BusyReplyScope::Cluster {
+        args.extend(["--busy-reply-scope".into(), "cluster".into()]);
+    }
     args.extend(["--log-format".into(), "json".into()]);
     Listeners { args, ports, mounts, volumes }
 }
@@ -348,5 +351,8 @@ mod tests {
         let cc = cluster(serde_json::json!({"shards": 2, "clusterMode": "emulated",
             "tls": {"secretName": "demo-tls", "plaintext": false}}));
         assert!(args(&cc).contains("--cluster-announce-port 6380"), "{}", args(&cc));
+        assert!(!args(&cc).contains("--busy-reply-scope"), "the routers' default unless asked");
+        let cc = cluster(serde_json::json!({"shards": 2, "busyReplyScope": "cluster"}));
+        assert!(args(&cc).contains("--busy-reply-scope cluster"), "{}", args(&cc));
     }
 }
