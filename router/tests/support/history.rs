@@ -286,15 +286,19 @@ pub fn checker() -> PathBuf {
     on_path.unwrap_or_else(|| panic!("shoal-checker not found: run `.ci/tools/install checker`"))
 }
 
+/// Porcupine's time per register key unless `SHOAL_CHECKER_TIMEOUT` says otherwise: above the
+/// checker's own 60 s, which a chaos run's key with hundreds of writes of unknown outcome (timed
+/// out under faults) can need: one of a CI run (seed 1464671974046266038, 351 such writes) took
+/// about 80 s to decide on a quiet machine (sound) and was left undecided at 60 s.
+pub const CHECK_TIMEOUT: &str = "4m";
+
 /// Runs the checker over the history; its report, and whether it found the history sound.
-/// `SHOAL_CHECKER_TIMEOUT` (a Go duration, e.g. `5m`) raises Porcupine's time per register key
-/// from the checker's 60 s: a long run checked on a loaded machine may need it (`loadtest/chaos`
-/// sets 5m), or it leaves a key undecided, which fails the run without an anomaly.
+/// Porcupine gets up to [`CHECK_TIMEOUT`] per register key (`SHOAL_CHECKER_TIMEOUT`, a Go
+/// duration, sets another): a key it cannot decide in time fails the run without an anomaly.
 pub fn check(history: &Path) -> (String, bool) {
     let mut cmd = std::process::Command::new(checker());
-    if let Ok(t) = std::env::var("SHOAL_CHECKER_TIMEOUT") {
-        cmd.args(["-timeout", &t]);
-    }
+    let timeout = std::env::var("SHOAL_CHECKER_TIMEOUT").unwrap_or_else(|_| CHECK_TIMEOUT.to_string());
+    cmd.args(["-timeout", &timeout]);
     let out = cmd.arg(history).output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (report, out.status.success())
