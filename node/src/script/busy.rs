@@ -80,7 +80,7 @@ impl Scripts {
                         _ = &mut stop => return,
                     }
                 }
-                tell(if self.busy_text() == BUSY_FUNCTION { BusyNow::Function } else { BusyNow::Script });
+                tell(if self.busy_function() { BusyNow::Function } else { BusyNow::Script });
                 while self.busy() {
                     tokio::select! {
                         _ = tokio::time::sleep(BUSY_POLL) => {}
@@ -95,10 +95,15 @@ impl Scripts {
     /// What a BUSY reply says to call: FUNCTION KILL while a library function runs (here, or on
     /// the node that holds this one).
     pub fn busy_text(&self) -> &'static str {
-        let function = match self.shared.running() {
+        if self.busy_function() { BUSY_FUNCTION } else { BUSY }
+    }
+
+    /// Whether what holds this node is a library function (running here, or on the node that
+    /// holds this one) rather than an EVAL script.
+    fn busy_function(&self) -> bool {
+        match self.shared.running() {
             Some(r) => r.function,
             None => self.shared.held_function.load(Ordering::Relaxed),
-        };
-        if function { BUSY_FUNCTION } else { BUSY }
+        }
     }
 }

@@ -139,6 +139,10 @@ impl Drop for Reach {
         // Only on the script thread (never inside the runtime, where waiting would block it).
         let Some((_, rt)) = &self.peers else { return };
         if tokio::runtime::Handle::try_current().is_ok() {
+            // Never today: a Reach lives on the script thread. Loud if that changes, since the
+            // BUSY-after-the-script-ended race above would come back silently.
+            debug_assert!(false, "a Reach with holds dropped inside the runtime: not waiting for them");
+            tracing::warn!("a script's holds ended without waiting for the held nodes (inside the runtime)");
             return;
         }
         let mut streams = Vec::with_capacity(held.len());
