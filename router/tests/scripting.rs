@@ -278,6 +278,76 @@ async fn a_script_s_node_killed_mid_run_lets_the_node_it_held_go() {
     assert_eq!(c.cmd(&["GET", &free[0]]).await, b"$1\r\nx\r\n");
 }
 
+/// With `--busy-reply-scope cluster`, a node told the router a script there is busy, then died
+/// (SIGKILL) without ever saying it ended: the router stops answering BUSY as soon as that node's
+/// stream ends (the busy mark goes with the link), so PING and the other nodes' keys are served
+/// again within seconds, and the script's client gets an error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_script_s_node_killed_ends_the_cluster_scope_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
+    let topology = shoal_wire::Topology::even(&addrs);
+    let file = dir.path().join("topology.json");
+    std::fs::write(&file, topology.to_json()).unwrap();
+    let file = file.to_str().unwrap();
+    let mut nodes = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        nodes.push(
+            NodeProc::start_at(dir.path(), &format!("node{i}"), addr, &["--topology-file", file]).await,
+        );
+    }
+    let a =
+        RouterProc::start(dir.path(), "router", &["--topology-file", file, "--busy-reply-scope", "cluster"])
+            .await;
+    let (own, other) = (keys_on(&topology, 0, 1), keys_on(&topology, 1, 1));
+    let mut c = a.raw().await;
+    assert_eq!(c.cmd(&["CONFIG", "SET", "busy-reply-threshold", "100"]).await, b"+OK\r\n");
+    // Spins ARGV[1] seconds. A first short run: a script's first run on a node holds every node;
+    // the long run below holds only its own node.
+    let script = "local t = tonumber(redis.call('TIME')[1]) \
+        while tonumber(redis.call('TIME')[1]) < t + tonumber(ARGV[1]) do end return 1";
+    assert_eq!(c.cmd(&["EVAL", script, "1", &own[0], "0"]).await, b":1\r\n");
+    let (resp, script_owned, key) = (a.resp, script.to_string(), own[0].clone());
+    let running = tokio::spawn(async move {
+        let mut c = support::Raw::connect(resp).await;
+        tokio::time::timeout(Duration::from_secs(30), c.cmd(&["EVAL", &script_owned, "1", &key, "20"])).await
+    });
+    // The router hears the node is busy: PING, which the router answers itself, says BUSY.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = text(c.cmd(&["PING"]).await);
+        if got.starts_with("-BUSY") {
+            break;
+        }
+        assert_eq!(got, "+PONG\r\n");
+        assert!(Instant::now() < deadline, "PING never answered BUSY while the script ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = text(c.cmd(&["SET", &other[0], "x"]).await);
+    assert!(got.starts_with("-BUSY"), "another node's key in the cluster scope: {got:?}");
+    let killed = Instant::now();
+    nodes[0].kill();
+    // The dead node's busy mark goes with its stream.
+    loop {
+        let got = text(c.cmd(&["PING"]).await);
+        if got == "+PONG\r\n" {
+            break;
+        }
+        assert!(got.starts_with("-BUSY"), "{got:?}");
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "still BUSY {:?} after the node died",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.cmd(&["SET", &other[0], "x"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", &other[0]]).await, b"$1\r\nx\r\n");
+    let script_reply = running.await.unwrap().expect("the script's client got an answer");
+    assert!(script_reply.starts_with(b"-"), "{}", text(script_reply));
+    assert!(killed.elapsed() < Duration::from_secs(15), "the script's client waited {:?}", killed.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_msgpack_fails_its_script_and_hurts_no_node() {
     let router = support::cluster().await;
