@@ -216,7 +216,21 @@ struct AddTrim {
     no_mkstream: bool,
     trim: Option<Trim>,
     approx: bool,
-    limit: u64,
+    /// LIMIT's value; `None` for `~` without LIMIT, which takes the default (below).
+    limit: Option<u64>,
+}
+
+impl AddTrim {
+    /// How many entries an approximate trim may remove (0: no cap). Without LIMIT, Redis's
+    /// default: 100 stream nodes' worth (`100 * stream-node-max-entries`), 10000 when that is 0
+    /// or past a listpack's largest size.
+    fn limit(&self, node: crate::store::object::limits::NodeLimits) -> u64 {
+        self.limit.unwrap_or_else(|| match (node.max_entries as u64).saturating_mul(100) {
+            0 => 10_000,
+            n if n > LISTPACK_MAX_SIZE as u64 => 10_000,
+            n => n,
+        })
+    }
 }
 
 /// Redis's `streamParseAddOrTrimArgsOrReply`; returns the options and the ID's position.
@@ -283,9 +297,10 @@ fn parse_add_trim(args: &[Bytes], xadd: bool) -> Result<(AddTrim, usize), CmdErr
                 "ERR syntax error, LIMIT cannot be used without the special ~ option",
             ));
         }
-        a.limit = limit as u64;
-    } else if a.approx {
-        a.limit = 100 * 100;
+        a.limit = Some(limit as u64);
+    } else if !a.approx {
+        // Exact trimming has no cap.
+        a.limit = Some(0);
     }
     Ok((a, i))
 }
@@ -335,7 +350,7 @@ fn xadd(store: &Store, args: &[Bytes]) -> CmdResult {
         }
         s.append(id, fields, limits.stream_node);
         if let Some(how) = opts.trim {
-            s.trim(how, opts.approx, opts.limit);
+            s.trim(how, opts.approx, opts.limit(limits.stream_node));
         }
         Ok(id_frame(id))
     })?
@@ -344,9 +359,9 @@ fn xadd(store: &Store, args: &[Bytes]) -> CmdResult {
 fn xtrim(store: &Store, args: &[Bytes]) -> CmdResult {
     let (opts, _) = parse_add_trim(args, false)?;
     let how = opts.trim.expect("checked by the parser");
-    write(store, &args[1], |slot, _| match stream_mut(slot) {
+    write(store, &args[1], |slot, limits| match stream_mut(slot) {
         None => F::int(0),
-        Some(s) => F::int(s.trim(how, opts.approx, opts.limit) as i64),
+        Some(s) => F::int(s.trim(how, opts.approx, opts.limit(limits.stream_node)) as i64),
     })
 }
 
