@@ -336,9 +336,12 @@ fn xadd(store: &Store, args: &[Bytes]) -> CmdResult {
         );
         let id = match opts.id {
             Some((id, true)) => id,
-            Some((id, false)) if id.ms == s.last_id.ms => {
-                s.last_id.incr().filter(|_| s.last_id.seq < u64::MAX).ok_or(smaller.clone())?
+            // `ms-*` where the top ID's sequence is already the largest: redis-server 7.0.15
+            // answers "Elements are too large" here (7.2 says "equal or smaller").
+            Some((id, false)) if id.ms == s.last_id.ms && s.last_id.seq == u64::MAX => {
+                return Err(CmdError::Text("ERR Elements are too large to be stored"));
             }
+            Some((id, false)) if id.ms == s.last_id.ms => s.last_id.incr().ok_or(smaller.clone())?,
             Some((id, false)) => id,
             None => s.next_id(now).unwrap_or(StreamId::MIN),
         };
