@@ -215,6 +215,22 @@ async fn a_busy_script_holds_every_command_with_busy_reply_scope_cluster() {
 /// node's stream under everyone.)
 /// Hostile MessagePack (arrays nested 200,000 deep, a length past the input) given to
 /// `cmsgpack.unpack` fails that script with Redis's text; the node keeps serving.
+/// Three `shoal-node` processes serving an even topology, kept in a file in `dir`: the topology,
+/// the file's path (for routers' `--topology-file`) and the nodes. Nodes reach each other through
+/// the topology they share (a static `--nodes` list has none), as scripts over nodes need.
+async fn three_node_processes(dir: &std::path::Path) -> (shoal_wire::Topology, String, Vec<NodeProc>) {
+    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
+    let topology = shoal_wire::Topology::even(&addrs);
+    let file = dir.join("topology.json");
+    std::fs::write(&file, topology.to_json()).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    let mut nodes = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        nodes.push(NodeProc::start_at(dir, &format!("node{i}"), addr, &["--topology-file", &file]).await);
+    }
+    (topology, file, nodes)
+}
+
 /// A script over keys of two nodes, its own node SIGKILLed mid-run: the node it held lets go as
 /// soon as the connection drops (its other clients, held meanwhile, are answered then, not
 /// before), what the script wrote there stands (docs/architecture.md, "What a death leaves"),
@@ -222,19 +238,8 @@ async fn a_busy_script_holds_every_command_with_busy_reply_scope_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_s_node_killed_mid_run_lets_the_node_it_held_go() {
     let dir = tempfile::tempdir().unwrap();
-    // Nodes reach each other through the topology they share (a static `--nodes` list has none).
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
-    let topology = shoal_wire::Topology::even(&addrs);
-    let file = dir.path().join("topology.json");
-    std::fs::write(&file, topology.to_json()).unwrap();
-    let file = file.to_str().unwrap();
-    let mut nodes = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
-        nodes.push(
-            NodeProc::start_at(dir.path(), &format!("node{i}"), addr, &["--topology-file", file]).await,
-        );
-    }
-    let a = RouterProc::start(dir.path(), "router", &["--topology-file", file]).await;
+    let (topology, file, mut nodes) = three_node_processes(dir.path()).await;
+    let a = RouterProc::start(dir.path(), "router", &["--topology-file", &file]).await;
     let (first, held, free) = (keys_on(&topology, 0, 1), keys_on(&topology, 1, 2), keys_on(&topology, 2, 1));
     // Writes the held node's key, then spins ARGV[1] seconds, then writes its own node's key.
     let script = "redis.call('SET', KEYS[2], 'from-script') local t = tonumber(redis.call('TIME')[1]) \
@@ -285,19 +290,9 @@ async fn a_script_s_node_killed_mid_run_lets_the_node_it_held_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_script_s_node_killed_ends_the_cluster_scope_busy() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", support::free_port())).collect();
-    let topology = shoal_wire::Topology::even(&addrs);
-    let file = dir.path().join("topology.json");
-    std::fs::write(&file, topology.to_json()).unwrap();
-    let file = file.to_str().unwrap();
-    let mut nodes = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
-        nodes.push(
-            NodeProc::start_at(dir.path(), &format!("node{i}"), addr, &["--topology-file", file]).await,
-        );
-    }
+    let (topology, file, mut nodes) = three_node_processes(dir.path()).await;
     let a =
-        RouterProc::start(dir.path(), "router", &["--topology-file", file, "--busy-reply-scope", "cluster"])
+        RouterProc::start(dir.path(), "router", &["--topology-file", &file, "--busy-reply-scope", "cluster"])
             .await;
     let (own, other) = (keys_on(&topology, 0, 1), keys_on(&topology, 1, 1));
     let mut c = a.raw().await;
