@@ -115,13 +115,14 @@ async fn a_looping_function_shows_in_stats_and_stops_at_function_kill() {
     assert_eq!(admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "300"]).await, b"+OK\r\n");
     assert_eq!(text(admin.cmd(&["FUNCTION", "LOAD", SPIN_LIB]).await), "$4\r\nspin\r\n");
     let mut spinner = a.raw().await;
-    spinner.send(&support::encode(&[b"FCALL", b"spin", b"1", keys[0].as_bytes()])).await;
+    // Lowercase, as Valkey's harness sends it: FUNCTION STATS shows the client's own argv.
+    spinner.send(&support::encode(&[b"fcall", b"spin", b"1", keys[0].as_bytes()])).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let stats = text(admin.cmd(&["FUNCTION", "STATS"]).await);
     assert!(
         stats.starts_with(&format!(
-            "*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n$7\r\ncommand\r\n*4\r\n$5\r\nFCALL\r\n\
+            "*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n$7\r\ncommand\r\n*4\r\n$5\r\nfcall\r\n\
              $4\r\nspin\r\n$1\r\n1\r\n${}\r\n{}\r\n$11\r\nduration_ms\r\n:",
             keys[0].len(),
             keys[0]

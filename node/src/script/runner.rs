@@ -718,9 +718,15 @@ fn fcall_command(s: &proto::Script) -> Vec<Bytes> {
     if s.function.is_empty() {
         return Vec::new();
     }
-    let name = if s.readonly { "FCALL_RO" } else { "FCALL" };
-    let mut command = vec![Bytes::from_static(name.as_bytes()), Bytes::from(s.function.clone())];
-    command.push(Bytes::from(s.keys.len().to_string()));
+    // The client's own spelling of the name and numkeys (an older router sends neither).
+    let (name, numkeys) = match &s.argv_head[..] {
+        [name, numkeys] => (name.clone(), numkeys.clone()),
+        _ => (
+            Bytes::from_static(if s.readonly { b"FCALL_RO" } else { b"FCALL" }),
+            Bytes::from(s.keys.len().to_string()),
+        ),
+    };
+    let mut command = vec![name, Bytes::from(s.function.clone()), numkeys];
     command.extend(s.keys.iter().cloned());
     command.extend(s.args.iter().cloned());
     command

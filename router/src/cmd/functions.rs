@@ -76,8 +76,13 @@ fn fcall(args: &Args, ctx: &mut Ctx, readonly: bool) -> Pending {
         Ok(n) if n < 0 => "ERR Number of keys can't be negative",
         Ok(n) => {
             let split = 3 + n as usize;
-            let script =
-                proto::Script { function, args: args[split..].to_vec(), readonly, ..Default::default() };
+            let script = proto::Script {
+                function,
+                args: args[split..].to_vec(),
+                readonly,
+                argv_head: vec![args[0].clone(), args[2].clone()],
+                ..Default::default()
+            };
             return scripting::send(script, args[3..split].to_vec(), ctx);
         }
     };
