@@ -343,6 +343,44 @@ async fn a_busy_script_s_node_killed_ends_the_cluster_scope_busy() {
     assert!(killed.elapsed() < Duration::from_secs(15), "the script's client waited {:?}", killed.elapsed());
 }
 
+/// A script or function that catches the kill with `pcall` in a loop (`while 1 do pcall(f) end`)
+/// still stops at SCRIPT KILL / FUNCTION KILL, with Redis's reply, byte for byte: after a kill the
+/// hook fires at every instruction, so the error meets the script outside its pcall (Valkey's
+/// scripting unit, "Timedout read-only scripts can be killed by SCRIPT KILL even when use
+/// pcall", looped forever here). The next FUNCTION LOAD and a long script run whole after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_that_catches_the_kill_with_pcall_still_stops() {
+    let (_redis, redis_addr) = support::redis_server().await;
+    let router = support::cluster().await;
+    let body = "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end";
+    let lib = format!("#!lua name=t\nredis.register_function('t', function(KEYS, ARGV)\n {body} \nend)");
+    let mut got = Vec::new();
+    for addr in [redis_addr, router.resp_addr()] {
+        let mut admin = support::Raw::connect(addr).await;
+        assert_eq!(admin.cmd(&["CONFIG", "SET", "lua-time-limit", "10"]).await, b"+OK\r\n");
+        let mut story = Vec::new();
+        for (run, kill) in [(vec!["EVAL", body, "0"], "SCRIPT"), (vec!["FCALL", "t", "0"], "FUNCTION")] {
+            if kill == "FUNCTION" {
+                story.push(text(admin.cmd(&["FUNCTION", "LOAD", "REPLACE", &lib]).await));
+            }
+            let mut spinner = support::Raw::connect(addr).await;
+            let args: Vec<&[u8]> = run.iter().map(|a| a.as_bytes()).collect();
+            spinner.send(&support::encode(&args)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            story.push(text(admin.cmd(&[kill, "KILL"]).await));
+            let reply = tokio::time::timeout(Duration::from_secs(10), spinner.reply()).await;
+            story.push(text(reply.expect("the script stopped").expect("a reply")));
+        }
+        story.push(text(
+            admin.cmd(&["EVAL", "local x = 0 for i=1,3000000 do x = x + 1 end return x", "0"]).await,
+        ));
+        got.push(story);
+    }
+    assert_eq!(got[1], got[0]);
+    assert!(got[0][1].starts_with("-ERR Script killed by user"), "{:?}", got[0]);
+    router.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_msgpack_fails_its_script_and_hurts_no_node() {
     let router = support::cluster().await;

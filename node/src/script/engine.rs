@@ -77,6 +77,9 @@ pub(super) fn classify(e: &mlua::Error) -> (String, bool) {
     }
 }
 
+/// The prelude's chunk name (a kill is never raised inside its functions: [`KillHook`]).
+pub(super) const PRELUDE_NAME: &str = "=shoal";
+
 /// Sets the sandbox up; runs once, with the full environment, before any user code.
 const PRELUDE: &str = r#"
 local G, error_text = ...
@@ -190,6 +193,61 @@ pub struct Engine {
     pub(super) fn_meta: Table,
     pub(super) load_api: Table,
     invoke: Function,
+    kill_hook: KillHook,
+}
+
+/// The hook that stops a script at SCRIPT KILL / FUNCTION KILL (and a FUNCTION LOAD past its
+/// deadline): every [`HOOK_EVERY`] instructions it looks at the kill flag.
+#[derive(Clone)]
+struct KillHook {
+    shared: Arc<Shared>,
+    /// Set once a kill made the hook fire at every instruction; the next run puts it back.
+    every_instruction: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl KillHook {
+    fn install(&self, lua: &Lua, every: u32) -> mlua::Result<()> {
+        let hook = self.clone();
+        lua.set_hook(HookTriggers::new().every_nth_instruction(every), move |lua, debug| {
+            hook.check(lua, debug)
+        })
+    }
+
+    fn check(&self, lua: &Lua, debug: &mlua::debug::Debug) -> mlua::Result<mlua::VmState> {
+        // Only while a script or function runs: a FUNCTION LOAD's code is stopped by its
+        // deadline, never by a kill meant for the script before it.
+        let running = self.shared.running_since.load(Ordering::Relaxed) != 0;
+        if running && self.shared.kill.load(Ordering::Relaxed) {
+            if !self.every_instruction.swap(true, Ordering::Relaxed) {
+                // As Redis: once killed, the hook fires at every instruction, so a script that
+                // catches the kill with pcall meets it again as soon as it is outside that pcall
+                // (`while 1 do pcall(f) end` would otherwise never end). Not inside the sandbox's
+                // own Lua (its pcall wrapper, the function caller): the error is raised in the
+                // script's code, and ends the script as an error there does.
+                self.install(lua, 1)?;
+            } else if debug.source().source.as_deref() == Some(PRELUDE_NAME) {
+                return Ok(mlua::VmState::Continue);
+            }
+            return Err(mlua::Error::RuntimeError(KILLED.into()));
+        }
+        if !running {
+            // A kill's every-instruction hook outlived its script.
+            self.rearm(lua);
+        }
+        if self.shared.loading_past_deadline() {
+            return Err(redis_error("ERR FUNCTION LOAD timeout"));
+        }
+        Ok(mlua::VmState::Continue)
+    }
+
+    /// Before a run: the hook back to every [`HOOK_EVERY`] instructions after a kill.
+    fn rearm(&self, lua: &Lua) {
+        if self.every_instruction.swap(false, Ordering::Relaxed)
+            && let Err(e) = self.install(lua, HOOK_EVERY)
+        {
+            tracing::error!(error = %e, "the script kill hook could not be put back");
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -224,7 +282,7 @@ impl Engine {
         globals.raw_set("cmsgpack", super::cmsgpack::library(&lua)?)?;
         globals.raw_set("struct", super::lua_struct::library(&lua)?)?;
         let xpcall: Function = globals.raw_get("xpcall")?;
-        let prelude = lua.load(PRELUDE).set_name("=shoal").into_function()?;
+        let prelude = lua.load(PRELUDE).set_name(PRELUDE_NAME).into_function()?;
         let error_text = lua.create_function(|lua, e: Value| {
             Ok(match &e {
                 Value::Table(t) => match t.raw_get::<Value>("err")? {
@@ -241,16 +299,8 @@ impl Engine {
         fn_meta.raw_set("__index", env.clone())?;
         let handler = lua.create_function(error_handler)?;
         lua.set_memory_limit(memory_limit)?;
-        let killer = shared.clone();
-        lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
-            if killer.kill.load(Ordering::Relaxed) {
-                return Err(mlua::Error::RuntimeError(KILLED.into()));
-            }
-            if killer.loading_past_deadline() {
-                return Err(redis_error("ERR FUNCTION LOAD timeout"));
-            }
-            Ok(mlua::VmState::Continue)
-        })?;
+        let kill_hook = KillHook { shared: shared.clone(), every_instruction: Arc::default() };
+        kill_hook.install(&lua, HOOK_EVERY)?;
         Ok(Engine {
             lua,
             functions: HashMap::new(),
@@ -264,6 +314,7 @@ impl Engine {
             fn_meta,
             load_api,
             invoke,
+            kill_hook,
         })
     }
 
@@ -309,6 +360,7 @@ impl Engine {
         ctx.readonly |= compiled.flags.no_writes;
         ctx.allow_oom |= compiled.flags.allow_oom;
         let function = compiled.function.clone();
+        self.kill_hook.rearm(&self.lua);
         let called = self.set_arguments(keys, args).map(|()| {
             let xpcall = self.xpcall.clone();
             let handler = self.handler.clone();
@@ -336,6 +388,7 @@ impl Engine {
         ctx.readonly |= compiled.flags.no_writes;
         ctx.allow_oom |= compiled.flags.allow_oom;
         let function = compiled.function.clone();
+        self.kill_hook.rearm(&self.lua);
         let list = |items: &[Bytes]| -> mlua::Result<Table> {
             let t = self.lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {

@@ -67,7 +67,7 @@ pub(super) fn load_api(lua: &Lua, globals: &Table, readonly: &Function) -> mlua:
                __metatable = false,\n\
              })",
         )
-        .set_name("=shoal")
+        .set_name(super::engine::PRELUDE_NAME)
         .call(redis)?;
     let api = lua.create_table()?;
     api.raw_set("redis", strict.clone())?;
@@ -80,7 +80,7 @@ pub(super) fn load_api(lua: &Lua, globals: &Table, readonly: &Function) -> mlua:
             "return function(_, k) error(\"Script attempted to access nonexistent global variable '\" .. \
              tostring(k) .. \"'\", 2) end",
         )
-        .set_name("=shoal")
+        .set_name(super::engine::PRELUDE_NAME)
         .call::<Function>(())?,
     )?;
     api.set_metatable(Some(missing))?;
