@@ -344,6 +344,11 @@ pub(super) fn command(engine: &mut Engine, shared: &Shared, libraries: &Librarie
     reply
 }
 
+/// The FUNCTION subcommands Redis flags `denyoom` (refused while `maxmemory` is reached).
+pub(super) fn denies_oom(args: &[Bytes]) -> bool {
+    args.first().is_some_and(|sub| sub.eq_ignore_ascii_case(b"load") || sub.eq_ignore_ascii_case(b"restore"))
+}
+
 fn subcommand(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
     let Some(sub) = args.first() else { return syntax(&[Bytes::from_static(b"")]) };
     match sub.to_ascii_lowercase().as_slice() {

@@ -328,6 +328,14 @@ fn worker(
                 At { store: &store, shared: &shared, peers: &peers, view: &view, version, started: &started };
             match op.kind {
                 Some(Kind::Script(s)) => run(&at, e, *s),
+                // FUNCTION LOAD and RESTORE are `denyoom` in Redis: refused at maxmemory.
+                Some(Kind::ScriptAdmin(a))
+                    if a.action() == Action::Function
+                        && super::functions::denies_oom(&a.args)
+                        && store.make_room().is_err() =>
+                {
+                    frame(F::error(call::OOM.into()))
+                }
                 Some(Kind::ScriptAdmin(a)) if a.action() == Action::Function => {
                     frame(super::functions::command(e, &shared, &store.libraries, &a.args))
                 }
