@@ -690,8 +690,7 @@ fn run_unlocked(
         engine.call_function(&s.function, &s.keys, &s.args, ctx)
     };
     shared.running_since.store(0, Ordering::Release);
-    // A kill is for the run it was sent to; none is left for whatever Lua runs next.
-    shared.kill.store(false, Ordering::Relaxed);
+    shared.kill.store(false, Ordering::Relaxed); // a kill is for this run, not the Lua after it
     *shared.current.lock() = None;
     // (Converted, and a deep reply dropped, here on the script thread, whose stack has room.)
     if let Some(given_back) = outcome.reach {
