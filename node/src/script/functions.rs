@@ -344,9 +344,13 @@ pub(super) fn command(engine: &mut Engine, shared: &Shared, libraries: &Librarie
     reply
 }
 
-/// The FUNCTION subcommands Redis flags `denyoom` (refused while `maxmemory` is reached).
+/// Whether Redis's command table flags this FUNCTION subcommand `denyoom` (LOAD and RESTORE:
+/// refused while `maxmemory` is reached).
 pub(super) fn denies_oom(args: &[Bytes]) -> bool {
-    args.first().is_some_and(|sub| sub.eq_ignore_ascii_case(b"load") || sub.eq_ignore_ascii_case(b"restore"))
+    use shoal_wire::acl::commands::{REDIS_COMMANDS, flag, lookup};
+    let Some(sub) = args.first() else { return false };
+    let name = format!("function|{}", String::from_utf8_lossy(sub).to_ascii_lowercase());
+    lookup(&name).is_some_and(|id| REDIS_COMMANDS[id].has_flag(flag::DENYOOM))
 }
 
 fn subcommand(engine: &mut Engine, shared: &Shared, args: &[Bytes]) -> Frame {
